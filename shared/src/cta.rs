@@ -1,0 +1,273 @@
+//! Typed calls to action: the questions a run asks a human, and their answers.
+//!
+//! Requests and responses are tagged unions on `kind`; each variant carries only its own
+//! fields. Validation lives here so the API, the `cta` consumer and the engine agree.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// One option of a `choice` CTA.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChoiceOption {
+    pub id: String,
+    pub label: String,
+}
+
+/// What the run asks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum CtaRequest {
+    Approval {
+        message: String,
+    },
+    Text {
+        prompt: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        placeholder: Option<String>,
+    },
+    Choice {
+        prompt: String,
+        options: Vec<ChoiceOption>,
+    },
+}
+
+/// What the human answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum CtaResponse {
+    Approval {
+        approved: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    Text {
+        text: String,
+    },
+    Choice {
+        #[serde(rename = "selectedId")]
+        selected_id: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CtaStatus {
+    Pending,
+    Answered,
+    Expired,
+    Cancelled,
+}
+
+impl CtaStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Answered => "answered",
+            Self::Expired => "expired",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pending" => Some(Self::Pending),
+            "answered" => Some(Self::Answered),
+            "expired" => Some(Self::Expired),
+            "cancelled" => Some(Self::Cancelled),
+            _ => None,
+        }
+    }
+}
+
+/// A request or response that does not fit its contract.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CtaInvalid(pub String);
+
+impl CtaRequest {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Approval { .. } => "approval",
+            Self::Text { .. } => "text",
+            Self::Choice { .. } => "choice",
+        }
+    }
+
+    /// Checks what a schema cannot: non-empty texts, at least one option, unique ids.
+    pub fn validate(&self) -> Result<(), CtaInvalid> {
+        let blank = |s: &str| s.trim().is_empty();
+        match self {
+            Self::Approval { message } if blank(message) => {
+                Err(CtaInvalid("approval `message` must not be empty".into()))
+            }
+            Self::Text { prompt, .. } | Self::Choice { prompt, .. } if blank(prompt) => {
+                Err(CtaInvalid("`prompt` must not be empty".into()))
+            }
+            Self::Choice { options, .. } => {
+                if options.is_empty() {
+                    return Err(CtaInvalid("choice needs at least one option".into()));
+                }
+                let mut seen = std::collections::HashSet::new();
+                for o in options {
+                    if blank(&o.id) {
+                        return Err(CtaInvalid("choice option ids must not be empty".into()));
+                    }
+                    if !seen.insert(o.id.as_str()) {
+                        return Err(CtaInvalid(format!("duplicate choice option id `{}`", o.id)));
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl CtaResponse {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Approval { .. } => "approval",
+            Self::Text { .. } => "text",
+            Self::Choice { .. } => "choice",
+        }
+    }
+
+    /// A response must answer its own request: same kind, and a choice among the options.
+    pub fn validate_against(&self, request: &CtaRequest) -> Result<(), CtaInvalid> {
+        match (request, self) {
+            (CtaRequest::Approval { .. }, CtaResponse::Approval { .. })
+            | (CtaRequest::Text { .. }, CtaResponse::Text { .. }) => Ok(()),
+            (CtaRequest::Choice { options, .. }, CtaResponse::Choice { selected_id }) => {
+                if options.iter().any(|o| &o.id == selected_id) {
+                    Ok(())
+                } else {
+                    let ids: Vec<&str> = options.iter().map(|o| o.id.as_str()).collect();
+                    Err(CtaInvalid(format!(
+                        "selectedId `{selected_id}` is not one of the options ({})",
+                        ids.join(", ")
+                    )))
+                }
+            }
+            _ => Err(CtaInvalid(format!(
+                "this CTA is of kind `{}`, the response is of kind `{}`",
+                request.kind(),
+                self.kind()
+            ))),
+        }
+    }
+
+    /// The tool result the model sees for this answer.
+    pub fn to_output(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// The CTA item: the authority on whether a question is still open.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cta {
+    pub cta_id: String,
+    pub run_id: String,
+    pub tool_call_id: String,
+    pub owner: String,
+    #[serde(flatten)]
+    pub request: CtaRequest,
+    pub status: CtaStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<CtaResponse>,
+    /// True when the engine raised it to gate a tool call (not the model asking).
+    #[serde(default)]
+    pub gate: bool,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<DateTime<Utc>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn choice() -> CtaRequest {
+        CtaRequest::Choice {
+            prompt: "Pick".into(),
+            options: vec![
+                ChoiceOption { id: "a".into(), label: "A".into() },
+                ChoiceOption { id: "b".into(), label: "B".into() },
+            ],
+        }
+    }
+
+    #[test]
+    fn requests_and_responses_are_tagged_on_kind() {
+        let r: CtaRequest = serde_json::from_value(json!({"kind": "text", "prompt": "Name?"}))
+            .expect("valid text request");
+        assert_eq!(r, CtaRequest::Text { prompt: "Name?".into(), placeholder: None });
+        let a: CtaResponse =
+            serde_json::from_value(json!({"kind": "choice", "selectedId": "b"})).expect("valid");
+        assert_eq!(a, CtaResponse::Choice { selected_id: "b".into() });
+        // A field of another kind is refused, not ignored.
+        assert!(
+            serde_json::from_value::<CtaResponse>(json!({"kind": "text", "approved": true}))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn a_response_must_answer_its_own_request() {
+        let table: Vec<(CtaRequest, serde_json::Value, bool)> = vec![
+            (choice(), json!({"kind": "choice", "selectedId": "a"}), true),
+            (choice(), json!({"kind": "choice", "selectedId": "z"}), false),
+            (choice(), json!({"kind": "text", "text": "a"}), false),
+            (CtaRequest::Approval { message: "ok?".into() }, json!({"kind": "approval", "approved": false, "reason": "no"}), true),
+            (CtaRequest::Approval { message: "ok?".into() }, json!({"kind": "choice", "selectedId": "a"}), false),
+            (CtaRequest::Text { prompt: "?".into(), placeholder: None }, json!({"kind": "text", "text": ""}), true),
+            (CtaRequest::Text { prompt: "?".into(), placeholder: None }, json!({"kind": "approval", "approved": true}), false),
+        ];
+        for (req, resp, ok) in table {
+            let resp: CtaResponse = serde_json::from_value(resp).expect("well-formed");
+            assert_eq!(resp.validate_against(&req).is_ok(), ok, "{req:?} / {resp:?}");
+        }
+    }
+
+    #[test]
+    fn requests_are_checked_beyond_their_schema() {
+        let dup = CtaRequest::Choice {
+            prompt: "p".into(),
+            options: vec![
+                ChoiceOption { id: "a".into(), label: "A".into() },
+                ChoiceOption { id: "a".into(), label: "B".into() },
+            ],
+        };
+        assert!(dup.validate().is_err());
+        assert!(CtaRequest::Choice { prompt: "p".into(), options: vec![] }.validate().is_err());
+        assert!(CtaRequest::Approval { message: " ".into() }.validate().is_err());
+        assert!(choice().validate().is_ok());
+    }
+
+    #[test]
+    fn a_cta_serializes_flat_with_its_request_fields() {
+        let now = Utc::now();
+        let cta = Cta {
+            cta_id: "c1".into(),
+            run_id: "r1".into(),
+            tool_call_id: "t1".into(),
+            owner: "o".into(),
+            request: choice(),
+            status: CtaStatus::Pending,
+            response: None,
+            gate: false,
+            created_at: now,
+            expires_at: now,
+            resolved_at: None,
+        };
+        let v = serde_json::to_value(&cta).expect("serializes");
+        assert_eq!(v["kind"], "choice");
+        assert_eq!(v["options"][1]["id"], "b");
+        assert_eq!(v["ctaId"], "c1");
+        let back: Cta = serde_json::from_value(v).expect("round-trips");
+        assert_eq!(back, cta);
+    }
+}

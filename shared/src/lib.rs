@@ -1,0 +1,13 @@
+//! Baton's core: durable AI-agent orchestration.
+//!
+//! The pure [`engine`] decides; the [`ports`] abstract storage, queues, events, timers and
+//! models; [`adapters`] implement them (embedded SQLite here, AWS later); [`service`] is the
+//! only place that loads, steps, commits and performs effects; [`api`] is the HTTP router.
+
+pub mod agent;
+pub mod cta;
+pub mod engine;
+pub mod llm;
+pub mod run;
+pub mod timeline;
+pub mod tools;

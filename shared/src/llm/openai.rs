@@ -1,0 +1,1 @@
+//! OpenAI-compatible chat-completions client (written next).

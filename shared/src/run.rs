@@ -1,0 +1,166 @@
+//! A run: one agent working on one task, with its status, usage, limits and lineage.
+//!
+//! Plain data, shared by the engine, the store and the API. No I/O here.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// The lifecycle of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Created, its first step not yet taken.
+    Queued,
+    /// Thinking or executing: a step message is on its way.
+    Running,
+    /// Parked on CTAs or subagents; nothing is queued until one resolves.
+    Waiting,
+    Completed,
+    Failed,
+    Expired,
+    Cancelled,
+}
+
+impl RunStatus {
+    /// A terminal run takes no step until a follow-up message starts a new turn.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::Completed | Self::Failed | Self::Expired | Self::Cancelled
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Waiting => "waiting",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Expired => "expired",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Token usage, per model call and summed per run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub total_tokens: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Self) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.total_tokens += other.total_tokens;
+    }
+}
+
+/// What a run does when one of its CTAs expires.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpiryPolicy {
+    /// End the run gracefully with status `expired` (the default, as in seed 000).
+    #[default]
+    End,
+    /// Give the model an error result and let it carry on.
+    Continue,
+}
+
+/// The parent a subagent run reports to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentLink {
+    pub run_id: String,
+    pub tool_call_id: String,
+}
+
+/// A recorded failure or graceful stop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunError {
+    pub code: String,
+    pub message: String,
+}
+
+/// The run item: everything about a run except its timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Run {
+    pub run_id: String,
+    pub agent: String,
+    pub owner: String,
+    pub status: RunStatus,
+    /// Bumped by every commit; a commit is conditional on it.
+    pub version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentLink>,
+    /// 0 for a top-level run, parent's depth + 1 for a subagent.
+    pub depth: u32,
+    pub usage: Usage,
+    /// Model calls over the whole run (the scripted model indexes its replies by it).
+    pub thinks: u32,
+    /// Model calls in the current turn (the iteration cap applies to it).
+    pub turn_thinks: u32,
+    /// The seq the next timeline entry gets.
+    pub next_seq: u64,
+    #[serde(default)]
+    pub on_expiry: ExpiryPolicy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
+    /// The last reported `run.state`, so that only changes are published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// The final answer of the last completed turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// What it takes to create a run (top-level or child).
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    pub run_id: String,
+    pub agent: String,
+    pub owner: String,
+    pub parent: Option<ParentLink>,
+    pub depth: u32,
+    pub on_expiry: ExpiryPolicy,
+    pub sandbox_id: Option<String>,
+    pub metadata: Option<serde_json::Value>,
+    pub now: DateTime<Utc>,
+}
+
+impl Run {
+    pub fn new(n: NewRun) -> Self {
+        Self {
+            run_id: n.run_id,
+            agent: n.agent,
+            owner: n.owner,
+            status: RunStatus::Queued,
+            version: 0,
+            parent: n.parent,
+            depth: n.depth,
+            usage: Usage::default(),
+            thinks: 0,
+            turn_thinks: 0,
+            next_seq: 0,
+            on_expiry: n.on_expiry,
+            sandbox_id: n.sandbox_id,
+            metadata: n.metadata,
+            state: None,
+            result: None,
+            error: None,
+            created_at: n.now,
+            updated_at: n.now,
+        }
+    }
+}

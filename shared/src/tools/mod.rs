@@ -1,0 +1,185 @@
+//! Tools: what an agent can call.
+//!
+//! Two tools are the engine's own (`spawn_subagent`, `request_human_feedback`): they have a
+//! schema but no `execute`, because the engine dispatches them to a child run or a CTA.
+//! Every other tool is a Rust type implementing [`Tool`], executed by the service.
+
+mod echo;
+
+pub use echo::Echo;
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::llm::ToolSpec;
+
+pub const SPAWN_SUBAGENT: &str = "spawn_subagent";
+pub const REQUEST_HUMAN_FEEDBACK: &str = "request_human_feedback";
+
+/// A tool a run can call. Its input has been validated against [`Tool::schema`] before
+/// [`Tool::execute`] sees it.
+#[async_trait::async_trait]
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
+    /// The JSON schema of the arguments object.
+    fn schema(&self) -> Value;
+    /// Whether this call needs a human's approval first, as a function of its input.
+    /// Agents may add their own policy on top (see `agent::Approval`).
+    fn needs_approval(&self, _input: &Value) -> bool {
+        false
+    }
+    /// Runs the tool. An `Err` becomes an error result the model sees.
+    async fn execute(&self, input: Value) -> Result<Value, String>;
+}
+
+/// How the engine dispatches a call.
+#[derive(Clone)]
+pub enum ToolKind {
+    Spawn,
+    Feedback,
+    Exec(Arc<dyn Tool>),
+}
+
+/// A tool as the engine knows it: spec, compiled schema, and how to dispatch it.
+pub struct ToolDef {
+    pub spec: ToolSpec,
+    pub kind: ToolKind,
+    validator: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for ToolDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolDef").field("name", &self.spec.name).finish()
+    }
+}
+
+/// A schema that does not compile.
+#[derive(Debug, thiserror::Error)]
+#[error("tool `{tool}` has an invalid JSON schema: {message}")]
+pub struct SchemaError {
+    pub tool: String,
+    pub message: String,
+}
+
+impl ToolDef {
+    pub fn new(
+        name: &str,
+        description: &str,
+        schema: Value,
+        kind: ToolKind,
+    ) -> Result<Self, SchemaError> {
+        let validator = jsonschema::validator_for(&schema).map_err(|e| SchemaError {
+            tool: name.to_owned(),
+            message: e.to_string(),
+        })?;
+        Ok(Self {
+            spec: ToolSpec { name: name.into(), description: description.into(), parameters: schema },
+            kind,
+            validator,
+        })
+    }
+
+    pub fn from_tool(tool: Arc<dyn Tool>) -> Result<Self, SchemaError> {
+        let (name, description, schema) =
+            (tool.name().to_owned(), tool.description().to_owned(), tool.schema());
+        Self::new(&name, &description, schema, ToolKind::Exec(tool))
+    }
+
+    /// Validates model-supplied arguments; the message lists every violation.
+    pub fn validate(&self, input: &Value) -> Result<(), String> {
+        let errors: Vec<String> = self
+            .validator
+            .iter_errors(input)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                if path.is_empty() { e.to_string() } else { format!("{path}: {e}") }
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("invalid arguments for `{}`: {}", self.spec.name, errors.join("; ")))
+        }
+    }
+}
+
+/// `spawn_subagent`: start a child run of one of `agents`, or continue one by its id.
+pub fn spawn_subagent(agents: &[String]) -> Result<ToolDef, SchemaError> {
+    ToolDef::new(
+        SPAWN_SUBAGENT,
+        "Delegate a task to a subagent. Give `agent` and `prompt` to start one; give \
+         `subagentId` (from an earlier result) and `prompt` to continue that subagent's \
+         conversation. The result is the subagent's final answer.",
+        json!({
+            "type": "object",
+            "properties": {
+                "agent": {"type": "string", "enum": agents},
+                "prompt": {"type": "string", "minLength": 1},
+                "subagentId": {"type": "string", "minLength": 1},
+                "sandboxId": {"type": "string"}
+            },
+            "required": ["prompt"],
+            "anyOf": [{"required": ["agent"]}, {"required": ["subagentId"]}],
+            "additionalProperties": false
+        }),
+        ToolKind::Spawn,
+    )
+}
+
+/// `request_human_feedback`: ask a human a typed question and wait for the answer.
+pub fn request_human_feedback() -> Result<ToolDef, SchemaError> {
+    let text = json!({"type": "string", "minLength": 1});
+    ToolDef::new(
+        REQUEST_HUMAN_FEEDBACK,
+        "Ask a human and wait for the answer (it may take days). kind `approval` takes \
+         `message` and answers {approved, reason?}; kind `text` takes `prompt` (and \
+         `placeholder`) and answers {text}; kind `choice` takes `prompt` and `options` \
+         [{id, label}] and answers {selectedId}.",
+        json!({
+            "type": "object",
+            "oneOf": [
+                {"properties": {"kind": {"const": "approval"}, "message": text},
+                 "required": ["kind", "message"], "additionalProperties": false},
+                {"properties": {"kind": {"const": "text"}, "prompt": text, "placeholder": {"type": "string"}},
+                 "required": ["kind", "prompt"], "additionalProperties": false},
+                {"properties": {"kind": {"const": "choice"}, "prompt": text,
+                    "options": {"type": "array", "minItems": 1, "items": {
+                        "type": "object",
+                        "properties": {"id": text, "label": {"type": "string"}},
+                        "required": ["id", "label"], "additionalProperties": false}}},
+                 "required": ["kind", "prompt", "options"], "additionalProperties": false}
+            ]
+        }),
+        ToolKind::Feedback,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_validate_model_arguments() {
+        let spawn = spawn_subagent(&["explore".into(), "code".into()]).expect("compiles");
+        let feedback = request_human_feedback().expect("compiles");
+        let table = [
+            (&spawn, json!({"agent": "explore", "prompt": "look"}), true),
+            (&spawn, json!({"subagentId": "run_1", "prompt": "more"}), true),
+            (&spawn, json!({"agent": "nope", "prompt": "look"}), false),
+            (&spawn, json!({"prompt": "look"}), false),
+            (&spawn, json!({"agent": "explore"}), false),
+            (&feedback, json!({"kind": "approval", "message": "ok?"}), true),
+            (&feedback, json!({"kind": "choice", "prompt": "p", "options": [{"id": "a", "label": "A"}]}), true),
+            (&feedback, json!({"kind": "choice", "prompt": "p", "options": []}), false),
+            (&feedback, json!({"kind": "text"}), false),
+            (&feedback, json!({"kind": "vote", "prompt": "p"}), false),
+        ];
+        for (tool, input, ok) in table {
+            assert_eq!(tool.validate(&input).is_ok(), ok, "{} {input}", tool.spec.name);
+        }
+        let err = spawn.validate(&json!({"agent": 3, "prompt": "x"})).expect_err("invalid");
+        assert!(err.contains("/agent"), "{err}");
+    }
+}
