@@ -11,3 +11,6 @@ pub mod llm;
 pub mod run;
 pub mod timeline;
 pub mod tools;
+pub mod adapters;
+pub mod error;
+pub mod ports;

@@ -1,0 +1,620 @@
+//! The embedded adapter: every port in one SQLite file, durable on disk.
+//!
+//! Runs, timelines, CTAs, the step queue, published events and expiry timers share one
+//! database, so a run parked on a CTA survives a restart. A commit is one `IMMEDIATE`
+//! transaction, conditional on the run's version, synced to disk (`synchronous = FULL`)
+//! before it returns. Queue bookkeeping, outbox clearing and event/timer writes use
+//! `synchronous = NORMAL` (in WAL mode they become durable with the next synced commit):
+//! losing one in a crash only means an idempotent effect is performed again, which the
+//! start-up sweep ([`LocalStore::runs_with_outbox`]) and message redelivery take care of.
+//!
+//! The queue keeps the SQS FIFO rules: one group per run, a group's next message is not
+//! handed out while an earlier one is in flight, deduplication by message id, a visibility
+//! timeout, and a receive count for dead-lettering.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+
+use crate::cta::{Cta, CtaResponse, CtaStatus};
+use crate::engine::{Effect, Event, StepMessage, Transition};
+use crate::error::PortError;
+use crate::ports::{Bus, Created, Queue, RunRecord, Scheduler, Settled, Store};
+use crate::run::Run;
+use crate::timeline::Entry;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS runs (
+    run_id   TEXT PRIMARY KEY,
+    owner    TEXT NOT NULL,
+    version  INTEGER NOT NULL,
+    body     TEXT NOT NULL,
+    outbox   TEXT,
+    idem_key TEXT,
+    UNIQUE (owner, idem_key)
+);
+CREATE TABLE IF NOT EXISTS entries (
+    run_id TEXT NOT NULL,
+    seq    INTEGER NOT NULL,
+    body   TEXT NOT NULL,
+    UNIQUE (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS ctas (
+    cta_id TEXT PRIMARY KEY,
+    owner  TEXT NOT NULL,
+    status TEXT NOT NULL,
+    body   TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ctas_by_owner ON ctas (owner, status);
+CREATE TABLE IF NOT EXISTS queue (
+    id         INTEGER PRIMARY KEY,
+    dedup_id   TEXT NOT NULL UNIQUE,
+    group_id   TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    visible_at INTEGER NOT NULL,
+    receives   INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS queue_by_group ON queue (group_id, id);
+CREATE TABLE IF NOT EXISTS events (
+    seq         INTEGER PRIMARY KEY,
+    id          TEXT NOT NULL UNIQUE,
+    detail_type TEXT NOT NULL,
+    body        TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS timers (
+    name   TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    at_ms  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+";
+
+/// A message handed out by [`LocalStore::receive`].
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// Pass back to [`LocalStore::ack`] or [`LocalStore::retry_later`].
+    pub receipt: i64,
+    pub message: Result<StepMessage, String>,
+    /// How many times it has been handed out, this one included.
+    pub receives: u32,
+}
+
+/// A due expiry timer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DueTimer {
+    pub cta_id: String,
+    pub run_id: String,
+}
+
+struct Db {
+    conn: Connection,
+    durable: bool,
+}
+
+/// The embedded adapter. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct LocalStore {
+    db: Arc<Mutex<Db>>,
+    path: PathBuf,
+    sent: Arc<Notify>,
+}
+
+fn broken(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> PortError {
+    PortError::broken(format!("embedded store: {what}: {e}"), e)
+}
+
+fn sql(e: rusqlite::Error) -> PortError {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) =>
+        {
+            PortError::unavailable("embedded store is busy", e)
+        }
+        e => broken("sqlite", e),
+    }
+}
+
+fn to_json<T: Serialize>(v: &T) -> Result<String, PortError> {
+    serde_json::to_string(v).map_err(|e| broken("encode", e))
+}
+
+fn from_json<T: DeserializeOwned>(s: &str) -> Result<T, PortError> {
+    serde_json::from_str(s).map_err(|e| broken("decode", e))
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+impl LocalStore {
+    /// Opens (or creates) `dir/baton.db`.
+    pub fn open(dir: &Path) -> Result<Self, PortError> {
+        std::fs::create_dir_all(dir).map_err(|e| broken("create data dir", e))?;
+        let path = dir.join("baton.db");
+        let conn = Connection::open(&path).map_err(sql)?;
+        // Large pages keep a timeline entry of a few KB from wasting most of a page.
+        conn.execute_batch(
+            "PRAGMA page_size = 65536;
+             PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = FULL;
+             PRAGMA busy_timeout = 5000;",
+        )
+        .map_err(sql)?;
+        conn.execute_batch(SCHEMA).map_err(sql)?;
+        Ok(Self {
+            db: Arc::new(Mutex::new(Db { conn, durable: true })),
+            path,
+            sent: Arc::new(Notify::new()),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Db> {
+        self.db.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` in one immediate transaction; `durable` syncs it to disk before returning.
+    fn write<T>(
+        &self,
+        durable: bool,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, PortError>,
+    ) -> Result<T, PortError> {
+        let mut db = self.lock();
+        if db.durable != durable {
+            let mode = if durable { "FULL" } else { "NORMAL" };
+            db.conn.execute_batch(&format!("PRAGMA synchronous = {mode}")).map_err(sql)?;
+            db.durable = durable;
+        }
+        let tx = db.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql)?;
+        let out = f(&tx)?;
+        tx.commit().map_err(sql)?;
+        Ok(out)
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T, PortError>) -> Result<T, PortError> {
+        f(&self.lock().conn)
+    }
+
+    /// Waits until a message may have been sent, or `timeout` passes.
+    pub async fn wait_for_messages(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.sent.notified()).await;
+    }
+
+    /// Hands out up to `max` messages: the oldest visible message of each group whose
+    /// earlier messages are all done, hidden for `visibility` from now.
+    pub fn receive(&self, max: usize, visibility: Duration) -> Result<Vec<Delivery>, PortError> {
+        let now = now_ms();
+        self.write(false, |tx| {
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT q.id, q.body, q.receives FROM queue q
+                     WHERE q.visible_at <= ?1
+                       AND q.id = (SELECT MIN(p.id) FROM queue p WHERE p.group_id = q.group_id)
+                     ORDER BY q.id LIMIT ?2",
+                )
+                .map_err(sql)?;
+            let rows = stmt
+                .query_map(params![now, max as i64], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?))
+                })
+                .map_err(sql)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sql)?;
+            let hide = now + visibility.as_millis() as i64;
+            let mut upd = tx
+                .prepare_cached("UPDATE queue SET visible_at = ?1, receives = receives + 1 WHERE id = ?2")
+                .map_err(sql)?;
+            let mut out = Vec::with_capacity(rows.len());
+            for (id, body, receives) in rows {
+                upd.execute(params![hide, id]).map_err(sql)?;
+                out.push(Delivery {
+                    receipt: id,
+                    message: serde_json::from_str(&body).map_err(|e| e.to_string()),
+                    receives: receives as u32 + 1,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// Deletes a handled message.
+    pub fn ack(&self, receipt: i64) -> Result<(), PortError> {
+        self.write(false, |tx| {
+            tx.prepare_cached("DELETE FROM queue WHERE id = ?1")
+                .and_then(|mut s| s.execute([receipt]))
+                .map_err(sql)?;
+            Ok(())
+        })
+    }
+
+    /// Makes a message visible again after `delay`.
+    pub fn retry_later(&self, receipt: i64, delay: Duration) -> Result<(), PortError> {
+        let at = now_ms() + delay.as_millis() as i64;
+        self.write(false, |tx| {
+            tx.execute("UPDATE queue SET visible_at = ?1 WHERE id = ?2", params![at, receipt])
+                .map_err(sql)?;
+            Ok(())
+        })
+    }
+
+    /// How many messages are queued or in flight.
+    pub fn queue_depth(&self) -> Result<u64, PortError> {
+        self.read(|c| {
+            c.query_row("SELECT COUNT(*) FROM queue", [], |r| r.get::<_, i64>(0))
+                .map(|n| n as u64)
+                .map_err(sql)
+        })
+    }
+
+    /// Timers due at `now`.
+    pub fn due_timers(&self, now: DateTime<Utc>) -> Result<Vec<DueTimer>, PortError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached("SELECT name, run_id FROM timers WHERE at_ms <= ?1 ORDER BY at_ms")
+                .map_err(sql)?;
+            stmt.query_map([now.timestamp_millis()], |r| {
+                Ok(DueTimer { cta_id: r.get(0)?, run_id: r.get(1)? })
+            })
+            .map_err(sql)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql)
+        })
+    }
+
+    /// A stored timer's fire time, if it exists.
+    pub fn timer(&self, cta_id: &str) -> Result<Option<DateTime<Utc>>, PortError> {
+        self.read(|c| {
+            let ms: Option<i64> = c
+                .query_row("SELECT at_ms FROM timers WHERE name = ?1", [cta_id], |r| r.get(0))
+                .optional()
+                .map_err(sql)?;
+            Ok(ms.and_then(DateTime::from_timestamp_millis))
+        })
+    }
+
+    /// Published events after position `after`, with their positions.
+    pub fn events_after(&self, after: i64, limit: usize) -> Result<Vec<(i64, Event)>, PortError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached("SELECT seq, body FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")
+                .map_err(sql)?;
+            let rows = stmt
+                .query_map(params![after, limit as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+                .map_err(sql)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sql)?;
+            rows.into_iter().map(|(s, b)| Ok((s, from_json(&b)?))).collect()
+        })
+    }
+
+    /// Runs whose committed effects are not marked performed (for the start-up sweep).
+    pub fn runs_with_outbox(&self) -> Result<Vec<String>, PortError> {
+        self.read(|c| {
+            let mut stmt =
+                c.prepare("SELECT run_id FROM runs WHERE outbox IS NOT NULL").map_err(sql)?;
+            stmt.query_map([], |r| r.get(0))
+                .map_err(sql)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sql)
+        })
+    }
+
+    pub fn get_meta(&self, key: &str) -> Result<Option<String>, PortError> {
+        self.read(|c| {
+            c.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+                .optional()
+                .map_err(sql)
+        })
+    }
+
+    pub fn set_meta(&self, key: &str, value: &str) -> Result<(), PortError> {
+        self.write(true, |tx| {
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                params![key, value],
+            )
+            .map_err(sql)?;
+            Ok(())
+        })
+    }
+
+    /// Folds the write-ahead log into the database file and returns its size in bytes.
+    pub fn checkpoint(&self) -> Result<u64, PortError> {
+        self.lock().conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").map_err(sql)?;
+        let mut total = 0;
+        for suffix in ["", "-wal"] {
+            let mut p = self.path.clone().into_os_string();
+            p.push(suffix);
+            total += std::fs::metadata(&p).map_or(0, |m| m.len());
+        }
+        Ok(total)
+    }
+}
+
+fn record(body: &str, outbox: Option<String>) -> Result<RunRecord, PortError> {
+    Ok(RunRecord {
+        run: from_json(body)?,
+        outbox: match outbox {
+            Some(o) => from_json(&o)?,
+            None => Vec::new(),
+        },
+    })
+}
+
+fn insert_entries(tx: &Transaction<'_>, run_id: &str, entries: &[Entry]) -> Result<(), PortError> {
+    let mut stmt = tx
+        .prepare_cached("INSERT INTO entries (run_id, seq, body) VALUES (?1, ?2, ?3)")
+        .map_err(sql)?;
+    for e in entries {
+        stmt.execute(params![run_id, e.seq as i64, to_json(e)?]).map_err(sql)?;
+    }
+    Ok(())
+}
+
+fn outbox_json(effects: &[Effect]) -> Result<Option<String>, PortError> {
+    if effects.is_empty() { Ok(None) } else { to_json(&effects).map(Some) }
+}
+
+#[async_trait::async_trait]
+impl Store for LocalStore {
+    async fn create_run(
+        &self,
+        run: &Run,
+        entries: &[Entry],
+        outbox: &[Effect],
+        idempotency_key: Option<&str>,
+    ) -> Result<Created, PortError> {
+        self.write(true, |tx| {
+            if let Some(key) = idempotency_key {
+                let existing: Option<(String, Option<String>)> = tx
+                    .query_row(
+                        "SELECT body, outbox FROM runs WHERE owner = ?1 AND idem_key = ?2",
+                        params![run.owner, key],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .optional()
+                    .map_err(sql)?;
+                if let Some((body, ob)) = existing {
+                    return Ok(Created::Existing(record(&body, ob)?));
+                }
+            }
+            tx.execute(
+                "INSERT INTO runs (run_id, owner, version, body, outbox, idem_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![run.run_id, run.owner, run.version as i64, to_json(run)?, outbox_json(outbox)?, idempotency_key],
+            )
+            .map_err(sql)?;
+            insert_entries(tx, &run.run_id, entries)?;
+            Ok(Created::Created)
+        })
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
+        self.read(|c| {
+            let row: Option<(String, Option<String>)> = c
+                .prepare_cached("SELECT body, outbox FROM runs WHERE run_id = ?1")
+                .and_then(|mut s| s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+                .map_err(sql)?;
+            row.map(|(b, o)| record(&b, o)).transpose()
+        })
+    }
+
+    async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
+        let db = self.lock();
+        let row: Option<(String, Option<String>)> = db
+            .conn
+            .prepare_cached("SELECT body, outbox FROM runs WHERE run_id = ?1")
+            .and_then(|mut s| s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .map_err(sql)?;
+        let Some((body, outbox)) = row else { return Ok(None) };
+        let rec = record(&body, outbox)?;
+        let mut stmt = db
+            .conn
+            .prepare_cached("SELECT body FROM entries WHERE run_id = ?1 ORDER BY seq")
+            .map_err(sql)?;
+        let entries = stmt
+            .query_map([run_id], |r| r.get::<_, String>(0))
+            .map_err(sql)?
+            .map(|b| from_json::<Entry>(&b.map_err(sql)?))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Some((rec, entries)))
+    }
+
+    async fn entries_after(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, PortError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT body FROM entries WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                )
+                .map_err(sql)?;
+            let after = after.map_or(-1, |a| a as i64);
+            stmt.query_map(params![run_id, after, limit as i64], |r| r.get::<_, String>(0))
+                .map_err(sql)?
+                .map(|b| from_json::<Entry>(&b.map_err(sql)?))
+                .collect()
+        })
+    }
+
+    async fn commit(&self, expected_version: u64, t: &Transition) -> Result<(), PortError> {
+        let (body, outbox) = (to_json(&t.run)?, outbox_json(&t.effects)?);
+        self.write(true, |tx| {
+            let n = tx
+                .prepare_cached(
+                    "UPDATE runs SET version = ?1, body = ?2, outbox = ?3 WHERE run_id = ?4 AND version = ?5",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![
+                        t.run.version as i64,
+                        body,
+                        outbox,
+                        t.run.run_id,
+                        expected_version as i64
+                    ])
+                })
+                .map_err(sql)?;
+            if n != 1 {
+                return Err(PortError::Conflict);
+            }
+            insert_entries(tx, &t.run.run_id, &t.appended)?;
+            let mut upd = tx
+                .prepare_cached("UPDATE entries SET body = ?1 WHERE run_id = ?2 AND seq = ?3")
+                .map_err(sql)?;
+            for e in &t.updated {
+                upd.execute(params![to_json(e)?, t.run.run_id, e.seq as i64]).map_err(sql)?;
+            }
+            for c in &t.new_ctas {
+                tx.execute(
+                    "INSERT INTO ctas (cta_id, owner, status, body) VALUES (?1, ?2, ?3, ?4)",
+                    params![c.cta_id, c.owner, c.status.as_str(), to_json(c)?],
+                )
+                .map_err(sql)?;
+            }
+            for (child, entries) in &t.new_runs {
+                tx.execute(
+                    "INSERT INTO runs (run_id, owner, version, body) VALUES (?1, ?2, ?3, ?4)",
+                    params![child.run_id, child.owner, child.version as i64, to_json(child)?],
+                )
+                .map_err(sql)?;
+                insert_entries(tx, &child.run_id, entries)?;
+            }
+            Ok(())
+        })
+    }
+
+    async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
+        self.write(false, |tx| {
+            tx.prepare_cached("UPDATE runs SET outbox = NULL WHERE run_id = ?1 AND version = ?2")
+                .and_then(|mut s| s.execute(params![run_id, version as i64]))
+                .map_err(sql)?;
+            Ok(())
+        })
+    }
+
+    async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
+        self.read(|c| {
+            let body: Option<String> = c
+                .query_row("SELECT body FROM ctas WHERE cta_id = ?1", [cta_id], |r| r.get(0))
+                .optional()
+                .map_err(sql)?;
+            body.map(|b| from_json(&b)).transpose()
+        })
+    }
+
+    async fn settle_cta(
+        &self,
+        cta_id: &str,
+        status: CtaStatus,
+        response: Option<&CtaResponse>,
+        at: DateTime<Utc>,
+    ) -> Result<Settled, PortError> {
+        self.write(true, |tx| {
+            let body: Option<String> = tx
+                .query_row("SELECT body FROM ctas WHERE cta_id = ?1", [cta_id], |r| r.get(0))
+                .optional()
+                .map_err(sql)?;
+            let Some(body) = body else { return Ok(Settled::NotFound) };
+            let mut cta: Cta = from_json(&body)?;
+            if cta.status != CtaStatus::Pending {
+                return Ok(Settled::Lost(cta));
+            }
+            cta.status = status;
+            cta.response = response.cloned();
+            cta.resolved_at = Some(at);
+            let n = tx
+                .execute(
+                    "UPDATE ctas SET status = ?1, body = ?2 WHERE cta_id = ?3 AND status = 'pending'",
+                    params![status.as_str(), to_json(&cta)?, cta_id],
+                )
+                .map_err(sql)?;
+            if n == 1 { Ok(Settled::Won(cta)) } else { Err(PortError::Conflict) }
+        })
+    }
+
+    async fn list_ctas(&self, owner: &str, status: Option<CtaStatus>) -> Result<Vec<Cta>, PortError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT body FROM ctas WHERE owner = ?1 AND (?2 IS NULL OR status = ?2) ORDER BY rowid",
+                )
+                .map_err(sql)?;
+            stmt.query_map(params![owner, status.map(CtaStatus::as_str)], |r| r.get::<_, String>(0))
+                .map_err(sql)?
+                .map(|b| from_json::<Cta>(&b.map_err(sql)?))
+                .collect()
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Queue for LocalStore {
+    async fn send(&self, messages: &[StepMessage]) -> Result<(), PortError> {
+        let now = now_ms();
+        self.write(false, |tx| {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO queue (dedup_id, group_id, body, visible_at) VALUES (?1, ?2, ?3, ?4)",
+                )
+                .map_err(sql)?;
+            for m in messages {
+                stmt.execute(params![m.id, m.run_id, to_json(m)?, now]).map_err(sql)?;
+            }
+            Ok(())
+        })?;
+        self.sent.notify_waiters();
+        self.sent.notify_one();
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Bus for LocalStore {
+    async fn publish(&self, events: &[Event]) -> Result<(), PortError> {
+        self.write(false, |tx| {
+            let mut stmt = tx
+                .prepare_cached("INSERT OR IGNORE INTO events (id, detail_type, body) VALUES (?1, ?2, ?3)")
+                .map_err(sql)?;
+            for e in events {
+                stmt.execute(params![e.id, e.detail_type, to_json(e)?]).map_err(sql)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Scheduler for LocalStore {
+    async fn schedule(&self, cta_id: &str, run_id: &str, at: DateTime<Utc>) -> Result<(), PortError> {
+        self.write(false, |tx| {
+            tx.execute(
+                "INSERT OR IGNORE INTO timers (name, run_id, at_ms) VALUES (?1, ?2, ?3)",
+                params![cta_id, run_id, at.timestamp_millis()],
+            )
+            .map_err(sql)?;
+            Ok(())
+        })
+    }
+
+    async fn unschedule(&self, cta_id: &str) -> Result<(), PortError> {
+        self.write(false, |tx| {
+            tx.execute("DELETE FROM timers WHERE name = ?1", [cta_id]).map_err(sql)?;
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,3 @@
+//! Adapters: the ports implemented on real infrastructure.
+
+pub mod local;

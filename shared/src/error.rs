@@ -1,0 +1,38 @@
+//! Errors of the ports, split the way a durable system must split them: retryable
+//! (the message goes back to the queue) versus terminal (record it, fail the run, acknowledge).
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What a port (store, queue, bus, scheduler) can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    /// A conditional write lost: the item moved on (another writer, or a redelivery).
+    #[error("conditional write failed: the item has changed")]
+    Conflict,
+    /// The backend is unavailable, throttled or timed out: try again later.
+    #[error("{message}")]
+    Unavailable {
+        message: String,
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// Stored data or a request is broken; retrying will not help.
+    #[error("{message}")]
+    Broken {
+        message: String,
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl PortError {
+    pub fn unavailable(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Unavailable { message: message.into(), source: Some(source.into()) }
+    }
+    pub fn broken(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Broken { message: message.into(), source: Some(source.into()) }
+    }
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. } | Self::Conflict)
+    }
+}
