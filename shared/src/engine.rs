@@ -169,6 +169,20 @@ pub fn step(
             if seen {
                 return Step::Ignore("message already applied".into());
             }
+            if let Some(link) = reply_to
+                && run.parent.as_ref().map(|p| &p.run_id) != Some(&link.run_id)
+            {
+                // Only a run's own parent may continue it: answer, change nothing else.
+                w.send(&link.run_id, "refused", Input::ChildFinished {
+                    child_run_id: run.run_id.clone(),
+                    tool_call_id: link.tool_call_id.clone(),
+                    outcome: ChildOutcome::Ended {
+                        status: run.status,
+                        error: "this run has no such subagent".into(),
+                    },
+                });
+                return w.done();
+            }
             if !run.status.is_terminal() {
                 let Some(link) = reply_to else {
                     return Step::Ignore("run is still active".into());

@@ -5,12 +5,16 @@
 //! only place that loads, steps, commits and performs effects; [`api`] is the HTTP router.
 
 pub mod agent;
+pub mod api;
 pub mod cta;
 pub mod engine;
 pub mod llm;
+pub mod local;
 pub mod run;
 pub mod timeline;
 pub mod tools;
 pub mod adapters;
 pub mod error;
 pub mod ports;
+pub mod service;
+pub mod worker;
