@@ -1,1 +1,179 @@
-fn main(){}
+//! `baton`: the local dev server, a client for any Baton API, and the benchmark.
+
+mod bench;
+mod client;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use baton::agent::{AgentsFile, Catalog, Limits};
+use baton::llm::Llm;
+use baton::llm::openai::{OpenAiConfig, OpenAiLlm};
+use baton::llm::scripted::ScriptedLlm;
+use baton::local::{LocalOptions, LocalServer};
+use baton::ports::SystemClock;
+use baton::worker::WorkerOptions;
+use clap::{ArgGroup, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "baton", version, about = "Durable AI-agent orchestration: local server, client and benchmark")]
+struct Cli {
+    /// The Baton API to talk to.
+    #[arg(long, global = true, env = "BATON_ENDPOINT", default_value = "http://127.0.0.1:8787")]
+    endpoint: String,
+    /// Bearer token (default: BATON_TOKEN, else the token `baton dev` stored in --data).
+    #[arg(long, global = true, env = "BATON_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// The local data directory (where `baton dev` keeps its store and token).
+    #[arg(long, global = true, default_value = ".baton")]
+    data: PathBuf,
+    /// Print the API's JSON instead of a human summary.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the API and the worker in one process on the embedded store.
+    Dev {
+        #[arg(long, default_value = "127.0.0.1:8787")]
+        addr: SocketAddr,
+        /// Use the scripted model with this JSON file (default: the OpenAI-compatible client,
+        /// configured by OPENAI_BASE_URL, OPENAI_API_KEY and BATON_MODEL).
+        #[arg(long)]
+        script: Option<PathBuf>,
+        /// Extra agents: {"agents": {"<name>": {"system", "tools", "approval", "maxIterations"}}}.
+        #[arg(long)]
+        agents: Option<PathBuf>,
+    },
+    /// Start a run.
+    Run {
+        prompt: String,
+        #[arg(long)]
+        agent: Option<String>,
+        /// Wait until the run finishes or parks on a CTA, then show it.
+        #[arg(long)]
+        wait: bool,
+        /// Seconds to wait at most with --wait.
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+    },
+    /// Show a run and its timeline.
+    Show { run_id: String },
+    /// List CTAs waiting for an answer (--all: every status).
+    Ctas {
+        #[arg(long)]
+        all: bool,
+    },
+    /// Answer a CTA.
+    #[command(group(ArgGroup::new("answer").required(true).args(["approve", "reject", "text", "choice"])))]
+    Answer {
+        cta_id: String,
+        #[arg(long)]
+        approve: bool,
+        #[arg(long)]
+        reject: bool,
+        /// With --reject (or --approve): why.
+        #[arg(long)]
+        reason: Option<String>,
+        #[arg(long)]
+        text: Option<String>,
+        /// The id of the chosen option.
+        #[arg(long)]
+        choice: Option<String>,
+    },
+    /// Cancel a run, its pending CTAs and its subagents.
+    Cancel { run_id: String },
+    /// Send a follow-up message to a finished run.
+    Say { run_id: String, message: String },
+    /// The durable-loop benchmark: N echo iterations, each committed to disk.
+    Bench {
+        #[arg(long)]
+        iterations: u64,
+        /// A: straight through. B: park on an approval at N/2, drop all state, resume from disk.
+        #[arg(long, default_value = "A", value_parser = ["A", "B", "a", "b"])]
+        variant: String,
+    },
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("baton=info,warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+/// A refusal (bad input, or the API said no): one line, exit 2.
+fn refuse(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("baton: {message}");
+    ExitCode::from(2)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Dev { addr, script, agents } => {
+            init_tracing();
+            match dev(addr, cli.data, cli.token, script, agents).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => refuse(e),
+            }
+        }
+        Command::Bench { iterations, variant } => {
+            if iterations < 2 {
+                return refuse("--iterations must be at least 2");
+            }
+            let data = if cli.data == PathBuf::from(".baton") { None } else { Some(cli.data) };
+            match bench::run(iterations, variant.eq_ignore_ascii_case("B"), data).await {
+                Ok(report) => {
+                    println!("{report}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("baton: benchmark failed: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        command => client::run(&cli.endpoint, cli.token, &cli.data, cli.json, command).await,
+    }
+}
+
+async fn dev(
+    addr: SocketAddr,
+    data: PathBuf,
+    token: Option<String>,
+    script: Option<PathBuf>,
+    agents: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let file = agents.as_deref().map(AgentsFile::load).transpose()?;
+    let catalog = Arc::new(Catalog::new(Limits::default(), vec![], file)?);
+    let llm: Arc<dyn Llm> = match &script {
+        Some(path) => Arc::new(ScriptedLlm::load(path)?),
+        None => Arc::new(OpenAiLlm::new(OpenAiConfig::from_env())?),
+    };
+    let server = LocalServer::start(LocalOptions {
+        data_dir: data.clone(),
+        addr,
+        token,
+        llm,
+        catalog,
+        clock: Arc::new(SystemClock),
+        worker: WorkerOptions::default(),
+    })
+    .await?;
+    println!("baton dev: listening on {} (data in {})", server.url(), data.display());
+    match &script {
+        Some(p) => println!("baton dev: scripted model from {}", p.display()),
+        None => println!("baton dev: OpenAI-compatible model (OPENAI_BASE_URL, BATON_MODEL)"),
+    }
+    if server.token_created {
+        println!("baton dev: new token {} (stored in {})", server.token, baton::local::token_path(&data).display());
+    }
+    server.serve_until_signal().await;
+    Ok(())
+}

@@ -31,7 +31,8 @@ use crate::timeline::Entry;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS runs (
-    run_id   TEXT PRIMARY KEY,
+    run_key  INTEGER PRIMARY KEY,
+    run_id   TEXT NOT NULL UNIQUE,
     owner    TEXT NOT NULL,
     version  INTEGER NOT NULL,
     body     TEXT NOT NULL,
@@ -40,10 +41,10 @@ CREATE TABLE IF NOT EXISTS runs (
     UNIQUE (owner, idem_key)
 );
 CREATE TABLE IF NOT EXISTS entries (
-    run_id TEXT NOT NULL,
-    seq    INTEGER NOT NULL,
-    body   TEXT NOT NULL,
-    UNIQUE (run_id, seq)
+    run_key INTEGER NOT NULL,
+    seq     INTEGER NOT NULL,
+    body    BLOB NOT NULL,
+    UNIQUE (run_key, seq)
 );
 CREATE TABLE IF NOT EXISTS ctas (
     cta_id TEXT PRIMARY KEY,
@@ -54,13 +55,12 @@ CREATE TABLE IF NOT EXISTS ctas (
 CREATE INDEX IF NOT EXISTS ctas_by_owner ON ctas (owner, status);
 CREATE TABLE IF NOT EXISTS queue (
     id         INTEGER PRIMARY KEY,
-    dedup_id   TEXT NOT NULL UNIQUE,
+    dedup_id   TEXT NOT NULL,
     group_id   TEXT NOT NULL,
     body       TEXT NOT NULL,
     visible_at INTEGER NOT NULL,
     receives   INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS queue_by_group ON queue (group_id, id);
 CREATE TABLE IF NOT EXISTS events (
     seq         INTEGER PRIMARY KEY,
     id          TEXT NOT NULL UNIQUE,
@@ -71,13 +71,12 @@ CREATE TABLE IF NOT EXISTS timers (
     name   TEXT PRIMARY KEY,
     run_id TEXT NOT NULL,
     at_ms  INTEGER NOT NULL
-);
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
-);
+) WITHOUT ROWID;
 ";
-
 /// A message handed out by [`LocalStore::receive`].
 #[derive(Debug, Clone)]
 pub struct Delivery {
@@ -141,9 +140,10 @@ impl LocalStore {
         std::fs::create_dir_all(dir).map_err(|e| broken("create data dir", e))?;
         let path = dir.join("baton.db");
         let conn = Connection::open(&path).map_err(sql)?;
-        // Large pages keep a timeline entry of a few KB from wasting most of a page.
+        // 16 KB pages hold several entries of a few KB each (4 KB pages would hold one and
+        // waste the rest); larger pages cost more per commit and per empty table.
         conn.execute_batch(
-            "PRAGMA page_size = 65536;
+            "PRAGMA page_size = 16384;
              PRAGMA journal_mode = WAL;
              PRAGMA synchronous = FULL;
              PRAGMA busy_timeout = 5000;",
@@ -354,12 +354,47 @@ fn record(body: &str, outbox: Option<String>) -> Result<RunRecord, PortError> {
     })
 }
 
-fn insert_entries(tx: &Transaction<'_>, run_id: &str, entries: &[Entry]) -> Result<(), PortError> {
+/// Entry bodies of this size or more are stored deflated (DESIGN.md §6: timelines are read
+/// whole at every step, and most of a large entry is text that compresses well).
+const COMPRESS_FROM: usize = 256;
+const PLAIN: u8 = b'{';
+const DEFLATED: u8 = 0;
+
+fn encode_entry(e: &Entry) -> Result<Vec<u8>, PortError> {
+    let json = serde_json::to_vec(e).map_err(|e| broken("encode", e))?;
+    if json.len() < COMPRESS_FROM {
+        return Ok(json);
+    }
+    use std::io::Write;
+    let mut z = flate2::write::DeflateEncoder::new(vec![DEFLATED], flate2::Compression::fast());
+    z.write_all(&json).map_err(|e| broken("compress", e))?;
+    let packed = z.finish().map_err(|e| broken("compress", e))?;
+    Ok(if packed.len() < json.len() { packed } else { json })
+}
+
+fn decode_entry(bytes: &[u8]) -> Result<Entry, PortError> {
+    match bytes.first() {
+        Some(&DEFLATED) => {
+            let z = flate2::read::DeflateDecoder::new(&bytes[1..]);
+            serde_json::from_reader(z).map_err(|e| broken("decode entry", e))
+        }
+        Some(&PLAIN) => serde_json::from_slice(bytes).map_err(|e| broken("decode entry", e)),
+        _ => Err(PortError::Broken { message: "embedded store: unknown entry encoding".into(), source: None }),
+    }
+}
+
+fn run_key(tx: &Transaction<'_>, run_id: &str) -> Result<i64, PortError> {
+    tx.prepare_cached("SELECT run_key FROM runs WHERE run_id = ?1")
+        .and_then(|mut s| s.query_row([run_id], |r| r.get(0)))
+        .map_err(sql)
+}
+
+fn insert_entries(tx: &Transaction<'_>, key: i64, entries: &[Entry]) -> Result<(), PortError> {
     let mut stmt = tx
-        .prepare_cached("INSERT INTO entries (run_id, seq, body) VALUES (?1, ?2, ?3)")
+        .prepare_cached("INSERT INTO entries (run_key, seq, body) VALUES (?1, ?2, ?3)")
         .map_err(sql)?;
     for e in entries {
-        stmt.execute(params![run_id, e.seq as i64, to_json(e)?]).map_err(sql)?;
+        stmt.execute(params![key, e.seq as i64, encode_entry(e)?]).map_err(sql)?;
     }
     Ok(())
 }
@@ -396,7 +431,7 @@ impl Store for LocalStore {
                 params![run.run_id, run.owner, run.version as i64, to_json(run)?, outbox_json(outbox)?, idempotency_key],
             )
             .map_err(sql)?;
-            insert_entries(tx, &run.run_id, entries)?;
+            insert_entries(tx, tx.last_insert_rowid(), entries)?;
             Ok(Created::Created)
         })
     }
@@ -422,12 +457,14 @@ impl Store for LocalStore {
         let rec = record(&body, outbox)?;
         let mut stmt = db
             .conn
-            .prepare_cached("SELECT body FROM entries WHERE run_id = ?1 ORDER BY seq")
+            .prepare_cached(
+                "SELECT body FROM entries WHERE run_key = (SELECT run_key FROM runs WHERE run_id = ?1) ORDER BY seq",
+            )
             .map_err(sql)?;
         let entries = stmt
-            .query_map([run_id], |r| r.get::<_, String>(0))
+            .query_map([run_id], |r| r.get::<_, Vec<u8>>(0))
             .map_err(sql)?
-            .map(|b| from_json::<Entry>(&b.map_err(sql)?))
+            .map(|b| decode_entry(&b.map_err(sql)?))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Some((rec, entries)))
     }
@@ -441,13 +478,14 @@ impl Store for LocalStore {
         self.read(|c| {
             let mut stmt = c
                 .prepare_cached(
-                    "SELECT body FROM entries WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                    "SELECT body FROM entries WHERE run_key = (SELECT run_key FROM runs WHERE run_id = ?1)
+                     AND seq > ?2 ORDER BY seq LIMIT ?3",
                 )
                 .map_err(sql)?;
             let after = after.map_or(-1, |a| a as i64);
-            stmt.query_map(params![run_id, after, limit as i64], |r| r.get::<_, String>(0))
+            stmt.query_map(params![run_id, after, limit as i64], |r| r.get::<_, Vec<u8>>(0))
                 .map_err(sql)?
-                .map(|b| from_json::<Entry>(&b.map_err(sql)?))
+                .map(|b| decode_entry(&b.map_err(sql)?))
                 .collect()
         })
     }
@@ -472,12 +510,13 @@ impl Store for LocalStore {
             if n != 1 {
                 return Err(PortError::Conflict);
             }
-            insert_entries(tx, &t.run.run_id, &t.appended)?;
+            let key = run_key(tx, &t.run.run_id)?;
+            insert_entries(tx, key, &t.appended)?;
             let mut upd = tx
-                .prepare_cached("UPDATE entries SET body = ?1 WHERE run_id = ?2 AND seq = ?3")
+                .prepare_cached("UPDATE entries SET body = ?1 WHERE run_key = ?2 AND seq = ?3")
                 .map_err(sql)?;
             for e in &t.updated {
-                upd.execute(params![to_json(e)?, t.run.run_id, e.seq as i64]).map_err(sql)?;
+                upd.execute(params![encode_entry(e)?, key, e.seq as i64]).map_err(sql)?;
             }
             for c in &t.new_ctas {
                 tx.execute(
@@ -492,7 +531,7 @@ impl Store for LocalStore {
                     params![child.run_id, child.owner, child.version as i64, to_json(child)?],
                 )
                 .map_err(sql)?;
-                insert_entries(tx, &child.run_id, entries)?;
+                insert_entries(tx, tx.last_insert_rowid(), entries)?;
             }
             Ok(())
         })
@@ -569,7 +608,8 @@ impl Queue for LocalStore {
         self.write(false, |tx| {
             let mut stmt = tx
                 .prepare_cached(
-                    "INSERT OR IGNORE INTO queue (dedup_id, group_id, body, visible_at) VALUES (?1, ?2, ?3, ?4)",
+                    "INSERT INTO queue (dedup_id, group_id, body, visible_at)
+                     SELECT ?1, ?2, ?3, ?4 WHERE NOT EXISTS (SELECT 1 FROM queue WHERE dedup_id = ?1)",
                 )
                 .map_err(sql)?;
             for m in messages {

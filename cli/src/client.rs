@@ -1,0 +1,243 @@
+//! The client commands: talk to a Baton API, print a summary (or the JSON with --json).
+//!
+//! Exit codes: 0 done, 2 bad input or a request the API refused (4xx), 1 anything else
+//! (unreachable server, 5xx).
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::{Command, refuse};
+
+struct Api {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+enum Failure {
+    /// 4xx: the request was refused; the message is the API's.
+    Refused(String),
+    /// Unreachable, 5xx, or an unreadable answer.
+    Broken(String),
+}
+
+impl Api {
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value, Failure> {
+        let url = format!("{}{}", self.base.trim_end_matches('/'), path);
+        let mut rb = self.http.request(method, &url);
+        if let Some(t) = &self.token {
+            rb = rb.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let resp = rb.send().await.map_err(|e| Failure::Broken(format!("cannot reach {url}: {e}")))?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| Failure::Broken(format!("reading the answer failed: {e}")))?;
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if status.is_success() {
+            return Ok(value);
+        }
+        let message = match &value["error"] {
+            Value::Object(e) => format!(
+                "{} ({}): {}",
+                status.as_u16(),
+                e.get("code").and_then(Value::as_str).unwrap_or("error"),
+                e.get("message").and_then(Value::as_str).unwrap_or("")
+            ),
+            _ => format!("{status}: {value}"),
+        };
+        if status.is_client_error() && status != StatusCode::REQUEST_TIMEOUT {
+            Err(Failure::Refused(message))
+        } else {
+            Err(Failure::Broken(message))
+        }
+    }
+}
+
+pub async fn run(endpoint: &str, token: Option<String>, data: &Path, json: bool, command: Command) -> ExitCode {
+    let token = token.or_else(|| {
+        std::fs::read_to_string(baton::local::token_path(data)).ok().map(|t| t.trim().to_owned())
+    });
+    let http = match reqwest::Client::builder().timeout(Duration::from_secs(60)).build() {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("baton: cannot build an HTTP client: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let api = Api { http, base: endpoint.to_owned(), token };
+    match execute(&api, json, command).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Refused(m)) => refuse(m),
+        Err(Failure::Broken(m)) => {
+            eprintln!("baton: {m}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn seg(id: &str) -> Result<&str, Failure> {
+    let ok = !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if ok { Ok(id) } else { Err(Failure::Refused(format!("`{id}` is not a valid id"))) }
+}
+
+async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure> {
+    let print = |v: &Value, human: String| {
+        if json {
+            println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+        } else {
+            println!("{human}");
+        }
+    };
+    match command {
+        Command::Run { prompt, agent, wait, timeout } => {
+            let mut body = json!({"prompt": prompt});
+            if let Some(a) = agent {
+                body["agent"] = json!(a);
+            }
+            let created = api.call(Method::POST, "/runs", Some(body)).await?;
+            let run_id = created["runId"].as_str().unwrap_or_default().to_owned();
+            if !wait {
+                print(&created, format!("{run_id} {}", created["status"].as_str().unwrap_or("")));
+                return Ok(());
+            }
+            let deadline = Instant::now() + Duration::from_secs(timeout);
+            loop {
+                let run = api.call(Method::GET, &format!("/runs/{}", seg(&run_id)?), None).await?;
+                let status = run["status"].as_str().unwrap_or("");
+                if !matches!(status, "queued" | "running") {
+                    print(&run, render_run(&run));
+                    return Ok(());
+                }
+                if Instant::now() >= deadline {
+                    return Err(Failure::Broken(format!("run {run_id} is still {status} after {timeout}s")));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Command::Show { run_id } => {
+            let run = api.call(Method::GET, &format!("/runs/{}", seg(&run_id)?), None).await?;
+            print(&run, render_run(&run));
+        }
+        Command::Ctas { all } => {
+            let q = if all { "all" } else { "pending" };
+            let v = api.call(Method::GET, &format!("/ctas?status={q}"), None).await?;
+            let ctas = v["ctas"].as_array().cloned().unwrap_or_default();
+            let human = if ctas.is_empty() {
+                format!("no {} CTAs", if all { "" } else { "pending" }).replace("  ", " ")
+            } else {
+                ctas.iter().map(render_cta).collect::<Vec<_>>().join("\n")
+            };
+            print(&v, human);
+        }
+        Command::Answer { cta_id, approve, reject, reason, text, choice } => {
+            let body = if approve || reject {
+                let mut b = json!({"kind": "approval", "approved": approve});
+                if let Some(r) = reason {
+                    b["reason"] = json!(r);
+                }
+                b
+            } else if let Some(t) = text {
+                json!({"kind": "text", "text": t})
+            } else if let Some(c) = choice {
+                json!({"kind": "choice", "selectedId": c})
+            } else {
+                return Err(Failure::Refused("give one of --approve, --reject, --text, --choice".into()));
+            };
+            let v = api.call(Method::POST, &format!("/ctas/{}/response", seg(&cta_id)?), Some(body)).await?;
+            print(&v, format!("{cta_id} answered (run {})", v["runId"].as_str().unwrap_or("")));
+        }
+        Command::Cancel { run_id } => {
+            let v = api.call(Method::POST, &format!("/runs/{}/cancel", seg(&run_id)?), None).await?;
+            print(&v, format!("{run_id} cancellation requested"));
+        }
+        Command::Say { run_id, message } => {
+            let v = api
+                .call(Method::POST, &format!("/runs/{}/messages", seg(&run_id)?), Some(json!({"text": message})))
+                .await?;
+            print(&v, format!("message sent to {run_id}"));
+        }
+        Command::Dev { .. } | Command::Bench { .. } => unreachable!("handled in main"),
+    }
+    Ok(())
+}
+
+fn short(v: &Value, max: usize) -> String {
+    let s = match v {
+        Value::String(s) => s.clone(),
+        v => v.to_string(),
+    };
+    if s.chars().count() > max { format!("{}…", s.chars().take(max).collect::<String>()) } else { s }
+}
+
+fn render_cta(c: &Value) -> String {
+    let kind = c["kind"].as_str().unwrap_or("?");
+    let ask = match kind {
+        "approval" => short(&c["message"], 80),
+        "choice" => {
+            let opts: Vec<String> = c["options"]
+                .as_array()
+                .map(|o| o.iter().map(|o| format!("{}={}", short(&o["id"], 20), short(&o["label"], 30))).collect())
+                .unwrap_or_default();
+            format!("{} [{}]", short(&c["prompt"], 60), opts.join(", "))
+        }
+        _ => short(&c["prompt"], 80),
+    };
+    format!(
+        "{}  {:<8} {:<9} run {}  expires {}  {}",
+        c["ctaId"].as_str().unwrap_or(""),
+        kind,
+        c["status"].as_str().unwrap_or(""),
+        c["runId"].as_str().unwrap_or(""),
+        c["expiresAt"].as_str().unwrap_or(""),
+        ask
+    )
+}
+
+fn render_run(r: &Value) -> String {
+    let u = &r["usage"];
+    let mut out = format!(
+        "run {}  agent {}  status {}  tokens {} in / {} out",
+        r["runId"].as_str().unwrap_or(""),
+        r["agent"].as_str().unwrap_or(""),
+        r["status"].as_str().unwrap_or(""),
+        u["inputTokens"],
+        u["outputTokens"]
+    );
+    for e in r["timeline"].as_array().into_iter().flatten() {
+        let line = match e["type"].as_str().unwrap_or("") {
+            "user" => format!("user: {}", short(&e["text"], 100)),
+            "assistant" => match &e["text"] {
+                Value::String(t) => format!("assistant: {}", short(&json!(t), 100)),
+                _ => "assistant: (tool calls)".into(),
+            },
+            "tool" => {
+                let res = &e["result"];
+                let outcome = match res["status"].as_str().unwrap_or("") {
+                    "success" => format!("success: {}", short(&res["output"], 80)),
+                    "error" => format!("error: {}", short(&res["error"], 80)),
+                    _ => {
+                        let mut p = format!("pending ({})", res["reason"].as_str().unwrap_or(""));
+                        if let Some(cta) = e.get("cta") {
+                            p.push_str(&format!(" CTA {} {}", cta["ctaId"].as_str().unwrap_or(""), cta["kind"].as_str().unwrap_or("")));
+                        }
+                        p
+                    }
+                };
+                let child = e.get("childRunId").and_then(Value::as_str).map(|c| format!(" [{c}]")).unwrap_or_default();
+                format!("tool {}{} {} -> {}", e["name"].as_str().unwrap_or(""), child, short(&e["input"], 60), outcome)
+            }
+            t => format!("{t}: {} {}", e["code"].as_str().unwrap_or(""), short(&e["message"], 100)),
+        };
+        out.push_str(&format!("\n  [{}] {}", e["seq"], line));
+    }
+    if let Some(res) = r["result"].as_str() {
+        out.push_str(&format!("\nresult: {res}"));
+    }
+    out
+}
