@@ -129,6 +129,8 @@ pub enum Step {
 #[derive(Debug, Default, Clone)]
 pub struct Io {
     pub reply: Option<LlmReply>,
+    /// The model call failed for good: the run fails, after this step's input is applied.
+    pub model_error: Option<String>,
     pub outputs: HashMap<String, Result<Value, String>>,
 }
 
@@ -461,6 +463,10 @@ impl<'a> Work<'a> {
             );
             self.run.result = Some(msg.clone());
             self.end(RunStatus::Completed, "max_iterations", &msg);
+            return None;
+        }
+        if let Some(error) = &io.model_error {
+            self.end(RunStatus::Failed, "model_error", error);
             return None;
         }
         let Some(reply) = &io.reply else {

@@ -357,16 +357,14 @@ impl Service {
         msg: &StepMessage,
     ) -> Result<(Step, Vec<Entry>), StepError> {
         let now = self.deps.clock.now();
-        let mut input = std::borrow::Cow::Borrowed(&msg.input);
         let mut io = Io::default();
         loop {
-            match engine::step(&self.catalog, now, run, &timeline, &input, &io) {
+            match engine::step(&self.catalog, now, run, &timeline, &msg.input, &io) {
                 Step::Think { think_index } => match self.think(run, &timeline, think_index).await {
                     Ok(reply) => io.reply = Some(reply),
                     Err(LlmError::Fatal(message)) => {
                         warn!(run_id = %run.run_id, %message, "model call failed for good");
-                        input = std::borrow::Cow::Owned(Input::Fail { code: "model_error".into(), message });
-                        io = Io::default();
+                        io.model_error = Some(message);
                     }
                     Err(e) => return Err(StepError::Llm(e)),
                 },

@@ -671,3 +671,26 @@ fn ids_are_derived_so_a_retried_step_mints_the_same_ones() {
     let choice = CtaRequest::Choice { prompt: "p".into(), options: vec![ChoiceOption { id: "a".into(), label: "A".into() }] };
     assert_eq!(choice.kind(), "choice");
 }
+
+#[test]
+fn a_fatal_model_error_fails_the_run_after_applying_the_input() {
+    let mut s = Sim::new();
+    s.script("orchestrator", vec![calls(vec![spawn("explore", "x")])]);
+    s.script("explore", vec![text("found")]);
+    let id = s.create("orchestrator", "go");
+    let start = s.queue.pop_front().unwrap();
+    s.deliver(&start);
+    let child = s.children(&id)[0].clone();
+    let child_start = s.queue.pop_front().unwrap();
+    s.deliver(&child_start);
+    let finished = s.queue.pop_front().unwrap();
+    // The parent's next think fails for good: the child's result is still recorded.
+    let (run, timeline) = s.runs[&id].clone();
+    let io = Io { model_error: Some("the model refused".into()), ..Io::default() };
+    let Step::Done(t) = step(&s.catalog, s.now, &run, &timeline, &finished.input, &io) else { panic!("expected a transition") };
+    assert_eq!(t.run.status, RunStatus::Failed);
+    assert_eq!(t.run.error.as_ref().unwrap().code, "model_error");
+    let resolved = t.updated[0].tool().unwrap();
+    assert_eq!(resolved.child_run_id.as_deref(), Some(child.as_str()));
+    assert!(matches!(&resolved.result, ToolResult::Success { output } if output["text"] == "found"));
+}

@@ -1,0 +1,124 @@
+//! Shared harness: a local server on a temporary data dir, and a small HTTP client.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton::agent::{AgentsFile, Catalog, Limits};
+use baton::llm::Llm;
+use baton::llm::scripted::ScriptedLlm;
+use baton::local::{LocalOptions, LocalServer};
+use baton::ports::{Clock, SystemClock};
+use baton::worker::WorkerOptions;
+use serde_json::Value;
+
+pub const TOKEN: &str = "test-token";
+
+pub fn examples(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+pub fn scripted(json: &str) -> Arc<dyn Llm> {
+    Arc::new(ScriptedLlm::from_json(json, "test").expect("valid script"))
+}
+
+pub fn catalog(agents: Option<Value>) -> Arc<Catalog> {
+    let file: Option<AgentsFile> = agents.map(|a| serde_json::from_value(a).expect("valid agents"));
+    Arc::new(Catalog::new(Limits::default(), vec![], file).expect("catalog"))
+}
+
+pub struct Harness {
+    pub server: LocalServer,
+    pub http: reqwest::Client,
+}
+
+pub async fn start(dir: &Path, llm: Arc<dyn Llm>, catalog: Arc<Catalog>, clock: Arc<dyn Clock>) -> Harness {
+    let server = LocalServer::start(LocalOptions {
+        data_dir: dir.to_path_buf(),
+        addr: "127.0.0.1:0".parse().expect("addr"),
+        token: Some(TOKEN.into()),
+        llm,
+        catalog,
+        clock,
+        worker: WorkerOptions { timer_interval: Duration::from_millis(50), ..WorkerOptions::default() },
+    })
+    .await
+    .expect("server starts");
+    Harness { server, http: reqwest::Client::new() }
+}
+
+pub async fn start_scripted(dir: &Path, script: &str) -> Harness {
+    start(dir, scripted(script), catalog(None), Arc::new(SystemClock)).await
+}
+
+impl Harness {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.url())
+    }
+
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut rb = self.http.request(method, self.url(path)).bearer_auth(TOKEN);
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let resp = rb.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    pub async fn create_run(&self, body: Value) -> String {
+        let (status, v) = self.post("/runs", body).await;
+        assert_eq!(status, 202, "{v}");
+        assert_eq!(v["status"], "queued");
+        v["runId"].as_str().expect("runId").to_owned()
+    }
+
+    /// Polls the run until its status is one of `want`.
+    pub async fn wait_status(&self, run_id: &str, want: &[&str]) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (code, run) = self.get(&format!("/runs/{run_id}")).await;
+            assert_eq!(code, 200, "{run}");
+            if want.contains(&run["status"].as_str().unwrap_or("")) {
+                return run;
+            }
+            assert!(Instant::now() < deadline, "run {run_id} stayed {} (wanted {want:?}): {run:#}", run["status"]);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn pending_ctas(&self) -> Vec<Value> {
+        let (code, v) = self.get("/ctas?status=pending").await;
+        assert_eq!(code, 200, "{v}");
+        v["ctas"].as_array().cloned().expect("ctas array")
+    }
+
+    /// Waits until `n` CTAs are pending and returns them.
+    pub async fn wait_pending(&self, n: usize) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ctas = self.pending_ctas().await;
+            if ctas.len() == n {
+                return ctas;
+            }
+            assert!(Instant::now() < deadline, "expected {n} pending CTAs, have {ctas:#?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The timeline entries of a run of one type.
+pub fn of_type<'a>(run: &'a Value, ty: &str) -> Vec<&'a Value> {
+    run["timeline"].as_array().expect("timeline").iter().filter(|e| e["type"] == ty).collect()
+}
