@@ -110,7 +110,8 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
             loop {
                 let run = api.call(Method::GET, &format!("/runs/{}", seg(&run_id)?), None).await?;
                 let status = run["status"].as_str().unwrap_or("");
-                if !matches!(status, "queued" | "running") {
+                let parked_on_human = status == "waiting" && run["state"] == "waiting_on_user";
+                if parked_on_human || !matches!(status, "queued" | "running" | "waiting") {
                     print(&run, render_run(&run));
                     return Ok(());
                 }

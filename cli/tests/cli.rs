@@ -1,0 +1,188 @@
+//! The `baton` binary end to end: `baton dev` in a child process, the client commands
+//! against it, their output and exit codes; and the benchmark's report.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_baton");
+
+struct Dev {
+    child: Child,
+    endpoint: String,
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn start_dev(data: &Path) -> Dev {
+    let port = free_port();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/orchestrator.json");
+    let child = Command::new(BIN)
+        .args(["dev", "--addr", &format!("127.0.0.1:{port}"), "--data"])
+        .arg(data)
+        .arg("--script")
+        .arg(script)
+        .env_remove("BATON_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "baton dev did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Dev { child, endpoint }
+}
+
+fn baton(dev: &Dev, data: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .arg("--endpoint")
+        .arg(&dev.endpoint)
+        .arg("--data")
+        .arg(data)
+        .env_remove("BATON_TOKEN")
+        .env_remove("BATON_ENDPOINT")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn json(o: &Output) -> Value {
+    assert!(o.status.success(), "{o:?}");
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
+}
+
+#[test]
+fn the_cli_drives_a_run_through_a_cta_to_completion() {
+    let data = tempfile::tempdir().unwrap();
+    let dev = start_dev(data.path());
+    // The server made a token and stored it where the client finds it.
+    assert!(data.path().join("token").exists());
+
+    let out = baton(&dev, data.path(), &["run", "Ship it", "--wait"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(text.contains("status waiting"), "{text}");
+    assert!(text.contains("spawn_subagent"), "{text}");
+    assert!(text.contains("CTA cta_"), "{text}");
+    let run_id = text.split_whitespace().nth(1).unwrap().to_owned();
+
+    let ctas = json(&baton(&dev, data.path(), &["ctas", "--json"]));
+    let cta_id = ctas["ctas"][0]["ctaId"].as_str().unwrap().to_owned();
+    let listed = stdout(&baton(&dev, data.path(), &["ctas"]));
+    assert!(listed.contains(&cta_id) && listed.contains("Proceed?"), "{listed}");
+
+    // A wrong kind is refused with exit code 2 and a one-line message.
+    let wrong = baton(&dev, data.path(), &["answer", &cta_id, "--text", "yes"]);
+    assert_eq!(wrong.status.code(), Some(2), "{wrong:?}");
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("400") && err.contains("kind"), "{err}");
+
+    let ok = baton(&dev, data.path(), &["answer", &cta_id, "--approve"]);
+    assert!(ok.status.success(), "{ok:?}");
+    assert!(stdout(&ok).contains("answered"));
+    let again = baton(&dev, data.path(), &["answer", &cta_id, "--reject", "--reason", "late"]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("409"));
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let run = json(&baton(&dev, data.path(), &["show", &run_id, "--json"]));
+        if run["status"] == "completed" {
+            assert_eq!(run["result"], "All done.");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{run:#}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let shown = stdout(&baton(&dev, data.path(), &["show", &run_id]));
+    assert!(shown.contains("result: All done."), "{shown}");
+
+    // A follow-up turn: the script has no fourth reply, so that turn fails, clearly.
+    let said = baton(&dev, data.path(), &["say", &run_id, "and now?"]);
+    assert!(said.status.success(), "{said:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let run = json(&baton(&dev, data.path(), &["show", &run_id, "--json"]));
+        if run["status"] == "failed" {
+            assert!(run["error"]["message"].as_str().unwrap().contains("no reply 3"), "{run:#}");
+            assert_eq!(run["timeline"][7]["text"], "and now?");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{run:#}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let cancel = baton(&dev, data.path(), &["cancel", &run_id]);
+    assert_eq!(cancel.status.code(), Some(2), "{cancel:?}");
+    assert!(String::from_utf8_lossy(&cancel.stderr).contains("run_ended"));
+}
+
+#[test]
+fn bad_input_and_refused_requests_exit_with_code_2() {
+    let data = tempfile::tempdir().unwrap();
+    let dev = start_dev(data.path());
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["answer", "cta_x"],                      // no answer flag
+        vec!["answer", "cta_x", "--approve", "--text", "y"], // two answers
+        vec!["answer", "cta_missing", "--approve"],  // 404
+        vec!["show", "run_missing"],                 // 404
+        vec!["show", "../etc"],                      // not an id
+        vec!["run", ""],                             // 400
+        vec!["run", "x", "--agent", "nobody"],       // 400
+        vec!["frobnicate"],                          // unknown command
+    ];
+    for args in cases {
+        let out = baton(&dev, data.path(), &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(!out.stderr.is_empty(), "{args:?}");
+    }
+    let out = Command::new(BIN)
+        .args(["ctas", "--endpoint", &dev.endpoint, "--token", "wrong"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+    // An unreachable server is not the caller's fault: exit 1.
+    let out = Command::new(BIN)
+        .args(["ctas", "--endpoint", &format!("http://127.0.0.1:{}", free_port()), "--token", "t"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}
+
+#[test]
+fn the_benchmark_prints_one_json_line_for_both_variants() {
+    for variant in ["A", "B"] {
+        let out = Command::new(BIN).args(["bench", "--iterations", "40", "--variant", variant]).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let text = stdout(&out);
+        assert_eq!(text.trim().lines().count(), 1, "{text}");
+        let v: Value = serde_json::from_str(text.trim()).unwrap();
+        for key in ["iterations", "variant", "wall_s", "per_step_ms", "db_bytes", "peak_rss_mb"] {
+            assert!(v.get(key).is_some(), "{key} missing in {v}");
+        }
+        assert_eq!(v["iterations"], 40);
+        assert_eq!(v["variant"], variant);
+        assert!(v["db_bytes"].as_u64().unwrap() > 40 * 500, "{v}");
+    }
+    let out = Command::new(BIN).args(["bench", "--iterations", "0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
