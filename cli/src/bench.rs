@@ -52,10 +52,22 @@ struct Parts {
 
 fn open(dir: &std::path::Path, llm: &ScriptedLlm, catalog: &Arc<Catalog>) -> anyhow::Result<Parts> {
     let store = LocalStore::open(dir)?;
-    let service = local_service(&store, Arc::new(llm.clone()), catalog.clone(), Arc::new(SystemClock));
-    let opts = WorkerOptions { concurrency: 1, ..WorkerOptions::default() };
+    let service = local_service(
+        &store,
+        Arc::new(llm.clone()),
+        catalog.clone(),
+        Arc::new(SystemClock),
+    );
+    let opts = WorkerOptions {
+        concurrency: 1,
+        ..WorkerOptions::default()
+    };
     let worker = Worker::new(service.clone(), store.clone(), opts);
-    Ok(Parts { store, service, worker })
+    Ok(Parts {
+        store,
+        service,
+        worker,
+    })
 }
 
 /// Steps the run until it parks or ends; returns each step's duration.
@@ -67,10 +79,9 @@ async fn drive(p: &Parts, run_id: &str, times: &mut Vec<Duration>) -> anyhow::Re
             continue;
         }
         let rec = p.store.get_run(run_id).await?.context("the run vanished")?;
-        if rec.run.status == RunStatus::Waiting || rec.run.status.is_terminal() {
-            if p.store.queue_depth()? == 0 {
-                return Ok(rec.run.status);
-            }
+        let settled = rec.run.status == RunStatus::Waiting || rec.run.status.is_terminal();
+        if settled && p.store.queue_depth()? == 0 {
+            return Ok(rec.run.status);
         }
         p.store.wait_for_messages(Duration::from_millis(5)).await;
     }
@@ -89,26 +100,44 @@ fn peak_rss_mb() -> f64 {
 }
 
 fn mean_ms(d: &[Duration]) -> f64 {
-    if d.is_empty() { 0.0 } else { d.iter().map(Duration::as_secs_f64).sum::<f64>() * 1000.0 / d.len() as f64 }
+    if d.is_empty() {
+        0.0
+    } else {
+        d.iter().map(Duration::as_secs_f64).sum::<f64>() * 1000.0 / d.len() as f64
+    }
 }
 
 pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Result<String> {
     let (dir, remove) = match data {
         Some(d) => {
-            ensure!(!d.join("baton.db").exists(), "{} already holds a store; give an empty directory", d.display());
+            ensure!(
+                !d.join("baton.db").exists(),
+                "{} already holds a store; give an empty directory",
+                d.display()
+            );
             (d, false)
         }
-        None => (std::env::temp_dir().join(format!("baton-bench-{}", uuid::Uuid::new_v4().simple())), true),
+        None => (
+            std::env::temp_dir().join(format!("baton-bench-{}", uuid::Uuid::new_v4().simple())),
+            true,
+        ),
     };
     let pause_at = if variant_b { Some(n / 2) } else { None };
     let mut replies: Vec<ScriptedReply> = (0..n)
         .map(|i| ScriptedReply {
             text: None,
-            tool_calls: vec![ScriptedCall { name: "echo".into(), arguments: json!({"text": payload(i, Some(i) == pause_at)}) }],
+            tool_calls: vec![ScriptedCall {
+                name: "echo".into(),
+                arguments: json!({"text": payload(i, Some(i) == pause_at)}),
+            }],
             usage: None,
         })
         .collect();
-    replies.push(ScriptedReply { text: Some("done".into()), tool_calls: vec![], usage: None });
+    replies.push(ScriptedReply {
+        text: Some("done".into()),
+        tool_calls: vec![],
+        usage: None,
+    });
     let llm = ScriptedLlm::new(HashMap::from([("bench".to_owned(), replies)]))?;
     let file: AgentsFile = serde_json::from_value(json!({"agents": {"bench": {
         "system": "Echo what you are given.",
@@ -119,21 +148,46 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
     let catalog = Arc::new(Catalog::new(Limits::default(), vec![], Some(file))?);
 
     let mut parts = open(&dir, &llm, &catalog)?;
-    let req = CreateRun { prompt: "benchmark".into(), agent: Some("bench".into()), ..CreateRun::default() };
-    let run_id = parts.service.create_run(LOCAL_OWNER, req, None).await?.run_id;
+    let req = CreateRun {
+        prompt: "benchmark".into(),
+        agent: Some("bench".into()),
+        ..CreateRun::default()
+    };
+    let run_id = parts
+        .service
+        .create_run(LOCAL_OWNER, req, None)
+        .await?
+        .run_id;
     let mut times = Vec::with_capacity(n as usize + 2);
     let started = Instant::now();
     let mut status = drive(&parts, &run_id, &mut times).await?;
     if variant_b {
-        ensure!(status == RunStatus::Waiting, "variant B expected the run parked, found {status:?}");
+        ensure!(
+            status == RunStatus::Waiting,
+            "variant B expected the run parked, found {status:?}"
+        );
         drop(parts); // every in-memory object goes: store handle, service, caches, worker
         parts = open(&dir, &llm, &catalog)?;
         parts.worker.sweep().await?;
-        let ctas = parts.service.list_ctas(LOCAL_OWNER, Some(CtaStatus::Pending)).await?;
-        ensure!(ctas.len() == 1, "expected one pending CTA, found {}", ctas.len());
+        let ctas = parts
+            .service
+            .list_ctas(LOCAL_OWNER, Some(CtaStatus::Pending))
+            .await?;
+        ensure!(
+            ctas.len() == 1,
+            "expected one pending CTA, found {}",
+            ctas.len()
+        );
         parts
             .service
-            .answer_cta(Some(LOCAL_OWNER), &ctas[0].cta_id, CtaResponse::Approval { approved: true, reason: None })
+            .answer_cta(
+                Some(LOCAL_OWNER),
+                &ctas[0].cta_id,
+                CtaResponse::Approval {
+                    approved: true,
+                    reason: None,
+                },
+            )
             .await?;
         status = drive(&parts, &run_id, &mut times).await?;
     }
@@ -143,13 +197,25 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
     }
 
     let (rec, timeline) = parts.store.load(&run_id).await?.context("run")?;
-    ensure!(timeline.len() as u64 == 2 * n + 2, "timeline has {} entries, expected {}", timeline.len(), 2 * n + 2);
+    ensure!(
+        timeline.len() as u64 == 2 * n + 2,
+        "timeline has {} entries, expected {}",
+        timeline.len(),
+        2 * n + 2
+    );
     let successes = timeline
         .iter()
         .filter(|e| matches!(&e.body, EntryBody::Tool(t) if matches!(&t.result, ToolResult::Success { output } if output.as_str().is_some_and(|s| s.len() == PAYLOAD))))
         .count();
-    ensure!(successes as u64 == n, "{successes} of {n} echo results are right");
-    ensure!(rec.run.thinks as u64 == n + 1, "the run thought {} times", rec.run.thinks);
+    ensure!(
+        successes as u64 == n,
+        "{successes} of {n} echo results are right"
+    );
+    ensure!(
+        rec.run.thinks as u64 == n + 1,
+        "the run thought {} times",
+        rec.run.thinks
+    );
 
     let db_bytes = parts.store.checkpoint()?;
     let tenth = (times.len() / 10).max(1);

@@ -26,7 +26,12 @@ enum Failure {
 }
 
 impl Api {
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value, Failure> {
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, Failure> {
         let url = format!("{}{}", self.base.trim_end_matches('/'), path);
         let mut rb = self.http.request(method, &url);
         if let Some(t) = &self.token {
@@ -35,9 +40,15 @@ impl Api {
         if let Some(b) = body {
             rb = rb.json(&b);
         }
-        let resp = rb.send().await.map_err(|e| Failure::Broken(format!("cannot reach {url}: {e}")))?;
+        let resp = rb
+            .send()
+            .await
+            .map_err(|e| Failure::Broken(format!("cannot reach {url}: {e}")))?;
         let status = resp.status();
-        let text = resp.text().await.map_err(|e| Failure::Broken(format!("reading the answer failed: {e}")))?;
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| Failure::Broken(format!("reading the answer failed: {e}")))?;
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status.is_success() {
             return Ok(value);
@@ -59,18 +70,33 @@ impl Api {
     }
 }
 
-pub async fn run(endpoint: &str, token: Option<String>, data: &Path, json: bool, command: Command) -> ExitCode {
+pub async fn run(
+    endpoint: &str,
+    token: Option<String>,
+    data: &Path,
+    json: bool,
+    command: Command,
+) -> ExitCode {
     let token = token.or_else(|| {
-        std::fs::read_to_string(baton::local::token_path(data)).ok().map(|t| t.trim().to_owned())
+        std::fs::read_to_string(baton::local::token_path(data))
+            .ok()
+            .map(|t| t.trim().to_owned())
     });
-    let http = match reqwest::Client::builder().timeout(Duration::from_secs(60)).build() {
+    let http = match reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+    {
         Ok(h) => h,
         Err(e) => {
             eprintln!("baton: cannot build an HTTP client: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let api = Api { http, base: endpoint.to_owned(), token };
+    let api = Api {
+        http,
+        base: endpoint.to_owned(),
+        token,
+    };
     match execute(&api, json, command).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Refused(m)) => refuse(m),
@@ -82,8 +108,15 @@ pub async fn run(endpoint: &str, token: Option<String>, data: &Path, json: bool,
 }
 
 fn seg(id: &str) -> Result<&str, Failure> {
-    let ok = !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if ok { Ok(id) } else { Err(Failure::Refused(format!("`{id}` is not a valid id"))) }
+    let ok = !id.is_empty()
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if ok {
+        Ok(id)
+    } else {
+        Err(Failure::Refused(format!("`{id}` is not a valid id")))
+    }
 }
 
 async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure> {
@@ -95,7 +128,12 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
         }
     };
     match command {
-        Command::Run { prompt, agent, wait, timeout } => {
+        Command::Run {
+            prompt,
+            agent,
+            wait,
+            timeout,
+        } => {
             let mut body = json!({"prompt": prompt});
             if let Some(a) = agent {
                 body["agent"] = json!(a);
@@ -103,12 +141,17 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
             let created = api.call(Method::POST, "/runs", Some(body)).await?;
             let run_id = created["runId"].as_str().unwrap_or_default().to_owned();
             if !wait {
-                print(&created, format!("{run_id} {}", created["status"].as_str().unwrap_or("")));
+                print(
+                    &created,
+                    format!("{run_id} {}", created["status"].as_str().unwrap_or("")),
+                );
                 return Ok(());
             }
             let deadline = Instant::now() + Duration::from_secs(timeout);
             loop {
-                let run = api.call(Method::GET, &format!("/runs/{}", seg(&run_id)?), None).await?;
+                let run = api
+                    .call(Method::GET, &format!("/runs/{}", seg(&run_id)?), None)
+                    .await?;
                 let status = run["status"].as_str().unwrap_or("");
                 let parked_on_human = status == "waiting" && run["state"] == "waiting_on_user";
                 if parked_on_human || !matches!(status, "queued" | "running" | "waiting") {
@@ -116,18 +159,24 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
                     return Ok(());
                 }
                 if Instant::now() >= deadline {
-                    return Err(Failure::Broken(format!("run {run_id} is still {status} after {timeout}s")));
+                    return Err(Failure::Broken(format!(
+                        "run {run_id} is still {status} after {timeout}s"
+                    )));
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
         Command::Show { run_id } => {
-            let run = api.call(Method::GET, &format!("/runs/{}", seg(&run_id)?), None).await?;
+            let run = api
+                .call(Method::GET, &format!("/runs/{}", seg(&run_id)?), None)
+                .await?;
             print(&run, render_run(&run));
         }
         Command::Ctas { all } => {
             let q = if all { "all" } else { "pending" };
-            let v = api.call(Method::GET, &format!("/ctas?status={q}"), None).await?;
+            let v = api
+                .call(Method::GET, &format!("/ctas?status={q}"), None)
+                .await?;
             let ctas = v["ctas"].as_array().cloned().unwrap_or_default();
             let human = if ctas.is_empty() {
                 format!("no {} CTAs", if all { "" } else { "pending" }).replace("  ", " ")
@@ -136,7 +185,14 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
             };
             print(&v, human);
         }
-        Command::Answer { cta_id, approve, reject, reason, text, choice } => {
+        Command::Answer {
+            cta_id,
+            approve,
+            reject,
+            reason,
+            text,
+            choice,
+        } => {
             let body = if approve || reject {
                 let mut b = json!({"kind": "approval", "approved": approve});
                 if let Some(r) = reason {
@@ -148,18 +204,42 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
             } else if let Some(c) = choice {
                 json!({"kind": "choice", "selectedId": c})
             } else {
-                return Err(Failure::Refused("give one of --approve, --reject, --text, --choice".into()));
+                return Err(Failure::Refused(
+                    "give one of --approve, --reject, --text, --choice".into(),
+                ));
             };
-            let v = api.call(Method::POST, &format!("/ctas/{}/response", seg(&cta_id)?), Some(body)).await?;
-            print(&v, format!("{cta_id} answered (run {})", v["runId"].as_str().unwrap_or("")));
+            let v = api
+                .call(
+                    Method::POST,
+                    &format!("/ctas/{}/response", seg(&cta_id)?),
+                    Some(body),
+                )
+                .await?;
+            print(
+                &v,
+                format!(
+                    "{cta_id} answered (run {})",
+                    v["runId"].as_str().unwrap_or("")
+                ),
+            );
         }
         Command::Cancel { run_id } => {
-            let v = api.call(Method::POST, &format!("/runs/{}/cancel", seg(&run_id)?), None).await?;
+            let v = api
+                .call(
+                    Method::POST,
+                    &format!("/runs/{}/cancel", seg(&run_id)?),
+                    None,
+                )
+                .await?;
             print(&v, format!("{run_id} cancellation requested"));
         }
         Command::Say { run_id, message } => {
             let v = api
-                .call(Method::POST, &format!("/runs/{}/messages", seg(&run_id)?), Some(json!({"text": message})))
+                .call(
+                    Method::POST,
+                    &format!("/runs/{}/messages", seg(&run_id)?),
+                    Some(json!({"text": message})),
+                )
                 .await?;
             print(&v, format!("message sent to {run_id}"));
         }
@@ -173,7 +253,11 @@ fn short(v: &Value, max: usize) -> String {
         Value::String(s) => s.clone(),
         v => v.to_string(),
     };
-    if s.chars().count() > max { format!("{}…", s.chars().take(max).collect::<String>()) } else { s }
+    if s.chars().count() > max {
+        format!("{}…", s.chars().take(max).collect::<String>())
+    } else {
+        s
+    }
 }
 
 fn render_cta(c: &Value) -> String {
@@ -183,7 +267,11 @@ fn render_cta(c: &Value) -> String {
         "choice" => {
             let opts: Vec<String> = c["options"]
                 .as_array()
-                .map(|o| o.iter().map(|o| format!("{}={}", short(&o["id"], 20), short(&o["label"], 30))).collect())
+                .map(|o| {
+                    o.iter()
+                        .map(|o| format!("{}={}", short(&o["id"], 20), short(&o["label"], 30)))
+                        .collect()
+                })
                 .unwrap_or_default();
             format!("{} [{}]", short(&c["prompt"], 60), opts.join(", "))
         }
@@ -225,15 +313,33 @@ fn render_run(r: &Value) -> String {
                     _ => {
                         let mut p = format!("pending ({})", res["reason"].as_str().unwrap_or(""));
                         if let Some(cta) = e.get("cta") {
-                            p.push_str(&format!(" CTA {} {}", cta["ctaId"].as_str().unwrap_or(""), cta["kind"].as_str().unwrap_or("")));
+                            p.push_str(&format!(
+                                " CTA {} {}",
+                                cta["ctaId"].as_str().unwrap_or(""),
+                                cta["kind"].as_str().unwrap_or("")
+                            ));
                         }
                         p
                     }
                 };
-                let child = e.get("childRunId").and_then(Value::as_str).map(|c| format!(" [{c}]")).unwrap_or_default();
-                format!("tool {}{} {} -> {}", e["name"].as_str().unwrap_or(""), child, short(&e["input"], 60), outcome)
+                let child = e
+                    .get("childRunId")
+                    .and_then(Value::as_str)
+                    .map(|c| format!(" [{c}]"))
+                    .unwrap_or_default();
+                format!(
+                    "tool {}{} {} -> {}",
+                    e["name"].as_str().unwrap_or(""),
+                    child,
+                    short(&e["input"], 60),
+                    outcome
+                )
             }
-            t => format!("{t}: {} {}", e["code"].as_str().unwrap_or(""), short(&e["message"], 100)),
+            t => format!(
+                "{t}: {} {}",
+                e["code"].as_str().unwrap_or(""),
+                short(&e["message"], 100)
+            ),
         };
         out.push_str(&format!("\n  [{}] {}", e["seq"], line));
     }

@@ -18,17 +18,27 @@ use baton::worker::WorkerOptions;
 use clap::{ArgGroup, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "baton", version, about = "Durable AI-agent orchestration: local server, client and benchmark")]
+#[command(
+    name = "baton",
+    version,
+    about = "Durable AI-agent orchestration: local server, client and benchmark"
+)]
 struct Cli {
     /// The Baton API to talk to.
-    #[arg(long, global = true, env = "BATON_ENDPOINT", default_value = "http://127.0.0.1:8787")]
+    #[arg(
+        long,
+        global = true,
+        env = "BATON_ENDPOINT",
+        default_value = "http://127.0.0.1:8787"
+    )]
     endpoint: String,
     /// Bearer token (default: BATON_TOKEN, else the token `baton dev` stored in --data).
     #[arg(long, global = true, env = "BATON_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// The local data directory (where `baton dev` keeps its store and token).
-    #[arg(long, global = true, default_value = ".baton")]
-    data: PathBuf,
+    /// The local data directory, where `baton dev` keeps its store and token
+    /// [default: .baton; `bench` uses a fresh temporary directory].
+    #[arg(long, global = true)]
+    data: Option<PathBuf>,
     /// Print the API's JSON instead of a human summary.
     #[arg(long, global = true)]
     json: bool,
@@ -100,10 +110,17 @@ enum Command {
     },
 }
 
+fn default_data() -> PathBuf {
+    PathBuf::from(".baton")
+}
+
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("baton=info,warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 /// A refusal (bad input, or the API said no): one line, exit 2.
@@ -116,19 +133,33 @@ fn refuse(message: impl std::fmt::Display) -> ExitCode {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Dev { addr, script, agents } => {
+        Command::Dev {
+            addr,
+            script,
+            agents,
+        } => {
             init_tracing();
-            match dev(addr, cli.data, cli.token, script, agents).await {
+            match dev(
+                addr,
+                cli.data.unwrap_or_else(default_data),
+                cli.token,
+                script,
+                agents,
+            )
+            .await
+            {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => refuse(e),
             }
         }
-        Command::Bench { iterations, variant } => {
+        Command::Bench {
+            iterations,
+            variant,
+        } => {
             if iterations < 2 {
                 return refuse("--iterations must be at least 2");
             }
-            let data = if cli.data == PathBuf::from(".baton") { None } else { Some(cli.data) };
-            match bench::run(iterations, variant.eq_ignore_ascii_case("B"), data).await {
+            match bench::run(iterations, variant.eq_ignore_ascii_case("B"), cli.data).await {
                 Ok(report) => {
                     println!("{report}");
                     ExitCode::SUCCESS
@@ -139,7 +170,10 @@ async fn main() -> ExitCode {
                 }
             }
         }
-        command => client::run(&cli.endpoint, cli.token, &cli.data, cli.json, command).await,
+        command => {
+            let data = cli.data.unwrap_or_else(default_data);
+            client::run(&cli.endpoint, cli.token, &data, cli.json, command).await
+        }
     }
 }
 
@@ -166,13 +200,21 @@ async fn dev(
         worker: WorkerOptions::default(),
     })
     .await?;
-    println!("baton dev: listening on {} (data in {})", server.url(), data.display());
+    println!(
+        "baton dev: listening on {} (data in {})",
+        server.url(),
+        data.display()
+    );
     match &script {
         Some(p) => println!("baton dev: scripted model from {}", p.display()),
         None => println!("baton dev: OpenAI-compatible model (OPENAI_BASE_URL, BATON_MODEL)"),
     }
     if server.token_created {
-        println!("baton dev: new token {} (stored in {})", server.token, baton::local::token_path(&data).display());
+        println!(
+            "baton dev: new token {} (stored in {})",
+            server.token,
+            baton::local::token_path(&data).display()
+        );
     }
     server.serve_until_signal().await;
     Ok(())

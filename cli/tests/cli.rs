@@ -1,6 +1,8 @@
 //! The `baton` binary end to end: `baton dev` in a child process, the client commands
 //! against it, their output and exit codes; and the benchmark's report.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -22,7 +24,11 @@ impl Drop for Dev {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn start_dev(data: &Path) -> Dev {
@@ -87,7 +93,10 @@ fn the_cli_drives_a_run_through_a_cta_to_completion() {
     let ctas = json(&baton(&dev, data.path(), &["ctas", "--json"]));
     let cta_id = ctas["ctas"][0]["ctaId"].as_str().unwrap().to_owned();
     let listed = stdout(&baton(&dev, data.path(), &["ctas"]));
-    assert!(listed.contains(&cta_id) && listed.contains("Proceed?"), "{listed}");
+    assert!(
+        listed.contains(&cta_id) && listed.contains("Proceed?"),
+        "{listed}"
+    );
 
     // A wrong kind is refused with exit code 2 and a one-line message.
     let wrong = baton(&dev, data.path(), &["answer", &cta_id, "--text", "yes"]);
@@ -99,7 +108,11 @@ fn the_cli_drives_a_run_through_a_cta_to_completion() {
     let ok = baton(&dev, data.path(), &["answer", &cta_id, "--approve"]);
     assert!(ok.status.success(), "{ok:?}");
     assert!(stdout(&ok).contains("answered"));
-    let again = baton(&dev, data.path(), &["answer", &cta_id, "--reject", "--reason", "late"]);
+    let again = baton(
+        &dev,
+        data.path(),
+        &["answer", &cta_id, "--reject", "--reason", "late"],
+    );
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("409"));
 
@@ -123,7 +136,13 @@ fn the_cli_drives_a_run_through_a_cta_to_completion() {
     loop {
         let run = json(&baton(&dev, data.path(), &["show", &run_id, "--json"]));
         if run["status"] == "failed" {
-            assert!(run["error"]["message"].as_str().unwrap().contains("no reply 3"), "{run:#}");
+            assert!(
+                run["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("no reply 3"),
+                "{run:#}"
+            );
             assert_eq!(run["timeline"][7]["text"], "and now?");
             break;
         }
@@ -140,14 +159,14 @@ fn bad_input_and_refused_requests_exit_with_code_2() {
     let data = tempfile::tempdir().unwrap();
     let dev = start_dev(data.path());
     let cases: Vec<Vec<&str>> = vec![
-        vec!["answer", "cta_x"],                      // no answer flag
+        vec!["answer", "cta_x"],                             // no answer flag
         vec!["answer", "cta_x", "--approve", "--text", "y"], // two answers
-        vec!["answer", "cta_missing", "--approve"],  // 404
-        vec!["show", "run_missing"],                 // 404
-        vec!["show", "../etc"],                      // not an id
-        vec!["run", ""],                             // 400
-        vec!["run", "x", "--agent", "nobody"],       // 400
-        vec!["frobnicate"],                          // unknown command
+        vec!["answer", "cta_missing", "--approve"],          // 404
+        vec!["show", "run_missing"],                         // 404
+        vec!["show", "../etc"],                              // not an id
+        vec!["run", ""],                                     // 400
+        vec!["run", "x", "--agent", "nobody"],               // 400
+        vec!["frobnicate"],                                  // unknown command
     ];
     for args in cases {
         let out = baton(&dev, data.path(), &args);
@@ -162,7 +181,13 @@ fn bad_input_and_refused_requests_exit_with_code_2() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
     // An unreachable server is not the caller's fault: exit 1.
     let out = Command::new(BIN)
-        .args(["ctas", "--endpoint", &format!("http://127.0.0.1:{}", free_port()), "--token", "t"])
+        .args([
+            "ctas",
+            "--endpoint",
+            &format!("http://127.0.0.1:{}", free_port()),
+            "--token",
+            "t",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
@@ -171,18 +196,31 @@ fn bad_input_and_refused_requests_exit_with_code_2() {
 #[test]
 fn the_benchmark_prints_one_json_line_for_both_variants() {
     for variant in ["A", "B"] {
-        let out = Command::new(BIN).args(["bench", "--iterations", "40", "--variant", variant]).output().unwrap();
+        let out = Command::new(BIN)
+            .args(["bench", "--iterations", "40", "--variant", variant])
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{out:?}");
         let text = stdout(&out);
         assert_eq!(text.trim().lines().count(), 1, "{text}");
         let v: Value = serde_json::from_str(text.trim()).unwrap();
-        for key in ["iterations", "variant", "wall_s", "per_step_ms", "db_bytes", "peak_rss_mb"] {
+        for key in [
+            "iterations",
+            "variant",
+            "wall_s",
+            "per_step_ms",
+            "db_bytes",
+            "peak_rss_mb",
+        ] {
             assert!(v.get(key).is_some(), "{key} missing in {v}");
         }
         assert_eq!(v["iterations"], 40);
         assert_eq!(v["variant"], variant);
         assert!(v["db_bytes"].as_u64().unwrap() > 40 * 500, "{v}");
     }
-    let out = Command::new(BIN).args(["bench", "--iterations", "0"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["bench", "--iterations", "0"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }

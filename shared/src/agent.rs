@@ -95,7 +95,11 @@ pub enum CatalogError {
         source: serde_json::Error,
     },
     #[error("agent `{agent}` lists unknown tool `{tool}` (known tools: {known})")]
-    UnknownTool { agent: String, tool: String, known: String },
+    UnknownTool {
+        agent: String,
+        tool: String,
+        known: String,
+    },
     #[error("agent `{agent}` sets an approval policy for `{tool}`, which is not one of its tools")]
     ApprovalForMissingTool { agent: String, tool: String },
     #[error("agent `{agent}`: approval regex for `{tool}` is invalid: {source}")]
@@ -153,8 +157,10 @@ pub enum AlwaysKeyword {
 impl AgentsFile {
     pub fn load(path: &std::path::Path) -> Result<Self, CatalogError> {
         let p = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|source| CatalogError::Read { path: p.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| CatalogError::Read {
+            path: p.clone(),
+            source,
+        })?;
         serde_json::from_str(&text).map_err(|source| CatalogError::Parse { path: p, source })
     }
 }
@@ -201,11 +207,15 @@ impl Catalog {
         extra_tools: Vec<Arc<dyn Tool>>,
         file: Option<AgentsFile>,
     ) -> Result<Self, CatalogError> {
-        let mut agents: BTreeMap<String, AgentDef> =
-            builtin_agents(&limits).into_iter().map(|a| (a.name.clone(), a)).collect();
+        let mut agents: BTreeMap<String, AgentDef> = builtin_agents(&limits)
+            .into_iter()
+            .map(|a| (a.name.clone(), a))
+            .collect();
         for (name, spec) in file.map(|f| f.agents).unwrap_or_default() {
             let valid = !name.is_empty()
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
             if !valid {
                 return Err(CatalogError::BadName(name));
             }
@@ -222,7 +232,11 @@ impl Catalog {
                     ApprovalSpec::Matches { input_matches } => match Regex::new(&input_matches) {
                         Ok(re) => Approval::InputMatches(re),
                         Err(source) => {
-                            return Err(CatalogError::BadRegex { agent: name, tool, source });
+                            return Err(CatalogError::BadRegex {
+                                agent: name,
+                                tool,
+                                source,
+                            });
                         }
                     },
                 };
@@ -239,10 +253,16 @@ impl Catalog {
             agents.insert(name, def);
         }
 
-        let subagents: Vec<String> =
-            agents.keys().filter(|n| n.as_str() != ORCHESTRATOR).cloned().collect();
+        let subagents: Vec<String> = agents
+            .keys()
+            .filter(|n| n.as_str() != ORCHESTRATOR)
+            .cloned()
+            .collect();
         let mut tools: HashMap<String, ToolDef> = HashMap::new();
-        for def in [tools::spawn_subagent(&subagents)?, tools::request_human_feedback()?] {
+        for def in [
+            tools::spawn_subagent(&subagents)?,
+            tools::request_human_feedback()?,
+        ] {
             tools.insert(def.spec.name.clone(), def);
         }
         let mut executable: Vec<Arc<dyn Tool>> = vec![Arc::new(tools::Echo)];
@@ -269,7 +289,12 @@ impl Catalog {
             }
             specs.insert(a.name.clone(), list);
         }
-        Ok(Self { agents: agents.into_iter().collect(), tools, specs, limits })
+        Ok(Self {
+            agents: agents.into_iter().collect(),
+            tools,
+            specs,
+            limits,
+        })
     }
 
     pub fn agent(&self, name: &str) -> Option<&AgentDef> {
@@ -284,7 +309,11 @@ impl Catalog {
 
     /// The tool `name` if `agent` may call it.
     pub fn tool_for(&self, agent: &AgentDef, name: &str) -> Option<&ToolDef> {
-        if agent.tools.iter().any(|t| t == name) { self.tools.get(name) } else { None }
+        if agent.tools.iter().any(|t| t == name) {
+            self.tools.get(name)
+        } else {
+            None
+        }
     }
 
     pub fn tool(&self, name: &str) -> Option<&ToolDef> {
@@ -309,7 +338,10 @@ mod tests {
     fn builtins_have_the_seed_tools() {
         let c = Catalog::new(Limits::default(), vec![], None).expect("builds");
         let o = c.agent(ORCHESTRATOR).expect("orchestrator");
-        assert_eq!(o.tools, vec![tools::SPAWN_SUBAGENT, tools::REQUEST_HUMAN_FEEDBACK]);
+        assert_eq!(
+            o.tools,
+            vec![tools::SPAWN_SUBAGENT, tools::REQUEST_HUMAN_FEEDBACK]
+        );
         assert!(c.agent("explore").is_some() && c.agent("code").is_some());
         assert_eq!(c.specs(ORCHESTRATOR).len(), 2);
     }
@@ -327,26 +359,49 @@ mod tests {
         let policy = &ops.approval["echo"];
         assert!(policy.requires(&serde_json::json!({"text": "rm -rf /"})));
         assert!(!policy.requires(&serde_json::json!({"text": "ls"})));
-        assert!(c.agent("careful").expect("careful").approval["echo"].requires(&serde_json::json!({})));
+        assert!(
+            c.agent("careful").expect("careful").approval["echo"].requires(&serde_json::json!({}))
+        );
         // New agents can be spawned as subagents.
         let spawn = c.tool(tools::SPAWN_SUBAGENT).expect("spawn");
-        assert!(spawn.validate(&serde_json::json!({"agent": "ops", "prompt": "x"})).is_ok());
+        assert!(
+            spawn
+                .validate(&serde_json::json!({"agent": "ops", "prompt": "x"}))
+                .is_ok()
+        );
     }
 
     #[test]
     fn bad_agent_files_are_clear_start_up_errors() {
         let cases = [
-            (r#"{"agents": {"a": {"tools": ["nope"]}}}"#, "unknown tool `nope`"),
-            (r#"{"agents": {"a": {"tools": [], "approval": {"echo": "always"}}}}"#, "not one of its tools"),
-            (r#"{"agents": {"a": {"tools": ["echo"], "approval": {"echo": {"inputMatches": "("}}}}}"#, "regex"),
+            (
+                r#"{"agents": {"a": {"tools": ["nope"]}}}"#,
+                "unknown tool `nope`",
+            ),
+            (
+                r#"{"agents": {"a": {"tools": [], "approval": {"echo": "always"}}}}"#,
+                "not one of its tools",
+            ),
+            (
+                r#"{"agents": {"a": {"tools": ["echo"], "approval": {"echo": {"inputMatches": "("}}}}}"#,
+                "regex",
+            ),
             (r#"{"agents": {"a b": {"tools": []}}}"#, "not valid"),
-            (r#"{"agents": {"a": {"tools": [], "maxIterations": 0}}}"#, "at least 1"),
+            (
+                r#"{"agents": {"a": {"tools": [], "maxIterations": 0}}}"#,
+                "at least 1",
+            ),
         ];
         for (json, expected) in cases {
             let err = Catalog::new(Limits::default(), vec![], Some(file(json))).expect_err(json);
             assert!(err.to_string().contains(expected), "{json}: {err}");
         }
         assert!(serde_json::from_str::<AgentsFile>(r#"{"agents": {"a": {"tool": []}}}"#).is_err());
-        assert!(serde_json::from_str::<AgentsFile>(r#"{"agents": {"a": {"tools": [], "approval": {"echo": "sometimes"}}}}"#).is_err());
+        assert!(
+            serde_json::from_str::<AgentsFile>(
+                r#"{"agents": {"a": {"tools": [], "approval": {"echo": "sometimes"}}}}"#
+            )
+            .is_err()
+        );
     }
 }

@@ -38,7 +38,11 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into() }
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
@@ -60,7 +64,9 @@ impl From<ServiceError> for ApiError {
         match e {
             ServiceError::Invalid(m) => Self::invalid(m),
             ServiceError::NotFound(m) => Self::new(StatusCode::NOT_FOUND, "not_found", m),
-            ServiceError::Conflict { code, message } => Self::new(StatusCode::CONFLICT, code, message),
+            ServiceError::Conflict { code, message } => {
+                Self::new(StatusCode::CONFLICT, code, message)
+            }
             ServiceError::Gone(m) => Self::new(StatusCode::GONE, "cta_expired", m),
             ServiceError::Port(e) => e.into(),
         }
@@ -71,9 +77,17 @@ impl From<PortError> for ApiError {
     fn from(e: PortError) -> Self {
         error!(error = %e, source = ?std::error::Error::source(&e), "backend error");
         if e.is_retryable() {
-            Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the service is busy; try again")
+            Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the service is busy; try again",
+            )
         } else {
-            Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+            Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error",
+            )
         }
     }
 }
@@ -84,7 +98,11 @@ pub struct Caller(pub String);
 
 /// Turns a request's headers and extensions into a caller, or refuses it.
 pub trait Authenticator: Send + Sync {
-    fn authenticate(&self, headers: &HeaderMap, extensions: &axum::http::Extensions) -> Result<Caller, ApiError>;
+    fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        extensions: &axum::http::Extensions,
+    ) -> Result<Caller, ApiError>;
 }
 
 /// `Authorization: Bearer <token>`: one shared token, one owner (local mode).
@@ -95,21 +113,37 @@ pub struct BearerToken {
 
 impl BearerToken {
     pub fn new(token: impl Into<String>, owner: impl Into<String>) -> Self {
-        Self { token: token.into(), owner: owner.into() }
+        Self {
+            token: token.into(),
+            owner: owner.into(),
+        }
     }
 }
 
 impl Authenticator for BearerToken {
-    fn authenticate(&self, headers: &HeaderMap, _: &axum::http::Extensions) -> Result<Caller, ApiError> {
+    fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        _: &axum::http::Extensions,
+    ) -> Result<Caller, ApiError> {
         let given = headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or_else(|| ApiError::unauthorized("missing `Authorization: Bearer <token>` header"))?;
+            .ok_or_else(|| {
+                ApiError::unauthorized("missing `Authorization: Bearer <token>` header")
+            })?;
         // Compare in time independent of where the first difference is.
         let (a, b) = (given.trim().as_bytes(), self.token.as_bytes());
-        let diff = a.iter().zip(b).fold(a.len() ^ b.len(), |acc, (x, y)| acc | usize::from(x ^ y));
-        if diff == 0 { Ok(Caller(self.owner.clone())) } else { Err(ApiError::unauthorized("invalid token")) }
+        let diff = a
+            .iter()
+            .zip(b)
+            .fold(a.len() ^ b.len(), |acc, (x, y)| acc | usize::from(x ^ y));
+        if diff == 0 {
+            Ok(Caller(self.owner.clone()))
+        } else {
+            Err(ApiError::unauthorized("invalid token"))
+        }
     }
 }
 
@@ -160,7 +194,11 @@ pub fn router(state: AppState) -> Router {
         .merge(authed)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
-            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this route")
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this route",
+            )
         })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
@@ -199,9 +237,13 @@ async fn create_run(
     let key = match headers.get("idempotency-key") {
         None => None,
         Some(v) => {
-            let k = v.to_str().map_err(|_| ApiError::invalid("Idempotency-Key must be visible ASCII"))?;
+            let k = v
+                .to_str()
+                .map_err(|_| ApiError::invalid("Idempotency-Key must be visible ASCII"))?;
             if k.is_empty() || k.len() > 255 {
-                return Err(ApiError::invalid("Idempotency-Key must be 1 to 255 characters"));
+                return Err(ApiError::invalid(
+                    "Idempotency-Key must be 1 to 255 characters",
+                ));
             }
             Some(k.to_owned())
         }
@@ -228,13 +270,17 @@ async fn get_run(
 ) -> Result<Json<Value>, ApiError> {
     let (run, timeline) = s.service.get_run(&owner, &run_id).await?;
     let mut v = serde_json::to_value(&run).map_err(|e| PortError::broken("encode run", e))?;
-    v["timeline"] = serde_json::to_value(&timeline).map_err(|e| PortError::broken("encode timeline", e))?;
+    v["timeline"] =
+        serde_json::to_value(&timeline).map_err(|e| PortError::broken("encode timeline", e))?;
     Ok(Json(v))
 }
 
 fn parse_num(q: &HashMap<String, String>, key: &str) -> Result<Option<u64>, ApiError> {
     q.get(key)
-        .map(|v| v.parse::<u64>().map_err(|_| ApiError::invalid(format!("`{key}` must be a non-negative integer"))))
+        .map(|v| {
+            v.parse::<u64>()
+                .map_err(|_| ApiError::invalid(format!("`{key}` must be a non-negative integer")))
+        })
         .transpose()
 }
 
@@ -248,7 +294,9 @@ async fn get_timeline(
     let limit = parse_num(&q, "limit")?.map_or(MAX_PAGE, |l| (l as usize).clamp(1, MAX_PAGE));
     let (run, entries) = s.service.timeline(&owner, &run_id, after, limit).await?;
     let next = entries.last().map(|e| e.seq).or(after);
-    Ok(Json(json!({"runId": run.run_id, "status": run.status, "entries": entries, "next": next})))
+    Ok(Json(
+        json!({"runId": run.run_id, "status": run.status, "entries": entries, "next": next}),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -264,7 +312,9 @@ async fn post_message(
     JsonBody(body): JsonBody<MessageBody>,
 ) -> Result<Response, ApiError> {
     let run = s.service.post_message(&owner, &run_id, &body.text).await?;
-    Ok(accepted(json!({"runId": run.run_id, "status": run.status, "accepted": true})))
+    Ok(accepted(
+        json!({"runId": run.run_id, "status": run.status, "accepted": true}),
+    ))
 }
 
 async fn cancel_run(
@@ -273,7 +323,9 @@ async fn cancel_run(
     Path(run_id): Path<String>,
 ) -> Result<Response, ApiError> {
     let run = s.service.cancel(&owner, &run_id).await?;
-    Ok(accepted(json!({"runId": run.run_id, "status": run.status, "accepted": true})))
+    Ok(accepted(
+        json!({"runId": run.run_id, "status": run.status, "accepted": true}),
+    ))
 }
 
 async fn list_ctas(
@@ -297,7 +349,9 @@ async fn get_cta(
     Path(cta_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let cta = s.service.get_cta(Some(&owner), &cta_id).await?;
-    Ok(Json(serde_json::to_value(&cta).map_err(|e| PortError::broken("encode CTA", e))?))
+    Ok(Json(
+        serde_json::to_value(&cta).map_err(|e| PortError::broken("encode CTA", e))?,
+    ))
 }
 
 async fn answer_cta(
@@ -308,6 +362,11 @@ async fn answer_cta(
 ) -> Result<Response, ApiError> {
     let response: CtaResponse = serde_json::from_value(body)
         .map_err(|e| ApiError::invalid(format!("invalid CTA response: {e}")))?;
-    let cta = s.service.answer_cta(Some(&owner), &cta_id, response).await?;
-    Ok(accepted(json!({"ctaId": cta.cta_id, "runId": cta.run_id, "status": cta.status})))
+    let cta = s
+        .service
+        .answer_cta(Some(&owner), &cta_id, response)
+        .await?;
+    Ok(accepted(
+        json!({"ctaId": cta.cta_id, "runId": cta.run_id, "status": cta.status}),
+    ))
 }

@@ -194,8 +194,14 @@ mod tests {
         CtaRequest::Choice {
             prompt: "Pick".into(),
             options: vec![
-                ChoiceOption { id: "a".into(), label: "A".into() },
-                ChoiceOption { id: "b".into(), label: "B".into() },
+                ChoiceOption {
+                    id: "a".into(),
+                    label: "A".into(),
+                },
+                ChoiceOption {
+                    id: "b".into(),
+                    label: "B".into(),
+                },
             ],
         }
     }
@@ -204,10 +210,21 @@ mod tests {
     fn requests_and_responses_are_tagged_on_kind() {
         let r: CtaRequest = serde_json::from_value(json!({"kind": "text", "prompt": "Name?"}))
             .expect("valid text request");
-        assert_eq!(r, CtaRequest::Text { prompt: "Name?".into(), placeholder: None });
+        assert_eq!(
+            r,
+            CtaRequest::Text {
+                prompt: "Name?".into(),
+                placeholder: None
+            }
+        );
         let a: CtaResponse =
             serde_json::from_value(json!({"kind": "choice", "selectedId": "b"})).expect("valid");
-        assert_eq!(a, CtaResponse::Choice { selected_id: "b".into() });
+        assert_eq!(
+            a,
+            CtaResponse::Choice {
+                selected_id: "b".into()
+            }
+        );
         // A field of another kind is refused, not ignored.
         assert!(
             serde_json::from_value::<CtaResponse>(json!({"kind": "text", "approved": true}))
@@ -219,16 +236,50 @@ mod tests {
     fn a_response_must_answer_its_own_request() {
         let table: Vec<(CtaRequest, serde_json::Value, bool)> = vec![
             (choice(), json!({"kind": "choice", "selectedId": "a"}), true),
-            (choice(), json!({"kind": "choice", "selectedId": "z"}), false),
+            (
+                choice(),
+                json!({"kind": "choice", "selectedId": "z"}),
+                false,
+            ),
             (choice(), json!({"kind": "text", "text": "a"}), false),
-            (CtaRequest::Approval { message: "ok?".into() }, json!({"kind": "approval", "approved": false, "reason": "no"}), true),
-            (CtaRequest::Approval { message: "ok?".into() }, json!({"kind": "choice", "selectedId": "a"}), false),
-            (CtaRequest::Text { prompt: "?".into(), placeholder: None }, json!({"kind": "text", "text": ""}), true),
-            (CtaRequest::Text { prompt: "?".into(), placeholder: None }, json!({"kind": "approval", "approved": true}), false),
+            (
+                CtaRequest::Approval {
+                    message: "ok?".into(),
+                },
+                json!({"kind": "approval", "approved": false, "reason": "no"}),
+                true,
+            ),
+            (
+                CtaRequest::Approval {
+                    message: "ok?".into(),
+                },
+                json!({"kind": "choice", "selectedId": "a"}),
+                false,
+            ),
+            (
+                CtaRequest::Text {
+                    prompt: "?".into(),
+                    placeholder: None,
+                },
+                json!({"kind": "text", "text": ""}),
+                true,
+            ),
+            (
+                CtaRequest::Text {
+                    prompt: "?".into(),
+                    placeholder: None,
+                },
+                json!({"kind": "approval", "approved": true}),
+                false,
+            ),
         ];
         for (req, resp, ok) in table {
             let resp: CtaResponse = serde_json::from_value(resp).expect("well-formed");
-            assert_eq!(resp.validate_against(&req).is_ok(), ok, "{req:?} / {resp:?}");
+            assert_eq!(
+                resp.validate_against(&req).is_ok(),
+                ok,
+                "{req:?} / {resp:?}"
+            );
         }
     }
 
@@ -237,13 +288,32 @@ mod tests {
         let dup = CtaRequest::Choice {
             prompt: "p".into(),
             options: vec![
-                ChoiceOption { id: "a".into(), label: "A".into() },
-                ChoiceOption { id: "a".into(), label: "B".into() },
+                ChoiceOption {
+                    id: "a".into(),
+                    label: "A".into(),
+                },
+                ChoiceOption {
+                    id: "a".into(),
+                    label: "B".into(),
+                },
             ],
         };
         assert!(dup.validate().is_err());
-        assert!(CtaRequest::Choice { prompt: "p".into(), options: vec![] }.validate().is_err());
-        assert!(CtaRequest::Approval { message: " ".into() }.validate().is_err());
+        assert!(
+            CtaRequest::Choice {
+                prompt: "p".into(),
+                options: vec![]
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            CtaRequest::Approval {
+                message: " ".into()
+            }
+            .validate()
+            .is_err()
+        );
         assert!(choice().validate().is_ok());
     }
 

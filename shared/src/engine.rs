@@ -40,7 +40,9 @@ pub enum Input {
     /// The run was created: take its first step.
     Start,
     /// Think again; stale unless the run is still at `version`.
-    Continue { version: u64 },
+    Continue {
+        version: u64,
+    },
     /// A follow-up user turn on a finished run (from the API, or a parent continuing it).
     UserMessage {
         text: String,
@@ -49,22 +51,43 @@ pub enum Input {
         reply_to: Option<ParentLink>,
     },
     /// A human answered; the CTA item already records the answer.
-    CtaAnswered { cta_id: String, response: CtaResponse },
+    CtaAnswered {
+        cta_id: String,
+        response: CtaResponse,
+    },
     /// A CTA's expiry fired; the CTA item already records it.
-    CtaExpired { cta_id: String },
+    CtaExpired {
+        cta_id: String,
+    },
     /// A child run ended.
-    ChildFinished { child_run_id: String, tool_call_id: String, outcome: ChildOutcome },
-    Cancel { reason: String },
+    ChildFinished {
+        child_run_id: String,
+        tool_call_id: String,
+        outcome: ChildOutcome,
+    },
+    Cancel {
+        reason: String,
+    },
     /// The run cannot go on (a poison message, a fatal model error).
-    Fail { code: String, message: String },
+    Fail {
+        code: String,
+        message: String,
+    },
 }
 
 /// How a child run ended, as its parent learns it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum ChildOutcome {
-    Completed { text: String, step_count: u32, total_usage: Usage },
-    Ended { status: RunStatus, error: String },
+    Completed {
+        text: String,
+        step_count: u32,
+        total_usage: Usage,
+    },
+    Ended {
+        status: RunStatus,
+        error: String,
+    },
 }
 
 /// An event for the bus (EventBridge detail-types of DESIGN.md §7).
@@ -85,10 +108,18 @@ pub enum Effect {
     Send(StepMessage),
     Publish(Event),
     /// A one-time expiry timer named by the CTA id.
-    Schedule { cta_id: String, run_id: String, at: DateTime<Utc> },
-    Unschedule { cta_id: String },
+    Schedule {
+        cta_id: String,
+        run_id: String,
+        at: DateTime<Utc>,
+    },
+    Unschedule {
+        cta_id: String,
+    },
     /// Mark the CTA item cancelled if it is still pending.
-    CancelCta { cta_id: String },
+    CancelCta {
+        cta_id: String,
+    },
 }
 
 /// What the engine decided.
@@ -137,7 +168,10 @@ pub struct Io {
 /// Mints a stable id from a run, a seq and a purpose.
 pub fn derive_id(prefix: &str, run_id: &str, seq: u64) -> String {
     let name = format!("{run_id}/{seq}/{prefix}");
-    format!("{prefix}_{}", uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, name.as_bytes()).simple())
+    format!(
+        "{prefix}_{}",
+        uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, name.as_bytes()).simple()
+    )
 }
 
 /// One iteration of one run. See the module docs.
@@ -164,7 +198,11 @@ pub fn step(
             }
             true
         }
-        Input::UserMessage { text, message_id, reply_to } => {
+        Input::UserMessage {
+            text,
+            message_id,
+            reply_to,
+        } => {
             let seen = timeline.iter().rev().any(|e| {
                 matches!(&e.body, EntryBody::User { message_id: Some(m), .. } if m == message_id)
             });
@@ -175,14 +213,18 @@ pub fn step(
                 && run.parent.as_ref().map(|p| &p.run_id) != Some(&link.run_id)
             {
                 // Only a run's own parent may continue it: answer, change nothing else.
-                w.send(&link.run_id, "refused", Input::ChildFinished {
-                    child_run_id: run.run_id.clone(),
-                    tool_call_id: link.tool_call_id.clone(),
-                    outcome: ChildOutcome::Ended {
-                        status: run.status,
-                        error: "this run has no such subagent".into(),
+                w.send(
+                    &link.run_id,
+                    "refused",
+                    Input::ChildFinished {
+                        child_run_id: run.run_id.clone(),
+                        tool_call_id: link.tool_call_id.clone(),
+                        outcome: ChildOutcome::Ended {
+                            status: run.status,
+                            error: "this run has no such subagent".into(),
+                        },
                     },
-                });
+                );
                 return w.done();
             }
             if !run.status.is_terminal() {
@@ -190,20 +232,27 @@ pub fn step(
                     return Step::Ignore("run is still active".into());
                 };
                 // A parent tried to continue a busy subagent: tell it, change nothing else.
-                w.send(&link.run_id, "busy", Input::ChildFinished {
-                    child_run_id: run.run_id.clone(),
-                    tool_call_id: link.tool_call_id.clone(),
-                    outcome: ChildOutcome::Ended {
-                        status: run.status,
-                        error: "the subagent is still working on an earlier request".into(),
+                w.send(
+                    &link.run_id,
+                    "busy",
+                    Input::ChildFinished {
+                        child_run_id: run.run_id.clone(),
+                        tool_call_id: link.tool_call_id.clone(),
+                        outcome: ChildOutcome::Ended {
+                            status: run.status,
+                            error: "the subagent is still working on an earlier request".into(),
+                        },
                     },
-                });
+                );
                 return w.done();
             }
             if let Some(link) = reply_to {
                 w.run.parent = Some(link.clone());
             }
-            w.push(EntryBody::User { text: text.clone(), message_id: Some(message_id.clone()) });
+            w.push(EntryBody::User {
+                text: text.clone(),
+                message_id: Some(message_id.clone()),
+            });
             w.run.status = RunStatus::Running;
             w.run.turn_thinks = 0;
             w.run.result = None;
@@ -211,7 +260,8 @@ pub fn step(
             true
         }
         Input::CtaAnswered { cta_id, response } => {
-            let Some(seq) = w.pending_where(|t| t.cta.as_ref().is_some_and(|c| &c.cta_id == cta_id))
+            let Some(seq) =
+                w.pending_where(|t| t.cta.as_ref().is_some_and(|c| &c.cta_id == cta_id))
             else {
                 return Step::Ignore(format!("no pending result waits for CTA {cta_id}"));
             };
@@ -219,7 +269,9 @@ pub fn step(
                 let t = w.tool(seq);
                 (t.id.clone(), t.name.clone(), t.input.clone(), t.cta.clone())
             };
-            let Some(mut snap) = snap else { return Step::Ignore("not a CTA".into()) };
+            let Some(mut snap) = snap else {
+                return Step::Ignore("not a CTA".into());
+            };
             if let Err(e) = response.validate_against(&snap.request) {
                 return Step::Ignore(format!("invalid response: {e}"));
             }
@@ -227,52 +279,85 @@ pub fn step(
                 (true, CtaResponse::Approval { approved: true, .. }) => {
                     match io.outputs.get(&call_id) {
                         Some(out) => to_result(out.clone()),
-                        None => return Step::Execute(vec![Execution { call_id, tool: name, input }]),
+                        None => {
+                            return Step::Execute(vec![Execution {
+                                call_id,
+                                tool: name,
+                                input,
+                            }]);
+                        }
                     }
                 }
-                (true, CtaResponse::Approval { approved: false, reason }) => ToolResult::error(
-                    match reason {
-                        Some(r) if !r.trim().is_empty() => format!("a human rejected this call: {r}"),
-                        _ => "a human rejected this call".to_owned(),
+                (
+                    true,
+                    CtaResponse::Approval {
+                        approved: false,
+                        reason,
                     },
-                ),
-                _ => ToolResult::Success { output: response.to_output() },
+                ) => ToolResult::error(match reason {
+                    Some(r) if !r.trim().is_empty() => format!("a human rejected this call: {r}"),
+                    _ => "a human rejected this call".to_owned(),
+                }),
+                _ => ToolResult::Success {
+                    output: response.to_output(),
+                },
             };
             snap.status = CtaStatus::Answered;
             snap.response = Some(response.clone());
             w.resolve(seq, result, Some(snap));
-            w.effects.push(Effect::Unschedule { cta_id: cta_id.clone() });
+            w.effects.push(Effect::Unschedule {
+                cta_id: cta_id.clone(),
+            });
             w.after_resolution()
         }
         Input::CtaExpired { cta_id } => {
-            let Some(seq) = w.pending_where(|t| t.cta.as_ref().is_some_and(|c| &c.cta_id == cta_id))
+            let Some(seq) =
+                w.pending_where(|t| t.cta.as_ref().is_some_and(|c| &c.cta_id == cta_id))
             else {
                 return Step::Ignore(format!("no pending result waits for CTA {cta_id}"));
             };
-            let Some(mut snap) = w.tool(seq).cta.clone() else { return Step::Ignore("not a CTA".into()) };
-            let message = format!("no answer came before the CTA expired at {}", snap.expires_at.to_rfc3339());
+            let Some(mut snap) = w.tool(seq).cta.clone() else {
+                return Step::Ignore("not a CTA".into());
+            };
+            let message = format!(
+                "no answer came before the CTA expired at {}",
+                snap.expires_at.to_rfc3339()
+            );
             snap.status = CtaStatus::Expired;
             w.resolve(seq, ToolResult::error(message.clone()), Some(snap));
-            w.effects.push(Effect::Unschedule { cta_id: cta_id.clone() });
+            w.effects.push(Effect::Unschedule {
+                cta_id: cta_id.clone(),
+            });
             match run.on_expiry {
                 ExpiryPolicy::End => {
                     w.end(RunStatus::Expired, "cta_expired", &message);
                     false
                 }
                 ExpiryPolicy::Continue => {
-                    w.push(EntryBody::Notice { code: "cta_expired".into(), message });
+                    w.push(EntryBody::Notice {
+                        code: "cta_expired".into(),
+                        message,
+                    });
                     w.after_resolution()
                 }
             }
         }
-        Input::ChildFinished { child_run_id, tool_call_id, outcome } => {
+        Input::ChildFinished {
+            child_run_id,
+            tool_call_id,
+            outcome,
+        } => {
             let Some(seq) = w.pending_where(|t| {
                 &t.id == tool_call_id && t.child_run_id.as_deref() == Some(child_run_id)
             }) else {
                 return Step::Ignore(format!("no pending result waits for child {child_run_id}"));
             };
             let result = match outcome {
-                ChildOutcome::Completed { text, step_count, total_usage } => ToolResult::Success {
+                ChildOutcome::Completed {
+                    text,
+                    step_count,
+                    total_usage,
+                } => ToolResult::Success {
                     output: json!({
                         "subagentId": child_run_id,
                         "text": text,
@@ -304,10 +389,8 @@ pub fn step(
             false
         }
     };
-    if think {
-        if let Some(need) = w.think(io) {
-            return need;
-        }
+    if think && let Some(need) = w.think(io) {
+        return need;
     }
     w.done()
 }
@@ -359,7 +442,11 @@ impl<'a> Work<'a> {
             return e;
         }
         let base = self.timeline.len() as u64;
-        if seq < base { &self.timeline[seq as usize] } else { &self.appended[(seq - base) as usize] }
+        if seq < base {
+            &self.timeline[seq as usize]
+        } else {
+            &self.appended[(seq - base) as usize]
+        }
     }
 
     fn entry_mut(&mut self, seq: u64) -> &mut Entry {
@@ -368,7 +455,9 @@ impl<'a> Work<'a> {
             return &mut self.appended[(seq - base) as usize];
         }
         let timeline = self.timeline;
-        self.updated.entry(seq).or_insert_with(|| timeline[seq as usize].clone())
+        self.updated
+            .entry(seq)
+            .or_insert_with(|| timeline[seq as usize].clone())
     }
 
     fn tool(&self, seq: u64) -> &ToolEntry {
@@ -391,7 +480,11 @@ impl<'a> Work<'a> {
         if matches!(body, EntryBody::Assistant { .. }) {
             self.batch_start = seq + 1;
         }
-        self.appended.push(Entry { seq, at: self.now, body });
+        self.appended.push(Entry {
+            seq,
+            at: self.now,
+            body,
+        });
         seq
     }
 
@@ -423,11 +516,19 @@ impl<'a> Work<'a> {
 
     fn send(&mut self, run_id: &str, tag: &str, input: Input) {
         let id = format!("{}:{}:{tag}", self.run.run_id, self.run.version + 1);
-        self.effects.push(Effect::Send(StepMessage { run_id: run_id.into(), id, input }));
+        self.effects.push(Effect::Send(StepMessage {
+            run_id: run_id.into(),
+            id,
+            input,
+        }));
     }
 
     fn publish(&mut self, detail_type: &str, detail: Value) {
-        let n = self.effects.iter().filter(|e| matches!(e, Effect::Publish(_))).count();
+        let n = self
+            .effects
+            .iter()
+            .filter(|e| matches!(e, Effect::Publish(_)))
+            .count();
         let id = format!("{}:{}:{n}", self.run.run_id, self.run.version + 1);
         self.effects.push(Effect::Publish(Event {
             id,
@@ -452,7 +553,10 @@ impl<'a> Work<'a> {
     fn think(&mut self, io: &Io) -> Option<Step> {
         let catalog = self.catalog;
         let Some(agent) = catalog.agent(&self.run.agent) else {
-            let msg = format!("agent `{}` is not defined in this deployment", self.run.agent);
+            let msg = format!(
+                "agent `{}` is not defined in this deployment",
+                self.run.agent
+            );
             self.end(RunStatus::Failed, "unknown_agent", &msg);
             return None;
         };
@@ -470,13 +574,17 @@ impl<'a> Work<'a> {
             return None;
         }
         let Some(reply) = &io.reply else {
-            return Some(Step::Think { think_index: self.run.thinks });
+            return Some(Step::Think {
+                think_index: self.run.thinks,
+            });
         };
         self.run.thinks += 1;
         self.run.turn_thinks += 1;
         self.run.usage += reply.usage;
-        let reply_seq =
-            self.push(EntryBody::Assistant { text: reply.text.clone(), usage: reply.usage });
+        let reply_seq = self.push(EntryBody::Assistant {
+            text: reply.text.clone(),
+            usage: reply.usage,
+        });
         if reply.tool_calls.is_empty() {
             self.run.result = Some(reply.text.clone().unwrap_or_default());
             self.end(RunStatus::Completed, "", "");
@@ -507,7 +615,9 @@ impl<'a> Work<'a> {
                 id: id.clone(),
                 name: call.name.clone(),
                 input: input.clone(),
-                result: ToolResult::Pending { reason: "dispatching".into() },
+                result: ToolResult::Pending {
+                    reason: "dispatching".into(),
+                },
                 reply_seq,
                 cta: None,
                 child_run_id: None,
@@ -531,9 +641,13 @@ impl<'a> Work<'a> {
             self.run.status = RunStatus::Waiting;
         } else {
             self.run.status = RunStatus::Running;
-            self.send(&self.run.run_id.clone(), "continue", Input::Continue {
-                version: self.run.version + 1,
-            });
+            self.send(
+                &self.run.run_id.clone(),
+                "continue",
+                Input::Continue {
+                    version: self.run.version + 1,
+                },
+            );
         }
         None
     }
@@ -553,7 +667,11 @@ impl<'a> Work<'a> {
         let Some(def) = catalog.tool_for(agent, name) else {
             return ToolResult::error(format!(
                 "unknown tool `{name}`; this agent's tools are: {}",
-                if agent.tools.is_empty() { "(none)".to_owned() } else { agent.tools.join(", ") }
+                if agent.tools.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    agent.tools.join(", ")
+                }
             ));
         };
         if let Err(e) = def.validate(&input) {
@@ -583,14 +701,22 @@ impl<'a> Work<'a> {
                             tool: name.into(),
                             input,
                         });
-                        ToolResult::Pending { reason: "executing".into() }
+                        ToolResult::Pending {
+                            reason: "executing".into(),
+                        }
                     }
                 }
             }
         }
     }
 
-    fn raise_cta(&mut self, seq: u64, call_id: &str, request: CtaRequest, gate: bool) -> ToolResult {
+    fn raise_cta(
+        &mut self,
+        seq: u64,
+        call_id: &str,
+        request: CtaRequest,
+        gate: bool,
+    ) -> ToolResult {
         let cta_id = derive_id("cta", &self.run.run_id, seq);
         let expires_at = self.now
             + chrono::Duration::from_std(self.catalog.limits.cta_expiry)
@@ -613,7 +739,9 @@ impl<'a> Work<'a> {
             "runId": self.run.run_id,
             "expiresAt": expires_at,
         });
-        if let (Value::Object(d), Ok(Value::Object(r))) = (&mut detail, serde_json::to_value(&request)) {
+        if let (Value::Object(d), Ok(Value::Object(r))) =
+            (&mut detail, serde_json::to_value(&request))
+        {
             d.extend(r);
         }
         self.publish("cta.request", detail);
@@ -631,7 +759,9 @@ impl<'a> Work<'a> {
             expires_at,
             gate,
         });
-        ToolResult::Pending { reason: "waiting for a human".into() }
+        ToolResult::Pending {
+            reason: "waiting for a human".into(),
+        }
     }
 
     fn running_children(&self) -> usize {
@@ -642,10 +772,14 @@ impl<'a> Work<'a> {
         let limits = &self.catalog.limits;
         if let Some(sub) = input.get("subagentId").and_then(Value::as_str) {
             if self.running_children() >= limits.max_parallel_children {
-                return ToolResult::Pending { reason: "queued".into() };
+                return ToolResult::Pending {
+                    reason: "queued".into(),
+                };
             }
             self.resume_child(seq, id, sub, input);
-            return ToolResult::Pending { reason: "waiting for subagent".into() };
+            return ToolResult::Pending {
+                reason: "waiting for subagent".into(),
+            };
         }
         if self.run.depth + 1 > limits.max_depth {
             return ToolResult::error(format!(
@@ -654,10 +788,14 @@ impl<'a> Work<'a> {
             ));
         }
         if self.running_children() >= limits.max_parallel_children {
-            return ToolResult::Pending { reason: "queued".into() };
+            return ToolResult::Pending {
+                reason: "queued".into(),
+            };
         }
         self.start_child(seq, id, input);
-        ToolResult::Pending { reason: "waiting for subagent".into() }
+        ToolResult::Pending {
+            reason: "waiting for subagent".into(),
+        }
     }
 
     fn start_child(&mut self, seq: u64, call_id: &str, input: &Value) {
@@ -667,7 +805,10 @@ impl<'a> Work<'a> {
             run_id: child_id.clone(),
             agent: text("agent").unwrap_or_default(),
             owner: self.run.owner.clone(),
-            parent: Some(ParentLink { run_id: self.run.run_id.clone(), tool_call_id: call_id.into() }),
+            parent: Some(ParentLink {
+                run_id: self.run.run_id.clone(),
+                tool_call_id: call_id.into(),
+            }),
             depth: self.run.depth + 1,
             on_expiry: self.run.on_expiry,
             sandbox_id: text("sandboxId").or_else(|| self.run.sandbox_id.clone()),
@@ -677,7 +818,10 @@ impl<'a> Work<'a> {
         let first = Entry {
             seq: 0,
             at: self.now,
-            body: EntryBody::User { text: text("prompt").unwrap_or_default(), message_id: None },
+            body: EntryBody::User {
+                text: text("prompt").unwrap_or_default(),
+                message_id: None,
+            },
         };
         child.next_seq = 1;
         self.new_runs.push((child, vec![first]));
@@ -690,7 +834,10 @@ impl<'a> Work<'a> {
     }
 
     fn resume_child(&mut self, seq: u64, call_id: &str, child_id: &str, input: &Value) {
-        let prompt = input.get("prompt").and_then(Value::as_str).unwrap_or_default();
+        let prompt = input
+            .get("prompt")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let message_id = format!("{}/{call_id}", self.run.run_id);
         self.effects.push(Effect::Send(StepMessage {
             run_id: child_id.into(),
@@ -719,11 +866,13 @@ impl<'a> Work<'a> {
                 (t.id.clone(), t.input.clone())
             };
             if let Some(sub) = input.get("subagentId").and_then(Value::as_str) {
-                self.resume_child(seq, &id, &sub.to_owned(), &input);
+                self.resume_child(seq, &id, sub, &input);
             } else {
                 self.start_child(seq, &id, &input);
             }
-            self.tool_mut(seq).result = ToolResult::Pending { reason: "waiting for subagent".into() };
+            self.tool_mut(seq).result = ToolResult::Pending {
+                reason: "waiting for subagent".into(),
+            };
         }
     }
 
@@ -735,38 +884,63 @@ impl<'a> Work<'a> {
             let mut snap = t.cta.clone();
             if let Some(s) = snap.as_mut() {
                 s.status = CtaStatus::Cancelled;
-                self.effects.push(Effect::CancelCta { cta_id: s.cta_id.clone() });
-                self.effects.push(Effect::Unschedule { cta_id: s.cta_id.clone() });
+                self.effects.push(Effect::CancelCta {
+                    cta_id: s.cta_id.clone(),
+                });
+                self.effects.push(Effect::Unschedule {
+                    cta_id: s.cta_id.clone(),
+                });
             }
             if let Some(child) = &t.child_run_id {
                 let id = format!("{child}:cancel:{}", self.run.run_id);
                 self.effects.push(Effect::Send(StepMessage {
                     run_id: child.clone(),
                     id,
-                    input: Input::Cancel { reason: format!("parent {}", why) },
+                    input: Input::Cancel {
+                        reason: format!("parent {}", why),
+                    },
                 }));
             }
-            self.resolve(seq, ToolResult::error(format!("not completed: {why}")), snap);
+            self.resolve(
+                seq,
+                ToolResult::error(format!("not completed: {why}")),
+                snap,
+            );
         }
         self.run.status = status;
         let run_id = self.run.run_id.clone();
         if status == RunStatus::Completed {
             if !code.is_empty() {
-                self.push(EntryBody::Notice { code: code.into(), message: message.into() });
+                self.push(EntryBody::Notice {
+                    code: code.into(),
+                    message: message.into(),
+                });
             }
             let text = self.run.result.clone().unwrap_or_default();
-            self.publish("run.completed", json!({
-                "runId": run_id, "text": text, "usage": self.run.usage,
-            }));
+            self.publish(
+                "run.completed",
+                json!({
+                    "runId": run_id, "text": text, "usage": self.run.usage,
+                }),
+            );
         } else {
-            let body = EntryBody::Error { code: code.into(), message: message.into() };
+            let body = EntryBody::Error {
+                code: code.into(),
+                message: message.into(),
+            };
             let body = if status == RunStatus::Failed {
                 body
             } else {
-                EntryBody::Notice { code: code.into(), message: message.into() }
+                EntryBody::Notice {
+                    code: code.into(),
+                    message: message.into(),
+                }
             };
             self.push(body);
-            self.run.error = Some(RunError { code: code.into(), message: message.into() });
+            self.run.error = Some(RunError {
+                code: code.into(),
+                message: message.into(),
+            });
             self.publish(&format!("run.{}", status.as_str()), json!({
                 "runId": run_id, "error": {"code": code, "message": message}, "usage": self.run.usage,
             }));
@@ -779,13 +953,20 @@ impl<'a> Work<'a> {
                     total_usage: self.run.usage,
                 }
             } else {
-                ChildOutcome::Ended { status, error: message.into() }
+                ChildOutcome::Ended {
+                    status,
+                    error: message.into(),
+                }
             };
-            self.send(&parent.run_id, "finished", Input::ChildFinished {
-                child_run_id: run_id,
-                tool_call_id: parent.tool_call_id,
-                outcome,
-            });
+            self.send(
+                &parent.run_id,
+                "finished",
+                Input::ChildFinished {
+                    child_run_id: run_id,
+                    tool_call_id: parent.tool_call_id,
+                    outcome,
+                },
+            );
         }
     }
 

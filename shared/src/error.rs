@@ -27,10 +27,16 @@ pub enum PortError {
 
 impl PortError {
     pub fn unavailable(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
-        Self::Unavailable { message: message.into(), source: Some(source.into()) }
+        Self::Unavailable {
+            message: message.into(),
+            source: Some(source.into()),
+        }
     }
     pub fn broken(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
-        Self::Broken { message: message.into(), source: Some(source.into()) }
+        Self::Broken {
+            message: message.into(),
+            source: Some(source.into()),
+        }
     }
     pub fn is_retryable(&self) -> bool {
         matches!(self, Self::Unavailable { .. } | Self::Conflict)

@@ -4,17 +4,17 @@
 //! models; [`adapters`] implement them (embedded SQLite here, AWS later); [`service`] is the
 //! only place that loads, steps, commits and performs effects; [`api`] is the HTTP router.
 
+pub mod adapters;
 pub mod agent;
 pub mod api;
 pub mod cta;
 pub mod engine;
+pub mod error;
 pub mod llm;
 pub mod local;
+pub mod ports;
 pub mod run;
+pub mod service;
 pub mod timeline;
 pub mod tools;
-pub mod adapters;
-pub mod error;
-pub mod ports;
-pub mod service;
 pub mod worker;

@@ -48,7 +48,12 @@ pub struct LocalServer {
 }
 
 /// Builds the service over the embedded store.
-pub fn local_service(store: &LocalStore, llm: Arc<dyn Llm>, catalog: Arc<Catalog>, clock: Arc<dyn Clock>) -> Arc<Service> {
+pub fn local_service(
+    store: &LocalStore,
+    llm: Arc<dyn Llm>,
+    catalog: Arc<Catalog>,
+    clock: Arc<dyn Clock>,
+) -> Arc<Service> {
     let deps = Deps {
         store: Arc::new(store.clone()),
         queue: Arc::new(store.clone()),
@@ -90,7 +95,9 @@ impl LocalServer {
             service: service.clone(),
             auth: Arc::new(BearerToken::new(token.clone(), LOCAL_OWNER)),
         });
-        let listener = tokio::net::TcpListener::bind(opts.addr).await.map_err(StartError::Io)?;
+        let listener = tokio::net::TcpListener::bind(opts.addr)
+            .await
+            .map_err(StartError::Io)?;
         let addr = listener.local_addr().map_err(StartError::Io)?;
         let mut rx = stop_rx;
         let server = tokio::spawn(async move {
@@ -101,7 +108,16 @@ impl LocalServer {
                 .await
         });
         info!(%addr, data = %opts.data_dir.display(), "baton dev listening");
-        Ok(Self { addr, token, token_created, store, service, stop, server, worker })
+        Ok(Self {
+            addr,
+            token,
+            token_created,
+            store,
+            service,
+            stop,
+            server,
+            worker,
+        })
     }
 
     pub fn url(&self) -> String {
@@ -120,13 +136,14 @@ impl LocalServer {
         let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
         {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return self.shutdown().await;
-                }
-            };
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => {
+                        let _ = ctrl_c.await;
+                        return self.shutdown().await;
+                    }
+                };
             tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
         }
         #[cfg(not(unix))]

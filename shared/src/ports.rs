@@ -24,7 +24,7 @@ pub struct RunRecord {
 pub enum Created {
     Created,
     /// A run with the same owner and idempotency key exists already.
-    Existing(RunRecord),
+    Existing(Box<RunRecord>),
 }
 
 /// The outcome of settling a CTA.
@@ -67,7 +67,8 @@ pub trait Store: Send + Sync {
     /// Commits a transition atomically if the run is still at `expected_version`:
     /// new and resolved entries, the run item with the transition's effects as its outbox,
     /// new CTAs and new child runs. [`PortError::Conflict`] if the version moved.
-    async fn commit(&self, expected_version: u64, transition: &Transition) -> Result<(), PortError>;
+    async fn commit(&self, expected_version: u64, transition: &Transition)
+    -> Result<(), PortError>;
 
     /// Marks the outbox of `version` performed (does nothing if the run moved past it).
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError>;
@@ -84,7 +85,11 @@ pub trait Store: Send + Sync {
     ) -> Result<Settled, PortError>;
 
     /// An owner's CTAs, optionally of one status, oldest first.
-    async fn list_ctas(&self, owner: &str, status: Option<CtaStatus>) -> Result<Vec<Cta>, PortError>;
+    async fn list_ctas(
+        &self,
+        owner: &str,
+        status: Option<CtaStatus>,
+    ) -> Result<Vec<Cta>, PortError>;
 }
 
 /// Sends step messages to runs' ordered groups (FIFO per run id, deduplicated by id).
@@ -103,7 +108,12 @@ pub trait Bus: Send + Sync {
 /// unscheduling a missing one both succeed.
 #[async_trait::async_trait]
 pub trait Scheduler: Send + Sync {
-    async fn schedule(&self, cta_id: &str, run_id: &str, at: DateTime<Utc>) -> Result<(), PortError>;
+    async fn schedule(
+        &self,
+        cta_id: &str,
+        run_id: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), PortError>;
     async fn unschedule(&self, cta_id: &str) -> Result<(), PortError>;
 }
 

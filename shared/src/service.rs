@@ -89,7 +89,11 @@ pub struct Service {
 
 impl Service {
     pub fn new(deps: Deps, catalog: Arc<Catalog>) -> Self {
-        Self { deps, catalog, cache: Mutex::new(HashMap::new()) }
+        Self {
+            deps,
+            catalog,
+            cache: Mutex::new(HashMap::new()),
+        }
     }
 
     pub fn catalog(&self) -> &Catalog {
@@ -111,7 +115,9 @@ impl Service {
         if req.prompt.trim().is_empty() {
             return Err(ServiceError::Invalid("`prompt` must not be empty".into()));
         }
-        let agent = req.agent.unwrap_or_else(|| crate::agent::ORCHESTRATOR.to_owned());
+        let agent = req
+            .agent
+            .unwrap_or_else(|| crate::agent::ORCHESTRATOR.to_owned());
         if self.catalog.agent(&agent).is_none() {
             return Err(ServiceError::Invalid(format!(
                 "unknown agent `{agent}`; known agents: {}",
@@ -131,15 +137,27 @@ impl Service {
             now,
         });
         run.next_seq = 1;
-        let first = Entry { seq: 0, at: now, body: EntryBody::User { text: req.prompt, message_id: None } };
+        let first = Entry {
+            seq: 0,
+            at: now,
+            body: EntryBody::User {
+                text: req.prompt,
+                message_id: None,
+            },
+        };
         let start = vec![Effect::Send(StepMessage {
             run_id: run.run_id.clone(),
             id: format!("{}:start", run.run_id),
             input: Input::Start,
         })];
-        let record = match self.deps.store.create_run(&run, &[first], &start, idempotency_key).await? {
+        let record = match self
+            .deps
+            .store
+            .create_run(&run, &[first], &start, idempotency_key)
+            .await?
+        {
             Created::Created => RunRecord { run, outbox: start },
-            Created::Existing(rec) => rec,
+            Created::Existing(rec) => *rec,
         };
         self.perform(&record.run, &record.outbox).await?;
         info!(run_id = %record.run.run_id, agent = %record.run.agent, "run created");
@@ -153,7 +171,11 @@ impl Service {
         }
     }
 
-    pub async fn get_run(&self, owner: &str, run_id: &str) -> Result<(Run, Vec<Entry>), ServiceError> {
+    pub async fn get_run(
+        &self,
+        owner: &str,
+        run_id: &str,
+    ) -> Result<(Run, Vec<Entry>), ServiceError> {
         match self.deps.store.load(run_id).await? {
             Some((r, timeline)) if r.run.owner == owner => Ok((r.run, timeline)),
             _ => Err(ServiceError::NotFound(format!("no run `{run_id}`"))),
@@ -173,7 +195,12 @@ impl Service {
     }
 
     /// Queues a follow-up user turn on a finished run.
-    pub async fn post_message(&self, owner: &str, run_id: &str, text: &str) -> Result<Run, ServiceError> {
+    pub async fn post_message(
+        &self,
+        owner: &str,
+        run_id: &str,
+        text: &str,
+    ) -> Result<Run, ServiceError> {
         if text.trim().is_empty() {
             return Err(ServiceError::Invalid("`text` must not be empty".into()));
         }
@@ -193,7 +220,11 @@ impl Service {
             .send(&[StepMessage {
                 run_id: run_id.into(),
                 id: message_id.clone(),
-                input: Input::UserMessage { text: text.into(), message_id, reply_to: None },
+                input: Input::UserMessage {
+                    text: text.into(),
+                    message_id,
+                    reply_to: None,
+                },
             }])
             .await?;
         Ok(run)
@@ -213,13 +244,19 @@ impl Service {
             .send(&[StepMessage {
                 run_id: run_id.into(),
                 id: format!("{run_id}:cancel"),
-                input: Input::Cancel { reason: "cancelled by the user".into() },
+                input: Input::Cancel {
+                    reason: "cancelled by the user".into(),
+                },
             }])
             .await?;
         Ok(run)
     }
 
-    pub async fn list_ctas(&self, owner: &str, status: Option<CtaStatus>) -> Result<Vec<Cta>, ServiceError> {
+    pub async fn list_ctas(
+        &self,
+        owner: &str,
+        status: Option<CtaStatus>,
+    ) -> Result<Vec<Cta>, ServiceError> {
         Ok(self.deps.store.list_ctas(owner, status).await?)
     }
 
@@ -248,9 +285,17 @@ impl Service {
         let now = self.deps.clock.now();
         if now >= cta.expires_at {
             self.expire_cta(cta_id).await?;
-            return Err(ServiceError::Gone(format!("CTA `{cta_id}` expired at {}", cta.expires_at.to_rfc3339())));
+            return Err(ServiceError::Gone(format!(
+                "CTA `{cta_id}` expired at {}",
+                cta.expires_at.to_rfc3339()
+            )));
         }
-        match self.deps.store.settle_cta(cta_id, CtaStatus::Answered, Some(&response), now).await? {
+        match self
+            .deps
+            .store
+            .settle_cta(cta_id, CtaStatus::Answered, Some(&response), now)
+            .await?
+        {
             Settled::Won(cta) => {
                 self.send_resolution(&cta).await?;
                 info!(cta_id, run_id = %cta.run_id, "CTA answered");
@@ -284,18 +329,35 @@ impl Service {
 
     async fn send_resolution(&self, cta: &Cta) -> Result<(), PortError> {
         let input = match (&cta.status, &cta.response) {
-            (CtaStatus::Answered, Some(r)) => Input::CtaAnswered { cta_id: cta.cta_id.clone(), response: r.clone() },
-            (CtaStatus::Expired, _) => Input::CtaExpired { cta_id: cta.cta_id.clone() },
+            (CtaStatus::Answered, Some(r)) => Input::CtaAnswered {
+                cta_id: cta.cta_id.clone(),
+                response: r.clone(),
+            },
+            (CtaStatus::Expired, _) => Input::CtaExpired {
+                cta_id: cta.cta_id.clone(),
+            },
             _ => return Ok(()),
         };
         let id = format!("{}:{}", cta.cta_id, cta.status.as_str());
-        self.deps.queue.send(&[StepMessage { run_id: cta.run_id.clone(), id, input }]).await
+        self.deps
+            .queue
+            .send(&[StepMessage {
+                run_id: cta.run_id.clone(),
+                id,
+                input,
+            }])
+            .await
     }
 
     /// An expiry timer fired: settle the CTA as expired if nobody answered first.
     pub async fn expire_cta(&self, cta_id: &str) -> Result<(), PortError> {
         let now = self.deps.clock.now();
-        match self.deps.store.settle_cta(cta_id, CtaStatus::Expired, None, now).await? {
+        match self
+            .deps
+            .store
+            .settle_cta(cta_id, CtaStatus::Expired, None, now)
+            .await?
+        {
             Settled::Won(cta) => {
                 info!(cta_id, run_id = %cta.run_id, "CTA expired");
                 self.send_resolution(&cta).await
@@ -360,14 +422,16 @@ impl Service {
         let mut io = Io::default();
         loop {
             match engine::step(&self.catalog, now, run, &timeline, &msg.input, &io) {
-                Step::Think { think_index } => match self.think(run, &timeline, think_index).await {
-                    Ok(reply) => io.reply = Some(reply),
-                    Err(LlmError::Fatal(message)) => {
-                        warn!(run_id = %run.run_id, %message, "model call failed for good");
-                        io.model_error = Some(message);
+                Step::Think { think_index } => {
+                    match self.think(run, &timeline, think_index).await {
+                        Ok(reply) => io.reply = Some(reply),
+                        Err(LlmError::Fatal(message)) => {
+                            warn!(run_id = %run.run_id, %message, "model call failed for good");
+                            io.model_error = Some(message);
+                        }
+                        Err(e) => return Err(StepError::Llm(e)),
                     }
-                    Err(e) => return Err(StepError::Llm(e)),
-                },
+                }
                 Step::Execute(calls) => {
                     for call in calls {
                         let out = match self.catalog.tool(&call.tool).map(|d| &d.kind) {
@@ -382,7 +446,12 @@ impl Service {
         }
     }
 
-    async fn think(&self, run: &Run, timeline: &[Entry], think_index: u32) -> Result<crate::llm::LlmReply, LlmError> {
+    async fn think(
+        &self,
+        run: &Run,
+        timeline: &[Entry],
+        think_index: u32,
+    ) -> Result<crate::llm::LlmReply, LlmError> {
         let agent = self
             .catalog
             .agent(&run.agent)
@@ -401,7 +470,11 @@ impl Service {
 
     /// A message for a run that does not exist: tell a parent that tried to continue it.
     async fn handle_unknown_run(&self, msg: &StepMessage) -> Result<Handled, StepError> {
-        if let Input::UserMessage { reply_to: Some(link), .. } = &msg.input {
+        if let Input::UserMessage {
+            reply_to: Some(link),
+            ..
+        } = &msg.input
+        {
             self.deps
                 .queue
                 .send(&[StepMessage {
@@ -462,7 +535,10 @@ impl Service {
                 Effect::Unschedule { cta_id } => self.deps.scheduler.unschedule(cta_id).await?,
                 Effect::CancelCta { cta_id } => {
                     let now = self.deps.clock.now();
-                    self.deps.store.settle_cta(cta_id, CtaStatus::Cancelled, None, now).await?;
+                    self.deps
+                        .store
+                        .settle_cta(cta_id, CtaStatus::Cancelled, None, now)
+                        .await?;
                 }
             }
         }
@@ -476,7 +552,11 @@ impl Service {
     }
 
     async fn hydrate(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
-        let cached = self.cache.lock().unwrap_or_else(|e| e.into_inner()).remove(run_id);
+        let cached = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(run_id);
         if let Some((version, timeline)) = cached {
             match self.deps.store.get_run(run_id).await? {
                 Some(rec) if rec.run.version == version => return Ok(Some((rec, timeline))),

@@ -20,6 +20,8 @@ pub struct Entry {
     pub body: EntryBody,
 }
 
+// Most entries are tool entries: boxing the largest variant would allocate for the common case.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EntryBody {
@@ -37,9 +39,15 @@ pub enum EntryBody {
     },
     Tool(ToolEntry),
     /// Something the run did on its own: a guardrail, an expiry, a cancellation.
-    Notice { code: String, message: String },
+    Notice {
+        code: String,
+        message: String,
+    },
     /// A failure that ended the run.
-    Error { code: String, message: String },
+    Error {
+        code: String,
+        message: String,
+    },
 }
 
 /// A tool call and its result.
@@ -65,15 +73,9 @@ pub struct ToolEntry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "lowercase")]
 pub enum ToolResult {
-    Pending {
-        reason: String,
-    },
-    Success {
-        output: Value,
-    },
-    Error {
-        error: String,
-    },
+    Pending { reason: String },
+    Success { output: Value },
+    Error { error: String },
 }
 
 impl ToolResult {
@@ -127,7 +129,9 @@ pub fn current_batch(timeline: &[Entry]) -> &[Entry] {
 pub fn project(system: &str, timeline: &[Entry]) -> Vec<ChatMessage> {
     let mut out = Vec::with_capacity(timeline.len() + 1);
     if !system.is_empty() {
-        out.push(ChatMessage::System { content: system.to_owned() });
+        out.push(ChatMessage::System {
+            content: system.to_owned(),
+        });
     }
     let mut results: Vec<ChatMessage> = Vec::new();
     let flush = |out: &mut Vec<ChatMessage>, results: &mut Vec<ChatMessage>| out.append(results);
@@ -135,11 +139,16 @@ pub fn project(system: &str, timeline: &[Entry]) -> Vec<ChatMessage> {
         match &e.body {
             EntryBody::User { text, .. } => {
                 flush(&mut out, &mut results);
-                out.push(ChatMessage::User { content: text.clone() });
+                out.push(ChatMessage::User {
+                    content: text.clone(),
+                });
             }
             EntryBody::Assistant { text, .. } => {
                 flush(&mut out, &mut results);
-                out.push(ChatMessage::Assistant { content: text.clone(), tool_calls: Vec::new() });
+                out.push(ChatMessage::Assistant {
+                    content: text.clone(),
+                    tool_calls: Vec::new(),
+                });
             }
             EntryBody::Tool(t) => {
                 if let Some(ChatMessage::Assistant { tool_calls, .. }) = out.last_mut() {
@@ -153,12 +162,19 @@ pub fn project(system: &str, timeline: &[Entry]) -> Vec<ChatMessage> {
                     });
                 }
                 let content = match &t.result {
-                    ToolResult::Success { output: Value::String(s) } => s.clone(),
+                    ToolResult::Success {
+                        output: Value::String(s),
+                    } => s.clone(),
                     ToolResult::Success { output } => output.to_string(),
-                    ToolResult::Error { error } => serde_json::json!({ "error": error }).to_string(),
+                    ToolResult::Error { error } => {
+                        serde_json::json!({ "error": error }).to_string()
+                    }
                     ToolResult::Pending { .. } => continue,
                 };
-                results.push(ChatMessage::Tool { tool_call_id: t.id.clone(), content });
+                results.push(ChatMessage::Tool {
+                    tool_call_id: t.id.clone(),
+                    content,
+                });
             }
             EntryBody::Notice { .. } | EntryBody::Error { .. } => {}
         }
@@ -185,7 +201,9 @@ mod tests {
                 id: "call_1".into(),
                 name: "echo".into(),
                 input: json!({"text": "hi"}),
-                result: ToolResult::Success { output: json!("hi") },
+                result: ToolResult::Success {
+                    output: json!("hi"),
+                },
                 reply_seq: 2,
                 cta: None,
                 child_run_id: None,
@@ -216,12 +234,40 @@ mod tests {
             }),
         };
         let timeline = vec![
-            Entry { seq: 0, at: at(), body: EntryBody::User { text: "go".into(), message_id: None } },
-            Entry { seq: 1, at: at(), body: EntryBody::Assistant { text: None, usage: Usage::default() } },
+            Entry {
+                seq: 0,
+                at: at(),
+                body: EntryBody::User {
+                    text: "go".into(),
+                    message_id: None,
+                },
+            },
+            Entry {
+                seq: 1,
+                at: at(),
+                body: EntryBody::Assistant {
+                    text: None,
+                    usage: Usage::default(),
+                },
+            },
             tool(2, "a", ToolResult::Success { output: json!("a") }),
             tool(3, "b", ToolResult::error("boom")),
-            Entry { seq: 4, at: at(), body: EntryBody::Notice { code: "x".into(), message: "y".into() } },
-            Entry { seq: 5, at: at(), body: EntryBody::Assistant { text: Some("done".into()), usage: Usage::default() } },
+            Entry {
+                seq: 4,
+                at: at(),
+                body: EntryBody::Notice {
+                    code: "x".into(),
+                    message: "y".into(),
+                },
+            },
+            Entry {
+                seq: 5,
+                at: at(),
+                body: EntryBody::Assistant {
+                    text: Some("done".into()),
+                    usage: Usage::default(),
+                },
+            },
         ];
         let msgs = project("sys", &timeline);
         assert_eq!(msgs.len(), 6, "{msgs:?}");

@@ -52,7 +52,11 @@ fn backoff(receives: u32) -> Duration {
 
 impl Worker {
     pub fn new(service: Arc<Service>, store: LocalStore, opts: WorkerOptions) -> Self {
-        Self { service, store, opts }
+        Self {
+            service,
+            store,
+            opts,
+        }
     }
 
     /// Performs every outbox a crash left unperformed.
@@ -66,17 +70,30 @@ impl Worker {
 
     /// Handles the messages available now (one batch). Returns how many it handled.
     pub async fn pump_once(&self) -> Result<usize, PortError> {
-        let batch = self.store.receive(self.opts.concurrency, self.opts.visibility)?;
+        let batch = self
+            .store
+            .receive(self.opts.concurrency, self.opts.visibility)?;
         let n = batch.len();
         if n == 1 {
             // The common case of one busy run: no task to spawn.
             let d = batch.into_iter().next().expect("one delivery");
-            process(self.service.clone(), self.store.clone(), self.opts.max_receives, d).await;
+            process(
+                self.service.clone(),
+                self.store.clone(),
+                self.opts.max_receives,
+                d,
+            )
+            .await;
             return Ok(1);
         }
         let mut set = JoinSet::new();
         for d in batch {
-            set.spawn(process(self.service.clone(), self.store.clone(), self.opts.max_receives, d));
+            set.spawn(process(
+                self.service.clone(),
+                self.store.clone(),
+                self.opts.max_receives,
+                d,
+            ));
         }
         while set.join_next().await.is_some() {}
         Ok(n)
@@ -99,7 +116,9 @@ impl Worker {
                 if self.store.queue_depth()? == 0 {
                     return Ok(());
                 }
-                self.store.wait_for_messages(Duration::from_millis(20)).await;
+                self.store
+                    .wait_for_messages(Duration::from_millis(20))
+                    .await;
             }
         }
     }
@@ -144,10 +163,13 @@ async fn process(service: Arc<Service>, store: LocalStore, max_receives: u32, d:
             return;
         }
     };
-    let span = info_span!("step", run_id = %msg.run_id, message_id = %msg.id, receives = d.receives);
+    let span =
+        info_span!("step", run_id = %msg.run_id, message_id = %msg.id, receives = d.receives);
     async {
         let result = if d.receives > max_receives {
-            service.dead_letter(&msg, &format!("failed {} times", d.receives - 1)).await
+            service
+                .dead_letter(&msg, &format!("failed {} times", d.receives - 1))
+                .await
         } else {
             service.handle(&msg).await
         };

@@ -1,6 +1,8 @@
 //! Port contract tests. Each check is written against the traits, so the same suite runs
 //! against every adapter: here the embedded one; the AWS adapters add their instantiation.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 mod common;
 
 use std::sync::Arc;
@@ -52,11 +54,25 @@ fn new_run(id: &str, owner: &str) -> (Run, Vec<Entry>) {
         now: Utc::now(),
     });
     run.next_seq = 1;
-    (run, vec![Entry { seq: 0, at: Utc::now(), body: EntryBody::User { text: "hi".into(), message_id: None } }])
+    (
+        run,
+        vec![Entry {
+            seq: 0,
+            at: Utc::now(),
+            body: EntryBody::User {
+                text: "hi".into(),
+                message_id: None,
+            },
+        }],
+    )
 }
 
 fn msg(run: &str, id: &str) -> StepMessage {
-    StepMessage { run_id: run.into(), id: id.into(), input: Input::Continue { version: 0 } }
+    StepMessage {
+        run_id: run.into(),
+        id: id.into(),
+        input: Input::Continue { version: 0 },
+    }
 }
 
 fn cta(run: &Run, id: &str) -> Cta {
@@ -65,7 +81,9 @@ fn cta(run: &Run, id: &str) -> Cta {
         run_id: run.run_id.clone(),
         tool_call_id: "call_0_0".into(),
         owner: run.owner.clone(),
-        request: CtaRequest::Approval { message: "ok?".into() },
+        request: CtaRequest::Approval {
+            message: "ok?".into(),
+        },
         status: CtaStatus::Pending,
         response: None,
         gate: false,
@@ -80,22 +98,53 @@ fn next(run: &Run, effects: Vec<Effect>) -> Transition {
     let mut r = run.clone();
     r.version += 1;
     r.status = RunStatus::Running;
-    let entry = Entry { seq: r.next_seq, at: Utc::now(), body: EntryBody::Assistant { text: Some("x".repeat(3000)), usage: Usage::default() } };
+    let entry = Entry {
+        seq: r.next_seq,
+        at: Utc::now(),
+        body: EntryBody::Assistant {
+            text: Some("x".repeat(3000)),
+            usage: Usage::default(),
+        },
+    };
     r.next_seq += 1;
-    Transition { run: r, appended: vec![entry], updated: vec![], new_ctas: vec![], new_runs: vec![], effects }
+    Transition {
+        run: r,
+        appended: vec![entry],
+        updated: vec![],
+        new_ctas: vec![],
+        new_runs: vec![],
+        effects,
+    }
 }
 
 async fn store_contract(store: Arc<dyn Store>) {
     // Create, read back, idempotency per owner.
     let (run, first) = new_run("run_c1", "alice");
-    assert_eq!(store.create_run(&run, &first, &[], Some("k")).await.unwrap(), Created::Created);
+    assert_eq!(
+        store
+            .create_run(&run, &first, &[], Some("k"))
+            .await
+            .unwrap(),
+        Created::Created
+    );
     let (other, _) = new_run("run_c2", "alice");
-    match store.create_run(&other, &first, &[], Some("k")).await.unwrap() {
+    match store
+        .create_run(&other, &first, &[], Some("k"))
+        .await
+        .unwrap()
+    {
         Created::Existing(rec) => assert_eq!(rec.run.run_id, "run_c1"),
         c => panic!("expected the existing run, got {c:?}"),
     }
     let (bob, _) = new_run("run_c3", "bob");
-    assert_eq!(store.create_run(&bob, &first, &[], Some("k")).await.unwrap(), Created::Created, "keys are per owner");
+    assert_eq!(
+        store
+            .create_run(&bob, &first, &[], Some("k"))
+            .await
+            .unwrap(),
+        Created::Created,
+        "keys are per owner"
+    );
     assert!(store.get_run("run_c2").await.unwrap().is_none());
     let (rec, tl) = store.load("run_c1").await.unwrap().unwrap();
     assert_eq!((rec.run.clone(), tl.clone()), (run.clone(), first.clone()));
@@ -111,7 +160,10 @@ async fn store_contract(store: Arc<dyn Store>) {
 
     // A stale commit is a conflict and changes nothing.
     let stale = next(&run, vec![]);
-    assert!(matches!(store.commit(0, &stale).await, Err(PortError::Conflict)));
+    assert!(matches!(
+        store.commit(0, &stale).await,
+        Err(PortError::Conflict)
+    ));
     let (rec, tl) = store.load("run_c1").await.unwrap().unwrap();
     assert_eq!(rec.run, t1.run);
     assert_eq!(tl.len(), 2);
@@ -121,9 +173,20 @@ async fn store_contract(store: Arc<dyn Store>) {
     let t2 = next(&t1.run, vec![Effect::Send(msg("run_c1", "m2"))]);
     store.commit(1, &t2).await.unwrap();
     store.clear_outbox("run_c1", 1).await.unwrap();
-    assert_eq!(store.get_run("run_c1").await.unwrap().unwrap().outbox.len(), 1);
+    assert_eq!(
+        store.get_run("run_c1").await.unwrap().unwrap().outbox.len(),
+        1
+    );
     store.clear_outbox("run_c1", 2).await.unwrap();
-    assert!(store.get_run("run_c1").await.unwrap().unwrap().outbox.is_empty());
+    assert!(
+        store
+            .get_run("run_c1")
+            .await
+            .unwrap()
+            .unwrap()
+            .outbox
+            .is_empty()
+    );
 
     // CTAs and child runs are created with the commit; resolved entries are replaced.
     let mut t3 = next(&t2.run, vec![]);
@@ -131,55 +194,110 @@ async fn store_contract(store: Arc<dyn Store>) {
     let (child, child_tl) = new_run("run_c1_child", "alice");
     t3.new_runs.push((child.clone(), child_tl));
     let mut resolved = t1.appended[0].clone();
-    resolved.body = EntryBody::Notice { code: "n".into(), message: "replaced".into() };
+    resolved.body = EntryBody::Notice {
+        code: "n".into(),
+        message: "replaced".into(),
+    };
     t3.updated.push(resolved.clone());
     store.commit(2, &t3).await.unwrap();
-    assert_eq!(store.get_cta("cta_c1").await.unwrap().unwrap().status, CtaStatus::Pending);
-    assert_eq!(store.get_run("run_c1_child").await.unwrap().unwrap().run, child);
+    assert_eq!(
+        store.get_cta("cta_c1").await.unwrap().unwrap().status,
+        CtaStatus::Pending
+    );
+    assert_eq!(
+        store.get_run("run_c1_child").await.unwrap().unwrap().run,
+        child
+    );
     assert_eq!(store.load("run_c1").await.unwrap().unwrap().1[1], resolved);
 
     // Paging the timeline.
     let page = store.entries_after("run_c1", Some(1), 10).await.unwrap();
     assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3]);
-    assert_eq!(store.entries_after("run_c1", None, 2).await.unwrap().len(), 2);
+    assert_eq!(
+        store.entries_after("run_c1", None, 2).await.unwrap().len(),
+        2
+    );
 
     // Settling a CTA: the first write wins, later ones lose and see the winner.
-    let answer = CtaResponse::Approval { approved: true, reason: None };
-    match store.settle_cta("cta_c1", CtaStatus::Answered, Some(&answer), Utc::now()).await.unwrap() {
-        Settled::Won(c) => assert_eq!((c.status, c.response), (CtaStatus::Answered, Some(answer.clone()))),
+    let answer = CtaResponse::Approval {
+        approved: true,
+        reason: None,
+    };
+    match store
+        .settle_cta("cta_c1", CtaStatus::Answered, Some(&answer), Utc::now())
+        .await
+        .unwrap()
+    {
+        Settled::Won(c) => assert_eq!(
+            (c.status, c.response),
+            (CtaStatus::Answered, Some(answer.clone()))
+        ),
         s => panic!("{s:?}"),
     }
-    match store.settle_cta("cta_c1", CtaStatus::Expired, None, Utc::now()).await.unwrap() {
+    match store
+        .settle_cta("cta_c1", CtaStatus::Expired, None, Utc::now())
+        .await
+        .unwrap()
+    {
         Settled::Lost(c) => assert_eq!(c.status, CtaStatus::Answered),
         s => panic!("{s:?}"),
     }
-    assert_eq!(store.settle_cta("cta_nope", CtaStatus::Expired, None, Utc::now()).await.unwrap(), Settled::NotFound);
+    assert_eq!(
+        store
+            .settle_cta("cta_nope", CtaStatus::Expired, None, Utc::now())
+            .await
+            .unwrap(),
+        Settled::NotFound
+    );
 
     // Listing by owner and status.
     assert_eq!(store.list_ctas("alice", None).await.unwrap().len(), 1);
-    assert!(store.list_ctas("alice", Some(CtaStatus::Pending)).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_ctas("alice", Some(CtaStatus::Pending))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(store.list_ctas("bob", None).await.unwrap().is_empty());
 }
 
 async fn queue_contract(queue: Arc<dyn Queue>, pump: Arc<dyn Pump>) {
     // Deduplication by id, FIFO per run, runs independent of each other.
-    queue.send(&[msg("run_a", "a1"), msg("run_a", "a2"), msg("run_b", "b1")]).await.unwrap();
+    queue
+        .send(&[msg("run_a", "a1"), msg("run_a", "a2"), msg("run_b", "b1")])
+        .await
+        .unwrap();
     queue.send(&[msg("run_a", "a1")]).await.unwrap();
     let got = pump.receive(10).await;
     let ids: Vec<&str> = got.iter().map(|(_, m)| m.id.as_str()).collect();
     assert_eq!(ids, ["a1", "b1"], "one message per group at a time");
-    assert!(pump.receive(10).await.is_empty(), "a2 waits while a1 is in flight");
+    assert!(
+        pump.receive(10).await.is_empty(),
+        "a2 waits while a1 is in flight"
+    );
     pump.ack(got[0].0).await;
     let got2 = pump.receive(10).await;
-    assert_eq!(got2.iter().map(|(_, m)| m.id.as_str()).collect::<Vec<_>>(), ["a2"]);
+    assert_eq!(
+        got2.iter().map(|(_, m)| m.id.as_str()).collect::<Vec<_>>(),
+        ["a2"]
+    );
     pump.ack(got2[0].0).await;
     pump.ack(got[1].0).await;
-    assert!(pump.receive(10).await.is_empty(), "the duplicate a1 was dropped");
+    assert!(
+        pump.receive(10).await.is_empty(),
+        "the duplicate a1 was dropped"
+    );
 }
 
 async fn bus_and_scheduler_contract(bus: Arc<dyn Bus>, scheduler: Arc<dyn Scheduler>) {
-    let ev = Event { id: "e1".into(), detail_type: "run.state".into(), detail: serde_json::json!({"runId": "r"}), time: Utc::now() };
-    bus.publish(&[ev.clone()]).await.unwrap();
+    let ev = Event {
+        id: "e1".into(),
+        detail_type: "run.state".into(),
+        detail: serde_json::json!({"runId": "r"}),
+        time: Utc::now(),
+    };
+    bus.publish(std::slice::from_ref(&ev)).await.unwrap();
     bus.publish(&[ev]).await.unwrap();
     let at = Utc::now() + chrono::Duration::days(30);
     scheduler.schedule("cta_s", "run_s", at).await.unwrap();
@@ -196,11 +314,18 @@ async fn the_embedded_adapter_passes_the_port_contracts() {
     queue_contract(Arc::new(local.clone()), Arc::new(local.clone())).await;
     bus_and_scheduler_contract(Arc::new(local.clone()), Arc::new(local.clone())).await;
     // Adapter-specific read-backs of what the generic checks did.
-    assert_eq!(local.events_after(0, 10).unwrap().len(), 1, "events are deduplicated by id");
+    assert_eq!(
+        local.events_after(0, 10).unwrap().len(),
+        1,
+        "events are deduplicated by id"
+    );
     assert_eq!(local.timer("cta_s").unwrap(), None);
     // And everything is on disk: a second handle sees it.
     let again = LocalStore::open(dir.path()).unwrap();
-    assert_eq!(again.get_run("run_c1").await.unwrap().unwrap().run.version, 3);
+    assert_eq!(
+        again.get_run("run_c1").await.unwrap().unwrap().run.version,
+        3
+    );
 }
 
 /// A queue that fails its first `n` sends: a crash between commit and effects.
@@ -212,8 +337,15 @@ struct FlakyQueue {
 #[async_trait::async_trait]
 impl Queue for FlakyQueue {
     async fn send(&self, messages: &[StepMessage]) -> Result<(), PortError> {
-        if self.failures.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
-            return Err(PortError::Unavailable { message: "simulated crash".into(), source: None });
+        if self
+            .failures
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(PortError::Unavailable {
+                message: "simulated crash".into(),
+                source: None,
+            });
         }
         self.inner.send(messages).await
     }
@@ -228,7 +360,12 @@ fn service(local: &LocalStore, queue: Arc<dyn Queue>, script: &str) -> Service {
         llm: scripted(script),
         clock: Arc::new(SystemClock),
     };
-    Service::new(deps, catalog(Some(serde_json::json!({"agents": {"worker": {"tools": ["echo"]}}}))))
+    Service::new(
+        deps,
+        catalog(Some(
+            serde_json::json!({"agents": {"worker": {"tools": ["echo"]}}}),
+        )),
+    )
 }
 
 const ECHO_TWICE: &str = r#"{"worker": [
@@ -237,7 +374,11 @@ const ECHO_TWICE: &str = r#"{"worker": [
     {"text": "done"}]}"#;
 
 async fn start_worker_run(svc: &Service) -> String {
-    let req = baton::service::CreateRun { prompt: "go".into(), agent: Some("worker".into()), ..Default::default() };
+    let req = baton::service::CreateRun {
+        prompt: "go".into(),
+        agent: Some("worker".into()),
+        ..Default::default()
+    };
     svc.create_run("local", req, None).await.unwrap().run_id
 }
 
@@ -250,24 +391,58 @@ async fn the_outbox_is_replayed_after_a_crash_between_commit_and_effects() {
     let start = Pump::receive(&local, 1).await.remove(0);
 
     // The step commits, then "crashes" before its next-step message is sent.
-    let flaky = service(&local, Arc::new(FlakyQueue { inner: local.clone(), failures: AtomicU32::new(1) }), ECHO_TWICE);
-    assert!(matches!(flaky.handle(&start.1).await, Err(StepError::Port(_))));
+    let flaky = service(
+        &local,
+        Arc::new(FlakyQueue {
+            inner: local.clone(),
+            failures: AtomicU32::new(1),
+        }),
+        ECHO_TWICE,
+    );
+    assert!(matches!(
+        flaky.handle(&start.1).await,
+        Err(StepError::Port(_))
+    ));
     let rec = local.get_run(&run_id).await.unwrap().unwrap();
     assert_eq!(rec.run.version, 1, "the commit landed");
-    assert!(rec.outbox.iter().any(|e| matches!(e, Effect::Send(_))), "its next-step message is outstanding");
-    assert!(Pump::receive(&local, 10).await.is_empty(), "nothing was sent (start is still in flight)");
+    assert!(
+        rec.outbox.iter().any(|e| matches!(e, Effect::Send(_))),
+        "its next-step message is outstanding"
+    );
+    assert!(
+        Pump::receive(&local, 10).await.is_empty(),
+        "nothing was sent (start is still in flight)"
+    );
 
     // The redelivery finds the step done, performs the outbox, changes nothing else.
     let fresh = service(&local, Arc::new(local.clone()), ECHO_TWICE);
-    assert!(matches!(fresh.handle(&start.1).await.unwrap(), Handled::Ignored(_)));
-    assert!(local.get_run(&run_id).await.unwrap().unwrap().outbox.is_empty());
+    assert!(matches!(
+        fresh.handle(&start.1).await.unwrap(),
+        Handled::Ignored(_)
+    ));
+    assert!(
+        local
+            .get_run(&run_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .outbox
+            .is_empty()
+    );
     Pump::ack(&local, start.0).await;
     let next = Pump::receive(&local, 10).await;
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].1.input, Input::Continue { version: 1 });
 
     // The start-up sweep repairs the same gap when no redelivery comes.
-    let crash = service(&local, Arc::new(FlakyQueue { inner: local.clone(), failures: AtomicU32::new(1) }), ECHO_TWICE);
+    let crash = service(
+        &local,
+        Arc::new(FlakyQueue {
+            inner: local.clone(),
+            failures: AtomicU32::new(1),
+        }),
+        ECHO_TWICE,
+    );
     assert!(crash.handle(&next[0].1).await.is_err());
     Pump::ack(&local, next[0].0).await;
     assert!(Pump::receive(&local, 10).await.is_empty());
@@ -276,7 +451,11 @@ async fn the_outbox_is_replayed_after_a_crash_between_commit_and_effects() {
     worker.drain().await.unwrap();
     let (rec, tl) = local.load(&run_id).await.unwrap().unwrap();
     assert_eq!(rec.run.status, RunStatus::Completed);
-    assert_eq!(tl.len(), 6, "user, 2 × (assistant + tool), final assistant: no duplicates");
+    assert_eq!(
+        tl.len(),
+        6,
+        "user, 2 × (assistant + tool), final assistant: no duplicates"
+    );
 }
 
 #[tokio::test]
@@ -297,15 +476,25 @@ async fn every_message_delivered_twice_gives_the_same_timeline() {
                 let first = svc.handle(&m).await.unwrap();
                 if duplicate {
                     assert!(matches!(first, Handled::Committed { .. }));
-                    assert!(matches!(svc.handle(&m).await.unwrap(), Handled::Ignored(_)), "{m:?}");
+                    assert!(
+                        matches!(svc.handle(&m).await.unwrap(), Handled::Ignored(_)),
+                        "{m:?}"
+                    );
                 }
                 Pump::ack(&local, receipt).await;
             }
         }
         let (rec, tl) = local.load(&run_id).await.unwrap().unwrap();
         assert_eq!(rec.run.status, RunStatus::Completed);
-        let shape: Vec<String> = tl.iter().map(|e| serde_json::to_value(&e.body).unwrap().to_string()).collect();
-        timelines.push((shape, rec.run.version, local.events_after(0, 100).unwrap().len()));
+        let shape: Vec<String> = tl
+            .iter()
+            .map(|e| serde_json::to_value(&e.body).unwrap().to_string())
+            .collect();
+        timelines.push((
+            shape,
+            rec.run.version,
+            local.events_after(0, 100).unwrap().len(),
+        ));
     }
     assert_eq!(timelines[0], timelines[1]);
 }
@@ -321,5 +510,7 @@ async fn a_dead_lettered_message_ends_its_run_as_failed() {
     let (rec, tl) = local.load(&run_id).await.unwrap().unwrap();
     assert_eq!(rec.run.status, RunStatus::Failed);
     assert_eq!(rec.run.error.unwrap().code, "dead_letter");
-    assert!(matches!(&tl.last().unwrap().body, EntryBody::Error { message, .. } if message.contains("failed 5 times")));
+    assert!(
+        matches!(&tl.last().unwrap().body, EntryBody::Error { message, .. } if message.contains("failed 5 times"))
+    );
 }

@@ -1,5 +1,7 @@
 //! End-to-end through the HTTP API, on the embedded store with the scripted model.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 mod common;
 
 use std::sync::Arc;
@@ -12,7 +14,9 @@ use serde_json::{Value, json};
 async fn the_example_script_runs_to_completed_with_its_full_timeline() {
     let dir = tempfile::tempdir().unwrap();
     let h = start_scripted(dir.path(), &examples("orchestrator.json")).await;
-    let run_id = h.create_run(json!({"prompt": "Ship it", "sandboxId": "sb-1"})).await;
+    let run_id = h
+        .create_run(json!({"prompt": "Ship it", "sandboxId": "sb-1"}))
+        .await;
 
     // The two explorers fan out and back in, then the run parks on the approval.
     let ctas = h.wait_pending(1).await;
@@ -25,16 +29,42 @@ async fn the_example_script_runs_to_completed_with_its_full_timeline() {
     let parked = h.wait_status(&run_id, &["waiting"]).await;
     assert_eq!(parked["state"], "waiting_on_user");
 
-    let (code, v) = h.post(&format!("/ctas/{}/response", cta["ctaId"].as_str().unwrap()), json!({"kind": "approval", "approved": true})).await;
+    let (code, v) = h
+        .post(
+            &format!("/ctas/{}/response", cta["ctaId"].as_str().unwrap()),
+            json!({"kind": "approval", "approved": true}),
+        )
+        .await;
     assert_eq!(code, 202, "{v}");
     assert_eq!(v["status"], "answered");
 
     let run = h.wait_status(&run_id, &["completed"]).await;
     assert_eq!(run["result"], "All done.");
     assert_eq!(run["sandboxId"], "sb-1");
-    let types: Vec<&str> = run["timeline"].as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
-    assert_eq!(types, ["user", "assistant", "tool", "tool", "assistant", "tool", "assistant"]);
-    let seqs: Vec<u64> = run["timeline"].as_array().unwrap().iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    let types: Vec<&str> = run["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "user",
+            "assistant",
+            "tool",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant"
+        ]
+    );
+    let seqs: Vec<u64> = run["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
     assert_eq!(seqs, (0..7).collect::<Vec<_>>());
     let tools = of_type(&run, "tool");
     for t in &tools[..2] {
@@ -57,17 +87,31 @@ async fn the_example_script_runs_to_completed_with_its_full_timeline() {
     assert_eq!(tools[1]["input"]["prompt"], "list the tests");
     let approval = tools[2];
     assert_eq!(approval["name"], "request_human_feedback");
-    assert_eq!(approval["result"], json!({"status": "success", "output": {"kind": "approval", "approved": true}}));
+    assert_eq!(
+        approval["result"],
+        json!({"status": "success", "output": {"kind": "approval", "approved": true}})
+    );
     assert_eq!(approval["cta"]["ctaId"], cta["ctaId"]);
     assert_eq!(approval["cta"]["status"], "answered");
     assert!(h.pending_ctas().await.is_empty());
 
     // Events were published for UIs.
-    let events: Vec<String> = h.server.store.events_after(0, 100).unwrap().into_iter().map(|(_, e)| e.detail_type).collect();
+    let events: Vec<String> = h
+        .server
+        .store
+        .events_after(0, 100)
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| e.detail_type)
+        .collect();
     for t in ["cta.request", "run.state", "run.completed"] {
         assert!(events.iter().any(|e| e == t), "{t} in {events:?}");
     }
-    assert_eq!(events.iter().filter(|e| *e == "run.completed").count(), 3, "two children and the parent");
+    assert_eq!(
+        events.iter().filter(|e| *e == "run.completed").count(),
+        3,
+        "two children and the parent"
+    );
     h.server.shutdown().await;
 }
 
@@ -79,7 +123,11 @@ async fn the_full_flow_with_approval_and_choice_sums_usage() {
 
     let approval = h.wait_pending(1).await.remove(0);
     assert_eq!(approval["kind"], "approval");
-    h.post(&format!("/ctas/{}/response", approval["ctaId"].as_str().unwrap()), json!({"kind": "approval", "approved": true, "reason": "looks right"})).await;
+    h.post(
+        &format!("/ctas/{}/response", approval["ctaId"].as_str().unwrap()),
+        json!({"kind": "approval", "approved": true, "reason": "looks right"}),
+    )
+    .await;
 
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let choice = loop {
@@ -90,17 +138,40 @@ async fn the_full_flow_with_approval_and_choice_sums_usage() {
         assert!(std::time::Instant::now() < deadline);
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
-    assert_eq!(choice["options"], json!([{"id": "staging", "label": "Staging"}, {"id": "prod", "label": "Production"}]));
-    let (code, _) = h.post(&format!("/ctas/{}/response", choice["ctaId"].as_str().unwrap()), json!({"kind": "choice", "selectedId": "prod"})).await;
+    assert_eq!(
+        choice["options"],
+        json!([{"id": "staging", "label": "Staging"}, {"id": "prod", "label": "Production"}])
+    );
+    let (code, _) = h
+        .post(
+            &format!("/ctas/{}/response", choice["ctaId"].as_str().unwrap()),
+            json!({"kind": "choice", "selectedId": "prod"}),
+        )
+        .await;
     assert_eq!(code, 202);
 
     let run = h.wait_status(&run_id, &["completed"]).await;
-    assert_eq!(run["usage"], json!({"inputTokens": 880, "outputTokens": 85, "totalTokens": 965}));
-    assert_eq!(of_type(&run, "assistant")[0]["text"], "Two explorers first.");
+    assert_eq!(
+        run["usage"],
+        json!({"inputTokens": 880, "outputTokens": 85, "totalTokens": 965})
+    );
+    assert_eq!(
+        of_type(&run, "assistant")[0]["text"],
+        "Two explorers first."
+    );
     let tools = of_type(&run, "tool");
-    assert_eq!(tools[2]["result"]["output"], json!({"kind": "approval", "approved": true, "reason": "looks right"}));
-    assert_eq!(tools[3]["result"]["output"], json!({"kind": "choice", "selectedId": "prod"}));
-    assert_eq!(tools[1]["result"]["output"]["totalUsage"]["totalTokens"], 69);
+    assert_eq!(
+        tools[2]["result"]["output"],
+        json!({"kind": "approval", "approved": true, "reason": "looks right"})
+    );
+    assert_eq!(
+        tools[3]["result"]["output"],
+        json!({"kind": "choice", "selectedId": "prod"})
+    );
+    assert_eq!(
+        tools[1]["result"]["output"]["totalUsage"]["totalTokens"],
+        69
+    );
     h.server.shutdown().await;
 }
 
@@ -119,7 +190,12 @@ async fn a_parked_run_survives_a_restart() {
     let (code, again) = h.get(&format!("/runs/{run_id}")).await;
     assert_eq!(code, 200);
     assert_eq!(again, before, "the parked run is exactly as it was");
-    let (code, _) = h.post(&format!("/ctas/{}/response", cta["ctaId"].as_str().unwrap()), json!({"kind": "approval", "approved": true})).await;
+    let (code, _) = h
+        .post(
+            &format!("/ctas/{}/response", cta["ctaId"].as_str().unwrap()),
+            json!({"kind": "approval", "approved": true}),
+        )
+        .await;
     assert_eq!(code, 202);
     let run = h.wait_status(&run_id, &["completed"]).await;
     assert_eq!(run["result"], "All done.");
@@ -138,7 +214,14 @@ async fn an_unanswered_cta_expires_and_ends_the_run() {
     let created = chrono::DateTime::parse_from_rfc3339(cta["createdAt"].as_str().unwrap()).unwrap();
     let expires = chrono::DateTime::parse_from_rfc3339(cta["expiresAt"].as_str().unwrap()).unwrap();
     assert_eq!(expires - created, chrono::Duration::days(30));
-    assert_eq!(h.server.store.timer(&cta_id).unwrap().map(|t| t.timestamp_millis()), Some(expires.timestamp_millis()));
+    assert_eq!(
+        h.server
+            .store
+            .timer(&cta_id)
+            .unwrap()
+            .map(|t| t.timestamp_millis()),
+        Some(expires.timestamp_millis())
+    );
 
     // Thirty days and a second later, the timer fires.
     clock.advance(chrono::Duration::days(30) + chrono::Duration::seconds(1));
@@ -149,10 +232,19 @@ async fn an_unanswered_cta_expires_and_ends_the_run() {
     assert_eq!(tool["cta"]["status"], "expired");
     let (code, c) = h.get(&format!("/ctas/{cta_id}")).await;
     assert_eq!((code, c["status"].as_str()), (200, Some("expired")));
-    assert_eq!(h.server.store.timer(&cta_id).unwrap(), None, "the timer is gone");
+    assert_eq!(
+        h.server.store.timer(&cta_id).unwrap(),
+        None,
+        "the timer is gone"
+    );
 
     // A late answer is told so, and changes nothing.
-    let (code, v) = h.post(&format!("/ctas/{cta_id}/response"), json!({"kind": "text", "text": "Ada"})).await;
+    let (code, v) = h
+        .post(
+            &format!("/ctas/{cta_id}/response"),
+            json!({"kind": "text", "text": "Ada"}),
+        )
+        .await;
     assert_eq!(code, 410, "{v}");
     assert_eq!(v["error"]["code"], "cta_expired");
     let (_, after) = h.get(&format!("/runs/{run_id}")).await;
@@ -168,7 +260,10 @@ async fn answers_are_validated_and_only_the_first_wins() {
         {"text": "ok"}]}"#;
     let h = start_scripted(dir.path(), script).await;
     let run_id = h.create_run(json!({"prompt": "pick"})).await;
-    let cta_id = h.wait_pending(1).await[0]["ctaId"].as_str().unwrap().to_owned();
+    let cta_id = h.wait_pending(1).await[0]["ctaId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let path = format!("/ctas/{cta_id}/response");
 
     // Each bad answer is a 400 with a JSON error, and the CTA stays pending.
@@ -186,24 +281,49 @@ async fn answers_are_validated_and_only_the_first_wins() {
         assert_eq!(v["error"]["code"], "invalid_request", "{v}");
         assert!(v["error"]["message"].as_str().unwrap().len() > 5);
     }
-    let raw = h.http.post(h.url(&path)).bearer_auth(TOKEN).body("{not json").send().await.unwrap();
+    let raw = h
+        .http
+        .post(h.url(&path))
+        .bearer_auth(TOKEN)
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(raw.status(), 400);
     let (_, c) = h.get(&format!("/ctas/{cta_id}")).await;
     assert_eq!(c["status"], "pending");
-    assert_eq!(h.get(&format!("/runs/{run_id}")).await.1["status"], "waiting");
+    assert_eq!(
+        h.get(&format!("/runs/{run_id}")).await.1["status"],
+        "waiting"
+    );
 
     // Unknown id: 404.
-    let (code, v) = h.post("/ctas/cta_nope/response", json!({"kind": "choice", "selectedId": "a"})).await;
-    assert_eq!((code, v["error"]["code"].as_str()), (404, Some("not_found")));
+    let (code, v) = h
+        .post(
+            "/ctas/cta_nope/response",
+            json!({"kind": "choice", "selectedId": "a"}),
+        )
+        .await;
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (404, Some("not_found"))
+    );
 
     // The first valid answer wins; the second is told so at once.
-    let (code, _) = h.post(&path, json!({"kind": "choice", "selectedId": "b"})).await;
+    let (code, _) = h
+        .post(&path, json!({"kind": "choice", "selectedId": "b"}))
+        .await;
     assert_eq!(code, 202);
-    let (code, v) = h.post(&path, json!({"kind": "choice", "selectedId": "a"})).await;
+    let (code, v) = h
+        .post(&path, json!({"kind": "choice", "selectedId": "a"}))
+        .await;
     assert_eq!(code, 409, "{v}");
     assert_eq!(v["error"]["code"], "cta_answered");
     let run = h.wait_status(&run_id, &["completed"]).await;
-    assert_eq!(of_type(&run, "tool")[0]["result"]["output"]["selectedId"], "b");
+    assert_eq!(
+        of_type(&run, "tool")[0]["result"]["output"]["selectedId"],
+        "b"
+    );
     h.server.shutdown().await;
 }
 
@@ -213,21 +333,35 @@ async fn concurrent_answers_have_exactly_one_winner() {
     let script = r#"{"orchestrator": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "?"}}]}, {"text": "ok"}]}"#;
     let h = start_scripted(dir.path(), script).await;
     let run_id = h.create_run(json!({"prompt": "go"})).await;
-    let cta_id = h.wait_pending(1).await[0]["ctaId"].as_str().unwrap().to_owned();
+    let cta_id = h.wait_pending(1).await[0]["ctaId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let path = format!("/ctas/{cta_id}/response");
     let mut set = tokio::task::JoinSet::new();
     for i in 0..8 {
         let (http, url) = (h.http.clone(), h.url(&path));
         set.spawn(async move {
             let body = json!({"kind": "approval", "approved": i % 2 == 0});
-            http.post(url).bearer_auth(TOKEN).json(&body).send().await.unwrap().status().as_u16()
+            http.post(url)
+                .bearer_auth(TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
         });
     }
     let codes: Vec<u16> = set.join_all().await;
     assert_eq!(codes.iter().filter(|c| **c == 202).count(), 1, "{codes:?}");
     assert_eq!(codes.iter().filter(|c| **c == 409).count(), 7, "{codes:?}");
     let run = h.wait_status(&run_id, &["completed"]).await;
-    assert_eq!(of_type(&run, "assistant").len(), 2, "the run resumed exactly once");
+    assert_eq!(
+        of_type(&run, "assistant").len(),
+        2,
+        "the run resumed exactly once"
+    );
     h.server.shutdown().await;
 }
 
@@ -252,15 +386,50 @@ async fn requests_are_authenticated_and_bad_input_is_a_clear_4xx() {
     }
     let cases: Vec<(reqwest::Method, &str, Option<Value>, u16)> = vec![
         (reqwest::Method::POST, "/runs", Some(json!({})), 400),
-        (reqwest::Method::POST, "/runs", Some(json!({"prompt": ""})), 400),
-        (reqwest::Method::POST, "/runs", Some(json!({"prompt": "x", "agent": "nobody"})), 400),
-        (reqwest::Method::POST, "/runs", Some(json!({"prompt": "x", "colour": "red"})), 400),
-        (reqwest::Method::POST, "/runs", Some(json!({"prompt": 7})), 400),
-        (reqwest::Method::POST, "/runs", Some(json!({"prompt": "x".repeat(300 * 1024)})), 413),
+        (
+            reqwest::Method::POST,
+            "/runs",
+            Some(json!({"prompt": ""})),
+            400,
+        ),
+        (
+            reqwest::Method::POST,
+            "/runs",
+            Some(json!({"prompt": "x", "agent": "nobody"})),
+            400,
+        ),
+        (
+            reqwest::Method::POST,
+            "/runs",
+            Some(json!({"prompt": "x", "colour": "red"})),
+            400,
+        ),
+        (
+            reqwest::Method::POST,
+            "/runs",
+            Some(json!({"prompt": 7})),
+            400,
+        ),
+        (
+            reqwest::Method::POST,
+            "/runs",
+            Some(json!({"prompt": "x".repeat(300 * 1024)})),
+            413,
+        ),
         (reqwest::Method::GET, "/runs/run_missing", None, 404),
-        (reqwest::Method::GET, "/runs/run_missing/timeline", None, 404),
+        (
+            reqwest::Method::GET,
+            "/runs/run_missing/timeline",
+            None,
+            404,
+        ),
         (reqwest::Method::POST, "/runs/run_missing/cancel", None, 404),
-        (reqwest::Method::POST, "/runs/run_missing/messages", Some(json!({"text": "hi"})), 404),
+        (
+            reqwest::Method::POST,
+            "/runs/run_missing/messages",
+            Some(json!({"text": "hi"})),
+            404,
+        ),
         (reqwest::Method::GET, "/ctas?status=bogus", None, 400),
         (reqwest::Method::GET, "/ctas/cta_missing", None, 404),
         (reqwest::Method::GET, "/nowhere", None, 404),
@@ -269,7 +438,10 @@ async fn requests_are_authenticated_and_bad_input_is_a_clear_4xx() {
     for (method, path, body, want) in cases {
         let (code, v) = h.call(method.clone(), path, body).await;
         assert_eq!(code, want, "{method} {path}: {v}");
-        assert!(v["error"]["code"].is_string() && v["error"]["message"].is_string(), "{method} {path}: {v}");
+        assert!(
+            v["error"]["code"].is_string() && v["error"]["message"].is_string(),
+            "{method} {path}: {v}"
+        );
     }
     // None of that created anything.
     assert!(h.server.store.events_after(0, 10).unwrap().is_empty());
@@ -282,14 +454,21 @@ async fn idempotency_keys_return_the_first_run() {
     let dir = tempfile::tempdir().unwrap();
     let h = start_scripted(dir.path(), r#"{"orchestrator": [{"text": "hi"}]}"#).await;
     let send = |key: &'static str| {
-        h.http.post(h.url("/runs")).bearer_auth(TOKEN).header("idempotency-key", key).json(&json!({"prompt": "once"})).send()
+        h.http
+            .post(h.url("/runs"))
+            .bearer_auth(TOKEN)
+            .header("idempotency-key", key)
+            .json(&json!({"prompt": "once"}))
+            .send()
     };
     let a: Value = send("k1").await.unwrap().json().await.unwrap();
     let b: Value = send("k1").await.unwrap().json().await.unwrap();
     let c: Value = send("k2").await.unwrap().json().await.unwrap();
     assert_eq!(a["runId"], b["runId"]);
     assert_ne!(a["runId"], c["runId"]);
-    let run = h.wait_status(a["runId"].as_str().unwrap(), &["completed"]).await;
+    let run = h
+        .wait_status(a["runId"].as_str().unwrap(), &["completed"])
+        .await;
     assert_eq!(of_type(&run, "assistant").len(), 1, "the run ran once");
     h.server.shutdown().await;
 }
@@ -297,10 +476,18 @@ async fn idempotency_keys_return_the_first_run() {
 #[tokio::test]
 async fn a_follow_up_message_starts_a_new_turn_and_timeline_paging_works() {
     let dir = tempfile::tempdir().unwrap();
-    let h = start_scripted(dir.path(), r#"{"explore": [{"text": "first"}, {"text": "second"}]}"#).await;
-    let run_id = h.create_run(json!({"prompt": "one", "agent": "explore"})).await;
+    let h = start_scripted(
+        dir.path(),
+        r#"{"explore": [{"text": "first"}, {"text": "second"}]}"#,
+    )
+    .await;
+    let run_id = h
+        .create_run(json!({"prompt": "one", "agent": "explore"}))
+        .await;
     h.wait_status(&run_id, &["completed"]).await;
-    let (code, v) = h.post(&format!("/runs/{run_id}/messages"), json!({"text": "two"})).await;
+    let (code, v) = h
+        .post(&format!("/runs/{run_id}/messages"), json!({"text": "two"}))
+        .await;
     assert_eq!(code, 202, "{v}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let run = loop {
@@ -311,19 +498,31 @@ async fn a_follow_up_message_starts_a_new_turn_and_timeline_paging_works() {
         assert!(std::time::Instant::now() < deadline, "{run:#}");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
-    let texts: Vec<&str> = run["timeline"].as_array().unwrap().iter().map(|e| e["text"].as_str().unwrap()).collect();
+    let texts: Vec<&str> = run["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
     assert_eq!(texts, ["one", "first", "two", "second"]);
 
     let (code, page) = h.get(&format!("/runs/{run_id}/timeline?after=1")).await;
     assert_eq!(code, 200);
-    let seqs: Vec<u64> = page["entries"].as_array().unwrap().iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    let seqs: Vec<u64> = page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
     assert_eq!(seqs, [2, 3]);
     assert_eq!(page["next"], 3);
     let (_, page) = h.get(&format!("/runs/{run_id}/timeline?after=3")).await;
     assert!(page["entries"].as_array().unwrap().is_empty());
     let (code, _) = h.get(&format!("/runs/{run_id}/timeline?after=-1")).await;
     assert_eq!(code, 400);
-    let (code, _) = h.post(&format!("/runs/{run_id}/messages"), json!({"text": ""})).await;
+    let (code, _) = h
+        .post(&format!("/runs/{run_id}/messages"), json!({"text": ""}))
+        .await;
     assert_eq!(code, 400);
     h.server.shutdown().await;
 }
@@ -336,20 +535,37 @@ async fn cancelling_a_parked_run_cancels_its_ctas_and_children() {
             {"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "?"}}]}],
         "helper": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "?"}}]}]}"#;
     let agents = json!({"agents": {"helper": {"tools": ["request_human_feedback"]}}});
-    let h = start(dir.path(), scripted(script), catalog(Some(agents)), Arc::new(SystemClock)).await;
+    let h = start(
+        dir.path(),
+        scripted(script),
+        catalog(Some(agents)),
+        Arc::new(SystemClock),
+    )
+    .await;
     let run_id = h.create_run(json!({"prompt": "go"})).await;
     h.wait_pending(2).await;
     let (code, v) = h.post(&format!("/runs/{run_id}/cancel"), json!(null)).await;
     assert_eq!(code, 202, "{v}");
     let run = h.wait_status(&run_id, &["cancelled"]).await;
-    let child = of_type(&run, "tool")[0]["childRunId"].as_str().unwrap().to_owned();
+    let child = of_type(&run, "tool")[0]["childRunId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     h.wait_status(&child, &["cancelled"]).await;
     h.wait_pending(0).await;
     let (_, all) = h.get("/ctas?status=cancelled").await;
     assert_eq!(all["ctas"].as_array().unwrap().len(), 2);
     let (code, v) = h.post(&format!("/runs/{run_id}/cancel"), json!(null)).await;
-    assert_eq!((code, v["error"]["code"].as_str()), (409, Some("run_ended")));
-    let (code, _) = h.post(&format!("/runs/{run_id}/messages"), json!({"text": "again"})).await;
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (409, Some("run_ended"))
+    );
+    let (code, _) = h
+        .post(
+            &format!("/runs/{run_id}/messages"),
+            json!({"text": "again"}),
+        )
+        .await;
     assert_eq!(code, 202, "a finished run takes a follow-up");
     h.server.shutdown().await;
 }
@@ -361,8 +577,16 @@ async fn a_message_to_an_active_run_is_refused() {
     let h = start_scripted(dir.path(), script).await;
     let run_id = h.create_run(json!({"prompt": "go"})).await;
     h.wait_status(&run_id, &["waiting"]).await;
-    let (code, v) = h.post(&format!("/runs/{run_id}/messages"), json!({"text": "hurry"})).await;
-    assert_eq!((code, v["error"]["code"].as_str()), (409, Some("run_active")));
+    let (code, v) = h
+        .post(
+            &format!("/runs/{run_id}/messages"),
+            json!({"text": "hurry"}),
+        )
+        .await;
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (409, Some("run_active"))
+    );
     h.server.shutdown().await;
 }
 
@@ -374,8 +598,20 @@ async fn a_script_that_runs_out_fails_the_run_with_a_clear_error() {
     let run = h.wait_status(&run_id, &["failed"]).await;
     // The child failed first (no script for explore); the parent then ran out at reply 1.
     assert_eq!(run["error"]["code"], "model_error");
-    assert!(run["error"]["message"].as_str().unwrap().contains("no reply 1 for agent `orchestrator`"), "{run:#}");
+    assert!(
+        run["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no reply 1 for agent `orchestrator`"),
+        "{run:#}"
+    );
     let tool = of_type(&run, "tool")[0];
-    assert!(tool["result"]["error"].as_str().unwrap().contains("no reply 0 for agent `explore`"), "{tool}");
+    assert!(
+        tool["result"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no reply 0 for agent `explore`"),
+        "{tool}"
+    );
     h.server.shutdown().await;
 }

@@ -1,6 +1,8 @@
 //! End-to-end with the OpenAI-compatible client against a mock server on loopback: the real
 //! wire format, a rate limit on the way, usage summed across calls.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 mod common;
 
 use std::sync::Arc;
@@ -28,7 +30,11 @@ impl Respond for FakeModel {
         }
         let body: Value = serde_json::from_slice(&req.body).expect("JSON request");
         self.seen.lock().unwrap().push(body.clone());
-        let last = body["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
+        let last = body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .cloned()
+            .unwrap_or_default();
         let usage = json!({"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110});
         let message = if last["role"] == "user" {
             json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_xyz", "type": "function",
@@ -36,14 +42,19 @@ impl Respond for FakeModel {
         } else {
             json!({"role": "assistant", "content": format!("The tool said: {}", last["content"].as_str().unwrap_or(""))})
         };
-        ResponseTemplate::new(200).set_body_json(json!({"choices": [{"message": message, "finish_reason": "stop"}], "usage": usage}))
+        ResponseTemplate::new(200).set_body_json(
+            json!({"choices": [{"message": message, "finish_reason": "stop"}], "usage": usage}),
+        )
     }
 }
 
 #[tokio::test]
 async fn a_run_over_the_openai_wire_format_completes() {
     let mock = MockServer::start().await;
-    let model = Arc::new(FakeModel { calls: AtomicUsize::new(0), seen: Default::default() });
+    let model = Arc::new(FakeModel {
+        calls: AtomicUsize::new(0),
+        seen: Default::default(),
+    });
     Mock::given(matchers::method("POST"))
         .and(matchers::path("/v1/chat/completions"))
         .and(matchers::header("authorization", "Bearer sk-local"))
@@ -62,27 +73,53 @@ async fn a_run_over_the_openai_wire_format_completes() {
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let agents = json!({"agents": {"worker": {"system": "You echo.", "tools": ["echo"]}}});
-    let h = start(dir.path(), Arc::new(llm), catalog(Some(agents)), Arc::new(SystemClock)).await;
-    let run_id = h.create_run(json!({"prompt": "hello", "agent": "worker"})).await;
+    let h = start(
+        dir.path(),
+        Arc::new(llm),
+        catalog(Some(agents)),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let run_id = h
+        .create_run(json!({"prompt": "hello", "agent": "worker"}))
+        .await;
     let run = h.wait_status(&run_id, &["completed"]).await;
 
     assert_eq!(run["result"], "The tool said: echo of hello");
-    assert_eq!(run["usage"], json!({"inputTokens": 200, "outputTokens": 20, "totalTokens": 220}));
+    assert_eq!(
+        run["usage"],
+        json!({"inputTokens": 200, "outputTokens": 20, "totalTokens": 220})
+    );
     let tool = of_type(&run, "tool")[0];
-    assert_eq!(tool["id"], "call_xyz", "the provider's tool call id is kept");
+    assert_eq!(
+        tool["id"], "call_xyz",
+        "the provider's tool call id is kept"
+    );
     assert_eq!(tool["input"], json!({"text": "echo of hello"}));
-    assert_eq!(tool["result"], json!({"status": "success", "output": "echo of hello"}));
+    assert_eq!(
+        tool["result"],
+        json!({"status": "success", "output": "echo of hello"})
+    );
 
     // The second think sent the whole projected history back, with the tool definitions.
     let seen = model.seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[1]["model"], "mock-model");
     assert_eq!(seen[1]["tools"][0]["function"]["name"], "echo");
-    let roles: Vec<&str> = seen[1]["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    let roles: Vec<&str> = seen[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
     assert_eq!(roles, ["system", "user", "assistant", "tool"]);
     assert_eq!(seen[1]["messages"][2]["tool_calls"][0]["id"], "call_xyz");
     assert_eq!(seen[1]["messages"][3]["tool_call_id"], "call_xyz");
-    assert_eq!(model.calls.load(Ordering::SeqCst), 3, "one 429, then two thinks");
+    assert_eq!(
+        model.calls.load(Ordering::SeqCst),
+        3,
+        "one 429, then two thinks"
+    );
     h.server.shutdown().await;
 }
 

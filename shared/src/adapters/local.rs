@@ -114,7 +114,10 @@ fn broken(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Port
 fn sql(e: rusqlite::Error) -> PortError {
     match e {
         rusqlite::Error::SqliteFailure(f, _)
-            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) =>
+            if matches!(
+                f.code,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            ) =>
         {
             PortError::unavailable("embedded store is busy", e)
         }
@@ -131,7 +134,9 @@ fn from_json<T: DeserializeOwned>(s: &str) -> Result<T, PortError> {
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl LocalStore {
@@ -151,7 +156,10 @@ impl LocalStore {
         .map_err(sql)?;
         conn.execute_batch(SCHEMA).map_err(sql)?;
         Ok(Self {
-            db: Arc::new(Mutex::new(Db { conn, durable: true })),
+            db: Arc::new(Mutex::new(Db {
+                conn,
+                durable: true,
+            })),
             path,
             sent: Arc::new(Notify::new()),
         })
@@ -174,10 +182,15 @@ impl LocalStore {
         let mut db = self.lock();
         if db.durable != durable {
             let mode = if durable { "FULL" } else { "NORMAL" };
-            db.conn.execute_batch(&format!("PRAGMA synchronous = {mode}")).map_err(sql)?;
+            db.conn
+                .execute_batch(&format!("PRAGMA synchronous = {mode}"))
+                .map_err(sql)?;
             db.durable = durable;
         }
-        let tx = db.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql)?;
+        let tx = db
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql)?;
         let out = f(&tx)?;
         tx.commit().map_err(sql)?;
         Ok(out)
@@ -207,14 +220,20 @@ impl LocalStore {
                 .map_err(sql)?;
             let rows = stmt
                 .query_map(params![now, max as i64], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?))
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
                 })
                 .map_err(sql)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql)?;
             let hide = now + visibility.as_millis() as i64;
             let mut upd = tx
-                .prepare_cached("UPDATE queue SET visible_at = ?1, receives = receives + 1 WHERE id = ?2")
+                .prepare_cached(
+                    "UPDATE queue SET visible_at = ?1, receives = receives + 1 WHERE id = ?2",
+                )
                 .map_err(sql)?;
             let mut out = Vec::with_capacity(rows.len());
             for (id, body, receives) in rows {
@@ -243,8 +262,11 @@ impl LocalStore {
     pub fn retry_later(&self, receipt: i64, delay: Duration) -> Result<(), PortError> {
         let at = now_ms() + delay.as_millis() as i64;
         self.write(false, |tx| {
-            tx.execute("UPDATE queue SET visible_at = ?1 WHERE id = ?2", params![at, receipt])
-                .map_err(sql)?;
+            tx.execute(
+                "UPDATE queue SET visible_at = ?1 WHERE id = ?2",
+                params![at, receipt],
+            )
+            .map_err(sql)?;
             Ok(())
         })
     }
@@ -265,7 +287,10 @@ impl LocalStore {
                 .prepare_cached("SELECT name, run_id FROM timers WHERE at_ms <= ?1 ORDER BY at_ms")
                 .map_err(sql)?;
             stmt.query_map([now.timestamp_millis()], |r| {
-                Ok(DueTimer { cta_id: r.get(0)?, run_id: r.get(1)? })
+                Ok(DueTimer {
+                    cta_id: r.get(0)?,
+                    run_id: r.get(1)?,
+                })
             })
             .map_err(sql)?
             .collect::<Result<Vec<_>, _>>()
@@ -277,7 +302,9 @@ impl LocalStore {
     pub fn timer(&self, cta_id: &str) -> Result<Option<DateTime<Utc>>, PortError> {
         self.read(|c| {
             let ms: Option<i64> = c
-                .query_row("SELECT at_ms FROM timers WHERE name = ?1", [cta_id], |r| r.get(0))
+                .query_row("SELECT at_ms FROM timers WHERE name = ?1", [cta_id], |r| {
+                    r.get(0)
+                })
                 .optional()
                 .map_err(sql)?;
             Ok(ms.and_then(DateTime::from_timestamp_millis))
@@ -291,19 +318,24 @@ impl LocalStore {
                 .prepare_cached("SELECT seq, body FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")
                 .map_err(sql)?;
             let rows = stmt
-                .query_map(params![after, limit as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+                .query_map(params![after, limit as i64], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+                })
                 .map_err(sql)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql)?;
-            rows.into_iter().map(|(s, b)| Ok((s, from_json(&b)?))).collect()
+            rows.into_iter()
+                .map(|(s, b)| Ok((s, from_json(&b)?)))
+                .collect()
         })
     }
 
     /// Runs whose committed effects are not marked performed (for the start-up sweep).
     pub fn runs_with_outbox(&self) -> Result<Vec<String>, PortError> {
         self.read(|c| {
-            let mut stmt =
-                c.prepare("SELECT run_id FROM runs WHERE outbox IS NOT NULL").map_err(sql)?;
+            let mut stmt = c
+                .prepare("SELECT run_id FROM runs WHERE outbox IS NOT NULL")
+                .map_err(sql)?;
             stmt.query_map([], |r| r.get(0))
                 .map_err(sql)?
                 .collect::<Result<Vec<_>, _>>()
@@ -333,7 +365,10 @@ impl LocalStore {
 
     /// Folds the write-ahead log into the database file and returns its size in bytes.
     pub fn checkpoint(&self) -> Result<u64, PortError> {
-        self.lock().conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").map_err(sql)?;
+        self.lock()
+            .conn
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .map_err(sql)?;
         let mut total = 0;
         for suffix in ["", "-wal"] {
             let mut p = self.path.clone().into_os_string();
@@ -369,7 +404,11 @@ fn encode_entry(e: &Entry) -> Result<Vec<u8>, PortError> {
     let mut z = flate2::write::DeflateEncoder::new(vec![DEFLATED], flate2::Compression::fast());
     z.write_all(&json).map_err(|e| broken("compress", e))?;
     let packed = z.finish().map_err(|e| broken("compress", e))?;
-    Ok(if packed.len() < json.len() { packed } else { json })
+    Ok(if packed.len() < json.len() {
+        packed
+    } else {
+        json
+    })
 }
 
 fn decode_entry(bytes: &[u8]) -> Result<Entry, PortError> {
@@ -379,7 +418,10 @@ fn decode_entry(bytes: &[u8]) -> Result<Entry, PortError> {
             serde_json::from_reader(z).map_err(|e| broken("decode entry", e))
         }
         Some(&PLAIN) => serde_json::from_slice(bytes).map_err(|e| broken("decode entry", e)),
-        _ => Err(PortError::Broken { message: "embedded store: unknown entry encoding".into(), source: None }),
+        _ => Err(PortError::Broken {
+            message: "embedded store: unknown entry encoding".into(),
+            source: None,
+        }),
     }
 }
 
@@ -394,13 +436,18 @@ fn insert_entries(tx: &Transaction<'_>, key: i64, entries: &[Entry]) -> Result<(
         .prepare_cached("INSERT INTO entries (run_key, seq, body) VALUES (?1, ?2, ?3)")
         .map_err(sql)?;
     for e in entries {
-        stmt.execute(params![key, e.seq as i64, encode_entry(e)?]).map_err(sql)?;
+        stmt.execute(params![key, e.seq as i64, encode_entry(e)?])
+            .map_err(sql)?;
     }
     Ok(())
 }
 
 fn outbox_json(effects: &[Effect]) -> Result<Option<String>, PortError> {
-    if effects.is_empty() { Ok(None) } else { to_json(&effects).map(Some) }
+    if effects.is_empty() {
+        Ok(None)
+    } else {
+        to_json(&effects).map(Some)
+    }
 }
 
 #[async_trait::async_trait]
@@ -423,7 +470,7 @@ impl Store for LocalStore {
                     .optional()
                     .map_err(sql)?;
                 if let Some((body, ob)) = existing {
-                    return Ok(Created::Existing(record(&body, ob)?));
+                    return Ok(Created::Existing(Box::new(record(&body, ob)?)));
                 }
             }
             tx.execute(
@@ -440,7 +487,10 @@ impl Store for LocalStore {
         self.read(|c| {
             let row: Option<(String, Option<String>)> = c
                 .prepare_cached("SELECT body, outbox FROM runs WHERE run_id = ?1")
-                .and_then(|mut s| s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+                .and_then(|mut s| {
+                    s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .optional()
+                })
                 .map_err(sql)?;
             row.map(|(b, o)| record(&b, o)).transpose()
         })
@@ -451,9 +501,14 @@ impl Store for LocalStore {
         let row: Option<(String, Option<String>)> = db
             .conn
             .prepare_cached("SELECT body, outbox FROM runs WHERE run_id = ?1")
-            .and_then(|mut s| s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .and_then(|mut s| {
+                s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
             .map_err(sql)?;
-        let Some((body, outbox)) = row else { return Ok(None) };
+        let Some((body, outbox)) = row else {
+            return Ok(None);
+        };
         let rec = record(&body, outbox)?;
         let mut stmt = db
             .conn
@@ -549,7 +604,9 @@ impl Store for LocalStore {
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
         self.read(|c| {
             let body: Option<String> = c
-                .query_row("SELECT body FROM ctas WHERE cta_id = ?1", [cta_id], |r| r.get(0))
+                .query_row("SELECT body FROM ctas WHERE cta_id = ?1", [cta_id], |r| {
+                    r.get(0)
+                })
                 .optional()
                 .map_err(sql)?;
             body.map(|b| from_json(&b)).transpose()
@@ -586,7 +643,11 @@ impl Store for LocalStore {
         })
     }
 
-    async fn list_ctas(&self, owner: &str, status: Option<CtaStatus>) -> Result<Vec<Cta>, PortError> {
+    async fn list_ctas(
+        &self,
+        owner: &str,
+        status: Option<CtaStatus>,
+    ) -> Result<Vec<Cta>, PortError> {
         self.read(|c| {
             let mut stmt = c
                 .prepare_cached(
@@ -628,10 +689,13 @@ impl Bus for LocalStore {
     async fn publish(&self, events: &[Event]) -> Result<(), PortError> {
         self.write(false, |tx| {
             let mut stmt = tx
-                .prepare_cached("INSERT OR IGNORE INTO events (id, detail_type, body) VALUES (?1, ?2, ?3)")
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO events (id, detail_type, body) VALUES (?1, ?2, ?3)",
+                )
                 .map_err(sql)?;
             for e in events {
-                stmt.execute(params![e.id, e.detail_type, to_json(e)?]).map_err(sql)?;
+                stmt.execute(params![e.id, e.detail_type, to_json(e)?])
+                    .map_err(sql)?;
             }
             Ok(())
         })
@@ -640,7 +704,12 @@ impl Bus for LocalStore {
 
 #[async_trait::async_trait]
 impl Scheduler for LocalStore {
-    async fn schedule(&self, cta_id: &str, run_id: &str, at: DateTime<Utc>) -> Result<(), PortError> {
+    async fn schedule(
+        &self,
+        cta_id: &str,
+        run_id: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), PortError> {
         self.write(false, |tx| {
             tx.execute(
                 "INSERT OR IGNORE INTO timers (name, run_id, at_ms) VALUES (?1, ?2, ?3)",
@@ -653,7 +722,8 @@ impl Scheduler for LocalStore {
 
     async fn unschedule(&self, cta_id: &str) -> Result<(), PortError> {
         self.write(false, |tx| {
-            tx.execute("DELETE FROM timers WHERE name = ?1", [cta_id]).map_err(sql)?;
+            tx.execute("DELETE FROM timers WHERE name = ?1", [cta_id])
+                .map_err(sql)?;
             Ok(())
         })
     }

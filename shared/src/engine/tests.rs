@@ -26,15 +26,35 @@ fn catalog_with(limits: Limits) -> Catalog {
 }
 
 fn call(name: &str, args: Value) -> ToolCall {
-    ToolCall { id: String::new(), name: name.into(), arguments: args.to_string() }
+    ToolCall {
+        id: String::new(),
+        name: name.into(),
+        arguments: args.to_string(),
+    }
 }
 
 fn calls(calls: Vec<ToolCall>) -> LlmReply {
-    LlmReply { text: None, tool_calls: calls, usage: Usage { input_tokens: 10, output_tokens: 2, total_tokens: 12 } }
+    LlmReply {
+        text: None,
+        tool_calls: calls,
+        usage: Usage {
+            input_tokens: 10,
+            output_tokens: 2,
+            total_tokens: 12,
+        },
+    }
 }
 
 fn text(t: &str) -> LlmReply {
-    LlmReply { text: Some(t.into()), tool_calls: vec![], usage: Usage { input_tokens: 5, output_tokens: 1, total_tokens: 6 } }
+    LlmReply {
+        text: Some(t.into()),
+        tool_calls: vec![],
+        usage: Usage {
+            input_tokens: 5,
+            output_tokens: 1,
+            total_tokens: 6,
+        },
+    }
 }
 
 #[derive(Debug, PartialEq)]
@@ -90,9 +110,20 @@ impl Sim {
             now: self.now,
         });
         run.next_seq = 1;
-        let first = Entry { seq: 0, at: self.now, body: EntryBody::User { text: prompt.into(), message_id: None } };
+        let first = Entry {
+            seq: 0,
+            at: self.now,
+            body: EntryBody::User {
+                text: prompt.into(),
+                message_id: None,
+            },
+        };
         self.runs.insert(id.clone(), (run, vec![first]));
-        self.queue.push_back(StepMessage { run_id: id.clone(), id: format!("{id}:start"), input: Input::Start });
+        self.queue.push_back(StepMessage {
+            run_id: id.clone(),
+            id: format!("{id}:start"),
+            input: Input::Start,
+        });
         id
     }
 
@@ -102,8 +133,15 @@ impl Sim {
         loop {
             match step(&self.catalog, self.now, &run, &timeline, &msg.input, &io) {
                 Step::Think { think_index } => {
-                    let reply = self.script.get(&run.agent).and_then(|r| r.get(think_index as usize));
-                    io.reply = Some(reply.cloned().unwrap_or_else(|| panic!("no reply {think_index} for {}", run.agent)));
+                    let reply = self
+                        .script
+                        .get(&run.agent)
+                        .and_then(|r| r.get(think_index as usize));
+                    io.reply = Some(
+                        reply
+                            .cloned()
+                            .unwrap_or_else(|| panic!("no reply {think_index} for {}", run.agent)),
+                    );
                 }
                 Step::Execute(execs) => {
                     for e in execs {
@@ -114,10 +152,17 @@ impl Sim {
                 }
                 Step::Ignore(_) => return Outcome::Ignored,
                 Step::Done(t) => {
-                    assert_eq!(t.run.version, run.version + 1, "a commit bumps the version by one");
+                    assert_eq!(
+                        t.run.version,
+                        run.version + 1,
+                        "a commit bumps the version by one"
+                    );
                     let mut tl = timeline;
                     for e in &t.updated {
-                        assert!(matches!(tl[e.seq as usize].tool(), Some(t) if t.result.is_pending()), "only pending results are resolved");
+                        assert!(
+                            matches!(tl[e.seq as usize].tool(), Some(t) if t.result.is_pending()),
+                            "only pending results are resolved"
+                        );
                         tl[e.seq as usize] = e.clone();
                     }
                     for e in &t.appended {
@@ -130,13 +175,18 @@ impl Sim {
                         self.ctas.insert(c.cta_id.clone(), c.clone());
                     }
                     for (child, entries) in &t.new_runs {
-                        self.runs.insert(child.run_id.clone(), (child.clone(), entries.clone()));
+                        self.runs
+                            .insert(child.run_id.clone(), (child.clone(), entries.clone()));
                     }
                     for e in &t.effects {
                         match e {
                             Effect::Send(m) => self.queue.push_back(m.clone()),
                             Effect::CancelCta { cta_id } => {
-                                if let Some(c) = self.ctas.get_mut(cta_id).filter(|c| c.status == CtaStatus::Pending) {
+                                if let Some(c) = self
+                                    .ctas
+                                    .get_mut(cta_id)
+                                    .filter(|c| c.status == CtaStatus::Pending)
+                                {
                                     c.status = CtaStatus::Cancelled;
                                 }
                             }
@@ -158,7 +208,11 @@ impl Sim {
     }
 
     fn send(&mut self, run_id: &str, input: Input) -> Outcome {
-        self.deliver(&StepMessage { run_id: run_id.into(), id: "test".into(), input })
+        self.deliver(&StepMessage {
+            run_id: run_id.into(),
+            id: "test".into(),
+            input,
+        })
     }
 
     /// As the service does: settle the CTA item first, then queue the resolution.
@@ -167,7 +221,14 @@ impl Sim {
         assert_eq!(c.status, CtaStatus::Pending);
         c.status = CtaStatus::Answered;
         let run_id = c.run_id.clone();
-        self.queue.push_back(StepMessage { run_id, id: format!("{cta_id}:answered"), input: Input::CtaAnswered { cta_id: cta_id.into(), response } });
+        self.queue.push_back(StepMessage {
+            run_id,
+            id: format!("{cta_id}:answered"),
+            input: Input::CtaAnswered {
+                cta_id: cta_id.into(),
+                response,
+            },
+        });
     }
 
     fn run(&self, id: &str) -> &Run {
@@ -175,11 +236,20 @@ impl Sim {
     }
 
     fn tools(&self, id: &str) -> Vec<ToolEntry> {
-        self.runs[id].1.iter().filter_map(|e| e.tool().cloned()).collect()
+        self.runs[id]
+            .1
+            .iter()
+            .filter_map(|e| e.tool().cloned())
+            .collect()
     }
 
     fn pending_ctas(&self, run_id: &str) -> Vec<Cta> {
-        let mut v: Vec<Cta> = self.ctas.values().filter(|c| c.run_id == run_id && c.status == CtaStatus::Pending).cloned().collect();
+        let mut v: Vec<Cta> = self
+            .ctas
+            .values()
+            .filter(|c| c.run_id == run_id && c.status == CtaStatus::Pending)
+            .cloned()
+            .collect();
         v.sort_by(|a, b| a.tool_call_id.cmp(&b.tool_call_id));
         v
     }
@@ -195,7 +265,10 @@ impl Sim {
     }
 
     fn children(&self, id: &str) -> Vec<String> {
-        self.tools(id).into_iter().filter_map(|t| t.child_run_id).collect()
+        self.tools(id)
+            .into_iter()
+            .filter_map(|t| t.child_run_id)
+            .collect()
     }
 }
 
@@ -218,23 +291,48 @@ fn a_final_answer_completes_the_run_with_usage_and_an_event() {
 #[test]
 fn ordinary_tools_execute_within_the_step_and_the_run_thinks_again() {
     let mut s = Sim::new();
-    s.script("worker", vec![
-        LlmReply { text: Some("let me echo".into()), ..calls(vec![call("echo", json!({"text": "hi"})), call("echo", json!({"text": "yo"}))]) },
-        text("done"),
-    ]);
+    s.script(
+        "worker",
+        vec![
+            LlmReply {
+                text: Some("let me echo".into()),
+                ..calls(vec![
+                    call("echo", json!({"text": "hi"})),
+                    call("echo", json!({"text": "yo"})),
+                ])
+            },
+            text("done"),
+        ],
+    );
     let id = s.create("worker", "go");
     s.run_all();
     let tools = s.tools(&id);
     assert_eq!(tools.len(), 2);
-    assert_eq!(tools[0].result, ToolResult::Success { output: json!("hi") });
-    assert_eq!(tools[1].result, ToolResult::Success { output: json!("yo") });
-    assert_eq!(tools[0].input, json!({"text": "hi"}), "input is the parsed object");
+    assert_eq!(
+        tools[0].result,
+        ToolResult::Success {
+            output: json!("hi")
+        }
+    );
+    assert_eq!(
+        tools[1].result,
+        ToolResult::Success {
+            output: json!("yo")
+        }
+    );
+    assert_eq!(
+        tools[0].input,
+        json!({"text": "hi"}),
+        "input is the parsed object"
+    );
     assert_eq!(s.executed, vec!["call_0_0", "call_0_1"]);
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Completed);
     assert_eq!(run.usage.total_tokens, 18);
     let timeline = &s.runs[&id].1;
-    assert!(matches!(&timeline[1].body, EntryBody::Assistant { text: Some(t), .. } if t == "let me echo"));
+    assert!(
+        matches!(&timeline[1].body, EntryBody::Assistant { text: Some(t), .. } if t == "let me echo")
+    );
 }
 
 #[test]
@@ -242,19 +340,43 @@ fn bad_calls_become_error_results_the_model_sees() {
     // (name, arguments, expected error fragment)
     let table = [
         ("echo", "{not json".to_owned(), "not valid JSON"),
-        ("echo", json!({"text": 5}).to_string(), "invalid arguments for `echo`"),
-        ("echo", json!({}).to_string(), "\"text\" is a required property"),
+        (
+            "echo",
+            json!({"text": 5}).to_string(),
+            "invalid arguments for `echo`",
+        ),
+        (
+            "echo",
+            json!({}).to_string(),
+            "\"text\" is a required property",
+        ),
         ("rm_rf", json!({}).to_string(), "unknown tool `rm_rf`"),
-        ("spawn_subagent", json!({"agent": "explore", "prompt": "x"}).to_string(), "unknown tool `spawn_subagent`"),
+        (
+            "spawn_subagent",
+            json!({"agent": "explore", "prompt": "x"}).to_string(),
+            "unknown tool `spawn_subagent`",
+        ),
     ];
     for (name, args, expected) in table {
         let mut s = Sim::new();
-        s.script("worker", vec![calls(vec![ToolCall { id: "c1".into(), name: name.into(), arguments: args.clone() }]), text("ok")]);
+        s.script(
+            "worker",
+            vec![
+                calls(vec![ToolCall {
+                    id: "c1".into(),
+                    name: name.into(),
+                    arguments: args.clone(),
+                }]),
+                text("ok"),
+            ],
+        );
         let id = s.create("worker", "go");
         s.run_all();
         let t = &s.tools(&id)[0];
         match &t.result {
-            ToolResult::Error { error } => assert!(error.contains(expected), "{name} {args}: {error}"),
+            ToolResult::Error { error } => {
+                assert!(error.contains(expected), "{name} {args}: {error}")
+            }
             r => panic!("{name} {args}: expected an error, got {r:?}"),
         }
         assert_eq!(s.run(&id).status, RunStatus::Completed, "the run recovers");
@@ -265,14 +387,24 @@ fn bad_calls_become_error_results_the_model_sees() {
 #[test]
 fn calls_beyond_the_per_reply_cap_get_error_results() {
     let mut s = Sim::new();
-    let many: Vec<ToolCall> = (0..10).map(|i| call("echo", json!({"text": format!("t{i}")}))).collect();
+    let many: Vec<ToolCall> = (0..10)
+        .map(|i| call("echo", json!({"text": format!("t{i}")})))
+        .collect();
     s.script("worker", vec![calls(many), text("ok")]);
     let id = s.create("worker", "go");
     s.run_all();
     let tools = s.tools(&id);
     assert_eq!(tools.len(), 10);
-    assert!(tools[..8].iter().all(|t| matches!(t.result, ToolResult::Success { .. })));
-    assert!(tools[8..].iter().all(|t| matches!(&t.result, ToolResult::Error { error } if error.contains("at most 8"))));
+    assert!(
+        tools[..8]
+            .iter()
+            .all(|t| matches!(t.result, ToolResult::Success { .. }))
+    );
+    assert!(
+        tools[8..].iter().all(
+            |t| matches!(&t.result, ToolResult::Error { error } if error.contains("at most 8"))
+        )
+    );
     assert_eq!(s.executed.len(), 8);
 }
 
@@ -280,13 +412,32 @@ fn calls_beyond_the_per_reply_cap_get_error_results() {
 fn approval_gated_tools_run_only_when_approved() {
     // (approved, reason, expected result)
     let table = [
-        (true, None, ToolResult::Success { output: json!("danger zone") }),
-        (false, Some("too risky"), ToolResult::error("a human rejected this call: too risky")),
+        (
+            true,
+            None,
+            ToolResult::Success {
+                output: json!("danger zone"),
+            },
+        ),
+        (
+            false,
+            Some("too risky"),
+            ToolResult::error("a human rejected this call: too risky"),
+        ),
         (false, None, ToolResult::error("a human rejected this call")),
     ];
     for (approved, reason, expected) in table {
         let mut s = Sim::new();
-        s.script("worker", vec![calls(vec![call("echo", json!({"text": "danger zone"})), call("echo", json!({"text": "safe"}))]), text("ok")]);
+        s.script(
+            "worker",
+            vec![
+                calls(vec![
+                    call("echo", json!({"text": "danger zone"})),
+                    call("echo", json!({"text": "safe"})),
+                ]),
+                text("ok"),
+            ],
+        );
         let id = s.create("worker", "go");
         s.run_all();
         // Given the gated call is parked and the other one ran,
@@ -295,15 +446,29 @@ fn approval_gated_tools_run_only_when_approved() {
         let ctas = s.pending_ctas(&id);
         assert_eq!(ctas.len(), 1);
         assert!(ctas[0].gate);
-        assert!(matches!(&ctas[0].request, CtaRequest::Approval { message } if message.contains("danger zone")));
-        assert_eq!(s.events("run.state").last().unwrap().detail["state"], "waiting_on_user");
+        assert!(
+            matches!(&ctas[0].request, CtaRequest::Approval { message } if message.contains("danger zone"))
+        );
+        assert_eq!(
+            s.events("run.state").last().unwrap().detail["state"],
+            "waiting_on_user"
+        );
         // when the human answers,
-        s.answer(&ctas[0].cta_id, CtaResponse::Approval { approved, reason: reason.map(Into::into) });
+        s.answer(
+            &ctas[0].cta_id,
+            CtaResponse::Approval {
+                approved,
+                reason: reason.map(Into::into),
+            },
+        );
         s.run_all();
         // then the tool ran (or not) and the model saw the outcome.
         assert_eq!(s.tools(&id)[0].result, expected);
         assert_eq!(s.executed.len(), if approved { 2 } else { 1 });
-        assert_eq!(s.tools(&id)[0].cta.as_ref().unwrap().status, CtaStatus::Answered);
+        assert_eq!(
+            s.tools(&id)[0].cta.as_ref().unwrap().status,
+            CtaStatus::Answered
+        );
         assert_eq!(s.run(&id).status, RunStatus::Completed);
     }
 }
@@ -316,9 +481,26 @@ fn feedback(kind: Value) -> LlmReply {
 fn each_cta_kind_parks_the_run_and_resumes_with_the_answer() {
     let choice = json!({"kind": "choice", "prompt": "Which?", "options": [{"id": "a", "label": "A"}, {"id": "b", "label": "B"}]});
     let table = [
-        (json!({"kind": "approval", "message": "Proceed?"}), CtaResponse::Approval { approved: true, reason: None }, json!({"kind": "approval", "approved": true})),
-        (json!({"kind": "text", "prompt": "Name?", "placeholder": "e.g. Ada"}), CtaResponse::Text { text: "Ada".into() }, json!({"kind": "text", "text": "Ada"})),
-        (choice, CtaResponse::Choice { selected_id: "b".into() }, json!({"kind": "choice", "selectedId": "b"})),
+        (
+            json!({"kind": "approval", "message": "Proceed?"}),
+            CtaResponse::Approval {
+                approved: true,
+                reason: None,
+            },
+            json!({"kind": "approval", "approved": true}),
+        ),
+        (
+            json!({"kind": "text", "prompt": "Name?", "placeholder": "e.g. Ada"}),
+            CtaResponse::Text { text: "Ada".into() },
+            json!({"kind": "text", "text": "Ada"}),
+        ),
+        (
+            choice,
+            CtaResponse::Choice {
+                selected_id: "b".into(),
+            },
+            json!({"kind": "choice", "selectedId": "b"}),
+        ),
     ];
     for (request, response, output) in table {
         let mut s = Sim::new();
@@ -339,7 +521,11 @@ fn each_cta_kind_parks_the_run_and_resumes_with_the_answer() {
         for field in ["message", "prompt", "options", "placeholder"] {
             assert_eq!(ev.detail.get(field), request.get(field), "{field}");
         }
-        assert!(s.effects.contains(&Effect::Schedule { cta_id: cta.cta_id.clone(), run_id: id.clone(), at: cta.expires_at }));
+        assert!(s.effects.contains(&Effect::Schedule {
+            cta_id: cta.cta_id.clone(),
+            run_id: id.clone(),
+            at: cta.expires_at
+        }));
         // The pending result shows the CTA beside it.
         let entry = &s.tools(&id)[0];
         assert_eq!(entry.cta.as_ref().unwrap().cta_id, cta.cta_id);
@@ -349,18 +535,37 @@ fn each_cta_kind_parks_the_run_and_resumes_with_the_answer() {
         s.run_all();
         assert_eq!(s.tools(&id)[0].result, ToolResult::Success { output });
         assert_eq!(s.run(&id).status, RunStatus::Completed);
-        assert!(s.effects.contains(&Effect::Unschedule { cta_id: cta.cta_id.clone() }));
+        assert!(s.effects.contains(&Effect::Unschedule {
+            cta_id: cta.cta_id.clone()
+        }));
     }
 }
 
 #[test]
 fn an_invalid_response_changes_nothing() {
-    let choice = json!({"kind": "choice", "prompt": "Which?", "options": [{"id": "a", "label": "A"}]});
+    let choice =
+        json!({"kind": "choice", "prompt": "Which?", "options": [{"id": "a", "label": "A"}]});
     let table = [
-        (choice.clone(), CtaResponse::Choice { selected_id: "z".into() }),
+        (
+            choice.clone(),
+            CtaResponse::Choice {
+                selected_id: "z".into(),
+            },
+        ),
         (choice, CtaResponse::Text { text: "a".into() }),
-        (json!({"kind": "text", "prompt": "?"}), CtaResponse::Approval { approved: true, reason: None }),
-        (json!({"kind": "approval", "message": "?"}), CtaResponse::Choice { selected_id: "a".into() }),
+        (
+            json!({"kind": "text", "prompt": "?"}),
+            CtaResponse::Approval {
+                approved: true,
+                reason: None,
+            },
+        ),
+        (
+            json!({"kind": "approval", "message": "?"}),
+            CtaResponse::Choice {
+                selected_id: "a".into(),
+            },
+        ),
     ];
     for (request, response) in table {
         let mut s = Sim::new();
@@ -369,7 +574,10 @@ fn an_invalid_response_changes_nothing() {
         s.run_all();
         let before = s.runs[&id].clone();
         let cta_id = s.pending_ctas(&id)[0].cta_id.clone();
-        assert_eq!(s.send(&id, Input::CtaAnswered { cta_id, response }), Outcome::Ignored);
+        assert_eq!(
+            s.send(&id, Input::CtaAnswered { cta_id, response }),
+            Outcome::Ignored
+        );
         assert_eq!(s.runs[&id], before);
     }
 }
@@ -383,7 +591,9 @@ fn an_invalid_cta_request_is_an_error_result() {
     ]);
     let id = s.create("asker", "ask");
     s.run_all();
-    assert!(matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("duplicate")));
+    assert!(
+        matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("duplicate"))
+    );
     assert!(s.ctas.is_empty());
     assert_eq!(s.run(&id).status, RunStatus::Completed);
 }
@@ -395,10 +605,20 @@ fn spawn(agent: &str, prompt: &str) -> ToolCall {
 #[test]
 fn fan_in_waits_for_every_subagent_and_cta_of_the_batch() {
     let mut s = Sim::new();
-    s.script("orchestrator", vec![
-        calls(vec![spawn("explore", "map the repo"), spawn("code", "fix it"), call("request_human_feedback", json!({"kind": "text", "prompt": "Why?"}))]),
-        text("all done"),
-    ]);
+    s.script(
+        "orchestrator",
+        vec![
+            calls(vec![
+                spawn("explore", "map the repo"),
+                spawn("code", "fix it"),
+                call(
+                    "request_human_feedback",
+                    json!({"kind": "text", "prompt": "Why?"}),
+                ),
+            ]),
+            text("all done"),
+        ],
+    );
     s.script("explore", vec![text("mapped")]);
     s.script("code", vec![text("fixed")]);
     let id = s.create("orchestrator", "go");
@@ -406,7 +626,10 @@ fn fan_in_waits_for_every_subagent_and_cta_of_the_batch() {
     let start = s.queue.pop_front().unwrap();
     s.deliver(&start);
     assert_eq!(s.run(&id).status, RunStatus::Waiting);
-    assert_eq!(s.events("run.state").last().unwrap().detail["state"], "waiting_on_user");
+    assert_eq!(
+        s.events("run.state").last().unwrap().detail["state"],
+        "waiting_on_user"
+    );
     let kids = s.children(&id);
     assert_eq!(kids.len(), 2);
     assert_eq!(s.run(&kids[0]).parent.as_ref().unwrap().run_id, id);
@@ -416,14 +639,29 @@ fn fan_in_waits_for_every_subagent_and_cta_of_the_batch() {
     assert_eq!(s.run(&id).status, RunStatus::Waiting);
     assert_eq!(s.run(&id).thinks, 1);
     let tools = s.tools(&id);
-    assert_eq!(tools[0].result, ToolResult::Success { output: json!({
+    assert_eq!(
+        tools[0].result,
+        ToolResult::Success {
+            output: json!({
         "subagentId": kids[0], "text": "mapped", "stepCount": 1,
-        "totalUsage": {"inputTokens": 5, "outputTokens": 1, "totalTokens": 6}}) });
-    assert!(matches!(&tools[1].result, ToolResult::Success { output } if output["text"] == "fixed"));
-    assert_eq!(s.events("run.state").last().unwrap().detail["state"], "waiting_on_user");
+        "totalUsage": {"inputTokens": 5, "outputTokens": 1, "totalTokens": 6}})
+        }
+    );
+    assert!(
+        matches!(&tools[1].result, ToolResult::Success { output } if output["text"] == "fixed")
+    );
+    assert_eq!(
+        s.events("run.state").last().unwrap().detail["state"],
+        "waiting_on_user"
+    );
     // and only when the human answers does it think again.
     let cta = s.pending_ctas(&id)[0].cta_id.clone();
-    s.answer(&cta, CtaResponse::Text { text: "because".into() });
+    s.answer(
+        &cta,
+        CtaResponse::Text {
+            text: "because".into(),
+        },
+    );
     s.run_all();
     assert_eq!(s.run(&id).status, RunStatus::Completed);
     assert_eq!(s.run(&id).thinks, 2);
@@ -432,7 +670,9 @@ fn fan_in_waits_for_every_subagent_and_cta_of_the_batch() {
 #[test]
 fn at_most_four_children_run_at_once_and_the_rest_wait_their_turn() {
     let mut s = Sim::new();
-    let six: Vec<ToolCall> = (0..6).map(|i| spawn("explore", &format!("part {i}"))).collect();
+    let six: Vec<ToolCall> = (0..6)
+        .map(|i| spawn("explore", &format!("part {i}")))
+        .collect();
     s.script("orchestrator", vec![calls(six), text("merged")]);
     s.script("explore", vec![text("part done")]);
     let id = s.create("orchestrator", "go");
@@ -440,11 +680,17 @@ fn at_most_four_children_run_at_once_and_the_rest_wait_their_turn() {
     s.deliver(&start);
     let tools = s.tools(&id);
     assert_eq!(tools.iter().filter(|t| t.child_run_id.is_some()).count(), 4);
-    assert!(tools[4..].iter().all(|t| matches!(&t.result, ToolResult::Pending { reason } if reason == "queued")));
+    assert!(
+        tools[4..]
+            .iter()
+            .all(|t| matches!(&t.result, ToolResult::Pending { reason } if reason == "queued"))
+    );
     // When the first child finishes, the fifth starts.
     let first_child = s.children(&id)[0].clone();
     while let Some(m) = s.queue.pop_front() {
-        let is_first = m.run_id == first_child || (m.run_id == id && matches!(&m.input, Input::ChildFinished { child_run_id, .. } if *child_run_id == first_child));
+        let is_first = m.run_id == first_child
+            || (m.run_id == id
+                && matches!(&m.input, Input::ChildFinished { child_run_id, .. } if *child_run_id == first_child));
         if is_first {
             s.deliver(&m);
         } else {
@@ -454,17 +700,30 @@ fn at_most_four_children_run_at_once_and_the_rest_wait_their_turn() {
             }
         }
     }
-    assert_eq!(s.tools(&id).iter().filter(|t| t.child_run_id.is_some()).count(), 5);
+    assert_eq!(
+        s.tools(&id)
+            .iter()
+            .filter(|t| t.child_run_id.is_some())
+            .count(),
+        5
+    );
     s.run_all();
     assert_eq!(s.run(&id).status, RunStatus::Completed);
     assert_eq!(s.children(&id).len(), 6);
-    assert!(s.tools(&id).iter().all(|t| matches!(t.result, ToolResult::Success { .. })));
+    assert!(
+        s.tools(&id)
+            .iter()
+            .all(|t| matches!(t.result, ToolResult::Success { .. }))
+    );
 }
 
 #[test]
 fn subagents_nest_at_most_three_deep() {
     let mut s = Sim::new();
-    s.script("deep", vec![calls(vec![spawn("deep", "deeper")]), text("bottom")]);
+    s.script(
+        "deep",
+        vec![calls(vec![spawn("deep", "deeper")]), text("bottom")],
+    );
     let id = s.create("deep", "go");
     s.run_all();
     // depth 0 → 1 → 2 → 3; the run at depth 3 gets an error and answers.
@@ -476,36 +735,60 @@ fn subagents_nest_at_most_three_deep() {
     }
     assert_eq!(depth, 3);
     assert_eq!(s.run(&cur).depth, 3);
-    assert!(matches!(&s.tools(&cur)[0].result, ToolResult::Error { error } if error.contains("at most 3 deep")));
+    assert!(
+        matches!(&s.tools(&cur)[0].result, ToolResult::Error { error } if error.contains("at most 3 deep"))
+    );
     assert_eq!(s.run(&id).status, RunStatus::Completed);
 }
 
 #[test]
 fn a_failed_child_is_an_error_result_for_its_parent() {
     let mut s = Sim::new();
-    s.script("orchestrator", vec![calls(vec![spawn("explore", "x")]), text("recovered")]);
+    s.script(
+        "orchestrator",
+        vec![calls(vec![spawn("explore", "x")]), text("recovered")],
+    );
     let id = s.create("orchestrator", "go");
     let start = s.queue.pop_front().unwrap();
     s.deliver(&start);
     let child = s.children(&id)[0].clone();
     s.queue.clear();
-    s.send(&child, Input::Fail { code: "model_error".into(), message: "the model is down".into() });
+    s.send(
+        &child,
+        Input::Fail {
+            code: "model_error".into(),
+            message: "the model is down".into(),
+        },
+    );
     assert_eq!(s.run(&child).status, RunStatus::Failed);
-    assert!(matches!(&s.runs[&child].1.last().unwrap().body, EntryBody::Error { code, .. } if code == "model_error"));
+    assert!(
+        matches!(&s.runs[&child].1.last().unwrap().body, EntryBody::Error { code, .. } if code == "model_error")
+    );
     assert_eq!(s.events("run.failed").len(), 1);
     s.run_all();
-    assert!(matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("failed") && error.contains("the model is down")));
+    assert!(
+        matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("failed") && error.contains("the model is down"))
+    );
     assert_eq!(s.run(&id).status, RunStatus::Completed);
 }
 
 #[test]
 fn expiry_ends_the_run_by_default_and_cancels_the_rest() {
     let mut s = Sim::new();
-    s.script("orchestrator", vec![calls(vec![
-        call("request_human_feedback", json!({"kind": "approval", "message": "a?"})),
-        call("request_human_feedback", json!({"kind": "approval", "message": "b?"})),
-        spawn("explore", "x"),
-    ])]);
+    s.script(
+        "orchestrator",
+        vec![calls(vec![
+            call(
+                "request_human_feedback",
+                json!({"kind": "approval", "message": "a?"}),
+            ),
+            call(
+                "request_human_feedback",
+                json!({"kind": "approval", "message": "b?"}),
+            ),
+            spawn("explore", "x"),
+        ])],
+    );
     let id = s.create("orchestrator", "go");
     let start = s.queue.pop_front().unwrap();
     s.deliver(&start);
@@ -513,7 +796,12 @@ fn expiry_ends_the_run_by_default_and_cancels_the_rest() {
     let ctas = s.pending_ctas(&id);
     s.queue.clear();
     s.ctas.get_mut(&ctas[0].cta_id).unwrap().status = CtaStatus::Expired;
-    s.send(&id, Input::CtaExpired { cta_id: ctas[0].cta_id.clone() });
+    s.send(
+        &id,
+        Input::CtaExpired {
+            cta_id: ctas[0].cta_id.clone(),
+        },
+    );
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Expired);
     assert_eq!(run.error.as_ref().unwrap().code, "cta_expired");
@@ -522,23 +810,47 @@ fn expiry_ends_the_run_by_default_and_cancels_the_rest() {
     assert_eq!(tools[1].cta.as_ref().unwrap().status, CtaStatus::Cancelled);
     assert!(tools.iter().all(|t| !t.result.is_pending()));
     assert_eq!(s.ctas[&ctas[1].cta_id].status, CtaStatus::Cancelled);
-    assert!(s.queue.iter().any(|m| m.run_id == child && matches!(m.input, Input::Cancel { .. })));
+    assert!(
+        s.queue
+            .iter()
+            .any(|m| m.run_id == child && matches!(m.input, Input::Cancel { .. }))
+    );
     assert_eq!(s.events("run.expired").len(), 1);
     // A late answer finds nothing pending.
-    assert_eq!(s.send(&id, Input::CtaAnswered { cta_id: ctas[1].cta_id.clone(), response: CtaResponse::Approval { approved: true, reason: None } }), Outcome::Ignored);
+    assert_eq!(
+        s.send(
+            &id,
+            Input::CtaAnswered {
+                cta_id: ctas[1].cta_id.clone(),
+                response: CtaResponse::Approval {
+                    approved: true,
+                    reason: None
+                }
+            }
+        ),
+        Outcome::Ignored
+    );
 }
 
 #[test]
 fn a_run_may_opt_to_continue_past_an_expiry() {
     let mut s = Sim::new();
-    s.script("asker", vec![feedback(json!({"kind": "text", "prompt": "?"})), text("carried on")]);
+    s.script(
+        "asker",
+        vec![
+            feedback(json!({"kind": "text", "prompt": "?"})),
+            text("carried on"),
+        ],
+    );
     let id = s.create("asker", "ask");
     s.runs.get_mut(&id).unwrap().0.on_expiry = ExpiryPolicy::Continue;
     s.run_all();
     let cta = s.pending_ctas(&id)[0].cta_id.clone();
     s.send(&id, Input::CtaExpired { cta_id: cta });
     s.run_all();
-    assert!(matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("expired")));
+    assert!(
+        matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("expired"))
+    );
     assert_eq!(s.run(&id).status, RunStatus::Completed);
     assert_eq!(s.run(&id).result.as_deref(), Some("carried on"));
 }
@@ -546,21 +858,64 @@ fn a_run_may_opt_to_continue_past_an_expiry() {
 #[test]
 fn cancellation_cancels_ctas_and_children_once() {
     let mut s = Sim::new();
-    s.script("orchestrator", vec![calls(vec![spawn("explore", "x"), call("request_human_feedback", json!({"kind": "approval", "message": "?"}))])]);
-    s.script("explore", vec![feedback(json!({"kind": "text", "prompt": "?"}))]);
-    s.catalog = Catalog::new(Limits::default(), vec![], Some(serde_json::from_value(json!({"agents": {
-        "explore": {"tools": ["request_human_feedback"]}}})).unwrap())).unwrap();
+    s.script(
+        "orchestrator",
+        vec![calls(vec![
+            spawn("explore", "x"),
+            call(
+                "request_human_feedback",
+                json!({"kind": "approval", "message": "?"}),
+            ),
+        ])],
+    );
+    s.script(
+        "explore",
+        vec![feedback(json!({"kind": "text", "prompt": "?"}))],
+    );
+    s.catalog = Catalog::new(
+        Limits::default(),
+        vec![],
+        Some(
+            serde_json::from_value(json!({"agents": {
+        "explore": {"tools": ["request_human_feedback"]}}}))
+            .unwrap(),
+        ),
+    )
+    .unwrap();
     let id = s.create("orchestrator", "go");
     s.run_all();
     let child = s.children(&id)[0].clone();
     assert_eq!(s.run(&child).status, RunStatus::Waiting);
-    assert_eq!(s.ctas.values().filter(|c| c.status == CtaStatus::Pending).count(), 2);
-    s.send(&id, Input::Cancel { reason: "stop".into() });
+    assert_eq!(
+        s.ctas
+            .values()
+            .filter(|c| c.status == CtaStatus::Pending)
+            .count(),
+        2
+    );
+    s.send(
+        &id,
+        Input::Cancel {
+            reason: "stop".into(),
+        },
+    );
     s.run_all();
     assert_eq!(s.run(&id).status, RunStatus::Cancelled);
-    assert_eq!(s.run(&child).status, RunStatus::Cancelled, "children are cancelled too");
+    assert_eq!(
+        s.run(&child).status,
+        RunStatus::Cancelled,
+        "children are cancelled too"
+    );
     assert!(s.ctas.values().all(|c| c.status == CtaStatus::Cancelled));
-    assert_eq!(s.send(&id, Input::Cancel { reason: "again".into() }), Outcome::Ignored);
+    assert_eq!(
+        s.send(
+            &id,
+            Input::Cancel {
+                reason: "again".into()
+            }
+        ),
+        Outcome::Ignored
+    );
     assert_eq!(s.events("run.cancelled").len(), 2);
 }
 
@@ -570,10 +925,17 @@ fn a_follow_up_message_starts_a_new_turn_on_the_same_timeline() {
     s.script("explore", vec![text("first"), text("second")]);
     let id = s.create("explore", "one");
     s.run_all();
-    let msg = Input::UserMessage { text: "two".into(), message_id: "m1".into(), reply_to: None };
+    let msg = Input::UserMessage {
+        text: "two".into(),
+        message_id: "m1".into(),
+        reply_to: None,
+    };
     assert_eq!(s.send(&id, msg.clone()), Outcome::Done);
     let run = s.run(&id);
-    assert_eq!((run.status, run.thinks, run.turn_thinks), (RunStatus::Completed, 2, 1));
+    assert_eq!(
+        (run.status, run.thinks, run.turn_thinks),
+        (RunStatus::Completed, 2, 1)
+    );
     assert_eq!(run.result.as_deref(), Some("second"));
     let tl = &s.runs[&id].1;
     assert!(matches!(&tl[2].body, EntryBody::User { text, .. } if text == "two"));
@@ -585,10 +947,17 @@ fn a_follow_up_message_starts_a_new_turn_on_the_same_timeline() {
 #[test]
 fn a_message_to_an_active_run_is_not_applied() {
     let mut s = Sim::new();
-    s.script("asker", vec![feedback(json!({"kind": "text", "prompt": "?"}))]);
+    s.script(
+        "asker",
+        vec![feedback(json!({"kind": "text", "prompt": "?"}))],
+    );
     let id = s.create("asker", "ask");
     s.run_all();
-    let msg = Input::UserMessage { text: "hey".into(), message_id: "m1".into(), reply_to: None };
+    let msg = Input::UserMessage {
+        text: "hey".into(),
+        message_id: "m1".into(),
+        reply_to: None,
+    };
     assert_eq!(s.send(&id, msg), Outcome::Ignored);
 }
 
@@ -603,14 +972,19 @@ fn the_iteration_cap_force_completes_with_a_recorded_reason() {
     assert_eq!(run.status, RunStatus::Completed);
     assert_eq!(run.thinks, 3, "worker's maxIterations is 3");
     assert_eq!(run.error.as_ref().map(|e| e.code.as_str()), None);
-    assert!(matches!(&s.runs[&id].1.last().unwrap().body, EntryBody::Notice { code, .. } if code == "max_iterations"));
+    assert!(
+        matches!(&s.runs[&id].1.last().unwrap().body, EntryBody::Notice { code, .. } if code == "max_iterations")
+    );
     assert!(run.result.as_deref().unwrap().contains("3 iterations"));
 }
 
 #[test]
 fn redelivered_and_stale_messages_do_nothing() {
     let mut s = Sim::new();
-    s.script("worker", vec![calls(vec![call("echo", json!({"text": "x"}))]), text("ok")]);
+    s.script(
+        "worker",
+        vec![calls(vec![call("echo", json!({"text": "x"}))]), text("ok")],
+    );
     let id = s.create("worker", "go");
     let start = s.queue.pop_front().unwrap();
     assert_eq!(s.deliver(&start), Outcome::Done);
@@ -619,11 +993,30 @@ fn redelivered_and_stale_messages_do_nothing() {
     assert_eq!(s.deliver(&cont), Outcome::Done);
     assert_eq!(s.deliver(&cont), Outcome::Ignored);
     assert_eq!(s.run(&id).status, RunStatus::Completed);
-    let tail = StepMessage { run_id: id.clone(), id: "x".into(), input: Input::ChildFinished {
-        child_run_id: "run_nope".into(), tool_call_id: "call_0_0".into(),
-        outcome: ChildOutcome::Completed { text: "x".into(), step_count: 1, total_usage: Usage::default() } } };
+    let tail = StepMessage {
+        run_id: id.clone(),
+        id: "x".into(),
+        input: Input::ChildFinished {
+            child_run_id: "run_nope".into(),
+            tool_call_id: "call_0_0".into(),
+            outcome: ChildOutcome::Completed {
+                text: "x".into(),
+                step_count: 1,
+                total_usage: Usage::default(),
+            },
+        },
+    };
     assert_eq!(s.deliver(&tail), Outcome::Ignored);
-    assert_eq!(s.send(&id, Input::Fail { code: "x".into(), message: "y".into() }), Outcome::Ignored);
+    assert_eq!(
+        s.send(
+            &id,
+            Input::Fail {
+                code: "x".into(),
+                message: "y".into()
+            }
+        ),
+        Outcome::Ignored
+    );
 }
 
 #[test]
@@ -632,19 +1025,32 @@ fn a_parent_can_continue_its_finished_subagent_by_id() {
     // The child's id is derived from the parent and the seq of the spawning call (2).
     let child = derive_id("run", "run_top0", 2);
     s.script("explore", vec![text("first look"), text("second look")]);
-    s.script("orchestrator", vec![
-        calls(vec![spawn("explore", "look")]),
-        calls(vec![call("spawn_subagent", json!({"subagentId": child, "prompt": "look again"}))]),
-        text("done"),
-    ]);
+    s.script(
+        "orchestrator",
+        vec![
+            calls(vec![spawn("explore", "look")]),
+            calls(vec![call(
+                "spawn_subagent",
+                json!({"subagentId": child, "prompt": "look again"}),
+            )]),
+            text("done"),
+        ],
+    );
     let id = s.create("orchestrator", "go");
     s.run_all();
     let tools = s.tools(&id);
     assert_eq!(s.children(&id), vec![child.clone(), child.clone()]);
-    assert!(matches!(&tools[0].result, ToolResult::Success { output } if output["text"] == "first look"));
-    assert!(matches!(&tools[1].result, ToolResult::Success { output } if output["text"] == "second look" && output["stepCount"] == 2));
+    assert!(
+        matches!(&tools[0].result, ToolResult::Success { output } if output["text"] == "first look")
+    );
+    assert!(
+        matches!(&tools[1].result, ToolResult::Success { output } if output["text"] == "second look" && output["stepCount"] == 2)
+    );
     assert_eq!(s.run(&child).thinks, 2);
-    assert_eq!(s.run(&child).parent.as_ref().unwrap().tool_call_id, tools[1].id);
+    assert_eq!(
+        s.run(&child).parent.as_ref().unwrap().tool_call_id,
+        tools[1].id
+    );
     assert_eq!(s.run(&id).status, RunStatus::Completed);
 }
 
@@ -652,13 +1058,28 @@ fn a_parent_can_continue_its_finished_subagent_by_id() {
 fn a_run_cannot_continue_someone_elses_subagent() {
     let mut s = Sim::new();
     s.script("explore", vec![text("mine")]);
-    s.script("orchestrator", vec![calls(vec![call("spawn_subagent", json!({"subagentId": "run_top0", "prompt": "leak"}))]), text("ok")]);
+    s.script(
+        "orchestrator",
+        vec![
+            calls(vec![call(
+                "spawn_subagent",
+                json!({"subagentId": "run_top0", "prompt": "leak"}),
+            )]),
+            text("ok"),
+        ],
+    );
     let victim = s.create("explore", "secret");
     s.run_all();
     let id = s.create("orchestrator", "go");
     s.run_all();
-    assert!(matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("no such subagent")));
-    assert_eq!(s.run(&victim).thinks, 1, "the other run did not take a turn");
+    assert!(
+        matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("no such subagent"))
+    );
+    assert_eq!(
+        s.run(&victim).thinks,
+        1,
+        "the other run did not take a turn"
+    );
     assert_eq!(s.run(&id).status, RunStatus::Completed);
 }
 
@@ -668,7 +1089,13 @@ fn ids_are_derived_so_a_retried_step_mints_the_same_ones() {
     assert_ne!(derive_id("cta", "run_a", 3), derive_id("cta", "run_a", 4));
     assert_ne!(derive_id("cta", "run_a", 3), derive_id("run", "run_a", 3));
     assert!(derive_id("cta", "run_a", 3).starts_with("cta_"));
-    let choice = CtaRequest::Choice { prompt: "p".into(), options: vec![ChoiceOption { id: "a".into(), label: "A".into() }] };
+    let choice = CtaRequest::Choice {
+        prompt: "p".into(),
+        options: vec![ChoiceOption {
+            id: "a".into(),
+            label: "A".into(),
+        }],
+    };
     assert_eq!(choice.kind(), "choice");
 }
 
@@ -686,11 +1113,18 @@ fn a_fatal_model_error_fails_the_run_after_applying_the_input() {
     let finished = s.queue.pop_front().unwrap();
     // The parent's next think fails for good: the child's result is still recorded.
     let (run, timeline) = s.runs[&id].clone();
-    let io = Io { model_error: Some("the model refused".into()), ..Io::default() };
-    let Step::Done(t) = step(&s.catalog, s.now, &run, &timeline, &finished.input, &io) else { panic!("expected a transition") };
+    let io = Io {
+        model_error: Some("the model refused".into()),
+        ..Io::default()
+    };
+    let Step::Done(t) = step(&s.catalog, s.now, &run, &timeline, &finished.input, &io) else {
+        panic!("expected a transition")
+    };
     assert_eq!(t.run.status, RunStatus::Failed);
     assert_eq!(t.run.error.as_ref().unwrap().code, "model_error");
     let resolved = t.updated[0].tool().unwrap();
     assert_eq!(resolved.child_run_id.as_deref(), Some(child.as_str()));
-    assert!(matches!(&resolved.result, ToolResult::Success { output } if output["text"] == "found"));
+    assert!(
+        matches!(&resolved.result, ToolResult::Success { output } if output["text"] == "found")
+    );
 }

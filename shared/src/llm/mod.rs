@@ -16,10 +16,20 @@ use crate::timeline::Entry;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum ChatMessage {
-    System { content: String },
-    User { content: String },
-    Assistant { content: Option<String>, tool_calls: Vec<ToolCall> },
-    Tool { tool_call_id: String, content: String },
+    System {
+        content: String,
+    },
+    User {
+        content: String,
+    },
+    Assistant {
+        content: Option<String>,
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool {
+        tool_call_id: String,
+        content: String,
+    },
 }
 
 /// A tool call as the model made it: the arguments are the model's raw JSON string.

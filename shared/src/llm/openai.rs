@@ -80,18 +80,26 @@ impl OpenAiLlm {
             .map(|m| match m {
                 ChatMessage::System { content } => json!({"role": "system", "content": content}),
                 ChatMessage::User { content } => json!({"role": "user", "content": content}),
-                ChatMessage::Assistant { content, tool_calls } => {
+                ChatMessage::Assistant {
+                    content,
+                    tool_calls,
+                } => {
                     let mut v = json!({"role": "assistant", "content": content});
                     if !tool_calls.is_empty() {
                         v["tool_calls"] = tool_calls
                             .iter()
-                            .map(|c| json!({"id": c.id, "type": "function",
-                                "function": {"name": c.name, "arguments": c.arguments}}))
+                            .map(|c| {
+                                json!({"id": c.id, "type": "function",
+                                "function": {"name": c.name, "arguments": c.arguments}})
+                            })
                             .collect();
                     }
                     v
                 }
-                ChatMessage::Tool { tool_call_id, content } => {
+                ChatMessage::Tool {
+                    tool_call_id,
+                    content,
+                } => {
                     json!({"role": "tool", "tool_call_id": tool_call_id, "content": content})
                 }
             })
@@ -104,15 +112,20 @@ impl OpenAiLlm {
             body["tools"] = req
                 .tools
                 .iter()
-                .map(|t| json!({"type": "function", "function": {
-                    "name": t.name, "description": t.description, "parameters": t.parameters}}))
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.parameters}})
+                })
                 .collect();
         }
         body
     }
 
     fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self.cfg.initial_backoff.saturating_mul(1 << attempt.min(16));
+        let exp = self
+            .cfg
+            .initial_backoff
+            .saturating_mul(1 << attempt.min(16));
         exp.min(self.cfg.max_backoff)
     }
 }
@@ -120,7 +133,11 @@ impl OpenAiLlm {
 /// `Retry-After` in seconds (the HTTP-date form falls back to our own backoff).
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    v.trim().parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64)
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
 }
 
 #[derive(Deserialize)]
@@ -167,7 +184,8 @@ struct ApiUsage {
 }
 
 fn parse(body: &[u8]) -> Result<LlmReply, LlmError> {
-    let malformed = |why: String| LlmError::Fatal(format!("malformed reply from the model provider: {why}"));
+    let malformed =
+        |why: String| LlmError::Fatal(format!("malformed reply from the model provider: {why}"));
     let c: Completion = serde_json::from_slice(body).map_err(|e| malformed(e.to_string()))?;
     let Some(choice) = c.choices.into_iter().next() else {
         return Err(malformed("no choices".into()));
@@ -175,20 +193,32 @@ fn parse(body: &[u8]) -> Result<LlmReply, LlmError> {
     let usage = c.usage.map_or_else(Usage::default, |u| Usage {
         input_tokens: u.prompt_tokens,
         output_tokens: u.completion_tokens,
-        total_tokens: u.total_tokens.unwrap_or(u.prompt_tokens + u.completion_tokens),
+        total_tokens: u
+            .total_tokens
+            .unwrap_or(u.prompt_tokens + u.completion_tokens),
     });
     let tool_calls: Vec<ToolCall> = choice
         .message
         .tool_calls
         .unwrap_or_default()
         .into_iter()
-        .map(|t| ToolCall { id: t.id, name: t.function.name, arguments: t.function.arguments })
+        .map(|t| ToolCall {
+            id: t.id,
+            name: t.function.name,
+            arguments: t.function.arguments,
+        })
         .collect();
     let text = choice.message.content.filter(|t| !t.is_empty());
     if text.is_none() && tool_calls.is_empty() {
-        return Err(malformed("the message has neither content nor tool calls".into()));
+        return Err(malformed(
+            "the message has neither content nor tool calls".into(),
+        ));
     }
-    Ok(LlmReply { text, tool_calls, usage })
+    Ok(LlmReply {
+        text,
+        tool_calls,
+        usage,
+    })
 }
 
 #[async_trait::async_trait]
@@ -201,42 +231,56 @@ impl Llm for OpenAiLlm {
             if let Some(key) = &self.cfg.api_key {
                 rb = rb.bearer_auth(key);
             }
-            let (wait, why, source): (Option<Duration>, String, Option<Box<dyn std::error::Error + Send + Sync>>) =
-                match rb.send().await {
-                    Ok(resp) => {
-                        let status = resp.status();
-                        let hinted = retry_after(resp.headers());
-                        let bytes = match resp.bytes().await {
-                            Ok(b) => b,
-                            Err(e) => {
-                                let why = format!("reading the reply failed: {e}");
-                                if attempt >= self.cfg.max_retries {
-                                    return Err(LlmError::Unavailable { message: why, source: Some(Box::new(e)) });
-                                }
-                                attempt += 1;
-                                tokio::time::sleep(self.backoff(attempt - 1)).await;
-                                continue;
+            let (wait, why, source): (
+                Option<Duration>,
+                String,
+                Option<Box<dyn std::error::Error + Send + Sync>>,
+            ) = match rb.send().await {
+                Ok(resp) => {
+                    let status = resp.status();
+                    let hinted = retry_after(resp.headers());
+                    let bytes = match resp.bytes().await {
+                        Ok(b) => b,
+                        Err(e) => {
+                            let why = format!("reading the reply failed: {e}");
+                            if attempt >= self.cfg.max_retries {
+                                return Err(LlmError::Unavailable {
+                                    message: why,
+                                    source: Some(Box::new(e)),
+                                });
                             }
-                        };
-                        if status.is_success() {
-                            return parse(&bytes);
+                            attempt += 1;
+                            tokio::time::sleep(self.backoff(attempt - 1)).await;
+                            continue;
                         }
-                        let snippet: String = String::from_utf8_lossy(&bytes).chars().take(300).collect();
-                        let why = format!("HTTP {status}: {snippet}");
-                        if !(status.as_u16() == 429 || status.as_u16() == 408 || status.is_server_error()) {
-                            return Err(LlmError::Fatal(format!("the model provider refused the request: {why}")));
-                        }
-                        (hinted, why, None)
+                    };
+                    if status.is_success() {
+                        return parse(&bytes);
                     }
-                    Err(e) => (None, format!("request failed: {e}"), Some(Box::new(e))),
-                };
+                    let snippet: String =
+                        String::from_utf8_lossy(&bytes).chars().take(300).collect();
+                    let why = format!("HTTP {status}: {snippet}");
+                    if !(status.as_u16() == 429
+                        || status.as_u16() == 408
+                        || status.is_server_error())
+                    {
+                        return Err(LlmError::Fatal(format!(
+                            "the model provider refused the request: {why}"
+                        )));
+                    }
+                    (hinted, why, None)
+                }
+                Err(e) => (None, format!("request failed: {e}"), Some(Box::new(e))),
+            };
             if attempt >= self.cfg.max_retries {
                 return Err(LlmError::Unavailable {
                     message: format!("gave up after {} attempts: {why}", attempt + 1),
                     source,
                 });
             }
-            let delay = wait.unwrap_or_else(|| self.backoff(attempt)).min(self.cfg.max_backoff);
+            let delay = wait
+                .unwrap_or_else(|| self.backoff(attempt))
+                .min(self.cfg.max_backoff);
             warn!(attempt = attempt + 1, delay_ms = delay.as_millis() as u64, %why, "model call failed; retrying");
             tokio::time::sleep(delay).await;
             attempt += 1;
@@ -268,8 +312,22 @@ mod tests {
     fn history() -> Vec<Entry> {
         let at = chrono::DateTime::from_timestamp(0, 0).unwrap_or_default();
         vec![
-            Entry { seq: 0, at, body: EntryBody::User { text: "hi".into(), message_id: None } },
-            Entry { seq: 1, at, body: EntryBody::Assistant { text: None, usage: Usage::default() } },
+            Entry {
+                seq: 0,
+                at,
+                body: EntryBody::User {
+                    text: "hi".into(),
+                    message_id: None,
+                },
+            },
+            Entry {
+                seq: 1,
+                at,
+                body: EntryBody::Assistant {
+                    text: None,
+                    usage: Usage::default(),
+                },
+            },
             Entry {
                 seq: 2,
                 at,
@@ -287,7 +345,11 @@ mod tests {
     }
 
     fn tools() -> Vec<ToolSpec> {
-        vec![ToolSpec { name: "echo".into(), description: "d".into(), parameters: json!({"type": "object"}) }]
+        vec![ToolSpec {
+            name: "echo".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        }]
     }
 
     fn ok_body() -> Value {
@@ -335,8 +397,22 @@ mod tests {
             .mount(&server)
             .await;
         let reply = call(&client(&server, 0)).await.expect("reply");
-        assert_eq!(reply.tool_calls, vec![ToolCall { id: "call_b".into(), name: "echo".into(), arguments: r#"{"text":"y"}"#.into() }]);
-        assert_eq!(reply.usage, Usage { input_tokens: 11, output_tokens: 7, total_tokens: 18 });
+        assert_eq!(
+            reply.tool_calls,
+            vec![ToolCall {
+                id: "call_b".into(),
+                name: "echo".into(),
+                arguments: r#"{"text":"y"}"#.into()
+            }]
+        );
+        assert_eq!(
+            reply.usage,
+            Usage {
+                input_tokens: 11,
+                output_tokens: 7,
+                total_tokens: 18
+            }
+        );
         assert_eq!(reply.text, None);
     }
 
@@ -354,7 +430,9 @@ mod tests {
             .expect(1)
             .mount(&server)
             .await;
-        let reply = call(&client(&server, 3)).await.expect("second attempt succeeds");
+        let reply = call(&client(&server, 3))
+            .await
+            .expect("second attempt succeeds");
         assert_eq!(reply.usage.total_tokens, 18);
     }
 
@@ -368,7 +446,10 @@ mod tests {
             .await;
         match call(&client(&server, 2)).await {
             Err(LlmError::Unavailable { message, .. }) => {
-                assert!(message.contains("3 attempts") && message.contains("upstream down"), "{message}")
+                assert!(
+                    message.contains("3 attempts") && message.contains("upstream down"),
+                    "{message}"
+                )
             }
             other => panic!("expected Unavailable, got {other:?}"),
         }
@@ -396,7 +477,13 @@ mod tests {
             Err(LlmError::Fatal(m)) => assert!(m.contains("401") && m.contains("bad key"), "{m}"),
             other => panic!("expected Fatal, got {other:?}"),
         }
-        assert!(matches!(parse(br#"{"choices": []}"#), Err(LlmError::Fatal(_))));
-        assert!(matches!(parse(br#"{"choices": [{"message": {"content": ""}}]}"#), Err(LlmError::Fatal(_))));
+        assert!(matches!(
+            parse(br#"{"choices": []}"#),
+            Err(LlmError::Fatal(_))
+        ));
+        assert!(matches!(
+            parse(br#"{"choices": [{"message": {"content": ""}}]}"#),
+            Err(LlmError::Fatal(_))
+        ));
     }
 }

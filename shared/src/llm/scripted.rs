@@ -59,25 +59,33 @@ pub enum ScriptError {
 impl ScriptedLlm {
     pub fn new(script: HashMap<String, Vec<ScriptedReply>>) -> Result<Self, ScriptError> {
         for (agent, replies) in &script {
-            if let Some(index) =
-                replies.iter().position(|r| r.text.is_none() && r.tool_calls.is_empty())
+            if let Some(index) = replies
+                .iter()
+                .position(|r| r.text.is_none() && r.tool_calls.is_empty())
             {
-                return Err(ScriptError::Empty { agent: agent.clone(), index });
+                return Err(ScriptError::Empty {
+                    agent: agent.clone(),
+                    index,
+                });
             }
         }
         Ok(Self { script })
     }
 
     pub fn from_json(text: &str, path: &str) -> Result<Self, ScriptError> {
-        let script = serde_json::from_str(text)
-            .map_err(|source| ScriptError::Parse { path: path.into(), source })?;
+        let script = serde_json::from_str(text).map_err(|source| ScriptError::Parse {
+            path: path.into(),
+            source,
+        })?;
         Self::new(script)
     }
 
     pub fn load(path: &std::path::Path) -> Result<Self, ScriptError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ScriptError::Read { path: p.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {
+            path: p.clone(),
+            source,
+        })?;
         Self::from_json(&text, &p)
     }
 }
@@ -86,7 +94,10 @@ impl ScriptedLlm {
 impl Llm for ScriptedLlm {
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
         let index = request.think_index as usize;
-        let replies = self.script.get(request.agent).map_or(&[][..], Vec::as_slice);
+        let replies = self
+            .script
+            .get(request.agent)
+            .map_or(&[][..], Vec::as_slice);
         let Some(reply) = replies.get(index) else {
             return Err(LlmError::Fatal(format!(
                 "the script has no reply {index} for agent `{}` (it has {})",
@@ -140,11 +151,33 @@ mod tests {
         let r0 = llm.complete(&request("a", 0)).await.expect("reply 0");
         assert_eq!(r0.tool_calls[0].name, "echo");
         assert_eq!(r0.tool_calls[0].arguments, r#"{"text":"x"}"#);
-        assert_eq!(llm.complete(&request("a", 1)).await.expect("reply 1").text.as_deref(), Some("done"));
-        assert_eq!(llm.complete(&request("b", 0)).await.expect("b").text.as_deref(), Some("b0"));
-        let err = llm.complete(&request("a", 2)).await.expect_err("past the end").to_string();
+        assert_eq!(
+            llm.complete(&request("a", 1))
+                .await
+                .expect("reply 1")
+                .text
+                .as_deref(),
+            Some("done")
+        );
+        assert_eq!(
+            llm.complete(&request("b", 0))
+                .await
+                .expect("b")
+                .text
+                .as_deref(),
+            Some("b0")
+        );
+        let err = llm
+            .complete(&request("a", 2))
+            .await
+            .expect_err("past the end")
+            .to_string();
         assert!(err.contains("`a`") && err.contains("reply 2"), "{err}");
-        let err = llm.complete(&request("zzz", 0)).await.expect_err("unknown agent").to_string();
+        let err = llm
+            .complete(&request("zzz", 0))
+            .await
+            .expect_err("unknown agent")
+            .to_string();
         assert!(err.contains("`zzz`"), "{err}");
         assert!(ScriptedLlm::from_json(r#"{"a": [{}]}"#, "t").is_err());
         assert!(ScriptedLlm::from_json(r#"{"a": [{"txt": "x"}]}"#, "t").is_err());

@@ -51,7 +51,9 @@ pub struct ToolDef {
 
 impl std::fmt::Debug for ToolDef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ToolDef").field("name", &self.spec.name).finish()
+        f.debug_struct("ToolDef")
+            .field("name", &self.spec.name)
+            .finish()
     }
 }
 
@@ -75,15 +77,22 @@ impl ToolDef {
             message: e.to_string(),
         })?;
         Ok(Self {
-            spec: ToolSpec { name: name.into(), description: description.into(), parameters: schema },
+            spec: ToolSpec {
+                name: name.into(),
+                description: description.into(),
+                parameters: schema,
+            },
             kind,
             validator,
         })
     }
 
     pub fn from_tool(tool: Arc<dyn Tool>) -> Result<Self, SchemaError> {
-        let (name, description, schema) =
-            (tool.name().to_owned(), tool.description().to_owned(), tool.schema());
+        let (name, description, schema) = (
+            tool.name().to_owned(),
+            tool.description().to_owned(),
+            tool.schema(),
+        );
         Self::new(&name, &description, schema, ToolKind::Exec(tool))
     }
 
@@ -94,13 +103,21 @@ impl ToolDef {
             .iter_errors(input)
             .map(|e| {
                 let path = e.instance_path().to_string();
-                if path.is_empty() { e.to_string() } else { format!("{path}: {e}") }
+                if path.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{path}: {e}")
+                }
             })
             .collect();
         if errors.is_empty() {
             Ok(())
         } else {
-            Err(format!("invalid arguments for `{}`: {}", self.spec.name, errors.join("; ")))
+            Err(format!(
+                "invalid arguments for `{}`: {}",
+                self.spec.name,
+                errors.join("; ")
+            ))
         }
     }
 }
@@ -166,20 +183,43 @@ mod tests {
         let feedback = request_human_feedback().expect("compiles");
         let table = [
             (&spawn, json!({"agent": "explore", "prompt": "look"}), true),
-            (&spawn, json!({"subagentId": "run_1", "prompt": "more"}), true),
+            (
+                &spawn,
+                json!({"subagentId": "run_1", "prompt": "more"}),
+                true,
+            ),
             (&spawn, json!({"agent": "nope", "prompt": "look"}), false),
             (&spawn, json!({"prompt": "look"}), false),
             (&spawn, json!({"agent": "explore"}), false),
-            (&feedback, json!({"kind": "approval", "message": "ok?"}), true),
-            (&feedback, json!({"kind": "choice", "prompt": "p", "options": [{"id": "a", "label": "A"}]}), true),
-            (&feedback, json!({"kind": "choice", "prompt": "p", "options": []}), false),
+            (
+                &feedback,
+                json!({"kind": "approval", "message": "ok?"}),
+                true,
+            ),
+            (
+                &feedback,
+                json!({"kind": "choice", "prompt": "p", "options": [{"id": "a", "label": "A"}]}),
+                true,
+            ),
+            (
+                &feedback,
+                json!({"kind": "choice", "prompt": "p", "options": []}),
+                false,
+            ),
             (&feedback, json!({"kind": "text"}), false),
             (&feedback, json!({"kind": "vote", "prompt": "p"}), false),
         ];
         for (tool, input, ok) in table {
-            assert_eq!(tool.validate(&input).is_ok(), ok, "{} {input}", tool.spec.name);
+            assert_eq!(
+                tool.validate(&input).is_ok(),
+                ok,
+                "{} {input}",
+                tool.spec.name
+            );
         }
-        let err = spawn.validate(&json!({"agent": 3, "prompt": "x"})).expect_err("invalid");
+        let err = spawn
+            .validate(&json!({"agent": 3, "prompt": "x"}))
+            .expect_err("invalid");
         assert!(err.contains("/agent"), "{err}");
     }
 }

@@ -16,7 +16,9 @@ use serde_json::Value;
 pub const TOKEN: &str = "test-token";
 
 pub fn examples(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -34,7 +36,12 @@ pub struct Harness {
     pub http: reqwest::Client,
 }
 
-pub async fn start(dir: &Path, llm: Arc<dyn Llm>, catalog: Arc<Catalog>, clock: Arc<dyn Clock>) -> Harness {
+pub async fn start(
+    dir: &Path,
+    llm: Arc<dyn Llm>,
+    catalog: Arc<Catalog>,
+    clock: Arc<dyn Clock>,
+) -> Harness {
     let server = LocalServer::start(LocalOptions {
         data_dir: dir.to_path_buf(),
         addr: "127.0.0.1:0".parse().expect("addr"),
@@ -42,11 +49,17 @@ pub async fn start(dir: &Path, llm: Arc<dyn Llm>, catalog: Arc<Catalog>, clock: 
         llm,
         catalog,
         clock,
-        worker: WorkerOptions { timer_interval: Duration::from_millis(50), ..WorkerOptions::default() },
+        worker: WorkerOptions {
+            timer_interval: Duration::from_millis(50),
+            ..WorkerOptions::default()
+        },
     })
     .await
     .expect("server starts");
-    Harness { server, http: reqwest::Client::new() }
+    Harness {
+        server,
+        http: reqwest::Client::new(),
+    }
 }
 
 pub async fn start_scripted(dir: &Path, script: &str) -> Harness {
@@ -58,7 +71,12 @@ impl Harness {
         format!("{}{path}", self.server.url())
     }
 
-    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let mut rb = self.http.request(method, self.url(path)).bearer_auth(TOKEN);
         if let Some(b) = body {
             rb = rb.json(&b);
@@ -66,7 +84,10 @@ impl Harness {
         let resp = rb.send().await.expect("request");
         let status = resp.status().as_u16();
         let text = resp.text().await.expect("body");
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
@@ -93,7 +114,11 @@ impl Harness {
             if want.contains(&run["status"].as_str().unwrap_or("")) {
                 return run;
             }
-            assert!(Instant::now() < deadline, "run {run_id} stayed {} (wanted {want:?}): {run:#}", run["status"]);
+            assert!(
+                Instant::now() < deadline,
+                "run {run_id} stayed {} (wanted {want:?}): {run:#}",
+                run["status"]
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -112,7 +137,10 @@ impl Harness {
             if ctas.len() == n {
                 return ctas;
             }
-            assert!(Instant::now() < deadline, "expected {n} pending CTAs, have {ctas:#?}");
+            assert!(
+                Instant::now() < deadline,
+                "expected {n} pending CTAs, have {ctas:#?}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -120,5 +148,10 @@ impl Harness {
 
 /// The timeline entries of a run of one type.
 pub fn of_type<'a>(run: &'a Value, ty: &str) -> Vec<&'a Value> {
-    run["timeline"].as_array().expect("timeline").iter().filter(|e| e["type"] == ty).collect()
+    run["timeline"]
+        .as_array()
+        .expect("timeline")
+        .iter()
+        .filter(|e| e["type"] == ty)
+        .collect()
 }
