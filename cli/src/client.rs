@@ -308,7 +308,15 @@ fn render_run(r: &Value) -> String {
             "tool" => {
                 let res = &e["result"];
                 let outcome = match res["status"].as_str().unwrap_or("") {
-                    "success" => format!("success: {}", short(&res["output"], 80)),
+                    "success" => match res["output"].get("text") {
+                        // A subagent's answer: its text, not the whole envelope.
+                        Some(text) if e["name"] == "spawn_subagent" => format!(
+                            "success: {} ({} steps)",
+                            short(text, 80),
+                            res["output"]["stepCount"]
+                        ),
+                        _ => format!("success: {}", short(&res["output"], 80)),
+                    },
                     "error" => format!("error: {}", short(&res["error"], 80)),
                     _ => {
                         let mut p = format!("pending ({})", res["reason"].as_str().unwrap_or(""));
