@@ -13,7 +13,7 @@ use tracing::info;
 
 use crate::adapters::local::LocalStore;
 use crate::agent::Catalog;
-use crate::api::{self, AppState, BearerToken};
+use crate::api::{self, ApiError, AppState, Authenticator, BearerToken};
 use crate::error::PortError;
 use crate::llm::Llm;
 use crate::ports::Clock;
@@ -91,10 +91,12 @@ impl LocalServer {
         let (stop, stop_rx) = watch::channel(false);
         let worker = tokio::spawn(worker.run(stop_rx.clone()));
 
+        let auth: Arc<dyn Authenticator> = Arc::new(BearerToken::new(token.clone(), LOCAL_OWNER));
         let app = api::router(AppState {
             service: service.clone(),
-            auth: Arc::new(BearerToken::new(token.clone(), LOCAL_OWNER)),
-        });
+            auth: auth.clone(),
+        })
+        .merge(events_route(store.clone(), auth));
         let listener = tokio::net::TcpListener::bind(opts.addr)
             .await
             .map_err(StartError::Io)?;
@@ -150,6 +152,49 @@ impl LocalServer {
         let _ = ctrl_c.await;
         self.shutdown().await;
     }
+}
+
+/// `GET /events?after=<position>&limit=<n>`: the events the embedded bus recorded, for UIs
+/// and scripts polling a local server (on AWS, subscribe to the EventBridge bus instead).
+fn events_route(store: LocalStore, auth: Arc<dyn Authenticator>) -> axum::Router {
+    use axum::extract::Query;
+    use axum::http::HeaderMap;
+    use axum::response::{IntoResponse, Response};
+    use std::collections::HashMap;
+
+    let handler = move |headers: HeaderMap, Query(q): Query<HashMap<String, String>>| {
+        let (store, auth) = (store.clone(), auth.clone());
+        async move {
+            let run = || -> Result<serde_json::Value, ApiError> {
+                auth.authenticate(&headers, &axum::http::Extensions::new())?;
+                let num = |k: &str, default: i64| -> Result<i64, ApiError> {
+                    q.get(k).map_or(Ok(default), |v| {
+                        v.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+                            ApiError::invalid(format!("`{k}` must be a non-negative integer"))
+                        })
+                    })
+                };
+                let after = num("after", 0)?;
+                let limit = num("limit", 100)?.clamp(1, 1000) as usize;
+                let events = store.events_after(after, limit)?;
+                let next = events.last().map_or(after, |(p, _)| *p);
+                let list: Vec<serde_json::Value> = events
+                    .into_iter()
+                    .map(|(position, e)| {
+                        serde_json::json!({"position": position, "id": e.id, "detailType": e.detail_type,
+                            "detail": e.detail, "time": e.time})
+                    })
+                    .collect();
+                Ok(serde_json::json!({"events": list, "next": next}))
+            };
+            let out: Response = match run() {
+                Ok(v) => axum::Json(v).into_response(),
+                Err(e) => e.into_response(),
+            };
+            out
+        }
+    };
+    axum::Router::new().route("/events", axum::routing::get(handler))
 }
 
 #[derive(Debug, thiserror::Error)]

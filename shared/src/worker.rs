@@ -124,10 +124,14 @@ impl Worker {
     }
 
     /// Runs until `stop` turns true: the sweep once, then the pump and the timers.
+    ///
+    /// Free slots are refilled as soon as any message is done, so one slow think (a real
+    /// model can take minutes) never holds up other runs' steps.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         if let Err(e) = self.sweep().await {
             error!(error = %e, "start-up sweep failed");
         }
+        let mut inflight = JoinSet::new();
         let mut next_timers = tokio::time::Instant::now();
         while !*stop.borrow() {
             if tokio::time::Instant::now() >= next_timers {
@@ -136,21 +140,29 @@ impl Worker {
                 }
                 next_timers = tokio::time::Instant::now() + self.opts.timer_interval;
             }
-            match self.pump_once().await {
-                Ok(0) => {
-                    let wait = next_timers.saturating_duration_since(tokio::time::Instant::now());
-                    tokio::select! {
-                        _ = self.store.wait_for_messages(wait.min(Duration::from_millis(250))) => {}
-                        _ = stop.changed() => {}
+            let free = self.opts.concurrency.saturating_sub(inflight.len());
+            if free > 0 {
+                match self.store.receive(free, self.opts.visibility) {
+                    Ok(batch) => {
+                        for d in batch {
+                            let (svc, store) = (self.service.clone(), self.store.clone());
+                            inflight.spawn(process(svc, store, self.opts.max_receives, d));
+                        }
                     }
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    error!(error = %e, "queue receive failed");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    Err(e) => error!(error = %e, "queue receive failed"),
                 }
             }
+            let wait = next_timers
+                .saturating_duration_since(tokio::time::Instant::now())
+                .min(Duration::from_millis(250));
+            tokio::select! {
+                Some(_) = inflight.join_next(), if !inflight.is_empty() => {}
+                _ = self.store.wait_for_messages(wait) => {}
+                _ = stop.changed() => {}
+            }
         }
+        // Let steps under way finish their commit and effects.
+        while inflight.join_next().await.is_some() {}
     }
 }
 

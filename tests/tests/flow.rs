@@ -112,6 +112,32 @@ async fn the_example_script_runs_to_completed_with_its_full_timeline() {
         3,
         "two children and the parent"
     );
+
+    // The local server serves the same events to pollers.
+    let (code, page) = h.get("/events?after=0&limit=1000").await;
+    assert_eq!(code, 200, "{page}");
+    let listed: Vec<&str> = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["detailType"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, events);
+    let request = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["detailType"] == "cta.request")
+        .unwrap();
+    assert_eq!(request["detail"]["ctaId"], cta["ctaId"]);
+    assert_eq!(request["detail"]["message"], "Proceed?");
+    let (code, later) = h.get(&format!("/events?after={}", page["next"])).await;
+    assert_eq!((code, later["events"].as_array().unwrap().len()), (200, 0));
+    assert_eq!(h.get("/events?after=x").await.0, 400);
+    assert_eq!(
+        h.http.get(h.url("/events")).send().await.unwrap().status(),
+        401
+    );
     h.server.shutdown().await;
 }
 
@@ -613,5 +639,47 @@ async fn a_script_that_runs_out_fails_the_run_with_a_clear_error() {
             .contains("no reply 0 for agent `explore`"),
         "{tool}"
     );
+    h.server.shutdown().await;
+}
+
+/// A model that takes its time for agent `code` and answers at once for the others.
+struct SlowForCode(Arc<dyn baton::llm::Llm>);
+
+#[async_trait::async_trait]
+impl baton::llm::Llm for SlowForCode {
+    async fn complete(
+        &self,
+        req: &baton::llm::ChatRequest<'_>,
+    ) -> Result<baton::llm::LlmReply, baton::llm::LlmError> {
+        if req.agent == "code" {
+            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        }
+        self.0.complete(req).await
+    }
+}
+
+#[tokio::test]
+async fn a_slow_think_in_one_run_does_not_hold_up_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = Arc::new(SlowForCode(scripted(
+        r#"{"code": [{"text": "slow"}], "explore": [{"text": "fast"}]}"#,
+    )));
+    let h = start(dir.path(), llm, catalog(None), Arc::new(SystemClock)).await;
+    let slow = h
+        .create_run(json!({"prompt": "take your time", "agent": "code"}))
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    let fast = h
+        .create_run(json!({"prompt": "quick", "agent": "explore"}))
+        .await;
+    h.wait_status(&fast, &["completed"]).await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "the fast run waited {:?}",
+        started.elapsed()
+    );
+    assert_eq!(h.get(&format!("/runs/{slow}")).await.1["status"], "running");
+    h.wait_status(&slow, &["completed"]).await;
     h.server.shutdown().await;
 }
