@@ -679,7 +679,11 @@ async fn a_slow_think_in_one_run_does_not_hold_up_another() {
         "the fast run waited {:?}",
         started.elapsed()
     );
-    assert_eq!(h.get(&format!("/runs/{slow}")).await.1["status"], "running");
+    let status = h.get(&format!("/runs/{slow}")).await.1["status"].clone();
+    assert!(
+        status == "queued" || status == "running",
+        "the slow run is still in its first step: {status}"
+    );
     h.wait_status(&slow, &["completed"]).await;
     h.server.shutdown().await;
 }
