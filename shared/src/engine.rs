@@ -395,11 +395,41 @@ pub fn step(
     w.done()
 }
 
+/// Tool outputs larger than this (as JSON) are cut, with an explicit marker, so that every
+/// entry fits any store (DynamoDB items stop at 400 KB) and the model sees what is stored.
+pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
 fn to_result(out: Result<Value, String>) -> ToolResult {
     match out {
-        Ok(output) => ToolResult::Success { output },
-        Err(error) => ToolResult::Error { error },
+        Ok(output) => ToolResult::Success { output: cap_output(output) },
+        Err(error) => ToolResult::Error { error: cap_text(error) },
     }
+}
+
+fn cap_text(s: String) -> String {
+    if s.len() <= MAX_OUTPUT_BYTES {
+        return s;
+    }
+    let mut end = MAX_OUTPUT_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [truncated: {} of {} bytes kept]", &s[..end], end, s.len())
+}
+
+fn cap_output(v: Value) -> Value {
+    let size = match &v {
+        Value::String(s) => s.len(),
+        v => v.to_string().len(),
+    };
+    if size <= MAX_OUTPUT_BYTES {
+        return v;
+    }
+    let text = match v {
+        Value::String(s) => s,
+        v => v.to_string(),
+    };
+    json!({"truncated": true, "originalBytes": size, "preview": cap_text(text)})
 }
 
 /// The step being built: the run as it becomes, and what the commit will hold.
@@ -800,7 +830,8 @@ impl<'a> Work<'a> {
 
     fn start_child(&mut self, seq: u64, call_id: &str, input: &Value) {
         let text = |k: &str| input.get(k).and_then(Value::as_str).map(str::to_owned);
-        let child_id = derive_id("run", &self.run.run_id, seq);
+        // `sub_` marks a subagent run: queues route on it without reading the run.
+        let child_id = derive_id("sub", &self.run.run_id, seq);
         let mut child = Run::new(NewRun {
             run_id: child_id.clone(),
             agent: text("agent").unwrap_or_default(),

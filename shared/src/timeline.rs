@@ -112,6 +112,44 @@ impl Entry {
     }
 }
 
+/// Entry bodies of this size or more are stored deflated: timelines are read whole on a cold
+/// start, and most of a large entry is text that compresses well.
+const COMPRESS_FROM: usize = 256;
+const DEFLATED: u8 = 0;
+
+/// Why a stored entry could not be encoded or decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    #[error("entry JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("entry compression: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("unknown entry encoding (first byte {0:#04x})")]
+    Unknown(u8),
+}
+
+/// Encodes an entry for storage: its JSON, deflated when that is smaller (first byte 0;
+/// plain JSON starts with `{`).
+pub fn encode_entry(e: &Entry) -> Result<Vec<u8>, CodecError> {
+    use std::io::Write;
+    let json = serde_json::to_vec(e)?;
+    if json.len() < COMPRESS_FROM {
+        return Ok(json);
+    }
+    let mut z = flate2::write::DeflateEncoder::new(vec![DEFLATED], flate2::Compression::fast());
+    z.write_all(&json)?;
+    let packed = z.finish()?;
+    Ok(if packed.len() < json.len() { packed } else { json })
+}
+
+pub fn decode_entry(bytes: &[u8]) -> Result<Entry, CodecError> {
+    match bytes.first() {
+        Some(&DEFLATED) => Ok(serde_json::from_reader(flate2::read::DeflateDecoder::new(&bytes[1..]))?),
+        Some(b'{') => Ok(serde_json::from_slice(bytes)?),
+        other => Err(CodecError::Unknown(other.copied().unwrap_or_default())),
+    }
+}
+
 /// The entries of the current batch: the tool entries after the last assistant entry.
 pub fn current_batch(timeline: &[Entry]) -> &[Entry] {
     let start = timeline
@@ -282,6 +320,15 @@ mod tests {
         assert!(matches!(&msgs[4], ChatMessage::Tool { content, .. } if content.contains("boom")));
         assert!(matches!(&msgs[5], ChatMessage::Assistant { content: Some(t), .. } if t == "done"));
         assert_eq!(current_batch(&timeline).len(), 0);
+        for e in &timeline {
+            assert_eq!(&decode_entry(&encode_entry(e).unwrap()).unwrap(), e);
+        }
+        let big = Entry { seq: 9, at: at(), body: EntryBody::User { text: "word ".repeat(200), message_id: None } };
+        let packed = encode_entry(&big).unwrap();
+        assert_eq!(packed[0], 0, "large entries are deflated");
+        assert!(packed.len() < 200);
+        assert_eq!(decode_entry(&packed).unwrap(), big);
+        assert!(decode_entry(b"x").is_err());
         assert_eq!(current_batch(&timeline[..5]).len(), 3);
     }
 }

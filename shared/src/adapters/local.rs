@@ -389,42 +389,6 @@ fn record(body: &str, outbox: Option<String>) -> Result<RunRecord, PortError> {
     })
 }
 
-/// Entry bodies of this size or more are stored deflated (DESIGN.md §6: timelines are read
-/// whole at every step, and most of a large entry is text that compresses well).
-const COMPRESS_FROM: usize = 256;
-const PLAIN: u8 = b'{';
-const DEFLATED: u8 = 0;
-
-fn encode_entry(e: &Entry) -> Result<Vec<u8>, PortError> {
-    let json = serde_json::to_vec(e).map_err(|e| broken("encode", e))?;
-    if json.len() < COMPRESS_FROM {
-        return Ok(json);
-    }
-    use std::io::Write;
-    let mut z = flate2::write::DeflateEncoder::new(vec![DEFLATED], flate2::Compression::fast());
-    z.write_all(&json).map_err(|e| broken("compress", e))?;
-    let packed = z.finish().map_err(|e| broken("compress", e))?;
-    Ok(if packed.len() < json.len() {
-        packed
-    } else {
-        json
-    })
-}
-
-fn decode_entry(bytes: &[u8]) -> Result<Entry, PortError> {
-    match bytes.first() {
-        Some(&DEFLATED) => {
-            let z = flate2::read::DeflateDecoder::new(&bytes[1..]);
-            serde_json::from_reader(z).map_err(|e| broken("decode entry", e))
-        }
-        Some(&PLAIN) => serde_json::from_slice(bytes).map_err(|e| broken("decode entry", e)),
-        _ => Err(PortError::Broken {
-            message: "embedded store: unknown entry encoding".into(),
-            source: None,
-        }),
-    }
-}
-
 fn run_key(tx: &Transaction<'_>, run_id: &str) -> Result<i64, PortError> {
     tx.prepare_cached("SELECT run_key FROM runs WHERE run_id = ?1")
         .and_then(|mut s| s.query_row([run_id], |r| r.get(0)))
@@ -436,7 +400,7 @@ fn insert_entries(tx: &Transaction<'_>, key: i64, entries: &[Entry]) -> Result<(
         .prepare_cached("INSERT INTO entries (run_key, seq, body) VALUES (?1, ?2, ?3)")
         .map_err(sql)?;
     for e in entries {
-        stmt.execute(params![key, e.seq as i64, encode_entry(e)?])
+        stmt.execute(params![key, e.seq as i64, crate::timeline::encode_entry(e).map_err(|e| broken("encode entry", e))?])
             .map_err(sql)?;
     }
     Ok(())
@@ -519,7 +483,7 @@ impl Store for LocalStore {
         let entries = stmt
             .query_map([run_id], |r| r.get::<_, Vec<u8>>(0))
             .map_err(sql)?
-            .map(|b| decode_entry(&b.map_err(sql)?))
+            .map(|b| crate::timeline::decode_entry(&b.map_err(sql)?).map_err(|e| broken("decode entry", e)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Some((rec, entries)))
     }
@@ -540,7 +504,7 @@ impl Store for LocalStore {
             let after = after.map_or(-1, |a| a as i64);
             stmt.query_map(params![run_id, after, limit as i64], |r| r.get::<_, Vec<u8>>(0))
                 .map_err(sql)?
-                .map(|b| decode_entry(&b.map_err(sql)?))
+                .map(|b| crate::timeline::decode_entry(&b.map_err(sql)?).map_err(|e| broken("decode entry", e)))
                 .collect()
         })
     }
@@ -571,7 +535,7 @@ impl Store for LocalStore {
                 .prepare_cached("UPDATE entries SET body = ?1 WHERE run_key = ?2 AND seq = ?3")
                 .map_err(sql)?;
             for e in &t.updated {
-                upd.execute(params![encode_entry(e)?, key, e.seq as i64]).map_err(sql)?;
+                upd.execute(params![crate::timeline::encode_entry(e).map_err(|e| broken("encode entry", e))?, key, e.seq as i64]).map_err(sql)?;
             }
             for c in &t.new_ctas {
                 tx.execute(

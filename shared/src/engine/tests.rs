@@ -1023,7 +1023,7 @@ fn redelivered_and_stale_messages_do_nothing() {
 fn a_parent_can_continue_its_finished_subagent_by_id() {
     let mut s = Sim::new();
     // The child's id is derived from the parent and the seq of the spawning call (2).
-    let child = derive_id("run", "run_top0", 2);
+    let child = derive_id("sub", "run_top0", 2);
     s.script("explore", vec![text("first look"), text("second look")]);
     s.script(
         "orchestrator",
@@ -1127,4 +1127,23 @@ fn a_fatal_model_error_fails_the_run_after_applying_the_input() {
     assert!(
         matches!(&resolved.result, ToolResult::Success { output } if output["text"] == "found")
     );
+}
+
+#[test]
+fn oversized_tool_outputs_are_cut_with_a_marker() {
+    let big = "x".repeat(MAX_OUTPUT_BYTES + 10);
+    let mut s = Sim::new();
+    s.script("worker", vec![calls(vec![call("echo", json!({"text": big}))]), text("ok")]);
+    let id = s.create("worker", "go");
+    s.run_all();
+    match &s.tools(&id)[0].result {
+        ToolResult::Success { output } => {
+            assert_eq!(output["truncated"], true);
+            assert_eq!(output["originalBytes"], MAX_OUTPUT_BYTES + 10);
+            assert!(output["preview"].as_str().unwrap().ends_with(&format!("[truncated: {MAX_OUTPUT_BYTES} of {} bytes kept]", MAX_OUTPUT_BYTES + 10)));
+        }
+        r => panic!("{r:?}"),
+    }
+    assert!(s.children(&id).is_empty());
+    assert!(derive_id("sub", "run_a", 1).starts_with("sub_"));
 }
