@@ -374,7 +374,7 @@ impl Service {
             let Some((record, timeline)) = self.hydrate(&msg.run_id).await? else {
                 return self.handle_unknown_run(msg).await;
             };
-            if !record.outbox.is_empty() {
+            if !record.outbox.is_empty() && !sent_by(&record.outbox, msg) {
                 self.perform(&record.run, &record.outbox).await?;
             }
             let run = record.run;
@@ -545,10 +545,14 @@ impl Service {
         if !events.is_empty() {
             self.deps.bus.publish(&events).await?;
         }
+        // The run's own next message goes last: when it is received, everything before it
+        // was performed, so its step skips the replay and no write is spent clearing it.
+        sends.sort_by_key(|m| m.run_id == run.run_id);
+        let continues = sends.last().is_some_and(|m| m.run_id == run.run_id);
         if !sends.is_empty() {
             self.deps.queue.send(&sends).await?;
         }
-        self.deps.store.clear_outbox(&run.run_id, run.version).await
+        if continues { Ok(()) } else { self.deps.store.clear_outbox(&run.run_id, run.version).await }
     }
 
     async fn hydrate(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
@@ -576,6 +580,11 @@ impl Service {
         }
         cache.insert(run_id.to_owned(), (version, timeline));
     }
+}
+
+/// Whether `msg` is one of this outbox's sends: then the outbox was performed in full.
+fn sent_by(outbox: &[Effect], msg: &StepMessage) -> bool {
+    outbox.iter().any(|e| matches!(e, Effect::Send(m) if m.id == msg.id && m.run_id == msg.run_id))
 }
 
 /// Applies a committed transition to a timeline held in memory.
