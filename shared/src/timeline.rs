@@ -128,11 +128,11 @@ pub enum CodecError {
     Unknown(u8),
 }
 
-/// Encodes an entry for storage: its JSON, deflated when that is smaller (first byte 0;
-/// plain JSON starts with `{`).
-pub fn encode_entry(e: &Entry) -> Result<Vec<u8>, CodecError> {
+/// Encodes a value for storage: its JSON, deflated when that is smaller (first byte 0; plain
+/// JSON never starts with 0).
+pub fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, CodecError> {
     use std::io::Write;
-    let json = serde_json::to_vec(e)?;
+    let json = serde_json::to_vec(v)?;
     if json.len() < COMPRESS_FROM {
         return Ok(json);
     }
@@ -142,12 +142,21 @@ pub fn encode_entry(e: &Entry) -> Result<Vec<u8>, CodecError> {
     Ok(if packed.len() < json.len() { packed } else { json })
 }
 
-pub fn decode_entry(bytes: &[u8]) -> Result<Entry, CodecError> {
+/// Decodes what [`encode`] wrote.
+pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     match bytes.first() {
         Some(&DEFLATED) => Ok(serde_json::from_reader(flate2::read::DeflateDecoder::new(&bytes[1..]))?),
-        Some(b'{') => Ok(serde_json::from_slice(bytes)?),
+        Some(b'{' | b'[' | b'"') => Ok(serde_json::from_slice(bytes)?),
         other => Err(CodecError::Unknown(other.copied().unwrap_or_default())),
     }
+}
+
+pub fn encode_entry(e: &Entry) -> Result<Vec<u8>, CodecError> {
+    encode(e)
+}
+
+pub fn decode_entry(bytes: &[u8]) -> Result<Entry, CodecError> {
+    decode(bytes)
 }
 
 /// The entries of the current batch: the tool entries after the last assistant entry.

@@ -1,3 +1,6 @@
-//! Adapters: the ports implemented on real infrastructure.
-
+pub mod aws;
+pub mod dynamo;
+pub mod eventbridge;
 pub mod local;
+pub mod scheduler;
+pub mod sqs;

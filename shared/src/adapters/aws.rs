@@ -1,0 +1,125 @@
+//! What the AWS adapters share: configuration from the environment, one SDK config for
+//! every client, error mapping (retryable vs terminal), and a meter that counts requests and
+//! DynamoDB capacity units (for the cost benchmark).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+
+use crate::error::PortError;
+
+/// Names of the resources, read once at start-up. The variable names match `template.yaml`.
+#[derive(Debug, Clone)]
+pub struct AwsConfig {
+    pub table: String,
+    pub steps_queue_url: String,
+    pub subagent_queue_url: String,
+    pub bus_name: String,
+    pub bus_arn: String,
+    pub schedule_group: String,
+    pub scheduler_role_arn: String,
+    /// How long finished runs and resolved CTAs are kept (DynamoDB TTL).
+    pub retention_days: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("environment variable {0} is not set (see template.yaml)")]
+pub struct MissingVar(pub &'static str);
+
+impl AwsConfig {
+    pub fn from_env() -> Result<Self, MissingVar> {
+        let var = |k: &'static str| std::env::var(k).ok().filter(|v| !v.is_empty()).ok_or(MissingVar(k));
+        Ok(Self {
+            table: var("BATON_TABLE")?,
+            steps_queue_url: var("BATON_STEPS_QUEUE_URL")?,
+            subagent_queue_url: var("BATON_SUBAGENT_QUEUE_URL")?,
+            bus_name: var("BATON_BUS_NAME")?,
+            bus_arn: var("BATON_BUS_ARN")?,
+            schedule_group: var("BATON_SCHEDULE_GROUP")?,
+            scheduler_role_arn: var("BATON_SCHEDULER_ROLE_ARN")?,
+            retention_days: std::env::var("BATON_RETENTION_DAYS").ok().and_then(|v| v.parse().ok()).unwrap_or(90),
+        })
+    }
+}
+
+/// Loads the one SDK config every client is built from. `AWS_ENDPOINT_URL` (honoured by the
+/// SDK itself) points every client at LocalStack or moto.
+pub async fn sdk_config() -> aws_config::SdkConfig {
+    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+}
+
+/// Requests and DynamoDB capacity units, counted by the adapters.
+#[derive(Debug, Default)]
+pub struct Meter {
+    pub dynamodb: AtomicU64,
+    pub sqs: AtomicU64,
+    pub eventbridge: AtomicU64,
+    pub scheduler: AtomicU64,
+    /// Read request units, in halves (eventually consistent reads cost half a unit).
+    pub read_half_units: AtomicU64,
+    pub write_units: AtomicU64,
+}
+
+/// A snapshot of a [`Meter`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Usage {
+    pub dynamodb_requests: u64,
+    pub sqs_requests: u64,
+    pub eventbridge_requests: u64,
+    pub scheduler_requests: u64,
+    pub read_units: f64,
+    pub write_units: u64,
+}
+
+impl Meter {
+    pub fn shared() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+    pub fn snapshot(&self) -> Usage {
+        Usage {
+            dynamodb_requests: self.dynamodb.load(Ordering::Relaxed),
+            sqs_requests: self.sqs.load(Ordering::Relaxed),
+            eventbridge_requests: self.eventbridge.load(Ordering::Relaxed),
+            scheduler_requests: self.scheduler.load(Ordering::Relaxed),
+            read_units: self.read_half_units.load(Ordering::Relaxed) as f64 / 2.0,
+            write_units: self.write_units.load(Ordering::Relaxed),
+        }
+    }
+    pub(crate) fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Error codes that mean "try again later".
+const RETRYABLE: &[&str] = &[
+    "ThrottlingException",
+    "ProvisionedThroughputExceededException",
+    "RequestLimitExceeded",
+    "TransactionConflictException",
+    "InternalServerError",
+    "InternalFailure",
+    "ServiceUnavailable",
+    "ServiceUnavailableException",
+    "RequestThrottled",
+    "TooManyRequestsException",
+];
+
+/// Maps an SDK error: transport failures, timeouts, throttling and 5xx are retryable;
+/// everything else is terminal. The source is kept.
+pub fn map_sdk_err<E, R>(what: &str, e: SdkError<E, R>) -> PortError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let retryable = match &e {
+        SdkError::ServiceError(se) => se.err().code().is_some_and(|c| RETRYABLE.contains(&c)),
+        SdkError::ConstructionFailure(_) => false,
+        _ => true,
+    };
+    let message = match e.code() {
+        Some(code) => format!("{what}: {code}: {}", e.message().unwrap_or_default()),
+        None => format!("{what}: {e}"),
+    };
+    if retryable { PortError::unavailable(message, e) } else { PortError::broken(message, e) }
+}

@@ -1,0 +1,501 @@
+//! `DynamoStore`: runs, timelines and CTAs in one DynamoDB table.
+//!
+//! | item | PK | SK | attributes |
+//! |---|---|---|---|
+//! | run | `RUN#<runId>` | `META` | `v` (version), `own`, `st`, `body` (the run, JSON), `ob` (outbox), `ttl` |
+//! | timeline segment | `RUN#<runId>` | `T#<first seq:010>` | `n`, `b`: the entries one commit appended, deflated JSON |
+//! | resolution patch | `RUN#<runId>` | `P#<seq:010>` | `b`: an entry resolved in place (a pending result), whole |
+//! | CTA | `CTA#<ctaId>` | `META` | `st`, `own`, `body`, `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `CTA#<status>#<createdAt>#<ctaId>`, `ttl` |
+//! | idempotency key | `IDEM#<len>#<owner>#<key>` | `META` | `runId` |
+//!
+//! One commit is one `TransactWriteItems`, conditional on the run's version: the run item
+//! (with the outbox), one segment for everything the step appended, a patch per resolved
+//! entry, new CTAs and child runs. A step of the common kind writes two items, which keeps
+//! it at four write units. Re-hydration is one `Query` on the run's partition, paged (a
+//! history over 1 MB works), strongly consistent. The GSI holds only CTAs, so the run item,
+//! rewritten at every step, costs no index writes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use chrono::{DateTime, Utc};
+use tracing::instrument;
+
+use super::aws::{Meter, map_sdk_err};
+use crate::cta::{Cta, CtaResponse, CtaStatus};
+use crate::engine::{Effect, Transition};
+use crate::error::PortError;
+use crate::ports::{Created, RunRecord, Settled, Store};
+use crate::run::Run;
+use crate::timeline::{self, Entry};
+
+type Item = HashMap<String, AttributeValue>;
+
+/// The GSI listing CTAs by owner.
+pub const GSI1: &str = "GSI1";
+/// DynamoDB's limit on items in one transaction.
+const MAX_TRANSACT_ITEMS: usize = 100;
+/// Items stay under DynamoDB's 400 KB limit with room for keys and attributes.
+const MAX_BLOB: usize = 390 * 1024;
+
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+    retention: chrono::Duration,
+    meter: Arc<Meter>,
+}
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+fn n(v: impl std::fmt::Display) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+fn run_pk(id: &str) -> String {
+    format!("RUN#{id}")
+}
+fn cta_pk(id: &str) -> String {
+    format!("CTA#{id}")
+}
+fn seg_sk(first: u64) -> String {
+    format!("T#{first:010}")
+}
+fn patch_sk(seq: u64) -> String {
+    format!("P#{seq:010}")
+}
+fn idem_pk(owner: &str, key: &str) -> String {
+    format!("IDEM#{}#{owner}#{key}", owner.len())
+}
+fn cta_gsi_sk(c: &Cta) -> String {
+    format!("CTA#{}#{}#{}", c.status.as_str(), c.created_at.to_rfc3339(), c.cta_id)
+}
+
+fn broken(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> PortError {
+    PortError::broken(format!("DynamoDB item: {what}: {e}"), e)
+}
+
+fn get_s<'a>(item: &'a Item, k: &str) -> Result<&'a str, PortError> {
+    match item.get(k) {
+        Some(AttributeValue::S(v)) => Ok(v),
+        _ => Err(PortError::Broken { message: format!("DynamoDB item lacks string attribute `{k}`"), source: None }),
+    }
+}
+
+fn get_b<'a>(item: &'a Item, k: &str) -> Result<&'a [u8], PortError> {
+    match item.get(k) {
+        Some(AttributeValue::B(v)) => Ok(v.as_ref()),
+        _ => Err(PortError::Broken { message: format!("DynamoDB item lacks binary attribute `{k}`"), source: None }),
+    }
+}
+
+/// An item's size by DynamoDB's rules: attribute names plus values.
+pub fn item_size(item: &Item) -> usize {
+    fn value(v: &AttributeValue) -> usize {
+        match v {
+            AttributeValue::S(s) => s.len(),
+            AttributeValue::N(x) => x.len().div_ceil(2) + 1,
+            AttributeValue::B(b) => b.as_ref().len(),
+            AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+            AttributeValue::M(m) => 3 + m.iter().map(|(k, v)| k.len() + value(v)).sum::<usize>(),
+            AttributeValue::L(l) => 3 + l.iter().map(value).sum::<usize>(),
+            _ => 0,
+        }
+    }
+    item.iter().map(|(k, v)| k.len() + value(v)).sum()
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, table: impl Into<String>, retention_days: u32, meter: Arc<Meter>) -> Self {
+        Self { client, table: table.into(), retention: chrono::Duration::days(retention_days.into()), meter }
+    }
+
+    fn count_read(&self, bytes: usize, consistent: bool) {
+        Meter::count(&self.meter.dynamodb);
+        let units = bytes.div_ceil(4096).max(1) as u64;
+        self.meter.read_half_units.fetch_add(if consistent { units * 2 } else { units }, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn count_write(&self, items: &[&Item], transactional: bool) {
+        Meter::count(&self.meter.dynamodb);
+        let units: u64 = items.iter().map(|i| item_size(i).div_ceil(1024).max(1) as u64).sum();
+        self.meter.write_units.fetch_add(if transactional { units * 2 } else { units }, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn run_item(&self, run: &Run, outbox: &[Effect]) -> Result<Item, PortError> {
+        let mut item = Item::from([
+            ("PK".into(), s(run_pk(&run.run_id))),
+            ("SK".into(), s("META")),
+            ("v".into(), n(run.version)),
+            ("own".into(), s(&run.owner)),
+            ("st".into(), s(run.status.as_str())),
+            ("body".into(), s(serde_json::to_string(run).map_err(|e| broken("encode run", e))?)),
+        ]);
+        if !outbox.is_empty() {
+            item.insert("ob".into(), s(serde_json::to_string(outbox).map_err(|e| broken("encode outbox", e))?));
+        }
+        if run.status.is_terminal() {
+            item.insert("ttl".into(), n((run.updated_at + self.retention).timestamp()));
+        }
+        Ok(item)
+    }
+
+    fn segment_item(&self, run_id: &str, entries: &[Entry]) -> Result<Item, PortError> {
+        let blob = timeline::encode(entries).map_err(|e| broken("encode entries", e))?;
+        if blob.len() > MAX_BLOB {
+            return Err(PortError::Broken { message: format!("a commit of {} bytes does not fit one DynamoDB item", blob.len()), source: None });
+        }
+        Ok(Item::from([
+            ("PK".into(), s(run_pk(run_id))),
+            ("SK".into(), s(seg_sk(entries[0].seq))),
+            ("n".into(), n(entries.len())),
+            ("b".into(), AttributeValue::B(Blob::new(blob))),
+        ]))
+    }
+
+    fn patch_item(&self, run_id: &str, e: &Entry) -> Result<Item, PortError> {
+        let blob = timeline::encode(e).map_err(|e| broken("encode entry", e))?;
+        Ok(Item::from([
+            ("PK".into(), s(run_pk(run_id))),
+            ("SK".into(), s(patch_sk(e.seq))),
+            ("b".into(), AttributeValue::B(Blob::new(blob))),
+        ]))
+    }
+
+    fn cta_item(&self, c: &Cta) -> Result<Item, PortError> {
+        let mut item = Item::from([
+            ("PK".into(), s(cta_pk(&c.cta_id))),
+            ("SK".into(), s("META")),
+            ("st".into(), s(c.status.as_str())),
+            ("own".into(), s(&c.owner)),
+            ("body".into(), s(serde_json::to_string(c).map_err(|e| broken("encode CTA", e))?)),
+            ("GSI1PK".into(), s(format!("OWNER#{}", c.owner))),
+            ("GSI1SK".into(), s(cta_gsi_sk(c))),
+        ]);
+        if let Some(at) = c.resolved_at {
+            item.insert("ttl".into(), n((at + self.retention).timestamp()));
+        }
+        Ok(item)
+    }
+
+    fn put(&self, item: Item, condition: Option<&str>) -> Result<TransactWriteItem, PortError> {
+        let mut p = Put::builder().table_name(&self.table).set_item(Some(item));
+        if let Some(c) = condition {
+            p = p.condition_expression(c);
+        }
+        let put = p.build().map_err(|e| broken("build put", e))?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    async fn transact(&self, items: Vec<TransactWriteItem>, token: Option<String>) -> Result<(), TransactFailure> {
+        if items.len() > MAX_TRANSACT_ITEMS {
+            return Err(TransactFailure::Port(PortError::Broken {
+                message: format!("a commit of {} items exceeds DynamoDB's {MAX_TRANSACT_ITEMS}", items.len()),
+                source: None,
+            }));
+        }
+        let sized: Vec<&Item> = items.iter().filter_map(|i| i.put().map(|p| p.item())).collect();
+        self.count_write(&sized, true);
+        let r = self.client.transact_write_items().set_transact_items(Some(items)).set_client_request_token(token).send().await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) => match e.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(ex)) => {
+                    let failed: Vec<usize> = ex
+                        .cancellation_reasons()
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, r)| r.code() == Some("ConditionalCheckFailed"))
+                        .map(|(i, _)| i)
+                        .collect();
+                    if failed.is_empty() {
+                        Err(TransactFailure::Port(map_sdk_err("TransactWriteItems", e)))
+                    } else {
+                        Err(TransactFailure::Condition(failed))
+                    }
+                }
+                Some(TransactWriteItemsError::IdempotentParameterMismatchException(_)) => Err(TransactFailure::Condition(vec![0])),
+                _ => Err(TransactFailure::Port(map_sdk_err("TransactWriteItems", e))),
+            },
+        }
+    }
+
+    async fn get_item(&self, pk: String) -> Result<Option<Item>, PortError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("PK", s(pk))
+            .key("SK", s("META"))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| map_sdk_err("GetItem", e))?;
+        self.count_read(out.item().map_or(1, item_size), true);
+        Ok(out.item)
+    }
+
+    /// Every item of a partition whose SK lies in [lo, hi], paged.
+    async fn query(&self, pk: &str, lo: &str, hi: &str, forward: bool, mut keep_going: impl FnMut(&Item) -> bool) -> Result<Vec<Item>, PortError> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("PK = :pk AND SK BETWEEN :lo AND :hi")
+                .expression_attribute_values(":pk", s(pk))
+                .expression_attribute_values(":lo", s(lo))
+                .expression_attribute_values(":hi", s(hi))
+                .consistent_read(true)
+                .scan_index_forward(forward)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| map_sdk_err("Query", e))?;
+            self.count_read(page.items().iter().map(item_size).sum(), true);
+            let mut stop = false;
+            for item in page.items.unwrap_or_default() {
+                stop |= !keep_going(&item);
+                out.push(item);
+            }
+            match page.last_evaluated_key {
+                Some(k) if !stop => start = Some(k),
+                _ => return Ok(out),
+            }
+        }
+    }
+}
+
+enum TransactFailure {
+    /// The indexes of the items whose condition failed.
+    Condition(Vec<usize>),
+    Port(PortError),
+}
+
+fn parse_run(item: &Item) -> Result<RunRecord, PortError> {
+    let run: Run = serde_json::from_str(get_s(item, "body")?).map_err(|e| broken("decode run", e))?;
+    let outbox = match item.get("ob") {
+        Some(AttributeValue::S(o)) => serde_json::from_str(o).map_err(|e| broken("decode outbox", e))?,
+        _ => Vec::new(),
+    };
+    Ok(RunRecord { run, outbox })
+}
+
+fn parse_cta(item: &Item) -> Result<Cta, PortError> {
+    serde_json::from_str(get_s(item, "body")?).map_err(|e| broken("decode CTA", e))
+}
+
+/// Segments (and patches over them) into entries, in seq order.
+fn assemble(items: &[Item], next_seq: u64) -> Result<Vec<Entry>, PortError> {
+    let mut entries = Vec::new();
+    let mut patches = Vec::new();
+    for item in items {
+        let sk = get_s(item, "SK")?;
+        if sk.starts_with("T#") {
+            let seg: Vec<Entry> = timeline::decode(get_b(item, "b")?).map_err(|e| broken("decode segment", e))?;
+            entries.extend(seg);
+        } else if sk.starts_with("P#") {
+            patches.push(timeline::decode::<Entry>(get_b(item, "b")?).map_err(|e| broken("decode patch", e))?);
+        }
+    }
+    entries.sort_by_key(|e| e.seq);
+    entries.retain(|e| e.seq < next_seq);
+    let first = entries.first().map_or(0, |e| e.seq);
+    for p in patches {
+        if let Some(slot) = p.seq.checked_sub(first).and_then(|i| entries.get_mut(i as usize)) {
+            *slot = p;
+        }
+    }
+    Ok(entries)
+}
+
+#[async_trait::async_trait]
+impl Store for DynamoStore {
+    #[instrument(skip_all, fields(run_id = %run.run_id))]
+    async fn create_run(&self, run: &Run, entries: &[Entry], outbox: &[Effect], idempotency_key: Option<&str>) -> Result<Created, PortError> {
+        let mut items = vec![self.put(self.run_item(run, outbox)?, Some("attribute_not_exists(PK)"))?];
+        if !entries.is_empty() {
+            items.push(self.put(self.segment_item(&run.run_id, entries)?, None)?);
+        }
+        if let Some(key) = idempotency_key {
+            let idem = Item::from([
+                ("PK".into(), s(idem_pk(&run.owner, key))),
+                ("SK".into(), s("META")),
+                ("runId".into(), s(&run.run_id)),
+            ]);
+            items.push(self.put(idem, Some("attribute_not_exists(PK)"))?);
+        }
+        let idem_index = items.len() - 1;
+        match self.transact(items, None).await {
+            Ok(()) => Ok(Created::Created),
+            Err(TransactFailure::Condition(failed)) if idempotency_key.is_some() && failed.contains(&idem_index) => {
+                let key = idempotency_key.unwrap_or_default();
+                let idem = self.get_item(idem_pk(&run.owner, key)).await?.ok_or(PortError::Conflict)?;
+                let existing = get_s(&idem, "runId")?.to_owned();
+                let rec = self.get_run(&existing).await?.ok_or(PortError::Conflict)?;
+                Ok(Created::Existing(Box::new(rec)))
+            }
+            Err(TransactFailure::Condition(_)) => Err(PortError::Conflict),
+            Err(TransactFailure::Port(e)) => Err(e),
+        }
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
+        self.get_item(run_pk(run_id)).await?.map(|i| parse_run(&i)).transpose()
+    }
+
+    #[instrument(skip(self))]
+    async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
+        let items = self.query(&run_pk(run_id), "A", "U", true, |_| true).await?;
+        let Some(meta) = items.iter().find(|i| matches!(i.get("SK"), Some(AttributeValue::S(k)) if k == "META")) else {
+            return Ok(None);
+        };
+        let rec = parse_run(meta)?;
+        let entries = assemble(&items, rec.run.next_seq)?;
+        Ok(Some((rec, entries)))
+    }
+
+    async fn entries_after(&self, run_id: &str, after: Option<u64>, limit: usize) -> Result<Vec<Entry>, PortError> {
+        let from = after.map_or(0, |a| a + 1);
+        let pk = run_pk(run_id);
+        // Newest segments first, back to the one that holds `from`.
+        let mut segs = self
+            .query(&pk, "T#", "T#~", false, |item| match get_s(item, "SK") {
+                Ok(sk) => sk.get(2..).and_then(|d| d.parse::<u64>().ok()).is_none_or(|first| first > from),
+                Err(_) => false,
+            })
+            .await?;
+        segs.extend(self.query(&pk, &patch_sk(from), "P#~", true, |_| true).await?);
+        let Some(rec) = self.get_run(run_id).await? else { return Ok(Vec::new()) };
+        let mut entries = assemble(&segs, rec.run.next_seq)?;
+        entries.retain(|e| e.seq >= from);
+        entries.truncate(limit);
+        Ok(entries)
+    }
+
+    #[instrument(skip_all, fields(run_id = %t.run.run_id, version = t.run.version))]
+    async fn commit(&self, expected_version: u64, t: &Transition) -> Result<(), PortError> {
+        let run_id = &t.run.run_id;
+        let mut items = vec![{
+            let put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(self.run_item(&t.run, &t.effects)?))
+                .condition_expression("v = :ev")
+                .expression_attribute_values(":ev", n(expected_version))
+                .build()
+                .map_err(|e| broken("build put", e))?;
+            TransactWriteItem::builder().put(put).build()
+        }];
+        if !t.appended.is_empty() {
+            items.push(self.put(self.segment_item(run_id, &t.appended)?, None)?);
+        }
+        for e in &t.updated {
+            items.push(self.put(self.patch_item(run_id, e)?, None)?);
+        }
+        for c in &t.new_ctas {
+            items.push(self.put(self.cta_item(c)?, Some("attribute_not_exists(PK)"))?);
+        }
+        for (child, entries) in &t.new_runs {
+            items.push(self.put(self.run_item(child, &[])?, Some("attribute_not_exists(PK)"))?);
+            items.push(self.put(self.segment_item(&child.run_id, entries)?, None)?);
+        }
+        // The same (run, version) always sends the same token: a retried commit is not a conflict.
+        let token = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, format!("{run_id}/{expected_version}").as_bytes()).simple().to_string();
+        match self.transact(items, Some(token)).await {
+            Ok(()) => Ok(()),
+            Err(TransactFailure::Condition(_)) => Err(PortError::Conflict),
+            Err(TransactFailure::Port(e)) => Err(e),
+        }
+    }
+
+    async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
+        Meter::count(&self.meter.dynamodb);
+        self.meter.write_units.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("PK", s(run_pk(run_id)))
+            .key("SK", s("META"))
+            .update_expression("REMOVE ob")
+            .condition_expression("v = :v")
+            .expression_attribute_values(":v", n(version))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
+            Err(e) => Err(map_sdk_err("UpdateItem", e)),
+        }
+    }
+
+    async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
+        self.get_item(cta_pk(cta_id)).await?.map(|i| parse_cta(&i)).transpose()
+    }
+
+    #[instrument(skip(self, response))]
+    async fn settle_cta(&self, cta_id: &str, status: CtaStatus, response: Option<&CtaResponse>, at: DateTime<Utc>) -> Result<Settled, PortError> {
+        let Some(mut cta) = self.get_cta(cta_id).await? else { return Ok(Settled::NotFound) };
+        if cta.status != CtaStatus::Pending {
+            return Ok(Settled::Lost(cta));
+        }
+        cta.status = status;
+        cta.response = response.cloned();
+        cta.resolved_at = Some(at);
+        let item = self.cta_item(&cta)?;
+        self.count_write(&[&item], false);
+        let r = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("st = :pending")
+            .expression_attribute_values(":pending", s("pending"))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(Settled::Won(cta)),
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => match self.get_cta(cta_id).await? {
+                Some(c) => Ok(Settled::Lost(c)),
+                None => Ok(Settled::NotFound),
+            },
+            Err(e) => Err(map_sdk_err("PutItem", e)),
+        }
+    }
+
+    async fn list_ctas(&self, owner: &str, status: Option<CtaStatus>) -> Result<Vec<Cta>, PortError> {
+        let prefix = status.map_or_else(|| "CTA#".to_owned(), |st| format!("CTA#{}#", st.as_str()));
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(GSI1)
+                .key_condition_expression("GSI1PK = :o AND begins_with(GSI1SK, :p)")
+                .expression_attribute_values(":o", s(format!("OWNER#{owner}")))
+                .expression_attribute_values(":p", s(prefix.clone()))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| map_sdk_err("Query GSI1", e))?;
+            self.count_read(page.items().iter().map(item_size).sum(), false);
+            for item in page.items() {
+                out.push(parse_cta(item)?);
+            }
+            match page.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => break,
+            }
+        }
+        out.sort_by(|a, b| (a.created_at, &a.cta_id).cmp(&(b.created_at, &b.cta_id)));
+        Ok(out)
+    }
+}
