@@ -1,6 +1,8 @@
 //! Shared harness: a local server on a temporary data dir, and a small HTTP client.
 #![allow(dead_code)]
 
+pub mod moto;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,0 +1,50 @@
+//! moto's server on a free loopback port, started by the test and stopped when dropped.
+//! CI installs it (`pip install 'moto[dynamodb,sqs,events,scheduler]' flask flask-cors`);
+//! a machine without it fails these tests with a message saying so, never skips them.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aws_config::SdkConfig;
+
+pub struct Moto {
+    child: Child,
+    pub url: String,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Moto {
+    pub fn start() -> Moto {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new("moto_server")
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start moto_server ({e}): pip install 'moto[dynamodb,sqs,events,scheduler]' flask flask-cors")
+            });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "moto_server did not start on port {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Moto { child, url: format!("http://127.0.0.1:{port}") }
+    }
+
+    /// One SDK config for every client, pointed at this server.
+    pub async fn sdk(&self) -> SdkConfig {
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(&self.url)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "moto"))
+            .load()
+            .await
+    }
+}
