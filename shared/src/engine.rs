@@ -401,8 +401,12 @@ pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 
 fn to_result(out: Result<Value, String>) -> ToolResult {
     match out {
-        Ok(output) => ToolResult::Success { output: cap_output(output) },
-        Err(error) => ToolResult::Error { error: cap_text(error) },
+        Ok(output) => ToolResult::Success {
+            output: cap_output(output),
+        },
+        Err(error) => ToolResult::Error {
+            error: cap_text(error),
+        },
     }
 }
 
@@ -414,7 +418,12 @@ fn cap_text(s: String) -> String {
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}… [truncated: {} of {} bytes kept]", &s[..end], end, s.len())
+    format!(
+        "{}… [truncated: {} of {} bytes kept]",
+        &s[..end],
+        end,
+        s.len()
+    )
 }
 
 fn cap_output(v: Value) -> Value {

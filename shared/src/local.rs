@@ -204,3 +204,101 @@ pub enum StartError {
     #[error("{0}")]
     Io(#[source] std::io::Error),
 }
+
+/// `baton dev --aws`: the same API and the queue pump, over AWS APIs (an emulator at
+/// `AWS_ENDPOINT_URL`, or an account). Resources are created on start if missing.
+pub struct AwsDevOptions {
+    pub sdk: aws_config::SdkConfig,
+    pub names: crate::adapters::provision::Names,
+    pub scheduler_role_arn: String,
+    pub addr: SocketAddr,
+    pub token: String,
+    pub llm: Arc<dyn Llm>,
+    pub catalog: Arc<Catalog>,
+    pub clock: Arc<dyn Clock>,
+    /// Deliver every message twice (to prove duplicates change nothing).
+    pub duplicate: bool,
+}
+
+pub struct AwsDevServer {
+    pub addr: SocketAddr,
+    pub token: String,
+    pub service: Arc<Service>,
+    pub provisioned: crate::adapters::provision::Provisioned,
+    pub meter: Arc<crate::adapters::aws::Meter>,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<std::io::Result<()>>,
+    pump: JoinHandle<()>,
+}
+
+impl AwsDevServer {
+    pub async fn start(opts: AwsDevOptions) -> Result<Self, StartError> {
+        use crate::pump::{Feeds, Pump};
+        let provisioned =
+            crate::adapters::provision::ensure(&opts.sdk, &opts.names, &opts.scheduler_role_arn)
+                .await?;
+        let meter = crate::adapters::aws::Meter::shared();
+        let service = crate::lambda::aws_service(
+            &provisioned.config,
+            &opts.sdk,
+            opts.llm,
+            opts.catalog,
+            opts.clock,
+            meter.clone(),
+        );
+        let sqs = aws_sdk_sqs::Client::new(&opts.sdk);
+        let c = &provisioned.config;
+        let mut queues = Vec::new();
+        for (url, feeds) in [
+            (c.steps_queue_url.as_str(), Feeds::Steps),
+            (c.subagent_queue_url.as_str(), Feeds::Steps),
+            (provisioned.cta_inbox_url.as_str(), Feeds::CtaInbox),
+            (provisioned.dlq_urls[0].as_str(), Feeds::Steps),
+            (provisioned.dlq_urls[1].as_str(), Feeds::Steps),
+        ] {
+            queues.push(Pump::queue(&sqs, url, feeds).await?);
+        }
+        let pump = Pump::new(sqs, service.clone(), queues).duplicating(opts.duplicate);
+        let (stop, stop_rx) = watch::channel(false);
+        let pump = tokio::spawn(pump.run(stop_rx.clone()));
+        let auth: Arc<dyn Authenticator> =
+            Arc::new(BearerToken::new(opts.token.clone(), LOCAL_OWNER));
+        let app = api::router(AppState {
+            service: service.clone(),
+            auth,
+        });
+        let listener = tokio::net::TcpListener::bind(opts.addr)
+            .await
+            .map_err(StartError::Io)?;
+        let addr = listener.local_addr().map_err(StartError::Io)?;
+        let mut rx = stop_rx;
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+                .await
+        });
+        info!(%addr, table = %provisioned.config.table, "baton dev --aws listening");
+        Ok(Self {
+            addr,
+            token: opts.token,
+            service,
+            provisioned,
+            meter,
+            stop,
+            server,
+            pump,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+        let _ = self.pump.await;
+    }
+}

@@ -552,7 +552,11 @@ impl Service {
         if !sends.is_empty() {
             self.deps.queue.send(&sends).await?;
         }
-        if continues { Ok(()) } else { self.deps.store.clear_outbox(&run.run_id, run.version).await }
+        if continues {
+            Ok(())
+        } else {
+            self.deps.store.clear_outbox(&run.run_id, run.version).await
+        }
     }
 
     async fn hydrate(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
@@ -584,7 +588,9 @@ impl Service {
 
 /// Whether `msg` is one of this outbox's sends: then the outbox was performed in full.
 fn sent_by(outbox: &[Effect], msg: &StepMessage) -> bool {
-    outbox.iter().any(|e| matches!(e, Effect::Send(m) if m.id == msg.id && m.run_id == msg.run_id))
+    outbox
+        .iter()
+        .any(|e| matches!(e, Effect::Send(m) if m.id == msg.id && m.run_id == msg.run_id))
 }
 
 /// Applies a committed transition to a timeline held in memory.

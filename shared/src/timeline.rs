@@ -139,13 +139,19 @@ pub fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, CodecError> {
     let mut z = flate2::write::DeflateEncoder::new(vec![DEFLATED], flate2::Compression::fast());
     z.write_all(&json)?;
     let packed = z.finish()?;
-    Ok(if packed.len() < json.len() { packed } else { json })
+    Ok(if packed.len() < json.len() {
+        packed
+    } else {
+        json
+    })
 }
 
 /// Decodes what [`encode`] wrote.
 pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     match bytes.first() {
-        Some(&DEFLATED) => Ok(serde_json::from_reader(flate2::read::DeflateDecoder::new(&bytes[1..]))?),
+        Some(&DEFLATED) => Ok(serde_json::from_reader(flate2::read::DeflateDecoder::new(
+            &bytes[1..],
+        ))?),
         Some(b'{' | b'[' | b'"') => Ok(serde_json::from_slice(bytes)?),
         other => Err(CodecError::Unknown(other.copied().unwrap_or_default())),
     }
@@ -332,7 +338,14 @@ mod tests {
         for e in &timeline {
             assert_eq!(&decode_entry(&encode_entry(e).unwrap()).unwrap(), e);
         }
-        let big = Entry { seq: 9, at: at(), body: EntryBody::User { text: "word ".repeat(200), message_id: None } };
+        let big = Entry {
+            seq: 9,
+            at: at(),
+            body: EntryBody::User {
+                text: "word ".repeat(200),
+                message_id: None,
+            },
+        };
         let packed = encode_entry(&big).unwrap();
         assert_eq!(packed[0], 0, "large entries are deflated");
         assert!(packed.len() < 200);

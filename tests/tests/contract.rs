@@ -264,18 +264,30 @@ async fn store_contract(store: Arc<dyn Store>) {
 
 async fn queue_contract(queue: Arc<dyn Queue>, pump: Arc<dyn Pump>) {
     // Deduplication by id, FIFO per run, runs independent of each other.
-    queue.send(&[msg("run_a", "a1"), msg("run_a", "a2"), msg("run_b", "b1")]).await.unwrap();
+    queue
+        .send(&[msg("run_a", "a1"), msg("run_a", "a2"), msg("run_b", "b1")])
+        .await
+        .unwrap();
     queue.send(&[msg("run_a", "a1")]).await.unwrap();
     let ids = |v: &[(String, StepMessage)], run: &str| -> Vec<String> {
-        v.iter().filter(|(_, m)| m.run_id == run).map(|(_, m)| m.id.clone()).collect()
+        v.iter()
+            .filter(|(_, m)| m.run_id == run)
+            .map(|(_, m)| m.id.clone())
+            .collect()
     };
     let first = pump.receive(10).await;
     let a = ids(&first, "run_a");
-    assert!(a == ["a1"] || a == ["a1", "a2"], "a run's messages come in order: {a:?}");
+    assert!(
+        a == ["a1"] || a == ["a1", "a2"],
+        "a run's messages come in order: {a:?}"
+    );
     assert_eq!(ids(&first, "run_b"), ["b1"], "another run is not held up");
     // While run_a has a message in flight, none of its later messages is handed out.
     queue.send(&[msg("run_a", "a3")]).await.unwrap();
-    assert!(ids(&pump.receive(10).await, "run_a").is_empty(), "run_a is in flight");
+    assert!(
+        ids(&pump.receive(10).await, "run_a").is_empty(),
+        "run_a is in flight"
+    );
     let mut seen = a;
     for (receipt, _) in first {
         pump.ack(receipt).await;
@@ -290,7 +302,11 @@ async fn queue_contract(queue: Arc<dyn Queue>, pump: Arc<dyn Pump>) {
             pump.ack(receipt).await;
         }
     }
-    assert_eq!(seen, ["a1", "a2", "a3"], "each once, in order: the duplicate a1 was dropped");
+    assert_eq!(
+        seen,
+        ["a1", "a2", "a3"],
+        "each once, in order: the duplicate a1 was dropped"
+    );
 }
 
 async fn bus_and_scheduler_contract(bus: Arc<dyn Bus>, scheduler: Arc<dyn Scheduler>) {
@@ -552,7 +568,13 @@ mod aws {
         }
         async fn ack(&self, receipt: String) {
             let (url, handle) = receipt.split_once('|').unwrap();
-            self.client.delete_message().queue_url(url).receipt_handle(handle).send().await.unwrap();
+            self.client
+                .delete_message()
+                .queue_url(url)
+                .receipt_handle(handle)
+                .send()
+                .await
+                .unwrap();
         }
     }
 
@@ -560,21 +582,59 @@ mod aws {
     async fn the_aws_adapters_pass_the_port_contracts_on_moto() {
         let moto = moto::Moto::start();
         let sdk = moto.sdk().await;
-        let p = provision::ensure(&sdk, &Names::new("contract"), "arn:aws:iam::123456789012:role/scheduler").await.unwrap();
+        let p = provision::ensure(
+            &sdk,
+            &Names::new("contract"),
+            "arn:aws:iam::123456789012:role/scheduler",
+        )
+        .await
+        .unwrap();
         // Provisioning twice is fine.
-        provision::ensure(&sdk, &Names::new("contract"), "arn:aws:iam::123456789012:role/scheduler").await.unwrap();
+        provision::ensure(
+            &sdk,
+            &Names::new("contract"),
+            "arn:aws:iam::123456789012:role/scheduler",
+        )
+        .await
+        .unwrap();
         let c = &p.config;
         let meter = Meter::shared();
-        let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), &c.table, 90, meter.clone());
+        let store = DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            &c.table,
+            90,
+            meter.clone(),
+        );
         store_contract(Arc::new(store)).await;
         let sqs = aws_sdk_sqs::Client::new(&sdk);
-        let queue = SqsQueue::new(sqs.clone(), &c.steps_queue_url, &c.subagent_queue_url, meter.clone());
-        let pump = SqsPump { client: sqs.clone(), urls: vec![c.steps_queue_url.clone(), c.subagent_queue_url.clone()] };
+        let queue = SqsQueue::new(
+            sqs.clone(),
+            &c.steps_queue_url,
+            &c.subagent_queue_url,
+            meter.clone(),
+        );
+        let pump = SqsPump {
+            client: sqs.clone(),
+            urls: vec![c.steps_queue_url.clone(), c.subagent_queue_url.clone()],
+        };
         queue_contract(Arc::new(queue), Arc::new(pump)).await;
-        let bus = EventBridgeBus::new(aws_sdk_eventbridge::Client::new(&sdk), &c.bus_name, meter.clone());
-        let timers = SchedulerTimers::new(aws_sdk_scheduler::Client::new(&sdk), &c.schedule_group, &c.bus_arn, &c.scheduler_role_arn, meter.clone());
+        let bus = EventBridgeBus::new(
+            aws_sdk_eventbridge::Client::new(&sdk),
+            &c.bus_name,
+            meter.clone(),
+        );
+        let timers = SchedulerTimers::new(
+            aws_sdk_scheduler::Client::new(&sdk),
+            &c.schedule_group,
+            &c.bus_arn,
+            &c.scheduler_role_arn,
+            meter.clone(),
+        );
         bus_and_scheduler_contract(Arc::new(bus), Arc::new(timers)).await;
         let used = meter.snapshot();
-        assert!(used.dynamodb_requests > 10 && used.write_units > 0, "{used:?}");
+        assert!(
+            used.dynamodb_requests > 10 && used.write_units > 0,
+            "{used:?}"
+        );
     }
 }

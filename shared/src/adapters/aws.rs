@@ -29,7 +29,12 @@ pub struct MissingVar(pub &'static str);
 
 impl AwsConfig {
     pub fn from_env() -> Result<Self, MissingVar> {
-        let var = |k: &'static str| std::env::var(k).ok().filter(|v| !v.is_empty()).ok_or(MissingVar(k));
+        let var = |k: &'static str| {
+            std::env::var(k)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .ok_or(MissingVar(k))
+        };
         Ok(Self {
             table: var("BATON_TABLE")?,
             steps_queue_url: var("BATON_STEPS_QUEUE_URL")?,
@@ -38,7 +43,10 @@ impl AwsConfig {
             bus_arn: var("BATON_BUS_ARN")?,
             schedule_group: var("BATON_SCHEDULE_GROUP")?,
             scheduler_role_arn: var("BATON_SCHEDULER_ROLE_ARN")?,
-            retention_days: std::env::var("BATON_RETENTION_DAYS").ok().and_then(|v| v.parse().ok()).unwrap_or(90),
+            retention_days: std::env::var("BATON_RETENTION_DAYS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(90),
         })
     }
 }
@@ -121,5 +129,9 @@ where
         Some(code) => format!("{what}: {code}: {}", e.message().unwrap_or_default()),
         None => format!("{what}: {e}"),
     };
-    if retryable { PortError::unavailable(message, e) } else { PortError::broken(message, e) }
+    if retryable {
+        PortError::unavailable(message, e)
+    } else {
+        PortError::broken(message, e)
+    }
 }

@@ -72,7 +72,12 @@ fn idem_pk(owner: &str, key: &str) -> String {
     format!("IDEM#{}#{owner}#{key}", owner.len())
 }
 fn cta_gsi_sk(c: &Cta) -> String {
-    format!("CTA#{}#{}#{}", c.status.as_str(), c.created_at.to_rfc3339(), c.cta_id)
+    format!(
+        "CTA#{}#{}#{}",
+        c.status.as_str(),
+        c.created_at.to_rfc3339(),
+        c.cta_id
+    )
 }
 
 fn broken(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> PortError {
@@ -82,14 +87,20 @@ fn broken(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Port
 fn get_s<'a>(item: &'a Item, k: &str) -> Result<&'a str, PortError> {
     match item.get(k) {
         Some(AttributeValue::S(v)) => Ok(v),
-        _ => Err(PortError::Broken { message: format!("DynamoDB item lacks string attribute `{k}`"), source: None }),
+        _ => Err(PortError::Broken {
+            message: format!("DynamoDB item lacks string attribute `{k}`"),
+            source: None,
+        }),
     }
 }
 
 fn get_b<'a>(item: &'a Item, k: &str) -> Result<&'a [u8], PortError> {
     match item.get(k) {
         Some(AttributeValue::B(v)) => Ok(v.as_ref()),
-        _ => Err(PortError::Broken { message: format!("DynamoDB item lacks binary attribute `{k}`"), source: None }),
+        _ => Err(PortError::Broken {
+            message: format!("DynamoDB item lacks binary attribute `{k}`"),
+            source: None,
+        }),
     }
 }
 
@@ -110,20 +121,39 @@ pub fn item_size(item: &Item) -> usize {
 }
 
 impl DynamoStore {
-    pub fn new(client: Client, table: impl Into<String>, retention_days: u32, meter: Arc<Meter>) -> Self {
-        Self { client, table: table.into(), retention: chrono::Duration::days(retention_days.into()), meter }
+    pub fn new(
+        client: Client,
+        table: impl Into<String>,
+        retention_days: u32,
+        meter: Arc<Meter>,
+    ) -> Self {
+        Self {
+            client,
+            table: table.into(),
+            retention: chrono::Duration::days(retention_days.into()),
+            meter,
+        }
     }
 
     fn count_read(&self, bytes: usize, consistent: bool) {
         Meter::count(&self.meter.dynamodb);
         let units = bytes.div_ceil(4096).max(1) as u64;
-        self.meter.read_half_units.fetch_add(if consistent { units * 2 } else { units }, std::sync::atomic::Ordering::Relaxed);
+        self.meter.read_half_units.fetch_add(
+            if consistent { units * 2 } else { units },
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     fn count_write(&self, items: &[&Item], transactional: bool) {
         Meter::count(&self.meter.dynamodb);
-        let units: u64 = items.iter().map(|i| item_size(i).div_ceil(1024).max(1) as u64).sum();
-        self.meter.write_units.fetch_add(if transactional { units * 2 } else { units }, std::sync::atomic::Ordering::Relaxed);
+        let units: u64 = items
+            .iter()
+            .map(|i| item_size(i).div_ceil(1024).max(1) as u64)
+            .sum();
+        self.meter.write_units.fetch_add(
+            if transactional { units * 2 } else { units },
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     fn run_item(&self, run: &Run, outbox: &[Effect]) -> Result<Item, PortError> {
@@ -133,13 +163,22 @@ impl DynamoStore {
             ("v".into(), n(run.version)),
             ("own".into(), s(&run.owner)),
             ("st".into(), s(run.status.as_str())),
-            ("body".into(), s(serde_json::to_string(run).map_err(|e| broken("encode run", e))?)),
+            (
+                "body".into(),
+                s(serde_json::to_string(run).map_err(|e| broken("encode run", e))?),
+            ),
         ]);
         if !outbox.is_empty() {
-            item.insert("ob".into(), s(serde_json::to_string(outbox).map_err(|e| broken("encode outbox", e))?));
+            item.insert(
+                "ob".into(),
+                s(serde_json::to_string(outbox).map_err(|e| broken("encode outbox", e))?),
+            );
         }
         if run.status.is_terminal() {
-            item.insert("ttl".into(), n((run.updated_at + self.retention).timestamp()));
+            item.insert(
+                "ttl".into(),
+                n((run.updated_at + self.retention).timestamp()),
+            );
         }
         Ok(item)
     }
@@ -147,7 +186,13 @@ impl DynamoStore {
     fn segment_item(&self, run_id: &str, entries: &[Entry]) -> Result<Item, PortError> {
         let blob = timeline::encode(entries).map_err(|e| broken("encode entries", e))?;
         if blob.len() > MAX_BLOB {
-            return Err(PortError::Broken { message: format!("a commit of {} bytes does not fit one DynamoDB item", blob.len()), source: None });
+            return Err(PortError::Broken {
+                message: format!(
+                    "a commit of {} bytes does not fit one DynamoDB item",
+                    blob.len()
+                ),
+                source: None,
+            });
         }
         Ok(Item::from([
             ("PK".into(), s(run_pk(run_id))),
@@ -172,7 +217,10 @@ impl DynamoStore {
             ("SK".into(), s("META")),
             ("st".into(), s(c.status.as_str())),
             ("own".into(), s(&c.owner)),
-            ("body".into(), s(serde_json::to_string(c).map_err(|e| broken("encode CTA", e))?)),
+            (
+                "body".into(),
+                s(serde_json::to_string(c).map_err(|e| broken("encode CTA", e))?),
+            ),
             ("GSI1PK".into(), s(format!("OWNER#{}", c.owner))),
             ("GSI1SK".into(), s(cta_gsi_sk(c))),
         ]);
@@ -191,16 +239,32 @@ impl DynamoStore {
         Ok(TransactWriteItem::builder().put(put).build())
     }
 
-    async fn transact(&self, items: Vec<TransactWriteItem>, token: Option<String>) -> Result<(), TransactFailure> {
+    async fn transact(
+        &self,
+        items: Vec<TransactWriteItem>,
+        token: Option<String>,
+    ) -> Result<(), TransactFailure> {
         if items.len() > MAX_TRANSACT_ITEMS {
             return Err(TransactFailure::Port(PortError::Broken {
-                message: format!("a commit of {} items exceeds DynamoDB's {MAX_TRANSACT_ITEMS}", items.len()),
+                message: format!(
+                    "a commit of {} items exceeds DynamoDB's {MAX_TRANSACT_ITEMS}",
+                    items.len()
+                ),
                 source: None,
             }));
         }
-        let sized: Vec<&Item> = items.iter().filter_map(|i| i.put().map(|p| p.item())).collect();
+        let sized: Vec<&Item> = items
+            .iter()
+            .filter_map(|i| i.put().map(|p| p.item()))
+            .collect();
         self.count_write(&sized, true);
-        let r = self.client.transact_write_items().set_transact_items(Some(items)).set_client_request_token(token).send().await;
+        let r = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .set_client_request_token(token)
+            .send()
+            .await;
         match r {
             Ok(_) => Ok(()),
             Err(e) => match e.as_service_error() {
@@ -218,7 +282,9 @@ impl DynamoStore {
                         Err(TransactFailure::Condition(failed))
                     }
                 }
-                Some(TransactWriteItemsError::IdempotentParameterMismatchException(_)) => Err(TransactFailure::Condition(vec![0])),
+                Some(TransactWriteItemsError::IdempotentParameterMismatchException(_)) => {
+                    Err(TransactFailure::Condition(vec![0]))
+                }
                 _ => Err(TransactFailure::Port(map_sdk_err("TransactWriteItems", e))),
             },
         }
@@ -240,7 +306,14 @@ impl DynamoStore {
     }
 
     /// Every item of a partition whose SK lies in [lo, hi], paged.
-    async fn query(&self, pk: &str, lo: &str, hi: &str, forward: bool, mut keep_going: impl FnMut(&Item) -> bool) -> Result<Vec<Item>, PortError> {
+    async fn query(
+        &self,
+        pk: &str,
+        lo: &str,
+        hi: &str,
+        forward: bool,
+        mut keep_going: impl FnMut(&Item) -> bool,
+    ) -> Result<Vec<Item>, PortError> {
         let mut out = Vec::new();
         let mut start = None;
         loop {
@@ -279,9 +352,12 @@ enum TransactFailure {
 }
 
 fn parse_run(item: &Item) -> Result<RunRecord, PortError> {
-    let run: Run = serde_json::from_str(get_s(item, "body")?).map_err(|e| broken("decode run", e))?;
+    let run: Run =
+        serde_json::from_str(get_s(item, "body")?).map_err(|e| broken("decode run", e))?;
     let outbox = match item.get("ob") {
-        Some(AttributeValue::S(o)) => serde_json::from_str(o).map_err(|e| broken("decode outbox", e))?,
+        Some(AttributeValue::S(o)) => {
+            serde_json::from_str(o).map_err(|e| broken("decode outbox", e))?
+        }
         _ => Vec::new(),
     };
     Ok(RunRecord { run, outbox })
@@ -298,17 +374,25 @@ fn assemble(items: &[Item], next_seq: u64) -> Result<Vec<Entry>, PortError> {
     for item in items {
         let sk = get_s(item, "SK")?;
         if sk.starts_with("T#") {
-            let seg: Vec<Entry> = timeline::decode(get_b(item, "b")?).map_err(|e| broken("decode segment", e))?;
+            let seg: Vec<Entry> =
+                timeline::decode(get_b(item, "b")?).map_err(|e| broken("decode segment", e))?;
             entries.extend(seg);
         } else if sk.starts_with("P#") {
-            patches.push(timeline::decode::<Entry>(get_b(item, "b")?).map_err(|e| broken("decode patch", e))?);
+            patches.push(
+                timeline::decode::<Entry>(get_b(item, "b")?)
+                    .map_err(|e| broken("decode patch", e))?,
+            );
         }
     }
     entries.sort_by_key(|e| e.seq);
     entries.retain(|e| e.seq < next_seq);
     let first = entries.first().map_or(0, |e| e.seq);
     for p in patches {
-        if let Some(slot) = p.seq.checked_sub(first).and_then(|i| entries.get_mut(i as usize)) {
+        if let Some(slot) = p
+            .seq
+            .checked_sub(first)
+            .and_then(|i| entries.get_mut(i as usize))
+        {
             *slot = p;
         }
     }
@@ -318,8 +402,17 @@ fn assemble(items: &[Item], next_seq: u64) -> Result<Vec<Entry>, PortError> {
 #[async_trait::async_trait]
 impl Store for DynamoStore {
     #[instrument(skip_all, fields(run_id = %run.run_id))]
-    async fn create_run(&self, run: &Run, entries: &[Entry], outbox: &[Effect], idempotency_key: Option<&str>) -> Result<Created, PortError> {
-        let mut items = vec![self.put(self.run_item(run, outbox)?, Some("attribute_not_exists(PK)"))?];
+    async fn create_run(
+        &self,
+        run: &Run,
+        entries: &[Entry],
+        outbox: &[Effect],
+        idempotency_key: Option<&str>,
+    ) -> Result<Created, PortError> {
+        let mut items = vec![self.put(
+            self.run_item(run, outbox)?,
+            Some("attribute_not_exists(PK)"),
+        )?];
         if !entries.is_empty() {
             items.push(self.put(self.segment_item(&run.run_id, entries)?, None)?);
         }
@@ -334,9 +427,14 @@ impl Store for DynamoStore {
         let idem_index = items.len() - 1;
         match self.transact(items, None).await {
             Ok(()) => Ok(Created::Created),
-            Err(TransactFailure::Condition(failed)) if idempotency_key.is_some() && failed.contains(&idem_index) => {
+            Err(TransactFailure::Condition(failed))
+                if idempotency_key.is_some() && failed.contains(&idem_index) =>
+            {
                 let key = idempotency_key.unwrap_or_default();
-                let idem = self.get_item(idem_pk(&run.owner, key)).await?.ok_or(PortError::Conflict)?;
+                let idem = self
+                    .get_item(idem_pk(&run.owner, key))
+                    .await?
+                    .ok_or(PortError::Conflict)?;
                 let existing = get_s(&idem, "runId")?.to_owned();
                 let rec = self.get_run(&existing).await?.ok_or(PortError::Conflict)?;
                 Ok(Created::Existing(Box::new(rec)))
@@ -347,13 +445,21 @@ impl Store for DynamoStore {
     }
 
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
-        self.get_item(run_pk(run_id)).await?.map(|i| parse_run(&i)).transpose()
+        self.get_item(run_pk(run_id))
+            .await?
+            .map(|i| parse_run(&i))
+            .transpose()
     }
 
     #[instrument(skip(self))]
     async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
-        let items = self.query(&run_pk(run_id), "A", "U", true, |_| true).await?;
-        let Some(meta) = items.iter().find(|i| matches!(i.get("SK"), Some(AttributeValue::S(k)) if k == "META")) else {
+        let items = self
+            .query(&run_pk(run_id), "A", "U", true, |_| true)
+            .await?;
+        let Some(meta) = items
+            .iter()
+            .find(|i| matches!(i.get("SK"), Some(AttributeValue::S(k)) if k == "META"))
+        else {
             return Ok(None);
         };
         let rec = parse_run(meta)?;
@@ -361,18 +467,31 @@ impl Store for DynamoStore {
         Ok(Some((rec, entries)))
     }
 
-    async fn entries_after(&self, run_id: &str, after: Option<u64>, limit: usize) -> Result<Vec<Entry>, PortError> {
+    async fn entries_after(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, PortError> {
         let from = after.map_or(0, |a| a + 1);
         let pk = run_pk(run_id);
         // Newest segments first, back to the one that holds `from`.
         let mut segs = self
             .query(&pk, "T#", "T#~", false, |item| match get_s(item, "SK") {
-                Ok(sk) => sk.get(2..).and_then(|d| d.parse::<u64>().ok()).is_none_or(|first| first > from),
+                Ok(sk) => sk
+                    .get(2..)
+                    .and_then(|d| d.parse::<u64>().ok())
+                    .is_none_or(|first| first > from),
                 Err(_) => false,
             })
             .await?;
-        segs.extend(self.query(&pk, &patch_sk(from), "P#~", true, |_| true).await?);
-        let Some(rec) = self.get_run(run_id).await? else { return Ok(Vec::new()) };
+        segs.extend(
+            self.query(&pk, &patch_sk(from), "P#~", true, |_| true)
+                .await?,
+        );
+        let Some(rec) = self.get_run(run_id).await? else {
+            return Ok(Vec::new());
+        };
         let mut entries = assemble(&segs, rec.run.next_seq)?;
         entries.retain(|e| e.seq >= from);
         entries.truncate(limit);
@@ -406,7 +525,12 @@ impl Store for DynamoStore {
             items.push(self.put(self.segment_item(&child.run_id, entries)?, None)?);
         }
         // The same (run, version) always sends the same token: a retried commit is not a conflict.
-        let token = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, format!("{run_id}/{expected_version}").as_bytes()).simple().to_string();
+        let token = uuid::Uuid::new_v5(
+            &uuid::Uuid::NAMESPACE_OID,
+            format!("{run_id}/{expected_version}").as_bytes(),
+        )
+        .simple()
+        .to_string();
         match self.transact(items, Some(token)).await {
             Ok(()) => Ok(()),
             Err(TransactFailure::Condition(_)) => Err(PortError::Conflict),
@@ -416,7 +540,9 @@ impl Store for DynamoStore {
 
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
         Meter::count(&self.meter.dynamodb);
-        self.meter.write_units.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.meter
+            .write_units
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let r = self
             .client
             .update_item()
@@ -436,12 +562,23 @@ impl Store for DynamoStore {
     }
 
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
-        self.get_item(cta_pk(cta_id)).await?.map(|i| parse_cta(&i)).transpose()
+        self.get_item(cta_pk(cta_id))
+            .await?
+            .map(|i| parse_cta(&i))
+            .transpose()
     }
 
     #[instrument(skip(self, response))]
-    async fn settle_cta(&self, cta_id: &str, status: CtaStatus, response: Option<&CtaResponse>, at: DateTime<Utc>) -> Result<Settled, PortError> {
-        let Some(mut cta) = self.get_cta(cta_id).await? else { return Ok(Settled::NotFound) };
+    async fn settle_cta(
+        &self,
+        cta_id: &str,
+        status: CtaStatus,
+        response: Option<&CtaResponse>,
+        at: DateTime<Utc>,
+    ) -> Result<Settled, PortError> {
+        let Some(mut cta) = self.get_cta(cta_id).await? else {
+            return Ok(Settled::NotFound);
+        };
         if cta.status != CtaStatus::Pending {
             return Ok(Settled::Lost(cta));
         }
@@ -461,15 +598,21 @@ impl Store for DynamoStore {
             .await;
         match r {
             Ok(_) => Ok(Settled::Won(cta)),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => match self.get_cta(cta_id).await? {
-                Some(c) => Ok(Settled::Lost(c)),
-                None => Ok(Settled::NotFound),
-            },
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => {
+                match self.get_cta(cta_id).await? {
+                    Some(c) => Ok(Settled::Lost(c)),
+                    None => Ok(Settled::NotFound),
+                }
+            }
             Err(e) => Err(map_sdk_err("PutItem", e)),
         }
     }
 
-    async fn list_ctas(&self, owner: &str, status: Option<CtaStatus>) -> Result<Vec<Cta>, PortError> {
+    async fn list_ctas(
+        &self,
+        owner: &str,
+        status: Option<CtaStatus>,
+    ) -> Result<Vec<Cta>, PortError> {
         let prefix = status.map_or_else(|| "CTA#".to_owned(), |st| format!("CTA#{}#", st.as_str()));
         let mut out = Vec::new();
         let mut start = None;

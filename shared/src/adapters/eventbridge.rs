@@ -22,7 +22,11 @@ pub struct EventBridgeBus {
 
 impl EventBridgeBus {
     pub fn new(client: Client, bus_name: impl Into<String>, meter: Arc<Meter>) -> Self {
-        Self { client, bus_name: bus_name.into(), meter }
+        Self {
+            client,
+            bus_name: bus_name.into(),
+            meter,
+        }
     }
 }
 
@@ -44,7 +48,9 @@ impl Bus for EventBridgeBus {
                         .source(SOURCE)
                         .detail_type(&e.detail_type)
                         .detail(detail.to_string())
-                        .time(aws_sdk_eventbridge::primitives::DateTime::from_millis(e.time.timestamp_millis()))
+                        .time(aws_sdk_eventbridge::primitives::DateTime::from_millis(
+                            e.time.timestamp_millis(),
+                        ))
                         .build(),
                 );
             }
@@ -70,7 +76,10 @@ impl Bus for EventBridgeBus {
                     .collect();
                 attempt += 1;
                 if attempt >= 4 {
-                    return Err(PortError::Unavailable { message: format!("PutEvents kept failing {} event(s)", pending.len()), source: None });
+                    return Err(PortError::Unavailable {
+                        message: format!("PutEvents kept failing {} event(s)", pending.len()),
+                        source: None,
+                    });
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
             }

@@ -400,8 +400,12 @@ fn insert_entries(tx: &Transaction<'_>, key: i64, entries: &[Entry]) -> Result<(
         .prepare_cached("INSERT INTO entries (run_key, seq, body) VALUES (?1, ?2, ?3)")
         .map_err(sql)?;
     for e in entries {
-        stmt.execute(params![key, e.seq as i64, crate::timeline::encode_entry(e).map_err(|e| broken("encode entry", e))?])
-            .map_err(sql)?;
+        stmt.execute(params![
+            key,
+            e.seq as i64,
+            crate::timeline::encode_entry(e).map_err(|e| broken("encode entry", e))?
+        ])
+        .map_err(sql)?;
     }
     Ok(())
 }
@@ -483,7 +487,10 @@ impl Store for LocalStore {
         let entries = stmt
             .query_map([run_id], |r| r.get::<_, Vec<u8>>(0))
             .map_err(sql)?
-            .map(|b| crate::timeline::decode_entry(&b.map_err(sql)?).map_err(|e| broken("decode entry", e)))
+            .map(|b| {
+                crate::timeline::decode_entry(&b.map_err(sql)?)
+                    .map_err(|e| broken("decode entry", e))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Some((rec, entries)))
     }

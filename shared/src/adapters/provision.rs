@@ -5,8 +5,8 @@
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
-    ScalarAttributeType, TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 
@@ -26,7 +26,11 @@ pub struct Names {
 
 impl Names {
     pub fn new(prefix: impl Into<String>) -> Self {
-        Self { prefix: prefix.into(), visibility_timeout: 30, max_receives: 5 }
+        Self {
+            prefix: prefix.into(),
+            visibility_timeout: 30,
+            max_receives: 5,
+        }
     }
     pub fn table(&self) -> String {
         format!("{}-table", self.prefix)
@@ -63,14 +67,21 @@ fn dlq_name(queue: &str) -> String {
     }
 }
 
-async fn queue(sqs: &aws_sdk_sqs::Client, name: &str, n: &Names) -> Result<(String, String, String), PortError> {
+async fn queue(
+    sqs: &aws_sdk_sqs::Client,
+    name: &str,
+    n: &Names,
+) -> Result<(String, String, String), PortError> {
     let fifo = name.ends_with(".fifo");
     let create = |qname: String, redrive: Option<String>| {
         let mut req = sqs.create_queue().queue_name(qname);
         if fifo {
             req = req.attributes(QueueAttributeName::FifoQueue, "true");
         }
-        req = req.attributes(QueueAttributeName::VisibilityTimeout, n.visibility_timeout.to_string());
+        req = req.attributes(
+            QueueAttributeName::VisibilityTimeout,
+            n.visibility_timeout.to_string(),
+        );
         if let Some(r) = redrive {
             req = req.attributes(QueueAttributeName::RedrivePolicy, r);
         }
@@ -84,24 +95,49 @@ async fn queue(sqs: &aws_sdk_sqs::Client, name: &str, n: &Names) -> Result<(Stri
             .send()
             .await
             .map_err(|e| map_sdk_err("GetQueueAttributes", e))?;
-        let arn = attrs.attributes().and_then(|a| a.get(&QueueAttributeName::QueueArn)).cloned().unwrap_or_default();
+        let arn = attrs
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+            .cloned()
+            .unwrap_or_default();
         Ok::<_, PortError>((url, arn))
     };
-    let dlq = create(dlq_name(name), None).await.map_err(|e| map_sdk_err("CreateQueue", e))?;
+    let dlq = create(dlq_name(name), None)
+        .await
+        .map_err(|e| map_sdk_err("CreateQueue", e))?;
     let (dlq_url, dlq_arn) = arn_of(dlq.queue_url().unwrap_or_default().to_owned()).await?;
-    let redrive = serde_json::json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": n.max_receives}).to_string();
-    let q = create(name.to_owned(), Some(redrive)).await.map_err(|e| map_sdk_err("CreateQueue", e))?;
+    let redrive =
+        serde_json::json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": n.max_receives})
+            .to_string();
+    let q = create(name.to_owned(), Some(redrive))
+        .await
+        .map_err(|e| map_sdk_err("CreateQueue", e))?;
     let (url, arn) = arn_of(q.queue_url().unwrap_or_default().to_owned()).await?;
     Ok((url, arn, dlq_url))
 }
 
 /// Creates (or finds) everything. `scheduler_role_arn` is the role Scheduler assumes to put
 /// the expiry event on the bus (emulators accept any well-formed ARN).
-pub async fn ensure(sdk: &SdkConfig, n: &Names, scheduler_role_arn: &str) -> Result<Provisioned, PortError> {
+pub async fn ensure(
+    sdk: &SdkConfig,
+    n: &Names,
+    scheduler_role_arn: &str,
+) -> Result<Provisioned, PortError> {
     let ddb = aws_sdk_dynamodb::Client::new(sdk);
-    let key = |name: &str, t: KeyType| KeySchemaElement::builder().attribute_name(name).key_type(t).build();
-    let attr = |name: &str| AttributeDefinition::builder().attribute_name(name).attribute_type(ScalarAttributeType::S).build();
-    let build = |e: aws_sdk_dynamodb::error::BuildError| PortError::broken("build table definition", e);
+    let key = |name: &str, t: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(t)
+            .build()
+    };
+    let attr = |name: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+    };
+    let build =
+        |e: aws_sdk_dynamodb::error::BuildError| PortError::broken("build table definition", e);
     let created = ddb
         .create_table()
         .table_name(n.table())
@@ -117,7 +153,11 @@ pub async fn ensure(sdk: &SdkConfig, n: &Names, scheduler_role_arn: &str) -> Res
                 .index_name(GSI1)
                 .key_schema(key("GSI1PK", KeyType::Hash).map_err(build)?)
                 .key_schema(key("GSI1SK", KeyType::Range).map_err(build)?)
-                .projection(Projection::builder().projection_type(ProjectionType::All).build())
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::All)
+                        .build(),
+                )
                 .build()
                 .map_err(build)?,
         )
@@ -125,7 +165,11 @@ pub async fn ensure(sdk: &SdkConfig, n: &Names, scheduler_role_arn: &str) -> Res
         .await;
     match created {
         Ok(_) => {
-            let ttl = TimeToLiveSpecification::builder().attribute_name("ttl").enabled(true).build().map_err(build)?;
+            let ttl = TimeToLiveSpecification::builder()
+                .attribute_name("ttl")
+                .enabled(true)
+                .build()
+                .map_err(build)?;
             ddb.update_time_to_live()
                 .table_name(n.table())
                 .time_to_live_specification(ttl)
@@ -160,7 +204,9 @@ pub async fn ensure(sdk: &SdkConfig, n: &Names, scheduler_role_arn: &str) -> Res
     eb.put_rule()
         .name(&rule)
         .event_bus_name(n.bus())
-        .event_pattern(serde_json::json!({"detail-type": ["cta.response", "cta.expired"]}).to_string())
+        .event_pattern(
+            serde_json::json!({"detail-type": ["cta.response", "cta.expired"]}).to_string(),
+        )
         .send()
         .await
         .map_err(|e| map_sdk_err("PutRule", e))?;
@@ -179,7 +225,12 @@ pub async fn ensure(sdk: &SdkConfig, n: &Names, scheduler_role_arn: &str) -> Res
         .map_err(|e| map_sdk_err("PutTargets", e))?;
 
     let sch = aws_sdk_scheduler::Client::new(sdk);
-    match sch.create_schedule_group().name(n.schedule_group()).send().await {
+    match sch
+        .create_schedule_group()
+        .name(n.schedule_group())
+        .send()
+        .await
+    {
         Ok(_) => {}
         Err(e) if e.code() == Some("ConflictException") => {}
         Err(e) => return Err(map_sdk_err("CreateScheduleGroup", e)),

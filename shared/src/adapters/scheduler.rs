@@ -9,7 +9,10 @@ use std::sync::Arc;
 
 use aws_sdk_scheduler::Client;
 use aws_sdk_scheduler::error::ProvideErrorMetadata;
-use aws_sdk_scheduler::types::{ActionAfterCompletion, EventBridgeParameters, FlexibleTimeWindow, FlexibleTimeWindowMode, Target};
+use aws_sdk_scheduler::types::{
+    ActionAfterCompletion, EventBridgeParameters, FlexibleTimeWindow, FlexibleTimeWindowMode,
+    Target,
+};
 use chrono::{DateTime, Utc};
 use tracing::instrument;
 
@@ -33,15 +36,32 @@ pub fn at_expression(at: DateTime<Utc>) -> String {
 }
 
 impl SchedulerTimers {
-    pub fn new(client: Client, group: impl Into<String>, bus_arn: impl Into<String>, role_arn: impl Into<String>, meter: Arc<Meter>) -> Self {
-        Self { client, group: group.into(), bus_arn: bus_arn.into(), role_arn: role_arn.into(), meter }
+    pub fn new(
+        client: Client,
+        group: impl Into<String>,
+        bus_arn: impl Into<String>,
+        role_arn: impl Into<String>,
+        meter: Arc<Meter>,
+    ) -> Self {
+        Self {
+            client,
+            group: group.into(),
+            bus_arn: bus_arn.into(),
+            role_arn: role_arn.into(),
+            meter,
+        }
     }
 }
 
 #[async_trait::async_trait]
 impl Scheduler for SchedulerTimers {
     #[instrument(skip(self))]
-    async fn schedule(&self, cta_id: &str, run_id: &str, at: DateTime<Utc>) -> Result<(), PortError> {
+    async fn schedule(
+        &self,
+        cta_id: &str,
+        run_id: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), PortError> {
         let input = serde_json::json!({"ctaId": cta_id, "runId": run_id}).to_string();
         let target = Target::builder()
             .arn(&self.bus_arn)
@@ -84,7 +104,14 @@ impl Scheduler for SchedulerTimers {
     #[instrument(skip(self))]
     async fn unschedule(&self, cta_id: &str) -> Result<(), PortError> {
         Meter::count(&self.meter.scheduler);
-        match self.client.delete_schedule().name(cta_id).group_name(&self.group).send().await {
+        match self
+            .client
+            .delete_schedule()
+            .name(cta_id)
+            .group_name(&self.group)
+            .send()
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) if e.code() == Some("ResourceNotFoundException") => Ok(()),
             Err(e) => Err(map_sdk_err("DeleteSchedule", e)),

@@ -30,18 +30,31 @@ pub fn is_subagent(run_id: &str) -> bool {
 
 /// SQS allows 128 characters from a limited set: a hash of the message id fits always.
 pub fn dedup_id(message_id: &str) -> String {
-    uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, message_id.as_bytes()).simple().to_string()
+    uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, message_id.as_bytes())
+        .simple()
+        .to_string()
 }
 
 impl SqsQueue {
-    pub fn new(client: Client, steps_url: impl Into<String>, subagent_url: impl Into<String>, meter: Arc<Meter>) -> Self {
-        Self { client, steps_url: steps_url.into(), subagent_url: subagent_url.into(), meter }
+    pub fn new(
+        client: Client,
+        steps_url: impl Into<String>,
+        subagent_url: impl Into<String>,
+        meter: Arc<Meter>,
+    ) -> Self {
+        Self {
+            client,
+            steps_url: steps_url.into(),
+            subagent_url: subagent_url.into(),
+            meter,
+        }
     }
 
     async fn send_batch(&self, url: &str, messages: &[&StepMessage]) -> Result<(), PortError> {
         let mut pending: Vec<SendMessageBatchRequestEntry> = Vec::with_capacity(messages.len());
         for (i, m) in messages.iter().enumerate() {
-            let body = serde_json::to_string(m).map_err(|e| PortError::broken("encode message", e))?;
+            let body =
+                serde_json::to_string(m).map_err(|e| PortError::broken("encode message", e))?;
             pending.push(
                 SendMessageBatchRequestEntry::builder()
                     .id(i.to_string())
@@ -67,12 +80,22 @@ impl SqsQueue {
                 return Ok(());
             }
             if let Some(f) = out.failed().iter().find(|f| f.sender_fault()) {
-                return Err(PortError::Broken { message: format!("SQS refused a message: {} {}", f.code(), f.message().unwrap_or_default()), source: None });
+                return Err(PortError::Broken {
+                    message: format!(
+                        "SQS refused a message: {} {}",
+                        f.code(),
+                        f.message().unwrap_or_default()
+                    ),
+                    source: None,
+                });
             }
             pending.retain(|e| failed.contains(&e.id()));
             tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
         }
-        Err(PortError::Unavailable { message: format!("SQS kept failing {} message(s)", pending.len()), source: None })
+        Err(PortError::Unavailable {
+            message: format!("SQS kept failing {} message(s)", pending.len()),
+            source: None,
+        })
     }
 }
 
@@ -81,7 +104,8 @@ impl Queue for SqsQueue {
     #[instrument(skip_all, fields(n = messages.len()))]
     async fn send(&self, messages: &[StepMessage]) -> Result<(), PortError> {
         // Keep the caller's order within each queue (the run's own continuation goes last).
-        let (sub, steps): (Vec<&StepMessage>, Vec<&StepMessage>) = messages.iter().partition(|m| is_subagent(&m.run_id));
+        let (sub, steps): (Vec<&StepMessage>, Vec<&StepMessage>) =
+            messages.iter().partition(|m| is_subagent(&m.run_id));
         for (url, list) in [(&self.subagent_url, sub), (&self.steps_url, steps)] {
             for chunk in list.chunks(10) {
                 self.send_batch(url, chunk).await?;

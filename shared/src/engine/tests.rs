@@ -1133,14 +1133,20 @@ fn a_fatal_model_error_fails_the_run_after_applying_the_input() {
 fn oversized_tool_outputs_are_cut_with_a_marker() {
     let big = "x".repeat(MAX_OUTPUT_BYTES + 10);
     let mut s = Sim::new();
-    s.script("worker", vec![calls(vec![call("echo", json!({"text": big}))]), text("ok")]);
+    s.script(
+        "worker",
+        vec![calls(vec![call("echo", json!({"text": big}))]), text("ok")],
+    );
     let id = s.create("worker", "go");
     s.run_all();
     match &s.tools(&id)[0].result {
         ToolResult::Success { output } => {
             assert_eq!(output["truncated"], true);
             assert_eq!(output["originalBytes"], MAX_OUTPUT_BYTES + 10);
-            assert!(output["preview"].as_str().unwrap().ends_with(&format!("[truncated: {MAX_OUTPUT_BYTES} of {} bytes kept]", MAX_OUTPUT_BYTES + 10)));
+            assert!(output["preview"].as_str().unwrap().ends_with(&format!(
+                "[truncated: {MAX_OUTPUT_BYTES} of {} bytes kept]",
+                MAX_OUTPUT_BYTES + 10
+            )));
         }
         r => panic!("{r:?}"),
     }

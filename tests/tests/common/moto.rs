@@ -21,7 +21,11 @@ impl Drop for Moto {
 
 impl Moto {
     pub fn start() -> Moto {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let child = Command::new("moto_server")
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())
@@ -32,10 +36,16 @@ impl Moto {
             });
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "moto_server did not start on port {port}");
+            assert!(
+                Instant::now() < deadline,
+                "moto_server did not start on port {port}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Moto { child, url: format!("http://127.0.0.1:{port}") }
+        Moto {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
     }
 
     /// One SDK config for every client, pointed at this server.
@@ -43,7 +53,9 @@ impl Moto {
         aws_config::defaults(aws_config::BehaviorVersion::latest())
             .endpoint_url(&self.url)
             .region(aws_config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "moto"))
+            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                "test", "test", None, None, "moto",
+            ))
             .load()
             .await
     }

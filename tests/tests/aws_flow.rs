@@ -1,0 +1,308 @@
+//! The full flow over AWS wire protocols: moto's server for DynamoDB, SQS FIFO, EventBridge
+//! and Scheduler, the queue pump standing in for Lambda's event source mappings, and a mock
+//! OpenAI-compatible server on loopback.
+
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton::adapters::provision::Names;
+use baton::local::{AwsDevOptions, AwsDevServer};
+use baton::ports::SystemClock;
+use common::moto::Moto;
+use common::*;
+use serde_json::{Value, json};
+
+struct Env {
+    server: AwsDevServer,
+    http: reqwest::Client,
+    sdk: aws_config::SdkConfig,
+    _moto: Moto,
+    _mock: wiremock::MockServer,
+}
+
+async fn start_env(script: &str, duplicate: bool) -> Env {
+    let moto = Moto::start();
+    let sdk = moto.sdk().await;
+    let (mock, llm) = common::mock_openai::start(script).await;
+    let server = AwsDevServer::start(AwsDevOptions {
+        sdk: sdk.clone(),
+        names: Names::new("flow"),
+        scheduler_role_arn: "arn:aws:iam::123456789012:role/flow-scheduler".into(),
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: TOKEN.into(),
+        llm,
+        catalog: catalog(Some(common::mock_openai::named_agents())),
+        clock: Arc::new(SystemClock),
+        duplicate,
+    })
+    .await
+    .unwrap();
+    Env {
+        server,
+        http: reqwest::Client::new(),
+        sdk,
+        _moto: moto,
+        _mock: mock,
+    }
+}
+
+impl Env {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut rb = self
+            .http
+            .request(method, format!("{}{path}", self.server.url()))
+            .bearer_auth(TOKEN);
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let r = rb.send().await.unwrap();
+        let code = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (
+            code,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    async fn wait_for(&self, what: &str, mut f: impl AsyncFnMut(&Env) -> Option<Value>) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(v) = f(self).await {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn pending_cta(&self, kind: &str) -> Value {
+        self.wait_for(kind, async |env: &Env| {
+            let (_, v) = env
+                .call(reqwest::Method::GET, "/ctas?status=pending", None)
+                .await;
+            v["ctas"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["kind"] == kind).cloned())
+        })
+        .await
+    }
+
+    async fn run_status(&self, run_id: &str, status: &str) -> Value {
+        self.wait_for(status, async |env: &Env| {
+            let (_, run) = env
+                .call(reqwest::Method::GET, &format!("/runs/{run_id}"), None)
+                .await;
+            (run["status"] == status).then_some(run)
+        })
+        .await
+    }
+
+    /// Posts an event to the Baton bus, as a user's own system would.
+    async fn put_event(&self, detail_type: &str, detail: Value) {
+        let eb = aws_sdk_eventbridge::Client::new(&self.sdk);
+        let out = eb
+            .put_events()
+            .entries(
+                aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+                    .event_bus_name(&self.server.provisioned.config.bus_name)
+                    .source("my.app")
+                    .detail_type(detail_type)
+                    .detail(detail.to_string())
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(out.failed_entry_count(), 0);
+    }
+}
+
+/// Runs the full flow: approval answered through the API, choice answered on the bus.
+async fn full_flow(duplicate: bool) -> Value {
+    let env = start_env(&examples("full-flow.json"), duplicate).await;
+    let (code, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/runs",
+            Some(json!({"prompt": "Fix and ship"})),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    let run_id = v["runId"].as_str().unwrap().to_owned();
+
+    let approval = env.pending_cta("approval").await;
+    let (code, v) = env
+        .call(
+            reqwest::Method::POST,
+            &format!("/ctas/{}/response", approval["ctaId"].as_str().unwrap()),
+            Some(json!({"kind": "approval", "approved": true})),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+
+    let choice = env.pending_cta("choice").await;
+    env.put_event(
+        "cta.response",
+        json!({"ctaId": choice["ctaId"], "kind": "choice", "selectedId": "prod"}),
+    )
+    .await;
+
+    let run = env.run_status(&run_id, "completed").await;
+    assert_eq!(run["result"], "Shipped to the chosen target.");
+    let types: Vec<&str> = run["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "user",
+            "assistant",
+            "tool",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant"
+        ]
+    );
+    let tools = of_type(&run, "tool");
+    assert_eq!(
+        tools[0]["result"]["output"]["text"],
+        "The repo has 3 crates."
+    );
+    assert_eq!(tools[1]["result"]["output"]["text"], "Patch drafted.");
+    assert!(tools[0]["childRunId"].as_str().unwrap().starts_with("sub_"));
+    assert_eq!(
+        tools[2]["result"]["output"],
+        json!({"kind": "approval", "approved": true})
+    );
+    assert_eq!(
+        tools[3]["result"]["output"],
+        json!({"kind": "choice", "selectedId": "prod"})
+    );
+    assert_eq!(
+        run["usage"],
+        json!({"inputTokens": 880, "outputTokens": 85, "totalTokens": 965})
+    );
+    // The answered CTAs are settled; a second answer on the bus is dropped, on the API a 409.
+    let (code, _) = env
+        .call(
+            reqwest::Method::POST,
+            &format!("/ctas/{}/response", choice["ctaId"].as_str().unwrap()),
+            Some(json!({"kind": "choice", "selectedId": "staging"})),
+        )
+        .await;
+    assert_eq!(code, 409);
+    let mut shape: Vec<Value> = run["timeline"].as_array().unwrap().clone();
+    for e in &mut shape {
+        e.as_object_mut().unwrap().remove("at");
+    }
+    env.server.shutdown().await;
+    json!({"timeline": shape, "version": run["version"]})
+}
+
+#[tokio::test]
+async fn the_full_flow_runs_over_aws_apis_and_duplicates_change_nothing() {
+    let once = full_flow(false).await;
+    let twice = full_flow(true).await;
+    // Ids differ between the two runs (new run ids): compare with ids masked.
+    let mask = |v: &Value| {
+        let s = v.to_string();
+        let ids = regex::Regex::new(r"(run|sub|cta)_[0-9a-f]{32}").unwrap();
+        let times = regex::Regex::new(r#""expiresAt":"[^"]+""#).unwrap();
+        times
+            .replace_all(&ids.replace_all(&s, "${1}_X"), r#""expiresAt":"T""#)
+            .into_owned()
+    };
+    assert_eq!(
+        mask(&once),
+        mask(&twice),
+        "every message delivered twice gives the same timeline"
+    );
+}
+
+#[tokio::test]
+async fn an_expiry_schedule_is_stored_and_its_event_ends_the_run() {
+    let script = r#"{"orchestrator": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "Name?"}}]}]}"#;
+    let env = start_env(script, false).await;
+    let (_, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/runs",
+            Some(json!({"prompt": "ask"})),
+        )
+        .await;
+    let run_id = v["runId"].as_str().unwrap().to_owned();
+    let cta = env.pending_cta("text").await;
+    let cta_id = cta["ctaId"].as_str().unwrap().to_owned();
+
+    // The stored schedule: named by the CTA, at() 30 days after it, onto the bus, deleting itself.
+    let c = &env.server.provisioned.config;
+    let sch = aws_sdk_scheduler::Client::new(&env.sdk);
+    let s = sch
+        .get_schedule()
+        .name(&cta_id)
+        .group_name(&c.schedule_group)
+        .send()
+        .await
+        .unwrap();
+    let created = chrono::DateTime::parse_from_rfc3339(cta["createdAt"].as_str().unwrap())
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let expected_at =
+        baton::adapters::scheduler::at_expression(created + chrono::Duration::days(30));
+    assert_eq!(s.schedule_expression(), Some(expected_at.as_str()));
+    assert_eq!(s.schedule_expression_timezone(), Some("UTC"));
+    assert_eq!(s.flexible_time_window().unwrap().mode().as_str(), "OFF");
+    let target = s.target().unwrap();
+    assert_eq!(target.arn(), c.bus_arn);
+    assert_eq!(target.role_arn(), c.scheduler_role_arn);
+    assert_eq!(
+        target.event_bridge_parameters().unwrap().detail_type(),
+        "cta.expired"
+    );
+    let input: Value = serde_json::from_str(target.input().unwrap()).unwrap();
+    assert_eq!(input, json!({"ctaId": cta_id, "runId": run_id}));
+    assert_eq!(
+        s.action_after_completion().map(|a| a.as_str()),
+        Some("DELETE")
+    );
+
+    // The emulator does not fire schedules: deliver the schedule's input ourselves.
+    env.put_event("cta.expired", input).await;
+    let run = env.run_status(&run_id, "expired").await;
+    assert_eq!(run["error"]["code"], "cta_expired");
+
+    // Too late: 410 through the API, dropped from the bus.
+    let (code, v) = env
+        .call(
+            reqwest::Method::POST,
+            &format!("/ctas/{cta_id}/response"),
+            Some(json!({"kind": "text", "text": "Ada"})),
+        )
+        .await;
+    assert_eq!(code, 410, "{v}");
+    env.put_event(
+        "cta.response",
+        json!({"ctaId": cta_id, "kind": "text", "text": "Ada"}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, c2) = env
+        .call(reqwest::Method::GET, &format!("/ctas/{cta_id}"), None)
+        .await;
+    assert_eq!(c2["status"], "expired");
+    let (_, after) = env
+        .call(reqwest::Method::GET, &format!("/runs/{run_id}"), None)
+        .await;
+    assert_eq!(after["status"], "expired");
+    env.server.shutdown().await;
+}
