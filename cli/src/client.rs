@@ -243,7 +243,7 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
                 .await?;
             print(&v, format!("message sent to {run_id}"));
         }
-        Command::Dev { .. } | Command::Bench { .. } => unreachable!("handled in main"),
+        Command::Dev { .. } | Command::Bench { .. } | Command::Bootstrap { .. } => unreachable!("handled in main"),
     }
     Ok(())
 }

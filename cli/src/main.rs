@@ -1,5 +1,6 @@
 //! `baton`: the local dev server, a client for any Baton API, and the benchmark.
 
+mod aws;
 mod bench;
 mod client;
 
@@ -59,6 +60,19 @@ enum Command {
         /// Extra agents: {"agents": {"<name>": {"system", "tools", "approval", "maxIterations"}}}.
         #[arg(long)]
         agents: Option<PathBuf>,
+        /// Run over AWS APIs instead of the embedded store: DynamoDB, SQS, EventBridge and
+        /// Scheduler at AWS_ENDPOINT_URL (LocalStack or moto), with a queue pump standing in for
+        /// Lambda's event source mappings. Resources (named from BATON_PREFIX, default `baton`)
+        /// are created if missing.
+        #[arg(long)]
+        aws: bool,
+    },
+    /// Create the AWS resources the template declares (idempotent), for LocalStack or moto,
+    /// and print the environment the functions need.
+    Bootstrap {
+        /// Name prefix (the stack name on AWS).
+        #[arg(long, env = "BATON_PREFIX", default_value = "baton")]
+        prefix: String,
     },
     /// Start a run.
     Run {
@@ -137,6 +151,29 @@ async fn main() -> ExitCode {
             addr,
             script,
             agents,
+            aws: true,
+        } => {
+            init_tracing();
+            match aws::dev(addr, cli.token, script, agents).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => refuse(format!("{e:#}")),
+            }
+        }
+        Command::Bootstrap { prefix } => match aws::bootstrap(&prefix).await {
+            Ok(env) => {
+                println!("{env}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("baton: bootstrap failed: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Dev {
+            addr,
+            script,
+            agents,
+            aws: false,
         } => {
             init_tracing();
             match dev(
@@ -177,6 +214,20 @@ async fn main() -> ExitCode {
     }
 }
 
+/// The agents and the model `baton dev` runs with (scripted, or OpenAI-compatible).
+pub(crate) fn model_and_agents(
+    script: Option<&std::path::Path>,
+    agents: Option<&std::path::Path>,
+) -> anyhow::Result<(Arc<dyn Llm>, Arc<Catalog>)> {
+    let file = agents.map(AgentsFile::load).transpose()?;
+    let catalog = Arc::new(Catalog::new(Limits::default(), vec![], file)?);
+    let llm: Arc<dyn Llm> = match script {
+        Some(path) => Arc::new(ScriptedLlm::load(path)?),
+        None => Arc::new(OpenAiLlm::new(OpenAiConfig::from_env())?),
+    };
+    Ok((llm, catalog))
+}
+
 async fn dev(
     addr: SocketAddr,
     data: PathBuf,
@@ -184,12 +235,7 @@ async fn dev(
     script: Option<PathBuf>,
     agents: Option<PathBuf>,
 ) -> anyhow::Result<()> {
-    let file = agents.as_deref().map(AgentsFile::load).transpose()?;
-    let catalog = Arc::new(Catalog::new(Limits::default(), vec![], file)?);
-    let llm: Arc<dyn Llm> = match &script {
-        Some(path) => Arc::new(ScriptedLlm::load(path)?),
-        None => Arc::new(OpenAiLlm::new(OpenAiConfig::from_env())?),
-    };
+    let (llm, catalog) = model_and_agents(script.as_deref(), agents.as_deref())?;
     let server = LocalServer::start(LocalOptions {
         data_dir: data.clone(),
         addr,

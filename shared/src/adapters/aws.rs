@@ -52,9 +52,23 @@ impl AwsConfig {
 }
 
 /// Loads the one SDK config every client is built from. `AWS_ENDPOINT_URL` (honoured by the
-/// SDK itself) points every client at LocalStack or moto.
+/// SDK itself) points every client at LocalStack or moto; then, unless set, credentials and
+/// region default to an emulator's (`test`, `us-east-1`), so nothing falls back to instance
+/// metadata. Without it, the SDK's standard chain applies (the function's role on Lambda).
 pub async fn sdk_config() -> aws_config::SdkConfig {
-    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+    let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty());
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if set("AWS_ENDPOINT_URL") {
+        if !set("AWS_ACCESS_KEY_ID") && !set("AWS_PROFILE") {
+            loader = loader.credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test", "test", None, None, "emulator",
+            ));
+        }
+        if !set("AWS_REGION") && !set("AWS_DEFAULT_REGION") {
+            loader = loader.region(aws_config::Region::new("us-east-1"));
+        }
+    }
+    loader.load().await
 }
 
 /// Requests and DynamoDB capacity units, counted by the adapters.
