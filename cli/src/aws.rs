@@ -20,7 +20,10 @@ fn scheduler_role(prefix: &str) -> String {
 }
 
 fn prefix() -> String {
-    std::env::var("BATON_PREFIX").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "baton".into())
+    std::env::var("BATON_PREFIX")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "baton".into())
 }
 
 /// Creates the resources and returns the environment the functions read, as `export` lines.
@@ -44,7 +47,12 @@ pub async fn bootstrap(prefix: &str) -> anyhow::Result<String> {
     .join("\n"))
 }
 
-pub async fn dev(addr: SocketAddr, token: Option<String>, script: Option<PathBuf>, agents: Option<PathBuf>) -> anyhow::Result<()> {
+pub async fn dev(
+    addr: SocketAddr,
+    token: Option<String>,
+    script: Option<PathBuf>,
+    agents: Option<PathBuf>,
+) -> anyhow::Result<()> {
     if std::env::var("AWS_ENDPOINT_URL").is_err() {
         eprintln!("baton dev --aws: AWS_ENDPOINT_URL is not set; talking to AWS itself");
     }
@@ -66,7 +74,12 @@ pub async fn dev(addr: SocketAddr, token: Option<String>, script: Option<PathBuf
         duplicate: false,
     })
     .await?;
-    println!("baton dev --aws: listening on {} (table {}, bus {})", server.url(), server.provisioned.config.table, server.provisioned.config.bus_name);
+    println!(
+        "baton dev --aws: listening on {} (table {}, bus {})",
+        server.url(),
+        server.provisioned.config.table,
+        server.provisioned.config.bus_name
+    );
     if made {
         println!("baton dev --aws: new token {token} (set BATON_TOKEN to choose one)");
     }

@@ -236,3 +236,149 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
     }
     Ok(report.to_string())
 }
+
+/// Published on-demand prices (us-east-1) used for the cost figures.
+pub const PRICE_WRITE_UNIT: f64 = 0.625 / 1e6;
+pub const PRICE_READ_UNIT: f64 = 0.125 / 1e6;
+pub const PRICE_SQS_FIFO_REQUEST: f64 = 0.50 / 1e6;
+pub const PRICE_EVENT: f64 = 1.00 / 1e6;
+pub const PRICE_SCHEDULER: f64 = 1.00 / 1e6;
+
+/// `baton bench --aws`: what one iteration costs on AWS, measured on the emulator at
+/// `AWS_ENDPOINT_URL` with the real adapters: requests and DynamoDB capacity units (derived
+/// from item sizes by DynamoDB's rules), warm (a container that stepped the run before) and
+/// cold (a fresh container), at histories of about 10, 100 and 1,000 entries.
+pub async fn run_aws(max_history: u64) -> anyhow::Result<String> {
+    use baton::adapters::aws::{Meter, Usage};
+    use baton::adapters::provision::{self, Names};
+    use baton::pump::{Feeds, Pump};
+
+    ensure!(
+        std::env::var("AWS_ENDPOINT_URL").is_ok(),
+        "set AWS_ENDPOINT_URL to an emulator (moto or LocalStack)"
+    );
+    let sdk = baton::adapters::aws::sdk_config().await;
+    let names = Names::new(format!(
+        "bench-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    ));
+    let p = provision::ensure(
+        &sdk,
+        &names,
+        "arn:aws:iam::000000000000:role/bench-scheduler",
+    )
+    .await?;
+    let iterations = max_history / 2 + 1;
+    let replies: Vec<ScriptedReply> = (0..iterations)
+        .map(|i| ScriptedReply {
+            text: None,
+            tool_calls: vec![ScriptedCall {
+                name: "echo".into(),
+                arguments: json!({"text": payload(i, false)}),
+            }],
+            usage: None,
+        })
+        .chain([ScriptedReply {
+            text: Some("done".into()),
+            tool_calls: vec![],
+            usage: None,
+        }])
+        .collect();
+    let llm: Arc<dyn baton::llm::Llm> = Arc::new(ScriptedLlm::new(HashMap::from([(
+        "bench".to_owned(),
+        replies,
+    )]))?);
+    let file: AgentsFile = serde_json::from_value(
+        json!({"agents": {"bench": {"tools": ["echo"], "maxIterations": iterations + 1}}}),
+    )?;
+    let catalog = Arc::new(Catalog::new(Limits::default(), vec![], Some(file))?);
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let steps = Pump::queue(&sqs, &p.config.steps_queue_url, Feeds::Steps).await?;
+    let container = |meter: Arc<Meter>| {
+        let service = baton::lambda::aws_service(
+            &p.config,
+            &sdk,
+            llm.clone(),
+            catalog.clone(),
+            Arc::new(SystemClock),
+            meter,
+        );
+        (
+            service.clone(),
+            Pump::new(sqs.clone(), service, vec![steps.clone()]),
+        )
+    };
+    let meter = Meter::shared();
+    let (service, warm) = container(meter.clone());
+    let req = CreateRun {
+        prompt: "benchmark".into(),
+        agent: Some("bench".into()),
+        ..CreateRun::default()
+    };
+    let run_id = service.create_run(LOCAL_OWNER, req, None).await?.run_id;
+
+    let delta = |a: Usage, b: Usage| Usage {
+        dynamodb_requests: b.dynamodb_requests - a.dynamodb_requests,
+        sqs_requests: b.sqs_requests - a.sqs_requests,
+        eventbridge_requests: b.eventbridge_requests - a.eventbridge_requests,
+        scheduler_requests: b.scheduler_requests - a.scheduler_requests,
+        read_units: b.read_units - a.read_units,
+        write_units: b.write_units - a.write_units,
+    };
+    let cost = |u: &Usage| {
+        u.write_units as f64 * PRICE_WRITE_UNIT
+            + u.read_units * PRICE_READ_UNIT
+            + u.sqs_requests as f64 * PRICE_SQS_FIFO_REQUEST
+            + u.eventbridge_requests as f64 * PRICE_EVENT
+            + u.scheduler_requests as f64 * PRICE_SCHEDULER
+    };
+    let describe = |u: Usage| {
+        json!({
+            "requests": u.dynamodb_requests + u.sqs_requests + u.eventbridge_requests + u.scheduler_requests,
+            "dynamodb_requests": u.dynamodb_requests, "sqs_requests": u.sqs_requests,
+            "eventbridge_requests": u.eventbridge_requests, "scheduler_requests": u.scheduler_requests,
+            "read_units": u.read_units, "write_units": u.write_units,
+            "usd_per_million_iterations": (cost(&u) * 1e6 * 100.0).round() / 100.0,
+        })
+    };
+    let mut samples = Vec::new();
+    let mut targets: Vec<u64> = [10u64, 100, 1000]
+        .into_iter()
+        .filter(|h| *h <= max_history)
+        .collect();
+    loop {
+        let history = parts_history(&service, &run_id).await?;
+        if targets.first().is_some_and(|t| history + 1 >= *t) {
+            let target = targets.remove(0);
+            // Warm: the container that committed the last step checks only the run item.
+            let before = meter.snapshot();
+            ensure!(warm.pump_once().await? == 1, "expected one step message");
+            let warm_use = delta(before, meter.snapshot());
+            // Cold: a fresh container re-hydrates the whole history with a Query.
+            let cold_meter = Meter::shared();
+            let (_, cold) = container(cold_meter.clone());
+            let before = cold_meter.snapshot();
+            ensure!(cold.pump_once().await? == 1, "expected one step message");
+            let cold_use = delta(before, cold_meter.snapshot());
+            samples.push(json!({"history_entries": target, "warm": describe(warm_use), "cold": describe(cold_use)}));
+            if targets.is_empty() {
+                break;
+            }
+            continue;
+        }
+        if warm.pump_once().await? == 0 {
+            bail!("the run stopped before reaching the history sizes");
+        }
+    }
+    Ok(json!({
+        "aws": samples,
+        "prices_usd": {"write_request_unit": 0.625e-6, "read_request_unit": 0.125e-6, "sqs_fifo_request": 0.5e-6,
+                        "eventbridge_event": 1e-6, "scheduler_invocation": 1e-6},
+    })
+    .to_string())
+}
+
+async fn parts_history(service: &Service, run_id: &str) -> anyhow::Result<u64> {
+    let rec = service.deps().store.get_run(run_id).await?.context("run")?;
+    Ok(rec.run.next_seq)
+}

@@ -243,7 +243,9 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
                 .await?;
             print(&v, format!("message sent to {run_id}"));
         }
-        Command::Dev { .. } | Command::Bench { .. } | Command::Bootstrap { .. } => unreachable!("handled in main"),
+        Command::Dev { .. } | Command::Bench { .. } | Command::Bootstrap { .. } => {
+            unreachable!("handled in main")
+        }
     }
     Ok(())
 }

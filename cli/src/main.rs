@@ -121,6 +121,11 @@ enum Command {
         /// A: straight through. B: park on an approval at N/2, drop all state, resume from disk.
         #[arg(long, default_value = "A", value_parser = ["A", "B", "a", "b"])]
         variant: String,
+        /// Measure AWS requests, capacity units and cost per iteration on the emulator at
+        /// AWS_ENDPOINT_URL instead, at histories of 10, 100 and 1,000 entries (up to
+        /// --iterations entries).
+        #[arg(long)]
+        aws: bool,
     },
 }
 
@@ -192,11 +197,17 @@ async fn main() -> ExitCode {
         Command::Bench {
             iterations,
             variant,
+            aws,
         } => {
             if iterations < 2 {
                 return refuse("--iterations must be at least 2");
             }
-            match bench::run(iterations, variant.eq_ignore_ascii_case("B"), cli.data).await {
+            let report = if aws {
+                bench::run_aws(iterations).await
+            } else {
+                bench::run(iterations, variant.eq_ignore_ascii_case("B"), cli.data).await
+            };
+            match report {
                 Ok(report) => {
                     println!("{report}");
                     ExitCode::SUCCESS
