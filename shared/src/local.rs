@@ -97,18 +97,7 @@ impl LocalServer {
             auth: auth.clone(),
         })
         .merge(events_route(store.clone(), auth));
-        let listener = tokio::net::TcpListener::bind(opts.addr)
-            .await
-            .map_err(StartError::Io)?;
-        let addr = listener.local_addr().map_err(StartError::Io)?;
-        let mut rx = stop_rx;
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                })
-                .await
-        });
+        let (addr, server) = serve(app, opts.addr, stop_rx).await?;
         info!(%addr, data = %opts.data_dir.display(), "baton dev listening");
         Ok(Self {
             addr,
@@ -152,6 +141,26 @@ impl LocalServer {
         let _ = ctrl_c.await;
         self.shutdown().await;
     }
+}
+
+/// Serves `app` on `addr` until `stop` turns true; returns the bound address.
+async fn serve(
+    app: axum::Router,
+    addr: SocketAddr,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(SocketAddr, JoinHandle<std::io::Result<()>>), StartError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(StartError::Io)?;
+    let addr = listener.local_addr().map_err(StartError::Io)?;
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    Ok((addr, server))
 }
 
 /// `GET /events?after=<position>&limit=<n>`: the events the embedded bus recorded, for UIs
@@ -267,18 +276,7 @@ impl AwsDevServer {
             service: service.clone(),
             auth,
         });
-        let listener = tokio::net::TcpListener::bind(opts.addr)
-            .await
-            .map_err(StartError::Io)?;
-        let addr = listener.local_addr().map_err(StartError::Io)?;
-        let mut rx = stop_rx;
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                })
-                .await
-        });
+        let (addr, server) = serve(app, opts.addr, stop_rx).await?;
         info!(%addr, table = %provisioned.config.table, "baton dev --aws listening");
         Ok(Self {
             addr,

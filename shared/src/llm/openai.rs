@@ -42,14 +42,17 @@ impl std::fmt::Debug for OpenAiConfig {
 
 impl OpenAiConfig {
     /// Reads `OPENAI_BASE_URL` (default OpenAI's), `OPENAI_API_KEY` (optional: local
-    /// servers need none) and `BATON_MODEL` (default `gpt-4o-mini`).
+    /// servers need none), `BATON_MODEL` (default `gpt-4o-mini`) and `BATON_LLM_MAX_RETRIES`
+    /// (default 4).
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         Self {
             base_url: var("OPENAI_BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".into()),
             api_key: var("OPENAI_API_KEY"),
             model: var("BATON_MODEL").unwrap_or_else(|| "gpt-4o-mini".into()),
-            max_retries: 4,
+            max_retries: var("BATON_LLM_MAX_RETRIES")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(4),
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
             timeout: Duration::from_secs(300),

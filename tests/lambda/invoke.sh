@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The Lambda layer: serves the four functions with `cargo lambda watch` against moto's server
+# on loopback, invokes each with the sample events in tests/events/, and asserts the answers
+# (including a partial batch failure). Needs cargo-lambda and moto on PATH (.ci/run installs
+# both). Exits non-zero on the first wrong answer.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.2; done; echo "nothing on port $1" >&2; return 1; }
+
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+moto_port=$(free_port)
+moto_server -H 127.0.0.1 -p "$moto_port" >"$work/moto.log" 2>&1 &
+pids+=($!)
+wait_port "$moto_port"
+
+export AWS_ENDPOINT_URL="http://127.0.0.1:$moto_port" AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test \
+  AWS_SECRET_ACCESS_KEY=test AWS_EC2_METADATA_DISABLED=true
+cargo build --quiet -p baton-cli -p api -p orchestrator -p subagent -p cta
+eval "$(target/debug/baton bootstrap --prefix baton)"
+# A model endpoint that refuses connections, tried once: a step that must think fails.
+export OPENAI_BASE_URL="http://127.0.0.1:$(free_port)/v1" BATON_LLM_MAX_RETRIES=0 RUST_LOG=warn
+
+watch_port=$(free_port)
+cargo lambda watch --invoke-address 127.0.0.1 --invoke-port "$watch_port" >"$work/watch.log" 2>&1 &
+pids+=($!)
+wait_port "$watch_port"
+
+invoke() { # function event-file → the response JSON on stdout
+  cargo lambda invoke --invoke-address 127.0.0.1 --invoke-port "$watch_port" --output-format json \
+    "$1" --data-file "$2" 2>>"$work/invoke.log"
+}
+check() { # name json python-expression-over-r
+  if python3 -c "import json,sys; r=json.loads(sys.argv[1]); sys.exit(0 if ($3) else 1)" "$2"; then
+    echo "ok   $1"
+  else
+    echo "FAIL $1: $2" >&2; tail -20 "$work/watch.log" >&2; exit 1
+  fi
+}
+body() { python3 -c "import json,sys; print(json.loads(json.loads(sys.argv[1])['body'])$2)" "$1"; }
+
+# api: every route, a bad request, a request without identity.
+r=$(invoke api tests/events/api-health.json);                 check "api GET /health" "$r" 'r["statusCode"] == 200'
+r=$(invoke api tests/events/api-create-run.json);             check "api POST /runs" "$r" 'r["statusCode"] == 202'
+run_id=$(body "$r" '["runId"]')
+r=$(invoke api tests/events/api-create-run-bad.json);         check "api POST /runs (bad JSON) → 400" "$r" 'r["statusCode"] == 400 and "invalid" in r["body"]'
+r=$(invoke api tests/events/api-create-run-no-identity.json); check "api POST /runs (no identity) → 401" "$r" 'r["statusCode"] == 401'
+for ev in get-run timeline message cancel; do
+  sed "s/run_00000000000000000000000000000000/$run_id/" "tests/events/api-$ev.json" >"$work/api-$ev.json"
+done
+r=$(invoke api "$work/api-get-run.json");  check "api GET /runs/{id}" "$r" 'r["statusCode"] == 200 and json.loads(r["body"])["status"] == "queued"'
+r=$(invoke api "$work/api-timeline.json"); check "api GET /runs/{id}/timeline" "$r" 'r["statusCode"] == 200'
+r=$(invoke api "$work/api-message.json");  check "api POST /runs/{id}/messages (active run) → 409" "$r" 'r["statusCode"] == 409'
+r=$(invoke api tests/events/api-list-ctas.json);  check "api GET /ctas" "$r" 'r["statusCode"] == 200 and json.loads(r["body"])["ctas"] == []'
+r=$(invoke api tests/events/api-get-cta.json);    check "api GET /ctas/{id} (unknown) → 404" "$r" 'r["statusCode"] == 404'
+r=$(invoke api tests/events/api-answer-cta.json); check "api POST /ctas/{id}/response (unknown) → 404" "$r" 'r["statusCode"] == 404'
+
+# orchestrator: the run's start fails (the model is unreachable), so its later message in the
+# same group is reported failed too; another run's stale message and a poison message succeed.
+sed "s/RUN_ID/$run_id/g" tests/events/steps-batch.json >"$work/steps-batch.json"
+r=$(invoke orchestrator "$work/steps-batch.json")
+check "orchestrator partial batch failure (FIFO group)" "$r" 'sorted(f["itemIdentifier"] for f in r["batchItemFailures"]) == ["m1", "m2"]'
+r=$(invoke subagent tests/events/subagent-steps-batch.json)
+check "subagent (unknown run) acknowledged" "$r" 'r["batchItemFailures"] == []'
+r=$(invoke cta tests/events/cta-inbox-batch.json)
+check "cta (unknown and invalid events rejected, not retried)" "$r" 'r["batchItemFailures"] == []'
+# A dead-lettered step ends its run as failed.
+sed "s/RUN_ID/$run_id/g" tests/events/steps-dead-letter.json >"$work/steps-dead-letter.json"
+r=$(invoke orchestrator "$work/steps-dead-letter.json"); check "orchestrator dead letter" "$r" 'r["batchItemFailures"] == []'
+r=$(invoke api "$work/api-get-run.json")
+check "the dead-lettered run ended failed" "$r" 'json.loads(r["body"])["status"] == "failed" and json.loads(r["body"])["error"]["code"] == "dead_letter"'
+r=$(invoke api "$work/api-cancel.json"); check "api POST /runs/{id}/cancel (ended) → 409" "$r" 'r["statusCode"] == 409'
+echo "cargo lambda invoke: all passed"
