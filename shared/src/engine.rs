@@ -410,11 +410,18 @@ fn to_result(out: Result<Value, String>) -> ToolResult {
     }
 }
 
+/// Model replies longer than this are cut the same way.
+pub const MAX_REPLY_BYTES: usize = 256 * 1024;
+
 fn cap_text(s: String) -> String {
-    if s.len() <= MAX_OUTPUT_BYTES {
+    cap_at(s, MAX_OUTPUT_BYTES)
+}
+
+fn cap_at(s: String, max: usize) -> String {
+    if s.len() <= max {
         return s;
     }
-    let mut end = MAX_OUTPUT_BYTES;
+    let mut end = max;
     while !s.is_char_boundary(end) {
         end -= 1;
     }
@@ -620,12 +627,13 @@ impl<'a> Work<'a> {
         self.run.thinks += 1;
         self.run.turn_thinks += 1;
         self.run.usage += reply.usage;
+        let text = reply.text.clone().map(|t| cap_at(t, MAX_REPLY_BYTES));
         let reply_seq = self.push(EntryBody::Assistant {
-            text: reply.text.clone(),
+            text: text.clone(),
             usage: reply.usage,
         });
         if reply.tool_calls.is_empty() {
-            self.run.result = Some(reply.text.clone().unwrap_or_default());
+            self.run.result = Some(text.unwrap_or_default());
             self.end(RunStatus::Completed, "", "");
             return None;
         }

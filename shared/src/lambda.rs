@@ -278,3 +278,53 @@ impl Authenticator for ApiGatewayJwt {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_lambda_events::event::apigw::{
+        ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription,
+        ApiGatewayV2httpRequestContext,
+    };
+    use lambda_http::request::RequestContext;
+
+    fn ext(claims: &[(&str, &str)]) -> axum::http::Extensions {
+        let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
+        jwt.claims = claims
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut auth = ApiGatewayRequestAuthorizer::default();
+        auth.jwt = Some(jwt);
+        let mut ctx = ApiGatewayV2httpRequestContext::default();
+        ctx.authorizer = Some(auth);
+        let mut e = axum::http::Extensions::new();
+        e.insert(RequestContext::ApiGatewayV2(ctx));
+        e
+    }
+
+    #[test]
+    fn the_caller_is_the_verified_jwt_subject() {
+        let h = axum::http::HeaderMap::new();
+        let a = ApiGatewayJwt;
+        let c = a
+            .authenticate(&h, &ext(&[("sub", "u1"), ("iss", "https://idp")]))
+            .expect("identified");
+        assert_eq!(c.0, "https://idp#u1");
+        assert!(
+            a.authenticate(&h, &ext(&[("iss", "https://idp")])).is_err(),
+            "no subject"
+        );
+        assert!(
+            a.authenticate(&h, &axum::http::Extensions::new()).is_err(),
+            "no authorizer"
+        );
+        // A bearer header alone proves nothing here: API Gateway verifies tokens.
+        let mut forged = axum::http::HeaderMap::new();
+        forged.insert("authorization", "Bearer x".parse().expect("header"));
+        assert!(
+            a.authenticate(&forged, &axum::http::Extensions::new())
+                .is_err()
+        );
+    }
+}

@@ -250,6 +250,43 @@ async fn store_contract(store: Arc<dyn Store>) {
         Settled::NotFound
     );
 
+    // A commit larger than one DynamoDB item (8 incompressible ~60 KB results) round-trips.
+    let noise = |seed: u64| -> String {
+        let mut x = seed | 1;
+        (0..60_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from(b'!' + (x % 90) as u8)
+            })
+            .collect()
+    };
+    let (big, first) = new_run("run_big", "alice");
+    store.create_run(&big, &first, &[], None).await.unwrap();
+    let mut t = next(&big, vec![]);
+    t.appended.clear();
+    t.run.next_seq = 1;
+    for i in 0..8 {
+        t.appended.push(Entry {
+            seq: t.run.next_seq,
+            at: Utc::now(),
+            body: EntryBody::User {
+                text: noise(i),
+                message_id: None,
+            },
+        });
+        t.run.next_seq += 1;
+    }
+    store.commit(0, &t).await.unwrap();
+    let (_, tl) = store.load("run_big").await.unwrap().unwrap();
+    assert_eq!(tl.len(), 9);
+    assert_eq!(&tl[1..], &t.appended[..]);
+    assert_eq!(
+        store.entries_after("run_big", Some(4), 100).await.unwrap(),
+        t.appended[4..].to_vec()
+    );
+
     // Listing by owner and status.
     assert_eq!(store.list_ctas("alice", None).await.unwrap().len(), 1);
     assert!(
@@ -637,4 +674,68 @@ mod aws {
             "{used:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_caller_sees_only_its_own_runs_and_ctas() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalStore::open(dir.path()).unwrap();
+    let script =
+        r#"{"worker": [{"tool_calls": [{"name": "echo", "arguments": {"text": "danger"}}]}]}"#;
+    let deps = Deps {
+        store: Arc::new(local.clone()),
+        queue: Arc::new(local.clone()),
+        bus: Arc::new(local.clone()),
+        scheduler: Arc::new(local.clone()),
+        llm: scripted(script),
+        clock: Arc::new(SystemClock),
+    };
+    let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"], "approval": {"echo": "always"}}}});
+    let svc = Arc::new(Service::new(deps, catalog(Some(agents))));
+    let req = baton::service::CreateRun {
+        prompt: "go".into(),
+        agent: Some("worker".into()),
+        ..Default::default()
+    };
+    let run = svc.create_run("alice", req, None).await.unwrap();
+    let worker = baton::worker::Worker::new(svc.clone(), local.clone(), Default::default());
+    worker.drain().await.unwrap();
+    let cta = svc.list_ctas("alice", None).await.unwrap().remove(0);
+    use baton::service::ServiceError::NotFound;
+    assert!(matches!(
+        svc.get_run("bob", &run.run_id).await,
+        Err(NotFound(_))
+    ));
+    assert!(matches!(
+        svc.cancel("bob", &run.run_id).await,
+        Err(NotFound(_))
+    ));
+    assert!(matches!(
+        svc.post_message("bob", &run.run_id, "hi").await,
+        Err(NotFound(_))
+    ));
+    assert!(svc.list_ctas("bob", None).await.unwrap().is_empty());
+    assert!(matches!(
+        svc.get_cta(Some("bob"), &cta.cta_id).await,
+        Err(NotFound(_))
+    ));
+    let answer = CtaResponse::Approval {
+        approved: true,
+        reason: None,
+    };
+    assert!(matches!(
+        svc.answer_cta(Some("bob"), &cta.cta_id, answer.clone())
+            .await,
+        Err(NotFound(_))
+    ));
+    assert_eq!(
+        svc.get_cta(Some("alice"), &cta.cta_id)
+            .await
+            .unwrap()
+            .status,
+        CtaStatus::Pending
+    );
+    svc.answer_cta(Some("alice"), &cta.cta_id, answer)
+        .await
+        .unwrap();
 }

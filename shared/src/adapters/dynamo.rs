@@ -183,23 +183,32 @@ impl DynamoStore {
         Ok(item)
     }
 
-    fn segment_item(&self, run_id: &str, entries: &[Entry]) -> Result<Item, PortError> {
+    /// The segment items for entries appended by one commit: one item, or several when they
+    /// would not fit DynamoDB's 400 KB item limit together.
+    fn segment_items(&self, run_id: &str, entries: &[Entry]) -> Result<Vec<Item>, PortError> {
         let blob = timeline::encode(entries).map_err(|e| broken("encode entries", e))?;
         if blob.len() > MAX_BLOB {
-            return Err(PortError::Broken {
-                message: format!(
-                    "a commit of {} bytes does not fit one DynamoDB item",
-                    blob.len()
-                ),
-                source: None,
-            });
+            if entries.len() == 1 {
+                return Err(PortError::Broken {
+                    message: format!(
+                        "entry {} is {} bytes encoded, over DynamoDB's item limit",
+                        entries[0].seq,
+                        blob.len()
+                    ),
+                    source: None,
+                });
+            }
+            let (a, b) = entries.split_at(entries.len() / 2);
+            let mut items = self.segment_items(run_id, a)?;
+            items.extend(self.segment_items(run_id, b)?);
+            return Ok(items);
         }
-        Ok(Item::from([
+        Ok(vec![Item::from([
             ("PK".into(), s(run_pk(run_id))),
             ("SK".into(), s(seg_sk(entries[0].seq))),
             ("n".into(), n(entries.len())),
             ("b".into(), AttributeValue::B(Blob::new(blob))),
-        ]))
+        ])])
     }
 
     fn patch_item(&self, run_id: &str, e: &Entry) -> Result<Item, PortError> {
@@ -414,7 +423,9 @@ impl Store for DynamoStore {
             Some("attribute_not_exists(PK)"),
         )?];
         if !entries.is_empty() {
-            items.push(self.put(self.segment_item(&run.run_id, entries)?, None)?);
+            for seg in self.segment_items(&run.run_id, entries)? {
+                items.push(self.put(seg, None)?);
+            }
         }
         if let Some(key) = idempotency_key {
             let idem = Item::from([
@@ -512,7 +523,9 @@ impl Store for DynamoStore {
             TransactWriteItem::builder().put(put).build()
         }];
         if !t.appended.is_empty() {
-            items.push(self.put(self.segment_item(run_id, &t.appended)?, None)?);
+            for seg in self.segment_items(run_id, &t.appended)? {
+                items.push(self.put(seg, None)?);
+            }
         }
         for e in &t.updated {
             items.push(self.put(self.patch_item(run_id, e)?, None)?);
@@ -522,7 +535,9 @@ impl Store for DynamoStore {
         }
         for (child, entries) in &t.new_runs {
             items.push(self.put(self.run_item(child, &[])?, Some("attribute_not_exists(PK)"))?);
-            items.push(self.put(self.segment_item(&child.run_id, entries)?, None)?);
+            for seg in self.segment_items(&child.run_id, entries)? {
+                items.push(self.put(seg, None)?);
+            }
         }
         // The same (run, version) always sends the same token: a retried commit is not a conflict.
         let token = uuid::Uuid::new_v5(
@@ -640,5 +655,82 @@ impl Store for DynamoStore {
         }
         out.sort_by(|a, b| (a.created_at, &a.cta_id).cmp(&(b.created_at, &b.cta_id)));
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timeline::EntryBody;
+
+    fn store() -> DynamoStore {
+        let conf = aws_sdk_dynamodb::Config::builder()
+            .behavior_version_latest()
+            .build();
+        DynamoStore::new(Client::from_conf(conf), "t", 90, Meter::shared())
+    }
+
+    fn noise(seed: u64, len: usize) -> String {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from(b'!' + (x % 90) as u8)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn large_commits_split_into_items_under_the_limit() {
+        let at = chrono::DateTime::from_timestamp(0, 0).unwrap_or_default();
+        let entries: Vec<Entry> = (0..8)
+            .map(|i| Entry {
+                seq: i + 1,
+                at,
+                body: EntryBody::User {
+                    text: noise(i, 60_000),
+                    message_id: None,
+                },
+            })
+            .collect();
+        let items = store().segment_items("run_x", &entries).expect("splits");
+        assert!(items.len() >= 2, "{} item(s)", items.len());
+        assert!(items.iter().all(|i| item_size(i) < 400 * 1024));
+        let total: usize = items
+            .iter()
+            .map(|i| get_s(i, "SK").map(|_| 1).unwrap_or(0))
+            .sum();
+        assert_eq!(total, items.len());
+        let back = assemble(&items, 9).expect("assembles");
+        assert_eq!(back, entries);
+        // A small commit stays one item; one entry over the limit is a clear error.
+        assert_eq!(
+            store()
+                .segment_items("run_x", &entries[..1])
+                .expect("fits")
+                .len(),
+            1
+        );
+        let huge = Entry {
+            seq: 1,
+            at,
+            body: EntryBody::User {
+                text: noise(1, 600_000),
+                message_id: None,
+            },
+        };
+        let err = store()
+            .segment_items("run_x", &[huge])
+            .expect_err("too large")
+            .to_string();
+        assert!(err.contains("over DynamoDB's item limit"), "{err}");
+    }
+
+    #[test]
+    fn item_sizes_follow_dynamodb_rules() {
+        let item = Item::from([("PK".into(), s("RUN#a")), ("v".into(), n(12345))]);
+        assert_eq!(item_size(&item), 2 + 5 + 1 + 4);
     }
 }
