@@ -2,7 +2,7 @@
 //!
 //! | item | PK | SK | attributes |
 //! |---|---|---|---|
-//! | run | `RUN#<runId>` | `META` | `v` (version), `own`, `st`, `body` (the run, JSON), `ob` (outbox), `ttl` |
+//! | run | `RUN#<runId>` | `META` | `v` (version), `own`, `st`, `body` (the run, JSON), `ob` (outbox), `ni` (timeline items written), `ttl` |
 //! | timeline segment | `RUN#<runId>` | `T#<first seq:010>` | `n`, `b`: the entries one commit appended, deflated JSON |
 //! | resolution patch | `RUN#<runId>` | `P#<seq:010>` | `b`: an entry resolved in place (a pending result), whole |
 //! | CTA | `CTA#<ctaId>` | `META` | `st`, `own`, `body`, `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `CTA#<status>#<createdAt>#<ctaId>`, `ttl` |
@@ -11,8 +11,9 @@
 //! One commit is one `TransactWriteItems`, conditional on the run's version: the run item
 //! (with the outbox), one segment for everything the step appended, a patch per resolved
 //! entry, new CTAs and child runs. A step of the common kind writes two items, which keeps
-//! it at four write units. Re-hydration is one `Query` on the run's partition, paged (a
-//! history over 1 MB works), strongly consistent. The GSI holds only CTAs, so the run item,
+//! it at four write units. Re-hydration reads the run item (consistent) and the timeline
+//! with one paged `Query` (a history over 1 MB works), eventually consistent: timeline items
+//! are immutable and counted in `ni`, so a stale read is detected and redone consistently. The GSI holds only CTAs, so the run item,
 //! rewritten at every step, costs no index writes.
 
 use std::collections::HashMap;
@@ -156,7 +157,12 @@ impl DynamoStore {
         );
     }
 
-    fn run_item(&self, run: &Run, outbox: &[Effect]) -> Result<Item, PortError> {
+    fn run_item(
+        &self,
+        run: &Run,
+        outbox: &[Effect],
+        timeline_items: usize,
+    ) -> Result<Item, PortError> {
         let mut item = Item::from([
             ("PK".into(), s(run_pk(&run.run_id))),
             ("SK".into(), s("META")),
@@ -180,7 +186,58 @@ impl DynamoStore {
                 n((run.updated_at + self.retention).timestamp()),
             );
         }
+        item.insert("ni".into(), n(timeline_items));
         Ok(item)
+    }
+
+    /// The commit's write of the run item: every attribute set afresh, the outbox and TTL
+    /// removed when absent, the timeline item count raised by `added`, all conditional on
+    /// the version.
+    fn run_update(
+        &self,
+        run: &Run,
+        outbox: &[Effect],
+        added: usize,
+        expected: u64,
+    ) -> Result<(TransactWriteItem, usize), PortError> {
+        let item = self.run_item(run, outbox, added)?;
+        let size = item_size(&item);
+        let mut sets = Vec::new();
+        let mut removes = Vec::new();
+        let mut update = aws_sdk_dynamodb::types::Update::builder()
+            .table_name(&self.table)
+            .key("PK", s(run_pk(&run.run_id)))
+            .key("SK", s("META"))
+            .condition_expression("v = :ev")
+            .expression_attribute_values(":ev", n(expected));
+        for (k, v) in item {
+            match k.as_str() {
+                "PK" | "SK" => {}
+                "ni" => update = update.expression_attribute_values(":ni", v),
+                _ => {
+                    sets.push(format!("#{k} = :{k}"));
+                    update = update
+                        .expression_attribute_names(format!("#{k}"), &k)
+                        .expression_attribute_values(format!(":{k}"), v);
+                }
+            }
+        }
+        for k in ["ob", "ttl"] {
+            if !sets.iter().any(|x| x.starts_with(&format!("#{k} "))) {
+                removes.push(format!("#{k}"));
+                update = update.expression_attribute_names(format!("#{k}"), k);
+            }
+        }
+        let mut expr = format!("SET {}", sets.join(", "));
+        if !removes.is_empty() {
+            expr.push_str(&format!(" REMOVE {}", removes.join(", ")));
+        }
+        expr.push_str(" ADD ni :ni");
+        let update = update
+            .update_expression(expr)
+            .build()
+            .map_err(|e| broken("build update", e))?;
+        Ok((TransactWriteItem::builder().update(update).build(), size))
     }
 
     /// The segment items for entries appended by one commit: one item, or several when they
@@ -321,6 +378,7 @@ impl DynamoStore {
         lo: &str,
         hi: &str,
         forward: bool,
+        consistent: bool,
         mut keep_going: impl FnMut(&Item) -> bool,
     ) -> Result<Vec<Item>, PortError> {
         let mut out = Vec::new();
@@ -334,13 +392,13 @@ impl DynamoStore {
                 .expression_attribute_values(":pk", s(pk))
                 .expression_attribute_values(":lo", s(lo))
                 .expression_attribute_values(":hi", s(hi))
-                .consistent_read(true)
+                .consistent_read(consistent)
                 .scan_index_forward(forward)
                 .set_exclusive_start_key(start)
                 .send()
                 .await
                 .map_err(|e| map_sdk_err("Query", e))?;
-            self.count_read(page.items().iter().map(item_size).sum(), true);
+            self.count_read(page.items().iter().map(item_size).sum(), consistent);
             let mut stop = false;
             for item in page.items.unwrap_or_default() {
                 stop |= !keep_going(&item);
@@ -418,14 +476,17 @@ impl Store for DynamoStore {
         outbox: &[Effect],
         idempotency_key: Option<&str>,
     ) -> Result<Created, PortError> {
+        let segments = if entries.is_empty() {
+            Vec::new()
+        } else {
+            self.segment_items(&run.run_id, entries)?
+        };
         let mut items = vec![self.put(
-            self.run_item(run, outbox)?,
+            self.run_item(run, outbox, segments.len())?,
             Some("attribute_not_exists(PK)"),
         )?];
-        if !entries.is_empty() {
-            for seg in self.segment_items(&run.run_id, entries)? {
-                items.push(self.put(seg, None)?);
-            }
+        for seg in segments {
+            items.push(self.put(seg, None)?);
         }
         if let Some(key) = idempotency_key {
             let idem = Item::from([
@@ -462,18 +523,25 @@ impl Store for DynamoStore {
             .transpose()
     }
 
+    /// The run item with a strongly consistent read, the timeline with an eventually
+    /// consistent one (half the read units). Timeline items are immutable once written and
+    /// the run item counts them (`ni`), so a stale read shows as a short count: then the
+    /// timeline is read again, consistently.
     #[instrument(skip(self))]
     async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
-        let items = self
-            .query(&run_pk(run_id), "A", "U", true, |_| true)
-            .await?;
-        let Some(meta) = items
-            .iter()
-            .find(|i| matches!(i.get("SK"), Some(AttributeValue::S(k)) if k == "META"))
-        else {
+        let Some(meta) = self.get_item(run_pk(run_id)).await? else {
             return Ok(None);
         };
-        let rec = parse_run(meta)?;
+        let rec = parse_run(&meta)?;
+        let expected = match meta.get("ni") {
+            Some(AttributeValue::N(x)) => x.parse::<usize>().ok(),
+            _ => None,
+        };
+        let pk = run_pk(run_id);
+        let mut items = self.query(&pk, "P#", "T#~", true, false, |_| true).await?;
+        if Some(items.len()) != expected {
+            items = self.query(&pk, "P#", "T#~", true, true, |_| true).await?;
+        }
         let entries = assemble(&items, rec.run.next_seq)?;
         Ok(Some((rec, entries)))
     }
@@ -488,16 +556,18 @@ impl Store for DynamoStore {
         let pk = run_pk(run_id);
         // Newest segments first, back to the one that holds `from`.
         let mut segs = self
-            .query(&pk, "T#", "T#~", false, |item| match get_s(item, "SK") {
-                Ok(sk) => sk
-                    .get(2..)
-                    .and_then(|d| d.parse::<u64>().ok())
-                    .is_none_or(|first| first > from),
-                Err(_) => false,
+            .query(&pk, "T#", "T#~", false, true, |item| {
+                match get_s(item, "SK") {
+                    Ok(sk) => sk
+                        .get(2..)
+                        .and_then(|d| d.parse::<u64>().ok())
+                        .is_none_or(|first| first > from),
+                    Err(_) => false,
+                }
             })
             .await?;
         segs.extend(
-            self.query(&pk, &patch_sk(from), "P#~", true, |_| true)
+            self.query(&pk, &patch_sk(from), "P#~", true, true, |_| true)
                 .await?,
         );
         let Some(rec) = self.get_run(run_id).await? else {
@@ -512,33 +582,36 @@ impl Store for DynamoStore {
     #[instrument(skip_all, fields(run_id = %t.run.run_id, version = t.run.version))]
     async fn commit(&self, expected_version: u64, t: &Transition) -> Result<(), PortError> {
         let run_id = &t.run.run_id;
-        let mut items = vec![{
-            let put = Put::builder()
-                .table_name(&self.table)
-                .set_item(Some(self.run_item(&t.run, &t.effects)?))
-                .condition_expression("v = :ev")
-                .expression_attribute_values(":ev", n(expected_version))
-                .build()
-                .map_err(|e| broken("build put", e))?;
-            TransactWriteItem::builder().put(put).build()
-        }];
+        let mut timeline_items = Vec::new();
         if !t.appended.is_empty() {
-            for seg in self.segment_items(run_id, &t.appended)? {
-                items.push(self.put(seg, None)?);
-            }
+            timeline_items.extend(self.segment_items(run_id, &t.appended)?);
         }
         for e in &t.updated {
-            items.push(self.put(self.patch_item(run_id, e)?, None)?);
+            timeline_items.push(self.patch_item(run_id, e)?);
+        }
+        let (run_write, run_size) =
+            self.run_update(&t.run, &t.effects, timeline_items.len(), expected_version)?;
+        let mut items = vec![run_write];
+        for item in timeline_items {
+            items.push(self.put(item, None)?);
         }
         for c in &t.new_ctas {
             items.push(self.put(self.cta_item(c)?, Some("attribute_not_exists(PK)"))?);
         }
         for (child, entries) in &t.new_runs {
-            items.push(self.put(self.run_item(child, &[])?, Some("attribute_not_exists(PK)"))?);
-            for seg in self.segment_items(&child.run_id, entries)? {
+            let segments = self.segment_items(&child.run_id, entries)?;
+            items.push(self.put(
+                self.run_item(child, &[], segments.len())?,
+                Some("attribute_not_exists(PK)"),
+            )?);
+            for seg in segments {
                 items.push(self.put(seg, None)?);
             }
         }
+        self.meter.write_units.fetch_add(
+            2 * run_size.div_ceil(1024).max(1) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         // The same (run, version) always sends the same token: a retried commit is not a conflict.
         let token = uuid::Uuid::new_v5(
             &uuid::Uuid::NAMESPACE_OID,
