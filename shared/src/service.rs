@@ -67,6 +67,12 @@ pub enum Handled {
     Ignored(String),
 }
 
+/// What the engine decided for a message, once its I/O is done.
+enum Decision {
+    Commit(Box<Transition>),
+    Ignore(String),
+}
+
 /// A new top-level run, as the API receives it.
 #[derive(Debug, Clone, Default)]
 pub struct CreateRun {
@@ -378,18 +384,13 @@ impl Service {
                 self.perform(&record.run, &record.outbox).await?;
             }
             let run = record.run;
-            let (outcome, timeline) = match self.decide(&run, timeline, msg).await {
-                Ok(v) => v,
-                Err(e) => return Err(e),
-            };
-            let transition = match outcome {
-                Step::Done(t) => t,
-                Step::Ignore(reason) => {
+            let transition = match self.decide(&run, &timeline, msg).await? {
+                Decision::Commit(t) => t,
+                Decision::Ignore(reason) => {
                     debug!(run_id = %run.run_id, message = %msg.id, %reason, "ignored");
                     self.cache_put(&run.run_id, run.version, timeline);
                     return Ok(Handled::Ignored(reason));
                 }
-                other => unreachable!("decide returns Done or Ignore, not {other:?}"),
             };
             match self.deps.store.commit(run.version, &transition).await {
                 Ok(()) => {
@@ -415,23 +416,21 @@ impl Service {
     async fn decide(
         &self,
         run: &Run,
-        timeline: Vec<Entry>,
+        timeline: &[Entry],
         msg: &StepMessage,
-    ) -> Result<(Step, Vec<Entry>), StepError> {
+    ) -> Result<Decision, StepError> {
         let now = self.deps.clock.now();
         let mut io = Io::default();
         loop {
-            match engine::step(&self.catalog, now, run, &timeline, &msg.input, &io) {
-                Step::Think { think_index } => {
-                    match self.think(run, &timeline, think_index).await {
-                        Ok(reply) => io.reply = Some(reply),
-                        Err(LlmError::Fatal(message)) => {
-                            warn!(run_id = %run.run_id, %message, "model call failed for good");
-                            io.model_error = Some(message);
-                        }
-                        Err(e) => return Err(StepError::Llm(e)),
+            match engine::step(&self.catalog, now, run, timeline, &msg.input, &io) {
+                Step::Think { think_index } => match self.think(run, timeline, think_index).await {
+                    Ok(reply) => io.reply = Some(reply),
+                    Err(LlmError::Fatal(message)) => {
+                        warn!(run_id = %run.run_id, %message, "model call failed for good");
+                        io.model_error = Some(message);
                     }
-                }
+                    Err(e) => return Err(StepError::Llm(e)),
+                },
                 Step::Execute(calls) => {
                     for call in calls {
                         let out = match self.catalog.tool(&call.tool).map(|d| &d.kind) {
@@ -441,7 +440,8 @@ impl Service {
                         io.outputs.insert(call.call_id, out);
                     }
                 }
-                done => return Ok((done, timeline)),
+                Step::Done(t) => return Ok(Decision::Commit(t)),
+                Step::Ignore(reason) => return Ok(Decision::Ignore(reason)),
             }
         }
     }
