@@ -668,6 +668,57 @@ mod aws {
             meter.clone(),
         );
         bus_and_scheduler_contract(Arc::new(bus), Arc::new(timers)).await;
+        // Finished runs, settled CTAs and idempotency keys carry a DynamoDB TTL; live ones do not.
+        let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+        let raw = |pk: String| {
+            let (ddb, table) = (ddb.clone(), c.table.clone());
+            async move {
+                use aws_sdk_dynamodb::types::AttributeValue::S;
+                ddb.get_item()
+                    .table_name(table)
+                    .key("PK", S(pk))
+                    .key("SK", S("META".into()))
+                    .send()
+                    .await
+                    .unwrap()
+                    .item
+                    .unwrap()
+            }
+        };
+        let ttl =
+            |item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>| {
+                item.get("ttl")
+                    .map(|v| v.as_n().unwrap().parse::<i64>().unwrap())
+            };
+        let store = DynamoStore::new(ddb.clone(), &c.table, 90, meter.clone());
+        let (live, first) = new_run("run_ttl", "carol");
+        store
+            .create_run(&live, &first, &[], Some("key-1"))
+            .await
+            .unwrap();
+        assert_eq!(
+            ttl(&raw("RUN#run_ttl".into()).await),
+            None,
+            "a live run never expires"
+        );
+        let idem = raw(format!("IDEM#{}#carol#key-1", "carol".len())).await;
+        assert!(
+            ttl(&idem).unwrap() > Utc::now().timestamp(),
+            "idempotency keys expire after a day"
+        );
+        let mut done = next(&live, vec![]);
+        done.run.status = RunStatus::Completed;
+        store.commit(0, &done).await.unwrap();
+        let expected = (done.run.updated_at + chrono::Duration::days(90)).timestamp();
+        assert_eq!(
+            ttl(&raw("RUN#run_ttl".into()).await),
+            Some(expected),
+            "a finished run expires after the retention"
+        );
+        assert!(
+            ttl(&raw("CTA#cta_c1".into()).await).is_some(),
+            "a settled CTA expires"
+        );
         let used = meter.snapshot();
         assert!(
             used.dynamodb_requests > 10 && used.write_units > 0,

@@ -493,6 +493,11 @@ impl Store for DynamoStore {
                 ("PK".into(), s(idem_pk(&run.owner, key))),
                 ("SK".into(), s("META")),
                 ("runId".into(), s(&run.run_id)),
+                // Keys are honoured for a day, as payment APIs do.
+                (
+                    "ttl".into(),
+                    n((run.created_at + chrono::Duration::days(1)).timestamp()),
+                ),
             ]);
             items.push(self.put(idem, Some("attribute_not_exists(PK)"))?);
         }
