@@ -70,13 +70,14 @@ impl Worker {
 
     /// Handles the messages available now (one batch). Returns how many it handled.
     pub async fn pump_once(&self) -> Result<usize, PortError> {
-        let batch = self
+        let mut batch = self
             .store
             .receive(self.opts.concurrency, self.opts.visibility)?;
         let n = batch.len();
-        if n == 1 {
-            // The common case of one busy run: no task to spawn.
-            let d = batch.into_iter().next().expect("one delivery");
+        // The common case of one busy run: no task to spawn.
+        if n == 1
+            && let Some(d) = batch.pop()
+        {
             process(
                 self.service.clone(),
                 self.store.clone(),
