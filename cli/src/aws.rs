@@ -4,32 +4,25 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use baton::adapters::provision::{self, Names};
-use baton::local::{AwsDevOptions, AwsDevServer};
-use baton::ports::SystemClock;
+use baton_aws::provision::{self, Names};
+use baton_aws::sdk::sdk_config;
+use baton_core::config::Config;
+use baton_core::ports::SystemClock;
+use baton_local::{AwsDevOptions, AwsDevServer};
 
-fn names(prefix: &str) -> Names {
-    Names::new(prefix)
-}
-
-fn scheduler_role(prefix: &str) -> String {
-    std::env::var("BATON_SCHEDULER_ROLE_ARN")
-        .ok()
-        .filter(|v| !v.is_empty())
+/// The role Scheduler assumes: `BATON_SCHEDULER_ROLE_ARN`, else a well-formed placeholder
+/// (emulators accept any).
+fn scheduler_role(config: &Config, prefix: &str) -> String {
+    config
+        .scheduler_role_arn
+        .clone()
         .unwrap_or_else(|| format!("arn:aws:iam::000000000000:role/{prefix}-scheduler"))
 }
 
-fn prefix() -> String {
-    std::env::var("BATON_PREFIX")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "baton".into())
-}
-
 /// Creates the resources and returns the environment the functions read, as `export` lines.
-pub async fn bootstrap(prefix: &str) -> anyhow::Result<String> {
-    let sdk = baton::adapters::aws::sdk_config().await;
-    let p = provision::ensure(&sdk, &names(prefix), &scheduler_role(prefix)).await?;
+pub async fn bootstrap(prefix: &str, config: &Config) -> anyhow::Result<String> {
+    let sdk = sdk_config(&config.sdk).await;
+    let p = provision::ensure(&sdk, &Names::new(prefix), &scheduler_role(config, prefix)).await?;
     let c = &p.config;
     Ok([
         ("BATON_TABLE", c.table.as_str()),
@@ -40,6 +33,9 @@ pub async fn bootstrap(prefix: &str) -> anyhow::Result<String> {
         ("BATON_BUS_ARN", &c.bus_arn),
         ("BATON_SCHEDULE_GROUP", &c.schedule_group),
         ("BATON_SCHEDULER_ROLE_ARN", &c.scheduler_role_arn),
+        // The step functions' own dead-letter queue (the orchestrator's here; the
+        // subagent function's is the second one the stack creates).
+        ("BATON_DEAD_LETTER_QUEUE_ARN", &p.dead_letters[0].arn),
     ]
     .iter()
     .map(|(k, v)| format!("export {k}='{v}'"))
@@ -52,20 +48,21 @@ pub async fn dev(
     token: Option<String>,
     script: Option<PathBuf>,
     agents: Option<PathBuf>,
+    config: &Config,
 ) -> anyhow::Result<()> {
-    if std::env::var("AWS_ENDPOINT_URL").is_err() {
+    if config.sdk.endpoint.is_none() {
         eprintln!("baton dev --aws: AWS_ENDPOINT_URL is not set; talking to AWS itself");
     }
-    let (llm, catalog) = crate::model_and_agents(script.as_deref(), agents.as_deref())?;
+    let (llm, catalog) = crate::model_and_agents(script.as_deref(), agents.as_deref(), config)?;
     let (token, made) = match token.filter(|t| !t.trim().is_empty()) {
         Some(t) => (t, false),
         None => (format!("btn_{}", uuid::Uuid::new_v4().simple()), true),
     };
-    let prefix = prefix();
+    let prefix = &config.prefix;
     let server = AwsDevServer::start(AwsDevOptions {
-        sdk: baton::adapters::aws::sdk_config().await,
-        names: names(&prefix),
-        scheduler_role_arn: scheduler_role(&prefix),
+        sdk: sdk_config(&config.sdk).await,
+        names: Names::new(prefix),
+        scheduler_role_arn: scheduler_role(config, prefix),
         addr,
         token: token.clone(),
         llm,

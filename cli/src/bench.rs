@@ -13,16 +13,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use baton::adapters::local::LocalStore;
-use baton::agent::{AgentsFile, Catalog, Limits};
-use baton::cta::{CtaResponse, CtaStatus};
-use baton::llm::scripted::{ScriptedCall, ScriptedLlm, ScriptedReply};
-use baton::local::{LOCAL_OWNER, local_service};
-use baton::ports::{Store, SystemClock};
-use baton::run::RunStatus;
-use baton::service::{CreateRun, Service};
-use baton::timeline::{EntryBody, ToolResult};
-use baton::worker::{Worker, WorkerOptions};
+use baton_core::agent::{AgentsFile, Catalog, Limits};
+use baton_core::config::Config;
+use baton_core::cta::{CtaResponse, CtaStatus};
+use baton_core::ports::{Store, SystemClock};
+use baton_core::run::RunStatus;
+use baton_core::service::{CreateRun, Service};
+use baton_core::timeline::{EntryBody, ToolResult};
+use baton_llm::scripted::{ScriptedCall, ScriptedLlm, ScriptedReply};
+use baton_local::store::LocalStore;
+use baton_local::worker::{Worker, WorkerOptions};
+use baton_local::{LOCAL_OWNER, local_service};
 use serde_json::json;
 
 const PAYLOAD: usize = 1024;
@@ -248,16 +249,16 @@ pub const PRICE_SCHEDULER: f64 = 1.00 / 1e6;
 /// `AWS_ENDPOINT_URL` with the real adapters: requests and DynamoDB capacity units (derived
 /// from item sizes by DynamoDB's rules), warm (a container that stepped the run before) and
 /// cold (a fresh container), at histories of about 10, 100 and 1,000 entries.
-pub async fn run_aws(max_history: u64) -> anyhow::Result<String> {
-    use baton::adapters::aws::{Meter, Usage};
-    use baton::adapters::provision::{self, Names};
-    use baton::pump::{Feeds, Pump};
+pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String> {
+    use baton_aws::event_source::{EventSources, Feeds};
+    use baton_aws::provision::{self, Names};
+    use baton_aws::sdk::{Meter, Usage};
 
     ensure!(
-        std::env::var("AWS_ENDPOINT_URL").is_ok(),
+        config.sdk.endpoint.is_some(),
         "set AWS_ENDPOINT_URL to an emulator (moto or LocalStack)"
     );
-    let sdk = baton::adapters::aws::sdk_config().await;
+    let sdk = baton_aws::sdk::sdk_config(&config.sdk).await;
     let names = Names::new(format!(
         "bench-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
@@ -284,7 +285,7 @@ pub async fn run_aws(max_history: u64) -> anyhow::Result<String> {
             usage: None,
         }])
         .collect();
-    let llm: Arc<dyn baton::llm::Llm> = Arc::new(ScriptedLlm::new(HashMap::from([(
+    let llm: Arc<dyn baton_core::llm::Llm> = Arc::new(ScriptedLlm::new(HashMap::from([(
         "bench".to_owned(),
         replies,
     )]))?);
@@ -293,9 +294,9 @@ pub async fn run_aws(max_history: u64) -> anyhow::Result<String> {
     )?;
     let catalog = Arc::new(Catalog::new(Limits::default(), vec![], Some(file))?);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let steps = Pump::queue(&sqs, &p.config.steps_queue_url, Feeds::Steps).await?;
+    let steps = EventSources::queue(&sqs, &p.config.steps_queue_url, Feeds::Steps).await?;
     let container = |meter: Arc<Meter>| {
-        let service = baton::lambda::aws_service(
+        let service = baton_aws::aws_service(
             &p.config,
             &sdk,
             llm.clone(),
@@ -305,7 +306,7 @@ pub async fn run_aws(max_history: u64) -> anyhow::Result<String> {
         );
         (
             service.clone(),
-            Pump::new(sqs.clone(), service, vec![steps.clone()]),
+            EventSources::new(sqs.clone(), service, vec![steps.clone()]),
         )
     };
     let meter = Meter::shared();

@@ -78,7 +78,7 @@ pub async fn run(
     command: Command,
 ) -> ExitCode {
     let token = token.or_else(|| {
-        std::fs::read_to_string(baton::local::token_path(data))
+        std::fs::read_to_string(baton_local::token_path(data))
             .ok()
             .map(|t| t.trim().to_owned())
     });

@@ -9,13 +9,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use baton::agent::{AgentsFile, Catalog, Limits};
-use baton::llm::Llm;
-use baton::llm::openai::{OpenAiConfig, OpenAiLlm};
-use baton::llm::scripted::ScriptedLlm;
-use baton::local::{LocalOptions, LocalServer};
-use baton::ports::SystemClock;
-use baton::worker::WorkerOptions;
+use baton_core::agent::Catalog;
+use baton_core::config::Config;
+use baton_core::llm::Llm;
+use baton_core::ports::SystemClock;
+use baton_llm::openai::{OpenAiConfig, OpenAiLlm};
+use baton_llm::scripted::ScriptedLlm;
+use baton_local::{LocalOptions, LocalServer, WorkerOptions};
 use clap::{ArgGroup, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -148,6 +148,11 @@ fn refuse(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// The environment, read once, by the commands that use it (a client command does not).
+fn config() -> Result<Config, ExitCode> {
+    Config::from_env().map_err(refuse)
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -159,12 +164,19 @@ async fn main() -> ExitCode {
             aws: true,
         } => {
             init_tracing();
-            match aws::dev(addr, cli.token, script, agents).await {
+            let config = match config() {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            match aws::dev(addr, cli.token, script, agents, &config).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => refuse(format!("{e:#}")),
             }
         }
-        Command::Bootstrap { prefix } => match aws::bootstrap(&prefix).await {
+        Command::Bootstrap { prefix } => match match config() {
+            Ok(config) => aws::bootstrap(&prefix, &config).await,
+            Err(code) => return code,
+        } {
             Ok(env) => {
                 println!("{env}");
                 ExitCode::SUCCESS
@@ -181,12 +193,17 @@ async fn main() -> ExitCode {
             aws: false,
         } => {
             init_tracing();
+            let config = match config() {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
             match dev(
                 addr,
                 cli.data.unwrap_or_else(default_data),
                 cli.token,
                 script,
                 agents,
+                &config,
             )
             .await
             {
@@ -203,7 +220,11 @@ async fn main() -> ExitCode {
                 return refuse("--iterations must be at least 2");
             }
             let report = if aws {
-                bench::run_aws(iterations).await
+                let config = match config() {
+                    Ok(c) => c,
+                    Err(code) => return code,
+                };
+                bench::run_aws(iterations, &config).await
             } else {
                 bench::run(iterations, variant.eq_ignore_ascii_case("B"), cli.data).await
             };
@@ -225,16 +246,17 @@ async fn main() -> ExitCode {
     }
 }
 
-/// The agents and the model `baton dev` runs with (scripted, or OpenAI-compatible).
+/// The agents and the model `baton dev` runs with (scripted, or OpenAI-compatible). The
+/// agents file is `--agents`, else `BATON_AGENTS_FILE`.
 pub(crate) fn model_and_agents(
     script: Option<&std::path::Path>,
     agents: Option<&std::path::Path>,
+    config: &Config,
 ) -> anyhow::Result<(Arc<dyn Llm>, Arc<Catalog>)> {
-    let file = agents.map(AgentsFile::load).transpose()?;
-    let catalog = Arc::new(Catalog::new(Limits::default(), vec![], file)?);
+    let catalog = Arc::new(Catalog::load(agents.or(config.agents_file.as_deref()))?);
     let llm: Arc<dyn Llm> = match script {
         Some(path) => Arc::new(ScriptedLlm::load(path)?),
-        None => Arc::new(OpenAiLlm::new(OpenAiConfig::from_env())?),
+        None => Arc::new(OpenAiLlm::new(OpenAiConfig::from_model(&config.model))?),
     };
     Ok((llm, catalog))
 }
@@ -245,8 +267,9 @@ async fn dev(
     token: Option<String>,
     script: Option<PathBuf>,
     agents: Option<PathBuf>,
+    config: &Config,
 ) -> anyhow::Result<()> {
-    let (llm, catalog) = model_and_agents(script.as_deref(), agents.as_deref())?;
+    let (llm, catalog) = model_and_agents(script.as_deref(), agents.as_deref(), config)?;
     let server = LocalServer::start(LocalOptions {
         data_dir: data.clone(),
         addr,
@@ -270,7 +293,7 @@ async fn dev(
         println!(
             "baton dev: new token {} (stored in {})",
             server.token,
-            baton::local::token_path(&data).display()
+            baton_local::token_path(&data).display()
         );
     }
     server.serve_until_signal().await;

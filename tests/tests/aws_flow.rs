@@ -9,9 +9,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton::adapters::provision::Names;
-use baton::local::{AwsDevOptions, AwsDevServer};
-use baton::ports::SystemClock;
+use baton_aws::provision::Names;
+use baton_core::ports::SystemClock;
+use baton_local::{AwsDevOptions, AwsDevServer};
 use common::moto::Moto;
 use common::*;
 use serde_json::{Value, json};
@@ -257,8 +257,7 @@ async fn an_expiry_schedule_is_stored_and_its_event_ends_the_run() {
     let created = chrono::DateTime::parse_from_rfc3339(cta["createdAt"].as_str().unwrap())
         .unwrap()
         .with_timezone(&chrono::Utc);
-    let expected_at =
-        baton::adapters::scheduler::at_expression(created + chrono::Duration::days(30));
+    let expected_at = baton_aws::scheduler::at_expression(created + chrono::Duration::days(30));
     assert_eq!(s.schedule_expression(), Some(expected_at.as_str()));
     assert_eq!(s.schedule_expression_timezone(), Some("UTC"));
     assert_eq!(s.flexible_time_window().unwrap().mode().as_str(), "OFF");

@@ -8,14 +8,14 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use baton::adapters::local::LocalStore;
-use baton::cta::{Cta, CtaRequest, CtaResponse, CtaStatus};
-use baton::engine::{Effect, Event, Input, StepMessage, Transition};
-use baton::error::PortError;
-use baton::ports::{Bus, Created, Queue, Scheduler, Settled, Store, SystemClock};
-use baton::run::{NewRun, Run, RunStatus, Usage};
-use baton::service::{Deps, Handled, Service, StepError};
-use baton::timeline::{Entry, EntryBody};
+use baton_core::cta::{Cta, CtaRequest, CtaResponse, CtaStatus};
+use baton_core::error::PortError;
+use baton_core::message::{Effect, Event, Input, StepMessage, Transition};
+use baton_core::ports::{Bus, Created, Queue, Scheduler, Settled, Store, SystemClock};
+use baton_core::run::{NewRun, Run, RunStatus, Usage};
+use baton_core::service::{Deps, Handled, Service, StepError};
+use baton_core::timeline::{Entry, EntryBody};
+use baton_local::store::LocalStore;
 use chrono::Utc;
 use common::*;
 
@@ -430,7 +430,7 @@ const ECHO_TWICE: &str = r#"{"worker": [
     {"text": "done"}]}"#;
 
 async fn start_worker_run(svc: &Service) -> String {
-    let req = baton::service::CreateRun {
+    let req = baton_core::service::CreateRun {
         prompt: "go".into(),
         agent: Some("worker".into()),
         ..Default::default()
@@ -495,7 +495,8 @@ async fn the_outbox_is_replayed_after_a_crash_between_commit_and_effects() {
     assert!(crash.handle(&next[0].1).await.is_err());
     Pump::ack(&local, next[0].0.clone()).await;
     assert!(Pump::receive(&local, 10).await.is_empty());
-    let worker = baton::worker::Worker::new(Arc::new(fresh), local.clone(), Default::default());
+    let worker =
+        baton_local::worker::Worker::new(Arc::new(fresh), local.clone(), Default::default());
     assert_eq!(worker.sweep().await.unwrap(), 1);
     worker.drain().await.unwrap();
     let (rec, tl) = local.load(&run_id).await.unwrap().unwrap();
@@ -566,12 +567,12 @@ async fn a_dead_lettered_message_ends_its_run_as_failed() {
 
 mod aws {
     use super::*;
-    use baton::adapters::aws::Meter;
-    use baton::adapters::dynamo::DynamoStore;
-    use baton::adapters::eventbridge::EventBridgeBus;
-    use baton::adapters::provision::{self, Names};
-    use baton::adapters::scheduler::SchedulerTimers;
-    use baton::adapters::sqs::SqsQueue;
+    use baton_aws::dynamo::DynamoStore;
+    use baton_aws::eventbridge::EventBridgeBus;
+    use baton_aws::provision::{self, Names};
+    use baton_aws::scheduler::SchedulerTimers;
+    use baton_aws::sdk::Meter;
+    use baton_aws::sqs::SqsQueue;
 
     use crate::common::moto;
 
@@ -743,16 +744,16 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
     };
     let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"], "approval": {"echo": "always"}}}});
     let svc = Arc::new(Service::new(deps, catalog(Some(agents))));
-    let req = baton::service::CreateRun {
+    let req = baton_core::service::CreateRun {
         prompt: "go".into(),
         agent: Some("worker".into()),
         ..Default::default()
     };
     let run = svc.create_run("alice", req, None).await.unwrap();
-    let worker = baton::worker::Worker::new(svc.clone(), local.clone(), Default::default());
+    let worker = baton_local::worker::Worker::new(svc.clone(), local.clone(), Default::default());
     worker.drain().await.unwrap();
     let cta = svc.list_ctas("alice", None).await.unwrap().remove(0);
-    use baton::service::ServiceError::NotFound;
+    use baton_core::service::ServiceError::NotFound;
     assert!(matches!(
         svc.get_run("bob", &run.run_id).await,
         Err(NotFound(_))

@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use baton::ports::{ManualClock, SystemClock};
+use baton_core::ports::{ManualClock, SystemClock};
 use common::*;
 use serde_json::{Value, json};
 
@@ -643,14 +643,14 @@ async fn a_script_that_runs_out_fails_the_run_with_a_clear_error() {
 }
 
 /// A model that takes its time for agent `code` and answers at once for the others.
-struct SlowForCode(Arc<dyn baton::llm::Llm>);
+struct SlowForCode(Arc<dyn baton_core::llm::Llm>);
 
 #[async_trait::async_trait]
-impl baton::llm::Llm for SlowForCode {
+impl baton_core::llm::Llm for SlowForCode {
     async fn complete(
         &self,
-        req: &baton::llm::ChatRequest<'_>,
-    ) -> Result<baton::llm::LlmReply, baton::llm::LlmError> {
+        req: &baton_core::llm::ChatRequest<'_>,
+    ) -> Result<baton_core::llm::LlmReply, baton_core::llm::LlmError> {
         if req.agent == "code" {
             tokio::time::sleep(std::time::Duration::from_secs(3)).await;
         }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use baton::llm::openai::{OpenAiConfig, OpenAiLlm};
-use baton::ports::SystemClock;
+use baton_core::ports::SystemClock;
+use baton_llm::openai::{OpenAiConfig, OpenAiLlm};
 use common::*;
 use serde_json::{Value, json};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate, matchers};

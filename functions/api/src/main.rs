@@ -1,18 +1,17 @@
 //! The `api` function: the same HTTP router as `baton dev`, behind API Gateway (HTTP API).
-//! The caller is the subject of the JWT that API Gateway's authorizer verified.
+//! The caller is the subject of the JWT that API Gateway's authorizer verified. It never
+//! calls a model: steps run in the orchestrator and subagent functions.
 
 use std::sync::Arc;
 
-use baton::api::{AppState, router};
-use baton::lambda::{ApiGatewayJwt, init_tracing, service_from_env};
+use baton_api::{ApiGatewayJwt, AppState, router};
+use baton_aws::{Runtime, init_tracing};
+use baton_core::llm::NoModel;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     init_tracing();
-    let service = service_from_env().await?;
-    let app = router(AppState {
-        service,
-        auth: Arc::new(ApiGatewayJwt),
-    });
-    lambda_http::run(app).await
+    let service = Runtime::from_env().await?.service(Arc::new(NoModel))?;
+    let auth = Arc::new(ApiGatewayJwt);
+    lambda_http::run(router(AppState { service, auth })).await
 }

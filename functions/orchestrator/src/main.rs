@@ -1,17 +1,15 @@
 //! The `orchestrator` function: the SQS FIFO `steps` queue (and its dead-letter queue) → one
 //! step per message, in order per run, with partial batch failures.
 
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use baton::lambda::{handle_steps, init_tracing, service_from_env};
-use lambda_runtime::{Error, LambdaEvent, service_fn};
+use std::sync::Arc;
+
+use baton_aws::{Runtime, init_tracing, run_steps};
+use baton_llm::openai::{OpenAiConfig, OpenAiLlm};
 
 #[tokio::main]
-async fn main() -> Result<(), Error> {
+async fn main() -> Result<(), lambda_runtime::Error> {
     init_tracing();
-    let service = service_from_env().await?;
-    lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
-        let service = service.clone();
-        async move { Ok::<SqsBatchResponse, Error>(handle_steps(&service, event.payload).await) }
-    }))
-    .await
+    let runtime = Runtime::from_env().await?;
+    let model = OpenAiLlm::new(OpenAiConfig::from_model(&runtime.model().await?))?;
+    run_steps(runtime, Arc::new(model)).await
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton::llm::openai::{OpenAiConfig, OpenAiLlm};
+use baton_llm::openai::{OpenAiConfig, OpenAiLlm};
 use serde_json::{Value, json};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate, matchers};
 

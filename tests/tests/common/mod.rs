@@ -8,12 +8,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton::agent::{AgentsFile, Catalog, Limits};
-use baton::llm::Llm;
-use baton::llm::scripted::ScriptedLlm;
-use baton::local::{LocalOptions, LocalServer};
-use baton::ports::{Clock, SystemClock};
-use baton::worker::WorkerOptions;
+use baton_core::agent::{AgentsFile, Catalog, Limits};
+use baton_core::llm::Llm;
+use baton_core::ports::{Clock, SystemClock};
+use baton_llm::scripted::ScriptedLlm;
+use baton_local::worker::WorkerOptions;
+use baton_local::{LocalOptions, LocalServer};
 use serde_json::Value;
 
 pub const TOKEN: &str = "test-token";

@@ -1,0 +1,104 @@
+//! API errors: every one is JSON `{"error": {"code", "message"}}` with the right status, and
+//! bad input is a 4xx that changes nothing. Request bodies are read here too, so that a body
+//! that is too large or not JSON gets the same shape.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use baton_core::error::PortError;
+use baton_core::service::ServiceError;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tracing::error;
+
+use crate::MAX_BODY_BYTES;
+
+/// An API error: status, stable code, human message.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
+        (self.status, body).into_response()
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        match e {
+            ServiceError::Invalid(m) => Self::invalid(m),
+            ServiceError::NotFound(m) => Self::new(StatusCode::NOT_FOUND, "not_found", m),
+            ServiceError::Conflict { code, message } => {
+                Self::new(StatusCode::CONFLICT, code, message)
+            }
+            ServiceError::Gone(m) => Self::new(StatusCode::GONE, "cta_expired", m),
+            ServiceError::Port(e) => e.into(),
+        }
+    }
+}
+
+impl From<PortError> for ApiError {
+    fn from(e: PortError) -> Self {
+        error!(error = %e, source = ?std::error::Error::source(&e), "backend error");
+        if e.is_retryable() {
+            Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the service is busy; try again",
+            )
+        } else {
+            Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error",
+            )
+        }
+    }
+}
+
+/// A JSON body: 400 when it does not parse, 413 when it is too large.
+pub struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload_too_large",
+                    format!("request body is larger than {MAX_BODY_BYTES} bytes"),
+                )
+            } else {
+                ApiError::invalid(format!("cannot read request body: {}", e.body_text()))
+            }
+        })?;
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
+    }
+}

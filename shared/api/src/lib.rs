@@ -1,0 +1,257 @@
+//! The HTTP API: one `axum` router, served by `baton dev` and by the `api` Lambda function.
+//!
+//! Every error is JSON `{"error": {"code", "message"}}` with the right status; bad input is
+//! a 4xx and changes nothing. Callers are authenticated by an [`Authenticator`] and see only
+//! their own runs and CTAs. The handlers call one service method each.
+
+#[cfg(feature = "lambda")]
+mod apigw;
+mod auth;
+mod error;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use baton_core::cta::{CtaResponse, CtaStatus};
+use baton_core::error::PortError;
+use baton_core::run::ExpiryPolicy;
+use baton_core::service::{CreateRun, Service};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+#[cfg(feature = "lambda")]
+pub use apigw::ApiGatewayJwt;
+pub use auth::{Authenticator, BearerToken, Caller};
+pub use error::{ApiError, JsonBody};
+
+/// Request bodies larger than this are refused with 413.
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+const MAX_PAGE: usize = 1000;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub service: Arc<Service>,
+    pub auth: Arc<dyn Authenticator>,
+}
+
+/// The whole API.
+pub fn router(state: AppState) -> Router {
+    let authed = Router::new()
+        .route("/runs", post(create_run))
+        .route("/runs/{run_id}", get(get_run))
+        .route("/runs/{run_id}/timeline", get(get_timeline))
+        .route("/runs/{run_id}/messages", post(post_message))
+        .route("/runs/{run_id}/cancel", post(cancel_run))
+        .route("/ctas", get(list_ctas))
+        .route("/ctas/{cta_id}", get(get_cta))
+        .route("/ctas/{cta_id}/response", post(answer_cta))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    Router::new()
+        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .merge(authed)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this route",
+            )
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    match state.auth.authenticate(req.headers(), req.extensions()) {
+        Ok(caller) => {
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CreateRunBody {
+    prompt: String,
+    #[serde(default)]
+    sandbox_id: Option<String>,
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default)]
+    metadata: Option<Value>,
+    #[serde(default)]
+    on_expiry: Option<ExpiryPolicy>,
+}
+
+async fn create_run(
+    State(s): State<AppState>,
+    Extension(Caller(owner)): Extension<Caller>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<CreateRunBody>,
+) -> Result<Response, ApiError> {
+    let key = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => {
+            let k = v
+                .to_str()
+                .map_err(|_| ApiError::invalid("Idempotency-Key must be visible ASCII"))?;
+            if k.is_empty() || k.len() > 255 {
+                return Err(ApiError::invalid(
+                    "Idempotency-Key must be 1 to 255 characters",
+                ));
+            }
+            Some(k.to_owned())
+        }
+    };
+    let req = CreateRun {
+        prompt: body.prompt,
+        agent: body.agent,
+        sandbox_id: body.sandbox_id,
+        metadata: body.metadata,
+        on_expiry: body.on_expiry.unwrap_or_default(),
+    };
+    let run = s.service.create_run(&owner, req, key.as_deref()).await?;
+    Ok(accepted(json!({"runId": run.run_id, "status": run.status})))
+}
+
+fn accepted(body: Value) -> Response {
+    (StatusCode::ACCEPTED, Json(body)).into_response()
+}
+
+async fn get_run(
+    State(s): State<AppState>,
+    Extension(Caller(owner)): Extension<Caller>,
+    Path(run_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (run, timeline) = s.service.get_run(&owner, &run_id).await?;
+    let mut v = serde_json::to_value(&run).map_err(|e| PortError::broken("encode run", e))?;
+    v["timeline"] =
+        serde_json::to_value(&timeline).map_err(|e| PortError::broken("encode timeline", e))?;
+    Ok(Json(v))
+}
+
+fn parse_num(q: &HashMap<String, String>, key: &str) -> Result<Option<u64>, ApiError> {
+    q.get(key)
+        .map(|v| {
+            v.parse::<u64>()
+                .map_err(|_| ApiError::invalid(format!("`{key}` must be a non-negative integer")))
+        })
+        .transpose()
+}
+
+async fn get_timeline(
+    State(s): State<AppState>,
+    Extension(Caller(owner)): Extension<Caller>,
+    Path(run_id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let after = parse_num(&q, "after")?;
+    let limit = parse_num(&q, "limit")?.map_or(MAX_PAGE, |l| (l as usize).clamp(1, MAX_PAGE));
+    let (run, entries) = s.service.timeline(&owner, &run_id, after, limit).await?;
+    let next = entries.last().map(|e| e.seq).or(after);
+    Ok(Json(
+        json!({"runId": run.run_id, "status": run.status, "entries": entries, "next": next}),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessageBody {
+    text: String,
+}
+
+async fn post_message(
+    State(s): State<AppState>,
+    Extension(Caller(owner)): Extension<Caller>,
+    Path(run_id): Path<String>,
+    JsonBody(body): JsonBody<MessageBody>,
+) -> Result<Response, ApiError> {
+    let run = s.service.post_message(&owner, &run_id, &body.text).await?;
+    Ok(accepted(
+        json!({"runId": run.run_id, "status": run.status, "accepted": true}),
+    ))
+}
+
+async fn cancel_run(
+    State(s): State<AppState>,
+    Extension(Caller(owner)): Extension<Caller>,
+    Path(run_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let run = s.service.cancel(&owner, &run_id).await?;
+    Ok(accepted(
+        json!({"runId": run.run_id, "status": run.status, "accepted": true}),
+    ))
+}
+
+async fn list_ctas(
+    State(s): State<AppState>,
+    Extension(Caller(owner)): Extension<Caller>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let status = match q.get("status").map(String::as_str) {
+        None | Some("all") => None,
+        Some(v) => Some(CtaStatus::parse(v).ok_or_else(|| {
+            ApiError::invalid("`status` must be one of pending, answered, expired, cancelled, all")
+        })?),
+    };
+    let ctas = s.service.list_ctas(&owner, status).await?;
+    Ok(Json(json!({"ctas": ctas})))
+}
+
+async fn get_cta(
+    State(s): State<AppState>,
+    Extension(Caller(owner)): Extension<Caller>,
+    Path(cta_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let cta = s.service.get_cta(Some(&owner), &cta_id).await?;
+    Ok(Json(
+        serde_json::to_value(&cta).map_err(|e| PortError::broken("encode CTA", e))?,
+    ))
+}
+
+async fn answer_cta(
+    State(s): State<AppState>,
+    Extension(Caller(owner)): Extension<Caller>,
+    Path(cta_id): Path<String>,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Response, ApiError> {
+    let response: CtaResponse = serde_json::from_value(body)
+        .map_err(|e| ApiError::invalid(format!("invalid CTA response: {e}")))?;
+    let cta = s
+        .service
+        .answer_cta(Some(&owner), &cta_id, response)
+        .await?;
+    Ok(accepted(
+        json!({"ctaId": cta.cta_id, "runId": cta.run_id, "status": cta.status}),
+    ))
+}
+
+/// Serves `app` on `addr` until `stop` turns true; returns the bound address (so `addr` may
+/// name port 0) and the server's task.
+pub async fn serve(
+    app: Router,
+    addr: SocketAddr,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<(SocketAddr, JoinHandle<std::io::Result<()>>)> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    Ok((addr, server))
+}

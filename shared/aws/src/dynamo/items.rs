@@ -1,0 +1,289 @@
+//! The table's items: keys, how runs, timeline segments, patches and CTAs become items and
+//! come back, and an item's size by DynamoDB's rules. No requests here.
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use baton_core::cta::Cta;
+use baton_core::error::PortError;
+use baton_core::message::Effect;
+use baton_core::ports::RunRecord;
+use baton_core::run::Run;
+use baton_core::timeline::Entry;
+
+use super::{DynamoStore, Item, MAX_BLOB};
+
+pub(super) fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+pub(super) fn n(v: impl std::fmt::Display) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+pub(super) fn run_pk(id: &str) -> String {
+    format!("RUN#{id}")
+}
+pub(super) fn cta_pk(id: &str) -> String {
+    format!("CTA#{id}")
+}
+pub(super) fn seg_sk(first: u64) -> String {
+    format!("T#{first:010}")
+}
+pub(super) fn patch_sk(seq: u64) -> String {
+    format!("P#{seq:010}")
+}
+pub(super) fn idem_pk(owner: &str, key: &str) -> String {
+    format!("IDEM#{}#{owner}#{key}", owner.len())
+}
+pub(super) fn cta_gsi_sk(c: &Cta) -> String {
+    format!(
+        "CTA#{}#{}#{}",
+        c.status.as_str(),
+        c.created_at.to_rfc3339(),
+        c.cta_id
+    )
+}
+
+pub(super) fn broken(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> PortError {
+    PortError::broken(format!("DynamoDB item: {what}: {e}"), e)
+}
+
+pub(super) fn get_s<'a>(item: &'a Item, k: &str) -> Result<&'a str, PortError> {
+    match item.get(k) {
+        Some(AttributeValue::S(v)) => Ok(v),
+        _ => Err(PortError::Broken {
+            message: format!("DynamoDB item lacks string attribute `{k}`"),
+            source: None,
+        }),
+    }
+}
+
+pub(super) fn get_b<'a>(item: &'a Item, k: &str) -> Result<&'a [u8], PortError> {
+    match item.get(k) {
+        Some(AttributeValue::B(v)) => Ok(v.as_ref()),
+        _ => Err(PortError::Broken {
+            message: format!("DynamoDB item lacks binary attribute `{k}`"),
+            source: None,
+        }),
+    }
+}
+
+/// An item's size by DynamoDB's rules: attribute names plus values.
+pub fn item_size(item: &Item) -> usize {
+    fn value(v: &AttributeValue) -> usize {
+        match v {
+            AttributeValue::S(s) => s.len(),
+            AttributeValue::N(x) => x.len().div_ceil(2) + 1,
+            AttributeValue::B(b) => b.as_ref().len(),
+            AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+            AttributeValue::M(m) => 3 + m.iter().map(|(k, v)| k.len() + value(v)).sum::<usize>(),
+            AttributeValue::L(l) => 3 + l.iter().map(value).sum::<usize>(),
+            _ => 0,
+        }
+    }
+    item.iter().map(|(k, v)| k.len() + value(v)).sum()
+}
+
+impl DynamoStore {
+    pub(super) fn run_item(
+        &self,
+        run: &Run,
+        outbox: &[Effect],
+        timeline_items: usize,
+    ) -> Result<Item, PortError> {
+        let mut item = Item::from([
+            ("PK".into(), s(run_pk(&run.run_id))),
+            ("SK".into(), s("META")),
+            ("v".into(), n(run.version)),
+            ("own".into(), s(&run.owner)),
+            ("st".into(), s(run.status.as_str())),
+            (
+                "body".into(),
+                s(serde_json::to_string(run).map_err(|e| broken("encode run", e))?),
+            ),
+        ]);
+        if !outbox.is_empty() {
+            item.insert(
+                "ob".into(),
+                s(serde_json::to_string(outbox).map_err(|e| broken("encode outbox", e))?),
+            );
+        }
+        if run.status.is_terminal() {
+            item.insert(
+                "ttl".into(),
+                n((run.updated_at + self.retention).timestamp()),
+            );
+        }
+        item.insert("ni".into(), n(timeline_items));
+        Ok(item)
+    }
+
+    /// The commit's write of the run item: every attribute set afresh, the outbox and TTL
+    /// removed when absent, the timeline item count raised by `added`, all conditional on
+    /// the version.
+    pub(super) fn run_update(
+        &self,
+        run: &Run,
+        outbox: &[Effect],
+        added: usize,
+        expected: u64,
+    ) -> Result<(TransactWriteItem, usize), PortError> {
+        let item = self.run_item(run, outbox, added)?;
+        let size = item_size(&item);
+        let mut sets = Vec::new();
+        let mut removes = Vec::new();
+        let mut update = aws_sdk_dynamodb::types::Update::builder()
+            .table_name(&self.table)
+            .key("PK", s(run_pk(&run.run_id)))
+            .key("SK", s("META"))
+            .condition_expression("v = :ev")
+            .expression_attribute_values(":ev", n(expected));
+        for (k, v) in item {
+            match k.as_str() {
+                "PK" | "SK" => {}
+                "ni" => update = update.expression_attribute_values(":ni", v),
+                _ => {
+                    sets.push(format!("#{k} = :{k}"));
+                    update = update
+                        .expression_attribute_names(format!("#{k}"), &k)
+                        .expression_attribute_values(format!(":{k}"), v);
+                }
+            }
+        }
+        for k in ["ob", "ttl"] {
+            if !sets.iter().any(|x| x.starts_with(&format!("#{k} "))) {
+                removes.push(format!("#{k}"));
+                update = update.expression_attribute_names(format!("#{k}"), k);
+            }
+        }
+        let mut expr = format!("SET {}", sets.join(", "));
+        if !removes.is_empty() {
+            expr.push_str(&format!(" REMOVE {}", removes.join(", ")));
+        }
+        expr.push_str(" ADD ni :ni");
+        let update = update
+            .update_expression(expr)
+            .build()
+            .map_err(|e| broken("build update", e))?;
+        Ok((TransactWriteItem::builder().update(update).build(), size))
+    }
+
+    /// The segment items for entries appended by one commit: one item, or several when they
+    /// would not fit DynamoDB's 400 KB item limit together.
+    pub(super) fn segment_items(
+        &self,
+        run_id: &str,
+        entries: &[Entry],
+    ) -> Result<Vec<Item>, PortError> {
+        let blob = baton_codec::encode(entries).map_err(|e| broken("encode entries", e))?;
+        if blob.len() > MAX_BLOB {
+            if entries.len() == 1 {
+                return Err(PortError::Broken {
+                    message: format!(
+                        "entry {} is {} bytes encoded, over DynamoDB's item limit",
+                        entries[0].seq,
+                        blob.len()
+                    ),
+                    source: None,
+                });
+            }
+            let (a, b) = entries.split_at(entries.len() / 2);
+            let mut items = self.segment_items(run_id, a)?;
+            items.extend(self.segment_items(run_id, b)?);
+            return Ok(items);
+        }
+        Ok(vec![Item::from([
+            ("PK".into(), s(run_pk(run_id))),
+            ("SK".into(), s(seg_sk(entries[0].seq))),
+            ("n".into(), n(entries.len())),
+            ("b".into(), AttributeValue::B(Blob::new(blob))),
+        ])])
+    }
+
+    pub(super) fn patch_item(&self, run_id: &str, e: &Entry) -> Result<Item, PortError> {
+        let blob = baton_codec::encode(e).map_err(|e| broken("encode entry", e))?;
+        Ok(Item::from([
+            ("PK".into(), s(run_pk(run_id))),
+            ("SK".into(), s(patch_sk(e.seq))),
+            ("b".into(), AttributeValue::B(Blob::new(blob))),
+        ]))
+    }
+
+    pub(super) fn cta_item(&self, c: &Cta) -> Result<Item, PortError> {
+        let mut item = Item::from([
+            ("PK".into(), s(cta_pk(&c.cta_id))),
+            ("SK".into(), s("META")),
+            ("st".into(), s(c.status.as_str())),
+            ("own".into(), s(&c.owner)),
+            (
+                "body".into(),
+                s(serde_json::to_string(c).map_err(|e| broken("encode CTA", e))?),
+            ),
+            ("GSI1PK".into(), s(format!("OWNER#{}", c.owner))),
+            ("GSI1SK".into(), s(cta_gsi_sk(c))),
+        ]);
+        if let Some(at) = c.resolved_at {
+            item.insert("ttl".into(), n((at + self.retention).timestamp()));
+        }
+        Ok(item)
+    }
+
+    pub(super) fn put(
+        &self,
+        item: Item,
+        condition: Option<&str>,
+    ) -> Result<TransactWriteItem, PortError> {
+        let mut p = Put::builder().table_name(&self.table).set_item(Some(item));
+        if let Some(c) = condition {
+            p = p.condition_expression(c);
+        }
+        let put = p.build().map_err(|e| broken("build put", e))?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+}
+
+pub(super) fn parse_run(item: &Item) -> Result<RunRecord, PortError> {
+    let run: Run =
+        serde_json::from_str(get_s(item, "body")?).map_err(|e| broken("decode run", e))?;
+    let outbox = match item.get("ob") {
+        Some(AttributeValue::S(o)) => {
+            serde_json::from_str(o).map_err(|e| broken("decode outbox", e))?
+        }
+        _ => Vec::new(),
+    };
+    Ok(RunRecord { run, outbox })
+}
+
+pub(super) fn parse_cta(item: &Item) -> Result<Cta, PortError> {
+    serde_json::from_str(get_s(item, "body")?).map_err(|e| broken("decode CTA", e))
+}
+
+/// Segments (and patches over them) into entries, in seq order.
+pub(super) fn assemble(items: &[Item], next_seq: u64) -> Result<Vec<Entry>, PortError> {
+    let mut entries = Vec::new();
+    let mut patches = Vec::new();
+    for item in items {
+        let sk = get_s(item, "SK")?;
+        if sk.starts_with("T#") {
+            let seg: Vec<Entry> =
+                baton_codec::decode(get_b(item, "b")?).map_err(|e| broken("decode segment", e))?;
+            entries.extend(seg);
+        } else if sk.starts_with("P#") {
+            patches.push(
+                baton_codec::decode::<Entry>(get_b(item, "b")?)
+                    .map_err(|e| broken("decode patch", e))?,
+            );
+        }
+    }
+    entries.sort_by_key(|e| e.seq);
+    entries.retain(|e| e.seq < next_seq);
+    let first = entries.first().map_or(0, |e| e.seq);
+    for p in patches {
+        if let Some(slot) = p
+            .seq
+            .checked_sub(first)
+            .and_then(|i| entries.get_mut(i as usize))
+        {
+            *slot = p;
+        }
+    }
+    Ok(entries)
+}

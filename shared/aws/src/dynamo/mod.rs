@@ -1,0 +1,551 @@
+//! `DynamoStore`: runs, timelines and CTAs in one DynamoDB table.
+//!
+//! | item | PK | SK | attributes |
+//! |---|---|---|---|
+//! | run | `RUN#<runId>` | `META` | `v` (version), `own`, `st`, `body` (the run, JSON), `ob` (outbox), `ni` (timeline items written), `ttl` |
+//! | timeline segment | `RUN#<runId>` | `T#<first seq:010>` | `n`, `b`: the entries one commit appended, deflated JSON |
+//! | resolution patch | `RUN#<runId>` | `P#<seq:010>` | `b`: an entry resolved in place (a pending result), whole |
+//! | CTA | `CTA#<ctaId>` | `META` | `st`, `own`, `body`, `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `CTA#<status>#<createdAt>#<ctaId>`, `ttl` |
+//! | idempotency key | `IDEM#<len>#<owner>#<key>` | `META` | `runId` |
+//!
+//! One commit is one `TransactWriteItems`, conditional on the run's version: the run item
+//! (with the outbox), one segment for everything the step appended, a patch per resolved
+//! entry, new CTAs and child runs. A step of the common kind writes two items, which keeps
+//! it at four write units. Re-hydration reads the run item (consistent) and the timeline
+//! with one paged `Query` (a history over 1 MB works), eventually consistent: timeline items
+//! are immutable and counted in `ni`, so a stale read is detected and redone consistently. The GSI holds only CTAs, so the run item,
+//! rewritten at every step, costs no index writes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
+use chrono::{DateTime, Utc};
+use tracing::instrument;
+
+mod items;
+
+use items::*;
+
+use crate::sdk::{Meter, map_sdk_err};
+use baton_core::cta::{Cta, CtaResponse, CtaStatus};
+use baton_core::error::PortError;
+use baton_core::message::{Effect, Transition};
+use baton_core::ports::{Created, RunRecord, Settled, Store};
+use baton_core::run::Run;
+use baton_core::timeline::Entry;
+
+type Item = HashMap<String, AttributeValue>;
+
+/// The GSI listing CTAs by owner.
+pub const GSI1: &str = "GSI1";
+/// DynamoDB's limit on items in one transaction.
+const MAX_TRANSACT_ITEMS: usize = 100;
+/// Items stay under DynamoDB's 400 KB limit with room for keys and attributes.
+const MAX_BLOB: usize = 390 * 1024;
+
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+    retention: chrono::Duration,
+    meter: Arc<Meter>,
+}
+
+impl DynamoStore {
+    pub fn new(
+        client: Client,
+        table: impl Into<String>,
+        retention_days: u32,
+        meter: Arc<Meter>,
+    ) -> Self {
+        Self {
+            client,
+            table: table.into(),
+            retention: chrono::Duration::days(retention_days.into()),
+            meter,
+        }
+    }
+
+    fn count_read(&self, bytes: usize, consistent: bool) {
+        Meter::count(&self.meter.dynamodb);
+        let units = bytes.div_ceil(4096).max(1) as u64;
+        self.meter.read_half_units.fetch_add(
+            if consistent { units * 2 } else { units },
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    fn count_write(&self, items: &[&Item], transactional: bool) {
+        Meter::count(&self.meter.dynamodb);
+        let units: u64 = items
+            .iter()
+            .map(|i| item_size(i).div_ceil(1024).max(1) as u64)
+            .sum();
+        self.meter.write_units.fetch_add(
+            if transactional { units * 2 } else { units },
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    async fn transact(
+        &self,
+        items: Vec<TransactWriteItem>,
+        token: Option<String>,
+    ) -> Result<(), TransactFailure> {
+        if items.len() > MAX_TRANSACT_ITEMS {
+            return Err(TransactFailure::Port(PortError::Broken {
+                message: format!(
+                    "a commit of {} items exceeds DynamoDB's {MAX_TRANSACT_ITEMS}",
+                    items.len()
+                ),
+                source: None,
+            }));
+        }
+        let sized: Vec<&Item> = items
+            .iter()
+            .filter_map(|i| i.put().map(|p| p.item()))
+            .collect();
+        self.count_write(&sized, true);
+        let r = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .set_client_request_token(token)
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) => match e.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(ex)) => {
+                    let failed: Vec<usize> = ex
+                        .cancellation_reasons()
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, r)| r.code() == Some("ConditionalCheckFailed"))
+                        .map(|(i, _)| i)
+                        .collect();
+                    if failed.is_empty() {
+                        Err(TransactFailure::Port(map_sdk_err("TransactWriteItems", e)))
+                    } else {
+                        Err(TransactFailure::Condition(failed))
+                    }
+                }
+                Some(TransactWriteItemsError::IdempotentParameterMismatchException(_)) => {
+                    Err(TransactFailure::Condition(vec![0]))
+                }
+                _ => Err(TransactFailure::Port(map_sdk_err("TransactWriteItems", e))),
+            },
+        }
+    }
+
+    async fn get_item(&self, pk: String) -> Result<Option<Item>, PortError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("PK", s(pk))
+            .key("SK", s("META"))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| map_sdk_err("GetItem", e))?;
+        self.count_read(out.item().map_or(1, item_size), true);
+        Ok(out.item)
+    }
+
+    /// Every item of a partition whose SK lies in [lo, hi], paged.
+    async fn query(
+        &self,
+        pk: &str,
+        lo: &str,
+        hi: &str,
+        forward: bool,
+        consistent: bool,
+        mut keep_going: impl FnMut(&Item) -> bool,
+    ) -> Result<Vec<Item>, PortError> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("PK = :pk AND SK BETWEEN :lo AND :hi")
+                .expression_attribute_values(":pk", s(pk))
+                .expression_attribute_values(":lo", s(lo))
+                .expression_attribute_values(":hi", s(hi))
+                .consistent_read(consistent)
+                .scan_index_forward(forward)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| map_sdk_err("Query", e))?;
+            self.count_read(page.items().iter().map(item_size).sum(), consistent);
+            let mut stop = false;
+            for item in page.items.unwrap_or_default() {
+                stop |= !keep_going(&item);
+                out.push(item);
+            }
+            match page.last_evaluated_key {
+                Some(k) if !stop => start = Some(k),
+                _ => return Ok(out),
+            }
+        }
+    }
+}
+
+enum TransactFailure {
+    /// The indexes of the items whose condition failed.
+    Condition(Vec<usize>),
+    Port(PortError),
+}
+
+#[async_trait::async_trait]
+impl Store for DynamoStore {
+    #[instrument(skip_all, fields(run_id = %run.run_id))]
+    async fn create_run(
+        &self,
+        run: &Run,
+        entries: &[Entry],
+        outbox: &[Effect],
+        idempotency_key: Option<&str>,
+    ) -> Result<Created, PortError> {
+        let segments = if entries.is_empty() {
+            Vec::new()
+        } else {
+            self.segment_items(&run.run_id, entries)?
+        };
+        let mut items = vec![self.put(
+            self.run_item(run, outbox, segments.len())?,
+            Some("attribute_not_exists(PK)"),
+        )?];
+        for seg in segments {
+            items.push(self.put(seg, None)?);
+        }
+        if let Some(key) = idempotency_key {
+            let idem = Item::from([
+                ("PK".into(), s(idem_pk(&run.owner, key))),
+                ("SK".into(), s("META")),
+                ("runId".into(), s(&run.run_id)),
+                // Keys are honoured for a day, as payment APIs do.
+                (
+                    "ttl".into(),
+                    n((run.created_at + chrono::Duration::days(1)).timestamp()),
+                ),
+            ]);
+            items.push(self.put(idem, Some("attribute_not_exists(PK)"))?);
+        }
+        let idem_index = items.len() - 1;
+        match self.transact(items, None).await {
+            Ok(()) => Ok(Created::Created),
+            Err(TransactFailure::Condition(failed))
+                if idempotency_key.is_some() && failed.contains(&idem_index) =>
+            {
+                let key = idempotency_key.unwrap_or_default();
+                let idem = self
+                    .get_item(idem_pk(&run.owner, key))
+                    .await?
+                    .ok_or(PortError::Conflict)?;
+                let existing = get_s(&idem, "runId")?.to_owned();
+                let rec = self.get_run(&existing).await?.ok_or(PortError::Conflict)?;
+                Ok(Created::Existing(Box::new(rec)))
+            }
+            Err(TransactFailure::Condition(_)) => Err(PortError::Conflict),
+            Err(TransactFailure::Port(e)) => Err(e),
+        }
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
+        self.get_item(run_pk(run_id))
+            .await?
+            .map(|i| parse_run(&i))
+            .transpose()
+    }
+
+    /// The run item with a strongly consistent read, the timeline with an eventually
+    /// consistent one (half the read units). Timeline items are immutable once written and
+    /// the run item counts them (`ni`), so a stale read shows as a short count: then the
+    /// timeline is read again, consistently.
+    #[instrument(skip(self))]
+    async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
+        let Some(meta) = self.get_item(run_pk(run_id)).await? else {
+            return Ok(None);
+        };
+        let rec = parse_run(&meta)?;
+        let expected = match meta.get("ni") {
+            Some(AttributeValue::N(x)) => x.parse::<usize>().ok(),
+            _ => None,
+        };
+        let pk = run_pk(run_id);
+        let mut items = self.query(&pk, "P#", "T#~", true, false, |_| true).await?;
+        if Some(items.len()) != expected {
+            items = self.query(&pk, "P#", "T#~", true, true, |_| true).await?;
+        }
+        let entries = assemble(&items, rec.run.next_seq)?;
+        Ok(Some((rec, entries)))
+    }
+
+    async fn entries_after(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, PortError> {
+        let from = after.map_or(0, |a| a + 1);
+        let pk = run_pk(run_id);
+        // Newest segments first, back to the one that holds `from`.
+        let mut segs = self
+            .query(&pk, "T#", "T#~", false, true, |item| {
+                match get_s(item, "SK") {
+                    Ok(sk) => sk
+                        .get(2..)
+                        .and_then(|d| d.parse::<u64>().ok())
+                        .is_none_or(|first| first > from),
+                    Err(_) => false,
+                }
+            })
+            .await?;
+        segs.extend(
+            self.query(&pk, &patch_sk(from), "P#~", true, true, |_| true)
+                .await?,
+        );
+        let Some(rec) = self.get_run(run_id).await? else {
+            return Ok(Vec::new());
+        };
+        let mut entries = assemble(&segs, rec.run.next_seq)?;
+        entries.retain(|e| e.seq >= from);
+        entries.truncate(limit);
+        Ok(entries)
+    }
+
+    #[instrument(skip_all, fields(run_id = %t.run.run_id, version = t.run.version))]
+    async fn commit(&self, expected_version: u64, t: &Transition) -> Result<(), PortError> {
+        let run_id = &t.run.run_id;
+        let mut timeline_items = Vec::new();
+        if !t.appended.is_empty() {
+            timeline_items.extend(self.segment_items(run_id, &t.appended)?);
+        }
+        for e in &t.updated {
+            timeline_items.push(self.patch_item(run_id, e)?);
+        }
+        let (run_write, run_size) =
+            self.run_update(&t.run, &t.effects, timeline_items.len(), expected_version)?;
+        let mut items = vec![run_write];
+        for item in timeline_items {
+            items.push(self.put(item, None)?);
+        }
+        for c in &t.new_ctas {
+            items.push(self.put(self.cta_item(c)?, Some("attribute_not_exists(PK)"))?);
+        }
+        for (child, entries) in &t.new_runs {
+            let segments = self.segment_items(&child.run_id, entries)?;
+            items.push(self.put(
+                self.run_item(child, &[], segments.len())?,
+                Some("attribute_not_exists(PK)"),
+            )?);
+            for seg in segments {
+                items.push(self.put(seg, None)?);
+            }
+        }
+        self.meter.write_units.fetch_add(
+            2 * run_size.div_ceil(1024).max(1) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        // The same (run, version) always sends the same token: a retried commit is not a conflict.
+        let token = uuid::Uuid::new_v5(
+            &uuid::Uuid::NAMESPACE_OID,
+            format!("{run_id}/{expected_version}").as_bytes(),
+        )
+        .simple()
+        .to_string();
+        match self.transact(items, Some(token)).await {
+            Ok(()) => Ok(()),
+            Err(TransactFailure::Condition(_)) => Err(PortError::Conflict),
+            Err(TransactFailure::Port(e)) => Err(e),
+        }
+    }
+
+    async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
+        Meter::count(&self.meter.dynamodb);
+        self.meter
+            .write_units
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("PK", s(run_pk(run_id)))
+            .key("SK", s("META"))
+            .update_expression("REMOVE ob")
+            .condition_expression("v = :v")
+            .expression_attribute_values(":v", n(version))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
+            Err(e) => Err(map_sdk_err("UpdateItem", e)),
+        }
+    }
+
+    async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
+        self.get_item(cta_pk(cta_id))
+            .await?
+            .map(|i| parse_cta(&i))
+            .transpose()
+    }
+
+    #[instrument(skip(self, response))]
+    async fn settle_cta(
+        &self,
+        cta_id: &str,
+        status: CtaStatus,
+        response: Option<&CtaResponse>,
+        at: DateTime<Utc>,
+    ) -> Result<Settled, PortError> {
+        let Some(mut cta) = self.get_cta(cta_id).await? else {
+            return Ok(Settled::NotFound);
+        };
+        if cta.status != CtaStatus::Pending {
+            return Ok(Settled::Lost(cta));
+        }
+        cta.status = status;
+        cta.response = response.cloned();
+        cta.resolved_at = Some(at);
+        let item = self.cta_item(&cta)?;
+        self.count_write(&[&item], false);
+        let r = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("st = :pending")
+            .expression_attribute_values(":pending", s("pending"))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(Settled::Won(cta)),
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => {
+                match self.get_cta(cta_id).await? {
+                    Some(c) => Ok(Settled::Lost(c)),
+                    None => Ok(Settled::NotFound),
+                }
+            }
+            Err(e) => Err(map_sdk_err("PutItem", e)),
+        }
+    }
+
+    async fn list_ctas(
+        &self,
+        owner: &str,
+        status: Option<CtaStatus>,
+    ) -> Result<Vec<Cta>, PortError> {
+        let prefix = status.map_or_else(|| "CTA#".to_owned(), |st| format!("CTA#{}#", st.as_str()));
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(GSI1)
+                .key_condition_expression("GSI1PK = :o AND begins_with(GSI1SK, :p)")
+                .expression_attribute_values(":o", s(format!("OWNER#{owner}")))
+                .expression_attribute_values(":p", s(prefix.clone()))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| map_sdk_err("Query GSI1", e))?;
+            self.count_read(page.items().iter().map(item_size).sum(), false);
+            for item in page.items() {
+                out.push(parse_cta(item)?);
+            }
+            match page.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => break,
+            }
+        }
+        out.sort_by(|a, b| (a.created_at, &a.cta_id).cmp(&(b.created_at, &b.cta_id)));
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_core::timeline::EntryBody;
+
+    fn store() -> DynamoStore {
+        let conf = aws_sdk_dynamodb::Config::builder()
+            .behavior_version_latest()
+            .build();
+        DynamoStore::new(Client::from_conf(conf), "t", 90, Meter::shared())
+    }
+
+    fn noise(seed: u64, len: usize) -> String {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from(b'!' + (x % 90) as u8)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn large_commits_split_into_items_under_the_limit() {
+        let at = chrono::DateTime::from_timestamp(0, 0).unwrap_or_default();
+        let entries: Vec<Entry> = (0..8)
+            .map(|i| Entry {
+                seq: i + 1,
+                at,
+                body: EntryBody::User {
+                    text: noise(i, 60_000),
+                    message_id: None,
+                },
+            })
+            .collect();
+        let items = store().segment_items("run_x", &entries).expect("splits");
+        assert!(items.len() >= 2, "{} item(s)", items.len());
+        assert!(items.iter().all(|i| item_size(i) < 400 * 1024));
+        let total: usize = items
+            .iter()
+            .map(|i| get_s(i, "SK").map(|_| 1).unwrap_or(0))
+            .sum();
+        assert_eq!(total, items.len());
+        let back = assemble(&items, 9).expect("assembles");
+        assert_eq!(back, entries);
+        // A small commit stays one item; one entry over the limit is a clear error.
+        assert_eq!(
+            store()
+                .segment_items("run_x", &entries[..1])
+                .expect("fits")
+                .len(),
+            1
+        );
+        let huge = Entry {
+            seq: 1,
+            at,
+            body: EntryBody::User {
+                text: noise(1, 600_000),
+                message_id: None,
+            },
+        };
+        let err = store()
+            .segment_items("run_x", &[huge])
+            .expect_err("too large")
+            .to_string();
+        assert!(err.contains("over DynamoDB's item limit"), "{err}");
+    }
+
+    #[test]
+    fn item_sizes_follow_dynamodb_rules() {
+        let item = Item::from([("PK".into(), s("RUN#a")), ("v".into(), n(12345))]);
+        assert_eq!(item_size(&item), 2 + 5 + 1 + 4);
+    }
+}

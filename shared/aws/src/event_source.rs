@@ -1,0 +1,205 @@
+//! Event source mappings, in-process: stands in for Lambda's SQS event source mappings when
+//! the functions run inside one process (`baton dev --aws`, the tests over an emulator). It
+//! polls each queue, hands the handler a real `SqsEvent` (the JSON Lambda would send),
+//! deletes what succeeded and leaves failures to the visibility timeout. It can deliver
+//! every message twice, to prove that duplicates change nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+use serde_json::json;
+use tokio::sync::watch;
+use tracing::{error, warn};
+
+use baton_core::error::PortError;
+use baton_core::service::Service;
+
+use crate::handlers::{handle_cta_inbox, handle_steps};
+use crate::sdk::map_sdk_err;
+
+/// Which handler a queue feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feeds {
+    /// `orchestrator` / `subagent`.
+    Steps,
+    /// `orchestrator` / `subagent`, reading their dead-letter queues.
+    DeadLetters,
+    /// `cta`.
+    CtaInbox,
+}
+
+#[derive(Debug, Clone)]
+pub struct EventSource {
+    pub url: String,
+    pub arn: String,
+    pub feeds: Feeds,
+}
+
+pub struct EventSources {
+    sqs: aws_sdk_sqs::Client,
+    service: Arc<Service>,
+    queues: Vec<EventSource>,
+    /// The ARNs of the queues that feed [`Feeds::DeadLetters`].
+    dead_letters: Vec<String>,
+    duplicate: bool,
+}
+
+impl EventSources {
+    pub fn new(sqs: aws_sdk_sqs::Client, service: Arc<Service>, queues: Vec<EventSource>) -> Self {
+        let dead_letters = queues
+            .iter()
+            .filter(|q| q.feeds == Feeds::DeadLetters)
+            .map(|q| q.arn.clone())
+            .collect();
+        Self {
+            sqs,
+            service,
+            queues,
+            dead_letters,
+            duplicate: false,
+        }
+    }
+
+    /// Deliver every batch twice.
+    pub fn duplicating(mut self, on: bool) -> Self {
+        self.duplicate = on;
+        self
+    }
+
+    /// The queue's ARN (for the `eventSourceARN` Lambda reports).
+    pub async fn queue(
+        sqs: &aws_sdk_sqs::Client,
+        url: &str,
+        feeds: Feeds,
+    ) -> Result<EventSource, PortError> {
+        let attrs = sqs
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .map_err(|e| map_sdk_err("GetQueueAttributes", e))?;
+        let arn = attrs
+            .attributes()
+            .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn))
+            .cloned()
+            .unwrap_or_default();
+        Ok(EventSource {
+            url: url.into(),
+            arn,
+            feeds,
+        })
+    }
+
+    /// One receive per queue; returns how many messages were handed to handlers.
+    pub async fn pump_once(&self) -> Result<usize, PortError> {
+        let mut handled = 0;
+        for q in &self.queues {
+            let out = self
+                .sqs
+                .receive_message()
+                .queue_url(&q.url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(0)
+                .message_system_attribute_names(MessageSystemAttributeName::All)
+                .send()
+                .await
+                .map_err(|e| map_sdk_err("ReceiveMessage", e))?;
+            let messages = out.messages();
+            if messages.is_empty() {
+                continue;
+            }
+            handled += messages.len();
+            let records: Vec<serde_json::Value> = messages
+                .iter()
+                .map(|m| {
+                    let attributes: serde_json::Map<String, serde_json::Value> = m
+                        .attributes()
+                        .map(|a| {
+                            a.iter()
+                                .map(|(k, v)| (k.as_str().to_owned(), json!(v)))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    json!({
+                        "messageId": m.message_id(),
+                        "receiptHandle": m.receipt_handle(),
+                        "body": m.body(),
+                        "attributes": attributes,
+                        "messageAttributes": {},
+                        "eventSource": "aws:sqs",
+                        "eventSourceARN": q.arn,
+                        "awsRegion": "us-east-1",
+                    })
+                })
+                .collect();
+            let event: SqsEvent = serde_json::from_value(json!({"Records": records}))
+                .map_err(|e| PortError::broken("build SqsEvent", e))?;
+            let mut resp = self.call(q.feeds, event.clone()).await;
+            if self.duplicate {
+                let again = self.call(q.feeds, event).await;
+                resp.batch_item_failures.extend(again.batch_item_failures);
+            }
+            let failed: Vec<&str> = resp
+                .batch_item_failures
+                .iter()
+                .map(|f| f.item_identifier.as_str())
+                .collect();
+            let done: Vec<DeleteMessageBatchRequestEntry> = messages
+                .iter()
+                .filter(|m| !failed.contains(&m.message_id().unwrap_or_default()))
+                .enumerate()
+                .filter_map(|(i, m)| {
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(m.receipt_handle().unwrap_or_default())
+                        .build()
+                        .ok()
+                })
+                .collect();
+            if !failed.is_empty() {
+                warn!(queue = %q.url, failed = failed.len(), "left to the visibility timeout");
+            }
+            if !done.is_empty() {
+                self.sqs
+                    .delete_message_batch()
+                    .queue_url(&q.url)
+                    .set_entries(Some(done))
+                    .send()
+                    .await
+                    .map_err(|e| map_sdk_err("DeleteMessageBatch", e))?;
+            }
+        }
+        Ok(handled)
+    }
+
+    async fn call(&self, feeds: Feeds, event: SqsEvent) -> SqsBatchResponse {
+        match feeds {
+            Feeds::Steps | Feeds::DeadLetters => {
+                handle_steps(&self.service, &self.dead_letters, event).await
+            }
+            Feeds::CtaInbox => handle_cta_inbox(&self.service, event).await,
+        }
+    }
+
+    /// Pumps until `stop` turns true.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        while !*stop.borrow() {
+            match self.pump_once().await {
+                Ok(0) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                        _ = stop.changed() => {}
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    error!(error = %e, "queue pump failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+}

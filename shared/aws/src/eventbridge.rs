@@ -1,0 +1,89 @@
+//! `EventBridgeBus`: `PutEvents` on the Baton bus, source `baton`. A partially failed call
+//! (FailedEntryCount > 0) is retried for the failed entries, not ignored.
+
+use std::sync::Arc;
+
+use aws_sdk_eventbridge::Client;
+use aws_sdk_eventbridge::types::PutEventsRequestEntry;
+use tracing::instrument;
+
+use crate::sdk::{Meter, map_sdk_err};
+use baton_core::error::PortError;
+use baton_core::message::Event;
+use baton_core::ports::Bus;
+
+pub const SOURCE: &str = "baton";
+
+pub struct EventBridgeBus {
+    client: Client,
+    bus_name: String,
+    meter: Arc<Meter>,
+}
+
+impl EventBridgeBus {
+    pub fn new(client: Client, bus_name: impl Into<String>, meter: Arc<Meter>) -> Self {
+        Self {
+            client,
+            bus_name: bus_name.into(),
+            meter,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Bus for EventBridgeBus {
+    #[instrument(skip_all, fields(n = events.len()))]
+    async fn publish(&self, events: &[Event]) -> Result<(), PortError> {
+        for chunk in events.chunks(10) {
+            let mut pending: Vec<PutEventsRequestEntry> = Vec::with_capacity(chunk.len());
+            for e in chunk {
+                // The event id travels in the detail: consumers deduplicate on it.
+                let mut detail = e.detail.clone();
+                if let serde_json::Value::Object(d) = &mut detail {
+                    d.insert("eventId".into(), serde_json::Value::String(e.id.clone()));
+                }
+                pending.push(
+                    PutEventsRequestEntry::builder()
+                        .event_bus_name(&self.bus_name)
+                        .source(SOURCE)
+                        .detail_type(&e.detail_type)
+                        .detail(detail.to_string())
+                        .time(aws_sdk_eventbridge::primitives::DateTime::from_millis(
+                            e.time.timestamp_millis(),
+                        ))
+                        .build(),
+                );
+            }
+            let mut attempt = 0;
+            loop {
+                Meter::count(&self.meter.eventbridge);
+                let out = self
+                    .client
+                    .put_events()
+                    .set_entries(Some(pending.clone()))
+                    .send()
+                    .await
+                    .map_err(|e| map_sdk_err("PutEvents", e))?;
+                if out.failed_entry_count() == 0 {
+                    break;
+                }
+                // Results are positional: keep the entries whose result has an error.
+                pending = pending
+                    .into_iter()
+                    .zip(out.entries())
+                    .filter(|(_, r)| r.error_code().is_some())
+                    .map(|(e, _)| e)
+                    .collect();
+                attempt += 1;
+                if attempt >= 4 {
+                    return Err(PortError::Unavailable {
+                        message: format!("PutEvents kept failing {} event(s)", pending.len()),
+                        source: None,
+                    });
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,306 @@
+//! What the Lambda functions share: their start-up (config, SDK, model key, catalog, the
+//! service over AWS, each built once per container), the SQS batch handlers, and logging.
+//!
+//! The event source mapping stand-in of `baton dev --aws` ([`crate::event_source`]) calls
+//! these same handlers in-process with real `SqsEvent`s, so the local flow over an emulator
+//! runs exactly the code Lambda runs.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use baton_core::agent::{Catalog, CatalogError};
+use baton_core::config::{AwsConfig, Config, ConfigError, ModelConfig};
+use baton_core::cta::CtaResponse;
+use baton_core::llm::{Llm, LlmError, NoModel};
+use baton_core::message::{Event, StepMessage};
+use baton_core::ports::{Clock, SystemClock};
+use baton_core::service::{Deps, Service, ServiceError};
+use lambda_runtime::{LambdaEvent, service_fn};
+use serde_json::Value;
+use tracing::{Instrument, error, info_span, warn};
+
+use crate::dynamo::DynamoStore;
+use crate::eventbridge::EventBridgeBus;
+use crate::scheduler::SchedulerTimers;
+use crate::sdk::{Meter, sdk_config};
+use crate::sqs::SqsQueue;
+
+/// Builds the service over DynamoDB, SQS, EventBridge and Scheduler from one SDK config.
+pub fn aws_service(
+    cfg: &AwsConfig,
+    sdk: &aws_config::SdkConfig,
+    llm: Arc<dyn Llm>,
+    catalog: Arc<Catalog>,
+    clock: Arc<dyn Clock>,
+    meter: Arc<Meter>,
+) -> Arc<Service> {
+    let deps = Deps {
+        store: Arc::new(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(sdk),
+            &cfg.table,
+            cfg.retention_days,
+            meter.clone(),
+        )),
+        queue: Arc::new(SqsQueue::new(
+            aws_sdk_sqs::Client::new(sdk),
+            &cfg.steps_queue_url,
+            &cfg.subagent_queue_url,
+            meter.clone(),
+        )),
+        bus: Arc::new(EventBridgeBus::new(
+            aws_sdk_eventbridge::Client::new(sdk),
+            &cfg.bus_name,
+            meter.clone(),
+        )),
+        scheduler: Arc::new(SchedulerTimers::new(
+            aws_sdk_scheduler::Client::new(sdk),
+            &cfg.schedule_group,
+            &cfg.bus_arn,
+            &cfg.scheduler_role_arn,
+            meter,
+        )),
+        llm,
+        clock,
+    };
+    Arc::new(Service::new(deps, catalog))
+}
+
+/// Why a function could not start. Each names what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot read the model API key from Secrets Manager ({arn}): {message}")]
+    Secret { arn: String, message: String },
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+}
+
+/// What every function starts from, once per container: the configuration and one SDK
+/// config that every client is built from.
+pub struct Runtime {
+    pub config: Config,
+    pub sdk: aws_config::SdkConfig,
+}
+
+impl Runtime {
+    /// Reads the environment (see `template.yaml`) and loads the SDK config.
+    pub async fn from_env() -> Result<Self, InitError> {
+        let config = Config::from_env()?;
+        config.aws()?;
+        let sdk = sdk_config(&config.sdk).await;
+        Ok(Self { config, sdk })
+    }
+
+    /// The model settings, with the API key read from Secrets Manager when
+    /// `BATON_LLM_SECRET_ARN` names a secret.
+    pub async fn model(&self) -> Result<ModelConfig, InitError> {
+        let mut model = self.config.model.clone();
+        if let Some(arn) = &model.secret_arn {
+            let secret = aws_sdk_secretsmanager::Client::new(&self.sdk)
+                .get_secret_value()
+                .secret_id(arn)
+                .send()
+                .await
+                .map_err(|e| InitError::Secret {
+                    arn: arn.clone(),
+                    message: e.to_string(),
+                })?;
+            model.api_key = secret.secret_string().map(|s| s.trim().to_owned());
+        }
+        Ok(model)
+    }
+
+    /// The service over this deployment's resources, thinking with `llm` (the `api` and
+    /// `cta` functions never think: they pass `NoModel`).
+    pub fn service(&self, llm: Arc<dyn Llm>) -> Result<Arc<Service>, InitError> {
+        let catalog = Arc::new(Catalog::load(self.config.agents_file.as_deref())?);
+        Ok(aws_service(
+            self.config.aws()?,
+            &self.sdk,
+            llm,
+            catalog,
+            Arc::new(SystemClock),
+            Meter::shared(),
+        ))
+    }
+}
+
+/// The `orchestrator` and `subagent` functions: steps from their queue (and its dead-letter
+/// queue, `BATON_DEAD_LETTER_QUEUE_ARN`), thinking with `llm`, until Lambda stops them.
+pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda_runtime::Error> {
+    let dead_letters = Arc::new(vec![
+        runtime.config.aws()?.dead_letter_queue_arn()?.to_owned(),
+    ]);
+    let service = runtime.service(llm)?;
+    lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
+        let (service, dead_letters) = (service.clone(), dead_letters.clone());
+        async move {
+            Ok::<_, lambda_runtime::Error>(
+                handle_steps(&service, &dead_letters, event.payload).await,
+            )
+        }
+    }))
+    .await
+}
+
+/// The `cta` function: answers and expiries from the inbox queue, until Lambda stops it.
+pub async fn run_cta_inbox(runtime: Runtime) -> Result<(), lambda_runtime::Error> {
+    let service = runtime.service(Arc::new(NoModel))?;
+    lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
+        let service = service.clone();
+        async move { Ok::<_, lambda_runtime::Error>(handle_cta_inbox(&service, event.payload).await) }
+    }))
+    .await
+}
+
+/// JSON logs, as `LoggingConfig: {LogFormat: JSON}` expects.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .without_time()
+        .try_init();
+}
+
+fn failure(id: String) -> BatchItemFailure {
+    let mut f = BatchItemFailure::default();
+    f.item_identifier = id;
+    f
+}
+
+/// The `orchestrator` and `subagent` functions: one step per message, in order.
+///
+/// With SQS FIFO and `ReportBatchItemFailures`, once a message of a group fails, every later
+/// message of that group in the batch is reported failed too, or SQS would deliver them out
+/// of order. Only retryable errors are reported: a terminal one has already failed its run
+/// (see `Service::handle`), so redelivering it could not help. Records from one of
+/// `dead_letters` (queue ARNs) end their run as failed.
+pub async fn handle_steps(
+    service: &Service,
+    dead_letters: &[String],
+    event: SqsEvent,
+) -> SqsBatchResponse {
+    let mut failed_groups: HashSet<String> = HashSet::new();
+    let mut resp = SqsBatchResponse::default();
+    for rec in event.records {
+        let id = rec.message_id.clone().unwrap_or_default();
+        let group = rec
+            .attributes
+            .get("MessageGroupId")
+            .cloned()
+            .unwrap_or_default();
+        if failed_groups.contains(&group) {
+            resp.batch_item_failures.push(failure(id));
+            continue;
+        }
+        let msg: StepMessage = match rec.body.as_deref().map(serde_json::from_str) {
+            Some(Ok(m)) => m,
+            other => {
+                // A poison message can never succeed: log it and let it go.
+                error!(message_id = %id, error = ?other.map(|r| r.err().map(|e| e.to_string())), "undecodable step message dropped");
+                continue;
+            }
+        };
+        let dead = rec
+            .event_source_arn
+            .as_ref()
+            .is_some_and(|a| dead_letters.contains(a));
+        let span = info_span!("step", message_id = %id, run_id = %msg.run_id, dead);
+        let result = async {
+            if dead {
+                service
+                    .dead_letter(&msg, "its retries were exhausted")
+                    .await
+            } else {
+                service.handle(&msg).await
+            }
+        }
+        .instrument(span)
+        .await;
+        match result {
+            Ok(_) => {}
+            Err(e) if e.is_retryable() => {
+                warn!(message_id = %id, run_id = %msg.run_id, error = %e, "step failed; SQS will redeliver");
+                failed_groups.insert(group);
+                resp.batch_item_failures.push(failure(id));
+            }
+            Err(e) => {
+                error!(message_id = %id, run_id = %msg.run_id, error = %e, "step failed for good and its run could not be failed; acknowledged");
+            }
+        }
+    }
+    resp
+}
+
+/// The `cta` function: `cta.response` and `cta.expired` events from the bus, via the inbox
+/// queue. A response is validated and accepted with the CTA's conditional write (the first
+/// valid answer wins); an invalid or late one is logged, published as `cta.rejected`, and
+/// dropped, never blocking the queue. Backend errors are retried.
+pub async fn handle_cta_inbox(service: &Service, event: SqsEvent) -> SqsBatchResponse {
+    let mut resp = SqsBatchResponse::default();
+    for rec in event.records {
+        let id = rec.message_id.clone().unwrap_or_default();
+        let envelope: Value = match rec.body.as_deref().map(serde_json::from_str) {
+            Some(Ok(v)) => v,
+            _ => {
+                error!(message_id = %id, "undecodable inbox message dropped");
+                continue;
+            }
+        };
+        let detail_type = envelope["detail-type"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let detail = envelope["detail"].clone();
+        let cta_id = detail["ctaId"].as_str().unwrap_or_default().to_owned();
+        let span =
+            info_span!("cta", message_id = %id, cta_id = %cta_id, detail_type = %detail_type);
+        let outcome: Result<(), ServiceError> = async {
+            match detail_type.as_str() {
+                "cta.response" => {
+                    let mut fields = detail.clone();
+                    if let Value::Object(m) = &mut fields {
+                        m.remove("ctaId");
+                        m.remove("eventId");
+                    }
+                    let response: CtaResponse = serde_json::from_value(fields)
+                        .map_err(|e| ServiceError::Invalid(format!("invalid CTA response: {e}")))?;
+                    service
+                        .answer_cta(None, &cta_id, response)
+                        .await
+                        .map(|_| ())
+                }
+                "cta.expired" => Ok(service.expire_cta(&cta_id).await?),
+                other => Err(ServiceError::Invalid(format!("unexpected event `{other}`"))),
+            }
+        }
+        .instrument(span)
+        .await;
+        match outcome {
+            Ok(()) => {}
+            Err(ServiceError::Port(e)) if e.is_retryable() => {
+                warn!(message_id = %id, error = %e, "inbox message will be retried");
+                resp.batch_item_failures.push(failure(id));
+            }
+            Err(e) => {
+                warn!(message_id = %id, cta_id = %cta_id, error = %e, "CTA event rejected");
+                let event = Event {
+                    id: format!("{id}:rejected"),
+                    detail_type: "cta.rejected".into(),
+                    detail: serde_json::json!({"ctaId": cta_id, "eventType": detail_type, "reason": e.to_string()}),
+                    time: chrono::Utc::now(),
+                };
+                if let Err(e) = service.deps().bus.publish(&[event]).await {
+                    warn!(error = %e, "publishing cta.rejected failed");
+                }
+            }
+        }
+    }
+    resp
+}

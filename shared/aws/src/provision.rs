@@ -1,0 +1,264 @@
+//! Creates the resources `template.yaml` declares, with the same names, in LocalStack or
+//! moto (or a real account): the table, the queues and their dead-letter queues, the bus and
+//! its rule into the CTA inbox, the schedule group. Idempotent: running it twice is fine.
+
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
+};
+use aws_sdk_sqs::types::QueueAttributeName;
+
+use baton_core::config::AwsConfig;
+
+use crate::dynamo::GSI1;
+use crate::sdk::map_sdk_err;
+use baton_core::error::PortError;
+
+/// Resource names, derived from one prefix (the stack name on AWS).
+#[derive(Debug, Clone)]
+pub struct Names {
+    pub prefix: String,
+    /// Seconds a received message stays hidden (6 × the function timeout on AWS).
+    pub visibility_timeout: u32,
+    /// Receives before a message moves to its dead-letter queue.
+    pub max_receives: u32,
+}
+
+impl Names {
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+            visibility_timeout: 30,
+            max_receives: 5,
+        }
+    }
+    pub fn table(&self) -> String {
+        format!("{}-table", self.prefix)
+    }
+    pub fn steps(&self) -> String {
+        format!("{}-steps.fifo", self.prefix)
+    }
+    pub fn subagent_steps(&self) -> String {
+        format!("{}-subagent-steps.fifo", self.prefix)
+    }
+    pub fn cta_inbox(&self) -> String {
+        format!("{}-cta-inbox", self.prefix)
+    }
+    pub fn bus(&self) -> String {
+        format!("{}-bus", self.prefix)
+    }
+    pub fn schedule_group(&self) -> String {
+        format!("{}-ctas", self.prefix)
+    }
+}
+
+/// What was created, as the functions see it in their environment.
+#[derive(Debug, Clone)]
+pub struct Provisioned {
+    pub config: AwsConfig,
+    pub cta_inbox_url: String,
+    /// The dead-letter queues of steps, subagent steps and the CTA inbox, in that order.
+    pub dead_letters: Vec<QueueRef>,
+}
+
+/// A queue as its consumers know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueRef {
+    pub url: String,
+    pub arn: String,
+}
+
+fn dlq_name(queue: &str) -> String {
+    match queue.strip_suffix(".fifo") {
+        Some(base) => format!("{base}-dlq.fifo"),
+        None => format!("{queue}-dlq"),
+    }
+}
+
+async fn queue(
+    sqs: &aws_sdk_sqs::Client,
+    name: &str,
+    n: &Names,
+) -> Result<(QueueRef, QueueRef), PortError> {
+    let fifo = name.ends_with(".fifo");
+    let create = |qname: String, redrive: Option<String>| {
+        let mut req = sqs.create_queue().queue_name(qname);
+        if fifo {
+            req = req.attributes(QueueAttributeName::FifoQueue, "true");
+        }
+        req = req.attributes(
+            QueueAttributeName::VisibilityTimeout,
+            n.visibility_timeout.to_string(),
+        );
+        if let Some(r) = redrive {
+            req = req.attributes(QueueAttributeName::RedrivePolicy, r);
+        }
+        req.send()
+    };
+    let arn_of = |url: String| async move {
+        let attrs = sqs
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .map_err(|e| map_sdk_err("GetQueueAttributes", e))?;
+        let arn = attrs
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+            .cloned()
+            .unwrap_or_default();
+        Ok::<_, PortError>(QueueRef { url, arn })
+    };
+    let dlq = create(dlq_name(name), None)
+        .await
+        .map_err(|e| map_sdk_err("CreateQueue", e))?;
+    let dlq = arn_of(dlq.queue_url().unwrap_or_default().to_owned()).await?;
+    let redrive =
+        serde_json::json!({"deadLetterTargetArn": dlq.arn, "maxReceiveCount": n.max_receives})
+            .to_string();
+    let q = create(name.to_owned(), Some(redrive))
+        .await
+        .map_err(|e| map_sdk_err("CreateQueue", e))?;
+    let q = arn_of(q.queue_url().unwrap_or_default().to_owned()).await?;
+    Ok((q, dlq))
+}
+
+/// Creates (or finds) everything. `scheduler_role_arn` is the role Scheduler assumes to put
+/// the expiry event on the bus (emulators accept any well-formed ARN).
+pub async fn ensure(
+    sdk: &SdkConfig,
+    n: &Names,
+    scheduler_role_arn: &str,
+) -> Result<Provisioned, PortError> {
+    let ddb = aws_sdk_dynamodb::Client::new(sdk);
+    let key = |name: &str, t: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(t)
+            .build()
+    };
+    let attr = |name: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+    };
+    let build =
+        |e: aws_sdk_dynamodb::error::BuildError| PortError::broken("build table definition", e);
+    let created = ddb
+        .create_table()
+        .table_name(n.table())
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(attr("PK").map_err(build)?)
+        .attribute_definitions(attr("SK").map_err(build)?)
+        .attribute_definitions(attr("GSI1PK").map_err(build)?)
+        .attribute_definitions(attr("GSI1SK").map_err(build)?)
+        .key_schema(key("PK", KeyType::Hash).map_err(build)?)
+        .key_schema(key("SK", KeyType::Range).map_err(build)?)
+        .global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name(GSI1)
+                .key_schema(key("GSI1PK", KeyType::Hash).map_err(build)?)
+                .key_schema(key("GSI1SK", KeyType::Range).map_err(build)?)
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::All)
+                        .build(),
+                )
+                .build()
+                .map_err(build)?,
+        )
+        .send()
+        .await;
+    match created {
+        Ok(_) => {
+            let ttl = TimeToLiveSpecification::builder()
+                .attribute_name("ttl")
+                .enabled(true)
+                .build()
+                .map_err(build)?;
+            ddb.update_time_to_live()
+                .table_name(n.table())
+                .time_to_live_specification(ttl)
+                .send()
+                .await
+                .map_err(|e| map_sdk_err("UpdateTimeToLive", e))?;
+        }
+        Err(e) if e.code() == Some("ResourceInUseException") => {}
+        Err(e) => return Err(map_sdk_err("CreateTable", e)),
+    }
+
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let (steps, steps_dlq) = queue(&sqs, &n.steps(), n).await?;
+    let (sub, sub_dlq) = queue(&sqs, &n.subagent_steps(), n).await?;
+    let (inbox, inbox_dlq) = queue(&sqs, &n.cta_inbox(), n).await?;
+
+    let eb = aws_sdk_eventbridge::Client::new(sdk);
+    match eb.create_event_bus().name(n.bus()).send().await {
+        Ok(_) => {}
+        Err(e) if e.code() == Some("ResourceAlreadyExistsException") => {}
+        Err(e) => return Err(map_sdk_err("CreateEventBus", e)),
+    }
+    let bus_arn = eb
+        .describe_event_bus()
+        .name(n.bus())
+        .send()
+        .await
+        .map_err(|e| map_sdk_err("DescribeEventBus", e))?
+        .arn
+        .unwrap_or_default();
+    let rule = format!("{}-cta-inbox", n.prefix);
+    eb.put_rule()
+        .name(&rule)
+        .event_bus_name(n.bus())
+        .event_pattern(
+            serde_json::json!({"detail-type": ["cta.response", "cta.expired"]}).to_string(),
+        )
+        .send()
+        .await
+        .map_err(|e| map_sdk_err("PutRule", e))?;
+    eb.put_targets()
+        .rule(&rule)
+        .event_bus_name(n.bus())
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("cta-inbox")
+                .arn(inbox.arn)
+                .build()
+                .map_err(|e| PortError::broken("build rule target", e))?,
+        )
+        .send()
+        .await
+        .map_err(|e| map_sdk_err("PutTargets", e))?;
+
+    let sch = aws_sdk_scheduler::Client::new(sdk);
+    match sch
+        .create_schedule_group()
+        .name(n.schedule_group())
+        .send()
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if e.code() == Some("ConflictException") => {}
+        Err(e) => return Err(map_sdk_err("CreateScheduleGroup", e)),
+    }
+
+    Ok(Provisioned {
+        config: AwsConfig {
+            table: n.table(),
+            steps_queue_url: steps.url,
+            subagent_queue_url: sub.url,
+            bus_name: n.bus(),
+            bus_arn,
+            schedule_group: n.schedule_group(),
+            scheduler_role_arn: scheduler_role_arn.into(),
+            retention_days: 90,
+            dead_letter_queue_arn: None,
+        },
+        cta_inbox_url: inbox.url,
+        dead_letters: vec![steps_dlq, sub_dlq, inbox_dlq],
+    })
+}

@@ -1,0 +1,110 @@
+//! What the AWS adapters share: one SDK config for every client, error mapping (retryable vs
+//! terminal), and a meter that counts requests and DynamoDB capacity units (for the cost
+//! benchmark). Resource names come from the core's `Config`; nothing here reads the
+//! environment.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+
+use baton_core::config::SdkEnv;
+use baton_core::error::PortError;
+
+/// Loads the one SDK config every client is built from. `AWS_ENDPOINT_URL` (honoured by the
+/// SDK itself) points every client at LocalStack or moto; then, unless set, credentials and
+/// region default to an emulator's (`test`, `us-east-1`), so nothing falls back to instance
+/// metadata. Without it, the SDK's standard chain applies (the function's role on Lambda).
+pub async fn sdk_config(env: &SdkEnv) -> aws_config::SdkConfig {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if env.endpoint.is_some() {
+        if !env.credentials_set {
+            loader = loader.credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test", "test", None, None, "emulator",
+            ));
+        }
+        if !env.region_set {
+            loader = loader.region(aws_config::Region::new("us-east-1"));
+        }
+    }
+    loader.load().await
+}
+
+/// Requests and DynamoDB capacity units, counted by the adapters.
+#[derive(Debug, Default)]
+pub struct Meter {
+    pub dynamodb: AtomicU64,
+    pub sqs: AtomicU64,
+    pub eventbridge: AtomicU64,
+    pub scheduler: AtomicU64,
+    /// Read request units, in halves (eventually consistent reads cost half a unit).
+    pub read_half_units: AtomicU64,
+    pub write_units: AtomicU64,
+}
+
+/// A snapshot of a [`Meter`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Usage {
+    pub dynamodb_requests: u64,
+    pub sqs_requests: u64,
+    pub eventbridge_requests: u64,
+    pub scheduler_requests: u64,
+    pub read_units: f64,
+    pub write_units: u64,
+}
+
+impl Meter {
+    pub fn shared() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+    pub fn snapshot(&self) -> Usage {
+        Usage {
+            dynamodb_requests: self.dynamodb.load(Ordering::Relaxed),
+            sqs_requests: self.sqs.load(Ordering::Relaxed),
+            eventbridge_requests: self.eventbridge.load(Ordering::Relaxed),
+            scheduler_requests: self.scheduler.load(Ordering::Relaxed),
+            read_units: self.read_half_units.load(Ordering::Relaxed) as f64 / 2.0,
+            write_units: self.write_units.load(Ordering::Relaxed),
+        }
+    }
+    pub(crate) fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Error codes that mean "try again later".
+const RETRYABLE: &[&str] = &[
+    "ThrottlingException",
+    "ProvisionedThroughputExceededException",
+    "RequestLimitExceeded",
+    "TransactionConflictException",
+    "InternalServerError",
+    "InternalFailure",
+    "ServiceUnavailable",
+    "ServiceUnavailableException",
+    "RequestThrottled",
+    "TooManyRequestsException",
+];
+
+/// Maps an SDK error: transport failures, timeouts, throttling and 5xx are retryable;
+/// everything else is terminal. The source is kept.
+pub fn map_sdk_err<E, R>(what: &str, e: SdkError<E, R>) -> PortError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let retryable = match &e {
+        SdkError::ServiceError(se) => se.err().code().is_some_and(|c| RETRYABLE.contains(&c)),
+        SdkError::ConstructionFailure(_) => false,
+        _ => true,
+    };
+    let message = match e.code() {
+        Some(code) => format!("{what}: {code}: {}", e.message().unwrap_or_default()),
+        None => format!("{what}: {e}"),
+    };
+    if retryable {
+        PortError::unavailable(message, e)
+    } else {
+        PortError::broken(message, e)
+    }
+}

@@ -1,0 +1,295 @@
+//! Configuration: every environment variable Baton reads, read here and only here, once at
+//! start-up, validated with errors that name the variable.
+//!
+//! The names match `template.yaml` exactly. Parsing takes a lookup function, so it is pure
+//! and tested without touching the process environment; [`Config::from_env`] is the one
+//! place that reads it.
+
+use std::path::PathBuf;
+
+/// A variable that is missing or does not parse. Start-up stops with this message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("environment variable {var} is not set ({hint})")]
+    Missing {
+        var: &'static str,
+        hint: &'static str,
+    },
+    #[error("environment variable {var}={value:?} is not valid: expected {expected}")]
+    Invalid {
+        var: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+}
+
+/// The model client's settings (an OpenAI-compatible endpoint).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ModelConfig {
+    /// `OPENAI_BASE_URL`, up to and including `/v1` (default OpenAI's).
+    pub base_url: String,
+    /// `OPENAI_API_KEY` (optional: local servers need none).
+    pub api_key: Option<String>,
+    /// `BATON_LLM_SECRET_ARN`: on AWS, the Secrets Manager secret holding the key.
+    pub secret_arn: Option<String>,
+    /// `BATON_MODEL`: the model when the agent names none (default `gpt-4o-mini`).
+    pub model: String,
+    /// `BATON_LLM_MAX_RETRIES`: retries after the first attempt (default 4).
+    pub max_retries: u32,
+}
+
+impl std::fmt::Debug for ModelConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("secret_arn", &self.secret_arn)
+            .field("model", &self.model)
+            .field("max_retries", &self.max_retries)
+            .finish()
+    }
+}
+
+/// How the AWS SDK is pointed: `AWS_ENDPOINT_URL` (an emulator such as LocalStack or moto)
+/// and whether credentials and a region are set, so an emulator gets defaults instead of an
+/// instance-metadata lookup.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SdkEnv {
+    pub endpoint: Option<String>,
+    pub credentials_set: bool,
+    pub region_set: bool,
+}
+
+/// The AWS resources a deployment uses, as `template.yaml` passes them to every function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwsConfig {
+    pub table: String,
+    pub steps_queue_url: String,
+    pub subagent_queue_url: String,
+    pub bus_name: String,
+    pub bus_arn: String,
+    pub schedule_group: String,
+    pub scheduler_role_arn: String,
+    /// How long finished runs and resolved CTAs are kept (DynamoDB TTL).
+    pub retention_days: u32,
+    /// The dead-letter queue the consuming function also reads (step functions only):
+    /// records from it end their run as failed.
+    pub dead_letter_queue_arn: Option<String>,
+}
+
+impl AwsConfig {
+    /// The step functions' dead-letter queue, which they must know to tell its records apart.
+    pub fn dead_letter_queue_arn(&self) -> Result<&str, ConfigError> {
+        self.dead_letter_queue_arn
+            .as_deref()
+            .ok_or(ConfigError::Missing {
+                var: "BATON_DEAD_LETTER_QUEUE_ARN",
+                hint: "the step functions' dead-letter queue, see template.yaml",
+            })
+    }
+}
+
+/// Everything read from the environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub model: ModelConfig,
+    /// `BATON_AGENTS_FILE`: extra agents (JSON), if any.
+    pub agents_file: Option<PathBuf>,
+    pub sdk: SdkEnv,
+    /// `BATON_PREFIX`: the name prefix of resources `baton bootstrap` and `baton dev --aws`
+    /// create (default `baton`).
+    pub prefix: String,
+    /// `BATON_SCHEDULER_ROLE_ARN` alone, for hosts that provision their own resources.
+    pub scheduler_role_arn: Option<String>,
+    aws: Result<AwsConfig, ConfigError>,
+}
+
+const AWS_HINT: &str = "template.yaml sets it on every function";
+
+impl Config {
+    /// Reads the process environment. Call once, in `main`.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Parses configuration from `get` (a variable's value, if set). Empty values count as
+    /// unset. A value that is set but invalid is an error even where a default exists.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let var = |k: &str| {
+            get(k)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let number = |k: &'static str, default: u32, min: u32| -> Result<u32, ConfigError> {
+            match var(k) {
+                None => Ok(default),
+                Some(v) => {
+                    v.parse::<u32>()
+                        .ok()
+                        .filter(|n| *n >= min)
+                        .ok_or(ConfigError::Invalid {
+                            var: k,
+                            value: v,
+                            expected: if min == 0 {
+                                "a whole number"
+                            } else {
+                                "a whole number of at least 1"
+                            },
+                        })
+                }
+            }
+        };
+        let base_url = var("OPENAI_BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".into());
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            return Err(ConfigError::Invalid {
+                var: "OPENAI_BASE_URL",
+                value: base_url,
+                expected: "an http:// or https:// URL",
+            });
+        }
+        let model = ModelConfig {
+            base_url,
+            api_key: var("OPENAI_API_KEY"),
+            secret_arn: var("BATON_LLM_SECRET_ARN"),
+            model: var("BATON_MODEL").unwrap_or_else(|| "gpt-4o-mini".into()),
+            max_retries: number("BATON_LLM_MAX_RETRIES", 4, 0)?,
+        };
+        let retention_days = number("BATON_RETENTION_DAYS", 90, 1)?;
+        let required = |k: &'static str| {
+            var(k).ok_or(ConfigError::Missing {
+                var: k,
+                hint: AWS_HINT,
+            })
+        };
+        let aws = (|| {
+            Ok(AwsConfig {
+                table: required("BATON_TABLE")?,
+                steps_queue_url: required("BATON_STEPS_QUEUE_URL")?,
+                subagent_queue_url: required("BATON_SUBAGENT_QUEUE_URL")?,
+                bus_name: required("BATON_BUS_NAME")?,
+                bus_arn: required("BATON_BUS_ARN")?,
+                schedule_group: required("BATON_SCHEDULE_GROUP")?,
+                scheduler_role_arn: required("BATON_SCHEDULER_ROLE_ARN")?,
+                retention_days,
+                dead_letter_queue_arn: var("BATON_DEAD_LETTER_QUEUE_ARN"),
+            })
+        })();
+        Ok(Self {
+            model,
+            agents_file: var("BATON_AGENTS_FILE").map(PathBuf::from),
+            sdk: SdkEnv {
+                endpoint: var("AWS_ENDPOINT_URL"),
+                credentials_set: var("AWS_ACCESS_KEY_ID").is_some() || var("AWS_PROFILE").is_some(),
+                region_set: var("AWS_REGION").is_some() || var("AWS_DEFAULT_REGION").is_some(),
+            },
+            prefix: var("BATON_PREFIX").unwrap_or_else(|| "baton".into()),
+            scheduler_role_arn: var("BATON_SCHEDULER_ROLE_ARN"),
+            aws,
+        })
+    }
+
+    /// The deployment's AWS resources; an error names the first missing variable. Required
+    /// by the Lambda functions, unused by `baton dev`.
+    pub fn aws(&self) -> Result<&AwsConfig, ConfigError> {
+        self.aws.as_ref().map_err(Clone::clone)
+    }
+
+    /// How long finished runs are kept, also when no deployment is configured.
+    pub fn retention_days(&self) -> u32 {
+        match &self.aws {
+            Ok(a) => a.retention_days,
+            Err(_) => 90,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    const AWS: &[(&str, &str)] = &[
+        ("BATON_TABLE", "t"),
+        ("BATON_STEPS_QUEUE_URL", "q1"),
+        ("BATON_SUBAGENT_QUEUE_URL", "q2"),
+        ("BATON_BUS_NAME", "b"),
+        ("BATON_BUS_ARN", "arn:b"),
+        ("BATON_SCHEDULE_GROUP", "g"),
+        ("BATON_SCHEDULER_ROLE_ARN", "arn:r"),
+    ];
+
+    #[test]
+    fn defaults_apply_when_nothing_is_set() {
+        let c = parse(&[]).expect("parses");
+        assert_eq!(c.model.base_url, "https://api.openai.com/v1");
+        assert_eq!(c.model.model, "gpt-4o-mini");
+        assert_eq!(c.model.max_retries, 4);
+        assert_eq!(c.prefix, "baton");
+        assert_eq!(c.retention_days(), 90);
+        assert_eq!(c.sdk, SdkEnv::default());
+        let err = c.aws().expect_err("no deployment");
+        assert!(err.to_string().contains("BATON_TABLE"), "{err}");
+    }
+
+    #[test]
+    fn a_deployment_is_read_whole_and_names_what_is_missing() {
+        let mut vars = AWS.to_vec();
+        vars.push(("BATON_RETENTION_DAYS", "7"));
+        vars.push(("BATON_DEAD_LETTER_QUEUE_ARN", "arn:dlq"));
+        let c = parse(&vars).expect("parses");
+        let aws = c.aws().expect("complete");
+        assert_eq!(aws.table, "t");
+        assert_eq!(aws.retention_days, 7);
+        assert_eq!(aws.dead_letter_queue_arn().expect("set"), "arn:dlq");
+        for missing in AWS.iter().map(|(k, _)| *k) {
+            let vars: Vec<_> = AWS.iter().copied().filter(|(k, _)| *k != missing).collect();
+            let err = parse(&vars).expect("parses").aws().expect_err(missing);
+            assert!(err.to_string().contains(missing), "{err}");
+        }
+        let err = parse(AWS)
+            .expect("parses")
+            .aws()
+            .expect("complete")
+            .dead_letter_queue_arn()
+            .expect_err("unset");
+        assert!(err.to_string().contains("BATON_DEAD_LETTER_QUEUE_ARN"));
+    }
+
+    #[test]
+    fn invalid_values_are_refused_by_name() {
+        let cases = [
+            ("BATON_LLM_MAX_RETRIES", "many"),
+            ("BATON_RETENTION_DAYS", "0"),
+            ("BATON_RETENTION_DAYS", "-3"),
+            ("OPENAI_BASE_URL", "localhost:8080"),
+        ];
+        for (k, v) in cases {
+            let err = parse(&[(k, v)]).expect_err(k);
+            assert!(err.to_string().contains(k), "{err}");
+            assert!(err.to_string().contains(v), "{err}");
+        }
+    }
+
+    #[test]
+    fn blank_values_count_as_unset_and_secrets_are_not_printed() {
+        let c = parse(&[
+            ("BATON_MODEL", "  "),
+            ("OPENAI_API_KEY", "sk-secret"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"),
+            ("AWS_REGION", "eu-west-1"),
+        ])
+        .expect("parses");
+        assert_eq!(c.model.model, "gpt-4o-mini");
+        assert!(!format!("{c:?}").contains("sk-secret"));
+        assert_eq!(c.sdk.endpoint.as_deref(), Some("http://127.0.0.1:5000"));
+        assert!(c.sdk.region_set && !c.sdk.credentials_set);
+    }
+}

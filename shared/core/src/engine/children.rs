@@ -1,0 +1,162 @@
+//! Subagents: starting a child run (`spawn_subagent`), continuing one by its id, queueing
+//! calls over the parallel cap, and the parent's side of a child finishing.
+
+use serde_json::{Value, json};
+
+use super::{Next, Step, Work, derive_id};
+use crate::message::{ChildOutcome, Effect, Input, StepMessage};
+use crate::run::{NewRun, ParentLink, Run};
+use crate::timeline::{Entry, EntryBody, ToolResult};
+
+/// `ChildFinished`: resolve the call that waits for this child, start queued calls in the
+/// freed slot, and think once the whole batch has settled (the fan-in).
+pub(super) fn finished(
+    w: &mut Work,
+    child_run_id: &str,
+    tool_call_id: &str,
+    outcome: &ChildOutcome,
+) -> Next {
+    let Some(seq) = w
+        .pending_where(|t| t.id == tool_call_id && t.child_run_id.as_deref() == Some(child_run_id))
+    else {
+        return Next::Now(Step::Ignore(format!(
+            "no pending result waits for child {child_run_id}"
+        )));
+    };
+    let result = match outcome {
+        ChildOutcome::Completed {
+            text,
+            step_count,
+            total_usage,
+        } => ToolResult::Success {
+            output: json!({
+                "subagentId": child_run_id,
+                "text": text,
+                "stepCount": step_count,
+                "totalUsage": total_usage,
+            }),
+        },
+        ChildOutcome::Ended { status, error } => ToolResult::error(format!(
+            "subagent {child_run_id} {}: {error}",
+            status.as_str()
+        )),
+    };
+    w.resolve(seq, result, None);
+    w.start_queued_children();
+    w.after_resolution()
+}
+
+impl Work<'_> {
+    pub(super) fn running_children(&self) -> usize {
+        self.pending_seqs(|t| t.child_run_id.is_some()).len()
+    }
+
+    pub(super) fn spawn(&mut self, seq: u64, id: &str, input: &Value) -> ToolResult {
+        let limits = &self.catalog.limits;
+        if let Some(sub) = input.get("subagentId").and_then(Value::as_str) {
+            if self.running_children() >= limits.max_parallel_children {
+                return ToolResult::Pending {
+                    reason: "queued".into(),
+                };
+            }
+            self.resume_child(seq, id, sub, input);
+            return ToolResult::Pending {
+                reason: "waiting for subagent".into(),
+            };
+        }
+        if self.run.depth + 1 > limits.max_depth {
+            return ToolResult::error(format!(
+                "subagents may nest at most {} deep; do this work yourself or answer",
+                limits.max_depth
+            ));
+        }
+        if self.running_children() >= limits.max_parallel_children {
+            return ToolResult::Pending {
+                reason: "queued".into(),
+            };
+        }
+        self.start_child(seq, id, input);
+        ToolResult::Pending {
+            reason: "waiting for subagent".into(),
+        }
+    }
+
+    pub(super) fn start_child(&mut self, seq: u64, call_id: &str, input: &Value) {
+        let text = |k: &str| input.get(k).and_then(Value::as_str).map(str::to_owned);
+        // `sub_` marks a subagent run: queues route on it without reading the run.
+        let child_id = derive_id("sub", &self.run.run_id, seq);
+        let mut child = Run::new(NewRun {
+            run_id: child_id.clone(),
+            agent: text("agent").unwrap_or_default(),
+            owner: self.run.owner.clone(),
+            parent: Some(ParentLink {
+                run_id: self.run.run_id.clone(),
+                tool_call_id: call_id.into(),
+            }),
+            depth: self.run.depth + 1,
+            on_expiry: self.run.on_expiry,
+            sandbox_id: text("sandboxId").or_else(|| self.run.sandbox_id.clone()),
+            metadata: None,
+            now: self.now,
+        });
+        let first = Entry {
+            seq: 0,
+            at: self.now,
+            body: EntryBody::User {
+                text: text("prompt").unwrap_or_default(),
+                message_id: None,
+            },
+        };
+        child.next_seq = 1;
+        self.new_runs.push((child, vec![first]));
+        self.effects.push(Effect::Send(StepMessage {
+            run_id: child_id.clone(),
+            id: format!("{child_id}:start"),
+            input: Input::Start,
+        }));
+        self.tool_mut(seq).child_run_id = Some(child_id);
+    }
+
+    pub(super) fn resume_child(&mut self, seq: u64, call_id: &str, child_id: &str, input: &Value) {
+        let prompt = input
+            .get("prompt")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let message_id = format!("{}/{call_id}", self.run.run_id);
+        self.effects.push(Effect::Send(StepMessage {
+            run_id: child_id.into(),
+            id: format!("{message_id}:resume"),
+            input: Input::UserMessage {
+                text: prompt.into(),
+                message_id,
+                reply_to: Some(ParentLink {
+                    run_id: self.run.run_id.clone(),
+                    tool_call_id: call_id.into(),
+                }),
+            },
+        }));
+        self.tool_mut(seq).child_run_id = Some(child_id.into());
+    }
+
+    /// Starts queued `spawn_subagent` calls while slots are free, in call order.
+    pub(super) fn start_queued_children(&mut self) {
+        let queued = self.pending_seqs(|t| t.child_run_id.is_none() && t.cta.is_none());
+        for seq in queued {
+            if self.running_children() >= self.catalog.limits.max_parallel_children {
+                break;
+            }
+            let (id, input) = {
+                let t = self.tool(seq);
+                (t.id.clone(), t.input.clone())
+            };
+            if let Some(sub) = input.get("subagentId").and_then(Value::as_str) {
+                self.resume_child(seq, &id, sub, &input);
+            } else {
+                self.start_child(seq, &id, &input);
+            }
+            self.tool_mut(seq).result = ToolResult::Pending {
+                reason: "waiting for subagent".into(),
+            };
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! CTAs: raising one (a `request_human_feedback` call, or a tool call that needs approval),
+//! and the two ways a pending one is resolved through the run's queue: answered, expired.
+
+use serde_json::{Value, json};
+
+use super::{Execution, Io, Next, Step, Work, derive_id, to_result};
+use crate::cta::{Cta, CtaRequest, CtaResponse, CtaStatus};
+use crate::message::Effect;
+use crate::run::{ExpiryPolicy, RunStatus};
+use crate::timeline::{CtaSnapshot, EntryBody, ToolResult};
+
+/// `CtaAnswered`: resolve the pending result that waits for this CTA. An approved gate runs
+/// its tool first (the caller executes it and steps again); a rejected one is an error
+/// result the model sees.
+pub(super) fn answered(w: &mut Work, cta_id: &str, response: &CtaResponse, io: &Io) -> Next {
+    let Some(seq) = w.pending_where(|t| t.cta.as_ref().is_some_and(|c| c.cta_id == cta_id)) else {
+        return Next::Now(Step::Ignore(format!(
+            "no pending result waits for CTA {cta_id}"
+        )));
+    };
+    let (call_id, name, input, snap) = {
+        let t = w.tool(seq);
+        (t.id.clone(), t.name.clone(), t.input.clone(), t.cta.clone())
+    };
+    let Some(mut snap) = snap else {
+        return Next::Now(Step::Ignore("not a CTA".into()));
+    };
+    if let Err(e) = response.validate_against(&snap.request) {
+        return Next::Now(Step::Ignore(format!("invalid response: {e}")));
+    }
+    let result = match (snap.gate, response) {
+        (true, CtaResponse::Approval { approved: true, .. }) => match io.outputs.get(&call_id) {
+            Some(out) => to_result(out.clone()),
+            None => {
+                return Next::Now(Step::Execute(vec![Execution {
+                    call_id,
+                    tool: name,
+                    input,
+                }]));
+            }
+        },
+        (
+            true,
+            CtaResponse::Approval {
+                approved: false,
+                reason,
+            },
+        ) => ToolResult::error(match reason {
+            Some(r) if !r.trim().is_empty() => format!("a human rejected this call: {r}"),
+            _ => "a human rejected this call".to_owned(),
+        }),
+        _ => ToolResult::Success {
+            output: response.to_output(),
+        },
+    };
+    snap.status = CtaStatus::Answered;
+    snap.response = Some(response.clone());
+    w.resolve(seq, result, Some(snap));
+    w.effects.push(Effect::Unschedule {
+        cta_id: cta_id.to_owned(),
+    });
+    w.after_resolution()
+}
+
+/// `CtaExpired`: the pending result becomes an error; by the run's policy it then ends as
+/// `expired` (the default) or thinks on with the error.
+pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
+    let Some(seq) = w.pending_where(|t| t.cta.as_ref().is_some_and(|c| c.cta_id == cta_id)) else {
+        return Next::Now(Step::Ignore(format!(
+            "no pending result waits for CTA {cta_id}"
+        )));
+    };
+    let Some(mut snap) = w.tool(seq).cta.clone() else {
+        return Next::Now(Step::Ignore("not a CTA".into()));
+    };
+    let message = format!(
+        "no answer came before the CTA expired at {}",
+        snap.expires_at.to_rfc3339()
+    );
+    snap.status = CtaStatus::Expired;
+    w.resolve(seq, ToolResult::error(message.clone()), Some(snap));
+    w.effects.push(Effect::Unschedule {
+        cta_id: cta_id.to_owned(),
+    });
+    match w.run.on_expiry {
+        ExpiryPolicy::End => {
+            w.end(RunStatus::Expired, "cta_expired", &message);
+            Next::Commit
+        }
+        ExpiryPolicy::Continue => {
+            w.push(EntryBody::Notice {
+                code: "cta_expired".into(),
+                message,
+            });
+            w.after_resolution()
+        }
+    }
+}
+
+impl Work<'_> {
+    pub(super) fn raise_cta(
+        &mut self,
+        seq: u64,
+        call_id: &str,
+        request: CtaRequest,
+        gate: bool,
+    ) -> ToolResult {
+        let cta_id = derive_id("cta", &self.run.run_id, seq);
+        let expires_at = self.now
+            + chrono::Duration::from_std(self.catalog.limits.cta_expiry)
+                .unwrap_or(chrono::Duration::days(30));
+        let cta = Cta {
+            cta_id: cta_id.clone(),
+            run_id: self.run.run_id.clone(),
+            tool_call_id: call_id.into(),
+            owner: self.run.owner.clone(),
+            request: request.clone(),
+            status: CtaStatus::Pending,
+            response: None,
+            gate,
+            created_at: self.now,
+            expires_at,
+            resolved_at: None,
+        };
+        let mut detail = json!({
+            "ctaId": cta_id,
+            "runId": self.run.run_id,
+            "expiresAt": expires_at,
+        });
+        if let (Value::Object(d), Ok(Value::Object(r))) =
+            (&mut detail, serde_json::to_value(&request))
+        {
+            d.extend(r);
+        }
+        self.publish("cta.request", detail);
+        self.effects.push(Effect::Schedule {
+            cta_id: cta_id.clone(),
+            run_id: self.run.run_id.clone(),
+            at: expires_at,
+        });
+        self.new_ctas.push(cta);
+        self.tool_mut(seq).cta = Some(CtaSnapshot {
+            cta_id,
+            request,
+            status: CtaStatus::Pending,
+            response: None,
+            expires_at,
+            gate,
+        });
+        ToolResult::Pending {
+            reason: "waiting for a human".into(),
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! The one loop that drives the engine to a decision for one message: step, do the I/O the
+//! step asks for (a model reply, tool outputs), step again with it, until the engine commits
+//! or ignores. The I/O itself is the caller's ([`StepIo`]): the service calls the model and
+//! the tools; the engine tests answer from a script. Nothing here awaits anything but that.
+
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::{Execution, Io, Step, step};
+use crate::agent::Catalog;
+use crate::llm::{LlmError, LlmReply};
+use crate::message::{Input, Transition};
+use crate::run::Run;
+use crate::timeline::Entry;
+
+/// The I/O a step may ask for.
+pub trait StepIo: Sync {
+    /// The model's reply for the run's `think_index`-th think.
+    fn think(&self, think_index: u32) -> impl Future<Output = Result<LlmReply, LlmError>> + Send;
+    /// A tool's output; an `Err` is an error result the model sees.
+    fn execute(&self, call: Execution) -> impl Future<Output = Result<Value, String>> + Send;
+}
+
+/// What the engine decided for a message, once its I/O is done.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    Commit(Box<Transition>),
+    Ignore(String),
+}
+
+/// Steps until a decision. A fatal model error is handed back to the engine (the run fails
+/// after this message's input is applied); an error worth retrying is returned.
+pub async fn decide<W: StepIo>(
+    catalog: &Catalog,
+    now: DateTime<Utc>,
+    run: &Run,
+    timeline: &[Entry],
+    input: &Input,
+    world: &W,
+) -> Result<Decision, LlmError> {
+    let mut io = Io::default();
+    loop {
+        match step(catalog, now, run, timeline, input, &io) {
+            Step::Think { think_index } => match world.think(think_index).await {
+                Ok(reply) => io.reply = Some(reply),
+                Err(LlmError::Fatal(message)) => io.model_error = Some(message),
+                Err(e) => return Err(e),
+            },
+            Step::Execute(calls) => {
+                for call in calls {
+                    let id = call.call_id.clone();
+                    let out = world.execute(call).await;
+                    io.outputs.insert(id, out);
+                }
+            }
+            Step::Done(t) => return Ok(Decision::Commit(t)),
+            Step::Ignore(reason) => return Ok(Decision::Ignore(reason)),
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! The engine: one think-or-dispatch iteration of one run, as a pure function.
+//!
+//! [`step`] takes the run, its timeline, the input message and whatever I/O results the
+//! caller has gathered so far, and answers with what it still needs ([`Step::Think`]: a
+//! model reply; [`Step::Execute`]: tool outputs) or with the [`Transition`] to commit: new
+//! and resolved timeline entries, the run's new state, new CTAs and child runs, and the
+//! effects to perform after the commit. It is deterministic: called again with more I/O it
+//! makes the same decisions, and the ids it mints are derived from the run and the seq, so a
+//! retried step mints the same ones. [`decide`] is the one loop that feeds it that I/O.
+//!
+//! No I/O, no clock, no randomness here: time and ids come in as inputs. Every decision
+//! lives here and is tested here. One file per kind of input:
+//!
+//! | input | file |
+//! |---|---|
+//! | start, continue | `start.rs` |
+//! | a follow-up user message | `user_message.rs` |
+//! | a CTA answered or expired (and raising one) | `cta.rs` |
+//! | a child run finished (and spawning one) | `children.rs` |
+//! | cancel, fail (and every end of a run) | `end.rs` |
+//!
+//! `think.rs` is the iteration itself (a model reply, its tool calls dispatched), `work.rs`
+//! the step under construction, `driver.rs` the loop.
+
+mod children;
+mod cta;
+mod driver;
+mod end;
+mod start;
+mod think;
+mod user_message;
+mod work;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use crate::agent::Catalog;
+use crate::llm::LlmReply;
+use crate::message::{Input, Transition};
+use crate::run::Run;
+use crate::timeline::{Entry, ToolResult};
+use work::Work;
+
+pub use driver::{Decision, StepIo, decide};
+
+/// A tool the caller must execute for the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Execution {
+    pub call_id: String,
+    pub tool: String,
+    pub input: Value,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Call the model (for the run's `think_index`-th think) and step again with the reply.
+    Think { think_index: u32 },
+    /// Execute these tools and step again with their outputs.
+    Execute(Vec<Execution>),
+    /// Commit this.
+    Done(Box<Transition>),
+    /// Nothing to do: the message is stale or a redelivery.
+    Ignore(String),
+}
+
+/// The I/O results gathered so far for this step.
+#[derive(Debug, Default, Clone)]
+pub struct Io {
+    pub reply: Option<LlmReply>,
+    /// The model call failed for good: the run fails, after this step's input is applied.
+    pub model_error: Option<String>,
+    pub outputs: std::collections::HashMap<String, Result<Value, String>>,
+}
+
+/// What an input's handler decided.
+enum Next {
+    /// Think (or dispatch the last reply's calls), then commit.
+    Think,
+    /// Commit what the handler did, without thinking.
+    Commit,
+    /// Answer the caller now: ignore the message, or ask for I/O first.
+    Now(Step),
+}
+
+/// Mints a stable id from a run, a seq and a purpose.
+pub fn derive_id(prefix: &str, run_id: &str, seq: u64) -> String {
+    let name = format!("{run_id}/{seq}/{prefix}");
+    format!(
+        "{prefix}_{}",
+        uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, name.as_bytes()).simple()
+    )
+}
+
+/// One iteration of one run. See the module docs.
+pub fn step(
+    catalog: &Catalog,
+    now: DateTime<Utc>,
+    run: &Run,
+    timeline: &[Entry],
+    input: &Input,
+    io: &Io,
+) -> Step {
+    let mut w = Work::new(catalog, now, run, timeline);
+    let next = match input {
+        Input::Start => start::start(&mut w),
+        Input::Continue { version } => start::resume(&mut w, *version),
+        Input::UserMessage {
+            text,
+            message_id,
+            reply_to,
+        } => user_message::apply(&mut w, text, message_id, reply_to.as_ref()),
+        Input::CtaAnswered { cta_id, response } => cta::answered(&mut w, cta_id, response, io),
+        Input::CtaExpired { cta_id } => cta::expired(&mut w, cta_id),
+        Input::ChildFinished {
+            child_run_id,
+            tool_call_id,
+            outcome,
+        } => children::finished(&mut w, child_run_id, tool_call_id, outcome),
+        Input::Cancel { reason } => end::cancel(&mut w, reason),
+        Input::Fail { code, message } => end::fail(&mut w, code, message),
+    };
+    match next {
+        Next::Now(step) => step,
+        Next::Think => match w.think(io) {
+            Some(need) => need,
+            None => w.done(),
+        },
+        Next::Commit => w.done(),
+    }
+}
+
+/// Tool outputs larger than this (as JSON) are cut, with an explicit marker, so that every
+/// entry fits any store (DynamoDB items stop at 400 KB) and the model sees what is stored.
+pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// Model replies longer than this are cut the same way.
+pub const MAX_REPLY_BYTES: usize = 256 * 1024;
+
+fn to_result(out: Result<Value, String>) -> ToolResult {
+    match out {
+        Ok(output) => ToolResult::Success {
+            output: cap_output(output),
+        },
+        Err(error) => ToolResult::Error {
+            error: cap_at(error, MAX_OUTPUT_BYTES),
+        },
+    }
+}
+
+fn cap_at(s: String, max: usize) -> String {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}… [truncated: {} of {} bytes kept]",
+        &s[..end],
+        end,
+        s.len()
+    )
+}
+
+fn cap_output(v: Value) -> Value {
+    let size = match &v {
+        Value::String(s) => s.len(),
+        v => v.to_string().len(),
+    };
+    if size <= MAX_OUTPUT_BYTES {
+        return v;
+    }
+    let text = match v {
+        Value::String(s) => s,
+        v => v.to_string(),
+    };
+    json!({"truncated": true, "originalBytes": size, "preview": cap_at(text, MAX_OUTPUT_BYTES)})
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1194 @@
+//! Engine tests: every transition, no I/O. The engine is driven by the same [`decide`] loop
+//! the service uses, with a scripted model; a tiny in-memory world stands in for the store
+//! and the queue (it commits with [`Transition::apply`] and delivers sends and CTA
+//! cancellations) so that multi-run flows read as given/when/then.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::sync::Mutex;
+use std::task::{Context, Poll, Waker};
+
+use serde_json::json;
+
+use super::*;
+use crate::agent::{AgentsFile, Catalog, Limits};
+use crate::cta::Cta;
+use crate::cta::{ChoiceOption, CtaRequest, CtaResponse, CtaStatus};
+use crate::llm::{LlmError, LlmReply, ToolCall};
+use crate::message::{ChildOutcome, Effect, Event, Input, StepMessage};
+use crate::run::{ExpiryPolicy, NewRun, Run, RunStatus, Usage};
+use crate::timeline::{Entry, EntryBody, ToolEntry, ToolResult};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_700_000_000, 0).unwrap()
+}
+
+fn catalog_with(limits: Limits) -> Catalog {
+    let file: AgentsFile = serde_json::from_value(json!({"agents": {
+        "worker": {"tools": ["echo"], "approval": {"echo": {"inputMatches": "danger"}}, "maxIterations": 3},
+        "asker": {"tools": ["request_human_feedback", "echo"]},
+        "deep": {"tools": ["spawn_subagent"]}
+    }}))
+    .unwrap();
+    Catalog::new(limits, vec![], Some(file)).unwrap()
+}
+
+fn call(name: &str, args: Value) -> ToolCall {
+    ToolCall {
+        id: String::new(),
+        name: name.into(),
+        arguments: args.to_string(),
+    }
+}
+
+fn calls(calls: Vec<ToolCall>) -> LlmReply {
+    LlmReply {
+        text: None,
+        tool_calls: calls,
+        usage: Usage {
+            input_tokens: 10,
+            output_tokens: 2,
+            total_tokens: 12,
+        },
+    }
+}
+
+fn text(t: &str) -> LlmReply {
+    LlmReply {
+        text: Some(t.into()),
+        tool_calls: vec![],
+        usage: Usage {
+            input_tokens: 5,
+            output_tokens: 1,
+            total_tokens: 6,
+        },
+    }
+}
+
+/// Runs a future that never waits (the scripted world answers at once) to completion.
+fn block_on<F: Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("the scripted world never waits"),
+    }
+}
+
+/// The model answers from a script; `echo` is the only tool, and its calls are recorded.
+struct Scripted {
+    agent: String,
+    replies: Vec<LlmReply>,
+    executed: Mutex<Vec<String>>,
+}
+
+impl StepIo for Scripted {
+    fn think(&self, think_index: u32) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
+        let reply = self
+            .replies
+            .get(think_index as usize)
+            .cloned()
+            .unwrap_or_else(|| panic!("no reply {think_index} for {}", self.agent));
+        std::future::ready(Ok(reply))
+    }
+
+    fn execute(&self, call: Execution) -> impl Future<Output = Result<Value, String>> + Send {
+        assert_eq!(call.tool, "echo");
+        self.executed
+            .lock()
+            .expect("not poisoned")
+            .push(call.call_id.clone());
+        std::future::ready(Ok(call.input["text"].clone()))
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Done,
+    Ignored,
+}
+
+struct Sim {
+    catalog: Catalog,
+    now: DateTime<Utc>,
+    runs: BTreeMap<String, (Run, Vec<Entry>)>,
+    ctas: HashMap<String, Cta>,
+    queue: VecDeque<StepMessage>,
+    effects: Vec<Effect>,
+    script: HashMap<String, Vec<LlmReply>>,
+    executed: Vec<String>,
+}
+
+impl Sim {
+    fn new() -> Self {
+        Self::with(Limits::default())
+    }
+
+    fn with(limits: Limits) -> Self {
+        Self {
+            catalog: catalog_with(limits),
+            now: t0(),
+            runs: BTreeMap::new(),
+            ctas: HashMap::new(),
+            queue: VecDeque::new(),
+            effects: vec![],
+            script: HashMap::new(),
+            executed: vec![],
+        }
+    }
+
+    fn script(&mut self, agent: &str, replies: Vec<LlmReply>) {
+        self.script.insert(agent.into(), replies);
+    }
+
+    fn create(&mut self, agent: &str, prompt: &str) -> String {
+        let id = format!("run_top{}", self.runs.len());
+        let mut run = Run::new(NewRun {
+            run_id: id.clone(),
+            agent: agent.into(),
+            owner: "o".into(),
+            parent: None,
+            depth: 0,
+            on_expiry: ExpiryPolicy::End,
+            sandbox_id: None,
+            metadata: None,
+            now: self.now,
+        });
+        run.next_seq = 1;
+        let first = Entry {
+            seq: 0,
+            at: self.now,
+            body: EntryBody::User {
+                text: prompt.into(),
+                message_id: None,
+            },
+        };
+        self.runs.insert(id.clone(), (run, vec![first]));
+        self.queue.push_back(StepMessage {
+            run_id: id.clone(),
+            id: format!("{id}:start"),
+            input: Input::Start,
+        });
+        id
+    }
+
+    fn deliver(&mut self, msg: &StepMessage) -> Outcome {
+        let (run, timeline) = self.runs.get(&msg.run_id).cloned().expect("run exists");
+        let world = Scripted {
+            replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
+            agent: run.agent.clone(),
+            executed: Mutex::new(Vec::new()),
+        };
+        let decision = block_on(decide(
+            &self.catalog,
+            self.now,
+            &run,
+            &timeline,
+            &msg.input,
+            &world,
+        ))
+        .expect("the scripted model never fails to answer");
+        self.executed
+            .extend(world.executed.into_inner().expect("not poisoned"));
+        let t = match decision {
+            Decision::Ignore(_) => return Outcome::Ignored,
+            Decision::Commit(t) => t,
+        };
+        assert_eq!(
+            t.run.version,
+            run.version + 1,
+            "a commit bumps the version by one"
+        );
+        for e in &t.updated {
+            assert!(
+                matches!(timeline[e.seq as usize].tool(), Some(t) if t.result.is_pending()),
+                "only pending results are resolved"
+            );
+        }
+        for (i, e) in t.appended.iter().enumerate() {
+            assert_eq!(e.seq, (timeline.len() + i) as u64, "seqs are dense");
+        }
+        let mut tl = timeline;
+        t.apply(&mut tl);
+        assert_eq!(t.run.next_seq, tl.len() as u64);
+        self.runs.insert(t.run.run_id.clone(), (t.run.clone(), tl));
+        for c in &t.new_ctas {
+            self.ctas.insert(c.cta_id.clone(), c.clone());
+        }
+        for (child, entries) in &t.new_runs {
+            self.runs
+                .insert(child.run_id.clone(), (child.clone(), entries.clone()));
+        }
+        for e in &t.effects {
+            match e {
+                Effect::Send(m) => self.queue.push_back(m.clone()),
+                Effect::CancelCta { cta_id } => {
+                    if let Some(c) = self
+                        .ctas
+                        .get_mut(cta_id)
+                        .filter(|c| c.status == CtaStatus::Pending)
+                    {
+                        c.status = CtaStatus::Cancelled;
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.effects.extend(t.effects.iter().cloned());
+        Outcome::Done
+    }
+
+    /// Delivers queued messages until none is left.
+    fn run_all(&mut self) {
+        while let Some(m) = self.queue.pop_front() {
+            self.deliver(&m);
+        }
+    }
+
+    fn send(&mut self, run_id: &str, input: Input) -> Outcome {
+        self.deliver(&StepMessage {
+            run_id: run_id.into(),
+            id: "test".into(),
+            input,
+        })
+    }
+
+    /// As the service does: settle the CTA item first, then queue the resolution.
+    fn answer(&mut self, cta_id: &str, response: CtaResponse) {
+        let c = self.ctas.get_mut(cta_id).expect("cta");
+        assert_eq!(c.status, CtaStatus::Pending);
+        c.status = CtaStatus::Answered;
+        let run_id = c.run_id.clone();
+        self.queue.push_back(StepMessage {
+            run_id,
+            id: format!("{cta_id}:answered"),
+            input: Input::CtaAnswered {
+                cta_id: cta_id.into(),
+                response,
+            },
+        });
+    }
+
+    fn run(&self, id: &str) -> &Run {
+        &self.runs[id].0
+    }
+
+    fn tools(&self, id: &str) -> Vec<ToolEntry> {
+        self.runs[id]
+            .1
+            .iter()
+            .filter_map(|e| e.tool().cloned())
+            .collect()
+    }
+
+    fn pending_ctas(&self, run_id: &str) -> Vec<Cta> {
+        let mut v: Vec<Cta> = self
+            .ctas
+            .values()
+            .filter(|c| c.run_id == run_id && c.status == CtaStatus::Pending)
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.tool_call_id.cmp(&b.tool_call_id));
+        v
+    }
+
+    fn events(&self, detail_type: &str) -> Vec<Event> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Publish(ev) if ev.detail_type == detail_type => Some(ev.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn children(&self, id: &str) -> Vec<String> {
+        self.tools(id)
+            .into_iter()
+            .filter_map(|t| t.child_run_id)
+            .collect()
+    }
+}
+
+#[test]
+fn a_final_answer_completes_the_run_with_usage_and_an_event() {
+    let mut s = Sim::new();
+    s.script("explore", vec![text("found it")]);
+    let id = s.create("explore", "look");
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.result.as_deref(), Some("found it"));
+    assert_eq!(run.usage.total_tokens, 6);
+    assert_eq!((run.thinks, run.version), (1, 1));
+    let done = s.events("run.completed");
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].detail["text"], "found it");
+}
+
+#[test]
+fn ordinary_tools_execute_within_the_step_and_the_run_thinks_again() {
+    let mut s = Sim::new();
+    s.script(
+        "worker",
+        vec![
+            LlmReply {
+                text: Some("let me echo".into()),
+                ..calls(vec![
+                    call("echo", json!({"text": "hi"})),
+                    call("echo", json!({"text": "yo"})),
+                ])
+            },
+            text("done"),
+        ],
+    );
+    let id = s.create("worker", "go");
+    s.run_all();
+    let tools = s.tools(&id);
+    assert_eq!(tools.len(), 2);
+    assert_eq!(
+        tools[0].result,
+        ToolResult::Success {
+            output: json!("hi")
+        }
+    );
+    assert_eq!(
+        tools[1].result,
+        ToolResult::Success {
+            output: json!("yo")
+        }
+    );
+    assert_eq!(
+        tools[0].input,
+        json!({"text": "hi"}),
+        "input is the parsed object"
+    );
+    assert_eq!(s.executed, vec!["call_0_0", "call_0_1"]);
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.usage.total_tokens, 18);
+    let timeline = &s.runs[&id].1;
+    assert!(
+        matches!(&timeline[1].body, EntryBody::Assistant { text: Some(t), .. } if t == "let me echo")
+    );
+}
+
+#[test]
+fn bad_calls_become_error_results_the_model_sees() {
+    // (name, arguments, expected error fragment)
+    let table = [
+        ("echo", "{not json".to_owned(), "not valid JSON"),
+        (
+            "echo",
+            json!({"text": 5}).to_string(),
+            "invalid arguments for `echo`",
+        ),
+        (
+            "echo",
+            json!({}).to_string(),
+            "\"text\" is a required property",
+        ),
+        ("rm_rf", json!({}).to_string(), "unknown tool `rm_rf`"),
+        (
+            "spawn_subagent",
+            json!({"agent": "explore", "prompt": "x"}).to_string(),
+            "unknown tool `spawn_subagent`",
+        ),
+    ];
+    for (name, args, expected) in table {
+        let mut s = Sim::new();
+        s.script(
+            "worker",
+            vec![
+                calls(vec![ToolCall {
+                    id: "c1".into(),
+                    name: name.into(),
+                    arguments: args.clone(),
+                }]),
+                text("ok"),
+            ],
+        );
+        let id = s.create("worker", "go");
+        s.run_all();
+        let t = &s.tools(&id)[0];
+        match &t.result {
+            ToolResult::Error { error } => {
+                assert!(error.contains(expected), "{name} {args}: {error}")
+            }
+            r => panic!("{name} {args}: expected an error, got {r:?}"),
+        }
+        assert_eq!(s.run(&id).status, RunStatus::Completed, "the run recovers");
+        assert!(s.executed.is_empty());
+    }
+}
+
+#[test]
+fn calls_beyond_the_per_reply_cap_get_error_results() {
+    let mut s = Sim::new();
+    let many: Vec<ToolCall> = (0..10)
+        .map(|i| call("echo", json!({"text": format!("t{i}")})))
+        .collect();
+    s.script("worker", vec![calls(many), text("ok")]);
+    let id = s.create("worker", "go");
+    s.run_all();
+    let tools = s.tools(&id);
+    assert_eq!(tools.len(), 10);
+    assert!(
+        tools[..8]
+            .iter()
+            .all(|t| matches!(t.result, ToolResult::Success { .. }))
+    );
+    assert!(
+        tools[8..].iter().all(
+            |t| matches!(&t.result, ToolResult::Error { error } if error.contains("at most 8"))
+        )
+    );
+    assert_eq!(s.executed.len(), 8);
+}
+
+#[test]
+fn approval_gated_tools_run_only_when_approved() {
+    // (approved, reason, expected result)
+    let table = [
+        (
+            true,
+            None,
+            ToolResult::Success {
+                output: json!("danger zone"),
+            },
+        ),
+        (
+            false,
+            Some("too risky"),
+            ToolResult::error("a human rejected this call: too risky"),
+        ),
+        (false, None, ToolResult::error("a human rejected this call")),
+    ];
+    for (approved, reason, expected) in table {
+        let mut s = Sim::new();
+        s.script(
+            "worker",
+            vec![
+                calls(vec![
+                    call("echo", json!({"text": "danger zone"})),
+                    call("echo", json!({"text": "safe"})),
+                ]),
+                text("ok"),
+            ],
+        );
+        let id = s.create("worker", "go");
+        s.run_all();
+        // Given the gated call is parked and the other one ran,
+        assert_eq!(s.run(&id).status, RunStatus::Waiting);
+        assert_eq!(s.executed, vec!["call_0_1"]);
+        let ctas = s.pending_ctas(&id);
+        assert_eq!(ctas.len(), 1);
+        assert!(ctas[0].gate);
+        assert!(
+            matches!(&ctas[0].request, CtaRequest::Approval { message } if message.contains("danger zone"))
+        );
+        assert_eq!(
+            s.events("run.state").last().unwrap().detail["state"],
+            "waiting_on_user"
+        );
+        // when the human answers,
+        s.answer(
+            &ctas[0].cta_id,
+            CtaResponse::Approval {
+                approved,
+                reason: reason.map(Into::into),
+            },
+        );
+        s.run_all();
+        // then the tool ran (or not) and the model saw the outcome.
+        assert_eq!(s.tools(&id)[0].result, expected);
+        assert_eq!(s.executed.len(), if approved { 2 } else { 1 });
+        assert_eq!(
+            s.tools(&id)[0].cta.as_ref().unwrap().status,
+            CtaStatus::Answered
+        );
+        assert_eq!(s.run(&id).status, RunStatus::Completed);
+    }
+}
+
+fn feedback(kind: Value) -> LlmReply {
+    calls(vec![call("request_human_feedback", kind)])
+}
+
+#[test]
+fn each_cta_kind_parks_the_run_and_resumes_with_the_answer() {
+    let choice = json!({"kind": "choice", "prompt": "Which?", "options": [{"id": "a", "label": "A"}, {"id": "b", "label": "B"}]});
+    let table = [
+        (
+            json!({"kind": "approval", "message": "Proceed?"}),
+            CtaResponse::Approval {
+                approved: true,
+                reason: None,
+            },
+            json!({"kind": "approval", "approved": true}),
+        ),
+        (
+            json!({"kind": "text", "prompt": "Name?", "placeholder": "e.g. Ada"}),
+            CtaResponse::Text { text: "Ada".into() },
+            json!({"kind": "text", "text": "Ada"}),
+        ),
+        (
+            choice,
+            CtaResponse::Choice {
+                selected_id: "b".into(),
+            },
+            json!({"kind": "choice", "selectedId": "b"}),
+        ),
+    ];
+    for (request, response, output) in table {
+        let mut s = Sim::new();
+        s.script("asker", vec![feedback(request.clone()), text("thanks")]);
+        let id = s.create("asker", "ask");
+        s.run_all();
+        let run = s.run(&id);
+        assert_eq!(run.status, RunStatus::Waiting);
+        let ctas = s.pending_ctas(&id);
+        assert_eq!(ctas.len(), 1, "{request}");
+        let cta = &ctas[0];
+        assert!(!cta.gate);
+        assert_eq!(cta.expires_at, t0() + chrono::Duration::days(30));
+        // The request event carries the kind's fields; an expiry timer is scheduled.
+        let ev = &s.events("cta.request")[0];
+        assert_eq!(ev.detail["ctaId"], cta.cta_id.as_str());
+        assert_eq!(ev.detail["kind"], request["kind"]);
+        for field in ["message", "prompt", "options", "placeholder"] {
+            assert_eq!(ev.detail.get(field), request.get(field), "{field}");
+        }
+        assert!(s.effects.contains(&Effect::Schedule {
+            cta_id: cta.cta_id.clone(),
+            run_id: id.clone(),
+            at: cta.expires_at
+        }));
+        // The pending result shows the CTA beside it.
+        let entry = &s.tools(&id)[0];
+        assert_eq!(entry.cta.as_ref().unwrap().cta_id, cta.cta_id);
+        assert!(entry.result.is_pending());
+
+        s.answer(&cta.cta_id, response);
+        s.run_all();
+        assert_eq!(s.tools(&id)[0].result, ToolResult::Success { output });
+        assert_eq!(s.run(&id).status, RunStatus::Completed);
+        assert!(s.effects.contains(&Effect::Unschedule {
+            cta_id: cta.cta_id.clone()
+        }));
+    }
+}
+
+#[test]
+fn an_invalid_response_changes_nothing() {
+    let choice =
+        json!({"kind": "choice", "prompt": "Which?", "options": [{"id": "a", "label": "A"}]});
+    let table = [
+        (
+            choice.clone(),
+            CtaResponse::Choice {
+                selected_id: "z".into(),
+            },
+        ),
+        (choice, CtaResponse::Text { text: "a".into() }),
+        (
+            json!({"kind": "text", "prompt": "?"}),
+            CtaResponse::Approval {
+                approved: true,
+                reason: None,
+            },
+        ),
+        (
+            json!({"kind": "approval", "message": "?"}),
+            CtaResponse::Choice {
+                selected_id: "a".into(),
+            },
+        ),
+    ];
+    for (request, response) in table {
+        let mut s = Sim::new();
+        s.script("asker", vec![feedback(request)]);
+        let id = s.create("asker", "ask");
+        s.run_all();
+        let before = s.runs[&id].clone();
+        let cta_id = s.pending_ctas(&id)[0].cta_id.clone();
+        assert_eq!(
+            s.send(&id, Input::CtaAnswered { cta_id, response }),
+            Outcome::Ignored
+        );
+        assert_eq!(s.runs[&id], before);
+    }
+}
+
+#[test]
+fn an_invalid_cta_request_is_an_error_result() {
+    let mut s = Sim::new();
+    s.script("asker", vec![
+        feedback(json!({"kind": "choice", "prompt": "p", "options": [{"id": "a", "label": "A"}, {"id": "a", "label": "B"}]})),
+        text("ok"),
+    ]);
+    let id = s.create("asker", "ask");
+    s.run_all();
+    assert!(
+        matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("duplicate"))
+    );
+    assert!(s.ctas.is_empty());
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+}
+
+fn spawn(agent: &str, prompt: &str) -> ToolCall {
+    call("spawn_subagent", json!({"agent": agent, "prompt": prompt}))
+}
+
+#[test]
+fn fan_in_waits_for_every_subagent_and_cta_of_the_batch() {
+    let mut s = Sim::new();
+    s.script(
+        "orchestrator",
+        vec![
+            calls(vec![
+                spawn("explore", "map the repo"),
+                spawn("code", "fix it"),
+                call(
+                    "request_human_feedback",
+                    json!({"kind": "text", "prompt": "Why?"}),
+                ),
+            ]),
+            text("all done"),
+        ],
+    );
+    s.script("explore", vec![text("mapped")]);
+    s.script("code", vec![text("fixed")]);
+    let id = s.create("orchestrator", "go");
+    // Given the orchestrator's first step dispatched all three calls,
+    let start = s.queue.pop_front().unwrap();
+    s.deliver(&start);
+    assert_eq!(s.run(&id).status, RunStatus::Waiting);
+    assert_eq!(
+        s.events("run.state").last().unwrap().detail["state"],
+        "waiting_on_user"
+    );
+    let kids = s.children(&id);
+    assert_eq!(kids.len(), 2);
+    assert_eq!(s.run(&kids[0]).parent.as_ref().unwrap().run_id, id);
+    assert_eq!(s.run(&kids[0]).depth, 1);
+    // when both children finish, the run still waits for the human,
+    s.run_all();
+    assert_eq!(s.run(&id).status, RunStatus::Waiting);
+    assert_eq!(s.run(&id).thinks, 1);
+    let tools = s.tools(&id);
+    assert_eq!(
+        tools[0].result,
+        ToolResult::Success {
+            output: json!({
+        "subagentId": kids[0], "text": "mapped", "stepCount": 1,
+        "totalUsage": {"inputTokens": 5, "outputTokens": 1, "totalTokens": 6}})
+        }
+    );
+    assert!(
+        matches!(&tools[1].result, ToolResult::Success { output } if output["text"] == "fixed")
+    );
+    assert_eq!(
+        s.events("run.state").last().unwrap().detail["state"],
+        "waiting_on_user"
+    );
+    // and only when the human answers does it think again.
+    let cta = s.pending_ctas(&id)[0].cta_id.clone();
+    s.answer(
+        &cta,
+        CtaResponse::Text {
+            text: "because".into(),
+        },
+    );
+    s.run_all();
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+    assert_eq!(s.run(&id).thinks, 2);
+}
+
+#[test]
+fn at_most_four_children_run_at_once_and_the_rest_wait_their_turn() {
+    let mut s = Sim::new();
+    let six: Vec<ToolCall> = (0..6)
+        .map(|i| spawn("explore", &format!("part {i}")))
+        .collect();
+    s.script("orchestrator", vec![calls(six), text("merged")]);
+    s.script("explore", vec![text("part done")]);
+    let id = s.create("orchestrator", "go");
+    let start = s.queue.pop_front().unwrap();
+    s.deliver(&start);
+    let tools = s.tools(&id);
+    assert_eq!(tools.iter().filter(|t| t.child_run_id.is_some()).count(), 4);
+    assert!(
+        tools[4..]
+            .iter()
+            .all(|t| matches!(&t.result, ToolResult::Pending { reason } if reason == "queued"))
+    );
+    // When the first child finishes, the fifth starts.
+    let first_child = s.children(&id)[0].clone();
+    while let Some(m) = s.queue.pop_front() {
+        let is_first = m.run_id == first_child
+            || (m.run_id == id
+                && matches!(&m.input, Input::ChildFinished { child_run_id, .. } if *child_run_id == first_child));
+        if is_first {
+            s.deliver(&m);
+        } else {
+            s.queue.push_back(m);
+            if s.queue.iter().all(|m| m.run_id != first_child && !matches!(&m.input, Input::ChildFinished { child_run_id, .. } if *child_run_id == first_child)) {
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        s.tools(&id)
+            .iter()
+            .filter(|t| t.child_run_id.is_some())
+            .count(),
+        5
+    );
+    s.run_all();
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+    assert_eq!(s.children(&id).len(), 6);
+    assert!(
+        s.tools(&id)
+            .iter()
+            .all(|t| matches!(t.result, ToolResult::Success { .. }))
+    );
+}
+
+#[test]
+fn subagents_nest_at_most_three_deep() {
+    let mut s = Sim::new();
+    s.script(
+        "deep",
+        vec![calls(vec![spawn("deep", "deeper")]), text("bottom")],
+    );
+    let id = s.create("deep", "go");
+    s.run_all();
+    // depth 0 → 1 → 2 → 3; the run at depth 3 gets an error and answers.
+    let mut depth = 0;
+    let mut cur = id.clone();
+    while let Some(child) = s.children(&cur).first().cloned() {
+        depth += 1;
+        cur = child;
+    }
+    assert_eq!(depth, 3);
+    assert_eq!(s.run(&cur).depth, 3);
+    assert!(
+        matches!(&s.tools(&cur)[0].result, ToolResult::Error { error } if error.contains("at most 3 deep"))
+    );
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+}
+
+#[test]
+fn a_failed_child_is_an_error_result_for_its_parent() {
+    let mut s = Sim::new();
+    s.script(
+        "orchestrator",
+        vec![calls(vec![spawn("explore", "x")]), text("recovered")],
+    );
+    let id = s.create("orchestrator", "go");
+    let start = s.queue.pop_front().unwrap();
+    s.deliver(&start);
+    let child = s.children(&id)[0].clone();
+    s.queue.clear();
+    s.send(
+        &child,
+        Input::Fail {
+            code: "model_error".into(),
+            message: "the model is down".into(),
+        },
+    );
+    assert_eq!(s.run(&child).status, RunStatus::Failed);
+    assert!(
+        matches!(&s.runs[&child].1.last().unwrap().body, EntryBody::Error { code, .. } if code == "model_error")
+    );
+    assert_eq!(s.events("run.failed").len(), 1);
+    s.run_all();
+    assert!(
+        matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("failed") && error.contains("the model is down"))
+    );
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+}
+
+#[test]
+fn expiry_ends_the_run_by_default_and_cancels_the_rest() {
+    let mut s = Sim::new();
+    s.script(
+        "orchestrator",
+        vec![calls(vec![
+            call(
+                "request_human_feedback",
+                json!({"kind": "approval", "message": "a?"}),
+            ),
+            call(
+                "request_human_feedback",
+                json!({"kind": "approval", "message": "b?"}),
+            ),
+            spawn("explore", "x"),
+        ])],
+    );
+    let id = s.create("orchestrator", "go");
+    let start = s.queue.pop_front().unwrap();
+    s.deliver(&start);
+    let child = s.children(&id)[0].clone();
+    let ctas = s.pending_ctas(&id);
+    s.queue.clear();
+    s.ctas.get_mut(&ctas[0].cta_id).unwrap().status = CtaStatus::Expired;
+    s.send(
+        &id,
+        Input::CtaExpired {
+            cta_id: ctas[0].cta_id.clone(),
+        },
+    );
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Expired);
+    assert_eq!(run.error.as_ref().unwrap().code, "cta_expired");
+    let tools = s.tools(&id);
+    assert_eq!(tools[0].cta.as_ref().unwrap().status, CtaStatus::Expired);
+    assert_eq!(tools[1].cta.as_ref().unwrap().status, CtaStatus::Cancelled);
+    assert!(tools.iter().all(|t| !t.result.is_pending()));
+    assert_eq!(s.ctas[&ctas[1].cta_id].status, CtaStatus::Cancelled);
+    assert!(
+        s.queue
+            .iter()
+            .any(|m| m.run_id == child && matches!(m.input, Input::Cancel { .. }))
+    );
+    assert_eq!(s.events("run.expired").len(), 1);
+    // A late answer finds nothing pending.
+    assert_eq!(
+        s.send(
+            &id,
+            Input::CtaAnswered {
+                cta_id: ctas[1].cta_id.clone(),
+                response: CtaResponse::Approval {
+                    approved: true,
+                    reason: None
+                }
+            }
+        ),
+        Outcome::Ignored
+    );
+}
+
+#[test]
+fn a_run_may_opt_to_continue_past_an_expiry() {
+    let mut s = Sim::new();
+    s.script(
+        "asker",
+        vec![
+            feedback(json!({"kind": "text", "prompt": "?"})),
+            text("carried on"),
+        ],
+    );
+    let id = s.create("asker", "ask");
+    s.runs.get_mut(&id).unwrap().0.on_expiry = ExpiryPolicy::Continue;
+    s.run_all();
+    let cta = s.pending_ctas(&id)[0].cta_id.clone();
+    s.send(&id, Input::CtaExpired { cta_id: cta });
+    s.run_all();
+    assert!(
+        matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("expired"))
+    );
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+    assert_eq!(s.run(&id).result.as_deref(), Some("carried on"));
+}
+
+#[test]
+fn cancellation_cancels_ctas_and_children_once() {
+    let mut s = Sim::new();
+    s.script(
+        "orchestrator",
+        vec![calls(vec![
+            spawn("explore", "x"),
+            call(
+                "request_human_feedback",
+                json!({"kind": "approval", "message": "?"}),
+            ),
+        ])],
+    );
+    s.script(
+        "explore",
+        vec![feedback(json!({"kind": "text", "prompt": "?"}))],
+    );
+    s.catalog = Catalog::new(
+        Limits::default(),
+        vec![],
+        Some(
+            serde_json::from_value(json!({"agents": {
+        "explore": {"tools": ["request_human_feedback"]}}}))
+            .unwrap(),
+        ),
+    )
+    .unwrap();
+    let id = s.create("orchestrator", "go");
+    s.run_all();
+    let child = s.children(&id)[0].clone();
+    assert_eq!(s.run(&child).status, RunStatus::Waiting);
+    assert_eq!(
+        s.ctas
+            .values()
+            .filter(|c| c.status == CtaStatus::Pending)
+            .count(),
+        2
+    );
+    s.send(
+        &id,
+        Input::Cancel {
+            reason: "stop".into(),
+        },
+    );
+    s.run_all();
+    assert_eq!(s.run(&id).status, RunStatus::Cancelled);
+    assert_eq!(
+        s.run(&child).status,
+        RunStatus::Cancelled,
+        "children are cancelled too"
+    );
+    assert!(s.ctas.values().all(|c| c.status == CtaStatus::Cancelled));
+    assert_eq!(
+        s.send(
+            &id,
+            Input::Cancel {
+                reason: "again".into()
+            }
+        ),
+        Outcome::Ignored
+    );
+    assert_eq!(s.events("run.cancelled").len(), 2);
+}
+
+#[test]
+fn a_follow_up_message_starts_a_new_turn_on_the_same_timeline() {
+    let mut s = Sim::new();
+    s.script("explore", vec![text("first"), text("second")]);
+    let id = s.create("explore", "one");
+    s.run_all();
+    let msg = Input::UserMessage {
+        text: "two".into(),
+        message_id: "m1".into(),
+        reply_to: None,
+    };
+    assert_eq!(s.send(&id, msg.clone()), Outcome::Done);
+    let run = s.run(&id);
+    assert_eq!(
+        (run.status, run.thinks, run.turn_thinks),
+        (RunStatus::Completed, 2, 1)
+    );
+    assert_eq!(run.result.as_deref(), Some("second"));
+    let tl = &s.runs[&id].1;
+    assert!(matches!(&tl[2].body, EntryBody::User { text, .. } if text == "two"));
+    assert_eq!(tl.len(), 4);
+    // The same message again is a redelivery.
+    assert_eq!(s.send(&id, msg), Outcome::Ignored);
+}
+
+#[test]
+fn a_message_to_an_active_run_is_not_applied() {
+    let mut s = Sim::new();
+    s.script(
+        "asker",
+        vec![feedback(json!({"kind": "text", "prompt": "?"}))],
+    );
+    let id = s.create("asker", "ask");
+    s.run_all();
+    let msg = Input::UserMessage {
+        text: "hey".into(),
+        message_id: "m1".into(),
+        reply_to: None,
+    };
+    assert_eq!(s.send(&id, msg), Outcome::Ignored);
+}
+
+#[test]
+fn the_iteration_cap_force_completes_with_a_recorded_reason() {
+    let mut s = Sim::new();
+    let echo = || calls(vec![call("echo", json!({"text": "again"}))]);
+    s.script("worker", vec![echo(), echo(), echo(), echo()]);
+    let id = s.create("worker", "loop");
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.thinks, 3, "worker's maxIterations is 3");
+    assert_eq!(run.error.as_ref().map(|e| e.code.as_str()), None);
+    assert!(
+        matches!(&s.runs[&id].1.last().unwrap().body, EntryBody::Notice { code, .. } if code == "max_iterations")
+    );
+    assert!(run.result.as_deref().unwrap().contains("3 iterations"));
+}
+
+#[test]
+fn redelivered_and_stale_messages_do_nothing() {
+    let mut s = Sim::new();
+    s.script(
+        "worker",
+        vec![calls(vec![call("echo", json!({"text": "x"}))]), text("ok")],
+    );
+    let id = s.create("worker", "go");
+    let start = s.queue.pop_front().unwrap();
+    assert_eq!(s.deliver(&start), Outcome::Done);
+    assert_eq!(s.deliver(&start), Outcome::Ignored);
+    let cont = s.queue.pop_front().unwrap();
+    assert_eq!(s.deliver(&cont), Outcome::Done);
+    assert_eq!(s.deliver(&cont), Outcome::Ignored);
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+    let tail = StepMessage {
+        run_id: id.clone(),
+        id: "x".into(),
+        input: Input::ChildFinished {
+            child_run_id: "run_nope".into(),
+            tool_call_id: "call_0_0".into(),
+            outcome: ChildOutcome::Completed {
+                text: "x".into(),
+                step_count: 1,
+                total_usage: Usage::default(),
+            },
+        },
+    };
+    assert_eq!(s.deliver(&tail), Outcome::Ignored);
+    assert_eq!(
+        s.send(
+            &id,
+            Input::Fail {
+                code: "x".into(),
+                message: "y".into()
+            }
+        ),
+        Outcome::Ignored
+    );
+}
+
+#[test]
+fn a_parent_can_continue_its_finished_subagent_by_id() {
+    let mut s = Sim::new();
+    // The child's id is derived from the parent and the seq of the spawning call (2).
+    let child = derive_id("sub", "run_top0", 2);
+    s.script("explore", vec![text("first look"), text("second look")]);
+    s.script(
+        "orchestrator",
+        vec![
+            calls(vec![spawn("explore", "look")]),
+            calls(vec![call(
+                "spawn_subagent",
+                json!({"subagentId": child, "prompt": "look again"}),
+            )]),
+            text("done"),
+        ],
+    );
+    let id = s.create("orchestrator", "go");
+    s.run_all();
+    let tools = s.tools(&id);
+    assert_eq!(s.children(&id), vec![child.clone(), child.clone()]);
+    assert!(
+        matches!(&tools[0].result, ToolResult::Success { output } if output["text"] == "first look")
+    );
+    assert!(
+        matches!(&tools[1].result, ToolResult::Success { output } if output["text"] == "second look" && output["stepCount"] == 2)
+    );
+    assert_eq!(s.run(&child).thinks, 2);
+    assert_eq!(
+        s.run(&child).parent.as_ref().unwrap().tool_call_id,
+        tools[1].id
+    );
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+}
+
+#[test]
+fn a_run_cannot_continue_someone_elses_subagent() {
+    let mut s = Sim::new();
+    s.script("explore", vec![text("mine")]);
+    s.script(
+        "orchestrator",
+        vec![
+            calls(vec![call(
+                "spawn_subagent",
+                json!({"subagentId": "run_top0", "prompt": "leak"}),
+            )]),
+            text("ok"),
+        ],
+    );
+    let victim = s.create("explore", "secret");
+    s.run_all();
+    let id = s.create("orchestrator", "go");
+    s.run_all();
+    assert!(
+        matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("no such subagent"))
+    );
+    assert_eq!(
+        s.run(&victim).thinks,
+        1,
+        "the other run did not take a turn"
+    );
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+}
+
+#[test]
+fn ids_are_derived_so_a_retried_step_mints_the_same_ones() {
+    assert_eq!(derive_id("cta", "run_a", 3), derive_id("cta", "run_a", 3));
+    assert_ne!(derive_id("cta", "run_a", 3), derive_id("cta", "run_a", 4));
+    assert_ne!(derive_id("cta", "run_a", 3), derive_id("run", "run_a", 3));
+    assert!(derive_id("cta", "run_a", 3).starts_with("cta_"));
+    let choice = CtaRequest::Choice {
+        prompt: "p".into(),
+        options: vec![ChoiceOption {
+            id: "a".into(),
+            label: "A".into(),
+        }],
+    };
+    assert_eq!(choice.kind(), "choice");
+}
+
+#[test]
+fn a_fatal_model_error_fails_the_run_after_applying_the_input() {
+    let mut s = Sim::new();
+    s.script("orchestrator", vec![calls(vec![spawn("explore", "x")])]);
+    s.script("explore", vec![text("found")]);
+    let id = s.create("orchestrator", "go");
+    let start = s.queue.pop_front().unwrap();
+    s.deliver(&start);
+    let child = s.children(&id)[0].clone();
+    let child_start = s.queue.pop_front().unwrap();
+    s.deliver(&child_start);
+    let finished = s.queue.pop_front().unwrap();
+    // The parent's next think fails for good: the child's result is still recorded.
+    let (run, timeline) = s.runs[&id].clone();
+    let io = Io {
+        model_error: Some("the model refused".into()),
+        ..Io::default()
+    };
+    let Step::Done(t) = step(&s.catalog, s.now, &run, &timeline, &finished.input, &io) else {
+        panic!("expected a transition")
+    };
+    assert_eq!(t.run.status, RunStatus::Failed);
+    assert_eq!(t.run.error.as_ref().unwrap().code, "model_error");
+    let resolved = t.updated[0].tool().unwrap();
+    assert_eq!(resolved.child_run_id.as_deref(), Some(child.as_str()));
+    assert!(
+        matches!(&resolved.result, ToolResult::Success { output } if output["text"] == "found")
+    );
+}
+
+#[test]
+fn oversized_tool_outputs_are_cut_with_a_marker() {
+    let big = "x".repeat(MAX_OUTPUT_BYTES + 10);
+    let mut s = Sim::new();
+    s.script(
+        "worker",
+        vec![calls(vec![call("echo", json!({"text": big}))]), text("ok")],
+    );
+    let id = s.create("worker", "go");
+    s.run_all();
+    match &s.tools(&id)[0].result {
+        ToolResult::Success { output } => {
+            assert_eq!(output["truncated"], true);
+            assert_eq!(output["originalBytes"], MAX_OUTPUT_BYTES + 10);
+            assert!(output["preview"].as_str().unwrap().ends_with(&format!(
+                "[truncated: {MAX_OUTPUT_BYTES} of {} bytes kept]",
+                MAX_OUTPUT_BYTES + 10
+            )));
+        }
+        r => panic!("{r:?}"),
+    }
+    assert!(s.children(&id).is_empty());
+    assert!(derive_id("sub", "run_a", 1).starts_with("sub_"));
+}

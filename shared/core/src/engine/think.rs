@@ -1,0 +1,176 @@
+//! The iteration itself: ask the model (unless a guardrail ends the turn), record its reply,
+//! and dispatch each tool call to a tool run, a CTA or a child run.
+
+use serde_json::{Value, json};
+
+use super::{Execution, Io, MAX_REPLY_BYTES, Step, Work, cap_at, to_result};
+use crate::agent::AgentDef;
+use crate::cta::CtaRequest;
+use crate::message::Input;
+use crate::run::RunStatus;
+use crate::timeline::{EntryBody, ToolEntry, ToolResult};
+use crate::tools::ToolKind;
+
+impl Work<'_> {
+    /// Thinks and dispatches. Returns what the service must fetch first, if anything.
+    pub(super) fn think(&mut self, io: &Io) -> Option<Step> {
+        let catalog = self.catalog;
+        let Some(agent) = catalog.agent(&self.run.agent) else {
+            let msg = format!(
+                "agent `{}` is not defined in this deployment",
+                self.run.agent
+            );
+            self.end(RunStatus::Failed, "unknown_agent", &msg);
+            return None;
+        };
+        if self.run.turn_thinks >= agent.max_iterations {
+            let msg = format!(
+                "stopped after {} iterations, the limit for agent `{}`",
+                agent.max_iterations, agent.name
+            );
+            self.run.result = Some(msg.clone());
+            self.end(RunStatus::Completed, "max_iterations", &msg);
+            return None;
+        }
+        if let Some(error) = &io.model_error {
+            self.end(RunStatus::Failed, "model_error", error);
+            return None;
+        }
+        let Some(reply) = &io.reply else {
+            return Some(Step::Think {
+                think_index: self.run.thinks,
+            });
+        };
+        self.run.thinks += 1;
+        self.run.turn_thinks += 1;
+        self.run.usage += reply.usage;
+        let text = reply.text.clone().map(|t| cap_at(t, MAX_REPLY_BYTES));
+        let reply_seq = self.push(EntryBody::Assistant {
+            text: text.clone(),
+            usage: reply.usage,
+        });
+        if reply.tool_calls.is_empty() {
+            self.run.result = Some(text.unwrap_or_default());
+            self.end(RunStatus::Completed, "", "");
+            return None;
+        }
+        let mut executions = Vec::new();
+        let mut ids = std::collections::HashSet::new();
+        for (i, call) in reply.tool_calls.iter().enumerate() {
+            let mut id = if call.id.is_empty() {
+                format!("call_{}_{i}", self.run.thinks - 1)
+            } else {
+                call.id.clone()
+            };
+            if !ids.insert(id.clone()) {
+                id = format!("{id}_{i}");
+                ids.insert(id.clone());
+            }
+            let parsed = if call.arguments.trim().is_empty() {
+                Ok(json!({}))
+            } else {
+                serde_json::from_str::<Value>(&call.arguments)
+            };
+            let input = match &parsed {
+                Ok(v) => v.clone(),
+                Err(_) => Value::String(call.arguments.clone()),
+            };
+            let seq = self.push(EntryBody::Tool(ToolEntry {
+                id: id.clone(),
+                name: call.name.clone(),
+                input: input.clone(),
+                result: ToolResult::Pending {
+                    reason: "dispatching".into(),
+                },
+                reply_seq,
+                cta: None,
+                child_run_id: None,
+            }));
+            let max = catalog.limits.max_tool_calls;
+            let result = if i >= max {
+                ToolResult::error(format!(
+                    "not run: at most {max} tool calls are run per reply; call it again in a later reply"
+                ))
+            } else if let Err(e) = parsed {
+                ToolResult::error(format!("arguments are not valid JSON: {e}"))
+            } else {
+                self.dispatch(agent, seq, &id, &call.name, input, io, &mut executions)
+            };
+            self.tool_mut(seq).result = result;
+        }
+        if !executions.is_empty() {
+            return Some(Step::Execute(executions));
+        }
+        if self.pending_where(|_| true).is_some() {
+            self.run.status = RunStatus::Waiting;
+        } else {
+            self.run.status = RunStatus::Running;
+            self.send(
+                &self.run.run_id.clone(),
+                "continue",
+                Input::Continue {
+                    version: self.run.version + 1,
+                },
+            );
+        }
+        None
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn dispatch(
+        &mut self,
+        agent: &AgentDef,
+        seq: u64,
+        id: &str,
+        name: &str,
+        input: Value,
+        io: &Io,
+        executions: &mut Vec<Execution>,
+    ) -> ToolResult {
+        let catalog = self.catalog;
+        let Some(def) = catalog.tool_for(agent, name) else {
+            return ToolResult::error(format!(
+                "unknown tool `{name}`; this agent's tools are: {}",
+                if agent.tools.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    agent.tools.join(", ")
+                }
+            ));
+        };
+        if let Err(e) = def.validate(&input) {
+            return ToolResult::error(e);
+        }
+        match &def.kind {
+            ToolKind::Spawn => self.spawn(seq, id, &input),
+            ToolKind::Feedback => match serde_json::from_value::<CtaRequest>(input) {
+                Ok(req) => match req.validate() {
+                    Ok(()) => self.raise_cta(seq, id, req, false),
+                    Err(e) => ToolResult::error(e.to_string()),
+                },
+                Err(e) => ToolResult::error(format!("invalid CTA request: {e}")),
+            },
+            ToolKind::Exec(tool) => {
+                let gated = agent.approval.get(name).is_some_and(|p| p.requires(&input))
+                    || tool.needs_approval(&input);
+                if gated {
+                    let message = format!("Allow `{name}` to run with input {input}?");
+                    return self.raise_cta(seq, id, CtaRequest::Approval { message }, true);
+                }
+                match io.outputs.get(id) {
+                    Some(out) => to_result(out.clone()),
+                    None => {
+                        executions.push(Execution {
+                            call_id: id.into(),
+                            tool: name.into(),
+                            input,
+                        });
+                        ToolResult::Pending {
+                            reason: "executing".into(),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

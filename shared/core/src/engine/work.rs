@@ -1,0 +1,199 @@
+//! The step under construction: the run as it becomes, and what the commit will hold.
+//!
+//! Every input handler works on one of these; [`Work::done`] turns it into the
+//! [`Transition`] to commit, with the `run.state` event when the run's state changed.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use super::{Next, Step};
+use crate::agent::Catalog;
+use crate::cta::Cta;
+use crate::message::{Effect, Event, Input, StepMessage, Transition};
+use crate::run::{Run, RunStatus};
+use crate::timeline::{CtaSnapshot, Entry, EntryBody, ToolEntry, ToolResult};
+
+/// The step being built: the run as it becomes, and what the commit will hold.
+pub(super) struct Work<'a> {
+    pub(super) catalog: &'a Catalog,
+    pub(super) now: DateTime<Utc>,
+    pub(super) run: Run,
+    pub(super) timeline: &'a [Entry],
+    pub(super) appended: Vec<Entry>,
+    pub(super) updated: BTreeMap<u64, Entry>,
+    pub(super) new_ctas: Vec<Cta>,
+    pub(super) new_runs: Vec<(Run, Vec<Entry>)>,
+    pub(super) effects: Vec<Effect>,
+    /// The seq of the first entry of the current batch.
+    pub(super) batch_start: u64,
+}
+
+impl<'a> Work<'a> {
+    pub(super) fn new(
+        catalog: &'a Catalog,
+        now: DateTime<Utc>,
+        run: &Run,
+        timeline: &'a [Entry],
+    ) -> Self {
+        let batch_start = timeline
+            .iter()
+            .rposition(|e| matches!(e.body, EntryBody::Assistant { .. }))
+            .map_or(0, |i| i as u64 + 1);
+        Self {
+            catalog,
+            now,
+            run: run.clone(),
+            timeline,
+            appended: Vec::new(),
+            updated: BTreeMap::new(),
+            new_ctas: Vec::new(),
+            new_runs: Vec::new(),
+            effects: Vec::new(),
+            batch_start,
+        }
+    }
+
+    pub(super) fn entry(&self, seq: u64) -> &Entry {
+        if let Some(e) = self.updated.get(&seq) {
+            return e;
+        }
+        let base = self.timeline.len() as u64;
+        if seq < base {
+            &self.timeline[seq as usize]
+        } else {
+            &self.appended[(seq - base) as usize]
+        }
+    }
+
+    pub(super) fn entry_mut(&mut self, seq: u64) -> &mut Entry {
+        let base = self.timeline.len() as u64;
+        if seq >= base {
+            return &mut self.appended[(seq - base) as usize];
+        }
+        let timeline = self.timeline;
+        self.updated
+            .entry(seq)
+            .or_insert_with(|| timeline[seq as usize].clone())
+    }
+
+    pub(super) fn tool(&self, seq: u64) -> &ToolEntry {
+        match &self.entry(seq).body {
+            EntryBody::Tool(t) => t,
+            _ => unreachable!("seq {seq} is a tool entry by construction"),
+        }
+    }
+
+    pub(super) fn tool_mut(&mut self, seq: u64) -> &mut ToolEntry {
+        match &mut self.entry_mut(seq).body {
+            EntryBody::Tool(t) => t,
+            _ => unreachable!("seq {seq} is a tool entry by construction"),
+        }
+    }
+
+    pub(super) fn push(&mut self, body: EntryBody) -> u64 {
+        let seq = self.run.next_seq;
+        self.run.next_seq += 1;
+        if matches!(body, EntryBody::Assistant { .. }) {
+            self.batch_start = seq + 1;
+        }
+        self.appended.push(Entry {
+            seq,
+            at: self.now,
+            body,
+        });
+        seq
+    }
+
+    pub(super) fn batch(&self) -> std::ops::Range<u64> {
+        self.batch_start..self.run.next_seq
+    }
+
+    /// The pending tool entries of the current batch that match.
+    pub(super) fn pending_seqs(&self, pred: impl Fn(&ToolEntry) -> bool) -> Vec<u64> {
+        self.batch()
+            .filter(|&s| match &self.entry(s).body {
+                EntryBody::Tool(t) => t.result.is_pending() && pred(t),
+                _ => false,
+            })
+            .collect()
+    }
+
+    pub(super) fn pending_where(&self, pred: impl Fn(&ToolEntry) -> bool) -> Option<u64> {
+        self.pending_seqs(pred).into_iter().next()
+    }
+
+    pub(super) fn resolve(&mut self, seq: u64, result: ToolResult, cta: Option<CtaSnapshot>) {
+        let t = self.tool_mut(seq);
+        t.result = result;
+        if cta.is_some() {
+            t.cta = cta;
+        }
+    }
+
+    pub(super) fn send(&mut self, run_id: &str, tag: &str, input: Input) {
+        let id = format!("{}:{}:{tag}", self.run.run_id, self.run.version + 1);
+        self.effects.push(Effect::Send(StepMessage {
+            run_id: run_id.into(),
+            id,
+            input,
+        }));
+    }
+
+    pub(super) fn publish(&mut self, detail_type: &str, detail: Value) {
+        let n = self
+            .effects
+            .iter()
+            .filter(|e| matches!(e, Effect::Publish(_)))
+            .count();
+        let id = format!("{}:{}:{n}", self.run.run_id, self.run.version + 1);
+        self.effects.push(Effect::Publish(Event {
+            id,
+            detail_type: detail_type.into(),
+            detail,
+            time: self.now,
+        }));
+    }
+
+    /// After a pending result resolved: think if the batch is complete, else keep waiting.
+    pub(super) fn after_resolution(&mut self) -> Next {
+        if self.pending_where(|_| true).is_some() {
+            self.run.status = RunStatus::Waiting;
+            Next::Commit
+        } else {
+            self.run.status = RunStatus::Running;
+            Next::Think
+        }
+    }
+
+    pub(super) fn done(mut self) -> Step {
+        let state = match self.run.status {
+            RunStatus::Running | RunStatus::Queued => Some("thinking"),
+            RunStatus::Waiting => {
+                if self.pending_where(|t| t.cta.is_some()).is_some() {
+                    Some("waiting_on_user")
+                } else {
+                    Some("waiting_on_subagents")
+                }
+            }
+            _ => None,
+        };
+        if let Some(s) = state
+            && self.run.state.as_deref() != Some(s)
+        {
+            self.publish("run.state", json!({"runId": self.run.run_id, "state": s}));
+        }
+        self.run.state = state.map(str::to_owned);
+        self.run.version += 1;
+        self.run.updated_at = self.now;
+        Step::Done(Box::new(Transition {
+            run: self.run,
+            appended: self.appended,
+            updated: self.updated.into_values().collect(),
+            new_ctas: self.new_ctas,
+            new_runs: self.new_runs,
+            effects: self.effects,
+        }))
+    }
+}

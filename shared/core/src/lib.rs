@@ -1,0 +1,26 @@
+//! Baton's core: durable AI-agent orchestration, with no I/O stack in its dependency tree.
+//!
+//! - [`engine`] decides, purely: one iteration of one run, from its state and one input.
+//! - [`message`] holds what crosses the engine's boundary: step messages, events, effects,
+//!   transitions. Ports and adapters import it, never the engine.
+//! - [`run`], [`cta`], [`timeline`], [`agent`] and [`tools`] are the data the engine reasons on.
+//! - [`llm`] is the model port and the projection of a timeline into chat messages.
+//! - [`ports`] are the traits every adapter implements (store, queue, bus, scheduler, clock).
+//! - [`service`] is the only place that loads, steps, commits and performs effects.
+//! - [`config`] reads the environment, once, for every host.
+//!
+//! Adapters (AWS, SQLite), model clients and hosts (Lambda functions, `baton dev`) are
+//! crates beside this one; this crate knows none of them.
+
+pub mod agent;
+pub mod config;
+pub mod cta;
+pub mod engine;
+pub mod error;
+pub mod llm;
+pub mod message;
+pub mod ports;
+pub mod run;
+pub mod service;
+pub mod timeline;
+pub mod tools;

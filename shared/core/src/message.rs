@@ -1,0 +1,138 @@
+//! What crosses the engine's boundary: the messages a run receives, the events it publishes,
+//! the effects it asks for, and the transition it commits.
+//!
+//! Plain data with no behaviour beyond applying a transition to a timeline. The ports, the
+//! adapters and the hosts import these types; none of them imports the engine.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::cta::{Cta, CtaResponse};
+use crate::run::{ParentLink, Run, RunStatus, Usage};
+use crate::timeline::Entry;
+
+/// A message on a run's ordered queue group: the only way a run changes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepMessage {
+    pub run_id: String,
+    /// Deduplication id: the same effect always sends the same id.
+    pub id: String,
+    pub input: Input,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Input {
+    /// The run was created: take its first step.
+    Start,
+    /// Think again; stale unless the run is still at `version`.
+    Continue {
+        version: u64,
+    },
+    /// A follow-up user turn on a finished run (from the API, or a parent continuing it).
+    UserMessage {
+        text: String,
+        message_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reply_to: Option<ParentLink>,
+    },
+    /// A human answered; the CTA item already records the answer.
+    CtaAnswered {
+        cta_id: String,
+        response: CtaResponse,
+    },
+    /// A CTA's expiry fired; the CTA item already records it.
+    CtaExpired {
+        cta_id: String,
+    },
+    /// A child run ended.
+    ChildFinished {
+        child_run_id: String,
+        tool_call_id: String,
+        outcome: ChildOutcome,
+    },
+    Cancel {
+        reason: String,
+    },
+    /// The run cannot go on (a poison message, a fatal model error, a terminal step error).
+    Fail {
+        code: String,
+        message: String,
+    },
+}
+
+/// How a child run ended, as its parent learns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ChildOutcome {
+    Completed {
+        text: String,
+        step_count: u32,
+        total_usage: Usage,
+    },
+    Ended {
+        status: RunStatus,
+        error: String,
+    },
+}
+
+/// An event for the bus (EventBridge detail-types of DESIGN.md §7).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    /// Unique and stable: consumers deduplicate on it.
+    pub id: String,
+    pub detail_type: String,
+    pub detail: Value,
+    pub time: DateTime<Utc>,
+}
+
+/// Something to do after the commit. Every effect is idempotent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Effect {
+    Send(StepMessage),
+    Publish(Event),
+    /// A one-time expiry timer named by the CTA id.
+    Schedule {
+        cta_id: String,
+        run_id: String,
+        at: DateTime<Utc>,
+    },
+    Unschedule {
+        cta_id: String,
+    },
+    /// Mark the CTA item cancelled if it is still pending.
+    CancelCta {
+        cta_id: String,
+    },
+}
+
+/// What the engine decided for one message: committed atomically, then its effects performed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    /// The run's new state, with `version` bumped by one.
+    pub run: Run,
+    pub appended: Vec<Entry>,
+    /// Resolved entries, whole, by seq.
+    pub updated: Vec<Entry>,
+    pub new_ctas: Vec<Cta>,
+    /// Child runs to create in the same commit, with their first entries.
+    pub new_runs: Vec<(Run, Vec<Entry>)>,
+    pub effects: Vec<Effect>,
+}
+
+impl Transition {
+    /// Applies this transition's entries to the run's timeline as held in memory: resolved
+    /// entries replace theirs in place (seq is the index), new ones are appended.
+    pub fn apply(&self, timeline: &mut Vec<Entry>) {
+        for e in &self.updated {
+            if let Some(slot) = timeline.get_mut(e.seq as usize) {
+                *slot = e.clone();
+            }
+        }
+        timeline.extend(self.appended.iter().cloned());
+    }
+}

@@ -1,0 +1,153 @@
+//! The ports: small traits the service talks to, one per kind of infrastructure.
+//!
+//! The embedded adapter (`adapters::local`) and the AWS adapters implement the same traits
+//! and pass the same contract tests. Every method is idempotent where the design needs it:
+//! a message or an effect performed twice must not do anything twice.
+
+use chrono::{DateTime, Utc};
+
+use crate::cta::{Cta, CtaResponse, CtaStatus};
+use crate::error::PortError;
+use crate::message::{Effect, Event, StepMessage, Transition};
+use crate::run::Run;
+use crate::timeline::Entry;
+
+/// A run with its outstanding outbox: effects committed but not yet marked performed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub run: Run,
+    pub outbox: Vec<Effect>,
+}
+
+/// The outcome of creating a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    Created,
+    /// A run with the same owner and idempotency key exists already.
+    Existing(Box<RunRecord>),
+}
+
+/// The outcome of settling a CTA.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settled {
+    /// This call moved the CTA out of `pending`.
+    Won(Cta),
+    /// Someone else did first; here is the CTA as it is.
+    Lost(Cta),
+    NotFound,
+}
+
+/// Runs, timelines and CTAs, with a conditional commit.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync {
+    /// Creates a run with its first entries and outbox. With an idempotency key, a second
+    /// create by the same owner with the same key creates nothing and returns the first run.
+    async fn create_run(
+        &self,
+        run: &Run,
+        entries: &[Entry],
+        outbox: &[Effect],
+        idempotency_key: Option<&str>,
+    ) -> Result<Created, PortError>;
+
+    /// The run item alone (cheap).
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError>;
+
+    /// The run item and its whole timeline, in seq order.
+    async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError>;
+
+    /// Timeline entries with seq greater than `after` (all when `None`), at most `limit`.
+    async fn entries_after(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, PortError>;
+
+    /// Commits a transition atomically if the run is still at `expected_version`:
+    /// new and resolved entries, the run item with the transition's effects as its outbox,
+    /// new CTAs and new child runs. [`PortError::Conflict`] if the version moved.
+    async fn commit(&self, expected_version: u64, transition: &Transition)
+    -> Result<(), PortError>;
+
+    /// Marks the outbox of `version` performed (does nothing if the run moved past it).
+    async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError>;
+
+    async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError>;
+
+    /// Moves a CTA from `pending` to `status` with one conditional write: the first wins.
+    async fn settle_cta(
+        &self,
+        cta_id: &str,
+        status: CtaStatus,
+        response: Option<&CtaResponse>,
+        at: DateTime<Utc>,
+    ) -> Result<Settled, PortError>;
+
+    /// An owner's CTAs, optionally of one status, oldest first.
+    async fn list_ctas(
+        &self,
+        owner: &str,
+        status: Option<CtaStatus>,
+    ) -> Result<Vec<Cta>, PortError>;
+}
+
+/// Sends step messages to runs' ordered groups (FIFO per run id, deduplicated by id).
+#[async_trait::async_trait]
+pub trait Queue: Send + Sync {
+    async fn send(&self, messages: &[StepMessage]) -> Result<(), PortError>;
+}
+
+/// Publishes events for UIs and other systems. Consumers deduplicate on `Event::id`.
+#[async_trait::async_trait]
+pub trait Bus: Send + Sync {
+    async fn publish(&self, events: &[Event]) -> Result<(), PortError>;
+}
+
+/// One-time expiry timers, named by the CTA id. Scheduling an existing name and
+/// unscheduling a missing one both succeed.
+#[async_trait::async_trait]
+pub trait Scheduler: Send + Sync {
+    async fn schedule(
+        &self,
+        cta_id: &str,
+        run_id: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), PortError>;
+    async fn unschedule(&self, cta_id: &str) -> Result<(), PortError>;
+}
+
+/// The time, passed in so tests can move it.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+/// The real clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// A clock tests move by hand.
+#[derive(Debug)]
+pub struct ManualClock(std::sync::Mutex<DateTime<Utc>>);
+
+impl ManualClock {
+    pub fn new(start: DateTime<Utc>) -> Self {
+        Self(std::sync::Mutex::new(start))
+    }
+    pub fn advance(&self, by: chrono::Duration) {
+        let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *t += by;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

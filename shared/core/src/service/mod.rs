@@ -1,0 +1,160 @@
+//! The service: the only place that loads a run, calls the engine, commits with a version
+//! check, and performs the committed effects through the ports.
+//!
+//! Hosts (the local dev server, the Lambda functions) call one method each: the HTTP API
+//! calls the request methods (`requests.rs`), queue consumers call [`Service::handle`]
+//! (`steps.rs`), timers call [`Service::expire_cta`].
+
+mod requests;
+mod steps;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use crate::agent::Catalog;
+use crate::error::PortError;
+use crate::llm::{Llm, LlmError};
+use crate::ports::{Bus, Clock, Queue, Scheduler, Store};
+use crate::run::{ExpiryPolicy, RunStatus};
+use crate::timeline::Entry;
+
+/// The ports a service works through, built once per process.
+#[derive(Clone)]
+pub struct Deps {
+    pub store: Arc<dyn Store>,
+    pub queue: Arc<dyn Queue>,
+    pub bus: Arc<dyn Bus>,
+    pub scheduler: Arc<dyn Scheduler>,
+    pub llm: Arc<dyn Llm>,
+    pub clock: Arc<dyn Clock>,
+}
+
+/// Why a request was refused, or could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    NotFound(String),
+    /// The request conflicts with the current state (already answered, run still active).
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
+    /// Too late: the CTA expired.
+    #[error("{0}")]
+    Gone(String),
+    #[error(transparent)]
+    Port(#[from] PortError),
+}
+
+/// Why a step message could not be handled.
+///
+/// Retryable errors (a backend busy or down, a model unavailable, a run contended) put the
+/// message back on its queue: it can succeed later. Terminal ones cannot; by the time
+/// [`Service::handle`] returns one, it has already tried to end the run as failed with the
+/// error's message, so hosts acknowledge the message instead of redelivering it.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error(transparent)]
+    Port(#[from] PortError),
+    /// The model could not be reached after the client's own retries.
+    #[error(transparent)]
+    Llm(LlmError),
+    #[error("run {0} kept changing under this step")]
+    Contended(String),
+}
+
+impl StepError {
+    /// Whether delivering the same message again can succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Port(e) => e.is_retryable(),
+            Self::Llm(e) => matches!(e, LlmError::Unavailable { .. }),
+            Self::Contended(_) => true,
+        }
+    }
+}
+
+/// What handling a message did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled {
+    Committed { status: RunStatus, version: u64 },
+    Ignored(String),
+}
+
+/// A new top-level run, as the API receives it.
+#[derive(Debug, Clone, Default)]
+pub struct CreateRun {
+    pub prompt: String,
+    pub agent: Option<String>,
+    pub sandbox_id: Option<String>,
+    pub metadata: Option<Value>,
+    pub on_expiry: ExpiryPolicy,
+}
+
+const CACHE_RUNS: usize = 512;
+
+pub struct Service {
+    deps: Deps,
+    catalog: Arc<Catalog>,
+    /// Timelines of recently stepped runs, by version: a warm worker re-reads only the run
+    /// item, not the whole history. The store stays the truth: a version mismatch reloads.
+    cache: Mutex<HashMap<String, (u64, Vec<Entry>)>>,
+}
+
+impl Service {
+    pub fn new(deps: Deps, catalog: Arc<Catalog>) -> Self {
+        Self {
+            deps,
+            catalog,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    pub fn deps(&self) -> &Deps {
+        &self.deps
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_what_can_succeed_later_is_retried() {
+        let table = [
+            (StepError::Port(PortError::Conflict), true),
+            (
+                StepError::Port(PortError::Unavailable {
+                    message: "throttled".into(),
+                    source: None,
+                }),
+                true,
+            ),
+            (
+                StepError::Port(PortError::Broken {
+                    message: "item too large".into(),
+                    source: None,
+                }),
+                false,
+            ),
+            (
+                StepError::Llm(LlmError::Unavailable {
+                    message: "connection refused".into(),
+                    source: None,
+                }),
+                true,
+            ),
+            (StepError::Llm(LlmError::Fatal("bad key".into())), false),
+            (StepError::Contended("run_1".into()), true),
+        ];
+        for (error, retryable) in table {
+            assert_eq!(error.is_retryable(), retryable, "{error}");
+        }
+    }
+}

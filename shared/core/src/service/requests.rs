@@ -1,0 +1,275 @@
+//! The request side: what the HTTP API (and the bus consumer) asks of the service. None of
+//! these edit a run's timeline: they validate, write what is theirs to write (a run item on
+//! create, a CTA's answer), and queue a message for the run's one writer.
+
+use tracing::{info, warn};
+
+use super::{CreateRun, Service, ServiceError};
+use crate::cta::{Cta, CtaResponse, CtaStatus};
+use crate::error::PortError;
+use crate::message::{Effect, Input, StepMessage};
+use crate::ports::{Created, RunRecord, Settled};
+use crate::run::{NewRun, Run};
+use crate::timeline::{Entry, EntryBody};
+
+impl Service {
+    pub async fn create_run(
+        &self,
+        owner: &str,
+        req: CreateRun,
+        idempotency_key: Option<&str>,
+    ) -> Result<Run, ServiceError> {
+        if req.prompt.trim().is_empty() {
+            return Err(ServiceError::Invalid("`prompt` must not be empty".into()));
+        }
+        let agent = req
+            .agent
+            .unwrap_or_else(|| crate::agent::ORCHESTRATOR.to_owned());
+        if self.catalog.agent(&agent).is_none() {
+            return Err(ServiceError::Invalid(format!(
+                "unknown agent `{agent}`; known agents: {}",
+                self.catalog.agent_names().join(", ")
+            )));
+        }
+        let now = self.deps.clock.now();
+        let mut run = Run::new(NewRun {
+            run_id: format!("run_{}", uuid::Uuid::new_v4().simple()),
+            agent,
+            owner: owner.to_owned(),
+            parent: None,
+            depth: 0,
+            on_expiry: req.on_expiry,
+            sandbox_id: req.sandbox_id,
+            metadata: req.metadata,
+            now,
+        });
+        run.next_seq = 1;
+        let first = Entry {
+            seq: 0,
+            at: now,
+            body: EntryBody::User {
+                text: req.prompt,
+                message_id: None,
+            },
+        };
+        let start = vec![Effect::Send(StepMessage {
+            run_id: run.run_id.clone(),
+            id: format!("{}:start", run.run_id),
+            input: Input::Start,
+        })];
+        let record = match self
+            .deps
+            .store
+            .create_run(&run, &[first], &start, idempotency_key)
+            .await?
+        {
+            Created::Created => RunRecord { run, outbox: start },
+            Created::Existing(rec) => *rec,
+        };
+        self.perform(&record.run, &record.outbox).await?;
+        info!(run_id = %record.run.run_id, agent = %record.run.agent, "run created");
+        Ok(record.run)
+    }
+
+    async fn owned_run(&self, owner: &str, run_id: &str) -> Result<Run, ServiceError> {
+        match self.deps.store.get_run(run_id).await? {
+            Some(r) if r.run.owner == owner => Ok(r.run),
+            _ => Err(ServiceError::NotFound(format!("no run `{run_id}`"))),
+        }
+    }
+
+    pub async fn get_run(
+        &self,
+        owner: &str,
+        run_id: &str,
+    ) -> Result<(Run, Vec<Entry>), ServiceError> {
+        match self.deps.store.load(run_id).await? {
+            Some((r, timeline)) if r.run.owner == owner => Ok((r.run, timeline)),
+            _ => Err(ServiceError::NotFound(format!("no run `{run_id}`"))),
+        }
+    }
+
+    pub async fn timeline(
+        &self,
+        owner: &str,
+        run_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<(Run, Vec<Entry>), ServiceError> {
+        let run = self.owned_run(owner, run_id).await?;
+        let entries = self.deps.store.entries_after(run_id, after, limit).await?;
+        Ok((run, entries))
+    }
+
+    /// Queues a follow-up user turn on a finished run.
+    pub async fn post_message(
+        &self,
+        owner: &str,
+        run_id: &str,
+        text: &str,
+    ) -> Result<Run, ServiceError> {
+        if text.trim().is_empty() {
+            return Err(ServiceError::Invalid("`text` must not be empty".into()));
+        }
+        let run = self.owned_run(owner, run_id).await?;
+        if !run.status.is_terminal() {
+            return Err(ServiceError::Conflict {
+                code: "run_active",
+                message: format!(
+                    "run is {}; a follow-up message is taken once it has finished",
+                    run.status.as_str()
+                ),
+            });
+        }
+        let message_id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+        self.deps
+            .queue
+            .send(&[StepMessage {
+                run_id: run_id.into(),
+                id: message_id.clone(),
+                input: Input::UserMessage {
+                    text: text.into(),
+                    message_id,
+                    reply_to: None,
+                },
+            }])
+            .await?;
+        Ok(run)
+    }
+
+    /// Queues a cancellation; the run's writer cancels its CTAs and children.
+    pub async fn cancel(&self, owner: &str, run_id: &str) -> Result<Run, ServiceError> {
+        let run = self.owned_run(owner, run_id).await?;
+        if run.status.is_terminal() {
+            return Err(ServiceError::Conflict {
+                code: "run_ended",
+                message: format!("run already ended ({})", run.status.as_str()),
+            });
+        }
+        self.deps
+            .queue
+            .send(&[StepMessage {
+                run_id: run_id.into(),
+                id: format!("{run_id}:cancel"),
+                input: Input::Cancel {
+                    reason: "cancelled by the user".into(),
+                },
+            }])
+            .await?;
+        Ok(run)
+    }
+
+    pub async fn list_ctas(
+        &self,
+        owner: &str,
+        status: Option<CtaStatus>,
+    ) -> Result<Vec<Cta>, ServiceError> {
+        Ok(self.deps.store.list_ctas(owner, status).await?)
+    }
+
+    pub async fn get_cta(&self, owner: Option<&str>, cta_id: &str) -> Result<Cta, ServiceError> {
+        match self.deps.store.get_cta(cta_id).await? {
+            Some(c) if owner.is_none_or(|o| o == c.owner) => Ok(c),
+            _ => Err(ServiceError::NotFound(format!("no CTA `{cta_id}`"))),
+        }
+    }
+
+    /// Accepts an answer with the CTA's own conditional write, then queues the resolution
+    /// for the run's writer. `owner` is `None` for trusted callers (the bus consumer).
+    pub async fn answer_cta(
+        &self,
+        owner: Option<&str>,
+        cta_id: &str,
+        response: CtaResponse,
+    ) -> Result<Cta, ServiceError> {
+        let cta = self.get_cta(owner, cta_id).await?;
+        if cta.status != CtaStatus::Pending {
+            return Err(self.settled_error(&cta).await);
+        }
+        response
+            .validate_against(&cta.request)
+            .map_err(|e| ServiceError::Invalid(e.to_string()))?;
+        let now = self.deps.clock.now();
+        if now >= cta.expires_at {
+            self.expire_cta(cta_id).await?;
+            return Err(ServiceError::Gone(format!(
+                "CTA `{cta_id}` expired at {}",
+                cta.expires_at.to_rfc3339()
+            )));
+        }
+        match self
+            .deps
+            .store
+            .settle_cta(cta_id, CtaStatus::Answered, Some(&response), now)
+            .await?
+        {
+            Settled::Won(cta) => {
+                self.send_resolution(&cta).await?;
+                info!(cta_id, run_id = %cta.run_id, "CTA answered");
+                Ok(cta)
+            }
+            Settled::Lost(cta) => Err(self.settled_error(&cta).await),
+            Settled::NotFound => Err(ServiceError::NotFound(format!("no CTA `{cta_id}`"))),
+        }
+    }
+
+    /// The refusal for a CTA that is no longer pending. An answered CTA's resolution is
+    /// sent again on the way (deduplicated), which repairs a send lost after the write.
+    async fn settled_error(&self, cta: &Cta) -> ServiceError {
+        match cta.status {
+            CtaStatus::Expired => ServiceError::Gone(format!("CTA `{}` expired", cta.cta_id)),
+            CtaStatus::Cancelled => ServiceError::Conflict {
+                code: "cta_cancelled",
+                message: format!("CTA `{}` was cancelled with its run", cta.cta_id),
+            },
+            _ => {
+                if let Err(e) = self.send_resolution(cta).await {
+                    warn!(cta_id = %cta.cta_id, error = %e, "re-sending a resolution failed");
+                }
+                ServiceError::Conflict {
+                    code: "cta_answered",
+                    message: format!("CTA `{}` was already answered", cta.cta_id),
+                }
+            }
+        }
+    }
+
+    async fn send_resolution(&self, cta: &Cta) -> Result<(), PortError> {
+        let input = match (&cta.status, &cta.response) {
+            (CtaStatus::Answered, Some(r)) => Input::CtaAnswered {
+                cta_id: cta.cta_id.clone(),
+                response: r.clone(),
+            },
+            (CtaStatus::Expired, _) => Input::CtaExpired {
+                cta_id: cta.cta_id.clone(),
+            },
+            _ => return Ok(()),
+        };
+        let id = format!("{}:{}", cta.cta_id, cta.status.as_str());
+        self.deps
+            .queue
+            .send(&[StepMessage {
+                run_id: cta.run_id.clone(),
+                id,
+                input,
+            }])
+            .await
+    }
+
+    /// An expiry timer fired: settle the CTA as expired if nobody answered first.
+    pub async fn expire_cta(&self, cta_id: &str) -> Result<(), PortError> {
+        let now = self.deps.clock.now();
+        match self
+            .deps
+            .store
+            .settle_cta(cta_id, CtaStatus::Expired, None, now)
+            .await?
+        {
+            Settled::Won(cta) => {
+                info!(cta_id, run_id = %cta.run_id, "CTA expired");
+                self.send_resolution(&cta).await
+            }
+            Settled::Lost(_) | Settled::NotFound => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The timeline: the ordered, canonical record of everything that happened in a run.
+//!
+//! Entries are immutable except a pending tool result, which is resolved in place exactly
+//! once. The model sees a projection of the timeline (`llm::project`); UIs see all of it.
+//! How entries are stored as bytes is the adapters' business (`baton-codec`), not this one's.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::cta::{CtaRequest, CtaResponse, CtaStatus};
+use crate::run::Usage;
+
+/// One record of the timeline. `seq` is dense from 0, so it is also the entry's index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub seq: u64,
+    pub at: DateTime<Utc>,
+    #[serde(flatten)]
+    pub body: EntryBody,
+}
+
+// Most entries are tool entries: boxing the largest variant would allocate for the common case.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EntryBody {
+    /// A user turn: the run's prompt or a follow-up message.
+    User {
+        text: String,
+        #[serde(rename = "messageId", default, skip_serializing_if = "Option::is_none")]
+        message_id: Option<String>,
+    },
+    /// One model reply. Its tool calls are the `tool` entries that name it in `replySeq`.
+    Assistant {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        usage: Usage,
+    },
+    Tool(ToolEntry),
+    /// Something the run did on its own: a guardrail, an expiry, a cancellation.
+    Notice {
+        code: String,
+        message: String,
+    },
+    /// A failure that ended the run.
+    Error {
+        code: String,
+        message: String,
+    },
+}
+
+/// A tool call and its result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolEntry {
+    /// The tool call id the model gave (or the engine derived).
+    pub id: String,
+    pub name: String,
+    /// The parsed arguments object; the raw string if it did not parse.
+    pub input: Value,
+    pub result: ToolResult,
+    /// The `assistant` entry this call belongs to.
+    pub reply_seq: u64,
+    /// The CTA this result waits for, when a human has to answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cta: Option<CtaSnapshot>,
+    /// The child run this result waits for (`spawn_subagent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_run_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum ToolResult {
+    Pending { reason: String },
+    Success { output: Value },
+    Error { error: String },
+}
+
+impl ToolResult {
+    pub fn is_pending(&self) -> bool {
+        matches!(self, Self::Pending { .. })
+    }
+    pub fn error(msg: impl Into<String>) -> Self {
+        Self::Error { error: msg.into() }
+    }
+}
+
+/// The CTA as the timeline shows it, beside the result it belongs to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CtaSnapshot {
+    pub cta_id: String,
+    #[serde(flatten)]
+    pub request: CtaRequest,
+    pub status: CtaStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<CtaResponse>,
+    pub expires_at: DateTime<Utc>,
+    /// True when the engine raised it to gate a tool call.
+    #[serde(default)]
+    pub gate: bool,
+}
+
+impl Entry {
+    pub fn tool(&self) -> Option<&ToolEntry> {
+        match &self.body {
+            EntryBody::Tool(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// The entries of the current batch: the tool entries after the last assistant entry.
+pub fn current_batch(timeline: &[Entry]) -> &[Entry] {
+    let start = timeline
+        .iter()
+        .rposition(|e| matches!(e.body, EntryBody::Assistant { .. }))
+        .map_or(timeline.len(), |i| i + 1);
+    &timeline[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn at() -> DateTime<Utc> {
+        DateTime::from_timestamp(0, 0).unwrap_or_default()
+    }
+
+    #[test]
+    fn an_entry_serializes_flat_with_its_type() {
+        let e = Entry {
+            seq: 3,
+            at: at(),
+            body: EntryBody::Tool(ToolEntry {
+                id: "call_1".into(),
+                name: "echo".into(),
+                input: json!({"text": "hi"}),
+                result: ToolResult::Success {
+                    output: json!("hi"),
+                },
+                reply_seq: 2,
+                cta: None,
+                child_run_id: None,
+            }),
+        };
+        let v = serde_json::to_value(&e).expect("serializes");
+        assert_eq!(v["type"], "tool");
+        assert_eq!(v["seq"], 3);
+        assert_eq!(v["input"]["text"], "hi");
+        assert_eq!(v["result"], json!({"status": "success", "output": "hi"}));
+        let back: Entry = serde_json::from_value(v).expect("round-trips");
+        assert_eq!(back, e);
+    }
+}

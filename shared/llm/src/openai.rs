@@ -1,0 +1,489 @@
+//! An OpenAI-compatible chat-completions client over `reqwest` (rustls).
+//!
+//! OpenAI, Azure OpenAI, vLLM, Ollama, llama.cpp and LiteLLM all speak this protocol.
+//! Rate limits (429), server errors (5xx) and timeouts are retried with exponential
+//! backoff, honouring `Retry-After`; other errors and malformed replies are fatal and
+//! say what was wrong. The API key is never logged.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tracing::warn;
+
+use baton_core::config::ModelConfig;
+use baton_core::llm::{ChatMessage, ChatRequest, Llm, LlmError, LlmReply, ToolCall};
+use baton_core::run::Usage;
+
+#[derive(Clone)]
+pub struct OpenAiConfig {
+    /// Up to and including `/v1` (the client appends `/chat/completions`).
+    pub base_url: String,
+    pub api_key: Option<String>,
+    /// The model when the agent names none.
+    pub model: String,
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// One HTTP attempt's timeout.
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("model", &self.model)
+            .field("max_retries", &self.max_retries)
+            .finish()
+    }
+}
+
+impl OpenAiConfig {
+    /// The client for a configured model endpoint, with the default backoff (0.5 s doubling
+    /// up to 30 s) and a 300 s timeout per attempt.
+    pub fn from_model(model: &ModelConfig) -> Self {
+        Self {
+            base_url: model.base_url.clone(),
+            api_key: model.api_key.clone(),
+            model: model.model.clone(),
+            max_retries: model.max_retries,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
+            timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+pub struct OpenAiLlm {
+    http: reqwest::Client,
+    cfg: OpenAiConfig,
+    url: String,
+}
+
+impl OpenAiLlm {
+    pub fn new(cfg: OpenAiConfig) -> Result<Self, LlmError> {
+        let http = reqwest::Client::builder()
+            .timeout(cfg.timeout)
+            .build()
+            .map_err(|e| LlmError::Fatal(format!("cannot build the HTTP client: {e}")))?;
+        let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
+        Ok(Self { http, cfg, url })
+    }
+
+    fn body(&self, req: &ChatRequest<'_>) -> Value {
+        let messages: Vec<Value> = req
+            .messages()
+            .into_iter()
+            .map(|m| match m {
+                ChatMessage::System { content } => json!({"role": "system", "content": content}),
+                ChatMessage::User { content } => json!({"role": "user", "content": content}),
+                ChatMessage::Assistant {
+                    content,
+                    tool_calls,
+                } => {
+                    let mut v = json!({"role": "assistant", "content": content});
+                    if !tool_calls.is_empty() {
+                        v["tool_calls"] = tool_calls
+                            .iter()
+                            .map(|c| {
+                                json!({"id": c.id, "type": "function",
+                                "function": {"name": c.name, "arguments": c.arguments}})
+                            })
+                            .collect();
+                    }
+                    v
+                }
+                ChatMessage::Tool {
+                    tool_call_id,
+                    content,
+                } => {
+                    json!({"role": "tool", "tool_call_id": tool_call_id, "content": content})
+                }
+            })
+            .collect();
+        let mut body = json!({
+            "model": req.model.unwrap_or(&self.cfg.model),
+            "messages": messages,
+        });
+        if !req.tools.is_empty() {
+            body["tools"] = req
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.parameters}})
+                })
+                .collect();
+        }
+        body
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self
+            .cfg
+            .initial_backoff
+            .saturating_mul(1 << attempt.min(16));
+        exp.min(self.cfg.max_backoff)
+    }
+}
+
+/// `Retry-After` in seconds (the HTTP-date form falls back to our own backoff).
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
+}
+
+#[derive(Deserialize)]
+struct Completion {
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<ApiUsage>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: ApiMessage,
+}
+
+#[derive(Deserialize)]
+struct ApiMessage {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ApiToolCall>>,
+}
+
+#[derive(Deserialize)]
+struct ApiToolCall {
+    id: String,
+    function: ApiFunction,
+}
+
+#[derive(Deserialize)]
+struct ApiFunction {
+    name: String,
+    #[serde(default)]
+    arguments: String,
+}
+
+#[derive(Deserialize)]
+struct ApiUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    total_tokens: Option<u64>,
+}
+
+fn parse(body: &[u8]) -> Result<LlmReply, LlmError> {
+    let malformed =
+        |why: String| LlmError::Fatal(format!("malformed reply from the model provider: {why}"));
+    let c: Completion = serde_json::from_slice(body).map_err(|e| malformed(e.to_string()))?;
+    let Some(choice) = c.choices.into_iter().next() else {
+        return Err(malformed("no choices".into()));
+    };
+    let usage = c.usage.map_or_else(Usage::default, |u| Usage {
+        input_tokens: u.prompt_tokens,
+        output_tokens: u.completion_tokens,
+        total_tokens: u
+            .total_tokens
+            .unwrap_or(u.prompt_tokens + u.completion_tokens),
+    });
+    let tool_calls: Vec<ToolCall> = choice
+        .message
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| ToolCall {
+            id: t.id,
+            name: t.function.name,
+            arguments: t.function.arguments,
+        })
+        .collect();
+    let text = choice.message.content.filter(|t| !t.is_empty());
+    if text.is_none() && tool_calls.is_empty() {
+        return Err(malformed(
+            "the message has neither content nor tool calls".into(),
+        ));
+    }
+    Ok(LlmReply {
+        text,
+        tool_calls,
+        usage,
+    })
+}
+
+#[async_trait::async_trait]
+impl Llm for OpenAiLlm {
+    async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
+        let body = self.body(request);
+        let mut attempt = 0;
+        loop {
+            let mut rb = self.http.post(&self.url).json(&body);
+            if let Some(key) = &self.cfg.api_key {
+                rb = rb.bearer_auth(key);
+            }
+            let (wait, why, source): (
+                Option<Duration>,
+                String,
+                Option<Box<dyn std::error::Error + Send + Sync>>,
+            ) = match rb.send().await {
+                Ok(resp) => {
+                    let status = resp.status();
+                    let hinted = retry_after(resp.headers());
+                    let bytes = match resp.bytes().await {
+                        Ok(b) => b,
+                        Err(e) => {
+                            let why = format!("reading the reply failed: {e}");
+                            if attempt >= self.cfg.max_retries {
+                                return Err(LlmError::Unavailable {
+                                    message: why,
+                                    source: Some(Box::new(e)),
+                                });
+                            }
+                            attempt += 1;
+                            tokio::time::sleep(self.backoff(attempt - 1)).await;
+                            continue;
+                        }
+                    };
+                    if status.is_success() {
+                        return parse(&bytes);
+                    }
+                    let snippet: String =
+                        String::from_utf8_lossy(&bytes).chars().take(300).collect();
+                    let why = format!("HTTP {status}: {snippet}");
+                    if !(status.as_u16() == 429
+                        || status.as_u16() == 408
+                        || status.is_server_error())
+                    {
+                        return Err(LlmError::Fatal(format!(
+                            "the model provider refused the request: {why}"
+                        )));
+                    }
+                    (hinted, why, None)
+                }
+                Err(e) => (None, format!("request failed: {e}"), Some(Box::new(e))),
+            };
+            if attempt >= self.cfg.max_retries {
+                return Err(LlmError::Unavailable {
+                    message: format!("gave up after {} attempts: {why}", attempt + 1),
+                    source,
+                });
+            }
+            let delay = wait
+                .unwrap_or_else(|| self.backoff(attempt))
+                .min(self.cfg.max_backoff);
+            warn!(attempt = attempt + 1, delay_ms = delay.as_millis() as u64, %why, "model call failed; retrying");
+            tokio::time::sleep(delay).await;
+            attempt += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_core::llm::ToolSpec;
+    use baton_core::timeline::{Entry, EntryBody, ToolEntry, ToolResult};
+    use wiremock::matchers::{body_partial_json, header, method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    fn client(server: &MockServer, retries: u32) -> OpenAiLlm {
+        OpenAiLlm::new(OpenAiConfig {
+            base_url: format!("{}/v1", server.uri()),
+            api_key: Some("sk-test".into()),
+            model: "test-model".into(),
+            max_retries: retries,
+            initial_backoff: Duration::from_millis(5),
+            max_backoff: Duration::from_millis(50),
+            timeout: Duration::from_secs(5),
+        })
+        .expect("client")
+    }
+
+    fn history() -> Vec<Entry> {
+        let at = chrono::DateTime::from_timestamp(0, 0).unwrap_or_default();
+        vec![
+            Entry {
+                seq: 0,
+                at,
+                body: EntryBody::User {
+                    text: "hi".into(),
+                    message_id: None,
+                },
+            },
+            Entry {
+                seq: 1,
+                at,
+                body: EntryBody::Assistant {
+                    text: None,
+                    usage: Usage::default(),
+                },
+            },
+            Entry {
+                seq: 2,
+                at,
+                body: EntryBody::Tool(ToolEntry {
+                    id: "call_a".into(),
+                    name: "echo".into(),
+                    input: json!({"text": "x"}),
+                    result: ToolResult::Success { output: json!("x") },
+                    reply_seq: 1,
+                    cta: None,
+                    child_run_id: None,
+                }),
+            },
+        ]
+    }
+
+    fn tools() -> Vec<ToolSpec> {
+        vec![ToolSpec {
+            name: "echo".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        }]
+    }
+
+    fn ok_body() -> Value {
+        json!({
+            "choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_b", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"y\"}"}}
+            ]}}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+        })
+    }
+
+    async fn call(llm: &OpenAiLlm) -> Result<LlmReply, LlmError> {
+        let (h, t) = (history(), tools());
+        llm.complete(&ChatRequest {
+            run_id: "r",
+            agent: "a",
+            think_index: 1,
+            model: None,
+            system: "be brief",
+            tools: &t,
+            history: &h,
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn tool_calls_round_trip_with_usage() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/v1/chat/completions"))
+            .and(header("authorization", "Bearer sk-test"))
+            .and(body_partial_json(json!({
+                "model": "test-model",
+                "messages": [
+                    {"role": "system", "content": "be brief"},
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "call_a", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"x\"}"}}]},
+                    {"role": "tool", "tool_call_id": "call_a", "content": "x"}
+                ],
+                "tools": [{"type": "function", "function": {"name": "echo"}}]
+            })))
+            .respond_with(ResponseTemplate::new(200).set_body_json(ok_body()))
+            .expect(1)
+            .mount(&server)
+            .await;
+        let reply = call(&client(&server, 0)).await.expect("reply");
+        assert_eq!(
+            reply.tool_calls,
+            vec![ToolCall {
+                id: "call_b".into(),
+                name: "echo".into(),
+                arguments: r#"{"text":"y"}"#.into()
+            }]
+        );
+        assert_eq!(
+            reply.usage,
+            Usage {
+                input_tokens: 11,
+                output_tokens: 7,
+                total_tokens: 18
+            }
+        );
+        assert_eq!(reply.text, None);
+    }
+
+    #[tokio::test]
+    async fn rate_limit_then_success_honours_retry_after() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(429).insert_header("retry-after", "0"))
+            .up_to_n_times(1)
+            .expect(1)
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(ok_body()))
+            .expect(1)
+            .mount(&server)
+            .await;
+        let reply = call(&client(&server, 3))
+            .await
+            .expect("second attempt succeeds");
+        assert_eq!(reply.usage.total_tokens, 18);
+    }
+
+    #[tokio::test]
+    async fn server_errors_exhaust_the_retries() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(500).set_body_string("upstream down"))
+            .expect(3)
+            .mount(&server)
+            .await;
+        match call(&client(&server, 2)).await {
+            Err(LlmError::Unavailable { message, .. }) => {
+                assert!(
+                    message.contains("3 attempts") && message.contains("upstream down"),
+                    "{message}"
+                )
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn client_errors_and_malformed_replies_are_fatal() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(200).set_body_string("{\"choices\": 42}"))
+            .expect(1)
+            .mount(&server)
+            .await;
+        match call(&client(&server, 3)).await {
+            Err(LlmError::Fatal(m)) => assert!(m.contains("malformed"), "{m}"),
+            other => panic!("expected Fatal, got {other:?}"),
+        }
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(401).set_body_string("bad key"))
+            .expect(1)
+            .mount(&server)
+            .await;
+        match call(&client(&server, 3)).await {
+            Err(LlmError::Fatal(m)) => assert!(m.contains("401") && m.contains("bad key"), "{m}"),
+            other => panic!("expected Fatal, got {other:?}"),
+        }
+        assert!(matches!(
+            parse(br#"{"choices": []}"#),
+            Err(LlmError::Fatal(_))
+        ));
+        assert!(matches!(
+            parse(br#"{"choices": [{"message": {"content": ""}}]}"#),
+            Err(LlmError::Fatal(_))
+        ));
+    }
+}

@@ -1,0 +1,185 @@
+//! A scripted model: replays a JSON file of replies, for demos, tests and the benchmark.
+//!
+//! The file maps an agent name to the replies that agent gives; the i-th think of a run of
+//! agent A (from 0, per run) returns `A[i]`. A reply is `{"text": "..."}` (a final answer)
+//! or `{"tool_calls": [{"name": "...", "arguments": {...}}, ...]}`, optionally with `text`
+//! (and, as an extension, `usage`). Thinking past the end of the list is a clear error.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use baton_core::llm::{ChatRequest, Llm, LlmError, LlmReply, ToolCall};
+use baton_core::run::Usage;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedReply {
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Vec<ScriptedCall>,
+    #[serde(default)]
+    pub usage: Option<Usage>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedCall {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+/// The scripted model.
+#[derive(Debug, Clone, Default)]
+pub struct ScriptedLlm {
+    script: HashMap<String, Vec<ScriptedReply>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptError {
+    #[error("cannot read script {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("script {path} is not valid: {source}")]
+    Parse {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("script: reply {index} of agent `{agent}` has neither text nor tool_calls")]
+    Empty { agent: String, index: usize },
+}
+
+impl ScriptedLlm {
+    pub fn new(script: HashMap<String, Vec<ScriptedReply>>) -> Result<Self, ScriptError> {
+        for (agent, replies) in &script {
+            if let Some(index) = replies
+                .iter()
+                .position(|r| r.text.is_none() && r.tool_calls.is_empty())
+            {
+                return Err(ScriptError::Empty {
+                    agent: agent.clone(),
+                    index,
+                });
+            }
+        }
+        Ok(Self { script })
+    }
+
+    pub fn from_json(text: &str, path: &str) -> Result<Self, ScriptError> {
+        let script = serde_json::from_str(text).map_err(|source| ScriptError::Parse {
+            path: path.into(),
+            source,
+        })?;
+        Self::new(script)
+    }
+
+    pub fn load(path: &std::path::Path) -> Result<Self, ScriptError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        Self::from_json(&text, &p)
+    }
+}
+
+#[async_trait::async_trait]
+impl Llm for ScriptedLlm {
+    async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
+        let index = request.think_index as usize;
+        let replies = self
+            .script
+            .get(request.agent)
+            .map_or(&[][..], Vec::as_slice);
+        let Some(reply) = replies.get(index) else {
+            return Err(LlmError::Fatal(format!(
+                "the script has no reply {index} for agent `{}` (it has {})",
+                request.agent,
+                replies.len()
+            )));
+        };
+        Ok(LlmReply {
+            text: reply.text.clone(),
+            tool_calls: reply
+                .tool_calls
+                .iter()
+                .map(|c| ToolCall {
+                    id: String::new(),
+                    name: c.name.clone(),
+                    arguments: match &c.arguments {
+                        Value::Null => "{}".into(),
+                        v => v.to_string(),
+                    },
+                })
+                .collect(),
+            usage: reply.usage.unwrap_or_default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request<'a>(agent: &'a str, think_index: u32) -> ChatRequest<'a> {
+        ChatRequest {
+            run_id: "r",
+            agent,
+            think_index,
+            model: None,
+            system: "",
+            tools: &[],
+            history: &[],
+        }
+    }
+
+    #[tokio::test]
+    async fn replays_per_agent_and_index_and_names_the_end() {
+        let llm = ScriptedLlm::from_json(
+            r#"{"a": [{"tool_calls": [{"name": "echo", "arguments": {"text": "x"}}]}, {"text": "done"}],
+                "b": [{"text": "b0"}]}"#,
+            "t",
+        )
+        .expect("valid");
+        let r0 = llm.complete(&request("a", 0)).await.expect("reply 0");
+        assert_eq!(r0.tool_calls[0].name, "echo");
+        assert_eq!(r0.tool_calls[0].arguments, r#"{"text":"x"}"#);
+        assert_eq!(
+            llm.complete(&request("a", 1))
+                .await
+                .expect("reply 1")
+                .text
+                .as_deref(),
+            Some("done")
+        );
+        assert_eq!(
+            llm.complete(&request("b", 0))
+                .await
+                .expect("b")
+                .text
+                .as_deref(),
+            Some("b0")
+        );
+        let err = llm
+            .complete(&request("a", 2))
+            .await
+            .expect_err("past the end")
+            .to_string();
+        assert!(err.contains("`a`") && err.contains("reply 2"), "{err}");
+        let err = llm
+            .complete(&request("zzz", 0))
+            .await
+            .expect_err("unknown agent")
+            .to_string();
+        assert!(err.contains("`zzz`"), "{err}");
+        assert!(ScriptedLlm::from_json(r#"{"a": [{}]}"#, "t").is_err());
+        assert!(ScriptedLlm::from_json(r#"{"a": [{"txt": "x"}]}"#, "t").is_err());
+    }
+}

@@ -1,0 +1,111 @@
+//! `baton dev --aws`: the same API, with the Lambda handlers fed by in-process event source
+//! mappings, over AWS APIs (an emulator at `AWS_ENDPOINT_URL`, or an account). Resources are
+//! created on start if missing.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use baton_api::{AppState, Authenticator, BearerToken};
+use baton_core::agent::Catalog;
+use baton_core::llm::Llm;
+use baton_core::ports::Clock;
+use baton_core::service::Service;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::info;
+
+use crate::host::{LOCAL_OWNER, StartError};
+
+/// `baton dev --aws`: the same API and the queue pump, over AWS APIs (an emulator at
+/// `AWS_ENDPOINT_URL`, or an account). Resources are created on start if missing.
+pub struct AwsDevOptions {
+    pub sdk: aws_config::SdkConfig,
+    pub names: baton_aws::provision::Names,
+    pub scheduler_role_arn: String,
+    pub addr: SocketAddr,
+    pub token: String,
+    pub llm: Arc<dyn Llm>,
+    pub catalog: Arc<Catalog>,
+    pub clock: Arc<dyn Clock>,
+    /// Deliver every message twice (to prove duplicates change nothing).
+    pub duplicate: bool,
+}
+
+pub struct AwsDevServer {
+    pub addr: SocketAddr,
+    pub token: String,
+    pub service: Arc<Service>,
+    pub provisioned: baton_aws::provision::Provisioned,
+    pub meter: Arc<baton_aws::sdk::Meter>,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<std::io::Result<()>>,
+    pump: JoinHandle<()>,
+}
+
+impl AwsDevServer {
+    pub async fn start(opts: AwsDevOptions) -> Result<Self, StartError> {
+        use baton_aws::event_source::{EventSource, EventSources, Feeds};
+        let provisioned =
+            baton_aws::provision::ensure(&opts.sdk, &opts.names, &opts.scheduler_role_arn).await?;
+        let meter = baton_aws::sdk::Meter::shared();
+        let service = baton_aws::aws_service(
+            &provisioned.config,
+            &opts.sdk,
+            opts.llm,
+            opts.catalog,
+            opts.clock,
+            meter.clone(),
+        );
+        let sqs = aws_sdk_sqs::Client::new(&opts.sdk);
+        let c = &provisioned.config;
+        let mut queues = Vec::new();
+        for (url, feeds) in [
+            (c.steps_queue_url.as_str(), Feeds::Steps),
+            (c.subagent_queue_url.as_str(), Feeds::Steps),
+            (provisioned.cta_inbox_url.as_str(), Feeds::CtaInbox),
+        ] {
+            queues.push(EventSources::queue(&sqs, url, feeds).await?);
+        }
+        // The step functions also read their dead-letter queues (the inbox's is kept).
+        for dlq in &provisioned.dead_letters[..2] {
+            queues.push(EventSource {
+                url: dlq.url.clone(),
+                arn: dlq.arn.clone(),
+                feeds: Feeds::DeadLetters,
+            });
+        }
+        let pump = EventSources::new(sqs, service.clone(), queues).duplicating(opts.duplicate);
+        let (stop, stop_rx) = watch::channel(false);
+        let pump = tokio::spawn(pump.run(stop_rx.clone()));
+        let auth: Arc<dyn Authenticator> =
+            Arc::new(BearerToken::new(opts.token.clone(), LOCAL_OWNER));
+        let app = baton_api::router(AppState {
+            service: service.clone(),
+            auth,
+        });
+        let (addr, server) = baton_api::serve(app, opts.addr, stop_rx)
+            .await
+            .map_err(StartError::Io)?;
+        info!(%addr, table = %provisioned.config.table, "baton dev --aws listening");
+        Ok(Self {
+            addr,
+            token: opts.token,
+            service,
+            provisioned,
+            meter,
+            stop,
+            server,
+            pump,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+        let _ = self.pump.await;
+    }
+}

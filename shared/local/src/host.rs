@@ -1,0 +1,198 @@
+//! `baton dev`: the API and the worker in one process on the embedded store.
+//!
+//! `baton dev` runs this; so do the end-to-end tests (which stop and start it again to
+//! prove a parked run survives a restart).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::info;
+
+use baton_api::{ApiError, AppState, Authenticator, BearerToken};
+use baton_core::agent::Catalog;
+use baton_core::error::PortError;
+use baton_core::llm::Llm;
+use baton_core::ports::Clock;
+use baton_core::service::{Deps, Service};
+
+use crate::store::LocalStore;
+use crate::worker::{Worker, WorkerOptions};
+
+/// The owner of every run in local mode (one shared token, one user).
+pub const LOCAL_OWNER: &str = "local";
+
+pub struct LocalOptions {
+    pub data_dir: PathBuf,
+    pub addr: SocketAddr,
+    /// `None`: reuse the token stored in the data dir, or make one and store it.
+    pub token: Option<String>,
+    pub llm: Arc<dyn Llm>,
+    pub catalog: Arc<Catalog>,
+    pub clock: Arc<dyn Clock>,
+    pub worker: WorkerOptions,
+}
+
+/// A running local server.
+pub struct LocalServer {
+    pub addr: SocketAddr,
+    pub token: String,
+    /// True when the token was made by this start (the caller should print it).
+    pub token_created: bool,
+    pub store: LocalStore,
+    pub service: Arc<Service>,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<std::io::Result<()>>,
+    worker: JoinHandle<()>,
+}
+
+/// Builds the service over the embedded store.
+pub fn local_service(
+    store: &LocalStore,
+    llm: Arc<dyn Llm>,
+    catalog: Arc<Catalog>,
+    clock: Arc<dyn Clock>,
+) -> Arc<Service> {
+    let deps = Deps {
+        store: Arc::new(store.clone()),
+        queue: Arc::new(store.clone()),
+        bus: Arc::new(store.clone()),
+        scheduler: Arc::new(store.clone()),
+        llm,
+        clock,
+    };
+    Arc::new(Service::new(deps, catalog))
+}
+
+/// The token file `baton` clients read when `BATON_TOKEN` is not set.
+pub fn token_path(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("token")
+}
+
+impl LocalServer {
+    pub async fn start(opts: LocalOptions) -> Result<Self, StartError> {
+        let store = LocalStore::open(&opts.data_dir)?;
+        let (token, token_created) = match opts.token {
+            Some(t) if !t.trim().is_empty() => (t, false),
+            _ => match store.get_meta("token")? {
+                Some(t) => (t, false),
+                None => {
+                    let t = format!("btn_{}", uuid::Uuid::new_v4().simple());
+                    store.set_meta("token", &t)?;
+                    (t, true)
+                }
+            },
+        };
+        std::fs::write(token_path(&opts.data_dir), &token).map_err(StartError::Io)?;
+        let service = local_service(&store, opts.llm, opts.catalog, opts.clock);
+        let worker = Worker::new(service.clone(), store.clone(), opts.worker);
+        worker.sweep().await?;
+        let (stop, stop_rx) = watch::channel(false);
+        let worker = tokio::spawn(worker.run(stop_rx.clone()));
+
+        let auth: Arc<dyn Authenticator> = Arc::new(BearerToken::new(token.clone(), LOCAL_OWNER));
+        let app = baton_api::router(AppState {
+            service: service.clone(),
+            auth: auth.clone(),
+        })
+        .merge(events_route(store.clone(), auth));
+        let (addr, server) = baton_api::serve(app, opts.addr, stop_rx)
+            .await
+            .map_err(StartError::Io)?;
+        info!(%addr, data = %opts.data_dir.display(), "baton dev listening");
+        Ok(Self {
+            addr,
+            token,
+            token_created,
+            store,
+            service,
+            stop,
+            server,
+            worker,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops serving and working, and waits for both to finish.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+        let _ = self.worker.await;
+    }
+
+    /// Waits for Ctrl-C (or SIGTERM), then shuts down.
+    pub async fn serve_until_signal(self) {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => {
+                        let _ = ctrl_c.await;
+                        return self.shutdown().await;
+                    }
+                };
+            tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+        }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        self.shutdown().await;
+    }
+}
+
+/// `GET /events?after=<position>&limit=<n>`: the events the embedded bus recorded, for UIs
+/// and scripts polling a local server (on AWS, subscribe to the EventBridge bus instead).
+fn events_route(store: LocalStore, auth: Arc<dyn Authenticator>) -> axum::Router {
+    use axum::extract::Query;
+    use axum::http::HeaderMap;
+    use axum::response::{IntoResponse, Response};
+    use std::collections::HashMap;
+
+    let handler = move |headers: HeaderMap, Query(q): Query<HashMap<String, String>>| {
+        let (store, auth) = (store.clone(), auth.clone());
+        async move {
+            let run = || -> Result<serde_json::Value, ApiError> {
+                auth.authenticate(&headers, &axum::http::Extensions::new())?;
+                let num = |k: &str, default: i64| -> Result<i64, ApiError> {
+                    q.get(k).map_or(Ok(default), |v| {
+                        v.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+                            ApiError::invalid(format!("`{k}` must be a non-negative integer"))
+                        })
+                    })
+                };
+                let after = num("after", 0)?;
+                let limit = num("limit", 100)?.clamp(1, 1000) as usize;
+                let events = store.events_after(after, limit)?;
+                let next = events.last().map_or(after, |(p, _)| *p);
+                let list: Vec<serde_json::Value> = events
+                    .into_iter()
+                    .map(|(position, e)| {
+                        serde_json::json!({"position": position, "id": e.id, "detailType": e.detail_type,
+                            "detail": e.detail, "time": e.time})
+                    })
+                    .collect();
+                Ok(serde_json::json!({"events": list, "next": next}))
+            };
+            let out: Response = match run() {
+                Ok(v) => axum::Json(v).into_response(),
+                Err(e) => e.into_response(),
+            };
+            out
+        }
+    };
+    axum::Router::new().route("/events", axum::routing::get(handler))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] PortError),
+    #[error("{0}")]
+    Io(#[source] std::io::Error),
+}

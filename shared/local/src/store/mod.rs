@@ -1,0 +1,491 @@
+//! The embedded adapter: every port in one SQLite file, durable on disk.
+//!
+//! Runs, timelines, CTAs, the step queue, published events and expiry timers share one
+//! database, so a run parked on a CTA survives a restart. A commit is one `IMMEDIATE`
+//! transaction, conditional on the run's version, synced to disk (`synchronous = FULL`)
+//! before it returns. Queue bookkeeping, outbox clearing and event/timer writes use
+//! `synchronous = NORMAL` (in WAL mode they become durable with the next synced commit):
+//! losing one in a crash only means an idempotent effect is performed again, which the
+//! start-up sweep ([`LocalStore::runs_with_outbox`]) and message redelivery take care of.
+//!
+//! The queue keeps the SQS FIFO rules: one group per run, a group's next message is not
+//! handed out while an earlier one is in flight, deduplication by message id, a visibility
+//! timeout, and a receive count for dead-lettering.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+
+use baton_core::cta::{Cta, CtaResponse, CtaStatus};
+use baton_core::error::PortError;
+use baton_core::message::{Effect, Transition};
+use baton_core::ports::{Created, RunRecord, Settled, Store};
+use baton_core::run::Run;
+use baton_core::timeline::Entry;
+
+mod queue;
+
+pub use queue::{Delivery, DueTimer};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS runs (
+    run_key  INTEGER PRIMARY KEY,
+    run_id   TEXT NOT NULL UNIQUE,
+    owner    TEXT NOT NULL,
+    version  INTEGER NOT NULL,
+    body     TEXT NOT NULL,
+    outbox   TEXT,
+    idem_key TEXT,
+    UNIQUE (owner, idem_key)
+);
+CREATE TABLE IF NOT EXISTS entries (
+    run_key INTEGER NOT NULL,
+    seq     INTEGER NOT NULL,
+    body    BLOB NOT NULL,
+    UNIQUE (run_key, seq)
+);
+CREATE TABLE IF NOT EXISTS ctas (
+    cta_id TEXT PRIMARY KEY,
+    owner  TEXT NOT NULL,
+    status TEXT NOT NULL,
+    body   TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ctas_by_owner ON ctas (owner, status);
+CREATE TABLE IF NOT EXISTS queue (
+    id         INTEGER PRIMARY KEY,
+    dedup_id   TEXT NOT NULL,
+    group_id   TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    visible_at INTEGER NOT NULL,
+    receives   INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq         INTEGER PRIMARY KEY,
+    id          TEXT NOT NULL UNIQUE,
+    detail_type TEXT NOT NULL,
+    body        TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS timers (
+    name   TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    at_ms  INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+";
+struct Db {
+    conn: Connection,
+    durable: bool,
+}
+
+/// The embedded adapter. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct LocalStore {
+    db: Arc<Mutex<Db>>,
+    path: PathBuf,
+    sent: Arc<Notify>,
+}
+
+fn broken(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> PortError {
+    PortError::broken(format!("embedded store: {what}: {e}"), e)
+}
+
+pub(super) fn sql(e: rusqlite::Error) -> PortError {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(
+                f.code,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            ) =>
+        {
+            PortError::unavailable("embedded store is busy", e)
+        }
+        e => broken("sqlite", e),
+    }
+}
+
+fn to_json<T: Serialize>(v: &T) -> Result<String, PortError> {
+    serde_json::to_string(v).map_err(|e| broken("encode", e))
+}
+
+fn from_json<T: DeserializeOwned>(s: &str) -> Result<T, PortError> {
+    serde_json::from_str(s).map_err(|e| broken("decode", e))
+}
+
+pub(super) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl LocalStore {
+    /// Opens (or creates) `dir/baton.db`.
+    pub fn open(dir: &Path) -> Result<Self, PortError> {
+        std::fs::create_dir_all(dir).map_err(|e| broken("create data dir", e))?;
+        let path = dir.join("baton.db");
+        let conn = Connection::open(&path).map_err(sql)?;
+        // 16 KB pages hold several entries of a few KB each (4 KB pages would hold one and
+        // waste the rest); larger pages cost more per commit and per empty table.
+        conn.execute_batch(
+            "PRAGMA page_size = 16384;
+             PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = FULL;
+             PRAGMA busy_timeout = 5000;",
+        )
+        .map_err(sql)?;
+        conn.execute_batch(SCHEMA).map_err(sql)?;
+        Ok(Self {
+            db: Arc::new(Mutex::new(Db {
+                conn,
+                durable: true,
+            })),
+            path,
+            sent: Arc::new(Notify::new()),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Db> {
+        self.db.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` in one immediate transaction; `durable` syncs it to disk before returning.
+    fn write<T>(
+        &self,
+        durable: bool,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, PortError>,
+    ) -> Result<T, PortError> {
+        let mut db = self.lock();
+        if db.durable != durable {
+            let mode = if durable { "FULL" } else { "NORMAL" };
+            db.conn
+                .execute_batch(&format!("PRAGMA synchronous = {mode}"))
+                .map_err(sql)?;
+            db.durable = durable;
+        }
+        let tx = db
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let out = f(&tx)?;
+        tx.commit().map_err(sql)?;
+        Ok(out)
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T, PortError>) -> Result<T, PortError> {
+        f(&self.lock().conn)
+    }
+
+    /// Runs whose committed effects are not marked performed (for the start-up sweep).
+    pub fn runs_with_outbox(&self) -> Result<Vec<String>, PortError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare("SELECT run_id FROM runs WHERE outbox IS NOT NULL")
+                .map_err(sql)?;
+            stmt.query_map([], |r| r.get(0))
+                .map_err(sql)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sql)
+        })
+    }
+
+    pub fn get_meta(&self, key: &str) -> Result<Option<String>, PortError> {
+        self.read(|c| {
+            c.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+                .optional()
+                .map_err(sql)
+        })
+    }
+
+    pub fn set_meta(&self, key: &str, value: &str) -> Result<(), PortError> {
+        self.write(true, |tx| {
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                params![key, value],
+            )
+            .map_err(sql)?;
+            Ok(())
+        })
+    }
+
+    /// Folds the write-ahead log into the database file and returns its size in bytes.
+    pub fn checkpoint(&self) -> Result<u64, PortError> {
+        self.lock()
+            .conn
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .map_err(sql)?;
+        let mut total = 0;
+        for suffix in ["", "-wal"] {
+            let mut p = self.path.clone().into_os_string();
+            p.push(suffix);
+            total += std::fs::metadata(&p).map_or(0, |m| m.len());
+        }
+        Ok(total)
+    }
+}
+
+fn record(body: &str, outbox: Option<String>) -> Result<RunRecord, PortError> {
+    Ok(RunRecord {
+        run: from_json(body)?,
+        outbox: match outbox {
+            Some(o) => from_json(&o)?,
+            None => Vec::new(),
+        },
+    })
+}
+
+fn run_key(tx: &Transaction<'_>, run_id: &str) -> Result<i64, PortError> {
+    tx.prepare_cached("SELECT run_key FROM runs WHERE run_id = ?1")
+        .and_then(|mut s| s.query_row([run_id], |r| r.get(0)))
+        .map_err(sql)
+}
+
+fn insert_entries(tx: &Transaction<'_>, key: i64, entries: &[Entry]) -> Result<(), PortError> {
+    let mut stmt = tx
+        .prepare_cached("INSERT INTO entries (run_key, seq, body) VALUES (?1, ?2, ?3)")
+        .map_err(sql)?;
+    for e in entries {
+        stmt.execute(params![
+            key,
+            e.seq as i64,
+            baton_codec::encode(e).map_err(|e| broken("encode entry", e))?
+        ])
+        .map_err(sql)?;
+    }
+    Ok(())
+}
+
+fn outbox_json(effects: &[Effect]) -> Result<Option<String>, PortError> {
+    if effects.is_empty() {
+        Ok(None)
+    } else {
+        to_json(&effects).map(Some)
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for LocalStore {
+    async fn create_run(
+        &self,
+        run: &Run,
+        entries: &[Entry],
+        outbox: &[Effect],
+        idempotency_key: Option<&str>,
+    ) -> Result<Created, PortError> {
+        self.write(true, |tx| {
+            if let Some(key) = idempotency_key {
+                let existing: Option<(String, Option<String>)> = tx
+                    .query_row(
+                        "SELECT body, outbox FROM runs WHERE owner = ?1 AND idem_key = ?2",
+                        params![run.owner, key],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .optional()
+                    .map_err(sql)?;
+                if let Some((body, ob)) = existing {
+                    return Ok(Created::Existing(Box::new(record(&body, ob)?)));
+                }
+            }
+            tx.execute(
+                "INSERT INTO runs (run_id, owner, version, body, outbox, idem_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![run.run_id, run.owner, run.version as i64, to_json(run)?, outbox_json(outbox)?, idempotency_key],
+            )
+            .map_err(sql)?;
+            insert_entries(tx, tx.last_insert_rowid(), entries)?;
+            Ok(Created::Created)
+        })
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
+        self.read(|c| {
+            let row: Option<(String, Option<String>)> = c
+                .prepare_cached("SELECT body, outbox FROM runs WHERE run_id = ?1")
+                .and_then(|mut s| {
+                    s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .optional()
+                })
+                .map_err(sql)?;
+            row.map(|(b, o)| record(&b, o)).transpose()
+        })
+    }
+
+    async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
+        let db = self.lock();
+        let row: Option<(String, Option<String>)> = db
+            .conn
+            .prepare_cached("SELECT body, outbox FROM runs WHERE run_id = ?1")
+            .and_then(|mut s| {
+                s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(sql)?;
+        let Some((body, outbox)) = row else {
+            return Ok(None);
+        };
+        let rec = record(&body, outbox)?;
+        let mut stmt = db
+            .conn
+            .prepare_cached(
+                "SELECT body FROM entries WHERE run_key = (SELECT run_key FROM runs WHERE run_id = ?1) ORDER BY seq",
+            )
+            .map_err(sql)?;
+        let entries = stmt
+            .query_map([run_id], |r| r.get::<_, Vec<u8>>(0))
+            .map_err(sql)?
+            .map(|b| {
+                baton_codec::decode::<Entry>(&b.map_err(sql)?)
+                    .map_err(|e| broken("decode entry", e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Some((rec, entries)))
+    }
+
+    async fn entries_after(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, PortError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT body FROM entries WHERE run_key = (SELECT run_key FROM runs WHERE run_id = ?1)
+                     AND seq > ?2 ORDER BY seq LIMIT ?3",
+                )
+                .map_err(sql)?;
+            let after = after.map_or(-1, |a| a as i64);
+            stmt.query_map(params![run_id, after, limit as i64], |r| r.get::<_, Vec<u8>>(0))
+                .map_err(sql)?
+                .map(|b| baton_codec::decode::<Entry>(&b.map_err(sql)?).map_err(|e| broken("decode entry", e)))
+                .collect()
+        })
+    }
+
+    async fn commit(&self, expected_version: u64, t: &Transition) -> Result<(), PortError> {
+        let (body, outbox) = (to_json(&t.run)?, outbox_json(&t.effects)?);
+        self.write(true, |tx| {
+            let n = tx
+                .prepare_cached(
+                    "UPDATE runs SET version = ?1, body = ?2, outbox = ?3 WHERE run_id = ?4 AND version = ?5",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![
+                        t.run.version as i64,
+                        body,
+                        outbox,
+                        t.run.run_id,
+                        expected_version as i64
+                    ])
+                })
+                .map_err(sql)?;
+            if n != 1 {
+                return Err(PortError::Conflict);
+            }
+            let key = run_key(tx, &t.run.run_id)?;
+            insert_entries(tx, key, &t.appended)?;
+            let mut upd = tx
+                .prepare_cached("UPDATE entries SET body = ?1 WHERE run_key = ?2 AND seq = ?3")
+                .map_err(sql)?;
+            for e in &t.updated {
+                upd.execute(params![baton_codec::encode(e).map_err(|e| broken("encode entry", e))?, key, e.seq as i64]).map_err(sql)?;
+            }
+            for c in &t.new_ctas {
+                tx.execute(
+                    "INSERT INTO ctas (cta_id, owner, status, body) VALUES (?1, ?2, ?3, ?4)",
+                    params![c.cta_id, c.owner, c.status.as_str(), to_json(c)?],
+                )
+                .map_err(sql)?;
+            }
+            for (child, entries) in &t.new_runs {
+                tx.execute(
+                    "INSERT INTO runs (run_id, owner, version, body) VALUES (?1, ?2, ?3, ?4)",
+                    params![child.run_id, child.owner, child.version as i64, to_json(child)?],
+                )
+                .map_err(sql)?;
+                insert_entries(tx, tx.last_insert_rowid(), entries)?;
+            }
+            Ok(())
+        })
+    }
+
+    async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
+        self.write(false, |tx| {
+            tx.prepare_cached("UPDATE runs SET outbox = NULL WHERE run_id = ?1 AND version = ?2")
+                .and_then(|mut s| s.execute(params![run_id, version as i64]))
+                .map_err(sql)?;
+            Ok(())
+        })
+    }
+
+    async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
+        self.read(|c| {
+            let body: Option<String> = c
+                .query_row("SELECT body FROM ctas WHERE cta_id = ?1", [cta_id], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(sql)?;
+            body.map(|b| from_json(&b)).transpose()
+        })
+    }
+
+    async fn settle_cta(
+        &self,
+        cta_id: &str,
+        status: CtaStatus,
+        response: Option<&CtaResponse>,
+        at: DateTime<Utc>,
+    ) -> Result<Settled, PortError> {
+        self.write(true, |tx| {
+            let body: Option<String> = tx
+                .query_row("SELECT body FROM ctas WHERE cta_id = ?1", [cta_id], |r| r.get(0))
+                .optional()
+                .map_err(sql)?;
+            let Some(body) = body else { return Ok(Settled::NotFound) };
+            let mut cta: Cta = from_json(&body)?;
+            if cta.status != CtaStatus::Pending {
+                return Ok(Settled::Lost(cta));
+            }
+            cta.status = status;
+            cta.response = response.cloned();
+            cta.resolved_at = Some(at);
+            let n = tx
+                .execute(
+                    "UPDATE ctas SET status = ?1, body = ?2 WHERE cta_id = ?3 AND status = 'pending'",
+                    params![status.as_str(), to_json(&cta)?, cta_id],
+                )
+                .map_err(sql)?;
+            if n == 1 { Ok(Settled::Won(cta)) } else { Err(PortError::Conflict) }
+        })
+    }
+
+    async fn list_ctas(
+        &self,
+        owner: &str,
+        status: Option<CtaStatus>,
+    ) -> Result<Vec<Cta>, PortError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT body FROM ctas WHERE owner = ?1 AND (?2 IS NULL OR status = ?2) ORDER BY rowid",
+                )
+                .map_err(sql)?;
+            stmt.query_map(params![owner, status.map(CtaStatus::as_str)], |r| r.get::<_, String>(0))
+                .map_err(sql)?
+                .map(|b| from_json::<Cta>(&b.map_err(sql)?))
+                .collect()
+        })
+    }
+}

@@ -1,0 +1,230 @@
+//! The embedded queue, bus and timers: SQS FIFO rules on a table (one group per run, a
+//! group's next message held back while an earlier one is in flight, deduplication by id, a
+//! visibility timeout, a receive count for dead-lettering), events kept for `GET /events`,
+//! and expiry timers the worker fires.
+
+use std::time::Duration;
+
+use baton_core::error::PortError;
+use baton_core::message::{Event, StepMessage};
+use baton_core::ports::{Bus, Queue, Scheduler};
+use chrono::{DateTime, Utc};
+use rusqlite::{OptionalExtension, params};
+
+use super::{LocalStore, from_json, now_ms, sql, to_json};
+
+/// A message handed out by [`LocalStore::receive`].
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// Pass back to [`LocalStore::ack`] or [`LocalStore::retry_later`].
+    pub receipt: i64,
+    pub message: Result<StepMessage, String>,
+    /// How many times it has been handed out, this one included.
+    pub receives: u32,
+}
+
+/// A due expiry timer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DueTimer {
+    pub cta_id: String,
+    pub run_id: String,
+}
+
+impl LocalStore {
+    /// Waits until a message may have been sent, or `timeout` passes.
+    pub async fn wait_for_messages(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.sent.notified()).await;
+    }
+
+    /// Hands out up to `max` messages: the oldest visible message of each group whose
+    /// earlier messages are all done, hidden for `visibility` from now.
+    pub fn receive(&self, max: usize, visibility: Duration) -> Result<Vec<Delivery>, PortError> {
+        let now = now_ms();
+        self.write(false, |tx| {
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT q.id, q.body, q.receives FROM queue q
+                     WHERE q.visible_at <= ?1
+                       AND q.id = (SELECT MIN(p.id) FROM queue p WHERE p.group_id = q.group_id)
+                     ORDER BY q.id LIMIT ?2",
+                )
+                .map_err(sql)?;
+            let rows = stmt
+                .query_map(params![now, max as i64], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                })
+                .map_err(sql)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sql)?;
+            let hide = now + visibility.as_millis() as i64;
+            let mut upd = tx
+                .prepare_cached(
+                    "UPDATE queue SET visible_at = ?1, receives = receives + 1 WHERE id = ?2",
+                )
+                .map_err(sql)?;
+            let mut out = Vec::with_capacity(rows.len());
+            for (id, body, receives) in rows {
+                upd.execute(params![hide, id]).map_err(sql)?;
+                out.push(Delivery {
+                    receipt: id,
+                    message: serde_json::from_str(&body).map_err(|e| e.to_string()),
+                    receives: receives as u32 + 1,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// Deletes a handled message.
+    pub fn ack(&self, receipt: i64) -> Result<(), PortError> {
+        self.write(false, |tx| {
+            tx.prepare_cached("DELETE FROM queue WHERE id = ?1")
+                .and_then(|mut s| s.execute([receipt]))
+                .map_err(sql)?;
+            Ok(())
+        })
+    }
+
+    /// Makes a message visible again after `delay`.
+    pub fn retry_later(&self, receipt: i64, delay: Duration) -> Result<(), PortError> {
+        let at = now_ms() + delay.as_millis() as i64;
+        self.write(false, |tx| {
+            tx.execute(
+                "UPDATE queue SET visible_at = ?1 WHERE id = ?2",
+                params![at, receipt],
+            )
+            .map_err(sql)?;
+            Ok(())
+        })
+    }
+
+    /// How many messages are queued or in flight.
+    pub fn queue_depth(&self) -> Result<u64, PortError> {
+        self.read(|c| {
+            c.query_row("SELECT COUNT(*) FROM queue", [], |r| r.get::<_, i64>(0))
+                .map(|n| n as u64)
+                .map_err(sql)
+        })
+    }
+
+    /// Timers due at `now`.
+    pub fn due_timers(&self, now: DateTime<Utc>) -> Result<Vec<DueTimer>, PortError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached("SELECT name, run_id FROM timers WHERE at_ms <= ?1 ORDER BY at_ms")
+                .map_err(sql)?;
+            stmt.query_map([now.timestamp_millis()], |r| {
+                Ok(DueTimer {
+                    cta_id: r.get(0)?,
+                    run_id: r.get(1)?,
+                })
+            })
+            .map_err(sql)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql)
+        })
+    }
+
+    /// A stored timer's fire time, if it exists.
+    pub fn timer(&self, cta_id: &str) -> Result<Option<DateTime<Utc>>, PortError> {
+        self.read(|c| {
+            let ms: Option<i64> = c
+                .query_row("SELECT at_ms FROM timers WHERE name = ?1", [cta_id], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(sql)?;
+            Ok(ms.and_then(DateTime::from_timestamp_millis))
+        })
+    }
+
+    /// Published events after position `after`, with their positions.
+    pub fn events_after(&self, after: i64, limit: usize) -> Result<Vec<(i64, Event)>, PortError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached("SELECT seq, body FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")
+                .map_err(sql)?;
+            let rows = stmt
+                .query_map(params![after, limit as i64], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+                })
+                .map_err(sql)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sql)?;
+            rows.into_iter()
+                .map(|(s, b)| Ok((s, from_json(&b)?)))
+                .collect()
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Queue for LocalStore {
+    async fn send(&self, messages: &[StepMessage]) -> Result<(), PortError> {
+        let now = now_ms();
+        self.write(false, |tx| {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT INTO queue (dedup_id, group_id, body, visible_at)
+                     SELECT ?1, ?2, ?3, ?4 WHERE NOT EXISTS (SELECT 1 FROM queue WHERE dedup_id = ?1)",
+                )
+                .map_err(sql)?;
+            for m in messages {
+                stmt.execute(params![m.id, m.run_id, to_json(m)?, now]).map_err(sql)?;
+            }
+            Ok(())
+        })?;
+        self.sent.notify_waiters();
+        self.sent.notify_one();
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Bus for LocalStore {
+    async fn publish(&self, events: &[Event]) -> Result<(), PortError> {
+        self.write(false, |tx| {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO events (id, detail_type, body) VALUES (?1, ?2, ?3)",
+                )
+                .map_err(sql)?;
+            for e in events {
+                stmt.execute(params![e.id, e.detail_type, to_json(e)?])
+                    .map_err(sql)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Scheduler for LocalStore {
+    async fn schedule(
+        &self,
+        cta_id: &str,
+        run_id: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), PortError> {
+        self.write(false, |tx| {
+            tx.execute(
+                "INSERT OR IGNORE INTO timers (name, run_id, at_ms) VALUES (?1, ?2, ?3)",
+                params![cta_id, run_id, at.timestamp_millis()],
+            )
+            .map_err(sql)?;
+            Ok(())
+        })
+    }
+
+    async fn unschedule(&self, cta_id: &str) -> Result<(), PortError> {
+        self.write(false, |tx| {
+            tx.execute("DELETE FROM timers WHERE name = ?1", [cta_id])
+                .map_err(sql)?;
+            Ok(())
+        })
+    }
+}

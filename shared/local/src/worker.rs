@@ -1,0 +1,209 @@
+//! The local worker: pumps the embedded queue into [`Service::handle`] and fires due
+//! expiry timers, in-process. It stands in for what SQS event source mappings and
+//! EventBridge Scheduler do on AWS.
+//!
+//! Messages of different runs are handled concurrently; a run's messages one at a time, in
+//! order (the queue hands out only a group's head). A message that fails with a retryable
+//! error is retried with backoff; after `max_receives` it is dead-lettered, which ends its
+//! run as failed. A terminal error has already failed its run (`Service::handle`) and is
+//! not retried.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::{Instrument, error, info_span, warn};
+
+use crate::store::{Delivery, LocalStore};
+use baton_core::error::PortError;
+use baton_core::service::Service;
+
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// Messages handled at once (each from a different run).
+    pub concurrency: usize,
+    /// How long a handed-out message stays hidden; must exceed one step's duration.
+    pub visibility: Duration,
+    /// Deliveries before a message is dead-lettered.
+    pub max_receives: u32,
+    /// How often due timers are looked for.
+    pub timer_interval: Duration,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        Self {
+            concurrency: 8,
+            visibility: Duration::from_secs(15 * 60),
+            max_receives: 5,
+            timer_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+pub struct Worker {
+    service: Arc<Service>,
+    store: LocalStore,
+    opts: WorkerOptions,
+}
+
+fn backoff(receives: u32) -> Duration {
+    Duration::from_millis(250u64.saturating_mul(1 << receives.min(8)).min(60_000))
+}
+
+impl Worker {
+    pub fn new(service: Arc<Service>, store: LocalStore, opts: WorkerOptions) -> Self {
+        Self {
+            service,
+            store,
+            opts,
+        }
+    }
+
+    /// Performs every outbox a crash left unperformed.
+    pub async fn sweep(&self) -> Result<usize, PortError> {
+        let runs = self.store.runs_with_outbox()?;
+        for run_id in &runs {
+            self.service.repair(run_id).await?;
+        }
+        Ok(runs.len())
+    }
+
+    /// Handles the messages available now (one batch). Returns how many it handled.
+    pub async fn pump_once(&self) -> Result<usize, PortError> {
+        let mut batch = self
+            .store
+            .receive(self.opts.concurrency, self.opts.visibility)?;
+        let n = batch.len();
+        // The common case of one busy run: no task to spawn.
+        if n == 1
+            && let Some(d) = batch.pop()
+        {
+            process(
+                self.service.clone(),
+                self.store.clone(),
+                self.opts.max_receives,
+                d,
+            )
+            .await;
+            return Ok(1);
+        }
+        let mut set = JoinSet::new();
+        for d in batch {
+            set.spawn(process(
+                self.service.clone(),
+                self.store.clone(),
+                self.opts.max_receives,
+                d,
+            ));
+        }
+        while set.join_next().await.is_some() {}
+        Ok(n)
+    }
+
+    /// Fires the timers due now.
+    pub async fn fire_due_timers(&self) -> Result<usize, PortError> {
+        let due = self.store.due_timers(self.service.deps().clock.now())?;
+        for t in &due {
+            self.service.expire_cta(&t.cta_id).await?;
+            baton_core::ports::Scheduler::unschedule(&self.store, &t.cta_id).await?;
+        }
+        Ok(due.len())
+    }
+
+    /// Handles messages until nothing is queued or in flight (for tests and the benchmark).
+    pub async fn drain(&self) -> Result<(), PortError> {
+        loop {
+            if self.pump_once().await? == 0 {
+                if self.store.queue_depth()? == 0 {
+                    return Ok(());
+                }
+                self.store
+                    .wait_for_messages(Duration::from_millis(20))
+                    .await;
+            }
+        }
+    }
+
+    /// Runs until `stop` turns true: the sweep once, then the pump and the timers.
+    ///
+    /// Free slots are refilled as soon as any message is done, so one slow think (a real
+    /// model can take minutes) never holds up other runs' steps.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        if let Err(e) = self.sweep().await {
+            error!(error = %e, "start-up sweep failed");
+        }
+        let mut inflight = JoinSet::new();
+        let mut next_timers = tokio::time::Instant::now();
+        while !*stop.borrow() {
+            if tokio::time::Instant::now() >= next_timers {
+                if let Err(e) = self.fire_due_timers().await {
+                    error!(error = %e, "firing timers failed");
+                }
+                next_timers = tokio::time::Instant::now() + self.opts.timer_interval;
+            }
+            let free = self.opts.concurrency.saturating_sub(inflight.len());
+            if free > 0 {
+                match self.store.receive(free, self.opts.visibility) {
+                    Ok(batch) => {
+                        for d in batch {
+                            let (svc, store) = (self.service.clone(), self.store.clone());
+                            inflight.spawn(process(svc, store, self.opts.max_receives, d));
+                        }
+                    }
+                    Err(e) => error!(error = %e, "queue receive failed"),
+                }
+            }
+            let wait = next_timers
+                .saturating_duration_since(tokio::time::Instant::now())
+                .min(Duration::from_millis(250));
+            tokio::select! {
+                Some(_) = inflight.join_next(), if !inflight.is_empty() => {}
+                _ = self.store.wait_for_messages(wait) => {}
+                _ = stop.changed() => {}
+            }
+        }
+        // Let steps under way finish their commit and effects.
+        while inflight.join_next().await.is_some() {}
+    }
+}
+
+async fn process(service: Arc<Service>, store: LocalStore, max_receives: u32, d: Delivery) {
+    let msg = match d.message {
+        Ok(m) => m,
+        Err(e) => {
+            error!(receipt = d.receipt, error = %e, "undecodable message dropped");
+            let _ = store.ack(d.receipt);
+            return;
+        }
+    };
+    let span =
+        info_span!("step", run_id = %msg.run_id, message_id = %msg.id, receives = d.receives);
+    async {
+        let result = if d.receives > max_receives {
+            service
+                .dead_letter(&msg, &format!("failed {} times", d.receives - 1))
+                .await
+        } else {
+            service.handle(&msg).await
+        };
+        let done = match result {
+            Ok(_) => store.ack(d.receipt),
+            Err(e) if e.is_retryable() => {
+                warn!(error = %e, "step failed; will retry");
+                store.retry_later(d.receipt, backoff(d.receives))
+            }
+            Err(e) => {
+                // The service already tried to fail the run; another delivery cannot help.
+                error!(error = %e, "step failed for good and its run could not be failed; dropping the message");
+                store.ack(d.receipt)
+            }
+        };
+        if let Err(e) = done {
+            error!(error = %e, "queue bookkeeping failed");
+        }
+    }
+    .instrument(span)
+    .await;
+}
