@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --quiet -p baton-cli
-baton=target/debug/baton
+source scripts/lib.sh
+baton=$(baton_bin)
 data=$(mktemp -d)
 port=${BATON_DEMO_PORT:-8787}
 export BATON_ENDPOINT="http://127.0.0.1:$port"

@@ -9,5 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${AWS_ENDPOINT_URL:?set AWS_ENDPOINT_URL to the emulator, e.g. http://127.0.0.1:5000}"
 export AWS_REGION=${AWS_REGION:-us-east-1} AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-test} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-test}
-cargo build --quiet -p baton-cli
-exec target/debug/baton bootstrap --prefix "${BATON_PREFIX:-baton}"
+source scripts/lib.sh
+baton=$(baton_bin)
+exec "$baton" bootstrap --prefix "${BATON_PREFIX:-baton}"

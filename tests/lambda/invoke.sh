@@ -21,8 +21,13 @@ wait_port "$moto_port"
 
 export AWS_ENDPOINT_URL="http://127.0.0.1:$moto_port" AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test \
   AWS_SECRET_ACCESS_KEY=test AWS_EC2_METADATA_DISABLED=true
-cargo build --quiet -p baton-cli -p api -p orchestrator -p subagent -p cta
-eval "$(target/debug/baton bootstrap --prefix baton)"
+source scripts/lib.sh
+cargo build -p baton-cli -p api -p orchestrator -p subagent -p cta
+eval "$("$(target_dir)/debug/baton" bootstrap --prefix baton)"
+# `cargo lambda watch` gives every function one environment: tell the step functions that
+# the sample dead-letter event's queue is their dead-letter queue.
+BATON_DEAD_LETTER_QUEUE_ARN=$(python3 -c 'import json; print(json.load(open("tests/events/steps-dead-letter.json"))["Records"][0]["eventSourceARN"])')
+export BATON_DEAD_LETTER_QUEUE_ARN
 # A model endpoint that refuses connections, tried once: a step that must think fails.
 export OPENAI_BASE_URL="http://127.0.0.1:$(free_port)/v1" BATON_LLM_MAX_RETRIES=0 RUST_LOG=warn
 

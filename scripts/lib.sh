@@ -1,0 +1,15 @@
+# Shared by the repository's scripts (source it): where cargo puts binaries, honouring
+# CARGO_TARGET_DIR and .cargo/config.toml as cargo itself does.
+
+# The target directory cargo uses for this workspace.
+target_dir() {
+  cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])'
+}
+
+# Builds the `baton` CLI (cargo shows its progress, which matters on a cold first build) and
+# prints the path of the binary.
+baton_bin() {
+  cargo build -p baton-cli --bin baton >&2
+  printf '%s/debug/baton\n' "$(target_dir)"
+}

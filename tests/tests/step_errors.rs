@@ -1,0 +1,227 @@
+//! Errors that say whether to retry: a terminal step error (one no redelivery can cure)
+//! ends its run as failed at once, with the error's own message, through the local worker
+//! and through the Lambda SQS handler alike; a retryable one is redelivered.
+
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use baton_aws::handle_steps;
+use baton_core::cta::{Cta, CtaResponse, CtaStatus};
+use baton_core::error::PortError;
+use baton_core::message::{Effect, StepMessage, Transition};
+use baton_core::ports::{Created, RunRecord, Settled, Store, SystemClock};
+use baton_core::run::{Run, RunStatus};
+use baton_core::service::{CreateRun, Deps, Service};
+use baton_core::timeline::{Entry, EntryBody};
+use baton_local::store::LocalStore;
+use baton_local::worker::{Worker, WorkerOptions};
+use chrono::{DateTime, Utc};
+use common::*;
+use serde_json::json;
+
+/// The embedded store, except that it refuses (terminally, as DynamoDB refuses an item over
+/// 400 KB) any commit that carries the word `poison`, or fails every commit retryably.
+struct Refusing {
+    inner: LocalStore,
+    retryable: bool,
+    refused: AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl Store for Refusing {
+    async fn create_run(
+        &self,
+        run: &Run,
+        entries: &[Entry],
+        outbox: &[Effect],
+        key: Option<&str>,
+    ) -> Result<Created, PortError> {
+        self.inner.create_run(run, entries, outbox, key).await
+    }
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
+        self.inner.get_run(run_id).await
+    }
+    async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
+        self.inner.load(run_id).await
+    }
+    async fn entries_after(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, PortError> {
+        self.inner.entries_after(run_id, after, limit).await
+    }
+    async fn commit(&self, expected: u64, t: &Transition) -> Result<(), PortError> {
+        let poisoned = serde_json::to_string(&t.appended)
+            .unwrap()
+            .contains("poison");
+        if self.retryable || poisoned {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(if self.retryable {
+                PortError::Unavailable {
+                    message: "throttled".into(),
+                    source: None,
+                }
+            } else {
+                PortError::Broken {
+                    message: "ValidationException: Item size has exceeded the maximum allowed size"
+                        .into(),
+                    source: None,
+                }
+            });
+        }
+        self.inner.commit(expected, t).await
+    }
+    async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
+        self.inner.clear_outbox(run_id, version).await
+    }
+    async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
+        self.inner.get_cta(cta_id).await
+    }
+    async fn settle_cta(
+        &self,
+        cta_id: &str,
+        status: CtaStatus,
+        response: Option<&CtaResponse>,
+        at: DateTime<Utc>,
+    ) -> Result<Settled, PortError> {
+        self.inner.settle_cta(cta_id, status, response, at).await
+    }
+    async fn list_ctas(
+        &self,
+        owner: &str,
+        status: Option<CtaStatus>,
+    ) -> Result<Vec<Cta>, PortError> {
+        self.inner.list_ctas(owner, status).await
+    }
+}
+
+const POISON: &str = r#"{"worker": [
+    {"tool_calls": [{"name": "echo", "arguments": {"text": "poison"}}]},
+    {"text": "never reached"}]}"#;
+
+fn service(local: &LocalStore, retryable: bool) -> (Arc<Service>, Arc<Refusing>) {
+    let store = Arc::new(Refusing {
+        inner: local.clone(),
+        retryable,
+        refused: AtomicU32::new(0),
+    });
+    let deps = Deps {
+        store: store.clone(),
+        queue: Arc::new(local.clone()),
+        bus: Arc::new(local.clone()),
+        scheduler: Arc::new(local.clone()),
+        llm: scripted(POISON),
+        clock: Arc::new(SystemClock),
+    };
+    let catalog = catalog(Some(json!({"agents": {"worker": {"tools": ["echo"]}}})));
+    (Arc::new(Service::new(deps, catalog)), store)
+}
+
+async fn create(svc: &Service) -> String {
+    let req = CreateRun {
+        prompt: "go".into(),
+        agent: Some("worker".into()),
+        ..Default::default()
+    };
+    svc.create_run("local", req, None).await.unwrap().run_id
+}
+
+async fn assert_failed_at_once(local: &LocalStore, run_id: &str, store: &Refusing) {
+    let (rec, tl) = local.load(run_id).await.unwrap().unwrap();
+    assert_eq!(rec.run.status, RunStatus::Failed);
+    let error = rec.run.error.unwrap();
+    assert_eq!(error.code, "step_error");
+    assert!(
+        error.message.contains("Item size has exceeded"),
+        "{error:?}"
+    );
+    assert!(matches!(
+        &tl.last().unwrap().body,
+        EntryBody::Error { message, .. } if message.contains("Item size has exceeded")
+    ));
+    assert_eq!(
+        store.refused.load(Ordering::SeqCst),
+        1,
+        "refused once: the message was not redelivered"
+    );
+    assert_eq!(local.queue_depth().unwrap(), 0, "nothing left to retry");
+}
+
+#[tokio::test]
+async fn the_worker_fails_a_run_at_once_on_a_terminal_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalStore::open(dir.path()).unwrap();
+    let (svc, store) = service(&local, false);
+    let run_id = create(&svc).await;
+    let worker = Worker::new(svc, local.clone(), WorkerOptions::default());
+    worker.drain().await.unwrap();
+    assert_failed_at_once(&local, &run_id, &store).await;
+}
+
+fn sqs_event(records: &[(&str, &StepMessage)]) -> SqsEvent {
+    let records: Vec<_> = records
+        .iter()
+        .map(|(id, m)| {
+            json!({
+                "messageId": id,
+                "receiptHandle": id,
+                "body": serde_json::to_string(m).unwrap(),
+                "attributes": {"MessageGroupId": m.run_id},
+                "messageAttributes": {},
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:baton-steps.fifo",
+                "awsRegion": "us-east-1",
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({ "Records": records })).unwrap()
+}
+
+#[tokio::test]
+async fn the_lambda_handler_acknowledges_a_terminal_error_and_retries_the_rest() {
+    // Terminal: the run fails in this invocation; the record is not reported as failed.
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalStore::open(dir.path()).unwrap();
+    let (svc, store) = service(&local, false);
+    let run_id = create(&svc).await;
+    let delivery = local
+        .receive(1, std::time::Duration::from_secs(60))
+        .unwrap()
+        .remove(0);
+    let start = delivery.message.clone().unwrap();
+    let resp = handle_steps(&svc, &[], sqs_event(&[("m1", &start)])).await;
+    assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
+    local.ack(delivery.receipt).unwrap();
+    assert_failed_at_once(&local, &run_id, &store).await;
+
+    // Retryable: reported failed, and so is the later message of the same group, in order.
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalStore::open(dir.path()).unwrap();
+    let (svc, store) = service(&local, true);
+    let run_id = create(&svc).await;
+    let start = local
+        .receive(1, std::time::Duration::from_secs(60))
+        .unwrap();
+    let start = start[0].message.clone().unwrap();
+    let later = StepMessage {
+        id: "later".into(),
+        ..start.clone()
+    };
+    let resp = handle_steps(&svc, &[], sqs_event(&[("m1", &start), ("m2", &later)])).await;
+    let failed: Vec<_> = resp
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(failed, ["m1", "m2"]);
+    assert_eq!(store.refused.load(Ordering::SeqCst), 1);
+    let rec = local.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(rec.run.status, RunStatus::Queued, "nothing changed");
+}
