@@ -188,6 +188,7 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
                     approved: true,
                     reason: None,
                 },
+                None,
             )
             .await?;
         status = drive(&parts, &run_id, &mut times).await?;

@@ -25,6 +25,10 @@ struct Env {
 }
 
 async fn start_env(script: &str, duplicate: bool) -> Env {
+    start_env_with(script, duplicate, common::mock_openai::named_agents()).await
+}
+
+async fn start_env_with(script: &str, duplicate: bool, agents: Value) -> Env {
     let moto = Moto::start();
     let sdk = moto.sdk().await;
     let (mock, llm) = common::mock_openai::start(script).await;
@@ -35,7 +39,7 @@ async fn start_env(script: &str, duplicate: bool) -> Env {
         addr: "127.0.0.1:0".parse().unwrap(),
         token: TOKEN.into(),
         llm,
-        catalog: catalog(Some(common::mock_openai::named_agents())),
+        catalog: catalog(Some(agents)),
         clock: Arc::new(SystemClock),
         duplicate,
     })
@@ -99,6 +103,29 @@ impl Env {
             (run["status"] == status).then_some(run)
         })
         .await
+    }
+
+    /// Waits until the CTA inbox queue holds nothing, visible or in flight.
+    async fn inbox_drained(&self) {
+        let sqs = aws_sdk_sqs::Client::new(&self.sdk);
+        let url = self.server.provisioned.cta_inbox_url.clone();
+        self.wait_for("the inbox to drain", async |_: &Env| {
+            let attrs = sqs
+                .get_queue_attributes()
+                .queue_url(&url)
+                .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
+                .send()
+                .await
+                .unwrap();
+            let a = attrs.attributes().unwrap();
+            let n = |k| a.get(&k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            use aws_sdk_sqs::types::QueueAttributeName as Q;
+            (n(Q::ApproximateNumberOfMessages) + n(Q::ApproximateNumberOfMessagesNotVisible) == 0)
+                .then_some(Value::Null)
+        })
+        .await;
+        // The handler may still be committing what it received.
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
 
     /// Posts an event to the Baton bus, as a user's own system would.
@@ -230,9 +257,11 @@ async fn the_full_flow_runs_over_aws_apis_and_duplicates_change_nothing() {
 }
 
 #[tokio::test]
-async fn an_expiry_schedule_is_stored_and_its_event_ends_the_run() {
+async fn a_five_second_cta_is_scheduled_exactly_refuses_early_expiry_and_expires_on_time() {
     let script = r#"{"orchestrator": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "Name?"}}]}]}"#;
-    let env = start_env(script, false).await;
+    let mut agents = common::mock_openai::named_agents();
+    agents["agents"]["orchestrator"]["ctaExpirySeconds"] = json!(5);
+    let env = start_env_with(script, false, agents).await;
     let (_, v) = env
         .call(
             reqwest::Method::POST,
@@ -243,8 +272,11 @@ async fn an_expiry_schedule_is_stored_and_its_event_ends_the_run() {
     let run_id = v["runId"].as_str().unwrap().to_owned();
     let cta = env.pending_cta("text").await;
     let cta_id = cta["ctaId"].as_str().unwrap().to_owned();
+    let expires = chrono::DateTime::parse_from_rfc3339(cta["expiresAt"].as_str().unwrap())
+        .unwrap()
+        .with_timezone(&chrono::Utc);
 
-    // The stored schedule: named by the CTA, at() 30 days after it, onto the bus, deleting itself.
+    // The stored schedule: named by the CTA, at() 5 s after it, onto the bus, deleting itself.
     let c = &env.server.provisioned.config;
     let sch = aws_sdk_scheduler::Client::new(&env.sdk);
     let s = sch
@@ -257,7 +289,8 @@ async fn an_expiry_schedule_is_stored_and_its_event_ends_the_run() {
     let created = chrono::DateTime::parse_from_rfc3339(cta["createdAt"].as_str().unwrap())
         .unwrap()
         .with_timezone(&chrono::Utc);
-    let expected_at = baton_aws::scheduler::at_expression(created + chrono::Duration::days(30));
+    assert_eq!(expires - created, chrono::Duration::seconds(5));
+    let expected_at = baton_aws::scheduler::at_expression(created + chrono::Duration::seconds(5));
     assert_eq!(s.schedule_expression(), Some(expected_at.as_str()));
     assert_eq!(s.schedule_expression_timezone(), Some("UTC"));
     assert_eq!(s.flexible_time_window().unwrap().mode().as_str(), "OFF");
@@ -275,7 +308,19 @@ async fn an_expiry_schedule_is_stored_and_its_event_ends_the_run() {
         Some("DELETE")
     );
 
-    // The emulator does not fire schedules: deliver the schedule's input ourselves.
+    // The emulator does not fire schedules: deliver the schedule's input ourselves. Before
+    // expiresAt it is refused, whoever puts it on the bus: the question stays open.
+    env.put_event("cta.expired", input.clone()).await;
+    env.inbox_drained().await;
+    let (_, c) = env
+        .call(reqwest::Method::GET, &format!("/ctas/{cta_id}"), None)
+        .await;
+    assert_eq!(c["status"], "pending", "{c}");
+    assert!(chrono::Utc::now() < expires, "the early event was early");
+
+    // At its time, as the schedule would fire it, it ends the run.
+    let wait = (expires - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait).await;
     env.put_event("cta.expired", input).await;
     let run = env.run_status(&run_id, "expired").await;
     assert_eq!(run["error"]["code"], "cta_expired");

@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use baton_core::cta::{Cta, CtaRequest, CtaResponse, CtaStatus};
+use baton_core::cta::{Cta, CtaRequest, CtaResponse, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Event, Input, StepMessage, Transition};
 use baton_core::ports::{Bus, Created, Queue, Scheduler, Settled, Store, SystemClock};
@@ -90,6 +90,7 @@ fn cta(run: &Run, id: &str) -> Cta {
         created_at: Utc::now(),
         expires_at: Utc::now() + chrono::Duration::days(30),
         resolved_at: None,
+        responder: None,
     }
 }
 
@@ -224,27 +225,41 @@ async fn store_contract(store: Arc<dyn Store>) {
         reason: None,
     };
     match store
-        .settle_cta("cta_c1", CtaStatus::Answered, Some(&answer), Utc::now())
+        .settle_cta(
+            "cta_c1",
+            &Settlement::Answered {
+                response: answer.clone(),
+                responder: Some("someone".into()),
+            },
+            Utc::now(),
+        )
         .await
         .unwrap()
     {
         Settled::Won(c) => assert_eq!(
-            (c.status, c.response),
-            (CtaStatus::Answered, Some(answer.clone()))
+            (c.status, c.response, c.responder.as_deref()),
+            (CtaStatus::Answered, Some(answer.clone()), Some("someone"))
         ),
         s => panic!("{s:?}"),
     }
     match store
-        .settle_cta("cta_c1", CtaStatus::Expired, None, Utc::now())
+        .settle_cta("cta_c1", &Settlement::Expired, Utc::now())
         .await
         .unwrap()
     {
-        Settled::Lost(c) => assert_eq!(c.status, CtaStatus::Answered),
+        Settled::Lost(c) => {
+            assert_eq!(c.status, CtaStatus::Answered);
+            assert_eq!(
+                c.responder.as_deref(),
+                Some("someone"),
+                "the winner is kept"
+            );
+        }
         s => panic!("{s:?}"),
     }
     assert_eq!(
         store
-            .settle_cta("cta_nope", CtaStatus::Expired, None, Utc::now())
+            .settle_cta("cta_nope", &Settlement::Expired, Utc::now())
             .await
             .unwrap(),
         Settled::NotFound
@@ -776,7 +791,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         reason: None,
     };
     assert!(matches!(
-        svc.answer_cta(Some("bob"), &cta.cta_id, answer.clone())
+        svc.answer_cta(Some("bob"), &cta.cta_id, answer.clone(), None)
             .await,
         Err(NotFound(_))
     ));
@@ -787,7 +802,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
             .status,
         CtaStatus::Pending
     );
-    svc.answer_cta(Some("alice"), &cta.cta_id, answer)
+    svc.answer_cta(Some("alice"), &cta.cta_id, answer, None)
         .await
         .unwrap();
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use baton_aws::handle_steps;
-use baton_core::cta::{Cta, CtaResponse, CtaStatus};
+use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, StepMessage, Transition};
 use baton_core::ports::{Created, RunRecord, Settled, Store, SystemClock};
@@ -87,11 +87,10 @@ impl Store for Refusing {
     async fn settle_cta(
         &self,
         cta_id: &str,
-        status: CtaStatus,
-        response: Option<&CtaResponse>,
+        settlement: &Settlement,
         at: DateTime<Utc>,
     ) -> Result<Settled, PortError> {
-        self.inner.settle_cta(cta_id, status, response, at).await
+        self.inner.settle_cta(cta_id, settlement, at).await
     }
     async fn list_ctas(
         &self,

@@ -55,6 +55,9 @@ impl From<ServiceError> for ApiError {
                 Self::new(StatusCode::CONFLICT, code, message)
             }
             ServiceError::Gone(m) => Self::new(StatusCode::GONE, "cta_expired", m),
+            e @ ServiceError::AlreadyAnswered(_) => {
+                Self::new(StatusCode::CONFLICT, "cta_answered", e.to_string())
+            }
             ServiceError::Port(e) => e.into(),
         }
     }

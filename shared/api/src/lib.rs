@@ -230,7 +230,7 @@ async fn answer_cta(
         .map_err(|e| ApiError::invalid(format!("invalid CTA response: {e}")))?;
     let cta = s
         .service
-        .answer_cta(Some(&owner), &cta_id, response)
+        .answer_cta(Some(&owner), &cta_id, response, Some(owner.clone()))
         .await?;
     Ok(accepted(
         json!({"ctaId": cta.cta_id, "runId": cta.run_id, "status": cta.status}),

@@ -265,18 +265,38 @@ pub async fn handle_cta_inbox(service: &Service, event: SqsEvent) -> SqsBatchRes
             match detail_type.as_str() {
                 "cta.response" => {
                     let mut fields = detail.clone();
+                    let mut responder = None;
                     if let Value::Object(m) = &mut fields {
                         m.remove("ctaId");
                         m.remove("eventId");
+                        responder = m.remove("responder");
                     }
+                    let responder = match responder {
+                        None | Some(Value::Null) => None,
+                        Some(Value::String(r)) if !r.trim().is_empty() && r.len() <= 256 => Some(r),
+                        Some(_) => {
+                            return Err(ServiceError::Invalid(
+                                "`responder` must be a string of 1 to 256 characters".into(),
+                            ));
+                        }
+                    };
                     let response: CtaResponse = serde_json::from_value(fields)
                         .map_err(|e| ServiceError::Invalid(format!("invalid CTA response: {e}")))?;
-                    service
-                        .answer_cta(None, &cta_id, response)
+                    match service
+                        .answer_cta(None, &cta_id, response.clone(), responder)
                         .await
-                        .map(|_| ())
+                    {
+                        // A redelivery of the answer that won (the bus delivers at least
+                        // once): nothing to do, nothing to reject.
+                        Err(ServiceError::AlreadyAnswered(won))
+                            if won.response.as_ref() == Some(&response) =>
+                        {
+                            Ok(())
+                        }
+                        other => other.map(|_| ()),
+                    }
                 }
-                "cta.expired" => Ok(service.expire_cta(&cta_id).await?),
+                "cta.expired" => service.expire_cta(&cta_id).await,
                 other => Err(ServiceError::Invalid(format!("unexpected event `{other}`"))),
             }
         }

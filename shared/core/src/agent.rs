@@ -41,6 +41,8 @@ pub struct AgentDef {
     pub tools: Vec<String>,
     pub approval: HashMap<String, Approval>,
     pub max_iterations: u32,
+    /// How long this agent's CTAs wait for an answer (a call may ask for less).
+    pub cta_expiry: Duration,
 }
 
 /// Guardrails. Hitting one is a recorded, graceful end, never a crash.
@@ -54,9 +56,12 @@ pub struct Limits {
     pub max_depth: u32,
     /// Children running at once per parent; more wait their turn.
     pub max_parallel_children: usize,
-    /// How long a CTA waits for its answer.
+    /// How long a CTA waits for its answer, unless the agent says otherwise.
     pub cta_expiry: Duration,
 }
+
+/// The longest an agent's CTAs may wait: one year, as far as EventBridge Scheduler goes.
+pub const MAX_CTA_EXPIRY_SECS: u64 = 365 * 24 * 3600;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -113,6 +118,10 @@ pub enum CatalogError {
     BadName(String),
     #[error("agent `{0}`: maxIterations must be at least 1")]
     ZeroIterations(String),
+    #[error(
+        "agent `{agent}`: ctaExpirySeconds is {seconds}; it must be from 1 to {MAX_CTA_EXPIRY_SECS} (one year)"
+    )]
+    BadCtaExpiry { agent: String, seconds: u64 },
     #[error(transparent)]
     Schema(#[from] tools::SchemaError),
 }
@@ -136,6 +145,9 @@ pub struct AgentSpec {
     pub approval: BTreeMap<String, ApprovalSpec>,
     #[serde(default)]
     pub max_iterations: Option<u32>,
+    /// Seconds this agent's CTAs wait for an answer (default 30 days; 1 to one year).
+    #[serde(default)]
+    pub cta_expiry_seconds: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -173,6 +185,7 @@ fn builtin_agents(limits: &Limits) -> Vec<AgentDef> {
         tools: tools.iter().map(|t| t.to_string()).collect(),
         approval: HashMap::new(),
         max_iterations: limits.max_iterations,
+        cta_expiry: limits.cta_expiry,
     };
     vec![
         agent(
@@ -222,6 +235,14 @@ impl Catalog {
             if spec.max_iterations == Some(0) {
                 return Err(CatalogError::ZeroIterations(name));
             }
+            if let Some(seconds) = spec.cta_expiry_seconds
+                && !(1..=MAX_CTA_EXPIRY_SECS).contains(&seconds)
+            {
+                return Err(CatalogError::BadCtaExpiry {
+                    agent: name,
+                    seconds,
+                });
+            }
             let mut approval = HashMap::new();
             for (tool, a) in spec.approval {
                 if !spec.tools.contains(&tool) {
@@ -248,6 +269,9 @@ impl Catalog {
                 tools: spec.tools,
                 approval,
                 max_iterations: spec.max_iterations.unwrap_or(limits.max_iterations),
+                cta_expiry: spec
+                    .cta_expiry_seconds
+                    .map_or(limits.cta_expiry, Duration::from_secs),
                 name: name.clone(),
             };
             agents.insert(name, def);
@@ -397,6 +421,14 @@ mod tests {
             (
                 r#"{"agents": {"a": {"tools": [], "maxIterations": 0}}}"#,
                 "at least 1",
+            ),
+            (
+                r#"{"agents": {"a": {"tools": [], "ctaExpirySeconds": 0}}}"#,
+                "ctaExpirySeconds is 0",
+            ),
+            (
+                r#"{"agents": {"a": {"tools": [], "ctaExpirySeconds": 31536001}}}"#,
+                "one year",
             ),
         ];
         for (json, expected) in cases {

@@ -183,6 +183,46 @@ pub struct Cta {
     pub expires_at: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_at: Option<DateTime<Utc>>,
+    /// Who answered: the API caller, or the responder a bus event names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responder: Option<String>,
+}
+
+/// How a CTA leaves `pending`, by one conditional write: the first one wins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settlement {
+    Answered {
+        response: CtaResponse,
+        responder: Option<String>,
+    },
+    Expired,
+    Cancelled,
+}
+
+impl Settlement {
+    pub fn status(&self) -> CtaStatus {
+        match self {
+            Self::Answered { .. } => CtaStatus::Answered,
+            Self::Expired => CtaStatus::Expired,
+            Self::Cancelled => CtaStatus::Cancelled,
+        }
+    }
+}
+
+impl Cta {
+    /// Applies a settlement to a pending CTA (the adapters write the result conditionally).
+    pub fn settle(&mut self, settlement: &Settlement, at: DateTime<Utc>) {
+        self.status = settlement.status();
+        if let Settlement::Answered {
+            response,
+            responder,
+        } = settlement
+        {
+            self.response = Some(response.clone());
+            self.responder = responder.clone();
+        }
+        self.resolved_at = Some(at);
+    }
 }
 
 #[cfg(test)]
@@ -332,6 +372,7 @@ mod tests {
             created_at: now,
             expires_at: now,
             resolved_at: None,
+            responder: None,
         };
         let v = serde_json::to_value(&cta).expect("serializes");
         assert_eq!(v["kind"], "choice");

@@ -42,6 +42,9 @@ pub enum Input {
     CtaAnswered {
         cta_id: String,
         response: CtaResponse,
+        /// Who answered, when known (the API's caller, or a bus event's `responder`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        responder: Option<String>,
     },
     /// A CTA's expiry fired; the CTA item already records it.
     CtaExpired {

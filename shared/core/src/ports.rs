@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::cta::{Cta, CtaResponse, CtaStatus};
+use crate::cta::{Cta, CtaStatus, Settlement};
 use crate::error::PortError;
 use crate::message::{Effect, Event, StepMessage, Transition};
 use crate::run::Run;
@@ -75,12 +75,11 @@ pub trait Store: Send + Sync {
 
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError>;
 
-    /// Moves a CTA from `pending` to `status` with one conditional write: the first wins.
+    /// Moves a CTA out of `pending` with one conditional write: the first wins.
     async fn settle_cta(
         &self,
         cta_id: &str,
-        status: CtaStatus,
-        response: Option<&CtaResponse>,
+        settlement: &Settlement,
         at: DateTime<Utc>,
     ) -> Result<Settled, PortError>;
 

@@ -97,6 +97,9 @@ pub struct CtaSnapshot {
     pub status: CtaStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response: Option<CtaResponse>,
+    /// Who answered, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responder: Option<String>,
     pub expires_at: DateTime<Utc>,
     /// True when the engine raised it to gate a tool call.
     #[serde(default)]

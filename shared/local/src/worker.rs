@@ -17,7 +17,7 @@ use tracing::{Instrument, error, info_span, warn};
 
 use crate::store::{Delivery, LocalStore};
 use baton_core::error::PortError;
-use baton_core::service::Service;
+use baton_core::service::{Service, ServiceError};
 
 #[derive(Debug, Clone)]
 pub struct WorkerOptions {
@@ -106,7 +106,12 @@ impl Worker {
     pub async fn fire_due_timers(&self) -> Result<usize, PortError> {
         let due = self.store.due_timers(self.service.deps().clock.now())?;
         for t in &due {
-            self.service.expire_cta(&t.cta_id).await?;
+            match self.service.expire_cta(&t.cta_id).await {
+                Ok(()) => {}
+                Err(ServiceError::Port(e)) => return Err(e),
+                // Refused (not due by the service's clock, or gone): the timer is done.
+                Err(e) => warn!(cta_id = %t.cta_id, error = %e, "expiry refused"),
+            }
             baton_core::ports::Scheduler::unschedule(&self.store, &t.cta_id).await?;
         }
         Ok(due.len())

@@ -31,7 +31,7 @@ mod items;
 use items::*;
 
 use crate::sdk::{Meter, map_sdk_err};
-use baton_core::cta::{Cta, CtaResponse, CtaStatus};
+use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition};
 use baton_core::ports::{Created, RunRecord, Settled, Store};
@@ -398,12 +398,11 @@ impl Store for DynamoStore {
             .transpose()
     }
 
-    #[instrument(skip(self, response))]
+    #[instrument(skip(self, settlement))]
     async fn settle_cta(
         &self,
         cta_id: &str,
-        status: CtaStatus,
-        response: Option<&CtaResponse>,
+        settlement: &Settlement,
         at: DateTime<Utc>,
     ) -> Result<Settled, PortError> {
         let Some(mut cta) = self.get_cta(cta_id).await? else {
@@ -412,9 +411,7 @@ impl Store for DynamoStore {
         if cta.status != CtaStatus::Pending {
             return Ok(Settled::Lost(cta));
         }
-        cta.status = status;
-        cta.response = response.cloned();
-        cta.resolved_at = Some(at);
+        cta.settle(settlement, at);
         let item = self.cta_item(&cta)?;
         self.count_write(&[&item], false);
         let r = self

@@ -1,6 +1,8 @@
 //! CTAs: raising one (a `request_human_feedback` call, or a tool call that needs approval),
 //! and the two ways a pending one is resolved through the run's queue: answered, expired.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use super::{Execution, Io, Next, Step, Work, derive_id, to_result};
@@ -12,7 +14,13 @@ use crate::timeline::{CtaSnapshot, EntryBody, ToolResult};
 /// `CtaAnswered`: resolve the pending result that waits for this CTA. An approved gate runs
 /// its tool first (the caller executes it and steps again); a rejected one is an error
 /// result the model sees.
-pub(super) fn answered(w: &mut Work, cta_id: &str, response: &CtaResponse, io: &Io) -> Next {
+pub(super) fn answered(
+    w: &mut Work,
+    cta_id: &str,
+    response: &CtaResponse,
+    responder: Option<&str>,
+    io: &Io,
+) -> Next {
     let Some(seq) = w.pending_where(|t| t.cta.as_ref().is_some_and(|c| c.cta_id == cta_id)) else {
         return Next::Now(Step::Ignore(format!(
             "no pending result waits for CTA {cta_id}"
@@ -55,6 +63,7 @@ pub(super) fn answered(w: &mut Work, cta_id: &str, response: &CtaResponse, io: &
     };
     snap.status = CtaStatus::Answered;
     snap.response = Some(response.clone());
+    snap.responder = responder.map(str::to_owned);
     w.resolve(seq, result, Some(snap));
     w.effects.push(Effect::Unschedule {
         cta_id: cta_id.to_owned(),
@@ -104,11 +113,11 @@ impl Work<'_> {
         call_id: &str,
         request: CtaRequest,
         gate: bool,
+        expiry: Duration,
     ) -> ToolResult {
         let cta_id = derive_id("cta", &self.run.run_id, seq);
-        let expires_at = self.now
-            + chrono::Duration::from_std(self.catalog.limits.cta_expiry)
-                .unwrap_or(chrono::Duration::days(30));
+        let expires_at =
+            self.now + chrono::Duration::from_std(expiry).unwrap_or(chrono::Duration::days(30));
         let cta = Cta {
             cta_id: cta_id.clone(),
             run_id: self.run.run_id.clone(),
@@ -121,6 +130,7 @@ impl Work<'_> {
             created_at: self.now,
             expires_at,
             resolved_at: None,
+            responder: None,
         };
         let mut detail = json!({
             "ctaId": cta_id,
@@ -144,6 +154,7 @@ impl Work<'_> {
             request,
             status: CtaStatus::Pending,
             response: None,
+            responder: None,
             expires_at,
             gate,
         });

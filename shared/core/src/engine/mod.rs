@@ -109,7 +109,11 @@ pub fn step(
             message_id,
             reply_to,
         } => user_message::apply(&mut w, text, message_id, reply_to.as_ref()),
-        Input::CtaAnswered { cta_id, response } => cta::answered(&mut w, cta_id, response, io),
+        Input::CtaAnswered {
+            cta_id,
+            response,
+            responder,
+        } => cta::answered(&mut w, cta_id, response, responder.as_deref(), io),
         Input::CtaExpired { cta_id } => cta::expired(&mut w, cta_id),
         Input::ChildFinished {
             child_run_id,

@@ -29,7 +29,9 @@ fn catalog_with(limits: Limits) -> Catalog {
     let file: AgentsFile = serde_json::from_value(json!({"agents": {
         "worker": {"tools": ["echo"], "approval": {"echo": {"inputMatches": "danger"}}, "maxIterations": 3},
         "asker": {"tools": ["request_human_feedback", "echo"]},
-        "deep": {"tools": ["spawn_subagent"]}
+        "deep": {"tools": ["spawn_subagent"]},
+        "quick": {"tools": ["request_human_feedback", "echo"], "ctaExpirySeconds": 60,
+                  "approval": {"echo": "always"}}
     }}))
     .unwrap();
     Catalog::new(limits, vec![], Some(file)).unwrap()
@@ -266,6 +268,7 @@ impl Sim {
             input: Input::CtaAnswered {
                 cta_id: cta_id.into(),
                 response,
+                responder: None,
             },
         });
     }
@@ -614,7 +617,14 @@ fn an_invalid_response_changes_nothing() {
         let before = s.runs[&id].clone();
         let cta_id = s.pending_ctas(&id)[0].cta_id.clone();
         assert_eq!(
-            s.send(&id, Input::CtaAnswered { cta_id, response }),
+            s.send(
+                &id,
+                Input::CtaAnswered {
+                    cta_id,
+                    response,
+                    responder: None,
+                }
+            ),
             Outcome::Ignored
         );
         assert_eq!(s.runs[&id], before);
@@ -864,7 +874,8 @@ fn expiry_ends_the_run_by_default_and_cancels_the_rest() {
                 response: CtaResponse::Approval {
                     approved: true,
                     reason: None
-                }
+                },
+                responder: None,
             }
         ),
         Outcome::Ignored
@@ -1191,4 +1202,82 @@ fn oversized_tool_outputs_are_cut_with_a_marker() {
     }
     assert!(s.children(&id).is_empty());
     assert!(derive_id("sub", "run_a", 1).starts_with("sub_"));
+}
+
+#[test]
+fn a_cta_waits_as_long_as_its_agent_allows_or_the_call_asks_for_less() {
+    // (agent, the call the model makes, seconds until the CTA expires)
+    let ask = |extra: Value| {
+        let mut v = json!({"kind": "text", "prompt": "name?"});
+        if let (Value::Object(o), Value::Object(e)) = (&mut v, extra) {
+            o.extend(e);
+        }
+        call("request_human_feedback", v)
+    };
+    let table = [
+        ("asker", ask(json!({})), 30 * 24 * 3600),
+        ("asker", ask(json!({"expiresInSeconds": 5})), 5),
+        ("quick", ask(json!({})), 60),
+        ("quick", ask(json!({"expiresInSeconds": 5})), 5),
+        ("quick", ask(json!({"expiresInSeconds": 600})), 60),
+        ("quick", call("echo", json!({"text": "gated"})), 60),
+    ];
+    for (agent, c, seconds) in table {
+        let mut s = Sim::new();
+        s.script(agent, vec![calls(vec![c.clone()])]);
+        let id = s.create(agent, "go");
+        s.run_all();
+        let ctas = s.pending_ctas(&id);
+        assert_eq!(ctas.len(), 1, "{agent} {c:?}");
+        let want = t0() + chrono::Duration::seconds(seconds);
+        assert_eq!(ctas[0].expires_at, want, "{agent} {c:?}");
+        let scheduled = s.effects.iter().any(
+            |e| matches!(e, Effect::Schedule { cta_id, at, .. } if *cta_id == ctas[0].cta_id && *at == want),
+        );
+        assert!(
+            scheduled,
+            "the timer fires exactly at expiresAt: {agent} {c:?}"
+        );
+        let request = s.events("cta.request");
+        assert_eq!(request[0].detail["expiresAt"], json!(want), "{agent} {c:?}");
+        let snap = s.tools(&id)[0].cta.clone().expect("snapshot");
+        assert_eq!(snap.expires_at, want);
+        if let CtaRequest::Text { .. } = snap.request {
+            assert!(
+                !serde_json::to_string(&snap)
+                    .unwrap()
+                    .contains("expiresInSeconds"),
+                "the wait is not part of the question"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_responder_of_an_answer_is_recorded_beside_it() {
+    let mut s = Sim::new();
+    s.script(
+        "asker",
+        vec![
+            calls(vec![call(
+                "request_human_feedback",
+                json!({"kind": "text", "prompt": "name?"}),
+            )]),
+            text("thanks"),
+        ],
+    );
+    let id = s.create("asker", "go");
+    s.run_all();
+    let cta_id = s.pending_ctas(&id)[0].cta_id.clone();
+    s.send(
+        &id,
+        Input::CtaAnswered {
+            cta_id,
+            response: CtaResponse::Text { text: "Ada".into() },
+            responder: Some("ops@example.com".into()),
+        },
+    );
+    let snap = s.tools(&id)[0].cta.clone().expect("snapshot");
+    assert_eq!(snap.status, CtaStatus::Answered);
+    assert_eq!(snap.responder.as_deref(), Some("ops@example.com"));
 }

@@ -1,6 +1,8 @@
 //! The iteration itself: ask the model (unless a guardrail ends the turn), record its reply,
 //! and dispatch each tool call to a tool run, a CTA or a child run.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use super::{Execution, Io, MAX_REPLY_BYTES, Step, Work, cap_at, to_result};
@@ -143,19 +145,31 @@ impl Work<'_> {
         }
         match &def.kind {
             ToolKind::Spawn => self.spawn(seq, id, &input),
-            ToolKind::Feedback => match serde_json::from_value::<CtaRequest>(input) {
-                Ok(req) => match req.validate() {
-                    Ok(()) => self.raise_cta(seq, id, req, false),
-                    Err(e) => ToolResult::error(e.to_string()),
-                },
-                Err(e) => ToolResult::error(format!("invalid CTA request: {e}")),
-            },
+            ToolKind::Feedback => {
+                // `expiresInSeconds` may shorten the wait, never lengthen it past the agent's.
+                let mut input = input;
+                let asked = input
+                    .as_object_mut()
+                    .and_then(|o| o.remove("expiresInSeconds"))
+                    .and_then(|v| v.as_u64());
+                let expiry = asked
+                    .map(Duration::from_secs)
+                    .map_or(agent.cta_expiry, |d| d.min(agent.cta_expiry));
+                match serde_json::from_value::<CtaRequest>(input) {
+                    Ok(req) => match req.validate() {
+                        Ok(()) => self.raise_cta(seq, id, req, false, expiry),
+                        Err(e) => ToolResult::error(e.to_string()),
+                    },
+                    Err(e) => ToolResult::error(format!("invalid CTA request: {e}")),
+                }
+            }
             ToolKind::Exec(tool) => {
                 let gated = agent.approval.get(name).is_some_and(|p| p.requires(&input))
                     || tool.needs_approval(&input);
                 if gated {
                     let message = format!("Allow `{name}` to run with input {input}?");
-                    return self.raise_cta(seq, id, CtaRequest::Approval { message }, true);
+                    let approval = CtaRequest::Approval { message };
+                    return self.raise_cta(seq, id, approval, true, agent.cta_expiry);
                 }
                 match io.outputs.get(id) {
                     Some(out) => to_result(out.clone()),

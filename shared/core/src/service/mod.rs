@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use crate::agent::Catalog;
+use crate::cta::Cta;
 use crate::error::PortError;
 use crate::llm::{Llm, LlmError};
 use crate::ports::{Bus, Clock, Queue, Scheduler, Store};
@@ -44,6 +45,9 @@ pub enum ServiceError {
     /// Too late: the CTA expired.
     #[error("{0}")]
     Gone(String),
+    /// The CTA was answered already: the first answer wins. Here is the winner.
+    #[error("CTA `{}` was already answered", .0.cta_id)]
+    AlreadyAnswered(Box<Cta>),
     #[error(transparent)]
     Port(#[from] PortError),
 }

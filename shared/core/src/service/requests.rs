@@ -5,7 +5,7 @@
 use tracing::{info, warn};
 
 use super::{CreateRun, Service, ServiceError};
-use crate::cta::{Cta, CtaResponse, CtaStatus};
+use crate::cta::{Cta, CtaResponse, CtaStatus, Settlement};
 use crate::error::PortError;
 use crate::message::{Effect, Input, StepMessage};
 use crate::ports::{Created, RunRecord, Settled};
@@ -175,12 +175,14 @@ impl Service {
     }
 
     /// Accepts an answer with the CTA's own conditional write, then queues the resolution
-    /// for the run's writer. `owner` is `None` for trusted callers (the bus consumer).
+    /// for the run's writer. `owner` is `None` for trusted callers (the bus consumer);
+    /// `responder` is who answered, recorded with the answer.
     pub async fn answer_cta(
         &self,
         owner: Option<&str>,
         cta_id: &str,
         response: CtaResponse,
+        responder: Option<String>,
     ) -> Result<Cta, ServiceError> {
         let cta = self.get_cta(owner, cta_id).await?;
         if cta.status != CtaStatus::Pending {
@@ -200,7 +202,14 @@ impl Service {
         match self
             .deps
             .store
-            .settle_cta(cta_id, CtaStatus::Answered, Some(&response), now)
+            .settle_cta(
+                cta_id,
+                &Settlement::Answered {
+                    response,
+                    responder,
+                },
+                now,
+            )
             .await?
         {
             Settled::Won(cta) => {
@@ -226,10 +235,7 @@ impl Service {
                 if let Err(e) = self.send_resolution(cta).await {
                     warn!(cta_id = %cta.cta_id, error = %e, "re-sending a resolution failed");
                 }
-                ServiceError::Conflict {
-                    code: "cta_answered",
-                    message: format!("CTA `{}` was already answered", cta.cta_id),
-                }
+                ServiceError::AlreadyAnswered(Box::new(cta.clone()))
             }
         }
     }
@@ -239,6 +245,7 @@ impl Service {
             (CtaStatus::Answered, Some(r)) => Input::CtaAnswered {
                 cta_id: cta.cta_id.clone(),
                 response: r.clone(),
+                responder: cta.responder.clone(),
             },
             (CtaStatus::Expired, _) => Input::CtaExpired {
                 cta_id: cta.cta_id.clone(),
@@ -257,17 +264,33 @@ impl Service {
     }
 
     /// An expiry timer fired: settle the CTA as expired if nobody answered first.
-    pub async fn expire_cta(&self, cta_id: &str) -> Result<(), PortError> {
+    ///
+    /// An expiry before the CTA's `expiresAt` is refused (`cta_not_due`), whoever sent it:
+    /// the schedule fires at or after that instant (its `at()` is rounded up to the second),
+    /// so an early one is forged or misrouted. One second of clock skew is tolerated.
+    pub async fn expire_cta(&self, cta_id: &str) -> Result<(), ServiceError> {
         let now = self.deps.clock.now();
+        let Some(cta) = self.deps.store.get_cta(cta_id).await? else {
+            return Err(ServiceError::NotFound(format!("no CTA `{cta_id}`")));
+        };
+        if cta.status == CtaStatus::Pending && now + chrono::Duration::seconds(1) < cta.expires_at {
+            return Err(ServiceError::Conflict {
+                code: "cta_not_due",
+                message: format!(
+                    "CTA `{cta_id}` expires at {}; an expiry before then is refused",
+                    cta.expires_at.to_rfc3339()
+                ),
+            });
+        }
         match self
             .deps
             .store
-            .settle_cta(cta_id, CtaStatus::Expired, None, now)
+            .settle_cta(cta_id, &Settlement::Expired, now)
             .await?
         {
             Settled::Won(cta) => {
                 info!(cta_id, run_id = %cta.run_id, "CTA expired");
-                self.send_resolution(&cta).await
+                Ok(self.send_resolution(&cta).await?)
             }
             Settled::Lost(_) | Settled::NotFound => Ok(()),
         }

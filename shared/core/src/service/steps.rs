@@ -5,7 +5,7 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use super::{CACHE_RUNS, Handled, Service, StepError};
-use crate::cta::CtaStatus;
+use crate::cta::Settlement;
 use crate::engine::{self, Decision, Execution, StepIo};
 use crate::error::PortError;
 use crate::llm::{ChatRequest, LlmError, LlmReply};
@@ -183,7 +183,7 @@ impl Service {
                     let now = self.deps.clock.now();
                     self.deps
                         .store
-                        .settle_cta(cta_id, CtaStatus::Cancelled, None, now)
+                        .settle_cta(cta_id, &Settlement::Cancelled, now)
                         .await?;
                 }
             }

@@ -148,24 +148,29 @@ pub fn spawn_subagent(agents: &[String]) -> Result<ToolDef, SchemaError> {
 /// `request_human_feedback`: ask a human a typed question and wait for the answer.
 pub fn request_human_feedback() -> Result<ToolDef, SchemaError> {
     let text = json!({"type": "string", "minLength": 1});
+    let expires = json!({"type": "integer", "minimum": 1});
     ToolDef::new(
         REQUEST_HUMAN_FEEDBACK,
         "Ask a human and wait for the answer (it may take days). kind `approval` takes \
          `message` and answers {approved, reason?}; kind `text` takes `prompt` (and \
          `placeholder`) and answers {text}; kind `choice` takes `prompt` and `options` \
-         [{id, label}] and answers {selectedId}.",
+         [{id, label}] and answers {selectedId}. `expiresInSeconds` may shorten how long \
+         the question waits (never past this agent's limit).",
         json!({
             "type": "object",
             "oneOf": [
-                {"properties": {"kind": {"const": "approval"}, "message": text},
+                {"properties": {"kind": {"const": "approval"}, "message": text,
+                    "expiresInSeconds": expires},
                  "required": ["kind", "message"], "additionalProperties": false},
-                {"properties": {"kind": {"const": "text"}, "prompt": text, "placeholder": {"type": "string"}},
+                {"properties": {"kind": {"const": "text"}, "prompt": text,
+                    "placeholder": {"type": "string"}, "expiresInSeconds": expires},
                  "required": ["kind", "prompt"], "additionalProperties": false},
                 {"properties": {"kind": {"const": "choice"}, "prompt": text,
                     "options": {"type": "array", "minItems": 1, "items": {
                         "type": "object",
                         "properties": {"id": text, "label": {"type": "string"}},
-                        "required": ["id", "label"], "additionalProperties": false}}},
+                        "required": ["id", "label"], "additionalProperties": false}},
+                    "expiresInSeconds": expires},
                  "required": ["kind", "prompt", "options"], "additionalProperties": false}
             ]
         }),
@@ -207,6 +212,16 @@ mod tests {
                 false,
             ),
             (&feedback, json!({"kind": "text"}), false),
+            (
+                &feedback,
+                json!({"kind": "text", "prompt": "p", "expiresInSeconds": 60}),
+                true,
+            ),
+            (
+                &feedback,
+                json!({"kind": "text", "prompt": "p", "expiresInSeconds": 0}),
+                false,
+            ),
             (&feedback, json!({"kind": "vote", "prompt": "p"}), false),
         ];
         for (tool, input, ok) in table {

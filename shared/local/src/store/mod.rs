@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
-use baton_core::cta::{Cta, CtaResponse, CtaStatus};
+use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition};
 use baton_core::ports::{Created, RunRecord, Settled, Store};
@@ -444,8 +444,7 @@ impl Store for LocalStore {
     async fn settle_cta(
         &self,
         cta_id: &str,
-        status: CtaStatus,
-        response: Option<&CtaResponse>,
+        settlement: &Settlement,
         at: DateTime<Utc>,
     ) -> Result<Settled, PortError> {
         self.write(true, |tx| {
@@ -458,9 +457,8 @@ impl Store for LocalStore {
             if cta.status != CtaStatus::Pending {
                 return Ok(Settled::Lost(cta));
             }
-            cta.status = status;
-            cta.response = response.cloned();
-            cta.resolved_at = Some(at);
+            cta.settle(settlement, at);
+            let status = settlement.status();
             let n = tx
                 .execute(
                     "UPDATE ctas SET status = ?1, body = ?2 WHERE cta_id = ?3 AND status = 'pending'",
