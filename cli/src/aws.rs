@@ -51,7 +51,9 @@ pub async fn dev(
     config: &Config,
 ) -> anyhow::Result<()> {
     if config.sdk.endpoint.is_none() {
-        eprintln!("baton dev --aws: AWS_ENDPOINT_URL is not set; talking to AWS itself");
+        eprintln!(
+            "baton dev --aws: AWS_ENDPOINT_URL is not set; using your AWS account (--yes-real-aws)"
+        );
     }
     let (llm, catalog) = crate::model_and_agents(script.as_deref(), agents.as_deref(), config)?;
     let (token, made) = match token.filter(|t| !t.trim().is_empty()) {

@@ -61,11 +61,15 @@ enum Command {
         #[arg(long)]
         agents: Option<PathBuf>,
         /// Run over AWS APIs instead of the embedded store: DynamoDB, SQS, EventBridge and
-        /// Scheduler at AWS_ENDPOINT_URL (LocalStack or moto), with a queue pump standing in for
-        /// Lambda's event source mappings. Resources (named from BATON_PREFIX, default `baton`)
-        /// are created if missing.
+        /// Scheduler at AWS_ENDPOINT_URL (LocalStack or moto), with in-process event source
+        /// mappings standing in for Lambda's. Resources (named from BATON_PREFIX, default
+        /// `baton`) are created if missing.
         #[arg(long)]
         aws: bool,
+        /// With --aws and no AWS_ENDPOINT_URL: yes, create and use resources in the AWS account
+        /// the credentials belong to.
+        #[arg(long, requires = "aws")]
+        yes_real_aws: bool,
     },
     /// Create the AWS resources the template declares (idempotent), for LocalStack or moto,
     /// and print the environment the functions need.
@@ -162,12 +166,20 @@ async fn main() -> ExitCode {
             script,
             agents,
             aws: true,
+            yes_real_aws,
         } => {
             init_tracing();
             let config = match config() {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            if config.sdk.endpoint.is_none() && !yes_real_aws {
+                return refuse(
+                    "AWS_ENDPOINT_URL is not set, so --aws would create tables, queues and a bus \
+                     in your real AWS account. Point AWS_ENDPOINT_URL at an emulator (moto, \
+                     LocalStack), or pass --yes-real-aws to mean it.",
+                );
+            }
             match aws::dev(addr, cli.token, script, agents, &config).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => refuse(format!("{e:#}")),
@@ -191,6 +203,7 @@ async fn main() -> ExitCode {
             script,
             agents,
             aws: false,
+            ..
         } => {
             init_tracing();
             let config = match config() {

@@ -224,3 +224,31 @@ fn the_benchmark_prints_one_json_line_for_both_variants() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn dev_aws_without_an_emulator_refuses_unless_told_it_is_real() {
+    // No AWS_ENDPOINT_URL: no resources may be created in whatever account is configured.
+    let out = Command::new(BIN)
+        .args(["dev", "--aws", "--addr", "127.0.0.1:0"])
+        .env_remove("AWS_ENDPOINT_URL")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--yes-real-aws"), "{err}");
+    assert!(err.contains("AWS_ENDPOINT_URL"), "{err}");
+    // The flag only makes sense with --aws.
+    let out = Command::new(BIN)
+        .args(["dev", "--yes-real-aws"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    // An invalid variable stops start-up with its name.
+    let out = Command::new(BIN)
+        .args(["dev", "--addr", "127.0.0.1:0"])
+        .env("BATON_LLM_MAX_RETRIES", "lots")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("BATON_LLM_MAX_RETRIES"));
+}

@@ -778,7 +778,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         Err(NotFound(_))
     ));
     assert!(matches!(
-        svc.post_message("bob", &run.run_id, "hi").await,
+        svc.post_message("bob", &run.run_id, "hi", None).await,
         Err(NotFound(_))
     ));
     assert!(svc.list_ctas("bob", None).await.unwrap().is_empty());

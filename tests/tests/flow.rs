@@ -687,3 +687,60 @@ async fn a_slow_think_in_one_run_does_not_hold_up_another() {
     h.wait_status(&slow, &["completed"]).await;
     h.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_retried_follow_up_with_an_idempotency_key_is_one_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start_scripted(
+        dir.path(),
+        r#"{"explore": [{"text": "first"}, {"text": "second"}, {"text": "third"}]}"#,
+    )
+    .await;
+    let run_id = h
+        .create_run(json!({"prompt": "one", "agent": "explore"}))
+        .await;
+    h.wait_status(&run_id, &["completed"]).await;
+    let say = |key: &'static str| {
+        h.http
+            .post(h.url(&format!("/runs/{run_id}/messages")))
+            .bearer_auth(TOKEN)
+            .header("Idempotency-Key", key)
+            .json(&json!({"text": "two"}))
+            .send()
+    };
+    // The first attempt, a retry while its turn may still run, and one after it ended.
+    assert_eq!(say("k-1").await.unwrap().status(), 202);
+    assert_eq!(say("k-1").await.unwrap().status(), 202);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while h.get(&format!("/runs/{run_id}")).await.1["result"] != "second" {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(say("k-1").await.unwrap().status(), 202);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (_, run) = h.get(&format!("/runs/{run_id}")).await;
+    let texts: Vec<&str> = run["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        texts,
+        ["one", "first", "two", "second"],
+        "one turn, not three"
+    );
+    assert_eq!(run["status"], "completed");
+    // A key that is not visible ASCII is refused.
+    let bad = h
+        .http
+        .post(h.url(&format!("/runs/{run_id}/messages")))
+        .bearer_auth(TOKEN)
+        .header("Idempotency-Key", "")
+        .json(&json!({"text": "two"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    h.server.shutdown().await;
+}

@@ -224,3 +224,57 @@ async fn the_lambda_handler_acknowledges_a_terminal_error_and_retries_the_rest()
     let rec = local.get_run(&run_id).await.unwrap().unwrap();
     assert_eq!(rec.run.status, RunStatus::Queued, "nothing changed");
 }
+
+#[tokio::test]
+async fn a_stale_dead_letter_does_not_fail_a_live_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalStore::open(dir.path()).unwrap();
+    let deps = Deps {
+        store: Arc::new(local.clone()),
+        queue: Arc::new(local.clone()),
+        bus: Arc::new(local.clone()),
+        scheduler: Arc::new(local.clone()),
+        llm: scripted(
+            r#"{"worker": [{"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]}, {"text": "done"}]}"#,
+        ),
+        clock: Arc::new(SystemClock),
+    };
+    // Every echo waits for a human: the run stays live, parked on the approval.
+    let catalog = catalog(Some(
+        json!({"agents": {"worker": {"tools": ["echo"], "approval": {"echo": "always"}}}}),
+    ));
+    let svc = Arc::new(Service::new(deps, catalog));
+    let run_id = create(&svc).await;
+    let start = local
+        .receive(1, std::time::Duration::from_secs(60))
+        .unwrap()
+        .remove(0);
+    svc.handle(start.message.as_ref().unwrap()).await.unwrap();
+    local.ack(start.receipt).unwrap();
+    Worker::new(svc.clone(), local.clone(), WorkerOptions::default())
+        .drain()
+        .await
+        .unwrap();
+    assert_eq!(
+        local.get_run(&run_id).await.unwrap().unwrap().run.status,
+        RunStatus::Waiting
+    );
+    // The start and a continue of an older version are long done: their dead letters must
+    // not fail the live run.
+    let stale_start = start.message.unwrap();
+    let stale_continue = StepMessage {
+        id: "old".into(),
+        input: baton_core::message::Input::Continue { version: 1 },
+        ..stale_start.clone()
+    };
+    for m in [&stale_start, &stale_continue] {
+        let r = svc.dead_letter(m, "failed 5 times").await.unwrap();
+        assert!(
+            matches!(r, baton_core::service::Handled::Ignored(_)),
+            "{r:?}"
+        );
+    }
+    let rec = local.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(rec.run.status, RunStatus::Waiting);
+    assert!(rec.run.error.is_none());
+}

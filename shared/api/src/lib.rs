@@ -100,20 +100,7 @@ async fn create_run(
     headers: HeaderMap,
     JsonBody(body): JsonBody<CreateRunBody>,
 ) -> Result<Response, ApiError> {
-    let key = match headers.get("idempotency-key") {
-        None => None,
-        Some(v) => {
-            let k = v
-                .to_str()
-                .map_err(|_| ApiError::invalid("Idempotency-Key must be visible ASCII"))?;
-            if k.is_empty() || k.len() > 255 {
-                return Err(ApiError::invalid(
-                    "Idempotency-Key must be 1 to 255 characters",
-                ));
-            }
-            Some(k.to_owned())
-        }
-    };
+    let key = idempotency_key(&headers)?;
     let req = CreateRun {
         prompt: body.prompt,
         agent: body.agent,
@@ -123,6 +110,22 @@ async fn create_run(
     };
     let run = s.service.create_run(&owner, req, key.as_deref()).await?;
     Ok(accepted(json!({"runId": run.run_id, "status": run.status})))
+}
+
+/// The `Idempotency-Key` header, if any: 1 to 255 visible ASCII characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let k = v
+        .to_str()
+        .map_err(|_| ApiError::invalid("Idempotency-Key must be visible ASCII"))?;
+    if k.is_empty() || k.len() > 255 {
+        return Err(ApiError::invalid(
+            "Idempotency-Key must be 1 to 255 characters",
+        ));
+    }
+    Ok(Some(k.to_owned()))
 }
 
 fn accepted(body: Value) -> Response {
@@ -175,9 +178,14 @@ async fn post_message(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
     Path(run_id): Path<String>,
+    headers: HeaderMap,
     JsonBody(body): JsonBody<MessageBody>,
 ) -> Result<Response, ApiError> {
-    let run = s.service.post_message(&owner, &run_id, &body.text).await?;
+    let key = idempotency_key(&headers)?;
+    let run = s
+        .service
+        .post_message(&owner, &run_id, &body.text, key.as_deref())
+        .await?;
     Ok(accepted(
         json!({"runId": run.run_id, "status": run.status, "accepted": true}),
     ))

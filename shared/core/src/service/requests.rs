@@ -102,17 +102,33 @@ impl Service {
     }
 
     /// Queues a follow-up user turn on a finished run.
+    ///
+    /// With an idempotency key the message's id derives from it, so a client's retry
+    /// neither duplicates the turn (the engine applies a message id once) nor gets a 409
+    /// because the first attempt already started it.
     pub async fn post_message(
         &self,
         owner: &str,
         run_id: &str,
         text: &str,
+        idempotency_key: Option<&str>,
     ) -> Result<Run, ServiceError> {
         if text.trim().is_empty() {
             return Err(ServiceError::Invalid("`text` must not be empty".into()));
         }
         let run = self.owned_run(owner, run_id).await?;
+        let message_id = match idempotency_key {
+            Some(key) => {
+                let name = format!("{}/{owner}/{run_id}/{key}", key.len());
+                let id = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, name.as_bytes());
+                format!("msg_{}", id.simple())
+            }
+            None => format!("msg_{}", uuid::Uuid::new_v4().simple()),
+        };
         if !run.status.is_terminal() {
+            if idempotency_key.is_some() && self.message_applied(run_id, &message_id).await? {
+                return Ok(run);
+            }
             return Err(ServiceError::Conflict {
                 code: "run_active",
                 message: format!(
@@ -121,7 +137,6 @@ impl Service {
                 ),
             });
         }
-        let message_id = format!("msg_{}", uuid::Uuid::new_v4().simple());
         self.deps
             .queue
             .send(&[StepMessage {
@@ -135,6 +150,16 @@ impl Service {
             }])
             .await?;
         Ok(run)
+    }
+
+    /// Whether the user message `message_id` is in the run's timeline already.
+    async fn message_applied(&self, run_id: &str, message_id: &str) -> Result<bool, PortError> {
+        let Some((_, timeline)) = self.deps.store.load(run_id).await? else {
+            return Ok(false);
+        };
+        Ok(timeline.iter().rev().any(
+            |e| matches!(&e.body, EntryBody::User { message_id: Some(m), .. } if m == message_id),
+        ))
     }
 
     /// Queues a cancellation; the run's writer cancels its CTAs and children.

@@ -148,7 +148,21 @@ impl Service {
     }
 
     /// A message that failed too often: end its run as failed, so nothing is left waiting.
+    ///
+    /// Unless the run has moved past it: a dead letter the engine would ignore anyway (a
+    /// stale continue, an answer or a child result already applied, a redelivered start)
+    /// says nothing about the run's present state, which it must not fail.
     pub async fn dead_letter(&self, msg: &StepMessage, reason: &str) -> Result<Handled, StepError> {
+        if let Some((rec, timeline)) = self.deps.store.load(&msg.run_id).await? {
+            let now = self.deps.clock.now();
+            let io = engine::Io::default();
+            if let engine::Step::Ignore(why) =
+                engine::step(&self.catalog, now, &rec.run, &timeline, &msg.input, &io)
+            {
+                info!(run_id = %msg.run_id, message = %msg.id, %why, "stale dead letter ignored");
+                return Ok(Handled::Ignored(format!("a stale dead letter: {why}")));
+            }
+        }
         warn!(run_id = %msg.run_id, message = %msg.id, reason, "dead-lettered");
         let message = format!("a step message could not be processed: {reason}");
         self.fail_now(msg, "dead_letter", &message).await
