@@ -167,9 +167,29 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
             }
         }
         Command::Show { run_id } => {
-            let run = api
-                .call(Method::GET, &format!("/runs/{}", seg(&run_id)?), None)
-                .await?;
+            let id = seg(&run_id)?;
+            let mut run = api.call(Method::GET, &format!("/runs/{id}"), None).await?;
+            // A long timeline comes in pages: follow them to the end.
+            let mut next = run["timelineNext"].as_u64();
+            while let Some(after) = next {
+                let page = api
+                    .call(
+                        Method::GET,
+                        &format!("/runs/{id}/timeline?after={after}"),
+                        None,
+                    )
+                    .await?;
+                let entries = page["entries"].as_array().cloned().unwrap_or_default();
+                next = page["next"]
+                    .as_u64()
+                    .filter(|n| *n > after && !entries.is_empty());
+                if let Some(Value::Array(t)) = run.get_mut("timeline") {
+                    t.extend(entries);
+                }
+            }
+            if let Value::Object(m) = &mut run {
+                m.remove("timelineNext");
+            }
             print(&run, render_run(&run));
         }
         Command::Ctas { all } => {

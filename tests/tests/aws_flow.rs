@@ -29,6 +29,14 @@ async fn start_env(script: &str, duplicate: bool) -> Env {
 }
 
 async fn start_env_with(script: &str, duplicate: bool, agents: Value) -> Env {
+    start_env_catalog(script, duplicate, catalog(Some(agents))).await
+}
+
+async fn start_env_catalog(
+    script: &str,
+    duplicate: bool,
+    catalog: Arc<baton_core::agent::Catalog>,
+) -> Env {
     let moto = Moto::start();
     let sdk = moto.sdk().await;
     let (mock, llm) = common::mock_openai::start(script).await;
@@ -39,7 +47,7 @@ async fn start_env_with(script: &str, duplicate: bool, agents: Value) -> Env {
         addr: "127.0.0.1:0".parse().unwrap(),
         token: TOKEN.into(),
         llm,
-        catalog: catalog(Some(agents)),
+        catalog,
         clock: Arc::new(SystemClock),
         duplicate,
     })
@@ -348,5 +356,127 @@ async fn a_five_second_cta_is_scheduled_exactly_refuses_early_expiry_and_expires
         .call(reqwest::Method::GET, &format!("/runs/{run_id}"), None)
         .await;
     assert_eq!(after["status"], "expired");
+    env.server.shutdown().await;
+}
+
+/// A tool whose output is as large as it is asked to be.
+struct Big;
+
+#[async_trait::async_trait]
+impl baton_core::tools::Tool for Big {
+    fn name(&self) -> &str {
+        "big"
+    }
+    fn description(&self) -> &str {
+        "Returns `bytes` bytes of text."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "properties": {"bytes": {"type": "integer"}}, "required": ["bytes"]})
+    }
+    async fn execute(&self, input: Value) -> Result<Value, String> {
+        let n = input["bytes"].as_u64().unwrap_or(0) as usize;
+        Ok(Value::String(noise(n)))
+    }
+}
+
+/// Text that deflate cannot shrink much.
+fn noise(n: usize) -> String {
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b'a' + (x % 26) as u8)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_1_mb_tool_output_and_a_300_kb_answer_complete_and_read_back_whole() {
+    let answer = noise(300_000);
+    let script = json!({"orchestrator": [
+        {"tool_calls": [{"name": "big", "arguments": {"bytes": 1_000_000}}]},
+        {"text": answer}
+    ]})
+    .to_string();
+    let file: baton_core::agent::AgentsFile = serde_json::from_value(
+        json!({"agents": {"orchestrator": {"system": "agent:orchestrator", "tools": ["big"]}}}),
+    )
+    .unwrap();
+    let catalog = Arc::new(
+        baton_core::agent::Catalog::new(
+            baton_core::agent::Limits::default(),
+            vec![Arc::new(Big)],
+            Some(file),
+        )
+        .unwrap(),
+    );
+    let env = start_env_catalog(&script, false, catalog).await;
+    let (_, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/runs",
+            Some(json!({"prompt": "go big"})),
+        )
+        .await;
+    let run_id = v["runId"].as_str().unwrap().to_owned();
+    let run = env.run_status(&run_id, "completed").await;
+
+    // The whole answer, read back through the API; the tool output capped with a marker.
+    assert_eq!(run["result"].as_str().map(str::len), Some(300_000));
+    assert!(
+        run["result"] == json!(answer),
+        "the whole answer comes back"
+    );
+    let tool = run["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "tool")
+        .unwrap();
+    assert_eq!(tool["result"]["output"]["truncated"], true);
+    assert_eq!(tool["result"]["output"]["originalBytes"], 1_000_000);
+    let last = run["timeline"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["text"].as_str().map(str::len), Some(300_000));
+
+    // The run item holds a preview, far under DynamoDB's 400 KB.
+    let ddb = aws_sdk_dynamodb::Client::new(&env.sdk);
+    let item = ddb
+        .get_item()
+        .table_name(&env.server.provisioned.config.table)
+        .key(
+            "PK",
+            aws_sdk_dynamodb::types::AttributeValue::S(format!("RUN#{run_id}")),
+        )
+        .key(
+            "SK",
+            aws_sdk_dynamodb::types::AttributeValue::S("META".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let body = item.item().unwrap()["body"].as_s().unwrap();
+    assert!(
+        body.len() < 16 * 1024,
+        "run item body is {} bytes",
+        body.len()
+    );
+
+    // Nothing was dead-lettered.
+    let sqs = aws_sdk_sqs::Client::new(&env.sdk);
+    for dlq in &env.server.provisioned.dead_letters {
+        let attrs = sqs
+            .get_queue_attributes()
+            .queue_url(&dlq.url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+            .send()
+            .await
+            .unwrap();
+        let n = attrs.attributes().unwrap()
+            [&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages]
+            .clone();
+        assert_eq!(n, "0", "{}", dlq.url);
+    }
     env.server.shutdown().await;
 }

@@ -23,6 +23,7 @@ use baton_core::cta::{CtaResponse, CtaStatus};
 use baton_core::error::PortError;
 use baton_core::run::ExpiryPolicy;
 use baton_core::service::{CreateRun, Service};
+use baton_core::timeline::{Entry, EntryBody};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -132,6 +133,25 @@ fn accepted(body: Value) -> Response {
     (StatusCode::ACCEPTED, Json(body)).into_response()
 }
 
+/// A response's timeline is cut at this many bytes of entries (the rest is one
+/// `GET /runs/{id}/timeline?after=` away): Lambda answers at most 6 MB.
+pub const PAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// The leading entries whose JSON fits in `budget` bytes (at least one), as JSON values.
+fn page(entries: &[Entry], budget: usize) -> Result<Vec<Value>, PortError> {
+    let mut out = Vec::new();
+    let mut used = 0;
+    for e in entries {
+        let v = serde_json::to_value(e).map_err(|e| PortError::broken("encode entry", e))?;
+        used += v.to_string().len();
+        if used > budget && !out.is_empty() {
+            break;
+        }
+        out.push(v);
+    }
+    Ok(out)
+}
+
 async fn get_run(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
@@ -139,8 +159,21 @@ async fn get_run(
 ) -> Result<Json<Value>, ApiError> {
     let (run, timeline) = s.service.get_run(&owner, &run_id).await?;
     let mut v = serde_json::to_value(&run).map_err(|e| PortError::broken("encode run", e))?;
-    v["timeline"] =
-        serde_json::to_value(&timeline).map_err(|e| PortError::broken("encode timeline", e))?;
+    // The run item holds a preview of a long answer; the whole one is in the timeline.
+    if run.result_truncated
+        && let Some(EntryBody::Assistant { text: Some(t), .. }) = run
+            .result_seq
+            .and_then(|seq| timeline.get(seq as usize))
+            .map(|e| &e.body)
+    {
+        v["result"] = json!(t);
+        v["resultTruncated"] = json!(false);
+    }
+    let entries = page(&timeline, PAGE_BYTES)?;
+    if entries.len() < timeline.len() {
+        v["timelineNext"] = json!(entries.len() as u64 - 1);
+    }
+    v["timeline"] = Value::Array(entries);
     Ok(Json(v))
 }
 
@@ -162,7 +195,8 @@ async fn get_timeline(
     let after = parse_num(&q, "after")?;
     let limit = parse_num(&q, "limit")?.map_or(MAX_PAGE, |l| (l as usize).clamp(1, MAX_PAGE));
     let (run, entries) = s.service.timeline(&owner, &run_id, after, limit).await?;
-    let next = entries.last().map(|e| e.seq).or(after);
+    let entries = page(&entries, PAGE_BYTES)?;
+    let next = entries.last().and_then(|e| e["seq"].as_u64()).or(after);
     Ok(Json(
         json!({"runId": run.run_id, "status": run.status, "entries": entries, "next": next}),
     ))

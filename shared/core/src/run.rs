@@ -116,9 +116,16 @@ pub struct Run {
     /// The last reported `run.state`, so that only changes are published.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
-    /// The final answer of the last completed turn.
+    /// The final answer of the last completed turn: whole if short, else a preview (see
+    /// `result_truncated`). The run item stays small; the whole answer is in the timeline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    /// The timeline entry (an `assistant` reply) that holds the whole final answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_seq: Option<u64>,
+    /// True when `result` is only a preview of the entry at `result_seq`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub result_truncated: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
     pub created_at: DateTime<Utc>,
@@ -158,6 +165,8 @@ impl Run {
             metadata: n.metadata,
             state: None,
             result: None,
+            result_seq: None,
+            result_truncated: false,
             error: None,
             created_at: n.now,
             updated_at: n.now,

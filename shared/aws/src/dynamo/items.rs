@@ -176,14 +176,28 @@ impl DynamoStore {
         let blob = baton_codec::encode(entries).map_err(|e| broken("encode entries", e))?;
         if blob.len() > MAX_BLOB {
             if entries.len() == 1 {
-                return Err(PortError::Broken {
-                    message: format!(
-                        "entry {} is {} bytes encoded, over DynamoDB's item limit",
-                        entries[0].seq,
-                        blob.len()
-                    ),
-                    source: None,
-                });
+                // One entry larger than an item (a long final answer): its bytes go in
+                // parts, `T#<seq>` (which says how many) then `T#<seq>#<i:03>`.
+                let base = seg_sk(entries[0].seq);
+                let chunks: Vec<&[u8]> = blob.chunks(MAX_BLOB).collect();
+                return Ok(chunks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, part)| {
+                        let mut item = Item::from([
+                            ("PK".into(), s(run_pk(run_id))),
+                            ("b".into(), AttributeValue::B(Blob::new(part.to_vec()))),
+                        ]);
+                        if i == 0 {
+                            item.insert("SK".into(), s(&base));
+                            item.insert("n".into(), n(1));
+                            item.insert("parts".into(), n(chunks.len()));
+                        } else {
+                            item.insert("SK".into(), s(format!("{base}#{i:03}")));
+                        }
+                        item
+                    })
+                    .collect());
             }
             let (a, b) = entries.split_at(entries.len() / 2);
             let mut items = self.segment_items(run_id, a)?;
@@ -260,18 +274,42 @@ pub(super) fn parse_cta(item: &Item) -> Result<Cta, PortError> {
 pub(super) fn assemble(items: &[Item], next_seq: u64) -> Result<Vec<Entry>, PortError> {
     let mut entries = Vec::new();
     let mut patches = Vec::new();
+    // Segments stored in parts, by their first item's key: (part index, bytes).
+    let mut parted: std::collections::BTreeMap<&str, Vec<(usize, &[u8])>> = Default::default();
     for item in items {
         let sk = get_s(item, "SK")?;
-        if sk.starts_with("T#") {
-            let seg: Vec<Entry> =
-                baton_codec::decode(get_b(item, "b")?).map_err(|e| broken("decode segment", e))?;
-            entries.extend(seg);
+        if let Some(rest) = sk.strip_prefix("T#") {
+            if let Some((_, i)) = rest.split_once('#') {
+                let i = i
+                    .parse()
+                    .map_err(|e| broken("parse a segment part's key", e))?;
+                parted
+                    .entry(&sk[..sk.len() - 4])
+                    .or_default()
+                    .push((i, get_b(item, "b")?));
+            } else if item.contains_key("parts") {
+                parted.entry(sk).or_default().push((0, get_b(item, "b")?));
+            } else {
+                let seg: Vec<Entry> = baton_codec::decode(get_b(item, "b")?)
+                    .map_err(|e| broken("decode segment", e))?;
+                entries.extend(seg);
+            }
         } else if sk.starts_with("P#") {
             patches.push(
                 baton_codec::decode::<Entry>(get_b(item, "b")?)
                     .map_err(|e| broken("decode patch", e))?,
             );
         }
+    }
+    for (_, mut parts) in parted {
+        parts.sort_by_key(|(i, _)| *i);
+        let blob: Vec<u8> = parts
+            .into_iter()
+            .flat_map(|(_, b)| b.iter().copied())
+            .collect();
+        let seg: Vec<Entry> =
+            baton_codec::decode(&blob).map_err(|e| broken("decode a segment in parts", e))?;
+        entries.extend(seg);
     }
     entries.sort_by_key(|e| e.seq);
     entries.retain(|e| e.seq < next_seq);

@@ -525,19 +525,27 @@ mod tests {
                 .len(),
             1
         );
+        // One entry over the limit (a long final answer) is stored in parts and comes back
+        // whole, also between other segments and under a patch of another entry.
         let huge = Entry {
-            seq: 1,
+            seq: 9,
             at,
             body: EntryBody::User {
-                text: noise(1, 600_000),
+                text: noise(1, 1_000_000),
                 message_id: None,
             },
         };
-        let err = store()
-            .segment_items("run_x", &[huge])
-            .expect_err("too large")
-            .to_string();
-        assert!(err.contains("over DynamoDB's item limit"), "{err}");
+        let parts = store()
+            .segment_items("run_x", std::slice::from_ref(&huge))
+            .expect("parts");
+        assert_eq!(parts.len(), 3, "1 MB of noise in 390 KB parts");
+        assert!(parts.iter().all(|i| item_size(i) < 400 * 1024));
+        let mut all = items.clone();
+        all.extend(parts);
+        let back = assemble(&all, 10).expect("assembles");
+        assert_eq!(back.len(), 9);
+        assert_eq!(back[8], huge);
+        assert_eq!(back[..8], entries[..]);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::{Next, Step, Work};
+use super::{MAX_OUTPUT_BYTES, Next, PREVIEW_BYTES, Step, Work, cap_at, preview};
 use crate::cta::CtaStatus;
 use crate::message::{ChildOutcome, Effect, Input, StepMessage};
 use crate::run::{RunError, RunStatus};
@@ -30,6 +30,10 @@ pub(super) fn fail(w: &mut Work, code: &str, message: &str) -> Next {
 impl Work<'_> {
     /// Ends the run: settles everything pending, records why, tells the parent.
     pub(super) fn end(&mut self, status: RunStatus, code: &str, message: &str) {
+        // An error can quote whatever failed (a provider's reply, a store's refusal): the
+        // run item, its events and its parent get a bounded part of it.
+        let (message, _) = preview(message, PREVIEW_BYTES);
+        let message = message.as_str();
         let why = format!("run {}: {message}", status.as_str());
         for seq in self.pending_seqs(|_| true) {
             let t = self.tool(seq).clone();
@@ -68,13 +72,17 @@ impl Work<'_> {
                     message: message.into(),
                 });
             }
-            let text = self.run.result.clone().unwrap_or_default();
-            self.publish(
-                "run.completed",
-                json!({
-                    "runId": run_id, "text": text, "usage": self.run.usage,
-                }),
-            );
+            // The event carries the run item's preview and where the whole answer is.
+            let mut detail = json!({
+                "runId": run_id,
+                "text": self.run.result.clone().unwrap_or_default(),
+                "usage": self.run.usage,
+            });
+            if self.run.result_truncated {
+                detail["textTruncated"] = json!(true);
+                detail["resultSeq"] = json!(self.run.result_seq);
+            }
+            self.publish("run.completed", detail);
         } else {
             let body = EntryBody::Error {
                 code: code.into(),
@@ -99,8 +107,11 @@ impl Work<'_> {
         }
         if let Some(parent) = self.run.parent.clone() {
             let outcome = if status == RunStatus::Completed {
+                // The parent's tool result: capped like any tool output, in a message that
+                // must fit SQS's 256 KB. The whole answer stays in the child's timeline.
+                let text = self.final_text.clone().or_else(|| self.run.result.clone());
                 ChildOutcome::Completed {
-                    text: self.run.result.clone().unwrap_or_default(),
+                    text: cap_at(text.unwrap_or_default(), MAX_OUTPUT_BYTES),
                     step_count: self.run.thinks,
                     total_usage: self.run.usage,
                 }

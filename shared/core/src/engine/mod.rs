@@ -72,6 +72,18 @@ pub struct Io {
     pub outputs: std::collections::HashMap<String, Result<Value, String>>,
 }
 
+/// The first `max` bytes of `s` (on a char boundary), and whether it was cut.
+fn preview(s: &str, max: usize) -> (String, bool) {
+    if s.len() <= max {
+        return (s.to_owned(), false);
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    (s[..end].to_owned(), true)
+}
+
 /// What an input's handler decided.
 enum Next {
     /// Think (or dispatch the last reply's calls), then commit.
@@ -137,8 +149,19 @@ pub fn step(
 /// entry fits any store (DynamoDB items stop at 400 KB) and the model sees what is stored.
 pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 
-/// Model replies longer than this are cut the same way.
-pub const MAX_REPLY_BYTES: usize = 256 * 1024;
+/// Model replies longer than this are cut the same way. A reply is stored whole up to here
+/// (the DynamoDB adapter spreads one large entry over several items).
+pub const MAX_REPLY_BYTES: usize = 1024 * 1024;
+
+/// What the run item, events and messages carry of a text that may be long (a final
+/// answer, an error): a preview of at most this, with a reference to the whole text.
+/// EventBridge events stop at 256 KB and DynamoDB items at 400 KB; previews keep every
+/// event and the run item far below, whatever the model wrote.
+pub const PREVIEW_BYTES: usize = 8 * 1024;
+
+/// A question for a human (`request_human_feedback`), as JSON, is at most this long: it is
+/// stored on the CTA item and sent whole in `cta.request`.
+pub const MAX_CTA_REQUEST_BYTES: usize = 32 * 1024;
 
 fn to_result(out: Result<Value, String>) -> ToolResult {
     match out {

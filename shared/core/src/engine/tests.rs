@@ -1281,3 +1281,72 @@ fn the_responder_of_an_answer_is_recorded_beside_it() {
     assert_eq!(snap.status, CtaStatus::Answered);
     assert_eq!(snap.responder.as_deref(), Some("ops@example.com"));
 }
+
+#[test]
+fn a_long_answer_is_whole_in_the_timeline_and_a_preview_everywhere_else() {
+    let long = "word ".repeat(100_000); // 500 KB
+    let mut s = Sim::new();
+    s.script(
+        "deep",
+        vec![
+            calls(vec![call(
+                "spawn_subagent",
+                json!({"agent": "explore", "prompt": "write a lot"}),
+            )]),
+            text("done"),
+        ],
+    );
+    s.script("explore", vec![text(&long)]);
+    let id = s.create("deep", "go");
+    s.run_all();
+    let child = s.children(&id)[0].clone();
+    let (run, timeline) = &s.runs[&child];
+    // The reply entry holds it all; the run item a preview and where the rest is.
+    assert!(matches!(&timeline.last().unwrap().body,
+        EntryBody::Assistant { text: Some(t), .. } if t.len() == long.len()));
+    assert!(run.result_truncated);
+    assert_eq!(run.result_seq, Some(timeline.len() as u64 - 1));
+    assert_eq!(run.result.as_ref().unwrap().len(), PREVIEW_BYTES);
+    // So does the event.
+    let done = s
+        .events("run.completed")
+        .into_iter()
+        .find(|e| e.detail["runId"] == child.as_str())
+        .unwrap();
+    assert_eq!(done.detail["text"].as_str().unwrap().len(), PREVIEW_BYTES);
+    assert_eq!(done.detail["textTruncated"], true);
+    assert_eq!(done.detail["resultSeq"], json!(run.result_seq));
+    // The parent gets what a tool output may be, with a marker.
+    let out = s.tools(&id)[0].result.clone();
+    let ToolResult::Success { output } = out else {
+        panic!("{out:?}")
+    };
+    let t = output["text"].as_str().unwrap();
+    assert!(t.len() < MAX_OUTPUT_BYTES + 100, "{}", t.len());
+    assert!(t.ends_with(&format!(
+        "[truncated: {MAX_OUTPUT_BYTES} of {} bytes kept]",
+        long.len()
+    )));
+}
+
+#[test]
+fn an_oversized_question_is_an_error_the_model_sees() {
+    let mut s = Sim::new();
+    let huge = "?".repeat(MAX_CTA_REQUEST_BYTES + 1);
+    s.script(
+        "asker",
+        vec![
+            calls(vec![call(
+                "request_human_feedback",
+                json!({"kind": "text", "prompt": huge}),
+            )]),
+            text("I will ask less"),
+        ],
+    );
+    let id = s.create("asker", "go");
+    s.run_all();
+    assert!(s.pending_ctas(&id).is_empty());
+    assert!(matches!(&s.tools(&id)[0].result,
+        ToolResult::Error { error } if error.contains("bytes; ask in at most")));
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+}

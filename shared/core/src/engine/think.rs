@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Execution, Io, MAX_REPLY_BYTES, Step, Work, cap_at, to_result};
+use super::{
+    Execution, Io, MAX_CTA_REQUEST_BYTES, MAX_REPLY_BYTES, PREVIEW_BYTES, Step, Work, cap_at,
+    preview, to_result,
+};
 use crate::agent::AgentDef;
 use crate::cta::CtaRequest;
 use crate::message::Input;
@@ -30,7 +33,7 @@ impl Work<'_> {
                 "stopped after {} iterations, the limit for agent `{}`",
                 agent.max_iterations, agent.name
             );
-            self.run.result = Some(msg.clone());
+            self.set_result(msg.clone(), None);
             self.end(RunStatus::Completed, "max_iterations", &msg);
             return None;
         }
@@ -52,7 +55,7 @@ impl Work<'_> {
             usage: reply.usage,
         });
         if reply.tool_calls.is_empty() {
-            self.run.result = Some(text.unwrap_or_default());
+            self.set_result(text.unwrap_or_default(), Some(reply_seq));
             self.end(RunStatus::Completed, "", "");
             return None;
         }
@@ -157,7 +160,16 @@ impl Work<'_> {
                     .map_or(agent.cta_expiry, |d| d.min(agent.cta_expiry));
                 match serde_json::from_value::<CtaRequest>(input) {
                     Ok(req) => match req.validate() {
-                        Ok(()) => self.raise_cta(seq, id, req, false, expiry),
+                        Ok(()) => {
+                            let size = serde_json::to_string(&req).map_or(usize::MAX, |s| s.len());
+                            if size > MAX_CTA_REQUEST_BYTES {
+                                return ToolResult::error(format!(
+                                    "the question is {size} bytes; ask in at most \
+                                     {MAX_CTA_REQUEST_BYTES} (a human has to read it)"
+                                ));
+                            }
+                            self.raise_cta(seq, id, req, false, expiry)
+                        }
                         Err(e) => ToolResult::error(e.to_string()),
                     },
                     Err(e) => ToolResult::error(format!("invalid CTA request: {e}")),
@@ -167,7 +179,8 @@ impl Work<'_> {
                 let gated = agent.approval.get(name).is_some_and(|p| p.requires(&input))
                     || tool.needs_approval(&input);
                 if gated {
-                    let message = format!("Allow `{name}` to run with input {input}?");
+                    let (shown, _) = preview(&input.to_string(), PREVIEW_BYTES);
+                    let message = format!("Allow `{name}` to run with input {shown}?");
                     let approval = CtaRequest::Approval { message };
                     return self.raise_cta(seq, id, approval, true, agent.cta_expiry);
                 }

@@ -49,6 +49,8 @@ pub(super) fn apply(
     w.run.status = RunStatus::Running;
     w.run.turn_thinks = 0;
     w.run.result = None;
+    w.run.result_seq = None;
+    w.run.result_truncated = false;
     w.run.error = None;
     Next::Think
 }

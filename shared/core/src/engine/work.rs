@@ -26,6 +26,9 @@ pub(super) struct Work<'a> {
     pub(super) new_ctas: Vec<Cta>,
     pub(super) new_runs: Vec<(Run, Vec<Entry>)>,
     pub(super) effects: Vec<Effect>,
+    /// The whole final answer of this step, when it completes the turn (the run item keeps
+    /// only a preview; the parent is told up to a tool output's cap).
+    pub(super) final_text: Option<String>,
     /// The seq of the first entry of the current batch.
     pub(super) batch_start: u64,
 }
@@ -51,6 +54,7 @@ impl<'a> Work<'a> {
             new_ctas: Vec::new(),
             new_runs: Vec::new(),
             effects: Vec::new(),
+            final_text: None,
             batch_start,
         }
     }
@@ -154,6 +158,16 @@ impl<'a> Work<'a> {
             detail,
             time: self.now,
         }));
+    }
+
+    /// Records the turn's final answer: whole in the timeline entry `seq` (if any), a
+    /// preview on the run.
+    pub(super) fn set_result(&mut self, text: String, seq: Option<u64>) {
+        let (shown, cut) = super::preview(&text, super::PREVIEW_BYTES);
+        self.run.result = Some(shown);
+        self.run.result_seq = seq;
+        self.run.result_truncated = cut;
+        self.final_text = Some(text);
     }
 
     /// After a pending result resolved: think if the batch is complete, else keep waiting.
