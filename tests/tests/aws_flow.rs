@@ -480,3 +480,153 @@ async fn a_1_mb_tool_output_and_a_300_kb_answer_complete_and_read_back_whole() {
     }
     env.server.shutdown().await;
 }
+
+/// The scripted model, slowed down: each think takes `delay`.
+struct Slow {
+    inner: Arc<dyn baton_core::llm::Llm>,
+    delay: Duration,
+}
+
+#[async_trait::async_trait]
+impl baton_core::llm::Llm for Slow {
+    async fn complete(
+        &self,
+        request: &baton_core::llm::ChatRequest<'_>,
+    ) -> Result<baton_core::llm::LlmReply, baton_core::llm::LlmError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.complete(request).await
+    }
+}
+
+#[tokio::test]
+async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_once() {
+    use aws_lambda_events::event::sqs::SqsEvent;
+    use baton_aws::{Deadline, handle_steps_until, release};
+    use baton_core::service::CreateRun;
+
+    let moto = Moto::start();
+    let sdk = moto.sdk().await;
+    let p = baton_aws::provision::ensure(
+        &sdk,
+        &Names::new("deadline"),
+        "arn:aws:iam::123456789012:role/s",
+    )
+    .await
+    .unwrap();
+    let llm = Arc::new(Slow {
+        inner: scripted(r#"{"explore": [{"text": "done"}]}"#),
+        delay: Duration::from_millis(300),
+    });
+    let service = baton_aws::aws_service(
+        &p.config,
+        &sdk,
+        llm,
+        catalog(None),
+        Arc::new(SystemClock),
+        baton_aws::sdk::Meter::shared(),
+    );
+    let mut runs = Vec::new();
+    for i in 0..3 {
+        let req = CreateRun {
+            prompt: format!("look {i}"),
+            agent: Some("explore".into()),
+            ..Default::default()
+        };
+        runs.push(service.create_run("o", req, None).await.unwrap().run_id);
+    }
+    // Receive the three starts as one batch, as the event source mapping would.
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let url = p.config.steps_queue_url.clone();
+    let arn = baton_aws::event_source::EventSources::queue(
+        &sqs,
+        &url,
+        baton_aws::event_source::Feeds::Steps,
+    )
+    .await
+    .unwrap()
+    .arn;
+    let receive = async || {
+        sqs.receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            .send()
+            .await
+            .unwrap()
+            .messages()
+            .to_vec()
+    };
+    let messages = receive().await;
+    assert_eq!(messages.len(), 3);
+    let records: Vec<Value> = messages
+        .iter()
+        .map(|m| {
+            json!({"messageId": m.message_id(), "receiptHandle": m.receipt_handle(),
+                "body": m.body(), "attributes": {"MessageGroupId": m.attributes().unwrap()
+                    [&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId]},
+                "messageAttributes": {}, "eventSource": "aws:sqs", "eventSourceARN": arn,
+                "awsRegion": "us-east-1"})
+        })
+        .collect();
+    let event: SqsEvent = serde_json::from_value(json!({ "Records": records })).unwrap();
+
+    // Time for one 300 ms step, not for two: the first runs, the others are deferred.
+    let deadline = Deadline {
+        at: std::time::SystemTime::now() + Duration::from_millis(700),
+        step_budget: Duration::from_millis(500),
+    };
+    let out = handle_steps_until(&service, &[], event, Some(deadline)).await;
+    let failed: Vec<&str> = out
+        .response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    let ids: Vec<&str> = messages.iter().map(|m| m.message_id().unwrap()).collect();
+    assert_eq!(failed, ids[1..], "the rest, in order");
+    assert_eq!(out.deferred.len(), 2);
+    let status = async |id: &str| {
+        use baton_core::ports::Store;
+        service
+            .deps()
+            .store
+            .get_run(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .run
+            .status
+    };
+    let first_run = serde_json::from_str::<Value>(messages[0].body().unwrap()).unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        status(&first_run).await,
+        baton_core::run::RunStatus::Completed
+    );
+    for r in &runs {
+        if *r != first_run {
+            assert_eq!(
+                status(r).await,
+                baton_core::run::RunStatus::Queued,
+                "untouched"
+            );
+        }
+    }
+
+    // Released, they are visible again now, not after the 1800 s visibility timeout.
+    sqs.delete_message()
+        .queue_url(&url)
+        .receipt_handle(messages[0].receipt_handle().unwrap())
+        .send()
+        .await
+        .unwrap();
+    release(&sqs, &[url.as_str()], &out.deferred).await;
+    let again = receive().await;
+    let mut back: Vec<&str> = again.iter().map(|m| m.message_id().unwrap()).collect();
+    back.sort_unstable();
+    let mut want = ids[1..].to_vec();
+    want.sort_unstable();
+    assert_eq!(back, want);
+}

@@ -7,8 +7,9 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use baton_core::agent::{Catalog, CatalogError};
 use baton_core::config::{AwsConfig, Config, ConfigError, ModelConfig};
 use baton_core::cta::CtaResponse;
@@ -18,7 +19,7 @@ use baton_core::ports::{Clock, SystemClock};
 use baton_core::service::{Deps, Service, ServiceError};
 use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::Value;
-use tracing::{Instrument, error, info_span, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::dynamo::DynamoStore;
 use crate::eventbridge::EventBridgeBus;
@@ -132,16 +133,26 @@ impl Runtime {
 /// The `orchestrator` and `subagent` functions: steps from their queue (and its dead-letter
 /// queue, `BATON_DEAD_LETTER_QUEUE_ARN`), thinking with `llm`, until Lambda stops them.
 pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda_runtime::Error> {
-    let dead_letters = Arc::new(vec![
-        runtime.config.aws()?.dead_letter_queue_arn()?.to_owned(),
-    ]);
+    let aws = runtime.config.aws()?;
+    let dead_letters = vec![aws.dead_letter_queue_arn()?.to_owned()];
+    let queues = [aws.steps_queue_url.clone(), aws.subagent_queue_url.clone()];
+    let step_budget = runtime.config.model.step_budget();
+    let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
     let service = runtime.service(llm)?;
+    let handler = Arc::new((service, dead_letters, queues, sqs));
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
-        let (service, dead_letters) = (service.clone(), dead_letters.clone());
+        let handler = handler.clone();
         async move {
-            Ok::<_, lambda_runtime::Error>(
-                handle_steps(&service, &dead_letters, event.payload).await,
-            )
+            let (service, dead_letters, queues, sqs) = &*handler;
+            let deadline = Deadline {
+                at: UNIX_EPOCH + Duration::from_millis(event.context.deadline),
+                step_budget,
+            };
+            let out =
+                handle_steps_until(service, dead_letters, event.payload, Some(deadline)).await;
+            let urls = [queues[0].as_str(), queues[1].as_str()];
+            release(sqs, &urls, &out.deferred).await;
+            Ok::<_, lambda_runtime::Error>(out.response)
         }
     }))
     .await
@@ -174,21 +185,53 @@ fn failure(id: String) -> BatchItemFailure {
     f
 }
 
-/// The `orchestrator` and `subagent` functions: one step per message, in order.
-///
-/// With SQS FIFO and `ReportBatchItemFailures`, once a message of a group fails, every later
-/// message of that group in the batch is reported failed too, or SQS would deliver them out
-/// of order. Only retryable errors are reported: a terminal one has already failed its run
-/// (see `Service::handle`), so redelivering it could not help. Records from one of
-/// `dead_letters` (queue ARNs) end their run as failed.
+/// When the invocation ends, and how long a step may take at most.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    pub at: SystemTime,
+    /// `ModelConfig::step_budget`: a step is started only with this much time left.
+    pub step_budget: Duration,
+}
+
+/// What a steps batch did: the response for Lambda, and the records deferred because the
+/// invocation's time ran out (already in the response's failures), for [`release`].
+#[derive(Debug, Default)]
+pub struct StepsOutcome {
+    pub response: SqsBatchResponse,
+    pub deferred: Vec<SqsMessage>,
+}
+
+/// The `orchestrator` and `subagent` functions: one step per message, in order, without a
+/// deadline (the in-process event source mappings and tests).
 pub async fn handle_steps(
     service: &Service,
     dead_letters: &[String],
     event: SqsEvent,
 ) -> SqsBatchResponse {
+    handle_steps_until(service, dead_letters, event, None)
+        .await
+        .response
+}
+
+/// One step per message, in order, while the invocation has time for one more.
+///
+/// With SQS FIFO and `ReportBatchItemFailures`, once a message of a group fails, every later
+/// message of that group in the batch is reported failed too, or SQS would deliver them out
+/// of order. Only retryable errors are reported: a terminal one has already failed its run
+/// (see `Service::handle`), so redelivering it could not help. Records from one of
+/// `dead_letters` (queue ARNs) end their run as failed. With a [`Deadline`], a record is
+/// started only if a whole step fits before it (the first always is); the rest are
+/// deferred: reported as failures, in order, and returned so the caller can make them
+/// visible again at once ([`release`]) rather than after the visibility timeout.
+pub async fn handle_steps_until(
+    service: &Service,
+    dead_letters: &[String],
+    event: SqsEvent,
+    deadline: Option<Deadline>,
+) -> StepsOutcome {
     let mut failed_groups: HashSet<String> = HashSet::new();
-    let mut resp = SqsBatchResponse::default();
-    for rec in event.records {
+    let mut out = StepsOutcome::default();
+    for (i, rec) in event.records.into_iter().enumerate() {
         let id = rec.message_id.clone().unwrap_or_default();
         let group = rec
             .attributes
@@ -196,8 +239,25 @@ pub async fn handle_steps(
             .cloned()
             .unwrap_or_default();
         if failed_groups.contains(&group) {
-            resp.batch_item_failures.push(failure(id));
+            out.response.batch_item_failures.push(failure(id));
             continue;
+        }
+        if let Some(d) = deadline {
+            let left = d.at.duration_since(SystemTime::now()).unwrap_or_default();
+            if i > 0 && left < d.step_budget {
+                info!(message_id = %id, left_ms = left.as_millis() as u64, "deferred: no time for another step");
+                failed_groups.insert(group);
+                out.response.batch_item_failures.push(failure(id));
+                out.deferred.push(rec);
+                continue;
+            }
+            if i == 0 && left < d.step_budget {
+                warn!(
+                    left_ms = left.as_millis() as u64,
+                    budget_ms = d.step_budget.as_millis() as u64,
+                    "the function timeout is shorter than one step's budget (model timeout x attempts)"
+                );
+            }
         }
         let msg: StepMessage = match rec.body.as_deref().map(serde_json::from_str) {
             Some(Ok(m)) => m,
@@ -228,14 +288,43 @@ pub async fn handle_steps(
             Err(e) if e.is_retryable() => {
                 warn!(message_id = %id, run_id = %msg.run_id, error = %e, "step failed; SQS will redeliver");
                 failed_groups.insert(group);
-                resp.batch_item_failures.push(failure(id));
+                out.response.batch_item_failures.push(failure(id));
             }
             Err(e) => {
                 error!(message_id = %id, run_id = %msg.run_id, error = %e, "step failed for good and its run could not be failed; acknowledged");
             }
         }
     }
-    resp
+    out
+}
+
+/// Makes deferred records visible again at once (visibility timeout 0), so their runs wait
+/// for the next invocation, not for the queue's visibility timeout. `queue_urls` are the
+/// queues the records may come from; a record of another queue waits its timeout out.
+pub async fn release(sqs: &aws_sdk_sqs::Client, queue_urls: &[&str], deferred: &[SqsMessage]) {
+    for rec in deferred {
+        let name = rec
+            .event_source_arn
+            .as_deref()
+            .and_then(|a| a.rsplit(':').next())
+            .unwrap_or_default();
+        let url = queue_urls
+            .iter()
+            .find(|u| !name.is_empty() && u.rsplit('/').next() == Some(name));
+        let (Some(url), Some(receipt)) = (url, rec.receipt_handle.as_deref()) else {
+            continue;
+        };
+        if let Err(e) = sqs
+            .change_message_visibility()
+            .queue_url(*url)
+            .receipt_handle(receipt)
+            .visibility_timeout(0)
+            .send()
+            .await
+        {
+            warn!(error = %crate::sdk::map_sdk_err("ChangeMessageVisibility", e), "a deferred record waits its visibility timeout");
+        }
+    }
 }
 
 /// The `cta` function: `cta.response` and `cta.expired` events from the bus, via the inbox

@@ -36,6 +36,28 @@ pub struct ModelConfig {
     pub model: String,
     /// `BATON_LLM_MAX_RETRIES`: retries after the first attempt (default 4).
     pub max_retries: u32,
+    /// `BATON_LLM_TIMEOUT_SECONDS`: one attempt's timeout (default 120).
+    pub timeout_secs: u32,
+}
+
+/// The client's backoff between attempts: 0.5 s doubling, at most 30 s (a `Retry-After`
+/// is honoured up to the same cap).
+pub const LLM_INITIAL_BACKOFF_MS: u64 = 500;
+pub const LLM_MAX_BACKOFF_MS: u64 = 30_000;
+
+impl ModelConfig {
+    /// The longest one step may take: every attempt of its model call timing out, the
+    /// longest backoffs between them, and a margin for the commit and the effects. A step
+    /// function starts a step only while this much time is left before its deadline.
+    pub fn step_budget(&self) -> std::time::Duration {
+        let attempts = u64::from(self.max_retries) + 1;
+        let backoffs: u64 = (0..u64::from(self.max_retries))
+            .map(|i| (LLM_INITIAL_BACKOFF_MS << i.min(16)).min(LLM_MAX_BACKOFF_MS))
+            .sum();
+        std::time::Duration::from_millis(
+            attempts * u64::from(self.timeout_secs) * 1000 + backoffs + 30_000,
+        )
+    }
 }
 
 impl std::fmt::Debug for ModelConfig {
@@ -46,6 +68,7 @@ impl std::fmt::Debug for ModelConfig {
             .field("secret_arn", &self.secret_arn)
             .field("model", &self.model)
             .field("max_retries", &self.max_retries)
+            .field("timeout_secs", &self.timeout_secs)
             .finish()
     }
 }
@@ -153,6 +176,7 @@ impl Config {
             secret_arn: var("BATON_LLM_SECRET_ARN"),
             model: var("BATON_MODEL").unwrap_or_else(|| "gpt-4o-mini".into()),
             max_retries: number("BATON_LLM_MAX_RETRIES", 4, 0)?,
+            timeout_secs: number("BATON_LLM_TIMEOUT_SECONDS", 120, 1)?,
         };
         let retention_days = number("BATON_RETENTION_DAYS", 90, 1)?;
         let required = |k: &'static str| {
@@ -232,6 +256,13 @@ mod tests {
         assert_eq!(c.model.base_url, "https://api.openai.com/v1");
         assert_eq!(c.model.model, "gpt-4o-mini");
         assert_eq!(c.model.max_retries, 4);
+        assert_eq!(c.model.timeout_secs, 120);
+        // 5 attempts of 120 s, backoffs of 0.5 + 1 + 2 + 4 s, 30 s for the commit: it fits
+        // the step functions' 900 s timeout with room to spare.
+        assert_eq!(
+            c.model.step_budget().as_millis(),
+            5 * 120_000 + 7_500 + 30_000
+        );
         assert_eq!(c.prefix, "baton");
         assert_eq!(c.retention_days(), 90);
         assert_eq!(c.sdk, SdkEnv::default());
@@ -267,6 +298,7 @@ mod tests {
     fn invalid_values_are_refused_by_name() {
         let cases = [
             ("BATON_LLM_MAX_RETRIES", "many"),
+            ("BATON_LLM_TIMEOUT_SECONDS", "0"),
             ("BATON_RETENTION_DAYS", "0"),
             ("BATON_RETENTION_DAYS", "-3"),
             ("OPENAI_BASE_URL", "localhost:8080"),

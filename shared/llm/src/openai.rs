@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tracing::warn;
 
-use baton_core::config::ModelConfig;
+use baton_core::config::{LLM_INITIAL_BACKOFF_MS, LLM_MAX_BACKOFF_MS, ModelConfig};
 use baton_core::llm::{ChatMessage, ChatRequest, Llm, LlmError, LlmReply, ToolCall};
 use baton_core::run::Usage;
 
@@ -42,17 +42,17 @@ impl std::fmt::Debug for OpenAiConfig {
 }
 
 impl OpenAiConfig {
-    /// The client for a configured model endpoint, with the default backoff (0.5 s doubling
-    /// up to 30 s) and a 300 s timeout per attempt.
+    /// The client for a configured model endpoint, with the configured attempt timeout and
+    /// retries, and the backoff `ModelConfig::step_budget` counts on.
     pub fn from_model(model: &ModelConfig) -> Self {
         Self {
             base_url: model.base_url.clone(),
             api_key: model.api_key.clone(),
             model: model.model.clone(),
             max_retries: model.max_retries,
-            initial_backoff: Duration::from_millis(500),
-            max_backoff: Duration::from_secs(30),
-            timeout: Duration::from_secs(300),
+            initial_backoff: Duration::from_millis(LLM_INITIAL_BACKOFF_MS),
+            max_backoff: Duration::from_millis(LLM_MAX_BACKOFF_MS),
+            timeout: Duration::from_secs(u64::from(model.timeout_secs)),
         }
     }
 }
