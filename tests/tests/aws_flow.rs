@@ -586,7 +586,6 @@ async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_on
     assert_eq!(failed, ids[1..], "the rest, in order");
     assert_eq!(out.deferred.len(), 2);
     let status = async |id: &str| {
-        use baton_core::ports::Store;
         service
             .deps()
             .store
