@@ -5,10 +5,12 @@
 //! calls the request methods (`requests.rs`), queue consumers call [`Service::handle`]
 //! (`steps.rs`), timers call [`Service::expire_cta`].
 
+mod cache;
 mod requests;
 mod steps;
 
-use std::collections::HashMap;
+pub use cache::DEFAULT_CACHE_BYTES;
+
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -19,7 +21,6 @@ use crate::error::PortError;
 use crate::llm::{Llm, LlmError};
 use crate::ports::{Bus, Clock, Queue, Scheduler, Store};
 use crate::run::{ExpiryPolicy, RunStatus};
-use crate::timeline::Entry;
 
 /// The ports a service works through, built once per process.
 #[derive(Clone)]
@@ -97,14 +98,11 @@ pub struct CreateRun {
     pub on_expiry: ExpiryPolicy,
 }
 
-const CACHE_RUNS: usize = 512;
-
 pub struct Service {
     deps: Deps,
     catalog: Arc<Catalog>,
-    /// Timelines of recently stepped runs, by version: a warm worker re-reads only the run
-    /// item, not the whole history. The store stays the truth: a version mismatch reloads.
-    cache: Mutex<HashMap<String, (u64, Vec<Entry>)>>,
+    /// Timelines of recently stepped runs, by version, within a byte budget.
+    cache: Mutex<cache::TimelineCache>,
 }
 
 impl Service {
@@ -112,7 +110,15 @@ impl Service {
         Self {
             deps,
             catalog,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(cache::TimelineCache::new(DEFAULT_CACHE_BYTES)),
+        }
+    }
+
+    /// Keeps at most `bytes` of recently stepped timelines in memory (default 64 MiB).
+    pub fn with_cache_bytes(self, bytes: usize) -> Self {
+        Self {
+            cache: Mutex::new(cache::TimelineCache::new(bytes)),
+            ..self
         }
     }
 

@@ -4,7 +4,8 @@
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
-use super::{CACHE_RUNS, Handled, Service, StepError};
+use super::cache::approx_bytes;
+use super::{Handled, Service, StepError};
 use crate::cta::Settlement;
 use crate::engine::{self, Decision, Execution, StepIo};
 use crate::error::PortError;
@@ -51,7 +52,7 @@ impl Service {
 
     async fn step(&self, msg: &StepMessage) -> Result<Handled, StepError> {
         for _ in 0..3 {
-            let Some((record, timeline)) = self.hydrate(&msg.run_id).await? else {
+            let Some((record, timeline, bytes)) = self.hydrate(&msg.run_id).await? else {
                 return self.handle_unknown_run(msg).await;
             };
             if !record.outbox.is_empty() && !sent_by(&record.outbox, msg) {
@@ -71,7 +72,7 @@ impl Service {
                 Decision::Commit(t) => t,
                 Decision::Ignore(reason) => {
                     debug!(run_id = %run.run_id, message = %msg.id, %reason, "ignored");
-                    self.cache_put(&run.run_id, run.version, timeline);
+                    self.cache_put(&run.run_id, run.version, timeline, bytes);
                     return Ok(Handled::Ignored(reason));
                 }
             };
@@ -80,7 +81,10 @@ impl Service {
                     let mut timeline = timeline;
                     transition.apply(&mut timeline);
                     let (status, version) = (transition.run.status, transition.run.version);
-                    self.cache_put(&run.run_id, version, timeline);
+                    let bytes = bytes
+                        + approx_bytes(&transition.appended)
+                        + approx_bytes(&transition.updated);
+                    self.cache_put(&run.run_id, version, timeline, bytes);
                     info!(run_id = %run.run_id, version, status = status.as_str(), "step committed");
                     self.perform(&transition.run, &transition.effects).await?;
                     return Ok(Handled::Committed { status, version });
@@ -219,30 +223,37 @@ impl Service {
         }
     }
 
-    async fn hydrate(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
+    /// The run and its timeline: the timeline from the cache when it is at the run's
+    /// version, else from the store. Also the timeline's estimated bytes.
+    async fn hydrate(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<(RunRecord, Vec<Entry>, usize)>, PortError> {
         let cached = self
             .cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(run_id);
-        if let Some((version, timeline)) = cached {
+            .take(run_id);
+        if let Some((version, timeline, bytes)) = cached {
             match self.deps.store.get_run(run_id).await? {
-                Some(rec) if rec.run.version == version => return Ok(Some((rec, timeline))),
+                Some(rec) if rec.run.version == version => {
+                    return Ok(Some((rec, timeline, bytes)));
+                }
                 Some(_) => {}
                 None => return Ok(None),
             }
         }
-        self.deps.store.load(run_id).await
+        Ok(self.deps.store.load(run_id).await?.map(|(rec, timeline)| {
+            let bytes = approx_bytes(&timeline);
+            (rec, timeline, bytes)
+        }))
     }
 
-    fn cache_put(&self, run_id: &str, version: u64, timeline: Vec<Entry>) {
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() >= CACHE_RUNS
-            && let Some(k) = cache.keys().next().cloned()
-        {
-            cache.remove(&k);
-        }
-        cache.insert(run_id.to_owned(), (version, timeline));
+    fn cache_put(&self, run_id: &str, version: u64, timeline: Vec<Entry>, bytes: usize) {
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .put(run_id, version, timeline, bytes);
     }
 }
 

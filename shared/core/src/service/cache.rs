@@ -1,0 +1,176 @@
+//! Timelines of recently stepped runs, kept by a warm worker so that a step re-reads only
+//! the run item, not the whole history. Bounded by bytes, not by runs: a Lambda container
+//! has a fixed memory size, and one long timeline can outweigh a thousand short ones. The
+//! least recently used timelines go first. The store stays the truth: a cached timeline is
+//! used only at the version it was cached at.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::timeline::{Entry, EntryBody, ToolResult};
+
+/// The default budget: a quarter of a 256 MB function.
+pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+struct Slot {
+    version: u64,
+    timeline: Vec<Entry>,
+    bytes: usize,
+    used: u64,
+}
+
+pub(super) struct TimelineCache {
+    runs: HashMap<String, Slot>,
+    bytes: usize,
+    budget: usize,
+    tick: u64,
+}
+
+impl TimelineCache {
+    pub(super) fn new(budget: usize) -> Self {
+        Self {
+            runs: HashMap::new(),
+            bytes: 0,
+            budget,
+            tick: 0,
+        }
+    }
+
+    /// Takes a run's timeline out: its version, the entries and their estimated bytes.
+    pub(super) fn take(&mut self, run_id: &str) -> Option<(u64, Vec<Entry>, usize)> {
+        let slot = self.runs.remove(run_id)?;
+        self.bytes -= slot.bytes;
+        Some((slot.version, slot.timeline, slot.bytes))
+    }
+
+    /// Keeps a timeline, evicting the least recently used ones to stay within the budget.
+    /// A timeline larger than the whole budget is not kept.
+    pub(super) fn put(&mut self, run_id: &str, version: u64, timeline: Vec<Entry>, bytes: usize) {
+        if let Some(old) = self.runs.remove(run_id) {
+            self.bytes -= old.bytes;
+        }
+        if bytes > self.budget {
+            return;
+        }
+        while self.bytes + bytes > self.budget {
+            let Some(lru) = self
+                .runs
+                .iter()
+                .min_by_key(|(_, s)| s.used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(s) = self.runs.remove(&lru) {
+                self.bytes -= s.bytes;
+            }
+        }
+        self.tick += 1;
+        self.bytes += bytes;
+        self.runs.insert(
+            run_id.to_owned(),
+            Slot {
+                version,
+                timeline,
+                bytes,
+                used: self.tick,
+            },
+        );
+    }
+
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// About how much memory entries take: their texts and JSON values, plus a fixed overhead.
+/// Cheap (no allocation), so it can be counted for each step's new entries.
+pub(super) fn approx_bytes(entries: &[Entry]) -> usize {
+    fn value(v: &Value) -> usize {
+        match v {
+            Value::String(s) => s.len() + 24,
+            Value::Array(a) => a.iter().map(value).sum::<usize>() + 24,
+            Value::Object(o) => o
+                .iter()
+                .map(|(k, v)| k.len() + value(v) + 48)
+                .sum::<usize>(),
+            _ => 16,
+        }
+    }
+    entries
+        .iter()
+        .map(|e| {
+            128 + match &e.body {
+                EntryBody::User { text, .. } => text.len(),
+                EntryBody::Assistant { text, .. } => text.as_ref().map_or(0, String::len),
+                EntryBody::Notice { message, .. } | EntryBody::Error { message, .. } => {
+                    message.len()
+                }
+                EntryBody::Tool(t) => {
+                    t.name.len()
+                        + value(&t.input)
+                        + match &t.result {
+                            ToolResult::Success { output } => value(output),
+                            ToolResult::Error { error } => error.len(),
+                            ToolResult::Pending { reason } => reason.len(),
+                        }
+                        + 256
+                }
+            }
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeline(text_bytes: usize) -> Vec<Entry> {
+        vec![Entry {
+            seq: 0,
+            at: chrono::DateTime::from_timestamp(0, 0).unwrap_or_default(),
+            body: EntryBody::User {
+                text: "x".repeat(text_bytes),
+                message_id: None,
+            },
+        }]
+    }
+
+    #[test]
+    fn the_budget_is_bytes_and_the_least_recently_used_go_first() {
+        let mut c = TimelineCache::new(10_000);
+        for (run, size) in [("a", 3_000), ("b", 3_000), ("c", 3_000)] {
+            let t = timeline(size);
+            let n = approx_bytes(&t);
+            c.put(run, 1, t, n);
+        }
+        assert!(c.bytes() <= 10_000);
+        // Touch `a` (take and put back, as a step does): `b` is now the oldest.
+        let (v, t, n) = c.take("a").expect("cached");
+        c.put("a", v + 1, t, n);
+        let t = timeline(3_000);
+        let n = approx_bytes(&t);
+        c.put("d", 1, t, n);
+        assert!(c.take("b").is_none(), "the least recently used was evicted");
+        assert_eq!(c.take("a").map(|(v, ..)| v), Some(2));
+        assert!(c.take("c").is_some() && c.take("d").is_some());
+        assert_eq!(c.bytes(), 0, "taking everything out leaves nothing counted");
+        // One timeline over the whole budget is not kept, and evicts nothing.
+        let t = timeline(1_000);
+        let n = approx_bytes(&t);
+        c.put("small", 1, t, n);
+        let t = timeline(20_000);
+        let n = approx_bytes(&t);
+        c.put("huge", 1, t, n);
+        assert!(c.take("huge").is_none());
+        assert!(c.take("small").is_some());
+    }
+
+    #[test]
+    fn sizes_grow_with_the_text() {
+        assert!(approx_bytes(&timeline(100_000)) > 100_000);
+        assert!(approx_bytes(&timeline(10)) < 1_000);
+    }
+}
