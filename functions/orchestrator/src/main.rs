@@ -10,6 +10,7 @@ use baton_llm::openai::{OpenAiConfig, OpenAiLlm};
 async fn main() -> Result<(), lambda_runtime::Error> {
     init_tracing();
     let runtime = Runtime::from_env().await?;
-    let model = OpenAiLlm::new(OpenAiConfig::from_model(&runtime.model().await?))?;
+    let model = OpenAiLlm::new(OpenAiConfig::from_model(&runtime.model().await?))?
+        .with_key_source(runtime.key_source().map(|k| k as _));
     run_steps(runtime, Arc::new(model)).await
 }

@@ -13,7 +13,7 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use baton_core::agent::{Catalog, CatalogError};
 use baton_core::config::{AwsConfig, Config, ConfigError, ModelConfig};
 use baton_core::cta::CtaResponse;
-use baton_core::llm::{Llm, LlmError, NoModel};
+use baton_core::llm::{KeySource, Llm, LlmError, NoModel};
 use baton_core::message::{Event, StepMessage};
 use baton_core::ports::{Clock, SystemClock};
 use baton_core::service::{Deps, Service, ServiceError};
@@ -100,19 +100,22 @@ impl Runtime {
     /// `BATON_LLM_SECRET_ARN` names a secret.
     pub async fn model(&self) -> Result<ModelConfig, InitError> {
         let mut model = self.config.model.clone();
-        if let Some(arn) = &model.secret_arn {
-            let secret = aws_sdk_secretsmanager::Client::new(&self.sdk)
-                .get_secret_value()
-                .secret_id(arn)
-                .send()
-                .await
-                .map_err(|e| InitError::Secret {
-                    arn: arn.clone(),
-                    message: e.to_string(),
-                })?;
-            model.api_key = secret.secret_string().map(|s| s.trim().to_owned());
+        if let Some(source) = self.key_source() {
+            model.api_key = source.fetch().await.map_err(|message| InitError::Secret {
+                arn: source.arn.clone(),
+                message,
+            })?;
         }
         Ok(model)
+    }
+
+    /// The secret the model key is read from again when the provider refuses it.
+    pub fn key_source(&self) -> Option<Arc<SecretKey>> {
+        let arn = self.config.model.secret_arn.clone()?;
+        Some(Arc::new(SecretKey {
+            client: aws_sdk_secretsmanager::Client::new(&self.sdk),
+            arn,
+        }))
     }
 
     /// The service over this deployment's resources, thinking with `llm` (the `api` and
@@ -166,6 +169,27 @@ pub async fn run_cta_inbox(runtime: Runtime) -> Result<(), lambda_runtime::Error
         async move { Ok::<_, lambda_runtime::Error>(handle_cta_inbox(&service, event.payload).await) }
     }))
     .await
+}
+
+/// A model API key kept in Secrets Manager (`BATON_LLM_SECRET_ARN`): read at start-up, and
+/// again when the provider answers 401, so a rotated key does not fail runs.
+pub struct SecretKey {
+    pub client: aws_sdk_secretsmanager::Client,
+    pub arn: String,
+}
+
+#[async_trait::async_trait]
+impl KeySource for SecretKey {
+    async fn fetch(&self) -> Result<Option<String>, String> {
+        let secret = self
+            .client
+            .get_secret_value()
+            .secret_id(&self.arn)
+            .send()
+            .await
+            .map_err(|e| crate::sdk::map_sdk_err("GetSecretValue", e).to_string())?;
+        Ok(secret.secret_string().map(|s| s.trim().to_owned()))
+    }
 }
 
 /// JSON logs, as `LoggingConfig: {LogFormat: JSON}` expects.

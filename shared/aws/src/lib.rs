@@ -24,6 +24,6 @@ pub mod sdk;
 pub mod sqs;
 
 pub use handlers::{
-    Deadline, InitError, Runtime, StepsOutcome, aws_service, handle_cta_inbox, handle_steps,
-    handle_steps_until, init_tracing, release, run_cta_inbox, run_steps,
+    Deadline, InitError, Runtime, SecretKey, StepsOutcome, aws_service, handle_cta_inbox,
+    handle_steps, handle_steps_until, init_tracing, release, run_cta_inbox, run_steps,
 };

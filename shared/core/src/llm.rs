@@ -99,6 +99,14 @@ pub trait Llm: Send + Sync {
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError>;
 }
 
+/// A model API key that can change while a process runs (a rotated secret): read again
+/// when the provider refuses the key in hand.
+#[async_trait::async_trait]
+pub trait KeySource: Send + Sync {
+    /// The current key, read afresh.
+    async fn fetch(&self) -> Result<Option<String>, String>;
+}
+
 /// The model of a host that never thinks (the `api` and `cta` functions): every call is a
 /// fatal error, so a misrouted step fails loudly instead of hanging.
 #[derive(Debug, Default, Clone, Copy)]

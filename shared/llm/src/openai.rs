@@ -5,14 +5,15 @@
 //! backoff, honouring `Retry-After`; other errors and malformed replies are fatal and
 //! say what was wrong. The API key is never logged.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tracing::warn;
+use tracing::{info, warn};
 
 use baton_core::config::{LLM_INITIAL_BACKOFF_MS, LLM_MAX_BACKOFF_MS, ModelConfig};
-use baton_core::llm::{ChatMessage, ChatRequest, Llm, LlmError, LlmReply, ToolCall};
+use baton_core::llm::{ChatMessage, ChatRequest, KeySource, Llm, LlmError, LlmReply, ToolCall};
 use baton_core::run::Usage;
 
 #[derive(Clone)]
@@ -61,7 +62,15 @@ pub struct OpenAiLlm {
     http: reqwest::Client,
     cfg: OpenAiConfig,
     url: String,
+    /// The key in use: `cfg.api_key` until a refresh replaces it.
+    key: RwLock<Option<String>>,
+    /// Where to read the key again after a 401 (a rotated secret), and when it last was.
+    source: Option<Arc<dyn KeySource>>,
+    refreshed: Mutex<Option<Instant>>,
 }
+
+/// A key is read again at most this often, however many 401s come.
+pub const KEY_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 
 impl OpenAiLlm {
     pub fn new(cfg: OpenAiConfig) -> Result<Self, LlmError> {
@@ -70,7 +79,49 @@ impl OpenAiLlm {
             .build()
             .map_err(|e| LlmError::Fatal(format!("cannot build the HTTP client: {e}")))?;
         let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
-        Ok(Self { http, cfg, url })
+        Ok(Self {
+            http,
+            key: RwLock::new(cfg.api_key.clone()),
+            cfg,
+            url,
+            source: None,
+            refreshed: Mutex::new(None),
+        })
+    }
+
+    /// Reads the key again from `source` when the provider answers 401 (at most once a
+    /// minute), and retries with the new key: a rotated secret does not fail runs.
+    pub fn with_key_source(mut self, source: Option<Arc<dyn KeySource>>) -> Self {
+        self.source = source;
+        self
+    }
+
+    /// After a 401: a fresh key, if the source has one that differs and it is time to ask.
+    async fn refreshed_key(&self) -> Option<String> {
+        let source = self.source.as_ref()?;
+        {
+            let mut last = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|t| t.elapsed() < KEY_REFRESH_INTERVAL) {
+                return None;
+            }
+            *last = Some(Instant::now());
+        }
+        match source.fetch().await {
+            Ok(Some(new)) => {
+                let mut key = self.key.write().unwrap_or_else(|e| e.into_inner());
+                if key.as_deref() == Some(new.as_str()) {
+                    return None;
+                }
+                info!("model API key re-read after a 401");
+                *key = Some(new.clone());
+                Some(new)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                warn!(error = %e, "re-reading the model API key failed");
+                None
+            }
+        }
     }
 
     fn body(&self, req: &ChatRequest<'_>) -> Value {
@@ -226,9 +277,11 @@ impl Llm for OpenAiLlm {
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
         let body = self.body(request);
         let mut attempt = 0;
+        let mut key_refreshed = false;
         loop {
             let mut rb = self.http.post(&self.url).json(&body);
-            if let Some(key) = &self.cfg.api_key {
+            let key = self.key.read().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(key) = key {
                 rb = rb.bearer_auth(key);
             }
             let (wait, why, source): (
@@ -264,6 +317,13 @@ impl Llm for OpenAiLlm {
                         || status.as_u16() == 408
                         || status.is_server_error())
                     {
+                        if status.as_u16() == 401
+                            && !key_refreshed
+                            && self.refreshed_key().await.is_some()
+                        {
+                            key_refreshed = true;
+                            continue;
+                        }
                         return Err(LlmError::Fatal(format!(
                             "the model provider refused the request: {why}"
                         )));
