@@ -239,6 +239,11 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
     Ok(report.to_string())
 }
 
+/// The shared-workers measurement: runs, containers, and steps per run.
+const FLEET_RUNS: usize = 100;
+const FLEET_WORKERS: usize = 10;
+const FLEET_STEPS: usize = 5;
+
 /// Published on-demand prices (us-east-1) used for the cost figures.
 pub const PRICE_WRITE_UNIT: f64 = 0.625 / 1e6;
 pub const PRICE_READ_UNIT: f64 = 0.125 / 1e6;
@@ -286,13 +291,19 @@ pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String
             usage: None,
         }])
         .collect();
-    let llm: Arc<dyn baton_core::llm::Llm> = Arc::new(ScriptedLlm::new(HashMap::from([(
-        "bench".to_owned(),
-        replies,
-    )]))?);
-    let file: AgentsFile = serde_json::from_value(
-        json!({"agents": {"bench": {"tools": ["echo"], "maxIterations": iterations + 1}}}),
-    )?;
+    // `fleet`: the short runs of the shared-workers measurement below.
+    let fleet: Vec<ScriptedReply> = replies[..FLEET_STEPS - 1]
+        .iter()
+        .cloned()
+        .chain(replies.last().cloned())
+        .collect();
+    let llm: Arc<dyn baton_core::llm::Llm> = Arc::new(ScriptedLlm::new(HashMap::from([
+        ("bench".to_owned(), replies),
+        ("fleet".to_owned(), fleet),
+    ]))?);
+    let file: AgentsFile = serde_json::from_value(json!({"agents": {
+        "bench": {"tools": ["echo"], "maxIterations": iterations + 1},
+        "fleet": {"tools": ["echo"]}}}))?;
     let catalog = Arc::new(Catalog::new(Limits::default(), vec![], Some(file))?);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let steps = EventSources::queue(&sqs, &p.config.steps_queue_url, Feeds::Steps).await?;
@@ -372,8 +383,57 @@ pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String
             bail!("the run stopped before reaching the history sizes");
         }
     }
+
+    // 100 runs on 10 containers. Lambda keeps no FIFO group on one container: each batch
+    // goes to whichever is free (here, one picked at random), so most steps find another
+    // container's cache and take the cold path.
+    let workers: Vec<_> = (0..FLEET_WORKERS)
+        .map(|_| container(Meter::shared()))
+        .collect();
+    for i in 0..FLEET_RUNS {
+        let req = CreateRun {
+            prompt: format!("fleet {i}"),
+            agent: Some("fleet".into()),
+            ..CreateRun::default()
+        };
+        workers[0].0.create_run(LOCAL_OWNER, req, None).await?;
+    }
+    let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut idle = 0;
+    while idle < 3 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let (_, w) = &workers[(rng % FLEET_WORKERS as u64) as usize];
+        idle = if w.pump_once().await? == 0 {
+            idle + 1
+        } else {
+            0
+        };
+    }
+    let (warm_steps, cold_steps) = workers.iter().fold((0, 0), |(w, c), (s, _)| {
+        let (sw, sc) = s.cache_use();
+        (w + sw, c + sc)
+    });
+    ensure!(
+        warm_steps + cold_steps >= (FLEET_RUNS * FLEET_STEPS) as u64,
+        "the fleet did not finish: {warm_steps} warm and {cold_steps} cold steps"
+    );
+    let cold_share = cold_steps as f64 / (warm_steps + cold_steps) as f64;
+    let blended: Vec<serde_json::Value> = samples
+        .iter()
+        .map(|s| {
+            let usd = |k: &str| s[k]["usd_per_million_iterations"].as_f64().unwrap_or(0.0);
+            let mix = cold_share * usd("cold") + (1.0 - cold_share) * usd("warm");
+            json!({"history_entries": s["history_entries"],
+                   "usd_per_million_iterations": (mix * 100.0).round() / 100.0})
+        })
+        .collect();
     Ok(json!({
         "aws": samples,
+        "shared_workers": {"runs": FLEET_RUNS, "workers": FLEET_WORKERS,
+            "steps_per_run": FLEET_STEPS, "warm_steps": warm_steps, "cold_steps": cold_steps,
+            "cold_share": (cold_share * 1000.0).round() / 1000.0, "blended": blended},
         "prices_usd": {"write_request_unit": 0.625e-6, "read_request_unit": 0.125e-6, "sqs_fifo_request": 0.5e-6,
                         "eventbridge_event": 1e-6, "scheduler_invocation": 1e-6},
     })

@@ -11,6 +11,7 @@ mod steps;
 
 pub use cache::DEFAULT_CACHE_BYTES;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -103,6 +104,9 @@ pub struct Service {
     catalog: Arc<Catalog>,
     /// Timelines of recently stepped runs, by version, within a byte budget.
     cache: Mutex<cache::TimelineCache>,
+    /// Steps that found their timeline cached (warm) or had to load it (cold).
+    warm_steps: AtomicU64,
+    cold_steps: AtomicU64,
 }
 
 impl Service {
@@ -111,7 +115,17 @@ impl Service {
             deps,
             catalog,
             cache: Mutex::new(cache::TimelineCache::new(DEFAULT_CACHE_BYTES)),
+            warm_steps: AtomicU64::new(0),
+            cold_steps: AtomicU64::new(0),
         }
+    }
+
+    /// How many steps found their timeline cached, and how many loaded it from the store.
+    pub fn cache_use(&self) -> (u64, u64) {
+        (
+            self.warm_steps.load(Ordering::Relaxed),
+            self.cold_steps.load(Ordering::Relaxed),
+        )
     }
 
     /// Keeps at most `bytes` of recently stepped timelines in memory (default 64 MiB).

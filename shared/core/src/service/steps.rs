@@ -1,6 +1,8 @@
 //! The step side: what queue consumers ask of the service. One message in, one conditional
 //! commit, then the committed effects out (the transactional outbox).
 
+use std::sync::atomic::Ordering;
+
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
@@ -237,12 +239,14 @@ impl Service {
         if let Some((version, timeline, bytes)) = cached {
             match self.deps.store.get_run(run_id).await? {
                 Some(rec) if rec.run.version == version => {
+                    self.warm_steps.fetch_add(1, Ordering::Relaxed);
                     return Ok(Some((rec, timeline, bytes)));
                 }
                 Some(_) => {}
                 None => return Ok(None),
             }
         }
+        self.cold_steps.fetch_add(1, Ordering::Relaxed);
         Ok(self.deps.store.load(run_id).await?.map(|(rec, timeline)| {
             let bytes = approx_bytes(&timeline);
             (rec, timeline, bytes)
