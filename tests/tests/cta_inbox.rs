@@ -13,7 +13,8 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use baton_aws::handle_cta_inbox;
 use baton_core::cta::{Cta, CtaStatus};
 use baton_core::ports::{Store, SystemClock};
-use baton_core::service::{CreateRun, Deps, Service};
+use baton_core::service::{CreateRun, Service};
+use baton_local::local_service;
 use baton_local::store::LocalStore;
 use baton_local::worker::{Worker, WorkerOptions};
 use common::*;
@@ -35,16 +36,13 @@ struct Env {
 fn env() -> Env {
     let dir = tempfile::tempdir().unwrap();
     let local = LocalStore::open(dir.path()).unwrap();
-    let deps = Deps {
-        store: Arc::new(local.clone()),
-        queue: Arc::new(local.clone()),
-        bus: Arc::new(local.clone()),
-        scheduler: Arc::new(local.clone()),
-        llm: scripted(ASK),
-        clock: Arc::new(SystemClock),
-    };
     let agents = json!({"agents": {"asker": {"tools": ["request_human_feedback"]}}});
-    let service = Arc::new(Service::new(deps, catalog(Some(agents))));
+    let service = local_service(
+        &local,
+        scripted(ASK),
+        catalog(Some(agents)),
+        Arc::new(SystemClock),
+    );
     let worker = Worker::new(service.clone(), local.clone(), WorkerOptions::default());
     Env {
         local,

@@ -229,21 +229,17 @@ async fn the_lambda_handler_acknowledges_a_terminal_error_and_retries_the_rest()
 async fn a_stale_dead_letter_does_not_fail_a_live_run() {
     let dir = tempfile::tempdir().unwrap();
     let local = LocalStore::open(dir.path()).unwrap();
-    let deps = Deps {
-        store: Arc::new(local.clone()),
-        queue: Arc::new(local.clone()),
-        bus: Arc::new(local.clone()),
-        scheduler: Arc::new(local.clone()),
-        llm: scripted(
+    // Every echo waits for a human: the run stays live, parked on the approval.
+    let svc = baton_local::local_service(
+        &local,
+        scripted(
             r#"{"worker": [{"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]}, {"text": "done"}]}"#,
         ),
-        clock: Arc::new(SystemClock),
-    };
-    // Every echo waits for a human: the run stays live, parked on the approval.
-    let catalog = catalog(Some(
-        json!({"agents": {"worker": {"tools": ["echo"], "approval": {"echo": "always"}}}}),
-    ));
-    let svc = Arc::new(Service::new(deps, catalog));
+        catalog(Some(
+            json!({"agents": {"worker": {"tools": ["echo"], "approval": {"echo": "always"}}}}),
+        )),
+        Arc::new(SystemClock),
+    );
     let run_id = create(&svc).await;
     let start = local
         .receive(1, std::time::Duration::from_secs(60))
