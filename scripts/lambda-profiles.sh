@@ -1,43 +1,32 @@
 #!/usr/bin/env bash
-# Measures release-profile choices for the Lambda binaries: for each variant, a cold
-# `cargo lambda build --release` (x86_64) of the four functions in its own target directory,
-# then each bootstrap's size, zipped size and init time (scripts/lambda_init.py).
-# Prints a Markdown table. Slow: every variant rebuilds every dependency.
+# Measures the Lambda binaries under the release profile Cargo.toml declares: a cold
+# `cargo lambda build --release` (x86_64) of the four functions in a target directory of its
+# own, then each bootstrap's size, zipped size and init time (scripts/lambda_init.py), as
+# Markdown table rows. To compare profiles, edit [profile.release] and run it again with
+# another label. (cargo-lambda does not pass CARGO_PROFILE_* overrides through, so the
+# profile must be in Cargo.toml.) Slow: every dependency is rebuilt.
 #
-#   scripts/lambda-profiles.sh [variant ...]     # default: all variants below
+#   scripts/lambda-profiles.sh LABEL [TARGET_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+label=${1:?usage: scripts/lambda-profiles.sh LABEL [TARGET_DIR]}
+dir=${2:-$(mktemp -d)}
 functions=(api orchestrator subagent cta)
-declare -A variants=(
-  [baseline]=""
-  [thin-lto]="CARGO_PROFILE_RELEASE_LTO=thin"
-  [fat-lto-cgu1]="CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1"
-  [fat-lto-cgu1-abort]="CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 CARGO_PROFILE_RELEASE_PANIC=abort"
-  [opt-s-fat-lto-cgu1]="CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1"
-)
-order=(baseline thin-lto fat-lto-cgu1 fat-lto-cgu1-abort opt-s-fat-lto-cgu1)
-(($#)) && order=("$@")
-root=${BATON_PROFILE_DIR:-$(mktemp -d)}
-echo "| variant | build s | function | bytes | zipped | init ms (median / p90) |"
-echo "|---|---|---|---|---|---|"
-for v in "${order[@]}"; do
-  dir="$root/$v"
-  args=()
-  for f in "${functions[@]}"; do args+=(-p "$f"); done
-  if [[ ! -s "$root/$v.secs" ]]; then # a finished variant is measured again, not rebuilt
-    start=$(date +%s)
-    env ${variants[$v]} CARGO_TARGET_DIR="$dir" cargo lambda build --release "${args[@]}" >"$root/$v.log" 2>&1 ||
-      { echo "build of $v failed: $root/$v.log" >&2; exit 1; }
-    echo $(($(date +%s) - start)) >"$root/$v.secs"
-  fi
-  for f in "${functions[@]}"; do
-    python3 scripts/lambda_init.py "$dir/lambda/$f/bootstrap" --runs 20 |
-      python3 -c '
+args=()
+for f in "${functions[@]}"; do args+=(-p "$f"); done
+if [[ ! -s "$dir/build.secs" ]]; then # a finished build is measured again, not rebuilt
+  start=$(date +%s)
+  CARGO_TARGET_DIR="$dir" cargo lambda build --release "${args[@]}" >"$dir.log" 2>&1 ||
+    { echo "build failed: $dir.log" >&2; exit 1; }
+  echo $(($(date +%s) - start)) >"$dir/build.secs"
+fi
+for f in "${functions[@]}"; do
+  python3 scripts/lambda_init.py "$dir/lambda/$f/bootstrap" --runs 20 |
+    python3 -c '
 import json, sys
 r = json.loads(sys.stdin.read())
-v, secs, f = sys.argv[1:4]
+label, secs, f = sys.argv[1:4]
 print("| {} | {} | {} | {:,} | {:,} | {} / {} |".format(
-    v, secs, f, r["bytes"], r["zip_bytes"], r["init_ms_median"], r["init_ms_p90"]))
-' "$v" "$(cat "$root/$v.secs")" "$f"
-  done
+    label, secs, f, r["bytes"], r["zip_bytes"], r["init_ms_median"], r["init_ms_p90"]))
+' "$label" "$(cat "$dir/build.secs")" "$f"
 done

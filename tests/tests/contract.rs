@@ -218,6 +218,17 @@ async fn store_contract(store: Arc<dyn Store>) {
         store.entries_after("run_c1", None, 2).await.unwrap().len(),
         2
     );
+    // A cursor past every seq, up to the largest, is past every entry.
+    for after in [u64::MAX, i64::MAX as u64, i64::MAX as u64 + 1, 1_000_000] {
+        assert!(
+            store
+                .entries_after("run_c1", Some(after), 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "after {after}"
+        );
+    }
 
     // Settling a CTA: the first write wins, later ones lose and see the winner.
     let answer = CtaResponse::Approval {

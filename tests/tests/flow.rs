@@ -744,3 +744,48 @@ async fn a_retried_follow_up_with_an_idempotency_key_is_one_turn() {
     assert_eq!(bad.status(), 400);
     h.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn odd_cursors_paths_and_methods_get_json_errors_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start_scripted(dir.path(), r#"{"explore": [{"text": "done"}]}"#).await;
+    let run_id = h
+        .create_run(json!({"prompt": "go", "agent": "explore"}))
+        .await;
+    h.wait_status(&run_id, &["completed"]).await;
+    // A cursor past every seq is past every entry (it used to wrap to -1: everything).
+    for after in [
+        "18446744073709551615",
+        "9223372036854775807",
+        "9223372036854775808",
+    ] {
+        let (code, page) = h
+            .get(&format!("/runs/{run_id}/timeline?after={after}"))
+            .await;
+        assert_eq!(code, 200, "{page}");
+        assert_eq!(page["entries"], json!([]), "after={after}");
+    }
+    // A path segment that is not UTF-8: a JSON 400.
+    let r = h
+        .http
+        .get(h.url("/runs/%FF%FE"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "invalid_request", "{v}");
+    // A wrong method on the local-only /events route: a JSON 405.
+    let r = h
+        .http
+        .put(h.url("/events"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "method_not_allowed", "{v}");
+    h.server.shutdown().await;
+}

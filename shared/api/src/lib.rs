@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -60,13 +60,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .merge(authed)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "method not allowed on this route",
-            )
-        })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -113,6 +107,24 @@ async fn create_run(
     Ok(accepted(json!({"runId": run.run_id, "status": run.status})))
 }
 
+/// The `{id}` segment of a path. A segment that is not valid UTF-8 (or missing) is a JSON
+/// 400 like every other refusal, not axum's plain-text rejection.
+pub struct Id(pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Id {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(id)| Id(id))
+            .map_err(|e| ApiError::invalid(format!("invalid path: {}", e.body_text())))
+    }
+}
+
 /// The `Idempotency-Key` header, if any: 1 to 255 visible ASCII characters.
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(v) = headers.get("idempotency-key") else {
@@ -155,7 +167,7 @@ fn page(entries: &[Entry], budget: usize) -> Result<Vec<Value>, PortError> {
 async fn get_run(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
-    Path(run_id): Path<String>,
+    Id(run_id): Id,
 ) -> Result<Json<Value>, ApiError> {
     let (run, timeline) = s.service.get_run(&owner, &run_id).await?;
     let mut v = serde_json::to_value(&run).map_err(|e| PortError::broken("encode run", e))?;
@@ -189,7 +201,7 @@ fn parse_num(q: &HashMap<String, String>, key: &str) -> Result<Option<u64>, ApiE
 async fn get_timeline(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
-    Path(run_id): Path<String>,
+    Id(run_id): Id,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     let after = parse_num(&q, "after")?;
@@ -211,7 +223,7 @@ struct MessageBody {
 async fn post_message(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
-    Path(run_id): Path<String>,
+    Id(run_id): Id,
     headers: HeaderMap,
     JsonBody(body): JsonBody<MessageBody>,
 ) -> Result<Response, ApiError> {
@@ -228,7 +240,7 @@ async fn post_message(
 async fn cancel_run(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
-    Path(run_id): Path<String>,
+    Id(run_id): Id,
 ) -> Result<Response, ApiError> {
     let run = s.service.cancel(&owner, &run_id).await?;
     Ok(accepted(
@@ -254,7 +266,7 @@ async fn list_ctas(
 async fn get_cta(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
-    Path(cta_id): Path<String>,
+    Id(cta_id): Id,
 ) -> Result<Json<Value>, ApiError> {
     let cta = s.service.get_cta(Some(&owner), &cta_id).await?;
     Ok(Json(
@@ -265,7 +277,7 @@ async fn get_cta(
 async fn answer_cta(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
-    Path(cta_id): Path<String>,
+    Id(cta_id): Id,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
     let response: CtaResponse = serde_json::from_value(body)

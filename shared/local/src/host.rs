@@ -186,7 +186,10 @@ fn events_route(store: LocalStore, auth: Arc<dyn Authenticator>) -> axum::Router
             out
         }
     };
-    axum::Router::new().route("/events", axum::routing::get(handler))
+    axum::Router::new().route(
+        "/events",
+        axum::routing::get(handler).fallback(|| async { ApiError::method_not_allowed() }),
+    )
 }
 
 #[derive(Debug, thiserror::Error)]

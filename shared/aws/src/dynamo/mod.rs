@@ -294,7 +294,9 @@ impl Store for DynamoStore {
         after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Entry>, PortError> {
-        let from = after.map_or(0, |a| a + 1);
+        let Some(from) = after.map_or(Some(0), |a| a.checked_add(1)) else {
+            return Ok(Vec::new()); // past every seq
+        };
         let pk = run_pk(run_id);
         // Newest segments first, back to the one that holds `from`.
         let mut segs = self

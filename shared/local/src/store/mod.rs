@@ -365,7 +365,8 @@ impl Store for LocalStore {
                      AND seq > ?2 ORDER BY seq LIMIT ?3",
                 )
                 .map_err(sql)?;
-            let after = after.map_or(-1, |a| a as i64);
+            // Seqs are far below i64::MAX: a larger cursor is past every entry.
+            let after = after.map_or(-1, |a| i64::try_from(a).unwrap_or(i64::MAX));
             stmt.query_map(params![run_id, after, limit as i64], |r| r.get::<_, Vec<u8>>(0))
                 .map_err(sql)?
                 .map(|b| baton_codec::decode::<Entry>(&b.map_err(sql)?).map_err(|e| broken("decode entry", e)))
