@@ -629,3 +629,137 @@ async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_on
     want.sort_unstable();
     assert_eq!(back, want);
 }
+
+/// The scheduler, failing its first `schedule`: a crash between a commit and its effects.
+struct CrashOnce {
+    inner: Arc<dyn baton_core::ports::Scheduler>,
+    crashed: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl baton_core::ports::Scheduler for CrashOnce {
+    async fn schedule(
+        &self,
+        cta_id: &str,
+        run_id: &str,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), baton_core::error::PortError> {
+        if !self.crashed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(baton_core::error::PortError::Unavailable {
+                message: "the process died here".into(),
+                source: None,
+            });
+        }
+        self.inner.schedule(cta_id, run_id, at).await
+    }
+    async fn unschedule(&self, cta_id: &str) -> Result<(), baton_core::error::PortError> {
+        self.inner.unschedule(cta_id).await
+    }
+}
+
+#[tokio::test]
+async fn a_crash_after_a_parking_commit_is_repaired_by_the_sweep() {
+    use aws_lambda_events::event::sqs::SqsEvent;
+    use baton_core::service::{CreateRun, Service};
+
+    let moto = Moto::start();
+    let sdk = moto.sdk().await;
+    let p = baton_aws::provision::ensure(
+        &sdk,
+        &Names::new("sweep"),
+        "arn:aws:iam::123456789012:role/s",
+    )
+    .await
+    .unwrap();
+    let script = r#"{"orchestrator": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "Name?"}}]}]}"#;
+    let clock = Arc::new(baton_core::ports::ManualClock::new(chrono::Utc::now()));
+    let agents = catalog(None);
+    let service = |crash: bool| {
+        let s = baton_aws::aws_service(
+            &p.config,
+            &sdk,
+            scripted(script),
+            agents.clone(),
+            clock.clone(),
+            baton_aws::sdk::Meter::shared(),
+        );
+        if !crash {
+            return s;
+        }
+        let mut deps = s.deps().clone();
+        deps.scheduler = Arc::new(CrashOnce {
+            inner: deps.scheduler.clone(),
+            crashed: false.into(),
+        });
+        Arc::new(Service::new(deps, agents.clone()))
+    };
+
+    // The step that parks the run on its question commits, then dies before scheduling
+    // the expiry; its message is gone (acknowledged, or dead-lettered as stale).
+    let crashing = service(true);
+    let req = CreateRun {
+        prompt: "ask".into(),
+        ..Default::default()
+    };
+    let run_id = crashing.create_run("o", req, None).await.unwrap().run_id;
+    let start = baton_core::message::StepMessage {
+        run_id: run_id.clone(),
+        id: format!("{run_id}:start"),
+        input: baton_core::message::Input::Start,
+    };
+    assert!(crashing.handle(&start).await.is_err(), "the crash");
+    let store = crashing.deps().store.clone();
+    let rec = store.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(rec.run.status, baton_core::run::RunStatus::Waiting);
+    assert!(!rec.outbox.is_empty(), "committed, not performed");
+    let cta_id = store.list_ctas("o", None).await.unwrap()[0].cta_id.clone();
+    let sch = aws_sdk_scheduler::Client::new(&sdk);
+    let get = async || {
+        sch.get_schedule()
+            .name(&cta_id)
+            .group_name(&p.config.schedule_group)
+            .send()
+            .await
+    };
+    assert!(
+        get().await.is_err(),
+        "no expiry timer: the question would wait forever"
+    );
+
+    // The sweep's tick, as the scheduled rule puts it on the CTA inbox. Too soon, it
+    // leaves a step that may still be performing its effects alone.
+    let tick: SqsEvent = serde_json::from_value(json!({"Records": [{
+        "messageId": "tick-1", "receiptHandle": "r", "attributes": {}, "messageAttributes": {},
+        "body": json!({"detail-type": "baton.sweep", "detail": {}}).to_string(),
+        "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:sweep-cta-inbox",
+        "awsRegion": "us-east-1"}]}))
+    .unwrap();
+    let healthy = service(false);
+    let resp = baton_aws::handle_cta_inbox(&healthy, tick.clone()).await;
+    assert!(resp.batch_item_failures.is_empty());
+    assert!(get().await.is_err(), "not yet: the outbox is seconds old");
+
+    // Five minutes on, the tick performs the outbox: the timer exists, the outbox is done.
+    clock.advance(chrono::Duration::minutes(6));
+    let resp = baton_aws::handle_cta_inbox(&healthy, tick).await;
+    assert!(resp.batch_item_failures.is_empty());
+    let s = get().await.unwrap();
+    assert_eq!(
+        s.target()
+            .unwrap()
+            .event_bridge_parameters()
+            .unwrap()
+            .detail_type(),
+        "cta.expired"
+    );
+    let rec = store.get_run(&run_id).await.unwrap().unwrap();
+    assert!(rec.outbox.is_empty(), "cleared");
+    assert!(
+        store
+            .stale_outboxes(baton_core::ports::Clock::now(&*clock), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing left to sweep"
+    );
+}

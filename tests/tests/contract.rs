@@ -189,6 +189,34 @@ async fn store_contract(store: Arc<dyn Store>) {
             .is_empty()
     );
 
+    // The sweep's view: a parking outbox (no next message of its own run) older than the
+    // cut-off, until it is cleared; a continuing outbox proves itself and is never listed.
+    let (parked, parked_tl) = new_run("run_sw", "alice");
+    store
+        .create_run(&parked, &parked_tl, &[], None)
+        .await
+        .unwrap();
+    let event = Effect::Publish(Event {
+        id: "ev_sw".into(),
+        detail_type: "run.state".into(),
+        detail: serde_json::json!({}),
+        time: Utc::now(),
+    });
+    let p1 = next(&parked, vec![event, Effect::Send(msg("run_other", "m_sw"))]);
+    store.commit(0, &p1).await.unwrap();
+    let later = p1.run.updated_at + chrono::Duration::seconds(1);
+    let earlier = p1.run.updated_at - chrono::Duration::seconds(1);
+    assert_eq!(store.stale_outboxes(later, 10).await.unwrap(), ["run_sw"]);
+    assert!(store.stale_outboxes(earlier, 10).await.unwrap().is_empty());
+    store.clear_outbox("run_sw", 1).await.unwrap();
+    assert!(store.stale_outboxes(later, 10).await.unwrap().is_empty());
+    let p2 = next(&p1.run, vec![Effect::Send(msg("run_sw", "m_sw2"))]);
+    store.commit(1, &p2).await.unwrap();
+    assert!(
+        store.stale_outboxes(later, 10).await.unwrap().is_empty(),
+        "run_c1 and run_sw have continuing outboxes"
+    );
+
     // CTAs and child runs are created with the commit; resolved entries are replaced.
     let mut t3 = next(&t2.run, vec![]);
     t3.new_ctas.push(cta(&t2.run, "cta_c1"));

@@ -78,6 +78,13 @@ impl Store for Refusing {
         }
         self.inner.commit(expected, t).await
     }
+    async fn stale_outboxes(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError> {
+        self.inner.stale_outboxes(before, limit).await
+    }
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
         self.inner.clear_outbox(run_id, version).await
     }

@@ -351,6 +351,12 @@ pub async fn release(sqs: &aws_sdk_sqs::Client, queue_urls: &[&str], deferred: &
     }
 }
 
+/// The detail-type of the sweep's tick (a scheduled rule puts it on the CTA inbox queue).
+pub const SWEEP_EVENT: &str = "baton.sweep";
+/// How old a parking outbox must be before the sweep performs it: older than any step that
+/// may still be performing it (a step's effects take milliseconds; its retries, minutes).
+pub const SWEEP_AFTER: chrono::Duration = chrono::Duration::minutes(5);
+
 /// The `cta` function: `cta.response` and `cta.expired` events from the bus, via the inbox
 /// queue. A response is validated and accepted with the CTA's conditional write (the first
 /// valid answer wins); an invalid or late one is logged, published as `cta.rejected`, and
@@ -410,6 +416,12 @@ pub async fn handle_cta_inbox(service: &Service, event: SqsEvent) -> SqsBatchRes
                     }
                 }
                 "cta.expired" => service.expire_cta(&cta_id).await,
+                // The schedule rule's tick: repair what crashes left between commit and effects.
+                SWEEP_EVENT => service
+                    .sweep(SWEEP_AFTER)
+                    .await
+                    .map(|n| info!(repaired = n, "sweep done"))
+                    .map_err(ServiceError::from),
                 other => Err(ServiceError::Invalid(format!("unexpected event `{other}`"))),
             }
         }

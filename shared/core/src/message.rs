@@ -127,6 +127,16 @@ pub struct Transition {
     pub effects: Vec<Effect>,
 }
 
+/// Whether an outbox ends with the run's own next message. Such an outbox proves itself:
+/// when that message is received, everything before it was performed (it is sent last), so
+/// it is never cleared with a write of its own. Any other outbox *parks*: the run waits,
+/// and only a clearing write (or a sweep, after a crash) says it was performed.
+pub fn outbox_continues(run_id: &str, outbox: &[Effect]) -> bool {
+    outbox
+        .iter()
+        .any(|e| matches!(e, Effect::Send(m) if m.run_id == run_id))
+}
+
 impl Transition {
     /// Applies this transition's entries to the run's timeline as held in memory: resolved
     /// entries replace theirs in place (seq is the index), new ones are appended.

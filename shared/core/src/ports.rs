@@ -70,6 +70,14 @@ pub trait Store: Send + Sync {
     async fn commit(&self, expected_version: u64, transition: &Transition)
     -> Result<(), PortError>;
 
+    /// Runs whose parking outbox (see `message::outbox_continues`) is still outstanding and
+    /// was committed before `before`, at most `limit` of them: what the sweep repairs.
+    async fn stale_outboxes(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError>;
+
     /// Marks the outbox of `version` performed (does nothing if the run moved past it).
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError>;
 

@@ -5,10 +5,12 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use baton_core::cta::Cta;
 use baton_core::error::PortError;
-use baton_core::message::Effect;
+use baton_core::message::{Effect, outbox_continues};
 use baton_core::ports::RunRecord;
 use baton_core::run::Run;
 use baton_core::timeline::Entry;
+
+use chrono::{DateTime, Utc};
 
 use super::{DynamoStore, Item, MAX_BLOB};
 
@@ -26,6 +28,21 @@ pub(super) fn cta_pk(id: &str) -> String {
 }
 pub(super) fn seg_sk(first: u64) -> String {
     format!("T#{first:010}")
+}
+/// The sweep index's partitions: a few, so that no one partition takes every parking run.
+pub(super) const SWEEP_SHARDS: u32 = 4;
+pub(super) fn sweep_pk(run_id: &str) -> String {
+    let h = run_id
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    format!("OB#{}", h % SWEEP_SHARDS)
+}
+/// Sorts by time: the sweep asks for the keys before a cut-off.
+pub(super) fn sweep_sk(at: DateTime<Utc>, run_id: &str) -> String {
+    format!("{}#{run_id}", sweep_time(at))
+}
+pub(super) fn sweep_time(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 pub(super) fn patch_sk(seq: u64) -> String {
     format!("P#{seq:010}")
@@ -105,6 +122,11 @@ impl DynamoStore {
                 "ob".into(),
                 s(serde_json::to_string(outbox).map_err(|e| broken("encode outbox", e))?),
             );
+            // A parking outbox is indexed until it is cleared, for the sweep (GSI2).
+            if !outbox_continues(&run.run_id, outbox) {
+                item.insert("GSI2PK".into(), s(sweep_pk(&run.run_id)));
+                item.insert("GSI2SK".into(), s(sweep_sk(run.updated_at, &run.run_id)));
+            }
         }
         if run.status.is_terminal() {
             item.insert(
@@ -148,7 +170,7 @@ impl DynamoStore {
                 }
             }
         }
-        for k in ["ob", "ttl"] {
+        for k in ["ob", "ttl", "GSI2PK", "GSI2SK"] {
             if !sets.iter().any(|x| x.starts_with(&format!("#{k} "))) {
                 removes.push(format!("#{k}"));
                 update = update.expression_attribute_names(format!("#{k}"), k);

@@ -42,6 +42,8 @@ type Item = HashMap<String, AttributeValue>;
 
 /// The GSI listing CTAs by owner.
 pub const GSI1: &str = "GSI1";
+/// The sparse GSI of runs with a parking outbox not yet performed, for the sweep.
+pub const GSI2: &str = "GSI2";
 /// DynamoDB's limit on items in one transaction.
 const MAX_TRANSACT_ITEMS: usize = 100;
 /// Items stay under DynamoDB's 400 KB limit with room for keys and attributes.
@@ -370,6 +372,43 @@ impl Store for DynamoStore {
         }
     }
 
+    async fn stale_outboxes(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError> {
+        let mut runs = Vec::new();
+        for shard in 0..SWEEP_SHARDS {
+            let mut start = None;
+            loop {
+                Meter::count(&self.meter.dynamodb);
+                let out = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(GSI2)
+                    .key_condition_expression("GSI2PK = :pk AND GSI2SK < :before")
+                    .expression_attribute_values(":pk", s(format!("OB#{shard}")))
+                    .expression_attribute_values(":before", s(sweep_time(before)))
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(|e| map_sdk_err("Query", e))?;
+                for item in out.items() {
+                    if let Some(id) = get_s(item, "PK")?.strip_prefix("RUN#") {
+                        runs.push(id.to_owned());
+                    }
+                }
+                start = out.last_evaluated_key().cloned();
+                if start.is_none() || runs.len() >= limit {
+                    break;
+                }
+            }
+        }
+        runs.truncate(limit);
+        Ok(runs)
+    }
+
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
         Meter::count(&self.meter.dynamodb);
         self.meter
@@ -381,7 +420,7 @@ impl Store for DynamoStore {
             .table_name(&self.table)
             .key("PK", s(run_pk(run_id)))
             .key("SK", s("META"))
-            .update_expression("REMOVE ob")
+            .update_expression("REMOVE ob, GSI2PK, GSI2SK")
             .condition_expression("v = :v")
             .expression_attribute_values(":v", n(version))
             .send()

@@ -12,7 +12,7 @@ use crate::cta::Settlement;
 use crate::engine::{self, Decision, Execution, StepIo};
 use crate::error::PortError;
 use crate::llm::{ChatRequest, LlmError, LlmReply};
-use crate::message::{ChildOutcome, Effect, Input, StepMessage};
+use crate::message::{ChildOutcome, Effect, Input, StepMessage, outbox_continues};
 use crate::ports::RunRecord;
 use crate::run::{Run, RunStatus};
 use crate::timeline::Entry;
@@ -165,6 +165,10 @@ impl Service {
             if let engine::Step::Ignore(why) =
                 engine::step(&self.catalog, now, &rec.run, &timeline, &msg.input, &io)
             {
+                // What the run committed is performed all the same (idempotent).
+                if !rec.outbox.is_empty() && !sent_by(&rec.outbox, msg) {
+                    self.perform(&rec.run, &rec.outbox).await?;
+                }
                 info!(run_id = %msg.run_id, message = %msg.id, %why, "stale dead letter ignored");
                 return Ok(Handled::Ignored(format!("a stale dead letter: {why}")));
             }
@@ -172,6 +176,19 @@ impl Service {
         warn!(run_id = %msg.run_id, message = %msg.id, reason, "dead-lettered");
         let message = format!("a step message could not be processed: {reason}");
         self.fail_now(msg, "dead_letter", &message).await
+    }
+
+    /// Performs the outboxes of runs that parked more than `older_than` ago and whose outbox
+    /// is still outstanding: what a crash between a commit and its effects left, when no
+    /// redelivery came to repair it. Returns how many runs it repaired.
+    pub async fn sweep(&self, older_than: chrono::Duration) -> Result<usize, PortError> {
+        let before = self.deps.clock.now() - older_than;
+        let runs = self.deps.store.stale_outboxes(before, 100).await?;
+        for run_id in &runs {
+            info!(run_id = %run_id, "sweep: performing an outstanding outbox");
+            self.repair(run_id).await?;
+        }
+        Ok(runs.len())
     }
 
     /// Performs a run's outstanding outbox (the start-up sweep and crash repair).
@@ -214,7 +231,7 @@ impl Service {
         // The run's own next message goes last: when it is received, everything before it
         // was performed, so its step skips the replay and no write is spent clearing it.
         sends.sort_by_key(|m| m.run_id == run.run_id);
-        let continues = sends.last().is_some_and(|m| m.run_id == run.run_id);
+        let continues = outbox_continues(&run.run_id, effects);
         if !sends.is_empty() {
             self.deps.queue.send(&sends).await?;
         }

@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 
 use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
-use baton_core::message::{Effect, Transition};
+use baton_core::message::{Effect, Transition, outbox_continues};
 use baton_core::ports::{Created, RunRecord, Settled, Store};
 use baton_core::run::Run;
 use baton_core::timeline::Entry;
@@ -372,6 +372,32 @@ impl Store for LocalStore {
                 .map(|b| baton_codec::decode::<Entry>(&b.map_err(sql)?).map_err(|e| broken("decode entry", e)))
                 .collect()
         })
+    }
+
+    async fn stale_outboxes(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError> {
+        let rows: Vec<(String, String, String)> = self.read(|c| {
+            let mut stmt = c
+                .prepare_cached("SELECT run_id, body, outbox FROM runs WHERE outbox IS NOT NULL")
+                .map_err(sql)?;
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .map_err(sql)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sql)
+        })?;
+        let mut out = Vec::new();
+        for (run_id, body, outbox) in rows {
+            let run: Run = from_json(&body)?;
+            let effects: Vec<Effect> = from_json(&outbox)?;
+            if run.updated_at < before && !outbox_continues(&run_id, &effects) {
+                out.push(run_id);
+            }
+        }
+        out.truncate(limit);
+        Ok(out)
     }
 
     async fn commit(&self, expected_version: u64, t: &Transition) -> Result<(), PortError> {
