@@ -764,11 +764,35 @@ mod aws {
         let mut done = next(&live, vec![]);
         done.run.status = RunStatus::Completed;
         store.commit(0, &done).await.unwrap();
-        let expected = (done.run.updated_at + chrono::Duration::days(90)).timestamp();
+        let expected = (done.run.updated_at + chrono::Duration::days(97)).timestamp();
         assert_eq!(
             ttl(&raw("RUN#run_ttl".into()).await),
             Some(expected),
-            "a finished run expires after the retention"
+            "a finished run's own TTL is the backstop, a week after the retention"
+        );
+        // The sweep's purge: nothing before the retention is over; then every item of the
+        // run (its timeline with it), and nothing of any other run.
+        assert_eq!(store.purge_finished(Utc::now(), 10).await.unwrap(), 0);
+        let over = done.run.updated_at + chrono::Duration::days(91);
+        assert_eq!(store.purge_finished(over, 10).await.unwrap(), 1);
+        assert!(store.load("run_ttl").await.unwrap().is_none());
+        let left = ddb
+            .query()
+            .table_name(&c.table)
+            .key_condition_expression("PK = :pk")
+            .expression_attribute_values(
+                ":pk",
+                aws_sdk_dynamodb::types::AttributeValue::S("RUN#run_ttl".into()),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(left.count(), 0, "no item of the run is left");
+        assert!(store.load("run_c1").await.unwrap().is_some(), "others stay");
+        assert_eq!(
+            store.purge_finished(over, 10).await.unwrap(),
+            0,
+            "done once"
         );
         assert!(
             ttl(&raw("CTA#cta_c1".into()).await).is_some(),

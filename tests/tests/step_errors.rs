@@ -85,6 +85,9 @@ impl Store for Refusing {
     ) -> Result<Vec<String>, PortError> {
         self.inner.stale_outboxes(before, limit).await
     }
+    async fn purge_finished(&self, now: DateTime<Utc>, limit: usize) -> Result<usize, PortError> {
+        self.inner.purge_finished(now, limit).await
+    }
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
         self.inner.clear_outbox(run_id, version).await
     }

@@ -12,7 +12,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 
 use baton_core::config::AwsConfig;
 
-use crate::dynamo::{GSI1, GSI2};
+use crate::dynamo::{GSI1, GSI2, GSI3};
 use crate::sdk::map_sdk_err;
 use baton_core::error::PortError;
 
@@ -158,6 +158,8 @@ pub async fn ensure(
         .attribute_definitions(attr("GSI1SK").map_err(build)?)
         .attribute_definitions(attr("GSI2PK").map_err(build)?)
         .attribute_definitions(attr("GSI2SK").map_err(build)?)
+        .attribute_definitions(attr("GSI3PK").map_err(build)?)
+        .attribute_definitions(attr("GSI3SK").map_err(build)?)
         .key_schema(key("PK", KeyType::Hash).map_err(build)?)
         .key_schema(key("SK", KeyType::Range).map_err(build)?)
         .global_secondary_indexes(
@@ -178,6 +180,19 @@ pub async fn ensure(
                 .index_name(GSI2)
                 .key_schema(key("GSI2PK", KeyType::Hash).map_err(build)?)
                 .key_schema(key("GSI2SK", KeyType::Range).map_err(build)?)
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::KeysOnly)
+                        .build(),
+                )
+                .build()
+                .map_err(build)?,
+        )
+        .global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name(GSI3)
+                .key_schema(key("GSI3PK", KeyType::Hash).map_err(build)?)
+                .key_schema(key("GSI3SK", KeyType::Range).map_err(build)?)
                 .projection(
                     Projection::builder()
                         .projection_type(ProjectionType::KeysOnly)

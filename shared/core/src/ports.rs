@@ -78,6 +78,11 @@ pub trait Store: Send + Sync {
         limit: usize,
     ) -> Result<Vec<String>, PortError>;
 
+    /// Deletes every item of up to `limit` runs that finished more than the store's
+    /// retention period before `now` (the sweep's purge); returns how many it deleted. A
+    /// store that keeps everything (the embedded one) deletes nothing.
+    async fn purge_finished(&self, now: DateTime<Utc>, limit: usize) -> Result<usize, PortError>;
+
     /// Marks the outbox of `version` performed (does nothing if the run moved past it).
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError>;
 

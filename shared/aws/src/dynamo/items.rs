@@ -29,14 +29,19 @@ pub(super) fn cta_pk(id: &str) -> String {
 pub(super) fn seg_sk(first: u64) -> String {
     format!("T#{first:010}")
 }
-/// The sweep index's partitions: a few, so that no one partition takes every parking run.
+/// The sweep indexes' partitions: a few, so that no one partition takes every run.
 pub(super) const SWEEP_SHARDS: u32 = 4;
-pub(super) fn sweep_pk(run_id: &str) -> String {
+fn shard(run_id: &str) -> u32 {
     let h = run_id
         .bytes()
         .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-    format!("OB#{}", h % SWEEP_SHARDS)
+    h % SWEEP_SHARDS
 }
+pub(super) fn sweep_pk(run_id: &str) -> String {
+    format!("OB#{}", shard(run_id))
+}
+/// How long after the retention period the run item's own TTL fires, should the sweep not.
+pub(super) const TTL_BACKSTOP: chrono::Duration = chrono::Duration::days(7);
 /// Sorts by time: the sweep asks for the keys before a cut-off.
 pub(super) fn sweep_sk(at: DateTime<Utc>, run_id: &str) -> String {
     format!("{}#{run_id}", sweep_time(at))
@@ -129,10 +134,14 @@ impl DynamoStore {
             }
         }
         if run.status.is_terminal() {
+            // The sweep purges the whole run (timeline items too) once the retention period
+            // is over; the run item's TTL, a week later, is only the backstop.
             item.insert(
                 "ttl".into(),
-                n((run.updated_at + self.retention).timestamp()),
+                n((run.updated_at + self.retention + TTL_BACKSTOP).timestamp()),
             );
+            item.insert("GSI3PK".into(), s(format!("FIN#{}", shard(&run.run_id))));
+            item.insert("GSI3SK".into(), s(sweep_sk(run.updated_at, &run.run_id)));
         }
         item.insert("ni".into(), n(timeline_items));
         Ok(item)
@@ -170,7 +179,7 @@ impl DynamoStore {
                 }
             }
         }
-        for k in ["ob", "ttl", "GSI2PK", "GSI2SK"] {
+        for k in ["ob", "ttl", "GSI2PK", "GSI2SK", "GSI3PK", "GSI3SK"] {
             if !sets.iter().any(|x| x.starts_with(&format!("#{k} "))) {
                 removes.push(format!("#{k}"));
                 update = update.expression_attribute_names(format!("#{k}"), k);

@@ -180,13 +180,22 @@ impl Service {
 
     /// Performs the outboxes of runs that parked more than `older_than` ago and whose outbox
     /// is still outstanding: what a crash between a commit and its effects left, when no
-    /// redelivery came to repair it. Returns how many runs it repaired.
+    /// redelivery came to repair it. Returns how many runs it repaired. Then deletes the
+    /// finished runs the store's retention period is over for.
     pub async fn sweep(&self, older_than: chrono::Duration) -> Result<usize, PortError> {
         let before = self.deps.clock.now() - older_than;
         let runs = self.deps.store.stale_outboxes(before, 100).await?;
         for run_id in &runs {
             info!(run_id = %run_id, "sweep: performing an outstanding outbox");
             self.repair(run_id).await?;
+        }
+        let purged = self
+            .deps
+            .store
+            .purge_finished(self.deps.clock.now(), 100)
+            .await?;
+        if purged > 0 {
+            info!(purged, "sweep: finished runs past their retention deleted");
         }
         Ok(runs.len())
     }
