@@ -1,0 +1,127 @@
+//! The sweep's side of the table: the sparse indexes of runs with a parking outbox (`GSI2`)
+//! and of finished runs (`GSI3`), and the purge of a finished run's every item.
+
+use baton_core::error::PortError;
+use chrono::{DateTime, Utc};
+
+use super::items::{SWEEP_SHARDS, broken, get_s, run_pk, s, sweep_time};
+use super::{DynamoStore, GSI3, Item};
+use crate::sdk::{Meter, map_sdk_err};
+
+impl DynamoStore {
+    /// Deletes every item of up to `limit` runs finished before `now` − retention.
+    pub(super) async fn purge(&self, now: DateTime<Utc>, limit: usize) -> Result<usize, PortError> {
+        let runs = self
+            .indexed_runs(GSI3, "FIN", now - self.retention, limit)
+            .await?;
+        for run_id in &runs {
+            let pk = run_pk(run_id);
+            let keys: Vec<Item> = self
+                .query(&pk, " ", "~", true, true, |_| true)
+                .await?
+                .into_iter()
+                .map(|item| {
+                    Item::from([
+                        ("PK".to_owned(), s(&pk)),
+                        (
+                            "SK".to_owned(),
+                            item.get("SK").cloned().unwrap_or(s("META")),
+                        ),
+                    ])
+                })
+                .collect();
+            // Timeline items first, the run item (which indexes the run) last: a purge cut
+            // short is finished by the next tick.
+            let (meta, rest): (Vec<Item>, Vec<Item>) = keys
+                .into_iter()
+                .partition(|k| k.get("SK") == Some(&s("META")));
+            for chunk in rest.chunks(25).chain(meta.chunks(25)) {
+                self.delete_batch(chunk).await?;
+            }
+        }
+        Ok(runs.len())
+    }
+
+    /// Run ids from a sweep index (`GSI2`, `GSI3`), keyed before `before`, all shards.
+    pub(super) async fn indexed_runs(
+        &self,
+        index: &str,
+        prefix: &str,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError> {
+        let (pk, sk) = (format!("{index}PK"), format!("{index}SK"));
+        let mut runs = Vec::new();
+        for shard in 0..SWEEP_SHARDS {
+            let mut start = None;
+            loop {
+                Meter::count(&self.meter.dynamodb);
+                let out = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(index)
+                    .key_condition_expression("#pk = :pk AND #sk < :before")
+                    .expression_attribute_names("#pk", &pk)
+                    .expression_attribute_names("#sk", &sk)
+                    .expression_attribute_values(":pk", s(format!("{prefix}#{shard}")))
+                    .expression_attribute_values(":before", s(sweep_time(before)))
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(|e| map_sdk_err("Query", e))?;
+                for item in out.items() {
+                    if let Some(id) = get_s(item, "PK")?.strip_prefix("RUN#") {
+                        runs.push(id.to_owned());
+                    }
+                }
+                start = out.last_evaluated_key().cloned();
+                if start.is_none() || runs.len() >= limit {
+                    break;
+                }
+            }
+        }
+        runs.truncate(limit);
+        Ok(runs)
+    }
+
+    /// Deletes up to 25 items by key, retrying what DynamoDB leaves unprocessed.
+    async fn delete_batch(&self, keys: &[Item]) -> Result<(), PortError> {
+        use aws_sdk_dynamodb::types::{DeleteRequest, WriteRequest};
+        let mut requests: Vec<WriteRequest> = keys
+            .iter()
+            .map(|k| {
+                let del = DeleteRequest::builder()
+                    .set_key(Some(k.clone()))
+                    .build()
+                    .map_err(|e| broken("build delete", e))?;
+                Ok(WriteRequest::builder().delete_request(del).build())
+            })
+            .collect::<Result<_, PortError>>()?;
+        for _ in 0..5 {
+            if requests.is_empty() {
+                return Ok(());
+            }
+            Meter::count(&self.meter.dynamodb);
+            self.meter
+                .write_units
+                .fetch_add(requests.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            let out = self
+                .client
+                .batch_write_item()
+                .request_items(&self.table, requests)
+                .send()
+                .await
+                .map_err(|e| map_sdk_err("BatchWriteItem", e))?;
+            requests = out
+                .unprocessed_items()
+                .and_then(|u| u.get(&self.table))
+                .cloned()
+                .unwrap_or_default();
+        }
+        Err(PortError::Unavailable {
+            message: "BatchWriteItem left items unprocessed five times".into(),
+            source: None,
+        })
+    }
+}
