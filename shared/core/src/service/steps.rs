@@ -185,9 +185,14 @@ impl Service {
     pub async fn sweep(&self, older_than: chrono::Duration) -> Result<usize, PortError> {
         let before = self.deps.clock.now() - older_than;
         let runs = self.deps.store.stale_outboxes(before, 100).await?;
+        let mut repaired = 0;
         for run_id in &runs {
             info!(run_id = %run_id, "sweep: performing an outstanding outbox");
-            self.repair(run_id).await?;
+            // One run whose effects keep failing must not keep the others waiting.
+            match self.repair(run_id).await {
+                Ok(()) => repaired += 1,
+                Err(e) => warn!(run_id = %run_id, error = %e, "sweep: the outbox failed again"),
+            }
         }
         let purged = self
             .deps
@@ -197,7 +202,7 @@ impl Service {
         if purged > 0 {
             info!(purged, "sweep: finished runs past their retention deleted");
         }
-        Ok(runs.len())
+        Ok(repaired)
     }
 
     /// Performs a run's outstanding outbox (the start-up sweep and crash repair).
