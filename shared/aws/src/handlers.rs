@@ -147,12 +147,11 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
         let handler = handler.clone();
         async move {
             let (service, dead_letters, queues, sqs) = &*handler;
-            let deadline = Deadline {
-                at: UNIX_EPOCH + Duration::from_millis(event.context.deadline),
-                step_budget,
-            };
-            let out =
-                handle_steps_until(service, dead_letters, event.payload, Some(deadline)).await;
+            let at = UNIX_EPOCH + Duration::from_millis(event.context.deadline);
+            // A deadline already past as the batch starts is no real invocation's (an
+            // emulator's such as `cargo lambda watch`, or a broken clock): ignore it.
+            let deadline = (at > SystemTime::now()).then_some(Deadline { at, step_budget });
+            let out = handle_steps_until(service, dead_letters, event.payload, deadline).await;
             let urls = [queues[0].as_str(), queues[1].as_str()];
             release(sqs, &urls, &out.deferred).await;
             Ok::<_, lambda_runtime::Error>(out.response)
