@@ -74,7 +74,7 @@ r=$(invoke subagent tests/events/subagent-steps-batch.json)
 check "subagent (unknown run) acknowledged" "$r" 'r["batchItemFailures"] == []'
 r=$(invoke cta tests/events/cta-inbox-batch.json)
 check "cta (unknown and invalid events rejected, not retried)" "$r" 'r["batchItemFailures"] == []'
-# A dead-lettered step ends its run as failed.
+# A dead-lettered step (the run's start, still pending) ends its run as failed.
 sed "s/RUN_ID/$run_id/g" tests/events/steps-dead-letter.json >"$work/steps-dead-letter.json"
 r=$(invoke orchestrator "$work/steps-dead-letter.json"); check "orchestrator dead letter" "$r" 'r["batchItemFailures"] == []'
 r=$(invoke api "$work/api-get-run.json")
