@@ -429,8 +429,24 @@ pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String
                    "usd_per_million_iterations": (mix * 100.0).round() / 100.0})
         })
         .collect();
+    // One sweep tick, as the scheduled rule runs it every 5 minutes: its requests, measured.
+    let sweep_meter = Meter::shared();
+    let (sweeper, _) = container(sweep_meter.clone());
+    sweeper.sweep(chrono::Duration::minutes(5)).await?;
+    let tick = sweep_meter.snapshot();
+    let ticks_per_month = 12.0 * 24.0 * 30.0;
+    let tick_usd = cost(&tick) + 0.2e-6; // + one Lambda request
+    let sweep = json!({
+        "requests_per_tick": tick.dynamodb_requests + tick.sqs_requests,
+        "read_units_per_tick": tick.read_units,
+        "ticks_per_month": ticks_per_month,
+        "usd_per_month": (tick_usd * ticks_per_month * 10_000.0).round() / 10_000.0,
+        "index_write_units_per_parking_commit": 2,
+        "usd_per_million_parking_commits": 2.0 * PRICE_WRITE_UNIT * 1e6,
+    });
     Ok(json!({
         "aws": samples,
+        "sweep": sweep,
         "shared_workers": {"runs": FLEET_RUNS, "workers": FLEET_WORKERS,
             "steps_per_run": FLEET_STEPS, "warm_steps": warm_steps, "cold_steps": cold_steps,
             "cold_share": (cold_share * 1000.0).round() / 1000.0, "blended": blended},

@@ -4,7 +4,7 @@
 use baton_core::error::PortError;
 use chrono::{DateTime, Utc};
 
-use super::items::{SWEEP_SHARDS, broken, get_s, run_pk, s, sweep_time};
+use super::items::{SWEEP_SHARDS, broken, get_s, item_size, run_pk, s, sweep_time};
 use super::{DynamoStore, GSI3, Item};
 use crate::sdk::{Meter, map_sdk_err};
 
@@ -55,7 +55,6 @@ impl DynamoStore {
         for shard in 0..SWEEP_SHARDS {
             let mut start = None;
             loop {
-                Meter::count(&self.meter.dynamodb);
                 let out = self
                     .client
                     .query()
@@ -70,6 +69,7 @@ impl DynamoStore {
                     .send()
                     .await
                     .map_err(|e| map_sdk_err("Query", e))?;
+                self.count_read(out.items().iter().map(item_size).sum(), false);
                 for item in out.items() {
                     if let Some(id) = get_s(item, "PK")?.strip_prefix("RUN#") {
                         runs.push(id.to_owned());
