@@ -1,5 +1,5 @@
 //! The full flow over AWS wire protocols: moto's server for DynamoDB, SQS FIFO, EventBridge
-//! and Scheduler, the queue pump standing in for Lambda's event source mappings, and a mock
+//! and Scheduler, in-process event source mappings standing in for Lambda's, and a mock
 //! OpenAI-compatible server on loopback.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report

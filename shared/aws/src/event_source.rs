@@ -196,7 +196,7 @@ impl EventSources {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    error!(error = %e, "queue pump failed; retrying");
+                    error!(error = %e, "polling the queues failed; retrying");
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }

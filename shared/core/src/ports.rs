@@ -1,6 +1,6 @@
 //! The ports: small traits the service talks to, one per kind of infrastructure.
 //!
-//! The embedded adapter (`adapters::local`) and the AWS adapters implement the same traits
+//! The embedded adapter (`baton-local`) and the AWS adapters (`baton-aws`) implement the same traits
 //! and pass the same contract tests. Every method is idempotent where the design needs it:
 //! a message or an effect performed twice must not do anything twice.
 

@@ -16,7 +16,7 @@ use tracing::info;
 
 use crate::host::{LOCAL_OWNER, StartError};
 
-/// `baton dev --aws`: the same API and the queue pump, over AWS APIs (an emulator at
+/// `baton dev --aws`: the same API and in-process event source mappings, over AWS APIs (an emulator at
 /// `AWS_ENDPOINT_URL`, or an account). Resources are created on start if missing.
 pub struct AwsDevOptions {
     pub sdk: aws_config::SdkConfig,
