@@ -148,61 +148,42 @@ pub async fn ensure(
     };
     let build =
         |e: aws_sdk_dynamodb::error::BuildError| PortError::broken("build table definition", e);
-    let created = ddb
+    // Every index is keyed `<name>PK` / `<name>SK`: GSI1 lists CTAs by owner (all
+    // attributes); GSI2 and GSI3 are the sweep's, and need only the keys.
+    let index = |name: &str, projection: ProjectionType| -> Result<_, PortError> {
+        let mut attrs = Vec::new();
+        for suffix in ["PK", "SK"] {
+            attrs.push(attr(&format!("{name}{suffix}")).map_err(build)?);
+        }
+        let gsi = GlobalSecondaryIndex::builder()
+            .index_name(name)
+            .key_schema(key(&format!("{name}PK"), KeyType::Hash).map_err(build)?)
+            .key_schema(key(&format!("{name}SK"), KeyType::Range).map_err(build)?)
+            .projection(Projection::builder().projection_type(projection).build())
+            .build()
+            .map_err(build)?;
+        Ok((attrs, gsi))
+    };
+    let mut create = ddb
         .create_table()
         .table_name(n.table())
         .billing_mode(BillingMode::PayPerRequest)
         .attribute_definitions(attr("PK").map_err(build)?)
         .attribute_definitions(attr("SK").map_err(build)?)
-        .attribute_definitions(attr("GSI1PK").map_err(build)?)
-        .attribute_definitions(attr("GSI1SK").map_err(build)?)
-        .attribute_definitions(attr("GSI2PK").map_err(build)?)
-        .attribute_definitions(attr("GSI2SK").map_err(build)?)
-        .attribute_definitions(attr("GSI3PK").map_err(build)?)
-        .attribute_definitions(attr("GSI3SK").map_err(build)?)
         .key_schema(key("PK", KeyType::Hash).map_err(build)?)
-        .key_schema(key("SK", KeyType::Range).map_err(build)?)
-        .global_secondary_indexes(
-            GlobalSecondaryIndex::builder()
-                .index_name(GSI1)
-                .key_schema(key("GSI1PK", KeyType::Hash).map_err(build)?)
-                .key_schema(key("GSI1SK", KeyType::Range).map_err(build)?)
-                .projection(
-                    Projection::builder()
-                        .projection_type(ProjectionType::All)
-                        .build(),
-                )
-                .build()
-                .map_err(build)?,
-        )
-        .global_secondary_indexes(
-            GlobalSecondaryIndex::builder()
-                .index_name(GSI2)
-                .key_schema(key("GSI2PK", KeyType::Hash).map_err(build)?)
-                .key_schema(key("GSI2SK", KeyType::Range).map_err(build)?)
-                .projection(
-                    Projection::builder()
-                        .projection_type(ProjectionType::KeysOnly)
-                        .build(),
-                )
-                .build()
-                .map_err(build)?,
-        )
-        .global_secondary_indexes(
-            GlobalSecondaryIndex::builder()
-                .index_name(GSI3)
-                .key_schema(key("GSI3PK", KeyType::Hash).map_err(build)?)
-                .key_schema(key("GSI3SK", KeyType::Range).map_err(build)?)
-                .projection(
-                    Projection::builder()
-                        .projection_type(ProjectionType::KeysOnly)
-                        .build(),
-                )
-                .build()
-                .map_err(build)?,
-        )
-        .send()
-        .await;
+        .key_schema(key("SK", KeyType::Range).map_err(build)?);
+    for (name, projection) in [
+        (GSI1, ProjectionType::All),
+        (GSI2, ProjectionType::KeysOnly),
+        (GSI3, ProjectionType::KeysOnly),
+    ] {
+        let (attrs, gsi) = index(name, projection)?;
+        for a in attrs {
+            create = create.attribute_definitions(a); // appends
+        }
+        create = create.global_secondary_indexes(gsi);
+    }
+    let created = create.send().await;
     match created {
         Ok(_) => {
             let ttl = TimeToLiveSpecification::builder()
