@@ -82,7 +82,7 @@ pub async fn dev(
     if made {
         println!("baton dev --aws: new token {token} (set BATON_TOKEN to choose one)");
     }
-    let _ = tokio::signal::ctrl_c().await;
+    baton_local::host::stop_signal().await;
     server.shutdown().await;
     Ok(())
 }

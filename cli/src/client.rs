@@ -23,6 +23,10 @@ enum Failure {
     Refused(String),
     /// Unreachable, 5xx, or an unreadable answer.
     Broken(String),
+    /// `run --wait`: the run ended without completing (failed, expired, cancelled).
+    Ended,
+    /// `run --wait`: the run was still going when the timeout came.
+    TimedOut(String),
 }
 
 impl Api {
@@ -104,6 +108,11 @@ pub async fn run(
             eprintln!("baton: {m}");
             ExitCode::FAILURE
         }
+        Err(Failure::Ended) => ExitCode::from(3),
+        Err(Failure::TimedOut(m)) => {
+            eprintln!("baton: {m}");
+            ExitCode::from(4)
+        }
     }
 }
 
@@ -148,18 +157,29 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
                 return Ok(());
             }
             let deadline = Instant::now() + Duration::from_secs(timeout);
+            let mut said = String::new();
             loop {
                 let run = api
                     .call(Method::GET, &format!("/runs/{}", seg(&run_id)?), None)
                     .await?;
                 let status = run["status"].as_str().unwrap_or("");
+                // Each change of state on stderr, a retrying step's trouble included.
+                let now = progress(&run);
+                if now != said {
+                    eprintln!("{run_id}: {now}");
+                    said = now;
+                }
                 let parked_on_human = status == "waiting" && run["state"] == "waiting_on_user";
-                if parked_on_human || !matches!(status, "queued" | "running" | "waiting") {
+                if parked_on_human || status == "completed" {
                     print(&run, render_run(&run));
                     return Ok(());
                 }
+                if !matches!(status, "queued" | "running" | "waiting") {
+                    print(&run, render_run(&run));
+                    return Err(Failure::Ended);
+                }
                 if Instant::now() >= deadline {
-                    return Err(Failure::Broken(format!(
+                    return Err(Failure::TimedOut(format!(
                         "run {run_id} is still {status} after {timeout}s"
                     )));
                 }
@@ -310,6 +330,23 @@ fn render_cta(c: &Value) -> String {
     )
 }
 
+/// A run's state in a few words: its status, what it waits for, and the last error of a
+/// step being retried.
+fn progress(r: &Value) -> String {
+    let mut out = r["status"].as_str().unwrap_or("").to_owned();
+    if let Some(state) = r["state"].as_str() {
+        out.push_str(&format!(" ({state})"));
+    }
+    if let Some(e) = r.get("lastError") {
+        out.push_str(&format!(
+            " - retrying after attempt {}: {}",
+            e["attempts"],
+            e["message"].as_str().unwrap_or("")
+        ));
+    }
+    out
+}
+
 fn render_run(r: &Value) -> String {
     let u = &r["usage"];
     let mut out = format!(
@@ -375,6 +412,21 @@ fn render_run(r: &Value) -> String {
     }
     if let Some(res) = r["result"].as_str() {
         out.push_str(&format!("\nresult: {res}"));
+    }
+    if let Some(e) = r.get("error") {
+        out.push_str(&format!(
+            "\nerror: {}: {}",
+            e["code"].as_str().unwrap_or(""),
+            e["message"].as_str().unwrap_or("")
+        ));
+    }
+    if let Some(e) = r.get("lastError") {
+        out.push_str(&format!(
+            "\nlast error (attempt {}, at {}): {}",
+            e["attempts"],
+            e["at"].as_str().unwrap_or(""),
+            e["message"].as_str().unwrap_or("")
+        ));
     }
     out
 }

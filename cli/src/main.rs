@@ -83,7 +83,10 @@ enum Command {
         prompt: String,
         #[arg(long)]
         agent: Option<String>,
-        /// Wait until the run finishes or parks on a CTA, then show it.
+        /// Wait until the run finishes or parks on a CTA, then show it; its state changes
+        /// (and a retrying step's last error) go to stderr as they happen. Exit codes:
+        /// 0 completed or waiting for a human, 3 failed/expired/cancelled, 4 still going
+        /// at the timeout, 2 refused, 1 unreachable.
         #[arg(long)]
         wait: bool,
         /// Seconds to wait at most with --wait.
@@ -300,7 +303,19 @@ async fn dev(
     );
     match &script {
         Some(p) => println!("baton dev: scripted model from {}", p.display()),
-        None => println!("baton dev: OpenAI-compatible model (OPENAI_BASE_URL, BATON_MODEL)"),
+        None => {
+            let m = &config.model;
+            println!(
+                "baton dev: model {} at {} (BATON_MODEL, OPENAI_BASE_URL)",
+                m.model, m.base_url
+            );
+            if m.api_key.is_none() {
+                eprintln!(
+                    "baton dev: warning: OPENAI_API_KEY is not set; a provider that needs a key \
+                     will refuse every model call (a local server may not need one)"
+                );
+            }
+        }
     }
     if server.token_created {
         println!(

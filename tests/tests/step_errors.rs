@@ -102,6 +102,23 @@ impl Store for Refusing {
     ) -> Result<Settled, PortError> {
         self.inner.settle_cta(cta_id, settlement, at).await
     }
+    async fn stale_resolutions(
+        &self,
+        before: chrono::DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<Cta>, PortError> {
+        self.inner.stale_resolutions(before, limit).await
+    }
+    async fn record_failure(
+        &self,
+        run_id: &str,
+        failure: &baton_core::run::LastError,
+    ) -> Result<(), PortError> {
+        self.inner.record_failure(run_id, failure).await
+    }
+    async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
+        self.inner.clear_resolution(cta_id).await
+    }
     async fn list_ctas(
         &self,
         owner: &str,

@@ -232,8 +232,14 @@ async fn post_message(
         .service
         .post_message(&owner, &run_id, &body.text, key.as_deref())
         .await?;
+    let queued = !run.status.is_terminal();
+    let message = if queued {
+        "the run is busy: this message starts its next turn when the one under way ends"
+    } else {
+        "this message starts the run's next turn"
+    };
     Ok(accepted(
-        json!({"runId": run.run_id, "status": run.status, "accepted": true}),
+        json!({"runId": run.run_id, "status": run.status, "accepted": true, "queued": queued, "message": message}),
     ))
 }
 
@@ -243,9 +249,12 @@ async fn cancel_run(
     Id(run_id): Id,
 ) -> Result<Response, ApiError> {
     let run = s.service.cancel(&owner, &run_id).await?;
-    Ok(accepted(
-        json!({"runId": run.run_id, "status": run.status, "accepted": true}),
-    ))
+    Ok(accepted(json!({
+        "runId": run.run_id, "status": run.status, "accepted": true,
+        "message": "the run ends cancelled, with its pending CTAs and subagents, when its turn \
+            in the run's queue comes; if the run ends on its own first, it keeps that outcome \
+            and its timeline says the cancel came too late (notice `cancel_too_late`)",
+    })))
 }
 
 async fn list_ctas(
@@ -286,9 +295,11 @@ async fn answer_cta(
         .service
         .answer_cta(Some(&owner), &cta_id, response, Some(owner.clone()))
         .await?;
-    Ok(accepted(
-        json!({"ctaId": cta.cta_id, "runId": cta.run_id, "status": cta.status}),
-    ))
+    Ok(accepted(json!({
+        "ctaId": cta.cta_id, "runId": cta.run_id, "status": cta.status,
+        "message": "answer recorded; the run takes it in its turn (a run cancelled meanwhile \
+            records the answer and stays cancelled)",
+    })))
 }
 
 /// Serves `app` on `addr` until `stop` turns true; returns the bound address (so `addr` may

@@ -95,6 +95,13 @@ impl EventSources {
 
     /// One receive per queue; returns how many messages were handed to handlers.
     pub async fn pump_once(&self) -> Result<usize, PortError> {
+        self.pump(None).await
+    }
+
+    /// One receive per queue. What failed is left to the visibility timeout, as Lambda
+    /// does; once `stop` is set, it is released at once instead, so a graceful stop leaves
+    /// no message in flight to hold up its run's group.
+    async fn pump(&self, stop: Option<&watch::Receiver<bool>>) -> Result<usize, PortError> {
         let mut handled = 0;
         for q in &self.queues {
             let out = self
@@ -159,7 +166,25 @@ impl EventSources {
                         .ok()
                 })
                 .collect();
-            if !failed.is_empty() {
+            let stopping = stop.is_some_and(|s| *s.borrow());
+            if !failed.is_empty() && stopping {
+                for m in messages
+                    .iter()
+                    .filter(|m| failed.contains(&m.message_id().unwrap_or_default()))
+                {
+                    let r = self
+                        .sqs
+                        .change_message_visibility()
+                        .queue_url(&q.url)
+                        .receipt_handle(m.receipt_handle().unwrap_or_default())
+                        .visibility_timeout(0)
+                        .send()
+                        .await;
+                    if let Err(e) = r {
+                        warn!(error = %map_sdk_err("ChangeMessageVisibility", e), "a message waits its visibility timeout");
+                    }
+                }
+            } else if !failed.is_empty() {
                 warn!(queue = %q.url, failed = failed.len(), "left to the visibility timeout");
             }
             if !done.is_empty() {
@@ -187,7 +212,7 @@ impl EventSources {
     /// Pumps until `stop` turns true.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         while !*stop.borrow() {
-            match self.pump_once().await {
+            match self.pump(Some(&stop)).await {
                 Ok(0) => {
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_millis(100)) => {}

@@ -306,10 +306,21 @@ pub async fn handle_steps_until(
         }
         .instrument(span)
         .await;
+        let result = result.and_then(|h| {
+            // A crash before the ack: the message is not deleted, and comes back.
+            baton_core::failpoint::hit("step.before_ack")?;
+            Ok(h)
+        });
         match result {
             Ok(_) => {}
             Err(e) if e.is_retryable() => {
                 warn!(message_id = %id, run_id = %msg.run_id, error = %e, "step failed; SQS will redeliver");
+                let attempts = rec
+                    .attributes
+                    .get("ApproximateReceiveCount")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(1);
+                service.note_failure(&msg, attempts, &e).await;
                 failed_groups.insert(group);
                 out.response.batch_item_failures.push(failure(id));
             }

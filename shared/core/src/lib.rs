@@ -17,6 +17,7 @@ pub mod config;
 pub mod cta;
 pub mod engine;
 pub mod error;
+pub mod failpoint;
 pub mod llm;
 pub mod message;
 pub mod ports;

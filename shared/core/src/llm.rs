@@ -177,7 +177,7 @@ pub fn project(system: &str, timeline: &[Entry]) -> Vec<ChatMessage> {
                     content,
                 });
             }
-            EntryBody::Notice { .. } | EntryBody::Error { .. } => {}
+            EntryBody::Notice { .. } | EntryBody::Error { .. } | EntryBody::Queued { .. } => {}
         }
     }
     flush(&mut out, &mut results);

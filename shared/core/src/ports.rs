@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use crate::cta::{Cta, CtaStatus, Settlement};
 use crate::error::PortError;
 use crate::message::{Effect, Event, StepMessage, Transition};
-use crate::run::Run;
+use crate::run::{LastError, Run};
 use crate::timeline::Entry;
 
 /// A run with its outstanding outbox: effects committed but not yet marked performed.
@@ -86,15 +86,32 @@ pub trait Store: Send + Sync {
     /// Marks the outbox of `version` performed (does nothing if the run moved past it).
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError>;
 
+    /// Records, beside the run item and without moving its version, the last failure of
+    /// a step being retried; read back as `Run::last_error` until the next commit clears it.
+    async fn record_failure(&self, run_id: &str, failure: &LastError) -> Result<(), PortError>;
+
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError>;
 
-    /// Moves a CTA out of `pending` with one conditional write: the first wins.
+    /// Moves a CTA out of `pending` with one conditional write: the first wins. An answer or
+    /// an expiry is written with its resolution *outstanding* (the CTA's own outbox): the
+    /// run still has to be told, and until [`Store::clear_resolution`] says it was, the
+    /// sweep finds it ([`Store::stale_resolutions`]) and tells it again.
     async fn settle_cta(
         &self,
         cta_id: &str,
         settlement: &Settlement,
         at: DateTime<Utc>,
     ) -> Result<Settled, PortError>;
+
+    /// CTAs whose resolution is outstanding since before `before`, at most `limit`.
+    async fn stale_resolutions(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<Cta>, PortError>;
+
+    /// Marks a CTA's resolution sent to its run.
+    async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError>;
 
     /// An owner's CTAs, optionally of one status, oldest first.
     async fn list_ctas(

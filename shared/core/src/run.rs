@@ -128,9 +128,30 @@ pub struct Run {
     pub result_truncated: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
+    /// Follow-up messages that came while a turn was under way (the seqs of their `queued`
+    /// entries), oldest first: each starts a turn of its own when the one before ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queued: Vec<u64>,
+    /// The last failure of a step that is being retried, until a step commits. Not part of
+    /// a commit: the store keeps it beside the run item and reads it back with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<LastError>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
+
+/// A step that failed and will be tried again: what went wrong, and how often.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastError {
+    pub message: String,
+    /// The deliveries of the failing message so far.
+    pub attempts: u32,
+    pub at: DateTime<Utc>,
+}
+
+/// At most this many follow-up messages wait for a busy run; more are refused.
+pub const MAX_QUEUED: usize = 10;
 
 /// What it takes to create a run (top-level or child).
 #[derive(Debug, Clone)]
@@ -168,6 +189,8 @@ impl Run {
             result_seq: None,
             result_truncated: false,
             error: None,
+            queued: Vec::new(),
+            last_error: None,
             created_at: n.now,
             updated_at: n.now,
         }

@@ -31,6 +31,13 @@ pub enum EntryBody {
         #[serde(rename = "messageId", default, skip_serializing_if = "Option::is_none")]
         message_id: Option<String>,
     },
+    /// A follow-up message that came while the run was busy. The model does not see it
+    /// here: when the turn under way ends, it starts the next turn as a `user` entry.
+    Queued {
+        text: String,
+        #[serde(rename = "messageId")]
+        message_id: String,
+    },
     /// One model reply. Its tool calls are the `tool` entries that name it in `replySeq`.
     Assistant {
         #[serde(default, skip_serializing_if = "Option::is_none")]

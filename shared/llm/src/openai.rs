@@ -272,6 +272,22 @@ fn parse(body: &[u8]) -> Result<LlmReply, LlmError> {
     })
 }
 
+/// A failed request in words a user can act on: which endpoint, and the root cause
+/// (`connection refused`, a DNS failure, a timeout), not only "error sending request".
+fn describe(e: &reqwest::Error, url: &str) -> String {
+    let mut root: &dyn std::error::Error = e;
+    while let Some(next) = root.source() {
+        root = next;
+    }
+    if e.is_timeout() {
+        format!("no reply from {url} in time: {root}")
+    } else if e.is_connect() {
+        format!("cannot reach {url}: {root}")
+    } else {
+        format!("request to {url} failed: {root}")
+    }
+}
+
 #[async_trait::async_trait]
 impl Llm for OpenAiLlm {
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
@@ -330,7 +346,7 @@ impl Llm for OpenAiLlm {
                     }
                     (hinted, why, None)
                 }
-                Err(e) => (None, format!("request failed: {e}"), Some(Box::new(e))),
+                Err(e) => (None, describe(&e, &self.url), Some(Box::new(e))),
             };
             if attempt >= self.cfg.max_retries {
                 return Err(LlmError::Unavailable {

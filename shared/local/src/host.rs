@@ -127,23 +127,26 @@ impl LocalServer {
 
     /// Waits for Ctrl-C (or SIGTERM), then shuts down.
     pub async fn serve_until_signal(self) {
-        let ctrl_c = tokio::signal::ctrl_c();
-        #[cfg(unix)]
-        {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(_) => {
-                        let _ = ctrl_c.await;
-                        return self.shutdown().await;
-                    }
-                };
-            tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
-        }
-        #[cfg(not(unix))]
-        let _ = ctrl_c.await;
+        stop_signal().await;
         self.shutdown().await;
     }
+}
+
+/// Waits for Ctrl-C or SIGTERM: what a terminal, a process manager or `kill` sends to
+/// ask a server to stop gracefully.
+pub async fn stop_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} },
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
 }
 
 /// `GET /events?after=<position>&limit=<n>`: the events the embedded bus recorded, for UIs

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tracing::{Instrument, error, info_span, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::store::{Delivery, LocalStore};
 use baton_core::error::PortError;
@@ -48,6 +48,9 @@ pub struct Worker {
     opts: WorkerOptions,
 }
 
+/// How often the running worker sweeps, and how old an outstanding outbox must be to count.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
 fn backoff(receives: u32) -> Duration {
     Duration::from_millis(250u64.saturating_mul(1 << receives.min(8)).min(60_000))
 }
@@ -61,13 +64,28 @@ impl Worker {
         }
     }
 
-    /// Performs every outbox a crash left unperformed.
+    /// Start-up recovery, for the data directory's one owner: releases what an earlier
+    /// process received and never acknowledged, then performs every outbox a crash left
+    /// unperformed (runs' effects and answered CTAs' resolutions). Returns how many runs
+    /// and CTAs it repaired.
     pub async fn sweep(&self) -> Result<usize, PortError> {
+        let released = self.store.release_leases()?;
+        if released > 0 {
+            info!(
+                released,
+                "released messages an earlier process left in flight"
+            );
+        }
         let runs = self.store.runs_with_outbox()?;
         for run_id in &runs {
             self.service.repair(run_id).await?;
         }
-        Ok(runs.len())
+        // Every resolution still outstanding was being sent when the last process stopped.
+        let resolved = self
+            .service
+            .resend_resolutions(chrono::Duration::zero())
+            .await?;
+        Ok(runs.len() + resolved)
     }
 
     /// Handles the messages available now (one batch). Returns how many it handled.
@@ -131,22 +149,32 @@ impl Worker {
         }
     }
 
-    /// Runs until `stop` turns true: the sweep once, then the pump and the timers.
+    /// Runs until `stop` turns true: the pump, the timers and, every minute, the sweep of
+    /// outboxes and resolutions left outstanding by a failure that no crash followed.
+    /// (Call [`Worker::sweep`] once before, at start-up.)
     ///
     /// Free slots are refilled as soon as any message is done, so one slow think (a real
     /// model can take minutes) never holds up other runs' steps.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        if let Err(e) = self.sweep().await {
-            error!(error = %e, "start-up sweep failed");
-        }
         let mut inflight = JoinSet::new();
         let mut next_timers = tokio::time::Instant::now();
+        let mut next_sweep = tokio::time::Instant::now() + SWEEP_EVERY;
         while !*stop.borrow() {
             if tokio::time::Instant::now() >= next_timers {
                 if let Err(e) = self.fire_due_timers().await {
                     error!(error = %e, "firing timers failed");
                 }
                 next_timers = tokio::time::Instant::now() + self.opts.timer_interval;
+            }
+            if tokio::time::Instant::now() >= next_sweep {
+                if let Err(e) = self
+                    .service
+                    .sweep(chrono::Duration::from_std(SWEEP_EVERY).unwrap_or_default())
+                    .await
+                {
+                    error!(error = %e, "sweep failed");
+                }
+                next_sweep = tokio::time::Instant::now() + SWEEP_EVERY;
             }
             let free = self.opts.concurrency.saturating_sub(inflight.len());
             if free > 0 {
@@ -194,9 +222,12 @@ async fn process(service: Arc<Service>, store: LocalStore, max_receives: u32, d:
             service.handle(&msg).await
         };
         let done = match result {
+            // A crash before the ack: the message stays in flight until a restart releases it.
+            Ok(_) if baton_core::failpoint::hit("step.before_ack").is_err() => Ok(()),
             Ok(_) => store.ack(d.receipt),
             Err(e) if e.is_retryable() => {
                 warn!(error = %e, "step failed; will retry");
+                service.note_failure(&msg, d.receives, &e).await;
                 store.retry_later(d.receipt, backoff(d.receives))
             }
             Err(e) => {

@@ -40,6 +40,10 @@ fn shard(run_id: &str) -> u32 {
 pub(super) fn sweep_pk(run_id: &str) -> String {
     format!("OB#{}", shard(run_id))
 }
+/// The sweep index's partition for a CTA whose resolution is outstanding (GSI2 too).
+pub(super) fn resolution_pk(cta_id: &str) -> String {
+    format!("CR#{}", shard(cta_id))
+}
 /// How long after the retention period the run item's own TTL fires, should the sweep not.
 pub(super) const TTL_BACKSTOP: chrono::Duration = chrono::Duration::days(7);
 /// Sorts by time: the sweep asks for the keys before a cut-off.
@@ -179,7 +183,7 @@ impl DynamoStore {
                 }
             }
         }
-        for k in ["ob", "ttl", "GSI2PK", "GSI2SK", "GSI3PK", "GSI3SK"] {
+        for k in ["ob", "fail", "ttl", "GSI2PK", "GSI2SK", "GSI3PK", "GSI3SK"] {
             if !sets.iter().any(|x| x.starts_with(&format!("#{k} "))) {
                 removes.push(format!("#{k}"));
                 update = update.expression_attribute_names(format!("#{k}"), k);
@@ -286,8 +290,11 @@ impl DynamoStore {
 }
 
 pub(super) fn parse_run(item: &Item) -> Result<RunRecord, PortError> {
-    let run: Run =
+    let mut run: Run =
         serde_json::from_str(get_s(item, "body")?).map_err(|e| broken("decode run", e))?;
+    if let Some(AttributeValue::S(f)) = item.get("fail") {
+        run.last_error = Some(serde_json::from_str(f).map_err(|e| broken("decode failure", e))?);
+    }
     let outbox = match item.get("ob") {
         Some(AttributeValue::S(o)) => {
             serde_json::from_str(o).map_err(|e| broken("decode outbox", e))?

@@ -36,7 +36,7 @@ use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition};
 use baton_core::ports::{Created, RunRecord, Settled, Store};
-use baton_core::run::Run;
+use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
 
 type Item = HashMap<String, AttributeValue>;
@@ -410,6 +410,30 @@ impl Store for DynamoStore {
         }
     }
 
+    async fn record_failure(&self, run_id: &str, failure: &LastError) -> Result<(), PortError> {
+        let f = serde_json::to_string(failure).map_err(|e| broken("encode failure", e))?;
+        Meter::count(&self.meter.dynamodb);
+        self.meter
+            .write_units
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("PK", s(run_pk(run_id)))
+            .key("SK", s("META"))
+            .update_expression("SET fail = :f")
+            .condition_expression("attribute_exists(PK)")
+            .expression_attribute_values(":f", s(f))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
+            Err(e) => Err(map_sdk_err("UpdateItem", e)),
+        }
+    }
+
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
         self.get_item(cta_pk(cta_id))
             .await?
@@ -431,7 +455,12 @@ impl Store for DynamoStore {
             return Ok(Settled::Lost(cta));
         }
         cta.settle(settlement, at);
-        let item = self.cta_item(&cta)?;
+        let mut item = self.cta_item(&cta)?;
+        if cta.status != CtaStatus::Cancelled {
+            // The CTA's outbox: indexed for the sweep until the run has been told.
+            item.insert("GSI2PK".into(), s(resolution_pk(cta_id)));
+            item.insert("GSI2SK".into(), s(sweep_sk(at, cta_id)));
+        }
         self.count_write(&[&item], false);
         let r = self
             .client
@@ -451,6 +480,42 @@ impl Store for DynamoStore {
                 }
             }
             Err(e) => Err(map_sdk_err("PutItem", e)),
+        }
+    }
+
+    async fn stale_resolutions(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<Cta>, PortError> {
+        let mut out = Vec::new();
+        for cta_id in self.indexed(GSI2, "CR", "CTA#", before, limit).await? {
+            if let Some(c) = self.get_cta(&cta_id).await? {
+                out.push(c);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
+        Meter::count(&self.meter.dynamodb);
+        self.meter
+            .write_units
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("PK", s(cta_pk(cta_id)))
+            .key("SK", s("META"))
+            .update_expression("REMOVE GSI2PK, GSI2SK")
+            .condition_expression("attribute_exists(PK)")
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
+            Err(e) => Err(map_sdk_err("UpdateItem", e)),
         }
     }
 

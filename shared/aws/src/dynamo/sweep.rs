@@ -50,6 +50,19 @@ impl DynamoStore {
         before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<String>, PortError> {
+        self.indexed(index, prefix, "RUN#", before, limit).await
+    }
+
+    /// The ids of the items (of partition key `item_prefix` + id) a sweep index holds in
+    /// its `prefix` partitions, keyed before `before`.
+    pub(super) async fn indexed(
+        &self,
+        index: &str,
+        prefix: &str,
+        item_prefix: &str,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError> {
         let (pk, sk) = (format!("{index}PK"), format!("{index}SK"));
         let mut runs = Vec::new();
         for shard in 0..SWEEP_SHARDS {
@@ -71,7 +84,7 @@ impl DynamoStore {
                     .map_err(|e| map_sdk_err("Query", e))?;
                 self.count_read(out.items().iter().map(item_size).sum(), false);
                 for item in out.items() {
-                    if let Some(id) = get_s(item, "PK")?.strip_prefix("RUN#") {
+                    if let Some(id) = get_s(item, "PK")?.strip_prefix(item_prefix) {
                         runs.push(id.to_owned());
                     }
                 }

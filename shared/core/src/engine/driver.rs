@@ -3,6 +3,7 @@
 //! or ignores. The I/O itself is the caller's ([`StepIo`]): the service calls the model and
 //! the tools; the engine tests answer from a script. Nothing here awaits anything but that.
 
+use std::collections::HashMap;
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
@@ -10,6 +11,8 @@ use serde_json::Value;
 
 use super::{Execution, Io, Step, step};
 use crate::agent::Catalog;
+use crate::cta::Cta;
+use crate::error::PortError;
 use crate::llm::{LlmError, LlmReply};
 use crate::message::{Input, Transition};
 use crate::run::Run;
@@ -21,6 +24,21 @@ pub trait StepIo: Sync {
     fn think(&self, think_index: u32) -> impl Future<Output = Result<LlmReply, LlmError>> + Send;
     /// A tool's output; an `Err` is an error result the model sees.
     fn execute(&self, call: Execution) -> impl Future<Output = Result<Value, String>> + Send;
+    /// Settles these CTAs as cancelled where they are still pending (the first write wins)
+    /// and returns their records as they then are, by id.
+    fn settle(
+        &self,
+        cta_ids: Vec<String>,
+    ) -> impl Future<Output = Result<HashMap<String, Cta>, PortError>> + Send;
+}
+
+/// Why [`decide`] could not decide: retry the message.
+#[derive(Debug, thiserror::Error)]
+pub enum IoError {
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    #[error(transparent)]
+    Port(#[from] PortError),
 }
 
 /// What the engine decided for a message, once its I/O is done.
@@ -39,15 +57,16 @@ pub async fn decide<W: StepIo>(
     timeline: &[Entry],
     input: &Input,
     world: &W,
-) -> Result<Decision, LlmError> {
+) -> Result<Decision, IoError> {
     let mut io = Io::default();
     loop {
         match step(catalog, now, run, timeline, input, &io) {
             Step::Think { think_index } => match world.think(think_index).await {
                 Ok(reply) => io.reply = Some(reply),
                 Err(LlmError::Fatal(message)) => io.model_error = Some(message),
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             },
+            Step::Settle(ids) => io.settled = Some(world.settle(ids).await?),
             Step::Execute(calls) => {
                 for call in calls {
                     let id = call.call_id.clone();

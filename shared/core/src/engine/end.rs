@@ -11,8 +11,30 @@ use crate::timeline::{EntryBody, ToolResult};
 
 /// `Cancel`: end an active run as cancelled, its CTAs and children with it.
 pub(super) fn cancel(w: &mut Work, reason: &str) -> Next {
+    if w.run.status == RunStatus::Cancelled {
+        return Next::Now(Step::Ignore("run already cancelled".into()));
+    }
     if w.run.status.is_terminal() {
-        return Next::Now(Step::Ignore("run already ended".into()));
+        // The run ended before the cancel's turn came: say so once, in its timeline.
+        let said = w
+            .timeline
+            .iter()
+            .rev()
+            .take_while(|e| !matches!(e.body, EntryBody::User { .. }))
+            .any(
+                |e| matches!(&e.body, EntryBody::Notice { code, .. } if code == "cancel_too_late"),
+            );
+        if said {
+            return Next::Now(Step::Ignore("run already ended".into()));
+        }
+        w.push(EntryBody::Notice {
+            code: "cancel_too_late".into(),
+            message: format!(
+                "a cancel came after the run had ended ({}); it changed nothing",
+                w.run.status.as_str()
+            ),
+        });
+        return Next::Commit;
     }
     w.end(RunStatus::Cancelled, "cancelled", reason);
     Next::Commit
@@ -39,10 +61,22 @@ impl Work<'_> {
             let t = self.tool(seq).clone();
             let mut snap = t.cta.clone();
             if let Some(s) = snap.as_mut() {
-                s.status = CtaStatus::Cancelled;
-                self.effects.push(Effect::CancelCta {
-                    cta_id: s.cta_id.clone(),
-                });
+                // The CTA record decides: an answer (or expiry) written before the run's
+                // end stays in the timeline as such; otherwise the CTA is cancelled (the
+                // step settled it before this commit, or the effect does after it).
+                match self.settled.and_then(|m| m.get(&s.cta_id)) {
+                    Some(rec) if rec.status != CtaStatus::Pending => {
+                        s.status = rec.status;
+                        s.response = rec.response.clone();
+                        s.responder = rec.responder.clone();
+                    }
+                    _ => {
+                        s.status = CtaStatus::Cancelled;
+                        self.effects.push(Effect::CancelCta {
+                            cta_id: s.cta_id.clone(),
+                        });
+                    }
+                }
                 self.effects.push(Effect::Unschedule {
                     cta_id: s.cta_id.clone(),
                 });
@@ -131,5 +165,6 @@ impl Work<'_> {
                 },
             );
         }
+        self.next_queued_turn();
     }
 }

@@ -35,13 +35,14 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use crate::agent::Catalog;
+use crate::cta::Cta;
 use crate::llm::LlmReply;
 use crate::message::{Input, Transition};
 use crate::run::Run;
 use crate::timeline::{Entry, ToolResult};
 use work::Work;
 
-pub use driver::{Decision, StepIo, decide};
+pub use driver::{Decision, IoError, StepIo, decide};
 
 /// A tool the caller must execute for the engine.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,6 +58,10 @@ pub enum Step {
     Think { think_index: u32 },
     /// Execute these tools and step again with their outputs.
     Execute(Vec<Execution>),
+    /// Settle these pending CTAs as cancelled (the first write wins) and step again with
+    /// the CTA records as they then are: the run is about to end, and the timeline must
+    /// say what each CTA record says, even if an answer won the race.
+    Settle(Vec<String>),
     /// Commit this.
     Done(Box<Transition>),
     /// Nothing to do: the message is stale or a redelivery.
@@ -70,6 +75,8 @@ pub struct Io {
     /// The model call failed for good: the run fails, after this step's input is applied.
     pub model_error: Option<String>,
     pub outputs: std::collections::HashMap<String, Result<Value, String>>,
+    /// The CTA records after [`Step::Settle`] (`None` until then), by CTA id.
+    pub settled: Option<std::collections::HashMap<String, Cta>>,
 }
 
 /// The first `max` bytes of `s` (on a char boundary), and whether it was cut.
@@ -112,7 +119,17 @@ pub fn step(
     input: &Input,
     io: &Io,
 ) -> Step {
-    let mut w = Work::new(catalog, now, run, timeline);
+    let mut w = Work::new(catalog, now, run, timeline, io.settled.as_ref());
+    if io.settled.is_none() && ends_run(run, input) {
+        let ids: Vec<String> = w
+            .pending_seqs(|t| t.cta.is_some())
+            .into_iter()
+            .filter_map(|s| w.tool(s).cta.as_ref().map(|c| c.cta_id.clone()))
+            .collect();
+        if !ids.is_empty() {
+            return Step::Settle(ids);
+        }
+    }
     let next = match input {
         Input::Start => start::start(&mut w),
         Input::Continue { version } => start::resume(&mut w, *version),
@@ -142,6 +159,15 @@ pub fn step(
             None => w.done(),
         },
         Next::Commit => w.done(),
+    }
+}
+
+/// Whether `input` ends an active run whatever else happens (so its pending CTAs end too).
+fn ends_run(run: &Run, input: &Input) -> bool {
+    match input {
+        Input::Cancel { .. } | Input::Fail { .. } => !run.status.is_terminal(),
+        Input::CtaExpired { .. } => run.on_expiry == crate::run::ExpiryPolicy::End,
+        _ => false,
     }
 }
 

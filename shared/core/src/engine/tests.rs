@@ -103,6 +103,14 @@ impl StepIo for Scripted {
             .push(call.call_id.clone());
         std::future::ready(Ok(call.input["text"].clone()))
     }
+
+    fn settle(
+        &self,
+        _: Vec<String>,
+    ) -> impl Future<Output = Result<HashMap<String, Cta>, crate::error::PortError>> + Send {
+        // The engine tests settle CTAs through the `CancelCta` effect, after the commit.
+        std::future::ready(Ok(HashMap::new()))
+    }
 }
 
 #[derive(Debug, PartialEq)]

@@ -12,10 +12,14 @@ pub(super) fn apply(
     message_id: &str,
     reply_to: Option<&ParentLink>,
 ) -> Next {
-    let seen =
-        w.timeline.iter().rev().any(
-            |e| matches!(&e.body, EntryBody::User { message_id: Some(m), .. } if m == message_id),
-        );
+    let seen = w.timeline.iter().rev().any(|e| match &e.body {
+        EntryBody::User {
+            message_id: Some(m),
+            ..
+        }
+        | EntryBody::Queued { message_id: m, .. } => m == message_id,
+        _ => false,
+    });
     if seen {
         return Next::Now(Step::Ignore("message already applied".into()));
     }
@@ -28,7 +32,13 @@ pub(super) fn apply(
     }
     if !w.run.status.is_terminal() {
         let Some(link) = reply_to else {
-            return Next::Now(Step::Ignore("run is still active".into()));
+            // A follow-up while a turn is under way waits for it to end.
+            let seq = w.push(EntryBody::Queued {
+                text: text.to_owned(),
+                message_id: message_id.to_owned(),
+            });
+            w.run.queued.push(seq);
+            return Next::Commit;
         };
         // A parent tried to continue a busy subagent: tell it, change nothing else.
         refuse(
@@ -42,17 +52,53 @@ pub(super) fn apply(
     if let Some(link) = reply_to {
         w.run.parent = Some(link.clone());
     }
-    w.push(EntryBody::User {
-        text: text.to_owned(),
-        message_id: Some(message_id.to_owned()),
-    });
-    w.run.status = RunStatus::Running;
-    w.run.turn_thinks = 0;
-    w.run.result = None;
-    w.run.result_seq = None;
-    w.run.result_truncated = false;
-    w.run.error = None;
+    w.begin_turn(text, message_id);
     Next::Think
+}
+
+impl Work<'_> {
+    /// Starts a new turn of a finished run with a user message.
+    pub(super) fn begin_turn(&mut self, text: &str, message_id: &str) {
+        self.push(EntryBody::User {
+            text: text.to_owned(),
+            message_id: Some(message_id.to_owned()),
+        });
+        self.run.status = RunStatus::Running;
+        self.run.turn_thinks = 0;
+        self.run.result = None;
+        self.run.result_seq = None;
+        self.run.result_truncated = false;
+        self.run.error = None;
+    }
+
+    /// When a turn has ended: the oldest waiting follow-up starts the next one (thinking in
+    /// a step of its own). A cancel drops them instead, and says so.
+    pub(super) fn next_queued_turn(&mut self) {
+        if self.run.queued.is_empty() {
+            return;
+        }
+        if self.run.status == RunStatus::Cancelled {
+            let n = std::mem::take(&mut self.run.queued).len();
+            self.push(EntryBody::Notice {
+                code: "queued_dropped".into(),
+                message: format!("{n} waiting follow-up message(s) dropped with the cancel"),
+            });
+            return;
+        }
+        let seq = self.run.queued.remove(0);
+        let Some(EntryBody::Queued { text, message_id }) = self
+            .timeline
+            .get(seq as usize)
+            .or_else(|| self.appended.iter().find(|e| e.seq == seq))
+            .map(|e| e.body.clone())
+        else {
+            return;
+        };
+        self.begin_turn(&text, &message_id);
+        let run_id = self.run.run_id.clone();
+        let version = self.run.version + 1;
+        self.send(&run_id, "continue", Input::Continue { version });
+    }
 }
 
 /// Tells the run that tried to continue this one why it cannot.

@@ -3,7 +3,7 @@
 //! Every input handler works on one of these; [`Work::done`] turns it into the
 //! [`Transition`] to commit, with the `run.state` event when the run's state changed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -31,6 +31,8 @@ pub(super) struct Work<'a> {
     pub(super) final_text: Option<String>,
     /// The seq of the first entry of the current batch.
     pub(super) batch_start: u64,
+    /// The pending CTAs' records, when the run is ending (see `Step::Settle`).
+    pub(super) settled: Option<&'a HashMap<String, Cta>>,
 }
 
 impl<'a> Work<'a> {
@@ -39,6 +41,7 @@ impl<'a> Work<'a> {
         now: DateTime<Utc>,
         run: &Run,
         timeline: &'a [Entry],
+        settled: Option<&'a HashMap<String, Cta>>,
     ) -> Self {
         let batch_start = timeline
             .iter()
@@ -56,6 +59,7 @@ impl<'a> Work<'a> {
             effects: Vec::new(),
             final_text: None,
             batch_start,
+            settled,
         }
     }
 
@@ -201,6 +205,8 @@ impl<'a> Work<'a> {
         self.run.state = state.map(str::to_owned);
         self.run.version += 1;
         self.run.updated_at = self.now;
+        // A step committed: whatever failed before is behind the run.
+        self.run.last_error = None;
         Step::Done(Box::new(Transition {
             run: self.run,
             appended: self.appended,

@@ -103,7 +103,7 @@ pub(super) fn approx_bytes(entries: &[Entry]) -> usize {
         .iter()
         .map(|e| {
             128 + match &e.body {
-                EntryBody::User { text, .. } => text.len(),
+                EntryBody::User { text, .. } | EntryBody::Queued { text, .. } => text.len(),
                 EntryBody::Assistant { text, .. } => text.as_ref().map_or(0, String::len),
                 EntryBody::Notice { message, .. } | EntryBody::Error { message, .. } => {
                     message.len()

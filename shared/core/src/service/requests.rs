@@ -66,6 +66,7 @@ impl Service {
             Created::Created => RunRecord { run, outbox: start },
             Created::Existing(rec) => *rec,
         };
+        crate::failpoint::hit("create.after_insert")?;
         self.perform(&record.run, &record.outbox).await?;
         info!(run_id = %record.run.run_id, agent = %record.run.agent, "run created");
         Ok(record.run)
@@ -101,11 +102,11 @@ impl Service {
         Ok((run, entries))
     }
 
-    /// Queues a follow-up user turn on a finished run.
+    /// Queues a follow-up user turn. On a finished run it starts the next turn; while a
+    /// turn is under way it waits for it to end (the run keeps it as a `queued` entry).
     ///
-    /// With an idempotency key the message's id derives from it, so a client's retry
-    /// neither duplicates the turn (the engine applies a message id once) nor gets a 409
-    /// because the first attempt already started it.
+    /// With an idempotency key the message's id derives from it, so a client's retry never
+    /// duplicates the turn: the run applies a message id once.
     pub async fn post_message(
         &self,
         owner: &str,
@@ -117,6 +118,15 @@ impl Service {
             return Err(ServiceError::Invalid("`text` must not be empty".into()));
         }
         let run = self.owned_run(owner, run_id).await?;
+        if run.queued.len() >= crate::run::MAX_QUEUED {
+            return Err(ServiceError::Conflict {
+                code: "queue_full",
+                message: format!(
+                    "{} follow-up messages already wait for this run's turn to end",
+                    run.queued.len()
+                ),
+            });
+        }
         let message_id = match idempotency_key {
             Some(key) => {
                 let name = format!("{}/{owner}/{run_id}/{key}", key.len());
@@ -125,18 +135,6 @@ impl Service {
             }
             None => format!("msg_{}", uuid::Uuid::new_v4().simple()),
         };
-        if !run.status.is_terminal() {
-            if idempotency_key.is_some() && self.message_applied(run_id, &message_id).await? {
-                return Ok(run);
-            }
-            return Err(ServiceError::Conflict {
-                code: "run_active",
-                message: format!(
-                    "run is {}; a follow-up message is taken once it has finished",
-                    run.status.as_str()
-                ),
-            });
-        }
         self.deps
             .queue
             .send(&[StepMessage {
@@ -149,17 +147,8 @@ impl Service {
                 },
             }])
             .await?;
+        crate::failpoint::hit("message.after_queue")?;
         Ok(run)
-    }
-
-    /// Whether the user message `message_id` is in the run's timeline already.
-    async fn message_applied(&self, run_id: &str, message_id: &str) -> Result<bool, PortError> {
-        let Some((_, timeline)) = self.deps.store.load(run_id).await? else {
-            return Ok(false);
-        };
-        Ok(timeline.iter().rev().any(
-            |e| matches!(&e.body, EntryBody::User { message_id: Some(m), .. } if m == message_id),
-        ))
     }
 
     /// Queues a cancellation; the run's writer cancels its CTAs and children.
@@ -181,6 +170,7 @@ impl Service {
                 },
             }])
             .await?;
+        crate::failpoint::hit("cancel.after_queue")?;
         Ok(run)
     }
 
@@ -238,6 +228,7 @@ impl Service {
             .await?
         {
             Settled::Won(cta) => {
+                crate::failpoint::hit("answer.after_settle")?;
                 self.send_resolution(&cta).await?;
                 info!(cta_id, run_id = %cta.run_id, "CTA answered");
                 Ok(cta)
@@ -265,7 +256,16 @@ impl Service {
         }
     }
 
-    async fn send_resolution(&self, cta: &Cta) -> Result<(), PortError> {
+    /// Tells the run how its CTA was settled, then marks the CTA's outbox done. A crash in
+    /// between leaves the resolution outstanding: the sweep sends it again (deduplicated by
+    /// id, and ignored by a run that applied it already).
+    pub(super) async fn send_resolution(&self, cta: &Cta) -> Result<(), PortError> {
+        self.queue_resolution(cta).await?;
+        crate::failpoint::hit("resolution.after_send")?;
+        self.deps.store.clear_resolution(&cta.cta_id).await
+    }
+
+    async fn queue_resolution(&self, cta: &Cta) -> Result<(), PortError> {
         let input = match (&cta.status, &cta.response) {
             (CtaStatus::Answered, Some(r)) => Input::CtaAnswered {
                 cta_id: cta.cta_id.clone(),

@@ -8,12 +8,13 @@ use tracing::{debug, info, warn};
 
 use super::cache::approx_bytes;
 use super::{Handled, Service, StepError};
-use crate::cta::Settlement;
+use crate::cta::{Cta, Settlement};
 use crate::engine::{self, Decision, Execution, StepIo};
 use crate::error::PortError;
+use crate::failpoint;
 use crate::llm::{ChatRequest, LlmError, LlmReply};
 use crate::message::{ChildOutcome, Effect, Input, StepMessage, outbox_continues};
-use crate::ports::RunRecord;
+use crate::ports::{RunRecord, Settled};
 use crate::run::{Run, RunStatus};
 use crate::timeline::Entry;
 use crate::tools::ToolKind;
@@ -65,11 +66,22 @@ impl Service {
                 service: self,
                 run: &run,
                 timeline: &timeline,
+                crashed: std::sync::Mutex::new(None),
             };
             let now = self.deps.clock.now();
             let decision = engine::decide(&self.catalog, now, &run, &timeline, &msg.input, &world)
                 .await
-                .map_err(StepError::Llm)?;
+                .map_err(|e| match e {
+                    engine::IoError::Llm(e) => StepError::Llm(e),
+                    engine::IoError::Port(e) => StepError::Port(e),
+                })?;
+            if let Some(e) = world
+                .crashed
+                .into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+            {
+                return Err(e.into());
+            }
             let transition = match decision {
                 Decision::Commit(t) => t,
                 Decision::Ignore(reason) => {
@@ -78,8 +90,10 @@ impl Service {
                     return Ok(Handled::Ignored(reason));
                 }
             };
+            crate::failpoint::hit("step.before_commit")?;
             match self.deps.store.commit(run.version, &transition).await {
                 Ok(()) => {
+                    crate::failpoint::hit("step.after_commit")?;
                     let mut timeline = timeline;
                     transition.apply(&mut timeline);
                     let (status, version) = (transition.run.status, transition.run.version);
@@ -174,8 +188,33 @@ impl Service {
             }
         }
         warn!(run_id = %msg.run_id, message = %msg.id, reason, "dead-lettered");
-        let message = format!("a step message could not be processed: {reason}");
+        // The root cause is the last error a delivery recorded, when there is one.
+        let last = match self.deps.store.get_run(&msg.run_id).await? {
+            Some(rec) => rec.run.last_error,
+            None => None,
+        };
+        let message = match last {
+            Some(l) => format!(
+                "{} (a step failed {} times; {reason})",
+                l.message, l.attempts
+            ),
+            None => format!("a step message could not be processed: {reason}"),
+        };
         self.fail_now(msg, "dead_letter", &message).await
+    }
+
+    /// Records on the run why a delivery of `msg` failed and how many there were, so that
+    /// the API shows a retrying step's trouble (`lastError`) while it retries. Best effort:
+    /// a store that cannot take this write cannot take the step either.
+    pub async fn note_failure(&self, msg: &StepMessage, attempts: u32, error: &StepError) {
+        let failure = crate::run::LastError {
+            message: error.to_string(),
+            attempts,
+            at: self.deps.clock.now(),
+        };
+        if let Err(e) = self.deps.store.record_failure(&msg.run_id, &failure).await {
+            warn!(run_id = %msg.run_id, error = %e, "recording the step's failure failed");
+        }
     }
 
     /// Performs the outboxes of runs that parked more than `older_than` ago and whose outbox
@@ -194,6 +233,7 @@ impl Service {
                 Err(e) => warn!(run_id = %run_id, error = %e, "sweep: the outbox failed again"),
             }
         }
+        repaired += self.resend_resolutions(older_than).await?;
         let purged = self
             .deps
             .store
@@ -203,6 +243,28 @@ impl Service {
             info!(purged, "sweep: finished runs past their retention deleted");
         }
         Ok(repaired)
+    }
+
+    /// Sends again the resolutions of CTAs answered or expired more than `older_than` ago
+    /// whose runs were never told (a crash between the answer's write and its send).
+    /// Returns how many it sent.
+    pub async fn resend_resolutions(
+        &self,
+        older_than: chrono::Duration,
+    ) -> Result<usize, PortError> {
+        let before = self.deps.clock.now() - older_than;
+        let ctas = self.deps.store.stale_resolutions(before, 100).await?;
+        let mut sent = 0;
+        for cta in &ctas {
+            info!(cta_id = %cta.cta_id, run_id = %cta.run_id, "sweep: sending an outstanding resolution");
+            match self.send_resolution(cta).await {
+                Ok(()) => sent += 1,
+                Err(e) => {
+                    warn!(cta_id = %cta.cta_id, error = %e, "sweep: the resolution failed again")
+                }
+            }
+        }
+        Ok(sent)
     }
 
     /// Performs a run's outstanding outbox (the start-up sweep and crash repair).
@@ -228,19 +290,25 @@ impl Service {
                 Effect::Publish(ev) => events.push(ev.clone()),
                 Effect::Schedule { cta_id, run_id, at } => {
                     self.deps.scheduler.schedule(cta_id, run_id, *at).await?;
+                    failpoint::hit("effect.after_schedule")?;
                 }
-                Effect::Unschedule { cta_id } => self.deps.scheduler.unschedule(cta_id).await?,
+                Effect::Unschedule { cta_id } => {
+                    self.deps.scheduler.unschedule(cta_id).await?;
+                    failpoint::hit("effect.after_unschedule")?;
+                }
                 Effect::CancelCta { cta_id } => {
                     let now = self.deps.clock.now();
                     self.deps
                         .store
                         .settle_cta(cta_id, &Settlement::Cancelled, now)
                         .await?;
+                    failpoint::hit("effect.after_cancel_cta")?;
                 }
             }
         }
         if !events.is_empty() {
             self.deps.bus.publish(&events).await?;
+            failpoint::hit("effect.after_publish")?;
         }
         // The run's own next message goes last: when it is received, everything before it
         // was performed, so its step skips the replay and no write is spent clearing it.
@@ -248,6 +316,7 @@ impl Service {
         let continues = outbox_continues(&run.run_id, effects);
         if !sends.is_empty() {
             self.deps.queue.send(&sends).await?;
+            failpoint::hit("effect.after_send")?;
         }
         if continues {
             Ok(())
@@ -304,19 +373,55 @@ struct Thinker<'a> {
     service: &'a Service,
     run: &'a Run,
     timeline: &'a [Entry],
+    /// A failpoint that fired where no error can be returned (after a tool's output).
+    crashed: std::sync::Mutex<Option<PortError>>,
 }
 
 impl StepIo for Thinker<'_> {
     async fn think(&self, think_index: u32) -> Result<LlmReply, LlmError> {
-        self.service
+        let reply = self
+            .service
             .think(self.run, self.timeline, think_index)
-            .await
+            .await?;
+        failpoint::hit("step.after_think").map_err(|e| LlmError::Unavailable {
+            message: e.to_string(),
+            source: None,
+        })?;
+        Ok(reply)
     }
 
     async fn execute(&self, call: Execution) -> Result<Value, String> {
-        match self.service.catalog.tool(&call.tool).map(|d| &d.kind) {
+        let out = match self.service.catalog.tool(&call.tool).map(|d| &d.kind) {
             Some(ToolKind::Exec(tool)) => tool.execute(call.input).await,
             _ => Err(format!("`{}` is not an executable tool", call.tool)),
+        };
+        // A crash here loses the output; the redelivered step executes the tool again.
+        if let Err(e) = failpoint::hit("step.after_tool") {
+            *self.crashed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
         }
+        out
+    }
+
+    async fn settle(
+        &self,
+        cta_ids: Vec<String>,
+    ) -> Result<std::collections::HashMap<String, Cta>, PortError> {
+        let now = self.service.deps.clock.now();
+        let mut out = std::collections::HashMap::new();
+        for id in cta_ids {
+            match self
+                .service
+                .deps
+                .store
+                .settle_cta(&id, &Settlement::Cancelled, now)
+                .await?
+            {
+                Settled::Won(c) | Settled::Lost(c) => {
+                    out.insert(id, c);
+                }
+                Settled::NotFound => {}
+            }
+        }
+        Ok(out)
     }
 }

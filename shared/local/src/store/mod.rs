@@ -26,7 +26,7 @@ use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition, outbox_continues};
 use baton_core::ports::{Created, RunRecord, Settled, Store};
-use baton_core::run::Run;
+use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
 
 mod queue;
@@ -54,7 +54,9 @@ CREATE TABLE IF NOT EXISTS ctas (
     cta_id TEXT PRIMARY KEY,
     owner  TEXT NOT NULL,
     status TEXT NOT NULL,
-    body   TEXT NOT NULL
+    body   TEXT NOT NULL,
+    -- when the answer or expiry was written, while its run has not been told (the CTA's outbox)
+    unsent INTEGER
 );
 CREATE INDEX IF NOT EXISTS ctas_by_owner ON ctas (owner, status);
 CREATE TABLE IF NOT EXISTS queue (
@@ -142,6 +144,7 @@ impl LocalStore {
         )
         .map_err(sql)?;
         conn.execute_batch(SCHEMA).map_err(sql)?;
+        migrate(&conn)?;
         Ok(Self {
             db: Arc::new(Mutex::new(Db {
                 conn,
@@ -236,9 +239,34 @@ impl LocalStore {
     }
 }
 
-fn record(body: &str, outbox: Option<String>) -> Result<RunRecord, PortError> {
+/// Columns added since the first release, added to data directories made before them.
+fn migrate(conn: &Connection) -> Result<(), PortError> {
+    for (table, column, decl) in [("ctas", "unsent", "INTEGER"), ("runs", "failure", "TEXT")] {
+        let exists: bool = conn
+            .query_row(
+                &format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"),
+                [column],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(sql)?
+            > 0;
+        if !exists {
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))
+                .map_err(sql)?;
+        }
+    }
+    Ok(())
+}
+
+fn record(
+    body: &str,
+    outbox: Option<String>,
+    failure: Option<String>,
+) -> Result<RunRecord, PortError> {
+    let mut run: Run = from_json(body)?;
+    run.last_error = failure.map(|f| from_json(&f)).transpose()?;
     Ok(RunRecord {
-        run: from_json(body)?,
+        run,
         outbox: match outbox {
             Some(o) => from_json(&o)?,
             None => Vec::new(),
@@ -286,16 +314,16 @@ impl Store for LocalStore {
     ) -> Result<Created, PortError> {
         self.write(true, |tx| {
             if let Some(key) = idempotency_key {
-                let existing: Option<(String, Option<String>)> = tx
+                let existing: Option<(String, Option<String>, Option<String>)> = tx
                     .query_row(
-                        "SELECT body, outbox FROM runs WHERE owner = ?1 AND idem_key = ?2",
+                        "SELECT body, outbox, failure FROM runs WHERE owner = ?1 AND idem_key = ?2",
                         params![run.owner, key],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
                     )
                     .optional()
                     .map_err(sql)?;
-                if let Some((body, ob)) = existing {
-                    return Ok(Created::Existing(Box::new(record(&body, ob)?)));
+                if let Some((body, ob, f)) = existing {
+                    return Ok(Created::Existing(Box::new(record(&body, ob, f)?)));
                 }
             }
             tx.execute(
@@ -310,31 +338,31 @@ impl Store for LocalStore {
 
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
         self.read(|c| {
-            let row: Option<(String, Option<String>)> = c
-                .prepare_cached("SELECT body, outbox FROM runs WHERE run_id = ?1")
+            let row: Option<(String, Option<String>, Option<String>)> = c
+                .prepare_cached("SELECT body, outbox, failure FROM runs WHERE run_id = ?1")
                 .and_then(|mut s| {
-                    s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                         .optional()
                 })
                 .map_err(sql)?;
-            row.map(|(b, o)| record(&b, o)).transpose()
+            row.map(|(b, o, f)| record(&b, o, f)).transpose()
         })
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
         let db = self.lock();
-        let row: Option<(String, Option<String>)> = db
+        let row: Option<(String, Option<String>, Option<String>)> = db
             .conn
-            .prepare_cached("SELECT body, outbox FROM runs WHERE run_id = ?1")
+            .prepare_cached("SELECT body, outbox, failure FROM runs WHERE run_id = ?1")
             .and_then(|mut s| {
-                s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                     .optional()
             })
             .map_err(sql)?;
-        let Some((body, outbox)) = row else {
+        let Some((body, outbox, failure)) = row else {
             return Ok(None);
         };
-        let rec = record(&body, outbox)?;
+        let rec = record(&body, outbox, failure)?;
         let mut stmt = db
             .conn
             .prepare_cached(
@@ -410,7 +438,7 @@ impl Store for LocalStore {
         self.write(true, |tx| {
             let n = tx
                 .prepare_cached(
-                    "UPDATE runs SET version = ?1, body = ?2, outbox = ?3 WHERE run_id = ?4 AND version = ?5",
+                    "UPDATE runs SET version = ?1, body = ?2, outbox = ?3, failure = NULL WHERE run_id = ?4 AND version = ?5",
                 )
                 .and_then(|mut s| {
                     s.execute(params![
@@ -461,6 +489,18 @@ impl Store for LocalStore {
         })
     }
 
+    async fn record_failure(&self, run_id: &str, failure: &LastError) -> Result<(), PortError> {
+        let failure = to_json(failure)?;
+        self.write(false, |tx| {
+            tx.execute(
+                "UPDATE runs SET failure = ?1 WHERE run_id = ?2",
+                params![failure, run_id],
+            )
+            .map_err(sql)?;
+            Ok(())
+        })
+    }
+
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
         self.read(|c| {
             let body: Option<String> = c
@@ -491,13 +531,42 @@ impl Store for LocalStore {
             }
             cta.settle(settlement, at);
             let status = settlement.status();
+            let unsent = (status != CtaStatus::Cancelled).then(|| at.timestamp_millis());
             let n = tx
                 .execute(
-                    "UPDATE ctas SET status = ?1, body = ?2 WHERE cta_id = ?3 AND status = 'pending'",
-                    params![status.as_str(), to_json(&cta)?, cta_id],
+                    "UPDATE ctas SET status = ?1, body = ?2, unsent = ?3 WHERE cta_id = ?4 AND status = 'pending'",
+                    params![status.as_str(), to_json(&cta)?, unsent, cta_id],
                 )
                 .map_err(sql)?;
             if n == 1 { Ok(Settled::Won(cta)) } else { Err(PortError::Conflict) }
+        })
+    }
+
+    async fn stale_resolutions(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<Cta>, PortError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT body FROM ctas WHERE unsent IS NOT NULL AND unsent < ?1 ORDER BY unsent LIMIT ?2",
+                )
+                .map_err(sql)?;
+            stmt.query_map(params![before.timestamp_millis(), limit as i64], |r| {
+                r.get::<_, String>(0)
+            })
+            .map_err(sql)?
+            .map(|b| from_json::<Cta>(&b.map_err(sql)?))
+            .collect()
+        })
+    }
+
+    async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
+        self.write(false, |tx| {
+            tx.execute("UPDATE ctas SET unsent = NULL WHERE cta_id = ?1", [cta_id])
+                .map_err(sql)?;
+            Ok(())
         })
     }
 

@@ -79,6 +79,21 @@ impl LocalStore {
         })
     }
 
+    /// Makes every message handed out earlier visible again now: at start-up, whatever an
+    /// earlier process received and never acknowledged was in flight when it died (or was
+    /// stopped), and must not wait out the visibility timeout behind its run's group.
+    /// Returns how many it released. Only the data directory's one owner calls this.
+    pub fn release_leases(&self) -> Result<usize, PortError> {
+        let now = now_ms();
+        self.write(false, |tx| {
+            tx.execute(
+                "UPDATE queue SET visible_at = ?1 WHERE visible_at > ?1 AND receives > 0",
+                [now],
+            )
+            .map_err(sql)
+        })
+    }
+
     /// Deletes a handled message.
     pub fn ack(&self, receipt: i64) -> Result<(), PortError> {
         self.write(false, |tx| {

@@ -1,0 +1,93 @@
+//! Failpoints: the named places where a crash would hurt, for the crash suite.
+//!
+//! Built only with the `failpoints` feature (the tests turn it on; release builds never
+//! do), where a test arms a point and the next pass through it fails as a crash would:
+//! the call returns an error, so nothing after it happens, and the caller gives up the
+//! way it does when the process dies (a step's message is retried, an API request gets an
+//! error). Without the feature, [`hit`] is an empty function.
+//!
+//! | point | where |
+//! |---|---|
+//! | `create.after_insert` | a run created, its start not yet sent |
+//! | `answer.after_settle` | an answer written on the CTA, not yet sent to the run |
+//! | `resolution.after_send` | a resolution sent, the CTA's outbox not yet cleared |
+//! | `message.after_queue` | a follow-up message queued, the reply not yet sent |
+//! | `cancel.after_queue` | a cancel queued, the reply not yet sent |
+//! | `step.after_think` | the model replied, nothing committed |
+//! | `step.after_tool` | a tool's output in hand, nothing committed |
+//! | `step.before_commit` / `step.after_commit` | around the conditional commit |
+//! | `effect.after_send`, `effect.after_publish`, `effect.after_schedule`, `effect.after_unschedule`, `effect.after_cancel_cta` | after each kind of effect |
+//! | `step.before_ack` | a step done, its message not yet deleted |
+
+use crate::error::PortError;
+
+#[cfg(feature = "failpoints")]
+mod armed {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    /// Armed points, with how many passes to let through before failing.
+    pub(super) static ARMED: Mutex<Option<HashMap<String, u32>>> = Mutex::new(None);
+    /// Every point that fired, in order.
+    pub(super) static FIRED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+}
+
+/// Fails if `name` is armed (once; the point then disarms itself).
+#[cfg(feature = "failpoints")]
+pub fn hit(name: &str) -> Result<(), PortError> {
+    let mut armed = armed::ARMED.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(skip) = armed.as_mut().and_then(|m| m.get_mut(name)) else {
+        return Ok(());
+    };
+    if *skip > 0 {
+        *skip -= 1;
+        return Ok(());
+    }
+    armed.as_mut().map(|m| m.remove(name));
+    armed::FIRED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(name.to_owned());
+    tracing::warn!(failpoint = name, "failpoint: crashing here");
+    Err(PortError::Unavailable {
+        message: format!("failpoint `{name}`"),
+        source: None,
+    })
+}
+
+/// Without the `failpoints` feature: nothing.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn hit(_name: &str) -> Result<(), PortError> {
+    Ok(())
+}
+
+/// Arms `name` to fail on its `skip + 1`-th pass from now.
+#[cfg(feature = "failpoints")]
+pub fn arm(name: &str, skip: u32) {
+    armed::ARMED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(Default::default)
+        .insert(name.to_owned(), skip);
+}
+
+/// Disarms every point and forgets what fired.
+#[cfg(feature = "failpoints")]
+pub fn reset() {
+    *armed::ARMED.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    armed::FIRED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clear();
+}
+
+/// Whether `name` fired since the last [`reset`].
+#[cfg(feature = "failpoints")]
+pub fn fired(name: &str) -> bool {
+    armed::FIRED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|f| f == name)
+}
