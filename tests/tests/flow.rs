@@ -597,22 +597,55 @@ async fn cancelling_a_parked_run_cancels_its_ctas_and_children() {
 }
 
 #[tokio::test]
-async fn a_message_to_an_active_run_is_refused() {
+async fn a_message_to_an_active_run_waits_for_its_turn() {
     let dir = tempfile::tempdir().unwrap();
-    let script = r#"{"orchestrator": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "?"}}]}]}"#;
+    let script = r#"{"orchestrator": [
+        {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "?"}}]},
+        {"text": "first turn done"},
+        {"text": "second turn done"},
+        {"text": "third turn done"}]}"#;
     let h = start_scripted(dir.path(), script).await;
     let run_id = h.create_run(json!({"prompt": "go"})).await;
     h.wait_status(&run_id, &["waiting"]).await;
-    let (code, v) = h
-        .post(
-            &format!("/runs/{run_id}/messages"),
-            json!({"text": "hurry"}),
-        )
+    for text in ["hurry", "and then this"] {
+        let (code, v) = h
+            .post(&format!("/runs/{run_id}/messages"), json!({"text": text}))
+            .await;
+        assert_eq!((code, &v["queued"]), (202, &json!(true)), "{v}");
+    }
+    // The run holds them as queued entries; the model has not seen them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (_, run) = h.get(&format!("/runs/{run_id}")).await;
+        if of_type(&run, "queued").len() == 2 {
+            assert_eq!(run["status"], "waiting");
+            assert_eq!(run["queued"].as_array().map(Vec::len), Some(2));
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{run:#}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let cta = h.wait_pending(1).await[0]["ctaId"].as_str().unwrap().to_owned();
+    let (code, _) = h
+        .post(&format!("/ctas/{cta}/response"), json!({"kind": "approval", "approved": true}))
         .await;
-    assert_eq!(
-        (code, v["error"]["code"].as_str()),
-        (409, Some("run_active"))
-    );
+    assert_eq!(code, 202);
+    // Each waiting message then had a turn of its own, in order.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let run = loop {
+        let run = h.wait_status(&run_id, &["completed"]).await;
+        if run["result"] == "third turn done" {
+            break run;
+        }
+        assert!(std::time::Instant::now() < deadline, "{run:#}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let users: Vec<&str> = of_type(&run, "user")
+        .iter()
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, ["go", "hurry", "and then this"]);
+    assert!(run.get("queued").is_none(), "{run:#}");
     h.server.shutdown().await;
 }
 

@@ -16,7 +16,7 @@
 //! | `step.after_think` | the model replied, nothing committed |
 //! | `step.after_tool` | a tool's output in hand, nothing committed |
 //! | `step.before_commit` / `step.after_commit` | around the conditional commit |
-//! | `effect.after_send`, `effect.after_publish`, `effect.after_schedule`, `effect.after_unschedule`, `effect.after_cancel_cta` | after each kind of effect |
+//! | `effect.after_send`, `effect.after_publish`, `effect.after_schedule`, `effect.after_unschedule` | after each kind of effect |
 //! | `step.before_ack` | a step done, its message not yet deleted |
 
 use crate::error::PortError;

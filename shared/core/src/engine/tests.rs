@@ -1003,7 +1003,7 @@ fn a_follow_up_message_starts_a_new_turn_on_the_same_timeline() {
 }
 
 #[test]
-fn a_message_to_an_active_run_is_not_applied() {
+fn a_message_to_an_active_run_waits_as_a_queued_entry() {
     let mut s = Sim::new();
     s.script(
         "asker",
@@ -1016,7 +1016,15 @@ fn a_message_to_an_active_run_is_not_applied() {
         message_id: "m1".into(),
         reply_to: None,
     };
+    assert_eq!(s.send(&id, msg.clone()), Outcome::Done);
+    let (run, tl) = &s.runs[&id];
+    assert_eq!(run.status, RunStatus::Waiting, "the turn under way goes on");
+    let seq = tl.len() as u64 - 1;
+    assert_eq!(run.queued, vec![seq]);
+    assert!(matches!(&tl[seq as usize].body, EntryBody::Queued { message_id, .. } if message_id == "m1"));
+    // A redelivery queues nothing more.
     assert_eq!(s.send(&id, msg), Outcome::Ignored);
+    assert_eq!(s.runs[&id].0.queued.len(), 1);
 }
 
 #[test]

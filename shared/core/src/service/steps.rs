@@ -302,7 +302,6 @@ impl Service {
                         .store
                         .settle_cta(cta_id, &Settlement::Cancelled, now)
                         .await?;
-                    failpoint::hit("effect.after_cancel_cta")?;
                 }
             }
         }

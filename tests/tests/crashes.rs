@@ -1,0 +1,298 @@
+//! Crash points, on the embedded store: a process that dies with messages in flight, and
+//! every failpoint of a step and of the API's writes (see `baton_core::failpoint`), each
+//! crashed at, restarted from, and checked against the fault-free run.
+//!
+//! Failpoints are process-wide, so the tests of this file take turns (`SERIAL`).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_core::failpoint;
+use baton_core::ports::SystemClock;
+use baton_local::local_service;
+use baton_local::store::LocalStore;
+use common::*;
+use serde_json::{Value, json};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Think, a tool, think, a human's approval, think; then a follow-up turn.
+const SCRIPT: &str = r#"{"orchestrator": [
+    {"tool_calls": [{"id": "c1", "name": "echo", "arguments": {"text": "a"}}]},
+    {"tool_calls": [{"id": "c2", "name": "request_human_feedback", "arguments": {"kind": "approval", "message": "ship?"}}]},
+    {"text": "shipped"},
+    {"text": "and again"}]}"#;
+
+#[tokio::test]
+async fn a_message_in_flight_when_its_process_died_is_taken_at_once_after_a_restart() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    // A process creates a run, receives its start message, and dies before acknowledging.
+    let store = LocalStore::open(dir.path()).unwrap();
+    let service = local_service(
+        &store,
+        scripted(r#"{"orchestrator": [{"text": "hi"}]}"#),
+        catalog(None),
+        Arc::new(SystemClock),
+    );
+    let run = service
+        .create_run(
+            "local",
+            serde_json::from_value(json!({"prompt": "go"})).unwrap(),
+            None,
+        )
+        .await
+        .unwrap();
+    let leased = store.receive(10, Duration::from_secs(900)).unwrap();
+    assert_eq!(leased.len(), 1, "the start message is in flight");
+    drop((service, store));
+    // The next process takes it at once, not after the 900 s visibility timeout.
+    let h = start_scripted(dir.path(), r#"{"orchestrator": [{"text": "hi"}]}"#).await;
+    let done = h.wait_status(&run.run_id, &["completed"]).await;
+    assert_eq!(done["result"], "hi");
+    h.server.shutdown().await;
+}
+
+/// One scenario's observable outcome, with what differs between runs (ids, times) taken out.
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    timeline: Value,
+    status: Value,
+    events: BTreeMap<String, usize>,
+    ctas: Vec<Value>,
+}
+
+/// Replaces ids and times, which differ from run to run, by placeholders.
+fn normalize(v: &Value, run_id: &str) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "at" | "createdAt" | "resolvedAt" | "expiresAt" | "updatedAt" | "lastError"))
+                .map(|(k, v)| (k.clone(), normalize(v, run_id)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(|v| normalize(v, run_id)).collect()),
+        Value::String(s) if s == run_id => json!("RUN"),
+        Value::String(s) if s.starts_with("cta_") => json!("CTA"),
+        Value::String(s) if s.starts_with("msg_") => json!("MSG"),
+        v => v.clone(),
+    }
+}
+
+/// A server that can be crashed (stopped with its in-flight work abandoned) and started
+/// again on the same data directory.
+struct Host<'a> {
+    dir: &'a Path,
+    h: Option<Harness>,
+    restarts: u32,
+}
+
+impl<'a> Host<'a> {
+    async fn start(dir: &'a Path) -> Host<'a> {
+        let h = start_scripted(dir, SCRIPT).await;
+        Host {
+            dir,
+            h: Some(h),
+            restarts: 0,
+        }
+    }
+
+    fn h(&self) -> &Harness {
+        self.h.as_ref().expect("running")
+    }
+
+    async fn restart(&mut self) {
+        if let Some(h) = self.h.take() {
+            h.server.shutdown().await;
+        }
+        self.h = Some(start_scripted(self.dir, SCRIPT).await);
+        self.restarts += 1;
+    }
+
+    /// Restarts once the armed failpoint has fired (a crash there), then polls the run
+    /// until `done` says so.
+    async fn until(&mut self, fp: &str, run_id: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if failpoint::fired(fp) && self.restarts == 0 {
+                self.restart().await;
+            }
+            let (code, run) = self.h().get(&format!("/runs/{run_id}")).await;
+            assert_eq!(code, 200, "{run}");
+            if done(&run) && (failpoint::fired(fp) == (self.restarts > 0)) {
+                return run;
+            }
+            assert!(Instant::now() < deadline, "{fp}: stuck: {run:#}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Sends a request; if it hit the armed failpoint (the process "died" before replying),
+    /// restarts, and does not retry: the restart alone must repair what was written.
+    async fn request(&mut self, fp: &str, path: &str, body: Value) -> u16 {
+        let (code, v) = self.h().post(path, body).await;
+        if failpoint::fired(fp) && self.restarts == 0 {
+            assert_eq!(code, 503, "{fp}: {v}");
+            self.restart().await;
+        } else {
+            assert_eq!(code, 202, "{fp}: {v}");
+        }
+        code
+    }
+}
+
+/// The full scenario, crashing at `fp` (after `skip` passes) when it is armed.
+async fn scenario(fp: &str, skip: u32, cancel: bool) -> (Outcome, bool) {
+    failpoint::reset();
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = Host::start(dir.path()).await;
+    if !fp.is_empty() {
+        failpoint::arm(fp, skip);
+    }
+    // Create with an idempotency key: a client that got no reply asks again with it.
+    let (code, v) = host
+        .h()
+        .call(reqwest::Method::POST, "/runs", Some(json!({"prompt": "go"})))
+        .await;
+    let run_id = if code == 202 {
+        v["runId"].as_str().unwrap().to_owned()
+    } else {
+        assert!(failpoint::fired(fp), "{code} {v}");
+        host.restart().await;
+        // The restart alone started the run: find it through its CTA or its end.
+        let ctas = host.h().wait_pending(1).await;
+        ctas[0]["runId"].as_str().unwrap().to_owned()
+    };
+    let parked = |r: &Value| r["status"] == "waiting" && r["state"] == "waiting_on_user";
+    host.until(fp, &run_id, |r| parked(r)).await;
+    let cta = host.h().wait_pending(1).await[0]["ctaId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    if cancel {
+        host.request(fp, &format!("/runs/{run_id}/cancel"), json!({}))
+            .await;
+        host.until(fp, &run_id, |r| r["status"] == "cancelled").await;
+    } else {
+        host.request(
+            fp,
+            &format!("/ctas/{cta}/response"),
+            json!({"kind": "approval", "approved": true}),
+        )
+        .await;
+        host.until(fp, &run_id, |r| r["status"] == "completed").await;
+        host.request(
+            fp,
+            &format!("/runs/{run_id}/messages"),
+            json!({"text": "more"}),
+        )
+        .await;
+        host.until(fp, &run_id, |r| {
+            r["status"] == "completed" && r["result"] == "and again"
+        })
+        .await;
+    }
+    let fired = failpoint::fired(fp);
+    failpoint::reset();
+    // Let any effect still under way land, then read what a user can see.
+    let h = host.h();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h.server.store.queue_depth().unwrap() > 0 {
+        assert!(Instant::now() < deadline, "{fp}: the queue never drained");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (_, run) = h.get(&format!("/runs/{run_id}")).await;
+    let (_, events) = h.get("/events?limit=1000").await;
+    let mut by_type = BTreeMap::new();
+    for e in events["events"].as_array().unwrap() {
+        *by_type
+            .entry(e["detailType"].as_str().unwrap().to_owned())
+            .or_insert(0) += 1;
+    }
+    let (_, ctas) = h.get("/ctas?status=all").await;
+    assert!(
+        h.server.store.timer(&cta).unwrap().is_none(),
+        "{fp}: the expiry timer outlived its CTA"
+    );
+    let outcome = Outcome {
+        timeline: normalize(&run["timeline"], &run_id),
+        status: run["status"].clone(),
+        events: by_type,
+        ctas: ctas["ctas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| normalize(c, &run_id))
+            .collect(),
+    };
+    host.h.take().unwrap().server.shutdown().await;
+    (outcome, fired)
+}
+
+const STEP_POINTS: &[&str] = &[
+    "step.after_think",
+    "step.after_tool",
+    "step.before_commit",
+    "step.after_commit",
+    "effect.after_send",
+    "effect.after_publish",
+    "effect.after_schedule",
+    "effect.after_unschedule",
+    "step.before_ack",
+];
+
+#[tokio::test]
+async fn every_crash_point_recovers_to_the_fault_free_outcome() {
+    let _serial = SERIAL.lock().await;
+    let (baseline, _) = scenario("", 0, false).await;
+    assert_eq!(baseline.status, "completed");
+    let mut crashed = Vec::new();
+    let api_points = [
+        "create.after_insert",
+        "answer.after_settle",
+        "resolution.after_send",
+        "message.after_queue",
+    ];
+    for fp in api_points {
+        let (outcome, fired) = scenario(fp, 0, false).await;
+        assert!(fired, "{fp} was never reached");
+        assert_eq!(outcome, baseline, "after a crash at {fp}");
+        crashed.push(fp.to_owned());
+    }
+    // Each step point at each of its first passes, until the scenario no longer reaches it.
+    for fp in STEP_POINTS {
+        for skip in 0..6 {
+            let (outcome, fired) = scenario(fp, skip, false).await;
+            assert_eq!(outcome, baseline, "after a crash at {fp} (pass {skip})");
+            if !fired {
+                assert!(skip > 0, "{fp} was never reached");
+                break;
+            }
+            crashed.push(format!("{fp}#{skip}"));
+        }
+    }
+    eprintln!("crashed and recovered at: {crashed:?}");
+}
+
+#[tokio::test]
+async fn a_crash_while_cancelling_recovers_to_the_fault_free_outcome() {
+    let _serial = SERIAL.lock().await;
+    let (baseline, _) = scenario("", 0, true).await;
+    assert_eq!(baseline.status, "cancelled");
+    for (fp, skip) in [
+        ("cancel.after_queue", 0),
+        // The third step is the cancel's: it settles the CTA, commits, unschedules.
+        ("step.before_commit", 2),
+        ("step.after_commit", 2),
+        ("effect.after_unschedule", 0),
+        ("step.before_ack", 2),
+    ] {
+        let (outcome, fired) = scenario(fp, skip, true).await;
+        assert!(fired, "{fp} was never reached");
+        assert_eq!(outcome, baseline, "after a crash at {fp} (pass {skip})");
+    }
+}
