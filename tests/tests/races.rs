@@ -102,12 +102,13 @@ async fn answer_and_cancel_at_once_agree_on_the_cta() {
             .as_str()
             .unwrap()
             .to_owned();
+        let (cancel_path, answer_path) = (
+            format!("/runs/{run_id}/cancel"),
+            format!("/ctas/{cta}/response"),
+        );
         let (cancel, answer) = tokio::join!(
-            h.post(&format!("/runs/{run_id}/cancel"), json!({})),
-            h.post(
-                &format!("/ctas/{cta}/response"),
-                json!({"kind": "approval", "approved": true})
-            ),
+            h.post(&cancel_path, json!({})),
+            h.post(&answer_path, json!({"kind": "approval", "approved": true})),
         );
         assert_eq!(cancel.0, 202, "{cancel:?}");
         assert!(
@@ -204,9 +205,10 @@ async fn concurrent_follow_ups_each_get_a_turn() {
     let mut sent = vec!["go".to_owned()];
     for pair in 0..20 {
         let (a, b) = (format!("a{pair}"), format!("b{pair}"));
+        let path = format!("/runs/{run_id}/messages");
         let (ra, rb) = tokio::join!(
-            h.post(&format!("/runs/{run_id}/messages"), json!({"text": a})),
-            h.post(&format!("/runs/{run_id}/messages"), json!({"text": b})),
+            h.post(&path, json!({"text": a})),
+            h.post(&path, json!({"text": b})),
         );
         assert_eq!((ra.0, rb.0), (202, 202), "{ra:?} {rb:?}");
         sent.extend([a, b]);

@@ -194,10 +194,7 @@ impl Service {
             None => None,
         };
         let message = match last {
-            Some(l) => format!(
-                "{} (a step failed {} times; {reason})",
-                l.message, l.attempts
-            ),
+            Some(l) => format!("{} (gave up: {reason})", l.message),
             None => format!("a step message could not be processed: {reason}"),
         };
         self.fail_now(msg, "dead_letter", &message).await
