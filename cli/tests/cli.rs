@@ -252,3 +252,119 @@ fn dev_aws_without_an_emulator_refuses_unless_told_it_is_real() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("BATON_LLM_MAX_RETRIES"));
 }
+
+/// moto's server on a free port (CI installs it; a machine without it fails here, loudly).
+struct Moto(Child, u16);
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn moto() -> Moto {
+    let port = free_port();
+    let child = Command::new("moto_server")
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start moto_server ({e})"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "moto_server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Moto(child, port)
+}
+
+/// Sends SIGTERM, as a process manager or `kill` does, and waits for the exit.
+fn terminate(dev: &mut Dev) -> std::process::ExitStatus {
+    let pid = dev.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = dev.child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "no exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn sigterm_stops_both_dev_servers_gracefully_and_a_parked_run_resumes_at_once() {
+    let moto = moto();
+    let data = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/orchestrator.json");
+    let start = |aws: bool| {
+        let port = free_port();
+        let mut cmd = Command::new(BIN);
+        cmd.args(["dev", "--addr", &format!("127.0.0.1:{port}"), "--data"])
+            .arg(data.path())
+            .arg("--script")
+            .arg(&script)
+            .env("BATON_TOKEN", "t0k")
+            .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{}", moto.1))
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if aws {
+            cmd.arg("--aws");
+        }
+        let child = cmd.spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "baton dev did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Dev {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        }
+    };
+    let client = |dev: &Dev, args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .arg("--endpoint")
+            .arg(&dev.endpoint)
+            .env("BATON_TOKEN", "t0k")
+            .output()
+            .unwrap()
+    };
+    for aws in [false, true] {
+        let mut dev = start(aws);
+        let out = client(&dev, &["run", "Ship it", "--wait", "--json"]);
+        let run = json(&out);
+        assert_eq!(run["status"], "waiting", "{run:#}");
+        let run_id = run["runId"].as_str().unwrap().to_owned();
+        let status = terminate(&mut dev);
+        assert!(status.success(), "aws={aws}: SIGTERM must stop gracefully: {status:?}");
+        // Started again, the parked run takes its answer at once: nothing was left in
+        // flight to wait out a visibility timeout.
+        let dev = start(aws);
+        let ctas = json(&client(&dev, &["ctas", "--json"]));
+        let cta = ctas["ctas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["runId"] == run_id.as_str())
+            .unwrap()["ctaId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(client(&dev, &["answer", &cta, "--approve"]).status.success());
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let run = json(&client(&dev, &["show", &run_id, "--json"]));
+            if run["status"] == "completed" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "aws={aws}: {run:#}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
