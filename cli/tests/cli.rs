@@ -282,7 +282,13 @@ fn moto() -> Moto {
 /// Sends SIGTERM, as a process manager or `kill` does, and waits for the exit.
 fn terminate(dev: &mut Dev) -> std::process::ExitStatus {
     let pid = dev.child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(status) = dev.child.try_wait().unwrap() {
@@ -342,7 +348,10 @@ fn sigterm_stops_both_dev_servers_gracefully_and_a_parked_run_resumes_at_once() 
         assert_eq!(run["status"], "waiting", "{run:#}");
         let run_id = run["runId"].as_str().unwrap().to_owned();
         let status = terminate(&mut dev);
-        assert!(status.success(), "aws={aws}: SIGTERM must stop gracefully: {status:?}");
+        assert!(
+            status.success(),
+            "aws={aws}: SIGTERM must stop gracefully: {status:?}"
+        );
         // Started again, the parked run takes its answer at once: nothing was left in
         // flight to wait out a visibility timeout.
         let dev = start(aws);
@@ -356,7 +365,11 @@ fn sigterm_stops_both_dev_servers_gracefully_and_a_parked_run_resumes_at_once() 
             .as_str()
             .unwrap()
             .to_owned();
-        assert!(client(&dev, &["answer", &cta, "--approve"]).status.success());
+        assert!(
+            client(&dev, &["answer", &cta, "--approve"])
+                .status
+                .success()
+        );
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let run = json(&client(&dev, &["show", &run_id, "--json"]));

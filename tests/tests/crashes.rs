@@ -77,7 +77,12 @@ fn normalize(v: &Value, run_id: &str) -> Value {
     match v {
         Value::Object(m) => Value::Object(
             m.iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "at" | "createdAt" | "resolvedAt" | "expiresAt" | "updatedAt" | "lastError"))
+                .filter(|(k, _)| {
+                    !matches!(
+                        k.as_str(),
+                        "at" | "createdAt" | "resolvedAt" | "expiresAt" | "updatedAt" | "lastError"
+                    )
+                })
                 .map(|(k, v)| (k.clone(), normalize(v, run_id)))
                 .collect(),
         ),
@@ -85,17 +90,27 @@ fn normalize(v: &Value, run_id: &str) -> Value {
         Value::String(s) if s == run_id => json!("RUN"),
         Value::String(s) if s.starts_with("cta_") => json!("CTA"),
         Value::String(s) if s.starts_with("msg_") => json!("MSG"),
+        Value::String(s) if s.starts_with("run_") || s.starts_with("sub_") => json!("CHILD"),
         v => v.clone(),
     }
 }
 
 /// The scenario's agent: a tool the step executes, and a human to ask.
 fn ops() -> Arc<baton_core::agent::Catalog> {
-    catalog(Some(json!({"agents": {"ops": {"tools": ["echo", "request_human_feedback"]}}})))
+    catalog(Some(
+        json!({"agents": {"ops": {"tools": ["echo", "request_human_feedback"]}}}),
+    ))
 }
 
-async fn start_ops(dir: &Path) -> Harness {
-    start(dir, scripted(SCRIPT), ops(), Arc::new(SystemClock)).await
+async fn start_ops(dir: &Path, duplicate: bool) -> Harness {
+    start_with(
+        dir,
+        scripted(SCRIPT),
+        ops(),
+        Arc::new(SystemClock),
+        duplicate,
+    )
+    .await
 }
 
 /// A server that can be crashed (stopped with its in-flight work abandoned) and started
@@ -104,15 +119,17 @@ struct Host<'a> {
     dir: &'a Path,
     h: Option<Harness>,
     restarts: u32,
+    duplicate: bool,
 }
 
 impl<'a> Host<'a> {
-    async fn start(dir: &'a Path) -> Host<'a> {
-        let h = start_ops(dir).await;
+    async fn start(dir: &'a Path, duplicate: bool) -> Host<'a> {
+        let h = start_ops(dir, duplicate).await;
         Host {
             dir,
             h: Some(h),
             restarts: 0,
+            duplicate,
         }
     }
 
@@ -124,7 +141,7 @@ impl<'a> Host<'a> {
         if let Some(h) = self.h.take() {
             h.server.shutdown().await;
         }
-        self.h = Some(start_ops(self.dir).await);
+        self.h = Some(start_ops(self.dir, self.duplicate).await);
         self.restarts += 1;
     }
 
@@ -162,9 +179,13 @@ impl<'a> Host<'a> {
 
 /// The full scenario, crashing at `fp` (after `skip` passes) when it is armed.
 async fn scenario(fp: &str, skip: u32, cancel: bool) -> (Outcome, bool) {
+    scenario_with(fp, skip, cancel, false).await
+}
+
+async fn scenario_with(fp: &str, skip: u32, cancel: bool, duplicate: bool) -> (Outcome, bool) {
     failpoint::reset();
     let dir = tempfile::tempdir().unwrap();
-    let mut host = Host::start(dir.path()).await;
+    let mut host = Host::start(dir.path(), duplicate).await;
     if !fp.is_empty() {
         failpoint::arm(fp, skip);
     }
@@ -195,7 +216,8 @@ async fn scenario(fp: &str, skip: u32, cancel: bool) -> (Outcome, bool) {
     if cancel {
         host.request(fp, &format!("/runs/{run_id}/cancel"), json!({}))
             .await;
-        host.until(fp, &run_id, |r| r["status"] == "cancelled").await;
+        host.until(fp, &run_id, |r| r["status"] == "cancelled")
+            .await;
     } else {
         host.request(
             fp,
@@ -203,7 +225,8 @@ async fn scenario(fp: &str, skip: u32, cancel: bool) -> (Outcome, bool) {
             json!({"kind": "approval", "approved": true}),
         )
         .await;
-        host.until(fp, &run_id, |r| r["status"] == "completed").await;
+        host.until(fp, &run_id, |r| r["status"] == "completed")
+            .await;
         host.request(
             fp,
             &format!("/runs/{run_id}/messages"),
@@ -314,4 +337,92 @@ async fn a_crash_while_cancelling_recovers_to_the_fault_free_outcome() {
         assert!(fired, "{fp} was never reached");
         assert_eq!(outcome, baseline, "after a crash at {fp} (pass {skip})");
     }
+}
+
+#[tokio::test]
+async fn every_message_handled_twice_changes_nothing() {
+    let _serial = SERIAL.lock().await;
+    for cancel in [false, true] {
+        let (once, _) = scenario_with("", 0, cancel, false).await;
+        let (twice, _) = scenario_with("", 0, cancel, true).await;
+        assert_eq!(twice, once, "cancel={cancel}");
+    }
+    // And every example script, its CTAs answered as they come.
+    for name in ["orchestrator.json", "full-flow.json"] {
+        let once = drive_example(name, false).await;
+        let twice = drive_example(name, true).await;
+        assert_eq!(twice, once, "{name}");
+        assert_eq!(once.status, "completed", "{name}: {once:#?}");
+    }
+}
+
+/// Runs an example script to its end, approving, choosing the first option or answering
+/// "yes" to each CTA as it comes.
+async fn drive_example(name: &str, duplicate: bool) -> Outcome {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start_with(
+        dir.path(),
+        scripted(&examples(name)),
+        catalog(None),
+        Arc::new(SystemClock),
+        duplicate,
+    )
+    .await;
+    let run_id = h.create_run(json!({"prompt": "go"})).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let run = loop {
+        let (_, run) = h.get(&format!("/runs/{run_id}")).await;
+        if ["completed", "failed", "expired", "cancelled"]
+            .contains(&run["status"].as_str().unwrap())
+        {
+            break run;
+        }
+        for c in h.pending_ctas().await {
+            let answer = match c["kind"].as_str().unwrap() {
+                "approval" => json!({"kind": "approval", "approved": true}),
+                "choice" => {
+                    json!({"kind": "choice", "selectedId": c["options"][0]["id"]})
+                }
+                _ => json!({"kind": "text", "text": "yes"}),
+            };
+            let (code, v) = h
+                .post(
+                    &format!("/ctas/{}/response", c["ctaId"].as_str().unwrap()),
+                    answer,
+                )
+                .await;
+            assert_eq!(code, 202, "{v}");
+        }
+        assert!(Instant::now() < deadline, "{name}: {run:#}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    while h.server.store.queue_depth().unwrap() > 0 {
+        assert!(Instant::now() < deadline, "{name}: the queue never drained");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (_, events) = h.get("/events?limit=1000").await;
+    let mut by_type = BTreeMap::new();
+    for e in events["events"].as_array().unwrap() {
+        *by_type
+            .entry(e["detailType"].as_str().unwrap().to_owned())
+            .or_insert(0) += 1;
+    }
+    let (_, ctas) = h.get("/ctas?status=all").await;
+    let outcome = Outcome {
+        timeline: normalize(&run["timeline"], &run_id),
+        status: run["status"].clone(),
+        events: by_type,
+        ctas: {
+            let mut c: Vec<Value> = ctas["ctas"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| normalize(c, &run_id))
+                .collect();
+            c.sort_by_key(|v| v.to_string());
+            c
+        },
+    };
+    h.server.shutdown().await;
+    outcome
 }

@@ -625,9 +625,15 @@ async fn a_message_to_an_active_run_waits_for_its_turn() {
         assert!(std::time::Instant::now() < deadline, "{run:#}");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let cta = h.wait_pending(1).await[0]["ctaId"].as_str().unwrap().to_owned();
+    let cta = h.wait_pending(1).await[0]["ctaId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let (code, _) = h
-        .post(&format!("/ctas/{cta}/response"), json!({"kind": "approval", "approved": true}))
+        .post(
+            &format!("/ctas/{cta}/response"),
+            json!({"kind": "approval", "approved": true}),
+        )
         .await;
     assert_eq!(code, 202);
     // Each waiting message then had a turn of its own, in order.

@@ -60,7 +60,9 @@ async fn a_hundred_concurrent_answers_have_one_winner_and_one_effect() {
             let r = http
                 .post(url)
                 .bearer_auth(TOKEN)
-                .json(&json!({"kind": "approval", "approved": i % 2 == 0, "reason": format!("#{i}")}))
+                .json(
+                    &json!({"kind": "approval", "approved": i % 2 == 0, "reason": format!("#{i}")}),
+                )
                 .send()
                 .await
                 .expect("request");
@@ -131,7 +133,10 @@ async fn answer_and_cancel_at_once_agree_on_the_cta() {
         } else {
             assert_eq!(record["status"], "cancelled");
         }
-        seen.insert((record["status"].as_str().unwrap().to_owned(), run["status"].as_str().unwrap().to_owned()));
+        seen.insert((
+            record["status"].as_str().unwrap().to_owned(),
+            run["status"].as_str().unwrap().to_owned(),
+        ));
     }
     eprintln!("outcomes seen: {seen:?}");
     h.server.shutdown().await;
@@ -141,7 +146,10 @@ async fn answer_and_cancel_at_once_agree_on_the_cta() {
 async fn an_answer_and_its_expiry_at_once_have_one_outcome() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
-    let script = ASK.replace(r#""message": "?""#, r#""message": "?", "expiresInSeconds": 60"#);
+    let script = ASK.replace(
+        r#""message": "?""#,
+        r#""message": "?", "expiresInSeconds": 60"#,
+    );
     let h = start(dir.path(), scripted(&script), catalog(None), clock.clone()).await;
     for _ in 0..10 {
         let run_id = h.create_run(json!({"prompt": "go"})).await;
@@ -197,7 +205,9 @@ async fn a_cancel_racing_completion_is_applied_or_said_to_be_too_late() {
 #[tokio::test]
 async fn concurrent_follow_ups_each_get_a_turn() {
     let dir = tempfile::tempdir().unwrap();
-    let replies: Vec<Value> = (0..60).map(|i| json!({"text": format!("reply {i}")})).collect();
+    let replies: Vec<Value> = (0..60)
+        .map(|i| json!({"text": format!("reply {i}")}))
+        .collect();
     let script = json!({"orchestrator": replies}).to_string();
     let h = start_scripted(dir.path(), &script).await;
     let run_id = h.create_run(json!({"prompt": "go"})).await;

@@ -88,6 +88,9 @@ async fn an_unreachable_model_shows_as_the_last_error_and_then_as_the_failure() 
         error.contains(&format!("cannot reach {base_url}")) && error.contains("3 times"),
         "{error}"
     );
-    assert!(failed.get("lastError").is_none(), "the failing commit clears it");
+    assert!(
+        failed.get("lastError").is_none(),
+        "the failing commit clears it"
+    );
     h.server.shutdown().await;
 }

@@ -29,6 +29,9 @@ pub struct WorkerOptions {
     pub max_receives: u32,
     /// How often due timers are looked for.
     pub timer_interval: Duration,
+    /// Handle every message twice (as a redelivery after a lost acknowledgement would),
+    /// to prove that duplicates change nothing.
+    pub duplicate: bool,
 }
 
 impl Default for WorkerOptions {
@@ -38,6 +41,7 @@ impl Default for WorkerOptions {
             visibility: Duration::from_secs(15 * 60),
             max_receives: 5,
             timer_interval: Duration::from_secs(1),
+            duplicate: false,
         }
     }
 }
@@ -101,7 +105,7 @@ impl Worker {
             process(
                 self.service.clone(),
                 self.store.clone(),
-                self.opts.max_receives,
+                (self.opts.max_receives, self.opts.duplicate),
                 d,
             )
             .await;
@@ -112,7 +116,7 @@ impl Worker {
             set.spawn(process(
                 self.service.clone(),
                 self.store.clone(),
-                self.opts.max_receives,
+                (self.opts.max_receives, self.opts.duplicate),
                 d,
             ));
         }
@@ -182,7 +186,12 @@ impl Worker {
                     Ok(batch) => {
                         for d in batch {
                             let (svc, store) = (self.service.clone(), self.store.clone());
-                            inflight.spawn(process(svc, store, self.opts.max_receives, d));
+                            inflight.spawn(process(
+                                svc,
+                                store,
+                                (self.opts.max_receives, self.opts.duplicate),
+                                d,
+                            ));
                         }
                     }
                     Err(e) => error!(error = %e, "queue receive failed"),
@@ -202,7 +211,8 @@ impl Worker {
     }
 }
 
-async fn process(service: Arc<Service>, store: LocalStore, max_receives: u32, d: Delivery) {
+async fn process(service: Arc<Service>, store: LocalStore, opts: (u32, bool), d: Delivery) {
+    let (max_receives, duplicate) = opts;
     let msg = match d.message {
         Ok(m) => m,
         Err(e) => {
@@ -214,13 +224,19 @@ async fn process(service: Arc<Service>, store: LocalStore, max_receives: u32, d:
     let span =
         info_span!("step", run_id = %msg.run_id, message_id = %msg.id, receives = d.receives);
     async {
-        let result = if d.receives > max_receives {
-            service
-                .dead_letter(&msg, &format!("failed {} times", d.receives - 1))
-                .await
-        } else {
-            service.handle(&msg).await
+        let once = || async {
+            if d.receives > max_receives {
+                service
+                    .dead_letter(&msg, &format!("failed {} times", d.receives - 1))
+                    .await
+            } else {
+                service.handle(&msg).await
+            }
         };
+        let mut result = once().await;
+        if duplicate && result.is_ok() {
+            result = once().await;
+        }
         let done = match result {
             // A crash before the ack: the message stays in flight until a restart releases it.
             Ok(_) if baton_core::failpoint::hit("step.before_ack").is_err() => Ok(()),

@@ -45,6 +45,17 @@ pub async fn start(
     catalog: Arc<Catalog>,
     clock: Arc<dyn Clock>,
 ) -> Harness {
+    start_with(dir, llm, catalog, clock, false).await
+}
+
+/// [`start`], with every message handled twice when `duplicate`.
+pub async fn start_with(
+    dir: &Path,
+    llm: Arc<dyn Llm>,
+    catalog: Arc<Catalog>,
+    clock: Arc<dyn Clock>,
+    duplicate: bool,
+) -> Harness {
     let server = LocalServer::start(LocalOptions {
         data_dir: dir.to_path_buf(),
         addr: "127.0.0.1:0".parse().expect("addr"),
@@ -54,6 +65,7 @@ pub async fn start(
         clock,
         worker: WorkerOptions {
             timer_interval: Duration::from_millis(50),
+            duplicate,
             ..WorkerOptions::default()
         },
     })

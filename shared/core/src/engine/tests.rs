@@ -1021,7 +1021,9 @@ fn a_message_to_an_active_run_waits_as_a_queued_entry() {
     assert_eq!(run.status, RunStatus::Waiting, "the turn under way goes on");
     let seq = tl.len() as u64 - 1;
     assert_eq!(run.queued, vec![seq]);
-    assert!(matches!(&tl[seq as usize].body, EntryBody::Queued { message_id, .. } if message_id == "m1"));
+    assert!(
+        matches!(&tl[seq as usize].body, EntryBody::Queued { message_id, .. } if message_id == "m1")
+    );
     // A redelivery queues nothing more.
     assert_eq!(s.send(&id, msg), Outcome::Ignored);
     assert_eq!(s.runs[&id].0.queued.len(), 1);
