@@ -70,8 +70,9 @@ pub trait Store: Send + Sync {
     async fn commit(&self, expected_version: u64, transition: &Transition)
     -> Result<(), PortError>;
 
-    /// Runs whose parking outbox (see `message::outbox_continues`) is still outstanding and
-    /// was committed before `before`, at most `limit` of them: what the sweep repairs.
+    /// Runs whose parking outbox (see `message::outbox_continues`), or whose start, is
+    /// still outstanding and was committed before `before`, at most `limit` of them: what
+    /// the sweep repairs.
     async fn stale_outboxes(
         &self,
         before: DateTime<Utc>,

@@ -223,10 +223,14 @@ impl Store for DynamoStore {
         } else {
             self.segment_items(&run.run_id, entries)?
         };
-        let mut items = vec![self.put(
-            self.run_item(run, outbox, segments.len())?,
-            Some("attribute_not_exists(PK)"),
-        )?];
+        let mut item = self.run_item(run, outbox, segments.len())?;
+        if !outbox.is_empty() {
+            // The start is indexed for the sweep too, until the first step's commit: a
+            // crash before it was sent must not leave the run queued for good.
+            item.insert("GSI2PK".into(), s(sweep_pk(&run.run_id)));
+            item.insert("GSI2SK".into(), s(sweep_sk(run.updated_at, &run.run_id)));
+        }
+        let mut items = vec![self.put(item, Some("attribute_not_exists(PK)"))?];
         for seg in segments {
             items.push(self.put(seg, None)?);
         }

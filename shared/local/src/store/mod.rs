@@ -420,7 +420,9 @@ impl Store for LocalStore {
         for (run_id, body, outbox) in rows {
             let run: Run = from_json(&body)?;
             let effects: Vec<Effect> = from_json(&outbox)?;
-            if run.updated_at < before && !outbox_continues(&run_id, &effects) {
+            // A run's start counts too until its first step: it was never received.
+            let parked = !outbox_continues(&run_id, &effects) || run.version == 0;
+            if run.updated_at < before && parked {
                 out.push(run_id);
             }
         }

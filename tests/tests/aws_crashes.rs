@@ -1,0 +1,186 @@
+//! The crash points of `crashes.rs`, over AWS APIs (moto): each failpoint crashed at, the
+//! functions "restarted" (a new host over the same table and queues), the sweep's tick
+//! run as the scheduled rule would, and the outcome checked against the fault-free run.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_aws::provision::Names;
+use baton_core::failpoint;
+use baton_core::ports::SystemClock;
+use baton_local::aws_host::{AwsDevOptions, AwsDevServer};
+use common::moto::Moto;
+use common::*;
+use serde_json::{Value, json};
+
+const SCRIPT: &str = r#"{"ops": [
+    {"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]},
+    {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "ship?"}}]},
+    {"text": "shipped"}]}"#;
+
+async fn host(moto: &Moto, prefix: &str) -> AwsDevServer {
+    let mut names = Names::new(prefix);
+    // A message a crash leaves in flight comes back after this, not after 30 s.
+    names.visibility_timeout = 2;
+    AwsDevServer::start(AwsDevOptions {
+        sdk: moto.sdk().await,
+        names,
+        scheduler_role_arn: "arn:aws:iam::123456789012:role/crash-scheduler".into(),
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: TOKEN.into(),
+        llm: scripted(SCRIPT),
+        catalog: catalog(Some(
+            json!({"agents": {"ops": {"tools": ["echo", "request_human_feedback"]}}}),
+        )),
+        clock: Arc::new(SystemClock),
+        duplicate: false,
+    })
+    .await
+    .unwrap()
+}
+
+async fn call(
+    s: &AwsDevServer,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut rb = reqwest::Client::new()
+        .request(method, format!("{}{path}", s.url()))
+        .bearer_auth(TOKEN);
+    if let Some(b) = body {
+        rb = rb.json(&b);
+    }
+    let r = rb.send().await.unwrap();
+    let code = r.status().as_u16();
+    (code, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Replaces ids and times, which differ from run to run.
+fn normalize(v: &Value, run_id: &str) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "at" | "createdAt" | "resolvedAt" | "expiresAt")
+                })
+                .map(|(k, v)| (k.clone(), normalize(v, run_id)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(|v| normalize(v, run_id)).collect()),
+        Value::String(s) if s == run_id => json!("RUN"),
+        Value::String(s) if s.starts_with("cta_") => json!("CTA"),
+        v => v.clone(),
+    }
+}
+
+/// Runs the scenario with `fp` armed; returns the normalized timeline, the run's status and
+/// the CTA's, and whether the failpoint fired.
+async fn scenario(moto: &Moto, prefix: &str, fp: &str, skip: u32) -> (Value, bool) {
+    failpoint::reset();
+    let mut s = host(moto, prefix).await;
+    if !fp.is_empty() {
+        failpoint::arm(fp, skip);
+    }
+    let mut restarted = false;
+    // A crash: the host stops (what it received and failed goes back to its queue), a new
+    // one starts, and the sweep's tick repairs what was committed but not performed.
+    macro_rules! restart_if_fired {
+        () => {
+            if failpoint::fired(fp) && !restarted {
+                s.shutdown().await;
+                s = host(moto, prefix).await;
+                s.service.sweep(chrono::Duration::zero()).await.unwrap();
+                restarted = true;
+            }
+        };
+    }
+    let (code, v) = call(
+        &s,
+        reqwest::Method::POST,
+        "/runs",
+        Some(json!({"prompt": "go", "agent": "ops"})),
+    )
+    .await;
+    let run_id = if code == 202 {
+        v["runId"].as_str().unwrap().to_owned()
+    } else {
+        assert!(failpoint::fired(fp), "{code} {v}");
+        restart_if_fired!();
+        String::new()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut answered = false;
+    let mut run_id = run_id;
+    loop {
+        restart_if_fired!();
+        let (_, ctas) = call(&s, reqwest::Method::GET, "/ctas?status=all", None).await;
+        let ctas = ctas["ctas"].as_array().cloned().unwrap_or_default();
+        if run_id.is_empty()
+            && let Some(c) = ctas.first()
+        {
+            run_id = c["runId"].as_str().unwrap().to_owned();
+        }
+        if !answered && let Some(c) = ctas.iter().find(|c| c["status"] == "pending") {
+            let (code, v) = call(
+                &s,
+                reqwest::Method::POST,
+                &format!("/ctas/{}/response", c["ctaId"].as_str().unwrap()),
+                Some(json!({"kind": "approval", "approved": true})),
+            )
+            .await;
+            assert!(
+                code == 202 || (code == 503 && failpoint::fired(fp)),
+                "{fp}: {code} {v}"
+            );
+            answered = true;
+            continue;
+        }
+        if !run_id.is_empty() {
+            let (_, run) = call(&s, reqwest::Method::GET, &format!("/runs/{run_id}"), None).await;
+            if run["status"] == "completed" && failpoint::fired(fp) == restarted {
+                let out = json!({
+                    "timeline": normalize(&run["timeline"], &run_id),
+                    "status": run["status"],
+                    "ctas": ctas.iter().map(|c| normalize(c, &run_id)).collect::<Vec<_>>(),
+                });
+                let fired = failpoint::fired(fp);
+                failpoint::reset();
+                s.shutdown().await;
+                return (out, fired);
+            }
+        }
+        assert!(Instant::now() < deadline, "{fp}#{skip}: stuck");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_crash_points_recover_to_the_fault_free_outcome_over_aws_apis() {
+    let moto = Moto::start();
+    let (baseline, _) = scenario(&moto, "base", "", 0).await;
+    assert_eq!(baseline["status"], "completed");
+    let points = [
+        ("create.after_insert", 0),
+        ("answer.after_settle", 0),
+        ("resolution.after_send", 0),
+        ("step.after_think", 0),
+        ("step.after_think", 2),
+        ("step.after_tool", 0),
+        ("step.before_commit", 1),
+        ("step.after_commit", 1),
+        ("effect.after_send", 1),
+        ("effect.after_publish", 1),
+        ("effect.after_schedule", 0),
+        ("effect.after_unschedule", 0),
+        ("step.before_ack", 0),
+        ("step.before_ack", 2),
+    ];
+    for (i, (fp, skip)) in points.into_iter().enumerate() {
+        let (outcome, fired) = scenario(&moto, &format!("c{i}"), fp, skip).await;
+        assert!(fired, "{fp}#{skip} was never reached");
+        assert_eq!(outcome, baseline, "after a crash at {fp}#{skip}");
+    }
+}
