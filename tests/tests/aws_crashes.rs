@@ -2,6 +2,8 @@
 //! functions "restarted" (a new host over the same table and queues), the sweep's tick
 //! run as the scheduled rule would, and the outcome checked against the fault-free run.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 mod common;
 
 use std::sync::Arc;

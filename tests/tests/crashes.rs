@@ -4,6 +4,8 @@
 //!
 //! Failpoints are process-wide, so the tests of this file take turns (`SERIAL`).
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 mod common;
 
 use std::collections::BTreeMap;

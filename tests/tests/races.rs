@@ -1,6 +1,8 @@
 //! Races, as tests: requests that meet the same run or CTA at the same time must leave the
 //! CTA record, the run and its timeline in agreement, and the API's replies true.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 mod common;
 
 use std::sync::Arc;
@@ -89,7 +91,7 @@ async fn a_hundred_concurrent_answers_have_one_winner_and_one_effect() {
 #[tokio::test]
 async fn answer_and_cancel_at_once_agree_on_the_cta() {
     let dir = tempfile::tempdir().unwrap();
-    let h = start_scripted(dir.path(), &ASK.repeat(1)).await;
+    let h = start_scripted(dir.path(), ASK).await;
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..20 {
         let run_id = h.create_run(json!({"prompt": "go"})).await;
@@ -183,7 +185,7 @@ async fn an_answer_and_its_expiry_at_once_have_one_outcome() {
 #[tokio::test]
 async fn a_cancel_racing_completion_is_applied_or_said_to_be_too_late() {
     let dir = tempfile::tempdir().unwrap();
-    let h = start_scripted(dir.path(), &r#"{"orchestrator": [{"text": "quick"}]}"#).await;
+    let h = start_scripted(dir.path(), r#"{"orchestrator": [{"text": "quick"}]}"#).await;
     let mut outcomes = std::collections::BTreeMap::new();
     for _ in 0..20 {
         let run_id = h.create_run(json!({"prompt": "go"})).await;

@@ -1,6 +1,8 @@
 //! Failures a user can see: a step that keeps failing shows its last error on the run while
 //! it is retried, and the run it finally fails carries the root cause, not only a count.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 mod common;
 
 use std::sync::Arc;
