@@ -60,7 +60,7 @@ for ev in get-run timeline message cancel; do
 done
 r=$(invoke api "$work/api-get-run.json");  check "api GET /runs/{id}" "$r" 'r["statusCode"] == 200 and json.loads(r["body"])["status"] == "queued"'
 r=$(invoke api "$work/api-timeline.json"); check "api GET /runs/{id}/timeline" "$r" 'r["statusCode"] == 200'
-r=$(invoke api "$work/api-message.json");  check "api POST /runs/{id}/messages (active run) → 409" "$r" 'r["statusCode"] == 409'
+r=$(invoke api "$work/api-message.json");  check "api POST /runs/{id}/messages (active run) → 202, queued" "$r" 'r["statusCode"] == 202 and json.loads(r["body"])["queued"] is True'
 r=$(invoke api tests/events/api-list-ctas.json);  check "api GET /ctas" "$r" 'r["statusCode"] == 200 and json.loads(r["body"])["ctas"] == []'
 r=$(invoke api tests/events/api-get-cta.json);    check "api GET /ctas/{id} (unknown) → 404" "$r" 'r["statusCode"] == 404'
 r=$(invoke api tests/events/api-answer-cta.json); check "api POST /ctas/{id}/response (unknown) → 404" "$r" 'r["statusCode"] == 404'
@@ -78,6 +78,6 @@ check "cta (unknown and invalid events rejected, not retried)" "$r" 'r["batchIte
 sed "s/RUN_ID/$run_id/g" tests/events/steps-dead-letter.json >"$work/steps-dead-letter.json"
 r=$(invoke orchestrator "$work/steps-dead-letter.json"); check "orchestrator dead letter" "$r" 'r["batchItemFailures"] == []'
 r=$(invoke api "$work/api-get-run.json")
-check "the dead-lettered run ended failed" "$r" 'json.loads(r["body"])["status"] == "failed" and json.loads(r["body"])["error"]["code"] == "dead_letter"'
+check "the dead-lettered run ended failed, with its step's last error" "$r" 'json.loads(r["body"])["status"] == "failed" and json.loads(r["body"])["error"]["code"] == "dead_letter" and "(gave up: " in json.loads(r["body"])["error"]["message"]'
 r=$(invoke api "$work/api-cancel.json"); check "api POST /runs/{id}/cancel (ended) → 409" "$r" 'r["statusCode"] == 409'
 echo "cargo lambda invoke: all passed"
