@@ -351,6 +351,52 @@ async fn store_contract(store: Arc<dyn Store>) {
             .is_empty()
     );
     assert!(store.list_ctas("bob", None).await.unwrap().is_empty());
+
+    // A retrying step's failure is kept beside the run, read back with it, and cleared by
+    // the next commit; it never moves the version.
+    let (r, first) = new_run("run_fail", "alice");
+    store.create_run(&r, &first, &[], None).await.unwrap();
+    let failure = baton_core::run::LastError {
+        message: "cannot reach the model".into(),
+        attempts: 2,
+        at: chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+    };
+    store.record_failure("run_fail", &failure).await.unwrap();
+    let rec = store.get_run("run_fail").await.unwrap().unwrap();
+    assert_eq!(rec.run.last_error.as_ref(), Some(&failure));
+    assert_eq!(rec.run.version, 0);
+    let (loaded, _) = store.load("run_fail").await.unwrap().unwrap();
+    assert_eq!(loaded.run.last_error, Some(failure));
+    store.commit(0, &next(&r, vec![])).await.unwrap();
+    assert_eq!(
+        store
+            .get_run("run_fail")
+            .await
+            .unwrap()
+            .unwrap()
+            .run
+            .last_error,
+        None
+    );
+
+    // An answer's resolution stays outstanding until cleared; a cancel has none.
+    let before = Utc::now() + chrono::Duration::seconds(5);
+    let outstanding = store.stale_resolutions(before, 10).await.unwrap();
+    assert!(
+        !outstanding.is_empty(),
+        "the answers and expiries above are outstanding"
+    );
+    assert!(outstanding.iter().all(|c| c.status != CtaStatus::Cancelled));
+    for c in &outstanding {
+        store.clear_resolution(&c.cta_id).await.unwrap();
+    }
+    assert!(
+        store
+            .stale_resolutions(before, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 async fn queue_contract(queue: Arc<dyn Queue>, pump: Arc<dyn Pump>) {

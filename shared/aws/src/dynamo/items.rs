@@ -183,7 +183,7 @@ impl DynamoStore {
                 }
             }
         }
-        for k in ["ob", "fail", "ttl", "GSI2PK", "GSI2SK", "GSI3PK", "GSI3SK"] {
+        for k in ["ob", "lerr", "ttl", "GSI2PK", "GSI2SK", "GSI3PK", "GSI3SK"] {
             if !sets.iter().any(|x| x.starts_with(&format!("#{k} "))) {
                 removes.push(format!("#{k}"));
                 update = update.expression_attribute_names(format!("#{k}"), k);
@@ -292,7 +292,7 @@ impl DynamoStore {
 pub(super) fn parse_run(item: &Item) -> Result<RunRecord, PortError> {
     let mut run: Run =
         serde_json::from_str(get_s(item, "body")?).map_err(|e| broken("decode run", e))?;
-    if let Some(AttributeValue::S(f)) = item.get("fail") {
+    if let Some(AttributeValue::S(f)) = item.get("lerr") {
         run.last_error = Some(serde_json::from_str(f).map_err(|e| broken("decode failure", e))?);
     }
     let outbox = match item.get("ob") {

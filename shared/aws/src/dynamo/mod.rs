@@ -426,7 +426,7 @@ impl Store for DynamoStore {
             .table_name(&self.table)
             .key("PK", s(run_pk(run_id)))
             .key("SK", s("META"))
-            .update_expression("SET fail = :f")
+            .update_expression("SET lerr = :f")
             .condition_expression("attribute_exists(PK)")
             .expression_attribute_values(":f", s(f))
             .send()

@@ -1,0 +1,305 @@
+//! Bad input, generated: property-based requests against `baton dev`'s API (methods, paths,
+//! query strings, headers, bodies) and events on the bus consumer. However hostile, nothing
+//! is a 5xx; every error is JSON with a code and a sentence; a refused request changes
+//! nothing; no event panics the consumer or is retried for ever.
+
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod common;
+
+use std::sync::Arc;
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use baton_core::ports::{Store, SystemClock};
+use common::*;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use serde_json::{Value, json};
+
+const ASK: &str = r#"{"asker": [
+    {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "choice", "prompt": "Which?",
+        "options": [{"id": "a", "label": "A"}, {"id": "b", "label": "B"}]}}]},
+    {"text": "thanks"}]}"#;
+
+/// What a refused request must leave as it was.
+async fn digest(h: &Harness, run_id: &str) -> String {
+    let store = &h.server.store;
+    let run = store
+        .load(run_id)
+        .await
+        .unwrap()
+        .map(|(r, t)| (r.run.version, t.len()));
+    let ctas = store.list_ctas("local", None).await.unwrap();
+    let events = store.events_after(0, 10_000).unwrap().len();
+    format!("{run:?} {ctas:?} {events} {}", store.queue_depth().unwrap())
+}
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>().prop_map(|f| json!(f)),
+        ".{0,40}".prop_map(Value::from),
+        prop::sample::select(vec![
+            "approval", "text", "choice", "a", "", "prompt", "kind"
+        ])
+        .prop_map(Value::from),
+    ];
+    leaf.prop_recursive(3, 24, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+            prop::collection::btree_map(
+                prop::sample::select(vec![
+                    "prompt",
+                    "agent",
+                    "text",
+                    "kind",
+                    "approved",
+                    "selectedId",
+                    "reason",
+                    "onExpiry",
+                    "metadata",
+                    "sandboxId",
+                    "x",
+                ])
+                .prop_map(str::to_owned),
+                inner,
+                0..5
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+#[derive(Debug, Clone)]
+struct Request {
+    method: &'static str,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Option<Vec<u8>>,
+}
+
+fn request(run_id: String, cta_id: String) -> impl Strategy<Value = Request> {
+    let id = prop_oneof![
+        Just(run_id),
+        Just(cta_id),
+        "[a-z_0-9]{0,12}",
+        "(%[0-9A-F]{2}|[a-zA-Z./~]){1,10}",
+    ];
+    let route = prop::sample::select(vec![
+        "/runs",
+        "/runs/{}",
+        "/runs/{}/timeline",
+        "/runs/{}/messages",
+        "/runs/{}/cancel",
+        "/ctas",
+        "/ctas/{}",
+        "/ctas/{}/response",
+        "/events",
+        "/health",
+        "/{}",
+        "/runs/{}/{}",
+    ]);
+    let query = prop::collection::vec(
+        (
+            prop::sample::select(vec!["after", "limit", "status", "x", ""]),
+            prop_oneof![
+                "-?[0-9]{1,25}".boxed(),
+                "[a-z%0-9]{0,8}".boxed(),
+                Just("pending".to_owned()).boxed()
+            ],
+        ),
+        0..3,
+    );
+    let header = prop_oneof![
+        Just(("authorization".to_owned(), format!("Bearer {TOKEN}"))),
+        "[ -~]{0,30}".prop_map(|v| ("authorization".to_owned(), v)),
+        "[ -~]{0,30}".prop_map(|v| ("content-type".to_owned(), v)),
+        Just(("content-type".to_owned(), "application/json".to_owned())),
+        "[ -~]{0,300}".prop_map(|v| ("idempotency-key".to_owned(), v)),
+    ];
+    let body = prop_oneof![
+        Just(None),
+        json_value().prop_map(|v| Some(v.to_string().into_bytes())),
+        prop::collection::vec(any::<u8>(), 0..64).prop_map(Some),
+    ];
+    (
+        prop::sample::select(vec!["GET", "POST", "PUT", "DELETE", "PATCH"]),
+        route,
+        id.clone(),
+        id,
+        query,
+        prop::collection::vec(header, 0..4),
+        body,
+    )
+        .prop_map(|(method, route, a, b, query, headers, body)| {
+            let mut path = route.replacen("{}", &a, 1).replacen("{}", &b, 1);
+            if !query.is_empty() {
+                let q: Vec<String> = query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                path = format!("{path}?{}", q.join("&"));
+            }
+            Request {
+                method,
+                path,
+                headers,
+                body,
+            }
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_generated_requests_and_events_get_clear_refusals_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = json!({"agents": {"asker": {"tools": ["request_human_feedback"]}}});
+    let h = start(
+        dir.path(),
+        scripted(ASK),
+        catalog(Some(agents)),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let run_id = h
+        .create_run(json!({"prompt": "go", "agent": "asker"}))
+        .await;
+    let cta_id = h.wait_pending(1).await[0]["ctaId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let base = h.server.url();
+    let handle = tokio::runtime::Handle::current();
+
+    let mut runner = TestRunner::new(Config {
+        cases: 8_000,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+    let (refused, accepted) = (AtomicU32::new(0), AtomicU32::new(0));
+    let strategy = request(run_id.clone(), cta_id.clone());
+    let result = tokio::task::block_in_place(|| {
+        runner.run(&strategy, |req| {
+            let (code, ctype, body, changed) = handle.block_on(async {
+                let before = digest(&h, &run_id).await;
+                let method = reqwest::Method::from_bytes(req.method.as_bytes()).unwrap();
+                let mut rb = h.http.request(method, format!("{base}{}", req.path));
+                for (k, v) in &req.headers {
+                    rb = rb.header(k.as_str(), v.as_str());
+                }
+                if let Some(b) = &req.body {
+                    rb = rb.body(b.clone());
+                }
+                let Ok(resp) = rb.send().await else {
+                    // reqwest refused to build it (an invalid URL or header): nothing was sent.
+                    return (0, String::new(), Vec::new(), false);
+                };
+                let code = resp.status().as_u16();
+                let ctype = resp
+                    .headers()
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned();
+                let body = resp.bytes().await.unwrap().to_vec();
+                let changed = digest(&h, &run_id).await != before;
+                if code < 400 {
+                    // Let what it queued be handled, so the next request starts from rest.
+                    for _ in 0..500 {
+                        if h.server.store.queue_depth().unwrap() == 0 {
+                            break;
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    }
+                }
+                (code, ctype, body, changed)
+            });
+            if code == 0 {
+                return Ok(());
+            }
+            prop_assert!(
+                code < 500,
+                "{req:?} → {code}: {}",
+                String::from_utf8_lossy(&body)
+            );
+            if code >= 400 {
+                refused.fetch_add(1, Relaxed);
+                prop_assert!(
+                    ctype.starts_with("application/json"),
+                    "{req:?} → {code} {ctype}"
+                );
+                let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let (c, m) = (&v["error"]["code"], &v["error"]["message"]);
+                prop_assert!(
+                    c.as_str().is_some_and(|c| !c.is_empty())
+                        && m.as_str().is_some_and(|m| m.len() > 3),
+                    "{req:?} → {code}: {v}"
+                );
+                prop_assert!(
+                    !changed,
+                    "a refused request changed state: {req:?} → {code} {v}"
+                );
+            } else {
+                accepted.fetch_add(1, Relaxed);
+            }
+            Ok(())
+        })
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let (refused, accepted) = (refused.into_inner(), accepted.into_inner());
+    eprintln!("HTTP: {refused} refused, {accepted} accepted");
+    assert!(
+        refused > 4_000,
+        "the generator mostly makes bad requests: {refused}"
+    );
+
+    // Bus events on the CTA consumer: garbage, wrong kinds, unknown CTAs, early expiries.
+    let service = h.server.service.clone();
+    let mut runner = TestRunner::new(Config {
+        cases: 2_500,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let event = (
+        prop::sample::select(vec!["cta.response", "cta.expired", "baton.sweep", "x", ""]),
+        prop_oneof![Just(cta_id.clone()), "[a-z_0-9]{0,12}"],
+        json_value(),
+        prop::collection::vec(any::<u8>(), 0..40),
+        0..4u8,
+    );
+    let result = tokio::task::block_in_place(|| {
+        runner.run(&event, |(detail_type, id, detail, bytes, shape)| {
+            let body = match shape {
+                0 => String::from_utf8_lossy(&bytes).into_owned(),
+                1 => json!({"detail-type": detail_type, "detail": detail}).to_string(),
+                2 => {
+                    json!({"detail-type": detail_type, "detail": {"ctaId": id, "response": detail}})
+                        .to_string()
+                }
+                _ => json!({"detail-type": detail_type, "detail": {"ctaId": id}}).to_string(),
+            };
+            let ev: SqsEvent = serde_json::from_value(json!({"Records": [{
+                "messageId": "m", "receiptHandle": "r", "body": body, "attributes": {},
+                "messageAttributes": {}, "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:x-cta-inbox",
+                "awsRegion": "us-east-1"}]}))
+            .unwrap();
+            let resp = handle.block_on(baton_aws::handle_cta_inbox(&service, ev));
+            prop_assert!(
+                resp.batch_item_failures.is_empty(),
+                "retried for ever: {body}"
+            );
+            Ok(())
+        })
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    // Whatever the bus said, the CTA is pending or validly settled, never broken.
+    let cta = h.server.store.get_cta(&cta_id).await.unwrap().unwrap();
+    if let Some(r) = &cta.response {
+        r.validate_against(&cta.request).unwrap();
+    }
+    h.server.shutdown().await;
+}
