@@ -178,71 +178,73 @@ async fn ten_thousand_generated_requests_and_events_get_clear_refusals_and_chang
     let (refused, accepted) = (AtomicU32::new(0), AtomicU32::new(0));
     let strategy = request(run_id.clone(), cta_id.clone());
     let result = tokio::task::block_in_place(|| {
-        runner.run(&strategy, |req| {
-            let (code, ctype, body, changed) = handle.block_on(async {
-                let before = digest(&h, &run_id).await;
-                let method = reqwest::Method::from_bytes(req.method.as_bytes()).unwrap();
-                let mut rb = h.http.request(method, format!("{base}{}", req.path));
-                for (k, v) in &req.headers {
-                    rb = rb.header(k.as_str(), v.as_str());
-                }
-                if let Some(b) = &req.body {
-                    rb = rb.body(b.clone());
-                }
-                let Ok(resp) = rb.send().await else {
-                    // reqwest refused to build it (an invalid URL or header): nothing was sent.
-                    return (0, String::new(), Vec::new(), false);
-                };
-                let code = resp.status().as_u16();
-                let ctype = resp
-                    .headers()
-                    .get("content-type")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_owned();
-                let body = resp.bytes().await.unwrap().to_vec();
-                let changed = digest(&h, &run_id).await != before;
-                if code < 400 {
-                    // Let what it queued be handled, so the next request starts from rest.
-                    for _ in 0..500 {
-                        if h.server.store.queue_depth().unwrap() == 0 {
-                            break;
-                        }
-                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        runner
+            .run(&strategy, |req| {
+                let (code, ctype, body, changed) = handle.block_on(async {
+                    let before = digest(&h, &run_id).await;
+                    let method = reqwest::Method::from_bytes(req.method.as_bytes()).unwrap();
+                    let mut rb = h.http.request(method, format!("{base}{}", req.path));
+                    for (k, v) in &req.headers {
+                        rb = rb.header(k.as_str(), v.as_str());
                     }
+                    if let Some(b) = &req.body {
+                        rb = rb.body(b.clone());
+                    }
+                    let Ok(resp) = rb.send().await else {
+                        // reqwest refused to build it (an invalid URL or header): nothing was sent.
+                        return (0, String::new(), Vec::new(), false);
+                    };
+                    let code = resp.status().as_u16();
+                    let ctype = resp
+                        .headers()
+                        .get("content-type")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_owned();
+                    let body = resp.bytes().await.unwrap().to_vec();
+                    let changed = digest(&h, &run_id).await != before;
+                    if code < 400 {
+                        // Let what it queued be handled, so the next request starts from rest.
+                        for _ in 0..500 {
+                            if h.server.store.queue_depth().unwrap() == 0 {
+                                break;
+                            }
+                            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                        }
+                    }
+                    (code, ctype, body, changed)
+                });
+                if code == 0 {
+                    return Ok(());
                 }
-                (code, ctype, body, changed)
-            });
-            if code == 0 {
-                return Ok(());
-            }
-            prop_assert!(
-                code < 500,
-                "{req:?} → {code}: {}",
-                String::from_utf8_lossy(&body)
-            );
-            if code >= 400 {
-                refused.fetch_add(1, Relaxed);
                 prop_assert!(
-                    ctype.starts_with("application/json"),
-                    "{req:?} → {code} {ctype}"
+                    code < 500,
+                    "{req:?} → {code}: {}",
+                    String::from_utf8_lossy(&body)
                 );
-                let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                let (c, m) = (&v["error"]["code"], &v["error"]["message"]);
-                prop_assert!(
-                    c.as_str().is_some_and(|c| !c.is_empty())
-                        && m.as_str().is_some_and(|m| m.len() > 3),
-                    "{req:?} → {code}: {v}"
-                );
-                prop_assert!(
-                    !changed,
-                    "a refused request changed state: {req:?} → {code} {v}"
-                );
-            } else {
-                accepted.fetch_add(1, Relaxed);
-            }
-            Ok(())
-        })
+                if code >= 400 {
+                    refused.fetch_add(1, Relaxed);
+                    prop_assert!(
+                        ctype.starts_with("application/json"),
+                        "{req:?} → {code} {ctype}"
+                    );
+                    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let (c, m) = (&v["error"]["code"], &v["error"]["message"]);
+                    prop_assert!(
+                        c.as_str().is_some_and(|c| !c.is_empty())
+                            && m.as_str().is_some_and(|m| m.len() > 3),
+                        "{req:?} → {code}: {v}"
+                    );
+                    prop_assert!(
+                        !changed,
+                        "a refused request changed state: {req:?} → {code} {v}"
+                    );
+                } else {
+                    accepted.fetch_add(1, Relaxed);
+                }
+                Ok(())
+            })
+            .map_err(|e| e.to_string())
     });
     if let Err(e) = result {
         panic!("{e}");
@@ -269,8 +271,9 @@ async fn ten_thousand_generated_requests_and_events_get_clear_refusals_and_chang
         0..4u8,
     );
     let result = tokio::task::block_in_place(|| {
-        runner.run(&event, |(detail_type, id, detail, bytes, shape)| {
-            let body = match shape {
+        runner
+            .run(&event, |(detail_type, id, detail, bytes, shape)| {
+                let body = match shape {
                 0 => String::from_utf8_lossy(&bytes).into_owned(),
                 1 => json!({"detail-type": detail_type, "detail": detail}).to_string(),
                 2 => {
@@ -279,19 +282,20 @@ async fn ten_thousand_generated_requests_and_events_get_clear_refusals_and_chang
                 }
                 _ => json!({"detail-type": detail_type, "detail": {"ctaId": id}}).to_string(),
             };
-            let ev: SqsEvent = serde_json::from_value(json!({"Records": [{
+                let ev: SqsEvent = serde_json::from_value(json!({"Records": [{
                 "messageId": "m", "receiptHandle": "r", "body": body, "attributes": {},
                 "messageAttributes": {}, "eventSource": "aws:sqs",
                 "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:x-cta-inbox",
                 "awsRegion": "us-east-1"}]}))
-            .unwrap();
-            let resp = handle.block_on(baton_aws::handle_cta_inbox(&service, ev));
-            prop_assert!(
-                resp.batch_item_failures.is_empty(),
-                "retried for ever: {body}"
-            );
-            Ok(())
-        })
+                .unwrap();
+                let resp = handle.block_on(baton_aws::handle_cta_inbox(&service, ev));
+                prop_assert!(
+                    resp.batch_item_failures.is_empty(),
+                    "retried for ever: {body}"
+                );
+                Ok(())
+            })
+            .map_err(|e| e.to_string())
     });
     if let Err(e) = result {
         panic!("{e}");
