@@ -492,35 +492,11 @@ impl Store for DynamoStore {
         before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<Cta>, PortError> {
-        let mut out = Vec::new();
-        for cta_id in self.indexed(GSI2, "CR", "CTA#", before, limit).await? {
-            if let Some(c) = self.get_cta(&cta_id).await? {
-                out.push(c);
-            }
-        }
-        Ok(out)
+        self.outstanding_resolutions(before, limit).await
     }
 
     async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
-        Meter::count(&self.meter.dynamodb);
-        self.meter
-            .write_units
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let r = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("PK", s(cta_pk(cta_id)))
-            .key("SK", s("META"))
-            .update_expression("REMOVE GSI2PK, GSI2SK")
-            .condition_expression("attribute_exists(PK)")
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
-            Err(e) => Err(map_sdk_err("UpdateItem", e)),
-        }
+        self.remove_resolution(cta_id).await
     }
 
     async fn list_ctas(

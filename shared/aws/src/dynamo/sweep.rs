@@ -4,8 +4,12 @@
 use baton_core::error::PortError;
 use chrono::{DateTime, Utc};
 
-use super::items::{SWEEP_SHARDS, broken, get_s, item_size, run_pk, s, sweep_time};
-use super::{DynamoStore, GSI3, Item};
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use baton_core::cta::Cta;
+use baton_core::ports::Store;
+
+use super::items::{SWEEP_SHARDS, broken, cta_pk, get_s, item_size, run_pk, s, sweep_time};
+use super::{DynamoStore, GSI2, GSI3, Item};
 use crate::sdk::{Meter, map_sdk_err};
 
 impl DynamoStore {
@@ -136,5 +140,43 @@ impl DynamoStore {
             message: "BatchWriteItem left items unprocessed five times".into(),
             source: None,
         })
+    }
+
+    /// CTAs whose resolution is outstanding since before `before` (GSI2, `CR#` shards).
+    pub(super) async fn outstanding_resolutions(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<Cta>, PortError> {
+        let mut out = Vec::new();
+        for cta_id in self.indexed(GSI2, "CR", "CTA#", before, limit).await? {
+            if let Some(c) = self.get_cta(&cta_id).await? {
+                out.push(c);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Takes a CTA out of the sweep's index: its run has been told.
+    pub(super) async fn remove_resolution(&self, cta_id: &str) -> Result<(), PortError> {
+        Meter::count(&self.meter.dynamodb);
+        self.meter
+            .write_units
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("PK", s(cta_pk(cta_id)))
+            .key("SK", s("META"))
+            .update_expression("REMOVE GSI2PK, GSI2SK")
+            .condition_expression("attribute_exists(PK)")
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
+            Err(e) => Err(map_sdk_err("UpdateItem", e)),
+        }
     }
 }
