@@ -74,29 +74,6 @@ struct Outcome {
     ctas: Vec<Value>,
 }
 
-/// Replaces ids and times, which differ from run to run, by placeholders.
-fn normalize(v: &Value, run_id: &str) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .filter(|(k, _)| {
-                    !matches!(
-                        k.as_str(),
-                        "at" | "createdAt" | "resolvedAt" | "expiresAt" | "updatedAt" | "lastError"
-                    )
-                })
-                .map(|(k, v)| (k.clone(), normalize(v, run_id)))
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(|v| normalize(v, run_id)).collect()),
-        Value::String(s) if s == run_id => json!("RUN"),
-        Value::String(s) if s.starts_with("cta_") => json!("CTA"),
-        Value::String(s) if s.starts_with("msg_") => json!("MSG"),
-        Value::String(s) if s.starts_with("run_") || s.starts_with("sub_") => json!("CHILD"),
-        v => v.clone(),
-    }
-}
-
 /// The scenario's agent: a tool the step executes, and a human to ask.
 fn ops() -> Arc<baton_core::agent::Catalog> {
     catalog(Some(
@@ -240,15 +217,19 @@ async fn scenario_with(fp: &str, skip: u32, cancel: bool, duplicate: bool) -> (O
         })
         .await;
     }
-    let fired = failpoint::fired(fp);
-    failpoint::reset();
-    // Let any effect still under way land, then read what a user can see.
-    let h = host.h();
+    // Let any effect still under way land (a crash in the last step's tail, after its
+    // commit, shows only now: restart then too), then read what a user can see.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while h.server.store.queue_depth().unwrap() > 0 {
+    while host.h().server.store.queue_depth().unwrap() > 0 {
+        if failpoint::fired(fp) && host.restarts == 0 {
+            host.restart().await;
+        }
         assert!(Instant::now() < deadline, "{fp}: the queue never drained");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let fired = failpoint::fired(fp);
+    failpoint::reset();
+    let h = host.h();
     let (_, run) = h.get(&format!("/runs/{run_id}")).await;
     let (_, events) = h.get("/events?limit=1000").await;
     let mut by_type = BTreeMap::new();

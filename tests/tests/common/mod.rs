@@ -14,7 +14,7 @@ use baton_core::ports::{Clock, SystemClock};
 use baton_llm::scripted::ScriptedLlm;
 use baton_local::worker::WorkerOptions;
 use baton_local::{LocalOptions, LocalServer};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub const TOKEN: &str = "test-token";
 
@@ -169,4 +169,27 @@ pub fn of_type<'a>(run: &'a Value, ty: &str) -> Vec<&'a Value> {
         .iter()
         .filter(|e| e["type"] == ty)
         .collect()
+}
+
+/// Replaces ids and times, which differ from run to run, by placeholders.
+pub fn normalize(v: &Value, run_id: &str) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| {
+                    !matches!(
+                        k.as_str(),
+                        "at" | "createdAt" | "resolvedAt" | "expiresAt" | "updatedAt" | "lastError"
+                    )
+                })
+                .map(|(k, v)| (k.clone(), normalize(v, run_id)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(|v| normalize(v, run_id)).collect()),
+        Value::String(s) if s == run_id => json!("RUN"),
+        Value::String(s) if s.starts_with("cta_") => json!("CTA"),
+        Value::String(s) if s.starts_with("msg_") => json!("MSG"),
+        Value::String(s) if s.starts_with("run_") || s.starts_with("sub_") => json!("CHILD"),
+        v => v.clone(),
+    }
 }

@@ -146,6 +146,37 @@ impl DynamoStore {
         }
     }
 
+    /// One conditional update of an item's `META`, metered; a condition that no longer
+    /// holds (the item moved on, or is gone) is not an error: there is nothing left to do.
+    async fn update_meta(
+        &self,
+        pk: String,
+        update: &str,
+        condition: &str,
+        values: &[(&str, AttributeValue)],
+    ) -> Result<(), PortError> {
+        Meter::count(&self.meter.dynamodb);
+        self.meter
+            .write_units
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("PK", s(pk))
+            .key("SK", s("META"))
+            .update_expression(update)
+            .condition_expression(condition);
+        for (k, v) in values {
+            req = req.expression_attribute_values(*k, v.clone());
+        }
+        match req.send().await {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
+            Err(e) => Err(map_sdk_err("UpdateItem", e)),
+        }
+    }
+
     async fn get_item(&self, pk: String) -> Result<Option<Item>, PortError> {
         let out = self
             .client
@@ -392,50 +423,24 @@ impl Store for DynamoStore {
     }
 
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
-        Meter::count(&self.meter.dynamodb);
-        self.meter
-            .write_units
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let r = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("PK", s(run_pk(run_id)))
-            .key("SK", s("META"))
-            .update_expression("REMOVE ob, GSI2PK, GSI2SK")
-            .condition_expression("v = :v")
-            .expression_attribute_values(":v", n(version))
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
-            Err(e) => Err(map_sdk_err("UpdateItem", e)),
-        }
+        self.update_meta(
+            run_pk(run_id),
+            "REMOVE ob, GSI2PK, GSI2SK",
+            "v = :v",
+            &[(":v", n(version))],
+        )
+        .await
     }
 
     async fn record_failure(&self, run_id: &str, failure: &LastError) -> Result<(), PortError> {
         let f = serde_json::to_string(failure).map_err(|e| broken("encode failure", e))?;
-        Meter::count(&self.meter.dynamodb);
-        self.meter
-            .write_units
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let r = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("PK", s(run_pk(run_id)))
-            .key("SK", s("META"))
-            .update_expression("SET lerr = :f")
-            .condition_expression("attribute_exists(PK)")
-            .expression_attribute_values(":f", s(f))
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
-            Err(e) => Err(map_sdk_err("UpdateItem", e)),
-        }
+        self.update_meta(
+            run_pk(run_id),
+            "SET lerr = :f",
+            "attribute_exists(PK)",
+            &[(":f", s(f))],
+        )
+        .await
     }
 
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {

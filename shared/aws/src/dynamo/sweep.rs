@@ -4,7 +4,6 @@
 use baton_core::error::PortError;
 use chrono::{DateTime, Utc};
 
-use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use baton_core::cta::Cta;
 use baton_core::ports::Store;
 
@@ -159,24 +158,12 @@ impl DynamoStore {
 
     /// Takes a CTA out of the sweep's index: its run has been told.
     pub(super) async fn remove_resolution(&self, cta_id: &str) -> Result<(), PortError> {
-        Meter::count(&self.meter.dynamodb);
-        self.meter
-            .write_units
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let r = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("PK", s(cta_pk(cta_id)))
-            .key("SK", s("META"))
-            .update_expression("REMOVE GSI2PK, GSI2SK")
-            .condition_expression("attribute_exists(PK)")
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
-            Err(e) => Err(map_sdk_err("UpdateItem", e)),
-        }
+        self.update_meta(
+            cta_pk(cta_id),
+            "REMOVE GSI2PK, GSI2SK",
+            "attribute_exists(PK)",
+            &[],
+        )
+        .await
     }
 }
