@@ -45,6 +45,85 @@ fn payload(i: u64, pause: bool) -> String {
     s
 }
 
+/// Where a benchmark keeps its store: the given empty directory, or a fresh temporary one
+/// (true: remove it afterwards).
+pub(crate) fn bench_dir(data: Option<PathBuf>) -> anyhow::Result<(PathBuf, bool)> {
+    Ok(match data {
+        Some(d) => {
+            ensure!(
+                !d.join("baton.db").exists(),
+                "{} already holds a store; give an empty directory",
+                d.display()
+            );
+            (d, false)
+        }
+        None => (
+            std::env::temp_dir().join(format!("baton-bench-{}", uuid::Uuid::new_v4().simple())),
+            true,
+        ),
+    })
+}
+
+/// Agent `bench` and its script: `n` echo calls with a 1 KB argument (the one at
+/// `pause_at` asks for approval), then an answer.
+pub(crate) fn script(n: u64, pause_at: Option<u64>) -> anyhow::Result<(ScriptedLlm, Arc<Catalog>)> {
+    let mut replies: Vec<ScriptedReply> = (0..n)
+        .map(|i| ScriptedReply {
+            text: None,
+            tool_calls: vec![ScriptedCall {
+                name: "echo".into(),
+                arguments: json!({"text": payload(i, Some(i) == pause_at)}),
+            }],
+            usage: None,
+        })
+        .collect();
+    replies.push(ScriptedReply {
+        text: Some("done".into()),
+        tool_calls: vec![],
+        usage: None,
+    });
+    let llm = ScriptedLlm::new(HashMap::from([("bench".to_owned(), replies)]))?;
+    let file: AgentsFile = serde_json::from_value(json!({"agents": {"bench": {
+        "system": "Echo what you are given.",
+        "tools": ["echo"],
+        "approval": {"echo": {"inputMatches": "PAUSE"}},
+        "maxIterations": n + 1,
+    }}}))?;
+    let catalog = Arc::new(Catalog::new(Limits::default(), vec![], Some(file))?);
+    Ok((llm, catalog))
+}
+
+/// Checks that a finished benchmark run lost nothing: every iteration's echo result is in
+/// its timeline, and it thought once per iteration plus once to answer.
+pub(crate) async fn verify(store: &LocalStore, run_id: &str, n: u64) -> anyhow::Result<()> {
+    let (rec, timeline) = store.load(run_id).await?.context("the run vanished")?;
+    ensure!(
+        rec.run.status == RunStatus::Completed,
+        "run {run_id} ended {:?}",
+        rec.run.status
+    );
+    ensure!(
+        timeline.len() as u64 == 2 * n + 2,
+        "run {run_id}: the timeline has {} entries, expected {}",
+        timeline.len(),
+        2 * n + 2
+    );
+    let successes = timeline
+        .iter()
+        .filter(|e| matches!(&e.body, EntryBody::Tool(t) if matches!(&t.result, ToolResult::Success { output } if output.as_str().is_some_and(|s| s.len() == PAYLOAD))))
+        .count();
+    ensure!(
+        successes as u64 == n,
+        "run {run_id}: {successes} of {n} echo results are right"
+    );
+    ensure!(
+        rec.run.thinks as u64 == n + 1,
+        "run {run_id} thought {} times",
+        rec.run.thinks
+    );
+    Ok(())
+}
+
 struct Parts {
     store: LocalStore,
     service: Arc<Service>,
@@ -81,14 +160,14 @@ async fn drive(p: &Parts, run_id: &str, times: &mut Vec<Duration>) -> anyhow::Re
         }
         let rec = p.store.get_run(run_id).await?.context("the run vanished")?;
         let settled = rec.run.status == RunStatus::Waiting || rec.run.status.is_terminal();
-        if settled && p.store.queue_depth()? == 0 {
+        if settled && p.store.queue_depth().await? == 0 {
             return Ok(rec.run.status);
         }
         p.store.wait_for_messages(Duration::from_millis(5)).await;
     }
 }
 
-fn peak_rss_mb() -> f64 {
+pub(crate) fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -109,44 +188,9 @@ fn mean_ms(d: &[Duration]) -> f64 {
 }
 
 pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Result<String> {
-    let (dir, remove) = match data {
-        Some(d) => {
-            ensure!(
-                !d.join("baton.db").exists(),
-                "{} already holds a store; give an empty directory",
-                d.display()
-            );
-            (d, false)
-        }
-        None => (
-            std::env::temp_dir().join(format!("baton-bench-{}", uuid::Uuid::new_v4().simple())),
-            true,
-        ),
-    };
+    let (dir, remove) = bench_dir(data)?;
     let pause_at = if variant_b { Some(n / 2) } else { None };
-    let mut replies: Vec<ScriptedReply> = (0..n)
-        .map(|i| ScriptedReply {
-            text: None,
-            tool_calls: vec![ScriptedCall {
-                name: "echo".into(),
-                arguments: json!({"text": payload(i, Some(i) == pause_at)}),
-            }],
-            usage: None,
-        })
-        .collect();
-    replies.push(ScriptedReply {
-        text: Some("done".into()),
-        tool_calls: vec![],
-        usage: None,
-    });
-    let llm = ScriptedLlm::new(HashMap::from([("bench".to_owned(), replies)]))?;
-    let file: AgentsFile = serde_json::from_value(json!({"agents": {"bench": {
-        "system": "Echo what you are given.",
-        "tools": ["echo"],
-        "approval": {"echo": {"inputMatches": "PAUSE"}},
-        "maxIterations": n + 1,
-    }}}))?;
-    let catalog = Arc::new(Catalog::new(Limits::default(), vec![], Some(file))?);
+    let (llm, catalog) = script(n, pause_at)?;
 
     let mut parts = open(&dir, &llm, &catalog)?;
     let req = CreateRun {
@@ -198,28 +242,9 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
         bail!("the run ended {status:?}");
     }
 
-    let (rec, timeline) = parts.store.load(&run_id).await?.context("run")?;
-    ensure!(
-        timeline.len() as u64 == 2 * n + 2,
-        "timeline has {} entries, expected {}",
-        timeline.len(),
-        2 * n + 2
-    );
-    let successes = timeline
-        .iter()
-        .filter(|e| matches!(&e.body, EntryBody::Tool(t) if matches!(&t.result, ToolResult::Success { output } if output.as_str().is_some_and(|s| s.len() == PAYLOAD))))
-        .count();
-    ensure!(
-        successes as u64 == n,
-        "{successes} of {n} echo results are right"
-    );
-    ensure!(
-        rec.run.thinks as u64 == n + 1,
-        "the run thought {} times",
-        rec.run.thinks
-    );
+    verify(&parts.store, &run_id, n).await?;
 
-    let db_bytes = parts.store.checkpoint()?;
+    let db_bytes = parts.store.checkpoint().await?;
     let tenth = (times.len() / 10).max(1);
     let report = json!({
         "iterations": n,

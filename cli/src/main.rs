@@ -3,6 +3,7 @@
 mod aws;
 mod bench;
 mod client;
+mod load;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -133,6 +134,10 @@ enum Command {
         /// --iterations entries).
         #[arg(long)]
         aws: bool,
+        /// Run this many runs at once through the local server's API, and report steps per
+        /// second, step latency and API latency under that load.
+        #[arg(long, conflicts_with_all = ["aws", "variant"])]
+        runs: Option<usize>,
     },
 }
 
@@ -231,11 +236,17 @@ async fn main() -> ExitCode {
             iterations,
             variant,
             aws,
+            runs,
         } => {
             if iterations < 2 {
                 return refuse("--iterations must be at least 2");
             }
-            let report = if aws {
+            if runs.is_some_and(|r| !(1..=10_000).contains(&r)) {
+                return refuse("--runs must be between 1 and 10000");
+            }
+            let report = if let Some(runs) = runs {
+                load::run(runs, iterations, cli.data).await
+            } else if aws {
                 let config = match config() {
                     Ok(c) => c,
                     Err(code) => return code,

@@ -30,8 +30,11 @@ async fn digest(h: &Harness, run_id: &str) -> String {
         .unwrap()
         .map(|(r, t)| (r.run.version, t.len()));
     let ctas = store.list_ctas("local", None).await.unwrap();
-    let events = store.events_after(0, 10_000).unwrap().len();
-    format!("{run:?} {ctas:?} {events} {}", store.queue_depth().unwrap())
+    let events = store.events_after(0, 10_000).await.unwrap().len();
+    format!(
+        "{run:?} {ctas:?} {events} {}",
+        store.queue_depth().await.unwrap()
+    )
 }
 
 fn json_value() -> impl Strategy<Value = Value> {
@@ -206,7 +209,7 @@ async fn ten_thousand_generated_requests_and_events_get_clear_refusals_and_chang
                     if code < 400 {
                         // Let what it queued be handled, so the next request starts from rest.
                         for _ in 0..500 {
-                            if h.server.store.queue_depth().unwrap() == 0 {
+                            if h.server.store.queue_depth().await.unwrap() == 0 {
                                 break;
                             }
                             tokio::time::sleep(std::time::Duration::from_millis(10)).await;

@@ -31,13 +31,16 @@ trait Pump: Send + Sync {
 impl Pump for LocalStore {
     async fn receive(&self, max: usize) -> Vec<(String, StepMessage)> {
         LocalStore::receive(self, max, std::time::Duration::from_secs(60))
+            .await
             .unwrap()
             .into_iter()
             .map(|d| (d.receipt.to_string(), d.message.unwrap()))
             .collect()
     }
     async fn ack(&self, receipt: String) {
-        LocalStore::ack(self, receipt.parse().unwrap()).unwrap()
+        LocalStore::ack(self, receipt.parse().unwrap())
+            .await
+            .unwrap()
     }
 }
 
@@ -471,11 +474,11 @@ async fn the_embedded_adapter_passes_the_port_contracts() {
     bus_and_scheduler_contract(Arc::new(local.clone()), Arc::new(local.clone())).await;
     // Adapter-specific read-backs of what the generic checks did.
     assert_eq!(
-        local.events_after(0, 10).unwrap().len(),
+        local.events_after(0, 10).await.unwrap().len(),
         1,
         "events are deduplicated by id"
     );
-    assert_eq!(local.timer("cta_s").unwrap(), None);
+    assert_eq!(local.timer("cta_s").await.unwrap(), None);
     // And everything is on disk: a second handle sees it.
     let again = LocalStore::open(dir.path()).unwrap();
     assert_eq!(
@@ -643,7 +646,7 @@ async fn every_message_delivered_twice_gives_the_same_timeline() {
         timelines.push((
             shape,
             rec.run.version,
-            local.events_after(0, 100).unwrap().len(),
+            local.events_after(0, 100).await.unwrap().len(),
         ));
     }
     assert_eq!(timelines[0], timelines[1]);
@@ -879,7 +882,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
     let cta = svc.list_ctas("alice", None).await.unwrap().remove(0);
     use baton_core::service::ServiceError::NotFound;
     assert!(matches!(
-        svc.get_run("bob", &run.run_id).await,
+        svc.get_run("bob", &run.run_id, 10).await,
         Err(NotFound(_))
     ));
     assert!(matches!(

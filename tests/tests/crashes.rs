@@ -55,7 +55,7 @@ async fn a_message_in_flight_when_its_process_died_is_taken_at_once_after_a_rest
         )
         .await
         .unwrap();
-    let leased = store.receive(10, Duration::from_secs(900)).unwrap();
+    let leased = store.receive(10, Duration::from_secs(900)).await.unwrap();
     assert_eq!(leased.len(), 1, "the start message is in flight");
     drop((service, store));
     // The next process takes it at once, not after the 900 s visibility timeout.
@@ -220,7 +220,7 @@ async fn scenario_with(fp: &str, skip: u32, cancel: bool, duplicate: bool) -> (O
     // Let any effect still under way land (a crash in the last step's tail, after its
     // commit, shows only now: restart then too), then read what a user can see.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while host.h().server.store.queue_depth().unwrap() > 0 {
+    while host.h().server.store.queue_depth().await.unwrap() > 0 {
         if failpoint::fired(fp) && host.restarts == 0 {
             host.restart().await;
         }
@@ -240,7 +240,7 @@ async fn scenario_with(fp: &str, skip: u32, cancel: bool, duplicate: bool) -> (O
     }
     let (_, ctas) = h.get("/ctas?status=all").await;
     assert!(
-        h.server.store.timer(&cta).unwrap().is_none(),
+        h.server.store.timer(&cta).await.unwrap().is_none(),
         "{fp}: the expiry timer outlived its CTA"
     );
     let outcome = Outcome {
@@ -379,7 +379,7 @@ async fn drive_example(name: &str, duplicate: bool) -> Outcome {
         assert!(Instant::now() < deadline, "{name}: {run:#}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    while h.server.store.queue_depth().unwrap() > 0 {
+    while h.server.store.queue_depth().await.unwrap() > 0 {
         assert!(Instant::now() < deadline, "{name}: the queue never drained");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

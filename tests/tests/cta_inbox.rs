@@ -73,7 +73,7 @@ impl Env {
     /// Hands the inbox handler one bus event (as the rule delivers it) and returns the
     /// `cta.rejected` events it published.
     async fn deliver(&self, detail_type: &str, detail: Value) -> Vec<Value> {
-        let before = self.local.events_after(0, 1000).unwrap().len();
+        let before = self.local.events_after(0, 1000).await.unwrap().len();
         // SQS message ids are unique; the rejection's event id derives from it.
         let n = DELIVERIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let envelope = json!({"version": "0", "id": format!("ev-{n}"), "detail-type": detail_type,
@@ -88,7 +88,7 @@ impl Env {
         let resp = handle_cta_inbox(&self.service, event).await;
         assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
         self.worker.drain().await.unwrap();
-        self.local.events_after(0, 1000).unwrap()[before..]
+        self.local.events_after(0, 1000).await.unwrap()[before..]
             .iter()
             .filter(|(_, e)| e.detail_type == "cta.rejected")
             .map(|(_, e)| e.detail.clone())

@@ -100,6 +100,7 @@ async fn the_example_script_runs_to_completed_with_its_full_timeline() {
         .server
         .store
         .events_after(0, 100)
+        .await
         .unwrap()
         .into_iter()
         .map(|(_, e)| e.detail_type)
@@ -244,6 +245,7 @@ async fn an_unanswered_cta_expires_and_ends_the_run() {
         h.server
             .store
             .timer(&cta_id)
+            .await
             .unwrap()
             .map(|t| t.timestamp_millis()),
         Some(expires.timestamp_millis())
@@ -259,7 +261,7 @@ async fn an_unanswered_cta_expires_and_ends_the_run() {
     let (code, c) = h.get(&format!("/ctas/{cta_id}")).await;
     assert_eq!((code, c["status"].as_str()), (200, Some("expired")));
     assert_eq!(
-        h.server.store.timer(&cta_id).unwrap(),
+        h.server.store.timer(&cta_id).await.unwrap(),
         None,
         "the timer is gone"
     );
@@ -470,8 +472,8 @@ async fn requests_are_authenticated_and_bad_input_is_a_clear_4xx() {
         );
     }
     // None of that created anything.
-    assert!(h.server.store.events_after(0, 10).unwrap().is_empty());
-    assert_eq!(h.server.store.queue_depth().unwrap(), 0);
+    assert!(h.server.store.events_after(0, 10).await.unwrap().is_empty());
+    assert_eq!(h.server.store.queue_depth().await.unwrap(), 0);
     h.server.shutdown().await;
 }
 

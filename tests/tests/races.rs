@@ -37,7 +37,7 @@ async fn settled(h: &Harness, run_id: &str) -> Value {
         .wait_status(run_id, &["completed", "cancelled", "expired", "failed"])
         .await;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while h.server.store.queue_depth().unwrap() > 0 {
+    while h.server.store.queue_depth().await.unwrap() > 0 {
         assert!(std::time::Instant::now() < deadline, "queue never drained");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

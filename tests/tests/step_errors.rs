@@ -177,7 +177,11 @@ async fn assert_failed_at_once(local: &LocalStore, run_id: &str, store: &Refusin
         1,
         "refused once: the message was not redelivered"
     );
-    assert_eq!(local.queue_depth().unwrap(), 0, "nothing left to retry");
+    assert_eq!(
+        local.queue_depth().await.unwrap(),
+        0,
+        "nothing left to retry"
+    );
 }
 
 #[tokio::test]
@@ -219,12 +223,13 @@ async fn the_lambda_handler_acknowledges_a_terminal_error_and_retries_the_rest()
     let run_id = create(&svc).await;
     let delivery = local
         .receive(1, std::time::Duration::from_secs(60))
+        .await
         .unwrap()
         .remove(0);
     let start = delivery.message.clone().unwrap();
     let resp = handle_steps(&svc, &[], sqs_event(&[("m1", &start)])).await;
     assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
-    local.ack(delivery.receipt).unwrap();
+    local.ack(delivery.receipt).await.unwrap();
     assert_failed_at_once(&local, &run_id, &store).await;
 
     // Retryable: reported failed, and so is the later message of the same group, in order.
@@ -234,6 +239,7 @@ async fn the_lambda_handler_acknowledges_a_terminal_error_and_retries_the_rest()
     let run_id = create(&svc).await;
     let start = local
         .receive(1, std::time::Duration::from_secs(60))
+        .await
         .unwrap();
     let start = start[0].message.clone().unwrap();
     let later = StepMessage {
@@ -270,10 +276,11 @@ async fn a_stale_dead_letter_does_not_fail_a_live_run() {
     let run_id = create(&svc).await;
     let start = local
         .receive(1, std::time::Duration::from_secs(60))
+        .await
         .unwrap()
         .remove(0);
     svc.handle(start.message.as_ref().unwrap()).await.unwrap();
-    local.ack(start.receipt).unwrap();
+    local.ack(start.receipt).await.unwrap();
     Worker::new(svc.clone(), local.clone(), WorkerOptions::default())
         .drain()
         .await

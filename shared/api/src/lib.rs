@@ -148,6 +148,8 @@ fn accepted(body: Value) -> Response {
 /// A response's timeline is cut at this many bytes of entries (the rest is one
 /// `GET /runs/{id}/timeline?after=` away): Lambda answers at most 6 MB.
 pub const PAGE_BYTES: usize = 4 * 1024 * 1024;
+/// The most timeline entries `GET /runs/{id}` reads; the rest is paged with `/timeline`.
+pub const PAGE_ENTRIES: usize = 100;
 
 /// The leading entries whose JSON fits in `budget` bytes (at least one), as JSON values.
 fn page(entries: &[Entry], budget: usize) -> Result<Vec<Value>, PortError> {
@@ -169,21 +171,18 @@ async fn get_run(
     Extension(Caller(owner)): Extension<Caller>,
     Id(run_id): Id,
 ) -> Result<Json<Value>, ApiError> {
-    let (run, timeline) = s.service.get_run(&owner, &run_id).await?;
-    let mut v = serde_json::to_value(&run).map_err(|e| PortError::broken("encode run", e))?;
+    let view = s.service.get_run(&owner, &run_id, PAGE_ENTRIES).await?;
+    let mut v = serde_json::to_value(&view.run).map_err(|e| PortError::broken("encode run", e))?;
     // The run item holds a preview of a long answer; the whole one is in the timeline.
-    if run.result_truncated
-        && let Some(EntryBody::Assistant { text: Some(t), .. }) = run
-            .result_seq
-            .and_then(|seq| timeline.get(seq as usize))
-            .map(|e| &e.body)
-    {
+    if let Some(EntryBody::Assistant { text: Some(t), .. }) = view.result_entry.map(|e| e.body) {
         v["result"] = json!(t);
         v["resultTruncated"] = json!(false);
     }
-    let entries = page(&timeline, PAGE_BYTES)?;
-    if entries.len() < timeline.len() {
-        v["timelineNext"] = json!(entries.len() as u64 - 1);
+    let entries = page(&view.entries, PAGE_BYTES)?;
+    if (view.more || entries.len() < view.entries.len())
+        && let Some(last) = view.entries.get(entries.len().wrapping_sub(1))
+    {
+        v["timelineNext"] = json!(last.seq);
     }
     v["timeline"] = Value::Array(entries);
     Ok(Json(v))

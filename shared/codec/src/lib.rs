@@ -6,6 +6,9 @@
 //! compresses well, so bodies of [`COMPRESS_FROM`] bytes or more are deflated. The first
 //! byte tells the two apart: deflated data starts with 0, which plain JSON never does.
 
+use std::cell::RefCell;
+
+use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -26,14 +29,11 @@ pub enum CodecError {
 
 /// Encodes a value for storage: its JSON, deflated when that is smaller.
 pub fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, CodecError> {
-    use std::io::Write;
     let json = serde_json::to_vec(v)?;
     if json.len() < COMPRESS_FROM {
         return Ok(json);
     }
-    let mut z = flate2::write::DeflateEncoder::new(vec![DEFLATED], flate2::Compression::fast());
-    z.write_all(&json)?;
-    let packed = z.finish()?;
+    let packed = deflate(&json)?;
     Ok(if packed.len() < json.len() {
         packed
     } else {
@@ -44,12 +44,65 @@ pub fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, CodecError> {
 /// Decodes what [`encode`] wrote.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     match bytes.first() {
-        Some(&DEFLATED) => Ok(serde_json::from_reader(flate2::read::DeflateDecoder::new(
-            &bytes[1..],
-        ))?),
+        // Inflated whole first: serde_json would read a `Read` one byte at a time.
+        Some(&DEFLATED) => Ok(serde_json::from_slice(&inflate(&bytes[1..])?)?),
         Some(b'{' | b'[' | b'"') => Ok(serde_json::from_slice(bytes)?),
         other => Err(CodecError::Unknown(other.copied().unwrap_or_default())),
     }
+}
+
+thread_local! {
+    // A deflate state is a few hundred KB to set up: each thread keeps one and resets it.
+    static DEFLATE: RefCell<Compress> = RefCell::new(Compress::new(Compression::fast(), false));
+    static INFLATE: RefCell<Decompress> = RefCell::new(Decompress::new(false));
+}
+
+fn zerror(e: impl std::error::Error + Send + Sync + 'static) -> CodecError {
+    CodecError::Io(std::io::Error::other(e))
+}
+
+/// `DEFLATED` followed by `json` as raw deflate.
+fn deflate(json: &[u8]) -> Result<Vec<u8>, CodecError> {
+    DEFLATE.with_borrow_mut(|z| {
+        z.reset();
+        let mut out = Vec::with_capacity(json.len() / 2 + 64);
+        out.push(DEFLATED);
+        loop {
+            let done = z.total_in() as usize;
+            match z
+                .compress_vec(&json[done..], &mut out, FlushCompress::Finish)
+                .map_err(zerror)?
+            {
+                Status::StreamEnd => return Ok(out),
+                Status::Ok | Status::BufError => out.reserve(out.capacity()),
+            }
+        }
+    })
+}
+
+/// Raw deflate back to the bytes it holds.
+fn inflate(packed: &[u8]) -> Result<Vec<u8>, CodecError> {
+    INFLATE.with_borrow_mut(|z| {
+        z.reset(false);
+        let mut out = Vec::with_capacity(packed.len() * 4 + 64);
+        loop {
+            let done = z.total_in() as usize;
+            let before = z.total_out();
+            match z
+                .decompress_vec(&packed[done..], &mut out, FlushDecompress::None)
+                .map_err(zerror)?
+            {
+                Status::StreamEnd => return Ok(out),
+                // Out of input with the stream unfinished: truncated data.
+                _ if done == packed.len() && z.total_out() == before => {
+                    return Err(zerror(std::io::Error::from(
+                        std::io::ErrorKind::UnexpectedEof,
+                    )));
+                }
+                Status::Ok | Status::BufError => out.reserve(out.capacity()),
+            }
+        }
+    })
 }
 
 #[cfg(test)]
@@ -89,5 +142,20 @@ mod tests {
             decode::<Value>(&[0, 1, 2, 3]).is_err(),
             "a broken deflate stream"
         );
+    }
+
+    #[test]
+    fn truncated_or_corrupt_deflated_bodies_are_errors() {
+        let big = json!({"text": "word ".repeat(500)});
+        let packed = encode(&big).expect("encodes");
+        assert_eq!(packed[0], 0);
+        for cut in [1, 2, packed.len() / 2, packed.len() - 1] {
+            assert!(decode::<Value>(&packed[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut corrupt = packed.clone();
+        corrupt[1] ^= 0xff;
+        assert!(decode::<Value>(&corrupt).is_err());
+        // The thread's inflate state is reset: a good body decodes after a bad one.
+        assert_eq!(decode::<Value>(&packed).expect("decodes"), big);
     }
 }

@@ -76,11 +76,11 @@ impl LocalServer {
         let store = LocalStore::open(&opts.data_dir)?;
         let (token, token_created) = match opts.token {
             Some(t) if !t.trim().is_empty() => (t, false),
-            _ => match store.get_meta("token")? {
+            _ => match store.get_meta("token").await? {
                 Some(t) => (t, false),
                 None => {
                     let t = format!("btn_{}", uuid::Uuid::new_v4().simple());
-                    store.set_meta("token", &t)?;
+                    store.set_meta("token", &t).await?;
                     (t, true)
                 }
             },
@@ -160,7 +160,7 @@ fn events_route(store: LocalStore, auth: Arc<dyn Authenticator>) -> axum::Router
     let handler = move |headers: HeaderMap, Query(q): Query<HashMap<String, String>>| {
         let (store, auth) = (store.clone(), auth.clone());
         async move {
-            let run = || -> Result<serde_json::Value, ApiError> {
+            let run = async || -> Result<serde_json::Value, ApiError> {
                 auth.authenticate(&headers, &axum::http::Extensions::new())?;
                 let num = |k: &str, default: i64| -> Result<i64, ApiError> {
                     q.get(k).map_or(Ok(default), |v| {
@@ -171,7 +171,7 @@ fn events_route(store: LocalStore, auth: Arc<dyn Authenticator>) -> axum::Router
                 };
                 let after = num("after", 0)?;
                 let limit = num("limit", 100)?.clamp(1, 1000) as usize;
-                let events = store.events_after(after, limit)?;
+                let events = store.events_after(after, limit).await?;
                 let next = events.last().map_or(after, |(p, _)| *p);
                 let list: Vec<serde_json::Value> = events
                     .into_iter()
@@ -182,7 +182,7 @@ fn events_route(store: LocalStore, auth: Arc<dyn Authenticator>) -> axum::Router
                     .collect();
                 Ok(serde_json::json!({"events": list, "next": next}))
             };
-            let out: Response = match run() {
+            let out: Response = match run().await {
                 Ok(v) => axum::Json(v).into_response(),
                 Err(e) => e.into_response(),
             };

@@ -8,8 +8,8 @@
 //! run as failed. A terminal error has already failed its run (`Service::handle`) and is
 //! not retried.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -32,6 +32,23 @@ pub struct WorkerOptions {
     /// Handle every message twice (as a redelivery after a lost acknowledgement would),
     /// to prove that duplicates change nothing.
     pub duplicate: bool,
+    /// Where to record how long each message took, received to acknowledged (`baton bench`).
+    pub step_times: Option<StepTimes>,
+}
+
+/// Durations of handled messages, shared with whoever reads them.
+#[derive(Debug, Clone, Default)]
+pub struct StepTimes(Arc<Mutex<Vec<Duration>>>);
+
+impl StepTimes {
+    fn push(&self, d: Duration) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(d);
+    }
+
+    /// Everything recorded so far, leaving the record empty.
+    pub fn take(&self) -> Vec<Duration> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 impl Default for WorkerOptions {
@@ -42,6 +59,7 @@ impl Default for WorkerOptions {
             max_receives: 5,
             timer_interval: Duration::from_secs(1),
             duplicate: false,
+            step_times: None,
         }
     }
 }
@@ -73,14 +91,14 @@ impl Worker {
     /// unperformed (runs' effects and answered CTAs' resolutions). Returns how many runs
     /// and CTAs it repaired.
     pub async fn sweep(&self) -> Result<usize, PortError> {
-        let released = self.store.release_leases()?;
+        let released = self.store.release_leases().await?;
         if released > 0 {
             info!(
                 released,
                 "released messages an earlier process left in flight"
             );
         }
-        let runs = self.store.runs_with_outbox()?;
+        let runs = self.store.runs_with_outbox().await?;
         for run_id in &runs {
             self.service.repair(run_id).await?;
         }
@@ -96,7 +114,8 @@ impl Worker {
     pub async fn pump_once(&self) -> Result<usize, PortError> {
         let mut batch = self
             .store
-            .receive(self.opts.concurrency, self.opts.visibility)?;
+            .receive(self.opts.concurrency, self.opts.visibility)
+            .await?;
         let n = batch.len();
         // The common case of one busy run: no task to spawn.
         if n == 1
@@ -105,7 +124,7 @@ impl Worker {
             process(
                 self.service.clone(),
                 self.store.clone(),
-                (self.opts.max_receives, self.opts.duplicate),
+                self.opts.clone(),
                 d,
             )
             .await;
@@ -116,7 +135,7 @@ impl Worker {
             set.spawn(process(
                 self.service.clone(),
                 self.store.clone(),
-                (self.opts.max_receives, self.opts.duplicate),
+                self.opts.clone(),
                 d,
             ));
         }
@@ -126,7 +145,10 @@ impl Worker {
 
     /// Fires the timers due now.
     pub async fn fire_due_timers(&self) -> Result<usize, PortError> {
-        let due = self.store.due_timers(self.service.deps().clock.now())?;
+        let due = self
+            .store
+            .due_timers(self.service.deps().clock.now())
+            .await?;
         for t in &due {
             match self.service.expire_cta(&t.cta_id).await {
                 Ok(()) => {}
@@ -143,7 +165,7 @@ impl Worker {
     pub async fn drain(&self) -> Result<(), PortError> {
         loop {
             if self.pump_once().await? == 0 {
-                if self.store.queue_depth()? == 0 {
+                if self.store.queue_depth().await? == 0 {
                     return Ok(());
                 }
                 self.store
@@ -182,16 +204,11 @@ impl Worker {
             }
             let free = self.opts.concurrency.saturating_sub(inflight.len());
             if free > 0 {
-                match self.store.receive(free, self.opts.visibility) {
+                match self.store.receive(free, self.opts.visibility).await {
                     Ok(batch) => {
                         for d in batch {
                             let (svc, store) = (self.service.clone(), self.store.clone());
-                            inflight.spawn(process(
-                                svc,
-                                store,
-                                (self.opts.max_receives, self.opts.duplicate),
-                                d,
-                            ));
+                            inflight.spawn(process(svc, store, self.opts.clone(), d));
                         }
                     }
                     Err(e) => error!(error = %e, "queue receive failed"),
@@ -201,7 +218,10 @@ impl Worker {
                 .saturating_duration_since(tokio::time::Instant::now())
                 .min(Duration::from_millis(250));
             tokio::select! {
-                Some(_) = inflight.join_next(), if !inflight.is_empty() => {}
+                Some(_) = inflight.join_next(), if !inflight.is_empty() => {
+                    // Every slot freed meanwhile is refilled by the one receive that follows.
+                    while inflight.try_join_next().is_some() {}
+                }
                 _ = self.store.wait_for_messages(wait) => {}
                 _ = stop.changed() => {}
             }
@@ -211,13 +231,14 @@ impl Worker {
     }
 }
 
-async fn process(service: Arc<Service>, store: LocalStore, opts: (u32, bool), d: Delivery) {
-    let (max_receives, duplicate) = opts;
+async fn process(service: Arc<Service>, store: LocalStore, opts: WorkerOptions, d: Delivery) {
+    let started = Instant::now();
+    let (max_receives, duplicate) = (opts.max_receives, opts.duplicate);
     let msg = match d.message {
         Ok(m) => m,
         Err(e) => {
             error!(receipt = d.receipt, error = %e, "undecodable message dropped");
-            let _ = store.ack(d.receipt);
+            let _ = store.ack(d.receipt).await;
             return;
         }
     };
@@ -240,20 +261,23 @@ async fn process(service: Arc<Service>, store: LocalStore, opts: (u32, bool), d:
         let done = match result {
             // A crash before the ack: the message stays in flight until a restart releases it.
             Ok(_) if baton_core::failpoint::hit("step.before_ack").is_err() => Ok(()),
-            Ok(_) => store.ack(d.receipt),
+            Ok(_) => store.ack(d.receipt).await,
             Err(e) if e.is_retryable() => {
                 warn!(error = %e, "step failed; will retry");
                 service.note_failure(&msg, d.receives, &e).await;
-                store.retry_later(d.receipt, backoff(d.receives))
+                store.retry_later(d.receipt, backoff(d.receives)).await
             }
             Err(e) => {
                 // The service already tried to fail the run; another delivery cannot help.
                 error!(error = %e, "step failed for good and its run could not be failed; dropping the message");
-                store.ack(d.receipt)
+                store.ack(d.receipt).await
             }
         };
         if let Err(e) = done {
             error!(error = %e, "queue bookkeeping failed");
+        }
+        if let Some(times) = &opts.step_times {
+            times.push(started.elapsed());
         }
     }
     .instrument(span)

@@ -21,7 +21,8 @@ use crate::cta::Cta;
 use crate::error::PortError;
 use crate::llm::{Llm, LlmError};
 use crate::ports::{Bus, Clock, Queue, Scheduler, Store};
-use crate::run::{ExpiryPolicy, RunStatus};
+use crate::run::{ExpiryPolicy, Run, RunStatus};
+use crate::timeline::Entry;
 
 /// The ports a service works through, built once per process.
 #[derive(Clone)]
@@ -107,6 +108,18 @@ pub struct Service {
     /// Steps that found their timeline cached (warm) or had to load it (cold).
     warm_steps: AtomicU64,
     cold_steps: AtomicU64,
+}
+
+/// What `GET /runs/{id}` shows: the run and the start of its timeline.
+#[derive(Debug, Clone)]
+pub struct RunView {
+    pub run: Run,
+    /// The first entries, in order.
+    pub entries: Vec<Entry>,
+    /// True when the timeline goes on past `entries`.
+    pub more: bool,
+    /// The entry holding the whole final answer when `run.result` is only its preview.
+    pub result_entry: Option<Entry>,
 }
 
 impl Service {

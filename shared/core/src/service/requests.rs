@@ -4,7 +4,7 @@
 
 use tracing::{info, warn};
 
-use super::{CreateRun, Service, ServiceError};
+use super::{CreateRun, RunView, Service, ServiceError};
 use crate::cta::{Cta, CtaResponse, CtaStatus, Settlement};
 use crate::error::PortError;
 use crate::message::{Effect, Input, StepMessage};
@@ -79,15 +79,38 @@ impl Service {
         }
     }
 
+    /// The run, its first `first` timeline entries (reading no more than that: a long
+    /// history is paged with [`Service::timeline`]), and the entry its truncated result
+    /// preview comes from, if any.
     pub async fn get_run(
         &self,
         owner: &str,
         run_id: &str,
-    ) -> Result<(Run, Vec<Entry>), ServiceError> {
-        match self.deps.store.load(run_id).await? {
-            Some((r, timeline)) if r.run.owner == owner => Ok((r.run, timeline)),
-            _ => Err(ServiceError::NotFound(format!("no run `{run_id}`"))),
-        }
+        first: usize,
+    ) -> Result<RunView, ServiceError> {
+        let run = self.owned_run(owner, run_id).await?;
+        let store = &self.deps.store;
+        // Entries committed after the run was read belong to a later version: left out.
+        let mut entries = store.entries_after(run_id, None, first).await?;
+        entries.retain(|e| e.seq < run.next_seq);
+        let result_entry = match run.result_seq {
+            Some(seq) if run.result_truncated => match entries.iter().find(|e| e.seq == seq) {
+                Some(e) => Some(e.clone()),
+                None => store
+                    .entries_after(run_id, seq.checked_sub(1), 1)
+                    .await?
+                    .into_iter()
+                    .find(|e| e.seq == seq),
+            },
+            _ => None,
+        };
+        let more = run.next_seq > entries.len() as u64;
+        Ok(RunView {
+            run,
+            entries,
+            more,
+            result_entry,
+        })
     }
 
     pub async fn timeline(

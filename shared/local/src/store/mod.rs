@@ -1,10 +1,12 @@
 //! The embedded adapter: every port in one SQLite file, durable on disk.
 //!
 //! Runs, timelines, CTAs, the step queue, published events and expiry timers share one
-//! database, so a run parked on a CTA survives a restart. A commit is one `IMMEDIATE`
-//! transaction, conditional on the run's version, synced to disk (`synchronous = FULL`)
-//! before it returns. Queue bookkeeping, outbox clearing and event/timer writes use
-//! `synchronous = NORMAL` (in WAL mode they become durable with the next synced commit):
+//! database, so a run parked on a CTA survives a restart. A commit is conditional on the
+//! run's version and synced to disk (`synchronous = FULL`) before it returns; the writer
+//! thread applies concurrent commits in one transaction, each in its own savepoint, so
+//! they share one fsync (group commit, see `db`). Queue bookkeeping, outbox clearing and
+//! event/timer writes need no sync of their own (in WAL mode they become durable with the
+//! next synced commit):
 //! losing one in a crash only means an idempotent effect is performed again, which the
 //! start-up sweep ([`LocalStore::runs_with_outbox`]) and message redelivery take care of.
 //!
@@ -12,12 +14,12 @@
 //! handed out while an earlier one is in flight, deduplication by message id, a visibility
 //! timeout, and a receive count for dead-lettering.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
@@ -29,7 +31,10 @@ use baton_core::ports::{Created, RunRecord, Settled, Store};
 use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
 
+mod db;
 mod queue;
+
+use db::Db;
 
 pub use queue::{Delivery, DueTimer};
 
@@ -67,6 +72,8 @@ CREATE TABLE IF NOT EXISTS queue (
     visible_at INTEGER NOT NULL,
     receives   INTEGER NOT NULL DEFAULT 0
 );
+CREATE INDEX IF NOT EXISTS queue_by_group ON queue (group_id, id);
+CREATE INDEX IF NOT EXISTS queue_by_dedup ON queue (dedup_id);
 CREATE TABLE IF NOT EXISTS events (
     seq         INTEGER PRIMARY KEY,
     id          TEXT NOT NULL UNIQUE,
@@ -83,16 +90,10 @@ CREATE TABLE IF NOT EXISTS meta (
     value TEXT NOT NULL
 ) WITHOUT ROWID;
 ";
-struct Db {
-    conn: Connection,
-    durable: bool,
-}
-
-/// The embedded adapter. Cheap to clone; clones share the connection.
+/// The embedded adapter. Cheap to clone; clones share the connections.
 #[derive(Clone)]
 pub struct LocalStore {
-    db: Arc<Mutex<Db>>,
-    path: PathBuf,
+    db: Arc<Db>,
     sent: Arc<Notify>,
 }
 
@@ -122,6 +123,15 @@ fn from_json<T: DeserializeOwned>(s: &str) -> Result<T, PortError> {
     serde_json::from_str(s).map_err(|e| broken("decode", e))
 }
 
+fn encode_entry(e: &Entry) -> Result<(i64, Vec<u8>), PortError> {
+    let body = baton_codec::encode(e).map_err(|e| broken("encode entry", e))?;
+    Ok((e.seq as i64, body))
+}
+
+fn encode_entries(entries: &[Entry]) -> Result<Vec<(i64, Vec<u8>)>, PortError> {
+    entries.iter().map(encode_entry).collect()
+}
+
 pub(super) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -140,80 +150,77 @@ impl LocalStore {
             "PRAGMA page_size = 16384;
              PRAGMA journal_mode = WAL;
              PRAGMA synchronous = FULL;
+             PRAGMA temp_store = MEMORY;
              PRAGMA busy_timeout = 5000;",
         )
         .map_err(sql)?;
         conn.execute_batch(SCHEMA).map_err(sql)?;
         migrate(&conn)?;
         Ok(Self {
-            db: Arc::new(Mutex::new(Db {
-                conn,
-                durable: true,
-            })),
-            path,
+            db: Arc::new(Db::new(&path, conn)),
             sent: Arc::new(Notify::new()),
         })
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.db.path()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Db> {
-        self.db.lock().unwrap_or_else(|e| e.into_inner())
+    /// Runs `f` in a transaction of the writer thread, all or nothing; `durable`: synced
+    /// to disk before this returns.
+    async fn write<T, F>(&self, durable: bool, f: F) -> Result<T, PortError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, PortError> + Send + 'static,
+    {
+        self.db.write(durable, false, f).await
     }
 
-    /// Runs `f` in one immediate transaction; `durable` syncs it to disk before returning.
-    fn write<T>(
-        &self,
-        durable: bool,
-        f: impl FnOnce(&Transaction<'_>) -> Result<T, PortError>,
-    ) -> Result<T, PortError> {
-        let mut db = self.lock();
-        if db.durable != durable {
-            let mode = if durable { "FULL" } else { "NORMAL" };
-            db.conn
-                .execute_batch(&format!("PRAGMA synchronous = {mode}"))
-                .map_err(sql)?;
-            db.durable = durable;
-        }
-        let tx = db
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql)?;
-        let out = f(&tx)?;
-        tx.commit().map_err(sql)?;
-        Ok(out)
+    /// [`LocalStore::write`] for an `f` that changes rows by one statement at most.
+    async fn write_one<T, F>(&self, durable: bool, f: F) -> Result<T, PortError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, PortError> + Send + 'static,
+    {
+        self.db.write(durable, true, f).await
     }
 
-    fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T, PortError>) -> Result<T, PortError> {
-        f(&self.lock().conn)
+    /// Runs `f` over a read connection (it never waits for a write).
+    async fn read<T, F>(&self, f: F) -> Result<T, PortError>
+    where
+        F: FnOnce(&Connection) -> Result<T, PortError>,
+    {
+        self.db.read(f).await
     }
 
     /// Runs whose committed effects are not marked performed (for the start-up sweep).
-    pub fn runs_with_outbox(&self) -> Result<Vec<String>, PortError> {
+    pub async fn runs_with_outbox(&self) -> Result<Vec<String>, PortError> {
         self.read(|c| {
             let mut stmt = c
-                .prepare("SELECT run_id FROM runs WHERE outbox IS NOT NULL")
+                .prepare_cached("SELECT run_id FROM runs WHERE outbox IS NOT NULL")
                 .map_err(sql)?;
             stmt.query_map([], |r| r.get(0))
                 .map_err(sql)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql)
         })
+        .await
     }
 
-    pub fn get_meta(&self, key: &str) -> Result<Option<String>, PortError> {
-        self.read(|c| {
+    pub async fn get_meta(&self, key: &str) -> Result<Option<String>, PortError> {
+        let key = key.to_owned();
+        self.read(move |c| {
             c.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
                 .optional()
                 .map_err(sql)
         })
+        .await
     }
 
-    pub fn set_meta(&self, key: &str, value: &str) -> Result<(), PortError> {
-        self.write(true, |tx| {
-            tx.execute(
+    pub async fn set_meta(&self, key: &str, value: &str) -> Result<(), PortError> {
+        let (key, value) = (key.to_owned(), value.to_owned());
+        self.write_one(true, move |c| {
+            c.execute(
                 "INSERT INTO meta (key, value) VALUES (?1, ?2)
                  ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 params![key, value],
@@ -221,17 +228,15 @@ impl LocalStore {
             .map_err(sql)?;
             Ok(())
         })
+        .await
     }
 
     /// Folds the write-ahead log into the database file and returns its size in bytes.
-    pub fn checkpoint(&self) -> Result<u64, PortError> {
-        self.lock()
-            .conn
-            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
-            .map_err(sql)?;
+    pub async fn checkpoint(&self) -> Result<u64, PortError> {
+        self.db.checkpoint().await?;
         let mut total = 0;
         for suffix in ["", "-wal"] {
-            let mut p = self.path.clone().into_os_string();
+            let mut p = self.path().to_owned().into_os_string();
             p.push(suffix);
             total += std::fs::metadata(&p).map_or(0, |m| m.len());
         }
@@ -258,12 +263,10 @@ fn migrate(conn: &Connection) -> Result<(), PortError> {
     Ok(())
 }
 
-fn record(
-    body: &str,
-    outbox: Option<String>,
-    failure: Option<String>,
-) -> Result<RunRecord, PortError> {
-    let mut run: Run = from_json(body)?;
+type RunRow = (String, Option<String>, Option<String>);
+
+fn record((body, outbox, failure): RunRow) -> Result<RunRecord, PortError> {
+    let mut run: Run = from_json(&body)?;
     run.last_error = failure.map(|f| from_json(&f)).transpose()?;
     Ok(RunRecord {
         run,
@@ -274,25 +277,38 @@ fn record(
     })
 }
 
-fn run_key(tx: &Transaction<'_>, run_id: &str) -> Result<i64, PortError> {
-    tx.prepare_cached("SELECT run_key FROM runs WHERE run_id = ?1")
+fn run_row(c: &Connection, run_id: &str) -> Result<Option<RunRow>, PortError> {
+    c.prepare_cached("SELECT body, outbox, failure FROM runs WHERE run_id = ?1")
+        .and_then(|mut s| {
+            s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()
+        })
+        .map_err(sql)
+}
+
+fn run_key(c: &Connection, run_id: &str) -> Result<i64, PortError> {
+    c.prepare_cached("SELECT run_key FROM runs WHERE run_id = ?1")
         .and_then(|mut s| s.query_row([run_id], |r| r.get(0)))
         .map_err(sql)
 }
 
-fn insert_entries(tx: &Transaction<'_>, key: i64, entries: &[Entry]) -> Result<(), PortError> {
-    let mut stmt = tx
+fn insert_entries(c: &Connection, key: i64, entries: &[(i64, Vec<u8>)]) -> Result<(), PortError> {
+    let mut stmt = c
         .prepare_cached("INSERT INTO entries (run_key, seq, body) VALUES (?1, ?2, ?3)")
         .map_err(sql)?;
-    for e in entries {
-        stmt.execute(params![
-            key,
-            e.seq as i64,
-            baton_codec::encode(e).map_err(|e| broken("encode entry", e))?
-        ])
-        .map_err(sql)?;
+    for (seq, body) in entries {
+        stmt.execute(params![key, seq, body]).map_err(sql)?;
     }
     Ok(())
+}
+
+fn decode_entries(
+    rows: impl Iterator<Item = rusqlite::Result<Vec<u8>>>,
+) -> Result<Vec<Entry>, PortError> {
+    rows.map(|b| {
+        baton_codec::decode::<Entry>(&b.map_err(sql)?).map_err(|e| broken("decode entry", e))
+    })
+    .collect()
 }
 
 fn outbox_json(effects: &[Effect]) -> Result<Option<String>, PortError> {
@@ -300,6 +316,27 @@ fn outbox_json(effects: &[Effect]) -> Result<Option<String>, PortError> {
         Ok(None)
     } else {
         to_json(&effects).map(Some)
+    }
+}
+
+/// A run row to insert: id, owner, version, body, its first entries.
+struct NewRun {
+    run_id: String,
+    owner: String,
+    version: i64,
+    body: String,
+    entries: Vec<(i64, Vec<u8>)>,
+}
+
+impl NewRun {
+    fn encode(run: &Run, entries: &[Entry]) -> Result<Self, PortError> {
+        Ok(Self {
+            run_id: run.run_id.clone(),
+            owner: run.owner.clone(),
+            version: run.version as i64,
+            body: to_json(run)?,
+            entries: encode_entries(entries)?,
+        })
     }
 }
 
@@ -312,72 +349,60 @@ impl Store for LocalStore {
         outbox: &[Effect],
         idempotency_key: Option<&str>,
     ) -> Result<Created, PortError> {
-        self.write(true, |tx| {
-            if let Some(key) = idempotency_key {
-                let existing: Option<(String, Option<String>, Option<String>)> = tx
+        let new = NewRun::encode(run, entries)?;
+        let outbox = outbox_json(outbox)?;
+        let key = idempotency_key.map(str::to_owned);
+        self.write(true, move |c| {
+            if let Some(key) = &key {
+                let existing: Option<RunRow> = c
                     .query_row(
                         "SELECT body, outbox, failure FROM runs WHERE owner = ?1 AND idem_key = ?2",
-                        params![run.owner, key],
+                        params![new.owner, key],
                         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
                     )
                     .optional()
                     .map_err(sql)?;
-                if let Some((body, ob, f)) = existing {
-                    return Ok(Created::Existing(Box::new(record(&body, ob, f)?)));
+                if let Some(row) = existing {
+                    return Ok(Created::Existing(Box::new(record(row)?)));
                 }
             }
-            tx.execute(
+            c.execute(
                 "INSERT INTO runs (run_id, owner, version, body, outbox, idem_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![run.run_id, run.owner, run.version as i64, to_json(run)?, outbox_json(outbox)?, idempotency_key],
+                params![new.run_id, new.owner, new.version, new.body, outbox, key],
             )
             .map_err(sql)?;
-            insert_entries(tx, tx.last_insert_rowid(), entries)?;
+            insert_entries(c, c.last_insert_rowid(), &new.entries)?;
             Ok(Created::Created)
         })
+        .await
     }
 
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
-        self.read(|c| {
-            let row: Option<(String, Option<String>, Option<String>)> = c
-                .prepare_cached("SELECT body, outbox, failure FROM runs WHERE run_id = ?1")
-                .and_then(|mut s| {
-                    s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                        .optional()
-                })
-                .map_err(sql)?;
-            row.map(|(b, o, f)| record(&b, o, f)).transpose()
-        })
+        let run_id = run_id.to_owned();
+        self.read(move |c| run_row(c, &run_id)?.map(record).transpose())
+            .await
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
-        let db = self.lock();
-        let row: Option<(String, Option<String>, Option<String>)> = db
-            .conn
-            .prepare_cached("SELECT body, outbox, failure FROM runs WHERE run_id = ?1")
-            .and_then(|mut s| {
-                s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                    .optional()
-            })
-            .map_err(sql)?;
-        let Some((body, outbox, failure)) = row else {
-            return Ok(None);
-        };
-        let rec = record(&body, outbox, failure)?;
-        let mut stmt = db
-            .conn
-            .prepare_cached(
-                "SELECT body FROM entries WHERE run_key = (SELECT run_key FROM runs WHERE run_id = ?1) ORDER BY seq",
-            )
-            .map_err(sql)?;
-        let entries = stmt
-            .query_map([run_id], |r| r.get::<_, Vec<u8>>(0))
-            .map_err(sql)?
-            .map(|b| {
-                baton_codec::decode::<Entry>(&b.map_err(sql)?)
-                    .map_err(|e| broken("decode entry", e))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Some((rec, entries)))
+        let run_id = run_id.to_owned();
+        self.read(move |c| {
+            // One read transaction: the run and its entries as of one commit.
+            let tx = c.unchecked_transaction().map_err(sql)?;
+            let Some(row) = run_row(&tx, &run_id)? else {
+                return Ok(None);
+            };
+            let rec = record(row)?;
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT body FROM entries WHERE run_key = (SELECT run_key FROM runs WHERE run_id = ?1) ORDER BY seq",
+                )
+                .map_err(sql)?;
+            let entries = decode_entries(stmt.query_map([&run_id], |r| r.get::<_, Vec<u8>>(0)).map_err(sql)?)?;
+            drop(stmt);
+            tx.finish().map_err(sql)?;
+            Ok(Some((rec, entries)))
+        })
+        .await
     }
 
     async fn entries_after(
@@ -386,20 +411,22 @@ impl Store for LocalStore {
         after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Entry>, PortError> {
-        self.read(|c| {
+        let run_id = run_id.to_owned();
+        // Seqs are far below i64::MAX: a larger cursor is past every entry.
+        let after = after.map_or(-1, |a| i64::try_from(a).unwrap_or(i64::MAX));
+        self.read(move |c| {
             let mut stmt = c
                 .prepare_cached(
                     "SELECT body FROM entries WHERE run_key = (SELECT run_key FROM runs WHERE run_id = ?1)
                      AND seq > ?2 ORDER BY seq LIMIT ?3",
                 )
                 .map_err(sql)?;
-            // Seqs are far below i64::MAX: a larger cursor is past every entry.
-            let after = after.map_or(-1, |a| i64::try_from(a).unwrap_or(i64::MAX));
-            stmt.query_map(params![run_id, after, limit as i64], |r| r.get::<_, Vec<u8>>(0))
-                .map_err(sql)?
-                .map(|b| baton_codec::decode::<Entry>(&b.map_err(sql)?).map_err(|e| broken("decode entry", e)))
-                .collect()
+            decode_entries(
+                stmt.query_map(params![run_id, after, limit as i64], |r| r.get::<_, Vec<u8>>(0))
+                    .map_err(sql)?,
+            )
         })
+        .await
     }
 
     async fn stale_outboxes(
@@ -407,15 +434,19 @@ impl Store for LocalStore {
         before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<String>, PortError> {
-        let rows: Vec<(String, String, String)> = self.read(|c| {
-            let mut stmt = c
-                .prepare_cached("SELECT run_id, body, outbox FROM runs WHERE outbox IS NOT NULL")
-                .map_err(sql)?;
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .map_err(sql)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(sql)
-        })?;
+        let rows: Vec<(String, String, String)> = self
+            .read(|c| {
+                let mut stmt = c
+                    .prepare_cached(
+                        "SELECT run_id, body, outbox FROM runs WHERE outbox IS NOT NULL",
+                    )
+                    .map_err(sql)?;
+                stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .map_err(sql)?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(sql)
+            })
+            .await?;
         let mut out = Vec::new();
         for (run_id, body, outbox) in rows {
             let run: Run = from_json(&body)?;
@@ -436,75 +467,98 @@ impl Store for LocalStore {
     }
 
     async fn commit(&self, expected_version: u64, t: &Transition) -> Result<(), PortError> {
-        let (body, outbox) = (to_json(&t.run)?, outbox_json(&t.effects)?);
-        self.write(true, |tx| {
-            let n = tx
+        // Everything is encoded here, on the caller's thread; the writer only writes.
+        let run_id = t.run.run_id.clone();
+        let (version, body, outbox) = (
+            t.run.version as i64,
+            to_json(&t.run)?,
+            outbox_json(&t.effects)?,
+        );
+        let appended = encode_entries(&t.appended)?;
+        let updated = encode_entries(&t.updated)?;
+        let ctas = t
+            .new_ctas
+            .iter()
+            .map(|c| {
+                Ok((
+                    c.cta_id.clone(),
+                    c.owner.clone(),
+                    c.status.as_str(),
+                    to_json(c)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, PortError>>()?;
+        let children = t
+            .new_runs
+            .iter()
+            .map(|(run, entries)| NewRun::encode(run, entries))
+            .collect::<Result<Vec<_>, _>>()?;
+        let expected = expected_version as i64;
+        self.write(true, move |c| {
+            let n = c
                 .prepare_cached(
                     "UPDATE runs SET version = ?1, body = ?2, outbox = ?3, failure = NULL WHERE run_id = ?4 AND version = ?5",
                 )
-                .and_then(|mut s| {
-                    s.execute(params![
-                        t.run.version as i64,
-                        body,
-                        outbox,
-                        t.run.run_id,
-                        expected_version as i64
-                    ])
-                })
+                .and_then(|mut s| s.execute(params![version, body, outbox, run_id, expected]))
                 .map_err(sql)?;
             if n != 1 {
                 return Err(PortError::Conflict);
             }
-            let key = run_key(tx, &t.run.run_id)?;
-            insert_entries(tx, key, &t.appended)?;
-            let mut upd = tx
+            let key = run_key(c, &run_id)?;
+            insert_entries(c, key, &appended)?;
+            let mut upd = c
                 .prepare_cached("UPDATE entries SET body = ?1 WHERE run_key = ?2 AND seq = ?3")
                 .map_err(sql)?;
-            for e in &t.updated {
-                upd.execute(params![baton_codec::encode(e).map_err(|e| broken("encode entry", e))?, key, e.seq as i64]).map_err(sql)?;
+            for (seq, body) in &updated {
+                upd.execute(params![body, key, seq]).map_err(sql)?;
             }
-            for c in &t.new_ctas {
-                tx.execute(
+            for (cta_id, owner, status, body) in &ctas {
+                c.execute(
                     "INSERT INTO ctas (cta_id, owner, status, body) VALUES (?1, ?2, ?3, ?4)",
-                    params![c.cta_id, c.owner, c.status.as_str(), to_json(c)?],
+                    params![cta_id, owner, status, body],
                 )
                 .map_err(sql)?;
             }
-            for (child, entries) in &t.new_runs {
-                tx.execute(
+            for child in &children {
+                c.execute(
                     "INSERT INTO runs (run_id, owner, version, body) VALUES (?1, ?2, ?3, ?4)",
-                    params![child.run_id, child.owner, child.version as i64, to_json(child)?],
+                    params![child.run_id, child.owner, child.version, child.body],
                 )
                 .map_err(sql)?;
-                insert_entries(tx, tx.last_insert_rowid(), entries)?;
+                insert_entries(c, c.last_insert_rowid(), &child.entries)?;
             }
             Ok(())
         })
+        .await
     }
 
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
-        self.write(false, |tx| {
-            tx.prepare_cached("UPDATE runs SET outbox = NULL WHERE run_id = ?1 AND version = ?2")
+        let run_id = run_id.to_owned();
+        self.write_one(false, move |c| {
+            c.prepare_cached("UPDATE runs SET outbox = NULL WHERE run_id = ?1 AND version = ?2")
                 .and_then(|mut s| s.execute(params![run_id, version as i64]))
                 .map_err(sql)?;
             Ok(())
         })
+        .await
     }
 
     async fn record_failure(&self, run_id: &str, failure: &LastError) -> Result<(), PortError> {
-        let failure = to_json(failure)?;
-        self.write(false, |tx| {
-            tx.execute(
+        let (run_id, failure) = (run_id.to_owned(), to_json(failure)?);
+        self.write_one(false, move |c| {
+            c.execute(
                 "UPDATE runs SET failure = ?1 WHERE run_id = ?2",
                 params![failure, run_id],
             )
             .map_err(sql)?;
             Ok(())
         })
+        .await
     }
 
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
-        self.read(|c| {
+        let cta_id = cta_id.to_owned();
+        self.read(move |c| {
             let body: Option<String> = c
                 .query_row("SELECT body FROM ctas WHERE cta_id = ?1", [cta_id], |r| {
                     r.get(0)
@@ -513,6 +567,7 @@ impl Store for LocalStore {
                 .map_err(sql)?;
             body.map(|b| from_json(&b)).transpose()
         })
+        .await
     }
 
     async fn settle_cta(
@@ -521,9 +576,10 @@ impl Store for LocalStore {
         settlement: &Settlement,
         at: DateTime<Utc>,
     ) -> Result<Settled, PortError> {
-        self.write(true, |tx| {
-            let body: Option<String> = tx
-                .query_row("SELECT body FROM ctas WHERE cta_id = ?1", [cta_id], |r| r.get(0))
+        let (cta_id, settlement) = (cta_id.to_owned(), settlement.clone());
+        self.write(true, move |c| {
+            let body: Option<String> = c
+                .query_row("SELECT body FROM ctas WHERE cta_id = ?1", [&cta_id], |r| r.get(0))
                 .optional()
                 .map_err(sql)?;
             let Some(body) = body else { return Ok(Settled::NotFound) };
@@ -531,10 +587,10 @@ impl Store for LocalStore {
             if cta.status != CtaStatus::Pending {
                 return Ok(Settled::Lost(cta));
             }
-            cta.settle(settlement, at);
+            cta.settle(&settlement, at);
             let status = settlement.status();
             let unsent = (status != CtaStatus::Cancelled).then(|| at.timestamp_millis());
-            let n = tx
+            let n = c
                 .execute(
                     "UPDATE ctas SET status = ?1, body = ?2, unsent = ?3 WHERE cta_id = ?4 AND status = 'pending'",
                     params![status.as_str(), to_json(&cta)?, unsent, cta_id],
@@ -542,6 +598,7 @@ impl Store for LocalStore {
                 .map_err(sql)?;
             if n == 1 { Ok(Settled::Won(cta)) } else { Err(PortError::Conflict) }
         })
+        .await
     }
 
     async fn stale_resolutions(
@@ -549,27 +606,29 @@ impl Store for LocalStore {
         before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<Cta>, PortError> {
-        self.read(|c| {
+        let before = before.timestamp_millis();
+        self.read(move |c| {
             let mut stmt = c
                 .prepare_cached(
                     "SELECT body FROM ctas WHERE unsent IS NOT NULL AND unsent < ?1 ORDER BY unsent LIMIT ?2",
                 )
                 .map_err(sql)?;
-            stmt.query_map(params![before.timestamp_millis(), limit as i64], |r| {
-                r.get::<_, String>(0)
-            })
-            .map_err(sql)?
-            .map(|b| from_json::<Cta>(&b.map_err(sql)?))
-            .collect()
+            stmt.query_map(params![before, limit as i64], |r| r.get::<_, String>(0))
+                .map_err(sql)?
+                .map(|b| from_json::<Cta>(&b.map_err(sql)?))
+                .collect()
         })
+        .await
     }
 
     async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
-        self.write(false, |tx| {
-            tx.execute("UPDATE ctas SET unsent = NULL WHERE cta_id = ?1", [cta_id])
+        let cta_id = cta_id.to_owned();
+        self.write_one(false, move |c| {
+            c.execute("UPDATE ctas SET unsent = NULL WHERE cta_id = ?1", [cta_id])
                 .map_err(sql)?;
             Ok(())
         })
+        .await
     }
 
     async fn list_ctas(
@@ -577,7 +636,8 @@ impl Store for LocalStore {
         owner: &str,
         status: Option<CtaStatus>,
     ) -> Result<Vec<Cta>, PortError> {
-        self.read(|c| {
+        let owner = owner.to_owned();
+        self.read(move |c| {
             let mut stmt = c
                 .prepare_cached(
                     "SELECT body FROM ctas WHERE owner = ?1 AND (?2 IS NULL OR status = ?2) ORDER BY rowid",
@@ -588,5 +648,6 @@ impl Store for LocalStore {
                 .map(|b| from_json::<Cta>(&b.map_err(sql)?))
                 .collect()
         })
+        .await
     }
 }

@@ -38,9 +38,13 @@ impl LocalStore {
 
     /// Hands out up to `max` messages: the oldest visible message of each group whose
     /// earlier messages are all done, hidden for `visibility` from now.
-    pub fn receive(&self, max: usize, visibility: Duration) -> Result<Vec<Delivery>, PortError> {
+    pub async fn receive(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<Delivery>, PortError> {
         let now = now_ms();
-        self.write(false, |tx| {
+        self.write(false, move |tx| {
             let mut stmt = tx
                 .prepare_cached(
                     "SELECT q.id, q.body, q.receives FROM queue q
@@ -77,37 +81,40 @@ impl LocalStore {
             }
             Ok(out)
         })
+        .await
     }
 
     /// Makes every message handed out earlier visible again now: at start-up, whatever an
     /// earlier process received and never acknowledged was in flight when it died (or was
     /// stopped), and must not wait out the visibility timeout behind its run's group.
     /// Returns how many it released. Only the data directory's one owner calls this.
-    pub fn release_leases(&self) -> Result<usize, PortError> {
+    pub async fn release_leases(&self) -> Result<usize, PortError> {
         let now = now_ms();
-        self.write(false, |tx| {
+        self.write_one(false, move |tx| {
             tx.execute(
                 "UPDATE queue SET visible_at = ?1 WHERE visible_at > ?1 AND receives > 0",
                 [now],
             )
             .map_err(sql)
         })
+        .await
     }
 
     /// Deletes a handled message.
-    pub fn ack(&self, receipt: i64) -> Result<(), PortError> {
-        self.write(false, |tx| {
+    pub async fn ack(&self, receipt: i64) -> Result<(), PortError> {
+        self.write_one(false, move |tx| {
             tx.prepare_cached("DELETE FROM queue WHERE id = ?1")
                 .and_then(|mut s| s.execute([receipt]))
                 .map_err(sql)?;
             Ok(())
         })
+        .await
     }
 
     /// Makes a message visible again after `delay`.
-    pub fn retry_later(&self, receipt: i64, delay: Duration) -> Result<(), PortError> {
+    pub async fn retry_later(&self, receipt: i64, delay: Duration) -> Result<(), PortError> {
         let at = now_ms() + delay.as_millis() as i64;
-        self.write(false, |tx| {
+        self.write_one(false, move |tx| {
             tx.execute(
                 "UPDATE queue SET visible_at = ?1 WHERE id = ?2",
                 params![at, receipt],
@@ -115,24 +122,27 @@ impl LocalStore {
             .map_err(sql)?;
             Ok(())
         })
+        .await
     }
 
     /// How many messages are queued or in flight.
-    pub fn queue_depth(&self) -> Result<u64, PortError> {
+    pub async fn queue_depth(&self) -> Result<u64, PortError> {
         self.read(|c| {
             c.query_row("SELECT COUNT(*) FROM queue", [], |r| r.get::<_, i64>(0))
                 .map(|n| n as u64)
                 .map_err(sql)
         })
+        .await
     }
 
     /// Timers due at `now`.
-    pub fn due_timers(&self, now: DateTime<Utc>) -> Result<Vec<DueTimer>, PortError> {
-        self.read(|c| {
+    pub async fn due_timers(&self, now: DateTime<Utc>) -> Result<Vec<DueTimer>, PortError> {
+        let now = now.timestamp_millis();
+        self.read(move |c| {
             let mut stmt = c
                 .prepare_cached("SELECT name, run_id FROM timers WHERE at_ms <= ?1 ORDER BY at_ms")
                 .map_err(sql)?;
-            stmt.query_map([now.timestamp_millis()], |r| {
+            stmt.query_map([now], |r| {
                 Ok(DueTimer {
                     cta_id: r.get(0)?,
                     run_id: r.get(1)?,
@@ -142,11 +152,13 @@ impl LocalStore {
             .collect::<Result<Vec<_>, _>>()
             .map_err(sql)
         })
+        .await
     }
 
     /// A stored timer's fire time, if it exists.
-    pub fn timer(&self, cta_id: &str) -> Result<Option<DateTime<Utc>>, PortError> {
-        self.read(|c| {
+    pub async fn timer(&self, cta_id: &str) -> Result<Option<DateTime<Utc>>, PortError> {
+        let cta_id = cta_id.to_owned();
+        self.read(move |c| {
             let ms: Option<i64> = c
                 .query_row("SELECT at_ms FROM timers WHERE name = ?1", [cta_id], |r| {
                     r.get(0)
@@ -155,11 +167,16 @@ impl LocalStore {
                 .map_err(sql)?;
             Ok(ms.and_then(DateTime::from_timestamp_millis))
         })
+        .await
     }
 
     /// Published events after position `after`, with their positions.
-    pub fn events_after(&self, after: i64, limit: usize) -> Result<Vec<(i64, Event)>, PortError> {
-        self.read(|c| {
+    pub async fn events_after(
+        &self,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, Event)>, PortError> {
+        self.read(move |c| {
             let mut stmt = c
                 .prepare_cached("SELECT seq, body FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")
                 .map_err(sql)?;
@@ -174,6 +191,7 @@ impl LocalStore {
                 .map(|(s, b)| Ok((s, from_json(&b)?)))
                 .collect()
         })
+        .await
     }
 }
 
@@ -181,18 +199,27 @@ impl LocalStore {
 impl Queue for LocalStore {
     async fn send(&self, messages: &[StepMessage]) -> Result<(), PortError> {
         let now = now_ms();
-        self.write(false, |tx| {
+        let rows = messages
+            .iter()
+            .map(|m| Ok((m.id.clone(), m.run_id.clone(), to_json(m)?)))
+            .collect::<Result<Vec<_>, PortError>>()?;
+        let write = move |tx: &rusqlite::Connection| {
             let mut stmt = tx
                 .prepare_cached(
                     "INSERT INTO queue (dedup_id, group_id, body, visible_at)
                      SELECT ?1, ?2, ?3, ?4 WHERE NOT EXISTS (SELECT 1 FROM queue WHERE dedup_id = ?1)",
                 )
                 .map_err(sql)?;
-            for m in messages {
-                stmt.execute(params![m.id, m.run_id, to_json(m)?, now]).map_err(sql)?;
+            for (id, group, body) in &rows {
+                stmt.execute(params![id, group, body, now]).map_err(sql)?;
             }
             Ok(())
-        })?;
+        };
+        if messages.len() == 1 {
+            self.write_one(false, write).await?;
+        } else {
+            self.write(false, write).await?;
+        }
         self.sent.notify_waiters();
         self.sent.notify_one();
         Ok(())
@@ -202,18 +229,22 @@ impl Queue for LocalStore {
 #[async_trait::async_trait]
 impl Bus for LocalStore {
     async fn publish(&self, events: &[Event]) -> Result<(), PortError> {
-        self.write(false, |tx| {
+        let rows = events
+            .iter()
+            .map(|e| Ok((e.id.clone(), e.detail_type.clone(), to_json(e)?)))
+            .collect::<Result<Vec<_>, PortError>>()?;
+        self.write(false, move |tx| {
             let mut stmt = tx
                 .prepare_cached(
                     "INSERT OR IGNORE INTO events (id, detail_type, body) VALUES (?1, ?2, ?3)",
                 )
                 .map_err(sql)?;
-            for e in events {
-                stmt.execute(params![e.id, e.detail_type, to_json(e)?])
-                    .map_err(sql)?;
+            for (id, detail_type, body) in &rows {
+                stmt.execute(params![id, detail_type, body]).map_err(sql)?;
             }
             Ok(())
         })
+        .await
     }
 }
 
@@ -225,21 +256,25 @@ impl Scheduler for LocalStore {
         run_id: &str,
         at: DateTime<Utc>,
     ) -> Result<(), PortError> {
-        self.write(false, |tx| {
+        let (cta_id, run_id, at) = (cta_id.to_owned(), run_id.to_owned(), at.timestamp_millis());
+        self.write_one(false, move |tx| {
             tx.execute(
                 "INSERT OR IGNORE INTO timers (name, run_id, at_ms) VALUES (?1, ?2, ?3)",
-                params![cta_id, run_id, at.timestamp_millis()],
+                params![cta_id, run_id, at],
             )
             .map_err(sql)?;
             Ok(())
         })
+        .await
     }
 
     async fn unschedule(&self, cta_id: &str) -> Result<(), PortError> {
-        self.write(false, |tx| {
+        let cta_id = cta_id.to_owned();
+        self.write_one(false, move |tx| {
             tx.execute("DELETE FROM timers WHERE name = ?1", [cta_id])
                 .map_err(sql)?;
             Ok(())
         })
+        .await
     }
 }

@@ -1,0 +1,189 @@
+//! `baton bench --runs R --iterations N`: R runs at once, through `baton dev`'s own API.
+//!
+//! It starts the real local server (API, worker, embedded store) on a loopback port,
+//! creates R runs of the scripted `bench` agent with `POST /runs` all at once, and while
+//! they step, one client keeps reading `GET /runs/{id}` and `GET /runs/{id}/timeline` of
+//! random runs, as a console or a poller would. It reports steps per second, each step's
+//! latency (a message received to acknowledged, its commit synced to disk), and the API's
+//! latency under that load; then it checks that every run completed with nothing lost.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use baton_core::ports::{Store, SystemClock};
+use baton_local::worker::StepTimes;
+use baton_local::{LocalOptions, LocalServer, WorkerOptions};
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use crate::bench::{bench_dir, peak_rss_mb, script, verify};
+
+const TOKEN: &str = "bench";
+
+/// The `q` quantile of `d` in milliseconds (`d` sorted).
+fn quantile_ms(d: &[Duration], q: f64) -> f64 {
+    if d.is_empty() {
+        return 0.0;
+    }
+    let i = ((d.len() as f64 * q).ceil() as usize).clamp(1, d.len()) - 1;
+    (d[i].as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0
+}
+
+fn summary(mut d: Vec<Duration>) -> Value {
+    d.sort_unstable();
+    json!({
+        "count": d.len(),
+        "p50_ms": quantile_ms(&d, 0.50),
+        "p95_ms": quantile_ms(&d, 0.95),
+        "p99_ms": quantile_ms(&d, 0.99),
+        "max_ms": quantile_ms(&d, 1.0),
+    })
+}
+
+async fn create(client: &reqwest::Client, url: &str) -> anyhow::Result<(String, Duration)> {
+    let t = Instant::now();
+    let resp = client
+        .post(format!("{url}/runs"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"prompt": "benchmark", "agent": "bench"}))
+        .send()
+        .await?;
+    let elapsed = t.elapsed();
+    let status = resp.status();
+    let body: Value = resp.json().await?;
+    ensure!(status.is_success(), "POST /runs: {status} {body}");
+    let id = body["runId"].as_str().context("POST /runs: no runId")?;
+    Ok((id.to_owned(), elapsed))
+}
+
+/// Reads runs and timelines one request at a time until `stop`; returns each latency.
+async fn probe(
+    client: reqwest::Client,
+    url: String,
+    ids: Arc<Vec<String>>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut out = Vec::new();
+    let mut i = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        let id = &ids[i.wrapping_mul(7919) % ids.len()];
+        let path = if i.is_multiple_of(2) {
+            format!("{url}/runs/{id}")
+        } else {
+            format!("{url}/runs/{id}/timeline?limit=20")
+        };
+        let t = Instant::now();
+        let resp = client.get(&path).bearer_auth(TOKEN).send().await?;
+        let status = resp.status();
+        resp.bytes().await?;
+        out.push(t.elapsed());
+        ensure!(status.is_success(), "GET {path}: {status}");
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(out)
+}
+
+pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<String> {
+    let (dir, remove) = bench_dir(data)?;
+    let (llm, catalog) = script(n, None)?;
+    let times = StepTimes::default();
+    let server = LocalServer::start(LocalOptions {
+        data_dir: dir.clone(),
+        addr: ([127, 0, 0, 1], 0).into(),
+        token: Some(TOKEN.into()),
+        llm: Arc::new(llm),
+        catalog,
+        clock: Arc::new(SystemClock),
+        worker: WorkerOptions {
+            concurrency: runs.clamp(8, 512),
+            step_times: Some(times.clone()),
+            ..WorkerOptions::default()
+        },
+    })
+    .await?;
+    let url = server.url();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(runs.min(256))
+        .build()?;
+
+    let started = Instant::now();
+    let mut creating = JoinSet::new();
+    for _ in 0..runs {
+        let (client, url) = (client.clone(), url.clone());
+        creating.spawn(async move { create(&client, &url).await });
+    }
+    let (mut ids, mut create_times) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    while let Some(r) = creating.join_next().await {
+        let (id, t) = r??;
+        ids.push(id);
+        create_times.push(t);
+    }
+    let ids = Arc::new(ids);
+    let stop = Arc::new(AtomicBool::new(false));
+    let prober = tokio::spawn(probe(
+        client.clone(),
+        url.clone(),
+        ids.clone(),
+        stop.clone(),
+    ));
+
+    // Wait for every run to finish, looking at the store (not through the API being measured).
+    let deadline = Instant::now() + Duration::from_secs(60 + runs as u64 * n / 50);
+    let mut pending: Vec<&String> = ids.iter().collect();
+    while !pending.is_empty() {
+        ensure!(
+            Instant::now() < deadline,
+            "{} of {runs} runs had not finished after {:?}",
+            pending.len(),
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut still = Vec::with_capacity(pending.len());
+        for id in pending {
+            let rec = server.store.get_run(id).await?.context("a run vanished")?;
+            if !rec.run.status.is_terminal() {
+                still.push(id);
+            }
+        }
+        pending = still;
+    }
+    let wall = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let api_times = prober.await??;
+    let steps = times.take();
+    let (warm, cold) = server.service.cache_use();
+
+    for id in ids.iter() {
+        verify(&server.store, id, n).await?;
+    }
+    if steps.len() < runs * n as usize {
+        bail!(
+            "{} steps were handled, expected at least {}",
+            steps.len(),
+            runs * n as usize
+        );
+    }
+    let report = json!({
+        "runs": runs,
+        "iterations": n,
+        "wall_s": (wall.as_secs_f64() * 1e3).round() / 1e3,
+        "steps": steps.len(),
+        "steps_per_s": (steps.len() as f64 / wall.as_secs_f64()).round(),
+        "step_latency": summary(steps),
+        "api_reads": summary(api_times),
+        "api_creates": summary(create_times),
+        "steps_with_cached_timeline": warm,
+        "steps_loading_timeline": cold,
+        "peak_rss_mb": (peak_rss_mb() * 10.0).round() / 10.0,
+        "all_completed": true,
+    });
+    server.shutdown().await;
+    if remove {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(report.to_string())
+}
