@@ -155,7 +155,9 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
     stop.store(true, Ordering::Relaxed);
     let api_times = prober.await??;
     let steps = times.take();
+    let steps_done = steps.len();
     let (warm, cold) = server.service.cache_use();
+    let writes = server.store.write_stats();
 
     for id in ids.iter() {
         verify(&server.store, id, n).await?;
@@ -176,6 +178,10 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
         "step_latency": summary(steps),
         "api_reads": summary(api_times),
         "api_creates": summary(create_times),
+        "writes": writes.jobs,
+        "write_transactions": writes.batches,
+        "fsyncs": writes.synced,
+        "steps_per_fsync": (steps_done as f64 / writes.synced.max(1) as f64 * 10.0).round() / 10.0,
         "steps_with_cached_timeline": warm,
         "steps_loading_timeline": cold,
         "peak_rss_mb": (peak_rss_mb() * 10.0).round() / 10.0,

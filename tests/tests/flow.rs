@@ -830,3 +830,52 @@ async fn odd_cursors_paths_and_methods_get_json_errors_or_nothing() {
     assert_eq!(v["error"]["code"], "method_not_allowed", "{v}");
     h.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_long_run_shows_its_first_hundred_entries_and_pages_on_from_there() {
+    let dir = tempfile::tempdir().unwrap();
+    // 60 echo calls, then an answer: 2 + 2 × 60 = 122 entries.
+    let mut replies: Vec<Value> = (0..60)
+        .map(|i| json!({"tool_calls": [{"name": "echo", "arguments": {"text": format!("call {i}")}}]}))
+        .collect();
+    replies.push(json!({"text": "all done"}));
+    let script = json!({"long": replies, "short": [{"text": "hi"}]}).to_string();
+    let catalog = catalog(Some(json!({"agents": {
+        "long": {"system": "Echo.", "tools": ["echo"], "maxIterations": 61},
+        "short": {"system": "Greet.", "tools": []}}})));
+    let h = start(
+        dir.path(),
+        scripted(&script),
+        catalog,
+        Arc::new(SystemClock),
+    )
+    .await;
+    let run_id = h.create_run(json!({"prompt": "go", "agent": "long"})).await;
+    let run = h.wait_status(&run_id, &["completed"]).await;
+    let first = run["timeline"].as_array().unwrap();
+    assert_eq!(
+        first.len(),
+        100,
+        "GET /runs/{{id}} reads 100 entries at most"
+    );
+    assert_eq!(first[99]["seq"], 99);
+    assert_eq!(run["timelineNext"], 99);
+    assert_eq!(run["result"], "all done");
+
+    let (code, rest) = h
+        .get(&format!("/runs/{run_id}/timeline?after=99&limit=100"))
+        .await;
+    assert_eq!(code, 200, "{rest}");
+    let rest = rest["entries"].as_array().unwrap();
+    assert_eq!(rest.len(), 22);
+    assert_eq!(rest[0]["seq"], 100);
+    assert_eq!(rest[21]["seq"], 121);
+
+    // A short run has no cursor: its whole timeline is there.
+    let short = h
+        .create_run(json!({"prompt": "hi", "agent": "short"}))
+        .await;
+    let short = h.wait_status(&short, &["completed"]).await;
+    assert!(short.get("timelineNext").is_none(), "{short:#}");
+    h.server.shutdown().await;
+}

@@ -54,7 +54,7 @@ impl StepTimes {
 impl Default for WorkerOptions {
     fn default() -> Self {
         Self {
-            concurrency: 8,
+            concurrency: 64,
             visibility: Duration::from_secs(15 * 60),
             max_receives: 5,
             timer_interval: Duration::from_secs(1),

@@ -109,6 +109,18 @@ pub(super) struct Db {
     writer: Mutex<Writer>,
     waiting: Mutex<Waiting>,
     idle: Mutex<Vec<Connection>>,
+    stats: Mutex<WriteStats>,
+}
+
+/// What the writer has done since the store was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    /// Writes applied.
+    pub jobs: u64,
+    /// Transactions they were applied in.
+    pub batches: u64,
+    /// Those of the transactions that were synced to disk.
+    pub synced: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -146,7 +158,12 @@ impl Db {
             writer: Mutex::new(Writer { conn, synced: true }),
             waiting: Mutex::new(Waiting::default()),
             idle: Mutex::new(Vec::new()),
+            stats: Mutex::new(WriteStats::default()),
         }
+    }
+
+    pub(super) fn stats(&self) -> WriteStats {
+        *lock(&self.stats)
     }
 
     pub(super) fn path(&self) -> &Path {
@@ -209,6 +226,12 @@ impl Db {
                 if !writer.conn.is_autocommit() {
                     let _ = writer.conn.execute_batch("ROLLBACK");
                 }
+            }
+            {
+                let mut st = lock(&self.stats);
+                st.jobs += batch.len() as u64;
+                st.batches += 1;
+                st.synced += u64::from(durable);
             }
             let committed = result.as_ref().map(|_| ()).map_err(String::as_str);
             for job in batch {
@@ -284,4 +307,126 @@ fn apply_batch(w: &mut Writer, batch: &mut [Box<dyn Job>], durable: bool) -> Res
         }
     }
     run("COMMIT")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn open(dir: &Path) -> Arc<Db> {
+        let path = dir.join("t.db");
+        let conn = Connection::open(&path).expect("open");
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;
+             CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL);",
+        )
+        .expect("schema");
+        Arc::new(Db::new(&path, conn))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_waiting_together_share_one_transaction_and_a_failing_one_fails_alone() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let db = open(dir.path());
+        // Hold the writer as a long sync would, while 200 writes queue up behind it.
+        let held = lock(&db.writer);
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..200i64 {
+            let db = db.clone();
+            set.spawn(async move {
+                let out = db
+                    .write(i % 3 == 0, false, move |c| {
+                        c.execute("INSERT INTO t VALUES (?1, 'a')", [i])
+                            .map_err(sql)?;
+                        if i % 10 == 0 {
+                            // Fails after the first insert: the savepoint must undo both.
+                            c.execute("INSERT INTO t VALUES (?1, 'b')", [i])
+                                .map_err(sql)?;
+                        }
+                        Ok(i)
+                    })
+                    .await;
+                (i, out)
+            });
+        }
+        // One of them leads and waits for the writer; the others wait for it.
+        for _ in 0..500 {
+            if lock(&db.waiting).jobs.len() == 200 {
+                break;
+            }
+            // A plain sleep: the writer's guard must not be held across an await.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(lock(&db.waiting).jobs.len(), 200, "all 200 writes queued");
+        drop(held);
+        while let Some(r) = set.join_next().await {
+            let (i, out) = r.expect("task");
+            match out {
+                Ok(v) => assert!(i % 10 != 0 && v == i),
+                Err(e) => assert!(i % 10 == 0, "write {i} failed: {e}"),
+            }
+        }
+        let stats = db.stats();
+        assert_eq!(
+            stats,
+            WriteStats {
+                jobs: 200,
+                batches: 1,
+                synced: 1
+            }
+        );
+        let keys: Vec<i64> = db
+            .read(|c| {
+                let mut s = c.prepare("SELECT k FROM t ORDER BY k").map_err(sql)?;
+                s.query_map([], |r| r.get(0))
+                    .map_err(sql)?
+                    .collect::<Result<_, _>>()
+                    .map_err(sql)
+            })
+            .await
+            .expect("read");
+        let expected: Vec<i64> = (0..200).filter(|i| i % 10 != 0).collect();
+        assert_eq!(keys, expected, "every write but the failed ones, whole");
+    }
+
+    #[tokio::test]
+    async fn a_lone_write_is_applied_at_once_and_synced_only_when_asked() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let db = open(dir.path());
+        for (i, durable) in [(1i64, false), (2, true), (3, false)] {
+            db.write(durable, true, move |c| {
+                c.execute("INSERT INTO t VALUES (?1, 'x')", [i])
+                    .map_err(sql)
+            })
+            .await
+            .expect("write");
+        }
+        assert_eq!(
+            db.stats(),
+            WriteStats {
+                jobs: 3,
+                batches: 3,
+                synced: 1
+            }
+        );
+        // A write that fails reports its own error and leaves the writer usable.
+        let dup = db
+            .write(true, true, |c| {
+                c.execute("INSERT INTO t VALUES (1, 'again')", [])
+                    .map_err(sql)
+            })
+            .await;
+        assert!(dup.is_err());
+        let n: i64 = db
+            .read(|c| {
+                c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
+                    .map_err(sql)
+            })
+            .await
+            .expect("count");
+        assert_eq!(n, 3);
+    }
 }

@@ -35,6 +35,7 @@ mod db;
 mod queue;
 
 use db::Db;
+pub use db::WriteStats;
 
 pub use queue::{Delivery, DueTimer};
 
@@ -164,6 +165,11 @@ impl LocalStore {
 
     pub fn path(&self) -> &Path {
         self.db.path()
+    }
+
+    /// How many writes the store applied, in how many transactions, how many synced.
+    pub fn write_stats(&self) -> WriteStats {
+        self.db.stats()
     }
 
     /// Runs `f` in a transaction of the writer thread, all or nothing; `durable`: synced
