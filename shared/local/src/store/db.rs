@@ -10,10 +10,14 @@
 //! runs stepping at once their commits share one fsync instead of paying one each; a
 //! lone caller writes at once, with no hand-over to another thread.
 //!
-//! The leader does blocking work: on a multi-thread runtime it says so
-//! (`block_in_place`), and the runtime moves its other tasks to another thread, so the
-//! API keeps answering while a batch syncs. Reads use their own connections (WAL lets
-//! them proceed while a batch is written) and never wait for a write.
+//! A leader that came with a durable write will wait for an fsync: on a multi-thread
+//! runtime it says so (`block_in_place`) for its whole turn, and the runtime moves its
+//! other tasks to another thread, so the API keeps answering meanwhile. One that came
+//! with a write needing no sync leads as it is (such a batch takes microseconds), though
+//! a durable write gathered into its turn makes it sync there; measured with and without
+//! that exception, leading as it is served 100 stepping runs faster at the same API
+//! latency. Reads use their own connections on the calling thread: WAL lets them proceed
+//! while a batch is written, so a read never waits for a write.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
