@@ -310,3 +310,72 @@ async fn ten_thousand_generated_requests_and_events_get_clear_refusals_and_chang
     }
     h.server.shutdown().await;
 }
+
+/// Sends raw bytes on a fresh connection and reads the whole answer.
+async fn raw(h: &Harness, request: &[u8]) -> (u16, String, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(h.server.addr).await.unwrap();
+    // The server may answer and close before it has read everything: a failed write is fine.
+    let _ = tcp.write_all(request).await;
+    let mut answer = Vec::new();
+    let _ = tcp.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = serde_json::from_str(body).unwrap_or(Value::Null);
+    (status, head.to_ascii_lowercase(), body)
+}
+
+#[tokio::test]
+async fn requests_hyper_cannot_parse_get_json_errors_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start_scripted(dir.path(), "{}").await;
+    let before = digest(&h, "none").await;
+    let long_uri = format!(
+        "GET /runs/{} HTTP/1.1\r\nhost: x\r\n\r\n",
+        "a".repeat(70_000)
+    );
+    let huge_header = format!(
+        "GET /health HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
+        "b".repeat(500_000)
+    );
+    let cases: [(&[u8], u16, &str); 5] = [
+        (b"GARBAGE\r\n\r\n", 400, "malformed_request"),
+        (
+            b"GET /health HTTP/1.1\r\nno colon here\r\n\r\n",
+            400,
+            "malformed_request",
+        ),
+        (
+            b"POST /runs HTTP/1.1\r\nhost: x\r\ncontent-length: nope\r\n\r\n",
+            400,
+            "malformed_request",
+        ),
+        (long_uri.as_bytes(), 414, "uri_too_long"),
+        (huge_header.as_bytes(), 431, "headers_too_large"),
+    ];
+    for (request, status, code) in cases {
+        let (got, head, body) = raw(&h, request).await;
+        let shown = String::from_utf8_lossy(&request[..request.len().min(60)]).into_owned();
+        assert_eq!(got, status, "{shown}: {head}");
+        assert!(
+            head.contains("content-type: application/json"),
+            "{shown}: {head}"
+        );
+        assert_eq!(body["error"]["code"], code, "{shown}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.ends_with('.'))
+        );
+    }
+    // A well-formed request on the same server is served as before.
+    let (status, body) = h.get("/health").await;
+    assert_eq!((status, body), (200, json!({"status": "ok"})));
+    assert_eq!(digest(&h, "none").await, before, "nothing changed");
+    h.server.shutdown().await;
+}

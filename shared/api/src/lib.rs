@@ -8,6 +8,7 @@
 mod apigw;
 mod auth;
 mod error;
+mod wire;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -311,7 +312,7 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let server = tokio::spawn(async move {
-        axum::serve(listener, app)
+        axum::serve(wire::JsonListener(listener), app)
             .with_graceful_shutdown(async move {
                 let _ = stop.wait_for(|s| *s).await;
             })
