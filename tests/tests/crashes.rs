@@ -65,6 +65,18 @@ async fn a_message_in_flight_when_its_process_died_is_taken_at_once_after_a_rest
     h.server.shutdown().await;
 }
 
+/// How many events of each type the local bus recorded.
+async fn events_by_type(h: &Harness) -> BTreeMap<String, usize> {
+    let (_, events) = h.get("/events?limit=1000").await;
+    let mut by_type = BTreeMap::new();
+    for e in events["events"].as_array().unwrap() {
+        *by_type
+            .entry(e["detailType"].as_str().unwrap().to_owned())
+            .or_insert(0) += 1;
+    }
+    by_type
+}
+
 /// One scenario's observable outcome, with what differs between runs (ids, times) taken out.
 #[derive(Debug, PartialEq)]
 struct Outcome {
@@ -231,13 +243,7 @@ async fn scenario_with(fp: &str, skip: u32, cancel: bool, duplicate: bool) -> (O
     failpoint::reset();
     let h = host.h();
     let (_, run) = h.get(&format!("/runs/{run_id}")).await;
-    let (_, events) = h.get("/events?limit=1000").await;
-    let mut by_type = BTreeMap::new();
-    for e in events["events"].as_array().unwrap() {
-        *by_type
-            .entry(e["detailType"].as_str().unwrap().to_owned())
-            .or_insert(0) += 1;
-    }
+    let by_type = events_by_type(h).await;
     let (_, ctas) = h.get("/ctas?status=all").await;
     assert!(
         h.server.store.timer(&cta).await.unwrap().is_none(),
@@ -383,13 +389,7 @@ async fn drive_example(name: &str, duplicate: bool) -> Outcome {
         assert!(Instant::now() < deadline, "{name}: the queue never drained");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let (_, events) = h.get("/events?limit=1000").await;
-    let mut by_type = BTreeMap::new();
-    for e in events["events"].as_array().unwrap() {
-        *by_type
-            .entry(e["detailType"].as_str().unwrap().to_owned())
-            .or_insert(0) += 1;
-    }
+    let by_type = events_by_type(&h).await;
     let (_, ctas) = h.get("/ctas?status=all").await;
     let outcome = Outcome {
         timeline: normalize(&run["timeline"], &run_id),

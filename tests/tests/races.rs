@@ -96,11 +96,10 @@ async fn answer_and_cancel_at_once_agree_on_the_cta() {
     for _ in 0..20 {
         let run_id = h.create_run(json!({"prompt": "go"})).await;
         h.wait_status(&run_id, &["waiting"]).await;
-        let (_, ctas) = h.get("/ctas?status=pending").await;
-        let cta = ctas["ctas"]
-            .as_array()
-            .unwrap()
-            .iter()
+        let cta = h
+            .pending_ctas()
+            .await
+            .into_iter()
             .find(|c| c["runId"] == run_id.as_str())
             .unwrap()["ctaId"]
             .as_str()
