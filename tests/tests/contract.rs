@@ -54,6 +54,7 @@ fn new_run(id: &str, owner: &str) -> (Run, Vec<Entry>) {
         on_expiry: Default::default(),
         sandbox_id: None,
         metadata: None,
+        context: None,
         now: Utc::now(),
     });
     run.next_seq = 1;
@@ -108,6 +109,9 @@ fn next(run: &Run, effects: Vec<Effect>) -> Transition {
         body: EntryBody::Assistant {
             text: Some("x".repeat(3000)),
             usage: Usage::default(),
+            model: None,
+            cost_usd: None,
+            operation: Default::default(),
         },
     };
     r.next_seq += 1;

@@ -66,8 +66,10 @@ async fn a_run_over_the_openai_wire_format_completes() {
         api_key: Some("sk-local".into()),
         model: "mock-model".into(),
         max_retries: 3,
-        initial_backoff: Duration::from_millis(5),
-        max_backoff: Duration::from_millis(50),
+        backoff: baton_llm::retry::Backoff {
+            initial: Duration::from_millis(5),
+            max: Duration::from_millis(50),
+        },
         timeout: Duration::from_secs(5),
     })
     .unwrap();

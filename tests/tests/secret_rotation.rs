@@ -62,8 +62,10 @@ async fn a_rotated_secret_is_read_again_after_a_401_at_most_once_a_minute() {
         api_key: Some("sk-old".into()),
         model: "m".into(),
         max_retries: 0,
-        initial_backoff: Duration::from_millis(1),
-        max_backoff: Duration::from_millis(1),
+        backoff: baton_llm::retry::Backoff {
+            initial: Duration::from_millis(1),
+            max: Duration::from_millis(1),
+        },
         timeout: Duration::from_secs(5),
     })
     .unwrap()

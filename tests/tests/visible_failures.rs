@@ -28,8 +28,10 @@ async fn an_unreachable_model_shows_as_the_last_error_and_then_as_the_failure() 
             api_key: None,
             model: "m".into(),
             max_retries: 0,
-            initial_backoff: Duration::from_millis(1),
-            max_backoff: Duration::from_millis(1),
+            backoff: baton_llm::retry::Backoff {
+                initial: Duration::from_millis(1),
+                max: Duration::from_millis(1),
+            },
             timeout: Duration::from_secs(2),
         })
         .unwrap(),

@@ -87,6 +87,8 @@ struct CreateRunBody {
     #[serde(default)]
     metadata: Option<Value>,
     #[serde(default)]
+    context: Option<Value>,
+    #[serde(default)]
     on_expiry: Option<ExpiryPolicy>,
 }
 
@@ -102,6 +104,7 @@ async fn create_run(
         agent: body.agent,
         sandbox_id: body.sandbox_id,
         metadata: body.metadata,
+        context: body.context,
         on_expiry: body.on_expiry.unwrap_or_default(),
     };
     let run = s.service.create_run(&owner, req, key.as_deref()).await?;
@@ -174,6 +177,11 @@ async fn get_run(
 ) -> Result<Json<Value>, ApiError> {
     let view = s.service.get_run(&owner, &run_id, PAGE_ENTRIES).await?;
     let mut v = serde_json::to_value(&view.run).map_err(|e| PortError::broken("encode run", e))?;
+    // What the run and its subagents spent together; `reported` is the engine's own ledger.
+    v["total"] = json!(view.run.total());
+    if let Some(o) = v.as_object_mut() {
+        o.remove("reported");
+    }
     // The run item holds a preview of a long answer; the whole one is in the timeline.
     if let Some(EntryBody::Assistant { text: Some(t), .. }) = view.result_entry.map(|e| e.body) {
         v["result"] = json!(t);

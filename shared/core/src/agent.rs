@@ -4,15 +4,19 @@
 //! built once at start-up; a bad agents file is a start-up error that names the problem.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use regex::Regex;
-use serde::Deserialize;
 use serde_json::Value;
+use tracing::{info, warn};
 
+pub use crate::agents_file::{AgentSpec, AgentsFile, AlwaysKeyword, ApprovalSpec};
+use crate::cost::Prices;
 use crate::llm::ToolSpec;
-use crate::tools::{self, Tool, ToolDef};
+use crate::run::Run;
+use crate::timeline::Entry;
+use crate::tools::{self, Tool, ToolDef, ToolServer};
 
 pub const ORCHESTRATOR: &str = "orchestrator";
 
@@ -33,16 +37,85 @@ impl Approval {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AgentDef {
     pub name: String,
     pub system: String,
     pub model: Option<String>,
+    /// Tool names; `mcp:<server>` grants every tool of that MCP server.
     pub tools: Vec<String>,
     pub approval: HashMap<String, Approval>,
     pub max_iterations: u32,
     /// How long this agent's CTAs wait for an answer (a call may ask for less).
     pub cta_expiry: Duration,
+    /// How long a run may work, time waiting for a human not counted.
+    pub max_wall: Option<Duration>,
+    /// Text added to the system prompt by the run's context `type`.
+    pub context_guidance: BTreeMap<String, String>,
+    /// Tools and context added per iteration (Rust only).
+    pub prepare: Option<Arc<dyn Prepare>>,
+}
+
+impl std::fmt::Debug for AgentDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentDef")
+            .field("name", &self.name)
+            .field("model", &self.model)
+            .field("tools", &self.tools)
+            .field("max_iterations", &self.max_iterations)
+            .field("max_wall", &self.max_wall)
+            .field("prepare", &self.prepare.is_some())
+            .finish()
+    }
+}
+
+/// A hook that adds tools and context to an agent's iteration, from the run's state. It
+/// must be deterministic: a retried step calls it again with the same run and timeline and
+/// must get the same answer (the engine checks a call against it, as the model saw it).
+pub trait Prepare: Send + Sync {
+    fn prepare(&self, run: &Run, timeline: &[Entry]) -> Prepared;
+}
+
+/// What a [`Prepare`] hook adds to one iteration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Prepared {
+    /// Names of catalog tools the agent may also call in this iteration.
+    pub tools: Vec<String>,
+    /// Text added to the system prompt.
+    pub context: Option<String>,
+}
+
+impl AgentDef {
+    /// The system prompt of one iteration: the agent's, the guidance for the run's context
+    /// type and the context itself, and what a prepare hook adds.
+    pub fn system_prompt(&self, run: &Run, prepared: &Prepared) -> String {
+        let mut system = self.system.clone();
+        let mut add = |text: &str| {
+            if !system.is_empty() {
+                system.push_str("\n\n");
+            }
+            system.push_str(text);
+        };
+        if let Some(context) = &run.context {
+            let kind = context.get("type").and_then(Value::as_str).unwrap_or("");
+            if let Some(guidance) = self.context_guidance.get(kind) {
+                add(guidance);
+            }
+            add(&format!("Context ({kind}):\n{context}"));
+        }
+        if let Some(extra) = &prepared.context {
+            add(extra);
+        }
+        system
+    }
+
+    /// What this agent's prepare hook adds for `run` at `timeline` (nothing without one).
+    pub fn prepared(&self, run: &Run, timeline: &[Entry]) -> Prepared {
+        self.prepare
+            .as_ref()
+            .map(|p| p.prepare(run, timeline))
+            .unwrap_or_default()
+    }
 }
 
 /// Guardrails. Hitting one is a recorded, graceful end, never a crash.
@@ -58,6 +131,8 @@ pub struct Limits {
     pub max_parallel_children: usize,
     /// How long a CTA waits for its answer, unless the agent says otherwise.
     pub cta_expiry: Duration,
+    /// How long a tool call may take, unless the tool says otherwise.
+    pub tool_timeout: Duration,
 }
 
 /// The longest an agent's CTAs may wait: one year, as far as EventBridge Scheduler goes.
@@ -71,17 +146,39 @@ impl Default for Limits {
             max_depth: 3,
             max_parallel_children: 4,
             cta_expiry: Duration::from_secs(30 * 24 * 3600),
+            tool_timeout: Duration::from_secs(60),
         }
     }
 }
 
 /// Everything the engine needs to know about agents and tools.
-#[derive(Debug)]
 pub struct Catalog {
     agents: HashMap<String, AgentDef>,
-    tools: HashMap<String, ToolDef>,
-    specs: HashMap<String, Vec<ToolSpec>>,
+    tools: HashMap<String, Arc<ToolDef>>,
     pub limits: Limits,
+    pub prices: Prices,
+    servers: BTreeMap<String, Server>,
+}
+
+/// An MCP server and the tools it listed, once it has.
+struct Server {
+    server: Arc<dyn ToolServer>,
+    listed: RwLock<Option<HashMap<String, Arc<ToolDef>>>>,
+    /// When a listing was last tried, so that a server that is down is asked again only
+    /// every [`RELIST_INTERVAL`].
+    tried: Mutex<Option<Instant>>,
+}
+
+/// How often a server whose tools could not be listed is asked again.
+pub const RELIST_INTERVAL: Duration = Duration::from_secs(30);
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog")
+            .field("agents", &self.agent_names())
+            .field("servers", &self.servers.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 /// A problem with the agent definitions, reported at start-up.
@@ -122,62 +219,19 @@ pub enum CatalogError {
         "agent `{agent}`: ctaExpirySeconds is {seconds}; it must be from 1 to {MAX_CTA_EXPIRY_SECS} (one year)"
     )]
     BadCtaExpiry { agent: String, seconds: u64 },
+    #[error("agent `{agent}`: maxWallSeconds must be at least 1")]
+    ZeroWall { agent: String },
+    #[error("mcpServers.{server}: {message}")]
+    Server { server: String, message: String },
+    #[error("tools.{tool}: {message}")]
+    HttpTool { tool: String, message: String },
+    #[error("toolTimeoutSeconds must be at least 1")]
+    ZeroTimeout,
     #[error(transparent)]
     Schema(#[from] tools::SchemaError),
 }
 
-/// The agents file: `{"agents": {"<name>": {...}}}`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AgentsFile {
-    pub agents: BTreeMap<String, AgentSpec>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct AgentSpec {
-    #[serde(default)]
-    pub system: Option<String>,
-    #[serde(default)]
-    pub model: Option<String>,
-    pub tools: Vec<String>,
-    #[serde(default)]
-    pub approval: BTreeMap<String, ApprovalSpec>,
-    #[serde(default)]
-    pub max_iterations: Option<u32>,
-    /// Seconds this agent's CTAs wait for an answer (default 30 days; 1 to one year).
-    #[serde(default)]
-    pub cta_expiry_seconds: Option<u64>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum ApprovalSpec {
-    Keyword(AlwaysKeyword),
-    Matches {
-        #[serde(rename = "inputMatches")]
-        input_matches: String,
-    },
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AlwaysKeyword {
-    Always,
-}
-
-impl AgentsFile {
-    pub fn load(path: &std::path::Path) -> Result<Self, CatalogError> {
-        let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| CatalogError::Read {
-            path: p.clone(),
-            source,
-        })?;
-        serde_json::from_str(&text).map_err(|source| CatalogError::Parse { path: p, source })
-    }
-}
-
-fn builtin_agents(limits: &Limits) -> Vec<AgentDef> {
+fn builtin_agents(limits: &Limits, fetch: bool) -> Vec<AgentDef> {
     let agent = |name: &str, system: &str, tools: &[&str]| AgentDef {
         name: name.into(),
         system: system.into(),
@@ -186,7 +240,11 @@ fn builtin_agents(limits: &Limits) -> Vec<AgentDef> {
         approval: HashMap::new(),
         max_iterations: limits.max_iterations,
         cta_expiry: limits.cta_expiry,
+        max_wall: None,
+        context_guidance: BTreeMap::new(),
+        prepare: None,
     };
+    let explore_tools: &[&str] = if fetch { &[HTTP_FETCH] } else { &[] };
     vec![
         agent(
             ORCHESTRATOR,
@@ -201,7 +259,7 @@ fn builtin_agents(limits: &Limits) -> Vec<AgentDef> {
             "explore",
             "You are an explore subagent. Investigate what you are asked and report your \
              findings concisely. End every turn with a final answer.",
-            &[],
+            explore_tools,
         ),
         agent(
             "code",
@@ -212,6 +270,23 @@ fn builtin_agents(limits: &Limits) -> Vec<AgentDef> {
     ]
 }
 
+/// The name of the built-in page-fetching tool (`baton-tools` provides it when the agents
+/// file allows hosts); the built-in `explore` agent has it then.
+pub const HTTP_FETCH: &str = "http_fetch";
+
+/// What a catalog is built from besides the agents file: Rust tools (the built-in `echo`
+/// is always there) and MCP servers by name.
+#[derive(Default)]
+pub struct Toolbox {
+    pub tools: Vec<Arc<dyn Tool>>,
+    pub servers: BTreeMap<String, Arc<dyn ToolServer>>,
+}
+
+/// `<server>__<tool>`: the server's name, if `name` has that form.
+fn server_of(name: &str) -> Option<&str> {
+    name.split_once("__").map(|(server, _)| server)
+}
+
 impl Catalog {
     /// The built-in agents, the built-in tools plus `extra_tools`, and the agents of `file`
     /// (which may redefine a built-in agent).
@@ -220,61 +295,51 @@ impl Catalog {
         extra_tools: Vec<Arc<dyn Tool>>,
         file: Option<AgentsFile>,
     ) -> Result<Self, CatalogError> {
-        let mut agents: BTreeMap<String, AgentDef> = builtin_agents(&limits)
+        let toolbox = Toolbox {
+            tools: extra_tools,
+            servers: BTreeMap::new(),
+        };
+        Self::build(limits, toolbox, file)
+    }
+
+    /// [`Catalog::new`] with MCP servers: `toolbox.servers` are the file's `mcpServers`,
+    /// built by `baton-tools`.
+    pub fn build(
+        mut limits: Limits,
+        toolbox: Toolbox,
+        file: Option<AgentsFile>,
+    ) -> Result<Self, CatalogError> {
+        let file = file.unwrap_or_default();
+        match file.tool_timeout_seconds {
+            Some(0) => return Err(CatalogError::ZeroTimeout),
+            Some(s) => limits.tool_timeout = Duration::from_secs(s),
+            None => {}
+        }
+        let fetch = toolbox.tools.iter().any(|t| t.name() == HTTP_FETCH);
+        let mut agents: BTreeMap<String, AgentDef> = builtin_agents(&limits, fetch)
             .into_iter()
             .map(|a| (a.name.clone(), a))
             .collect();
-        for (name, spec) in file.map(|f| f.agents).unwrap_or_default() {
-            let valid = !name.is_empty()
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-            if !valid {
-                return Err(CatalogError::BadName(name));
-            }
-            if spec.max_iterations == Some(0) {
-                return Err(CatalogError::ZeroIterations(name));
-            }
-            if let Some(seconds) = spec.cta_expiry_seconds
-                && !(1..=MAX_CTA_EXPIRY_SECS).contains(&seconds)
-            {
-                return Err(CatalogError::BadCtaExpiry {
-                    agent: name,
-                    seconds,
+        for (name, spec) in file.agents {
+            let def = agent_def(&limits, name, spec)?;
+            agents.insert(def.name.clone(), def);
+        }
+        for (server, spec) in &file.mcp_servers {
+            if !toolbox.servers.contains_key(server) {
+                return Err(CatalogError::Server {
+                    server: server.clone(),
+                    message: "no client was built for it".into(),
                 });
             }
-            let mut approval = HashMap::new();
-            for (tool, a) in spec.approval {
-                if !spec.tools.contains(&tool) {
-                    return Err(CatalogError::ApprovalForMissingTool { agent: name, tool });
-                }
-                let policy = match a {
-                    ApprovalSpec::Keyword(AlwaysKeyword::Always) => Approval::Always,
-                    ApprovalSpec::Matches { input_matches } => match Regex::new(&input_matches) {
-                        Ok(re) => Approval::InputMatches(re),
-                        Err(source) => {
-                            return Err(CatalogError::BadRegex {
-                                agent: name,
-                                tool,
-                                source,
-                            });
-                        }
-                    },
+            for agent in &spec.agents {
+                let Some(a) = agents.get_mut(agent) else {
+                    return Err(CatalogError::Server {
+                        server: server.clone(),
+                        message: format!("grants its tools to `{agent}`, which is not an agent"),
+                    });
                 };
-                approval.insert(tool, policy);
+                a.tools.push(format!("mcp:{server}"));
             }
-            let def = AgentDef {
-                system: spec.system.unwrap_or_default(),
-                model: spec.model,
-                tools: spec.tools,
-                approval,
-                max_iterations: spec.max_iterations.unwrap_or(limits.max_iterations),
-                cta_expiry: spec
-                    .cta_expiry_seconds
-                    .map_or(limits.cta_expiry, Duration::from_secs),
-                name: name.clone(),
-            };
-            agents.insert(name, def);
         }
 
         let subagents: Vec<String> = agents
@@ -282,50 +347,84 @@ impl Catalog {
             .filter(|n| n.as_str() != ORCHESTRATOR)
             .cloned()
             .collect();
-        let mut tools: HashMap<String, ToolDef> = HashMap::new();
+        let mut tools: HashMap<String, Arc<ToolDef>> = HashMap::new();
         for def in [
             tools::spawn_subagent(&subagents)?,
             tools::request_human_feedback()?,
         ] {
-            tools.insert(def.spec.name.clone(), def);
+            tools.insert(def.spec.name.clone(), Arc::new(def));
         }
         let mut executable: Vec<Arc<dyn Tool>> = vec![Arc::new(tools::Echo)];
-        executable.extend(extra_tools);
+        executable.extend(toolbox.tools);
         for t in executable {
             let def = ToolDef::from_tool(t)?;
-            tools.insert(def.spec.name.clone(), def);
+            tools.insert(def.spec.name.clone(), Arc::new(def));
         }
 
-        let mut specs = HashMap::new();
         for a in agents.values() {
-            let mut list = Vec::with_capacity(a.tools.len());
             for t in &a.tools {
-                let Some(def) = tools.get(t) else {
-                    let mut known: Vec<&str> = tools.keys().map(String::as_str).collect();
+                let known = match t.strip_prefix("mcp:") {
+                    Some(server) => toolbox.servers.contains_key(server),
+                    None => {
+                        tools.contains_key(t)
+                            || server_of(t).is_some_and(|s| toolbox.servers.contains_key(s))
+                    }
+                };
+                if !known {
+                    let mut known: Vec<String> = tools.keys().cloned().collect();
+                    known.extend(toolbox.servers.keys().map(|s| format!("mcp:{s}")));
                     known.sort_unstable();
                     return Err(CatalogError::UnknownTool {
                         agent: a.name.clone(),
                         tool: t.clone(),
                         known: known.join(", "),
                     });
-                };
-                list.push(def.spec.clone());
+                }
             }
-            specs.insert(a.name.clone(), list);
+            for tool in a.approval.keys() {
+                if !grants(a, tool) {
+                    return Err(CatalogError::ApprovalForMissingTool {
+                        agent: a.name.clone(),
+                        tool: tool.clone(),
+                    });
+                }
+            }
         }
+        let servers = toolbox
+            .servers
+            .into_iter()
+            .map(|(name, server)| {
+                let slot = Server {
+                    server,
+                    listed: RwLock::new(None),
+                    tried: Mutex::new(None),
+                };
+                (name, slot)
+            })
+            .collect();
         Ok(Self {
             agents: agents.into_iter().collect(),
             tools,
-            specs,
             limits,
+            prices: Prices::with(&file.prices),
+            servers,
         })
     }
 
     /// The built-in agents and tools, plus the agents of the file at `agents_file` if one
-    /// is given, with the default guardrails.
+    /// is given, with the default guardrails. (A file with MCP servers, HTTP tools or
+    /// `httpFetch` needs their clients: `baton_tools::load_catalog`.)
     pub fn load(agents_file: Option<&std::path::Path>) -> Result<Self, CatalogError> {
         let file = agents_file.map(AgentsFile::load).transpose()?;
         Self::new(Limits::default(), vec![], file)
+    }
+
+    /// Gives `agent` a prepare hook (see [`Prepare`]).
+    pub fn with_prepare(mut self, agent: &str, hook: Arc<dyn Prepare>) -> Self {
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.prepare = Some(hook);
+        }
+        self
     }
 
     pub fn agent(&self, name: &str) -> Option<&AgentDef> {
@@ -338,23 +437,170 @@ impl Catalog {
         names
     }
 
-    /// The tool `name` if `agent` may call it.
-    pub fn tool_for(&self, agent: &AgentDef, name: &str) -> Option<&ToolDef> {
-        if agent.tools.iter().any(|t| t == name) {
-            self.tools.get(name)
+    /// The tool `name` if `agent` may call it in an iteration `prepared` added to: a tool
+    /// it lists, one its prepare hook added, or a listed tool of an MCP server it is granted.
+    pub fn tool_for(
+        &self,
+        agent: &AgentDef,
+        prepared: &Prepared,
+        name: &str,
+    ) -> Option<Arc<ToolDef>> {
+        if prepared.tools.iter().any(|t| t == name) || grants(agent, name) {
+            self.tool(name)
         } else {
             None
         }
     }
 
-    pub fn tool(&self, name: &str) -> Option<&ToolDef> {
-        self.tools.get(name)
+    /// A tool by name: a catalog tool, or an MCP server's tool once the server listed it.
+    pub fn tool(&self, name: &str) -> Option<Arc<ToolDef>> {
+        if let Some(def) = self.tools.get(name) {
+            return Some(def.clone());
+        }
+        let server = self.servers.get(server_of(name)?)?;
+        let listed = server.listed.read().unwrap_or_else(|e| e.into_inner());
+        listed.as_ref()?.get(name).cloned()
     }
 
-    /// The tool specs an agent's model is given.
-    pub fn specs(&self, agent: &str) -> &[ToolSpec] {
-        self.specs.get(agent).map_or(&[], Vec::as_slice)
+    /// The tool specs an agent's model is given in an iteration: its own tools, its MCP
+    /// servers' as far as they are listed (see [`Catalog::list_servers`]), and what a
+    /// prepare hook added.
+    pub fn specs(&self, agent: &AgentDef, prepared: &Prepared) -> Vec<ToolSpec> {
+        let mut out = Vec::with_capacity(agent.tools.len() + prepared.tools.len());
+        let mut seen = std::collections::HashSet::new();
+        let mut add = |def: &ToolDef, out: &mut Vec<ToolSpec>| {
+            if seen.insert(def.spec.name.clone()) {
+                out.push(def.spec.clone());
+            }
+        };
+        for t in agent.tools.iter().chain(&prepared.tools) {
+            if let Some(server) = t.strip_prefix("mcp:") {
+                let Some(slot) = self.servers.get(server) else {
+                    continue;
+                };
+                let listed = slot.listed.read().unwrap_or_else(|e| e.into_inner());
+                let mut defs: Vec<&Arc<ToolDef>> = listed.iter().flat_map(|l| l.values()).collect();
+                defs.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+                for def in defs {
+                    add(def, &mut out);
+                }
+            } else if let Some(def) = self.tool(t) {
+                add(&def, &mut out);
+            }
+        }
+        out
     }
+
+    /// Lists the tools of the MCP servers `agent` uses, once per process: a server listed
+    /// before is not asked again; one that could not be reached is asked again at most every
+    /// [`RELIST_INTERVAL`]. A server that stays down leaves its tools out (and a call to one
+    /// of them gets an error result); it never fails the step.
+    pub async fn list_servers(&self, agent: &AgentDef, prepared: &Prepared) {
+        let mut wanted: Vec<&str> = agent
+            .tools
+            .iter()
+            .chain(&prepared.tools)
+            .filter_map(|t| t.strip_prefix("mcp:").or_else(|| server_of(t)))
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        for name in wanted {
+            let Some(slot) = self.servers.get(name) else {
+                continue;
+            };
+            if slot.listed.read().unwrap_or_else(|e| e.into_inner()).is_some() {
+                continue;
+            }
+            {
+                let mut tried = slot.tried.lock().unwrap_or_else(|e| e.into_inner());
+                if tried.is_some_and(|t| t.elapsed() < RELIST_INTERVAL) {
+                    continue;
+                }
+                *tried = Some(Instant::now());
+            }
+            match slot.server.list().await {
+                Ok(list) => {
+                    let mut defs = HashMap::new();
+                    for tool in list {
+                        match ToolDef::from_tool(tool) {
+                            Ok(def) => {
+                                defs.insert(def.spec.name.clone(), Arc::new(def));
+                            }
+                            Err(e) => warn!(server = name, error = %e, "MCP tool left out"),
+                        }
+                    }
+                    info!(server = name, tools = defs.len(), "MCP server listed");
+                    *slot.listed.write().unwrap_or_else(|e| e.into_inner()) = Some(defs);
+                }
+                Err(e) => warn!(server = name, error = %e, "MCP server cannot list its tools"),
+            }
+        }
+    }
+}
+
+/// Whether `agent` lists `tool`, or is granted the MCP server it belongs to.
+fn grants(agent: &AgentDef, tool: &str) -> bool {
+    agent.tools.iter().any(|t| {
+        t == tool
+            || t.strip_prefix("mcp:")
+                .is_some_and(|server| server_of(tool) == Some(server))
+    })
+}
+
+/// An agent of the agents file, checked.
+fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef, CatalogError> {
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid {
+        return Err(CatalogError::BadName(name));
+    }
+    if spec.max_iterations == Some(0) {
+        return Err(CatalogError::ZeroIterations(name));
+    }
+    if spec.max_wall_seconds == Some(0) {
+        return Err(CatalogError::ZeroWall { agent: name });
+    }
+    if let Some(seconds) = spec.cta_expiry_seconds
+        && !(1..=MAX_CTA_EXPIRY_SECS).contains(&seconds)
+    {
+        return Err(CatalogError::BadCtaExpiry {
+            agent: name,
+            seconds,
+        });
+    }
+    let mut approval = HashMap::new();
+    for (tool, a) in spec.approval {
+        let policy = match a {
+            ApprovalSpec::Keyword(AlwaysKeyword::Always) => Approval::Always,
+            ApprovalSpec::Matches { input_matches } => match Regex::new(&input_matches) {
+                Ok(re) => Approval::InputMatches(re),
+                Err(source) => {
+                    return Err(CatalogError::BadRegex {
+                        agent: name,
+                        tool,
+                        source,
+                    });
+                }
+            },
+        };
+        approval.insert(tool, policy);
+    }
+    Ok(AgentDef {
+        system: spec.system.unwrap_or_default(),
+        model: spec.model,
+        tools: spec.tools,
+        approval,
+        max_iterations: spec.max_iterations.unwrap_or(limits.max_iterations),
+        cta_expiry: spec
+            .cta_expiry_seconds
+            .map_or(limits.cta_expiry, Duration::from_secs),
+        max_wall: spec.max_wall_seconds.map(Duration::from_secs),
+        context_guidance: spec.context_guidance,
+        prepare: None,
+        name,
+    })
 }
 
 #[cfg(test)]
@@ -374,7 +620,7 @@ mod tests {
             vec![tools::SPAWN_SUBAGENT, tools::REQUEST_HUMAN_FEEDBACK]
         );
         assert!(c.agent("explore").is_some() && c.agent("code").is_some());
-        assert_eq!(c.specs(ORCHESTRATOR).len(), 2);
+        assert_eq!(c.specs(o, &Prepared::default()).len(), 2);
     }
 
     #[test]

@@ -23,7 +23,9 @@ pub enum ConfigError {
     },
 }
 
-/// The model client's settings (an OpenAI-compatible endpoint).
+/// The model clients' settings. `BATON_MODEL` may name any provider (`openai:`,
+/// `anthropic:`, `bedrock:`); the OpenAI-compatible endpoint is also where ids without a
+/// provider go.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ModelConfig {
     /// `OPENAI_BASE_URL`, up to and including `/v1` (default OpenAI's).
@@ -38,6 +40,13 @@ pub struct ModelConfig {
     pub max_retries: u32,
     /// `BATON_LLM_TIMEOUT_SECONDS`: one attempt's timeout (default 120).
     pub timeout_secs: u32,
+    /// `ANTHROPIC_BASE_URL`: the Messages API's root (default `https://api.anthropic.com`).
+    pub anthropic_base_url: String,
+    /// `ANTHROPIC_API_KEY` (on AWS: the `ANTHROPIC_API_KEY` field of the model secret).
+    pub anthropic_api_key: Option<String>,
+    /// `BATON_MAX_OUTPUT_TOKENS`: the most a reply may use, for the providers that need a
+    /// limit (Anthropic, Bedrock; default 4096).
+    pub max_output_tokens: u32,
 }
 
 /// The client's backoff between attempts: 0.5 s doubling, at most 30 s (a `Retry-After`
@@ -69,6 +78,12 @@ impl std::fmt::Debug for ModelConfig {
             .field("model", &self.model)
             .field("max_retries", &self.max_retries)
             .field("timeout_secs", &self.timeout_secs)
+            .field("anthropic_base_url", &self.anthropic_base_url)
+            .field(
+                "anthropic_api_key",
+                &self.anthropic_api_key.as_ref().map(|_| "<redacted>"),
+            )
+            .field("max_output_tokens", &self.max_output_tokens)
             .finish()
     }
 }
@@ -170,6 +185,16 @@ impl Config {
                 expected: "an http:// or https:// URL",
             });
         }
+        let anthropic_base_url =
+            var("ANTHROPIC_BASE_URL").unwrap_or_else(|| "https://api.anthropic.com".into());
+        if !(anthropic_base_url.starts_with("http://") || anthropic_base_url.starts_with("https://"))
+        {
+            return Err(ConfigError::Invalid {
+                var: "ANTHROPIC_BASE_URL",
+                value: anthropic_base_url,
+                expected: "an http:// or https:// URL",
+            });
+        }
         let model = ModelConfig {
             base_url,
             api_key: var("OPENAI_API_KEY"),
@@ -177,6 +202,9 @@ impl Config {
             model: var("BATON_MODEL").unwrap_or_else(|| "gpt-4o-mini".into()),
             max_retries: number("BATON_LLM_MAX_RETRIES", 4, 0)?,
             timeout_secs: number("BATON_LLM_TIMEOUT_SECONDS", 120, 1)?,
+            anthropic_base_url,
+            anthropic_api_key: var("ANTHROPIC_API_KEY"),
+            max_output_tokens: number("BATON_MAX_OUTPUT_TOKENS", 4096, 1)?,
         };
         let retention_days = number("BATON_RETENTION_DAYS", 90, 1)?;
         let required = |k: &'static str| {
@@ -302,6 +330,8 @@ mod tests {
             ("BATON_RETENTION_DAYS", "0"),
             ("BATON_RETENTION_DAYS", "-3"),
             ("OPENAI_BASE_URL", "localhost:8080"),
+            ("ANTHROPIC_BASE_URL", "api.anthropic.com"),
+            ("BATON_MAX_OUTPUT_TOKENS", "0"),
         ];
         for (k, v) in cases {
             let err = parse(&[(k, v)]).expect_err(k);
@@ -315,12 +345,14 @@ mod tests {
         let c = parse(&[
             ("BATON_MODEL", "  "),
             ("OPENAI_API_KEY", "sk-secret"),
+            ("ANTHROPIC_API_KEY", "sk-ant-secret"),
             ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"),
             ("AWS_REGION", "eu-west-1"),
         ])
         .expect("parses");
         assert_eq!(c.model.model, "gpt-4o-mini");
         assert!(!format!("{c:?}").contains("sk-secret"));
+        assert!(!format!("{c:?}").contains("sk-ant-secret"));
         assert_eq!(c.sdk.endpoint.as_deref(), Some("http://127.0.0.1:5000"));
         assert!(c.sdk.region_set && !c.sdk.credentials_set);
     }

@@ -13,7 +13,9 @@
 //! crates beside this one; this crate knows none of them.
 
 pub mod agent;
+pub mod agents_file;
 pub mod config;
+pub mod cost;
 pub mod cta;
 pub mod engine;
 pub mod error;

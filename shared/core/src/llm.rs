@@ -28,6 +28,9 @@ pub enum ChatMessage {
     Tool {
         tool_call_id: String,
         content: String,
+        /// The tool failed (providers that can say so are told).
+        #[serde(default)]
+        is_error: bool,
     },
 }
 
@@ -76,6 +79,9 @@ pub struct LlmReply {
     pub text: Option<String>,
     pub tool_calls: Vec<ToolCall>,
     pub usage: Usage,
+    /// The model that answered, `provider:model-id` (for its price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// A model call that did not give a reply.
@@ -162,6 +168,7 @@ pub fn project(system: &str, timeline: &[Entry]) -> Vec<ChatMessage> {
                         },
                     });
                 }
+                let is_error = matches!(t.result, ToolResult::Error { .. });
                 let content = match &t.result {
                     ToolResult::Success {
                         output: Value::String(s),
@@ -175,6 +182,7 @@ pub fn project(system: &str, timeline: &[Entry]) -> Vec<ChatMessage> {
                 results.push(ChatMessage::Tool {
                     tool_call_id: t.id.clone(),
                     content,
+                    is_error,
                 });
             }
             EntryBody::Notice { .. } | EntryBody::Error { .. } | EntryBody::Queued { .. } => {}
@@ -225,6 +233,9 @@ mod tests {
                 body: EntryBody::Assistant {
                     text: None,
                     usage: Usage::default(),
+                    model: None,
+                    cost_usd: None,
+                    operation: Default::default(),
                 },
             },
             tool(2, "a", ToolResult::Success { output: json!("a") }),
@@ -243,6 +254,9 @@ mod tests {
                 body: EntryBody::Assistant {
                     text: Some("done".into()),
                     usage: Usage::default(),
+                    model: None,
+                    cost_usd: None,
+                    operation: Default::default(),
                 },
             },
         ];

@@ -55,6 +55,9 @@ pub enum Input {
         child_run_id: String,
         tool_call_id: String,
         outcome: ChildOutcome,
+        /// What the child (and its own subagents) spent since it last reported.
+        #[serde(default)]
+        spent: crate::cost::Spent,
     },
     Cancel {
         reason: String,

@@ -5,6 +5,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::cost::Spent;
+
 /// The lifecycle of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -47,9 +49,17 @@ impl RunStatus {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
+    /// Every input token, read from the provider's prompt cache or not.
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub total_tokens: u64,
+    /// The part of `input_tokens` read from the prompt cache (billed at a lower price).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_input_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl std::ops::AddAssign for Usage {
@@ -57,6 +67,7 @@ impl std::ops::AddAssign for Usage {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
         self.total_tokens += other.total_tokens;
+        self.cached_input_tokens += other.cached_input_tokens;
     }
 }
 
@@ -100,7 +111,27 @@ pub struct Run {
     pub parent: Option<ParentLink>,
     /// 0 for a top-level run, parent's depth + 1 for a subagent.
     pub depth: u32,
+    /// This run's own model calls' tokens.
     pub usage: Usage,
+    /// What this run's own model calls cost, in US dollars (models without a price count 0).
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// What its subagents (and theirs) spent, as far as they have reported.
+    #[serde(default)]
+    pub children: Spent,
+    /// What this run has reported to its parent so far (a continued subagent reports only
+    /// what it spent since).
+    #[serde(default)]
+    pub reported: Spent,
+    /// The document or object this run works on (`{"type": ..., ...}`), given at creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<serde_json::Value>,
+    /// Time spent waiting for humans, in ms, not counted against `maxWallSeconds`.
+    #[serde(default)]
+    pub human_wait_ms: u64,
+    /// Since when the run waits for a human, while it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_since: Option<DateTime<Utc>>,
     /// Model calls over the whole run (the scripted model indexes its replies by it).
     pub thinks: u32,
     /// Model calls in the current turn (the iteration cap applies to it).
@@ -164,10 +195,35 @@ pub struct NewRun {
     pub on_expiry: ExpiryPolicy,
     pub sandbox_id: Option<String>,
     pub metadata: Option<serde_json::Value>,
+    pub context: Option<serde_json::Value>,
     pub now: DateTime<Utc>,
 }
 
 impl Run {
+    /// What this run and its subagents spent.
+    pub fn total(&self) -> Spent {
+        let mut total = self.own();
+        total += self.children;
+        total
+    }
+
+    /// What this run's own model calls spent.
+    pub fn own(&self) -> Spent {
+        Spent {
+            usage: self.usage,
+            cost_usd: self.cost_usd,
+        }
+    }
+
+    /// How long this run has worked at `now`: since its start, less the time it waited for
+    /// humans (including a wait still under way).
+    pub fn working_time(&self, now: DateTime<Utc>) -> chrono::Duration {
+        let waiting = self.waiting_since.map_or(chrono::Duration::zero(), |t| now - t);
+        now - self.created_at
+            - chrono::Duration::milliseconds(self.human_wait_ms as i64)
+            - waiting
+    }
+
     pub fn new(n: NewRun) -> Self {
         Self {
             run_id: n.run_id,
@@ -178,6 +234,12 @@ impl Run {
             parent: n.parent,
             depth: n.depth,
             usage: Usage::default(),
+            cost_usd: 0.0,
+            children: Spent::default(),
+            reported: Spent::default(),
+            context: n.context,
+            human_wait_ms: 0,
+            waiting_since: None,
             thinks: 0,
             turn_thinks: 0,
             next_seq: 0,

@@ -43,6 +43,15 @@ pub enum EntryBody {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         text: Option<String>,
         usage: Usage,
+        /// The model that answered, `provider:model-id`, when the provider says.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        /// What the call cost in US dollars; absent when the model has no price.
+        #[serde(rename = "costUsd", default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+        /// Why the model was called.
+        #[serde(default)]
+        operation: Operation,
     },
     Tool(ToolEntry),
     /// Something the run did on its own: a guardrail, an expiry, a cancellation.
@@ -55,6 +64,17 @@ pub enum EntryBody {
         code: String,
         message: String,
     },
+}
+
+/// Why a model was called: an agent's iteration (`think`); planning and reviewing plans
+/// come with the plan tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operation {
+    #[default]
+    Think,
+    Plan,
+    Review,
 }
 
 /// A tool call and its result.

@@ -12,7 +12,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use baton_core::config::{LLM_INITIAL_BACKOFF_MS, LLM_MAX_BACKOFF_MS, ModelConfig};
+use crate::retry::{Backoff, backoff, describe, retry_after};
+use baton_core::config::ModelConfig;
 use baton_core::llm::{ChatMessage, ChatRequest, KeySource, Llm, LlmError, LlmReply, ToolCall};
 use baton_core::run::Usage;
 
@@ -25,8 +26,7 @@ pub struct OpenAiConfig {
     pub model: String,
     /// Retries after the first attempt.
     pub max_retries: u32,
-    pub initial_backoff: Duration,
-    pub max_backoff: Duration,
+    pub backoff: Backoff,
     /// One HTTP attempt's timeout.
     pub timeout: Duration,
 }
@@ -51,8 +51,7 @@ impl OpenAiConfig {
             api_key: model.api_key.clone(),
             model: model.model.clone(),
             max_retries: model.max_retries,
-            initial_backoff: Duration::from_millis(LLM_INITIAL_BACKOFF_MS),
-            max_backoff: Duration::from_millis(LLM_MAX_BACKOFF_MS),
+            backoff: Backoff::default(),
             timeout: Duration::from_secs(u64::from(model.timeout_secs)),
         }
     }
@@ -150,6 +149,7 @@ impl OpenAiLlm {
                 ChatMessage::Tool {
                     tool_call_id,
                     content,
+                    ..
                 } => {
                     json!({"role": "tool", "tool_call_id": tool_call_id, "content": content})
                 }
@@ -171,24 +171,6 @@ impl OpenAiLlm {
         }
         body
     }
-
-    fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self
-            .cfg
-            .initial_backoff
-            .saturating_mul(1 << attempt.min(16));
-        exp.min(self.cfg.max_backoff)
-    }
-}
-
-/// `Retry-After` in seconds (the HTTP-date form falls back to our own backoff).
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    v.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
 }
 
 #[derive(Deserialize)]
@@ -232,9 +214,18 @@ struct ApiUsage {
     completion_tokens: u64,
     #[serde(default)]
     total_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
 }
 
-fn parse(body: &[u8]) -> Result<LlmReply, LlmError> {
+#[derive(Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: u64,
+}
+
+/// The reply to a request for `model` (the id sent, without the `openai:` prefix).
+fn parse(body: &[u8], model: &str) -> Result<LlmReply, LlmError> {
     let malformed =
         |why: String| LlmError::Fatal(format!("malformed reply from the model provider: {why}"));
     let c: Completion = serde_json::from_slice(body).map_err(|e| malformed(e.to_string()))?;
@@ -247,6 +238,7 @@ fn parse(body: &[u8]) -> Result<LlmReply, LlmError> {
         total_tokens: u
             .total_tokens
             .unwrap_or(u.prompt_tokens + u.completion_tokens),
+        cached_input_tokens: u.prompt_tokens_details.map_or(0, |d| d.cached_tokens),
     });
     let tool_calls: Vec<ToolCall> = choice
         .message
@@ -269,29 +261,15 @@ fn parse(body: &[u8]) -> Result<LlmReply, LlmError> {
         text,
         tool_calls,
         usage,
+        model: Some(format!("openai:{model}")),
     })
-}
-
-/// A failed request in words a user can act on: which endpoint, and the root cause
-/// (`connection refused`, a DNS failure, a timeout), not only "error sending request".
-fn describe(e: &reqwest::Error, url: &str) -> String {
-    let mut root: &dyn std::error::Error = e;
-    while let Some(next) = root.source() {
-        root = next;
-    }
-    if e.is_timeout() {
-        format!("no reply from {url} in time: {root}")
-    } else if e.is_connect() {
-        format!("cannot reach {url}: {root}")
-    } else {
-        format!("request to {url} failed: {root}")
-    }
 }
 
 #[async_trait::async_trait]
 impl Llm for OpenAiLlm {
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
         let body = self.body(request);
+        let model = request.model.unwrap_or(&self.cfg.model);
         let mut attempt = 0;
         let mut key_refreshed = false;
         loop {
@@ -319,12 +297,12 @@ impl Llm for OpenAiLlm {
                                 });
                             }
                             attempt += 1;
-                            tokio::time::sleep(self.backoff(attempt - 1)).await;
+                            tokio::time::sleep(backoff(&self.cfg.backoff, attempt - 1)).await;
                             continue;
                         }
                     };
                     if status.is_success() {
-                        return parse(&bytes);
+                        return parse(&bytes, model);
                     }
                     let snippet: String =
                         String::from_utf8_lossy(&bytes).chars().take(300).collect();
@@ -355,8 +333,8 @@ impl Llm for OpenAiLlm {
                 });
             }
             let delay = wait
-                .unwrap_or_else(|| self.backoff(attempt))
-                .min(self.cfg.max_backoff);
+                .unwrap_or_else(|| backoff(&self.cfg.backoff, attempt))
+                .min(self.cfg.backoff.max);
             warn!(attempt = attempt + 1, delay_ms = delay.as_millis() as u64, %why, "model call failed; retrying");
             tokio::time::sleep(delay).await;
             attempt += 1;
@@ -378,8 +356,7 @@ mod tests {
             api_key: Some("sk-test".into()),
             model: "test-model".into(),
             max_retries: retries,
-            initial_backoff: Duration::from_millis(5),
-            max_backoff: Duration::from_millis(50),
+            backoff: Backoff::fast(),
             timeout: Duration::from_secs(5),
         })
         .expect("client")
@@ -402,6 +379,9 @@ mod tests {
                 body: EntryBody::Assistant {
                     text: None,
                     usage: Usage::default(),
+                    model: None,
+                    cost_usd: None,
+                    operation: Default::default(),
                 },
             },
             Entry {
@@ -486,9 +466,11 @@ mod tests {
             Usage {
                 input_tokens: 11,
                 output_tokens: 7,
-                total_tokens: 18
+                total_tokens: 18,
+                cached_input_tokens: 0,
             }
         );
+        assert_eq!(reply.model.as_deref(), Some("openai:test-model"));
         assert_eq!(reply.text, None);
     }
 
@@ -554,11 +536,11 @@ mod tests {
             other => panic!("expected Fatal, got {other:?}"),
         }
         assert!(matches!(
-            parse(br#"{"choices": []}"#),
+            parse(br#"{"choices": []}"#, "m"),
             Err(LlmError::Fatal(_))
         ));
         assert!(matches!(
-            parse(br#"{"choices": [{"message": {"content": ""}}]}"#),
+            parse(br#"{"choices": [{"message": {"content": ""}}]}"#, "m"),
             Err(LlmError::Fatal(_))
         ));
     }

@@ -120,6 +120,8 @@ impl Llm for ScriptedLlm {
                 })
                 .collect(),
             usage: reply.usage.unwrap_or_default(),
+            // Priced as the agent's model would be, so a script can show what a run costs.
+            model: request.model.map(str::to_owned),
         })
     }
 }

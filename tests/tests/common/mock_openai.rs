@@ -63,8 +63,10 @@ pub async fn start(script: &str) -> (MockServer, Arc<OpenAiLlm>) {
         api_key: Some("sk-mock".into()),
         model: "mock".into(),
         max_retries: 2,
-        initial_backoff: Duration::from_millis(5),
-        max_backoff: Duration::from_millis(20),
+        backoff: baton_llm::retry::Backoff {
+            initial: Duration::from_millis(5),
+            max: Duration::from_millis(20),
+        },
         timeout: Duration::from_secs(5),
     })
     .expect("client");

@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use super::{Next, Step, Work, derive_id};
+use crate::cost::Spent;
 use crate::message::{ChildOutcome, Effect, Input, StepMessage};
 use crate::run::{NewRun, ParentLink, Run};
 use crate::timeline::{Entry, EntryBody, ToolResult};
@@ -15,6 +16,7 @@ pub(super) fn finished(
     child_run_id: &str,
     tool_call_id: &str,
     outcome: &ChildOutcome,
+    spent: Spent,
 ) -> Next {
     let Some(seq) = w
         .pending_where(|t| t.id == tool_call_id && t.child_run_id.as_deref() == Some(child_run_id))
@@ -23,6 +25,7 @@ pub(super) fn finished(
             "no pending result waits for child {child_run_id}"
         )));
     };
+    w.run.children += spent;
     let result = match outcome {
         ChildOutcome::Completed {
             text,
@@ -97,6 +100,7 @@ impl Work<'_> {
             on_expiry: self.run.on_expiry,
             sandbox_id: text("sandboxId").or_else(|| self.run.sandbox_id.clone()),
             metadata: None,
+            context: None,
             now: self.now,
         });
         let first = Entry {

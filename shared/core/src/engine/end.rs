@@ -111,6 +111,8 @@ impl Work<'_> {
                 "runId": run_id,
                 "text": self.run.result.clone().unwrap_or_default(),
                 "usage": self.run.usage,
+                "costUsd": self.run.cost_usd,
+                "total": self.run.total(),
             });
             if self.run.result_truncated {
                 detail["textTruncated"] = json!(true);
@@ -137,6 +139,7 @@ impl Work<'_> {
             });
             self.publish(&format!("run.{}", status.as_str()), json!({
                 "runId": run_id, "error": {"code": code, "message": message}, "usage": self.run.usage,
+                "costUsd": self.run.cost_usd, "total": self.run.total(),
             }));
         }
         if let Some(parent) = self.run.parent.clone() {
@@ -155,6 +158,9 @@ impl Work<'_> {
                     error: message.into(),
                 }
             };
+            // What it spent since it last reported (a continued subagent reports again).
+            let spent = self.run.total() - self.run.reported;
+            self.run.reported = self.run.total();
             self.send(
                 &parent.run_id,
                 "finished",
@@ -162,6 +168,7 @@ impl Work<'_> {
                     child_run_id: run_id,
                     tool_call_id: parent.tool_call_id,
                     outcome,
+                    spent,
                 },
             );
         }

@@ -148,7 +148,8 @@ pub fn step(
             child_run_id,
             tool_call_id,
             outcome,
-        } => children::finished(&mut w, child_run_id, tool_call_id, outcome),
+            spent,
+        } => children::finished(&mut w, child_run_id, tool_call_id, outcome, *spent),
         Input::Cancel { reason } => end::cancel(&mut w, reason),
         Input::Fail { code, message } => end::fail(&mut w, code, message),
     };

@@ -53,7 +53,9 @@ fn calls(calls: Vec<ToolCall>) -> LlmReply {
             input_tokens: 10,
             output_tokens: 2,
             total_tokens: 12,
+            cached_input_tokens: 0,
         },
+        model: Some("openai:gpt-4o-mini".into()),
     }
 }
 
@@ -65,7 +67,9 @@ fn text(t: &str) -> LlmReply {
             input_tokens: 5,
             output_tokens: 1,
             total_tokens: 6,
+            cached_input_tokens: 0,
         },
+        model: Some("openai:gpt-4o-mini".into()),
     }
 }
 
@@ -163,6 +167,7 @@ impl Sim {
             on_expiry: ExpiryPolicy::End,
             sandbox_id: None,
             metadata: None,
+            context: None,
             now: self.now,
         });
         run.next_seq = 1;
@@ -1072,6 +1077,7 @@ fn redelivered_and_stale_messages_do_nothing() {
                 step_count: 1,
                 total_usage: Usage::default(),
             },
+            spent: Default::default(),
         },
     };
     assert_eq!(s.deliver(&tail), Outcome::Ignored);

@@ -9,12 +9,19 @@ use super::{
     Execution, Io, MAX_CTA_REQUEST_BYTES, MAX_REPLY_BYTES, PREVIEW_BYTES, Step, Work, cap_at,
     preview, to_result,
 };
-use crate::agent::AgentDef;
+use crate::agent::{AgentDef, Prepared};
 use crate::cta::CtaRequest;
 use crate::message::Input;
 use crate::run::RunStatus;
-use crate::timeline::{EntryBody, ToolEntry, ToolResult};
+use crate::timeline::{EntryBody, Operation, ToolEntry, ToolResult};
 use crate::tools::ToolKind;
+
+/// One tool call of a reply, as dispatch needs it.
+pub(super) struct Call<'a> {
+    pub(super) seq: u64,
+    pub(super) id: &'a str,
+    pub(super) name: &'a str,
+}
 
 impl Work<'_> {
     /// Thinks and dispatches. Returns what the service must fetch first, if anything.
@@ -37,6 +44,20 @@ impl Work<'_> {
             self.end(RunStatus::Completed, "max_iterations", &msg);
             return None;
         }
+        if let Some(max) = agent.max_wall {
+            let worked = self.run.working_time(self.now);
+            if worked.num_milliseconds() > max.as_millis() as i64 {
+                let msg = format!(
+                    "stopped after working {} s, past maxWallSeconds = {} for agent `{}` \
+                     (time waiting for a human is not counted)",
+                    worked.num_seconds(),
+                    max.as_secs(),
+                    agent.name
+                );
+                self.end(RunStatus::Failed, "deadline_exceeded", &msg);
+                return None;
+            }
+        }
         if let Some(error) = &io.model_error {
             self.end(RunStatus::Failed, "model_error", error);
             return None;
@@ -49,10 +70,18 @@ impl Work<'_> {
         self.run.thinks += 1;
         self.run.turn_thinks += 1;
         self.run.usage += reply.usage;
+        let model = reply.model.clone();
+        let cost_usd = model
+            .as_deref()
+            .and_then(|m| catalog.prices.cost(m, &reply.usage));
+        self.run.cost_usd += cost_usd.unwrap_or(0.0);
         let text = reply.text.clone().map(|t| cap_at(t, MAX_REPLY_BYTES));
         let reply_seq = self.push(EntryBody::Assistant {
             text: text.clone(),
             usage: reply.usage,
+            model,
+            cost_usd,
+            operation: Operation::Think,
         });
         if reply.tool_calls.is_empty() {
             self.set_result(text.unwrap_or_default(), Some(reply_seq));
@@ -61,6 +90,8 @@ impl Work<'_> {
         }
         let mut executions = Vec::new();
         let mut ids = std::collections::HashSet::new();
+        // What the model was offered: the same hook, on the same run and timeline.
+        let prepared = agent.prepared(&self.run, self.timeline);
         for (i, call) in reply.tool_calls.iter().enumerate() {
             let mut id = if call.id.is_empty() {
                 format!("call_{}_{i}", self.run.thinks - 1)
@@ -99,7 +130,12 @@ impl Work<'_> {
             } else if let Err(e) = parsed {
                 ToolResult::error(format!("arguments are not valid JSON: {e}"))
             } else {
-                self.dispatch(agent, seq, &id, &call.name, input, io, &mut executions)
+                let call = Call {
+                    seq,
+                    id: &id,
+                    name: &call.name,
+                };
+                self.dispatch(agent, &prepared, call, input, io, &mut executions)
             };
             self.tool_mut(seq).result = result;
         }
@@ -121,19 +157,18 @@ impl Work<'_> {
         None
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn dispatch(
         &mut self,
         agent: &AgentDef,
-        seq: u64,
-        id: &str,
-        name: &str,
+        prepared: &Prepared,
+        call: Call<'_>,
         input: Value,
         io: &Io,
         executions: &mut Vec<Execution>,
     ) -> ToolResult {
+        let Call { seq, id, name } = call;
         let catalog = self.catalog;
-        let Some(def) = catalog.tool_for(agent, name) else {
+        let Some(def) = catalog.tool_for(agent, prepared, name) else {
             return ToolResult::error(format!(
                 "unknown tool `{name}`; this agent's tools are: {}",
                 if agent.tools.is_empty() {

@@ -110,6 +110,7 @@ fn refuse(w: &mut Work, link: &ParentLink, tag: &str, error: &str) {
             status: w.run.status,
             error: error.into(),
         },
+        spent: Default::default(),
     };
     w.send(&link.run_id, tag, input);
 }

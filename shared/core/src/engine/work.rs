@@ -202,6 +202,12 @@ impl<'a> Work<'a> {
         {
             self.publish("run.state", json!({"runId": self.run.run_id, "state": s}));
         }
+        // Time waiting for a human is kept apart: `maxWallSeconds` does not count it.
+        if state == Some("waiting_on_user") {
+            self.run.waiting_since.get_or_insert(self.now);
+        } else if let Some(since) = self.run.waiting_since.take() {
+            self.run.human_wait_ms += (self.now - since).num_milliseconds().max(0) as u64;
+        }
         self.run.state = state.map(str::to_owned);
         self.run.version += 1;
         self.run.updated_at = self.now;

@@ -97,8 +97,13 @@ pub struct CreateRun {
     pub agent: Option<String>,
     pub sandbox_id: Option<String>,
     pub metadata: Option<Value>,
+    /// What the run works on: an object with a string `type` (see `contextGuidance`).
+    pub context: Option<Value>,
     pub on_expiry: ExpiryPolicy,
 }
+
+/// A run's `context` is at most this long as JSON: it goes with every model call.
+pub const MAX_CONTEXT_BYTES: usize = 16 * 1024;
 
 pub struct Service {
     deps: Deps,

@@ -4,7 +4,7 @@
 
 use tracing::{info, warn};
 
-use super::{CreateRun, RunView, Service, ServiceError};
+use super::{CreateRun, MAX_CONTEXT_BYTES, RunView, Service, ServiceError};
 use crate::cta::{Cta, CtaResponse, CtaStatus, Settlement};
 use crate::error::PortError;
 use crate::message::{Effect, Input, StepMessage};
@@ -25,6 +25,26 @@ impl Service {
         let agent = req
             .agent
             .unwrap_or_else(|| crate::agent::ORCHESTRATOR.to_owned());
+        if let Some(context) = &req.context {
+            let typed = context
+                .get("type")
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|t| !t.is_empty());
+            if !typed {
+                return Err(ServiceError::Invalid(
+                    "`context` must be an object with a non-empty string `type`, e.g. \
+                     {\"type\": \"document\", \"id\": \"...\"}"
+                        .into(),
+                ));
+            }
+            let size = context.to_string().len();
+            if size > MAX_CONTEXT_BYTES {
+                return Err(ServiceError::Invalid(format!(
+                    "`context` is {size} bytes as JSON; at most {MAX_CONTEXT_BYTES} are allowed \
+                     (it is sent with every model call)"
+                )));
+            }
+        }
         if self.catalog.agent(&agent).is_none() {
             return Err(ServiceError::Invalid(format!(
                 "unknown agent `{agent}`; known agents: {}",
@@ -41,6 +61,7 @@ impl Service {
             on_expiry: req.on_expiry,
             sandbox_id: req.sandbox_id,
             metadata: req.metadata,
+            context: req.context,
             now,
         });
         run.next_seq = 1;

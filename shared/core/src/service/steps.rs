@@ -17,7 +17,7 @@ use crate::message::{ChildOutcome, Effect, Input, StepMessage, outbox_continues}
 use crate::ports::{RunRecord, Settled};
 use crate::run::{Run, RunStatus};
 use crate::timeline::Entry;
-use crate::tools::ToolKind;
+use crate::tools::{ToolContext, ToolKind};
 
 impl Service {
     /// Handles one step message: re-hydrate, step, commit, perform the effects.
@@ -125,13 +125,17 @@ impl Service {
             .catalog
             .agent(&run.agent)
             .ok_or_else(|| LlmError::Fatal(format!("agent `{}` is not defined", run.agent)))?;
+        let prepared = agent.prepared(run, timeline);
+        self.catalog.list_servers(agent, &prepared).await;
+        let tools = self.catalog.specs(agent, &prepared);
+        let system = agent.system_prompt(run, &prepared);
         let request = ChatRequest {
             run_id: &run.run_id,
             agent: &agent.name,
             think_index,
             model: agent.model.as_deref(),
-            system: &agent.system,
-            tools: self.catalog.specs(&agent.name),
+            system: &system,
+            tools: &tools,
             history: timeline,
         };
         let reply = self.deps.llm.complete(&request).await;
@@ -160,6 +164,7 @@ impl Service {
                             status: RunStatus::Failed,
                             error: "there is no subagent with this id".into(),
                         },
+                        spent: Default::default(),
                     },
                 }])
                 .await?;
@@ -387,9 +392,35 @@ impl StepIo for Thinker<'_> {
     }
 
     async fn execute(&self, call: Execution) -> Result<Value, String> {
-        let out = match self.service.catalog.tool(&call.tool).map(|d| &d.kind) {
-            Some(ToolKind::Exec(tool)) => tool.execute(call.input).await,
-            _ => Err(format!("`{}` is not an executable tool", call.tool)),
+        let catalog = &self.service.catalog;
+        let out = match catalog.tool(&call.tool) {
+            Some(def) => match &def.kind {
+                ToolKind::Exec(tool) => {
+                    let ctx = ToolContext {
+                        run_id: self.run.run_id.clone(),
+                        owner: self.run.owner.clone(),
+                        agent: self.run.agent.clone(),
+                        call_id: call.call_id.clone(),
+                    };
+                    let limit = def.timeout.unwrap_or(catalog.limits.tool_timeout);
+                    match tokio::time::timeout(limit, tool.execute(&ctx, call.input)).await {
+                        Ok(out) => out,
+                        Err(_) => {
+                            warn!(run_id = %self.run.run_id, tool = %call.tool, "tool timed out");
+                            Err(format!(
+                                "`{}` did not finish within its {} s timeout",
+                                call.tool,
+                                limit.as_secs_f64()
+                            ))
+                        }
+                    }
+                }
+                _ => Err(format!("`{}` is not an executable tool", call.tool)),
+            },
+            None => Err(format!(
+                "`{}` is not available (its MCP server has not listed it)",
+                call.tool
+            )),
         };
         // A crash here loses the output; the redelivered step executes the tool again.
         if let Err(e) = failpoint::hit("step.after_tool") {

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::Tool;
+use super::{Tool, ToolContext};
 
 pub struct Echo;
 
@@ -22,7 +22,7 @@ impl Tool for Echo {
             "additionalProperties": false
         })
     }
-    async fn execute(&self, input: Value) -> Result<Value, String> {
+    async fn execute(&self, _: &ToolContext, input: Value) -> Result<Value, String> {
         match input.get("text") {
             Some(Value::String(s)) => Ok(Value::String(s.clone())),
             _ => Err("`text` must be a string".into()),

@@ -2,13 +2,17 @@
 //!
 //! Two tools are the engine's own (`spawn_subagent`, `request_human_feedback`): they have a
 //! schema but no `execute`, because the engine dispatches them to a child run or a CTA.
-//! Every other tool is a Rust type implementing [`Tool`], executed by the service.
+//! Every other tool implements [`Tool`] and is executed by the service: a Rust type, an
+//! HTTP tool or an MCP server's tool (`baton-tools` builds those two from the agents file).
+//! A [`ToolServer`] is a set of tools known only once asked (an MCP server): the catalog
+//! lists it once and keeps the list.
 
 mod echo;
 
 pub use echo::Echo;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -30,8 +34,32 @@ pub trait Tool: Send + Sync {
     fn needs_approval(&self, _input: &Value) -> bool {
         false
     }
+    /// How long one call may take before it is an error result (default: the catalog's
+    /// `toolTimeoutSeconds`).
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
     /// Runs the tool. An `Err` becomes an error result the model sees.
-    async fn execute(&self, input: Value) -> Result<Value, String>;
+    async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String>;
+}
+
+/// What a tool knows of the call it serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolContext {
+    pub run_id: String,
+    /// The run's owner (the API caller that started the root run).
+    pub owner: String,
+    pub agent: String,
+    /// The tool call's id, the same on every retry of the step: an idempotency key.
+    pub call_id: String,
+}
+
+/// A set of tools known only by asking (an MCP server).
+#[async_trait::async_trait]
+pub trait ToolServer: Send + Sync {
+    /// Its tools, each named `<server>__<tool>`. An `Err` says why they cannot be listed
+    /// (the server is down); the catalog asks again later.
+    async fn list(&self) -> Result<Vec<Arc<dyn Tool>>, String>;
 }
 
 /// How the engine dispatches a call.
@@ -46,6 +74,8 @@ pub enum ToolKind {
 pub struct ToolDef {
     pub spec: ToolSpec,
     pub kind: ToolKind,
+    /// How long one call may take (`None`: the catalog's default).
+    pub timeout: Option<Duration>,
     validator: jsonschema::Validator,
 }
 
@@ -83,6 +113,7 @@ impl ToolDef {
                 parameters: schema,
             },
             kind,
+            timeout: None,
             validator,
         })
     }
@@ -93,7 +124,10 @@ impl ToolDef {
             tool.description().to_owned(),
             tool.schema(),
         );
-        Self::new(&name, &description, schema, ToolKind::Exec(tool))
+        let timeout = tool.timeout();
+        let mut def = Self::new(&name, &description, schema, ToolKind::Exec(tool))?;
+        def.timeout = timeout;
+        Ok(def)
     }
 
     /// Validates model-supplied arguments; the message lists every violation.

@@ -1,0 +1,207 @@
+//! The agents file (`--agents`, `BATON_AGENTS_FILE`): agents, the tools they may call (HTTP
+//! tools, MCP servers, `http_fetch`), model prices and the default tool timeout, as JSON.
+//!
+//! This module is the file's format and nothing more: [`crate::agent::Catalog`] checks the
+//! agents against the tools, and `baton-tools` builds the HTTP and MCP clients.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::agent::CatalogError;
+use crate::cost::Price;
+
+/// `{"agents": {...}, "mcpServers": {...}, "tools": {...}, "httpFetch": {...},
+/// "prices": {...}, "toolTimeoutSeconds": n}`; every key is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AgentsFile {
+    #[serde(default)]
+    pub agents: BTreeMap<String, AgentSpec>,
+    /// MCP servers by name; an agent lists `mcp:<name>` (all its tools) or
+    /// `<name>__<tool>` (one).
+    #[serde(default)]
+    pub mcp_servers: BTreeMap<String, McpServerSpec>,
+    /// HTTP tools by name.
+    #[serde(default)]
+    pub tools: BTreeMap<String, HttpToolSpec>,
+    /// The `http_fetch` tool the built-in `explore` agent has: which hosts it may GET.
+    #[serde(default)]
+    pub http_fetch: Option<HttpFetchSpec>,
+    /// Prices per model (`provider:model-id`), in US dollars per million tokens; they
+    /// replace the built-in table's entry for that model.
+    #[serde(default)]
+    pub prices: BTreeMap<String, Price>,
+    /// How long a tool call may take unless the tool says otherwise (default 60).
+    #[serde(default)]
+    pub tool_timeout_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AgentSpec {
+    #[serde(default)]
+    pub system: Option<String>,
+    /// `provider:model-id` (`openai:`, `anthropic:`, `bedrock:`); an id without a known
+    /// prefix goes to the OpenAI-compatible endpoint. Default: `BATON_MODEL`.
+    #[serde(default)]
+    pub model: Option<String>,
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub approval: BTreeMap<String, ApprovalSpec>,
+    #[serde(default)]
+    pub max_iterations: Option<u32>,
+    /// Seconds this agent's CTAs wait for an answer (default 30 days; 1 to one year).
+    #[serde(default)]
+    pub cta_expiry_seconds: Option<u64>,
+    /// The longest a run of this agent may work, from its start, time waiting for a human
+    /// not counted. Past it, the run ends failed with `deadline_exceeded`.
+    #[serde(default)]
+    pub max_wall_seconds: Option<u64>,
+    /// Text added to the system prompt when a run's `context` has this `type`.
+    #[serde(default)]
+    pub context_guidance: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ApprovalSpec {
+    Keyword(AlwaysKeyword),
+    Matches {
+        #[serde(rename = "inputMatches")]
+        input_matches: String,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlwaysKeyword {
+    Always,
+}
+
+/// An MCP server: `url` (streamable HTTP) or `command` (stdio, `baton dev` only).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct McpServerSpec {
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Sent with every request; `${VAR}` is replaced from the environment (on AWS, from
+    /// the tool secret first).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra environment for a stdio server, `${VAR}` expanded.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// A call to one of its tools may take this long (default: `toolTimeoutSeconds`).
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+    /// Agents granted all of this server's tools, built-in ones (`explore`, `code`)
+    /// included, as if they listed `mcp:<name>`.
+    #[serde(default)]
+    pub agents: Vec<String>,
+}
+
+/// A tool served by an HTTP endpoint: Baton POSTs the validated input as JSON, with an
+/// `Idempotency-Key` equal to the tool call's id; a 2xx JSON body is the result.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HttpToolSpec {
+    pub url: String,
+    pub description: String,
+    /// The JSON schema of the input object.
+    pub schema: Value,
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+    /// `${VAR}` is expanded as for MCP servers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// `http_fetch`: GET a page from one of `allowHosts` (exact host names, or `*.example.com`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HttpFetchSpec {
+    pub allow_hosts: Vec<String>,
+    /// The most of a body kept (default 256 KiB); the model sees at most 64 KiB of text.
+    #[serde(default)]
+    pub max_bytes: Option<usize>,
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+}
+
+impl AgentsFile {
+    pub fn load(path: &std::path::Path) -> Result<Self, CatalogError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| CatalogError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| CatalogError::Parse { path: p, source })
+    }
+}
+
+/// Replaces every `${VAR}` in `text` with `lookup(VAR)`; an unset variable is an error
+/// naming it (a header without its secret would only fail later, less clearly).
+pub fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            return Err(format!("`{text}` has a `${{` without its `}}`"));
+        };
+        let name = &after[..end];
+        match lookup(name) {
+            Some(v) => out.push_str(&v),
+            None => return Err(format!("`${{{name}}}` is not set")),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_expand_and_a_missing_one_is_named() {
+        let env = |k: &str| (k == "TOKEN").then(|| "s3cret".to_owned());
+        assert_eq!(
+            expand("Bearer ${TOKEN}", &env).as_deref(),
+            Ok("Bearer s3cret")
+        );
+        assert_eq!(expand("plain", &env).as_deref(), Ok("plain"));
+        let err = expand("x ${NOPE} y", &env).expect_err("unset");
+        assert!(err.contains("${NOPE}"), "{err}");
+        assert!(expand("${TOKEN", &env).is_err());
+    }
+
+    #[test]
+    fn the_full_file_parses() {
+        let f: AgentsFile = serde_json::from_str(
+            r#"{"mcpServers": {
+                  "calc": {"url": "http://127.0.0.1:9000/mcp", "headers": {"Authorization": "Bearer ${T}"}},
+                  "clock": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"], "agents": ["explore"]}},
+                "tools": {"lookup": {"url": "http://127.0.0.1:1/x", "description": "d",
+                  "schema": {"type": "object"}, "timeoutSeconds": 5}},
+                "httpFetch": {"allowHosts": ["example.com"]},
+                "prices": {"openai:gpt-4o-mini": {"input": 0.15, "output": 0.6}},
+                "toolTimeoutSeconds": 30,
+                "agents": {"ops": {"tools": ["mcp:calc", "clock__get_current_time"],
+                  "maxWallSeconds": 600, "contextGuidance": {"document": "Cite it."}}}}"#,
+        )
+        .expect("parses");
+        assert_eq!(f.mcp_servers["clock"].agents, vec!["explore"]);
+        assert_eq!(f.tools["lookup"].timeout_seconds, Some(5));
+        assert_eq!(f.agents["ops"].max_wall_seconds, Some(600));
+        assert_eq!(f.prices["openai:gpt-4o-mini"].output, 0.6);
+    }
+}

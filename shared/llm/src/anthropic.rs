@@ -1,0 +1,308 @@
+//! The Anthropic Messages API (`POST /v1/messages`) over `reqwest` (rustls).
+//!
+//! The projected chat maps onto Messages' shape: the system prompt is the top-level
+//! `system`; a reply's tool calls are `tool_use` blocks; tool results are `tool_result`
+//! blocks of the next user message (several results, and a user message after them, share
+//! one, since roles must alternate). Rate limits (429), overload (529) and server errors are
+//! retried with backoff and jitter, honouring `retry-after`; other errors are fatal, in the
+//! API's own words.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::retry::{Attempt, Backoff, describe, retry_after, with_retries};
+use baton_core::config::ModelConfig;
+use baton_core::llm::{ChatMessage, ChatRequest, Llm, LlmError, LlmReply, ToolCall};
+use baton_core::run::Usage;
+
+/// The API version Baton speaks.
+pub const API_VERSION: &str = "2023-06-01";
+
+#[derive(Clone)]
+pub struct AnthropicConfig {
+    /// The API's root, without `/v1`.
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub max_tokens: u32,
+    pub max_retries: u32,
+    pub backoff: Backoff,
+    /// One HTTP attempt's timeout.
+    pub timeout: Duration,
+}
+
+impl AnthropicConfig {
+    pub fn from_model(model: &ModelConfig) -> Self {
+        Self {
+            base_url: model.anthropic_base_url.clone(),
+            api_key: model.anthropic_api_key.clone(),
+            max_tokens: model.max_output_tokens,
+            max_retries: model.max_retries,
+            backoff: Backoff::default(),
+            timeout: Duration::from_secs(u64::from(model.timeout_secs)),
+        }
+    }
+}
+
+pub struct AnthropicLlm {
+    http: reqwest::Client,
+    cfg: AnthropicConfig,
+    url: String,
+}
+
+impl AnthropicLlm {
+    pub fn new(cfg: AnthropicConfig) -> Result<Self, LlmError> {
+        let http = reqwest::Client::builder()
+            .timeout(cfg.timeout)
+            .build()
+            .map_err(|e| LlmError::Fatal(format!("cannot build the HTTP client: {e}")))?;
+        let url = format!("{}/v1/messages", cfg.base_url.trim_end_matches('/'));
+        Ok(Self { http, cfg, url })
+    }
+
+    /// The request body for `model` (the id without `anthropic:`).
+    pub fn body(&self, req: &ChatRequest<'_>, model: &str) -> Value {
+        let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
+        let mut system = Vec::new();
+        for m in req.messages() {
+            let (role, block) = match m {
+                ChatMessage::System { content } => {
+                    system.push(content);
+                    continue;
+                }
+                ChatMessage::User { content } => ("user", vec![text_block(content)]),
+                ChatMessage::Assistant {
+                    content,
+                    tool_calls,
+                } => {
+                    let mut blocks: Vec<Value> =
+                        content.into_iter().filter(|t| !t.is_empty()).map(text_block).collect();
+                    blocks.extend(tool_calls.iter().map(|c| {
+                        json!({"type": "tool_use", "id": c.id, "name": c.name,
+                               "input": input_object(&c.arguments)})
+                    }));
+                    ("assistant", blocks)
+                }
+                ChatMessage::Tool {
+                    tool_call_id,
+                    content,
+                    is_error,
+                } => {
+                    let mut block =
+                        json!({"type": "tool_result", "tool_use_id": tool_call_id, "content": content});
+                    if is_error {
+                        block["is_error"] = json!(true);
+                    }
+                    ("user", vec![block])
+                }
+            };
+            match messages.last_mut() {
+                Some((last, blocks)) if *last == role => blocks.extend(block),
+                _ => messages.push((role, block)),
+            }
+        }
+        let messages: Vec<Value> = messages
+            .into_iter()
+            .map(|(role, content)| json!({"role": role, "content": content}))
+            .collect();
+        let mut body = json!({
+            "model": model,
+            "max_tokens": self.cfg.max_tokens,
+            "messages": messages,
+        });
+        if !system.is_empty() {
+            body["system"] = json!(system.join("\n\n"));
+        }
+        if !req.tools.is_empty() {
+            body["tools"] = req
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"name": t.name, "description": t.description,
+                           "input_schema": t.parameters})
+                })
+                .collect();
+        }
+        body
+    }
+
+    async fn attempt(&self, body: &Value, model: &str) -> Attempt<LlmReply> {
+        let mut rb = self
+            .http
+            .post(&self.url)
+            .header("anthropic-version", API_VERSION)
+            .json(body);
+        if let Some(key) = &self.cfg.api_key {
+            rb = rb.header("x-api-key", key);
+        }
+        let resp = match rb.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                return Attempt::Retry {
+                    why: describe(&e, &self.url),
+                    wait: None,
+                    source: Some(Box::new(e)),
+                };
+            }
+        };
+        let status = resp.status();
+        let wait = retry_after(resp.headers());
+        let bytes = match resp.bytes().await {
+            Ok(b) => b,
+            Err(e) => {
+                return Attempt::Retry {
+                    why: format!("reading the reply failed: {e}"),
+                    wait: None,
+                    source: Some(Box::new(e)),
+                };
+            }
+        };
+        if status.is_success() {
+            return match parse(&bytes, model) {
+                Ok(reply) => Attempt::Done(reply),
+                Err(why) => Attempt::Fatal(why),
+            };
+        }
+        let why = format!("HTTP {status}: {}", error_words(&bytes));
+        // 529 is Anthropic's "overloaded"; 408, 429 and 5xx are worth another attempt too.
+        if matches!(status.as_u16(), 408 | 429 | 529) || status.is_server_error() {
+            Attempt::Retry {
+                why,
+                wait,
+                source: None,
+            }
+        } else {
+            Attempt::Fatal(format!("Anthropic refused the request: {why}"))
+        }
+    }
+}
+
+fn text_block(text: String) -> Value {
+    json!({"type": "text", "text": text})
+}
+
+/// A tool call's arguments as the object `tool_use.input` must be (arguments that were
+/// not a JSON object are kept whole under `arguments`).
+fn input_object(arguments: &str) -> Value {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        _ if arguments.trim().is_empty() => json!({}),
+        _ => json!({"arguments": arguments}),
+    }
+}
+
+/// `{"type": "error", "error": {"type": ..., "message": ...}}` as `type: message`, or the
+/// body's first 300 characters.
+fn error_words(body: &[u8]) -> String {
+    #[derive(Deserialize)]
+    struct Wrapper {
+        error: Inner,
+    }
+    #[derive(Deserialize)]
+    struct Inner {
+        #[serde(rename = "type", default)]
+        kind: String,
+        #[serde(default)]
+        message: String,
+    }
+    match serde_json::from_slice::<Wrapper>(body) {
+        Ok(w) => format!("{}: {}", w.error.kind, w.error.message),
+        Err(_) => String::from_utf8_lossy(body).chars().take(300).collect(),
+    }
+}
+
+#[derive(Deserialize)]
+struct Message {
+    content: Vec<Block>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    usage: ApiUsage,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        #[serde(default)]
+        input: Value,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize, Default)]
+struct ApiUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+    #[serde(default)]
+    cache_read_input_tokens: u64,
+    #[serde(default)]
+    cache_creation_input_tokens: u64,
+}
+
+fn parse(body: &[u8], model: &str) -> Result<LlmReply, String> {
+    let malformed = |why: String| format!("malformed reply from Anthropic: {why}");
+    let m: Message = serde_json::from_slice(body).map_err(|e| malformed(e.to_string()))?;
+    let mut text = String::new();
+    let mut tool_calls = Vec::new();
+    for block in m.content {
+        match block {
+            Block::Text { text: t } => text.push_str(&t),
+            Block::ToolUse { id, name, input } => tool_calls.push(ToolCall {
+                id,
+                name,
+                arguments: input.to_string(),
+            }),
+            Block::Other => {}
+        }
+    }
+    if text.is_empty() && tool_calls.is_empty() {
+        return Err(malformed(format!(
+            "no text and no tool use (stop_reason {})",
+            m.stop_reason.as_deref().unwrap_or("none")
+        )));
+    }
+    // Messages counts cache reads and writes apart from `input_tokens`; Baton's input is all.
+    let u = m.usage;
+    let input = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens;
+    Ok(LlmReply {
+        text: (!text.is_empty()).then_some(text),
+        tool_calls,
+        usage: Usage {
+            input_tokens: input,
+            output_tokens: u.output_tokens,
+            total_tokens: input + u.output_tokens,
+            cached_input_tokens: u.cache_read_input_tokens,
+        },
+        model: Some(format!("anthropic:{model}")),
+    })
+}
+
+#[async_trait::async_trait]
+impl Llm for AnthropicLlm {
+    async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
+        let Some(model) = request.model else {
+            return Err(LlmError::Fatal("no Anthropic model named".into()));
+        };
+        if self.cfg.api_key.is_none() {
+            return Err(LlmError::Fatal(
+                "ANTHROPIC_API_KEY is not set (on AWS: the model secret's ANTHROPIC_API_KEY)"
+                    .into(),
+            ));
+        }
+        let body = self.body(request, model);
+        with_retries(self.cfg.max_retries, &self.cfg.backoff, || {
+            self.attempt(&body, model)
+        })
+        .await
+    }
+}

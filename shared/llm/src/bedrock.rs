@@ -1,0 +1,337 @@
+//! Amazon Bedrock's Converse API through `aws-sdk-bedrockruntime`: the function's IAM role
+//! signs the request, no key is kept anywhere.
+//!
+//! The projected chat maps onto Converse's shape like Anthropic's: a `system` block, and
+//! alternating user/assistant messages of content blocks (`toolUse`, `toolResult`). The
+//! SDK's own retries are off (see [`client`]): throttling and the service's transient
+//! errors are retried here, with backoff and jitter, like every provider; access,
+//! validation and unknown-model errors are fatal, in Bedrock's words.
+
+use std::collections::HashMap;
+
+use aws_sdk_bedrockruntime::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_bedrockruntime::operation::converse::ConverseError;
+use aws_sdk_bedrockruntime::types::{
+    ContentBlock, ConversationRole, ConverseOutput, InferenceConfiguration, Message,
+    SystemContentBlock, Tool, ToolConfiguration, ToolInputSchema, ToolResultBlock,
+    ToolResultContentBlock, ToolResultStatus, ToolSpecification, ToolUseBlock,
+};
+use aws_smithy_types::{Document, Number};
+use serde_json::Value;
+
+use crate::retry::{Attempt, Backoff, with_retries};
+use baton_core::config::ModelConfig;
+use baton_core::llm::{ChatMessage, ChatRequest, Llm, LlmError, LlmReply, ToolCall};
+use baton_core::run::Usage;
+
+#[derive(Debug, Clone)]
+pub struct BedrockConfig {
+    pub max_tokens: u32,
+    pub max_retries: u32,
+    pub backoff: Backoff,
+}
+
+impl BedrockConfig {
+    pub fn from_model(model: &ModelConfig) -> Self {
+        Self {
+            max_tokens: model.max_output_tokens,
+            max_retries: model.max_retries,
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+/// A Bedrock Runtime client from the host's SDK config, with the SDK's retries off (this
+/// client retries, so that every provider backs off the same way) and `timeout` per attempt.
+pub fn client(
+    sdk: &aws_sdk_bedrockruntime::config::Builder,
+    timeout: std::time::Duration,
+) -> aws_sdk_bedrockruntime::Client {
+    let conf = sdk
+        .clone()
+        .retry_config(aws_sdk_bedrockruntime::config::retry::RetryConfig::disabled())
+        .timeout_config(
+            aws_sdk_bedrockruntime::config::timeout::TimeoutConfig::builder()
+                .operation_attempt_timeout(timeout)
+                .build(),
+        )
+        .build();
+    aws_sdk_bedrockruntime::Client::from_conf(conf)
+}
+
+pub struct BedrockLlm {
+    client: aws_sdk_bedrockruntime::Client,
+    cfg: BedrockConfig,
+}
+
+impl BedrockLlm {
+    pub fn new(client: aws_sdk_bedrockruntime::Client, cfg: BedrockConfig) -> Self {
+        Self { client, cfg }
+    }
+
+    async fn attempt(
+        &self,
+        model: &str,
+        system: &[SystemContentBlock],
+        messages: &[Message],
+        tools: Option<&ToolConfiguration>,
+    ) -> Attempt<LlmReply> {
+        let mut call = self
+            .client
+            .converse()
+            .model_id(model)
+            .set_system(Some(system.to_vec()))
+            .set_messages(Some(messages.to_vec()))
+            .inference_config(
+                InferenceConfiguration::builder()
+                    .max_tokens(self.cfg.max_tokens.min(i32::MAX as u32) as i32)
+                    .build(),
+            );
+        if let Some(tools) = tools {
+            call = call.tool_config(tools.clone());
+        }
+        match call.send().await {
+            Ok(out) => match reply(out, model) {
+                Ok(r) => Attempt::Done(r),
+                Err(why) => Attempt::Fatal(why),
+            },
+            Err(e) => classify(e),
+        }
+    }
+}
+
+/// Throttling and the service's transient faults are retried; the rest is fatal.
+fn classify(e: SdkError<ConverseError>) -> Attempt<LlmReply> {
+    match e {
+        SdkError::ServiceError(se) => {
+            let err = se.err();
+            let words = format!(
+                "{}: {}",
+                err.code().unwrap_or("error"),
+                err.message().unwrap_or("(no message)")
+            );
+            let transient = matches!(
+                err,
+                ConverseError::ThrottlingException(_)
+                    | ConverseError::ServiceUnavailableException(_)
+                    | ConverseError::InternalServerException(_)
+                    | ConverseError::ModelNotReadyException(_)
+                    | ConverseError::ModelTimeoutException(_)
+            );
+            if transient {
+                Attempt::Retry {
+                    why: format!("Bedrock: {words}"),
+                    wait: None,
+                    source: None,
+                }
+            } else {
+                Attempt::Fatal(format!("Bedrock refused the request: {words}"))
+            }
+        }
+        SdkError::ConstructionFailure(_) => Attempt::Fatal(format!(
+            "cannot build the Bedrock request: {}",
+            aws_sdk_bedrockruntime::error::DisplayErrorContext(&e)
+        )),
+        other => Attempt::Retry {
+            why: format!(
+                "cannot reach Bedrock: {}",
+                aws_sdk_bedrockruntime::error::DisplayErrorContext(&other)
+            ),
+            wait: None,
+            source: Some(Box::new(other)),
+        },
+    }
+}
+
+fn reply(
+    out: aws_sdk_bedrockruntime::operation::converse::ConverseOutput,
+    model: &str,
+) -> Result<LlmReply, String> {
+    let mut text = String::new();
+    let mut tool_calls = Vec::new();
+    if let Some(ConverseOutput::Message(m)) = out.output() {
+        for block in m.content() {
+            match block {
+                ContentBlock::Text(t) => text.push_str(t),
+                ContentBlock::ToolUse(t) => tool_calls.push(ToolCall {
+                    id: t.tool_use_id().to_owned(),
+                    name: t.name().to_owned(),
+                    arguments: to_json(t.input()).to_string(),
+                }),
+                _ => {}
+            }
+        }
+    }
+    if text.is_empty() && tool_calls.is_empty() {
+        return Err(format!(
+            "malformed reply from Bedrock: no text and no tool use (stopReason {})",
+            out.stop_reason().as_str()
+        ));
+    }
+    let usage = out.usage().map_or_else(Usage::default, |u| {
+        let n = |v: i32| u64::try_from(v).unwrap_or(0);
+        let cached = u.cache_read_input_tokens().map_or(0, n);
+        let written = u.cache_write_input_tokens().map_or(0, n);
+        let input = n(u.input_tokens()) + cached + written;
+        Usage {
+            input_tokens: input,
+            output_tokens: n(u.output_tokens()),
+            total_tokens: input + n(u.output_tokens()),
+            cached_input_tokens: cached,
+        }
+    });
+    Ok(LlmReply {
+        text: (!text.is_empty()).then_some(text),
+        tool_calls,
+        usage,
+        model: Some(format!("bedrock:{model}")),
+    })
+}
+
+/// The request's system blocks, messages and tool configuration.
+fn request(
+    req: &ChatRequest<'_>,
+) -> Result<(Vec<SystemContentBlock>, Vec<Message>, Option<ToolConfiguration>), String> {
+    let mut system = Vec::new();
+    let mut turns: Vec<(ConversationRole, Vec<ContentBlock>)> = Vec::new();
+    for m in req.messages() {
+        let (role, blocks) = match m {
+            ChatMessage::System { content } => {
+                system.push(SystemContentBlock::Text(content));
+                continue;
+            }
+            ChatMessage::User { content } => (ConversationRole::User, vec![ContentBlock::Text(content)]),
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } => {
+                let mut blocks: Vec<ContentBlock> = content
+                    .into_iter()
+                    .filter(|t| !t.is_empty())
+                    .map(ContentBlock::Text)
+                    .collect();
+                for c in tool_calls {
+                    let input = match serde_json::from_str::<Value>(&c.arguments) {
+                        Ok(v @ Value::Object(_)) => v,
+                        _ => serde_json::json!({"arguments": c.arguments}),
+                    };
+                    let block = ToolUseBlock::builder()
+                        .tool_use_id(c.id)
+                        .name(c.name)
+                        .input(to_document(&input))
+                        .build()
+                        .map_err(|e| e.to_string())?;
+                    blocks.push(ContentBlock::ToolUse(block));
+                }
+                (ConversationRole::Assistant, blocks)
+            }
+            ChatMessage::Tool {
+                tool_call_id,
+                content,
+                is_error,
+            } => {
+                let block = ToolResultBlock::builder()
+                    .tool_use_id(tool_call_id)
+                    .content(ToolResultContentBlock::Text(content))
+                    .status(if is_error {
+                        ToolResultStatus::Error
+                    } else {
+                        ToolResultStatus::Success
+                    })
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                (ConversationRole::User, vec![ContentBlock::ToolResult(block)])
+            }
+        };
+        match turns.last_mut() {
+            Some((last, b)) if *last == role => b.extend(blocks),
+            _ => turns.push((role, blocks)),
+        }
+    }
+    let messages = turns
+        .into_iter()
+        .map(|(role, content)| {
+            Message::builder()
+                .role(role)
+                .set_content(Some(content))
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let tools = if req.tools.is_empty() {
+        None
+    } else {
+        let mut b = ToolConfiguration::builder();
+        for t in req.tools {
+            let spec = ToolSpecification::builder()
+                .name(&t.name)
+                .description(&t.description)
+                .input_schema(ToolInputSchema::Json(to_document(&t.parameters)))
+                .build()
+                .map_err(|e| e.to_string())?;
+            b = b.tools(Tool::ToolSpec(spec));
+        }
+        Some(b.build().map_err(|e| e.to_string())?)
+    };
+    Ok((system, messages, tools))
+}
+
+fn to_document(v: &Value) -> Document {
+    match v {
+        Value::Null => Document::Null,
+        Value::Bool(b) => Document::Bool(*b),
+        Value::Number(n) => Document::Number(if let Some(u) = n.as_u64() {
+            Number::PosInt(u)
+        } else if let Some(i) = n.as_i64() {
+            Number::NegInt(i)
+        } else {
+            Number::Float(n.as_f64().unwrap_or(0.0))
+        }),
+        Value::String(s) => Document::String(s.clone()),
+        Value::Array(a) => Document::Array(a.iter().map(to_document).collect()),
+        Value::Object(o) => Document::Object(
+            o.iter()
+                .map(|(k, v)| (k.clone(), to_document(v)))
+                .collect::<HashMap<_, _>>(),
+        ),
+    }
+}
+
+fn to_json(d: &Document) -> Value {
+    match d {
+        Document::Null => Value::Null,
+        Document::Bool(b) => Value::Bool(*b),
+        Document::Number(Number::PosInt(u)) => Value::from(*u),
+        Document::Number(Number::NegInt(i)) => Value::from(*i),
+        Document::Number(Number::Float(f)) => Value::from(*f),
+        Document::String(s) => Value::String(s.clone()),
+        Document::Array(a) => Value::Array(a.iter().map(to_json).collect()),
+        Document::Object(o) => Value::Object(o.iter().map(|(k, v)| (k.clone(), to_json(v))).collect()),
+    }
+}
+
+#[async_trait::async_trait]
+impl Llm for BedrockLlm {
+    async fn complete(&self, req: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
+        let Some(model) = req.model else {
+            return Err(LlmError::Fatal("no Bedrock model named".into()));
+        };
+        let (system, messages, tools) = request(req)
+            .map_err(|e| LlmError::Fatal(format!("cannot build the Bedrock request: {e}")))?;
+        with_retries(self.cfg.max_retries, &self.cfg.backoff, || {
+            self.attempt(model, &system, &messages, tools.as_ref())
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_and_documents_convert_both_ways() {
+        let v = serde_json::json!({"a": [1, -2, 2.5, "s", true, null], "b": {"c": {}}});
+        assert_eq!(to_json(&to_document(&v)), v);
+    }
+}

@@ -1,0 +1,127 @@
+//! [`Models`]: the model port of a host, which sends each call to the provider its model id
+//! names — `openai:`, `anthropic:` or `bedrock:` — or, for an id without a known prefix,
+//! to the OpenAI-compatible endpoint (as before providers had names). The agent's `model`
+//! wins; `BATON_MODEL` is the default.
+
+use std::sync::Arc;
+
+use baton_core::cost::split_model;
+use baton_core::llm::{ChatRequest, Llm, LlmError, LlmReply};
+
+pub struct Models {
+    /// The model of agents that name none.
+    default: String,
+    openai: Option<Arc<dyn Llm>>,
+    anthropic: Option<Arc<dyn Llm>>,
+    bedrock: Option<Arc<dyn Llm>>,
+}
+
+impl Models {
+    pub fn new(default: impl Into<String>) -> Self {
+        Self {
+            default: default.into(),
+            openai: None,
+            anthropic: None,
+            bedrock: None,
+        }
+    }
+
+    pub fn openai(mut self, llm: Arc<dyn Llm>) -> Self {
+        self.openai = Some(llm);
+        self
+    }
+
+    pub fn anthropic(mut self, llm: Arc<dyn Llm>) -> Self {
+        self.anthropic = Some(llm);
+        self
+    }
+
+    pub fn bedrock(mut self, llm: Arc<dyn Llm>) -> Self {
+        self.bedrock = Some(llm);
+        self
+    }
+
+    /// The provider and model id a call with `model` (the agent's, if any) goes to.
+    pub fn route<'a>(&'a self, model: Option<&'a str>) -> (&'a str, &'a str) {
+        split_model(model.unwrap_or(&self.default))
+    }
+}
+
+#[async_trait::async_trait]
+impl Llm for Models {
+    async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
+        let (provider, id) = self.route(request.model);
+        let client = match provider {
+            "anthropic" => &self.anthropic,
+            "bedrock" => &self.bedrock,
+            _ => &self.openai,
+        };
+        let Some(client) = client else {
+            return Err(LlmError::Fatal(format!(
+                "model `{provider}:{id}` needs the {provider} client, which this host does not have"
+            )));
+        };
+        let routed = ChatRequest {
+            model: Some(id),
+            ..*request
+        };
+        client.complete(&routed).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Records the model ids it is asked for.
+    struct Seen(&'static str, Mutex<Vec<String>>);
+
+    #[async_trait::async_trait]
+    impl Llm for Seen {
+        async fn complete(&self, r: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
+            let id = r.model.unwrap_or_default().to_owned();
+            self.1.lock().unwrap().push(id.clone());
+            Ok(LlmReply {
+                text: Some(self.0.into()),
+                model: Some(format!("{}:{id}", self.0)),
+                ..Default::default()
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn each_call_goes_to_the_provider_its_model_names() {
+        let (o, a) = (
+            Arc::new(Seen("openai", Mutex::default())),
+            Arc::new(Seen("anthropic", Mutex::default())),
+        );
+        let models = Models::new("gpt-4o-mini").openai(o.clone()).anthropic(a.clone());
+        let ask = |model: Option<&'static str>| {
+            let models = &models;
+            async move {
+                let req = ChatRequest {
+                    run_id: "r",
+                    agent: "a",
+                    think_index: 0,
+                    model,
+                    system: "",
+                    tools: &[],
+                    history: &[],
+                };
+                models.complete(&req).await
+            }
+        };
+        let r = ask(None).await.expect("default");
+        assert_eq!(r.model.as_deref(), Some("openai:gpt-4o-mini"));
+        ask(Some("anthropic:claude-sonnet-4-5")).await.expect("anthropic");
+        ask(Some("llama3:8b")).await.expect("bare id");
+        ask(Some("openai:gpt-4o")).await.expect("openai");
+        assert_eq!(*o.1.lock().unwrap(), ["gpt-4o-mini", "llama3:8b", "gpt-4o"]);
+        assert_eq!(*a.1.lock().unwrap(), ["claude-sonnet-4-5"]);
+        let err = ask(Some("bedrock:amazon.nova-lite-v1:0"))
+            .await
+            .expect_err("no bedrock client");
+        assert!(err.to_string().contains("bedrock"), "{err}");
+    }
+}
