@@ -14,7 +14,7 @@ use baton_core::agent::Catalog;
 use baton_core::config::Config;
 use baton_core::llm::Llm;
 use baton_core::ports::SystemClock;
-use baton_llm::openai::{OpenAiConfig, OpenAiLlm};
+use baton_core::cost::split_model;
 use baton_llm::scripted::ScriptedLlm;
 use baton_local::{LocalOptions, LocalServer, WorkerOptions};
 use clap::{ArgGroup, Parser, Subcommand};
@@ -273,17 +273,38 @@ async fn main() -> ExitCode {
     }
 }
 
-/// The agents and the model `baton dev` runs with (scripted, or OpenAI-compatible). The
-/// agents file is `--agents`, else `BATON_AGENTS_FILE`.
-pub(crate) fn model_and_agents(
+/// The agents and the model `baton dev` runs with: scripted, or every provider routed by
+/// `provider:model-id`. The agents file is `--agents`, else `BATON_AGENTS_FILE`; its MCP
+/// servers, HTTP tools and `httpFetch` are built here (stdio servers allowed: this is dev).
+pub(crate) async fn model_and_agents(
     script: Option<&std::path::Path>,
     agents: Option<&std::path::Path>,
     config: &Config,
 ) -> anyhow::Result<(Arc<dyn Llm>, Arc<Catalog>)> {
-    let catalog = Arc::new(Catalog::load(agents.or(config.agents_file.as_deref()))?);
+    let catalog = Arc::new(baton_tools::load_catalog(
+        agents.or(config.agents_file.as_deref()),
+        baton_tools::Host::Dev,
+    )?);
     let llm: Arc<dyn Llm> = match script {
         Some(path) => Arc::new(ScriptedLlm::load(path)?),
-        None => Arc::new(OpenAiLlm::new(OpenAiConfig::from_model(&config.model))?),
+        None => {
+            // Bedrock needs the AWS SDK's config (credentials, region): loaded only when a
+            // model is Bedrock's, so that `baton dev` never waits on an AWS lookup otherwise.
+            let bedrock = std::iter::once(config.model.model.as_str())
+                .chain(
+                    catalog
+                        .agent_names()
+                        .into_iter()
+                        .filter_map(|n| catalog.agent(n).and_then(|a| a.model.as_deref())),
+                )
+                .any(|m| split_model(m).0 == "bedrock");
+            let sdk = if bedrock {
+                baton_aws::sdk::sdk_config(&config.sdk).await
+            } else {
+                aws_config::SdkConfig::builder().build()
+            };
+            Arc::new(baton_aws::handlers::models(&config.model, &sdk, None)?)
+        }
     };
     Ok((llm, catalog))
 }
@@ -296,7 +317,7 @@ async fn dev(
     agents: Option<PathBuf>,
     config: &Config,
 ) -> anyhow::Result<()> {
-    let (llm, catalog) = model_and_agents(script.as_deref(), agents.as_deref(), config)?;
+    let (llm, catalog) = model_and_agents(script.as_deref(), agents.as_deref(), config).await?;
     let server = LocalServer::start(LocalOptions {
         data_dir: data.clone(),
         addr,
@@ -316,14 +337,23 @@ async fn dev(
         Some(p) => println!("baton dev: scripted model from {}", p.display()),
         None => {
             let m = &config.model;
+            let (provider, id) = split_model(&m.model);
+            let (key_missing, r#where) = match provider {
+                "anthropic" => (
+                    m.anthropic_api_key.is_none().then_some("ANTHROPIC_API_KEY"),
+                    m.anthropic_base_url.clone(),
+                ),
+                "bedrock" => (None, "Amazon Bedrock, with your AWS credentials".to_owned()),
+                _ => (m.api_key.is_none().then_some("OPENAI_API_KEY"), m.base_url.clone()),
+            };
             println!(
-                "baton dev: model {} at {} (BATON_MODEL, OPENAI_BASE_URL)",
-                m.model, m.base_url
+                "baton dev: default model {provider}:{id} at {where} (BATON_MODEL; an agent's \
+                 `model` names its own)"
             );
-            if m.api_key.is_none() {
+            if let Some(var) = key_missing {
                 eprintln!(
-                    "baton dev: warning: OPENAI_API_KEY is not set; a provider that needs a key \
-                     will refuse every model call (a local server may not need one)"
+                    "baton dev: warning: {var} is not set; a provider that needs a key will \
+                     refuse every model call (a local server may not need one)"
                 );
             }
         }

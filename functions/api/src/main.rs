@@ -11,7 +11,10 @@ use baton_core::llm::NoModel;
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     init_tracing();
-    let service = Runtime::from_env().await?.service(Arc::new(NoModel))?;
+    let service = Runtime::from_env()
+        .await?
+        .service(Arc::new(NoModel), false)
+        .await?;
     let auth = Arc::new(ApiGatewayJwt);
     lambda_http::run(router(AppState { service, auth })).await
 }

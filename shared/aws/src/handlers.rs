@@ -5,7 +5,7 @@
 //! these same handlers in-process with real `SqsEvent`s, so the local flow over an emulator
 //! runs exactly the code Lambda runs.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -20,6 +20,12 @@ use baton_core::service::{Deps, Service, ServiceError};
 use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::Value;
 use tracing::{Instrument, error, info, info_span, warn};
+
+use baton_llm::anthropic::{AnthropicConfig, AnthropicLlm};
+use baton_llm::bedrock::{self, BedrockConfig, BedrockLlm};
+use baton_llm::openai::{OpenAiConfig, OpenAiLlm};
+use baton_llm::Models;
+use baton_tools::Host;
 
 use crate::dynamo::DynamoStore;
 use crate::eventbridge::EventBridgeBus;
@@ -96,20 +102,42 @@ impl Runtime {
         Ok(Self { config, sdk })
     }
 
-    /// The model settings, with the API key read from Secrets Manager when
-    /// `BATON_LLM_SECRET_ARN` names a secret.
+    /// The fields of the model secret (`BATON_LLM_SECRET_ARN`), if one is named: a JSON
+    /// object of names to values (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, and any `${VAR}`
+    /// the agents file's headers use), or a plain string, the OpenAI-compatible key.
+    pub async fn secrets(&self) -> Result<HashMap<String, String>, InitError> {
+        let Some(source) = self.key_source() else {
+            return Ok(HashMap::new());
+        };
+        let text = source.read().await.map_err(|message| InitError::Secret {
+            arn: source.arn.clone(),
+            message,
+        })?;
+        Ok(text.map(|t| secret_fields(&t)).unwrap_or_default())
+    }
+
+    /// The model settings, with the keys the model secret holds.
     pub async fn model(&self) -> Result<ModelConfig, InitError> {
         let mut model = self.config.model.clone();
-        if let Some(source) = self.key_source() {
-            model.api_key = source.fetch().await.map_err(|message| InitError::Secret {
-                arn: source.arn.clone(),
-                message,
-            })?;
+        let mut secrets = self.secrets().await?;
+        if self.config.model.secret_arn.is_some() {
+            model.api_key = secrets.remove("OPENAI_API_KEY");
+        }
+        if let Some(key) = secrets.remove("ANTHROPIC_API_KEY") {
+            model.anthropic_api_key = Some(key);
         }
         Ok(model)
     }
 
-    /// The secret the model key is read from again when the provider refuses it.
+    /// Every model provider, routed by the agent's `provider:model-id`: the
+    /// OpenAI-compatible endpoint (its key re-read from the secret after a 401), Anthropic,
+    /// and Bedrock with the function's role.
+    pub async fn models(&self) -> Result<Models, InitError> {
+        let model = self.model().await?;
+        Ok(models(&model, &self.sdk, self.key_source().map(|k| k as _))?)
+    }
+
+    /// The secret the model keys are read from again when a provider refuses them.
     pub fn key_source(&self) -> Option<Arc<SecretKey>> {
         let arn = self.config.model.secret_arn.clone()?;
         Some(Arc::new(SecretKey {
@@ -118,18 +146,64 @@ impl Runtime {
         }))
     }
 
-    /// The service over this deployment's resources, thinking with `llm` (the `api` and
-    /// `cta` functions never think: they pass `NoModel`).
-    pub fn service(&self, llm: Arc<dyn Llm>) -> Result<Arc<Service>, InitError> {
-        let catalog = Arc::new(Catalog::load(self.config.agents_file.as_deref())?);
+    /// The service over this deployment's resources, thinking with `llm`. The step
+    /// functions run tools, so `${VAR}` in the agents file's headers is read from the model
+    /// secret's fields, then the environment. The `api` and `cta` functions never think
+    /// nor run a tool: they pass `NoModel`, and headers are not expanded for them.
+    pub async fn service(&self, llm: Arc<dyn Llm>, runs_tools: bool) -> Result<Arc<Service>, InitError> {
+        let file = self
+            .config
+            .agents_file
+            .as_deref()
+            .map(baton_core::agent::AgentsFile::load)
+            .transpose()?;
+        let catalog = if runs_tools {
+            let secrets = self.secrets().await?;
+            let lookup = |k: &str| secrets.get(k).cloned().or_else(|| std::env::var(k).ok());
+            baton_tools::catalog(file, Host::Lambda, &lookup, vec![])?
+        } else {
+            baton_tools::catalog(file, Host::Lambda, &|_| Some(String::new()), vec![])?
+        };
         Ok(aws_service(
             self.config.aws()?,
             &self.sdk,
             llm,
-            catalog,
+            Arc::new(catalog),
             Arc::new(SystemClock),
             Meter::shared(),
         ))
+    }
+}
+
+/// Every model provider for a host, routed by `provider:model-id` (see [`Models`]).
+pub fn models(
+    model: &ModelConfig,
+    sdk: &aws_config::SdkConfig,
+    key_source: Option<Arc<dyn KeySource>>,
+) -> Result<Models, LlmError> {
+    let openai = OpenAiLlm::new(OpenAiConfig::from_model(model))?.with_key_source(key_source);
+    let anthropic = AnthropicLlm::new(AnthropicConfig::from_model(model))?;
+    let timeout = Duration::from_secs(u64::from(model.timeout_secs));
+    let bedrock = BedrockLlm::new(
+        bedrock::client(&aws_sdk_bedrockruntime::config::Builder::from(sdk), timeout),
+        BedrockConfig::from_model(model),
+    );
+    Ok(Models::new(model.model.clone())
+        .openai(Arc::new(openai))
+        .anthropic(Arc::new(anthropic))
+        .bedrock(Arc::new(bedrock)))
+}
+
+/// A secret's fields: a JSON object's string members, or a plain string as the
+/// OpenAI-compatible key.
+pub fn secret_fields(text: &str) -> HashMap<String, String> {
+    let text = text.trim();
+    match serde_json::from_str::<serde_json::Map<String, Value>>(text) {
+        Ok(map) => map
+            .into_iter()
+            .filter_map(|(k, v)| v.as_str().map(|s| (k, s.trim().to_owned())))
+            .collect(),
+        Err(_) => HashMap::from([("OPENAI_API_KEY".to_owned(), text.to_owned())]),
     }
 }
 
@@ -141,7 +215,7 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
     let queues = [aws.steps_queue_url.clone(), aws.subagent_queue_url.clone()];
     let step_budget = runtime.config.model.step_budget();
     let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
-    let service = runtime.service(llm)?;
+    let service = runtime.service(llm, true).await?;
     let handler = Arc::new((service, dead_letters, queues, sqs));
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let handler = handler.clone();
@@ -162,7 +236,7 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
 
 /// The `cta` function: answers and expiries from the inbox queue, until Lambda stops it.
 pub async fn run_cta_inbox(runtime: Runtime) -> Result<(), lambda_runtime::Error> {
-    let service = runtime.service(Arc::new(NoModel))?;
+    let service = runtime.service(Arc::new(NoModel), false).await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let service = service.clone();
         async move { Ok::<_, lambda_runtime::Error>(handle_cta_inbox(&service, event.payload).await) }
@@ -177,9 +251,9 @@ pub struct SecretKey {
     pub arn: String,
 }
 
-#[async_trait::async_trait]
-impl KeySource for SecretKey {
-    async fn fetch(&self) -> Result<Option<String>, String> {
+impl SecretKey {
+    /// The secret's text.
+    pub async fn read(&self) -> Result<Option<String>, String> {
         let secret = self
             .client
             .get_secret_value()
@@ -187,7 +261,18 @@ impl KeySource for SecretKey {
             .send()
             .await
             .map_err(|e| crate::sdk::map_sdk_err("GetSecretValue", e).to_string())?;
-        Ok(secret.secret_string().map(|s| s.trim().to_owned()))
+        Ok(secret.secret_string().map(str::to_owned))
+    }
+}
+
+#[async_trait::async_trait]
+impl KeySource for SecretKey {
+    /// The OpenAI-compatible key: the secret, or its `OPENAI_API_KEY` field.
+    async fn fetch(&self) -> Result<Option<String>, String> {
+        Ok(self
+            .read()
+            .await?
+            .and_then(|t| secret_fields(&t).remove("OPENAI_API_KEY")))
     }
 }
 
