@@ -55,7 +55,8 @@ pub async fn dev(
             "baton dev --aws: AWS_ENDPOINT_URL is not set; using your AWS account (--yes-real-aws)"
         );
     }
-    let (llm, catalog) = crate::model_and_agents(script.as_deref(), agents.as_deref(), config).await?;
+    let (llm, catalog) =
+        crate::model_and_agents(script.as_deref(), agents.as_deref(), config).await?;
     let (token, made) = match token.filter(|t| !t.trim().is_empty()) {
         Some(t) => (t, false),
         None => (format!("btn_{}", uuid::Uuid::new_v4().simple()), true),

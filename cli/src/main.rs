@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use baton_core::agent::Catalog;
 use baton_core::config::Config;
+use baton_core::cost::split_model;
 use baton_core::llm::Llm;
 use baton_core::ports::SystemClock;
-use baton_core::cost::split_model;
 use baton_llm::scripted::ScriptedLlm;
 use baton_local::{LocalOptions, LocalServer, WorkerOptions};
 use clap::{ArgGroup, Parser, Subcommand};
@@ -344,7 +344,10 @@ async fn dev(
                     m.anthropic_base_url.clone(),
                 ),
                 "bedrock" => (None, "Amazon Bedrock, with your AWS credentials".to_owned()),
-                _ => (m.api_key.is_none().then_some("OPENAI_API_KEY"), m.base_url.clone()),
+                _ => (
+                    m.api_key.is_none().then_some("OPENAI_API_KEY"),
+                    m.base_url.clone(),
+                ),
             };
             println!(
                 "baton dev: default model {provider}:{id} at {where} (BATON_MODEL; an agent's \

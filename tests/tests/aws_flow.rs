@@ -373,7 +373,11 @@ impl baton_core::tools::Tool for Big {
     fn schema(&self) -> Value {
         json!({"type": "object", "properties": {"bytes": {"type": "integer"}}, "required": ["bytes"]})
     }
-    async fn execute(&self, _: &baton_core::tools::ToolContext, input: Value) -> Result<Value, String> {
+    async fn execute(
+        &self,
+        _: &baton_core::tools::ToolContext,
+        input: Value,
+    ) -> Result<Value, String> {
         let n = input["bytes"].as_u64().unwrap_or(0) as usize;
         Ok(Value::String(noise(n)))
     }

@@ -21,10 +21,10 @@ use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::Value;
 use tracing::{Instrument, error, info, info_span, warn};
 
+use baton_llm::Models;
 use baton_llm::anthropic::{AnthropicConfig, AnthropicLlm};
 use baton_llm::bedrock::{self, BedrockConfig, BedrockLlm};
 use baton_llm::openai::{OpenAiConfig, OpenAiLlm};
-use baton_llm::Models;
 use baton_tools::Host;
 
 use crate::dynamo::DynamoStore;
@@ -134,7 +134,11 @@ impl Runtime {
     /// and Bedrock with the function's role.
     pub async fn models(&self) -> Result<Models, InitError> {
         let model = self.model().await?;
-        Ok(models(&model, &self.sdk, self.key_source().map(|k| k as _))?)
+        Ok(models(
+            &model,
+            &self.sdk,
+            self.key_source().map(|k| k as _),
+        )?)
     }
 
     /// The secret the model keys are read from again when a provider refuses them.
@@ -150,7 +154,11 @@ impl Runtime {
     /// functions run tools, so `${VAR}` in the agents file's headers is read from the model
     /// secret's fields, then the environment. The `api` and `cta` functions never think
     /// nor run a tool: they pass `NoModel`, and headers are not expanded for them.
-    pub async fn service(&self, llm: Arc<dyn Llm>, runs_tools: bool) -> Result<Arc<Service>, InitError> {
+    pub async fn service(
+        &self,
+        llm: Arc<dyn Llm>,
+        runs_tools: bool,
+    ) -> Result<Arc<Service>, InitError> {
         let file = self
             .config
             .agents_file

@@ -508,7 +508,12 @@ impl Catalog {
             let Some(slot) = self.servers.get(name) else {
                 continue;
             };
-            if slot.listed.read().unwrap_or_else(|e| e.into_inner()).is_some() {
+            if slot
+                .listed
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some()
+            {
                 continue;
             }
             {

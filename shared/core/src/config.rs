@@ -187,7 +187,8 @@ impl Config {
         }
         let anthropic_base_url =
             var("ANTHROPIC_BASE_URL").unwrap_or_else(|| "https://api.anthropic.com".into());
-        if !(anthropic_base_url.starts_with("http://") || anthropic_base_url.starts_with("https://"))
+        if !(anthropic_base_url.starts_with("http://")
+            || anthropic_base_url.starts_with("https://"))
         {
             return Err(ConfigError::Invalid {
                 var: "ANTHROPIC_BASE_URL",

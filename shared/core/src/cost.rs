@@ -44,9 +44,24 @@ const BUILT_IN: &[(&str, f64, f64, f64)] = &[
     ("anthropic:claude-haiku-4-5", 1.00, 5.00, 0.10),
     ("anthropic:claude-opus-4-1", 15.00, 75.00, 1.50),
     ("anthropic:claude-3-5-haiku-20241022", 0.80, 4.00, 0.08),
-    ("bedrock:anthropic.claude-3-5-haiku-20241022-v1:0", 0.80, 4.00, 0.08),
-    ("bedrock:anthropic.claude-sonnet-4-5-20250929-v1:0", 3.00, 15.00, 0.30),
-    ("bedrock:anthropic.claude-haiku-4-5-20251001-v1:0", 1.00, 5.00, 0.10),
+    (
+        "bedrock:anthropic.claude-3-5-haiku-20241022-v1:0",
+        0.80,
+        4.00,
+        0.08,
+    ),
+    (
+        "bedrock:anthropic.claude-sonnet-4-5-20250929-v1:0",
+        3.00,
+        15.00,
+        0.30,
+    ),
+    (
+        "bedrock:anthropic.claude-haiku-4-5-20251001-v1:0",
+        1.00,
+        5.00,
+        0.10,
+    ),
     ("bedrock:amazon.nova-micro-v1:0", 0.035, 0.14, 0.00875),
     ("bedrock:amazon.nova-lite-v1:0", 0.06, 0.24, 0.015),
     ("bedrock:amazon.nova-pro-v1:0", 0.80, 3.20, 0.20),
@@ -132,12 +147,18 @@ impl std::ops::Sub for Spent {
     fn sub(self, other: Self) -> Spent {
         Spent {
             usage: Usage {
-                input_tokens: self.usage.input_tokens.saturating_sub(other.usage.input_tokens),
+                input_tokens: self
+                    .usage
+                    .input_tokens
+                    .saturating_sub(other.usage.input_tokens),
                 output_tokens: self
                     .usage
                     .output_tokens
                     .saturating_sub(other.usage.output_tokens),
-                total_tokens: self.usage.total_tokens.saturating_sub(other.usage.total_tokens),
+                total_tokens: self
+                    .usage
+                    .total_tokens
+                    .saturating_sub(other.usage.total_tokens),
                 cached_input_tokens: self
                     .usage
                     .cached_input_tokens

@@ -218,10 +218,10 @@ impl Run {
     /// How long this run has worked at `now`: since its start, less the time it waited for
     /// humans (including a wait still under way).
     pub fn working_time(&self, now: DateTime<Utc>) -> chrono::Duration {
-        let waiting = self.waiting_since.map_or(chrono::Duration::zero(), |t| now - t);
-        now - self.created_at
-            - chrono::Duration::milliseconds(self.human_wait_ms as i64)
-            - waiting
+        let waiting = self
+            .waiting_since
+            .map_or(chrono::Duration::zero(), |t| now - t);
+        now - self.created_at - chrono::Duration::milliseconds(self.human_wait_ms as i64) - waiting
     }
 
     pub fn new(n: NewRun) -> Self {

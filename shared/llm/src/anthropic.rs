@@ -76,8 +76,11 @@ impl AnthropicLlm {
                     content,
                     tool_calls,
                 } => {
-                    let mut blocks: Vec<Value> =
-                        content.into_iter().filter(|t| !t.is_empty()).map(text_block).collect();
+                    let mut blocks: Vec<Value> = content
+                        .into_iter()
+                        .filter(|t| !t.is_empty())
+                        .map(text_block)
+                        .collect();
                     blocks.extend(tool_calls.iter().map(|c| {
                         json!({"type": "tool_use", "id": c.id, "name": c.name,
                                "input": input_object(&c.arguments)})
@@ -89,8 +92,7 @@ impl AnthropicLlm {
                     content,
                     is_error,
                 } => {
-                    let mut block =
-                        json!({"type": "tool_result", "tool_use_id": tool_call_id, "content": content});
+                    let mut block = json!({"type": "tool_result", "tool_use_id": tool_call_id, "content": content});
                     if is_error {
                         block["is_error"] = json!(true);
                     }

@@ -191,7 +191,14 @@ fn reply(
 /// The request's system blocks, messages and tool configuration.
 fn request(
     req: &ChatRequest<'_>,
-) -> Result<(Vec<SystemContentBlock>, Vec<Message>, Option<ToolConfiguration>), String> {
+) -> Result<
+    (
+        Vec<SystemContentBlock>,
+        Vec<Message>,
+        Option<ToolConfiguration>,
+    ),
+    String,
+> {
     let mut system = Vec::new();
     let mut turns: Vec<(ConversationRole, Vec<ContentBlock>)> = Vec::new();
     for m in req.messages() {
@@ -200,7 +207,9 @@ fn request(
                 system.push(SystemContentBlock::Text(content));
                 continue;
             }
-            ChatMessage::User { content } => (ConversationRole::User, vec![ContentBlock::Text(content)]),
+            ChatMessage::User { content } => {
+                (ConversationRole::User, vec![ContentBlock::Text(content)])
+            }
             ChatMessage::Assistant {
                 content,
                 tool_calls,
@@ -240,7 +249,10 @@ fn request(
                     })
                     .build()
                     .map_err(|e| e.to_string())?;
-                (ConversationRole::User, vec![ContentBlock::ToolResult(block)])
+                (
+                    ConversationRole::User,
+                    vec![ContentBlock::ToolResult(block)],
+                )
             }
         };
         match turns.last_mut() {
@@ -306,7 +318,9 @@ fn to_json(d: &Document) -> Value {
         Document::Number(Number::Float(f)) => Value::from(*f),
         Document::String(s) => Value::String(s.clone()),
         Document::Array(a) => Value::Array(a.iter().map(to_json).collect()),
-        Document::Object(o) => Value::Object(o.iter().map(|(k, v)| (k.clone(), to_json(v))).collect()),
+        Document::Object(o) => {
+            Value::Object(o.iter().map(|(k, v)| (k.clone(), to_json(v))).collect())
+        }
     }
 }
 

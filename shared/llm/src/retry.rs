@@ -74,7 +74,10 @@ mod tests {
             let cap = (b.initial * (1 << attempt.min(16))).min(b.max);
             for _ in 0..10 {
                 let d = backoff(&b, attempt);
-                assert!(d >= cap / 2 && d <= cap, "attempt {attempt}: {d:?} vs {cap:?}");
+                assert!(
+                    d >= cap / 2 && d <= cap,
+                    "attempt {attempt}: {d:?} vs {cap:?}"
+                );
                 seen.insert(d);
             }
         }

@@ -96,7 +96,9 @@ mod tests {
             Arc::new(Seen("openai", Mutex::default())),
             Arc::new(Seen("anthropic", Mutex::default())),
         );
-        let models = Models::new("gpt-4o-mini").openai(o.clone()).anthropic(a.clone());
+        let models = Models::new("gpt-4o-mini")
+            .openai(o.clone())
+            .anthropic(a.clone());
         let ask = |model: Option<&'static str>| {
             let models = &models;
             async move {
@@ -114,7 +116,9 @@ mod tests {
         };
         let r = ask(None).await.expect("default");
         assert_eq!(r.model.as_deref(), Some("openai:gpt-4o-mini"));
-        ask(Some("anthropic:claude-sonnet-4-5")).await.expect("anthropic");
+        ask(Some("anthropic:claude-sonnet-4-5"))
+            .await
+            .expect("anthropic");
         ask(Some("llama3:8b")).await.expect("bare id");
         ask(Some("openai:gpt-4o")).await.expect("openai");
         assert_eq!(*o.1.lock().unwrap(), ["gpt-4o-mini", "llama3:8b", "gpt-4o"]);

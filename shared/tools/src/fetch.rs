@@ -69,7 +69,10 @@ impl HttpFetch {
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         Ok(Self {
             allow,
-            max_bytes: spec.max_bytes.filter(|b| *b > 0).unwrap_or(DEFAULT_MAX_BYTES),
+            max_bytes: spec
+                .max_bytes
+                .filter(|b| *b > 0)
+                .unwrap_or(DEFAULT_MAX_BYTES),
             timeout,
             http,
         })
@@ -101,7 +104,9 @@ impl Tool for HttpFetch {
         let raw = input["url"].as_str().unwrap_or_default();
         let url = reqwest::Url::parse(raw).map_err(|e| format!("`{raw}` is not a URL: {e}"))?;
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!("only http and https URLs can be fetched, not `{raw}`"));
+            return Err(format!(
+                "only http and https URLs can be fetched, not `{raw}`"
+            ));
         }
         let host = url.host_str().unwrap_or_default();
         if !allowed(&self.allow, host) {
@@ -194,9 +199,25 @@ pub fn html_text(html: &str) -> String {
             }
             let block = matches!(
                 tag.as_str(),
-                "p" | "div" | "br" | "li" | "tr" | "h1" | "h2" | "h3" | "h4" | "h5" | "h6"
-                    | "section" | "article" | "header" | "footer" | "pre" | "table" | "ul"
-                    | "ol" | "title"
+                "p" | "div"
+                    | "br"
+                    | "li"
+                    | "tr"
+                    | "h1"
+                    | "h2"
+                    | "h3"
+                    | "h4"
+                    | "h5"
+                    | "h6"
+                    | "section"
+                    | "article"
+                    | "header"
+                    | "footer"
+                    | "pre"
+                    | "table"
+                    | "ul"
+                    | "ol"
+                    | "title"
             );
             out.push(if block { '\n' } else { ' ' });
             continue;
@@ -264,9 +285,7 @@ mod tests {
     async fn fetches_allowed_pages_and_refuses_the_rest() {
         let server = MockServer::start().await;
         Mock::given(path("/page"))
-            .respond_with(
-                ResponseTemplate::new(200).set_body_raw("<p>Baton docs</p>", "text/html"),
-            )
+            .respond_with(ResponseTemplate::new(200).set_body_raw("<p>Baton docs</p>", "text/html"))
             .mount(&server)
             .await;
         Mock::given(path("/big"))
@@ -303,6 +322,9 @@ mod tests {
             .execute(&ctx, json!({"url": "http://localhost:1/"}))
             .await
             .expect_err("host");
-        assert!(other.contains("`localhost` is not an allowed host"), "{other}");
+        assert!(
+            other.contains("`localhost` is not an allowed host"),
+            "{other}"
+        );
     }
 }

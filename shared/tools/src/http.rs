@@ -102,8 +102,12 @@ impl Tool for HttpTool {
             let text: String = String::from_utf8_lossy(&body).chars().take(500).collect();
             return Err(format!("`{}` answered HTTP {status}: {text}", self.name));
         }
-        serde_json::from_slice(&body)
-            .map_err(|e| format!("`{}` answered {status} with a body that is not JSON: {e}", self.name))
+        serde_json::from_slice(&body).map_err(|e| {
+            format!(
+                "`{}` answered {status} with a body that is not JSON: {e}",
+                self.name
+            )
+        })
     }
 }
 

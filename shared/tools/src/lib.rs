@@ -40,12 +40,11 @@ pub fn catalog(
         servers: BTreeMap::new(),
     };
     for (name, spec) in &file.tools {
-        let tool = http::HttpTool::new(name, spec, lookup).map_err(|message| {
-            CatalogError::HttpTool {
+        let tool =
+            http::HttpTool::new(name, spec, lookup).map_err(|message| CatalogError::HttpTool {
                 tool: name.clone(),
                 message,
-            }
-        })?;
+            })?;
         toolbox.tools.push(Arc::new(tool));
     }
     if let Some(spec) = &file.http_fetch {

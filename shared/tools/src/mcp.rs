@@ -57,7 +57,12 @@ impl McpServer {
         host: Host,
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
-        if name.is_empty() || name.contains("__") || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        if name.is_empty()
+            || name.contains("__")
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
             return Err("a server name uses letters, digits, `-` and `_` (not `__`)".into());
         }
         if spec.timeout_seconds == Some(0) {
@@ -90,7 +95,10 @@ impl McpServer {
                 }
                 let mut env = BTreeMap::new();
                 for (k, v) in &spec.env {
-                    env.insert(k.clone(), expand(v, lookup).map_err(|e| format!("env `{k}`: {e}"))?);
+                    env.insert(
+                        k.clone(),
+                        expand(v, lookup).map_err(|e| format!("env `{k}`: {e}"))?,
+                    );
                 }
                 Transport::Stdio {
                     command: command.clone(),
@@ -98,7 +106,11 @@ impl McpServer {
                     env,
                 }
             }
-            _ => return Err("give exactly one of `url` (streamable HTTP) and `command` (stdio)".into()),
+            _ => {
+                return Err(
+                    "give exactly one of `url` (streamable HTTP) and `command` (stdio)".into(),
+                );
+            }
         };
         Ok(Self(Arc::new(Inner {
             name: name.to_owned(),
@@ -173,7 +185,9 @@ impl Inner {
         let first = f(self.client(false).await?).await;
         match first {
             Ok(t) => Ok(t),
-            Err(rmcp::ServiceError::McpError(e)) => Err(format!("{}: {}", self.describe(), e.message)),
+            Err(rmcp::ServiceError::McpError(e)) => {
+                Err(format!("{}: {}", self.describe(), e.message))
+            }
             Err(e) => {
                 warn!(server = %self.name, error = %e, "MCP call failed; reconnecting");
                 let c = self.client(true).await?;
@@ -241,7 +255,8 @@ impl Tool for McpTool {
         let result = self
             .server
             .with_client(|c| {
-                let params = CallToolRequestParams::new(remote.clone()).with_arguments(arguments.clone());
+                let params =
+                    CallToolRequestParams::new(remote.clone()).with_arguments(arguments.clone());
                 async move { c.call_tool(params).await }
             })
             .await?;
@@ -266,7 +281,11 @@ fn output(r: CallToolResult) -> Result<Value, String> {
         .collect();
     let text = text.join("\n");
     if r.is_error == Some(true) {
-        return Err(if text.is_empty() { "the tool reported an error".into() } else { text });
+        return Err(if text.is_empty() {
+            "the tool reported an error".into()
+        } else {
+            text
+        });
     }
     Ok(match r.structured_content {
         Some(v) if !v.is_null() => v,

@@ -3,6 +3,7 @@
 
 pub mod mock_openai;
 pub mod moto;
+pub mod python;
 
 use std::path::Path;
 use std::sync::Arc;

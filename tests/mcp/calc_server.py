@@ -1,0 +1,48 @@
+"""A small MCP server for Baton's tests, on the MCP Python SDK's own FastMCP, served over
+streamable HTTP at http://127.0.0.1:<port>/mcp.
+
+usage: calc_server.py PORT
+"""
+
+import sys
+
+from mcp.server.fastmcp import Context, FastMCP
+from pydantic import BaseModel
+
+mcp = FastMCP("calc", host="127.0.0.1", port=int(sys.argv[1]))
+
+
+@mcp.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@mcp.tool()
+def divide(a: float, b: float) -> float:
+    """Divide a by b."""
+    if b == 0:
+        raise ValueError("division by zero")
+    return a / b
+
+
+class Stats(BaseModel):
+    count: int
+    mean: float
+
+
+@mcp.tool()
+def stats(values: list[float]) -> Stats:
+    """Count and mean of a list of numbers (structured output)."""
+    return Stats(count=len(values), mean=sum(values) / len(values) if values else 0.0)
+
+
+@mcp.tool()
+def whoami(ctx: Context) -> str:
+    """The Authorization header the client sent."""
+    request = ctx.request_context.request
+    return request.headers.get("authorization", "(none)") if request else "(no request)"
+
+
+if __name__ == "__main__":
+    mcp.run(transport="streamable-http")

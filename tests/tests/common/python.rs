@@ -1,0 +1,127 @@
+//! The Python programs the tests run, which no one here wrote: the MCP Python SDK (its
+//! FastMCP server) and `mcp-server-time`, a published MCP server. They are installed into
+//! a virtualenv under `target/` the first time a test needs them (`python3 -m venv` and
+//! `pip install`, from PyPI), so `cargo test` needs no set-up step. Without python3 or
+//! PyPI these tests fail, saying why; they never skip.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What the virtualenv holds; a change makes a new one.
+const REQUIREMENTS: &[&str] = &["mcp<2", "mcp-server-time"];
+
+/// The virtualenv's `bin` directory, created and filled once (across test processes: the
+/// first takes a lock directory, the others wait for its `ready` mark).
+pub fn venv_bin() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-python");
+    let bin = root.join("bin");
+    let ready = root.join(format!(
+        "ready-{}",
+        REQUIREMENTS.join(",").replace(['<', '>', '/'], "_")
+    ));
+    if ready.exists() {
+        return bin;
+    }
+    std::fs::create_dir_all(root.parent().expect("parent")).expect("target dir");
+    let lock = root.with_extension("lock");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        if ready.exists() {
+            return bin;
+        }
+        match std::fs::create_dir(&lock) {
+            Ok(()) => break,
+            Err(_) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "waited 10 minutes for {}",
+                    lock.display()
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+    let result = (|| {
+        if !bin.join("python").exists() {
+            run(Command::new("python3").args(["-m", "venv"]).arg(&root))?;
+        }
+        run(Command::new(bin.join("python"))
+            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+            .args(REQUIREMENTS))?;
+        std::fs::write(&ready, b"").map_err(|e| e.to_string())
+    })();
+    let _ = std::fs::remove_dir(&lock);
+    if let Err(e) = result {
+        panic!(
+            "cannot set up the tests' Python tools in {}: {e}",
+            root.display()
+        );
+    }
+    bin
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// `tests/mcp/calc_server.py` (FastMCP over streamable HTTP) on a free port; killed when
+/// dropped, or by [`McpHttpServer::kill`].
+pub struct McpHttpServer {
+    child: Child,
+    pub url: String,
+}
+
+impl McpHttpServer {
+    pub fn start() -> Self {
+        let bin = venv_bin();
+        let port = free_port();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp/calc_server.py");
+        let child = Command::new(bin.join("python"))
+            .arg(script)
+            .arg(port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the FastMCP server");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the FastMCP server did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for McpHttpServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,218 @@
+//! MCP tools end to end, against MCP servers no one here wrote: the MCP Python SDK's own
+//! FastMCP server over streamable HTTP (`tests/mcp/calc_server.py`: a few tools on the
+//! SDK), and `mcp-server-time` from PyPI over stdio. A scripted model calls their tools
+//! through `baton dev`'s server; the results are in the timeline, approval gates an MCP
+//! tool, and a server killed mid-run gives an error result while the run goes on.
+
+mod common;
+
+use std::sync::Arc;
+
+use baton_core::agent::{AgentsFile, Prepared};
+use baton_core::ports::SystemClock;
+use common::python::{McpHttpServer, free_port, venv_bin};
+use common::{Harness, of_type, scripted};
+use serde_json::{Value, json};
+
+fn catalog(
+    file: Value,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Arc<baton_core::agent::Catalog> {
+    let file: AgentsFile = serde_json::from_value(file).expect("agents file");
+    Arc::new(
+        baton_tools::catalog(Some(file), baton_tools::Host::Dev, lookup, vec![]).expect("catalog"),
+    )
+}
+
+/// The tool entries of a run, by the tool's name, in order.
+fn results<'a>(run: &'a Value, name: &str) -> Vec<&'a Value> {
+    of_type(run, "tool")
+        .into_iter()
+        .filter(|e| e["name"] == name)
+        .map(|e| &e["result"])
+        .collect()
+}
+
+async fn answer(h: &Harness, cta: &Value, approved: bool) {
+    let (code, v) = h
+        .post(
+            &format!("/ctas/{}/response", cta["ctaId"].as_str().expect("ctaId")),
+            json!({"kind": "approval", "approved": approved}),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fastmcp_tools_run_are_gated_and_a_killed_server_is_an_error_result() {
+    let mut server = McpHttpServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = json!({
+        "mcpServers": {"calc": {"url": server.url, "headers": {"Authorization": "Bearer ${CALC_TOKEN}"}}},
+        "agents": {"ops": {
+            "tools": ["mcp:calc", "request_human_feedback"],
+            "approval": {"calc__whoami": "always"}
+        }}
+    });
+    let lookup = |k: &str| (k == "CALC_TOKEN").then(|| "s3cret".to_owned());
+    let catalog = catalog(file, &lookup);
+    let script = json!({"ops": [
+        {"tool_calls": [
+            {"name": "calc__add", "arguments": {"a": 2, "b": 3}},
+            {"name": "calc__stats", "arguments": {"values": [1, 2, 3]}},
+            {"name": "calc__divide", "arguments": {"a": 1, "b": 0}},
+            {"name": "calc__whoami", "arguments": {}}
+        ]},
+        {"tool_calls": [{"name": "request_human_feedback",
+                         "arguments": {"kind": "approval", "message": "Go on?"}}]},
+        {"tool_calls": [{"name": "calc__add", "arguments": {"a": 1, "b": 1}}]},
+        {"text": "done"}
+    ]});
+    let h = common::start(
+        dir.path(),
+        scripted(&script.to_string()),
+        catalog.clone(),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let run_id = h
+        .create_run(json!({"prompt": "compute", "agent": "ops"}))
+        .await;
+
+    // The approval policy gates the MCP tool like any other.
+    let gate = h.wait_pending(1).await;
+    assert!(
+        gate[0]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("calc__whoami"),
+        "{gate:?}"
+    );
+    answer(&h, &gate[0], true).await;
+
+    // The run asks a human next: kill the server while it waits.
+    let ask = loop {
+        let pending = h.wait_pending(1).await;
+        if pending[0]["message"] == "Go on?" {
+            break pending;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    server.kill();
+    answer(&h, &ask[0], true).await;
+
+    let run = h.wait_status(&run_id, &["completed"]).await;
+    assert_eq!(run["result"], "done");
+    let add = results(&run, "calc__add");
+    assert_eq!(add[0]["status"], "success", "{run:#}");
+    assert!(add[0]["output"].to_string().contains('5'), "{}", add[0]);
+    let stats = results(&run, "calc__stats");
+    assert_eq!(
+        stats[0]["output"]["count"], 3,
+        "structured content: {}",
+        stats[0]
+    );
+    assert_eq!(stats[0]["output"]["mean"], 2.0);
+    let divide = results(&run, "calc__divide");
+    assert_eq!(divide[0]["status"], "error", "isError: {}", divide[0]);
+    assert!(
+        divide[0]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("division by zero")
+    );
+    let whoami = results(&run, "calc__whoami");
+    assert_eq!(whoami[0]["status"], "success", "{}", whoami[0]);
+    assert!(
+        whoami[0]["output"].to_string().contains("Bearer s3cret"),
+        "{}",
+        whoami[0]
+    );
+    // The server was killed: the call is an error result the model sees, and the run went on.
+    assert_eq!(add[1]["status"], "error", "{}", add[1]);
+    assert!(
+        add[1]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("MCP server `calc`"),
+        "{}",
+        add[1]
+    );
+    h.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_stdio_server_lists_and_answers() {
+    let bin = venv_bin();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = json!({
+        "mcpServers": {"clock": {
+            "command": bin.join("mcp-server-time"),
+            "args": ["--local-timezone", "UTC"]
+        }},
+        "agents": {"timekeeper": {"tools": ["clock__get_current_time"]}}
+    });
+    let catalog = catalog(file, &|_| None);
+    let script = json!({"timekeeper": [
+        {"tool_calls": [{"name": "clock__get_current_time", "arguments": {"timezone": "UTC"}}]},
+        {"text": "it is now"}
+    ]});
+    let h = common::start(
+        dir.path(),
+        scripted(&script.to_string()),
+        catalog.clone(),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let run_id = h
+        .create_run(json!({"prompt": "what time is it?", "agent": "timekeeper"}))
+        .await;
+    let run = h.wait_status(&run_id, &["completed"]).await;
+    let now = results(&run, "clock__get_current_time");
+    assert_eq!(now[0]["status"], "success", "{run:#}");
+    let text = now[0]["output"].to_string();
+    assert!(text.contains("UTC") && text.contains("datetime"), "{text}");
+
+    // The model is told the tool by its server-qualified name, with the server's own
+    // description and schema; the server's other tool is not this agent's.
+    let agent = catalog.agent("timekeeper").expect("agent");
+    let specs = catalog.specs(agent, &Prepared::default());
+    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["clock__get_current_time"]);
+    assert!(!specs[0].description.is_empty());
+    assert!(
+        specs[0].parameters["properties"]["timezone"].is_object(),
+        "{:?}",
+        specs[0]
+    );
+    h.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_answers_leaves_its_tools_unavailable_not_the_run_failed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("http://127.0.0.1:{}/mcp", free_port());
+    let file = json!({
+        "mcpServers": {"gone": {"url": url}},
+        "agents": {"ops": {"tools": ["mcp:gone", "echo"]}}
+    });
+    let script = json!({"ops": [
+        {"tool_calls": [{"name": "gone__anything", "arguments": {}},
+                        {"name": "echo", "arguments": {"text": "still here"}}]},
+        {"text": "carried on"}
+    ]});
+    let h = common::start(
+        dir.path(),
+        scripted(&script.to_string()),
+        catalog(file, &|_| None),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let run_id = h.create_run(json!({"prompt": "try", "agent": "ops"})).await;
+    let run = h.wait_status(&run_id, &["completed"]).await;
+    assert_eq!(run["result"], "carried on");
+    let gone = results(&run, "gone__anything");
+    assert_eq!(gone[0]["status"], "error", "{run:#}");
+    assert_eq!(results(&run, "echo")[0]["output"], "still here");
+    h.server.shutdown().await;
+}
