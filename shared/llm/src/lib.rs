@@ -11,6 +11,8 @@ pub mod openai;
 pub mod retry;
 pub mod router;
 pub mod scripted;
+#[cfg(test)]
+mod testkit;
 
 pub use openai::OpenAiLlm;
 pub use router::Models;

@@ -345,8 +345,7 @@ impl Llm for OpenAiLlm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use baton_core::llm::ToolSpec;
-    use baton_core::timeline::{Entry, EntryBody, ToolEntry, ToolResult};
+    use crate::testkit::{history, tools};
     use wiremock::matchers::{body_partial_json, header, method, path};
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -360,52 +359,6 @@ mod tests {
             timeout: Duration::from_secs(5),
         })
         .expect("client")
-    }
-
-    fn history() -> Vec<Entry> {
-        let at = chrono::DateTime::from_timestamp(0, 0).unwrap_or_default();
-        vec![
-            Entry {
-                seq: 0,
-                at,
-                body: EntryBody::User {
-                    text: "hi".into(),
-                    message_id: None,
-                },
-            },
-            Entry {
-                seq: 1,
-                at,
-                body: EntryBody::Assistant {
-                    text: None,
-                    usage: Usage::default(),
-                    model: None,
-                    cost_usd: None,
-                    operation: Default::default(),
-                },
-            },
-            Entry {
-                seq: 2,
-                at,
-                body: EntryBody::Tool(ToolEntry {
-                    id: "call_a".into(),
-                    name: "echo".into(),
-                    input: json!({"text": "x"}),
-                    result: ToolResult::Success { output: json!("x") },
-                    reply_seq: 1,
-                    cta: None,
-                    child_run_id: None,
-                }),
-            },
-        ]
-    }
-
-    fn tools() -> Vec<ToolSpec> {
-        vec![ToolSpec {
-            name: "echo".into(),
-            description: "d".into(),
-            parameters: json!({"type": "object"}),
-        }]
     }
 
     fn ok_body() -> Value {
