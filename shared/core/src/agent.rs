@@ -694,4 +694,132 @@ mod tests {
             .is_err()
         );
     }
+
+    /// A server with one tool, `<name>__ping`, that can be made to fail listing.
+    struct FakeServer {
+        name: &'static str,
+        up: std::sync::atomic::AtomicBool,
+        lists: std::sync::atomic::AtomicU32,
+    }
+
+    struct Ping(String);
+
+    #[async_trait::async_trait]
+    impl Tool for Ping {
+        fn name(&self) -> &str {
+            &self.0
+        }
+        fn description(&self) -> &str {
+            "ping"
+        }
+        fn schema(&self) -> Value {
+            serde_json::json!({"type": "object"})
+        }
+        async fn execute(&self, _: &tools::ToolContext, _: Value) -> Result<Value, String> {
+            Ok("pong".into())
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ToolServer for FakeServer {
+        async fn list(&self) -> Result<Vec<Arc<dyn Tool>>, String> {
+            use std::sync::atomic::Ordering;
+            self.lists.fetch_add(1, Ordering::SeqCst);
+            if self.up.load(Ordering::SeqCst) {
+                Ok(vec![Arc::new(Ping(format!("{}__ping", self.name)))])
+            } else {
+                Err("down".into())
+            }
+        }
+    }
+
+    fn with_server(json: &str, up: bool) -> (Result<Catalog, CatalogError>, Arc<FakeServer>) {
+        let server = Arc::new(FakeServer {
+            name: "calc",
+            up: std::sync::atomic::AtomicBool::new(up),
+            lists: Default::default(),
+        });
+        let toolbox = Toolbox {
+            tools: vec![],
+            servers: BTreeMap::from([("calc".to_owned(), server.clone() as Arc<dyn ToolServer>)]),
+        };
+        (
+            Catalog::build(Limits::default(), toolbox, Some(file(json))),
+            server,
+        )
+    }
+
+    #[test]
+    fn mcp_grants_are_checked_and_listed_once() {
+        let ok = r#"{"mcpServers": {"calc": {"url": "http://x", "agents": ["explore"]}},
+                     "agents": {"ops": {"tools": ["calc__ping"], "approval": {"calc__ping": "always"}},
+                                "all": {"tools": ["mcp:calc"], "approval": {"calc__other": "always"}}}}"#;
+        let (c, server) = with_server(ok, true);
+        let c = c.expect("builds");
+        let explore = c.agent("explore").expect("explore");
+        assert!(
+            explore.tools.contains(&"mcp:calc".to_owned()),
+            "granted by the server spec"
+        );
+        let none = Prepared::default();
+        // Not listed yet: the model is offered nothing of it, and a call finds no tool.
+        assert!(c.specs(explore, &none).is_empty());
+        assert!(c.tool_for(explore, &none, "calc__ping").is_none());
+        let block = |f| {
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("runtime")
+                .block_on(f)
+        };
+        block(c.list_servers(explore, &none));
+        block(c.list_servers(c.agent("ops").expect("ops"), &none));
+        assert_eq!(
+            server.lists.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "listed once"
+        );
+        assert_eq!(c.specs(explore, &none)[0].name, "calc__ping");
+        assert!(
+            c.tool_for(c.agent("ops").expect("ops"), &none, "calc__ping")
+                .is_some()
+        );
+        assert!(
+            c.tool_for(c.agent("code").expect("code"), &none, "calc__ping")
+                .is_none()
+        );
+
+        // A server that is down is asked again only after a while.
+        let (c, server) = with_server(ok, false);
+        let c = c.expect("builds");
+        block(c.list_servers(explore_of(&c), &none));
+        block(c.list_servers(explore_of(&c), &none));
+        assert_eq!(server.lists.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(c.specs(explore_of(&c), &none).is_empty());
+
+        for (json, expected) in [
+            (
+                r#"{"mcpServers": {"calc": {"url": "http://x"}}, "agents": {"a": {"tools": ["mcp:nope"]}}}"#,
+                "unknown tool `mcp:nope`",
+            ),
+            (
+                r#"{"mcpServers": {"calc": {"url": "http://x"}}, "agents": {"a": {"tools": ["nope__x"]}}}"#,
+                "unknown tool `nope__x`",
+            ),
+            (
+                r#"{"mcpServers": {"calc": {"url": "http://x", "agents": ["ghost"]}}}"#,
+                "`ghost`, which is not an agent",
+            ),
+            (
+                r#"{"mcpServers": {"calc": {"url": "http://x"}}, "agents": {"a": {"tools": ["mcp:calc"], "approval": {"echo": "always"}}}}"#,
+                "not one of its tools",
+            ),
+        ] {
+            let err = with_server(json, true).0.expect_err(json);
+            assert!(err.to_string().contains(expected), "{json}: {err}");
+        }
+    }
+
+    fn explore_of(c: &Catalog) -> &AgentDef {
+        c.agent("explore").expect("explore")
+    }
 }

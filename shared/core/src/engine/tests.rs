@@ -31,7 +31,8 @@ fn catalog_with(limits: Limits) -> Catalog {
         "asker": {"tools": ["request_human_feedback", "echo"]},
         "deep": {"tools": ["spawn_subagent"]},
         "quick": {"tools": ["request_human_feedback", "echo"], "ctaExpirySeconds": 60,
-                  "approval": {"echo": "always"}}
+                  "approval": {"echo": "always"}},
+        "timed": {"tools": ["request_human_feedback", "echo"], "maxWallSeconds": 60}
     }}))
     .unwrap();
     Catalog::new(limits, vec![], Some(file)).unwrap()
@@ -1373,4 +1374,178 @@ fn an_oversized_question_is_an_error_the_model_sees() {
     assert!(matches!(&s.tools(&id)[0].result,
         ToolResult::Error { error } if error.contains("bytes; ask in at most")));
     assert_eq!(s.run(&id).status, RunStatus::Completed);
+}
+
+#[test]
+fn every_call_is_priced_and_subagents_report_what_they_spent_once() {
+    let mut s = Sim::new();
+    let child = derive_id("sub", "run_top0", 2);
+    s.script("explore", vec![text("first look"), text("second look")]);
+    s.script(
+        "orchestrator",
+        vec![
+            calls(vec![spawn("explore", "look")]),
+            calls(vec![call(
+                "spawn_subagent",
+                json!({"subagentId": child, "prompt": "look again"}),
+            )]),
+            text("done"),
+        ],
+    );
+    let id = s.create("orchestrator", "go");
+    s.run_all();
+    // gpt-4o-mini: $0.15 in, $0.60 out per million tokens.
+    let price = |input: f64, output: f64| (input * 0.15 + output * 0.60) / 1e6;
+    let near = |a: f64, b: f64| (a - b).abs() < 1e-12;
+    let kid = s.run(&child);
+    assert!(near(kid.cost_usd, price(10.0, 2.0)), "{}", kid.cost_usd);
+    let parent = s.run(&id);
+    assert!(
+        near(parent.cost_usd, price(25.0, 5.0)),
+        "{}",
+        parent.cost_usd
+    );
+    // The child finished twice; each time it reported only what it spent since.
+    assert_eq!(parent.children.usage.input_tokens, 10);
+    assert!(near(parent.children.cost_usd, kid.cost_usd));
+    assert_eq!(parent.total().usage.total_tokens, 30 + 12);
+    let replies: Vec<Option<f64>> = s.runs[&id]
+        .1
+        .iter()
+        .filter_map(|e| match &e.body {
+            EntryBody::Assistant {
+                cost_usd,
+                model,
+                operation,
+                ..
+            } => {
+                assert_eq!(model.as_deref(), Some("openai:gpt-4o-mini"));
+                assert_eq!(*operation, crate::timeline::Operation::Think);
+                Some(*cost_usd)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(replies.len(), 3);
+    assert!(near(replies[2].expect("priced"), price(5.0, 1.0)));
+    let done = s.events("run.completed");
+    let last = &done.last().expect("completed").detail;
+    assert!(near(
+        last["total"]["costUsd"].as_f64().expect("total cost"),
+        parent.total().cost_usd
+    ));
+}
+
+#[test]
+fn a_run_past_its_wall_time_fails_naming_the_limit_and_human_waits_do_not_count() {
+    let mut s = Sim::new();
+    s.script(
+        "timed",
+        vec![
+            feedback(json!({"kind": "approval", "message": "Go?"})),
+            calls(vec![call("echo", json!({"text": "a"}))]),
+            calls(vec![call("echo", json!({"text": "b"}))]),
+            text("never"),
+        ],
+    );
+    let id = s.create("timed", "go");
+    let start = s.queue.pop_front().unwrap();
+    s.deliver(&start);
+    assert_eq!(s.run(&id).state.as_deref(), Some("waiting_on_user"));
+    // Ten days pass before the human answers: that wait is not the run's working time.
+    s.now += chrono::Duration::days(10);
+    let cta = s.pending_ctas(&id)[0].cta_id.clone();
+    s.answer(
+        &cta,
+        CtaResponse::Approval {
+            approved: true,
+            reason: None,
+        },
+    );
+    let answered = s.queue.pop_front().unwrap();
+    s.deliver(&answered);
+    assert_eq!(s.run(&id).status, RunStatus::Running, "thought and echoed");
+    assert_eq!(s.run(&id).human_wait_ms, 10 * 24 * 3600 * 1000);
+    // Then it works past its 60 s: the next iteration ends it.
+    s.now += chrono::Duration::seconds(61);
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Failed);
+    let error = run.error.as_ref().expect("error");
+    assert_eq!(error.code, "deadline_exceeded");
+    assert!(
+        error.message.contains("maxWallSeconds = 60"),
+        "{}",
+        error.message
+    );
+    assert_eq!(s.tools(&id).len(), 2, "the third think never happened");
+}
+
+#[test]
+fn a_prepare_hook_adds_tools_and_context_the_engine_honours() {
+    struct EchoAfterFirst;
+    impl crate::agent::Prepare for EchoAfterFirst {
+        fn prepare(&self, run: &Run, _: &[Entry]) -> crate::agent::Prepared {
+            crate::agent::Prepared {
+                tools: if run.thinks > 0 {
+                    vec!["echo".into()]
+                } else {
+                    vec![]
+                },
+                context: Some(format!("iteration {}", run.thinks)),
+            }
+        }
+    }
+    let mut s = Sim::new();
+    s.catalog = std::mem::replace(&mut s.catalog, catalog_with(Limits::default()))
+        .with_prepare("deep", std::sync::Arc::new(EchoAfterFirst));
+    let echo = || calls(vec![call("echo", json!({"text": "x"}))]);
+    s.script("deep", vec![echo(), echo(), text("ok")]);
+    let id = s.create("deep", "go");
+    s.run_all();
+    let tools = s.tools(&id);
+    // Not granted in the first iteration, granted by the hook in the second.
+    assert!(
+        matches!(&tools[0].result, ToolResult::Error { error } if error.contains("unknown tool"))
+    );
+    assert_eq!(tools[1].result, ToolResult::Success { output: json!("x") });
+    let agent = s.catalog.agent("deep").unwrap();
+    let run = s.run(&id).clone();
+    let prepared = agent.prepared(&run, &[]);
+    assert!(
+        agent
+            .system_prompt(&run, &prepared)
+            .ends_with("iteration 3")
+    );
+}
+
+#[test]
+fn context_guidance_joins_the_system_prompt_by_the_contexts_type() {
+    let file: AgentsFile = serde_json::from_value(json!({"agents": {"reader": {
+        "system": "You read.", "tools": [],
+        "contextGuidance": {"document": "Quote the document."}
+    }}}))
+    .unwrap();
+    let catalog = Catalog::new(Limits::default(), vec![], Some(file)).unwrap();
+    let agent = catalog.agent("reader").unwrap();
+    let mut run = Run::new(NewRun {
+        run_id: "r".into(),
+        agent: "reader".into(),
+        owner: "o".into(),
+        parent: None,
+        depth: 0,
+        on_expiry: ExpiryPolicy::End,
+        sandbox_id: None,
+        metadata: None,
+        context: Some(json!({"type": "document", "id": "doc-7"})),
+        now: t0(),
+    });
+    let none = crate::agent::Prepared::default();
+    let system = agent.system_prompt(&run, &none);
+    assert!(system.starts_with("You read.\n\nQuote the document.\n\nContext (document):"));
+    assert!(system.contains("doc-7"));
+    run.context = Some(json!({"type": "ticket"}));
+    assert!(!agent.system_prompt(&run, &none).contains("Quote"));
+    run.context = None;
+    assert_eq!(agent.system_prompt(&run, &none), "You read.");
 }

@@ -90,8 +90,8 @@ impl Work<'_> {
         }
         let mut executions = Vec::new();
         let mut ids = std::collections::HashSet::new();
-        // What the model was offered: the same hook, on the same run and timeline.
-        let prepared = agent.prepared(&self.run, self.timeline);
+        // What the model was offered: the same hook, on the run and timeline it was asked with.
+        let prepared = agent.prepared(self.given, self.timeline);
         for (i, call) in reply.tool_calls.iter().enumerate() {
             let mut id = if call.id.is_empty() {
                 format!("call_{}_{i}", self.run.thinks - 1)

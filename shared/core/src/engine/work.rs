@@ -20,6 +20,8 @@ pub(super) struct Work<'a> {
     pub(super) catalog: &'a Catalog,
     pub(super) now: DateTime<Utc>,
     pub(super) run: Run,
+    /// The run as the step found it (what the model was asked with).
+    pub(super) given: &'a Run,
     pub(super) timeline: &'a [Entry],
     pub(super) appended: Vec<Entry>,
     pub(super) updated: BTreeMap<u64, Entry>,
@@ -39,7 +41,7 @@ impl<'a> Work<'a> {
     pub(super) fn new(
         catalog: &'a Catalog,
         now: DateTime<Utc>,
-        run: &Run,
+        run: &'a Run,
         timeline: &'a [Entry],
         settled: Option<&'a HashMap<String, Cta>>,
     ) -> Self {
@@ -51,6 +53,7 @@ impl<'a> Work<'a> {
             catalog,
             now,
             run: run.clone(),
+            given: run,
             timeline,
             appended: Vec::new(),
             updated: BTreeMap::new(),
