@@ -350,13 +350,22 @@ fn progress(r: &Value) -> String {
 fn render_run(r: &Value) -> String {
     let u = &r["usage"];
     let mut out = format!(
-        "run {}  agent {}  status {}  tokens {} in / {} out",
+        "run {}  agent {}  status {}  tokens {} in / {} out  cost ${:.6}",
         r["runId"].as_str().unwrap_or(""),
         r["agent"].as_str().unwrap_or(""),
         r["status"].as_str().unwrap_or(""),
         u["inputTokens"],
-        u["outputTokens"]
+        u["outputTokens"],
+        r["costUsd"].as_f64().unwrap_or(0.0),
     );
+    let total = &r["total"];
+    if total["usage"]["totalTokens"] != u["totalTokens"] {
+        out.push_str(&format!(
+            " (with subagents: {} tokens, ${:.6})",
+            total["usage"]["totalTokens"],
+            total["costUsd"].as_f64().unwrap_or(0.0)
+        ));
+    }
     for e in r["timeline"].as_array().into_iter().flatten() {
         let line = match e["type"].as_str().unwrap_or("") {
             "user" => format!("user: {}", short(&e["text"], 100)),

@@ -286,7 +286,7 @@ pub(crate) async fn model_and_agents(
         baton_tools::Host::Dev,
     )?);
     let llm: Arc<dyn Llm> = match script {
-        Some(path) => Arc::new(ScriptedLlm::load(path)?),
+        Some(path) => Arc::new(ScriptedLlm::load(path)?.priced_as(&config.model.model)),
         None => {
             // Bedrock needs the AWS SDK's config (credentials, region): loaded only when a
             // model is Bedrock's, so that `baton dev` never waits on an AWS lookup otherwise.

@@ -128,6 +128,8 @@ fn the_cli_drives_a_run_through_a_cta_to_completion() {
     }
     let shown = stdout(&baton(&dev, data.path(), &["show", &run_id]));
     assert!(shown.contains("result: All done."), "{shown}");
+    // The script's replies are priced as BATON_MODEL's (gpt-4o-mini by default).
+    assert!(shown.contains("cost $0.0000"), "{shown}");
 
     // A follow-up turn: the script has no fourth reply, so that turn fails, clearly.
     let said = baton(&dev, data.path(), &["say", &run_id, "and now?"]);

@@ -36,6 +36,9 @@ pub struct ScriptedCall {
 #[derive(Debug, Clone, Default)]
 pub struct ScriptedLlm {
     script: HashMap<String, Vec<ScriptedReply>>,
+    /// The model replies are priced as when the agent names none (`BATON_MODEL` under
+    /// `baton dev --script`), so a script shows what its run would cost.
+    default_model: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +72,16 @@ impl ScriptedLlm {
                 });
             }
         }
-        Ok(Self { script })
+        Ok(Self {
+            script,
+            default_model: None,
+        })
+    }
+
+    /// Prices replies of agents that name no model as `model`'s.
+    pub fn priced_as(mut self, model: &str) -> Self {
+        self.default_model = Some(model.to_owned());
+        self
     }
 
     pub fn from_json(text: &str, path: &str) -> Result<Self, ScriptError> {
@@ -121,7 +133,10 @@ impl Llm for ScriptedLlm {
                 .collect(),
             usage: reply.usage.unwrap_or_default(),
             // Priced as the agent's model would be, so a script can show what a run costs.
-            model: request.model.map(str::to_owned),
+            model: request
+                .model
+                .map(str::to_owned)
+                .or_else(|| self.default_model.clone()),
         })
     }
 }
