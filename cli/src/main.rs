@@ -282,7 +282,8 @@ pub(crate) async fn model_and_agents(
     config: &Config,
 ) -> anyhow::Result<(Arc<dyn Llm>, Arc<Catalog>)> {
     let catalog = Arc::new(baton_tools::load_catalog(
-        agents.or(config.agents_file.as_deref()),
+        agents,
+        config,
         baton_tools::Host::Dev,
     )?);
     let llm: Arc<dyn Llm> = match script {

@@ -3,6 +3,8 @@
 //! an error result and the run goes on, a run past `maxWallSeconds` ends failed with an
 //! entry naming the limit, and what the model calls cost is on the run.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 mod common;
 
 use std::sync::Arc;
@@ -201,4 +203,34 @@ async fn a_run_context_reaches_the_agent_and_a_bad_one_is_refused() {
         );
     }
     h.server.shutdown().await;
+}
+
+#[test]
+fn the_readmes_example_agents_file_builds_and_lambda_refuses_its_stdio_server() {
+    let text = common::examples("agents.json");
+    let file = || AgentsFile::parse(&text, "examples/agents.json").expect("parses");
+    let vars = |k: &str| matches!(k, "CALC_TOKEN" | "ORDERS_KEY").then(|| "x".to_owned());
+    let catalog = baton_tools::catalog(Some(file()), baton_tools::Host::Dev, &vars, vec![])
+        .expect("builds under baton dev");
+    let explore = catalog.agent("explore").expect("explore");
+    assert!(
+        explore.tools.iter().any(|t| t == "http_fetch"),
+        "{:?}",
+        explore.tools
+    );
+    assert!(explore.tools.iter().any(|t| t == "mcp:clock"));
+    assert_eq!(
+        catalog.agent("ops").expect("ops").max_wall,
+        Some(Duration::from_secs(600))
+    );
+    let err = baton_tools::catalog(Some(file()), baton_tools::Host::Lambda, &vars, vec![])
+        .expect_err("stdio on Lambda");
+    assert!(
+        err.to_string().contains("mcpServers.clock")
+            && err.to_string().contains("only `baton dev`"),
+        "{err}"
+    );
+    let err = baton_tools::catalog(Some(file()), baton_tools::Host::Dev, &|_| None, vec![])
+        .expect_err("unset variable");
+    assert!(err.to_string().contains("is not set"), "{err}");
 }

@@ -159,12 +159,7 @@ impl Runtime {
         llm: Arc<dyn Llm>,
         runs_tools: bool,
     ) -> Result<Arc<Service>, InitError> {
-        let file = self
-            .config
-            .agents_file
-            .as_deref()
-            .map(baton_core::agent::AgentsFile::load)
-            .transpose()?;
+        let file = self.config.agents()?;
         let catalog = if runs_tools {
             let secrets = self.secrets().await?;
             let lookup = |k: &str| secrets.get(k).cloned().or_else(|| std::env::var(k).ok());

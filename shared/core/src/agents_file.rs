@@ -141,7 +141,15 @@ impl AgentsFile {
             path: p.clone(),
             source,
         })?;
-        serde_json::from_str(&text).map_err(|source| CatalogError::Parse { path: p, source })
+        Self::parse(&text, &p)
+    }
+
+    /// The file's JSON, `source` naming where it came from in errors.
+    pub fn parse(text: &str, source: &str) -> Result<Self, CatalogError> {
+        serde_json::from_str(text).map_err(|e| CatalogError::Parse {
+            path: source.to_owned(),
+            source: e,
+        })
     }
 }
 

@@ -133,6 +133,9 @@ pub struct Config {
     pub model: ModelConfig,
     /// `BATON_AGENTS_FILE`: extra agents (JSON), if any.
     pub agents_file: Option<PathBuf>,
+    /// `BATON_AGENTS_JSON`: the agents file's JSON itself (on Lambda, from the template's
+    /// `AgentsJson`); used when `BATON_AGENTS_FILE` is not set.
+    pub agents_json: Option<String>,
     pub sdk: SdkEnv,
     /// `BATON_PREFIX`: the name prefix of resources `baton bootstrap` and `baton dev --aws`
     /// create (default `baton`).
@@ -145,6 +148,17 @@ pub struct Config {
 const AWS_HINT: &str = "template.yaml sets it on every function";
 
 impl Config {
+    /// The agents file: `BATON_AGENTS_FILE`, else `BATON_AGENTS_JSON`, else none.
+    pub fn agents(&self) -> Result<Option<crate::agent::AgentsFile>, crate::agent::CatalogError> {
+        if let Some(path) = &self.agents_file {
+            return crate::agent::AgentsFile::load(path).map(Some);
+        }
+        self.agents_json
+            .as_deref()
+            .map(|text| crate::agent::AgentsFile::parse(text, "BATON_AGENTS_JSON"))
+            .transpose()
+    }
+
     /// Reads the process environment. Call once, in `main`.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|k| std::env::var(k).ok())
@@ -230,6 +244,7 @@ impl Config {
         Ok(Self {
             model,
             agents_file: var("BATON_AGENTS_FILE").map(PathBuf::from),
+            agents_json: var("BATON_AGENTS_JSON"),
             sdk: SdkEnv {
                 endpoint: var("AWS_ENDPOINT_URL"),
                 credentials_set: var("AWS_ACCESS_KEY_ID").is_some() || var("AWS_PROFILE").is_some(),
@@ -356,5 +371,20 @@ mod tests {
         assert!(!format!("{c:?}").contains("sk-ant-secret"));
         assert_eq!(c.sdk.endpoint.as_deref(), Some("http://127.0.0.1:5000"));
         assert!(c.sdk.region_set && !c.sdk.credentials_set);
+    }
+
+    #[test]
+    fn the_agents_file_may_come_as_json_in_the_environment() {
+        let c = parse(&[(
+            "BATON_AGENTS_JSON",
+            r#"{"agents": {"a": {"tools": ["echo"]}}}"#,
+        )])
+        .expect("parses");
+        let file = c.agents().expect("valid").expect("given");
+        assert!(file.agents.contains_key("a"));
+        let bad = parse(&[("BATON_AGENTS_JSON", "{nope")]).expect("parses");
+        let err = bad.agents().expect_err("not JSON");
+        assert!(err.to_string().contains("BATON_AGENTS_JSON"), "{err}");
+        assert!(parse(&[]).expect("parses").agents().expect("ok").is_none());
     }
 }

@@ -188,17 +188,15 @@ fn reply(
     })
 }
 
+/// What a Converse request is made of: system blocks, messages, tool configuration.
+type Parts = (
+    Vec<SystemContentBlock>,
+    Vec<Message>,
+    Option<ToolConfiguration>,
+);
+
 /// The request's system blocks, messages and tool configuration.
-fn request(
-    req: &ChatRequest<'_>,
-) -> Result<
-    (
-        Vec<SystemContentBlock>,
-        Vec<Message>,
-        Option<ToolConfiguration>,
-    ),
-    String,
-> {
+fn request(req: &ChatRequest<'_>) -> Result<Parts, String> {
     let mut system = Vec::new();
     let mut turns: Vec<(ConversationRole, Vec<ContentBlock>)> = Vec::new();
     for m in req.messages() {

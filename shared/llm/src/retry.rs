@@ -62,29 +62,6 @@ pub fn describe(e: &reqwest::Error, url: &str) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_to_its_cap_with_jitter_below_it() {
-        let b = Backoff::default();
-        let mut seen = std::collections::HashSet::new();
-        for attempt in 0..20 {
-            let cap = (b.initial * (1 << attempt.min(16))).min(b.max);
-            for _ in 0..10 {
-                let d = backoff(&b, attempt);
-                assert!(
-                    d >= cap / 2 && d <= cap,
-                    "attempt {attempt}: {d:?} vs {cap:?}"
-                );
-                seen.insert(d);
-            }
-        }
-        assert!(seen.len() > 100, "jittered: {} distinct waits", seen.len());
-    }
-}
-
 /// What one attempt of a model call came to.
 pub enum Attempt<T> {
     Done(T),
@@ -140,4 +117,27 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
         .ok()
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_cap_with_jitter_below_it() {
+        let b = Backoff::default();
+        let mut seen = std::collections::HashSet::new();
+        for attempt in 0..20 {
+            let cap = (b.initial * (1 << attempt.min(16))).min(b.max);
+            for _ in 0..10 {
+                let d = backoff(&b, attempt);
+                assert!(
+                    d >= cap / 2 && d <= cap,
+                    "attempt {attempt}: {d:?} vs {cap:?}"
+                );
+                seen.insert(d);
+            }
+        }
+        assert!(seen.len() > 100, "jittered: {} distinct waits", seen.len());
+    }
 }

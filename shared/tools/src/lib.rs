@@ -68,8 +68,16 @@ pub fn catalog(
     Catalog::build(Limits::default(), toolbox, Some(file))
 }
 
-/// [`catalog`] of the agents file at `path`, if any, with the process environment.
-pub fn load_catalog(path: Option<&Path>, host: Host) -> Result<Catalog, CatalogError> {
-    let file = path.map(AgentsFile::load).transpose()?;
+/// [`catalog`] of the agents file at `path`, else of `config`'s (`BATON_AGENTS_FILE`,
+/// `BATON_AGENTS_JSON`), with the process environment.
+pub fn load_catalog(
+    path: Option<&Path>,
+    config: &baton_core::config::Config,
+    host: Host,
+) -> Result<Catalog, CatalogError> {
+    let file = match path {
+        Some(p) => Some(AgentsFile::load(p)?),
+        None => config.agents()?,
+    };
     catalog(file, host, &|k| std::env::var(k).ok(), vec![])
 }

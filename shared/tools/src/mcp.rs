@@ -162,10 +162,8 @@ impl Inner {
     /// The open connection, opening one if there is none (or `fresh` asks for a new one).
     async fn client(&self, fresh: bool) -> Result<Arc<Client>, String> {
         let mut slot = self.client.lock().await;
-        if fresh {
-            if let Some(old) = slot.take() {
-                old.cancellation_token().cancel();
-            }
+        if fresh && let Some(old) = slot.take() {
+            old.cancellation_token().cancel();
         }
         if let Some(c) = slot.as_ref() {
             return Ok(c.clone());
