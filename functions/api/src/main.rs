@@ -6,15 +6,11 @@ use std::sync::Arc;
 
 use baton_api::{ApiGatewayJwt, AppState, router};
 use baton_aws::{Runtime, init_tracing};
-use baton_core::llm::NoModel;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     init_tracing();
-    let service = Runtime::from_env()
-        .await?
-        .service(Arc::new(NoModel), false)
-        .await?;
+    let service = Runtime::from_env().await?.request_service()?;
     let auth = Arc::new(ApiGatewayJwt);
     lambda_http::run(router(AppState { service, auth })).await
 }

@@ -132,6 +132,7 @@ impl Runtime {
     /// Every model provider, routed by the agent's `provider:model-id`: the
     /// OpenAI-compatible endpoint (its key re-read from the secret after a 401), Anthropic,
     /// and Bedrock with the function's role.
+    #[cfg(feature = "steps")]
     pub async fn models(&self) -> Result<Models, InitError> {
         let model = self.model().await?;
         Ok(models(
@@ -150,23 +151,25 @@ impl Runtime {
         }))
     }
 
-    /// The service over this deployment's resources, thinking with `llm`. The step
-    /// functions run tools, so `${VAR}` in the agents file's headers is read from the model
-    /// secret's fields, then the environment. The `api` and `cta` functions never think
-    /// nor run a tool: they pass `NoModel`, and headers are not expanded for them.
-    pub async fn service(
-        &self,
-        llm: Arc<dyn Llm>,
-        runs_tools: bool,
-    ) -> Result<Arc<Service>, InitError> {
-        let file = self.config.agents()?;
-        let catalog = if runs_tools {
-            let secrets = self.secrets().await?;
-            let lookup = |k: &str| secrets.get(k).cloned().or_else(|| std::env::var(k).ok());
-            baton_tools::catalog(file, Host::Lambda, &lookup, vec![])?
-        } else {
-            baton_tools::catalog(file, Host::Lambda, &|_| Some(String::new()), vec![])?
-        };
+    /// The service of the step functions, thinking with `llm`: its catalog runs tools, so
+    /// `${VAR}` in the agents file's headers is read from the model secret's fields, then the
+    /// environment.
+    #[cfg(feature = "steps")]
+    pub async fn step_service(&self, llm: Arc<dyn Llm>) -> Result<Arc<Service>, InitError> {
+        let secrets = self.secrets().await?;
+        let lookup = |k: &str| secrets.get(k).cloned().or_else(|| std::env::var(k).ok());
+        let catalog = baton_tools::catalog(self.config.agents()?, Host::Lambda, &lookup, vec![])?;
+        self.service(llm, catalog)
+    }
+
+    /// The service of the `api` and `cta` functions, which never think nor run a tool: the
+    /// agents file's tools are known by name only (`Catalog::declared`).
+    pub fn request_service(&self) -> Result<Arc<Service>, InitError> {
+        let catalog = Catalog::declared(self.config.agents()?)?;
+        self.service(Arc::new(NoModel), catalog)
+    }
+
+    fn service(&self, llm: Arc<dyn Llm>, catalog: Catalog) -> Result<Arc<Service>, InitError> {
         Ok(aws_service(
             self.config.aws()?,
             &self.sdk,
@@ -179,6 +182,7 @@ impl Runtime {
 }
 
 /// Every model provider for a host, routed by `provider:model-id` (see [`Models`]).
+#[cfg(feature = "steps")]
 pub fn models(
     model: &ModelConfig,
     sdk: &aws_config::SdkConfig,
@@ -210,6 +214,7 @@ pub fn secret_fields(text: &str) -> HashMap<String, String> {
     }
 }
 
+#[cfg(feature = "steps")]
 /// The `orchestrator` and `subagent` functions: steps from their queue (and its dead-letter
 /// queue, `BATON_DEAD_LETTER_QUEUE_ARN`), thinking with `llm`, until Lambda stops them.
 pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda_runtime::Error> {
@@ -218,7 +223,7 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
     let queues = [aws.steps_queue_url.clone(), aws.subagent_queue_url.clone()];
     let step_budget = runtime.config.model.step_budget();
     let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
-    let service = runtime.service(llm, true).await?;
+    let service = runtime.step_service(llm).await?;
     let handler = Arc::new((service, dead_letters, queues, sqs));
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let handler = handler.clone();
@@ -239,7 +244,7 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
 
 /// The `cta` function: answers and expiries from the inbox queue, until Lambda stops it.
 pub async fn run_cta_inbox(runtime: Runtime) -> Result<(), lambda_runtime::Error> {
-    let service = runtime.service(Arc::new(NoModel), false).await?;
+    let service = runtime.request_service()?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let service = service.clone();
         async move { Ok::<_, lambda_runtime::Error>(handle_cta_inbox(&service, event.payload).await) }

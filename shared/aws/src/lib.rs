@@ -23,7 +23,9 @@ pub mod scheduler;
 pub mod sdk;
 pub mod sqs;
 
+#[cfg(feature = "steps")]
+pub use handlers::run_steps;
 pub use handlers::{
     Deadline, InitError, Runtime, SecretKey, StepsOutcome, aws_service, handle_cta_inbox,
-    handle_steps, handle_steps_until, init_tracing, release, run_cta_inbox, run_steps,
+    handle_steps, handle_steps_until, init_tracing, release, run_cta_inbox,
 };

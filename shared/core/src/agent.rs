@@ -419,6 +419,36 @@ impl Catalog {
         Self::new(Limits::default(), vec![], file)
     }
 
+    /// The catalog of a host that never runs a tool (the `api` and `cta` functions): the
+    /// file's HTTP tools, `http_fetch` and MCP servers are declared by name, so its agents
+    /// check out, but no client is built; a call to one is an error saying where tools run.
+    pub fn declared(file: Option<AgentsFile>) -> Result<Self, CatalogError> {
+        let Some(file) = file else {
+            return Self::new(Limits::default(), vec![], None);
+        };
+        let mut toolbox = Toolbox::default();
+        for (name, spec) in &file.tools {
+            toolbox.tools.push(Arc::new(Declared {
+                name: name.clone(),
+                description: spec.description.clone(),
+                schema: spec.schema.clone(),
+            }));
+        }
+        if file.http_fetch.is_some() {
+            toolbox.tools.push(Arc::new(Declared {
+                name: HTTP_FETCH.into(),
+                description: "Fetch a page by URL.".into(),
+                schema: serde_json::json!({"type": "object"}),
+            }));
+        }
+        for name in file.mcp_servers.keys() {
+            toolbox
+                .servers
+                .insert(name.clone(), Arc::new(Declared::server(name)));
+        }
+        Self::build(Limits::default(), toolbox, Some(file))
+    }
+
     /// Gives `agent` a prepare hook (see [`Prepare`]).
     pub fn with_prepare(mut self, agent: &str, hook: Arc<dyn Prepare>) -> Self {
         if let Some(a) = self.agents.get_mut(agent) {
@@ -540,6 +570,53 @@ impl Catalog {
                 Err(e) => warn!(server = name, error = %e, "MCP server cannot list its tools"),
             }
         }
+    }
+}
+
+/// A tool or MCP server a host knows by name only (see [`Catalog::declared`]).
+struct Declared {
+    name: String,
+    description: String,
+    schema: Value,
+}
+
+impl Declared {
+    fn server(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            description: String::new(),
+            schema: Value::Null,
+        }
+    }
+
+    fn refusal(&self) -> String {
+        format!(
+            "`{}` runs only where steps run (baton dev, the orchestrator and subagent functions)",
+            self.name
+        )
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for Declared {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn schema(&self) -> Value {
+        self.schema.clone()
+    }
+    async fn execute(&self, _: &tools::ToolContext, _: Value) -> Result<Value, String> {
+        Err(self.refusal())
+    }
+}
+
+#[async_trait::async_trait]
+impl ToolServer for Declared {
+    async fn list(&self) -> Result<Vec<Arc<dyn Tool>>, String> {
+        Err(self.refusal())
     }
 }
 
@@ -821,5 +898,33 @@ mod tests {
 
     fn explore_of(c: &Catalog) -> &AgentDef {
         c.agent("explore").expect("explore")
+    }
+
+    #[test]
+    fn a_host_that_runs_no_tools_knows_them_by_name() {
+        let f = file(
+            r#"{"mcpServers": {"calc": {"url": "http://x"}},
+                "tools": {"lookup": {"url": "http://x", "description": "d", "schema": {"type": "object"}}},
+                "httpFetch": {"allowHosts": ["docs.rs"]},
+                "agents": {"ops": {"tools": ["lookup", "mcp:calc", "calc__add"]}}}"#,
+        );
+        let c = Catalog::declared(Some(f)).expect("builds without clients");
+        assert!(c.agent("ops").is_some());
+        assert!(
+            c.agent("explore")
+                .expect("explore")
+                .tools
+                .contains(&HTTP_FETCH.to_owned())
+        );
+        let def = c.tool("lookup").expect("declared");
+        let tools::ToolKind::Exec(tool) = &def.kind else {
+            panic!("an executable tool")
+        };
+        let ctx = tools::ToolContext::new("r", "o", "ops", "c");
+        let out = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(tool.execute(&ctx, serde_json::json!({})));
+        assert!(out.is_err_and(|e| e.contains("runs only where steps run")));
     }
 }

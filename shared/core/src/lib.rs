@@ -9,8 +9,9 @@
 //! - [`service`] is the only place that loads, steps, commits and performs effects.
 //! - [`config`] reads the environment, once, for every host.
 //!
-//! Adapters (AWS, SQLite), model clients and hosts (Lambda functions, `baton dev`) are
-//! crates beside this one; this crate knows none of them.
+//! Adapters (AWS, SQLite), model and tool clients and hosts (Lambda functions, `baton dev`)
+//! are crates beside this one; this crate knows none of them. Of tokio it uses only the
+//! timer, to bound a tool call (the hosts run the runtime).
 
 pub mod agent;
 pub mod agents_file;

@@ -185,7 +185,10 @@ pub fn project(system: &str, timeline: &[Entry]) -> Vec<ChatMessage> {
                     is_error,
                 });
             }
-            EntryBody::Notice { .. } | EntryBody::Error { .. } | EntryBody::Queued { .. } => {}
+            EntryBody::Notice { .. }
+            | EntryBody::Error { .. }
+            | EntryBody::Queued { .. }
+            | EntryBody::Widget { .. } => {}
         }
     }
     flush(&mut out, &mut results);

@@ -64,6 +64,14 @@ pub enum EntryBody {
         code: String,
         message: String,
     },
+    /// A typed payload a tool returned beside its result, for a UI to draw (a table, a
+    /// key/value card, ...). The model never sees it.
+    Widget {
+        #[serde(rename = "callId")]
+        call_id: String,
+        kind: String,
+        data: Value,
+    },
 }
 
 /// Why a model was called: an agent's iteration (`think`); planning and reviewing plans

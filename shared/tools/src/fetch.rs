@@ -257,12 +257,7 @@ mod tests {
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
     fn ctx() -> ToolContext {
-        ToolContext {
-            run_id: "r".into(),
-            owner: "o".into(),
-            agent: "explore".into(),
-            call_id: "c".into(),
-        }
+        ToolContext::new("r", "o", "explore", "c")
     }
 
     #[test]

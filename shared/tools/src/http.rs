@@ -148,12 +148,7 @@ mod tests {
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
     fn ctx() -> ToolContext {
-        ToolContext {
-            run_id: "run_1".into(),
-            owner: "o".into(),
-            agent: "ops".into(),
-            call_id: "call_7".into(),
-        }
+        ToolContext::new("run_1", "o", "ops", "call_7")
     }
 
     fn tool(url: String) -> HttpTool {

@@ -38,7 +38,10 @@ pub(super) fn answered(
     }
     let result = match (snap.gate, response) {
         (true, CtaResponse::Approval { approved: true, .. }) => match io.outputs.get(&call_id) {
-            Some(out) => to_result(out.clone()),
+            Some(out) => {
+                w.push_widgets(&call_id, io);
+                to_result(out.clone())
+            }
             None => {
                 return Next::Now(Step::Execute(vec![Execution {
                     call_id,

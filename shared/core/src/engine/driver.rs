@@ -23,13 +23,29 @@ pub trait StepIo: Sync {
     /// The model's reply for the run's `think_index`-th think.
     fn think(&self, think_index: u32) -> impl Future<Output = Result<LlmReply, LlmError>> + Send;
     /// A tool's output; an `Err` is an error result the model sees.
-    fn execute(&self, call: Execution) -> impl Future<Output = Result<Value, String>> + Send;
+    fn execute(&self, call: Execution) -> impl Future<Output = ToolOutput> + Send;
     /// Settles these CTAs as cancelled where they are still pending (the first write wins)
     /// and returns their records as they then are, by id.
     fn settle(
         &self,
         cta_ids: Vec<String>,
     ) -> impl Future<Output = Result<HashMap<String, Cta>, PortError>> + Send;
+}
+
+/// What executing a tool gave: its result, and the widgets it added beside it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub result: Result<Value, String>,
+    pub widgets: Vec<crate::tools::Widget>,
+}
+
+impl From<Result<Value, String>> for ToolOutput {
+    fn from(result: Result<Value, String>) -> Self {
+        Self {
+            result,
+            widgets: Vec::new(),
+        }
+    }
 }
 
 /// Why [`decide`] could not decide: retry the message.
@@ -71,7 +87,10 @@ pub async fn decide<W: StepIo>(
                 for call in calls {
                     let id = call.call_id.clone();
                     let out = world.execute(call).await;
-                    io.outputs.insert(id, out);
+                    if !out.widgets.is_empty() {
+                        io.widgets.insert(id.clone(), out.widgets);
+                    }
+                    io.outputs.insert(id, out.result);
                 }
             }
             Step::Done(t) => return Ok(Decision::Commit(t)),

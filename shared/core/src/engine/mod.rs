@@ -42,7 +42,7 @@ use crate::run::Run;
 use crate::timeline::{Entry, ToolResult};
 use work::Work;
 
-pub use driver::{Decision, IoError, StepIo, decide};
+pub use driver::{Decision, IoError, StepIo, ToolOutput, decide};
 
 /// A tool the caller must execute for the engine.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,6 +75,8 @@ pub struct Io {
     /// The model call failed for good: the run fails, after this step's input is applied.
     pub model_error: Option<String>,
     pub outputs: std::collections::HashMap<String, Result<Value, String>>,
+    /// The widgets each executed call added beside its output, by call id.
+    pub widgets: std::collections::HashMap<String, Vec<crate::tools::Widget>>,
     /// The CTA records after [`Step::Settle`] (`None` until then), by CTA id.
     pub settled: Option<std::collections::HashMap<String, Cta>>,
 }

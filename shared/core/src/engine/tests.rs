@@ -100,13 +100,25 @@ impl StepIo for Scripted {
         std::future::ready(Ok(reply))
     }
 
-    fn execute(&self, call: Execution) -> impl Future<Output = Result<Value, String>> + Send {
+    fn execute(&self, call: Execution) -> impl Future<Output = ToolOutput> + Send {
         assert_eq!(call.tool, "echo");
         self.executed
             .lock()
             .expect("not poisoned")
             .push(call.call_id.clone());
-        std::future::ready(Ok(call.input["text"].clone()))
+        // Echoing "chart" also returns a widget, as a tool may.
+        let widgets = if call.input["text"] == "chart" {
+            vec![crate::tools::Widget {
+                kind: "table".into(),
+                data: json!({"columns": ["x"], "rows": [[1], [2]]}),
+            }]
+        } else {
+            vec![]
+        };
+        std::future::ready(ToolOutput {
+            result: Ok(call.input["text"].clone()),
+            widgets,
+        })
     }
 
     fn settle(
@@ -1548,4 +1560,39 @@ fn context_guidance_joins_the_system_prompt_by_the_contexts_type() {
     assert!(!agent.system_prompt(&run, &none).contains("Quote"));
     run.context = None;
     assert_eq!(agent.system_prompt(&run, &none), "You read.");
+}
+
+#[test]
+fn widgets_are_timeline_entries_the_model_never_sees() {
+    let mut s = Sim::new();
+    s.script(
+        "worker",
+        vec![
+            calls(vec![call("echo", json!({"text": "chart"}))]),
+            text("drawn"),
+        ],
+    );
+    let id = s.create("worker", "draw");
+    s.run_all();
+    let timeline = s.runs[&id].1.clone();
+    let widget = timeline
+        .iter()
+        .find_map(|e| match &e.body {
+            EntryBody::Widget {
+                call_id,
+                kind,
+                data,
+            } => Some((call_id.clone(), kind.clone(), data.clone())),
+            _ => None,
+        })
+        .expect("a widget entry");
+    assert_eq!(widget.0, s.tools(&id)[0].id);
+    assert_eq!(widget.1, "table");
+    assert_eq!(widget.2["rows"][1][0], 2);
+    let seen = crate::llm::project("", &timeline);
+    assert!(
+        !seen.iter().any(|m| format!("{m:?}").contains("rows")),
+        "the model's projection leaves widgets out: {seen:?}"
+    );
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
 }

@@ -220,7 +220,10 @@ impl Work<'_> {
                     return self.raise_cta(seq, id, approval, true, agent.cta_expiry);
                 }
                 match io.outputs.get(id) {
-                    Some(out) => to_result(out.clone()),
+                    Some(out) => {
+                        self.push_widgets(id, io);
+                        to_result(out.clone())
+                    }
                     None => {
                         executions.push(Execution {
                             call_id: id.into(),

@@ -117,6 +117,17 @@ impl<'a> Work<'a> {
         seq
     }
 
+    /// The widgets call `call_id` added beside its output, as entries after it.
+    pub(super) fn push_widgets(&mut self, call_id: &str, io: &super::Io) {
+        for w in io.widgets.get(call_id).into_iter().flatten() {
+            self.push(EntryBody::Widget {
+                call_id: call_id.to_owned(),
+                kind: w.kind.clone(),
+                data: w.data.clone(),
+            });
+        }
+    }
+
     pub(super) fn batch(&self) -> std::ops::Range<u64> {
         self.batch_start..self.run.next_seq
     }

@@ -105,6 +105,7 @@ pub(super) fn approx_bytes(entries: &[Entry]) -> usize {
             128 + match &e.body {
                 EntryBody::User { text, .. } | EntryBody::Queued { text, .. } => text.len(),
                 EntryBody::Assistant { text, .. } => text.as_ref().map_or(0, String::len),
+                EntryBody::Widget { data, .. } => data.to_string().len(),
                 EntryBody::Notice { message, .. } | EntryBody::Error { message, .. } => {
                     message.len()
                 }

@@ -3,13 +3,12 @@
 
 use std::sync::atomic::Ordering;
 
-use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use super::cache::approx_bytes;
 use super::{Handled, Service, StepError};
 use crate::cta::{Cta, Settlement};
-use crate::engine::{self, Decision, Execution, StepIo};
+use crate::engine::{self, Decision, Execution, StepIo, ToolOutput};
 use crate::error::PortError;
 use crate::failpoint;
 use crate::llm::{ChatRequest, LlmError, LlmReply};
@@ -391,17 +390,17 @@ impl StepIo for Thinker<'_> {
         Ok(reply)
     }
 
-    async fn execute(&self, call: Execution) -> Result<Value, String> {
+    async fn execute(&self, call: Execution) -> ToolOutput {
         let catalog = &self.service.catalog;
-        let out = match catalog.tool(&call.tool) {
+        let ctx = ToolContext::new(
+            &self.run.run_id,
+            &self.run.owner,
+            &self.run.agent,
+            &call.call_id,
+        );
+        let result = match catalog.tool(&call.tool) {
             Some(def) => match &def.kind {
                 ToolKind::Exec(tool) => {
-                    let ctx = ToolContext {
-                        run_id: self.run.run_id.clone(),
-                        owner: self.run.owner.clone(),
-                        agent: self.run.agent.clone(),
-                        call_id: call.call_id.clone(),
-                    };
                     let limit = def.timeout.unwrap_or(catalog.limits.tool_timeout);
                     match tokio::time::timeout(limit, tool.execute(&ctx, call.input)).await {
                         Ok(out) => out,
@@ -426,7 +425,10 @@ impl StepIo for Thinker<'_> {
         if let Err(e) = failpoint::hit("step.after_tool") {
             *self.crashed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
         }
-        out
+        ToolOutput {
+            result,
+            widgets: ctx.take_widgets(),
+        }
     }
 
     async fn settle(

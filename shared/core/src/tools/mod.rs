@@ -43,8 +43,8 @@ pub trait Tool: Send + Sync {
     async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String>;
 }
 
-/// What a tool knows of the call it serves.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a tool knows of the call it serves, and where it puts its side outputs.
+#[derive(Debug, Default)]
 pub struct ToolContext {
     pub run_id: String,
     /// The run's owner (the API caller that started the root run).
@@ -52,6 +52,58 @@ pub struct ToolContext {
     pub agent: String,
     /// The tool call's id, the same on every retry of the step: an idempotency key.
     pub call_id: String,
+    widgets: std::sync::Mutex<Vec<Widget>>,
+}
+
+/// A typed payload for a UI, beside a tool's result: a `widget` timeline entry that the
+/// model never sees. `kind` names how to draw it (`table`, `card`, ...).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Widget {
+    pub kind: String,
+    pub data: Value,
+}
+
+/// A widget's `data` is at most this long as JSON (it is stored in the timeline).
+pub const MAX_WIDGET_BYTES: usize = 32 * 1024;
+
+/// At most this many widgets per tool call.
+pub const MAX_WIDGETS: usize = 4;
+
+impl ToolContext {
+    pub fn new(run_id: &str, owner: &str, agent: &str, call_id: &str) -> Self {
+        Self {
+            run_id: run_id.into(),
+            owner: owner.into(),
+            agent: agent.into(),
+            call_id: call_id.into(),
+            widgets: Default::default(),
+        }
+    }
+
+    /// Adds a widget to this call's output. Refused (with the reason) past
+    /// [`MAX_WIDGETS`], or when `data` is over [`MAX_WIDGET_BYTES`] as JSON.
+    pub fn widget(&self, kind: &str, data: Value) -> Result<(), String> {
+        let size = data.to_string().len();
+        if size > MAX_WIDGET_BYTES {
+            return Err(format!(
+                "a widget is at most {MAX_WIDGET_BYTES} bytes; this one is {size}"
+            ));
+        }
+        let mut widgets = self.widgets.lock().unwrap_or_else(|e| e.into_inner());
+        if widgets.len() >= MAX_WIDGETS {
+            return Err(format!("at most {MAX_WIDGETS} widgets per tool call"));
+        }
+        widgets.push(Widget {
+            kind: kind.into(),
+            data,
+        });
+        Ok(())
+    }
+
+    /// The widgets added so far.
+    pub fn take_widgets(&self) -> Vec<Widget> {
+        std::mem::take(&mut *self.widgets.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 /// A set of tools known only by asking (an MCP server).
