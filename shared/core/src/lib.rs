@@ -1,4 +1,4 @@
-//! Baton's core: durable AI-agent orchestration, with no I/O stack in its dependency tree.
+//! Baton's core: durable AI-agent orchestration, with no I/O stack of its own (tokio only for timeouts).
 //!
 //! - [`engine`] decides, purely: one iteration of one run, from its state and one input.
 //! - [`message`] holds what crosses the engine's boundary: step messages, events, effects,
