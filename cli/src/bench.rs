@@ -216,7 +216,7 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
         parts.worker.sweep().await?;
         let ctas = parts
             .service
-            .list_ctas(LOCAL_OWNER, Some(CtaStatus::Pending))
+            .list_ctas(LOCAL_OWNER, Some(CtaStatus::Pending), None)
             .await?;
         ensure!(
             ctas.len() == 1,

@@ -55,6 +55,7 @@ fn new_run(id: &str, owner: &str) -> (Run, Vec<Entry>) {
         sandbox_id: None,
         metadata: None,
         context: None,
+        root_run_id: None,
         now: Utc::now(),
     });
     run.next_seq = 1;
@@ -83,6 +84,7 @@ fn cta(run: &Run, id: &str) -> Cta {
     Cta {
         cta_id: id.into(),
         run_id: run.run_id.clone(),
+        root_run_id: None,
         tool_call_id: "call_0_0".into(),
         owner: run.owner.clone(),
         request: CtaRequest::Approval {
@@ -883,7 +885,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
     let run = svc.create_run("alice", req, None).await.unwrap();
     let worker = baton_local::worker::Worker::new(svc.clone(), local.clone(), Default::default());
     worker.drain().await.unwrap();
-    let cta = svc.list_ctas("alice", None).await.unwrap().remove(0);
+    let cta = svc.list_ctas("alice", None, None).await.unwrap().remove(0);
     use baton_core::service::ServiceError::NotFound;
     assert!(matches!(
         svc.get_run("bob", &run.run_id, 10).await,
@@ -897,7 +899,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         svc.post_message("bob", &run.run_id, "hi", None).await,
         Err(NotFound(_))
     ));
-    assert!(svc.list_ctas("bob", None).await.unwrap().is_empty());
+    assert!(svc.list_ctas("bob", None, None).await.unwrap().is_empty());
     assert!(matches!(
         svc.get_cta(Some("bob"), &cta.cta_id).await,
         Err(NotFound(_))

@@ -879,3 +879,84 @@ async fn a_long_run_shows_its_first_hundred_entries_and_pages_on_from_there() {
     assert!(short.get("timelineNext").is_none(), "{short:#}");
     h.server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagents_question_shows_in_its_parents_timeline_and_under_its_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({
+        "orchestrator": [
+            {"tool_calls": [{"name": "spawn_subagent", "arguments": {"agent": "asker", "prompt": "ask"}}]},
+            {"text": "done"}
+        ],
+        "asker": [
+            {"tool_calls": [{"name": "request_human_feedback",
+                             "arguments": {"kind": "text", "prompt": "Which branch?"}}]},
+            {"text": "on main"}
+        ]
+    });
+    let agents = json!({"agents": {"asker": {"tools": ["request_human_feedback"]}}});
+    let h = start(
+        dir.path(),
+        scripted(&script.to_string()),
+        catalog(Some(agents)),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let run_id = h.create_run(json!({"prompt": "go"})).await;
+    let other = h.create_run(json!({"prompt": "go"})).await;
+    h.wait_pending(2).await;
+    let parent = loop {
+        let (_, run) = h.get(&format!("/runs/{run_id}")).await;
+        if run["waitingCtas"].as_array().is_some_and(|w| !w.is_empty()) {
+            break run;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(parent["state"], "waiting_on_subagents");
+    let cta_id = parent["waitingCtas"][0]["ctaId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let notice = of_type(&parent, "notice")
+        .into_iter()
+        .find(|n| n["code"] == "subagent_waiting")
+        .cloned()
+        .expect("a notice");
+    assert!(
+        notice["message"]
+            .as_str()
+            .unwrap()
+            .contains("Which branch?")
+            && notice["message"].as_str().unwrap().contains(&cta_id),
+        "{notice}"
+    );
+
+    // Every CTA pending under the run, and only those.
+    let (code, v) = h
+        .get(&format!("/ctas?status=pending&rootRunId={run_id}"))
+        .await;
+    assert_eq!(code, 200, "{v}");
+    let ctas = v["ctas"].as_array().unwrap();
+    assert_eq!(ctas.len(), 1, "{v}");
+    assert_eq!(ctas[0]["ctaId"], cta_id.as_str());
+    assert_eq!(ctas[0]["rootRunId"], run_id.as_str());
+    let (code, v) = h.get("/ctas?rootRunId=run_nope").await;
+    assert_eq!(code, 404, "{v}");
+
+    h.post(
+        &format!("/ctas/{cta_id}/response"),
+        json!({"kind": "text", "text": "main"}),
+    )
+    .await;
+    let done = h.wait_status(&run_id, &["completed"]).await;
+    assert!(done.get("waitingCtas").is_none(), "{done:#}");
+    let (_, v) = h
+        .get(&format!("/ctas?status=pending&rootRunId={other}"))
+        .await;
+    assert_eq!(
+        v["ctas"].as_array().map(Vec::len),
+        Some(1),
+        "the other run's CTA is its own"
+    );
+    h.server.shutdown().await;
+}

@@ -276,7 +276,8 @@ async fn list_ctas(
             ApiError::invalid("`status` must be one of pending, answered, expired, cancelled, all")
         })?),
     };
-    let ctas = s.service.list_ctas(&owner, status).await?;
+    let root = q.get("rootRunId").map(String::as_str);
+    let ctas = s.service.list_ctas(&owner, status, root).await?;
     Ok(Json(json!({"ctas": ctas})))
 }
 

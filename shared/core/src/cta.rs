@@ -86,6 +86,14 @@ impl CtaStatus {
 pub struct CtaInvalid(pub String);
 
 impl CtaRequest {
+    /// What the human is asked, in one line of text.
+    pub fn question(&self) -> &str {
+        match self {
+            Self::Approval { message } => message,
+            Self::Text { prompt, .. } | Self::Choice { prompt, .. } => prompt,
+        }
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Approval { .. } => "approval",
@@ -169,6 +177,9 @@ impl CtaResponse {
 pub struct Cta {
     pub cta_id: String,
     pub run_id: String,
+    /// The top-level run the asking run is under (itself if it is one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_run_id: Option<String>,
     pub tool_call_id: String,
     pub owner: String,
     #[serde(flatten)]
@@ -363,6 +374,7 @@ mod tests {
         let cta = Cta {
             cta_id: "c1".into(),
             run_id: "r1".into(),
+            root_run_id: None,
             tool_call_id: "t1".into(),
             owner: "o".into(),
             request: choice(),

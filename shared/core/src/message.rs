@@ -59,6 +59,19 @@ pub enum Input {
         #[serde(default)]
         spent: crate::cost::Spent,
     },
+    /// A CTA now waits in a subagent's tree: `asker_run_id` asked, under this run's child
+    /// `child_run_id`. The parent records it and tells its own parent.
+    ChildWaiting {
+        child_run_id: String,
+        asker_run_id: String,
+        cta_id: String,
+        question: String,
+    },
+    /// That CTA was answered or expired.
+    ChildResumed {
+        child_run_id: String,
+        cta_id: String,
+    },
     Cancel {
         reason: String,
     },

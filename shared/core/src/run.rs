@@ -111,6 +111,12 @@ pub struct Run {
     pub parent: Option<ParentLink>,
     /// 0 for a top-level run, parent's depth + 1 for a subagent.
     pub depth: u32,
+    /// The top-level run this one is under (none for a top-level run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_run_id: Option<String>,
+    /// CTAs pending in this run's subagents (at any depth), as their notices told it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_ctas: Vec<WaitingCta>,
     /// This run's own model calls' tokens.
     pub usage: Usage,
     /// What this run's own model calls cost, in US dollars (models without a price count 0).
@@ -171,6 +177,17 @@ pub struct Run {
     pub updated_at: DateTime<Utc>,
 }
 
+/// A CTA a subagent (or one of its own) waits on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitingCta {
+    pub cta_id: String,
+    /// The run that asked.
+    pub run_id: String,
+    /// This run's child the asker is under (or is).
+    pub child_run_id: String,
+}
+
 /// A step that failed and will be tried again: what went wrong, and how often.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -196,6 +213,7 @@ pub struct NewRun {
     pub sandbox_id: Option<String>,
     pub metadata: Option<serde_json::Value>,
     pub context: Option<serde_json::Value>,
+    pub root_run_id: Option<String>,
     pub now: DateTime<Utc>,
 }
 
@@ -224,6 +242,11 @@ impl Run {
         now - self.created_at - chrono::Duration::milliseconds(self.human_wait_ms as i64) - waiting
     }
 
+    /// The top-level run this one is under: itself if it is one.
+    pub fn root(&self) -> &str {
+        self.root_run_id.as_deref().unwrap_or(&self.run_id)
+    }
+
     pub fn new(n: NewRun) -> Self {
         Self {
             run_id: n.run_id,
@@ -233,6 +256,8 @@ impl Run {
             version: 0,
             parent: n.parent,
             depth: n.depth,
+            root_run_id: n.root_run_id,
+            waiting_ctas: Vec::new(),
             usage: Usage::default(),
             cost_usd: 0.0,
             children: Spent::default(),

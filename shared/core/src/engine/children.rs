@@ -6,8 +6,78 @@ use serde_json::{Value, json};
 use super::{Next, Step, Work, derive_id};
 use crate::cost::Spent;
 use crate::message::{ChildOutcome, Effect, Input, StepMessage};
-use crate::run::{NewRun, ParentLink, Run};
+use crate::run::{NewRun, ParentLink, Run, WaitingCta};
 use crate::timeline::{Entry, EntryBody, ToolResult};
+
+/// `ChildWaiting`: a CTA waits in the tree under child `child_run_id`. The run's timeline
+/// says so (naming the child, the question and the CTA), `waitingCtas` lists it, and the
+/// run's own parent hears it too. Nothing is thought: the run waits as it did.
+pub(super) fn waiting(
+    w: &mut Work,
+    child_run_id: &str,
+    asker_run_id: &str,
+    cta_id: &str,
+    question: &str,
+) -> Next {
+    let ours = w
+        .pending_where(|t| t.child_run_id.as_deref() == Some(child_run_id))
+        .is_some();
+    if !ours || w.run.waiting_ctas.iter().any(|c| c.cta_id == cta_id) {
+        return Next::Now(Step::Ignore(format!(
+            "no subagent {child_run_id} waits here, or CTA {cta_id} is known"
+        )));
+    }
+    let who = if asker_run_id == child_run_id {
+        format!("subagent {child_run_id}")
+    } else {
+        format!("subagent {asker_run_id} (under {child_run_id})")
+    };
+    w.push(EntryBody::Notice {
+        code: "subagent_waiting".into(),
+        message: format!("{who} asks a human: \"{question}\" (CTA {cta_id})"),
+    });
+    w.run.waiting_ctas.push(WaitingCta {
+        cta_id: cta_id.into(),
+        run_id: asker_run_id.into(),
+        child_run_id: child_run_id.into(),
+    });
+    if let Some(parent) = w.run.parent.clone() {
+        let up = Input::ChildWaiting {
+            child_run_id: w.run.run_id.clone(),
+            asker_run_id: asker_run_id.into(),
+            cta_id: cta_id.into(),
+            question: question.into(),
+        };
+        w.send(&parent.run_id, &format!("asks:{cta_id}"), up);
+    }
+    Next::Commit
+}
+
+/// `ChildResumed`: that CTA was answered or expired; the run, and its parent, stop listing it.
+pub(super) fn resumed(w: &mut Work, child_run_id: &str, cta_id: &str) -> Next {
+    let before = w.run.waiting_ctas.len();
+    w.run
+        .waiting_ctas
+        .retain(|c| !(c.cta_id == cta_id && c.child_run_id == child_run_id));
+    if w.run.waiting_ctas.len() == before {
+        return Next::Now(Step::Ignore(format!("CTA {cta_id} was not listed")));
+    }
+    w.tell_parent_resumed(cta_id);
+    Next::Commit
+}
+
+impl Work<'_> {
+    /// Tells the parent, if any, that a CTA in this run's tree no longer waits.
+    pub(super) fn tell_parent_resumed(&mut self, cta_id: &str) {
+        if let Some(parent) = self.run.parent.clone() {
+            let input = Input::ChildResumed {
+                child_run_id: self.run.run_id.clone(),
+                cta_id: cta_id.into(),
+            };
+            self.send(&parent.run_id, &format!("resumed:{cta_id}"), input);
+        }
+    }
+}
 
 /// `ChildFinished`: resolve the call that waits for this child, start queued calls in the
 /// freed slot, and think once the whole batch has settled (the fan-in).
@@ -26,6 +96,10 @@ pub(super) fn finished(
         )));
     };
     w.run.children += spent;
+    // Whatever its tree still waited on is over with it.
+    w.run
+        .waiting_ctas
+        .retain(|c| c.child_run_id != child_run_id);
     let result = match outcome {
         ChildOutcome::Completed {
             text,
@@ -101,6 +175,7 @@ impl Work<'_> {
             sandbox_id: text("sandboxId").or_else(|| self.run.sandbox_id.clone()),
             metadata: None,
             context: None,
+            root_run_id: Some(self.run.root().to_owned()),
             now: self.now,
         });
         let first = Entry {

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::{Execution, Io, Next, Step, Work, derive_id, to_result};
 use crate::cta::{Cta, CtaRequest, CtaResponse, CtaStatus};
-use crate::message::Effect;
+use crate::message::{Effect, Input};
 use crate::run::{ExpiryPolicy, RunStatus};
 use crate::timeline::{CtaSnapshot, EntryBody, ToolResult};
 
@@ -68,6 +68,7 @@ pub(super) fn answered(
     snap.response = Some(response.clone());
     snap.responder = responder.map(str::to_owned);
     w.resolve(seq, result, Some(snap));
+    w.tell_parent_resumed(cta_id);
     w.effects.push(Effect::Unschedule {
         cta_id: cta_id.to_owned(),
     });
@@ -91,6 +92,7 @@ pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
     );
     snap.status = CtaStatus::Expired;
     w.resolve(seq, ToolResult::error(message.clone()), Some(snap));
+    w.tell_parent_resumed(cta_id);
     w.effects.push(Effect::Unschedule {
         cta_id: cta_id.to_owned(),
     });
@@ -121,9 +123,20 @@ impl Work<'_> {
         let cta_id = derive_id("cta", &self.run.run_id, seq);
         let expires_at =
             self.now + chrono::Duration::from_std(expiry).unwrap_or(chrono::Duration::days(30));
+        if let Some(parent) = self.run.parent.clone() {
+            let (question, _) = super::preview(request.question(), super::PREVIEW_BYTES);
+            let waiting = Input::ChildWaiting {
+                child_run_id: self.run.run_id.clone(),
+                asker_run_id: self.run.run_id.clone(),
+                cta_id: cta_id.clone(),
+                question,
+            };
+            self.send(&parent.run_id, &format!("asks:{cta_id}"), waiting);
+        }
         let cta = Cta {
             cta_id: cta_id.clone(),
             run_id: self.run.run_id.clone(),
+            root_run_id: Some(self.run.root().to_owned()),
             tool_call_id: call_id.into(),
             owner: self.run.owner.clone(),
             request: request.clone(),

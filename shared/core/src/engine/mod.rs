@@ -152,6 +152,16 @@ pub fn step(
             outcome,
             spent,
         } => children::finished(&mut w, child_run_id, tool_call_id, outcome, *spent),
+        Input::ChildWaiting {
+            child_run_id,
+            asker_run_id,
+            cta_id,
+            question,
+        } => children::waiting(&mut w, child_run_id, asker_run_id, cta_id, question),
+        Input::ChildResumed {
+            child_run_id,
+            cta_id,
+        } => children::resumed(&mut w, child_run_id, cta_id),
         Input::Cancel { reason } => end::cancel(&mut w, reason),
         Input::Fail { code, message } => end::fail(&mut w, code, message),
     };

@@ -30,6 +30,7 @@ fn catalog_with(limits: Limits) -> Catalog {
         "worker": {"tools": ["echo"], "approval": {"echo": {"inputMatches": "danger"}}, "maxIterations": 3},
         "asker": {"tools": ["request_human_feedback", "echo"]},
         "deep": {"tools": ["spawn_subagent"]},
+        "mid": {"tools": ["spawn_subagent"]},
         "quick": {"tools": ["request_human_feedback", "echo"], "ctaExpirySeconds": 60,
                   "approval": {"echo": "always"}},
         "timed": {"tools": ["request_human_feedback", "echo"], "maxWallSeconds": 60}
@@ -181,6 +182,7 @@ impl Sim {
             sandbox_id: None,
             metadata: None,
             context: None,
+            root_run_id: None,
             now: self.now,
         });
         run.next_seq = 1;
@@ -1550,6 +1552,7 @@ fn context_guidance_joins_the_system_prompt_by_the_contexts_type() {
         sandbox_id: None,
         metadata: None,
         context: Some(json!({"type": "document", "id": "doc-7"})),
+        root_run_id: None,
         now: t0(),
     });
     let none = crate::agent::Prepared::default();
@@ -1594,5 +1597,81 @@ fn widgets_are_timeline_entries_the_model_never_sees() {
         !seen.iter().any(|m| format!("{m:?}").contains("rows")),
         "the model's projection leaves widgets out: {seen:?}"
     );
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+}
+
+#[test]
+fn a_parent_hears_when_a_subagent_at_any_depth_waits_for_a_human() {
+    let mut s = Sim::new();
+    s.script(
+        "deep",
+        vec![calls(vec![spawn("mid", "delegate")]), text("done")],
+    );
+    s.script(
+        "mid",
+        vec![calls(vec![spawn("asker", "ask")]), text("relayed")],
+    );
+    s.script(
+        "asker",
+        vec![
+            feedback(json!({"kind": "text", "prompt": "Which branch?"})),
+            text("on main"),
+        ],
+    );
+    let id = s.create("deep", "go");
+    s.run_all();
+    let mid = s.children(&id)[0].clone();
+    let asker = s.children(&mid)[0].clone();
+    let cta = s.pending_ctas(&asker)[0].clone();
+    assert_eq!(
+        cta.root_run_id.as_deref(),
+        Some(id.as_str()),
+        "the CTA knows its root"
+    );
+    for (run, child) in [(&id, &mid), (&mid, &asker)] {
+        let r = s.run(run);
+        assert_eq!(r.state.as_deref(), Some("waiting_on_subagents"));
+        assert_eq!(r.waiting_ctas.len(), 1, "{run}");
+        assert_eq!(r.waiting_ctas[0].cta_id, cta.cta_id);
+        assert_eq!(r.waiting_ctas[0].run_id, asker);
+        assert_eq!(&r.waiting_ctas[0].child_run_id, child);
+        let notice = s.runs[run.as_str()]
+            .1
+            .iter()
+            .find_map(|e| match &e.body {
+                EntryBody::Notice { code, message } if code == "subagent_waiting" => {
+                    Some(message.clone())
+                }
+                _ => None,
+            })
+            .expect("a notice");
+        assert!(
+            notice.contains("Which branch?")
+                && notice.contains(&cta.cta_id)
+                && notice.contains(&asker),
+            "{notice}"
+        );
+    }
+    // A redelivered notice changes nothing.
+    let again = StepMessage {
+        run_id: id.clone(),
+        id: "again".into(),
+        input: Input::ChildWaiting {
+            child_run_id: mid.clone(),
+            asker_run_id: asker.clone(),
+            cta_id: cta.cta_id.clone(),
+            question: "Which branch?".into(),
+        },
+    };
+    assert_eq!(s.deliver(&again), Outcome::Ignored);
+    s.answer(
+        &cta.cta_id,
+        CtaResponse::Text {
+            text: "main".into(),
+        },
+    );
+    s.run_all();
+    assert!(s.run(&id).waiting_ctas.is_empty());
+    assert!(s.run(&mid).waiting_ctas.is_empty());
     assert_eq!(s.run(&id).status, RunStatus::Completed);
 }

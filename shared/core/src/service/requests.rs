@@ -62,6 +62,7 @@ impl Service {
             sandbox_id: req.sandbox_id,
             metadata: req.metadata,
             context: req.context,
+            root_run_id: None,
             now,
         });
         run.next_seq = 1;
@@ -218,12 +219,25 @@ impl Service {
         Ok(run)
     }
 
+    /// An owner's CTAs, optionally of one status and under one top-level run (every CTA
+    /// of the run and of its subagents, at any depth).
     pub async fn list_ctas(
         &self,
         owner: &str,
         status: Option<CtaStatus>,
+        root_run_id: Option<&str>,
     ) -> Result<Vec<Cta>, ServiceError> {
-        Ok(self.deps.store.list_ctas(owner, status).await?)
+        if let Some(root) = root_run_id {
+            match self.deps.store.get_run(root).await? {
+                Some(rec) if rec.run.owner == owner => {}
+                _ => return Err(ServiceError::NotFound(format!("no run `{root}`"))),
+            }
+        }
+        let mut ctas = self.deps.store.list_ctas(owner, status).await?;
+        if let Some(root) = root_run_id {
+            ctas.retain(|c| c.root_run_id.as_deref().unwrap_or(&c.run_id) == root);
+        }
+        Ok(ctas)
     }
 
     pub async fn get_cta(&self, owner: Option<&str>, cta_id: &str) -> Result<Cta, ServiceError> {
