@@ -109,12 +109,16 @@ impl AgentDef {
         system
     }
 
-    /// What this agent's prepare hook adds for `run` at `timeline` (nothing without one).
+    /// What this iteration adds to the agent: the tools the run was granted, and what its
+    /// prepare hook adds for `run` at `timeline`.
     pub fn prepared(&self, run: &Run, timeline: &[Entry]) -> Prepared {
-        self.prepare
+        let mut prepared = self
+            .prepare
             .as_ref()
             .map(|p| p.prepare(run, timeline))
-            .unwrap_or_default()
+            .unwrap_or_default();
+        prepared.tools.extend(run.granted.iter().cloned());
+        prepared
     }
 }
 

@@ -117,6 +117,10 @@ pub struct Run {
     /// CTAs pending in this run's subagents (at any depth), as their notices told it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waiting_ctas: Vec<WaitingCta>,
+    /// Tools its parent granted this run beside its agent's (`askHuman`:
+    /// `request_human_feedback`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub granted: Vec<String>,
     /// This run's own model calls' tokens.
     pub usage: Usage,
     /// What this run's own model calls cost, in US dollars (models without a price count 0).
@@ -258,6 +262,7 @@ impl Run {
             depth: n.depth,
             root_run_id: n.root_run_id,
             waiting_ctas: Vec::new(),
+            granted: Vec::new(),
             usage: Usage::default(),
             cost_usd: 0.0,
             children: Spent::default(),

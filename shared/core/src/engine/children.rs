@@ -8,6 +8,7 @@ use crate::cost::Spent;
 use crate::message::{ChildOutcome, Effect, Input, StepMessage};
 use crate::run::{NewRun, ParentLink, Run, WaitingCta};
 use crate::timeline::{Entry, EntryBody, ToolResult};
+use crate::tools::REQUEST_HUMAN_FEEDBACK;
 
 /// `ChildWaiting`: a CTA waits in the tree under child `child_run_id`. The run's timeline
 /// says so (naming the child, the question and the CTA), `waitingCtas` lists it, and the
@@ -141,6 +142,20 @@ impl Work<'_> {
                 reason: "waiting for subagent".into(),
             };
         }
+        let ask = input.get("askHuman").and_then(Value::as_bool) == Some(true);
+        if ask {
+            let may_ask = self.catalog.agent(&self.run.agent).is_some_and(|a| {
+                a.tools
+                    .iter()
+                    .chain(&self.run.granted)
+                    .any(|t| t == REQUEST_HUMAN_FEEDBACK)
+            });
+            if !may_ask {
+                return ToolResult::error(
+                    "`askHuman` grants request_human_feedback, which this agent does not have itself",
+                );
+            }
+        }
         if self.run.depth + 1 > limits.max_depth {
             return ToolResult::error(format!(
                 "subagents may nest at most {} deep; do this work yourself or answer",
@@ -187,6 +202,9 @@ impl Work<'_> {
             },
         };
         child.next_seq = 1;
+        if input.get("askHuman").and_then(Value::as_bool) == Some(true) {
+            child.granted = vec![REQUEST_HUMAN_FEEDBACK.to_owned()];
+        }
         self.new_runs.push((child, vec![first]));
         self.effects.push(Effect::Send(StepMessage {
             run_id: child_id.clone(),

@@ -1675,3 +1675,46 @@ fn a_parent_hears_when_a_subagent_at_any_depth_waits_for_a_human() {
     assert!(s.run(&mid).waiting_ctas.is_empty());
     assert_eq!(s.run(&id).status, RunStatus::Completed);
 }
+
+#[test]
+fn an_orchestrator_may_let_a_built_in_subagent_ask_the_human() {
+    let mut s = Sim::new();
+    let ask = |who: &str| {
+        call(
+            "spawn_subagent",
+            json!({"agent": who, "prompt": "check with the human", "askHuman": true}),
+        )
+    };
+    s.script(
+        "orchestrator",
+        vec![calls(vec![ask("explore")]), text("done")],
+    );
+    s.script(
+        "explore",
+        vec![
+            feedback(json!({"kind": "approval", "message": "Read the logs?"})),
+            text("read"),
+        ],
+    );
+    // `deep` cannot grant what it does not have.
+    s.script("deep", vec![calls(vec![ask("explore")]), text("alone")]);
+    let id = s.create("orchestrator", "go");
+    let refused = s.create("deep", "go");
+    s.run_all();
+    let explore = s.children(&id)[0].clone();
+    assert_eq!(s.run(&explore).granted, vec!["request_human_feedback"]);
+    let cta = s.pending_ctas(&explore)[0].clone();
+    assert_eq!(cta.request.question(), "Read the logs?");
+    s.answer(
+        &cta.cta_id,
+        CtaResponse::Approval {
+            approved: true,
+            reason: None,
+        },
+    );
+    s.run_all();
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+    assert!(s.children(&refused).is_empty());
+    assert!(matches!(&s.tools(&refused)[0].result,
+        ToolResult::Error { error } if error.contains("does not have itself")));
+}

@@ -214,14 +214,16 @@ pub fn spawn_subagent(agents: &[String]) -> Result<ToolDef, SchemaError> {
         SPAWN_SUBAGENT,
         "Delegate a task to a subagent. Give `agent` and `prompt` to start one; give \
          `subagentId` (from an earlier result) and `prompt` to continue that subagent's \
-         conversation. The result is the subagent's final answer.",
+         conversation. `askHuman: true` lets a new subagent ask the human questions too. \
+         The result is the subagent's final answer.",
         json!({
             "type": "object",
             "properties": {
                 "agent": {"type": "string", "enum": agents},
                 "prompt": {"type": "string", "minLength": 1},
                 "subagentId": {"type": "string", "minLength": 1},
-                "sandboxId": {"type": "string"}
+                "sandboxId": {"type": "string"},
+                "askHuman": {"type": "boolean"}
             },
             "required": ["prompt"],
             "anyOf": [{"required": ["agent"]}, {"required": ["subagentId"]}],
