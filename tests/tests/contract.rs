@@ -93,6 +93,7 @@ fn cta(run: &Run, id: &str) -> Cta {
         status: CtaStatus::Pending,
         response: None,
         gate: false,
+        gated: None,
         created_at: Utc::now(),
         expires_at: Utc::now() + chrono::Duration::days(30),
         resolved_at: None,

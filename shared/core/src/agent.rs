@@ -20,21 +20,37 @@ use crate::tools::{self, Tool, ToolDef, ToolServer};
 
 pub const ORCHESTRATOR: &str = "orchestrator";
 
-/// When a tool call needs a human's approval first.
+/// When a tool call needs a human's approval first, and what to tell the human why.
 #[derive(Debug, Clone)]
-pub enum Approval {
-    Always,
-    /// When the call's input, serialized as JSON, matches.
-    InputMatches(Regex),
+pub struct Approval {
+    /// Only when the call's input, serialized as JSON, matches (always without one).
+    pub input_matches: Option<Regex>,
+    /// Shown with the CTA and in `cta.request`.
+    pub reason: Option<String>,
 }
 
 impl Approval {
+    pub const ALWAYS: Approval = Approval {
+        input_matches: None,
+        reason: None,
+    };
+
     pub fn requires(&self, input: &Value) -> bool {
-        match self {
-            Self::Always => true,
-            Self::InputMatches(re) => re.is_match(&input.to_string()),
-        }
+        self.input_matches
+            .as_ref()
+            .is_none_or(|re| re.is_match(&input.to_string()))
     }
+}
+
+/// What the other calls of a reply do while one of them waits for approval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalBatch {
+    /// They wait too, and run once every approval of the reply is settled (seed 003).
+    #[default]
+    Deferred,
+    /// They run at once.
+    Independent,
 }
 
 #[derive(Clone)]
@@ -45,6 +61,7 @@ pub struct AgentDef {
     /// Tool names; `mcp:<server>` grants every tool of that MCP server.
     pub tools: Vec<String>,
     pub approval: HashMap<String, Approval>,
+    pub approval_batch: ApprovalBatch,
     pub max_iterations: u32,
     /// How long this agent's CTAs wait for an answer (a call may ask for less).
     pub cta_expiry: Duration,
@@ -242,6 +259,7 @@ fn builtin_agents(limits: &Limits, fetch: bool) -> Vec<AgentDef> {
         model: None,
         tools: tools.iter().map(|t| t.to_string()).collect(),
         approval: HashMap::new(),
+        approval_batch: ApprovalBatch::default(),
         max_iterations: limits.max_iterations,
         cta_expiry: limits.cta_expiry,
         max_wall: None,
@@ -659,16 +677,20 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
     let mut approval = HashMap::new();
     for (tool, a) in spec.approval {
         let policy = match a {
-            ApprovalSpec::Keyword(AlwaysKeyword::Always) => Approval::Always,
-            ApprovalSpec::Matches { input_matches } => match Regex::new(&input_matches) {
-                Ok(re) => Approval::InputMatches(re),
-                Err(source) => {
-                    return Err(CatalogError::BadRegex {
-                        agent: name,
-                        tool,
-                        source,
-                    });
-                }
+            ApprovalSpec::Keyword(AlwaysKeyword::Always) => Approval::ALWAYS,
+            ApprovalSpec::Rule(rule) => Approval {
+                input_matches: match rule.input_matches.as_deref().map(Regex::new) {
+                    None => None,
+                    Some(Ok(re)) => Some(re),
+                    Some(Err(source)) => {
+                        return Err(CatalogError::BadRegex {
+                            agent: name,
+                            tool,
+                            source,
+                        });
+                    }
+                },
+                reason: rule.reason,
             },
         };
         approval.insert(tool, policy);
@@ -678,6 +700,7 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
         model: spec.model,
         tools: spec.tools,
         approval,
+        approval_batch: spec.approval_batch.unwrap_or_default(),
         max_iterations: spec.max_iterations.unwrap_or(limits.max_iterations),
         cta_expiry: spec
             .cta_expiry_seconds

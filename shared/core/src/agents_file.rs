@@ -50,6 +50,10 @@ pub struct AgentSpec {
     pub tools: Vec<String>,
     #[serde(default)]
     pub approval: BTreeMap<String, ApprovalSpec>,
+    /// `deferred` (default): while a call of a reply waits for approval, the reply's other
+    /// tool calls wait too; `independent`: they run at once.
+    #[serde(default)]
+    pub approval_batch: Option<crate::agent::ApprovalBatch>,
     #[serde(default)]
     pub max_iterations: Option<u32>,
     /// Seconds this agent's CTAs wait for an answer (default 30 days; 1 to one year).
@@ -64,14 +68,22 @@ pub struct AgentSpec {
     pub context_guidance: BTreeMap<String, String>,
 }
 
+/// `"always"`, or `{"inputMatches"?: regex, "reason"?: text}` (always, without a regex).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum ApprovalSpec {
     Keyword(AlwaysKeyword),
-    Matches {
-        #[serde(rename = "inputMatches")]
-        input_matches: String,
-    },
+    Rule(ApprovalRule),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ApprovalRule {
+    #[serde(default)]
+    pub input_matches: Option<String>,
+    /// Why a human must approve, shown with the CTA.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -190,6 +190,9 @@ pub struct Cta {
     /// True when the engine raised it to gate a tool call (not the model asking).
     #[serde(default)]
     pub gate: bool,
+    /// The gated call: the tool, its input, and the policy's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gated: Option<Gated>,
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -197,6 +200,16 @@ pub struct Cta {
     /// Who answered: the API caller, or the responder a bus event names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub responder: Option<String>,
+}
+
+/// The call an approval CTA gates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Gated {
+    pub tool: String,
+    pub input: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// How a CTA leaves `pending`, by one conditional write: the first one wins.
@@ -381,6 +394,7 @@ mod tests {
             status: CtaStatus::Pending,
             response: None,
             gate: false,
+            gated: None,
             created_at: now,
             expires_at: now,
             resolved_at: None,

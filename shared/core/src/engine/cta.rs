@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{Execution, Io, Next, Step, Work, derive_id, to_result};
-use crate::cta::{Cta, CtaRequest, CtaResponse, CtaStatus};
+use crate::cta::{Cta, CtaRequest, CtaResponse, CtaStatus, Gated};
 use crate::message::{Effect, Input};
 use crate::run::{ExpiryPolicy, RunStatus};
 use crate::timeline::{CtaSnapshot, EntryBody, ToolResult};
@@ -36,19 +36,45 @@ pub(super) fn answered(
     if let Err(e) = response.validate_against(&snap.request) {
         return Next::Now(Step::Ignore(format!("invalid response: {e}")));
     }
+    // The last approval of a reply settled: the calls deferred behind it run now, in the
+    // same step as the approved call (the caller executes them all, then steps again).
+    let deferred = if w.other_gates_pending(cta_id) {
+        Vec::new()
+    } else {
+        w.deferred_calls()
+    };
+    let approved = matches!(response, CtaResponse::Approval { approved: true, .. });
+    let mut missing: Vec<Execution> = deferred
+        .iter()
+        .filter(|e| !io.outputs.contains_key(&e.call_id))
+        .cloned()
+        .collect();
+    if snap.gate && approved && !io.outputs.contains_key(&call_id) {
+        missing.insert(
+            0,
+            Execution {
+                call_id: call_id.clone(),
+                tool: name,
+                input,
+            },
+        );
+    }
+    if !missing.is_empty() {
+        return Next::Now(Step::Execute(missing));
+    }
+    for e in &deferred {
+        if let (Some(s), Some(out)) = (w.pending_call(&e.call_id), io.outputs.get(&e.call_id)) {
+            w.push_widgets(&e.call_id, io);
+            w.resolve(s, to_result(out.clone()), None);
+        }
+    }
     let result = match (snap.gate, response) {
         (true, CtaResponse::Approval { approved: true, .. }) => match io.outputs.get(&call_id) {
             Some(out) => {
                 w.push_widgets(&call_id, io);
                 to_result(out.clone())
             }
-            None => {
-                return Next::Now(Step::Execute(vec![Execution {
-                    call_id,
-                    tool: name,
-                    input,
-                }]));
-            }
+            None => unreachable!("executed above"),
         },
         (
             true,
@@ -91,7 +117,16 @@ pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
         snap.expires_at.to_rfc3339()
     );
     snap.status = CtaStatus::Expired;
+    let gate = snap.gate;
     w.resolve(seq, ToolResult::error(message.clone()), Some(snap));
+    if gate && !w.other_gates_pending(cta_id) {
+        for e in w.deferred_calls() {
+            if let Some(s) = w.pending_call(&e.call_id) {
+                let why = "not run: the approval this reply waited for expired";
+                w.resolve(s, ToolResult::error(why), None);
+            }
+        }
+    }
     w.tell_parent_resumed(cta_id);
     w.effects.push(Effect::Unschedule {
         cta_id: cta_id.to_owned(),
@@ -112,14 +147,43 @@ pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
 }
 
 impl Work<'_> {
+    /// Whether a gate of the current batch other than `cta_id` still waits.
+    pub(super) fn other_gates_pending(&self, cta_id: &str) -> bool {
+        self.pending_where(|t| t.cta.as_ref().is_some_and(|c| c.gate && c.cta_id != cta_id))
+            .is_some()
+    }
+
+    /// The calls of the current batch deferred behind its approvals.
+    pub(super) fn deferred_calls(&self) -> Vec<Execution> {
+        self.pending_seqs(
+            |t| matches!(&t.result, ToolResult::Pending { reason } if reason == super::DEFERRED),
+        )
+        .into_iter()
+        .map(|s| {
+            let t = self.tool(s);
+            Execution {
+                call_id: t.id.clone(),
+                tool: t.name.clone(),
+                input: t.input.clone(),
+            }
+        })
+        .collect()
+    }
+
+    /// The seq of the pending call `call_id` of the current batch.
+    pub(super) fn pending_call(&self, call_id: &str) -> Option<u64> {
+        self.pending_where(|t| t.id == call_id)
+    }
+
     pub(super) fn raise_cta(
         &mut self,
         seq: u64,
         call_id: &str,
         request: CtaRequest,
-        gate: bool,
+        gated: Option<Gated>,
         expiry: Duration,
     ) -> ToolResult {
+        let gate = gated.is_some();
         let cta_id = derive_id("cta", &self.run.run_id, seq);
         let expires_at =
             self.now + chrono::Duration::from_std(expiry).unwrap_or(chrono::Duration::days(30));
@@ -143,6 +207,7 @@ impl Work<'_> {
             status: CtaStatus::Pending,
             response: None,
             gate,
+            gated: gated.clone(),
             created_at: self.now,
             expires_at,
             resolved_at: None,
@@ -157,6 +222,13 @@ impl Work<'_> {
             (&mut detail, serde_json::to_value(&request))
         {
             d.extend(r);
+        }
+        if let Some(g) = &gated {
+            detail["tool"] = json!(g.tool);
+            detail["input"] = g.input.clone();
+            if let Some(reason) = &g.reason {
+                detail["reason"] = json!(reason);
+            }
         }
         self.publish("cta.request", detail);
         self.effects.push(Effect::Schedule {

@@ -184,6 +184,9 @@ fn ends_run(run: &Run, input: &Input) -> bool {
     }
 }
 
+/// The pending reason of a call deferred behind its reply's approvals.
+pub const DEFERRED: &str = "deferred until this reply's approvals are settled";
+
 /// Tool outputs larger than this (as JSON) are cut, with an explicit marker, so that every
 /// entry fits any store (DynamoDB items stop at 400 KB) and the model sees what is stored.
 pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;

@@ -7,10 +7,11 @@ use serde_json::{Value, json};
 
 use super::{
     Execution, Io, MAX_CTA_REQUEST_BYTES, MAX_REPLY_BYTES, PREVIEW_BYTES, Step, Work, cap_at,
-    preview, to_result,
+    cap_output, preview, to_result,
 };
-use crate::agent::{AgentDef, Prepared};
+use crate::agent::{AgentDef, ApprovalBatch, Prepared};
 use crate::cta::CtaRequest;
+use crate::cta::Gated;
 use crate::message::Input;
 use crate::run::RunStatus;
 use crate::timeline::{EntryBody, Operation, ToolEntry, ToolResult};
@@ -139,6 +140,18 @@ impl Work<'_> {
             };
             self.tool_mut(seq).result = result;
         }
+        // A call of this reply waits for approval: the others wait with it (unless the
+        // agent says its calls are independent), and run when the approvals are settled.
+        let gated = self.new_ctas.iter().any(|c| c.gate);
+        if gated && agent.approval_batch == ApprovalBatch::Deferred {
+            for e in executions.drain(..) {
+                if let Some(s) = self.pending_call(&e.call_id) {
+                    self.tool_mut(s).result = ToolResult::Pending {
+                        reason: super::DEFERRED.into(),
+                    };
+                }
+            }
+        }
         if !executions.is_empty() {
             return Some(Step::Execute(executions));
         }
@@ -203,7 +216,7 @@ impl Work<'_> {
                                      {MAX_CTA_REQUEST_BYTES} (a human has to read it)"
                                 ));
                             }
-                            self.raise_cta(seq, id, req, false, expiry)
+                            self.raise_cta(seq, id, req, None, expiry)
                         }
                         Err(e) => ToolResult::error(e.to_string()),
                     },
@@ -211,13 +224,20 @@ impl Work<'_> {
                 }
             }
             ToolKind::Exec(tool) => {
-                let gated = agent.approval.get(name).is_some_and(|p| p.requires(&input))
-                    || tool.needs_approval(&input);
-                if gated {
+                let policy = agent.approval.get(name).filter(|p| p.requires(&input));
+                if policy.is_some() || tool.needs_approval(&input) {
                     let (shown, _) = preview(&input.to_string(), PREVIEW_BYTES);
                     let message = format!("Allow `{name}` to run with input {shown}?");
                     let approval = CtaRequest::Approval { message };
-                    return self.raise_cta(seq, id, approval, true, agent.cta_expiry);
+                    let reason = policy
+                        .and_then(|p| p.reason.clone())
+                        .or_else(|| tool.approval_reason(&input));
+                    let gated = Gated {
+                        tool: name.to_owned(),
+                        input: cap_output(input),
+                        reason,
+                    };
+                    return self.raise_cta(seq, id, approval, Some(gated), agent.cta_expiry);
                 }
                 match io.outputs.get(id) {
                     Some(out) => {

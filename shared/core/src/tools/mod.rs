@@ -34,6 +34,10 @@ pub trait Tool: Send + Sync {
     fn needs_approval(&self, _input: &Value) -> bool {
         false
     }
+    /// Why this call needs approval, for the human (when [`Tool::needs_approval`] says so).
+    fn approval_reason(&self, _input: &Value) -> Option<String> {
+        None
+    }
     /// How long one call may take before it is an error result (default: the catalog's
     /// `toolTimeoutSeconds`).
     fn timeout(&self) -> Option<Duration> {
