@@ -1,0 +1,407 @@
+//! The catalog: every agent and tool a deployment knows, the MCP servers' tools once
+//! listed, prices and guardrails. Built once at start-up (`Catalog::build`); a bad agents
+//! file is a start-up error that names the problem.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tracing::{info, warn};
+
+use super::{
+    AgentDef, AgentsFile, CatalogError, Limits, ORCHESTRATOR, Prepare, Prepared, agent_def,
+    builtin_agents,
+};
+use crate::cost::Prices;
+use crate::llm::ToolSpec;
+use crate::tools::{self, Tool, ToolDef, ToolServer};
+
+/// Everything the engine needs to know about agents and tools.
+pub struct Catalog {
+    agents: HashMap<String, AgentDef>,
+    tools: HashMap<String, Arc<ToolDef>>,
+    pub limits: Limits,
+    pub prices: Prices,
+    servers: BTreeMap<String, Server>,
+}
+
+/// An MCP server and the tools it listed, once it has.
+struct Server {
+    server: Arc<dyn ToolServer>,
+    listed: RwLock<Option<HashMap<String, Arc<ToolDef>>>>,
+    /// When a listing was last tried, so that a server that is down is asked again only
+    /// every [`RELIST_INTERVAL`].
+    tried: Mutex<Option<Instant>>,
+}
+
+/// How often a server whose tools could not be listed is asked again.
+pub const RELIST_INTERVAL: Duration = Duration::from_secs(30);
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog")
+            .field("agents", &self.agent_names())
+            .field("servers", &self.servers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// The name of the built-in page-fetching tool (`baton-tools` provides it when the agents
+/// file allows hosts); the built-in `explore` agent has it then.
+pub const HTTP_FETCH: &str = "http_fetch";
+
+/// What a catalog is built from besides the agents file: Rust tools (the built-in `echo`
+/// is always there) and MCP servers by name.
+#[derive(Default)]
+pub struct Toolbox {
+    pub tools: Vec<Arc<dyn Tool>>,
+    pub servers: BTreeMap<String, Arc<dyn ToolServer>>,
+}
+
+/// `<server>__<tool>`: the server's name, if `name` has that form.
+fn server_of(name: &str) -> Option<&str> {
+    name.split_once("__").map(|(server, _)| server)
+}
+
+impl Catalog {
+    /// The built-in agents, the built-in tools plus `extra_tools`, and the agents of `file`
+    /// (which may redefine a built-in agent).
+    pub fn new(
+        limits: Limits,
+        extra_tools: Vec<Arc<dyn Tool>>,
+        file: Option<AgentsFile>,
+    ) -> Result<Self, CatalogError> {
+        let toolbox = Toolbox {
+            tools: extra_tools,
+            servers: BTreeMap::new(),
+        };
+        Self::build(limits, toolbox, file)
+    }
+
+    /// [`Catalog::new`] with MCP servers: `toolbox.servers` are the file's `mcpServers`,
+    /// built by `baton-tools`.
+    pub fn build(
+        mut limits: Limits,
+        toolbox: Toolbox,
+        file: Option<AgentsFile>,
+    ) -> Result<Self, CatalogError> {
+        let file = file.unwrap_or_default();
+        match file.tool_timeout_seconds {
+            Some(0) => return Err(CatalogError::ZeroTimeout),
+            Some(s) => limits.tool_timeout = Duration::from_secs(s),
+            None => {}
+        }
+        let fetch = toolbox.tools.iter().any(|t| t.name() == HTTP_FETCH);
+        let mut agents: BTreeMap<String, AgentDef> = builtin_agents(&limits, fetch)
+            .into_iter()
+            .map(|a| (a.name.clone(), a))
+            .collect();
+        for (name, spec) in file.agents {
+            let def = agent_def(&limits, name, spec)?;
+            agents.insert(def.name.clone(), def);
+        }
+        for (server, spec) in &file.mcp_servers {
+            if !toolbox.servers.contains_key(server) {
+                return Err(CatalogError::Server {
+                    server: server.clone(),
+                    message: "no client was built for it".into(),
+                });
+            }
+            for agent in &spec.agents {
+                let Some(a) = agents.get_mut(agent) else {
+                    return Err(CatalogError::Server {
+                        server: server.clone(),
+                        message: format!("grants its tools to `{agent}`, which is not an agent"),
+                    });
+                };
+                a.tools.push(format!("mcp:{server}"));
+            }
+        }
+
+        let subagents: Vec<String> = agents
+            .keys()
+            .filter(|n| n.as_str() != ORCHESTRATOR)
+            .cloned()
+            .collect();
+        let mut tools: HashMap<String, Arc<ToolDef>> = HashMap::new();
+        for def in [
+            tools::spawn_subagent(&subagents)?,
+            tools::request_human_feedback()?,
+        ] {
+            tools.insert(def.spec.name.clone(), Arc::new(def));
+        }
+        let mut executable: Vec<Arc<dyn Tool>> = vec![Arc::new(tools::Echo)];
+        executable.extend(toolbox.tools);
+        for t in executable {
+            let def = ToolDef::from_tool(t)?;
+            tools.insert(def.spec.name.clone(), Arc::new(def));
+        }
+
+        for a in agents.values() {
+            for t in &a.tools {
+                let known = match t.strip_prefix("mcp:") {
+                    Some(server) => toolbox.servers.contains_key(server),
+                    None => {
+                        tools.contains_key(t)
+                            || server_of(t).is_some_and(|s| toolbox.servers.contains_key(s))
+                    }
+                };
+                if !known {
+                    let mut known: Vec<String> = tools.keys().cloned().collect();
+                    known.extend(toolbox.servers.keys().map(|s| format!("mcp:{s}")));
+                    known.sort_unstable();
+                    return Err(CatalogError::UnknownTool {
+                        agent: a.name.clone(),
+                        tool: t.clone(),
+                        known: known.join(", "),
+                    });
+                }
+            }
+            for tool in a.approval.keys() {
+                if !grants(a, tool) {
+                    return Err(CatalogError::ApprovalForMissingTool {
+                        agent: a.name.clone(),
+                        tool: tool.clone(),
+                    });
+                }
+            }
+        }
+        let servers = toolbox
+            .servers
+            .into_iter()
+            .map(|(name, server)| {
+                let slot = Server {
+                    server,
+                    listed: RwLock::new(None),
+                    tried: Mutex::new(None),
+                };
+                (name, slot)
+            })
+            .collect();
+        Ok(Self {
+            agents: agents.into_iter().collect(),
+            tools,
+            limits,
+            prices: Prices::with(&file.prices),
+            servers,
+        })
+    }
+
+    /// The built-in agents and tools, plus the agents of the file at `agents_file` if one
+    /// is given, with the default guardrails. (A file with MCP servers, HTTP tools or
+    /// `httpFetch` needs their clients: `baton_tools::load_catalog`.)
+    pub fn load(agents_file: Option<&std::path::Path>) -> Result<Self, CatalogError> {
+        let file = agents_file.map(AgentsFile::load).transpose()?;
+        Self::new(Limits::default(), vec![], file)
+    }
+
+    /// The catalog of a host that never runs a tool (the `api` and `cta` functions): the
+    /// file's HTTP tools, `http_fetch` and MCP servers are declared by name, so its agents
+    /// check out, but no client is built; a call to one is an error saying where tools run.
+    pub fn declared(file: Option<AgentsFile>) -> Result<Self, CatalogError> {
+        let Some(file) = file else {
+            return Self::new(Limits::default(), vec![], None);
+        };
+        let mut toolbox = Toolbox::default();
+        for (name, spec) in &file.tools {
+            toolbox.tools.push(Arc::new(Declared {
+                name: name.clone(),
+                description: spec.description.clone(),
+                schema: spec.schema.clone(),
+            }));
+        }
+        if file.http_fetch.is_some() {
+            toolbox.tools.push(Arc::new(Declared {
+                name: HTTP_FETCH.into(),
+                description: "Fetch a page by URL.".into(),
+                schema: serde_json::json!({"type": "object"}),
+            }));
+        }
+        for name in file.mcp_servers.keys() {
+            toolbox
+                .servers
+                .insert(name.clone(), Arc::new(Declared::server(name)));
+        }
+        Self::build(Limits::default(), toolbox, Some(file))
+    }
+
+    /// Gives `agent` a prepare hook (see [`Prepare`]).
+    pub fn with_prepare(mut self, agent: &str, hook: Arc<dyn Prepare>) -> Self {
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.prepare = Some(hook);
+        }
+        self
+    }
+
+    pub fn agent(&self, name: &str) -> Option<&AgentDef> {
+        self.agents.get(name)
+    }
+
+    pub fn agent_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.agents.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The tool `name` if `agent` may call it in an iteration `prepared` added to: a tool
+    /// it lists, one its prepare hook added, or a listed tool of an MCP server it is granted.
+    pub fn tool_for(
+        &self,
+        agent: &AgentDef,
+        prepared: &Prepared,
+        name: &str,
+    ) -> Option<Arc<ToolDef>> {
+        if prepared.tools.iter().any(|t| t == name) || grants(agent, name) {
+            self.tool(name)
+        } else {
+            None
+        }
+    }
+
+    /// A tool by name: a catalog tool, or an MCP server's tool once the server listed it.
+    pub fn tool(&self, name: &str) -> Option<Arc<ToolDef>> {
+        if let Some(def) = self.tools.get(name) {
+            return Some(def.clone());
+        }
+        let server = self.servers.get(server_of(name)?)?;
+        let listed = server.listed.read().unwrap_or_else(|e| e.into_inner());
+        listed.as_ref()?.get(name).cloned()
+    }
+
+    /// The tool specs an agent's model is given in an iteration: its own tools, its MCP
+    /// servers' as far as they are listed (see [`Catalog::list_servers`]), and what a
+    /// prepare hook added.
+    pub fn specs(&self, agent: &AgentDef, prepared: &Prepared) -> Vec<ToolSpec> {
+        let mut out = Vec::with_capacity(agent.tools.len() + prepared.tools.len());
+        let mut seen = std::collections::HashSet::new();
+        let mut add = |def: &ToolDef, out: &mut Vec<ToolSpec>| {
+            if seen.insert(def.spec.name.clone()) {
+                out.push(def.spec.clone());
+            }
+        };
+        for t in agent.tools.iter().chain(&prepared.tools) {
+            if let Some(server) = t.strip_prefix("mcp:") {
+                let Some(slot) = self.servers.get(server) else {
+                    continue;
+                };
+                let listed = slot.listed.read().unwrap_or_else(|e| e.into_inner());
+                let mut defs: Vec<&Arc<ToolDef>> = listed.iter().flat_map(|l| l.values()).collect();
+                defs.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+                for def in defs {
+                    add(def, &mut out);
+                }
+            } else if let Some(def) = self.tool(t) {
+                add(&def, &mut out);
+            }
+        }
+        out
+    }
+
+    /// Lists the tools of the MCP servers `agent` uses, once per process: a server listed
+    /// before is not asked again; one that could not be reached is asked again at most every
+    /// [`RELIST_INTERVAL`]. A server that stays down leaves its tools out (and a call to one
+    /// of them gets an error result); it never fails the step.
+    pub async fn list_servers(&self, agent: &AgentDef, prepared: &Prepared) {
+        let mut wanted: Vec<&str> = agent
+            .tools
+            .iter()
+            .chain(&prepared.tools)
+            .filter_map(|t| t.strip_prefix("mcp:").or_else(|| server_of(t)))
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        for name in wanted {
+            let Some(slot) = self.servers.get(name) else {
+                continue;
+            };
+            if slot
+                .listed
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some()
+            {
+                continue;
+            }
+            {
+                let mut tried = slot.tried.lock().unwrap_or_else(|e| e.into_inner());
+                if tried.is_some_and(|t| t.elapsed() < RELIST_INTERVAL) {
+                    continue;
+                }
+                *tried = Some(Instant::now());
+            }
+            match slot.server.list().await {
+                Ok(list) => {
+                    let mut defs = HashMap::new();
+                    for tool in list {
+                        match ToolDef::from_tool(tool) {
+                            Ok(def) => {
+                                defs.insert(def.spec.name.clone(), Arc::new(def));
+                            }
+                            Err(e) => warn!(server = name, error = %e, "MCP tool left out"),
+                        }
+                    }
+                    info!(server = name, tools = defs.len(), "MCP server listed");
+                    *slot.listed.write().unwrap_or_else(|e| e.into_inner()) = Some(defs);
+                }
+                Err(e) => warn!(server = name, error = %e, "MCP server cannot list its tools"),
+            }
+        }
+    }
+}
+
+/// A tool or MCP server a host knows by name only (see [`Catalog::declared`]).
+struct Declared {
+    name: String,
+    description: String,
+    schema: Value,
+}
+
+impl Declared {
+    fn server(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            description: String::new(),
+            schema: Value::Null,
+        }
+    }
+
+    fn refusal(&self) -> String {
+        format!(
+            "`{}` runs only where steps run (baton dev, the orchestrator and subagent functions)",
+            self.name
+        )
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for Declared {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn schema(&self) -> Value {
+        self.schema.clone()
+    }
+    async fn execute(&self, _: &tools::ToolContext, _: Value) -> Result<Value, String> {
+        Err(self.refusal())
+    }
+}
+
+#[async_trait::async_trait]
+impl ToolServer for Declared {
+    async fn list(&self) -> Result<Vec<Arc<dyn Tool>>, String> {
+        Err(self.refusal())
+    }
+}
+
+/// Whether `agent` lists `tool`, or is granted the MCP server it belongs to.
+fn grants(agent: &AgentDef, tool: &str) -> bool {
+    agent.tools.iter().any(|t| {
+        t == tool
+            || t.strip_prefix("mcp:")
+                .is_some_and(|server| server_of(tool) == Some(server))
+    })
+}
