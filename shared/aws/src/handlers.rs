@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use baton_core::agent::{Catalog, CatalogError};
@@ -21,10 +21,14 @@ use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::Value;
 use tracing::{Instrument, error, info, info_span, warn};
 
-use baton_llm::Models;
-use baton_llm::anthropic::{AnthropicConfig, AnthropicLlm};
-use baton_llm::bedrock::{self, BedrockConfig, BedrockLlm};
-use baton_llm::openai::{OpenAiConfig, OpenAiLlm};
+#[cfg(feature = "steps")]
+use baton_llm::{
+    Models,
+    anthropic::{AnthropicConfig, AnthropicLlm},
+    bedrock::{self, BedrockConfig, BedrockLlm},
+    openai::{OpenAiConfig, OpenAiLlm},
+};
+#[cfg(feature = "steps")]
 use baton_tools::Host;
 
 use crate::dynamo::DynamoStore;
@@ -229,7 +233,7 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
         let handler = handler.clone();
         async move {
             let (service, dead_letters, queues, sqs) = &*handler;
-            let at = UNIX_EPOCH + Duration::from_millis(event.context.deadline);
+            let at = std::time::UNIX_EPOCH + Duration::from_millis(event.context.deadline);
             // A deadline already past as the batch starts is no real invocation's (an
             // emulator's such as `cargo lambda watch`, or a broken clock): ignore it.
             let deadline = (at > SystemTime::now()).then_some(Deadline { at, step_budget });
