@@ -536,6 +536,20 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_call_with_no_think_before_it_lists_its_server() {
+        let ok = r#"{"mcpServers": {"calc": {"url": "http://x"}},
+                     "agents": {"ops": {"tools": ["mcp:calc"]}}}"#;
+        let (c, _) = with_server(ok, true);
+        let c = c.expect("builds");
+        assert!(c.tool("calc__ping").is_none());
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(c.list_server_of("calc__ping"));
+        assert!(c.tool("calc__ping").is_some());
+    }
+
     fn explore_of(c: &Catalog) -> &AgentDef {
         c.agent("explore").expect("explore")
     }

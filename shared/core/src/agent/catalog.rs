@@ -311,6 +311,18 @@ impl Catalog {
             .collect();
         wanted.sort_unstable();
         wanted.dedup();
+        self.list(wanted).await;
+    }
+
+    /// Lists the MCP server `tool` belongs to, if it has not yet: a call that runs with no
+    /// think before it in this process (an approved gate after a restart) finds its tool.
+    pub async fn list_server_of(&self, tool: &str) {
+        if let Some(server) = server_of(tool) {
+            self.list(vec![server]).await;
+        }
+    }
+
+    async fn list(&self, wanted: Vec<&str>) {
         for name in wanted {
             let Some(slot) = self.servers.get(name) else {
                 continue;

@@ -398,6 +398,9 @@ impl StepIo for Thinker<'_> {
             &self.run.agent,
             &call.call_id,
         );
+        if catalog.tool(&call.tool).is_none() {
+            catalog.list_server_of(&call.tool).await;
+        }
         let result = match catalog.tool(&call.tool) {
             Some(def) => match &def.kind {
                 ToolKind::Exec(tool) => {
