@@ -95,6 +95,9 @@ pub enum InitError {
 pub struct Runtime {
     pub config: Config,
     pub sdk: aws_config::SdkConfig,
+    /// The model secret's fields, read once per container (the models and the tools'
+    /// headers both need them at start-up).
+    secrets: tokio::sync::OnceCell<HashMap<String, String>>,
 }
 
 impl Runtime {
@@ -103,21 +106,31 @@ impl Runtime {
         let config = Config::from_env()?;
         config.aws()?;
         let sdk = sdk_config(&config.sdk).await;
-        Ok(Self { config, sdk })
+        Ok(Self {
+            config,
+            sdk,
+            secrets: tokio::sync::OnceCell::new(),
+        })
     }
 
     /// The fields of the model secret (`BATON_LLM_SECRET_ARN`), if one is named: a JSON
     /// object of names to values (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, and any `${VAR}`
     /// the agents file's headers use), or a plain string, the OpenAI-compatible key.
     pub async fn secrets(&self) -> Result<HashMap<String, String>, InitError> {
-        let Some(source) = self.key_source() else {
-            return Ok(HashMap::new());
-        };
-        let text = source.read().await.map_err(|message| InitError::Secret {
-            arn: source.arn.clone(),
-            message,
-        })?;
-        Ok(text.map(|t| secret_fields(&t)).unwrap_or_default())
+        let fields = self
+            .secrets
+            .get_or_try_init(|| async {
+                let Some(source) = self.key_source() else {
+                    return Ok::<_, InitError>(HashMap::new());
+                };
+                let text = source.read().await.map_err(|message| InitError::Secret {
+                    arn: source.arn.clone(),
+                    message,
+                })?;
+                Ok(text.map(|t| secret_fields(&t)).unwrap_or_default())
+            })
+            .await?;
+        Ok(fields.clone())
     }
 
     /// The model settings, with the keys the model secret holds.
