@@ -119,6 +119,8 @@ def main():
         ([""], app, "cta.response", "deny"),              # nobody by default
         ([""], someone, "cta.expired", "deny"),            # a forged expiry
         ([""], SCHEDULER_ROLE, "cta.expired", "allow"),    # the real one
+        ([""], someone, "timer.fired", "deny"),            # a forged plan step timeout
+        ([""], SCHEDULER_ROLE, "timer.fired", "allow"),    # the real one
         ([""], someone, "run.state", "allow"),             # other events: the account's
         ([app], app, "cta.response", "allow"),             # a listed responder
         ([app], someone, "cta.response", "deny"),          # anyone else

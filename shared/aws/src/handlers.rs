@@ -536,6 +536,10 @@ pub async fn handle_cta_inbox(service: &Service, event: SqsEvent) -> SqsBatchRes
                     }
                 }
                 "cta.expired" => service.expire_cta(&cta_id).await,
+                crate::scheduler::TIMER_FIRED => {
+                    let field = |k: &str| detail[k].as_str().unwrap_or_default().to_owned();
+                    service.fire_timer(&field("timerId"), &field("runId")).await
+                }
                 // The schedule rule's tick: repair what crashes left between commit and effects.
                 SWEEP_EVENT => service
                     .sweep(SWEEP_AFTER)

@@ -226,7 +226,8 @@ pub async fn ensure(
         .name(&rule)
         .event_bus_name(n.bus())
         .event_pattern(
-            serde_json::json!({"detail-type": ["cta.response", "cta.expired"]}).to_string(),
+            serde_json::json!({"detail-type": ["cta.response", "cta.expired", "timer.fired"]})
+                .to_string(),
         )
         .send()
         .await

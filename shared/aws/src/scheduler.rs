@@ -2,8 +2,9 @@
 //!
 //! The schedule is named by the CTA id (so creating it twice is harmless: "already exists"
 //! is success), fires `at(<UTC time>)` with no flexible window, deletes itself afterwards,
-//! and puts a `cta.expired` event `{ctaId, runId}` on the Baton bus. Unscheduling a schedule
-//! that is gone ("not found") is success.
+//! and puts a `cta.expired` event `{ctaId, runId}` on the Baton bus. A run's own timer (a plan
+//! step's timeout, named `tmr_…`) puts `timer.fired` `{timerId, runId}` instead. Unscheduling
+//! a schedule that is gone ("not found") is success.
 
 use std::sync::Arc;
 
@@ -18,7 +19,11 @@ use tracing::instrument;
 
 use crate::sdk::{Meter, map_sdk_err};
 use baton_core::error::PortError;
+use baton_core::message::TIMER_PREFIX;
 use baton_core::ports::Scheduler;
+
+/// The detail-type of a run's own timer firing (`{timerId, runId}`).
+pub const TIMER_FIRED: &str = "timer.fired";
 
 pub struct SchedulerTimers {
     client: Client,
@@ -62,14 +67,21 @@ impl Scheduler for SchedulerTimers {
         run_id: &str,
         at: DateTime<Utc>,
     ) -> Result<(), PortError> {
-        let input = serde_json::json!({"ctaId": cta_id, "runId": run_id}).to_string();
+        // A run's own timer (a plan step's timeout) is `timer.fired`; any other, a CTA's expiry.
+        let (detail_type, input) = if cta_id.starts_with(TIMER_PREFIX) {
+            let input = serde_json::json!({"timerId": cta_id, "runId": run_id});
+            (TIMER_FIRED, input.to_string())
+        } else {
+            let input = serde_json::json!({"ctaId": cta_id, "runId": run_id});
+            ("cta.expired", input.to_string())
+        };
         let target = Target::builder()
             .arn(&self.bus_arn)
             .role_arn(&self.role_arn)
             .input(input)
             .event_bridge_parameters(
                 EventBridgeParameters::builder()
-                    .detail_type("cta.expired")
+                    .detail_type(detail_type)
                     .source(super::eventbridge::SOURCE)
                     .build()
                     .map_err(|e| PortError::broken("build target", e))?,

@@ -11,8 +11,9 @@ use regex::Regex;
 use serde_json::Value;
 
 pub use crate::agents_file::{AgentSpec, AgentsFile, AlwaysKeyword, ApprovalSpec};
+use crate::plan;
 use crate::run::Run;
-use crate::timeline::Entry;
+use crate::timeline::{Entry, Operation};
 use crate::tools;
 
 mod catalog;
@@ -57,6 +58,8 @@ pub enum ApprovalBatch {
 #[derive(Clone)]
 pub struct AgentDef {
     pub name: String,
+    /// What it is for, as planners and orchestrators are told.
+    pub description: Option<String>,
     pub system: String,
     pub model: Option<String>,
     /// Tool names; `mcp:<server>` grants every tool of that MCP server.
@@ -72,6 +75,9 @@ pub struct AgentDef {
     pub context_guidance: BTreeMap<String, String>,
     /// Tools and context added per iteration (Rust only).
     pub prepare: Option<Arc<dyn Prepare>>,
+    /// What its model calls are recorded as (`plan` for the planner, `review` for the plan
+    /// reviewer, `think` for every other agent).
+    pub operation: crate::timeline::Operation,
 }
 
 impl std::fmt::Debug for AgentDef {
@@ -155,6 +161,8 @@ pub struct Limits {
     pub cta_expiry: Duration,
     /// How long a tool call may take, unless the tool says otherwise.
     pub tool_timeout: Duration,
+    /// The caps of `agent_orchestrate` plans.
+    pub plan: crate::plan::PlanLimits,
 }
 
 /// The longest an agent's CTAs may wait: one year, as far as EventBridge Scheduler goes.
@@ -169,6 +177,7 @@ impl Default for Limits {
             max_parallel_children: 4,
             cta_expiry: Duration::from_secs(30 * 24 * 3600),
             tool_timeout: Duration::from_secs(60),
+            plan: crate::plan::PlanLimits::default(),
         }
     }
 }
@@ -219,6 +228,10 @@ pub enum CatalogError {
     HttpTool { tool: String, message: String },
     #[error("toolTimeoutSeconds must be at least 1")]
     ZeroTimeout,
+    #[error("agent `{0}` writes or reviews plans; it cannot have tools")]
+    InternalWithTools(String),
+    #[error("plans.{field} must be from 1 to {max}")]
+    PlanLimit { field: &'static str, max: u64 },
     #[error(transparent)]
     Schema(#[from] tools::SchemaError),
 }
@@ -226,6 +239,7 @@ pub enum CatalogError {
 fn builtin_agents(limits: &Limits, fetch: bool) -> Vec<AgentDef> {
     let agent = |name: &str, system: &str, tools: &[&str]| AgentDef {
         name: name.into(),
+        description: None,
         system: system.into(),
         model: None,
         tools: tools.iter().map(|t| t.to_string()).collect(),
@@ -236,32 +250,76 @@ fn builtin_agents(limits: &Limits, fetch: bool) -> Vec<AgentDef> {
         max_wall: None,
         context_guidance: BTreeMap::new(),
         prepare: None,
+        operation: Operation::Think,
     };
     let explore_tools: &[&str] = if fetch { &[HTTP_FETCH] } else { &[] };
+    let described = |mut a: AgentDef, d: &str| {
+        a.description = Some(d.into());
+        a
+    };
+    let internal = |mut a: AgentDef, op: Operation| {
+        a.operation = op;
+        a.max_iterations = 2;
+        a
+    };
     vec![
         agent(
             ORCHESTRATOR,
             "You are an orchestrator. You do not do the work yourself: delegate it to \
              subagents with spawn_subagent (explore to investigate, code to change things), \
-             in parallel when tasks are independent, and ask the human with \
+             in parallel when tasks are independent, or run a whole plan of them at once with \
+             agent_orchestrate when later work needs earlier results; ask the human with \
              request_human_feedback when a decision or approval is theirs to make. When the \
              work is done, answer with a short summary.",
-            &[tools::SPAWN_SUBAGENT, tools::REQUEST_HUMAN_FEEDBACK],
+            &[
+                tools::SPAWN_SUBAGENT,
+                tools::REQUEST_HUMAN_FEEDBACK,
+                plan::AGENT_ORCHESTRATE,
+            ],
         ),
-        agent(
-            "explore",
-            "You are an explore subagent. Investigate what you are asked and report your \
-             findings concisely. End every turn with a final answer.",
-            explore_tools,
+        described(
+            agent(
+                "explore",
+                "You are an explore subagent. Investigate what you are asked and report your \
+                 findings concisely. End every turn with a final answer.",
+                explore_tools,
+            ),
+            "investigates a question and reports its findings",
         ),
-        agent(
-            "code",
-            "You are a code subagent. Carry out the change you are asked for and report what \
-             you did. End every turn with a final answer.",
-            &[],
+        described(
+            agent(
+                "code",
+                "You are a code subagent. Carry out the change you are asked for and report \
+                 what you did. End every turn with a final answer.",
+                &[],
+            ),
+            "carries out a change and reports what it did",
+        ),
+        internal(agent(plan::PLANNER, PLANNER_PROMPT, &[]), Operation::Plan),
+        internal(
+            agent(plan::PLAN_REVIEWER, REVIEWER_PROMPT, &[]),
+            Operation::Review,
         ),
     ]
 }
+
+/// The planner's fixed instructions; the catalog adds the agents a plan may use.
+const PLANNER_PROMPT: &str = "You write plans for agent_orchestrate. Reply with one JSON \
+object and nothing else: {\"steps\": [...]}. Steps run in order. An agent step is \
+{\"id\": \"...\", \"agent\": \"<agent>\", \"prompt\": \"...\", \"result_key\": \"...\"} (also \
+optional: \"with\": {...} input for the agent, \"timeout_ms\"). A parallel step runs agent steps \
+at once: {\"id\": \"...\", \"parallel\": [agent steps], \"merge\": \"collect\" or \
+\"first_success\"}. A prompt may use an earlier step's output as {{result.<result_key>}} \
+(or a field of it, {{result.<result_key>.<field>}}) and the call's bindings as \
+{{bindings.<name>}}; steps of one parallel step cannot use each other's results. Ids and \
+result keys use letters, digits, - and _. Keep plans short: only the steps the objective \
+needs.";
+
+/// The plan reviewer's fixed instructions.
+const REVIEWER_PROMPT: &str = "You review plans before they run. Approve a plan that \
+accomplishes its objective with the agents it names, in a sensible order, without needless \
+or risky steps. Reply with one JSON object and nothing else: {\"approved\": true or false, \
+\"notes\": \"what to change, or why it is fine\"}.";
 
 /// An agent of the agents file, checked.
 fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef, CatalogError> {
@@ -308,6 +366,12 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
         approval.insert(tool, policy);
     }
     Ok(AgentDef {
+        description: spec.description,
+        operation: match name.as_str() {
+            plan::PLANNER => Operation::Plan,
+            plan::PLAN_REVIEWER => Operation::Review,
+            _ => Operation::Think,
+        },
         system: spec.system.unwrap_or_default(),
         model: spec.model,
         tools: spec.tools,
@@ -339,10 +403,60 @@ mod tests {
         let o = c.agent(ORCHESTRATOR).expect("orchestrator");
         assert_eq!(
             o.tools,
-            vec![tools::SPAWN_SUBAGENT, tools::REQUEST_HUMAN_FEEDBACK]
+            vec![
+                tools::SPAWN_SUBAGENT,
+                tools::REQUEST_HUMAN_FEEDBACK,
+                plan::AGENT_ORCHESTRATE
+            ]
         );
         assert!(c.agent("explore").is_some() && c.agent("code").is_some());
-        assert_eq!(c.specs(o, &Prepared::default()).len(), 2);
+        assert_eq!(c.specs(o, &Prepared::default()).len(), 3);
+        // The plan's helpers: no tools (the planner cannot call agent_orchestrate), their
+        // calls recorded as `plan` and `review`, and the planner told which agents it has.
+        let planner = c.agent(plan::PLANNER).expect("planner");
+        assert!(planner.tools.is_empty());
+        assert_eq!(planner.operation, Operation::Plan);
+        assert!(
+            planner.system.contains("- explore: investigates"),
+            "{}",
+            planner.system
+        );
+        assert!(!planner.system.contains("- planner"));
+        assert_eq!(
+            c.agent(plan::PLAN_REVIEWER).expect("reviewer").operation,
+            Operation::Review
+        );
+        assert!(!c.is_subagent(plan::PLANNER) && !c.is_subagent(ORCHESTRATOR));
+        assert!(c.is_subagent("explore"));
+    }
+
+    #[test]
+    fn plan_caps_come_from_the_agents_file_within_bounds() {
+        let f = file(r#"{"plans": {"maxSteps": 3, "maxParallel": 2, "stepTimeoutSeconds": 30}}"#);
+        let c = Catalog::new(Limits::default(), vec![], Some(f)).expect("builds");
+        assert_eq!(c.limits.plan.max_steps, 3);
+        assert_eq!(c.limits.plan.max_parallel, 2);
+        assert_eq!(c.limits.plan.max_depth, 3);
+        assert_eq!(c.limits.plan.step_timeout, Some(Duration::from_secs(30)));
+        for (bad, want) in [
+            (
+                r#"{"plans": {"maxSteps": 0}}"#,
+                "plans.maxSteps must be from 1 to 100",
+            ),
+            (
+                r#"{"plans": {"maxParallel": 99}}"#,
+                "plans.maxParallel must be from 1 to 32",
+            ),
+            (
+                r#"{"agents": {"planner": {"tools": ["echo"]}}}"#,
+                "agent `planner` writes or reviews plans; it cannot have tools",
+            ),
+        ] {
+            let err = Catalog::new(Limits::default(), vec![], Some(file(bad)))
+                .expect_err(bad)
+                .to_string();
+            assert_eq!(err, want);
+        }
     }
 
     #[test]

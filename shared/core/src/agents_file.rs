@@ -36,11 +36,32 @@ pub struct AgentsFile {
     /// How long a tool call may take unless the tool says otherwise (default 60).
     #[serde(default)]
     pub tool_timeout_seconds: Option<u64>,
+    /// The caps of `agent_orchestrate` plans.
+    #[serde(default)]
+    pub plans: Option<PlansSpec>,
+}
+
+/// `{"maxSteps": 12, "maxParallel": 4, "maxDepth": 3, "stepTimeoutSeconds": n}`, every key
+/// optional (those are the defaults; no step timeout by default).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PlansSpec {
+    #[serde(default)]
+    pub max_steps: Option<u64>,
+    #[serde(default)]
+    pub max_parallel: Option<u64>,
+    #[serde(default)]
+    pub max_depth: Option<u64>,
+    #[serde(default)]
+    pub step_timeout_seconds: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AgentSpec {
+    /// What it is for, as a planner is told (default: none).
+    #[serde(default)]
+    pub description: Option<String>,
     #[serde(default)]
     pub system: Option<String>,
     /// `provider:model-id` (`openai:`, `anthropic:`, `bedrock:`); an id without a known

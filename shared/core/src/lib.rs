@@ -3,7 +3,8 @@
 //! - [`engine`] decides, purely: one iteration of one run, from its state and one input.
 //! - [`message`] holds what crosses the engine's boundary: step messages, events, effects,
 //!   transitions. Ports and adapters import it, never the engine.
-//! - [`run`], [`cta`], [`timeline`], [`agent`] and [`tools`] are the data the engine reasons on.
+//! - [`run`], [`cta`], [`timeline`], [`agent`], [`tools`] and [`plan`] are the data the engine
+//!   reasons on.
 //! - [`llm`] is the model port and the projection of a timeline into chat messages.
 //! - [`ports`] are the traits every adapter implements (store, queue, bus, scheduler, clock).
 //! - [`service`] is the only place that loads, steps, commits and performs effects.
@@ -23,6 +24,7 @@ pub mod error;
 pub mod failpoint;
 pub mod llm;
 pub mod message;
+pub mod plan;
 pub mod ports;
 pub mod run;
 pub mod service;

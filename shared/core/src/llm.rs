@@ -219,6 +219,7 @@ mod tests {
                 reply_seq: 1,
                 cta: None,
                 child_run_id: None,
+                plan: None,
             }),
         };
         let timeline = vec![

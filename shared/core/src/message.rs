@@ -75,6 +75,10 @@ pub enum Input {
     Cancel {
         reason: String,
     },
+    /// A timer the run set (a plan step's timeout) fired.
+    Timer {
+        timer_id: String,
+    },
     /// The run cannot go on (a poison message, a fatal model error, a terminal step error).
     Fail {
         code: String,
@@ -127,7 +131,20 @@ pub enum Effect {
     CancelCta {
         cta_id: String,
     },
+    /// A one-time timer that sends the run `Input::Timer` at `at` (a plan step's timeout).
+    /// Its id starts with [`TIMER_PREFIX`], which is how a fired timer is told from a CTA's.
+    Timer {
+        timer_id: String,
+        run_id: String,
+        at: DateTime<Utc>,
+    },
+    CancelTimer {
+        timer_id: String,
+    },
 }
+
+/// How the id of a run's own timer starts (a CTA's expiry timer is named by the CTA id).
+pub const TIMER_PREFIX: &str = "tmr_";
 
 /// What the engine decided for one message: committed atomically, then its effects performed.
 #[derive(Debug, Clone, PartialEq)]

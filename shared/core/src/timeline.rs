@@ -74,8 +74,8 @@ pub enum EntryBody {
     },
 }
 
-/// Why a model was called: an agent's iteration (`think`); planning and reviewing plans
-/// come with the plan tools.
+/// Why a model was called: an agent's iteration (`think`), the planner writing a plan
+/// (`plan`), the plan reviewer reading one (`review`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Operation {
@@ -103,6 +103,9 @@ pub struct ToolEntry {
     /// The child run this result waits for (`spawn_subagent`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child_run_id: Option<String>,
+    /// The plan this result waits for (`agent_orchestrate`), as it goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Box<crate::plan::PlanState>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -183,6 +186,7 @@ mod tests {
                 reply_seq: 2,
                 cta: None,
                 child_run_id: None,
+                plan: None,
             }),
         };
         let v = serde_json::to_value(&e).expect("serializes");

@@ -38,6 +38,7 @@ pub fn history() -> Vec<Entry> {
                 reply_seq: 1,
                 cta: None,
                 child_run_id: None,
+                plan: None,
             }),
         },
     ]

@@ -143,20 +143,20 @@ impl Worker {
         Ok(n)
     }
 
-    /// Fires the timers due now.
+    /// Fires the timers due now: CTA expiries, and runs' own timers (plan step timeouts).
     pub async fn fire_due_timers(&self) -> Result<usize, PortError> {
         let due = self
             .store
             .due_timers(self.service.deps().clock.now())
             .await?;
         for t in &due {
-            match self.service.expire_cta(&t.cta_id).await {
+            match self.service.fire_timer(&t.name, &t.run_id).await {
                 Ok(()) => {}
                 Err(ServiceError::Port(e)) => return Err(e),
                 // Refused (not due by the service's clock, or gone): the timer is done.
-                Err(e) => warn!(cta_id = %t.cta_id, error = %e, "expiry refused"),
+                Err(e) => warn!(timer = %t.name, error = %e, "timer refused"),
             }
-            baton_core::ports::Scheduler::unschedule(&self.store, &t.cta_id).await?;
+            baton_core::ports::Scheduler::unschedule(&self.store, &t.name).await?;
         }
         Ok(due.len())
     }

@@ -15,6 +15,7 @@ use super::{
 };
 use crate::cost::Prices;
 use crate::llm::ToolSpec;
+use crate::plan;
 use crate::tools::{self, Tool, ToolDef, ToolServer};
 
 /// Everything the engine needs to know about agents and tools.
@@ -92,6 +93,9 @@ impl Catalog {
             Some(s) => limits.tool_timeout = Duration::from_secs(s),
             None => {}
         }
+        if let Some(plans) = &file.plans {
+            set_plan_limits(&mut limits.plan, plans)?;
+        }
         let fetch = toolbox.tools.iter().any(|t| t.name() == HTTP_FETCH);
         let mut agents: BTreeMap<String, AgentDef> = builtin_agents(&limits, fetch)
             .into_iter()
@@ -119,15 +123,36 @@ impl Catalog {
             }
         }
 
-        let subagents: Vec<String> = agents
-            .keys()
-            .filter(|n| n.as_str() != ORCHESTRATOR)
-            .cloned()
+        for internal in [plan::PLANNER, plan::PLAN_REVIEWER] {
+            if agents.get(internal).is_some_and(|a| !a.tools.is_empty()) {
+                return Err(CatalogError::InternalWithTools(internal.into()));
+            }
+        }
+        // What spawn_subagent and plans may start: every agent but the orchestrator and
+        // the plan's own helpers.
+        let subagents: Vec<String> = agents.keys().filter(|n| is_subagent(n)).cloned().collect();
+        let listing: Vec<String> = subagents
+            .iter()
+            .map(
+                |n| match agents.get(n).and_then(|a| a.description.as_deref()) {
+                    Some(d) => format!("- {n}: {d}"),
+                    None => format!("- {n}"),
+                },
+            )
             .collect();
+        if let Some(planner) = agents.get_mut(plan::PLANNER) {
+            planner.system.push_str(&format!(
+                "\n\nA plan has at most {} agent steps (parallel ones counted). The agents a \
+                 plan may use:\n{}",
+                limits.plan.max_steps,
+                listing.join("\n")
+            ));
+        }
         let mut tools: HashMap<String, Arc<ToolDef>> = HashMap::new();
         for def in [
             tools::spawn_subagent(&subagents)?,
             tools::request_human_feedback()?,
+            tools::agent_orchestrate(&subagents)?,
         ] {
             tools.insert(def.spec.name.clone(), Arc::new(def));
         }
@@ -236,6 +261,11 @@ impl Catalog {
 
     pub fn agent(&self, name: &str) -> Option<&AgentDef> {
         self.agents.get(name)
+    }
+
+    /// Whether a plan step (or `spawn_subagent`) may start agent `name`.
+    pub fn is_subagent(&self, name: &str) -> bool {
+        self.agents.contains_key(name) && is_subagent(name)
     }
 
     pub fn agent_names(&self) -> Vec<&str> {
@@ -407,6 +437,35 @@ impl ToolServer for Declared {
     async fn list(&self) -> Result<Vec<Arc<dyn Tool>>, String> {
         Err(self.refusal())
     }
+}
+
+fn is_subagent(name: &str) -> bool {
+    ![ORCHESTRATOR, plan::PLANNER, plan::PLAN_REVIEWER].contains(&name)
+}
+
+/// The agents file's `plans` caps, each within its bounds.
+fn set_plan_limits(
+    limits: &mut plan::PlanLimits,
+    spec: &crate::agents_file::PlansSpec,
+) -> Result<(), CatalogError> {
+    let check = |field: &'static str, v: Option<u64>, max: u64| match v {
+        Some(n) if !(1..=max).contains(&n) => Err(CatalogError::PlanLimit { field, max }),
+        v => Ok(v),
+    };
+    if let Some(n) = check("maxSteps", spec.max_steps, 100)? {
+        limits.max_steps = n as usize;
+    }
+    if let Some(n) = check("maxParallel", spec.max_parallel, 32)? {
+        limits.max_parallel = n as usize;
+    }
+    if let Some(n) = check("maxDepth", spec.max_depth, 10)? {
+        limits.max_depth = n as u32;
+    }
+    let year = super::MAX_CTA_EXPIRY_SECS;
+    if let Some(n) = check("stepTimeoutSeconds", spec.step_timeout_seconds, year)? {
+        limits.step_timeout = Some(Duration::from_secs(n));
+    }
+    Ok(())
 }
 
 /// Whether `agent` lists `tool`, or is granted the MCP server it belongs to.

@@ -8,7 +8,7 @@ use crate::cost::Spent;
 use crate::message::{ChildOutcome, Effect, Input, StepMessage};
 use crate::run::{NewRun, ParentLink, Run, WaitingCta};
 use crate::timeline::{Entry, EntryBody, ToolResult};
-use crate::tools::REQUEST_HUMAN_FEEDBACK;
+use crate::tools::{REQUEST_HUMAN_FEEDBACK, SPAWN_SUBAGENT};
 
 /// `ChildWaiting`: a CTA waits in the tree under child `child_run_id`. The run's timeline
 /// says so (naming the child, the question and the CTA), `waitingCtas` lists it, and the
@@ -20,9 +20,7 @@ pub(super) fn waiting(
     cta_id: &str,
     question: &str,
 ) -> Next {
-    let ours = w
-        .pending_where(|t| t.child_run_id.as_deref() == Some(child_run_id))
-        .is_some();
+    let ours = w.child_call(child_run_id).is_some();
     if !ours || w.run.waiting_ctas.iter().any(|c| c.cta_id == cta_id) {
         return Next::Now(Step::Ignore(format!(
             "no subagent {child_run_id} waits here, or CTA {cta_id} is known"
@@ -68,6 +66,14 @@ pub(super) fn resumed(w: &mut Work, child_run_id: &str, cta_id: &str) -> Next {
 }
 
 impl Work<'_> {
+    /// The pending call child run `child` works for: a `spawn_subagent` call, or a plan's.
+    pub(super) fn child_call(&self, child: &str) -> Option<u64> {
+        self.pending_where(|t| {
+            t.child_run_id.as_deref() == Some(child)
+                || t.plan.as_ref().is_some_and(|p| p.owns(child))
+        })
+    }
+
     /// Tells the parent, if any, that a CTA in this run's tree no longer waits.
     pub(super) fn tell_parent_resumed(&mut self, cta_id: &str) {
         if let Some(parent) = self.run.parent.clone() {
@@ -90,7 +96,8 @@ pub(super) fn finished(
     spent: Spent,
 ) -> Next {
     let Some(seq) = w
-        .pending_where(|t| t.id == tool_call_id && t.child_run_id.as_deref() == Some(child_run_id))
+        .child_call(child_run_id)
+        .filter(|&s| w.tool(s).id == tool_call_id)
     else {
         return Next::Now(Step::Ignore(format!(
             "no pending result waits for child {child_run_id}"
@@ -101,6 +108,9 @@ pub(super) fn finished(
     w.run
         .waiting_ctas
         .retain(|c| c.child_run_id != child_run_id);
+    if w.tool(seq).plan.is_some() {
+        return super::plan::child_finished(w, seq, child_run_id, outcome);
+    }
     let result = match outcome {
         ChildOutcome::Completed {
             text,
@@ -177,9 +187,35 @@ impl Work<'_> {
         let text = |k: &str| input.get(k).and_then(Value::as_str).map(str::to_owned);
         // `sub_` marks a subagent run: queues route on it without reading the run.
         let child_id = derive_id("sub", &self.run.run_id, seq);
+        let granted = if input.get("askHuman").and_then(Value::as_bool) == Some(true) {
+            vec![REQUEST_HUMAN_FEEDBACK.to_owned()]
+        } else {
+            vec![]
+        };
+        let agent = text("agent").unwrap_or_default();
+        let prompt = text("prompt").unwrap_or_default();
+        self.new_child(&child_id, call_id, &agent, prompt, granted);
+        if let Some(sandbox) = text("sandboxId")
+            && let Some((child, _)) = self.new_runs.last_mut()
+        {
+            child.sandbox_id = Some(sandbox);
+        }
+        self.tool_mut(seq).child_run_id = Some(child_id);
+    }
+
+    /// Creates child run `child_id` of `agent` (in this step's commit) for the call
+    /// `call_id`, with `prompt` as its first entry, and starts it.
+    pub(super) fn new_child(
+        &mut self,
+        child_id: &str,
+        call_id: &str,
+        agent: &str,
+        prompt: String,
+        granted: Vec<String>,
+    ) {
         let mut child = Run::new(NewRun {
-            run_id: child_id.clone(),
-            agent: text("agent").unwrap_or_default(),
+            run_id: child_id.into(),
+            agent: agent.into(),
             owner: self.run.owner.clone(),
             parent: Some(ParentLink {
                 run_id: self.run.run_id.clone(),
@@ -187,7 +223,7 @@ impl Work<'_> {
             }),
             depth: self.run.depth + 1,
             on_expiry: self.run.on_expiry,
-            sandbox_id: text("sandboxId").or_else(|| self.run.sandbox_id.clone()),
+            sandbox_id: self.run.sandbox_id.clone(),
             metadata: None,
             context: None,
             root_run_id: Some(self.run.root().to_owned()),
@@ -197,21 +233,18 @@ impl Work<'_> {
             seq: 0,
             at: self.now,
             body: EntryBody::User {
-                text: text("prompt").unwrap_or_default(),
+                text: prompt,
                 message_id: None,
             },
         };
         child.next_seq = 1;
-        if input.get("askHuman").and_then(Value::as_bool) == Some(true) {
-            child.granted = vec![REQUEST_HUMAN_FEEDBACK.to_owned()];
-        }
+        child.granted = granted;
         self.new_runs.push((child, vec![first]));
         self.effects.push(Effect::Send(StepMessage {
-            run_id: child_id.clone(),
+            run_id: child_id.into(),
             id: format!("{child_id}:start"),
             input: Input::Start,
         }));
-        self.tool_mut(seq).child_run_id = Some(child_id);
     }
 
     pub(super) fn resume_child(&mut self, seq: u64, call_id: &str, child_id: &str, input: &Value) {
@@ -237,7 +270,10 @@ impl Work<'_> {
 
     /// Starts queued `spawn_subagent` calls while slots are free, in call order.
     pub(super) fn start_queued_children(&mut self) {
-        let queued = self.pending_seqs(|t| t.child_run_id.is_none() && t.cta.is_none());
+        let queued = self.pending_seqs(|t| {
+            t.name == SPAWN_SUBAGENT
+                && matches!(&t.result, ToolResult::Pending { reason } if reason == "queued")
+        });
         for seq in queued {
             if self.running_children() >= self.catalog.limits.max_parallel_children {
                 break;

@@ -21,7 +21,7 @@ pub(super) fn answered(
     responder: Option<&str>,
     io: &Io,
 ) -> Next {
-    let Some(seq) = w.pending_where(|t| t.cta.as_ref().is_some_and(|c| c.cta_id == cta_id)) else {
+    let Some(seq) = w.pending_cta(cta_id) else {
         return Next::Now(Step::Ignore(format!(
             "no pending result waits for CTA {cta_id}"
         )));
@@ -35,6 +35,9 @@ pub(super) fn answered(
     };
     if let Err(e) = response.validate_against(&snap.request) {
         return Next::Now(Step::Ignore(format!("invalid response: {e}")));
+    }
+    if w.tool(seq).plan.is_some() {
+        return super::plan::answered(w, seq, snap, response, responder);
     }
     // The last approval of a reply settled: the calls deferred behind it run now, in the
     // same step as the approved call (the caller executes them all, then steps again).
@@ -104,7 +107,7 @@ pub(super) fn answered(
 /// `CtaExpired`: the pending result becomes an error; by the run's policy it then ends as
 /// `expired` (the default) or thinks on with the error.
 pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
-    let Some(seq) = w.pending_where(|t| t.cta.as_ref().is_some_and(|c| c.cta_id == cta_id)) else {
+    let Some(seq) = w.pending_cta(cta_id) else {
         return Next::Now(Step::Ignore(format!(
             "no pending result waits for CTA {cta_id}"
         )));
@@ -147,6 +150,16 @@ pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
 }
 
 impl Work<'_> {
+    /// The pending call whose CTA `cta_id` still waits (an approved plan's call stays
+    /// pending while its steps run, its CTA answered).
+    pub(super) fn pending_cta(&self, cta_id: &str) -> Option<u64> {
+        self.pending_where(|t| {
+            t.cta
+                .as_ref()
+                .is_some_and(|c| c.cta_id == cta_id && c.status == CtaStatus::Pending)
+        })
+    }
+
     /// Whether a gate of the current batch other than `cta_id` still waits.
     pub(super) fn other_gates_pending(&self, cta_id: &str) -> bool {
         self.pending_where(|t| t.cta.as_ref().is_some_and(|c| c.gate && c.cta_id != cta_id))
@@ -175,15 +188,18 @@ impl Work<'_> {
         self.pending_where(|t| t.id == call_id)
     }
 
+    /// Raises a CTA for the call at `seq`. `gated` is what the human is shown they gate;
+    /// `gate` says the answer runs the call itself (a tool call's approval), so that the
+    /// reply's other calls wait for it.
     pub(super) fn raise_cta(
         &mut self,
         seq: u64,
         call_id: &str,
         request: CtaRequest,
         gated: Option<Gated>,
+        gate: bool,
         expiry: Duration,
     ) -> ToolResult {
-        let gate = gated.is_some();
         let cta_id = derive_id("cta", &self.run.run_id, seq);
         let expires_at =
             self.now + chrono::Duration::from_std(expiry).unwrap_or(chrono::Duration::days(30));

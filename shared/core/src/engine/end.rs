@@ -60,7 +60,11 @@ impl Work<'_> {
         for seq in self.pending_seqs(|_| true) {
             let t = self.tool(seq).clone();
             let mut snap = t.cta.clone();
-            if let Some(s) = snap.as_mut() {
+            if let Some(p) = &t.plan {
+                self.abandon_plan(p, &why);
+            }
+            // A CTA answered already (a plan's, approved, its steps running) stays so.
+            if let Some(s) = snap.as_mut().filter(|s| s.status == CtaStatus::Pending) {
                 // The CTA record decides: an answer (or expiry) written before the run's
                 // end stays in the timeline as such; otherwise the CTA is cancelled (the
                 // step settled it before this commit, or the effect does after it).

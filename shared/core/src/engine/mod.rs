@@ -17,6 +17,7 @@
 //! | a follow-up user message | `user_message.rs` |
 //! | a CTA answered or expired (and raising one) | `cta.rs` |
 //! | a child run finished (and spawning one) | `children.rs` |
+//! | a plan (`agent_orchestrate`), its children and its step timers | `plan.rs` |
 //! | cancel, fail (and every end of a run) | `end.rs` |
 //!
 //! `think.rs` is the iteration itself (a model reply, its tool calls dispatched), `work.rs`
@@ -26,6 +27,7 @@ mod children;
 mod cta;
 mod driver;
 mod end;
+mod plan;
 mod start;
 mod think;
 mod user_message;
@@ -35,7 +37,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use crate::agent::Catalog;
-use crate::cta::Cta;
+use crate::cta::{Cta, CtaStatus};
 use crate::llm::LlmReply;
 use crate::message::{Input, Transition};
 use crate::run::Run;
@@ -124,7 +126,11 @@ pub fn step(
     let mut w = Work::new(catalog, now, run, timeline, io.settled.as_ref());
     if io.settled.is_none() && ends_run(run, input) {
         let ids: Vec<String> = w
-            .pending_seqs(|t| t.cta.is_some())
+            .pending_seqs(|t| {
+                t.cta
+                    .as_ref()
+                    .is_some_and(|c| c.status == CtaStatus::Pending)
+            })
             .into_iter()
             .filter_map(|s| w.tool(s).cta.as_ref().map(|c| c.cta_id.clone()))
             .collect();
@@ -163,6 +169,7 @@ pub fn step(
             cta_id,
         } => children::resumed(&mut w, child_run_id, cta_id),
         Input::Cancel { reason } => end::cancel(&mut w, reason),
+        Input::Timer { timer_id } => plan::timer(&mut w, timer_id),
         Input::Fail { code, message } => end::fail(&mut w, code, message),
     };
     match next {

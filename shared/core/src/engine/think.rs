@@ -14,7 +14,7 @@ use crate::cta::CtaRequest;
 use crate::cta::Gated;
 use crate::message::Input;
 use crate::run::RunStatus;
-use crate::timeline::{EntryBody, Operation, ToolEntry, ToolResult};
+use crate::timeline::{EntryBody, ToolEntry, ToolResult};
 use crate::tools::ToolKind;
 
 /// One tool call of a reply, as dispatch needs it.
@@ -82,7 +82,7 @@ impl Work<'_> {
             usage: reply.usage,
             model,
             cost_usd,
-            operation: Operation::Think,
+            operation: agent.operation,
         });
         if reply.tool_calls.is_empty() {
             self.set_result(text.unwrap_or_default(), Some(reply_seq));
@@ -122,6 +122,7 @@ impl Work<'_> {
                 reply_seq,
                 cta: None,
                 child_run_id: None,
+                plan: None,
             }));
             let max = catalog.limits.max_tool_calls;
             let result = if i >= max {
@@ -196,6 +197,7 @@ impl Work<'_> {
         }
         match &def.kind {
             ToolKind::Spawn => self.spawn(seq, id, &input),
+            ToolKind::Orchestrate => self.orchestrate(seq, id, &input),
             ToolKind::Feedback => {
                 // `expiresInSeconds` may shorten the wait, never lengthen it past the agent's.
                 let mut input = input;
@@ -216,7 +218,7 @@ impl Work<'_> {
                                      {MAX_CTA_REQUEST_BYTES} (a human has to read it)"
                                 ));
                             }
-                            self.raise_cta(seq, id, req, None, expiry)
+                            self.raise_cta(seq, id, req, None, false, expiry)
                         }
                         Err(e) => ToolResult::error(e.to_string()),
                     },
@@ -237,7 +239,7 @@ impl Work<'_> {
                         input: cap_output(input),
                         reason,
                     };
-                    return self.raise_cta(seq, id, approval, Some(gated), agent.cta_expiry);
+                    return self.raise_cta(seq, id, approval, Some(gated), true, agent.cta_expiry);
                 }
                 match io.outputs.get(id) {
                     Some(out) => {

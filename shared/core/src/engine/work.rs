@@ -203,7 +203,12 @@ impl<'a> Work<'a> {
         let state = match self.run.status {
             RunStatus::Running | RunStatus::Queued => Some("thinking"),
             RunStatus::Waiting => {
-                if self.pending_where(|t| t.cta.is_some()).is_some() {
+                let asks = |t: &ToolEntry| {
+                    t.cta
+                        .as_ref()
+                        .is_some_and(|c| c.status == crate::cta::CtaStatus::Pending)
+                };
+                if self.pending_where(asks).is_some() {
                     Some("waiting_on_user")
                 } else {
                     Some("waiting_on_subagents")

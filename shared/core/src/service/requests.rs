@@ -7,7 +7,7 @@ use tracing::{info, warn};
 use super::{CreateRun, MAX_CONTEXT_BYTES, RunView, Service, ServiceError};
 use crate::cta::{Cta, CtaResponse, CtaStatus, Settlement};
 use crate::error::PortError;
-use crate::message::{Effect, Input, StepMessage};
+use crate::message::{Effect, Input, StepMessage, TIMER_PREFIX};
 use crate::ports::{Created, RunRecord, Settled};
 use crate::run::{NewRun, Run};
 use crate::timeline::{Entry, EntryBody};
@@ -344,6 +344,29 @@ impl Service {
                 input,
             }])
             .await
+    }
+
+    /// A timer fired: a run's own timer (named [`TIMER_PREFIX`]…, a plan step's timeout)
+    /// goes to its run, whose step decides whether it is still due; any other is a CTA's
+    /// expiry ([`Service::expire_cta`]).
+    pub async fn fire_timer(&self, name: &str, run_id: &str) -> Result<(), ServiceError> {
+        if !name.starts_with(TIMER_PREFIX) {
+            return self.expire_cta(name).await;
+        }
+        if self.deps.store.get_run(run_id).await?.is_none() {
+            return Err(ServiceError::NotFound(format!("no run `{run_id}`")));
+        }
+        Ok(self
+            .deps
+            .queue
+            .send(&[StepMessage {
+                run_id: run_id.into(),
+                id: format!("{name}:fired"),
+                input: Input::Timer {
+                    timer_id: name.into(),
+                },
+            }])
+            .await?)
     }
 
     /// An expiry timer fired: settle the CTA as expired if nobody answered first.

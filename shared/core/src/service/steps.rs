@@ -297,6 +297,18 @@ impl Service {
                     self.deps.scheduler.unschedule(cta_id).await?;
                     failpoint::hit("effect.after_unschedule")?;
                 }
+                Effect::Timer {
+                    timer_id,
+                    run_id,
+                    at,
+                } => {
+                    self.deps.scheduler.schedule(timer_id, run_id, *at).await?;
+                    failpoint::hit("effect.after_schedule")?;
+                }
+                Effect::CancelTimer { timer_id } => {
+                    self.deps.scheduler.unschedule(timer_id).await?;
+                    failpoint::hit("effect.after_unschedule")?;
+                }
                 Effect::CancelCta { cta_id } => {
                     let now = self.deps.clock.now();
                     self.deps

@@ -123,6 +123,8 @@ pub trait ToolServer: Send + Sync {
 pub enum ToolKind {
     Spawn,
     Feedback,
+    /// `agent_orchestrate`: the engine runs a plan of child runs.
+    Orchestrate,
     Exec(Arc<dyn Tool>),
 }
 
@@ -234,6 +236,42 @@ pub fn spawn_subagent(agents: &[String]) -> Result<ToolDef, SchemaError> {
             "additionalProperties": false
         }),
         ToolKind::Spawn,
+    )
+}
+
+/// `agent_orchestrate`: run a plan of agents, in sequence and in parallel (see `crate::plan`).
+pub fn agent_orchestrate(agents: &[String]) -> Result<ToolDef, SchemaError> {
+    ToolDef::new(
+        crate::plan::AGENT_ORCHESTRATE,
+        &format!(
+            "Run a multi-agent plan durably, as one call. Give `plan` (or `prompt`, and a \
+             planner writes the plan). A plan is {{\"steps\": [...]}}, run in order; a step \
+             is an agent step {{\"id\", \"agent\", \"prompt\", \"with\"?: {{...}}, \
+             \"result_key\"?, \"timeout_ms\"?}} or a parallel step {{\"id\", \"parallel\": \
+             [agent steps], \"max_concurrency\"?, \"merge\"?: \"collect\" | \"first_success\", \
+             \"result_key\"?}}. A prompt or `with` may use an earlier step's output as \
+             {{{{result.<result_key>}}}} (and .<field>), and `bindings` as \
+             {{{{bindings.<name>}}}}. A step that uses the result of a failed step is skipped. \
+             Agents: {}. `execution_mode`: auto_execute (default) runs it; draft_only asks a \
+             human to approve it first; agent_review asks a reviewer agent first. The result \
+             is {{success, steps: [{{id, type, status, exec_id, outputs, error}}], bindings}}.",
+            agents.join(", ")
+        ),
+        json!({
+            "type": "object",
+            "properties": {
+                "plan": {"type": ["object", "array"]},
+                "prompt": {"type": "string", "minLength": 1},
+                "bindings": {"type": "object"},
+                "timeout_ms": {"type": "integer", "minimum": 1},
+                "max_parallel": {"type": "integer", "minimum": 1},
+                "execution_mode": {"enum": ["auto_execute", "draft_only", "agent_review"]},
+                "auto_execute": {"type": "boolean"}
+            },
+            "oneOf": [{"required": ["plan"]}, {"required": ["prompt"]}],
+            "additionalProperties": false
+        }),
+        ToolKind::Orchestrate,
     )
 }
 

@@ -26,7 +26,8 @@ pub struct Delivery {
 /// A due expiry timer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DueTimer {
-    pub cta_id: String,
+    /// A CTA id (its expiry), or a run's own timer id (`tmr_…`).
+    pub name: String,
     pub run_id: String,
 }
 
@@ -144,7 +145,7 @@ impl LocalStore {
                 .map_err(sql)?;
             stmt.query_map([now], |r| {
                 Ok(DueTimer {
-                    cta_id: r.get(0)?,
+                    name: r.get(0)?,
                     run_id: r.get(1)?,
                 })
             })

@@ -1,0 +1,710 @@
+//! Plans: an `agent_orchestrate` call, from its plan (given, or written by the planner agent)
+//! through an optional review (a human's approval CTA, or the reviewer agent's verdict) to its
+//! steps' child runs and the merged result.
+//!
+//! The plan's state rides on its call's timeline entry ([`ToolEntry::plan`]), so each move
+//! of a plan is committed with the run, and its child runs are created in that same commit
+//! with ids derived from the run, the call's seq and the step's id: a crash anywhere, or a
+//! message handled twice, starts no child twice.
+//!
+//! [`ToolEntry::plan`]: crate::timeline::ToolEntry
+
+use serde_json::{Map, Value, json};
+
+use super::{MAX_OUTPUT_BYTES, Next, Step, Work, cap_at, cap_output, derive_id, preview};
+use crate::cta::{CtaRequest, CtaResponse, CtaStatus, Gated};
+use crate::message::{ChildOutcome, Effect, Input, StepMessage};
+use crate::plan::{
+    self, AgentStep, ExecutionMode, Merge, Phase, Plan, PlanState, Root, Scope, StepStatus,
+};
+use crate::run::ParentLink;
+use crate::timeline::{CtaSnapshot, ToolResult};
+
+/// A step's output is kept (and passed on) up to this size; the child's timeline has it all.
+pub const MAX_STEP_OUTPUT_BYTES: usize = 16 * 1024;
+
+/// The child run (or timer) id of `tag` under the call at `seq`.
+fn tagged(prefix: &str, run_id: &str, seq: u64, tag: &str) -> String {
+    derive_id(prefix, &format!("{run_id}/{tag}"), seq)
+}
+
+/// `agent_orchestrate`'s input, read after its schema has been checked.
+struct Call {
+    plan: Option<Value>,
+    prompt: Option<String>,
+    bindings: Map<String, Value>,
+    timeout_ms: Option<u64>,
+    max_parallel: Option<usize>,
+    mode: ExecutionMode,
+}
+
+impl Call {
+    fn read(input: &Value) -> Self {
+        let mode = match input.get("execution_mode").and_then(Value::as_str) {
+            Some("draft_only") => ExecutionMode::DraftOnly,
+            Some("agent_review") => ExecutionMode::AgentReview,
+            Some(_) => ExecutionMode::AutoExecute,
+            // The seed's legacy flag: `auto_execute: false` drafts.
+            None if input.get("auto_execute") == Some(&Value::Bool(false)) => {
+                ExecutionMode::DraftOnly
+            }
+            None => ExecutionMode::AutoExecute,
+        };
+        Self {
+            plan: input.get("plan").cloned(),
+            prompt: input
+                .get("prompt")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            bindings: input
+                .get("bindings")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
+            timeout_ms: input.get("timeout_ms").and_then(Value::as_u64),
+            max_parallel: input
+                .get("max_parallel")
+                .and_then(Value::as_u64)
+                .map(|n| n as usize),
+            mode,
+        }
+    }
+}
+
+impl Work<'_> {
+    /// Dispatches an `agent_orchestrate` call (its input valid against the tool's schema).
+    pub(super) fn orchestrate(&mut self, seq: u64, call_id: &str, input: &Value) -> ToolResult {
+        let limits = self.catalog.limits.plan;
+        if self.run.depth + 1 > limits.max_depth {
+            return ToolResult::error(format!(
+                "a plan runs its steps as subagents, which may nest at most {} deep; this run \
+                 is at depth {}: do this work yourself",
+                limits.max_depth, self.run.depth
+            ));
+        }
+        let call = Call::read(input);
+        let step_timeout = limits.step_timeout.map(|d| d.as_millis() as u64);
+        let mut state = PlanState {
+            mode: call.mode,
+            phase: Phase::Planning,
+            objective: call.prompt.clone(),
+            plan: None,
+            bindings: call.bindings,
+            max_parallel: call
+                .max_parallel
+                .map_or(limits.max_parallel, |n| n.min(limits.max_parallel)),
+            timeout_ms: [call.timeout_ms, step_timeout].into_iter().flatten().min(),
+            helper: None,
+            attempts: 0,
+            steps: Default::default(),
+        };
+        let result = match (call.plan, call.prompt) {
+            (Some(raw), _) => match self.parse_plan(&raw) {
+                Ok(plan) => self.with_plan(seq, call_id, &mut state, plan),
+                Err(e) => return ToolResult::error(format!("the plan is not valid: {e}")),
+            },
+            (None, Some(objective)) => {
+                let child = tagged("sub", &self.run.run_id, seq, "planner");
+                let text = planner_prompt(&objective, &state.bindings);
+                self.new_child(&child, call_id, plan::PLANNER, text, vec![]);
+                state.helper = Some(child);
+                state.attempts = 1;
+                Some(ToolResult::Pending {
+                    reason: "the planner is writing the plan".into(),
+                })
+            }
+            (None, None) => return ToolResult::error("give `plan` or `prompt`"),
+        };
+        self.tool_mut(seq).plan = Some(Box::new(state));
+        result.unwrap_or_else(|| ToolResult::Pending {
+            reason: "running the plan".into(),
+        })
+    }
+
+    fn parse_plan(&self, raw: &Value) -> Result<Plan, String> {
+        let catalog = self.catalog;
+        Plan::parse(raw, catalog.limits.plan.max_steps, |a| {
+            catalog.is_subagent(a)
+        })
+    }
+
+    /// The plan is known: say so, then run it, or have it reviewed first. `Some` is the
+    /// call's result (pending, or final when nothing was left to run).
+    fn with_plan(
+        &mut self,
+        seq: u64,
+        call_id: &str,
+        state: &mut PlanState,
+        plan: Plan,
+    ) -> Option<ToolResult> {
+        self.publish(
+            "plan.created",
+            json!({"runId": self.run.run_id, "callId": call_id, "mode": state.mode, "plan": plan}),
+        );
+        state.set_plan(plan);
+        match state.mode {
+            ExecutionMode::AutoExecute => {
+                state.phase = Phase::Running;
+                self.advance(seq, call_id, state)
+            }
+            ExecutionMode::DraftOnly => {
+                state.phase = Phase::AwaitingApproval;
+                Some(self.draft(seq, call_id, state))
+            }
+            ExecutionMode::AgentReview => {
+                state.phase = Phase::Reviewing;
+                let child = tagged("sub", &self.run.run_id, seq, "review");
+                let text = reviewer_prompt(state);
+                self.new_child(&child, call_id, plan::PLAN_REVIEWER, text, vec![]);
+                state.helper = Some(child);
+                Some(ToolResult::Pending {
+                    reason: "the reviewer is reading the plan".into(),
+                })
+            }
+        }
+    }
+
+    /// Parks the plan on an approval CTA whose gated input is the plan.
+    fn draft(&mut self, seq: u64, call_id: &str, state: &PlanState) -> ToolResult {
+        let Some(plan) = &state.plan else {
+            return ToolResult::error("no plan to review");
+        };
+        let message = format!("Run this plan? {}", summary(plan));
+        let gated = Gated {
+            tool: plan::AGENT_ORCHESTRATE.into(),
+            input: cap_output(json!({"plan": plan, "bindings": state.bindings})),
+            reason: Some("the agent drafted this plan for your review before it runs".into()),
+        };
+        let expiry = self
+            .catalog
+            .agent(&self.run.agent)
+            .map_or(self.catalog.limits.cta_expiry, |a| a.cta_expiry);
+        let result = self.raise_cta(
+            seq,
+            call_id,
+            CtaRequest::Approval { message },
+            Some(gated),
+            false,
+            expiry,
+        );
+        let cta_id = self.tool(seq).cta.as_ref().map(|c| c.cta_id.clone());
+        self.publish(
+            "plan.ready_for_review",
+            json!({"runId": self.run.run_id, "callId": call_id, "ctaId": cta_id, "plan": plan}),
+        );
+        result
+    }
+
+    /// Starts what can start; `Some(result)` once every step is done.
+    fn advance(&mut self, seq: u64, call_id: &str, state: &mut PlanState) -> Option<ToolResult> {
+        let plan = state.plan.clone()?;
+        for step in &plan.steps {
+            match step {
+                plan::Step::Agent(a) => {
+                    if state.steps.get(&a.id).map(|s| s.status) == Some(StepStatus::Pending) {
+                        self.start_step(seq, call_id, state, a);
+                    }
+                }
+                plan::Step::Parallel(p) => {
+                    let cap = p
+                        .max_concurrency
+                        .map_or(state.max_parallel, |c| (c as usize).min(state.max_parallel))
+                        .max(1);
+                    for a in &p.parallel {
+                        let running = p
+                            .parallel
+                            .iter()
+                            .filter(|a| state.steps[&a.id].status == StepStatus::Running)
+                            .count();
+                        if running >= cap {
+                            break;
+                        }
+                        if state.steps[&a.id].status == StepStatus::Pending {
+                            self.start_step(seq, call_id, state, a);
+                        }
+                    }
+                }
+            }
+            if !state.status_of(step).is_done() {
+                self.tool_mut(seq).result = ToolResult::Pending {
+                    reason: format!("running plan step `{}`", step_id(step)),
+                };
+                return None;
+            }
+        }
+        let output = state.output();
+        self.publish(
+            "plan.completed",
+            json!({"runId": self.run.run_id, "callId": call_id, "success": output["success"]}),
+        );
+        Some(ToolResult::Success {
+            output: cap_output(output),
+        })
+    }
+
+    /// Starts one agent step's child run, or settles it at once: skipped when it uses the
+    /// result of a step that did not succeed, failed when a template cannot be filled or
+    /// the run's deadline has passed.
+    fn start_step(&mut self, seq: u64, call_id: &str, state: &mut PlanState, a: &AgentStep) {
+        let refs = a.refs().unwrap_or_default();
+        let failed_dep = refs
+            .iter()
+            .filter(|r| r.root == Root::Result)
+            .find_map(|r| state.producer_failed(&r.key));
+        let settled = if let Some(from) = failed_dep {
+            Some((
+                StepStatus::Skipped,
+                format!("skipped: it uses the result of step `{from}`, which did not succeed"),
+            ))
+        } else {
+            None
+        };
+        let results = state.results();
+        let rendered = a.render(&Scope {
+            results: &results,
+            bindings: &state.bindings,
+        });
+        let mut limit = [state.timeout_ms, a.timeout_ms].into_iter().flatten().min();
+        let remaining = self
+            .catalog
+            .agent(&self.run.agent)
+            .and_then(|agent| agent.max_wall)
+            .map(|max| max.as_millis() as i64 - self.run.working_time(self.now).num_milliseconds());
+        let settled = settled.or_else(|| match (&rendered, remaining) {
+            (Err(e), _) => Some((StepStatus::Failed, e.clone())),
+            (_, Some(left)) if left <= 0 => Some((
+                StepStatus::Failed,
+                "not started: the run's maxWallSeconds has passed".to_owned(),
+            )),
+            _ => None,
+        });
+        if let Some((status, error)) = settled {
+            if let Some(s) = state.steps.get_mut(&a.id) {
+                s.status = status;
+                s.error = Some(error);
+            }
+            self.step_completed(call_id, a, state);
+            return;
+        }
+        if let Some(left) = remaining {
+            limit = Some(limit.map_or(left as u64, |l| l.min(left as u64)));
+        }
+        let child = tagged("sub", &self.run.run_id, seq, &a.id);
+        self.new_child(
+            &child,
+            call_id,
+            &a.agent,
+            rendered.unwrap_or_default(),
+            vec![],
+        );
+        let Some(s) = state.steps.get_mut(&a.id) else {
+            return;
+        };
+        s.status = StepStatus::Running;
+        s.child_run_id = Some(child.clone());
+        if let Some(ms) = limit {
+            let timer_id = tagged("tmr", &self.run.run_id, seq, &a.id);
+            let at = self.now + chrono::Duration::milliseconds(ms as i64);
+            s.timer_id = Some(timer_id.clone());
+            s.deadline = Some(at);
+            self.effects.push(Effect::Timer {
+                timer_id,
+                run_id: self.run.run_id.clone(),
+                at,
+            });
+        }
+        self.publish(
+            "plan.step.started",
+            json!({"runId": self.run.run_id, "callId": call_id, "stepId": a.id,
+                   "agent": a.agent, "childRunId": child}),
+        );
+    }
+
+    fn step_completed(&mut self, call_id: &str, a: &AgentStep, state: &PlanState) {
+        let Some(s) = state.steps.get(&a.id) else {
+            return;
+        };
+        let mut detail = json!({"runId": self.run.run_id, "callId": call_id, "stepId": a.id,
+                                "status": s.status});
+        if let Some(c) = &s.child_run_id {
+            detail["childRunId"] = json!(c);
+        }
+        if let Some(e) = &s.error {
+            detail["error"] = json!(e);
+        }
+        self.publish("plan.step.completed", detail);
+    }
+
+    /// Ends a running step: its timer is cancelled, and its child too unless it ended.
+    fn stop_step(
+        &mut self,
+        call_id: &str,
+        state: &mut PlanState,
+        a: &AgentStep,
+        status: StepStatus,
+        error: String,
+        cancel_child: bool,
+    ) {
+        let Some(s) = state.steps.get_mut(&a.id) else {
+            return;
+        };
+        s.status = status;
+        s.error = Some(error.clone());
+        if let Some(t) = s.timer_id.clone() {
+            self.effects.push(Effect::CancelTimer { timer_id: t });
+        }
+        if cancel_child && let Some(child) = s.child_run_id.clone() {
+            self.cancel_child(&child, &error);
+        }
+        self.step_completed(call_id, a, state);
+    }
+
+    pub(super) fn cancel_child(&mut self, child: &str, reason: &str) {
+        let id = format!("{child}:cancel:{}", self.run.run_id);
+        self.effects.push(Effect::Send(StepMessage {
+            run_id: child.into(),
+            id,
+            input: Input::Cancel {
+                reason: reason.into(),
+            },
+        }));
+    }
+
+    /// The run is ending with this plan call pending: its children are cancelled, its
+    /// timers too.
+    pub(super) fn abandon_plan(&mut self, state: &PlanState, why: &str) {
+        for child in state.live_children() {
+            self.cancel_child(child, &format!("parent {why}"));
+        }
+        for s in state.steps.values() {
+            if s.status == StepStatus::Running
+                && let Some(t) = &s.timer_id
+            {
+                self.effects.push(Effect::CancelTimer {
+                    timer_id: t.clone(),
+                });
+            }
+        }
+    }
+
+    fn take_plan(&mut self, seq: u64) -> Option<(String, PlanState)> {
+        let t = self.tool_mut(seq);
+        let state = t.plan.take()?;
+        Some((t.id.clone(), *state))
+    }
+
+    /// Puts the state back and resolves the call if `result` is final.
+    fn settle_plan(&mut self, seq: u64, state: PlanState, result: Option<ToolResult>) -> Next {
+        self.tool_mut(seq).plan = Some(Box::new(state));
+        match result {
+            Some(r) if !r.is_pending() => {
+                self.resolve(seq, r, None);
+                self.after_resolution()
+            }
+            Some(r) => {
+                self.tool_mut(seq).result = r;
+                Next::Commit
+            }
+            None => Next::Commit,
+        }
+    }
+}
+
+/// `ChildFinished` for one of a plan call's child runs: its planner, its reviewer or a step.
+pub(super) fn child_finished(w: &mut Work, seq: u64, child: &str, outcome: &ChildOutcome) -> Next {
+    let Some((call_id, mut state)) = w.take_plan(seq) else {
+        return Next::Now(Step::Ignore("not a plan".into()));
+    };
+    if state.helper.as_deref() == Some(child) {
+        let result = helper_finished(w, seq, &call_id, &mut state, child, outcome);
+        return w.settle_plan(seq, state, result);
+    }
+    let Some(plan) = state.plan.clone() else {
+        return w.settle_plan(seq, state, None);
+    };
+    let Some(a) = plan.agent_steps().find(|a| {
+        state.steps.get(&a.id).is_some_and(|s| {
+            s.status == StepStatus::Running && s.child_run_id.as_deref() == Some(child)
+        })
+    }) else {
+        // A step that timed out or lost a race, ending now: its spending is counted, no
+        // more.
+        return w.settle_plan(seq, state, None);
+    };
+    match outcome {
+        ChildOutcome::Completed { text, .. } => {
+            let output = match serde_json::from_str::<Value>(plan::strip_fence(text)) {
+                Ok(v) => cap_output_at(v, MAX_STEP_OUTPUT_BYTES),
+                Err(_) => Value::String(cap_at(text.clone(), MAX_STEP_OUTPUT_BYTES)),
+            };
+            if let Some(s) = state.steps.get_mut(&a.id) {
+                s.status = StepStatus::Success;
+                s.output = Some(output);
+                if let Some(t) = s.timer_id.clone() {
+                    w.effects.push(Effect::CancelTimer { timer_id: t });
+                }
+            }
+            w.step_completed(&call_id, a, &state);
+            // The first success of a `first_success` group wins; the rest stop.
+            if let Some(p) = plan.steps.iter().find_map(|s| match s {
+                plan::Step::Parallel(p)
+                    if p.merge == Merge::FirstSuccess
+                        && p.parallel.iter().any(|x| x.id == a.id) =>
+                {
+                    Some(p)
+                }
+                _ => None,
+            }) {
+                for other in &p.parallel {
+                    let why = format!("cancelled: step `{}` succeeded first", a.id);
+                    match state.steps.get(&other.id).map(|s| s.status) {
+                        Some(StepStatus::Running) => {
+                            w.stop_step(&call_id, &mut state, other, StepStatus::Skipped, why, true)
+                        }
+                        Some(StepStatus::Pending) => {
+                            let why = format!("not run: step `{}` succeeded first", a.id);
+                            w.stop_step(
+                                &call_id,
+                                &mut state,
+                                other,
+                                StepStatus::Skipped,
+                                why,
+                                false,
+                            )
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        ChildOutcome::Ended { status, error } => {
+            let why = format!("subagent {child} {}: {error}", status.as_str());
+            w.stop_step(&call_id, &mut state, a, StepStatus::Failed, why, false);
+        }
+    }
+    let result = w.advance(seq, &call_id, &mut state);
+    w.settle_plan(seq, state, result)
+}
+
+fn helper_finished(
+    w: &mut Work,
+    seq: u64,
+    call_id: &str,
+    state: &mut PlanState,
+    child: &str,
+    outcome: &ChildOutcome,
+) -> Option<ToolResult> {
+    let who = if state.phase == Phase::Planning {
+        "planner"
+    } else {
+        "plan reviewer"
+    };
+    let text = match outcome {
+        ChildOutcome::Completed { text, .. } => text,
+        ChildOutcome::Ended { status, error } => {
+            state.helper = None;
+            return Some(ToolResult::error(format!(
+                "the {who} ({child}) {}: {error}",
+                status.as_str()
+            )));
+        }
+    };
+    if state.phase == Phase::Planning {
+        let parsed = serde_json::from_str::<Value>(plan::strip_fence(text))
+            .map_err(|e| format!("the reply is not JSON: {e}"))
+            .and_then(|v| w.parse_plan(&v));
+        return match parsed {
+            Ok(p) => {
+                state.helper = None;
+                w.with_plan(seq, call_id, state, p)
+            }
+            Err(e) if state.attempts < 2 => {
+                state.attempts += 1;
+                let message_id = format!("{}/{call_id}/plan-{}", w.run.run_id, state.attempts);
+                w.effects.push(Effect::Send(StepMessage {
+                    run_id: child.into(),
+                    id: format!("{message_id}:resume"),
+                    input: Input::UserMessage {
+                        text: format!(
+                            "That plan is not valid: {e}\nReply with the corrected plan: one JSON \
+                             object, {{\"steps\": [...]}}, and nothing else."
+                        ),
+                        message_id,
+                        reply_to: Some(ParentLink {
+                            run_id: w.run.run_id.clone(),
+                            tool_call_id: call_id.into(),
+                        }),
+                    },
+                }));
+                Some(ToolResult::Pending {
+                    reason: "the planner is correcting the plan".into(),
+                })
+            }
+            Err(e) => {
+                state.helper = None;
+                Some(ToolResult::error(format!(
+                    "the planner wrote no valid plan in {} tries; the last one: {e}",
+                    state.attempts
+                )))
+            }
+        };
+    }
+    state.helper = None;
+    let (approved, notes) = plan::parse_review(text).unwrap_or_else(|e| {
+        let (shown, _) = preview(text, 2048);
+        (false, format!("{e}; it said: {shown}"))
+    });
+    w.publish(
+        "plan.reviewed",
+        json!({"runId": w.run.run_id, "callId": call_id, "approved": approved, "notes": notes,
+               "reviewerRunId": child}),
+    );
+    if approved {
+        state.phase = Phase::Running;
+        return w.advance(seq, call_id, state);
+    }
+    Some(ToolResult::error(format!(
+        "the reviewer did not approve the plan, so it did not run: {notes}\nThe plan: {}",
+        serde_json::to_string(&state.plan).unwrap_or_default()
+    )))
+}
+
+/// The answer to a draft plan's approval CTA: approved, it runs; rejected, the reason goes
+/// back to the model.
+pub(super) fn answered(
+    w: &mut Work,
+    seq: u64,
+    mut snap: CtaSnapshot,
+    response: &CtaResponse,
+    responder: Option<&str>,
+) -> Next {
+    let Some((call_id, mut state)) = w.take_plan(seq) else {
+        return Next::Now(Step::Ignore("not a plan".into()));
+    };
+    snap.status = CtaStatus::Answered;
+    snap.response = Some(response.clone());
+    snap.responder = responder.map(str::to_owned);
+    let cta_id = snap.cta_id.clone();
+    w.tool_mut(seq).cta = Some(snap);
+    w.tell_parent_resumed(&cta_id);
+    w.effects.push(Effect::Unschedule { cta_id });
+    let result = match response {
+        CtaResponse::Approval { approved: true, .. } => {
+            state.phase = Phase::Running;
+            w.advance(seq, &call_id, &mut state)
+        }
+        CtaResponse::Approval { reason, .. } => Some(ToolResult::error(match reason {
+            Some(r) if !r.trim().is_empty() => {
+                format!("a human rejected this plan, so it did not run: {r}")
+            }
+            _ => "a human rejected this plan, so it did not run".to_owned(),
+        })),
+        other => Some(ToolResult::error(format!(
+            "the plan's approval got a {} answer",
+            other.kind()
+        ))),
+    };
+    w.settle_plan(seq, state, result)
+}
+
+/// `Timer`: a plan step's timeout fired. The step fails and its child is cancelled, if it
+/// still runs and the timer is due (an early or stale one changes nothing).
+pub(super) fn timer(w: &mut Work, timer_id: &str) -> Next {
+    let found = w
+        .pending_seqs(|t| t.plan.is_some())
+        .into_iter()
+        .find_map(|seq| {
+            let p = w.tool(seq).plan.as_ref()?;
+            let plan = p.plan.as_ref()?;
+            let a = plan.agent_steps().find(|a| {
+                p.steps.get(&a.id).is_some_and(|s| {
+                    s.status == StepStatus::Running && s.timer_id.as_deref() == Some(timer_id)
+                })
+            })?;
+            let deadline = p.steps.get(&a.id)?.deadline?;
+            Some((seq, a.clone(), deadline))
+        });
+    let Some((seq, a, deadline)) = found else {
+        return Next::Now(Step::Ignore(format!(
+            "no running plan step has timer {timer_id}"
+        )));
+    };
+    if w.now + chrono::Duration::seconds(1) < deadline {
+        return Next::Now(Step::Ignore(format!(
+            "timer {timer_id} is not due until {}",
+            deadline.to_rfc3339()
+        )));
+    }
+    let Some((call_id, mut state)) = w.take_plan(seq) else {
+        return Next::Now(Step::Ignore("not a plan".into()));
+    };
+    let why = format!(
+        "timed out: still running at its deadline, {}",
+        deadline.to_rfc3339()
+    );
+    // The timer has fired: nothing to cancel but the child.
+    if let Some(s) = state.steps.get_mut(&a.id) {
+        s.timer_id = None;
+    }
+    w.stop_step(&call_id, &mut state, &a, StepStatus::Failed, why, true);
+    let result = w.advance(seq, &call_id, &mut state);
+    w.settle_plan(seq, state, result)
+}
+
+fn step_id(step: &plan::Step) -> &str {
+    match step {
+        plan::Step::Agent(a) => &a.id,
+        plan::Step::Parallel(p) => &p.id,
+    }
+}
+
+/// A plan in one line, for the human who approves it.
+fn summary(plan: &Plan) -> String {
+    let steps: Vec<String> = plan
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| match s {
+            plan::Step::Agent(a) => format!("{}. `{}` ({})", i + 1, a.id, a.agent),
+            plan::Step::Parallel(p) => {
+                let each: Vec<String> = p
+                    .parallel
+                    .iter()
+                    .map(|a| format!("`{}` ({})", a.id, a.agent))
+                    .collect();
+                format!("{}. at once: {}", i + 1, each.join(", "))
+            }
+        })
+        .collect();
+    let (shown, _) = preview(&steps.join("; "), 2048);
+    shown
+}
+
+fn planner_prompt(objective: &str, bindings: &Map<String, Value>) -> String {
+    let mut text = format!("Objective: {objective}");
+    if !bindings.is_empty() {
+        let names: Vec<&str> = bindings.keys().map(String::as_str).collect();
+        text.push_str(&format!(
+            "\n\nBindings a step may use as {{{{bindings.<name>}}}}: {}",
+            names.join(", ")
+        ));
+    }
+    text
+}
+
+fn reviewer_prompt(state: &PlanState) -> String {
+    let plan = serde_json::to_string_pretty(&state.plan).unwrap_or_default();
+    match &state.objective {
+        Some(o) => format!("Objective: {o}\n\nPlan:\n{plan}"),
+        None => format!("Plan:\n{plan}"),
+    }
+}
+
+/// A step output kept whole up to `max` bytes of JSON, else its preview.
+fn cap_output_at(v: Value, max: usize) -> Value {
+    let size = v.to_string().len();
+    if size <= max.min(MAX_OUTPUT_BYTES) {
+        return v;
+    }
+    json!({"truncated": true, "originalBytes": size, "preview": cap_at(v.to_string(), max)})
+}
