@@ -35,7 +35,11 @@ fn catalog_with(limits: Limits) -> Catalog {
                   "approval": {"echo": "always"}},
         "timed": {"tools": ["request_human_feedback", "echo"], "maxWallSeconds": 60},
         "free": {"tools": ["echo"], "approvalBatch": "independent",
-                 "approval": {"echo": {"inputMatches": "danger", "reason": "It says danger."}}}
+                 "approval": {"echo": {"inputMatches": "danger", "reason": "It says danger."}}},
+        "alpha": {"tools": []},
+        "beta": {"tools": []},
+        "gamma": {"tools": []},
+        "lead": {"tools": ["agent_orchestrate"], "maxWallSeconds": 120}
     }}))
     .unwrap();
     Catalog::new(limits, vec![], Some(file)).unwrap()
@@ -1824,3 +1828,5 @@ fn deferred_calls_wait_for_every_approval_of_the_reply() {
     assert_eq!(s.executed, vec!["call_0_0", "call_0_1", "call_0_2"]);
     assert_eq!(s.run(&id).status, RunStatus::Completed);
 }
+
+mod plans;
