@@ -568,15 +568,14 @@ impl PlanState {
             return out;
         };
         for step in &plan.steps {
-            if let Step::Parallel(p) = step {
-                if let Some(k) = &p.result_key
-                    && matches!(
-                        self.status_of(step),
-                        StepStatus::Success | StepStatus::Partial
-                    )
-                {
-                    out.insert(k.clone(), self.merged(p));
-                }
+            if let Step::Parallel(p) = step
+                && let Some(k) = &p.result_key
+                && matches!(
+                    self.status_of(step),
+                    StepStatus::Success | StepStatus::Partial
+                )
+            {
+                out.insert(k.clone(), self.merged(p));
             }
         }
         for a in plan.agent_steps() {

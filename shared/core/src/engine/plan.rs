@@ -251,14 +251,12 @@ impl Work<'_> {
             .iter()
             .filter(|r| r.root == Root::Result)
             .find_map(|r| state.producer_failed(&r.key));
-        let settled = if let Some(from) = failed_dep {
-            Some((
+        let settled = failed_dep.map(|from| {
+            (
                 StepStatus::Skipped,
                 format!("skipped: it uses the result of step `{from}`, which did not succeed"),
-            ))
-        } else {
-            None
-        };
+            )
+        });
         let results = state.results();
         let rendered = a.render(&Scope {
             results: &results,

@@ -1,0 +1,259 @@
+//! Plans end to end, over HTTP, on `baton dev` and over AWS APIs (moto's server): a scripted
+//! orchestrator drafts a two-stage plan (two parallel steps, then one that binds both
+//! results); a human approves it through the API; the last step's agent asks the human a
+//! question, which shows in the root run's timeline and in `GET /ctas?rootRunId=`; the run
+//! finishes with the merged result.
+
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_aws::provision::Names;
+use baton_core::ports::SystemClock;
+use baton_local::{AwsDevOptions, AwsDevServer};
+use common::moto::Moto;
+use common::*;
+use serde_json::{Value, json};
+
+const SCRIPT: &str = r#"{
+  "orchestrator": [
+    {"tool_calls": [{"name": "agent_orchestrate", "arguments": {
+      "execution_mode": "draft_only",
+      "plan": {"steps": [
+        {"id": "research", "parallel": [
+          {"id": "api", "agent": "explore", "prompt": "Read the API", "result_key": "api"},
+          {"id": "tests", "agent": "code", "prompt": "Read the tests", "result_key": "tests"}
+        ]},
+        {"id": "report", "agent": "writer", "prompt": "Merge: {{result.api}} | {{result.tests}}",
+         "result_key": "report"}
+      ]}}}]},
+    {"text": "Report written."}
+  ],
+  "explore": [{"text": "API ok"}],
+  "code": [{"text": "tests ok"}],
+  "writer": [
+    {"tool_calls": [{"name": "request_human_feedback",
+                     "arguments": {"kind": "text", "prompt": "Which format?"}}]},
+    {"text": "Report (markdown): API ok + tests ok"}
+  ]
+}"#;
+
+fn agents() -> Value {
+    json!({"agents": {"writer": {"tools": ["request_human_feedback"]}}})
+}
+
+struct Client {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Client {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut rb = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(TOKEN);
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let r = rb.send().await.unwrap();
+        let code = r.status().as_u16();
+        (code, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let (code, v) = self.call(reqwest::Method::GET, path, None).await;
+        assert_eq!(code, 200, "{path}: {v}");
+        v
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let (code, v) = self.call(reqwest::Method::POST, path, Some(body)).await;
+        assert_eq!(code, 202, "{path}: {v}");
+        v
+    }
+
+    async fn wait<T>(&self, what: &str, mut f: impl AsyncFnMut(&Client) -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(v) = f(self).await {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn pending(&self, kind: &str) -> Value {
+        self.wait(kind, async |c: &Client| {
+            let v = c.get("/ctas?status=pending").await;
+            v["ctas"]
+                .as_array()
+                .and_then(|a| a.iter().find(|c| c["kind"] == kind).cloned())
+        })
+        .await
+    }
+}
+
+/// The plan call's timeline entry.
+fn plan_entry(run: &Value) -> Value {
+    of_type(run, "tool")
+        .into_iter()
+        .find(|t| t["name"] == "agent_orchestrate")
+        .cloned()
+        .expect("the plan call")
+}
+
+async fn plan_flow(c: &Client) -> Value {
+    let run_id = c.post("/runs", json!({"prompt": "Write the report"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Drafted: an approval CTA that carries the plan, and nothing runs yet.
+    let approval = c.pending("approval").await;
+    assert_eq!(approval["runId"], run_id.as_str());
+    assert_eq!(approval["gated"]["tool"], "agent_orchestrate");
+    assert_eq!(
+        approval["gated"]["input"]["plan"]["steps"][1]["id"],
+        "report"
+    );
+    let run = c.get(&format!("/runs/{run_id}")).await;
+    assert_eq!(run["state"], "waiting_on_user", "{run:#}");
+    assert_eq!(plan_entry(&run)["plan"]["phase"], "awaiting_approval");
+    assert!(plan_entry(&run)["plan"]["steps"]["api"]["childRunId"].is_null());
+    c.post(
+        &format!("/ctas/{}/response", approval["ctaId"].as_str().unwrap()),
+        json!({"kind": "approval", "approved": true}),
+    )
+    .await;
+
+    // The last step's agent asks; the root hears it, and lists it.
+    let question = c.pending("text").await;
+    assert_eq!(question["prompt"], "Which format?");
+    assert_eq!(question["rootRunId"], run_id.as_str());
+    let under = c
+        .get(&format!("/ctas?status=pending&rootRunId={run_id}"))
+        .await;
+    assert_eq!(under["ctas"][0]["ctaId"], question["ctaId"]);
+    let run = c
+        .wait("the root to hear the question", async |c: &Client| {
+            let run = c.get(&format!("/runs/{run_id}")).await;
+            (run["waitingCtas"][0]["ctaId"] == question["ctaId"]).then_some(run)
+        })
+        .await;
+    assert_eq!(run["state"], "waiting_on_subagents");
+    assert!(
+        of_type(&run, "notice")
+            .iter()
+            .any(|n| n["code"] == "subagent_waiting"
+                && n["message"].as_str().unwrap().contains("Which format?")),
+        "{run:#}"
+    );
+    c.post(
+        &format!("/ctas/{}/response", question["ctaId"].as_str().unwrap()),
+        json!({"kind": "text", "text": "markdown"}),
+    )
+    .await;
+
+    let run = c
+        .wait("the run to complete", async |c: &Client| {
+            let run = c.get(&format!("/runs/{run_id}")).await;
+            (run["status"] == "completed").then_some(run)
+        })
+        .await;
+    assert_eq!(run["result"], "Report written.");
+    let out = plan_entry(&run)["result"]["output"].clone();
+    assert_eq!(out["success"], true, "{out:#}");
+    assert_eq!(out["steps"][0]["type"], "parallel");
+    assert_eq!(
+        out["steps"][0]["outputs"],
+        json!({"api": "API ok", "tests": "tests ok"})
+    );
+    assert_eq!(
+        out["bindings"]["report"],
+        "Report (markdown): API ok + tests ok"
+    );
+    // The last step's child run started from both results, and every step's child is a run
+    // of its own, finished, under the root.
+    let report = out["steps"][1]["exec_id"].as_str().unwrap();
+    let child = c.get(&format!("/runs/{report}")).await;
+    assert_eq!(
+        child["timeline"][0]["text"],
+        "Merge: API ok | tests ok",
+        "{child:#}"
+    );
+    for exec in [
+        out["steps"][0]["children"][0]["exec_id"].as_str().unwrap(),
+        out["steps"][0]["children"][1]["exec_id"].as_str().unwrap(),
+        report,
+    ] {
+        let child = c.get(&format!("/runs/{exec}")).await;
+        assert_eq!(child["status"], "completed", "{child:#}");
+        assert_eq!(child["rootRunId"], run_id.as_str());
+    }
+    // Ids quoted in text (the notice names the child and the CTA) differ from run to run.
+    let ids = regex::Regex::new(r"(run|sub|cta)_[0-9a-f]{32}").unwrap();
+    let text = normalize(&run["timeline"], &run_id).to_string();
+    serde_json::from_str(&ids.replace_all(&text, "${1}_X")).unwrap()
+}
+
+#[tokio::test]
+async fn a_drafted_plan_is_approved_runs_in_two_stages_and_its_question_reaches_the_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(
+        dir.path(),
+        scripted(SCRIPT),
+        catalog(Some(agents())),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let c = Client {
+        base: h.url(""),
+        http: reqwest::Client::new(),
+    };
+    let local = plan_flow(&c).await;
+    // The plan's events, in the order a UI would show them.
+    let (_, events) = h.get("/events?limit=1000").await;
+    let types: Vec<&str> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["detailType"].as_str())
+        .filter(|t| t.starts_with("plan."))
+        .collect();
+    assert_eq!(
+        types.iter().filter(|t| **t == "plan.step.started").count(),
+        3
+    );
+    assert_eq!(types.first(), Some(&"plan.created"));
+    assert_eq!(types.get(1), Some(&"plan.ready_for_review"));
+    assert_eq!(types.last(), Some(&"plan.completed"));
+    h.server.shutdown().await;
+
+    // The same flow over AWS APIs ends with the same timeline.
+    let moto = Moto::start();
+    let s = AwsDevServer::start(AwsDevOptions {
+        sdk: moto.sdk().await,
+        names: Names::new("plans"),
+        scheduler_role_arn: "arn:aws:iam::123456789012:role/plans-scheduler".into(),
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: TOKEN.into(),
+        llm: scripted(SCRIPT),
+        catalog: catalog(Some(agents())),
+        clock: Arc::new(SystemClock),
+        duplicate: false,
+    })
+    .await
+    .unwrap();
+    let c = Client {
+        base: s.url(),
+        http: reqwest::Client::new(),
+    };
+    let aws = plan_flow(&c).await;
+    assert_eq!(aws, local);
+    s.shutdown().await;
+}
