@@ -105,6 +105,18 @@ async fn start_ops(dir: &Path, duplicate: bool) -> Harness {
     .await
 }
 
+/// The plan example's host: a drafted plan, approved, runs two steps at once, then one.
+async fn start_plan(dir: &Path, duplicate: bool) -> Harness {
+    start_with(
+        dir,
+        scripted(&examples("plan.json")),
+        catalog(None),
+        Arc::new(SystemClock),
+        duplicate,
+    )
+    .await
+}
+
 /// A server that can be crashed (stopped with its in-flight work abandoned) and started
 /// again on the same data directory.
 struct Host<'a> {
@@ -112,6 +124,7 @@ struct Host<'a> {
     h: Option<Harness>,
     restarts: u32,
     duplicate: bool,
+    plan: bool,
 }
 
 impl<'a> Host<'a> {
@@ -122,6 +135,18 @@ impl<'a> Host<'a> {
             h: Some(h),
             restarts: 0,
             duplicate,
+            plan: false,
+        }
+    }
+
+    async fn start_plan(dir: &'a Path) -> Host<'a> {
+        let h = start_plan(dir, false).await;
+        Host {
+            dir,
+            h: Some(h),
+            restarts: 0,
+            duplicate: false,
+            plan: true,
         }
     }
 
@@ -133,7 +158,11 @@ impl<'a> Host<'a> {
         if let Some(h) = self.h.take() {
             h.server.shutdown().await;
         }
-        self.h = Some(start_ops(self.dir, self.duplicate).await);
+        self.h = Some(if self.plan {
+            start_plan(self.dir, self.duplicate).await
+        } else {
+            start_ops(self.dir, self.duplicate).await
+        });
         self.restarts += 1;
     }
 
@@ -338,7 +367,7 @@ async fn every_message_handled_twice_changes_nothing() {
         assert_eq!(twice, once, "cancel={cancel}");
     }
     // And every example script, its CTAs answered as they come.
-    for name in ["orchestrator.json", "full-flow.json"] {
+    for name in ["orchestrator.json", "full-flow.json", "plan.json"] {
         let once = drive_example(name, false).await;
         let twice = drive_example(name, true).await;
         assert_eq!(twice, once, "{name}");
@@ -409,4 +438,114 @@ async fn drive_example(name: &str, duplicate: bool) -> Outcome {
     };
     h.server.shutdown().await;
     outcome
+}
+
+/// The plan example, crashing at `fp` (after `skip` passes): its outcome, its plan's child
+/// runs as they ended (normalized), and whether the failpoint fired.
+async fn plan_scenario(fp: &str, skip: u32) -> (Outcome, Vec<Value>, bool) {
+    failpoint::reset();
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = Host::start_plan(dir.path()).await;
+    failpoint::arm(fp, skip);
+    let (code, v) = host.h().post("/runs", json!({"prompt": "go"})).await;
+    let run_id = if code == 202 {
+        v["runId"].as_str().unwrap().to_owned()
+    } else {
+        // The process died in the create's effects; the restart alone starts the run.
+        assert!(failpoint::fired(fp), "{fp}: {code} {v}");
+        host.restart().await;
+        host.h().wait_pending(1).await[0]["runId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let drafted = |r: &Value| r["status"] == "waiting" && r["state"] == "waiting_on_user";
+    host.until(fp, &run_id, |r| drafted(r)).await;
+    let cta = host.h().wait_pending(1).await[0]["ctaId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    host.request(
+        fp,
+        &format!("/ctas/{cta}/response"),
+        json!({"kind": "approval", "approved": true}),
+    )
+    .await;
+    host.until(fp, &run_id, |r| r["status"] == "completed").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while host.h().server.store.queue_depth().await.unwrap() > 0 {
+        if failpoint::fired(fp) && host.restarts == 0 {
+            host.restart().await;
+        }
+        assert!(Instant::now() < deadline, "{fp}: the queue never drained");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let fired = failpoint::fired(fp);
+    failpoint::reset();
+    let h = host.h();
+    let (_, run) = h.get(&format!("/runs/{run_id}")).await;
+    let plan = run["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "agent_orchestrate")
+        .unwrap()["result"]["output"]
+        .clone();
+    let mut children = Vec::new();
+    for step in plan["steps"].as_array().unwrap() {
+        for s in step["children"].as_array().cloned().unwrap_or(vec![step.clone()]) {
+            let (_, child) = h.get(&format!("/runs/{}", s["exec_id"].as_str().unwrap())).await;
+            children.push(json!({
+                "status": child["status"],
+                "thinks": child["thinks"],
+                "timeline": normalize(&child["timeline"], &run_id),
+            }));
+        }
+    }
+    let (_, ctas) = h.get("/ctas?status=all").await;
+    let outcome = Outcome {
+        timeline: normalize(&run["timeline"], &run_id),
+        status: run["status"].clone(),
+        events: events_by_type(h).await,
+        ctas: ctas["ctas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| normalize(c, &run_id))
+            .collect(),
+    };
+    host.h.take().unwrap().server.shutdown().await;
+    (outcome, children, fired)
+}
+
+#[tokio::test]
+async fn a_crash_at_any_step_of_a_plan_starts_each_child_once() {
+    let _serial = SERIAL.lock().await;
+    let (baseline, children, _) = plan_scenario("", 0).await;
+    assert_eq!(baseline.status, "completed");
+    assert_eq!(baseline.events["plan.step.started"], 3);
+    assert_eq!(children.len(), 3);
+    for c in &children {
+        assert_eq!(c["status"], "completed", "{c}");
+        assert_eq!(c["thinks"], 1, "each child thought once: {c}");
+    }
+    let mut crashed = Vec::new();
+    // No tool runs in a plan of its own: every other point of a step, and the answer's.
+    let points = STEP_POINTS
+        .iter()
+        .filter(|p| **p != "step.after_tool")
+        .chain(&["answer.after_settle", "resolution.after_send"]);
+    for fp in points {
+        for skip in 0..10 {
+            let (outcome, kids, fired) = plan_scenario(fp, skip).await;
+            assert_eq!(outcome, baseline, "after a crash at {fp} (pass {skip})");
+            assert_eq!(kids, children, "after a crash at {fp} (pass {skip})");
+            if !fired {
+                assert!(skip > 0, "{fp} was never reached");
+                break;
+            }
+            crashed.push(format!("{fp}#{skip}"));
+        }
+    }
+    eprintln!("plan: crashed and recovered at: {crashed:?}");
 }
