@@ -257,3 +257,132 @@ async fn a_drafted_plan_is_approved_runs_in_two_stages_and_its_question_reaches_
     assert_eq!(aws, local);
     s.shutdown().await;
 }
+
+/// A plan whose one step asks a human and times out after three seconds.
+const TIMEOUT_SCRIPT: &str = r#"{
+  "orchestrator": [
+    {"tool_calls": [{"name": "agent_orchestrate", "arguments": {"timeout_ms": 3000,
+      "plan": [{"id": "ask", "agent": "writer", "prompt": "Ask which format"}]}}]},
+    {"text": "No answer in time; moving on."}
+  ],
+  "writer": [{"tool_calls": [{"name": "request_human_feedback",
+                              "arguments": {"kind": "text", "prompt": "Which format?"}}]}]
+}"#;
+
+/// Checks the end of the timed-out plan: the step failed as timed out, its child cancelled
+/// (its question with it), and the orchestrator went on.
+async fn timed_out(c: &Client, run_id: &str) {
+    let run = c
+        .wait("the run to complete", async |c: &Client| {
+            let run = c.get(&format!("/runs/{run_id}")).await;
+            (run["status"] == "completed").then_some(run)
+        })
+        .await;
+    assert_eq!(run["result"], "No answer in time; moving on.");
+    let step = &plan_entry(&run)["result"]["output"]["steps"][0];
+    assert_eq!(step["status"], "failed", "{step:#}");
+    assert!(step["error"].as_str().unwrap().starts_with("timed out"));
+    let child = step["exec_id"].as_str().unwrap().to_owned();
+    let child = c
+        .wait("the step's child to be cancelled", async |c: &Client| {
+            let run = c.get(&format!("/runs/{child}")).await;
+            (run["status"] == "cancelled").then_some(run)
+        })
+        .await;
+    let question = &of_type(&child, "tool")[0]["cta"];
+    assert_eq!(question["status"], "cancelled", "{child:#}");
+}
+
+#[tokio::test]
+async fn a_step_past_its_timeout_is_stopped_by_a_real_timer_on_both_hosts() {
+    // baton dev: the worker's timer loop fires it.
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(
+        dir.path(),
+        scripted(TIMEOUT_SCRIPT),
+        catalog(Some(agents())),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let c = Client {
+        base: h.url(""),
+        http: reqwest::Client::new(),
+    };
+    let run_id = c.post("/runs", json!({"prompt": "go"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    timed_out(&c, &run_id).await;
+    h.server.shutdown().await;
+
+    // AWS: the step's one-time schedule puts `timer.fired` on the bus (moto keeps the
+    // schedule but never fires it, so the test puts the event as the schedule would).
+    let moto = Moto::start();
+    let sdk = moto.sdk().await;
+    let s = AwsDevServer::start(AwsDevOptions {
+        sdk: sdk.clone(),
+        names: Names::new("plantimer"),
+        scheduler_role_arn: "arn:aws:iam::123456789012:role/plantimer-scheduler".into(),
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: TOKEN.into(),
+        llm: scripted(TIMEOUT_SCRIPT),
+        catalog: catalog(Some(agents())),
+        clock: Arc::new(SystemClock),
+        duplicate: false,
+    })
+    .await
+    .unwrap();
+    let c = Client {
+        base: s.url(),
+        http: reqwest::Client::new(),
+    };
+    let run_id = c.post("/runs", json!({"prompt": "go"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    c.pending("text").await;
+    let run = c.get(&format!("/runs/{run_id}")).await;
+    let timer = plan_entry(&run)["plan"]["steps"]["ask"]["timerId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sch = aws_sdk_scheduler::Client::new(&sdk);
+    let schedule = sch
+        .get_schedule()
+        .name(&timer)
+        .group_name(&s.provisioned.config.schedule_group)
+        .send()
+        .await
+        .unwrap();
+    let target = schedule.target().unwrap();
+    assert_eq!(
+        target.event_bridge_parameters().unwrap().detail_type(),
+        "timer.fired"
+    );
+    let detail: Value = serde_json::from_str(target.input().unwrap()).unwrap();
+    assert_eq!(detail, json!({"timerId": timer, "runId": run_id}));
+    // An early firing changes nothing; one at the deadline stops the step.
+    let fire = async || {
+        let eb = aws_sdk_eventbridge::Client::new(&sdk);
+        eb.put_events()
+            .entries(
+                aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+                    .event_bus_name(&s.provisioned.config.bus_name)
+                    .source("baton")
+                    .detail_type("timer.fired")
+                    .detail(detail.to_string())
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+    };
+    fire().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let run = c.get(&format!("/runs/{run_id}")).await;
+    assert_eq!(run["status"], "waiting", "an early timer changed nothing");
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    fire().await;
+    timed_out(&c, &run_id).await;
+    s.shutdown().await;
+}
