@@ -12,6 +12,7 @@
 use serde_json::{Map, Value, json};
 
 use super::{MAX_OUTPUT_BYTES, Next, Step, Work, cap_at, cap_output, derive_id, preview};
+use crate::agent::AgentDef;
 use crate::cta::{CtaRequest, CtaResponse, CtaStatus, Gated};
 use crate::message::{ChildOutcome, Effect, Input, StepMessage};
 use crate::plan::{
@@ -73,7 +74,13 @@ impl Call {
 
 impl Work<'_> {
     /// Dispatches an `agent_orchestrate` call (its input valid against the tool's schema).
-    pub(super) fn orchestrate(&mut self, seq: u64, call_id: &str, input: &Value) -> ToolResult {
+    pub(super) fn orchestrate(
+        &mut self,
+        agent: &AgentDef,
+        seq: u64,
+        call_id: &str,
+        input: &Value,
+    ) -> ToolResult {
         let limits = self.catalog.limits.plan;
         if self.run.depth + 1 > limits.max_depth {
             return ToolResult::error(format!(
@@ -82,7 +89,15 @@ impl Work<'_> {
                 limits.max_depth, self.run.depth
             ));
         }
-        let call = Call::read(input);
+        let mut call = Call::read(input);
+        // An approval policy on the tool drafts the plan for a human, whatever the call says.
+        if agent
+            .approval
+            .get(plan::AGENT_ORCHESTRATE)
+            .is_some_and(|p| p.requires(input))
+        {
+            call.mode = ExecutionMode::DraftOnly;
+        }
         let step_timeout = limits.step_timeout.map(|d| d.as_millis() as u64);
         let mut state = PlanState {
             mode: call.mode,

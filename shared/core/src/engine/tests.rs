@@ -39,7 +39,9 @@ fn catalog_with(limits: Limits) -> Catalog {
         "alpha": {"tools": []},
         "beta": {"tools": []},
         "gamma": {"tools": []},
-        "lead": {"tools": ["agent_orchestrate"], "maxWallSeconds": 120}
+        "lead": {"tools": ["agent_orchestrate"], "maxWallSeconds": 120},
+        "careful_lead": {"tools": ["agent_orchestrate"],
+                         "approval": {"agent_orchestrate": {"inputMatches": "code"}}}
     }}))
     .unwrap();
     Catalog::new(limits, vec![], Some(file)).unwrap()

@@ -197,7 +197,7 @@ impl Work<'_> {
         }
         match &def.kind {
             ToolKind::Spawn => self.spawn(seq, id, &input),
-            ToolKind::Orchestrate => self.orchestrate(seq, id, &input),
+            ToolKind::Orchestrate => self.orchestrate(agent, seq, id, &input),
             ToolKind::Feedback => {
                 // `expiresInSeconds` may shorten the wait, never lengthen it past the agent's.
                 let mut input = input;

@@ -686,3 +686,17 @@ fn a_plan_steps_question_reaches_the_parent() {
         EntryBody::Notice { code, message } if code == "subagent_waiting" && message.contains("Which repo?")
     )));
 }
+
+#[test]
+fn an_approval_policy_on_agent_orchestrate_drafts_the_plans_it_matches() {
+    for (agent, drafted) in [("alpha", false), ("code", true)] {
+        let mut s = Sim::new();
+        let plan = json!([{"id": "x", "agent": agent, "prompt": "p"}]);
+        s.script("careful_lead", vec![plan_call(json!({"plan": plan}))]);
+        let id = s.create("careful_lead", "go");
+        let first = s.queue.pop_front().unwrap();
+        s.deliver(&first);
+        assert_eq!(s.pending_ctas(&id).len(), usize::from(drafted), "{agent}");
+        assert_eq!(s.runs.len(), if drafted { 1 } else { 2 }, "{agent}");
+    }
+}
