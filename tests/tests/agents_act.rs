@@ -223,6 +223,19 @@ fn the_readmes_example_agents_file_builds_and_lambda_refuses_its_stdio_server() 
         catalog.agent("ops").expect("ops").max_wall,
         Some(Duration::from_secs(600))
     );
+    assert_eq!(catalog.limits.plan.max_steps, 8);
+    assert_eq!(
+        catalog.limits.plan.step_timeout,
+        Some(Duration::from_secs(900))
+    );
+    let planner = catalog.agent("planner").expect("the planner");
+    assert!(
+        planner
+            .system
+            .contains("- ops: answers questions about orders"),
+        "{}",
+        planner.system
+    );
     let err = baton_tools::catalog(Some(file()), baton_tools::Host::Lambda, &vars, vec![])
         .expect_err("stdio on Lambda");
     assert!(

@@ -471,7 +471,8 @@ async fn plan_scenario(fp: &str, skip: u32) -> (Outcome, Vec<Value>, bool) {
         json!({"kind": "approval", "approved": true}),
     )
     .await;
-    host.until(fp, &run_id, |r| r["status"] == "completed").await;
+    host.until(fp, &run_id, |r| r["status"] == "completed")
+        .await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while host.h().server.store.queue_depth().await.unwrap() > 0 {
         if failpoint::fired(fp) && host.restarts == 0 {
@@ -493,8 +494,14 @@ async fn plan_scenario(fp: &str, skip: u32) -> (Outcome, Vec<Value>, bool) {
         .clone();
     let mut children = Vec::new();
     for step in plan["steps"].as_array().unwrap() {
-        for s in step["children"].as_array().cloned().unwrap_or(vec![step.clone()]) {
-            let (_, child) = h.get(&format!("/runs/{}", s["exec_id"].as_str().unwrap())).await;
+        for s in step["children"]
+            .as_array()
+            .cloned()
+            .unwrap_or(vec![step.clone()])
+        {
+            let (_, child) = h
+                .get(&format!("/runs/{}", s["exec_id"].as_str().unwrap()))
+                .await;
             children.push(json!({
                 "status": child["status"],
                 "thinks": child["thinks"],
@@ -524,6 +531,17 @@ async fn a_crash_at_any_step_of_a_plan_starts_each_child_once() {
     let (baseline, children, _) = plan_scenario("", 0).await;
     assert_eq!(baseline.status, "completed");
     assert_eq!(baseline.events["plan.step.started"], 3);
+    // What the README shows of this example's result.
+    let plan = baseline.timeline.as_array().unwrap()[2]["result"]["output"].clone();
+    assert_eq!(plan["success"], true, "{plan:#}");
+    assert_eq!(
+        plan["bindings"]["fix"],
+        "Added 2 tests for the uncovered endpoints."
+    );
+    assert_eq!(
+        plan["steps"][0]["outputs"]["tests"],
+        "Found 4 endpoints and 9 tests."
+    );
     assert_eq!(children.len(), 3);
     for c in &children {
         assert_eq!(c["status"], "completed", "{c}");

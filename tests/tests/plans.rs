@@ -182,8 +182,7 @@ async fn plan_flow(c: &Client) -> Value {
     let report = out["steps"][1]["exec_id"].as_str().unwrap();
     let child = c.get(&format!("/runs/{report}")).await;
     assert_eq!(
-        child["timeline"][0]["text"],
-        "Merge: API ok | tests ok",
+        child["timeline"][0]["text"], "Merge: API ok | tests ok",
         "{child:#}"
     );
     for exec in [
