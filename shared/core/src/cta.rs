@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 pub struct ChoiceOption {
     pub id: String,
     pub label: String,
+    /// More about the option, shown under its label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 /// What the run asks.
@@ -25,6 +28,9 @@ pub enum CtaRequest {
         prompt: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         placeholder: Option<String>,
+        /// A blank answer is refused (by default any text, even none, answers).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        required: bool,
     },
     Choice {
         prompt: String,
@@ -144,6 +150,13 @@ impl CtaResponse {
     /// A response must answer its own request: same kind, and a choice among the options.
     pub fn validate_against(&self, request: &CtaRequest) -> Result<(), CtaInvalid> {
         match (request, self) {
+            (CtaRequest::Text { required: true, .. }, CtaResponse::Text { text })
+                if text.trim().is_empty() =>
+            {
+                Err(CtaInvalid(
+                    "this question needs an answer: `text` is blank".into(),
+                ))
+            }
             (CtaRequest::Approval { .. }, CtaResponse::Approval { .. })
             | (CtaRequest::Text { .. }, CtaResponse::Text { .. }) => Ok(()),
             (CtaRequest::Choice { options, .. }, CtaResponse::Choice { selected_id }) => {
@@ -261,10 +274,12 @@ mod tests {
                 ChoiceOption {
                     id: "a".into(),
                     label: "A".into(),
+                    description: None,
                 },
                 ChoiceOption {
                     id: "b".into(),
                     label: "B".into(),
+                    description: None,
                 },
             ],
         }
@@ -278,7 +293,8 @@ mod tests {
             r,
             CtaRequest::Text {
                 prompt: "Name?".into(),
-                placeholder: None
+                placeholder: None,
+                required: false,
             }
         );
         let a: CtaResponse =
@@ -324,6 +340,7 @@ mod tests {
                 CtaRequest::Text {
                     prompt: "?".into(),
                     placeholder: None,
+                    required: false,
                 },
                 json!({"kind": "text", "text": ""}),
                 true,
@@ -332,8 +349,18 @@ mod tests {
                 CtaRequest::Text {
                     prompt: "?".into(),
                     placeholder: None,
+                    required: false,
                 },
                 json!({"kind": "approval", "approved": true}),
+                false,
+            ),
+            (
+                CtaRequest::Text {
+                    prompt: "?".into(),
+                    placeholder: None,
+                    required: true,
+                },
+                json!({"kind": "text", "text": "  "}),
                 false,
             ),
         ];
@@ -355,10 +382,12 @@ mod tests {
                 ChoiceOption {
                     id: "a".into(),
                     label: "A".into(),
+                    description: None,
                 },
                 ChoiceOption {
                     id: "a".into(),
                     label: "B".into(),
+                    description: None,
                 },
             ],
         };

@@ -1204,6 +1204,7 @@ fn ids_are_derived_so_a_retried_step_mints_the_same_ones() {
         options: vec![ChoiceOption {
             id: "a".into(),
             label: "A".into(),
+            description: None,
         }],
     };
     assert_eq!(choice.kind(), "choice");

@@ -283,8 +283,9 @@ pub fn request_human_feedback() -> Result<ToolDef, SchemaError> {
         REQUEST_HUMAN_FEEDBACK,
         "Ask a human and wait for the answer (it may take days). kind `approval` takes \
          `message` and answers {approved, reason?}; kind `text` takes `prompt` (and \
-         `placeholder`) and answers {text}; kind `choice` takes `prompt` and `options` \
-         [{id, label}] and answers {selectedId}. `expiresInSeconds` may shorten how long \
+         `placeholder`, and `required: true` to refuse a blank answer) and answers {text}; kind \
+         `choice` takes `prompt` and `options` [{id, label, description?}] and answers \
+         {selectedId}. `expiresInSeconds` may shorten how long \
          the question waits (never past this agent's limit).",
         json!({
             "type": "object",
@@ -293,12 +294,14 @@ pub fn request_human_feedback() -> Result<ToolDef, SchemaError> {
                     "expiresInSeconds": expires},
                  "required": ["kind", "message"], "additionalProperties": false},
                 {"properties": {"kind": {"const": "text"}, "prompt": text,
-                    "placeholder": {"type": "string"}, "expiresInSeconds": expires},
+                    "placeholder": {"type": "string"}, "required": {"type": "boolean"},
+                    "expiresInSeconds": expires},
                  "required": ["kind", "prompt"], "additionalProperties": false},
                 {"properties": {"kind": {"const": "choice"}, "prompt": text,
                     "options": {"type": "array", "minItems": 1, "items": {
                         "type": "object",
-                        "properties": {"id": text, "label": {"type": "string"}},
+                        "properties": {"id": text, "label": {"type": "string"},
+                            "description": {"type": "string"}},
                         "required": ["id", "label"], "additionalProperties": false}},
                     "expiresInSeconds": expires},
                  "required": ["kind", "prompt", "options"], "additionalProperties": false}
