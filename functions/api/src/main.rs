@@ -12,5 +12,12 @@ async fn main() -> Result<(), lambda_http::Error> {
     init_tracing();
     let service = Runtime::from_env().await?.request_service()?;
     let auth = Arc::new(ApiGatewayJwt);
-    lambda_http::run(router(AppState { service, auth })).await
+    // API Gateway buffers responses: the console polls instead of streaming.
+    let state = AppState {
+        service,
+        auth,
+        streams: false,
+        stop: None,
+    };
+    lambda_http::run(router(state)).await
 }

@@ -7,10 +7,13 @@
 #[cfg(feature = "lambda")]
 mod apigw;
 mod auth;
+mod console;
 mod error;
+mod stream;
 mod wire;
 
 use std::collections::HashMap;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -37,12 +40,18 @@ pub use error::{ApiError, JsonBody};
 
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
-const MAX_PAGE: usize = 1000;
+pub(crate) const MAX_PAGE: usize = 1000;
 
 #[derive(Clone)]
 pub struct AppState {
     pub service: Arc<Service>,
     pub auth: Arc<dyn Authenticator>,
+    /// Whether this host keeps a connection open for `GET /runs/{id}/stream` (not behind
+    /// API Gateway, which buffers responses).
+    pub streams: bool,
+    /// Turns true when the server stops: open streams end, so a graceful stop never waits
+    /// for a console left open.
+    pub stop: Option<watch::Receiver<bool>>,
 }
 
 /// The whole API.
@@ -53,12 +62,17 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{run_id}/timeline", get(get_timeline))
         .route("/runs/{run_id}/messages", post(post_message))
         .route("/runs/{run_id}/cancel", post(cancel_run))
+        .route("/runs/{run_id}/stream", get(stream::stream_run))
         .route("/ctas", get(list_ctas))
         .route("/ctas/{cta_id}", get(get_cta))
         .route("/ctas/{cta_id}/response", post(answer_cta))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/", get(console::root))
+        .route("/console", get(console::index))
+        .route("/console/console.js", get(console::script))
+        .route("/console/console.css", get(console::style))
         .merge(authed)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })

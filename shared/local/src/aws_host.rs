@@ -82,6 +82,8 @@ impl AwsDevServer {
         let app = baton_api::router(AppState {
             service: service.clone(),
             auth,
+            streams: true,
+            stop: Some(stop_rx.clone()),
         });
         let (addr, server) = baton_api::serve(app, opts.addr, stop_rx)
             .await

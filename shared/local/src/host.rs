@@ -96,6 +96,8 @@ impl LocalServer {
         let app = baton_api::router(AppState {
             service: service.clone(),
             auth: auth.clone(),
+            streams: true,
+            stop: Some(stop_rx.clone()),
         })
         .merge(events_route(store.clone(), auth));
         let (addr, server) = baton_api::serve(app, opts.addr, stop_rx)

@@ -1,0 +1,444 @@
+// Baton's console: the inbox of pending CTAs, typed answer forms, a run page with a live
+// timeline, and one-time answer links. Plain JavaScript, no build step; every piece of data
+// goes into the page as text (never as HTML).
+"use strict";
+
+const app = document.getElementById("app");
+const TOKEN_KEY = "baton.token";
+let leave = () => {}; // stops what the current page runs (a stream, a poll)
+
+// ---- the API --------------------------------------------------------------------------
+
+function token() { return sessionStorage.getItem(TOKEN_KEY); }
+
+async function api(path, options = {}) {
+  const headers = Object.assign({ "Accept": "application/json" }, options.headers || {});
+  if (options.auth !== false && token()) headers["Authorization"] = "Bearer " + token();
+  if (options.body !== undefined) headers["Content-Type"] = "application/json";
+  const r = await fetch(path, {
+    method: options.method || "GET",
+    headers,
+    body: options.body === undefined ? undefined : JSON.stringify(options.body),
+    signal: options.signal,
+  });
+  let body = null;
+  try { body = await r.json(); } catch (_) { body = null; }
+  if (r.status === 401 && options.auth !== false) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    render();
+    throw new Error("signed out");
+  }
+  return { status: r.status, body };
+}
+
+// ---- small DOM helpers ----------------------------------------------------------------
+
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (k === "class") e.className = v;
+    else e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function badge(text) { return el("span", { class: "badge " + text }, text); }
+function json(v) { return el("pre", {}, JSON.stringify(v, null, 2)); }
+function show(...nodes) { app.replaceChildren(...nodes); app.focus(); }
+
+function timeLeft(iso) {
+  let s = Math.round((new Date(iso) - Date.now()) / 1000);
+  if (s <= 0) return "expired";
+  const d = Math.floor(s / 86400); s -= d * 86400;
+  const h = Math.floor(s / 3600); s -= h * 3600;
+  const m = Math.floor(s / 60);
+  if (d) return `${d} d ${h} h left`;
+  if (h) return `${h} h ${m} min left`;
+  return `${Math.max(m, 1)} min left`;
+}
+
+function money(usd) { return usd ? "$" + usd.toFixed(4) : "$0"; }
+
+// ---- answering ------------------------------------------------------------------------
+
+// What an answer's reply means, in words.
+function outcome(status, body) {
+  const code = body && body.error && body.error.code;
+  if (status === 202) return ["ok", "Accepted: the run takes your answer in its turn."];
+  if (code === "already_answered") return ["bad", "Already answered: this question was settled before your answer."];
+  if (code === "link_used") return ["bad", "This link was already used: the question is answered."];
+  if (code === "cta_cancelled") return ["bad", "Cancelled: the run ended before your answer."];
+  if (status === 410) return ["bad", "Expired: the question stopped waiting for an answer."];
+  const msg = (body && body.error && body.error.message) || "status " + status;
+  return ["bad", "Not accepted: " + msg];
+}
+
+// A typed form for `cta`; `send(answer)` posts it and resolves to {status, body}.
+function answerForm(cta, send) {
+  const said = el("p", { class: "outcome", role: "status", "aria-live": "polite" });
+  const form = el("form", { "aria-label": "Answer" });
+  const finish = async (answer) => {
+    for (const b of form.querySelectorAll("button, textarea")) b.disabled = true;
+    const { status, body } = await send(answer);
+    const [tone, words] = outcome(status, body);
+    said.className = "outcome " + tone;
+    said.textContent = words;
+    if (tone === "bad" && status === 400) {
+      for (const b of form.querySelectorAll("button, textarea")) b.disabled = false;
+    }
+  };
+  const id = cta.ctaId;
+  if (cta.kind === "approval") {
+    const reason = el("textarea", { id: "reason-" + id, name: "reason" });
+    form.append(
+      el("label", { for: "reason-" + id }, "Reason (optional)"), reason,
+      el("button", { type: "submit", value: "approve" }, "Approve"),
+      el("button", { type: "submit", value: "reject", class: "reject" }, "Reject"),
+    );
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const approved = (ev.submitter && ev.submitter.value) !== "reject";
+      const answer = { kind: "approval", approved };
+      if (reason.value.trim()) answer.reason = reason.value.trim();
+      finish(answer);
+    });
+  } else if (cta.kind === "text") {
+    const text = el("textarea", {
+      id: "text-" + id, name: "text", placeholder: cta.placeholder || "",
+      required: cta.required ? true : undefined,
+    });
+    form.append(
+      el("label", { for: "text-" + id }, cta.required ? "Your answer (required)" : "Your answer"),
+      text, el("button", { type: "submit" }, "Send"),
+    );
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      finish({ kind: "text", text: text.value });
+    });
+  } else if (cta.kind === "choice") {
+    const group = el("div", { role: "group", "aria-label": cta.prompt });
+    for (const o of cta.options || []) {
+      group.append(el("button", { type: "submit", value: o.id, class: "option" },
+        o.label, o.description ? el("small", {}, o.description) : null));
+    }
+    form.append(group);
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      finish({ kind: "choice", selectedId: ev.submitter && ev.submitter.value });
+    });
+  }
+  return el("div", {}, form, said);
+}
+
+function question(cta) { return cta.message || cta.prompt || ""; }
+
+// What the human should know besides the question: the gated call, the placeholder.
+function context(cta) {
+  const parts = [];
+  if (cta.gated) {
+    parts.push(el("p", {}, "Gates ", el("code", {}, cta.gated.tool),
+      cta.gated.reason ? " — " + cta.gated.reason : ""));
+    parts.push(json(cta.gated.input));
+  }
+  return parts;
+}
+
+function postAnswer(cta) {
+  return (answer) => api(`/ctas/${encodeURIComponent(cta.ctaId)}/response`,
+    { method: "POST", body: answer });
+}
+
+// ---- pages ----------------------------------------------------------------------------
+
+function signIn() {
+  const input = el("input", { type: "password", id: "token", name: "token", autocomplete: "off", required: true });
+  const form = el("form", { class: "card", "aria-label": "Sign in" },
+    el("h1", {}, "Sign in"),
+    el("p", {}, "Paste your token: the dev token `baton dev` printed (it is in .baton/token), or on AWS the JWT your identity provider issued. It is kept for this tab only."),
+    el("label", { for: "token" }, "Token"), input,
+    el("button", { type: "submit" }, "Sign in"));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    render();
+  });
+  show(form);
+  input.focus();
+}
+
+async function inbox(params) {
+  const run = params.get("run") || "";
+  const filter = el("input", { type: "text", id: "run-filter", name: "run", value: run, placeholder: "run_…" });
+  const form = el("form", { class: "filter", role: "search" },
+    el("div", {}, el("label", { for: "run-filter" }, "Only under run"), filter),
+    el("button", { type: "submit" }, "Filter"));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    location.hash = filter.value.trim() ? "#/inbox?run=" + encodeURIComponent(filter.value.trim()) : "#/inbox";
+  });
+  const list = el("div", { "aria-live": "polite" }, el("p", {}, "Loading…"));
+  show(el("h1", {}, "Waiting for you"), form, list);
+  const q = "/ctas?status=pending" + (run ? "&rootRunId=" + encodeURIComponent(run) : "");
+  const { status, body } = await api(q);
+  if (status !== 200) {
+    list.replaceChildren(el("p", { class: "outcome bad" }, body && body.error ? body.error.message : "status " + status));
+    return;
+  }
+  const ctas = (body.ctas || []).sort((a, b) => (b.createdAt || "").localeCompare(a.createdAt || ""));
+  if (!ctas.length) {
+    list.replaceChildren(el("p", {}, "Nothing waits for you."));
+    return;
+  }
+  const runs = new Map();
+  const runOf = async (id) => {
+    if (!runs.has(id)) runs.set(id, api(`/runs/${encodeURIComponent(id)}`).then((r) => r.body));
+    return runs.get(id);
+  };
+  const cards = [];
+  for (const cta of ctas) {
+    const r = (await runOf(cta.runId)) || {};
+    const root = cta.rootRunId && cta.rootRunId !== cta.runId ? await runOf(cta.rootRunId) : null;
+    const prompt = ((root || r).timeline || [])[0];
+    cards.push(el("article", { class: "card", "aria-label": question(cta) },
+      el("h2", {}, question(cta)),
+      el("div", { class: "meta" },
+        badge(cta.kind),
+        el("span", {}, "agent ", el("strong", {}, r.agent || "?")),
+        el("a", { href: "#/runs/" + encodeURIComponent(cta.runId) }, "run " + cta.runId),
+        el("span", {}, timeLeft(cta.expiresAt))),
+      prompt ? el("p", {}, el("span", { class: "kind" }, "Prompt "), prompt.text) : null,
+      context(cta),
+      answerForm(cta, postAnswer(cta))));
+  }
+  list.replaceChildren(...cards);
+}
+
+// One timeline entry, as a list item.
+function entryItem(e) {
+  const li = el("li", { class: e.type, "data-seq": e.seq });
+  const head = el("div", { class: "kind" }, e.type + " · #" + e.seq);
+  li.append(head);
+  switch (e.type) {
+    case "user":
+    case "queued":
+      li.append(el("p", {}, e.text));
+      break;
+    case "assistant":
+      head.append(" · " + (e.operation || "think") + (e.model ? " · " + e.model : "") +
+        (e.costUsd ? " · " + money(e.costUsd) : ""));
+      if (e.text) li.append(el("p", {}, e.text));
+      break;
+    case "tool": {
+      head.append(" · ", el("code", {}, e.name), " ", badge(e.result.status));
+      li.append(el("details", {}, el("summary", {}, "input"), json(e.input)));
+      if (e.result.status === "success") li.append(json(e.result.output));
+      if (e.result.status === "error") li.append(el("p", { class: "outcome bad" }, e.result.error));
+      if (e.result.status === "pending") li.append(el("p", { class: "live" }, e.result.reason));
+      if (e.childRunId) {
+        li.append(el("p", {}, "Subagent: ", el("a", { href: "#/runs/" + encodeURIComponent(e.childRunId) }, e.childRunId)));
+      }
+      if (e.plan && e.plan.steps) {
+        const rows = Object.entries(e.plan.steps).map(([id, s]) => el("tr", {},
+          el("td", {}, id), el("td", {}, badge(s.status)),
+          el("td", {}, s.childRunId ? el("a", { href: "#/runs/" + encodeURIComponent(s.childRunId) }, s.childRunId) : ""),
+          el("td", {}, s.error || "")));
+        li.append(el("table", { "aria-label": "Plan steps" },
+          el("thead", {}, el("tr", {}, el("th", {}, "step"), el("th", {}, "status"), el("th", {}, "run"), el("th", {}, "error"))),
+          el("tbody", {}, rows)));
+      }
+      if (e.cta) {
+        const c = e.cta;
+        li.append(el("p", {}, "Asks: ", el("strong", {}, question(c)), " ", badge(c.status)));
+        if (c.response) li.append(el("p", {}, "Answer: "), json(c.response));
+        if (c.status === "pending") li.append(answerForm(c, postAnswer(c)));
+      }
+      break;
+    }
+    case "widget":
+      head.append(" · " + e.kind);
+      li.append(widget(e.kind, e.data));
+      break;
+    case "file":
+      li.append(el("p", {}, el("a", { href: e.href || "#", download: e.name }, e.name), " ", e.summary || ""));
+      break;
+    default:
+      li.append(el("p", {}, (e.code ? e.code + ": " : "") + (e.message || "")));
+  }
+  return li;
+}
+
+// A widget drawn by its kind: a table, a key/value card, or its JSON.
+function widget(kind, data) {
+  if (kind === "table" && data && Array.isArray(data.rows)) {
+    const cols = data.columns || [];
+    return el("table", {},
+      el("thead", {}, el("tr", {}, cols.map((c) => el("th", {}, c)))),
+      el("tbody", {}, data.rows.map((r) => el("tr", {}, (Array.isArray(r) ? r : [r]).map((v) =>
+        el("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v)))))));
+  }
+  if ((kind === "card" || kind === "kv") && data && typeof data === "object") {
+    return el("dl", { class: "kv" }, Object.entries(data).flatMap(([k, v]) =>
+      [el("dt", {}, k), el("dd", {}, typeof v === "object" ? JSON.stringify(v) : String(v))]));
+  }
+  return json(data);
+}
+
+async function runPage(runId) {
+  const header = el("section", { class: "card", "aria-label": "Run" }, el("p", {}, "Loading…"));
+  const list = el("ol", { class: "timeline", "aria-label": "Timeline", "aria-live": "polite" });
+  const live = el("p", { class: "live" });
+  show(el("h1", {}, "Run ", el("code", {}, runId)), header, live, list);
+  const items = new Map();
+  const put = (e) => {
+    const li = entryItem(e);
+    const old = items.get(e.seq);
+    if (old) old.replaceWith(li);
+    else {
+      const after = [...items.keys()].filter((s) => s < e.seq).sort((a, b) => b - a)[0];
+      if (after === undefined) list.prepend(li); else items.get(after).after(li);
+    }
+    items.set(e.seq, li);
+  };
+  const summary = (r) => {
+    header.replaceChildren(
+      el("div", { class: "meta" }, badge(r.status), r.state ? el("span", {}, r.state) : null,
+        r.agent ? el("span", {}, "agent ", el("strong", {}, r.agent)) : null,
+        r.parent ? el("a", { href: "#/runs/" + encodeURIComponent(r.parent.runId) }, "parent run") : null),
+      el("p", {}, "Tokens: ", String((r.usage || {}).totalTokens || 0),
+        " · cost ", money(r.costUsd), r.total ? " · with subagents " + money(r.total.costUsd) : ""),
+      r.result ? el("p", {}, el("strong", {}, "Result: "), r.result) : null,
+      r.error ? el("p", { class: "outcome bad" }, r.error.code + ": " + r.error.message) : null);
+  };
+  const first = await api(`/runs/${encodeURIComponent(runId)}`);
+  if (first.status !== 200) {
+    header.replaceChildren(el("p", { class: "outcome bad" }, first.body && first.body.error ? first.body.error.message : "status " + first.status));
+    return;
+  }
+  summary(first.body);
+  const stop = new AbortController();
+  leave = () => stop.abort();
+  follow(runId, stop.signal, put, (r) => summary(Object.assign(first.body, r)), live);
+}
+
+// Follows a run: Server-Sent Events when the server streams, polling the timeline cursor
+// when it does not (API Gateway). One path for the page: `put` each entry, `state` the run.
+async function follow(runId, signal, put, state, live) {
+  const path = `/runs/${encodeURIComponent(runId)}`;
+  // Streams end (a server restarting); each reconnect resumes from the last cursor.
+  let cursor = null;
+  while (!signal.aborted) {
+    let r;
+    try {
+      const headers = { "Authorization": "Bearer " + token(), "Accept": "text/event-stream" };
+      if (cursor !== null) headers["Last-Event-ID"] = cursor;
+      r = await fetch(path + "/stream", { headers, signal });
+    } catch (e) {
+      if (signal.aborted) return;
+      live.textContent = "Reconnecting…";
+      await new Promise((ok) => setTimeout(ok, 2000));
+      continue;
+    }
+    if (!r.ok || !(r.headers.get("content-type") || "").startsWith("text/event-stream")) break;
+    live.textContent = "Live (streaming)";
+    try {
+      const reader = r.body.getReader();
+      const text = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += text.decode(value, { stream: true });
+        let cut;
+        while ((cut = buf.indexOf("\n\n")) >= 0) {
+          const frame = buf.slice(0, cut);
+          buf = buf.slice(cut + 2);
+          let event = "message", data = "", id = null;
+          for (const line of frame.split("\n")) {
+            if (line.startsWith("event:")) event = line.slice(6).trim();
+            else if (line.startsWith("data:")) data += line.slice(5).trim();
+            else if (line.startsWith("id:")) id = line.slice(3).trim();
+          }
+          if (id) cursor = id;
+          if (!data) continue;
+          const v = JSON.parse(data);
+          if (event === "entry") put(v);
+          else if (event === "run") state(v);
+        }
+      }
+    } catch (e) {
+      if (signal.aborted) return;
+    }
+    live.textContent = "Reconnecting…";
+    await new Promise((ok) => setTimeout(ok, 1000));
+  }
+  if (signal.aborted) return;
+  // Polling: entries after the cursor (the last seq before any that may still change).
+  live.textContent = "Live (polling)";
+  let after = null;
+  while (!signal.aborted) {
+    const q = path + "/timeline" + (after === null ? "" : "?after=" + after);
+    const { status, body } = await api(q, { signal }).catch(() => ({ status: 0 }));
+    if (status === 200) {
+      let settled = after;
+      let open = false;
+      for (const e of body.entries) {
+        put(e);
+        if (e.type === "tool" && e.result.status === "pending") open = true;
+        if (!open) settled = e.seq;
+      }
+      after = settled;
+      const run = await api(path, { signal }).catch(() => null);
+      if (run && run.status === 200) state(run.body);
+    }
+    await new Promise((ok) => setTimeout(ok, 1500));
+  }
+}
+
+async function linkPage(tokenText) {
+  const box = el("section", { class: "card" }, el("p", {}, "Loading…"));
+  show(el("h1", {}, "A question for you"), box);
+  const path = "/links/" + encodeURIComponent(tokenText);
+  const { status, body } = await api(path, { auth: false });
+  if (status !== 200) {
+    const code = body && body.error && body.error.code;
+    const words = code === "link_used" ? "This link was already used: the question is answered."
+      : code === "link_expired" || status === 410 ? "This link has expired."
+      : "This link is not valid. Ask for a new one.";
+    box.replaceChildren(el("p", { class: "outcome bad", role: "alert" }, words));
+    return;
+  }
+  box.replaceChildren(el("h2", {}, question(body)),
+    el("p", { class: "meta" }, badge(body.kind), el("span", {}, timeLeft(body.expiresAt))),
+    context(body),
+    answerForm(body, (answer) => api(path + "/response", { method: "POST", body: answer, auth: false })));
+}
+
+// ---- routing --------------------------------------------------------------------------
+
+function render() {
+  leave();
+  leave = () => {};
+  const hash = location.hash || "#/inbox";
+  const [route, query] = hash.slice(1).split("?");
+  const params = new URLSearchParams(query || "");
+  const parts = route.split("/").filter(Boolean);
+  document.getElementById("signout").hidden = !token() || parts[0] === "link";
+  if (parts[0] === "link" && parts[1]) return linkPage(decodeURIComponent(parts[1]));
+  if (!token()) return signIn();
+  if (parts[0] === "runs" && parts[1]) return runPage(decodeURIComponent(parts[1]));
+  return inbox(params);
+}
+
+document.getElementById("signout").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  location.hash = "#/inbox";
+  render();
+});
+window.addEventListener("hashchange", render);
+render();

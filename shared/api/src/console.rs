@@ -1,0 +1,52 @@
+//! The console: a page that lists the CTAs waiting for the caller, answers them with typed
+//! forms, and follows a run's timeline live. Its three files are compiled into the binary
+//! (no build step, no CDN); they carry no data and need no sign-in. The page signs its API
+//! calls with the token the user pastes, kept in the tab's session storage.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+
+const INDEX: &str = include_str!("../console/index.html");
+const SCRIPT: &str = include_str!("../console/console.js");
+const STYLE: &str = include_str!("../console/console.css");
+
+/// Scripts and styles from this origin only; the API from this origin only.
+const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+    connect-src 'self'; img-src 'self' data:; form-action 'self'; base-uri 'none'; \
+    frame-ancestors 'none'";
+
+fn asset(body: &'static str, kind: &'static str) -> Response {
+    let mut r = (StatusCode::OK, body).into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(POLICY),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    r
+}
+
+pub(crate) async fn index() -> Response {
+    asset(INDEX, "text/html; charset=utf-8")
+}
+
+pub(crate) async fn script() -> Response {
+    asset(SCRIPT, "text/javascript; charset=utf-8")
+}
+
+pub(crate) async fn style() -> Response {
+    asset(STYLE, "text/css; charset=utf-8")
+}
+
+pub(crate) async fn root() -> Redirect {
+    Redirect::to("/console")
+}
