@@ -48,9 +48,11 @@ function el(tag, attrs = {}, ...children) {
   return e;
 }
 
+// Nodes to put in a parent: DOM methods would turn a null into the text "null".
+function kids(...xs) { return xs.flat().filter((x) => x !== null && x !== undefined && x !== false); }
 function badge(text) { return el("span", { class: "badge " + text }, text); }
 function json(v) { return el("pre", {}, JSON.stringify(v, null, 2)); }
-function show(...nodes) { app.replaceChildren(...nodes); app.focus(); }
+function show(...nodes) { app.replaceChildren(...kids(nodes)); app.focus(); }
 
 function timeLeft(iso) {
   let s = Math.round((new Date(iso) - Date.now()) / 1000);
@@ -79,16 +81,20 @@ function outcome(status, body) {
   return ["bad", "Not accepted: " + msg];
 }
 
-// A typed form for `cta`; `send(answer)` posts it and resolves to {status, body}.
-function answerForm(cta, send) {
-  const said = el("p", { class: "outcome", role: "status", "aria-live": "polite" });
+// A typed form for `cta`; `send(answer)` posts it and resolves to {status, body}. The
+// outcome is said under the form, or by `announce` (a page whose timeline redraws the form).
+function answerForm(cta, send, announce) {
+  const said = announce ? null : el("p", { class: "outcome", role: "status", "aria-live": "polite" });
   const form = el("form", { "aria-label": "Answer" });
   const finish = async (answer) => {
     for (const b of form.querySelectorAll("button, textarea")) b.disabled = true;
     const { status, body } = await send(answer);
     const [tone, words] = outcome(status, body);
-    said.className = "outcome " + tone;
-    said.textContent = words;
+    if (announce) announce(tone, words);
+    else {
+      said.className = "outcome " + tone;
+      said.textContent = words;
+    }
     if (tone === "bad" && status === 400) {
       for (const b of form.querySelectorAll("button, textarea")) b.disabled = false;
     }
@@ -219,8 +225,8 @@ async function inbox(params) {
   list.replaceChildren(...cards);
 }
 
-// One timeline entry, as a list item.
-function entryItem(e) {
+// One timeline entry, as a list item (`announce` says how an answer given here went).
+function entryItem(e, announce) {
   const li = el("li", { class: e.type, "data-seq": e.seq });
   const head = el("div", { class: "kind" }, e.type + " · #" + e.seq);
   li.append(head);
@@ -237,7 +243,7 @@ function entryItem(e) {
     case "tool": {
       head.append(" · ", el("code", {}, e.name), " ", badge(e.result.status));
       li.append(el("details", {}, el("summary", {}, "input"), json(e.input)));
-      if (e.result.status === "success") li.append(json(e.result.output));
+      if (e.result.status === "success") li.append(el("div", { class: "kind" }, "result"), json(e.result.output));
       if (e.result.status === "error") li.append(el("p", { class: "outcome bad" }, e.result.error));
       if (e.result.status === "pending") li.append(el("p", { class: "live" }, e.result.reason));
       if (e.childRunId) {
@@ -256,7 +262,7 @@ function entryItem(e) {
         const c = e.cta;
         li.append(el("p", {}, "Asks: ", el("strong", {}, question(c)), " ", badge(c.status)));
         if (c.response) li.append(el("p", {}, "Answer: "), json(c.response));
-        if (c.status === "pending") li.append(answerForm(c, postAnswer(c)));
+        if (c.status === "pending") li.append(answerForm(c, postAnswer(c), announce));
       }
       break;
     }
@@ -293,10 +299,19 @@ async function runPage(runId) {
   const header = el("section", { class: "card", "aria-label": "Run" }, el("p", {}, "Loading…"));
   const list = el("ol", { class: "timeline", "aria-label": "Timeline", "aria-live": "polite" });
   const live = el("p", { class: "live" });
-  show(el("h1", {}, "Run ", el("code", {}, runId)), header, live, list);
+  const said = el("p", { class: "outcome", role: "status", "aria-live": "polite" });
+  const announce = (tone, words) => {
+    said.className = "outcome " + tone;
+    said.textContent = words;
+  };
+  show(el("h1", {}, "Run ", el("code", {}, runId)), header, said, live, list);
   const items = new Map();
+  const drawn = new Map(); // seq → the entry as last drawn (a form is redrawn only on change)
   const put = (e) => {
-    const li = entryItem(e);
+    const text = JSON.stringify(e);
+    if (drawn.get(e.seq) === text) return;
+    drawn.set(e.seq, text);
+    const li = entryItem(e, announce);
     const old = items.get(e.seq);
     if (old) old.replaceWith(li);
     else {
@@ -306,14 +321,14 @@ async function runPage(runId) {
     items.set(e.seq, li);
   };
   const summary = (r) => {
-    header.replaceChildren(
+    header.replaceChildren(...kids(
       el("div", { class: "meta" }, badge(r.status), r.state ? el("span", {}, r.state) : null,
         r.agent ? el("span", {}, "agent ", el("strong", {}, r.agent)) : null,
         r.parent ? el("a", { href: "#/runs/" + encodeURIComponent(r.parent.runId) }, "parent run") : null),
       el("p", {}, "Tokens: ", String((r.usage || {}).totalTokens || 0),
         " · cost ", money(r.costUsd), r.total ? " · with subagents " + money(r.total.costUsd) : ""),
       r.result ? el("p", {}, el("strong", {}, "Result: "), r.result) : null,
-      r.error ? el("p", { class: "outcome bad" }, r.error.code + ": " + r.error.message) : null);
+      r.error ? el("p", { class: "outcome bad" }, r.error.code + ": " + r.error.message) : null));
   };
   const first = await api(`/runs/${encodeURIComponent(runId)}`);
   if (first.status !== 200) {
@@ -413,10 +428,10 @@ async function linkPage(tokenText) {
     box.replaceChildren(el("p", { class: "outcome bad", role: "alert" }, words));
     return;
   }
-  box.replaceChildren(el("h2", {}, question(body)),
+  box.replaceChildren(...kids(el("h2", {}, question(body)),
     el("p", { class: "meta" }, badge(body.kind), el("span", {}, timeLeft(body.expiresAt))),
     context(body),
-    answerForm(body, (answer) => api(path + "/response", { method: "POST", body: answer, auth: false })));
+    answerForm(body, (answer) => api(path + "/response", { method: "POST", body: answer, auth: false }))));
 }
 
 // ---- routing --------------------------------------------------------------------------

@@ -1,0 +1,115 @@
+// The console in a real browser: Debian's Chromium, headless, driven by Playwright's client.
+// Run by tests/tests/browser.rs, which starts `baton dev`'s server with three runs that each
+// wait on one kind of question, and passes what this script needs as JSON in BATON_BROWSER.
+//
+// It signs in, screenshots the inbox (laptop and phone), answers each question through its
+// form on the run's page and waits for that page's live timeline to show the run finished,
+// then checks the one-time answer links: one answers without signing in, a second opening
+// says it was used, a tampered one is refused.
+import { createRequire } from "node:module";
+import { mkdirSync } from "node:fs";
+import assert from "node:assert/strict";
+
+const cfg = JSON.parse(process.env.BATON_BROWSER);
+const require = createRequire(cfg.nodeModules + "/");
+const { chromium } = require("playwright-core");
+
+mkdirSync(cfg.shots, { recursive: true });
+const browser = await chromium.launch({
+  executablePath: cfg.chromium,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+const step = (what) => console.log("browser: " + what);
+
+try {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });
+  page.on("pageerror", (e) => { throw e; });
+  const errors = [];
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+
+  // Sign in with the dev token.
+  await page.goto(cfg.base + "/console");
+  await page.getByLabel("Token").fill(cfg.token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  step("signed in");
+
+  // The inbox: one card per waiting question, with its run's prompt and agent.
+  await page.getByRole("heading", { name: "Waiting for you" }).waitFor();
+  for (const q of ["Ship v2 to production?", "Which release name?", "Which region?"]) {
+    await page.getByRole("article", { name: q }).waitFor();
+  }
+  const shipCard = page.getByRole("article", { name: "Ship v2 to production?" });
+  assert.match(await shipCard.innerText(), /Prompt\s+release v2/i);
+  assert.match(await shipCard.innerText(), /agent approver/);
+  assert.match(await shipCard.innerText(), /(d|h|min) .*left/);
+  await page.screenshot({ path: cfg.shots + "/inbox.png", fullPage: true });
+  step("inbox shown");
+
+  // Each kind answered through its form on the run's page, the live timeline moving on.
+  const answer = async (run, fill, final) => {
+    await page.goto(cfg.base + "/console#/runs/" + run);
+    await page.getByText("Live (streaming)").waitFor();
+    await fill();
+    await page.getByRole("status").filter({ hasText: "Accepted" }).waitFor();
+    await page.getByRole("list", { name: "Timeline" }).getByText(final).waitFor({ timeout: 15000 });
+    await page.locator(".badge.completed").first().waitFor();
+  };
+  await answer(cfg.runs.approval, async () => {
+    await page.getByLabel("Reason (optional)").fill("Looks good");
+    await page.getByRole("button", { name: "Approve" }).click();
+  }, "Shipped.");
+  step("approval answered");
+  await answer(cfg.runs.text, async () => {
+    const box = page.getByLabel("Your answer (required)");
+    assert.equal(await box.getAttribute("placeholder"), "e.g. Aurora");
+    await box.fill("Aurora");
+    await page.getByRole("button", { name: "Send" }).click();
+  }, "Named it Aurora.");
+  step("text answered");
+  await answer(cfg.runs.choice, async () => {
+    const eu = page.getByRole("button", { name: /Europe/ });
+    assert.match(await eu.innerText(), /Frankfurt/);
+    await eu.click();
+  }, "Deployed to the chosen region.");
+  await page.screenshot({ path: cfg.shots + "/run.png", fullPage: true });
+  assert.doesNotMatch(await page.locator("main").innerText(), /\b(null|undefined)\b/);
+  step("choice answered");
+
+  // The inbox is empty now; on a phone too.
+  await page.goto(cfg.base + "/console#/inbox");
+  await page.getByText("Nothing waits for you.").waitFor();
+  const phone = await browser.newPage({ viewport: { width: 390, height: 844 } });
+  await phone.goto(cfg.base + "/console#/runs/" + cfg.runs.choice);
+  await phone.getByLabel("Token").fill(cfg.token);
+  await phone.getByRole("button", { name: "Sign in" }).click();
+  await phone.locator(".badge.completed").first().waitFor();
+  await phone.screenshot({ path: cfg.shots + "/run-phone.png", fullPage: true });
+  step("phone view");
+
+  // One-time links: no sign-in (a fresh context has no token), one answer, then "used".
+  if (cfg.link) {
+    const guest = await browser.newContext({ viewport: { width: 390, height: 844 } });
+    const g = await guest.newPage();
+    await g.goto(cfg.link);
+    await g.getByRole("heading", { name: "Deploy the hotfix now?" }).waitFor();
+    await g.screenshot({ path: cfg.shots + "/link.png", fullPage: true });
+    await g.getByRole("button", { name: "Approve" }).click();
+    await g.getByRole("status").filter({ hasText: "Accepted" }).waitFor();
+    step("link answered");
+    const again = await guest.newPage();
+    await again.goto(cfg.link);
+    await again.getByRole("alert").filter({ hasText: "This link was already used" }).waitFor();
+    step("link used");
+    for (const bad of [cfg.tampered, cfg.expired]) {
+      const p = await guest.newPage();
+      await p.goto(bad.url);
+      await p.getByRole("alert").filter({ hasText: bad.says }).waitFor();
+    }
+    step("bad links refused");
+  }
+  assert.deepEqual(errors.filter((e) => !e.includes("status of 4")), []);
+  console.log("browser: all passed");
+} finally {
+  await browser.close();
+}

@@ -1,0 +1,82 @@
+//! The browser the console's test drives, and the client that drives it, which no one here
+//! wrote: Debian's Chromium (`apt-get install chromium`, done here when missing and allowed)
+//! and Playwright's Node client, `playwright-core` from npm (installed under `target/` from
+//! `tests/browser/package-lock.json` the first time; it never downloads a browser). Without
+//! them the test fails saying what is missing; it never skips.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Chromium's executable: `BATON_CHROMIUM`, else Debian's, installed if missing (as root).
+pub fn chromium() -> PathBuf {
+    if let Some(p) = std::env::var_os("BATON_CHROMIUM") {
+        return PathBuf::from(p);
+    }
+    let debian = PathBuf::from("/usr/bin/chromium");
+    if !debian.exists() {
+        once("chromium", || {
+            run(Command::new("apt-get")
+                .args(["install", "-y", "-q", "chromium"])
+                .env("DEBIAN_FRONTEND", "noninteractive"))
+        });
+    }
+    assert!(
+        debian.exists(),
+        "the console's browser test needs Chromium: install Debian's (apt-get install chromium) \
+         or set BATON_CHROMIUM"
+    );
+    debian
+}
+
+/// The `node_modules` holding `playwright-core`, installed once with `npm ci`.
+pub fn node_modules() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/browser-node");
+    let modules = root.join("node_modules");
+    if modules.join("playwright-core/package.json").exists() {
+        return modules;
+    }
+    once("browser-node", || {
+        std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("browser");
+        for f in ["package.json", "package-lock.json"] {
+            std::fs::copy(src.join(f), root.join(f)).map_err(|e| format!("{f}: {e}"))?;
+        }
+        run(Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"])
+            .current_dir(&root))
+    });
+    modules
+}
+
+/// Runs `f` in one test process at a time (a lock directory under `target/`).
+fn once(name: &str, f: impl FnOnce() -> Result<(), String>) {
+    let lock = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../target/{name}.lock"));
+    let _ = std::fs::create_dir_all(lock.parent().expect("parent"));
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while std::fs::create_dir(&lock).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "waited 10 minutes for {}",
+            lock.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let result = f();
+    let _ = std::fs::remove_dir(&lock);
+    if let Err(e) = result {
+        panic!("cannot set up {name} for the browser test: {e}");
+    }
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
