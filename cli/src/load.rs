@@ -103,6 +103,8 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
             step_times: Some(times.clone()),
             ..WorkerOptions::default()
         },
+        link_key: None,
+        public_url: None,
     })
     .await?;
     let url = server.url();

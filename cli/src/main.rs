@@ -327,6 +327,8 @@ async fn dev(
         catalog,
         clock: Arc::new(SystemClock),
         worker: WorkerOptions::default(),
+        link_key: config.link_key.clone(),
+        public_url: config.public_url.clone(),
     })
     .await?;
     println!(

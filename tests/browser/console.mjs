@@ -76,17 +76,6 @@ try {
   assert.doesNotMatch(await page.locator("main").innerText(), /\b(null|undefined)\b/);
   step("choice answered");
 
-  // The inbox is empty now; on a phone too.
-  await page.goto(cfg.base + "/console#/inbox");
-  await page.getByText("Nothing waits for you.").waitFor();
-  const phone = await browser.newPage({ viewport: { width: 390, height: 844 } });
-  await phone.goto(cfg.base + "/console#/runs/" + cfg.runs.choice);
-  await phone.getByLabel("Token").fill(cfg.token);
-  await phone.getByRole("button", { name: "Sign in" }).click();
-  await phone.locator(".badge.completed").first().waitFor();
-  await phone.screenshot({ path: cfg.shots + "/run-phone.png", fullPage: true });
-  step("phone view");
-
   // One-time links: no sign-in (a fresh context has no token), one answer, then "used".
   if (cfg.link) {
     const guest = await browser.newContext({ viewport: { width: 390, height: 844 } });
@@ -108,6 +97,17 @@ try {
     }
     step("bad links refused");
   }
+  // The inbox is empty now; on a phone too.
+  await page.goto(cfg.base + "/console#/inbox");
+  await page.getByText("Nothing waits for you.").waitFor();
+  const phone = await browser.newPage({ viewport: { width: 390, height: 844 } });
+  await phone.goto(cfg.base + "/console#/runs/" + cfg.runs.choice);
+  await phone.getByLabel("Token").fill(cfg.token);
+  await phone.getByRole("button", { name: "Sign in" }).click();
+  await phone.locator(".badge.completed").first().waitFor();
+  await phone.screenshot({ path: cfg.shots + "/run-phone.png", fullPage: true });
+  step("phone view");
+
   assert.deepEqual(errors.filter((e) => !e.includes("status of 4")), []);
   console.log("browser: all passed");
 } finally {

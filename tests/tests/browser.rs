@@ -28,6 +28,8 @@ const SCRIPT: &str = r#"{
       {"id": "eu", "label": "Europe", "description": "Frankfurt, eu-central-1"},
       {"id": "us", "label": "United States", "description": "Virginia, us-east-1"}]}}]},
     {"text": "Deployed to the chosen region."}],
+  "quickie": [
+    {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Quick: restart?"}}]}],
   "hotfix": [
     {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Deploy the hotfix now?"}}]},
     {"text": "Hotfix deployed."}]
@@ -39,8 +41,9 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     let modules = browser::node_modules();
     let dir = tempfile::tempdir().unwrap();
     let asks = json!({"tools": ["request_human_feedback"]});
-    let agents =
-        json!({"agents": {"approver": asks, "writer": asks, "chooser": asks, "hotfix": asks}});
+    let quick = json!({"tools": ["request_human_feedback"], "ctaExpirySeconds": 1});
+    let agents = json!({"agents": {"approver": asks, "writer": asks, "chooser": asks,
+                                   "hotfix": asks, "quickie": quick}});
     let h = start(
         dir.path(),
         scripted(SCRIPT),
@@ -60,6 +63,35 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
         runs.insert(kind.into(), json!(id));
     }
     h.wait_pending(3).await;
+    // A one-time link to the hotfix's question; a tampered one; one past its CTA's expiry.
+    let hotfix = h
+        .create_run(json!({"prompt": "hotfix", "agent": "hotfix"}))
+        .await;
+    let quick = h
+        .create_run(json!({"prompt": "restart", "agent": "quickie"}))
+        .await;
+    let mut links = serde_json::Map::new();
+    for run in [&hotfix, &quick] {
+        let cta = loop {
+            let (_, v) = h.get("/ctas?status=pending").await;
+            let ctas = v["ctas"].as_array().unwrap();
+            if let Some(c) = ctas.iter().find(|c| c["runId"] == run.as_str()) {
+                break c["ctaId"].as_str().unwrap().to_owned();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        let (code, v) = h.post(&format!("/ctas/{cta}/link"), json!({})).await;
+        assert_eq!(code, 200, "{v}");
+        links.insert(run.clone(), v["url"].clone());
+    }
+    let link = links[&hotfix].as_str().unwrap().to_owned();
+    // The MAC's first character changed: the same length, another signature.
+    let mac = link.rfind('.').unwrap() + 1;
+    let swap = if &link[mac..=mac] == "A" { "B" } else { "A" };
+    let tampered = format!("{}{swap}{}", &link[..mac], &link[mac + 1..]);
+    let expired = links[&quick].as_str().unwrap().to_owned();
+    // The quick question expires after a second (and its run with it).
+    h.wait_status(&quick, &["expired"]).await;
     let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/browser-artifacts");
     let cfg = json!({
         "base": h.url(""),
@@ -68,7 +100,9 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
         "chromium": chromium,
         "nodeModules": modules,
         "shots": shots,
-        "link": null,
+        "link": link,
+        "tampered": {"url": tampered, "says": "This link is not valid"},
+        "expired": {"url": expired, "says": "This link has expired"},
     });
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("browser/console.mjs");
     let out = tokio::task::spawn_blocking(move || {
@@ -88,7 +122,7 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     eprintln!("{said}");
     assert!(out.status.success(), "the browser test failed:\n{said}");
     assert!(said.contains("browser: all passed"));
-    for shot in ["inbox.png", "run.png", "run-phone.png"] {
+    for shot in ["inbox.png", "run.png", "run-phone.png", "link.png"] {
         assert!(shots.join(shot).exists(), "{shot}");
     }
     // What the browser did, as the API sees it.
@@ -103,5 +137,21 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
         assert_eq!(run["status"], "completed", "{kind}");
         assert_eq!(run["result"], want, "{kind}");
     }
+    // The link answered, as the CTA records it.
+    let (_, run) = h.get(&format!("/runs/{hotfix}")).await;
+    assert_eq!(run["result"], "Hotfix deployed.");
+    let (_, ctas) = h.get("/ctas?status=answered").await;
+    let answered = ctas["ctas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["runId"] == hotfix.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(answered["responder"], "link");
+    assert!(
+        answered.get("linkNonce").is_none(),
+        "the API never shows it"
+    );
     h.server.shutdown().await;
 }

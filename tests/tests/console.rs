@@ -211,3 +211,103 @@ async fn the_console_is_served_from_the_binary_without_sign_in() {
     }
     h.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_one_time_link_answers_its_cta_once_without_sign_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start_scripted(dir.path(), SCRIPT).await;
+    let run_id = h.create_run(json!({"prompt": "greet me"})).await;
+    let cta = h.wait_pending(1).await[0]["ctaId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The owner mints it; its URL opens the console's link page on this server.
+    let (code, v) = h.post(&format!("/ctas/{cta}/link"), json!({})).await;
+    assert_eq!(code, 200, "{v}");
+    let url = v["url"].as_str().unwrap();
+    let prefix = format!("{}/console#/link/", h.url(""));
+    let token = url.strip_prefix(&prefix).expect("the console's link page");
+    // The cta.request event carries a link for the same CTA.
+    let (_, events) = h.get("/events?limit=100").await;
+    let request = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["detailType"] == "cta.request")
+        .unwrap()
+        .clone();
+    assert!(
+        request["detail"]["link"]
+            .as_str()
+            .unwrap()
+            .starts_with(&prefix)
+    );
+    let guest = reqwest::Client::new();
+    let call = async |method: reqwest::Method, path: &str, body: Option<Value>| {
+        let mut rb = guest.request(method, h.url(path));
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let r = rb.send().await.unwrap();
+        let code = r.status().as_u16();
+        (code, r.json::<Value>().await.unwrap_or(Value::Null))
+    };
+    // Opened without a token: the question, not whose it is.
+    let (code, v) = call(reqwest::Method::GET, &format!("/links/{token}"), None).await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["prompt"], "Name?");
+    for private in ["owner", "runId", "linkNonce", "toolCallId"] {
+        assert!(v.get(private).is_none(), "{private}: {v}");
+    }
+    // A tampered token, or one cut short, answers nothing.
+    let mac = token.rfind('.').unwrap() + 1;
+    let swap = if &token[mac..=mac] == "A" { "B" } else { "A" };
+    let tampered = format!("{}{swap}{}", &token[..mac], &token[mac + 1..]);
+    for bad in [tampered.as_str(), &token[..token.len() / 2], "x"] {
+        let (code, v) = call(
+            reqwest::Method::POST,
+            &format!("/links/{bad}/response"),
+            Some(json!({"kind": "text", "text": "Mallory"})),
+        )
+        .await;
+        assert_eq!(
+            (code, v["error"]["code"].as_str()),
+            (403, Some("link_invalid"))
+        );
+    }
+    // A wrong answer is a 400 and the link still works; then it answers, once.
+    let answer = |text: &str| Some(json!({"kind": "text", "text": text}));
+    let path = format!("/links/{token}/response");
+    let (code, _) = call(
+        reqwest::Method::POST,
+        &path,
+        Some(json!({"kind": "approval", "approved": true})),
+    )
+    .await;
+    assert_eq!(code, 400);
+    let (code, v) = call(reqwest::Method::POST, &path, answer("Ada")).await;
+    assert_eq!(code, 202, "{v}");
+    for method in [reqwest::Method::POST, reqwest::Method::GET] {
+        let body =
+            (method == reqwest::Method::POST).then(|| json!({"kind": "text", "text": "Eve"}));
+        let p = if body.is_some() {
+            path.clone()
+        } else {
+            format!("/links/{token}")
+        };
+        let (code, v) = call(method, &p, body).await;
+        assert_eq!(
+            (code, v["error"]["code"].as_str()),
+            (409, Some("link_used")),
+            "{v}"
+        );
+    }
+    let done = h.wait_status(&run_id, &["completed"]).await;
+    assert_eq!(done["result"], "Hello, Ada.");
+    let (_, c) = h.get(&format!("/ctas/{cta}")).await;
+    assert_eq!(c["responder"], "link");
+    // No link for a question already settled.
+    let (code, v) = h.post(&format!("/ctas/{cta}/link"), json!({})).await;
+    assert_eq!(code, 409, "{v}");
+    h.server.shutdown().await;
+}

@@ -98,6 +98,7 @@ fn cta(run: &Run, id: &str) -> Cta {
         expires_at: Utc::now() + chrono::Duration::days(30),
         resolved_at: None,
         responder: None,
+        link_nonce: Some("lnk_contract".into()),
     }
 }
 

@@ -48,6 +48,8 @@ async fn an_unreachable_model_shows_as_the_last_error_and_then_as_the_failure() 
             max_receives: 3,
             ..WorkerOptions::default()
         },
+        link_key: None,
+        public_url: None,
     })
     .await
     .unwrap();

@@ -73,7 +73,7 @@ function money(usd) { return usd ? "$" + usd.toFixed(4) : "$0"; }
 function outcome(status, body) {
   const code = body && body.error && body.error.code;
   if (status === 202) return ["ok", "Accepted: the run takes your answer in its turn."];
-  if (code === "already_answered") return ["bad", "Already answered: this question was settled before your answer."];
+  if (code === "cta_answered") return ["bad", "Already answered: this question was settled before your answer."];
   if (code === "link_used") return ["bad", "This link was already used: the question is answered."];
   if (code === "cta_cancelled") return ["bad", "Cancelled: the run ended before your answer."];
   if (status === 410) return ["bad", "Expired: the question stopped waiting for an answer."];

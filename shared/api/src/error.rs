@@ -62,6 +62,14 @@ impl From<ServiceError> for ApiError {
                 Self::new(StatusCode::CONFLICT, code, message)
             }
             ServiceError::Gone(m) => Self::new(StatusCode::GONE, "cta_expired", m),
+            ServiceError::Link { code, message } => {
+                let status = match code {
+                    "link_expired" => StatusCode::GONE,
+                    "link_invalid" => StatusCode::FORBIDDEN,
+                    _ => StatusCode::CONFLICT,
+                };
+                Self::new(status, code, message)
+            }
             e @ ServiceError::AlreadyAnswered(_) => {
                 Self::new(StatusCode::CONFLICT, "cta_answered", e.to_string())
             }

@@ -23,7 +23,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use baton_core::cta::{CtaResponse, CtaStatus};
+use baton_core::cta::{Cta, CtaResponse, CtaStatus};
 use baton_core::error::PortError;
 use baton_core::run::ExpiryPolicy;
 use baton_core::service::{CreateRun, Service};
@@ -66,6 +66,7 @@ pub fn router(state: AppState) -> Router {
         .route("/ctas", get(list_ctas))
         .route("/ctas/{cta_id}", get(get_cta))
         .route("/ctas/{cta_id}/response", post(answer_cta))
+        .route("/ctas/{cta_id}/link", post(mint_link))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
@@ -73,6 +74,9 @@ pub fn router(state: AppState) -> Router {
         .route("/console", get(console::index))
         .route("/console/console.js", get(console::script))
         .route("/console/console.css", get(console::style))
+        // A one-time link is its own credential: no sign-in.
+        .route("/links/{token}", get(open_link))
+        .route("/links/{token}/response", post(answer_link))
         .merge(authed)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
@@ -292,7 +296,54 @@ async fn list_ctas(
     };
     let root = q.get("rootRunId").map(String::as_str);
     let ctas = s.service.list_ctas(&owner, status, root).await?;
+    let ctas = ctas.iter().map(cta_view).collect::<Result<Vec<_>, _>>()?;
     Ok(Json(json!({"ctas": ctas})))
+}
+
+/// A CTA as its owner sees it: all but the link nonce (a link's own secret part).
+fn cta_view(cta: &Cta) -> Result<Value, ApiError> {
+    let mut v = serde_json::to_value(cta).map_err(|e| PortError::broken("encode CTA", e))?;
+    if let Some(o) = v.as_object_mut() {
+        o.remove("linkNonce");
+    }
+    Ok(v)
+}
+
+async fn mint_link(
+    State(s): State<AppState>,
+    Extension(Caller(owner)): Extension<Caller>,
+    Id(cta_id): Id,
+) -> Result<Json<Value>, ApiError> {
+    let (url, expires_at) = s.service.mint_link(&owner, &cta_id).await?;
+    Ok(Json(
+        json!({"ctaId": cta_id, "url": url, "expiresAt": expires_at}),
+    ))
+}
+
+/// What a link's holder sees: the question, its context and its expiry; not whose it is.
+async fn open_link(State(s): State<AppState>, Id(token): Id) -> Result<Json<Value>, ApiError> {
+    let cta = s.service.cta_by_link(&token).await?;
+    let mut v = cta_view(&cta)?;
+    if let Some(o) = v.as_object_mut() {
+        for private in ["owner", "runId", "rootRunId", "toolCallId", "responder"] {
+            o.remove(private);
+        }
+    }
+    Ok(Json(v))
+}
+
+async fn answer_link(
+    State(s): State<AppState>,
+    Id(token): Id,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Response, ApiError> {
+    let response: CtaResponse = serde_json::from_value(body)
+        .map_err(|e| ApiError::invalid(format!("invalid CTA response: {e}")))?;
+    let cta = s.service.answer_by_link(&token, response).await?;
+    Ok(accepted(json!({
+        "ctaId": cta.cta_id, "status": cta.status,
+        "message": "answer recorded; this link will not answer again",
+    })))
 }
 
 async fn get_cta(
@@ -301,9 +352,7 @@ async fn get_cta(
     Id(cta_id): Id,
 ) -> Result<Json<Value>, ApiError> {
     let cta = s.service.get_cta(Some(&owner), &cta_id).await?;
-    Ok(Json(
-        serde_json::to_value(&cta).map_err(|e| PortError::broken("encode CTA", e))?,
-    ))
+    Ok(Json(cta_view(&cta)?))
 }
 
 async fn answer_cta(

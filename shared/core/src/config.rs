@@ -142,6 +142,12 @@ pub struct Config {
     pub prefix: String,
     /// `BATON_SCHEDULER_ROLE_ARN` alone, for hosts that provision their own resources.
     pub scheduler_role_arn: Option<String>,
+    /// `BATON_LINK_KEY`: the key one-time answer links are signed with (at least 32
+    /// characters). On Lambda it may come from the model secret's field of that name instead.
+    pub link_key: Option<String>,
+    /// `BATON_PUBLIC_URL`: where people reach the console (`https://…`, no trailing slash);
+    /// links point there.
+    pub public_url: Option<String>,
     aws: Result<AwsConfig, ConfigError>,
 }
 
@@ -222,6 +228,26 @@ impl Config {
             max_output_tokens: number("BATON_MAX_OUTPUT_TOKENS", 4096, 1)?,
         };
         let retention_days = number("BATON_RETENTION_DAYS", 90, 1)?;
+        let link_key = var("BATON_LINK_KEY");
+        if let Some(k) = &link_key
+            && k.len() < crate::links::MIN_KEY_BYTES
+        {
+            return Err(ConfigError::Invalid {
+                var: "BATON_LINK_KEY",
+                value: "(hidden)".into(),
+                expected: "at least 32 characters",
+            });
+        }
+        let public_url = var("BATON_PUBLIC_URL").map(|u| u.trim_end_matches('/').to_owned());
+        if let Some(u) = &public_url
+            && !(u.starts_with("http://") || u.starts_with("https://"))
+        {
+            return Err(ConfigError::Invalid {
+                var: "BATON_PUBLIC_URL",
+                value: u.clone(),
+                expected: "an http:// or https:// URL",
+            });
+        }
         let required = |k: &'static str| {
             var(k).ok_or(ConfigError::Missing {
                 var: k,
@@ -252,6 +278,8 @@ impl Config {
             },
             prefix: var("BATON_PREFIX").unwrap_or_else(|| "baton".into()),
             scheduler_role_arn: var("BATON_SCHEDULER_ROLE_ARN"),
+            link_key,
+            public_url,
             aws,
         })
     }

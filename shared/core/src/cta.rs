@@ -213,6 +213,10 @@ pub struct Cta {
     /// Who answered: the API caller, or the responder a bus event names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub responder: Option<String>,
+    /// What a one-time answer link must name to answer this CTA (see `crate::links`). The
+    /// API never shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_nonce: Option<String>,
 }
 
 /// The call an approval CTA gates.
@@ -428,6 +432,7 @@ mod tests {
             expires_at: now,
             resolved_at: None,
             responder: None,
+            link_nonce: None,
         };
         let v = serde_json::to_value(&cta).expect("serializes");
         assert_eq!(v["kind"], "choice");

@@ -22,6 +22,7 @@ pub mod cta;
 pub mod engine;
 pub mod error;
 pub mod failpoint;
+pub mod links;
 pub mod llm;
 pub mod message;
 pub mod plan;

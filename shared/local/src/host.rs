@@ -9,11 +9,12 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::info;
+use tracing::{info, warn};
 
 use baton_api::{ApiError, AppState, Authenticator, BearerToken};
 use baton_core::agent::Catalog;
 use baton_core::error::PortError;
+use baton_core::links::Links;
 use baton_core::llm::Llm;
 use baton_core::ports::Clock;
 use baton_core::service::{Deps, Service};
@@ -33,6 +34,11 @@ pub struct LocalOptions {
     pub catalog: Arc<Catalog>,
     pub clock: Arc<dyn Clock>,
     pub worker: WorkerOptions,
+    /// The key one-time answer links are signed with; `None`: the data dir's own, made
+    /// once and kept there.
+    pub link_key: Option<String>,
+    /// Where links point (default: this server's own address).
+    pub public_url: Option<String>,
 }
 
 /// A running local server.
@@ -103,6 +109,15 @@ impl LocalServer {
         let (addr, server) = baton_api::serve(app, opts.addr, stop_rx)
             .await
             .map_err(StartError::Io)?;
+        let key = match opts.link_key {
+            Some(k) => k,
+            None => link_key(&store).await?,
+        };
+        let base = opts.public_url.unwrap_or_else(|| format!("http://{addr}"));
+        match Links::new(key.as_bytes(), &base) {
+            Ok(links) => service.set_links(links),
+            Err(e) => warn!(error = %e, "one-time answer links are off"),
+        }
         info!(%addr, data = %opts.data_dir.display(), "baton dev listening");
         Ok(Self {
             addr,
@@ -203,4 +218,19 @@ pub enum StartError {
     Store(#[from] PortError),
     #[error("{0}")]
     Io(#[source] std::io::Error),
+}
+
+/// The data dir's own link key: made once (two v4 UUIDs' random bits) and kept in the store,
+/// so links stay valid across restarts.
+async fn link_key(store: &LocalStore) -> Result<String, StartError> {
+    if let Some(k) = store.get_meta("link_key").await? {
+        return Ok(k);
+    }
+    let k = format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
+    store.set_meta("link_key", &k).await?;
+    Ok(k)
 }

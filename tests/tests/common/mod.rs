@@ -70,6 +70,8 @@ pub async fn start_with(
             duplicate,
             ..WorkerOptions::default()
         },
+        link_key: None,
+        public_url: None,
     })
     .await
     .expect("server starts");

@@ -228,6 +228,7 @@ impl Work<'_> {
             expires_at,
             resolved_at: None,
             responder: None,
+            link_nonce: Some(derive_id("lnk", &self.run.run_id, seq)),
         };
         let mut detail = json!({
             "ctaId": cta_id,

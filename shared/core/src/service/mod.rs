@@ -10,6 +10,7 @@ mod requests;
 mod steps;
 
 pub use cache::DEFAULT_CACHE_BYTES;
+pub use requests::LINK_RESPONDER;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -48,6 +49,11 @@ pub enum ServiceError {
     /// Too late: the CTA expired.
     #[error("{0}")]
     Gone(String),
+    /// A one-time link refused: `link_invalid` (tampered, or not this deployment's),
+    /// `link_expired`, `link_used` (it answered already), `cta_answered` (answered another
+    /// way), `cta_cancelled`.
+    #[error("{message}")]
+    Link { code: &'static str, message: String },
     /// The CTA was answered already: the first answer wins. Here is the winner.
     #[error("CTA `{}` was already answered", .0.cta_id)]
     AlreadyAnswered(Box<Cta>),
@@ -113,6 +119,8 @@ pub struct Service {
     /// Steps that found their timeline cached (warm) or had to load it (cold).
     warm_steps: AtomicU64,
     cold_steps: AtomicU64,
+    /// One-time answer links, once the host has set them up.
+    links: std::sync::OnceLock<crate::links::Links>,
 }
 
 /// What `GET /runs/{id}` shows: the run and the start of its timeline.
@@ -135,7 +143,18 @@ impl Service {
             cache: Mutex::new(cache::TimelineCache::new(DEFAULT_CACHE_BYTES)),
             warm_steps: AtomicU64::new(0),
             cold_steps: AtomicU64::new(0),
+            links: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Turns on one-time answer links (once; a second call changes nothing): `POST
+    /// /ctas/{id}/link` mints them, and each `cta.request` event carries one.
+    pub fn set_links(&self, links: crate::links::Links) {
+        let _ = self.links.set(links);
+    }
+
+    pub fn links(&self) -> Option<&crate::links::Links> {
+        self.links.get()
     }
 
     /// How many steps found their timeline cached, and how many loaded it from the store.

@@ -8,6 +8,9 @@ use super::{CreateRun, MAX_CONTEXT_BYTES, RunView, Service, ServiceError};
 use crate::cta::{Cta, CtaResponse, CtaStatus, Settlement};
 use crate::error::PortError;
 use crate::message::{Effect, Input, StepMessage, TIMER_PREFIX};
+
+/// Who answered through a one-time link, as the CTA records it.
+pub const LINK_RESPONDER: &str = "link";
 use crate::ports::{Created, RunRecord, Settled};
 use crate::run::{NewRun, Run};
 use crate::timeline::{Entry, EntryBody};
@@ -367,6 +370,95 @@ impl Service {
                 },
             }])
             .await?)
+    }
+
+    /// A one-time answer link to the owner's pending CTA, and when it stops working.
+    pub async fn mint_link(
+        &self,
+        owner: &str,
+        cta_id: &str,
+    ) -> Result<(String, chrono::DateTime<chrono::Utc>), ServiceError> {
+        let Some(links) = self.links() else {
+            return Err(ServiceError::Conflict {
+                code: "links_off",
+                message: "one-time links are not set up on this deployment (BATON_LINK_KEY)".into(),
+            });
+        };
+        let cta = self.get_cta(Some(owner), cta_id).await?;
+        if cta.status != CtaStatus::Pending {
+            return Err(self.settled_error(&cta).await);
+        }
+        let Some(nonce) = &cta.link_nonce else {
+            return Err(ServiceError::Conflict {
+                code: "links_off",
+                message: format!("CTA `{cta_id}` was raised before links existed"),
+            });
+        };
+        let token = links.token(&cta.cta_id, nonce, cta.expires_at);
+        Ok((links.url(&token), cta.expires_at))
+    }
+
+    /// The CTA a one-time link opens, while the link may still answer it.
+    pub async fn cta_by_link(&self, token: &str) -> Result<Cta, ServiceError> {
+        let refuse = |code: &'static str, message: &str| ServiceError::Link {
+            code,
+            message: message.into(),
+        };
+        let invalid = || refuse("link_invalid", "this link is not valid");
+        let expired = || refuse("link_expired", "this link has expired");
+        let links = self.links().ok_or_else(invalid)?;
+        let now = self.deps.clock.now();
+        let claims = links.verify(token, now).map_err(|e| match e {
+            crate::links::LinkError::Invalid => invalid(),
+            crate::links::LinkError::Expired => expired(),
+        })?;
+        let cta = self
+            .deps
+            .store
+            .get_cta(&claims.cta_id)
+            .await?
+            .filter(|c| c.link_nonce.as_deref() == Some(claims.nonce.as_str()))
+            .ok_or_else(invalid)?;
+        match cta.status {
+            CtaStatus::Pending if now < cta.expires_at => Ok(cta),
+            CtaStatus::Pending | CtaStatus::Expired => Err(expired()),
+            CtaStatus::Answered if cta.responder.as_deref() == Some(LINK_RESPONDER) => Err(refuse(
+                "link_used",
+                "this link was already used: the question is answered",
+            )),
+            CtaStatus::Answered => Err(refuse(
+                "cta_answered",
+                "this question was answered already, another way",
+            )),
+            CtaStatus::Cancelled => Err(refuse(
+                "cta_cancelled",
+                "this question was cancelled with its run",
+            )),
+        }
+    }
+
+    /// Answers through a one-time link: the first answer wins, as through the API.
+    pub async fn answer_by_link(
+        &self,
+        token: &str,
+        response: CtaResponse,
+    ) -> Result<Cta, ServiceError> {
+        let cta = self.cta_by_link(token).await?;
+        let answered = self
+            .answer_cta(None, &cta.cta_id, response, Some(LINK_RESPONDER.into()))
+            .await;
+        match answered {
+            // Another use of the link (or another answer) got there first.
+            Err(ServiceError::AlreadyAnswered(_)) => Err(self
+                .cta_by_link(token)
+                .await
+                .err()
+                .unwrap_or_else(|| ServiceError::Link {
+                    code: "link_used",
+                    message: "this link was already used".into(),
+                })),
+            other => other,
+        }
     }
 
     /// An expiry timer fired: settle the CTA as expired if nobody answered first.

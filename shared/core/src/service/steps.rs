@@ -278,6 +278,22 @@ impl Service {
         Ok(())
     }
 
+    /// A `cta.request` carries a one-time answer link when links are set up, so that a
+    /// notifier (e-mail, chat) can forward it as it is.
+    async fn with_link(&self, mut ev: crate::message::Event) -> crate::message::Event {
+        if ev.detail_type != "cta.request" || self.links().is_none() {
+            return ev;
+        }
+        let cta_id = ev.detail["ctaId"].as_str().unwrap_or_default().to_owned();
+        if let (Ok(Some(cta)), Some(links)) = (self.deps.store.get_cta(&cta_id).await, self.links())
+            && let Some(nonce) = &cta.link_nonce
+        {
+            let token = links.token(&cta.cta_id, nonce, cta.expires_at);
+            ev.detail["link"] = serde_json::json!(links.url(&token));
+        }
+        ev
+    }
+
     /// Performs committed effects (each idempotent), then marks the outbox done.
     pub(super) async fn perform(&self, run: &Run, effects: &[Effect]) -> Result<(), PortError> {
         if effects.is_empty() {
@@ -288,7 +304,7 @@ impl Service {
         for e in effects {
             match e {
                 Effect::Send(m) => sends.push(m.clone()),
-                Effect::Publish(ev) => events.push(ev.clone()),
+                Effect::Publish(ev) => events.push(self.with_link(ev.clone()).await),
                 Effect::Schedule { cta_id, run_id, at } => {
                     self.deps.scheduler.schedule(cta_id, run_id, *at).await?;
                     failpoint::hit("effect.after_schedule")?;
