@@ -10,7 +10,7 @@ use baton_aws::{Runtime, init_tracing};
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     init_tracing();
-    let service = Runtime::from_env().await?.request_service()?;
+    let service = Runtime::from_env().await?.request_service().await?;
     let auth = Arc::new(ApiGatewayJwt);
     // API Gateway buffers responses: the console polls instead of streaming.
     let state = AppState {

@@ -13,6 +13,7 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use baton_core::agent::{Catalog, CatalogError};
 use baton_core::config::{AwsConfig, Config, ConfigError, ModelConfig};
 use baton_core::cta::CtaResponse;
+use baton_core::links::Links;
 use baton_core::llm::{KeySource, Llm, LlmError, NoModel};
 use baton_core::message::{Event, StepMessage};
 use baton_core::ports::{Clock, SystemClock};
@@ -88,6 +89,8 @@ pub enum InitError {
     Llm(#[from] LlmError),
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    #[error("one-time answer links: {0}")]
+    Links(String),
 }
 
 /// What every function starts from, once per container: the configuration and one SDK
@@ -176,14 +179,45 @@ impl Runtime {
         let secrets = self.secrets().await?;
         let lookup = |k: &str| secrets.get(k).cloned().or_else(|| std::env::var(k).ok());
         let catalog = baton_tools::catalog(self.config.agents()?, Host::Lambda, &lookup, vec![])?;
-        self.service(llm, catalog)
+        let service = self.service(llm, catalog)?;
+        if let Some(links) = self.links().await? {
+            service.set_links(links);
+        }
+        Ok(service)
+    }
+
+    /// One-time answer links, when `BATON_PUBLIC_URL` is set (the template's `PublicUrl`)
+    /// and a key is given: the model secret's `BATON_LINK_KEY` field, else the variable.
+    pub async fn links(&self) -> Result<Option<Links>, InitError> {
+        let Some(base) = &self.config.public_url else {
+            return Ok(None);
+        };
+        let secrets = self.secrets().await?;
+        let key = secrets
+            .get("BATON_LINK_KEY")
+            .cloned()
+            .or_else(|| self.config.link_key.clone());
+        let Some(key) = key else {
+            return Err(InitError::Links(
+                "BATON_PUBLIC_URL is set but no key is: add a BATON_LINK_KEY field (at least 32 \
+                 characters) to the model secret"
+                    .into(),
+            ));
+        };
+        Links::new(key.as_bytes(), base)
+            .map(Some)
+            .map_err(InitError::Links)
     }
 
     /// The service of the `api` and `cta` functions, which never think nor run a tool: the
     /// agents file's tools are known by name only (`Catalog::declared`).
-    pub fn request_service(&self) -> Result<Arc<Service>, InitError> {
+    pub async fn request_service(&self) -> Result<Arc<Service>, InitError> {
         let catalog = Catalog::declared(self.config.agents()?)?;
-        self.service(Arc::new(NoModel), catalog)
+        let service = self.service(Arc::new(NoModel), catalog)?;
+        if let Some(links) = self.links().await? {
+            service.set_links(links);
+        }
+        Ok(service)
     }
 
     fn service(&self, llm: Arc<dyn Llm>, catalog: Catalog) -> Result<Arc<Service>, InitError> {
@@ -261,7 +295,7 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
 
 /// The `cta` function: answers and expiries from the inbox queue, until Lambda stops it.
 pub async fn run_cta_inbox(runtime: Runtime) -> Result<(), lambda_runtime::Error> {
-    let service = runtime.request_service()?;
+    let service = runtime.request_service().await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let service = service.clone();
         async move { Ok::<_, lambda_runtime::Error>(handle_cta_inbox(&service, event.payload).await) }
