@@ -61,7 +61,7 @@ async fn read_until(
     }
 }
 
-fn entries<'a>(seen: &'a [Sse], seq: u64) -> Vec<&'a Value> {
+fn entries(seen: &[Sse], seq: u64) -> Vec<&Value> {
     seen.iter()
         .filter(|e| e.event == "entry" && e.data["seq"] == seq)
         .map(|e| &e.data)
