@@ -8,8 +8,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// What the virtualenv holds; a change makes a new one.
-const REQUIREMENTS: &[&str] = &["mcp<2", "mcp-server-time"];
+/// What the virtualenv holds; a change makes a new one. moto (the AWS emulator) is there for
+/// a machine that has no `moto_server` of its own.
+const REQUIREMENTS: &[&str] = &[
+    "mcp<2",
+    "mcp-server-time",
+    "moto[dynamodb,sqs,events,scheduler]",
+    "flask",
+    "flask-cors",
+];
 
 /// The virtualenv's `bin` directory, created and filled once (across test processes: the
 /// first takes a lock directory, the others wait for its `ready` mark).
@@ -18,7 +25,9 @@ pub fn venv_bin() -> PathBuf {
     let bin = root.join("bin");
     let ready = root.join(format!(
         "ready-{}",
-        REQUIREMENTS.join(",").replace(['<', '>', '/'], "_")
+        REQUIREMENTS
+            .join(",")
+            .replace(['<', '>', '/', '[', ']', ','], "_")
     ));
     if ready.exists() {
         return bin;
