@@ -83,6 +83,7 @@ def main():
         "BATON_BUS_ARN": "arn:aws:events:us-east-1:000000000000:event-bus/b",
         "BATON_SCHEDULE_GROUP": "g",
         "BATON_SCHEDULER_ROLE_ARN": "arn:aws:iam::000000000000:role/s",
+        "BATON_BUCKET": "files",
         "BATON_DEAD_LETTER_QUEUE_ARN": "arn:aws:sqs:us-east-1:000000000000:dlq.fifo",
         "RUST_LOG": "error",
     }

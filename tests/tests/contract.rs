@@ -473,6 +473,29 @@ async fn bus_and_scheduler_contract(bus: Arc<dyn Bus>, scheduler: Arc<dyn Schedu
     scheduler.unschedule("cta_s").await.unwrap();
 }
 
+/// Files: put twice is harmless, read back whole with their name and type, a missing key is
+/// `None`; a 3 MB file too.
+async fn blobs_contract(blobs: Arc<dyn baton_core::ports::Blobs>) {
+    use baton_core::ports::Blob;
+    let blob = Blob {
+        name: "report.csv".into(),
+        media_type: "text/csv".into(),
+        bytes: b"region,sales\neu,12\n".to_vec(),
+    };
+    let key = "run_b1/file_0123456789abcdef0123456789abcdef";
+    blobs.put(key, &blob).await.unwrap();
+    blobs.put(key, &blob).await.unwrap();
+    assert_eq!(blobs.get(key).await.unwrap(), Some(blob));
+    assert_eq!(blobs.get("run_b1/file_nothing").await.unwrap(), None);
+    let big = Blob {
+        name: "big.bin".into(),
+        media_type: "application/octet-stream".into(),
+        bytes: (0..3 * 1024 * 1024).map(|i| (i % 251) as u8).collect(),
+    };
+    blobs.put("run_b1/file_big", &big).await.unwrap();
+    assert_eq!(blobs.get("run_b1/file_big").await.unwrap(), Some(big));
+}
+
 #[tokio::test]
 async fn the_embedded_adapter_passes_the_port_contracts() {
     let dir = tempfile::tempdir().unwrap();
@@ -480,6 +503,15 @@ async fn the_embedded_adapter_passes_the_port_contracts() {
     store_contract(Arc::new(local.clone())).await;
     queue_contract(Arc::new(local.clone()), Arc::new(local.clone())).await;
     bus_and_scheduler_contract(Arc::new(local.clone()), Arc::new(local.clone())).await;
+    blobs_contract(Arc::new(baton_local::blobs::FileBlobs::new(dir.path()))).await;
+    // A key that is not `<run>/<file>` names no path.
+    let blobs = baton_local::blobs::FileBlobs::new(dir.path());
+    for bad in ["../escape/x", "run/../../x", "x"] {
+        assert!(
+            baton_core::ports::Blobs::get(&blobs, bad).await.is_err(),
+            "{bad}"
+        );
+    }
     // Adapter-specific read-backs of what the generic checks did.
     assert_eq!(
         local.events_after(0, 10).await.unwrap().len(),
@@ -524,6 +556,9 @@ fn service(local: &LocalStore, queue: Arc<dyn Queue>, script: &str) -> Service {
         queue,
         bus: Arc::new(local.clone()),
         scheduler: Arc::new(local.clone()),
+        blobs: Arc::new(baton_local::blobs::FileBlobs::new(
+            local.path().parent().unwrap(),
+        )),
         llm: scripted(script),
         clock: Arc::new(SystemClock),
     };
@@ -780,6 +815,8 @@ mod aws {
             meter.clone(),
         );
         bus_and_scheduler_contract(Arc::new(bus), Arc::new(timers)).await;
+        let s3 = baton_aws::s3::S3Blobs::new(aws_sdk_s3::Client::new(&sdk), &c.bucket);
+        blobs_contract(Arc::new(s3)).await;
         // Finished runs, settled CTAs and idempotency keys carry a DynamoDB TTL; live ones do not.
         let ddb = aws_sdk_dynamodb::Client::new(&sdk);
         let raw = |pk: String| {
@@ -874,6 +911,9 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         queue: Arc::new(local.clone()),
         bus: Arc::new(local.clone()),
         scheduler: Arc::new(local.clone()),
+        blobs: Arc::new(baton_local::blobs::FileBlobs::new(
+            local.path().parent().unwrap(),
+        )),
         llm: scripted(script),
         clock: Arc::new(SystemClock),
     };

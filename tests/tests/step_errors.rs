@@ -143,6 +143,9 @@ fn service(local: &LocalStore, retryable: bool) -> (Arc<Service>, Arc<Refusing>)
         queue: Arc::new(local.clone()),
         bus: Arc::new(local.clone()),
         scheduler: Arc::new(local.clone()),
+        blobs: Arc::new(baton_local::blobs::FileBlobs::new(
+            local.path().parent().unwrap(),
+        )),
         llm: scripted(POISON),
         clock: Arc::new(SystemClock),
     };

@@ -63,6 +63,7 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{run_id}/messages", post(post_message))
         .route("/runs/{run_id}/cancel", post(cancel_run))
         .route("/runs/{run_id}/stream", get(stream::stream_run))
+        .route("/runs/{run_id}/files/{file_id}", get(get_file))
         .route("/ctas", get(list_ctas))
         .route("/ctas/{cta_id}", get(get_cta))
         .route("/ctas/{cta_id}/response", post(answer_cta))
@@ -143,6 +144,23 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Id {
         axum::extract::Path::<String>::from_request_parts(parts, state)
             .await
             .map(|axum::extract::Path(id)| Id(id))
+            .map_err(|e| ApiError::invalid(format!("invalid path: {}", e.body_text())))
+    }
+}
+
+/// Two `{id}` segments of a path (a run and one of its files), refused as JSON like [`Id`].
+pub struct Ids(pub String, pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Ids {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path((a, b))| Ids(a, b))
             .map_err(|e| ApiError::invalid(format!("invalid path: {}", e.body_text())))
     }
 }
@@ -238,6 +256,36 @@ async fn get_timeline(
     Ok(Json(
         json!({"runId": run.run_id, "status": run.status, "entries": entries, "next": next}),
     ))
+}
+
+/// A file a tool of the caller's run returned: its bytes, as a download.
+async fn get_file(
+    State(s): State<AppState>,
+    Extension(Caller(owner)): Extension<Caller>,
+    Ids(run_id, file_id): Ids,
+) -> Result<Response, ApiError> {
+    let blob = s.service.file(&owner, &run_id, &file_id).await?;
+    let mut r = (StatusCode::OK, blob.bytes).into_response();
+    let h = r.headers_mut();
+    let header = |v: &str| {
+        axum::http::HeaderValue::from_str(v)
+            .unwrap_or_else(|_| axum::http::HeaderValue::from_static("application/octet-stream"))
+    };
+    h.insert(axum::http::header::CONTENT_TYPE, header(&blob.media_type));
+    // The name is a plain file name (no quotes, slashes or control characters).
+    let disposition = format!(
+        "attachment; filename=\"{}\"",
+        blob.name.replace(|c: char| !c.is_ascii(), "_")
+    );
+    h.insert(
+        axum::http::header::CONTENT_DISPOSITION,
+        header(&disposition),
+    );
+    h.insert(
+        axum::http::header::X_CONTENT_TYPE_OPTIONS,
+        axum::http::HeaderValue::from_static("nosniff"),
+    );
+    Ok(r)
 }
 
 #[derive(Deserialize)]

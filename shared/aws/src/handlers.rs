@@ -65,6 +65,10 @@ pub fn aws_service(
             &cfg.bus_name,
             meter.clone(),
         )),
+        blobs: Arc::new(crate::s3::S3Blobs::new(
+            aws_sdk_s3::Client::new(sdk),
+            &cfg.bucket,
+        )),
         scheduler: Arc::new(SchedulerTimers::new(
             aws_sdk_scheduler::Client::new(sdk),
             &cfg.schedule_group,

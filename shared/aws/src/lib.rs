@@ -19,6 +19,7 @@ pub mod event_source;
 pub mod eventbridge;
 pub mod handlers;
 pub mod provision;
+pub mod s3;
 pub mod scheduler;
 pub mod sdk;
 pub mod sqs;

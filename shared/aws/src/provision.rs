@@ -52,6 +52,10 @@ impl Names {
     pub fn schedule_group(&self) -> String {
         format!("{}-ctas", self.prefix)
     }
+    /// The files bucket (S3 names are lowercase).
+    pub fn bucket(&self) -> String {
+        format!("{}-files", self.prefix).to_lowercase()
+    }
 }
 
 /// What was created, as the functions see it in their environment.
@@ -258,6 +262,17 @@ pub async fn ensure(
         Err(e) => return Err(map_sdk_err("CreateScheduleGroup", e)),
     }
 
+    let s3 = aws_sdk_s3::Client::new(sdk);
+    match s3.create_bucket().bucket(n.bucket()).send().await {
+        Ok(_) => {}
+        Err(e)
+            if matches!(
+                e.code(),
+                Some("BucketAlreadyOwnedByYou" | "BucketAlreadyExists")
+            ) => {}
+        Err(e) => return Err(map_sdk_err("CreateBucket", e)),
+    }
+
     Ok(Provisioned {
         config: AwsConfig {
             table: n.table(),
@@ -267,6 +282,7 @@ pub async fn ensure(
             bus_arn,
             schedule_group: n.schedule_group(),
             scheduler_role_arn: scheduler_role_arn.into(),
+            bucket: n.bucket(),
             retention_days: 90,
             dead_letter_queue_arn: None,
         },

@@ -108,6 +108,8 @@ pub struct AwsConfig {
     pub bus_arn: String,
     pub schedule_group: String,
     pub scheduler_role_arn: String,
+    /// `BATON_BUCKET`: where the files tools return are kept.
+    pub bucket: String,
     /// How long finished runs and resolved CTAs are kept (DynamoDB TTL).
     pub retention_days: u32,
     /// The dead-letter queue the consuming function also reads (step functions only):
@@ -263,6 +265,7 @@ impl Config {
                 bus_arn: required("BATON_BUS_ARN")?,
                 schedule_group: required("BATON_SCHEDULE_GROUP")?,
                 scheduler_role_arn: required("BATON_SCHEDULER_ROLE_ARN")?,
+                bucket: required("BATON_BUCKET")?,
                 retention_days,
                 dead_letter_queue_arn: var("BATON_DEAD_LETTER_QUEUE_ARN"),
             })
@@ -320,6 +323,7 @@ mod tests {
         ("BATON_BUS_ARN", "arn:b"),
         ("BATON_SCHEDULE_GROUP", "g"),
         ("BATON_SCHEDULER_ROLE_ARN", "arn:r"),
+        ("BATON_BUCKET", "files"),
     ];
 
     #[test]

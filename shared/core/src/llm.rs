@@ -185,6 +185,17 @@ pub fn project(system: &str, timeline: &[Entry]) -> Vec<ChatMessage> {
                     is_error,
                 });
             }
+            // A file's summary is all the model sees of it, with its call's result.
+            EntryBody::File(f) => {
+                let call = |m: &&mut ChatMessage| matches!(m, ChatMessage::Tool { tool_call_id, .. } if *tool_call_id == f.call_id);
+                if let Some(ChatMessage::Tool { content, .. }) = results.iter_mut().rev().find(call)
+                {
+                    content.push_str(&format!(
+                        "\n[file `{}` ({}, {} bytes): {}]",
+                        f.name, f.media_type, f.size, f.summary
+                    ));
+                }
+            }
             EntryBody::Notice { .. }
             | EntryBody::Error { .. }
             | EntryBody::Queued { .. }

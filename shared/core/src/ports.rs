@@ -147,6 +147,22 @@ pub trait Scheduler: Send + Sync {
     async fn unschedule(&self, cta_id: &str) -> Result<(), PortError>;
 }
 
+/// A file's bytes and what to serve them as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blob {
+    pub name: String,
+    pub media_type: String,
+    pub bytes: Vec<u8>,
+}
+
+/// The files tools return, by key `<runId>/<fileId>` (S3 on AWS, the data folder locally).
+/// Putting a key again with the same bytes is harmless: a retried step does.
+#[async_trait::async_trait]
+pub trait Blobs: Send + Sync {
+    async fn put(&self, key: &str, blob: &Blob) -> Result<(), PortError>;
+    async fn get(&self, key: &str) -> Result<Option<Blob>, PortError>;
+}
+
 /// The time, passed in so tests can move it.
 pub trait Clock: Send + Sync {
     fn now(&self) -> DateTime<Utc>;

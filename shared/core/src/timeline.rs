@@ -72,6 +72,22 @@ pub enum EntryBody {
         kind: String,
         data: Value,
     },
+    /// A file a tool returned beside its result: its bytes are in the blob store (S3 on
+    /// AWS, the data folder locally), served by `GET /runs/{id}/files/{fileId}`. The model
+    /// sees its summary alone.
+    File(FileRef),
+}
+
+/// A stored file, as the timeline names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileRef {
+    pub call_id: String,
+    pub file_id: String,
+    pub name: String,
+    pub media_type: String,
+    pub size: u64,
+    pub summary: String,
 }
 
 /// Why a model was called: an agent's iteration (`think`), the planner writing a plan

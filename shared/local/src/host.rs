@@ -66,6 +66,9 @@ pub fn local_service(
         queue: Arc::new(store.clone()),
         bus: Arc::new(store.clone()),
         scheduler: Arc::new(store.clone()),
+        blobs: Arc::new(crate::blobs::FileBlobs::new(
+            store.path().parent().unwrap_or(std::path::Path::new(".")),
+        )),
         llm,
         clock,
     };

@@ -8,6 +8,7 @@
 //! | [`aws_host`] | `baton dev --aws`: the API and the Lambda handlers over AWS APIs |
 
 pub mod aws_host;
+pub mod blobs;
 pub mod host;
 pub mod store;
 pub mod worker;

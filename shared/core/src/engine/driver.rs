@@ -37,6 +37,8 @@ pub trait StepIo: Sync {
 pub struct ToolOutput {
     pub result: Result<Value, String>,
     pub widgets: Vec<crate::tools::Widget>,
+    /// The files it returned, already in the blob store.
+    pub files: Vec<crate::timeline::FileRef>,
 }
 
 impl From<Result<Value, String>> for ToolOutput {
@@ -44,6 +46,7 @@ impl From<Result<Value, String>> for ToolOutput {
         Self {
             result,
             widgets: Vec::new(),
+            files: Vec::new(),
         }
     }
 }
@@ -89,6 +92,9 @@ pub async fn decide<W: StepIo>(
                     let out = world.execute(call).await;
                     if !out.widgets.is_empty() {
                         io.widgets.insert(id.clone(), out.widgets);
+                    }
+                    if !out.files.is_empty() {
+                        io.files.insert(id.clone(), out.files);
                     }
                     io.outputs.insert(id, out.result);
                 }

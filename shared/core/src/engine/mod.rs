@@ -79,6 +79,8 @@ pub struct Io {
     pub outputs: std::collections::HashMap<String, Result<Value, String>>,
     /// The widgets each executed call added beside its output, by call id.
     pub widgets: std::collections::HashMap<String, Vec<crate::tools::Widget>>,
+    /// The files each executed call returned (stored already), by call id.
+    pub files: std::collections::HashMap<String, Vec<crate::timeline::FileRef>>,
     /// The CTA records after [`Step::Settle`] (`None` until then), by CTA id.
     pub settled: Option<std::collections::HashMap<String, Cta>>,
 }

@@ -124,9 +124,23 @@ impl StepIo for Scripted {
         } else {
             vec![]
         };
+        // Echoing "report" also returns a file (stored already, as the service does).
+        let files = if call.input["text"] == "report" {
+            vec![crate::timeline::FileRef {
+                call_id: call.call_id.clone(),
+                file_id: "file_1".into(),
+                name: "report.csv".into(),
+                media_type: "text/csv".into(),
+                size: 2048,
+                summary: "12 rows of sales by region".into(),
+            }]
+        } else {
+            vec![]
+        };
         std::future::ready(ToolOutput {
             result: Ok(call.input["text"].clone()),
             widgets,
+            files,
         })
     }
 
@@ -1619,6 +1633,47 @@ fn widgets_are_timeline_entries_the_model_never_sees() {
         !seen.iter().any(|m| format!("{m:?}").contains("rows")),
         "the model's projection leaves widgets out: {seen:?}"
     );
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+}
+
+#[test]
+fn a_files_summary_is_all_the_model_sees_of_it() {
+    let mut s = Sim::new();
+    s.script(
+        "worker",
+        vec![
+            calls(vec![call("echo", json!({"text": "report"}))]),
+            text("sent"),
+        ],
+    );
+    let id = s.create("worker", "report");
+    s.run_all();
+    let timeline = s.runs[&id].1.clone();
+    let file = timeline
+        .iter()
+        .find_map(|e| match &e.body {
+            EntryBody::File(f) => Some(f.clone()),
+            _ => None,
+        })
+        .expect("a file entry");
+    assert_eq!(file.call_id, s.tools(&id)[0].id);
+    assert_eq!(
+        (file.name.as_str(), file.size, file.file_id.as_str()),
+        ("report.csv", 2048, "file_1")
+    );
+    let seen = crate::llm::project("", &timeline);
+    let result = seen
+        .iter()
+        .find_map(|m| match m {
+            crate::llm::ChatMessage::Tool { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .expect("the call's result");
+    assert_eq!(
+        result,
+        "report\n[file `report.csv` (text/csv, 2048 bytes): 12 rows of sales by region]"
+    );
+    assert!(!format!("{seen:?}").contains("file_1"), "no id, no bytes");
     assert_eq!(s.run(&id).status, RunStatus::Completed);
 }
 

@@ -117,7 +117,7 @@ impl<'a> Work<'a> {
         seq
     }
 
-    /// The widgets call `call_id` added beside its output, as entries after it.
+    /// The widgets and files call `call_id` added beside its output, as entries after it.
     pub(super) fn push_widgets(&mut self, call_id: &str, io: &super::Io) {
         for w in io.widgets.get(call_id).into_iter().flatten() {
             self.push(EntryBody::Widget {
@@ -125,6 +125,9 @@ impl<'a> Work<'a> {
                 kind: w.kind.clone(),
                 data: w.data.clone(),
             });
+        }
+        for f in io.files.get(call_id).into_iter().flatten() {
+            self.push(EntryBody::File(f.clone()));
         }
     }
 

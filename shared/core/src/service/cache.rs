@@ -106,6 +106,7 @@ pub(super) fn approx_bytes(entries: &[Entry]) -> usize {
                 EntryBody::User { text, .. } | EntryBody::Queued { text, .. } => text.len(),
                 EntryBody::Assistant { text, .. } => text.as_ref().map_or(0, String::len),
                 EntryBody::Widget { data, .. } => data.to_string().len(),
+                EntryBody::File(f) => f.name.len() + f.summary.len() + f.media_type.len(),
                 EntryBody::Notice { message, .. } | EntryBody::Error { message, .. } => {
                     message.len()
                 }

@@ -32,6 +32,7 @@ pub struct Deps {
     pub queue: Arc<dyn Queue>,
     pub bus: Arc<dyn Bus>,
     pub scheduler: Arc<dyn Scheduler>,
+    pub blobs: Arc<dyn crate::ports::Blobs>,
     pub llm: Arc<dyn Llm>,
     pub clock: Arc<dyn Clock>,
 }

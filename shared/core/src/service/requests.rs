@@ -372,6 +372,28 @@ impl Service {
             .await?)
     }
 
+    /// A file a tool of the owner's run returned.
+    pub async fn file(
+        &self,
+        owner: &str,
+        run_id: &str,
+        file_id: &str,
+    ) -> Result<crate::ports::Blob, ServiceError> {
+        self.owned_run(owner, run_id).await?;
+        let valid = file_id.starts_with("file_")
+            && file_id[5..].chars().all(|c| c.is_ascii_hexdigit())
+            && file_id.len() == 37;
+        let missing = || ServiceError::NotFound(format!("no file `{file_id}` in run `{run_id}`"));
+        if !valid {
+            return Err(missing());
+        }
+        self.deps
+            .blobs
+            .get(&format!("{run_id}/{file_id}"))
+            .await?
+            .ok_or_else(missing)
+    }
+
     /// A one-time answer link to the owner's pending CTA, and when it stops working.
     pub async fn mint_link(
         &self,

@@ -456,9 +456,40 @@ impl StepIo for Thinker<'_> {
         if let Err(e) = failpoint::hit("step.after_tool") {
             *self.crashed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
         }
+        // Files go to the blob store before the step commits the entries that name them (a
+        // crash in between leaves bytes no entry names; the retried step puts them again).
+        let mut files = Vec::new();
+        for (i, f) in ctx.take_files().into_iter().enumerate() {
+            let file_id = crate::engine::derive_id(
+                "file",
+                &format!("{}/{}", self.run.run_id, call.call_id),
+                i as u64,
+            );
+            let blob = crate::ports::Blob {
+                name: f.name.clone(),
+                media_type: f.media_type.clone(),
+                bytes: f.bytes,
+            };
+            let key = format!("{}/{file_id}", self.run.run_id);
+            if let Err(e) = self.service.deps.blobs.put(&key, &blob).await {
+                // The step fails and is retried, the tool with it: no entry names a file
+                // that is not stored.
+                *self.crashed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                break;
+            }
+            files.push(crate::timeline::FileRef {
+                call_id: call.call_id.clone(),
+                file_id,
+                name: f.name,
+                media_type: f.media_type,
+                size: blob.bytes.len() as u64,
+                summary: f.summary,
+            });
+        }
         ToolOutput {
             result,
             widgets: ctx.take_widgets(),
+            files,
         }
     }
 

@@ -57,7 +57,25 @@ pub struct ToolContext {
     /// The tool call's id, the same on every retry of the step: an idempotency key.
     pub call_id: String,
     widgets: std::sync::Mutex<Vec<Widget>>,
+    files: std::sync::Mutex<Vec<FileOutput>>,
 }
+
+/// A file a tool returns beside its result (see [`ToolContext::file`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileOutput {
+    pub name: String,
+    pub media_type: String,
+    pub bytes: Vec<u8>,
+    /// What the model is told of it.
+    pub summary: String,
+}
+
+/// A file is at most this large.
+pub const MAX_FILE_BYTES: usize = 5 * 1024 * 1024;
+/// At most this many files per tool call.
+pub const MAX_FILES: usize = 4;
+/// A file's summary is at most this long (the model reads it).
+pub const MAX_FILE_SUMMARY_BYTES: usize = 1024;
 
 /// A typed payload for a UI, beside a tool's result: a `widget` timeline entry that the
 /// model never sees. `kind` names how to draw it (`table`, `card`, ...).
@@ -81,7 +99,69 @@ impl ToolContext {
             agent: agent.into(),
             call_id: call_id.into(),
             widgets: Default::default(),
+            files: Default::default(),
         }
+    }
+
+    /// Adds a file to this call's output: `name` (a plain file name), its media type, its
+    /// bytes (kept in the blob store) and a short summary, which is all the model sees.
+    /// Refused, with the reason, past [`MAX_FILES`], [`MAX_FILE_BYTES`] or
+    /// [`MAX_FILE_SUMMARY_BYTES`], or for a name that is not a plain file name.
+    pub fn file(
+        &self,
+        name: &str,
+        media_type: &str,
+        bytes: Vec<u8>,
+        summary: &str,
+    ) -> Result<(), String> {
+        let plain = !name.is_empty()
+            && name.len() <= 128
+            && name != "."
+            && name != ".."
+            && !name
+                .chars()
+                .any(|c| c == '/' || c == '\\' || c == '"' || c.is_control());
+        if !plain {
+            return Err(format!(
+                "`{name}` is not a plain file name (1 to 128 characters; no /, \\, \" or control characters)"
+            ));
+        }
+        let media_ok = media_type.len() <= 128
+            && media_type.is_ascii()
+            && !media_type.chars().any(|c| c.is_ascii_control() || c == ' ')
+            && media_type
+                .split_once('/')
+                .is_some_and(|(a, b)| !a.is_empty() && !b.is_empty());
+        if !media_ok {
+            return Err(format!("`{media_type}` is not a media type (type/subtype)"));
+        }
+        if bytes.len() > MAX_FILE_BYTES {
+            return Err(format!(
+                "a file is at most {MAX_FILE_BYTES} bytes; `{name}` is {}",
+                bytes.len()
+            ));
+        }
+        if summary.len() > MAX_FILE_SUMMARY_BYTES {
+            return Err(format!(
+                "a file's summary is at most {MAX_FILE_SUMMARY_BYTES} bytes"
+            ));
+        }
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        if files.len() >= MAX_FILES {
+            return Err(format!("at most {MAX_FILES} files per tool call"));
+        }
+        files.push(FileOutput {
+            name: name.into(),
+            media_type: media_type.into(),
+            bytes,
+            summary: summary.into(),
+        });
+        Ok(())
+    }
+
+    /// The files added so far.
+    pub fn take_files(&self) -> Vec<FileOutput> {
+        std::mem::take(&mut *self.files.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Adds a widget to this call's output. Refused (with the reason) past
