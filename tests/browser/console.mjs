@@ -76,6 +76,23 @@ try {
   assert.doesNotMatch(await page.locator("main").innerText(), /\b(null|undefined)\b/);
   step("choice answered");
 
+  // A tool's widgets drawn by their kind, and its file downloaded.
+  await page.goto(cfg.base + "/console#/runs/" + cfg.report.run);
+  const table = page.getByRole("list", { name: "Timeline" }).getByRole("table");
+  await table.getByRole("cell", { name: "eu", exact: true }).waitFor();
+  assert.deepEqual(await table.getByRole("columnheader").allInnerTexts(), ["region", "sales"]);
+  const card = page.locator("dl.kv");
+  assert.match(await card.innerText(), /total\s+42/);
+  const [file] = await Promise.all([
+    page.waitForEvent("download"),
+    page.getByRole("link", { name: "Download sales.csv" }).click(),
+  ]);
+  assert.equal(file.suggestedFilename(), "sales.csv");
+  const { readFileSync } = await import("node:fs");
+  assert.equal(readFileSync(await file.path(), "utf8"), cfg.report.csv);
+  await page.screenshot({ path: cfg.shots + "/report.png", fullPage: true });
+  step("widgets drawn, file downloaded");
+
   // One-time links: no sign-in (a fresh context has no token), one answer, then "used".
   if (cfg.link) {
     const guest = await browser.newContext({ viewport: { width: 390, height: 844 } });

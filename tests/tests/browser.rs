@@ -30,6 +30,9 @@ const SCRIPT: &str = r#"{
     {"text": "Deployed to the chosen region."}],
   "quickie": [
     {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Quick: restart?"}}]}],
+  "reporter": [
+    {"tool_calls": [{"name": "report", "arguments": {}}]},
+    {"text": "Sales are attached."}],
   "hotfix": [
     {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Deploy the hotfix now?"}}]},
     {"text": "Hotfix deployed."}]
@@ -43,11 +46,12 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     let asks = json!({"tools": ["request_human_feedback"]});
     let quick = json!({"tools": ["request_human_feedback"], "ctaExpirySeconds": 1});
     let agents = json!({"agents": {"approver": asks, "writer": asks, "chooser": asks,
-                                   "hotfix": asks, "quickie": quick}});
+                                   "hotfix": asks, "quickie": quick,
+                                   "reporter": {"tools": ["report"]}}});
     let h = start(
         dir.path(),
         scripted(SCRIPT),
-        catalog(Some(agents)),
+        catalog_with_report(agents),
         Arc::new(SystemClock),
     )
     .await;
@@ -63,6 +67,10 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
         runs.insert(kind.into(), json!(id));
     }
     h.wait_pending(3).await;
+    let reporter = h
+        .create_run(json!({"prompt": "sales?", "agent": "reporter"}))
+        .await;
+    h.wait_status(&reporter, &["completed"]).await;
     // A one-time link to the hotfix's question; a tampered one; one past its CTA's expiry.
     let hotfix = h
         .create_run(json!({"prompt": "hotfix", "agent": "hotfix"}))
@@ -100,6 +108,7 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
         "chromium": chromium,
         "nodeModules": modules,
         "shots": shots,
+        "report": {"run": reporter, "csv": REPORT_CSV},
         "link": link,
         "tampered": {"url": tampered, "says": "This link is not valid"},
         "expired": {"url": expired, "says": "This link has expired"},
@@ -122,7 +131,13 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     eprintln!("{said}");
     assert!(out.status.success(), "the browser test failed:\n{said}");
     assert!(said.contains("browser: all passed"));
-    for shot in ["inbox.png", "run.png", "run-phone.png", "link.png"] {
+    for shot in [
+        "inbox.png",
+        "run.png",
+        "run-phone.png",
+        "link.png",
+        "report.png",
+    ] {
         assert!(shots.join(shot).exists(), "{shot}");
     }
     // What the browser did, as the API sees it.

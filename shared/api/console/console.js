@@ -225,8 +225,22 @@ async function inbox(params) {
   list.replaceChildren(...cards);
 }
 
+// Downloads a run's file: the route needs the token, so the page fetches it and hands the
+// bytes to the browser as a download.
+async function download(runId, f) {
+  const r = await fetch(`/runs/${encodeURIComponent(runId)}/files/${encodeURIComponent(f.fileId)}`,
+    { headers: { "Authorization": "Bearer " + token() } });
+  if (!r.ok) return;
+  const url = URL.createObjectURL(await r.blob());
+  const a = el("a", { href: url, download: f.name, hidden: true });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
 // One timeline entry, as a list item (`announce` says how an answer given here went).
-function entryItem(e, announce) {
+function entryItem(e, announce, runId) {
   const li = el("li", { class: e.type, "data-seq": e.seq });
   const head = el("div", { class: "kind" }, e.type + " · #" + e.seq);
   li.append(head);
@@ -270,9 +284,13 @@ function entryItem(e, announce) {
       head.append(" · " + e.kind);
       li.append(widget(e.kind, e.data));
       break;
-    case "file":
-      li.append(el("p", {}, el("a", { href: e.href || "#", download: e.name }, e.name), " ", e.summary || ""));
+    case "file": {
+      const link = el("a", { href: "#", class: "file" }, "Download " + e.name);
+      link.addEventListener("click", (ev) => { ev.preventDefault(); download(runId, e); });
+      head.append(" · " + e.mediaType + " · " + e.size + " bytes");
+      li.append(el("p", {}, link), el("p", {}, e.summary));
       break;
+    }
     default:
       li.append(el("p", {}, (e.code ? e.code + ": " : "") + (e.message || "")));
   }
@@ -311,7 +329,7 @@ async function runPage(runId) {
     const text = JSON.stringify(e);
     if (drawn.get(e.seq) === text) return;
     drawn.set(e.seq, text);
-    const li = entryItem(e, announce);
+    const li = entryItem(e, announce, runId);
     const old = items.get(e.seq);
     if (old) old.replaceWith(li);
     else {

@@ -197,3 +197,48 @@ pub fn normalize(v: &Value, run_id: &str) -> Value {
         v => v.clone(),
     }
 }
+
+/// A Rust tool that returns, beside its result, a table widget, a key/value card and a CSV
+/// file (what a reporting tool would).
+pub struct ReportTool;
+
+/// The CSV `ReportTool` returns.
+pub const REPORT_CSV: &str = "region,sales\neu,12\nus,30\n";
+
+#[async_trait::async_trait]
+impl baton_core::tools::Tool for ReportTool {
+    fn name(&self) -> &str {
+        "report"
+    }
+    fn description(&self) -> &str {
+        "Sales by region, as a table, a summary card and a CSV file."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "properties": {}, "additionalProperties": false})
+    }
+    async fn execute(
+        &self,
+        ctx: &baton_core::tools::ToolContext,
+        _: Value,
+    ) -> Result<Value, String> {
+        ctx.widget(
+            "table",
+            json!({"columns": ["region", "sales"], "rows": [["eu", 12], ["us", 30]]}),
+        )?;
+        ctx.widget("card", json!({"total": 42, "regions": 2}))?;
+        ctx.file(
+            "sales.csv",
+            "text/csv",
+            REPORT_CSV.as_bytes().to_vec(),
+            "2 regions, 42 sales in all",
+        )?;
+        Ok(json!({"total": 42}))
+    }
+}
+
+/// The catalog of `agents`, with [`ReportTool`] among its tools.
+pub fn catalog_with_report(agents: Value) -> Arc<Catalog> {
+    let file: AgentsFile = serde_json::from_value(agents).expect("valid agents");
+    let tools: Vec<Arc<dyn baton_core::tools::Tool>> = vec![Arc::new(ReportTool)];
+    Arc::new(Catalog::new(Limits::default(), tools, Some(file)).expect("catalog"))
+}
