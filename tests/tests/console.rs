@@ -275,7 +275,8 @@ async fn a_one_time_link_answers_its_cta_once_without_sign_in() {
             (403, Some("link_invalid"))
         );
     }
-    // A wrong answer is a 400 and the link still works; then it answers, once.
+    // An answer of another kind is refused (409) and the link still works; then it answers,
+    // once.
     let answer = |text: &str| Some(json!({"kind": "text", "text": text}));
     let path = format!("/links/{token}/response");
     let (code, _) = call(
@@ -284,7 +285,7 @@ async fn a_one_time_link_answers_its_cta_once_without_sign_in() {
         Some(json!({"kind": "approval", "approved": true})),
     )
     .await;
-    assert_eq!(code, 400);
+    assert_eq!(code, 409);
     let (code, v) = call(reqwest::Method::POST, &path, answer("Ada")).await;
     assert_eq!(code, 202, "{v}");
     for method in [reqwest::Method::POST, reqwest::Method::GET] {
@@ -309,5 +310,41 @@ async fn a_one_time_link_answers_its_cta_once_without_sign_in() {
     // No link for a question already settled.
     let (code, v) = h.post(&format!("/ctas/{cta}/link"), json!({})).await;
     assert_eq!(code, 409, "{v}");
+    h.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_openapi_document_is_served_and_names_this_deployments_agents() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start_scripted(dir.path(), SCRIPT).await;
+    // No sign-in needed.
+    let r = reqwest::get(h.url("/openapi.json")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let doc: Value = r.json().await.unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    for path in [
+        "/runs",
+        "/runs/{runId}",
+        "/runs/{runId}/timeline",
+        "/runs/{runId}/stream",
+        "/runs/{runId}/files/{fileId}",
+        "/ctas",
+        "/ctas/{ctaId}/response",
+        "/ctas/{ctaId}/link",
+        "/links/{token}/response",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path}");
+    }
+    let schemas = &doc["components"]["schemas"];
+    let agents = &schemas["CreateRunBody"]["properties"]["agent"]["anyOf"][0]["enum"];
+    assert!(
+        agents.as_array().unwrap().contains(&json!("orchestrator")),
+        "{agents}"
+    );
+    // Generated from the types: the timeline's entry kinds are all there.
+    let entry = schemas["Entry"].to_string();
+    for kind in ["user", "assistant", "tool", "widget", "file", "notice"] {
+        assert!(entry.contains(&format!("\"{kind}\"")), "{kind}");
+    }
     h.server.shutdown().await;
 }

@@ -294,10 +294,17 @@ async fn answers_are_validated_and_only_the_first_wins() {
         .to_owned();
     let path = format!("/ctas/{cta_id}/response");
 
-    // Each bad answer is a 400 with a JSON error, and the CTA stays pending.
-    let bad = [
+    // An answer that does not fit this CTA is a 409 (the CTA is of another kind, or offers
+    // no such option); a malformed one a 400; each with a JSON error, the CTA still pending.
+    for body in [
         json!({"kind": "approval", "approved": true}),
         json!({"kind": "choice", "selectedId": "z"}),
+    ] {
+        let (code, v) = h.post(&path, body.clone()).await;
+        assert_eq!(code, 409, "{body} → {v}");
+        assert_eq!(v["error"]["code"], "answer_mismatch", "{v}");
+    }
+    let bad = [
         json!({"kind": "choice"}),
         json!({"kind": "vote", "selectedId": "a"}),
         json!({"kind": "choice", "selectedId": "a", "extra": 1}),

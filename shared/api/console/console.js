@@ -95,7 +95,8 @@ function answerForm(cta, send, announce) {
       said.className = "outcome " + tone;
       said.textContent = words;
     }
-    if (tone === "bad" && status === 400) {
+    const code = body && body.error && body.error.code;
+    if (tone === "bad" && (status === 400 || code === "answer_mismatch")) {
       for (const b of form.querySelectorAll("button, textarea")) b.disabled = false;
     }
   };

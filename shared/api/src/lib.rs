@@ -9,6 +9,7 @@ mod apigw;
 mod auth;
 mod console;
 mod error;
+pub mod openapi;
 mod stream;
 mod wire;
 
@@ -70,7 +71,15 @@ pub fn router(state: AppState) -> Router {
         .route("/ctas/{cta_id}/link", post(mint_link))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
-        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .route(
+            "/health",
+            get(|| async {
+                Json(openapi::Health {
+                    status: "ok".into(),
+                })
+            }),
+        )
+        .route("/openapi.json", get(openapi_document))
         .route("/", get(console::root))
         .route("/console", get(console::index))
         .route("/console/console.js", get(console::script))
@@ -85,6 +94,10 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+async fn openapi_document(State(s): State<AppState>) -> Json<Value> {
+    Json(openapi::document(&s.service.catalog().agent_names()))
+}
+
 async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     match state.auth.authenticate(req.headers(), req.extensions()) {
         Ok(caller) => {
@@ -95,9 +108,9 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct CreateRunBody {
+pub(crate) struct CreateRunBody {
     prompt: String,
     #[serde(default)]
     sandbox_id: Option<String>,
@@ -105,8 +118,9 @@ struct CreateRunBody {
     agent: Option<String>,
     #[serde(default)]
     metadata: Option<Value>,
+    /// An object with a string `type`, at most 16 KB.
     #[serde(default)]
-    context: Option<Value>,
+    context: Option<serde_json::Map<String, Value>>,
     #[serde(default)]
     on_expiry: Option<ExpiryPolicy>,
 }
@@ -123,11 +137,14 @@ async fn create_run(
         agent: body.agent,
         sandbox_id: body.sandbox_id,
         metadata: body.metadata,
-        context: body.context,
+        context: body.context.map(Value::Object),
         on_expiry: body.on_expiry.unwrap_or_default(),
     };
     let run = s.service.create_run(&owner, req, key.as_deref()).await?;
-    Ok(accepted(json!({"runId": run.run_id, "status": run.status})))
+    Ok(accepted(openapi::RunAccepted {
+        run_id: run.run_id,
+        status: run.status,
+    }))
 }
 
 /// The `{id}` segment of a path. A segment that is not valid UTF-8 (or missing) is a JSON
@@ -181,7 +198,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(Some(k.to_owned()))
 }
 
-fn accepted(body: Value) -> Response {
+fn accepted(body: impl serde::Serialize) -> Response {
     (StatusCode::ACCEPTED, Json(body)).into_response()
 }
 
@@ -288,9 +305,9 @@ async fn get_file(
     Ok(r)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct MessageBody {
+pub(crate) struct MessageBody {
     text: String,
 }
 
@@ -312,9 +329,13 @@ async fn post_message(
     } else {
         "this message starts the run's next turn"
     };
-    Ok(accepted(
-        json!({"runId": run.run_id, "status": run.status, "accepted": true, "queued": queued, "message": message}),
-    ))
+    Ok(accepted(openapi::RequestAccepted {
+        run_id: run.run_id,
+        status: run.status,
+        accepted: true,
+        queued: Some(queued),
+        message: message.into(),
+    }))
 }
 
 async fn cancel_run(
@@ -323,12 +344,16 @@ async fn cancel_run(
     Id(run_id): Id,
 ) -> Result<Response, ApiError> {
     let run = s.service.cancel(&owner, &run_id).await?;
-    Ok(accepted(json!({
-        "runId": run.run_id, "status": run.status, "accepted": true,
-        "message": "the run ends cancelled, with its pending CTAs and subagents, when its turn \
+    Ok(accepted(openapi::RequestAccepted {
+        run_id: run.run_id,
+        status: run.status,
+        accepted: true,
+        queued: None,
+        message: "the run ends cancelled, with its pending CTAs and subagents, when its turn \
             in the run's queue comes; if the run ends on its own first, it keeps that outcome \
-            and its timeline says the cancel came too late (notice `cancel_too_late`)",
-    })))
+            and its timeline says the cancel came too late (notice `cancel_too_late`)"
+            .into(),
+    }))
 }
 
 async fn list_ctas(
@@ -361,11 +386,13 @@ async fn mint_link(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
     Id(cta_id): Id,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<openapi::Link>, ApiError> {
     let (url, expires_at) = s.service.mint_link(&owner, &cta_id).await?;
-    Ok(Json(
-        json!({"ctaId": cta_id, "url": url, "expiresAt": expires_at}),
-    ))
+    Ok(Json(openapi::Link {
+        cta_id,
+        url,
+        expires_at,
+    }))
 }
 
 /// What a link's holder sees: the question, its context and its expiry; not whose it is.
@@ -388,10 +415,12 @@ async fn answer_link(
     let response: CtaResponse = serde_json::from_value(body)
         .map_err(|e| ApiError::invalid(format!("invalid CTA response: {e}")))?;
     let cta = s.service.answer_by_link(&token, response).await?;
-    Ok(accepted(json!({
-        "ctaId": cta.cta_id, "status": cta.status,
-        "message": "answer recorded; this link will not answer again",
-    })))
+    Ok(accepted(openapi::AnswerAccepted {
+        cta_id: cta.cta_id,
+        run_id: None,
+        status: cta.status,
+        message: "answer recorded; this link will not answer again".into(),
+    }))
 }
 
 async fn get_cta(
@@ -415,11 +444,14 @@ async fn answer_cta(
         .service
         .answer_cta(Some(&owner), &cta_id, response, Some(owner.clone()))
         .await?;
-    Ok(accepted(json!({
-        "ctaId": cta.cta_id, "runId": cta.run_id, "status": cta.status,
-        "message": "answer recorded; the run takes it in its turn (a run cancelled meanwhile \
-            records the answer and stays cancelled)",
-    })))
+    Ok(accepted(openapi::AnswerAccepted {
+        cta_id: cta.cta_id,
+        run_id: Some(cta.run_id),
+        status: cta.status,
+        message: "answer recorded; the run takes it in its turn (a run cancelled meanwhile \
+            records the answer and stays cancelled)"
+            .into(),
+    }))
 }
 
 /// Serves `app` on `addr` until `stop` turns true; returns the bound address (so `addr` may

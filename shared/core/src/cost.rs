@@ -12,7 +12,7 @@ use crate::run::Usage;
 
 /// US dollars per million tokens. `cachedInput` is what input read from the provider's
 /// prompt cache costs instead of `input` (default: `input`).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Price {
     pub input: f64,
@@ -128,7 +128,7 @@ fn qualified(model: &str) -> String {
 }
 
 /// Tokens and dollars: what a run spent, or what its subagents did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Spent {
     pub usage: Usage,

@@ -24,20 +24,20 @@ pub const PLANNER: &str = "planner";
 pub const PLAN_REVIEWER: &str = "plan_reviewer";
 
 /// A plan: steps run in order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Plan {
     pub steps: Vec<Step>,
 }
 
 /// One step: an agent, or a group of agents run at once.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Step {
     Parallel(ParallelStep),
     Agent(AgentStep),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentStep {
     pub id: String,
@@ -55,7 +55,7 @@ pub struct AgentStep {
     pub timeout_ms: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ParallelStep {
     pub id: String,
@@ -70,7 +70,9 @@ pub struct ParallelStep {
 }
 
 /// How a parallel step's outputs merge.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Merge {
     /// Every step runs; the output maps each one's result key (or id) to its output.
@@ -371,7 +373,9 @@ impl Scope<'_> {
 }
 
 /// How a plan call runs once its plan is known.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutionMode {
     /// Run it.
@@ -384,7 +388,7 @@ pub enum ExecutionMode {
 }
 
 /// Where a plan call is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// The planner is writing the plan.
@@ -398,7 +402,7 @@ pub enum Phase {
 }
 
 /// How one agent step stands. The output schema's `partial` is a parallel step's alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StepStatus {
     Pending,
@@ -417,7 +421,7 @@ impl StepStatus {
 }
 
 /// One agent step as it runs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StepRun {
     pub status: StepStatus,
@@ -450,7 +454,7 @@ impl StepRun {
 
 /// A plan call as it goes: kept on its tool call's timeline entry, so that every step of the
 /// plan is committed with the run (a crash anywhere repeats nothing).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanState {
     pub mode: ExecutionMode,

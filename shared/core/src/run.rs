@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::cost::Spent;
 
 /// The lifecycle of a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// Created, its first step not yet taken.
@@ -46,7 +46,9 @@ impl RunStatus {
 }
 
 /// Token usage, per model call and summed per run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     /// Every input token, read from the provider's prompt cache or not.
@@ -72,7 +74,9 @@ impl std::ops::AddAssign for Usage {
 }
 
 /// What a run does when one of its CTAs expires.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ExpiryPolicy {
     /// End the run gracefully with status `expired` (the default, as in seed 000).
@@ -83,7 +87,7 @@ pub enum ExpiryPolicy {
 }
 
 /// The parent a subagent run reports to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ParentLink {
     pub run_id: String,
@@ -91,14 +95,14 @@ pub struct ParentLink {
 }
 
 /// A recorded failure or graceful stop.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunError {
     pub code: String,
     pub message: String,
 }
 
 /// The run item: everything about a run except its timeline.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Run {
     pub run_id: String,
@@ -182,7 +186,7 @@ pub struct Run {
 }
 
 /// A CTA a subagent (or one of its own) waits on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitingCta {
     pub cta_id: String,
@@ -193,7 +197,7 @@ pub struct WaitingCta {
 }
 
 /// A step that failed and will be tried again: what went wrong, and how often.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LastError {
     pub message: String,

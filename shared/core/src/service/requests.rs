@@ -264,9 +264,14 @@ impl Service {
         if cta.status != CtaStatus::Pending {
             return Err(self.settled_error(&cta).await);
         }
+        // A well-formed answer that does not fit this CTA (another kind, an option it does
+        // not offer, a blank required text) conflicts with the CTA as it is: 409, not 400.
         response
             .validate_against(&cta.request)
-            .map_err(|e| ServiceError::Invalid(e.to_string()))?;
+            .map_err(|e| ServiceError::Conflict {
+                code: "answer_mismatch",
+                message: e.to_string(),
+            })?;
         let now = self.deps.clock.now();
         if now >= cta.expires_at {
             self.expire_cta(cta_id).await?;

@@ -1,0 +1,295 @@
+//! `GET /openapi.json`: the API's OpenAPI 3.1 document. The schemas are generated from the
+//! types the router serializes and parses (`schemars` on the core's `Run`, `Entry`, `Cta`,
+//! `CtaResponse`… and on the request and reply bodies below), so they cannot drift from
+//! them; CI fuzzes the served API against it (schemathesis) for 5xx and non-conformance.
+
+use schemars::{JsonSchema, SchemaGenerator, generate::SchemaSettings};
+use serde_json::{Map, Value, json};
+
+use baton_core::cost::Spent;
+use baton_core::cta::{Cta, CtaResponse, CtaStatus};
+use baton_core::run::{Run, RunStatus};
+use baton_core::timeline::Entry;
+
+/// Every error: `{"error": {"code", "message"}}`.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+pub(crate) struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+pub(crate) struct ErrorDetail {
+    code: String,
+    message: String,
+}
+
+/// `202` to `POST /runs`.
+#[derive(JsonSchema, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunAccepted {
+    pub(crate) run_id: String,
+    pub(crate) status: RunStatus,
+}
+
+/// `202` to a follow-up message or a cancel.
+#[derive(JsonSchema, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RequestAccepted {
+    pub(crate) run_id: String,
+    pub(crate) status: RunStatus,
+    pub(crate) accepted: bool,
+    /// A follow-up only: it waits for the turn under way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) queued: Option<bool>,
+    pub(crate) message: String,
+}
+
+/// `GET /runs/{runId}`: the run, what it and its subagents spent, and its first entries.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+pub(crate) struct RunPage {
+    #[serde(flatten)]
+    run: Run,
+    total: Spent,
+    timeline: Vec<Entry>,
+    /// The cursor to page on with `/timeline?after=`, when there is more.
+    timeline_next: Option<u64>,
+    result_truncated: Option<bool>,
+}
+
+/// `GET /runs/{runId}/timeline`.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+pub(crate) struct TimelinePage {
+    run_id: String,
+    status: RunStatus,
+    entries: Vec<Entry>,
+    next: Option<u64>,
+}
+
+/// `GET /ctas`.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+pub(crate) struct CtaList {
+    ctas: Vec<Cta>,
+}
+
+/// `202` to an answer.
+#[derive(JsonSchema, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AnswerAccepted {
+    pub(crate) cta_id: String,
+    /// Not said to a link's holder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) run_id: Option<String>,
+    pub(crate) status: CtaStatus,
+    pub(crate) message: String,
+}
+
+/// `POST /ctas/{ctaId}/link`.
+#[derive(JsonSchema, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Link {
+    pub(crate) cta_id: String,
+    pub(crate) url: String,
+    pub(crate) expires_at: chrono::DateTime<chrono::Utc>,
+}
+
+#[derive(JsonSchema, serde::Serialize)]
+pub(crate) struct Health {
+    pub(crate) status: String,
+}
+
+fn schema<T: JsonSchema>(g: &mut SchemaGenerator) -> Value {
+    g.subschema_for::<T>().to_value()
+}
+
+fn json_body(schema: Value) -> Value {
+    json!({"application/json": {"schema": schema}})
+}
+
+/// What the types alone cannot say of a request, added to their generated schemas: a prompt
+/// or a message has a non-blank character; `agent` is one of this deployment's; `context`
+/// is an object with a non-empty string `type`.
+fn refine(schemas: &mut Map<String, Value>, agents: &[&str]) {
+    let nonblank = json!({"type": "string", "minLength": 1, "pattern": "\\S"});
+    if let Some(p) = schemas
+        .get_mut("CreateRunBody")
+        .and_then(|s| s.get_mut("properties"))
+    {
+        p["prompt"] = nonblank.clone();
+        p["agent"] = json!({"anyOf": [{"enum": agents}, {"type": "null"}]});
+        p["context"] = json!({"anyOf": [
+            {"type": "object", "required": ["type"],
+             "properties": {"type": {"type": "string", "minLength": 1}}},
+            {"type": "null"}]});
+    }
+    if let Some(p) = schemas
+        .get_mut("MessageBody")
+        .and_then(|s| s.get_mut("properties"))
+    {
+        p["text"] = nonblank;
+    }
+}
+
+/// The whole document, for a deployment whose agents are `agents`.
+pub fn document(agents: &[&str]) -> Value {
+    let mut g = SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.definitions_path = "/components/schemas".into();
+            s.meta_schema = None;
+        })
+        .into_generator();
+    let error = schema::<ErrorBody>(&mut g);
+    let errors = |codes: &[(&str, &str)]| {
+        let mut m = Map::new();
+        for (code, why) in codes {
+            m.insert(
+                (*code).into(),
+                json!({"description": why, "content": json_body(error.clone())}),
+            );
+        }
+        m.insert(
+            "default".into(),
+            json!({"description": "any other refusal, with its code", "content": json_body(error.clone())}),
+        );
+        m
+    };
+    let ok = |status: &str, what: &str, body: Value, refusals: &[(&str, &str)]| {
+        let mut r = errors(refusals);
+        r.insert(
+            status.into(),
+            json!({"description": what, "content": json_body(body)}),
+        );
+        Value::Object(r)
+    };
+    let id = |name: &str, what: &str| {
+        json!({"name": name, "in": "path", "required": true, "description": what,
+               "schema": {"type": "string"}})
+    };
+    let run_id = id("runId", "a run's id");
+    let cta_id = id("ctaId", "a CTA's id");
+    let token = id("token", "a one-time link's token");
+    let idem = json!({"name": "Idempotency-Key", "in": "header", "required": false,
+        "description": "1 to 255 visible ASCII characters: a retry with it does nothing twice",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 255}});
+    let common = [
+        ("400", "invalid input"),
+        ("401", "no or wrong token"),
+        ("404", "no such run or CTA (or not yours)"),
+    ];
+    let public = json!([]);
+    let cursor = json!({"type": "integer", "minimum": 0, "maximum": u64::MAX});
+    let text = |kind: &str| json!({kind: {"schema": {"type": "string"}}});
+
+    let create = schema::<crate::CreateRunBody>(&mut g);
+    let run_accepted = schema::<RunAccepted>(&mut g);
+    let run_page = schema::<RunPage>(&mut g);
+    let timeline = schema::<TimelinePage>(&mut g);
+    let message = schema::<crate::MessageBody>(&mut g);
+    let accepted = schema::<RequestAccepted>(&mut g);
+    let ctas = schema::<CtaList>(&mut g);
+    let cta = schema::<Cta>(&mut g);
+    let response = schema::<CtaResponse>(&mut g);
+    let answered = schema::<AnswerAccepted>(&mut g);
+    let link = schema::<Link>(&mut g);
+    let health = schema::<Health>(&mut g);
+
+    let paths = json!({
+        "/health": {"get": {"summary": "liveness", "security": public,
+            "responses": ok("200", "up", health, &[])}},
+        "/runs": {"post": {"summary": "start a run", "parameters": [idem],
+            "requestBody": {"required": true, "content": json_body(create)},
+            "responses": ok("202", "created; its first step is queued", run_accepted,
+                &[("400", "invalid input"), ("401", "no or wrong token"), ("413", "body over 256 KiB")])}},
+        "/runs/{runId}": {"get": {"summary": "a run and the start of its timeline",
+            "parameters": [run_id.clone()],
+            "responses": ok("200", "the run", run_page, &common)}},
+        "/runs/{runId}/timeline": {"get": {"summary": "timeline entries after a cursor",
+            "parameters": [run_id.clone(),
+                {"name": "after", "in": "query", "required": false, "schema": cursor.clone()},
+                {"name": "limit", "in": "query", "required": false, "schema": cursor.clone()}],
+            "responses": ok("200", "entries", timeline, &common)}},
+        "/runs/{runId}/messages": {"post": {"summary": "a follow-up user turn",
+            "parameters": [run_id.clone(), idem],
+            "requestBody": {"required": true, "content": json_body(message)},
+            "responses": ok("202", "queued", accepted.clone(),
+                &[("400", "invalid input"), ("401", "no or wrong token"), ("404", "no such run"), ("409", "ten follow-ups already wait")])}},
+        "/runs/{runId}/cancel": {"post": {"summary": "cancel a run",
+            "parameters": [run_id.clone()],
+            "responses": ok("202", "the cancel takes its turn", accepted,
+                &[("401", "no or wrong token"), ("404", "no such run"), ("409", "the run had ended")])}},
+        "/runs/{runId}/stream": {"get": {"summary": "the run's timeline and state as Server-Sent Events (entry, run); Last-Event-ID resumes",
+            "parameters": [run_id.clone(),
+                {"name": "Last-Event-ID", "in": "header", "required": false,
+                 "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"}}],
+            "responses": {
+                "200": {"description": "an event stream: each event's data is JSON, an Entry (`entry`) or the run's status and spend (`run`)",
+                    "content": {"text/event-stream": {"schema": {
+                        "type": "object", "required": ["event", "data"],
+                        "properties": {
+                            "event": {"enum": ["entry", "run", "error"]},
+                            "data": {"type": "string", "contentMediaType": "application/json"},
+                            "id": {"type": "string", "pattern": "^[0-9]*$"}}}}}},
+                "501": {"description": "this host does not stream (API Gateway): poll /timeline", "content": json_body(error.clone())},
+                "default": {"description": "a refusal", "content": json_body(error.clone())}}}},
+        "/runs/{runId}/files/{fileId}": {"get": {"summary": "a file a tool of the run returned",
+            "parameters": [run_id, id("fileId", "a file's id")],
+            "responses": {
+                "200": {"description": "its bytes, as its media type", "content": {"*/*": {"schema": {"type": "string", "contentEncoding": "binary"}}}},
+                "default": {"description": "a refusal", "content": json_body(error.clone())}}}},
+        "/ctas": {"get": {"summary": "your CTAs",
+            "parameters": [
+                {"name": "status", "in": "query", "required": false,
+                 "schema": {"enum": ["pending", "answered", "expired", "cancelled", "all"]}},
+                {"name": "rootRunId", "in": "query", "required": false, "schema": {"type": "string"}}],
+            "responses": ok("200", "the CTAs", ctas, &common)}},
+        "/ctas/{ctaId}": {"get": {"summary": "one CTA", "parameters": [cta_id.clone()],
+            "responses": ok("200", "the CTA", cta.clone(), &common)}},
+        "/ctas/{ctaId}/response": {"post": {"summary": "answer a CTA (the first answer wins)",
+            "parameters": [cta_id.clone()],
+            "requestBody": {"required": true, "content": json_body(response.clone())},
+            "responses": ok("202", "recorded", answered.clone(),
+                &[("400", "not an answer to this CTA"), ("401", "no or wrong token"), ("404", "no such CTA"),
+                  ("409", "answered already, or cancelled"), ("410", "expired")])}},
+        "/ctas/{ctaId}/link": {"post": {"summary": "a one-time answer link to a pending CTA",
+            "parameters": [cta_id],
+            "responses": ok("200", "the link", link,
+                &[("401", "no or wrong token"), ("404", "no such CTA"), ("409", "settled, or links are off")])}},
+        "/links/{token}": {"get": {"summary": "the CTA a one-time link answers", "security": public,
+            "parameters": [token.clone()],
+            "responses": ok("200", "the question", cta,
+                &[("403", "not a valid link"), ("409", "used, answered or cancelled"), ("410", "expired")])}},
+        "/links/{token}/response": {"post": {"summary": "answer through a one-time link", "security": public,
+            "parameters": [token],
+            "requestBody": {"required": true, "content": json_body(response)},
+            "responses": ok("202", "recorded; the link is used", answered,
+                &[("400", "not an answer to this CTA"), ("403", "not a valid link"), ("409", "used, answered or cancelled"), ("410", "expired")])}},
+        "/console": {"get": {"summary": "the console (HTML)", "security": public,
+            "responses": {"200": {"description": "the page", "content": text("text/html")}}}},
+        "/openapi.json": {"get": {"summary": "this document", "security": public,
+            "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}}}}
+    });
+    let mut schemas = g.take_definitions(true);
+    refine(&mut schemas, agents);
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Baton",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Durable AI-agent orchestration: runs, their timelines, and the questions (CTAs) they ask humans."
+        },
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                "description": "baton dev's token, or on AWS the JWT API Gateway's authorizer checks"}},
+            "schemas": Value::Object(schemas),
+        }
+    })
+}
