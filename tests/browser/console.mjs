@@ -76,6 +76,17 @@ try {
   assert.doesNotMatch(await page.locator("main").innerText(), /\b(null|undefined)\b/);
   step("choice answered");
 
+  // Where the server does not stream (API Gateway), the same page polls the timeline cursor.
+  const poll = await browser.newPage({ viewport: { width: 1280, height: 860 } });
+  await poll.goto(cfg.polling.base + "/console#/runs/" + cfg.polling.run);
+  await poll.getByLabel("Token").fill(cfg.token);
+  await poll.getByRole("button", { name: "Sign in" }).click();
+  await poll.getByText("Live (polling)").waitFor();
+  await poll.getByRole("button", { name: "Approve" }).click();
+  await poll.getByRole("status").filter({ hasText: "Accepted" }).waitFor();
+  await poll.getByRole("list", { name: "Timeline" }).getByText("Rolled back.").waitFor({ timeout: 15000 });
+  step("polling page moved on");
+
   // A tool's widgets drawn by their kind, and its file downloaded.
   await page.goto(cfg.base + "/console#/runs/" + cfg.report.run);
   const table = page.getByRole("list", { name: "Timeline" }).getByRole("table");

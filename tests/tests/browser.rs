@@ -33,6 +33,9 @@ const SCRIPT: &str = r#"{
   "reporter": [
     {"tool_calls": [{"name": "report", "arguments": {}}]},
     {"text": "Sales are attached."}],
+  "poller": [
+    {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Roll back?"}}]},
+    {"text": "Rolled back."}],
   "hotfix": [
     {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Deploy the hotfix now?"}}]},
     {"text": "Hotfix deployed."}]
@@ -46,7 +49,7 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     let asks = json!({"tools": ["request_human_feedback"]});
     let quick = json!({"tools": ["request_human_feedback"], "ctaExpirySeconds": 1});
     let agents = json!({"agents": {"approver": asks, "writer": asks, "chooser": asks,
-                                   "hotfix": asks, "quickie": quick,
+                                   "hotfix": asks, "quickie": quick, "poller": asks,
                                    "reporter": {"tools": ["report"]}}});
     let h = start(
         dir.path(),
@@ -100,6 +103,21 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     let expired = links[&quick].as_str().unwrap().to_owned();
     // The quick question expires after a second (and its run with it).
     h.wait_status(&quick, &["expired"]).await;
+    // The same API as the `api` function serves it behind API Gateway: no streaming, so the
+    // page polls the timeline cursor.
+    let poller = h
+        .create_run(json!({"prompt": "roll back", "agent": "poller"}))
+        .await;
+    let app = baton_api::router(baton_api::AppState {
+        service: h.server.service.clone(),
+        auth: Arc::new(baton_api::BearerToken::new(TOKEN, "local")),
+        streams: false,
+        stop: None,
+    });
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    let (poll_addr, _poll_server) = baton_api::serve(app, "127.0.0.1:0".parse().unwrap(), rx)
+        .await
+        .unwrap();
     let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/browser-artifacts");
     let cfg = json!({
         "base": h.url(""),
@@ -109,6 +127,7 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
         "nodeModules": modules,
         "shots": shots,
         "report": {"run": reporter, "csv": REPORT_CSV},
+        "polling": {"base": format!("http://{poll_addr}"), "run": poller},
         "link": link,
         "tampered": {"url": tampered, "says": "This link is not valid"},
         "expired": {"url": expired, "says": "This link has expired"},
@@ -152,6 +171,8 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
         assert_eq!(run["status"], "completed", "{kind}");
         assert_eq!(run["result"], want, "{kind}");
     }
+    let (_, run) = h.get(&format!("/runs/{poller}")).await;
+    assert_eq!(run["result"], "Rolled back.");
     // The link answered, as the CTA records it.
     let (_, run) = h.get(&format!("/runs/{hotfix}")).await;
     assert_eq!(run["result"], "Hotfix deployed.");
