@@ -103,7 +103,7 @@ fn the_cli_drives_a_run_through_a_cta_to_completion() {
     assert_eq!(wrong.status.code(), Some(2), "{wrong:?}");
     let err = String::from_utf8_lossy(&wrong.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains("400") && err.contains("kind"), "{err}");
+    assert!(err.contains("409") && err.contains("kind"), "{err}");
 
     let ok = baton(&dev, data.path(), &["answer", &cta_id, "--approve"]);
     assert!(ok.status.success(), "{ok:?}");
