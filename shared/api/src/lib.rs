@@ -120,7 +120,7 @@ pub(crate) struct CreateRunBody {
     metadata: Option<Value>,
     /// An object with a string `type`, at most 16 KB.
     #[serde(default)]
-    context: Option<serde_json::Map<String, Value>>,
+    context: Option<Value>,
     #[serde(default)]
     on_expiry: Option<ExpiryPolicy>,
 }
@@ -137,7 +137,7 @@ async fn create_run(
         agent: body.agent,
         sandbox_id: body.sandbox_id,
         metadata: body.metadata,
-        context: body.context.map(Value::Object),
+        context: body.context,
         on_expiry: body.on_expiry.unwrap_or_default(),
     };
     let run = s.service.create_run(&owner, req, key.as_deref()).await?;
