@@ -478,7 +478,7 @@ async fn bus_and_scheduler_contract(bus: Arc<dyn Bus>, scheduler: Arc<dyn Schedu
 async fn blobs_contract(blobs: Arc<dyn baton_core::ports::Blobs>) {
     use baton_core::ports::Blob;
     let blob = Blob {
-        name: "report.csv".into(),
+        name: "résumé 100%.csv".into(),
         media_type: "text/csv".into(),
         bytes: b"region,sales\neu,12\n".to_vec(),
     };

@@ -34,7 +34,7 @@ impl Blobs for S3Blobs {
             .bucket(&self.bucket)
             .key(key)
             .content_type(&blob.media_type)
-            .metadata("name", &blob.name)
+            .metadata("name", encode(&blob.name))
             .body(ByteStream::from(blob.bytes.clone()))
             .send()
             .await
@@ -59,7 +59,7 @@ impl Blobs for S3Blobs {
         let name = out
             .metadata()
             .and_then(|m| m.get("name"))
-            .cloned()
+            .map(|n| decode(n))
             .unwrap_or_else(|| "file".into());
         let media_type = out
             .content_type()
@@ -77,5 +77,53 @@ impl Blobs for S3Blobs {
             media_type,
             bytes,
         }))
+    }
+}
+
+/// S3 user metadata travels as HTTP headers, ASCII only: a file name is kept percent-encoded.
+fn encode(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b' ') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = (bytes[i] == b'%')
+            .then(|| text.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn file_names_survive_the_metadata_header() {
+        for name in ["report.csv", "résumé 2026.pdf", "100% done.txt", "日本.md"] {
+            let encoded = super::encode(name);
+            assert!(encoded.is_ascii(), "{encoded}");
+            assert_eq!(super::decode(&encoded), name);
+        }
     }
 }
