@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use super::python::run;
+
 /// Chromium's executable: `BATON_CHROMIUM`, else Debian's, installed if missing (as root).
 pub fn chromium() -> PathBuf {
     if let Some(p) = std::env::var_os("BATON_CHROMIUM") {
@@ -66,17 +68,5 @@ fn once(name: &str, f: impl FnOnce() -> Result<(), String>) {
     let _ = std::fs::remove_dir(&lock);
     if let Err(e) = result {
         panic!("cannot set up {name} for the browser test: {e}");
-    }
-}
-
-fn run(cmd: &mut Command) -> Result<(), String> {
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
     }
 }

@@ -70,7 +70,8 @@ pub fn venv_bin() -> PathBuf {
     bin
 }
 
-fn run(cmd: &mut Command) -> Result<(), String> {
+/// Runs `cmd` to its end; its stderr is the error when it fails.
+pub fn run(cmd: &mut Command) -> Result<(), String> {
     let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
     if out.status.success() {
         Ok(())
