@@ -179,6 +179,22 @@ pub(crate) fn peak_rss_mb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// CPU time this process has used, user and system, in seconds (Linux: `/proc/self/stat`,
+/// counted in ticks of 10 ms).
+pub(crate) fn cpu_s() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // Fields after the command name, which is in parentheses and may hold spaces.
+            let rest = &s[s.rfind(')')? + 2..];
+            let mut f = rest.split_whitespace().skip(11);
+            let user: f64 = f.next()?.parse().ok()?;
+            let system: f64 = f.next()?.parse().ok()?;
+            Some((user + system) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
 fn mean_ms(d: &[Duration]) -> f64 {
     if d.is_empty() {
         0.0

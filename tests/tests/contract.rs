@@ -561,6 +561,7 @@ fn service(local: &LocalStore, queue: Arc<dyn Queue>, script: &str) -> Service {
         )),
         llm: scripted(script),
         clock: Arc::new(SystemClock),
+        queue_in_store: false,
     };
     Service::new(
         deps,
@@ -916,6 +917,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         )),
         llm: scripted(script),
         clock: Arc::new(SystemClock),
+        queue_in_store: true,
     };
     let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"], "approval": {"echo": "always"}}}});
     let svc = Arc::new(Service::new(deps, catalog(Some(agents))));

@@ -78,6 +78,7 @@ pub fn aws_service(
         )),
         llm,
         clock,
+        queue_in_store: false,
     };
     Arc::new(Service::new(deps, catalog))
 }

@@ -71,6 +71,7 @@ pub fn local_service(
         )),
         llm,
         clock,
+        queue_in_store: true,
     };
     Arc::new(Service::new(deps, catalog))
 }

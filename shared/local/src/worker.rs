@@ -226,8 +226,11 @@ impl Worker {
                 _ = stop.changed() => {}
             }
         }
-        // Let steps under way finish their commit and effects.
+        // Let steps under way finish their commit and effects, and delete what they did.
         while inflight.join_next().await.is_some() {}
+        if let Err(e) = self.store.flush_acks().await {
+            error!(error = %e, "acknowledging the last messages failed; they will be redelivered");
+        }
     }
 }
 
@@ -261,7 +264,10 @@ async fn process(service: Arc<Service>, store: LocalStore, opts: WorkerOptions, 
         let done = match result {
             // A crash before the ack: the message stays in flight until a restart releases it.
             Ok(_) if baton_core::failpoint::hit("step.before_ack").is_err() => Ok(()),
-            Ok(_) => store.ack(d.receipt).await,
+            Ok(_) => {
+                store.ack_later(d.receipt);
+                Ok(())
+            }
             Err(e) if e.is_retryable() => {
                 warn!(error = %e, "step failed; will retry");
                 service.note_failure(&msg, d.receives, &e).await;

@@ -35,6 +35,9 @@ pub struct Deps {
     pub blobs: Arc<dyn crate::ports::Blobs>,
     pub llm: Arc<dyn Llm>,
     pub clock: Arc<dyn Clock>,
+    /// `store` is `queue` too (the embedded host): a step whose effects are all step
+    /// messages commits and enqueues them in one transaction ([`Store::commit_sending`]).
+    pub queue_in_store: bool,
 }
 
 /// Why a request was refused, or could not be served.

@@ -90,7 +90,24 @@ impl Service {
                 }
             };
             crate::failpoint::hit("step.before_commit")?;
-            match self.deps.store.commit(run.version, &transition).await {
+            // Where the store is the queue, a step that only sends messages (an agent's
+            // next turn, a child's start) sends them with its commit: nothing is left to
+            // perform after it.
+            let sent = self.deps.queue_in_store
+                && !transition.effects.is_empty()
+                && transition
+                    .effects
+                    .iter()
+                    .all(|e| matches!(e, Effect::Send(_)));
+            let committed = if sent {
+                self.deps
+                    .store
+                    .commit_sending(run.version, &transition)
+                    .await
+            } else {
+                self.deps.store.commit(run.version, &transition).await
+            };
+            match committed {
                 Ok(()) => {
                     crate::failpoint::hit("step.after_commit")?;
                     let mut timeline = timeline;
@@ -101,7 +118,9 @@ impl Service {
                         + approx_bytes(&transition.updated);
                     self.cache_put(&run.run_id, version, timeline, bytes);
                     info!(run_id = %run.run_id, version, status = status.as_str(), "step committed");
-                    self.perform(&transition.run, &transition.effects).await?;
+                    if !sent {
+                        self.perform(&transition.run, &transition.effects).await?;
+                    }
                     return Ok(Handled::Committed { status, version });
                 }
                 Err(PortError::Conflict) => {

@@ -96,6 +96,8 @@ CREATE TABLE IF NOT EXISTS meta (
 pub struct LocalStore {
     db: Arc<Db>,
     sent: Arc<Notify>,
+    /// Receipts of handled messages, deleted with the next receive ([`LocalStore::ack_later`]).
+    acks: Arc<std::sync::Mutex<Vec<i64>>>,
 }
 
 fn broken(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> PortError {
@@ -160,6 +162,7 @@ impl LocalStore {
         Ok(Self {
             db: Arc::new(Db::new(&path, conn)),
             sent: Arc::new(Notify::new()),
+            acks: Arc::default(),
         })
     }
 
@@ -248,6 +251,94 @@ impl LocalStore {
         }
         Ok(total)
     }
+
+    /// [`Store::commit`], and with `send` also [`Store::commit_sending`]: the transition's
+    /// step messages enqueued in the commit's transaction, and no outbox kept.
+    async fn commit_with(
+        &self,
+        expected_version: u64,
+        t: &Transition,
+        send: bool,
+    ) -> Result<(), PortError> {
+        // Everything is encoded here, on the caller's thread; the writer only writes.
+        let run_id = t.run.run_id.clone();
+        let (version, body) = (t.run.version as i64, to_json(&t.run)?);
+        let (outbox, sends) = if send {
+            let messages = t.effects.iter().map(|e| match e {
+                Effect::Send(m) => Ok(m),
+                other => Err(PortError::broken(
+                    format!("embedded store: a commit cannot perform {other:?}"),
+                    "not a step message",
+                )),
+            });
+            let messages = messages.collect::<Result<Vec<_>, _>>()?;
+            (None, Some(queue::queue_rows(messages)?))
+        } else {
+            (outbox_json(&t.effects)?, None)
+        };
+        let appended = encode_entries(&t.appended)?;
+        let updated = encode_entries(&t.updated)?;
+        let ctas = t
+            .new_ctas
+            .iter()
+            .map(|c| {
+                Ok((
+                    c.cta_id.clone(),
+                    c.owner.clone(),
+                    c.status.as_str(),
+                    to_json(c)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, PortError>>()?;
+        let children = t
+            .new_runs
+            .iter()
+            .map(|(run, entries)| NewRun::encode(run, entries))
+            .collect::<Result<Vec<_>, _>>()?;
+        let expected = expected_version as i64;
+        self.write(true, move |c| {
+            let key: i64 = c
+                .prepare_cached(
+                    "UPDATE runs SET version = ?1, body = ?2, outbox = ?3, failure = NULL
+                     WHERE run_id = ?4 AND version = ?5 RETURNING run_key",
+                )
+                .and_then(|mut s| {
+                    s.query_row(params![version, body, outbox, run_id, expected], |r| {
+                        r.get(0)
+                    })
+                    .optional()
+                })
+                .map_err(sql)?
+                .ok_or(PortError::Conflict)?;
+            insert_entries(c, key, &appended)?;
+            let mut upd = c
+                .prepare_cached("UPDATE entries SET body = ?1 WHERE run_key = ?2 AND seq = ?3")
+                .map_err(sql)?;
+            for (seq, body) in &updated {
+                upd.execute(params![body, key, seq]).map_err(sql)?;
+            }
+            for (cta_id, owner, status, body) in &ctas {
+                c.execute(
+                    "INSERT INTO ctas (cta_id, owner, status, body) VALUES (?1, ?2, ?3, ?4)",
+                    params![cta_id, owner, status, body],
+                )
+                .map_err(sql)?;
+            }
+            for child in &children {
+                c.execute(
+                    "INSERT INTO runs (run_id, owner, version, body) VALUES (?1, ?2, ?3, ?4)",
+                    params![child.run_id, child.owner, child.version, child.body],
+                )
+                .map_err(sql)?;
+                insert_entries(c, c.last_insert_rowid(), &child.entries)?;
+            }
+            if let Some(rows) = &sends {
+                queue::enqueue(c, rows)?;
+            }
+            Ok(())
+        })
+        .await
+    }
 }
 
 /// Columns added since the first release, added to data directories made before them.
@@ -289,12 +380,6 @@ fn run_row(c: &Connection, run_id: &str) -> Result<Option<RunRow>, PortError> {
             s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .optional()
         })
-        .map_err(sql)
-}
-
-fn run_key(c: &Connection, run_id: &str) -> Result<i64, PortError> {
-    c.prepare_cached("SELECT run_key FROM runs WHERE run_id = ?1")
-        .and_then(|mut s| s.query_row([run_id], |r| r.get(0)))
         .map_err(sql)
 }
 
@@ -473,69 +558,13 @@ impl Store for LocalStore {
     }
 
     async fn commit(&self, expected_version: u64, t: &Transition) -> Result<(), PortError> {
-        // Everything is encoded here, on the caller's thread; the writer only writes.
-        let run_id = t.run.run_id.clone();
-        let (version, body, outbox) = (
-            t.run.version as i64,
-            to_json(&t.run)?,
-            outbox_json(&t.effects)?,
-        );
-        let appended = encode_entries(&t.appended)?;
-        let updated = encode_entries(&t.updated)?;
-        let ctas = t
-            .new_ctas
-            .iter()
-            .map(|c| {
-                Ok((
-                    c.cta_id.clone(),
-                    c.owner.clone(),
-                    c.status.as_str(),
-                    to_json(c)?,
-                ))
-            })
-            .collect::<Result<Vec<_>, PortError>>()?;
-        let children = t
-            .new_runs
-            .iter()
-            .map(|(run, entries)| NewRun::encode(run, entries))
-            .collect::<Result<Vec<_>, _>>()?;
-        let expected = expected_version as i64;
-        self.write(true, move |c| {
-            let n = c
-                .prepare_cached(
-                    "UPDATE runs SET version = ?1, body = ?2, outbox = ?3, failure = NULL WHERE run_id = ?4 AND version = ?5",
-                )
-                .and_then(|mut s| s.execute(params![version, body, outbox, run_id, expected]))
-                .map_err(sql)?;
-            if n != 1 {
-                return Err(PortError::Conflict);
-            }
-            let key = run_key(c, &run_id)?;
-            insert_entries(c, key, &appended)?;
-            let mut upd = c
-                .prepare_cached("UPDATE entries SET body = ?1 WHERE run_key = ?2 AND seq = ?3")
-                .map_err(sql)?;
-            for (seq, body) in &updated {
-                upd.execute(params![body, key, seq]).map_err(sql)?;
-            }
-            for (cta_id, owner, status, body) in &ctas {
-                c.execute(
-                    "INSERT INTO ctas (cta_id, owner, status, body) VALUES (?1, ?2, ?3, ?4)",
-                    params![cta_id, owner, status, body],
-                )
-                .map_err(sql)?;
-            }
-            for child in &children {
-                c.execute(
-                    "INSERT INTO runs (run_id, owner, version, body) VALUES (?1, ?2, ?3, ?4)",
-                    params![child.run_id, child.owner, child.version, child.body],
-                )
-                .map_err(sql)?;
-                insert_entries(c, c.last_insert_rowid(), &child.entries)?;
-            }
-            Ok(())
-        })
-        .await
+        self.commit_with(expected_version, t, false).await
+    }
+
+    async fn commit_sending(&self, expected_version: u64, t: &Transition) -> Result<(), PortError> {
+        self.commit_with(expected_version, t, true).await?;
+        self.wake_receivers();
+        Ok(())
     }
 
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {

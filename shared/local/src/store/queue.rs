@@ -32,6 +32,12 @@ pub struct DueTimer {
 }
 
 impl LocalStore {
+    /// Tells whoever waits in [`LocalStore::wait_for_messages`] that messages were sent.
+    pub(super) fn wake_receivers(&self) {
+        self.sent.notify_waiters();
+        self.sent.notify_one();
+    }
+
     /// Waits until a message may have been sent, or `timeout` passes.
     pub async fn wait_for_messages(&self, timeout: Duration) {
         let _ = tokio::time::timeout(timeout, self.sent.notified()).await;
@@ -39,50 +45,92 @@ impl LocalStore {
 
     /// Hands out up to `max` messages: the oldest visible message of each group whose
     /// earlier messages are all done, hidden for `visibility` from now.
+    ///
+    /// Messages acknowledged with [`LocalStore::ack_later`] are deleted first, in the same
+    /// transaction, so the next message of their runs is handed out now.
     pub async fn receive(
         &self,
         max: usize,
         visibility: Duration,
     ) -> Result<Vec<Delivery>, PortError> {
         let now = now_ms();
-        self.write(false, move |tx| {
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT q.id, q.body, q.receives FROM queue q
+        let acks = self.take_acks();
+        let deleting = acks.clone();
+        let received = self
+            .write(false, move |tx| {
+                delete(tx, &deleting)?;
+                let mut stmt = tx
+                    .prepare_cached(
+                        "SELECT q.id, q.body, q.receives FROM queue q
                      WHERE q.visible_at <= ?1
                        AND q.id = (SELECT MIN(p.id) FROM queue p WHERE p.group_id = q.group_id)
                      ORDER BY q.id LIMIT ?2",
-                )
-                .map_err(sql)?;
-            let rows = stmt
-                .query_map(params![now, max as i64], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, i64>(2)?,
-                    ))
-                })
-                .map_err(sql)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(sql)?;
-            let hide = now + visibility.as_millis() as i64;
-            let mut upd = tx
-                .prepare_cached(
-                    "UPDATE queue SET visible_at = ?1, receives = receives + 1 WHERE id = ?2",
-                )
-                .map_err(sql)?;
-            let mut out = Vec::with_capacity(rows.len());
-            for (id, body, receives) in rows {
-                upd.execute(params![hide, id]).map_err(sql)?;
-                out.push(Delivery {
-                    receipt: id,
-                    message: serde_json::from_str(&body).map_err(|e| e.to_string()),
-                    receives: receives as u32 + 1,
-                });
-            }
-            Ok(out)
-        })
-        .await
+                    )
+                    .map_err(sql)?;
+                let rows = stmt
+                    .query_map(params![now, max as i64], |r| {
+                        Ok((
+                            r.get::<_, i64>(0)?,
+                            r.get::<_, String>(1)?,
+                            r.get::<_, i64>(2)?,
+                        ))
+                    })
+                    .map_err(sql)?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(sql)?;
+                let hide = now + visibility.as_millis() as i64;
+                let mut upd = tx
+                    .prepare_cached(
+                        "UPDATE queue SET visible_at = ?1, receives = receives + 1 WHERE id = ?2",
+                    )
+                    .map_err(sql)?;
+                let mut out = Vec::with_capacity(rows.len());
+                for (id, body, receives) in rows {
+                    upd.execute(params![hide, id]).map_err(sql)?;
+                    out.push(Delivery {
+                        receipt: id,
+                        message: serde_json::from_str(&body).map_err(|e| e.to_string()),
+                        receives: receives as u32 + 1,
+                    });
+                }
+                Ok(out)
+            })
+            .await;
+        if received.is_err() {
+            self.restore_acks(acks);
+        }
+        received
+    }
+
+    /// Acknowledges a handled message with the next [`LocalStore::receive`] (or
+    /// [`LocalStore::flush_acks`]) instead of a write of its own: the worker receives as
+    /// soon as a message is done, so the delete is not put off, only shared. Until then
+    /// the message stays in flight, holding back its run's group as an acknowledged one
+    /// would not; a crash before then redelivers it, as a crash before any ack would.
+    pub fn ack_later(&self, receipt: i64) {
+        lock(&self.acks).push(receipt);
+    }
+
+    /// Deletes the messages [`LocalStore::ack_later`] holds, now.
+    pub async fn flush_acks(&self) -> Result<(), PortError> {
+        let acks = self.take_acks();
+        if acks.is_empty() {
+            return Ok(());
+        }
+        let deleting = acks.clone();
+        let done = self.write(false, move |tx| delete(tx, &deleting)).await;
+        if done.is_err() {
+            self.restore_acks(acks);
+        }
+        done
+    }
+
+    fn take_acks(&self) -> Vec<i64> {
+        std::mem::take(&mut *lock(&self.acks))
+    }
+
+    fn restore_acks(&self, acks: Vec<i64>) {
+        lock(&self.acks).extend(acks);
     }
 
     /// Makes every message handed out earlier visible again now: at start-up, whatever an
@@ -103,13 +151,8 @@ impl LocalStore {
 
     /// Deletes a handled message.
     pub async fn ack(&self, receipt: i64) -> Result<(), PortError> {
-        self.write_one(false, move |tx| {
-            tx.prepare_cached("DELETE FROM queue WHERE id = ?1")
-                .and_then(|mut s| s.execute([receipt]))
-                .map_err(sql)?;
-            Ok(())
-        })
-        .await
+        self.write_one(false, move |tx| delete(tx, &[receipt]))
+            .await
     }
 
     /// Makes a message visible again after `delay`.
@@ -126,8 +169,9 @@ impl LocalStore {
         .await
     }
 
-    /// How many messages are queued or in flight.
+    /// How many messages are queued or in flight (acknowledgements held are applied first).
     pub async fn queue_depth(&self) -> Result<u64, PortError> {
+        self.flush_acks().await?;
         self.read(|c| {
             c.query_row("SELECT COUNT(*) FROM queue", [], |r| r.get::<_, i64>(0))
                 .map(|n| n as u64)
@@ -196,33 +240,62 @@ impl LocalStore {
     }
 }
 
+/// Deletes messages by receipt.
+fn delete(tx: &rusqlite::Connection, receipts: &[i64]) -> Result<(), PortError> {
+    if receipts.is_empty() {
+        return Ok(());
+    }
+    let mut stmt = tx
+        .prepare_cached("DELETE FROM queue WHERE id = ?1")
+        .map_err(sql)?;
+    for r in receipts {
+        stmt.execute([r]).map_err(sql)?;
+    }
+    Ok(())
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Step messages encoded for [`enqueue`]: id, group, body.
+pub(super) type QueueRows = Vec<(String, String, String)>;
+
+pub(super) fn queue_rows<'a>(
+    messages: impl IntoIterator<Item = &'a StepMessage>,
+) -> Result<QueueRows, PortError> {
+    messages
+        .into_iter()
+        .map(|m| Ok((m.id.clone(), m.run_id.clone(), to_json(m)?)))
+        .collect()
+}
+
+/// Appends messages to their groups, visible now; one whose id is still queued is dropped.
+pub(super) fn enqueue(tx: &rusqlite::Connection, rows: &QueueRows) -> Result<(), PortError> {
+    let mut stmt = tx
+        .prepare_cached(
+            "INSERT INTO queue (dedup_id, group_id, body, visible_at)
+             SELECT ?1, ?2, ?3, ?4 WHERE NOT EXISTS (SELECT 1 FROM queue WHERE dedup_id = ?1)",
+        )
+        .map_err(sql)?;
+    let now = now_ms();
+    for (id, group, body) in rows {
+        stmt.execute(params![id, group, body, now]).map_err(sql)?;
+    }
+    Ok(())
+}
+
 #[async_trait::async_trait]
 impl Queue for LocalStore {
     async fn send(&self, messages: &[StepMessage]) -> Result<(), PortError> {
-        let now = now_ms();
-        let rows = messages
-            .iter()
-            .map(|m| Ok((m.id.clone(), m.run_id.clone(), to_json(m)?)))
-            .collect::<Result<Vec<_>, PortError>>()?;
-        let write = move |tx: &rusqlite::Connection| {
-            let mut stmt = tx
-                .prepare_cached(
-                    "INSERT INTO queue (dedup_id, group_id, body, visible_at)
-                     SELECT ?1, ?2, ?3, ?4 WHERE NOT EXISTS (SELECT 1 FROM queue WHERE dedup_id = ?1)",
-                )
-                .map_err(sql)?;
-            for (id, group, body) in &rows {
-                stmt.execute(params![id, group, body, now]).map_err(sql)?;
-            }
-            Ok(())
-        };
+        let rows = queue_rows(messages)?;
+        let write = move |tx: &rusqlite::Connection| enqueue(tx, &rows);
         if messages.len() == 1 {
             self.write_one(false, write).await?;
         } else {
             self.write(false, write).await?;
         }
-        self.sent.notify_waiters();
-        self.sent.notify_one();
+        self.wake_receivers();
         Ok(())
     }
 }
