@@ -5,6 +5,11 @@ mod bench;
 mod client;
 mod load;
 
+/// mimalloc, not the system's: with many runs stepping on a few threads, glibc's malloc
+/// took a sixth of the CPU (`baton bench --runs 100`, README "Many runs at once").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -558,7 +558,10 @@ async fn the_embedded_store_commits_sends_with_the_step_and_acks_with_the_next_r
     });
     let mixed = next(&t1.run, vec![Effect::Send(msg("run_e1", "e2")), publish]);
     assert!(local.commit_sending(1, &mixed).await.is_err());
-    assert_eq!(local.get_run("run_e1").await.unwrap().unwrap().run.version, 1);
+    assert_eq!(
+        local.get_run("run_e1").await.unwrap().unwrap().run.version,
+        1
+    );
     let got = Pump::receive(&local, 10).await;
     let mut ids: Vec<_> = got.iter().map(|(_, m)| m.id.as_str()).collect();
     ids.sort_unstable();
@@ -567,7 +570,10 @@ async fn the_embedded_store_commits_sends_with_the_step_and_acks_with_the_next_r
     // An acknowledgement held for the next receive is applied by it, and that same receive
     // hands out the group's next message.
     local.send(&[msg("run_e1", "e3")]).await.unwrap();
-    assert!(Pump::receive(&local, 10).await.is_empty(), "e1 is in flight");
+    assert!(
+        Pump::receive(&local, 10).await.is_empty(),
+        "e1 is in flight"
+    );
     for (receipt, m) in &got {
         if m.id == "e1" {
             local.ack_later(receipt.parse().unwrap());

@@ -264,8 +264,10 @@ impl Db {
 
     fn open_reader(&self) -> Result<Connection, PortError> {
         let conn = Connection::open(&self.path).map_err(sql)?;
-        conn.execute_batch("PRAGMA busy_timeout = 5000; PRAGMA query_only = 1; PRAGMA mmap_size = 1073741824;")
-            .map_err(sql)?;
+        conn.execute_batch(
+            "PRAGMA busy_timeout = 5000; PRAGMA query_only = 1; PRAGMA mmap_size = 1073741824;",
+        )
+        .map_err(sql)?;
         Ok(conn)
     }
 
