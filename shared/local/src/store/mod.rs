@@ -4,11 +4,15 @@
 //! database, so a run parked on a CTA survives a restart. A commit is conditional on the
 //! run's version and synced to disk (`synchronous = FULL`) before it returns; the writer
 //! thread applies concurrent commits in one transaction, each in its own savepoint, so
-//! they share one fsync (group commit, see `db`). Queue bookkeeping, outbox clearing and
-//! event/timer writes need no sync of their own (in WAL mode they become durable with the
-//! next synced commit):
-//! losing one in a crash only means an idempotent effect is performed again, which the
-//! start-up sweep ([`LocalStore::runs_with_outbox`]) and message redelivery take care of.
+//! they share one fsync (group commit, see `db`). The store is its host's queue too, so a
+//! step whose effects are all step messages (most steps: the next turn, a child's start)
+//! enqueues them in its commit's own transaction and keeps no outbox
+//! ([`Store::commit_sending`]), and the worker's acknowledgements are applied by its next
+//! receive ([`LocalStore::ack_later`]): one write per step. Queue bookkeeping, outbox
+//! clearing and event/timer writes need no sync of their own (in WAL mode they become
+//! durable with the next synced commit): losing one in a crash only means an idempotent
+//! effect is performed again, which the start-up sweep ([`LocalStore::runs_with_outbox`])
+//! and message redelivery take care of.
 //!
 //! The queue keeps the SQS FIFO rules: one group per run, a group's next message is not
 //! handed out while an earlier one is in flight, deduplication by message id, a visibility
