@@ -3,9 +3,11 @@
 //!
 //! Every write is a job put in a queue. The first caller to find no write under way
 //! becomes the leader: it takes every job waiting and applies them in one `IMMEDIATE`
-//! transaction, each inside its own savepoint (so a job that fails, a version conflict
-//! say, is rolled back alone and the others stand), syncs it to disk once (`synchronous =
-//! FULL`) when any job in it asked to be durable, and only then tells each job's caller.
+//! transaction, so that a job that fails is undone alone and the others stand ([`Undo`]:
+//! a one-statement job is atomic by itself, a step's commit fails its version check
+//! before it changes anything, any other job runs in a savepoint of its own), syncs it to
+//! disk once (`synchronous = FULL`) when any job in it asked to be durable, and only then
+//! tells each job's caller.
 //! It goes on with whatever gathered meanwhile, and stops when nothing waits. With many
 //! runs stepping at once their commits share one fsync instead of paying one each; a
 //! lone caller writes at once, with no hand-over to another thread.
@@ -34,11 +36,23 @@ use super::sql;
 /// store's distinct statements).
 const STATEMENTS: usize = 64;
 
+/// How a write that fails is undone without undoing the rest of its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Undo {
+    /// It makes at most one change, by one statement, which SQLite applies all or nothing.
+    Statement,
+    /// It may fail anywhere: it runs in a savepoint of its own, rolled back if it fails.
+    Savepoint,
+    /// Its expected failures (a version conflict) come before its first change: it needs
+    /// no savepoint. Should it fail after changing something (only a broken store would),
+    /// the whole batch is rolled back and every write in it fails, to be retried.
+    CheckFirst,
+}
+
 /// A write waiting for the leader.
 trait Job: Send {
     fn durable(&self) -> bool;
-    /// False for a job of one statement, which SQLite already applies all or nothing.
-    fn savepoint(&self) -> bool;
+    fn undo(&self) -> Undo;
     /// Applies the write inside the batch's transaction; false when it failed (its
     /// savepoint is then rolled back).
     fn apply(&mut self, conn: &Connection) -> bool;
@@ -48,7 +62,7 @@ trait Job: Send {
 
 struct Pending<T, F> {
     durable: bool,
-    savepoint: bool,
+    undo: Undo,
     f: Option<F>,
     out: Option<Result<T, PortError>>,
     reply: oneshot::Sender<Result<T, PortError>>,
@@ -63,8 +77,8 @@ where
         self.durable
     }
 
-    fn savepoint(&self) -> bool {
-        self.savepoint
+    fn undo(&self) -> Undo {
+        self.undo
     }
 
     fn apply(&mut self, conn: &Connection) -> bool {
@@ -180,14 +194,8 @@ impl Db {
     }
 
     /// Runs `f` in a write transaction, all or nothing; `durable`: synced to disk before
-    /// this returns. `single`: `f` makes at most one change, by one statement (atomic by
-    /// itself), so it needs no savepoint of its own.
-    pub(super) async fn write<T, F>(
-        &self,
-        durable: bool,
-        single: bool,
-        f: F,
-    ) -> Result<T, PortError>
+    /// this returns. `undo`: how `f` is undone, alone, if it fails.
+    pub(super) async fn write<T, F>(&self, durable: bool, undo: Undo, f: F) -> Result<T, PortError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, PortError> + Send + 'static,
@@ -195,7 +203,7 @@ impl Db {
         let (reply, rx) = oneshot::channel();
         let job: Box<dyn Job> = Box::new(Pending {
             durable,
-            savepoint: !single,
+            undo,
             f: Some(f),
             out: None,
             reply,
@@ -310,19 +318,26 @@ fn apply_batch(w: &mut Writer, batch: &mut [Box<dyn Job>], durable: bool) -> Res
     }
     run("BEGIN IMMEDIATE")?;
     for job in batch.iter_mut() {
-        let savepoint = job.savepoint();
-        if savepoint {
+        let undo = job.undo();
+        if undo == Undo::Savepoint {
             run("SAVEPOINT job")?;
         }
+        let changes = conn.total_changes();
         let ok = job.apply(conn);
         if conn.is_autocommit() {
             return Err("SQLite rolled the transaction back".into());
         }
-        if savepoint {
-            if !ok {
-                run("ROLLBACK TO job")?;
+        match undo {
+            Undo::Savepoint => {
+                if !ok {
+                    run("ROLLBACK TO job")?;
+                }
+                run("RELEASE job")?;
             }
-            run("RELEASE job")?;
+            Undo::CheckFirst if !ok && conn.total_changes() != changes => {
+                return Err("a write failed after changing rows".into());
+            }
+            Undo::CheckFirst | Undo::Statement => {}
         }
     }
     run("COMMIT")
@@ -357,7 +372,7 @@ mod tests {
             let db = db.clone();
             set.spawn(async move {
                 let out = db
-                    .write(i % 3 == 0, false, move |c| {
+                    .write(i % 3 == 0, Undo::Savepoint, move |c| {
                         c.execute("INSERT INTO t VALUES (?1, 'a')", [i])
                             .map_err(sql)?;
                         if i % 10 == 0 {
@@ -416,7 +431,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let db = open(dir.path());
         for (i, durable) in [(1i64, false), (2, true), (3, false)] {
-            db.write(durable, true, move |c| {
+            db.write(durable, Undo::Statement, move |c| {
                 c.execute("INSERT INTO t VALUES (?1, 'x')", [i])
                     .map_err(sql)
             })
@@ -433,7 +448,7 @@ mod tests {
         );
         // A write that fails reports its own error and leaves the writer usable.
         let dup = db
-            .write(true, true, |c| {
+            .write(true, Undo::Statement, |c| {
                 c.execute("INSERT INTO t VALUES (1, 'again')", [])
                     .map_err(sql)
             })
@@ -447,5 +462,70 @@ mod tests {
             .await
             .expect("count");
         assert_eq!(n, 3);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_check_first_write_fails_alone_before_its_first_change_and_with_its_batch_after() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let db = open(dir.path());
+        // Three writes in one batch: one that fails its check (changing nothing), and two
+        // that succeed.
+        let run = |fail_after_change: bool| {
+            let db = db.clone();
+            async move {
+                let guard = lock(&db.writer);
+                let mut set = tokio::task::JoinSet::new();
+                for i in 0..3i64 {
+                    let db = db.clone();
+                    set.spawn(async move {
+                        db.write(true, Undo::CheckFirst, move |c| {
+                            if i == 1 && !fail_after_change {
+                                return Err(PortError::Conflict);
+                            }
+                            c.execute(
+                                "INSERT INTO t VALUES (?1, 'c')",
+                                [i + 100 * i64::from(fail_after_change)],
+                            )
+                            .map_err(sql)?;
+                            if i == 1 {
+                                return Err(PortError::broken("half-way", "test"));
+                            }
+                            Ok(i)
+                        })
+                        .await
+                    });
+                }
+                for _ in 0..500 {
+                    if lock(&db.waiting).jobs.len() == 3 {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                assert_eq!(lock(&db.waiting).jobs.len(), 3, "one batch of three");
+                drop(guard);
+                let mut outs = Vec::new();
+                while let Some(r) = set.join_next().await {
+                    outs.push(r.expect("task"));
+                }
+                outs
+            }
+        };
+        let outs = run(false).await;
+        assert_eq!(outs.iter().filter(|o| o.is_ok()).count(), 2, "{outs:?}");
+        assert!(outs.iter().any(|o| matches!(o, Err(PortError::Conflict))));
+        let count = |db: Arc<Db>| async move {
+            db.read(|c| {
+                c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get::<_, i64>(0))
+                    .map_err(sql)
+            })
+            .await
+            .expect("count")
+        };
+        assert_eq!(count(db.clone()).await, 2);
+        // One that fails after its insert takes its whole batch with it: nothing half-done
+        // is committed, and every writer is told.
+        let outs = run(true).await;
+        assert!(outs.iter().all(|o| o.is_err()), "{outs:?}");
+        assert_eq!(count(db.clone()).await, 2, "the batch was rolled back");
     }
 }

@@ -38,8 +38,8 @@ use baton_core::timeline::Entry;
 mod db;
 mod queue;
 
-use db::Db;
 pub use db::WriteStats;
+use db::{Db, Undo};
 
 pub use queue::{Delivery, DueTimer};
 
@@ -186,7 +186,7 @@ impl LocalStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, PortError> + Send + 'static,
     {
-        self.db.write(durable, false, f).await
+        self.db.write(durable, Undo::Savepoint, f).await
     }
 
     /// [`LocalStore::write`] for an `f` that changes rows by one statement at most.
@@ -195,7 +195,7 @@ impl LocalStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, PortError> + Send + 'static,
     {
-        self.db.write(durable, true, f).await
+        self.db.write(durable, Undo::Statement, f).await
     }
 
     /// Runs `f` over a read connection (it never waits for a write).
@@ -300,48 +300,50 @@ impl LocalStore {
             .map(|(run, entries)| NewRun::encode(run, entries))
             .collect::<Result<Vec<_>, _>>()?;
         let expected = expected_version as i64;
-        self.write(true, move |c| {
-            let key: i64 = c
-                .prepare_cached(
-                    "UPDATE runs SET version = ?1, body = ?2, outbox = ?3, failure = NULL
+        // Its one expected failure, a version conflict, comes before it changes anything.
+        self.db
+            .write(true, Undo::CheckFirst, move |c| {
+                let key: i64 = c
+                    .prepare_cached(
+                        "UPDATE runs SET version = ?1, body = ?2, outbox = ?3, failure = NULL
                      WHERE run_id = ?4 AND version = ?5 RETURNING run_key",
-                )
-                .and_then(|mut s| {
-                    s.query_row(params![version, body, outbox, run_id, expected], |r| {
-                        r.get(0)
+                    )
+                    .and_then(|mut s| {
+                        s.query_row(params![version, body, outbox, run_id, expected], |r| {
+                            r.get(0)
+                        })
+                        .optional()
                     })
-                    .optional()
-                })
-                .map_err(sql)?
-                .ok_or(PortError::Conflict)?;
-            insert_entries(c, key, &appended)?;
-            let mut upd = c
-                .prepare_cached("UPDATE entries SET body = ?1 WHERE run_key = ?2 AND seq = ?3")
-                .map_err(sql)?;
-            for (seq, body) in &updated {
-                upd.execute(params![body, key, seq]).map_err(sql)?;
-            }
-            for (cta_id, owner, status, body) in &ctas {
-                c.execute(
-                    "INSERT INTO ctas (cta_id, owner, status, body) VALUES (?1, ?2, ?3, ?4)",
-                    params![cta_id, owner, status, body],
-                )
-                .map_err(sql)?;
-            }
-            for child in &children {
-                c.execute(
-                    "INSERT INTO runs (run_id, owner, version, body) VALUES (?1, ?2, ?3, ?4)",
-                    params![child.run_id, child.owner, child.version, child.body],
-                )
-                .map_err(sql)?;
-                insert_entries(c, c.last_insert_rowid(), &child.entries)?;
-            }
-            if let Some(rows) = &sends {
-                queue::enqueue(c, rows)?;
-            }
-            Ok(())
-        })
-        .await
+                    .map_err(sql)?
+                    .ok_or(PortError::Conflict)?;
+                insert_entries(c, key, &appended)?;
+                let mut upd = c
+                    .prepare_cached("UPDATE entries SET body = ?1 WHERE run_key = ?2 AND seq = ?3")
+                    .map_err(sql)?;
+                for (seq, body) in &updated {
+                    upd.execute(params![body, key, seq]).map_err(sql)?;
+                }
+                for (cta_id, owner, status, body) in &ctas {
+                    c.execute(
+                        "INSERT INTO ctas (cta_id, owner, status, body) VALUES (?1, ?2, ?3, ?4)",
+                        params![cta_id, owner, status, body],
+                    )
+                    .map_err(sql)?;
+                }
+                for child in &children {
+                    c.execute(
+                        "INSERT INTO runs (run_id, owner, version, body) VALUES (?1, ?2, ?3, ?4)",
+                        params![child.run_id, child.owner, child.version, child.body],
+                    )
+                    .map_err(sql)?;
+                    insert_entries(c, c.last_insert_rowid(), &child.entries)?;
+                }
+                if let Some(rows) = &sends {
+                    queue::enqueue(c, rows)?;
+                }
+                Ok(())
+            })
+            .await
     }
 }
 
