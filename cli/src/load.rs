@@ -4,7 +4,7 @@
 //! creates R runs of the scripted `bench` agent with `POST /runs` all at once, and while
 //! they step, one client keeps reading `GET /runs/{id}` and `GET /runs/{id}/timeline` of
 //! random runs, as a console or a poller would. It reports steps per second, each step's
-//! latency (a message received to acknowledged, its commit synced to disk), and the API's
+//! latency (a message received to handled, its commit synced to disk), and the API's
 //! latency under that load; then it checks that every run completed with nothing lost.
 
 use std::path::PathBuf;

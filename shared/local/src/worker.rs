@@ -32,7 +32,8 @@ pub struct WorkerOptions {
     /// Handle every message twice (as a redelivery after a lost acknowledgement would),
     /// to prove that duplicates change nothing.
     pub duplicate: bool,
-    /// Where to record how long each message took, received to acknowledged (`baton bench`).
+    /// Where to record how long each message took, received to handled (its commit synced,
+    /// its acknowledgement held for the next receive), for `baton bench`.
     pub step_times: Option<StepTimes>,
 }
 

@@ -306,7 +306,7 @@ impl LocalStore {
                 let key: i64 = c
                     .prepare_cached(
                         "UPDATE runs SET version = ?1, body = ?2, outbox = ?3, failure = NULL
-                     WHERE run_id = ?4 AND version = ?5 RETURNING run_key",
+                         WHERE run_id = ?4 AND version = ?5 RETURNING run_key",
                     )
                     .and_then(|mut s| {
                         s.query_row(params![version, body, outbox, run_id, expected], |r| {
