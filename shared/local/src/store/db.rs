@@ -361,6 +361,18 @@ mod tests {
         Arc::new(Db::new(&path, conn))
     }
 
+    /// Waits until `n` writes are queued behind a held writer (one batch to come).
+    fn wait_queued(db: &Db, n: usize) {
+        for _ in 0..500 {
+            if lock(&db.waiting).jobs.len() == n {
+                break;
+            }
+            // A plain sleep: the writer's guard must not be held across an await.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(lock(&db.waiting).jobs.len(), n, "all {n} writes queued");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writes_waiting_together_share_one_transaction_and_a_failing_one_fails_alone() {
         let dir = tempfile::tempdir().expect("tmp");
@@ -387,14 +399,7 @@ mod tests {
             });
         }
         // One of them leads and waits for the writer; the others wait for it.
-        for _ in 0..500 {
-            if lock(&db.waiting).jobs.len() == 200 {
-                break;
-            }
-            // A plain sleep: the writer's guard must not be held across an await.
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        assert_eq!(lock(&db.waiting).jobs.len(), 200, "all 200 writes queued");
+        wait_queued(&db, 200);
         drop(held);
         while let Some(r) = set.join_next().await {
             let (i, out) = r.expect("task");
@@ -495,13 +500,7 @@ mod tests {
                         .await
                     });
                 }
-                for _ in 0..500 {
-                    if lock(&db.waiting).jobs.len() == 3 {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                assert_eq!(lock(&db.waiting).jobs.len(), 3, "one batch of three");
+                wait_queued(&db, 3);
                 drop(guard);
                 let mut outs = Vec::new();
                 while let Some(r) = set.join_next().await {
