@@ -287,13 +287,28 @@ async fn a_five_second_cta_is_scheduled_exactly_refuses_early_expiry_and_expires
     // The stored schedule: named by the CTA, at() 5 s after it, onto the bus, deleting itself.
     let c = &env.server.provisioned.config;
     let sch = aws_sdk_scheduler::Client::new(&env.sdk);
-    let s = sch
-        .get_schedule()
-        .name(&cta_id)
-        .group_name(&c.schedule_group)
-        .send()
-        .await
-        .unwrap();
+    // The CTA is stored with the step's commit; its schedule is an effect performed after
+    // it, so a loaded machine can show the one before the other.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let s = loop {
+        match sch
+            .get_schedule()
+            .name(&cta_id)
+            .group_name(&c.schedule_group)
+            .send()
+            .await
+        {
+            Ok(s) => break s,
+            Err(e) if Instant::now() < deadline => {
+                let missing = e
+                    .as_service_error()
+                    .is_some_and(|e| e.is_resource_not_found_exception());
+                assert!(missing, "GetSchedule: {e:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("the CTA's schedule never appeared: {e:?}"),
+        }
+    };
     let created = chrono::DateTime::parse_from_rfc3339(cta["createdAt"].as_str().unwrap())
         .unwrap()
         .with_timezone(&chrono::Utc);
