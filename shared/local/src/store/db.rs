@@ -2,12 +2,13 @@
 //! connections beside it.
 //!
 //! Every write is a job put in a queue. The first caller to find no write under way
-//! becomes the leader: it takes every job waiting and applies them in one `IMMEDIATE`
-//! transaction, so that a job that fails is undone alone and the others stand ([`Undo`]:
+//! becomes the leader: it takes every job waiting and applies them in two `IMMEDIATE`
+//! transactions, so that a job that fails is undone alone and the others stand ([`Undo`]:
 //! a one-statement job is atomic by itself, a step's commit fails its version check
-//! before it changes anything, any other job runs in a savepoint of its own), syncs it to
-//! disk once (`synchronous = FULL`) when any job in it asked to be durable, and only then
-//! tells each job's caller.
+//! before it changes anything, any other job runs in a savepoint of its own). First the
+//! jobs that need no sync (a receive), whose callers are answered at once: they do not
+//! wait for other runs' fsync. Then the durable ones, synced to disk once
+//! (`synchronous = FULL`), and only then is each of their callers told.
 //! It goes on with whatever gathered meanwhile, and stops when nothing waits. With many
 //! runs stepping at once their commits share one fsync instead of paying one each; a
 //! lone caller writes at once, with no hand-over to another thread.
@@ -228,7 +229,7 @@ impl Db {
         let _guard = StepDown(&self.waiting);
         let mut writer = lock(&self.writer);
         loop {
-            let mut batch = {
+            let batch = {
                 let mut w = lock(&self.waiting);
                 if w.jobs.is_empty() {
                     w.leading = false;
@@ -236,24 +237,35 @@ impl Db {
                 }
                 std::mem::take(&mut w.jobs)
             };
-            let durable = batch.iter().any(|j| j.durable());
-            let result = apply_batch(&mut writer, &mut batch, durable);
-            if let Err(e) = &result {
-                tracing::error!(error = %e, jobs = batch.len(), "embedded store: a batch of writes failed");
-                if !writer.conn.is_autocommit() {
-                    let _ = writer.conn.execute_batch("ROLLBACK");
+            // Writes that need no sync go first, in a transaction of their own, and are
+            // answered before the sync: a receive must not wait out other runs' fsync.
+            let (synced, quick): (Vec<_>, Vec<_>) = batch.into_iter().partition(|j| j.durable());
+            for (mut batch, durable) in [(quick, false), (synced, true)] {
+                if !batch.is_empty() {
+                    self.commit(&mut writer, &mut batch, durable);
                 }
             }
-            {
-                let mut st = lock(&self.stats);
-                st.jobs += batch.len() as u64;
-                st.batches += 1;
-                st.synced += u64::from(durable);
+        }
+    }
+
+    /// Applies `batch` in one transaction (synced when `durable`) and answers its callers.
+    fn commit(&self, writer: &mut Writer, batch: &mut Vec<Box<dyn Job>>, durable: bool) {
+        let result = apply_batch(writer, batch, durable);
+        if let Err(e) = &result {
+            tracing::error!(error = %e, jobs = batch.len(), "embedded store: a batch of writes failed");
+            if !writer.conn.is_autocommit() {
+                let _ = writer.conn.execute_batch("ROLLBACK");
             }
-            let committed = result.as_ref().map(|_| ()).map_err(String::as_str);
-            for job in batch {
-                job.finish(committed);
-            }
+        }
+        {
+            let mut st = lock(&self.stats);
+            st.jobs += batch.len() as u64;
+            st.batches += 1;
+            st.synced += u64::from(durable);
+        }
+        let committed = result.as_ref().map(|_| ()).map_err(String::as_str);
+        for job in batch.drain(..) {
+            job.finish(committed);
         }
     }
 
@@ -387,7 +399,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn writes_waiting_together_share_one_transaction_and_a_failing_one_fails_alone() {
+    async fn writes_waiting_together_share_a_transaction_and_a_failing_one_fails_alone() {
         let dir = tempfile::tempdir().expect("tmp");
         let db = open(dir.path());
         // Hold the writer as a long sync would, while 200 writes queue up behind it.
@@ -422,11 +434,13 @@ mod tests {
             }
         }
         let stats = db.stats();
+        // Two transactions: the writes needing no sync, answered first, and the durable
+        // ones, synced once.
         assert_eq!(
             stats,
             WriteStats {
                 jobs: 200,
-                batches: 1,
+                batches: 2,
                 synced: 1
             }
         );
