@@ -3,8 +3,9 @@
 //! sees stored bytes.
 //!
 //! Timelines are read whole on a cold start, and most of a large entry is text that
-//! compresses well, so bodies of [`COMPRESS_FROM`] bytes or more are deflated. The first
-//! byte tells the two apart: deflated data starts with 0, which plain JSON never does.
+//! compresses well, so bodies of [`COMPRESS_FROM`] bytes or more are packed, each store
+//! choosing how ([`Packing`]). The first byte tells the encodings apart: deflated data
+//! starts with 0 and LZ4 with 1, which plain JSON never does. Every store reads all three.
 
 use std::cell::RefCell;
 
@@ -12,9 +13,21 @@ use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// Bodies of this size or more are deflated when that makes them smaller.
+/// Bodies of this size or more are packed when that makes them smaller.
 pub const COMPRESS_FROM: usize = 256;
 const DEFLATED: u8 = 0;
+const LZ4: u8 = 1;
+
+/// How a store packs large bodies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Packing {
+    /// Deflate: the smallest, for a store that bills by the kilobyte written (DynamoDB).
+    Deflate,
+    /// LZ4: a few times cheaper to pack and unpack, a fifth or so larger, for a store
+    /// whose steps are bound by the CPU (the embedded one). Deflate resets about 300 KB
+    /// of tables for each body, however small; LZ4 a 16 KB one.
+    Lz4,
+}
 
 /// Why a stored value could not be encoded or decoded.
 #[derive(Debug, thiserror::Error)]
@@ -29,11 +42,19 @@ pub enum CodecError {
 
 /// Encodes a value for storage: its JSON, deflated when that is smaller.
 pub fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, CodecError> {
+    encode_with(v, Packing::Deflate)
+}
+
+/// Encodes a value for storage: its JSON, packed by `packing` when that is smaller.
+pub fn encode_with<T: Serialize + ?Sized>(v: &T, packing: Packing) -> Result<Vec<u8>, CodecError> {
     let json = serde_json::to_vec(v)?;
     if json.len() < COMPRESS_FROM {
         return Ok(json);
     }
-    let packed = deflate(&json)?;
+    let packed = match packing {
+        Packing::Deflate => deflate(&json)?,
+        Packing::Lz4 => lz4(&json),
+    };
     Ok(if packed.len() < json.len() {
         packed
     } else {
@@ -46,6 +67,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     match bytes.first() {
         // Inflated whole first: serde_json would read a `Read` one byte at a time.
         Some(&DEFLATED) => Ok(serde_json::from_slice(&inflate(&bytes[1..])?)?),
+        Some(&LZ4) => Ok(serde_json::from_slice(&unlz4(&bytes[1..])?)?),
         Some(b'{' | b'[' | b'"') => Ok(serde_json::from_slice(bytes)?),
         other => Err(CodecError::Unknown(other.copied().unwrap_or_default())),
     }
@@ -78,6 +100,32 @@ fn deflate(json: &[u8]) -> Result<Vec<u8>, CodecError> {
             }
         }
     })
+}
+
+/// `LZ4` followed by `json` as an LZ4 block, its size first (4 bytes, little-endian).
+fn lz4(json: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + lz4_flex::block::get_maximum_output_size(json.len()));
+    out.push(LZ4);
+    out.extend_from_slice(&lz4_flex::block::compress_prepend_size(json));
+    out
+}
+
+/// An LZ4 block with its size first back to the bytes it holds.
+fn unlz4(packed: &[u8]) -> Result<Vec<u8>, CodecError> {
+    let (size, block) = lz4_flex::block::uncompressed_size(packed).map_err(zerror)?;
+    // LZ4 expands at most 255-fold: a larger size is corruption, not worth allocating for.
+    if size > block.len().saturating_mul(255) {
+        return Err(zerror(std::io::Error::from(
+            std::io::ErrorKind::InvalidData,
+        )));
+    }
+    let json = lz4_flex::block::decompress(block, size).map_err(zerror)?;
+    if json.len() != size {
+        return Err(zerror(std::io::Error::from(
+            std::io::ErrorKind::UnexpectedEof,
+        )));
+    }
+    Ok(json)
 }
 
 /// Raw deflate back to the bytes it holds.
@@ -156,6 +204,41 @@ mod tests {
         corrupt[1] ^= 0xff;
         assert!(decode::<Value>(&corrupt).is_err());
         // The thread's inflate state is reset: a good body decodes after a bad one.
+        assert_eq!(decode::<Value>(&packed).expect("decodes"), big);
+    }
+
+    #[test]
+    fn lz4_bodies_round_trip_and_either_packing_reads_the_other() {
+        let big = json!({"seq": 3, "type": "tool", "output": "echo me ".repeat(150)});
+        let fast = encode_with(&big, Packing::Lz4).expect("encodes");
+        assert_eq!(fast[0], 1, "packed with LZ4");
+        assert!(fast.len() < 200, "{} bytes", fast.len());
+        let small = encode(&big).expect("encodes");
+        assert_eq!(small[0], 0, "deflated");
+        // A store reads whatever was written before it changed its packing.
+        assert_eq!(decode::<Value>(&fast).expect("decodes"), big);
+        assert_eq!(decode::<Value>(&small).expect("decodes"), big);
+        // Small values stay plain JSON whatever the packing.
+        let tiny = json!({"seq": 1});
+        assert_eq!(encode_with(&tiny, Packing::Lz4).expect("encodes")[0], b'{');
+    }
+
+    #[test]
+    fn truncated_corrupt_or_oversized_lz4_bodies_are_errors() {
+        let big = json!({"text": "word ".repeat(500)});
+        let packed = encode_with(&big, Packing::Lz4).expect("encodes");
+        for cut in [1, 3, 5, packed.len() / 2, packed.len() - 1] {
+            assert!(decode::<Value>(&packed[..cut]).is_err(), "cut at {cut}");
+        }
+        // A size larger than the block could ever expand to is refused before allocating.
+        let mut huge = packed.clone();
+        huge[1..5].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode::<Value>(&huge).is_err());
+        // A size that disagrees with the block.
+        let mut short = packed.clone();
+        let size = u32::from_le_bytes([packed[1], packed[2], packed[3], packed[4]]);
+        short[1..5].copy_from_slice(&(size - 1).to_le_bytes());
+        assert!(decode::<Value>(&short).is_err());
         assert_eq!(decode::<Value>(&packed).expect("decodes"), big);
     }
 }

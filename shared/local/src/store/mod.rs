@@ -131,7 +131,8 @@ fn from_json<T: DeserializeOwned>(s: &str) -> Result<T, PortError> {
 }
 
 fn encode_entry(e: &Entry) -> Result<(i64, Vec<u8>), PortError> {
-    let body = baton_codec::encode(e).map_err(|e| broken("encode entry", e))?;
+    let body = baton_codec::encode_with(e, baton_codec::Packing::Lz4)
+        .map_err(|e| broken("encode entry", e))?;
     Ok((e.seq as i64, body))
 }
 
