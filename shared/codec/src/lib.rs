@@ -23,7 +23,7 @@ const LZ4: u8 = 1;
 pub enum Packing {
     /// Deflate: the smallest, for a store that bills by the kilobyte written (DynamoDB).
     Deflate,
-    /// LZ4: a few times cheaper to pack and unpack, a fifth or so larger, for a store
+    /// LZ4: a few times cheaper to pack and unpack, about a third larger, for a store
     /// whose steps are bound by the CPU (the embedded one). Deflate resets about 300 KB
     /// of tables for each body, however small; LZ4 a 16 KB one.
     Lz4,
