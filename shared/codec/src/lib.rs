@@ -53,7 +53,7 @@ pub fn encode_with<T: Serialize + ?Sized>(v: &T, packing: Packing) -> Result<Vec
     }
     let packed = match packing {
         Packing::Deflate => deflate(&json)?,
-        Packing::Lz4 => lz4(&json),
+        Packing::Lz4 => lz4(&json)?,
     };
     Ok(if packed.len() < json.len() {
         packed
@@ -103,11 +103,14 @@ fn deflate(json: &[u8]) -> Result<Vec<u8>, CodecError> {
 }
 
 /// `LZ4` followed by `json` as an LZ4 block, its size first (4 bytes, little-endian).
-fn lz4(json: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(5 + lz4_flex::block::get_maximum_output_size(json.len()));
-    out.push(LZ4);
-    out.extend_from_slice(&lz4_flex::block::compress_prepend_size(json));
-    out
+fn lz4(json: &[u8]) -> Result<Vec<u8>, CodecError> {
+    const HEAD: usize = 5;
+    let mut out = vec![0; HEAD + lz4_flex::block::get_maximum_output_size(json.len())];
+    out[0] = LZ4;
+    out[1..HEAD].copy_from_slice(&(json.len() as u32).to_le_bytes());
+    let n = lz4_flex::block::compress_into(json, &mut out[HEAD..]).map_err(zerror)?;
+    out.truncate(HEAD + n);
+    Ok(out)
 }
 
 /// An LZ4 block with its size first back to the bytes it holds.
@@ -115,14 +118,22 @@ fn unlz4(packed: &[u8]) -> Result<Vec<u8>, CodecError> {
     let (size, block) = lz4_flex::block::uncompressed_size(packed).map_err(zerror)?;
     // LZ4 expands at most 255-fold: a larger size is corruption, not worth allocating for.
     if size > block.len().saturating_mul(255) {
-        return Err(zerror(std::io::Error::from(
+        return Err(zerror(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
+            format!(
+                "LZ4 body claims {size} bytes from a {}-byte block",
+                block.len()
+            ),
         )));
     }
     let json = lz4_flex::block::decompress(block, size).map_err(zerror)?;
     if json.len() != size {
-        return Err(zerror(std::io::Error::from(
+        return Err(zerror(std::io::Error::new(
             std::io::ErrorKind::UnexpectedEof,
+            format!(
+                "LZ4 body holds {} bytes, not the {size} it claims",
+                json.len()
+            ),
         )));
     }
     Ok(json)
