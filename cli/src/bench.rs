@@ -64,6 +64,42 @@ pub(crate) fn bench_dir(data: Option<PathBuf>) -> anyhow::Result<(PathBuf, bool)
     })
 }
 
+/// How long this disk takes to make a small write durable, where the store will be: a
+/// 4 KB overwrite and `fdatasync`, 200 times; the median and the 90th percentile, in ms.
+/// A lone run's step cannot take less than one such sync, so the figure says what of a
+/// step's time is the disk's (it varies by machine and, on shared disks, by the minute).
+pub(crate) fn disk_sync_ms(dir: &std::path::Path) -> anyhow::Result<serde_json::Value> {
+    use std::io::{Seek, SeekFrom, Write};
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("sync-probe");
+    let probe = || -> std::io::Result<Vec<Duration>> {
+        let mut f = std::fs::File::create(&path)?;
+        let page = [0x5au8; 4096];
+        for _ in 0..16 {
+            f.write_all(&page)?;
+        }
+        f.sync_all()?;
+        let mut times = Vec::with_capacity(200);
+        for i in 0..200u64 {
+            let t = Instant::now();
+            f.seek(SeekFrom::Start(i % 16 * 4096))?;
+            f.write_all(&page)?;
+            f.sync_data()?;
+            times.push(t.elapsed());
+        }
+        Ok(times)
+    };
+    let times = probe();
+    let _ = std::fs::remove_file(&path);
+    let mut times = times.with_context(|| format!("timing a sync in {}", dir.display()))?;
+    times.sort_unstable();
+    let ms = |q: f64| {
+        let d = times[((times.len() - 1) as f64 * q).round() as usize];
+        (d.as_secs_f64() * 1e6).round() / 1e3
+    };
+    Ok(json!({"p50_ms": ms(0.5), "p90_ms": ms(0.9)}))
+}
+
 /// Agent `bench` and its script: `n` echo calls with a 1 KB argument (the one at
 /// `pause_at` asks for approval), then an answer.
 pub(crate) fn script(n: u64, pause_at: Option<u64>) -> anyhow::Result<(ScriptedLlm, Arc<Catalog>)> {
@@ -207,6 +243,7 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
     let (dir, remove) = bench_dir(data)?;
     let pause_at = if variant_b { Some(n / 2) } else { None };
     let (llm, catalog) = script(n, pause_at)?;
+    let disk_sync = disk_sync_ms(&dir)?;
 
     let mut parts = open(&dir, &llm, &catalog)?;
     let req = CreateRun {
@@ -272,6 +309,7 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
         "bytes_per_iteration": db_bytes / n,
         "first_tenth_ms": (mean_ms(&times[..tenth]) * 1e4).round() / 1e4,
         "last_tenth_ms": (mean_ms(&times[times.len() - tenth..]) * 1e4).round() / 1e4,
+        "disk_sync": disk_sync,
     });
     drop(parts);
     if remove {

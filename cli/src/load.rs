@@ -19,7 +19,7 @@ use baton_local::{LocalOptions, LocalServer, WorkerOptions};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
-use crate::bench::{bench_dir, cpu_s, peak_rss_mb, script, verify};
+use crate::bench::{bench_dir, cpu_s, disk_sync_ms, peak_rss_mb, script, verify};
 
 const TOKEN: &str = "bench";
 
@@ -90,6 +90,7 @@ async fn probe(
 pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<String> {
     let (dir, remove) = bench_dir(data)?;
     let (llm, catalog) = script(n, None)?;
+    let disk_sync = disk_sync_ms(&dir)?;
     let times = StepTimes::default();
     let server = LocalServer::start(LocalOptions {
         data_dir: dir.clone(),
@@ -188,6 +189,7 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
         "steps_with_cached_timeline": warm,
         "steps_loading_timeline": cold,
         "peak_rss_mb": (peak_rss_mb() * 10.0).round() / 10.0,
+        "disk_sync": disk_sync,
         "all_completed": true,
     });
     server.shutdown().await;

@@ -219,12 +219,48 @@ fn the_benchmark_prints_one_json_line_for_both_variants() {
         assert_eq!(v["iterations"], 40);
         assert_eq!(v["variant"], variant);
         assert!(v["db_bytes"].as_u64().unwrap() > 40 * 500, "{v}");
+        assert_disk_sync(&v);
     }
     let out = Command::new(BIN)
         .args(["bench", "--iterations", "0"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// The disk's own sync time, beside the figures it bounds: a median and a 90th percentile.
+fn assert_disk_sync(v: &Value) {
+    let (p50, p90) = (
+        v["disk_sync"]["p50_ms"].as_f64(),
+        v["disk_sync"]["p90_ms"].as_f64(),
+    );
+    assert!(
+        matches!((p50, p90), (Some(a), Some(b)) if a > 0.0 && a <= b),
+        "disk_sync in {v}"
+    );
+}
+
+#[test]
+fn a_thousand_runs_at_once_all_complete_through_the_api() {
+    let out = Command::new(BIN)
+        .args(["bench", "--runs", "1000", "--iterations", "3"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert_eq!(text.trim().lines().count(), 1, "{text}");
+    let v: Value = serde_json::from_str(text.trim()).unwrap();
+    // The benchmark itself reads every run back and fails unless each completed with its
+    // three echo results in its timeline.
+    assert_eq!(v["all_completed"], true, "{v}");
+    assert_eq!(v["runs"], 1000);
+    // Each run's three echo steps and its answer; a few more if a step was redone.
+    assert!(v["steps"].as_u64().unwrap() >= 4000, "{v}");
+    assert_eq!(v["api_creates"]["count"], 1000, "{v}");
+    assert!(v["steps_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    // Many runs' commits shared each fsync.
+    assert!(v["steps_per_fsync"].as_f64().unwrap() > 1.0, "{v}");
+    assert_disk_sync(&v);
 }
 
 #[test]
