@@ -64,6 +64,42 @@ pub(crate) fn bench_dir(data: Option<PathBuf>) -> anyhow::Result<(PathBuf, bool)
     })
 }
 
+/// The machine's CPU time so far, in ticks: all of it, and what the hypervisor took for
+/// other guests ("steal", Linux's `/proc/stat`). None where that is not known.
+fn machine_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let ticks = stat
+        .lines()
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .map(|t| t.parse::<u64>().ok())
+        .collect::<Option<Vec<_>>>()?;
+    // user nice system idle iowait irq softirq steal; guest time is counted in user.
+    let total = ticks.iter().take(8).sum();
+    Some((total, *ticks.get(7)?))
+}
+
+/// The share of the machine's CPU time the hypervisor gave to other guests while a
+/// benchmark ran (a percentage; null where unknown). On a shared host it varies by the
+/// minute, and a run that shares the cores with someone else measures slower.
+pub(crate) struct Steal(Option<(u64, u64)>);
+
+impl Steal {
+    pub(crate) fn start() -> Self {
+        Self(machine_ticks())
+    }
+
+    pub(crate) fn pct(&self) -> serde_json::Value {
+        match (self.0, machine_ticks()) {
+            (Some((t0, s0)), Some((t1, s1))) if t1 > t0 => {
+                json!(((s1 - s0) as f64 * 1000.0 / (t1 - t0) as f64).round() / 10.0)
+            }
+            _ => serde_json::Value::Null,
+        }
+    }
+}
+
 /// How long this disk takes to make a small write durable, where the store will be: a
 /// 4 KB overwrite and `fdatasync`, 200 times; the median and the 90th percentile, in ms.
 /// A lone run's step cannot take less than one such sync, so the figure says what of a
@@ -257,7 +293,7 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
         .await?
         .run_id;
     let mut times = Vec::with_capacity(n as usize + 2);
-    let started = Instant::now();
+    let (started, steal) = (Instant::now(), Steal::start());
     let mut status = drive(&parts, &run_id, &mut times).await?;
     if variant_b {
         ensure!(
@@ -290,7 +326,7 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
             .await?;
         status = drive(&parts, &run_id, &mut times).await?;
     }
-    let wall = started.elapsed();
+    let (wall, steal) = (started.elapsed(), steal.pct());
     if status != RunStatus::Completed {
         bail!("the run ended {status:?}");
     }
@@ -310,6 +346,7 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
         "first_tenth_ms": (mean_ms(&times[..tenth]) * 1e4).round() / 1e4,
         "last_tenth_ms": (mean_ms(&times[times.len() - tenth..]) * 1e4).round() / 1e4,
         "disk_sync": disk_sync,
+        "cpu_steal_pct": steal,
     });
     drop(parts);
     if remove {

@@ -19,7 +19,7 @@ use baton_local::{LocalOptions, LocalServer, WorkerOptions};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
-use crate::bench::{bench_dir, cpu_s, disk_sync_ms, peak_rss_mb, script, verify};
+use crate::bench::{Steal, bench_dir, cpu_s, disk_sync_ms, peak_rss_mb, script, verify};
 
 const TOKEN: &str = "bench";
 
@@ -113,7 +113,7 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
         .pool_max_idle_per_host(runs.min(256))
         .build()?;
 
-    let (started, cpu_started) = (Instant::now(), cpu_s());
+    let (started, cpu_started, steal) = (Instant::now(), cpu_s(), Steal::start());
     let mut creating = JoinSet::new();
     for _ in 0..runs {
         let (client, url) = (client.clone(), url.clone());
@@ -153,7 +153,7 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let (wall, cpu) = (started.elapsed(), cpu_s() - cpu_started);
+    let (wall, cpu, steal) = (started.elapsed(), cpu_s() - cpu_started, steal.pct());
     stop.store(true, Ordering::Relaxed);
     let api_times = prober.await??;
     let steps = times.take();
@@ -190,6 +190,7 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
         "steps_loading_timeline": cold,
         "peak_rss_mb": (peak_rss_mb() * 10.0).round() / 10.0,
         "disk_sync": disk_sync,
+        "cpu_steal_pct": steal,
         "all_completed": true,
     });
     server.shutdown().await;
