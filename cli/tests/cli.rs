@@ -241,7 +241,8 @@ fn assert_machine_figures(v: &Value) {
         v["disk_sync"]["p90_ms"].as_f64(),
     );
     assert!(
-        matches!((p50, p90), (Some(a), Some(b)) if a > 0.0 && a <= b),
+        // (On a tmpfs a sync may round to 0.)
+        matches!((p50, p90), (Some(a), Some(b)) if a >= 0.0 && a <= b),
         "disk_sync in {v}"
     );
 }
