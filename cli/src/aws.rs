@@ -75,6 +75,15 @@ pub async fn dev(
         duplicate: false,
     })
     .await?;
+    match &config.link_key {
+        Some(key) => server
+            .set_up_links(key, config.public_url.as_deref())
+            .map_err(|e| anyhow::anyhow!("BATON_LINK_KEY: {e}"))?,
+        None => println!(
+            "baton dev --aws: one-time answer links are off: set BATON_LINK_KEY (at least 32 \
+             characters) to sign them"
+        ),
+    }
     println!(
         "baton dev --aws: listening on {} (table {}, bus {})",
         server.url(),

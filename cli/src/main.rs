@@ -59,8 +59,10 @@ enum Command {
     Dev {
         #[arg(long, default_value = "127.0.0.1:8787")]
         addr: SocketAddr,
-        /// Use the scripted model with this JSON file (default: the OpenAI-compatible client,
-        /// configured by OPENAI_BASE_URL, OPENAI_API_KEY and BATON_MODEL).
+        /// Use the scripted model with this JSON file. Without it, each agent calls the model
+        /// it names, else BATON_MODEL (`provider:model-id`: OpenAI-compatible with
+        /// OPENAI_BASE_URL and OPENAI_API_KEY, Anthropic with ANTHROPIC_API_KEY, or Bedrock
+        /// with your AWS credentials); the models are listed at start-up.
         #[arg(long)]
         script: Option<PathBuf>,
         /// Extra agents: {"agents": {"<name>": {"system", "tools", "approval", "maxIterations"}}}.
@@ -125,10 +127,12 @@ enum Command {
     },
     /// Cancel a run, its pending CTAs and its subagents.
     Cancel { run_id: String },
-    /// Send a follow-up message to a finished run.
+    /// Send a follow-up message to a run: it starts the run's next turn, or waits for the
+    /// turn under way to end.
     Say { run_id: String, message: String },
     /// The durable-loop benchmark: N echo iterations, each committed to disk.
     Bench {
+        /// Echo iterations per run (at least 2).
         #[arg(long)]
         iterations: u64,
         /// A: straight through. B: park on an approval at N/2, drop all state, resume from disk.
@@ -299,27 +303,70 @@ pub(crate) async fn model_and_agents(
         baton_tools::Host::Dev,
     )?);
     let llm: Arc<dyn Llm> = match script {
-        Some(path) => Arc::new(ScriptedLlm::load(path)?.priced_as(&config.model.model)),
+        Some(path) => {
+            println!("baton dev: scripted model from {}", path.display());
+            Arc::new(ScriptedLlm::load(path)?.priced_as(&config.model.model))
+        }
         None => {
+            let providers = baton_aws::handlers::providers(&catalog, &config.model.model);
+            say_models(config, &catalog);
             // Bedrock needs the AWS SDK's config (credentials, region): loaded only when a
             // model is Bedrock's, so that `baton dev` never waits on an AWS lookup otherwise.
-            let bedrock = std::iter::once(config.model.model.as_str())
-                .chain(
-                    catalog
-                        .agent_names()
-                        .into_iter()
-                        .filter_map(|n| catalog.agent(n).and_then(|a| a.model.as_deref())),
-                )
-                .any(|m| split_model(m).0 == "bedrock");
-            let sdk = if bedrock {
-                baton_aws::sdk::sdk_config(&config.sdk).await
-            } else {
-                aws_config::SdkConfig::builder().build()
+            let sdk = match providers.contains("bedrock") {
+                true => Some(baton_aws::sdk::sdk_config(&config.sdk).await),
+                false => None,
             };
-            Arc::new(baton_aws::handlers::models(&config.model, &sdk, None)?)
+            Arc::new(baton_aws::handlers::models(
+                &config.model,
+                &providers,
+                sdk.as_ref(),
+                None,
+            )?)
         }
     };
     Ok((llm, catalog))
+}
+
+/// Says which models `baton dev` will call, where, and for which agents; warns (on stderr)
+/// for each provider whose key is not set.
+fn say_models(config: &Config, catalog: &Catalog) {
+    let m = &config.model;
+    let mut missing = std::collections::BTreeSet::new();
+    for (model, agents) in catalog.models(&m.model) {
+        let (provider, _) = split_model(&model);
+        let r#where = match provider {
+            "anthropic" => {
+                if m.anthropic_api_key.is_none() {
+                    missing.insert((
+                        "ANTHROPIC_API_KEY",
+                        "Anthropic refuses every call without one",
+                    ));
+                }
+                m.anthropic_base_url.clone()
+            }
+            "bedrock" => "Amazon Bedrock, with your AWS credentials".to_owned(),
+            _ => {
+                if m.api_key.is_none() {
+                    missing.insert((
+                        "OPENAI_API_KEY",
+                        "fine for a local server (Ollama, vLLM); OpenAI refuses every call without one",
+                    ));
+                }
+                m.base_url.clone()
+            }
+        };
+        let default = agents
+            .iter()
+            .any(|a| catalog.agent(a).is_some_and(|d| d.model.is_none()));
+        println!(
+            "baton dev: model {model} at {where}{} for {}",
+            if default { " (BATON_MODEL)" } else { "" },
+            agents.join(", ")
+        );
+    }
+    for (var, why) in missing {
+        eprintln!("baton dev: warning: {var} is not set ({why})");
+    }
 }
 
 async fn dev(
@@ -348,34 +395,6 @@ async fn dev(
         server.url(),
         data.display()
     );
-    match &script {
-        Some(p) => println!("baton dev: scripted model from {}", p.display()),
-        None => {
-            let m = &config.model;
-            let (provider, id) = split_model(&m.model);
-            let (key_missing, r#where) = match provider {
-                "anthropic" => (
-                    m.anthropic_api_key.is_none().then_some("ANTHROPIC_API_KEY"),
-                    m.anthropic_base_url.clone(),
-                ),
-                "bedrock" => (None, "Amazon Bedrock, with your AWS credentials".to_owned()),
-                _ => (
-                    m.api_key.is_none().then_some("OPENAI_API_KEY"),
-                    m.base_url.clone(),
-                ),
-            };
-            println!(
-                "baton dev: default model {provider}:{id} at {where} (BATON_MODEL; an agent's \
-                 `model` names its own)"
-            );
-            if let Some(var) = key_missing {
-                eprintln!(
-                    "baton dev: warning: {var} is not set; a provider that needs a key will \
-                     refuse every model call (a local server may not need one)"
-                );
-            }
-        }
-    }
     if server.token_created {
         println!(
             "baton dev: new token {} (stored in {})",

@@ -22,7 +22,14 @@ const SCRIPT: &str = r#"{"ops": [
     {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "ship?"}}]},
     {"text": "shipped"}]}"#;
 
+/// Failpoints are process-wide: the tests of this file take turns.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn host(moto: &Moto, prefix: &str) -> AwsDevServer {
+    host_with(moto, prefix, SCRIPT).await
+}
+
+async fn host_with(moto: &Moto, prefix: &str, script: &str) -> AwsDevServer {
     let mut names = Names::new(prefix);
     // A message a crash leaves in flight comes back after this, not after 30 s.
     names.visibility_timeout = 2;
@@ -32,7 +39,7 @@ async fn host(moto: &Moto, prefix: &str) -> AwsDevServer {
         scheduler_role_arn: "arn:aws:iam::123456789012:role/crash-scheduler".into(),
         addr: "127.0.0.1:0".parse().unwrap(),
         token: TOKEN.into(),
-        llm: scripted(SCRIPT),
+        llm: scripted(script),
         catalog: catalog(Some(
             json!({"agents": {"ops": {"tools": ["echo", "request_human_feedback"]}}}),
         )),
@@ -150,6 +157,7 @@ async fn scenario(moto: &Moto, prefix: &str, fp: &str, skip: u32) -> (Value, boo
 
 #[tokio::test]
 async fn the_crash_points_recover_to_the_fault_free_outcome_over_aws_apis() {
+    let _serial = SERIAL.lock().await;
     let moto = Moto::start();
     let (baseline, _) = scenario(&moto, "base", "", 0).await;
     assert_eq!(baseline["status"], "completed");
@@ -174,4 +182,87 @@ async fn the_crash_points_recover_to_the_fault_free_outcome_over_aws_apis() {
         assert!(fired, "{fp}#{skip} was never reached");
         assert_eq!(outcome, baseline, "after a crash at {fp}#{skip}");
     }
+}
+
+/// Posts each of `texts` as a follow-up to `run_id`, all at once.
+async fn post_all(s: &AwsDevServer, run_id: &str, texts: &[String]) {
+    let path = format!("/runs/{run_id}/messages");
+    let post = |t: &String| call(s, reqwest::Method::POST, &path, Some(json!({"text": t})));
+    let replies = match texts {
+        [one] => vec![post(one).await],
+        [a, b] => {
+            let (a, b) = tokio::join!(post(a), post(b));
+            vec![a, b]
+        }
+        _ => unreachable!("one or two at once"),
+    };
+    for (code, v) in replies {
+        assert_eq!(code, 202, "{v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follow_up_between_two_steps_gets_exactly_one_turn_over_aws_apis() {
+    let _serial = SERIAL.lock().await;
+    let moto = Moto::start();
+    // A tool step, then a reply; one reply per later turn.
+    let script = r#"{"ops": [
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]},
+        {"text": "turn 1"}, {"text": "turn 2"}, {"text": "turn 3"}]}"#;
+    let probes = [
+        ("step.after_commit", 0, false),
+        ("step.after_commit", 0, true),
+        ("step.before_ack", 0, false),
+        ("step.before_think", 1, true),
+        ("step.before_tool", 0, false),
+    ];
+    for (i, (fp, skip, concurrent)) in probes.into_iter().enumerate() {
+        failpoint::reset();
+        let s = host_with(&moto, &format!("f{i}"), script).await;
+        let gate = failpoint::pause(fp, skip);
+        let (code, v) = call(
+            &s,
+            reqwest::Method::POST,
+            "/runs",
+            Some(json!({"prompt": "go", "agent": "ops"})),
+        )
+        .await;
+        assert_eq!(code, 202, "{v}");
+        let run_id = v["runId"].as_str().unwrap().to_owned();
+        let reached = tokio::time::timeout(Duration::from_secs(30), gate.reached())
+            .await
+            .is_ok();
+        let at = format!("{fp}#{skip} concurrent={concurrent}");
+        assert!(reached, "{at} was never reached");
+        let texts: Vec<String> = if concurrent {
+            vec![format!("{at} one"), format!("{at} two")]
+        } else {
+            vec![format!("{at} one")]
+        };
+        post_all(&s, &run_id, &texts).await;
+        gate.release();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let run = loop {
+            let (_, run) = call(&s, reqwest::Method::GET, &format!("/runs/{run_id}"), None).await;
+            if run["status"] == "completed" && of_type(&run, "user").len() == texts.len() + 1 {
+                break run;
+            }
+            assert!(Instant::now() < deadline, "{at}: stranded: {run:#}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        for t in &texts {
+            let n = of_type(&run, "user")
+                .iter()
+                .filter(|e| e["text"] == t.as_str())
+                .count();
+            assert_eq!(n, 1, "{at}: {t}: {run:#}");
+        }
+        assert_eq!(
+            run["result"],
+            format!("turn {}", texts.len() + 1).as_str(),
+            "{at}: {run:#}"
+        );
+        s.shutdown().await;
+    }
+    failpoint::reset();
 }

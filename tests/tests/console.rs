@@ -1,6 +1,9 @@
-//! The console's server side: its assets, and `GET /runs/{id}/stream` (Server-Sent Events)
-//! followed over real HTTP, resumed with `Last-Event-ID`, and refused with a JSON 501 by a
-//! host that does not stream (the `api` function behind API Gateway).
+//! The console's server side: its assets, `GET /runs/{id}/stream` (Server-Sent Events)
+//! followed over real HTTP, resumed with `Last-Event-ID` from any event with no gap and no
+//! repeat, ended after the `run` event of a run at rest (unless `follow=true`), and refused
+//! with a JSON 501 by a host that does not stream (the `api` function behind API Gateway);
+//! and one-time answer links, on `baton dev` and on `baton dev --aws`, saying why a link to a
+//! settled question opens no form.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -10,6 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_api::{AppState, BearerToken};
+use baton_aws::provision::Names;
+use baton_core::ports::{ManualClock, SystemClock};
+use baton_local::{AwsDevOptions, AwsDevServer};
+use common::moto::Moto;
 use common::*;
 use serde_json::{Value, json};
 
@@ -23,6 +30,27 @@ struct Sse {
     event: String,
     id: String,
     data: Value,
+}
+
+/// Moves the whole frames in `buf` to `seen`.
+fn frames(buf: &mut String, seen: &mut Vec<Sse>) {
+    while let Some(cut) = buf.find("\n\n") {
+        let frame: String = buf.drain(..cut + 2).collect();
+        let (mut event, mut id, mut data) = (String::new(), String::new(), String::new());
+        for line in frame.lines() {
+            if let Some(v) = line.strip_prefix("event:") {
+                event = v.trim().into();
+            } else if let Some(v) = line.strip_prefix("id:") {
+                id = v.trim().into();
+            } else if let Some(v) = line.strip_prefix("data:") {
+                data.push_str(v.trim());
+            }
+        }
+        if !data.is_empty() {
+            let data = serde_json::from_str(&data).unwrap();
+            seen.push(Sse { event, id, data });
+        }
+    }
 }
 
 /// Reads a stream's events until `done` says stop (or 20 s pass).
@@ -41,24 +69,34 @@ async fn read_until(
             .unwrap()
             .expect("the stream stays open");
         buf.push_str(std::str::from_utf8(&chunk).unwrap());
-        while let Some(cut) = buf.find("\n\n") {
-            let frame: String = buf.drain(..cut + 2).collect();
-            let (mut event, mut id, mut data) = (String::new(), String::new(), String::new());
-            for line in frame.lines() {
-                if let Some(v) = line.strip_prefix("event:") {
-                    event = v.trim().into();
-                } else if let Some(v) = line.strip_prefix("id:") {
-                    id = v.trim().into();
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    data.push_str(v.trim());
-                }
-            }
-            if !data.is_empty() {
-                let data = serde_json::from_str(&data).unwrap();
-                seen.push(Sse { event, id, data });
-            }
-        }
+        frames(buf, seen);
     }
+}
+
+/// Reads a stream to its end: it must end by itself within 20 s.
+async fn read_to_end(mut resp: reqwest::Response) -> Vec<Sse> {
+    let (mut buf, mut seen) = (String::new(), Vec::new());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let chunk = tokio::time::timeout(left, resp.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("the stream stayed open after {} events", seen.len()))
+            .unwrap();
+        let Some(chunk) = chunk else { break };
+        buf.push_str(std::str::from_utf8(&chunk).unwrap());
+        frames(&mut buf, &mut seen);
+    }
+    assert!(buf.trim().is_empty(), "a cut frame: {buf:?}");
+    seen
+}
+
+/// The seqs of a stream's `entry` events, in order.
+fn seqs(seen: &[Sse]) -> Vec<u64> {
+    seen.iter()
+        .filter(|e| e.event == "entry")
+        .map(|e| e.data["seq"].as_u64().unwrap())
+        .collect()
 }
 
 fn entries(seen: &[Sse], seq: u64) -> Vec<&Value> {
@@ -77,17 +115,25 @@ async fn a_run_streams_its_timeline_live_and_resumes_from_its_cursor() {
         .as_str()
         .unwrap()
         .to_owned();
-    let open = |last: Option<&str>| {
+    let open = |query: &str, last: Option<&str>| {
         let mut rb = h
             .http
-            .get(h.url(&format!("/runs/{run_id}/stream")))
+            .get(h.url(&format!("/runs/{run_id}/stream{query}")))
             .bearer_auth(TOKEN);
         if let Some(id) = last {
             rb = rb.header("Last-Event-ID", id);
         }
         rb.send()
     };
-    let mut resp = open(None).await.unwrap();
+    // Without `follow`, the stream of a run waiting on an answer ends after its `run` event.
+    let parked = read_to_end(open("", None).await.unwrap()).await;
+    assert_eq!(seqs(&parked), [0, 1, 2]);
+    let last = parked.last().unwrap();
+    assert_eq!(
+        (last.event.as_str(), &last.data["status"]),
+        ("run", &json!("waiting"))
+    );
+    let mut resp = open("?follow=true", None).await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(
         resp.headers()["content-type"].to_str().unwrap(),
@@ -102,8 +148,12 @@ async fn a_run_streams_its_timeline_live_and_resumes_from_its_cursor() {
     .await;
     assert_eq!(entries(&seen, 0)[0]["text"], "greet me");
     assert_eq!(entries(&seen, 2)[0]["result"]["status"], "pending");
-    // The cursor stops before the entry that may still change.
-    assert_eq!(seen.last().unwrap().id, "1");
+    // Each entry's id is its own seq, but the cursor stops before the entry that may still
+    // change.
+    let ids: Vec<&str> = seen.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, ["0", "1", "1", "1"]);
+    // `follow=true` keeps the stream of the waiting run open: the answer comes down it.
+    tokio::time::sleep(Duration::from_millis(600)).await;
     h.post(
         &format!("/ctas/{cta}/response"),
         json!({"kind": "text", "text": "Ada"}),
@@ -126,28 +176,24 @@ async fn a_run_streams_its_timeline_live_and_resumes_from_its_cursor() {
     assert_eq!(done.data["result"], "Hello, Ada.");
     assert_eq!(done.id, "3");
 
-    // Resuming from a cursor sends only what comes after it.
-    let mut resp = open(Some("2")).await.unwrap();
-    let (mut buf, mut again) = (String::new(), Vec::new());
-    read_until(&mut resp, &mut buf, &mut again, |s| {
-        s.iter().any(|e| e.event == "run")
-    })
-    .await;
-    let seqs: Vec<u64> = again
-        .iter()
-        .filter(|e| e.event == "entry")
-        .map(|e| e.data["seq"].as_u64().unwrap())
-        .collect();
-    assert_eq!(seqs, [3]);
+    // Resuming from a cursor sends only what comes after it, then the run, and ends.
+    let again = read_to_end(open("", Some("2")).await.unwrap()).await;
+    assert_eq!(seqs(&again), [3]);
+    assert_eq!(again.last().unwrap().event, "run");
 
-    // Someone else's run, or a bad cursor, is refused with JSON.
+    // Someone else's run, a bad cursor or a bad `follow` is refused with JSON.
     let (code, v) = h.get("/runs/run_nope/stream").await;
     assert_eq!(
         (code, v["error"]["code"].as_str()),
         (404, Some("not_found"))
     );
-    let r = open(Some("x")).await.unwrap();
+    let r = open("", Some("x")).await.unwrap();
     assert_eq!(r.status(), 400);
+    let (code, v) = h.get(&format!("/runs/{run_id}/stream?follow=yes")).await;
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
 
     // A host behind API Gateway does not stream: a JSON 501 says to poll.
     let app = baton_api::router(AppState {
@@ -170,11 +216,82 @@ async fn a_run_streams_its_timeline_live_and_resumes_from_its_cursor() {
     assert_eq!(r.status(), 501);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "not_streamed");
-    // Stopping the server ends its open streams (a graceful stop does not wait for them).
+    // The followed stream is still open on the completed run; stopping the server ends it
+    // (a graceful stop does not wait for open streams).
+    let still = tokio::time::timeout(Duration::from_millis(600), resp.chunk()).await;
+    assert!(still.is_err(), "a followed stream stays open: {still:?}");
     tokio::time::timeout(Duration::from_secs(10), h.server.shutdown())
         .await
         .expect("the server stops with streams open");
     assert!(matches!(resp.chunk().await, Ok(None) | Err(_)));
+}
+
+/// Tool calls in one reply: their run has 1,203 entries, more than a poll's page (1,000).
+const MANY: usize = 1200;
+
+#[tokio::test]
+async fn a_finished_runs_stream_resumes_from_any_event_with_no_gap_and_no_repeat() {
+    let dir = tempfile::tempdir().unwrap();
+    // One reply of 1,200 calls (each gets its tool entry), then the answer.
+    let calls: Vec<Value> = (0..MANY)
+        .map(|i| json!({"name": "nope", "arguments": {"i": i}}))
+        .collect();
+    let script = json!({"orchestrator": [{"tool_calls": calls}, {"text": "Done."}]});
+    let h = start_scripted(dir.path(), &script.to_string()).await;
+    let run_id = h.create_run(json!({"prompt": "call a lot"})).await;
+    h.wait_status(&run_id, &["completed"]).await;
+    // The timeline goes on past the first page of a poll.
+    let (_, tail) = h.get(&format!("/runs/{run_id}/timeline?after=1000")).await;
+    assert!(!tail["entries"].as_array().unwrap().is_empty(), "{tail}");
+    let n = tail["next"].as_u64().unwrap() + 1;
+    assert_eq!(
+        n,
+        MANY as u64 + 3,
+        "the prompt, the reply, its calls, the answer"
+    );
+    let open = |last: Option<&str>| {
+        let mut rb = h
+            .http
+            .get(h.url(&format!("/runs/{run_id}/stream")))
+            .bearer_auth(TOKEN);
+        if let Some(id) = last {
+            rb = rb.header("Last-Event-ID", id);
+        }
+        rb.send()
+    };
+
+    // The whole stream: every entry once, in order, each with its own seq as its id; then
+    // the run, with the last seq; then the stream ends by itself.
+    let all = read_to_end(open(None).await.unwrap()).await;
+    assert_eq!(seqs(&all), (0..n).collect::<Vec<_>>());
+    for e in all.iter().filter(|e| e.event == "entry") {
+        assert_eq!(e.id, e.data["seq"].to_string());
+    }
+    let last = all.last().unwrap();
+    assert_eq!(last.event, "run");
+    assert_eq!(last.data["status"], "completed");
+    assert_eq!(last.id, (n - 1).to_string());
+    assert_eq!(all.iter().filter(|e| e.event == "run").count(), 1);
+
+    // Cut after k events (the first; mid-page; at the page's edge; in the second page),
+    // then resumed from the last id read: exactly the rest, no gap, no repeat.
+    for k in [1, 2, 537, 999, 1000, 1001, 1150] {
+        let mut resp = open(None).await.unwrap();
+        let (mut buf, mut seen) = (String::new(), Vec::new());
+        read_until(&mut resp, &mut buf, &mut seen, |s| s.len() >= k).await;
+        drop(resp);
+        let read = &seen[..k];
+        let resumed = read_to_end(open(Some(&read[k - 1].id)).await.unwrap()).await;
+        let mut got = seqs(read);
+        got.extend(seqs(&resumed));
+        assert_eq!(got, (0..n).collect::<Vec<_>>(), "cut after {k}");
+        assert_eq!(resumed.last().unwrap().event, "run", "cut after {k}");
+    }
+    // Resumed from the run event's id: nothing more than the run.
+    let resumed = read_to_end(open(Some(&last.id)).await.unwrap()).await;
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    assert_eq!(resumed[0].event, "run");
+    h.server.shutdown().await;
 }
 
 #[tokio::test]
@@ -311,6 +428,236 @@ async fn a_one_time_link_answers_its_cta_once_without_sign_in() {
     let (code, v) = h.post(&format!("/ctas/{cta}/link"), json!({})).await;
     assert_eq!(code, 409, "{v}");
     h.server.shutdown().await;
+}
+
+/// The sentences the console's link page says for each refusal code (`LINK_REFUSED`).
+fn link_page_sentences(js: &str) -> std::collections::HashMap<String, String> {
+    let start = js
+        .find("const LINK_REFUSED = new Map([")
+        .expect("LINK_REFUSED");
+    let table = &js[start..start + js[start..].find("]);").unwrap()];
+    let row = regex::Regex::new(r#"\["(\w+)", "([^"]+)"\]"#).unwrap();
+    row.captures_iter(table)
+        .map(|c| (c[1].to_owned(), c[2].to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_link_to_a_settled_question_says_how_it_was_settled() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+    let h = start(dir.path(), scripted(SCRIPT), catalog(None), clock.clone()).await;
+    // Four runs, each waiting on its question, each question with its link.
+    let mut runs = Vec::new();
+    for i in 0..4 {
+        runs.push(h.create_run(json!({"prompt": format!("greet {i}")})).await);
+    }
+    let ctas = h.wait_pending(4).await;
+    let mut tokens = Vec::new();
+    let prefix = format!("{}/console#/link/", h.url(""));
+    for run in &runs {
+        let cta = ctas.iter().find(|c| c["runId"] == run.as_str()).unwrap();
+        let cta_id = cta["ctaId"].as_str().unwrap().to_owned();
+        let (code, v) = h.post(&format!("/ctas/{cta_id}/link"), json!({})).await;
+        assert_eq!(code, 200, "{v}");
+        let token = v["url"].as_str().unwrap().strip_prefix(&prefix).unwrap();
+        tokens.push((cta_id, token.to_owned()));
+    }
+    let guest = reqwest::Client::new();
+    // What the link page reads, and what an answer through the link gets.
+    let refusal = async |token: &str| {
+        let mut out = Vec::new();
+        for body in [None, Some(json!({"kind": "text", "text": "Eve"}))] {
+            let r = match &body {
+                None => guest.get(h.url(&format!("/links/{token}"))),
+                Some(b) => guest
+                    .post(h.url(&format!("/links/{token}/response")))
+                    .json(b),
+            };
+            let r = r.send().await.unwrap();
+            let code = r.status().as_u16();
+            let v: Value = r.json().await.unwrap();
+            out.push((code, v["error"]["code"].as_str().unwrap_or("").to_owned()));
+        }
+        assert_eq!(out[0], out[1], "the page and the answer say the same");
+        out.remove(0)
+    };
+    let [answered, cancelled, expired, used] = &tokens[..] else {
+        unreachable!()
+    };
+    // Answered through the API (not through the link): "already answered".
+    let (code, v) = h
+        .post(
+            &format!("/ctas/{}/response", answered.0),
+            json!({"kind": "text", "text": "Ada"}),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    assert_eq!(refusal(&answered.1).await, (409, "cta_answered".into()));
+    // Cancelled with its run: "cancelled".
+    let (code, v) = h
+        .post(&format!("/runs/{}/cancel", runs[1]), json!({}))
+        .await;
+    assert_eq!(code, 202, "{v}");
+    h.wait_status(&runs[1], &["cancelled"]).await;
+    assert_eq!(refusal(&cancelled.1).await, (409, "cta_cancelled".into()));
+    // Answered through the link: "used".
+    let r = guest
+        .post(h.url(&format!("/links/{}/response", used.1)))
+        .json(&json!({"kind": "text", "text": "Ada"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    assert_eq!(refusal(&used.1).await, (409, "link_used".into()));
+    // Thirty days later the last question expires: "expired". The others still say how
+    // they were settled, past their expiry too.
+    clock.advance(chrono::Duration::days(30) + chrono::Duration::seconds(1));
+    h.wait_status(&runs[2], &["expired"]).await;
+    assert_eq!(refusal(&expired.1).await, (410, "link_expired".into()));
+    assert_eq!(refusal(&answered.1).await, (409, "cta_answered".into()));
+    assert_eq!(refusal(&cancelled.1).await, (409, "cta_cancelled".into()));
+    assert_eq!(refusal(&used.1).await, (409, "link_used".into()));
+    // A tampered token is still not valid.
+    let t = &expired.1;
+    let mac = t.rfind('.').unwrap() + 1;
+    let swap = if &t[mac..=mac] == "A" { "B" } else { "A" };
+    let tampered = format!("{}{swap}{}", &t[..mac], &t[mac + 1..]);
+    assert_eq!(refusal(&tampered).await, (403, "link_invalid".into()));
+
+    // The console's link page has its own sentence for each of these codes; none says
+    // the link is not valid, and no two say the same.
+    let js = guest
+        .get(h.url("/console/console.js"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let says = link_page_sentences(&js);
+    for (code, has) in [
+        ("cta_answered", "already answered"),
+        ("cta_cancelled", "cancelled"),
+        ("link_expired", "expired"),
+        ("link_used", "already used"),
+    ] {
+        let words = says
+            .get(code)
+            .unwrap_or_else(|| panic!("no words for {code}"));
+        assert!(words.contains(has), "{code}: {words}");
+        assert!(!words.contains("not valid"), "{code}: {words}");
+    }
+    let distinct: std::collections::HashSet<_> = says.values().collect();
+    assert_eq!(distinct.len(), says.len(), "{says:?}");
+    h.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn baton_dev_aws_makes_one_time_links_when_given_a_key() {
+    let moto = Moto::start();
+    let server = AwsDevServer::start(AwsDevOptions {
+        sdk: moto.sdk().await,
+        names: Names::new("links"),
+        scheduler_role_arn: "arn:aws:iam::123456789012:role/links-scheduler".into(),
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: TOKEN.into(),
+        llm: scripted(SCRIPT),
+        catalog: catalog(None),
+        clock: Arc::new(SystemClock),
+        duplicate: false,
+    })
+    .await
+    .unwrap();
+    let http = reqwest::Client::new();
+    let base = server.url();
+    let call = async |method: reqwest::Method, path: &str, body: Option<Value>, auth: bool| {
+        let mut rb = http.request(method, format!("{base}{path}"));
+        if auth {
+            rb = rb.bearer_auth(TOKEN);
+        }
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let r = rb.send().await.unwrap();
+        let code = r.status().as_u16();
+        (code, r.json::<Value>().await.unwrap_or(Value::Null))
+    };
+    let wait = async |what: &str, path: &str, ok: &dyn Fn(&Value) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, v) = call(reqwest::Method::GET, path, None, true).await;
+            if ok(&v) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let (code, v) = call(
+        reqwest::Method::POST,
+        "/runs",
+        Some(json!({"prompt": "greet me"})),
+        true,
+    )
+    .await;
+    assert_eq!(code, 202, "{v}");
+    let run_id = v["runId"].as_str().unwrap().to_owned();
+    let ctas = wait("the question", "/ctas?status=pending", &|v| {
+        v["ctas"].as_array().is_some_and(|c| !c.is_empty())
+    })
+    .await;
+    let cta = ctas["ctas"][0]["ctaId"].as_str().unwrap().to_owned();
+    let mint = format!("/ctas/{cta}/link");
+
+    // Without BATON_LINK_KEY, links are off, and the refusal names what is missing.
+    let (code, v) = call(reqwest::Method::POST, &mint, None, true).await;
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (409, Some("links_off"))
+    );
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("BATON_LINK_KEY"), "{message}");
+
+    // A key too short is refused; with one, links point at this server (no public URL).
+    assert!(server.set_up_links("short", None).is_err());
+    server
+        .set_up_links("a-link-key-of-at-least-thirty-two-bytes", None)
+        .unwrap();
+    let (code, v) = call(reqwest::Method::POST, &mint, None, true).await;
+    assert_eq!(code, 200, "{v}");
+    let url = v["url"].as_str().unwrap();
+    let token = url
+        .strip_prefix(&format!("{base}/console#/link/"))
+        .unwrap_or_else(|| panic!("{url}"))
+        .to_owned();
+    // The link works as on `baton dev`: it opens the question, answers once, then says so.
+    let (code, v) = call(
+        reqwest::Method::GET,
+        &format!("/links/{token}"),
+        None,
+        false,
+    )
+    .await;
+    assert_eq!((code, &v["prompt"]), (200, &json!("Name?")), "{v}");
+    let answer = Some(json!({"kind": "text", "text": "Ada"}));
+    let path = format!("/links/{token}/response");
+    let (code, v) = call(reqwest::Method::POST, &path, answer.clone(), false).await;
+    assert_eq!(code, 202, "{v}");
+    let run = wait("the run's end", &format!("/runs/{run_id}"), &|v| {
+        v["status"] == "completed"
+    })
+    .await;
+    assert_eq!(run["result"], "Hello, Ada.");
+    let (code, v) = call(reqwest::Method::POST, &path, answer, false).await;
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (409, Some("link_used"))
+    );
+    server.shutdown().await;
 }
 
 #[tokio::test]

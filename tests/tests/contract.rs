@@ -390,6 +390,52 @@ async fn store_contract(store: Arc<dyn Store>) {
         None
     );
 
+    // A finished run's next turn is claimed by one follow-up: again by the same one, not
+    // by another until the claim goes stale or the run commits; never moving the version.
+    let t = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+    let minute = chrono::Duration::minutes(1);
+    let claim = |m: &'static str, at, stale| store.claim_turn("run_fail", m, at, stale);
+    assert!(claim("msg_a", t, t - minute).await.unwrap());
+    assert!(
+        claim("msg_a", t, t - minute).await.unwrap(),
+        "its own again"
+    );
+    assert!(!claim("msg_b", t, t - minute).await.unwrap(), "claimed");
+    assert!(
+        claim("msg_b", t + minute * 20, t + minute).await.unwrap(),
+        "stale"
+    );
+    assert_eq!(
+        store
+            .get_run("run_fail")
+            .await
+            .unwrap()
+            .unwrap()
+            .run
+            .version,
+        1
+    );
+    store
+        .commit(
+            1,
+            &next(
+                &store.get_run("run_fail").await.unwrap().unwrap().run,
+                vec![],
+            ),
+        )
+        .await
+        .unwrap();
+    assert!(
+        claim("msg_c", t, t - minute).await.unwrap(),
+        "a commit clears it"
+    );
+    assert!(
+        !store
+            .claim_turn("run_missing", "msg_c", t, t - minute)
+            .await
+            .unwrap()
+    );
+
     // An answer's resolution stays outstanding until cleared; a cancel has none.
     let before = Utc::now() + chrono::Duration::seconds(5);
     let outstanding = store.stale_resolutions(before, 10).await.unwrap();

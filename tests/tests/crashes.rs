@@ -295,7 +295,9 @@ async fn scenario_with(fp: &str, skip: u32, cancel: bool, duplicate: bool) -> (O
 }
 
 const STEP_POINTS: &[&str] = &[
+    "step.before_think",
     "step.after_think",
+    "step.before_tool",
     "step.after_tool",
     "step.before_commit",
     "step.after_commit",
@@ -551,7 +553,7 @@ async fn a_crash_at_any_step_of_a_plan_starts_each_child_once() {
     // No tool runs in a plan of its own: every other point of a step, and the answer's.
     let points = STEP_POINTS
         .iter()
-        .filter(|p| **p != "step.after_tool")
+        .filter(|p| !matches!(**p, "step.before_tool" | "step.after_tool"))
         .chain(&["answer.after_settle", "resolution.after_send"]);
     for fp in points {
         for skip in 0..10 {
@@ -566,4 +568,186 @@ async fn a_crash_at_any_step_of_a_plan_starts_each_child_once() {
         }
     }
     eprintln!("plan: crashed and recovered at: {crashed:?}");
+}
+
+/// A turn of two tool steps, then one reply per later turn.
+const FOLLOW_SCRIPT: &str = r#"{"ops": [
+    {"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]},
+    {"tool_calls": [{"name": "echo", "arguments": {"text": "b"}}]},
+    {"text": "turn 1"}, {"text": "turn 2"}, {"text": "turn 3"}, {"text": "turn 4"}]}"#;
+
+/// Posts `texts` as follow-ups, all at once.
+async fn post_all(h: &Harness, run_id: &str, texts: &[String]) {
+    let path = format!("/runs/{run_id}/messages");
+    let replies = match texts {
+        [one] => vec![h.post(&path, json!({"text": one})).await],
+        [a, b] => {
+            let (a, b) = tokio::join!(
+                h.post(&path, json!({"text": a})),
+                h.post(&path, json!({"text": b}))
+            );
+            vec![a, b]
+        }
+        _ => unreachable!("one or two at once"),
+    };
+    for (code, v) in replies {
+        assert_eq!(code, 202, "{v}");
+    }
+}
+
+/// Waits until the run has ended a turn for every one of `texts` (and its prompt), then
+/// checks that each got exactly one turn, in a `user` entry of its own.
+async fn every_follow_up_had_one_turn(h: &Harness, run_id: &str, texts: &[String], at: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let run = loop {
+        let (_, run) = h.get(&format!("/runs/{run_id}")).await;
+        let turns = of_type(&run, "user").len();
+        if run["status"] == "completed" && turns == texts.len() + 1 {
+            break run;
+        }
+        assert!(Instant::now() < deadline, "{at}: stranded: {run:#}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    for t in texts {
+        let n = of_type(&run, "user")
+            .iter()
+            .filter(|e| e["text"] == t.as_str())
+            .count();
+        assert_eq!(n, 1, "{at}: {t} had {n} turns: {run:#}");
+    }
+    assert!(run.get("queued").is_none(), "{at}: {run:#}");
+    let last = format!("turn {}", texts.len() + 1);
+    assert_eq!(run["result"], last.as_str(), "{at}: {run:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follow_up_at_any_point_of_a_turn_gets_exactly_one_turn() {
+    let _serial = SERIAL.lock().await;
+    let catalog = || catalog(Some(json!({"agents": {"ops": {"tools": ["echo"]}}})));
+    // Every point between one step's commit and the next one's, at each pass the turn
+    // makes through it (three steps: start, and a continue after each tool step).
+    let mut probes: Vec<(&str, u32)> = Vec::new();
+    for fp in [
+        "step.after_commit",
+        "step.before_ack",
+        "step.before_think",
+        "step.before_tool",
+    ] {
+        let passes = if fp == "step.before_tool" { 2 } else { 3 };
+        probes.extend((0..passes).map(|skip| (fp, skip)));
+    }
+    for (fp, skip) in probes {
+        // One follow-up there, then (sequentially) one more; then two at once.
+        for concurrent in [false, true] {
+            failpoint::reset();
+            let dir = tempfile::tempdir().unwrap();
+            let h = start(
+                dir.path(),
+                scripted(FOLLOW_SCRIPT),
+                catalog(),
+                Arc::new(SystemClock),
+            )
+            .await;
+            let gate = failpoint::pause(fp, skip);
+            let run_id = h.create_run(json!({"prompt": "go", "agent": "ops"})).await;
+            let reached = tokio::time::timeout(Duration::from_secs(20), gate.reached())
+                .await
+                .is_ok();
+            let at = format!("{fp}#{skip} concurrent={concurrent}");
+            assert!(reached, "{at} was never reached");
+            let texts: Vec<String> = if concurrent {
+                let both = vec![format!("{at} one"), format!("{at} two")];
+                post_all(&h, &run_id, &both).await;
+                gate.release();
+                both
+            } else {
+                let first = vec![format!("{at} one")];
+                post_all(&h, &run_id, &first).await;
+                gate.release();
+                // The second after the first has been taken in (queued or turned).
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                let second = vec![format!("{at} two")];
+                post_all(&h, &run_id, &second).await;
+                [first, second].concat()
+            };
+            every_follow_up_had_one_turn(&h, &run_id, &texts, &at).await;
+            h.server.shutdown().await;
+        }
+    }
+    failpoint::reset();
+
+    // While a CTA waits, and after the run completed: the same.
+    let dir = tempfile::tempdir().unwrap();
+    let script = SCRIPT.replace(
+        r#"{"text": "and again"}"#,
+        r#"{"text": "and again"}, {"text": "third"}, {"text": "fourth"}"#,
+    );
+    // A model that takes its time, as real ones do: a turn is under way for a while.
+    struct Slow(Arc<dyn baton_core::llm::Llm>);
+    #[async_trait::async_trait]
+    impl baton_core::llm::Llm for Slow {
+        async fn complete(
+            &self,
+            r: &baton_core::llm::ChatRequest<'_>,
+        ) -> Result<baton_core::llm::LlmReply, baton_core::llm::LlmError> {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            self.0.complete(r).await
+        }
+    }
+    let slow = Arc::new(Slow(scripted(&script)));
+    let h = start(dir.path(), slow, ops(), Arc::new(SystemClock)).await;
+    let run_id = h.create_run(json!({"prompt": "go", "agent": "ops"})).await;
+    let cta = h.wait_pending(1).await[0]["ctaId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (code, v) = h
+        .post(
+            &format!("/runs/{run_id}/messages"),
+            json!({"text": "while waiting"}),
+        )
+        .await;
+    assert_eq!((code, &v["queued"]), (202, &json!(true)), "{v}");
+    let (code, v) = h
+        .post(
+            &format!("/ctas/{cta}/response"),
+            json!({"kind": "approval", "approved": true}),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    let run = h.wait_status(&run_id, &["completed"]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut run = run;
+    while of_type(&run, "user").len() < 2 {
+        assert!(Instant::now() < deadline, "{run:#}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        run = h.get(&format!("/runs/{run_id}")).await.1;
+    }
+    let run = h.wait_status(&run_id, &["completed"]).await;
+    assert_eq!(run["result"], "and again", "{run:#}");
+    // Two back to back on the finished run: the first starts its next turn, the second
+    // waits for it, and each reply says which.
+    let path = format!("/runs/{run_id}/messages");
+    let (_, first) = h.post(&path, json!({"text": "first after"})).await;
+    let (_, second) = h.post(&path, json!({"text": "second after"})).await;
+    assert_eq!(
+        (&first["queued"], &second["queued"]),
+        (&json!(false), &json!(true)),
+        "{first} {second}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut run = run;
+    while of_type(&run, "user").len() < 4 || run["status"] != "completed" {
+        assert!(Instant::now() < deadline, "{run:#}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        run = h.get(&format!("/runs/{run_id}")).await.1;
+    }
+    for text in ["while waiting", "first after", "second after"] {
+        let turns = of_type(&run, "user")
+            .iter()
+            .filter(|e| e["text"] == text)
+            .count();
+        assert_eq!(turns, 1, "{text}: {run:#}");
+    }
+    h.server.shutdown().await;
 }

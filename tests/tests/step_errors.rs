@@ -116,6 +116,15 @@ impl Store for Refusing {
     ) -> Result<(), PortError> {
         self.inner.record_failure(run_id, failure).await
     }
+    async fn claim_turn(
+        &self,
+        run_id: &str,
+        message_id: &str,
+        at: DateTime<Utc>,
+        stale: DateTime<Utc>,
+    ) -> Result<bool, PortError> {
+        self.inner.claim_turn(run_id, message_id, at, stale).await
+    }
     async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
         self.inner.clear_resolution(cta_id).await
     }

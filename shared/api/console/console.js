@@ -364,14 +364,16 @@ async function runPage(runId) {
 // when it does not (API Gateway). One path for the page: `put` each entry, `state` the run.
 async function follow(runId, signal, put, state, live) {
   const path = `/runs/${encodeURIComponent(runId)}`;
-  // Streams end (a server restarting); each reconnect resumes from the last cursor.
+  // `follow=true`: the stream stays open while the run rests (waiting, or ended: an answer or
+  // a follow-up moves it again). Streams still end (a server restarting); each reconnect
+  // resumes from the id of the last event read, which is the cursor just after that event.
   let cursor = null;
   while (!signal.aborted) {
     let r;
     try {
       const headers = { "Authorization": "Bearer " + token(), "Accept": "text/event-stream" };
       if (cursor !== null) headers["Last-Event-ID"] = cursor;
-      r = await fetch(path + "/stream", { headers, signal });
+      r = await fetch(path + "/stream?follow=true", { headers, signal });
     } catch (e) {
       if (signal.aborted) return;
       live.textContent = "Reconnecting…";
@@ -398,11 +400,13 @@ async function follow(runId, signal, put, state, live) {
             else if (line.startsWith("data:")) data += line.slice(5).trim();
             else if (line.startsWith("id:")) id = line.slice(3).trim();
           }
+          if (data) {
+            const v = JSON.parse(data);
+            if (event === "entry") put(v);
+            else if (event === "run") state(v);
+          }
+          // The event is in: its id is where a reconnect resumes (after it, not before).
           if (id) cursor = id;
-          if (!data) continue;
-          const v = JSON.parse(data);
-          if (event === "entry") put(v);
-          else if (event === "run") state(v);
         }
       }
     } catch (e) {
@@ -434,6 +438,14 @@ async function follow(runId, signal, put, state, live) {
   }
 }
 
+// Why a one-time link opens no form, by the refusal's code (`GET /links/{token}`).
+const LINK_REFUSED = new Map([
+  ["link_used", "This link was already used: the question is answered."],
+  ["cta_answered", "This question was already answered: it needs no answer from this link."],
+  ["cta_cancelled", "This question was cancelled: its run ended before it was answered."],
+  ["link_expired", "This link has expired: the question stopped waiting for an answer."],
+]);
+
 async function linkPage(tokenText) {
   const box = el("section", { class: "card" }, el("p", {}, "Loading…"));
   show(el("h1", {}, "A question for you"), box);
@@ -441,9 +453,9 @@ async function linkPage(tokenText) {
   const { status, body } = await api(path, { auth: false });
   if (status !== 200) {
     const code = body && body.error && body.error.code;
-    const words = code === "link_used" ? "This link was already used: the question is answered."
-      : code === "link_expired" || status === 410 ? "This link has expired."
-      : "This link is not valid. Ask for a new one.";
+    const words = LINK_REFUSED.get(code) || (status === 410 ? LINK_REFUSED.get("link_expired")
+      : status === 403 ? "This link is not valid. Ask for a new one."
+      : "This link cannot be opened now (status " + status + "). Try again later.");
     box.replaceChildren(el("p", { class: "outcome bad", role: "alert" }, words));
     return;
   }

@@ -319,13 +319,12 @@ async fn post_message(
     JsonBody(body): JsonBody<MessageBody>,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
-    let run = s
+    let (run, queued) = s
         .service
         .post_message(&owner, &run_id, &body.text, key.as_deref())
         .await?;
-    let queued = !run.status.is_terminal();
     let message = if queued {
-        "the run is busy: this message starts its next turn when the one under way ends"
+        "the run is busy: this message starts its own turn when the turns before it end"
     } else {
         "this message starts the run's next turn"
     };

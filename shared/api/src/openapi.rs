@@ -224,9 +224,14 @@ pub fn document(agents: &[&str]) -> Value {
             "responses": ok("202", "the cancel takes its turn", accepted,
                 &[("401", "no or wrong token"), ("404", "no such run"), ("409", "the run had ended")])}},
         "/runs/{runId}/stream": {"get": {"summary": "the run's timeline and state as Server-Sent Events (entry, run); Last-Event-ID resumes",
+            "description": "Each event's id is the timeline cursor just after it: send the last one received as Last-Event-ID to resume with no gap. The stream ends after the `run` event of a run at rest (ended, or waiting), unless `follow=true`.",
             "parameters": [run_id.clone(),
                 {"name": "Last-Event-ID", "in": "header", "required": false,
-                 "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"}}],
+                 "description": "the id of the last event received: the stream resumes after it",
+                 "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"}},
+                {"name": "follow", "in": "query", "required": false,
+                 "description": "true: stay open while the run is at rest, for what comes next (an answer, a follow-up message); default false",
+                 "schema": {"type": "boolean", "default": false}}],
             "responses": {
                 "200": {"description": "an event stream: each event's data is JSON, an Entry (`entry`) or the run's status and spend (`run`)",
                     "content": {"text/event-stream": {"schema": {

@@ -6,23 +6,30 @@
 //! Events:
 //! - `entry`: one timeline entry, as `GET /runs/{id}` shows it, whenever it is new or has
 //!   changed (a pending tool result resolved). A client keeps entries by `seq`.
-//! - `run`: the run's status, state, usage and cost, whenever its version moves.
+//! - `run`: the run's status, state, usage and cost, whenever its version moves, once the
+//!   stream has caught up with the timeline.
 //!
-//! Every event's id is the timeline cursor: the last seq before the first entry that may
-//! still change (a pending tool result), or the last seq. A client that reconnects with
-//! `Last-Event-ID` gets everything after it again, as it now is, so nothing it missed stays
-//! stale.
+//! Each event's id is the timeline cursor just after that event: an `entry` event's own seq
+//! when no entry at or before it may still change (a pending tool result), else the last
+//! seq before the first one that may; a `run` event's, the cursor after the entries sent
+//! before it. A client that reconnects with `Last-Event-ID` gets everything after it, as it
+//! now is: nothing it missed, and again only what may have changed since.
+//!
+//! The stream ends after the `run` event of a run at rest (ended, or `waiting` on an answer
+//! or a subagent), unless the client asked `?follow=true`: then it stays open for what
+//! comes next (an answer, a follow-up message), as the console's run page does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Extension;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use baton_core::run::{Run, RunStatus};
 use baton_core::service::Service;
 use baton_core::timeline::{Entry, EntryBody};
 use futures_util::stream::{self, Stream, StreamExt};
@@ -38,6 +45,7 @@ pub(crate) async fn stream_run(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
     Id(run_id): Id,
+    Query(q): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     if !s.streams {
@@ -57,6 +65,11 @@ pub(crate) async fn stream_run(
                 .ok_or_else(|| ApiError::invalid("Last-Event-ID must be a timeline cursor"))?,
         ),
     };
+    let keep_open = match q.get("follow").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return Err(ApiError::invalid("`follow` must be true or false")),
+    };
     // Unknown or someone else's run: a 404 now, not an empty stream.
     s.service
         .timeline(&owner, &run_id, Some(u64::MAX), 1)
@@ -66,6 +79,7 @@ pub(crate) async fn stream_run(
         service: s.service.clone(),
         owner,
         run_id,
+        keep_open,
         after,
         sent: BTreeMap::new(),
         version: None,
@@ -81,11 +95,19 @@ struct Follow {
     service: Arc<Service>,
     owner: String,
     run_id: String,
+    /// `?follow=true`: stay open while the run is at rest.
+    keep_open: bool,
     /// The cursor: entries up to here are final and sent.
     after: Option<u64>,
     /// Entries past the cursor as last sent, by seq.
     sent: BTreeMap<u64, String>,
     version: Option<u64>,
+}
+
+/// The events of one poll, and whether they are the stream's last.
+struct Batch {
+    events: Vec<Result<Event, Infallible>>,
+    last: bool,
 }
 
 fn events(follow: Follow) -> impl Stream<Item = Result<Event, Infallible>> {
@@ -96,8 +118,8 @@ fn events(follow: Follow) -> impl Stream<Item = Result<Event, Infallible>> {
                 return None;
             }
             match f.poll().await {
-                Ok(batch) if batch.is_empty() => f.pause().await,
-                Ok(batch) => return Some((stream::iter(batch), Some(f))),
+                Ok(b) if b.events.is_empty() && !b.last => f.pause().await,
+                Ok(b) => return Some((stream::iter(b.events), (!b.last).then_some(f))),
                 // The run is gone, or the store is: say so, and end the stream.
                 Err(e) => {
                     let body = json!({"error": {"code": "stream_ended", "message": e}});
@@ -121,56 +143,67 @@ impl Follow {
         }
     }
 
+    /// The event id a client holds once it has what was sent so far.
+    fn id(&self) -> String {
+        self.after.map_or_else(String::new, |a| a.to_string())
+    }
+
     /// The events since the last poll (none when nothing changed).
-    async fn poll(&mut self) -> Result<Vec<Result<Event, Infallible>>, String> {
+    async fn poll(&mut self) -> Result<Batch, String> {
         let (run, entries) = self
             .service
             .timeline(&self.owner, &self.run_id, self.after, MAX_PAGE)
             .await
             .map_err(|e| e.to_string())?;
-        let mut out = Vec::new();
-        let mut changed = Vec::new();
+        // A full page may have more entries behind it: the run's state waits for them.
+        let caught_up = entries.len() < MAX_PAGE;
+        let mut events = Vec::new();
+        // The cursor moves past each entry while none at or before it may still change;
+        // each event carries the cursor as it stands once that event is in.
+        let mut settled = true;
         for e in &entries {
+            settled &= !may_change(e);
             let json = serde_json::to_string(e).map_err(|e| e.to_string())?;
-            if self.sent.get(&e.seq) != Some(&json) {
-                changed.push(json.clone());
-                self.sent.insert(e.seq, json);
+            let new = self.sent.get(&e.seq) != Some(&json);
+            if settled {
+                self.after = Some(e.seq);
+                self.sent.remove(&e.seq);
+            } else if new {
+                self.sent.insert(e.seq, json.clone());
+            }
+            if new {
+                events.push(Ok(Event::default().event("entry").id(self.id()).data(json)));
             }
         }
-        // The cursor moves past every entry that can no longer change.
-        let settled = entries
-            .iter()
-            .take_while(|e| !may_change(e))
-            .last()
-            .map(|e| e.seq);
-        if let Some(seq) = settled {
-            self.after = Some(seq);
-            self.sent = self.sent.split_off(&(seq + 1));
-        }
-        let id = self.after.map_or_else(String::new, |a| a.to_string());
-        for json in changed {
-            out.push(Ok(Event::default().event("entry").id(&id).data(json)));
-        }
-        if self.version != Some(run.version) {
+        if caught_up && self.version != Some(run.version) {
             self.version = Some(run.version);
-            let mut v = json!({
-                "runId": run.run_id, "status": run.status, "state": run.state,
-                "version": run.version, "usage": run.usage, "costUsd": run.cost_usd,
-                "total": run.total(),
-            });
-            if let Some(e) = &run.error {
-                v["error"] = json!(e);
-            }
-            if let Some(r) = &run.result {
-                v["result"] = json!(r);
-            }
-            out.push(Ok(Event::default()
+            events.push(Ok(Event::default()
                 .event("run")
-                .id(&id)
-                .data(v.to_string())));
+                .id(self.id())
+                .data(run_event(&run).to_string())));
         }
-        Ok(out)
+        let at_rest = run.status.is_terminal() || run.status == RunStatus::Waiting;
+        Ok(Batch {
+            events,
+            last: caught_up && at_rest && !self.keep_open,
+        })
     }
+}
+
+/// A `run` event's data.
+fn run_event(run: &Run) -> serde_json::Value {
+    let mut v = json!({
+        "runId": run.run_id, "status": run.status, "state": run.state,
+        "version": run.version, "usage": run.usage, "costUsd": run.cost_usd,
+        "total": run.total(),
+    });
+    if let Some(e) = &run.error {
+        v["error"] = json!(e);
+    }
+    if let Some(r) = &run.result {
+        v["result"] = json!(r);
+    }
+    v
 }
 
 /// Whether an entry may still change: a tool result not yet in.

@@ -160,9 +160,11 @@ impl Runtime {
     #[cfg(feature = "steps")]
     pub async fn models(&self) -> Result<Models, InitError> {
         let model = self.model().await?;
+        let catalog = Catalog::declared(self.config.agents()?)?;
         Ok(models(
             &model,
-            &self.sdk,
+            &providers(&catalog, &model.model),
+            Some(&self.sdk),
             self.key_source().map(|k| k as _),
         )?)
     }
@@ -237,24 +239,46 @@ impl Runtime {
     }
 }
 
-/// Every model provider for a host, routed by `provider:model-id` (see [`Models`]).
+/// The model providers a host's runs call: each agent's model's, and `default`'s
+/// (`BATON_MODEL`) for the agents that name none.
+pub fn providers(catalog: &Catalog, default: &str) -> std::collections::BTreeSet<String> {
+    catalog
+        .models(default)
+        .into_iter()
+        .map(|(model, _)| baton_core::cost::split_model(&model).0.to_owned())
+        .chain([baton_core::cost::split_model(default).0.to_owned()])
+        .collect()
+}
+
+/// The model port of a host, routed by `provider:model-id` (see [`Models`]), with a client
+/// for each of `providers` and no other: Bedrock's is built from `sdk`, which only a host
+/// whose runs call Bedrock needs to load (a call routed to a provider without a client
+/// fails with an error that names it).
 #[cfg(feature = "steps")]
 pub fn models(
     model: &ModelConfig,
-    sdk: &aws_config::SdkConfig,
+    providers: &std::collections::BTreeSet<String>,
+    sdk: Option<&aws_config::SdkConfig>,
     key_source: Option<Arc<dyn KeySource>>,
 ) -> Result<Models, LlmError> {
-    let openai = OpenAiLlm::new(OpenAiConfig::from_model(model))?.with_key_source(key_source);
-    let anthropic = AnthropicLlm::new(AnthropicConfig::from_model(model))?;
-    let timeout = Duration::from_secs(u64::from(model.timeout_secs));
-    let bedrock = BedrockLlm::new(
-        bedrock::client(&aws_sdk_bedrockruntime::config::Builder::from(sdk), timeout),
-        BedrockConfig::from_model(model),
-    );
-    Ok(Models::new(model.model.clone())
-        .openai(Arc::new(openai))
-        .anthropic(Arc::new(anthropic))
-        .bedrock(Arc::new(bedrock)))
+    let mut models = Models::new(model.model.clone());
+    if providers.contains("openai") {
+        let openai = OpenAiLlm::new(OpenAiConfig::from_model(model))?.with_key_source(key_source);
+        models = models.openai(Arc::new(openai));
+    }
+    if providers.contains("anthropic") {
+        models = models.anthropic(Arc::new(AnthropicLlm::new(AnthropicConfig::from_model(
+            model,
+        ))?));
+    }
+    if let Some(sdk) = sdk.filter(|_| providers.contains("bedrock")) {
+        let timeout = Duration::from_secs(u64::from(model.timeout_secs));
+        models = models.bedrock(Arc::new(BedrockLlm::new(
+            bedrock::client(&aws_sdk_bedrockruntime::config::Builder::from(sdk), timeout),
+            BedrockConfig::from_model(model),
+        )));
+    }
+    Ok(models)
 }
 
 /// A secret's fields: a JSON object's string members, or a plain string as the
@@ -455,11 +479,14 @@ pub async fn handle_steps_until(
         }
         .instrument(span)
         .await;
-        let result = result.and_then(|h| {
-            // A crash before the ack: the message is not deleted, and comes back.
-            baton_core::failpoint::hit("step.before_ack")?;
-            Ok(h)
-        });
+        // A crash before the ack: the message is not deleted, and comes back.
+        let result = match result {
+            Ok(h) => baton_core::failpoint::pass("step.before_ack")
+                .await
+                .map(|()| h)
+                .map_err(Into::into),
+            e => e,
+        };
         match result {
             Ok(_) => {}
             Err(e) if e.is_retryable() => {

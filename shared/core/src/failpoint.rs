@@ -4,7 +4,10 @@
 //! do), where a test arms a point and the next pass through it fails as a crash would:
 //! the call returns an error, so nothing after it happens, and the caller gives up the
 //! way it does when the process dies (a step's message is retried, an API request gets an
-//! error). Without the feature, [`hit`] is an empty function.
+//! error). A test may instead [`pause`] a point that async code passes through ([`pass`]):
+//! the next pass waits there until the test releases it, so the test can act between two
+//! writes (post a follow-up right after a commit, say). Without the feature, [`hit`] is an empty
+//! function.
 //!
 //! | point | where |
 //! |---|---|
@@ -13,7 +16,9 @@
 //! | `resolution.after_send` | a resolution sent, the CTA's outbox not yet cleared |
 //! | `message.after_queue` | a follow-up message queued, the reply not yet sent |
 //! | `cancel.after_queue` | a cancel queued, the reply not yet sent |
+//! | `step.before_think` | a step about to call the model |
 //! | `step.after_think` | the model replied, nothing committed |
+//! | `step.before_tool` | a step about to run a tool |
 //! | `step.after_tool` | a tool's output in hand, nothing committed |
 //! | `step.before_commit` / `step.after_commit` | around the conditional commit |
 //! | `effect.after_send`, `effect.after_publish`, `effect.after_schedule`, `effect.after_unschedule` | after each kind of effect |
@@ -30,6 +35,94 @@ mod armed {
     pub(super) static ARMED: Mutex<Option<HashMap<String, u32>>> = Mutex::new(None);
     /// Every point that fired, in order.
     pub(super) static FIRED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    pub(super) static PAUSED: Mutex<Option<Paused>> = Mutex::new(None);
+    /// Paused points, with how many passes to let through before holding one.
+    pub(super) type Paused = HashMap<String, (u32, std::sync::Arc<super::Gate>)>;
+}
+
+/// A pass through a paused point: reached, then held until released. It waits as a task
+/// (never blocking its thread, which would stall the tasks queued behind it there).
+#[cfg(feature = "failpoints")]
+#[derive(Debug, Default)]
+pub struct Gate {
+    reached: std::sync::atomic::AtomicBool,
+    released: std::sync::atomic::AtomicBool,
+    changed: tokio::sync::Notify,
+}
+
+#[cfg(feature = "failpoints")]
+impl Gate {
+    async fn until(&self, flag: &std::sync::atomic::AtomicBool) {
+        loop {
+            // Created before the flag is read, so a change in between is not missed.
+            let changed = self.changed.notified();
+            if flag.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    /// Waits until a pass reaches the point.
+    pub async fn reached(&self) {
+        self.until(&self.reached).await
+    }
+
+    /// Lets the held pass go on.
+    pub fn release(&self) {
+        self.released
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    /// Called by the pass: says it is here, and waits to be released.
+    async fn hold(&self) {
+        self.reached
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.changed.notify_waiters();
+        self.until(&self.released).await
+    }
+}
+
+/// Stops the `skip + 1`-th pass from now through `name`, where the pass goes through
+/// [`pass`], until the returned gate is released.
+#[cfg(feature = "failpoints")]
+pub fn pause(name: &str, skip: u32) -> std::sync::Arc<Gate> {
+    let gate = std::sync::Arc::new(Gate::default());
+    armed::PAUSED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(Default::default)
+        .insert(name.to_owned(), (skip, gate.clone()));
+    gate
+}
+
+/// [`hit`], where a test may also [`pause`] the code (an async caller).
+#[cfg(feature = "failpoints")]
+pub async fn pass(name: &str) -> Result<(), PortError> {
+    let held = {
+        let mut paused = armed::PAUSED.lock().unwrap_or_else(|e| e.into_inner());
+        match paused.as_mut().and_then(|m| m.get_mut(name)) {
+            Some((skip, _)) if *skip > 0 => {
+                *skip -= 1;
+                None
+            }
+            Some(_) => paused.as_mut().and_then(|m| m.remove(name)),
+            None => None,
+        }
+    };
+    if let Some((_, gate)) = held {
+        tracing::warn!(failpoint = name, "failpoint: paused here");
+        gate.hold().await;
+    }
+    hit(name)
+}
+
+/// Without the `failpoints` feature: nothing.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub async fn pass(_name: &str) -> Result<(), PortError> {
+    Ok(())
 }
 
 /// Fails if `name` is armed (once; the point then disarms itself).
@@ -76,6 +169,7 @@ pub fn arm(name: &str, skip: u32) {
 #[cfg(feature = "failpoints")]
 pub fn reset() {
     *armed::ARMED.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    *armed::PAUSED.lock().unwrap_or_else(|e| e.into_inner()) = None;
     armed::FIRED
         .lock()
         .unwrap_or_else(|e| e.into_inner())

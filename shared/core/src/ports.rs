@@ -107,6 +107,19 @@ pub trait Store: Send + Sync {
     /// a step being retried; read back as `Run::last_error` until the next commit clears it.
     async fn record_failure(&self, run_id: &str, failure: &LastError) -> Result<(), PortError>;
 
+    /// Claims a finished run's next turn for the follow-up `message_id`, beside the run item
+    /// and without moving its version, so that the API can say whether a message starts a
+    /// turn or waits: true if it is this message's (no claim stands, the one that does is
+    /// this message's own, or it was made before `stale`), false if another follow-up
+    /// claimed the turn first. The run's next commit clears the claim.
+    async fn claim_turn(
+        &self,
+        run_id: &str,
+        message_id: &str,
+        at: DateTime<Utc>,
+        stale: DateTime<Utc>,
+    ) -> Result<bool, PortError>;
+
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError>;
 
     /// Moves a CTA out of `pending` with one conditional write: the first wins. An answer or

@@ -177,6 +177,11 @@ pub struct Run {
     /// entries), oldest first: each starts a turn of its own when the one before ends.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queued: Vec<u64>,
+    /// The version whose commit sent this run's own `Continue` (its next think is on the
+    /// way), until that message is taken. A commit in between (a follow-up queued, a
+    /// subagent's notice) moves the version but not this, so the continue still applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continue_at: Option<u64>,
     /// The last failure of a step that is being retried, until a step commits. Not part of
     /// a commit: the store keeps it beside the run item and reads it back with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -286,6 +291,7 @@ impl Run {
             result_truncated: false,
             error: None,
             queued: Vec::new(),
+            continue_at: None,
             last_error: None,
             created_at: n.now,
             updated_at: n.now,

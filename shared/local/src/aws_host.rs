@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use baton_api::{AppState, Authenticator, BearerToken};
 use baton_core::agent::Catalog;
+use baton_core::links::Links;
 use baton_core::llm::Llm;
 use baton_core::ports::Clock;
 use baton_core::service::Service;
@@ -103,6 +104,17 @@ impl AwsDevServer {
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Turns on one-time answer links, as `baton dev` does: signed with `key`
+    /// (`BATON_LINK_KEY`, at least 32 bytes), under `public_url` (`BATON_PUBLIC_URL`), else
+    /// this server's own address. Until then `POST /ctas/{id}/link` answers 409 `links_off`.
+    pub fn set_up_links(&self, key: &str, public_url: Option<&str>) -> Result<(), String> {
+        let base = public_url.map_or_else(|| self.url(), str::to_owned);
+        let links = Links::new(key.as_bytes(), &base)?;
+        info!(base = %links.base_url, "one-time answer links on");
+        self.service.set_links(links);
+        Ok(())
     }
 
     pub async fn shutdown(self) {

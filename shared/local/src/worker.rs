@@ -262,9 +262,10 @@ async fn process(service: Arc<Service>, store: LocalStore, opts: WorkerOptions, 
         if duplicate && result.is_ok() {
             result = once().await;
         }
+        let crashed = result.is_ok() && baton_core::failpoint::pass("step.before_ack").await.is_err();
         let done = match result {
             // A crash before the ack: the message stays in flight until a restart releases it.
-            Ok(_) if baton_core::failpoint::hit("step.before_ack").is_err() => Ok(()),
+            Ok(_) if crashed => Ok(()),
             Ok(_) => {
                 store.ack_later(d.receipt);
                 Ok(())

@@ -183,7 +183,9 @@ impl DynamoStore {
                 }
             }
         }
-        for k in ["ob", "lerr", "ttl", "GSI2PK", "GSI2SK", "GSI3PK", "GSI3SK"] {
+        for k in [
+            "ob", "lerr", "tc", "tcat", "ttl", "GSI2PK", "GSI2SK", "GSI3PK", "GSI3SK",
+        ] {
             if !sets.iter().any(|x| x.starts_with(&format!("#{k} "))) {
                 removes.push(format!("#{k}"));
                 update = update.expression_attribute_names(format!("#{k}"), k);

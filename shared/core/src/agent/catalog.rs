@@ -274,6 +274,22 @@ impl Catalog {
         names
     }
 
+    /// Every model a run may call, `provider:model-id`, each with the agents that call it
+    /// (sorted): `default` (`BATON_MODEL`) for the agents that name none. What a host builds
+    /// model clients for, and says at start-up.
+    pub fn models(&self, default: &str) -> Vec<(String, Vec<&str>)> {
+        let mut models: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+        for name in self.agent_names() {
+            let model = self.agents[name].model.as_deref().unwrap_or(default);
+            let (provider, id) = crate::cost::split_model(model);
+            models
+                .entry(format!("{provider}:{id}"))
+                .or_default()
+                .push(name);
+        }
+        models.into_iter().collect()
+    }
+
     /// The tool `name` if `agent` may call it in an iteration `prepared` added to: a tool
     /// it lists, one its prepare hook added, or a listed tool of an MCP server it is granted.
     pub fn tool_for(

@@ -12,12 +12,21 @@ pub(super) fn start(w: &mut Work) -> Next {
     Next::Think
 }
 
-/// `Continue`: think again, if the run is still at the version that asked for it.
+/// `Continue`: think again, if this is the continue the run waits for: the one sent by the
+/// commit of `version` (`Run::continue_at`). Commits in between that did not take it (a
+/// follow-up queued while the turn goes on, a subagent's notice) leave it valid; a
+/// redelivery, or a continue of a turn that has ended since, is stale. (A run stored before
+/// `continue_at` existed still matches on its version.)
 pub(super) fn resume(w: &mut Work, version: u64) -> Next {
-    if w.run.version != version || w.run.status != RunStatus::Running {
+    let awaited = match w.run.continue_at {
+        Some(at) => at == version,
+        None => w.run.version == version,
+    };
+    if !awaited || w.run.status != RunStatus::Running {
         return Next::Now(Step::Ignore(format!(
             "stale continue for version {version}"
         )));
     }
+    w.run.continue_at = None;
     Next::Think
 }

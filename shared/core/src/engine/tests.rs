@@ -1085,6 +1085,49 @@ fn a_message_to_an_active_run_waits_as_a_queued_entry() {
 }
 
 #[test]
+fn a_follow_up_between_a_tool_step_and_the_next_think_gets_its_own_turn() {
+    // Given a run whose first step ran a tool and sent itself a continue,
+    let mut s = Sim::new();
+    s.script(
+        "worker",
+        vec![
+            calls(vec![call("echo", json!({"text": "x"}))]),
+            text("first turn done"),
+            text("second turn done"),
+        ],
+    );
+    let id = s.create("worker", "go");
+    let start = s.queue.pop_front().unwrap();
+    assert_eq!(s.deliver(&start), Outcome::Done);
+    let cont = s.queue.pop_front().unwrap();
+    assert!(matches!(cont.input, Input::Continue { .. }));
+    // when a follow-up is queued before that continue is taken (it moves the version),
+    let msg = Input::UserMessage {
+        text: "and then?".into(),
+        message_id: "m1".into(),
+        reply_to: None,
+    };
+    assert_eq!(s.send(&id, msg), Outcome::Done);
+    assert_eq!(s.run(&id).queued.len(), 1);
+    // then the continue still applies: the turn ends, and the follow-up gets its own turn.
+    assert_eq!(s.deliver(&cont), Outcome::Done, "the continue is not stale");
+    // A redelivery of the same continue is.
+    assert_eq!(s.deliver(&cont), Outcome::Ignored);
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.result.as_deref(), Some("second turn done"));
+    assert!(run.queued.is_empty());
+    assert_eq!(run.continue_at, None);
+    let users = s.runs[&id]
+        .1
+        .iter()
+        .filter(|e| matches!(&e.body, EntryBody::User { message_id: Some(m), .. } if m == "m1"))
+        .count();
+    assert_eq!(users, 1, "one turn for the follow-up");
+}
+
+#[test]
 fn the_iteration_cap_force_completes_with_a_recorded_reason() {
     let mut s = Sim::new();
     let echo = || calls(vec![call("echo", json!({"text": "again"}))]);

@@ -12,7 +12,6 @@ use super::{
 use crate::agent::{AgentDef, ApprovalBatch, Prepared};
 use crate::cta::CtaRequest;
 use crate::cta::Gated;
-use crate::message::Input;
 use crate::run::RunStatus;
 use crate::timeline::{EntryBody, ToolEntry, ToolResult};
 use crate::tools::ToolKind;
@@ -160,13 +159,7 @@ impl Work<'_> {
             self.run.status = RunStatus::Waiting;
         } else {
             self.run.status = RunStatus::Running;
-            self.send(
-                &self.run.run_id.clone(),
-                "continue",
-                Input::Continue {
-                    version: self.run.version + 1,
-                },
-            );
+            self.send_continue();
         }
         None
     }

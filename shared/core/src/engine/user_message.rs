@@ -95,9 +95,7 @@ impl Work<'_> {
             return;
         };
         self.begin_turn(&text, &message_id);
-        let run_id = self.run.run_id.clone();
-        let version = self.run.version + 1;
-        self.send(&run_id, "continue", Input::Continue { version });
+        self.send_continue();
     }
 }
 

@@ -166,6 +166,15 @@ impl<'a> Work<'a> {
         }));
     }
 
+    /// Sends the run its own next step (think again), marked with the version this step
+    /// commits, which [`super::start::resume`] checks.
+    pub(super) fn send_continue(&mut self) {
+        let version = self.run.version + 1;
+        self.run.continue_at = Some(version);
+        let run_id = self.run.run_id.clone();
+        self.send(&run_id, "continue", Input::Continue { version });
+    }
+
     pub(super) fn publish(&mut self, detail_type: &str, detail: Value) {
         let n = self
             .effects
@@ -231,6 +240,10 @@ impl<'a> Work<'a> {
             self.run.human_wait_ms += (self.now - since).num_milliseconds().max(0) as u64;
         }
         self.run.state = state.map(str::to_owned);
+        if self.run.status != RunStatus::Running {
+            // No think is on its way to a run that is not running.
+            self.run.continue_at = None;
+        }
         self.run.version += 1;
         self.run.updated_at = self.now;
         // A step committed: whatever failed before is behind the run.

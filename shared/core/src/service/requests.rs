@@ -151,7 +151,9 @@ impl Service {
     }
 
     /// Queues a follow-up user turn. On a finished run it starts the next turn; while a
-    /// turn is under way it waits for it to end (the run keeps it as a `queued` entry).
+    /// turn is under way, or when another follow-up has claimed the finished run's next
+    /// turn, it waits for the turn before it to end (the run keeps it as a `queued` entry).
+    /// Answers the run as it was and whether the message waits.
     ///
     /// With an idempotency key the message's id derives from it, so a client's retry never
     /// duplicates the turn: the run applies a message id once.
@@ -161,7 +163,7 @@ impl Service {
         run_id: &str,
         text: &str,
         idempotency_key: Option<&str>,
-    ) -> Result<Run, ServiceError> {
+    ) -> Result<(Run, bool), ServiceError> {
         if text.trim().is_empty() {
             return Err(ServiceError::Invalid("`text` must not be empty".into()));
         }
@@ -183,6 +185,20 @@ impl Service {
             }
             None => format!("msg_{}", uuid::Uuid::new_v4().simple()),
         };
+        // On a finished run, the first follow-up to claim its next turn starts it; the others
+        // wait. A claim whose message never reached the queue (its request died in between)
+        // stops counting after a step's longest budget.
+        let queued = if run.status.is_terminal() {
+            let now = self.deps.clock.now();
+            let stale = now - chrono::Duration::minutes(15);
+            !self
+                .deps
+                .store
+                .claim_turn(run_id, &message_id, now, stale)
+                .await?
+        } else {
+            true
+        };
         self.deps
             .queue
             .send(&[StepMessage {
@@ -196,7 +212,7 @@ impl Service {
             }])
             .await?;
         crate::failpoint::hit("message.after_queue")?;
-        Ok(run)
+        Ok((run, queued))
     }
 
     /// Queues a cancellation; the run's writer cancels its CTAs and children.
@@ -425,42 +441,55 @@ impl Service {
         Ok((links.url(&token), cta.expires_at))
     }
 
-    /// The CTA a one-time link opens, while the link may still answer it.
+    /// The CTA a one-time link opens, while the link may still answer it. A link to a CTA
+    /// that is settled says how, even past the CTA's expiry: used (`link_used`), answered
+    /// another way (`cta_answered`), cancelled (`cta_cancelled`) or expired
+    /// (`link_expired`). Only a token this deployment did not sign is `link_invalid`.
     pub async fn cta_by_link(&self, token: &str) -> Result<Cta, ServiceError> {
         let refuse = |code: &'static str, message: &str| ServiceError::Link {
             code,
             message: message.into(),
         };
         let invalid = || refuse("link_invalid", "this link is not valid");
-        let expired = || refuse("link_expired", "this link has expired");
+        let expired = || {
+            refuse(
+                "link_expired",
+                "this link has expired: the question stopped waiting for an answer",
+            )
+        };
         let links = self.links().ok_or_else(invalid)?;
         let now = self.deps.clock.now();
-        let claims = links.verify(token, now).map_err(|e| match e {
-            crate::links::LinkError::Invalid => invalid(),
-            crate::links::LinkError::Expired => expired(),
-        })?;
-        let cta = self
+        // The signature alone (checked as at the earliest instant, so that it passes past
+        // the expiry too): how a settled CTA was settled says more than that its link expired.
+        let claims = links
+            .verify(token, chrono::DateTime::<chrono::Utc>::MIN_UTC)
+            .map_err(|_| invalid())?;
+        let past = now.timestamp() >= claims.expires_at;
+        let Some(cta) = self
             .deps
             .store
             .get_cta(&claims.cta_id)
             .await?
             .filter(|c| c.link_nonce.as_deref() == Some(claims.nonce.as_str()))
-            .ok_or_else(invalid)?;
+        else {
+            // Signed here, for a CTA no longer kept (past the retention period).
+            return Err(if past { expired() } else { invalid() });
+        };
         match cta.status {
-            CtaStatus::Pending if now < cta.expires_at => Ok(cta),
-            CtaStatus::Pending | CtaStatus::Expired => Err(expired()),
             CtaStatus::Answered if cta.responder.as_deref() == Some(LINK_RESPONDER) => Err(refuse(
                 "link_used",
                 "this link was already used: the question is answered",
             )),
-            CtaStatus::Answered => Err(refuse(
-                "cta_answered",
-                "this question was answered already, another way",
-            )),
+            CtaStatus::Answered => {
+                Err(refuse("cta_answered", "this question was already answered"))
+            }
             CtaStatus::Cancelled => Err(refuse(
                 "cta_cancelled",
-                "this question was cancelled with its run",
+                "this question was cancelled: its run ended before it was answered",
             )),
+            CtaStatus::Expired => Err(expired()),
+            CtaStatus::Pending if past || now >= cta.expires_at => Err(expired()),
+            CtaStatus::Pending => Ok(cta),
         }
     }
 
@@ -475,15 +504,16 @@ impl Service {
             .answer_cta(None, &cta.cta_id, response, Some(LINK_RESPONDER.into()))
             .await;
         match answered {
-            // Another use of the link (or another answer) got there first.
-            Err(ServiceError::AlreadyAnswered(_)) => Err(self
-                .cta_by_link(token)
-                .await
-                .err()
-                .unwrap_or_else(|| ServiceError::Link {
-                    code: "link_used",
-                    message: "this link was already used".into(),
-                })),
+            // Settled meanwhile (another use of the link, another answer, a cancel, the
+            // expiry): said as the link says it.
+            Err(
+                e @ (ServiceError::AlreadyAnswered(_)
+                | ServiceError::Gone(_)
+                | ServiceError::Conflict {
+                    code: "cta_cancelled",
+                    ..
+                }),
+            ) => Err(self.cta_by_link(token).await.err().unwrap_or(e)),
             other => other,
         }
     }

@@ -109,7 +109,7 @@ impl Service {
             };
             match committed {
                 Ok(()) => {
-                    crate::failpoint::hit("step.after_commit")?;
+                    crate::failpoint::pass("step.after_commit").await?;
                     let mut timeline = timeline;
                     transition.apply(&mut timeline);
                     let (status, version) = (transition.run.status, transition.run.version);
@@ -426,6 +426,12 @@ struct Thinker<'a> {
 
 impl StepIo for Thinker<'_> {
     async fn think(&self, think_index: u32) -> Result<LlmReply, LlmError> {
+        failpoint::pass("step.before_think")
+            .await
+            .map_err(|e| LlmError::Unavailable {
+                message: e.to_string(),
+                source: None,
+            })?;
         let reply = self
             .service
             .think(self.run, self.timeline, think_index)
@@ -438,6 +444,9 @@ impl StepIo for Thinker<'_> {
     }
 
     async fn execute(&self, call: Execution) -> ToolOutput {
+        if let Err(e) = failpoint::pass("step.before_tool").await {
+            *self.crashed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+        }
         let catalog = &self.service.catalog;
         let ctx = ToolContext::new(
             &self.run.run_id,

@@ -309,8 +309,8 @@ impl LocalStore {
             .write(true, Undo::CheckFirst, move |c| {
                 let key: i64 = c
                     .prepare_cached(
-                        "UPDATE runs SET version = ?1, body = ?2, outbox = ?3, failure = NULL
-                         WHERE run_id = ?4 AND version = ?5 RETURNING run_key",
+                        "UPDATE runs SET version = ?1, body = ?2, outbox = ?3, failure = NULL,
+                         claim = NULL WHERE run_id = ?4 AND version = ?5 RETURNING run_key",
                     )
                     .and_then(|mut s| {
                         s.query_row(params![version, body, outbox, run_id, expected], |r| {
@@ -353,7 +353,13 @@ impl LocalStore {
 
 /// Columns added since the first release, added to data directories made before them.
 fn migrate(conn: &Connection) -> Result<(), PortError> {
-    for (table, column, decl) in [("ctas", "unsent", "INTEGER"), ("runs", "failure", "TEXT")] {
+    for (table, column, decl) in [
+        ("ctas", "unsent", "INTEGER"),
+        ("runs", "failure", "TEXT"),
+        // A follow-up's claim on a finished run's next turn, and when (ms since the epoch).
+        ("runs", "claim", "TEXT"),
+        ("runs", "claim_at", "INTEGER"),
+    ] {
         let exists: bool = conn
             .query_row(
                 &format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"),
@@ -597,6 +603,28 @@ impl Store for LocalStore {
             )
             .map_err(sql)?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn claim_turn(
+        &self,
+        run_id: &str,
+        message_id: &str,
+        at: DateTime<Utc>,
+        stale: DateTime<Utc>,
+    ) -> Result<bool, PortError> {
+        let (run_id, message_id) = (run_id.to_owned(), message_id.to_owned());
+        let (at, stale) = (at.timestamp_millis(), stale.timestamp_millis());
+        self.write_one(true, move |c| {
+            let n = c
+                .prepare_cached(
+                    "UPDATE runs SET claim = ?1, claim_at = ?2 WHERE run_id = ?3
+                     AND (claim IS NULL OR claim = ?1 OR claim_at < ?4)",
+                )
+                .and_then(|mut s| s.execute(params![message_id, at, run_id, stale]))
+                .map_err(sql)?;
+            Ok(n == 1)
         })
         .await
     }
