@@ -81,7 +81,10 @@ impl From<ServiceError> for ApiError {
 impl From<PortError> for ApiError {
     fn from(e: PortError) -> Self {
         error!(error = %e, source = ?std::error::Error::source(&e), "backend error");
-        if e.is_retryable() {
+        if e.is_storage_full() {
+            // Said as it is: the one who can free the space is the one who reads this.
+            Self::new(StatusCode::SERVICE_UNAVAILABLE, "disk_full", e.to_string())
+        } else if e.is_retryable() {
             Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",

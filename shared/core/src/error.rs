@@ -16,6 +16,14 @@ pub enum PortError {
         #[source]
         source: Option<BoxError>,
     },
+    /// The store's disk is full: nothing was written. Retryable: writes succeed again once
+    /// space is freed (a host retries such a step soon, and does not count it as a failure).
+    #[error("{message}")]
+    StorageFull {
+        message: String,
+        #[source]
+        source: Option<BoxError>,
+    },
     /// Stored data or a request is broken; retrying will not help.
     #[error("{message}")]
     Broken {
@@ -39,6 +47,14 @@ impl PortError {
         }
     }
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Unavailable { .. } | Self::Conflict)
+        matches!(
+            self,
+            Self::Unavailable { .. } | Self::Conflict | Self::StorageFull { .. }
+        )
+    }
+
+    /// Whether the store's disk is full (see [`PortError::StorageFull`]).
+    pub fn is_storage_full(&self) -> bool {
+        matches!(self, Self::StorageFull { .. })
     }
 }

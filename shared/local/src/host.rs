@@ -77,6 +77,19 @@ pub fn local_service(
 }
 
 /// The token file `baton` clients read when `BATON_TOKEN` is not set.
+/// Writes `text` to a file its user alone may read (0600, made so if it was not).
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = crate::store::create_private_file(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    file.set_len(0)?;
+    file.write_all(text.as_bytes())
+}
+
 pub fn token_path(data_dir: &std::path::Path) -> PathBuf {
     data_dir.join("token")
 }
@@ -95,7 +108,7 @@ impl LocalServer {
                 }
             },
         };
-        std::fs::write(token_path(&opts.data_dir), &token).map_err(StartError::Io)?;
+        write_private(&token_path(&opts.data_dir), &token).map_err(StartError::Io)?;
         let service = local_service(&store, opts.llm, opts.catalog, opts.clock);
         let worker = Worker::new(service.clone(), store.clone(), opts.worker);
         worker.sweep().await?;

@@ -74,6 +74,9 @@ pub struct Worker {
 /// How often the running worker sweeps, and how old an outstanding outbox must be to count.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
+/// How soon a step that found the disk full is tried again.
+const DISK_FULL_RETRY: Duration = Duration::from_secs(2);
+
 fn backoff(receives: u32) -> Duration {
     Duration::from_millis(250u64.saturating_mul(1 << receives.min(8)).min(60_000))
 }
@@ -270,10 +273,17 @@ async fn process(service: Arc<Service>, store: LocalStore, opts: WorkerOptions, 
                 store.ack_later(d.receipt);
                 Ok(())
             }
+            Err(e) if e.is_storage_full() => {
+                // Not the message's fault: tried again soon, as often as it takes, and
+                // never dead-lettered for it.
+                warn!(error = %e, "step failed: the disk is full; will retry");
+                service.note_failure(&msg, d.receives, &e).await;
+                store.retry_later(d.receipt, DISK_FULL_RETRY, true).await
+            }
             Err(e) if e.is_retryable() => {
                 warn!(error = %e, "step failed; will retry");
                 service.note_failure(&msg, d.receives, &e).await;
-                store.retry_later(d.receipt, backoff(d.receives)).await
+                store.retry_later(d.receipt, backoff(d.receives), false).await
             }
             Err(e) => {
                 // The service already tried to fail the run; another delivery cannot help.

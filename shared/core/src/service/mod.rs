@@ -91,6 +91,12 @@ impl StepError {
             Self::Contended(_) => true,
         }
     }
+
+    /// Whether it failed only because the store's disk is full (see
+    /// [`PortError::StorageFull`]): a host retries it soon, without counting the attempt.
+    pub fn is_storage_full(&self) -> bool {
+        matches!(self, Self::Port(e) if e.is_storage_full())
+    }
 }
 
 /// What handling a message did.

@@ -57,8 +57,10 @@ trait Job: Send {
     /// Applies the write inside the batch's transaction; false when it failed (its
     /// savepoint is then rolled back).
     fn apply(&mut self, conn: &Connection) -> bool;
+    /// Whether its write failed because the disk is full.
+    fn failed_full(&self) -> bool;
     /// Tells the caller how it went, once the batch committed or failed.
-    fn finish(self: Box<Self>, committed: Result<(), &str>);
+    fn finish(self: Box<Self>, committed: Result<(), &BatchError>);
 }
 
 struct Pending<T, F> {
@@ -95,13 +97,21 @@ where
         ok
     }
 
-    fn finish(self: Box<Self>, committed: Result<(), &str>) {
+    fn failed_full(&self) -> bool {
+        matches!(&self.out, Some(Err(e)) if e.is_storage_full())
+    }
+
+    fn finish(self: Box<Self>, committed: Result<(), &BatchError>) {
         let out = match (self.out, committed) {
             (Some(Err(e)), _) => Err(e),
             (Some(Ok(v)), Ok(())) => Ok(v),
+            (_, Err(why)) if why.full => Err(super::disk_full(why.message.clone())),
             (_, Err(why)) => Err(PortError::unavailable(
-                format!("embedded store: the write was not committed: {why}"),
-                why.to_owned(),
+                format!(
+                    "embedded store: the write was not committed: {}",
+                    why.message
+                ),
+                why.message.clone(),
             )),
             (None, Ok(())) => Err(PortError::broken(
                 "embedded store: a write was never applied",
@@ -263,7 +273,7 @@ impl Db {
             st.batches += 1;
             st.synced += u64::from(durable);
         }
-        let committed = result.as_ref().map(|_| ()).map_err(String::as_str);
+        let committed = result.as_ref().map(|_| ());
         for job in batch.drain(..) {
             job.finish(committed);
         }
@@ -323,7 +333,33 @@ fn keep_plans(conn: &Connection) -> Result<(), PortError> {
 }
 
 /// One transaction over the batch, one savepoint per job that needs one.
-fn apply_batch(w: &mut Writer, batch: &mut [Box<dyn Job>], durable: bool) -> Result<(), String> {
+/// Why a batch of writes was not committed; `full` when the disk is.
+#[derive(Debug)]
+pub(super) struct BatchError {
+    message: String,
+    full: bool,
+}
+
+impl std::fmt::Display for BatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<&str> for BatchError {
+    fn from(message: &str) -> Self {
+        Self {
+            message: message.into(),
+            full: false,
+        }
+    }
+}
+
+fn apply_batch(
+    w: &mut Writer,
+    batch: &mut [Box<dyn Job>],
+    durable: bool,
+) -> Result<(), BatchError> {
     let conn = &w.conn;
     // Cached: a batch runs four of these and two per job, and parsing them each time was
     // a few percent of the CPU with many runs stepping.
@@ -331,7 +367,10 @@ fn apply_batch(w: &mut Writer, batch: &mut [Box<dyn Job>], durable: bool) -> Res
         conn.prepare_cached(s)
             .and_then(|mut st| st.raw_execute())
             .map(drop)
-            .map_err(|e| format!("{s}: {e}"))
+            .map_err(|e| BatchError {
+                full: e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+                message: format!("{s}: {e}"),
+            })
     };
     if w.synced != durable {
         run(if durable {
@@ -350,7 +389,10 @@ fn apply_batch(w: &mut Writer, batch: &mut [Box<dyn Job>], durable: bool) -> Res
         let changes = conn.total_changes();
         let ok = job.apply(conn);
         if conn.is_autocommit() {
-            return Err("SQLite rolled the transaction back".into());
+            return Err(BatchError {
+                message: "SQLite rolled the transaction back".into(),
+                full: job.failed_full(),
+            });
         }
         match undo {
             Undo::Savepoint => {
@@ -360,7 +402,10 @@ fn apply_batch(w: &mut Writer, batch: &mut [Box<dyn Job>], durable: bool) -> Res
                 run("RELEASE job")?;
             }
             Undo::CheckFirst if !ok && conn.total_changes() != changes => {
-                return Err("a write failed after changing rows".into());
+                return Err(BatchError {
+                    message: "a write failed after changing rows".into(),
+                    full: job.failed_full(),
+                });
             }
             Undo::CheckFirst | Undo::Statement => {}
         }

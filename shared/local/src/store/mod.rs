@@ -102,6 +102,9 @@ pub struct LocalStore {
     sent: Arc<Notify>,
     /// Receipts of handled messages, deleted with the next receive ([`LocalStore::ack_later`]).
     acks: Arc<std::sync::Mutex<Vec<i64>>>,
+    /// Messages to make visible again whose own write failed (the disk was full, say),
+    /// applied by the next receive ([`LocalStore::retry_later`]).
+    releases: Arc<std::sync::Mutex<Vec<queue::Release>>>,
 }
 
 fn broken(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> PortError {
@@ -118,9 +121,24 @@ pub(super) fn sql(e: rusqlite::Error) -> PortError {
         {
             PortError::unavailable("embedded store is busy", e)
         }
+        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull => {
+            disk_full(e)
+        }
         e => broken("sqlite", e),
     }
 }
+
+/// What a write that found the data directory's disk full fails with.
+pub(super) fn disk_full(e: impl Into<baton_core::error::BoxError>) -> PortError {
+    PortError::StorageFull {
+        message: DISK_FULL.into(),
+        source: Some(e.into()),
+    }
+}
+
+/// The words for it, said to API callers too.
+pub const DISK_FULL: &str = "the disk holding the data directory is full: nothing was written; \
+     free some space and try again (runs under way carry on by themselves once it is free)";
 
 fn to_json<T: Serialize>(v: &T) -> Result<String, PortError> {
     serde_json::to_string(v).map_err(|e| broken("encode", e))
@@ -140,6 +158,24 @@ fn encode_entries(entries: &[Entry]) -> Result<Vec<(i64, Vec<u8>)>, PortError> {
     entries.iter().map(encode_entry).collect()
 }
 
+/// Creates `dir` (and its parents) readable by its user only, if it does not exist.
+fn create_private(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// Creates the file at `path` readable and writable by its user only, if it does not exist.
+pub fn create_private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
+}
+
 pub(super) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -148,9 +184,21 @@ pub(super) fn now_ms() -> i64 {
 
 impl LocalStore {
     /// Opens (or creates) `dir/baton.db`.
+    ///
+    /// What it creates is its user's alone (the database holds the dev token and the link
+    /// key): the directory 0700, the database 0600 (SQLite gives its log files the
+    /// database's mode).
     pub fn open(dir: &Path) -> Result<Self, PortError> {
-        std::fs::create_dir_all(dir).map_err(|e| broken("create data dir", e))?;
+        create_private(dir).map_err(|e| broken("create data dir", e))?;
         let path = dir.join("baton.db");
+        create_private_file(&path).map_err(|e| broken("create the database file", e))?;
+        // A data directory made before files were private is made so.
+        #[cfg(unix)]
+        for name in ["baton.db", "baton.db-wal", "baton.db-shm"] {
+            use std::os::unix::fs::PermissionsExt;
+            let _ =
+                std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o600));
+        }
         let conn = Connection::open(&path).map_err(sql)?;
         // A step changes about six pages (its run, its entries and their index, the queue
         // and its two indexes) and the write-ahead log takes each whole: 4 KB pages (the
@@ -171,6 +219,7 @@ impl LocalStore {
             db: Arc::new(Db::new(&path, conn)?),
             sent: Arc::new(Notify::new()),
             acks: Arc::default(),
+            releases: Arc::default(),
         })
     }
 

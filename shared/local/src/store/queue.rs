@@ -56,9 +56,12 @@ impl LocalStore {
         let now = now_ms();
         let acks = self.take_acks();
         let deleting = acks.clone();
+        let releases = std::mem::take(&mut *lock(&self.releases));
+        let releasing = releases.clone();
         let received = self
             .write(false, move |tx| {
                 delete(tx, &deleting)?;
+                release(tx, &releasing)?;
                 let mut stmt = tx
                     .prepare_cached(
                         "SELECT q.id, q.body, q.receives FROM queue q
@@ -98,6 +101,7 @@ impl LocalStore {
             .await;
         if received.is_err() {
             self.restore_acks(acks);
+            lock(&self.releases).extend(releases);
         }
         received
     }
@@ -155,18 +159,26 @@ impl LocalStore {
             .await
     }
 
-    /// Makes a message visible again after `delay`.
-    pub async fn retry_later(&self, receipt: i64, delay: Duration) -> Result<(), PortError> {
-        let at = now_ms() + delay.as_millis() as i64;
-        self.write_one(false, move |tx| {
-            tx.execute(
-                "UPDATE queue SET visible_at = ?1 WHERE id = ?2",
-                params![at, receipt],
-            )
-            .map_err(sql)?;
-            Ok(())
-        })
-        .await
+    /// Makes a message visible again after `delay`; with `uncount`, its receive does not
+    /// count toward dead-lettering. If this write fails, the next receive makes it.
+    pub async fn retry_later(
+        &self,
+        receipt: i64,
+        delay: Duration,
+        uncount: bool,
+    ) -> Result<(), PortError> {
+        let r = Release {
+            receipt,
+            at: now_ms() + delay.as_millis() as i64,
+            uncount,
+        };
+        let done = self.write_one(false, move |tx| release(tx, &[r])).await;
+        if done.is_err() {
+            // Not left to the visibility timeout: the next receive that can write makes it
+            // visible (once space is freed, if the disk was full).
+            lock(&self.releases).push(r);
+        }
+        done
     }
 
     /// How many messages are queued or in flight (acknowledgements held are applied first).
@@ -241,6 +253,32 @@ impl LocalStore {
 }
 
 /// Deletes messages by receipt.
+/// A message to make visible again at `at` (ms); `uncount` takes back its receive (a
+/// failure that says nothing of the message, such as a full disk, does not count toward
+/// dead-lettering it).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Release {
+    receipt: i64,
+    at: i64,
+    uncount: bool,
+}
+
+fn release(tx: &rusqlite::Connection, releases: &[Release]) -> Result<(), PortError> {
+    if releases.is_empty() {
+        return Ok(());
+    }
+    let mut stmt = tx
+        .prepare_cached(
+            "UPDATE queue SET visible_at = ?1, receives = MAX(receives - ?2, 0) WHERE id = ?3",
+        )
+        .map_err(sql)?;
+    for r in releases {
+        stmt.execute(params![r.at, i64::from(r.uncount), r.receipt])
+            .map_err(sql)?;
+    }
+    Ok(())
+}
+
 fn delete(tx: &rusqlite::Connection, receipts: &[i64]) -> Result<(), PortError> {
     if receipts.is_empty() {
         return Ok(());
