@@ -10,6 +10,9 @@ target_dir() {
 # Builds the `baton` CLI (cargo shows its progress, which matters on a cold first build) and
 # prints the path of the binary.
 baton_bin() {
+  if [[ ! -x "$(target_dir)/debug/baton" ]]; then
+    echo "Building the baton binary first (cargo build -p baton-cli): a few minutes the first time, about ten on 2 cores." >&2
+  fi
   cargo build -p baton-cli --bin baton >&2
   printf '%s/debug/baton\n' "$(target_dir)"
 }

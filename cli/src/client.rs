@@ -44,10 +44,24 @@ impl Api {
         if let Some(b) = body {
             rb = rb.json(&b);
         }
-        let resp = rb
-            .send()
-            .await
-            .map_err(|e| Failure::Broken(format!("cannot reach {url}: {e}")))?;
+        // A server on this machine may be starting (`baton dev &`, then a command): give it
+        // a few seconds to listen before saying it cannot be reached.
+        let local = reqwest::Url::parse(&url)
+            .is_ok_and(|u| matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]")));
+        let deadline = Instant::now() + Duration::from_secs(if local { 10 } else { 0 });
+        let resp = loop {
+            let attempt = rb.try_clone().map(|r| r.send());
+            let Some(attempt) = attempt else {
+                break rb.send().await;
+            };
+            match attempt.await {
+                Err(e) if e.is_connect() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                other => break other,
+            }
+        }
+        .map_err(|e| Failure::Broken(format!("cannot reach {url}: {e}")))?;
         let status = resp.status();
         let text = resp
             .text()
@@ -142,7 +156,12 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
             agent,
             wait,
             timeout,
+            quiet,
         } => {
+            let print = |v: &Value, human: String| match quiet {
+                true => println!("{}", v["runId"].as_str().unwrap_or_default()),
+                false => print(v, human),
+            };
             let mut body = json!({"prompt": prompt});
             if let Some(a) = agent {
                 body["agent"] = json!(a);
@@ -212,12 +231,18 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
             }
             print(&run, render_run(&run));
         }
-        Command::Ctas { all } => {
+        Command::Ctas { all, quiet } => {
             let q = if all { "all" } else { "pending" };
             let v = api
                 .call(Method::GET, &format!("/ctas?status={q}"), None)
                 .await?;
             let ctas = v["ctas"].as_array().cloned().unwrap_or_default();
+            if quiet {
+                for c in &ctas {
+                    println!("{}", c["ctaId"].as_str().unwrap_or_default());
+                }
+                return Ok(());
+            }
             let human = if ctas.is_empty() {
                 format!("no {} CTAs", if all { "" } else { "pending" }).replace("  ", " ")
             } else {

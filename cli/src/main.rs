@@ -100,6 +100,9 @@ enum Command {
         /// Seconds to wait at most with --wait.
         #[arg(long, default_value_t = 300)]
         timeout: u64,
+        /// Print only the run's id (for scripts: `RUN=$(baton run "..." -q)`).
+        #[arg(short, long)]
+        quiet: bool,
     },
     /// Show a run and its timeline.
     Show { run_id: String },
@@ -107,6 +110,9 @@ enum Command {
     Ctas {
         #[arg(long)]
         all: bool,
+        /// Print only the CTAs' ids, one a line, oldest first.
+        #[arg(short, long)]
+        quiet: bool,
     },
     /// Answer a CTA.
     #[command(group(ArgGroup::new("answer").required(true).args(["approve", "reject", "text", "choice"])))]

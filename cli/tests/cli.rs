@@ -143,8 +143,16 @@ fn the_cli_drives_a_run_through_a_cta_to_completion() {
     }
     let shown = stdout(&baton(&dev, data.path(), &["show", &run_id]));
     assert!(shown.contains("result: All done."), "{shown}");
-    // The script's replies are priced as BATON_MODEL's (gpt-4o-mini by default).
-    assert!(shown.contains("cost $0.0000"), "{shown}");
+    // The script's replies are priced as BATON_MODEL's (gpt-4o-mini by default): 4,800
+    // tokens in and 98 out, and its two subagents' 768.
+    assert!(
+        shown.contains("tokens 4800 in / 98 out  cost $0.000779"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("(with subagents: 5666 tokens, $0.000898)"),
+        "{shown}"
+    );
 
     // A follow-up turn: the script has no fourth reply, so that turn fails, clearly.
     let said = baton(&dev, data.path(), &["say", &run_id, "and now?"]);

@@ -118,7 +118,7 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     let (poll_addr, _poll_server) = baton_api::serve(app, "127.0.0.1:0".parse().unwrap(), rx)
         .await
         .unwrap();
-    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/browser-artifacts");
+    let shots = common::target_dir().join("browser-artifacts");
     let cfg = json!({
         "base": h.url(""),
         "token": TOKEN,

@@ -33,7 +33,7 @@ pub fn chromium() -> PathBuf {
 
 /// The `node_modules` holding `playwright-core`, installed once with `npm ci`.
 pub fn node_modules() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/browser-node");
+    let root = super::target_dir().join("browser-node");
     let modules = root.join("node_modules");
     if modules.join("playwright-core/package.json").exists() {
         return modules;
@@ -53,7 +53,7 @@ pub fn node_modules() -> PathBuf {
 
 /// Runs `f` in one test process at a time (a lock directory under `target/`).
 fn once(name: &str, f: impl FnOnce() -> Result<(), String>) {
-    let lock = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../target/{name}.lock"));
+    let lock = super::target_dir().join(format!("{name}.lock"));
     let _ = std::fs::create_dir_all(lock.parent().expect("parent"));
     let deadline = Instant::now() + Duration::from_secs(600);
     while std::fs::create_dir(&lock).is_err() {

@@ -20,6 +20,17 @@ use serde_json::{Value, json};
 
 pub const TOKEN: &str = "test-token";
 
+/// The target directory these tests were built in (`target/`, or `CARGO_TARGET_DIR`, or
+/// whatever cargo was told): the test binary is `<target>/<profile>/deps/<name>`. The
+/// helpers' installs (a Python virtualenv, Node packages) and artifacts live under it.
+pub fn target_dir() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    exe.ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
+}
+
 pub fn examples(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../examples")

@@ -21,7 +21,7 @@ const REQUIREMENTS: &[&str] = &[
 /// The virtualenv's `bin` directory, created and filled once (across test processes: the
 /// first takes a lock directory, the others wait for its `ready` mark).
 pub fn venv_bin() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-python");
+    let root = super::target_dir().join("test-python");
     let bin = root.join("bin");
     let ready = root.join(format!(
         "ready-{}",
