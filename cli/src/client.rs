@@ -15,7 +15,26 @@ use crate::{Command, refuse};
 struct Api {
     http: reqwest::Client,
     base: String,
-    token: Option<String>,
+    /// `--token` or `BATON_TOKEN`, else read from this file (`baton dev`'s) at each request:
+    /// a server started a moment ago (`baton dev &`) may not have written it yet.
+    token: Token,
+}
+
+enum Token {
+    Given(String),
+    File(std::path::PathBuf),
+}
+
+impl Token {
+    fn get(&self) -> Option<String> {
+        match self {
+            Self::Given(t) => Some(t.clone()),
+            Self::File(path) => std::fs::read_to_string(path)
+                .ok()
+                .map(|t| t.trim().to_owned())
+                .filter(|t| !t.is_empty()),
+        }
+    }
 }
 
 enum Failure {
@@ -37,24 +56,20 @@ impl Api {
         body: Option<Value>,
     ) -> Result<Value, Failure> {
         let url = format!("{}{}", self.base.trim_end_matches('/'), path);
-        let mut rb = self.http.request(method, &url);
-        if let Some(t) = &self.token {
-            rb = rb.bearer_auth(t);
-        }
-        if let Some(b) = body {
-            rb = rb.json(&b);
-        }
         // A server on this machine may be starting (`baton dev &`, then a command): give it
         // a few seconds to listen before saying it cannot be reached.
         let local = reqwest::Url::parse(&url)
             .is_ok_and(|u| matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]")));
         let deadline = Instant::now() + Duration::from_secs(if local { 10 } else { 0 });
         let resp = loop {
-            let attempt = rb.try_clone().map(|r| r.send());
-            let Some(attempt) = attempt else {
-                break rb.send().await;
-            };
-            match attempt.await {
+            let mut rb = self.http.request(method.clone(), &url);
+            if let Some(t) = self.token.get() {
+                rb = rb.bearer_auth(t);
+            }
+            if let Some(b) = &body {
+                rb = rb.json(b);
+            }
+            match rb.send().await {
                 Err(e) if e.is_connect() && Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
@@ -95,11 +110,10 @@ pub async fn run(
     json: bool,
     command: Command,
 ) -> ExitCode {
-    let token = token.or_else(|| {
-        std::fs::read_to_string(baton_local::token_path(data))
-            .ok()
-            .map(|t| t.trim().to_owned())
-    });
+    let token = match token {
+        Some(t) => Token::Given(t),
+        None => Token::File(baton_local::token_path(data)),
+    };
     let http = match reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
         .build()

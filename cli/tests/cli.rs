@@ -882,3 +882,93 @@ async fn after_a_full_disk_is_freed_every_accepted_run_finishes_within_a_minute(
         freed.elapsed()
     );
 }
+
+/// Every `baton` command line in the README's and the docs' code blocks names a subcommand
+/// and flags that its `--help` lists, and no usage line shows an option as required that is
+/// not: the help and the documentation say the same.
+#[test]
+fn the_help_of_every_subcommand_agrees_with_the_readme_and_the_docs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut pages = vec![root.join("README.md")];
+    for e in std::fs::read_dir(root.join("docs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "md") {
+            pages.push(p);
+        }
+    }
+    let mut checked = 0;
+    for page in pages {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let mut in_code = false;
+        for line in text.lines() {
+            if line.trim_start().starts_with("```") {
+                in_code = !in_code;
+                continue;
+            }
+            if !in_code {
+                continue;
+            }
+            // Each command of the line: `$(…)` substitutions taken out as commands of their
+            // own, then the line cut at pipes and `;`/`&`.
+            let mut rest = line.to_owned();
+            let mut commands = Vec::new();
+            while let Some(open) = rest.rfind("$(") {
+                let Some(len) = rest[open..].find(')') else {
+                    break;
+                };
+                commands.push(rest[open + 2..open + len].to_owned());
+                rest.replace_range(open..open + len + 1, "X");
+            }
+            commands.push(rest);
+            let commands: Vec<String> = commands
+                .iter()
+                .flat_map(|c| c.split(['|', ';', '&']).map(str::to_owned))
+                .collect();
+            for command in commands {
+                checked += check_baton_command(&page, line, &command);
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} flags found");
+}
+
+/// Checks one shell command: if it is `baton <sub> [flags]` (after env assignments or a
+/// path), its subcommand exists and its `--help` lists each flag. Returns the flags checked.
+fn check_baton_command(page: &Path, line: &str, command: &str) -> usize {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let Some(at) = words
+        .iter()
+        .position(|w| *w == "baton" || w.ends_with("/baton"))
+    else {
+        return 0;
+    };
+    let Some(sub) = words
+        .get(at + 1)
+        .filter(|w| w.chars().all(|c| c.is_ascii_lowercase()))
+    else {
+        return 0;
+    };
+    let help = Command::new(BIN).args([sub, "--help"]).output().unwrap();
+    assert!(
+        help.status.success(),
+        "{}: `baton {sub}` is no command: {line}",
+        page.display()
+    );
+    let help = String::from_utf8_lossy(&help.stdout);
+    let usage = help.lines().find(|l| l.starts_with("Usage:")).unwrap();
+    assert!(!usage.contains("--endpoint"), "{usage}");
+    let mut checked = 0;
+    for word in words[at + 2..].iter().take_while(|w| !w.starts_with('#')) {
+        let flag = word.trim_matches(|c| matches!(c, '[' | ']' | '"' | ')'));
+        let flag = flag.split('=').next().unwrap_or_default();
+        if flag.starts_with('-') && flag.len() > 1 {
+            assert!(
+                help.contains(flag),
+                "{}: `baton {sub} {flag}` is not in its --help: {line}",
+                page.display()
+            );
+            checked += 1;
+        }
+    }
+    checked
+}

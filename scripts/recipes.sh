@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs the README's shell recipes as a user would paste them: every ```sh block that follows a
+# `<!-- recipe: NAME -->` line, in order, each in a bash of its own from the repository's root
+# (`set -e`: a command that fails fails the recipe). A `<!-- recipe: skip (why) -->` block is
+# listed with its reason, not run. Blocks without a marker are not recipes (commands with
+# placeholders such as an API key: `cli/tests/cli.rs` starts those configurations itself).
+#
+# The recipes use what a user's machine would: `cargo install` puts `baton` under the target
+# directory here (CARGO_INSTALL_ROOT), on PATH; `baton dev` listens on 127.0.0.1:8787 and its
+# data is ./.baton (an existing one is set aside and put back); moto listens on 5000.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+target=$(target_dir)
+export CARGO_TARGET_DIR="$target" CARGO_INSTALL_ROOT="$target/recipes"
+export PATH="$CARGO_INSTALL_ROOT/bin:$PATH"
+unset BATON_TOKEN BATON_ENDPOINT AWS_ENDPOINT_URL
+dir="$target/recipes/scripts"
+rm -rf "$dir" && mkdir -p "$dir"
+
+for port in 8787 5000; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    echo "recipes: something already listens on 127.0.0.1:$port, which the recipes use" >&2
+    exit 1
+  fi
+done
+if [[ -e .baton ]]; then
+  mv .baton .baton.before-recipes
+  trap 'rm -rf .baton; mv .baton.before-recipes .baton' EXIT
+else
+  trap 'rm -rf .baton' EXIT
+fi
+
+python3 - "$dir" <<'PY'
+import re, sys, pathlib
+out = pathlib.Path(sys.argv[1])
+text = pathlib.Path("README.md").read_text()
+found = re.findall(r"<!-- recipe: ([^>]*?) -->\n```sh\n(.*?)```", text, re.S)
+if not found:
+    sys.exit("recipes: no recipe in README.md")
+for i, (name, body) in enumerate(found):
+    name = name.strip()
+    if name.startswith("skip"):
+        print(f"recipes: not run: {body.splitlines()[0]} … ({name})")
+        continue
+    (out / f"{i:02d}-{name}.sh").write_text(body)
+PY
+
+failed=0
+for script in "$dir"/*.sh; do
+  name=$(basename "$script" .sh)
+  echo "== recipe ${name#*-}"
+  # A session of its own, so that what it leaves running (a `&` it did not kill because a
+  # command failed) is stopped with it.
+  setsid bash -e -x "$script" </dev/null &
+  pid=$!
+  if wait "$pid"; then
+    echo "== recipe ${name#*-}: ok"
+  else
+    echo "== recipe ${name#*-}: FAILED" >&2
+    failed=1
+  fi
+  kill -- -"$pid" 2>/dev/null || true
+  sleep 0.5
+done
+exit "$failed"
