@@ -6,7 +6,7 @@ mod client;
 mod load;
 
 /// mimalloc, not the system's: with many runs stepping on a few threads, glibc's malloc
-/// took a sixth of the CPU (`baton bench --runs 100`, README "Many runs at once").
+/// took a sixth of the CPU (`baton bench --runs 100`, docs/performance.md, "Many runs at once").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

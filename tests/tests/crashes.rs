@@ -533,7 +533,7 @@ async fn a_crash_at_any_step_of_a_plan_starts_each_child_once() {
     let (baseline, children, _) = plan_scenario("", 0).await;
     assert_eq!(baseline.status, "completed");
     assert_eq!(baseline.events["plan.step.started"], 3);
-    // What the README shows of this example's result.
+    // What docs/plans.md shows of this example's result.
     let plan = baseline.timeline.as_array().unwrap()[2]["result"]["output"].clone();
     assert_eq!(plan["success"], true, "{plan:#}");
     assert_eq!(

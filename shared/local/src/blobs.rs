@@ -39,6 +39,9 @@ impl FileBlobs {
 }
 
 fn io(what: &str, e: std::io::Error) -> PortError {
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        return crate::store::disk_full(e);
+    }
     PortError::unavailable(format!("files: {what}: {e}"), e)
 }
 

@@ -129,7 +129,7 @@ pub(super) fn sql(e: rusqlite::Error) -> PortError {
 }
 
 /// What a write that found the data directory's disk full fails with.
-pub(super) fn disk_full(e: impl Into<baton_core::error::BoxError>) -> PortError {
+pub(crate) fn disk_full(e: impl Into<baton_core::error::BoxError>) -> PortError {
     PortError::StorageFull {
         message: DISK_FULL.into(),
         source: Some(e.into()),
