@@ -178,7 +178,7 @@ async fn a_published_stdio_server_lists_and_answers() {
     // The model is told the tool by its server-qualified name, with the server's own
     // description and schema; the server's other tool is not this agent's.
     let agent = catalog.agent("timekeeper").expect("agent");
-    let specs = catalog.specs(agent, &Prepared::default());
+    let specs = catalog.specs(&catalog.listed(), agent, &Prepared::default());
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["clock__get_current_time"]);
     assert!(!specs[0].description.is_empty());

@@ -12,12 +12,12 @@ use std::time::{Duration, SystemTime};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use baton_core::agent::{Catalog, CatalogError};
 use baton_core::config::{AwsConfig, Config, ConfigError, ModelConfig};
-use baton_core::cta::CtaResponse;
 use baton_core::links::Links;
 use baton_core::llm::{KeySource, Llm, LlmError, NoModel};
-use baton_core::message::{Event, StepMessage};
+use baton_core::message::StepMessage;
 use baton_core::ports::{Clock, SystemClock};
-use baton_core::service::{Deps, Service, ServiceError};
+pub use baton_core::service::SWEEP_EVENT;
+use baton_core::service::{Delivery, Deps, Service, ServiceError, Verdict};
 use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::Value;
 use tracing::{Instrument, error, info, info_span, warn};
@@ -467,41 +467,23 @@ pub async fn handle_steps_until(
             .event_source_arn
             .as_ref()
             .is_some_and(|a| dead_letters.contains(a));
-        let span = info_span!("step", message_id = %id, run_id = %msg.run_id, dead);
-        let result = async {
-            if dead {
-                service
-                    .dead_letter(&msg, "its retries were exhausted")
-                    .await
-            } else {
-                service.handle(&msg).await
-            }
-        }
-        .instrument(span)
-        .await;
-        // A crash before the ack: the message is not deleted, and comes back.
-        let result = match result {
-            Ok(h) => baton_core::failpoint::pass("step.before_ack")
-                .await
-                .map(|()| h)
-                .map_err(Into::into),
-            e => e,
+        let receives = rec
+            .attributes
+            .get("ApproximateReceiveCount")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
+        let delivery = Delivery {
+            message: &msg,
+            receives,
+            dead: dead.then_some("its retries were exhausted"),
         };
-        match result {
-            Ok(_) => {}
-            Err(e) if e.is_retryable() => {
-                warn!(message_id = %id, run_id = %msg.run_id, error = %e, "step failed; SQS will redeliver");
-                let attempts = rec
-                    .attributes
-                    .get("ApproximateReceiveCount")
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(1);
-                service.note_failure(&msg, attempts, &e).await;
+        let span = info_span!("step", message_id = %id, run_id = %msg.run_id, dead);
+        match service.consume(delivery, false).instrument(span).await {
+            Verdict::Ack => {}
+            // Back to the queue, with the rest of its FIFO group behind it.
+            Verdict::Retry { .. } | Verdict::Crashed => {
                 failed_groups.insert(group);
                 out.response.batch_item_failures.push(failure(id));
-            }
-            Err(e) => {
-                error!(message_id = %id, run_id = %msg.run_id, error = %e, "step failed for good and its run could not be failed; acknowledged");
             }
         }
     }
@@ -537,16 +519,14 @@ pub async fn release(sqs: &aws_sdk_sqs::Client, queue_urls: &[&str], deferred: &
     }
 }
 
-/// The detail-type of the sweep's tick (a scheduled rule puts it on the CTA inbox queue).
-pub const SWEEP_EVENT: &str = "baton.sweep";
 /// How old a parking outbox must be before the sweep performs it: older than any step that
 /// may still be performing it (a step's effects take milliseconds; its retries, minutes).
 pub const SWEEP_AFTER: chrono::Duration = chrono::Duration::minutes(5);
 
-/// The `cta` function: `cta.response` and `cta.expired` events from the bus, via the inbox
-/// queue. A response is validated and accepted with the CTA's conditional write (the first
-/// valid answer wins); an invalid or late one is logged, published as `cta.rejected`, and
-/// dropped, never blocking the queue. Backend errors are retried.
+/// The `cta` function: the inbox queue's events — `cta.response` and `cta.expired` from the
+/// bus, plan steps' `timer.fired`, the sweep's tick — each handed to
+/// [`Service::inbox_event`]. An invalid or late one is refused (and published as
+/// `cta.rejected`) and dropped, never blocking the queue; backend errors are retried.
 pub async fn handle_cta_inbox(service: &Service, event: SqsEvent) -> SqsBatchResponse {
     let mut resp = SqsBatchResponse::default();
     for rec in event.records {
@@ -558,83 +538,20 @@ pub async fn handle_cta_inbox(service: &Service, event: SqsEvent) -> SqsBatchRes
                 continue;
             }
         };
-        let detail_type = envelope["detail-type"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let detail = envelope["detail"].clone();
-        let cta_id = detail["ctaId"].as_str().unwrap_or_default().to_owned();
-        let span =
-            info_span!("cta", message_id = %id, cta_id = %cta_id, detail_type = %detail_type);
-        let outcome: Result<(), ServiceError> = async {
-            match detail_type.as_str() {
-                "cta.response" => {
-                    let mut fields = detail.clone();
-                    let mut responder = None;
-                    if let Value::Object(m) = &mut fields {
-                        m.remove("ctaId");
-                        m.remove("eventId");
-                        responder = m.remove("responder");
-                    }
-                    let responder = match responder {
-                        None | Some(Value::Null) => None,
-                        Some(Value::String(r)) if !r.trim().is_empty() && r.len() <= 256 => Some(r),
-                        Some(_) => {
-                            return Err(ServiceError::Invalid(
-                                "`responder` must be a string of 1 to 256 characters".into(),
-                            ));
-                        }
-                    };
-                    let response: CtaResponse = serde_json::from_value(fields)
-                        .map_err(|e| ServiceError::Invalid(format!("invalid CTA response: {e}")))?;
-                    match service
-                        .answer_cta(None, &cta_id, response.clone(), responder)
-                        .await
-                    {
-                        // A redelivery of the answer that won (the bus delivers at least
-                        // once): nothing to do, nothing to reject.
-                        Err(ServiceError::AlreadyAnswered(won))
-                            if won.response.as_ref() == Some(&response) =>
-                        {
-                            Ok(())
-                        }
-                        other => other.map(|_| ()),
-                    }
-                }
-                "cta.expired" => service.expire_cta(&cta_id).await,
-                crate::scheduler::TIMER_FIRED => {
-                    let field = |k: &str| detail[k].as_str().unwrap_or_default().to_owned();
-                    service.fire_timer(&field("timerId"), &field("runId")).await
-                }
-                // The schedule rule's tick: repair what crashes left between commit and effects.
-                SWEEP_EVENT => service
-                    .sweep(SWEEP_AFTER)
-                    .await
-                    .map(|n| info!(repaired = n, "sweep done"))
-                    .map_err(ServiceError::from),
-                other => Err(ServiceError::Invalid(format!("unexpected event `{other}`"))),
-            }
-        }
-        .instrument(span)
-        .await;
+        let detail_type = envelope["detail-type"].as_str().unwrap_or_default();
+        let detail = &envelope["detail"];
+        let span = info_span!("cta", message_id = %id, cta_id = %detail["ctaId"].as_str().unwrap_or_default(), detail_type = %detail_type);
+        let outcome = service
+            .inbox_event(&id, detail_type, detail, SWEEP_AFTER)
+            .instrument(span)
+            .await;
         match outcome {
-            Ok(()) => {}
             Err(ServiceError::Port(e)) if e.is_retryable() => {
                 warn!(message_id = %id, error = %e, "inbox message will be retried");
                 resp.batch_item_failures.push(failure(id));
             }
-            Err(e) => {
-                warn!(message_id = %id, cta_id = %cta_id, error = %e, "CTA event rejected");
-                let event = Event {
-                    id: format!("{id}:rejected"),
-                    detail_type: "cta.rejected".into(),
-                    detail: serde_json::json!({"ctaId": cta_id, "eventType": detail_type, "reason": e.to_string()}),
-                    time: chrono::Utc::now(),
-                };
-                if let Err(e) = service.deps().bus.publish(&[event]).await {
-                    warn!(error = %e, "publishing cta.rejected failed");
-                }
-            }
+            // Refused (and published as `cta.rejected`), or done.
+            _ => {}
         }
     }
     resp

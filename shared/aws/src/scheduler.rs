@@ -23,7 +23,7 @@ use baton_core::message::TIMER_PREFIX;
 use baton_core::ports::Scheduler;
 
 /// The detail-type of a run's own timer firing (`{timerId, runId}`).
-pub const TIMER_FIRED: &str = "timer.fired";
+pub use baton_core::message::TIMER_FIRED;
 
 pub struct SchedulerTimers {
     client: Client,

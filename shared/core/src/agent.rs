@@ -18,7 +18,7 @@ use crate::tools;
 
 mod catalog;
 
-pub use catalog::{Catalog, HTTP_FETCH, RELIST_INTERVAL, Toolbox};
+pub use catalog::{Catalog, HTTP_FETCH, Listed, RELIST_INTERVAL, Toolbox};
 
 pub const ORCHESTRATOR: &str = "orchestrator";
 
@@ -410,7 +410,7 @@ mod tests {
             ]
         );
         assert!(c.agent("explore").is_some() && c.agent("code").is_some());
-        assert_eq!(c.specs(o, &Prepared::default()).len(), 3);
+        assert_eq!(c.specs(&c.listed(), o, &Prepared::default()).len(), 3);
         // The plan's helpers: no tools (the planner cannot call agent_orchestrate), their
         // calls recorded as `plan` and `review`, and the planner told which agents it has.
         let planner = c.agent(plan::PLANNER).expect("planner");
@@ -476,7 +476,7 @@ mod tests {
             c.agent("careful").expect("careful").approval["echo"].requires(&serde_json::json!({}))
         );
         // New agents can be spawned as subagents.
-        let spawn = c.tool(tools::SPAWN_SUBAGENT).expect("spawn");
+        let spawn = c.tool(&c.listed(), tools::SPAWN_SUBAGENT).expect("spawn");
         assert!(
             spawn
                 .validate(&serde_json::json!({"agent": "ops", "prompt": "x"}))
@@ -594,8 +594,11 @@ mod tests {
         );
         let none = Prepared::default();
         // Not listed yet: the model is offered nothing of it, and a call finds no tool.
-        assert!(c.specs(explore, &none).is_empty());
-        assert!(c.tool_for(explore, &none, "calc__ping").is_none());
+        assert!(c.specs(&c.listed(), explore, &none).is_empty());
+        assert!(
+            c.tool_for(&c.listed(), explore, &none, "calc__ping")
+                .is_none()
+        );
         let block = |f| {
             tokio::runtime::Builder::new_current_thread()
                 .build()
@@ -609,14 +612,24 @@ mod tests {
             1,
             "listed once"
         );
-        assert_eq!(c.specs(explore, &none)[0].name, "calc__ping");
+        assert_eq!(c.specs(&c.listed(), explore, &none)[0].name, "calc__ping");
         assert!(
-            c.tool_for(c.agent("ops").expect("ops"), &none, "calc__ping")
-                .is_some()
+            c.tool_for(
+                &c.listed(),
+                c.agent("ops").expect("ops"),
+                &none,
+                "calc__ping"
+            )
+            .is_some()
         );
         assert!(
-            c.tool_for(c.agent("code").expect("code"), &none, "calc__ping")
-                .is_none()
+            c.tool_for(
+                &c.listed(),
+                c.agent("code").expect("code"),
+                &none,
+                "calc__ping"
+            )
+            .is_none()
         );
 
         // A server that is down is asked again only after a while.
@@ -625,7 +638,7 @@ mod tests {
         block(c.list_servers(explore_of(&c), &none));
         block(c.list_servers(explore_of(&c), &none));
         assert_eq!(server.lists.load(std::sync::atomic::Ordering::SeqCst), 1);
-        assert!(c.specs(explore_of(&c), &none).is_empty());
+        assert!(c.specs(&c.listed(), explore_of(&c), &none).is_empty());
 
         for (json, expected) in [
             (
@@ -651,17 +664,19 @@ mod tests {
     }
 
     #[test]
-    fn a_call_with_no_think_before_it_lists_its_server() {
+    fn a_snapshot_keeps_the_listings_it_was_taken_with() {
         let ok = r#"{"mcpServers": {"calc": {"url": "http://x"}},
                      "agents": {"ops": {"tools": ["mcp:calc"]}}}"#;
         let (c, _) = with_server(ok, true);
         let c = c.expect("builds");
-        assert!(c.tool("calc__ping").is_none());
+        let before = c.listed();
+        assert!(c.tool(&before, "calc__ping").is_none());
         tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime")
-            .block_on(c.list_server_of("calc__ping"));
-        assert!(c.tool("calc__ping").is_some());
+            .block_on(c.list_servers(c.agent("ops").expect("ops"), &Prepared::default()));
+        assert!(c.tool(&before, "calc__ping").is_none(), "frozen");
+        assert!(c.tool(&c.listed(), "calc__ping").is_some());
     }
 
     fn explore_of(c: &Catalog) -> &AgentDef {
@@ -684,7 +699,7 @@ mod tests {
                 .tools
                 .contains(&HTTP_FETCH.to_owned())
         );
-        let def = c.tool("lookup").expect("declared");
+        let def = c.tool(&c.listed(), "lookup").expect("declared");
         let tools::ToolKind::Exec(tool) = &def.kind else {
             panic!("an executable tool")
         };

@@ -182,3 +182,6 @@ impl Transition {
         timeline.extend(self.appended.iter().cloned());
     }
 }
+
+/// The detail-type of the event a plan step's one-time timer puts on the bus when it fires.
+pub const TIMER_FIRED: &str = "timer.fired";

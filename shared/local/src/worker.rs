@@ -17,7 +17,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::store::{Delivery, LocalStore};
 use baton_core::error::PortError;
-use baton_core::service::{Service, ServiceError};
+use baton_core::service::{Delivery as ServiceDelivery, Service, ServiceError, Verdict};
 
 #[derive(Debug, Clone)]
 pub struct WorkerOptions {
@@ -149,10 +149,7 @@ impl Worker {
 
     /// Fires the timers due now: CTA expiries, and runs' own timers (plan step timeouts).
     pub async fn fire_due_timers(&self) -> Result<usize, PortError> {
-        let due = self
-            .store
-            .due_timers(self.service.deps().clock.now())
-            .await?;
+        let due = self.store.due_timers(self.service.now()).await?;
         for t in &due {
             match self.service.fire_timer(&t.name, &t.run_id).await {
                 Ok(()) => {}
@@ -252,44 +249,29 @@ async fn process(service: Arc<Service>, store: LocalStore, opts: WorkerOptions, 
     let span =
         info_span!("step", run_id = %msg.run_id, message_id = %msg.id, receives = d.receives);
     async {
-        let once = || async {
-            if d.receives > max_receives {
-                service
-                    .dead_letter(&msg, &format!("failed {} times", d.receives - 1))
-                    .await
-            } else {
-                service.handle(&msg).await
-            }
+        let why = format!("failed {} times", d.receives.saturating_sub(1));
+        let delivery = ServiceDelivery {
+            message: &msg,
+            receives: d.receives,
+            dead: (d.receives > max_receives).then_some(why.as_str()),
         };
-        let mut result = once().await;
-        if duplicate && result.is_ok() {
-            result = once().await;
-        }
-        let crashed = result.is_ok() && baton_core::failpoint::pass("step.before_ack").await.is_err();
-        let done = match result {
-            // A crash before the ack: the message stays in flight until a restart releases it.
-            Ok(_) if crashed => Ok(()),
-            Ok(_) => {
+        let done = match service.consume(delivery, duplicate).await {
+            Verdict::Ack => {
                 store.ack_later(d.receipt);
                 Ok(())
             }
-            Err(e) if e.is_storage_full() => {
-                // Not the message's fault: tried again soon, as often as it takes, and
-                // never dead-lettered for it.
-                warn!(error = %e, "step failed: the disk is full; will retry");
-                service.note_failure(&msg, d.receives, &e).await;
+            // Not the message's fault (the disk was full): tried again soon, as often as it
+            // takes, and never dead-lettered for it.
+            Verdict::Retry { soon: true } => {
                 store.retry_later(d.receipt, DISK_FULL_RETRY, true).await
             }
-            Err(e) if e.is_retryable() => {
-                warn!(error = %e, "step failed; will retry");
-                service.note_failure(&msg, d.receives, &e).await;
-                store.retry_later(d.receipt, backoff(d.receives), false).await
+            Verdict::Retry { soon: false } => {
+                store
+                    .retry_later(d.receipt, backoff(d.receives), false)
+                    .await
             }
-            Err(e) => {
-                // The service already tried to fail the run; another delivery cannot help.
-                error!(error = %e, "step failed for good and its run could not be failed; dropping the message");
-                store.ack(d.receipt).await
-            }
+            // A crash before the ack: the message stays in flight until a restart releases it.
+            Verdict::Crashed => Ok(()),
         };
         if let Err(e) = done {
             error!(error = %e, "queue bookkeeping failed");

@@ -30,10 +30,25 @@ pub struct Catalog {
 /// An MCP server and the tools it listed, once it has.
 struct Server {
     server: Arc<dyn ToolServer>,
-    listed: RwLock<Option<HashMap<String, Arc<ToolDef>>>>,
+    listed: RwLock<Option<Arc<ServerTools>>>,
     /// When a listing was last tried, so that a server that is down is asked again only
     /// every [`RELIST_INTERVAL`].
     tried: Mutex<Option<Instant>>,
+}
+
+/// One MCP server's tools, by name.
+type ServerTools = HashMap<String, Arc<ToolDef>>;
+
+/// The MCP servers' tools as listed at one moment ([`Catalog::listed`]): what one step sees,
+/// whatever a server lists while the step is under way, so that every pass of the step
+/// decides alike. The next step takes a new one.
+#[derive(Clone, Default)]
+pub struct Listed(BTreeMap<String, Arc<ServerTools>>);
+
+impl Listed {
+    fn server(&self, name: &str) -> Option<&ServerTools> {
+        self.0.get(name).map(|t| &**t)
+    }
 }
 
 /// How often a server whose tools could not be listed is asked again.
@@ -294,31 +309,42 @@ impl Catalog {
     /// it lists, one its prepare hook added, or a listed tool of an MCP server it is granted.
     pub fn tool_for(
         &self,
+        listed: &Listed,
         agent: &AgentDef,
         prepared: &Prepared,
         name: &str,
     ) -> Option<Arc<ToolDef>> {
         if prepared.tools.iter().any(|t| t == name) || grants(agent, name) {
-            self.tool(name)
+            self.tool(listed, name)
         } else {
             None
         }
     }
 
-    /// A tool by name: a catalog tool, or an MCP server's tool once the server listed it.
-    pub fn tool(&self, name: &str) -> Option<Arc<ToolDef>> {
+    /// A tool by name: a catalog tool, or an MCP server's tool as `listed`.
+    pub fn tool(&self, listed: &Listed, name: &str) -> Option<Arc<ToolDef>> {
         if let Some(def) = self.tools.get(name) {
             return Some(def.clone());
         }
-        let server = self.servers.get(server_of(name)?)?;
-        let listed = server.listed.read().unwrap_or_else(|e| e.into_inner());
-        listed.as_ref()?.get(name).cloned()
+        listed.server(server_of(name)?)?.get(name).cloned()
+    }
+
+    /// The MCP servers' tools as listed now (see [`Listed`]).
+    pub fn listed(&self) -> Listed {
+        Listed(
+            self.servers
+                .iter()
+                .filter_map(|(name, slot)| {
+                    let tools = slot.listed.read().unwrap_or_else(|e| e.into_inner());
+                    Some((name.clone(), tools.clone()?))
+                })
+                .collect(),
+        )
     }
 
     /// The tool specs an agent's model is given in an iteration: its own tools, its MCP
-    /// servers' as far as they are listed (see [`Catalog::list_servers`]), and what a
-    /// prepare hook added.
-    pub fn specs(&self, agent: &AgentDef, prepared: &Prepared) -> Vec<ToolSpec> {
+    /// servers' as `listed` (see [`Catalog::list_servers`]), and what a prepare hook added.
+    pub fn specs(&self, listed: &Listed, agent: &AgentDef, prepared: &Prepared) -> Vec<ToolSpec> {
         let mut out = Vec::with_capacity(agent.tools.len() + prepared.tools.len());
         let mut seen = std::collections::HashSet::new();
         let mut add = |def: &ToolDef, out: &mut Vec<ToolSpec>| {
@@ -328,16 +354,15 @@ impl Catalog {
         };
         for t in agent.tools.iter().chain(&prepared.tools) {
             if let Some(server) = t.strip_prefix("mcp:") {
-                let Some(slot) = self.servers.get(server) else {
+                let Some(tools) = listed.server(server) else {
                     continue;
                 };
-                let listed = slot.listed.read().unwrap_or_else(|e| e.into_inner());
-                let mut defs: Vec<&Arc<ToolDef>> = listed.iter().flat_map(|l| l.values()).collect();
+                let mut defs: Vec<&Arc<ToolDef>> = tools.values().collect();
                 defs.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
                 for def in defs {
                     add(def, &mut out);
                 }
-            } else if let Some(def) = self.tool(t) {
+            } else if let Some(def) = self.tool(listed, t) {
                 add(&def, &mut out);
             }
         }
@@ -358,14 +383,6 @@ impl Catalog {
         wanted.sort_unstable();
         wanted.dedup();
         self.list(wanted).await;
-    }
-
-    /// Lists the MCP server `tool` belongs to, if it has not yet: a call that runs with no
-    /// think before it in this process (an approved gate after a restart) finds its tool.
-    pub async fn list_server_of(&self, tool: &str) {
-        if let Some(server) = server_of(tool) {
-            self.list(vec![server]).await;
-        }
     }
 
     async fn list(&self, wanted: Vec<&str>) {
@@ -400,7 +417,7 @@ impl Catalog {
                         }
                     }
                     info!(server = name, tools = defs.len(), "MCP server listed");
-                    *slot.listed.write().unwrap_or_else(|e| e.into_inner()) = Some(defs);
+                    *slot.listed.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(defs));
                 }
                 Err(e) => warn!(server = name, error = %e, "MCP server cannot list its tools"),
             }

@@ -20,6 +20,9 @@ use crate::timeline::Entry;
 
 /// The I/O a step may ask for.
 pub trait StepIo: Sync {
+    /// The MCP servers' tools as listed before the step: every pass of the step checks its
+    /// calls against this, however the catalog's listings move meanwhile.
+    fn listed(&self) -> crate::agent::Listed;
     /// The model's reply for the run's `think_index`-th think.
     fn think(&self, think_index: u32) -> impl Future<Output = Result<LlmReply, LlmError>> + Send;
     /// A tool's output; an `Err` is an error result the model sees.
@@ -77,7 +80,10 @@ pub async fn decide<W: StepIo>(
     input: &Input,
     world: &W,
 ) -> Result<Decision, IoError> {
-    let mut io = Io::default();
+    let mut io = Io {
+        listed: world.listed(),
+        ..Io::default()
+    };
     loop {
         match step(catalog, now, run, timeline, input, &io) {
             Step::Think { think_index } => match world.think(think_index).await {

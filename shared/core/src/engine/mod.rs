@@ -70,9 +70,11 @@ pub enum Step {
     Ignore(String),
 }
 
-/// The I/O results gathered so far for this step.
-#[derive(Debug, Default, Clone)]
+/// The I/O results gathered so far for this step, and the MCP servers' tools as listed when
+/// it started (`listed`: what a call is checked against, on every pass of the step).
+#[derive(Default, Clone)]
 pub struct Io {
+    pub listed: crate::agent::Listed,
     pub reply: Option<LlmReply>,
     /// The model call failed for good: the run fails, after this step's input is applied.
     pub model_error: Option<String>,
@@ -125,7 +127,7 @@ pub fn step(
     input: &Input,
     io: &Io,
 ) -> Step {
-    let mut w = Work::new(catalog, now, run, timeline, io.settled.as_ref());
+    let mut w = Work::new(catalog, &io.listed, now, run, timeline, io.settled.as_ref());
     if io.settled.is_none() && ends_run(run, input) {
         let ids: Vec<String> = w
             .pending_seqs(|t| {

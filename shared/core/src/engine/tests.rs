@@ -100,6 +100,10 @@ struct Scripted {
 }
 
 impl StepIo for Scripted {
+    fn listed(&self) -> crate::agent::Listed {
+        crate::agent::Listed::default()
+    }
+
     fn think(&self, think_index: u32) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
         let reply = self
             .replies
@@ -1931,3 +1935,156 @@ fn deferred_calls_wait_for_every_approval_of_the_reply() {
 }
 
 mod plans;
+
+/// An MCP server that lists one tool, `calc__ping`, and counts how often it was asked.
+struct Calc(std::sync::atomic::AtomicU32);
+
+struct Ping;
+
+#[async_trait::async_trait]
+impl crate::tools::Tool for Ping {
+    fn name(&self) -> &str {
+        "calc__ping"
+    }
+    fn description(&self) -> &str {
+        "ping"
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn execute(&self, _: &crate::tools::ToolContext, _: Value) -> Result<Value, String> {
+        Ok(json!("pong"))
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::tools::ToolServer for Calc {
+    async fn list(&self) -> Result<Vec<std::sync::Arc<dyn crate::tools::Tool>>, String> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(vec![std::sync::Arc::new(Ping)])
+    }
+}
+
+/// The world of one step whose MCP server gets listed while the step is under way (as a
+/// concurrent step of another run would list it).
+struct ListedMidStep<'a> {
+    catalog: &'a Catalog,
+    listed: crate::agent::Listed,
+}
+
+impl StepIo for ListedMidStep<'_> {
+    fn listed(&self) -> crate::agent::Listed {
+        self.listed.clone()
+    }
+
+    fn think(&self, think_index: u32) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
+        let ops = self.catalog.agent("ops").expect("ops");
+        block_on(
+            self.catalog
+                .list_servers(ops, &crate::agent::Prepared::default()),
+        );
+        std::future::ready(Ok(match think_index {
+            0 => calls(vec![call("calc__ping", json!({}))]),
+            _ => text("done"),
+        }))
+    }
+
+    fn execute(&self, call: Execution) -> impl Future<Output = ToolOutput> + Send {
+        assert_eq!(call.tool, "calc__ping", "only the listed tool runs");
+        std::future::ready(ToolOutput::from(Ok(json!("pong"))))
+    }
+
+    fn settle(
+        &self,
+        _: Vec<String>,
+    ) -> impl Future<Output = Result<HashMap<String, Cta>, crate::error::PortError>> + Send {
+        std::future::ready(Ok(HashMap::new()))
+    }
+}
+
+#[test]
+fn a_step_sees_the_tools_listed_when_it_began_and_the_next_step_sees_new_ones() {
+    let server = std::sync::Arc::new(Calc(Default::default()));
+    let file: AgentsFile = serde_json::from_value(
+        json!({"mcpServers": {"calc": {"url": "http://127.0.0.1:9/mcp"}},
+            "agents": {"ops": {"tools": ["mcp:calc"]}}}),
+    )
+    .unwrap();
+    let toolbox = crate::agent::Toolbox {
+        tools: vec![],
+        servers: BTreeMap::from([(
+            "calc".to_owned(),
+            server.clone() as std::sync::Arc<dyn crate::tools::ToolServer>,
+        )]),
+    };
+    let catalog = Catalog::build(Limits::default(), toolbox, Some(file)).unwrap();
+    let start = |id: &str| {
+        let mut run = Run::new(NewRun {
+            run_id: id.into(),
+            agent: "ops".into(),
+            owner: "o".into(),
+            parent: None,
+            depth: 0,
+            on_expiry: ExpiryPolicy::End,
+            sandbox_id: None,
+            metadata: None,
+            context: None,
+            root_run_id: None,
+            now: t0(),
+        });
+        run.next_seq = 1;
+        let first = Entry {
+            seq: 0,
+            at: t0(),
+            body: EntryBody::User {
+                text: "ping it".into(),
+                message_id: None,
+            },
+        };
+        (run, vec![first])
+    };
+    let result_of = |world: &ListedMidStep, id: &str| {
+        let (run, timeline) = start(id);
+        let decision = block_on(decide(
+            &catalog,
+            t0(),
+            &run,
+            &timeline,
+            &Input::Start,
+            world,
+        ))
+        .expect("decides");
+        let Decision::Commit(t) = decision else {
+            panic!("commits")
+        };
+        t.appended
+            .iter()
+            .find_map(|e| e.tool().cloned())
+            .expect("a tool entry")
+            .result
+    };
+    // Given a step that began before the server was listed, when the server is listed
+    // during its think, then the step's call is checked against what it began with.
+    let world = ListedMidStep {
+        catalog: &catalog,
+        listed: catalog.listed(),
+    };
+    let first = result_of(&world, "run_a");
+    assert!(
+        matches!(&first, ToolResult::Error { error } if error.contains("unknown tool `calc__ping`")),
+        "{first:?}"
+    );
+    assert_eq!(server.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // The next step takes the listing as it now is.
+    let world = ListedMidStep {
+        catalog: &catalog,
+        listed: catalog.listed(),
+    };
+    let next = result_of(&world, "run_b");
+    assert_eq!(
+        next,
+        ToolResult::Success {
+            output: json!("pong")
+        }
+    );
+}

@@ -175,7 +175,7 @@ impl Work<'_> {
     ) -> ToolResult {
         let Call { seq, id, name } = call;
         let catalog = self.catalog;
-        let Some(def) = catalog.tool_for(agent, prepared, name) else {
+        let Some(def) = catalog.tool_for(self.listed, agent, prepared, name) else {
             return ToolResult::error(format!(
                 "unknown tool `{name}`; this agent's tools are: {}",
                 if agent.tools.is_empty() {

@@ -18,6 +18,8 @@ use crate::timeline::{CtaSnapshot, Entry, EntryBody, ToolEntry, ToolResult};
 /// The step being built: the run as it becomes, and what the commit will hold.
 pub(super) struct Work<'a> {
     pub(super) catalog: &'a Catalog,
+    /// The MCP servers' tools as the step found them listed.
+    pub(super) listed: &'a crate::agent::Listed,
     pub(super) now: DateTime<Utc>,
     pub(super) run: Run,
     /// The run as the step found it (what the model was asked with).
@@ -40,6 +42,7 @@ pub(super) struct Work<'a> {
 impl<'a> Work<'a> {
     pub(super) fn new(
         catalog: &'a Catalog,
+        listed: &'a crate::agent::Listed,
         now: DateTime<Utc>,
         run: &'a Run,
         timeline: &'a [Entry],
@@ -51,6 +54,7 @@ impl<'a> Work<'a> {
             .map_or(0, |i| i as u64 + 1);
         Self {
             catalog,
+            listed,
             now,
             run: run.clone(),
             given: run,

@@ -6,10 +6,12 @@
 //! (`steps.rs`), timers call [`Service::expire_cta`].
 
 mod cache;
+mod consume;
 mod requests;
 mod steps;
 
 pub use cache::DEFAULT_CACHE_BYTES;
+pub use consume::{Delivery, SWEEP_EVENT, Verdict};
 pub use requests::LINK_RESPONDER;
 
 use std::sync::atomic::{AtomicU64, Ordering};

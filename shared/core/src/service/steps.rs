@@ -7,6 +7,7 @@ use tracing::{debug, info, warn};
 
 use super::cache::approx_bytes;
 use super::{Handled, Service, StepError};
+use crate::agent::Listed;
 use crate::cta::{Cta, Settlement};
 use crate::engine::{self, Decision, Execution, StepIo, ToolOutput};
 use crate::error::PortError;
@@ -65,6 +66,7 @@ impl Service {
                 service: self,
                 run: &run,
                 timeline: &timeline,
+                listed: self.list_tools(&run, &timeline).await,
                 crashed: std::sync::Mutex::new(None),
             };
             let now = self.deps.clock.now();
@@ -133,8 +135,19 @@ impl Service {
         Err(StepError::Contended(msg.run_id.clone()))
     }
 
+    /// Lists the MCP servers the run's agent uses (those not listed yet), then takes the
+    /// step's snapshot of every listing: the engine never lists a server.
+    async fn list_tools(&self, run: &Run, timeline: &[Entry]) -> Listed {
+        if let Some(agent) = self.catalog.agent(&run.agent) {
+            let prepared = agent.prepared(run, timeline);
+            self.catalog.list_servers(agent, &prepared).await;
+        }
+        self.catalog.listed()
+    }
+
     async fn think(
         &self,
+        listed: &Listed,
         run: &Run,
         timeline: &[Entry],
         think_index: u32,
@@ -144,8 +157,7 @@ impl Service {
             .agent(&run.agent)
             .ok_or_else(|| LlmError::Fatal(format!("agent `{}` is not defined", run.agent)))?;
         let prepared = agent.prepared(run, timeline);
-        self.catalog.list_servers(agent, &prepared).await;
-        let tools = self.catalog.specs(agent, &prepared);
+        let tools = self.catalog.specs(listed, agent, &prepared);
         let system = agent.system_prompt(run, &prepared);
         let request = ChatRequest {
             run_id: &run.run_id,
@@ -198,7 +210,10 @@ impl Service {
     pub async fn dead_letter(&self, msg: &StepMessage, reason: &str) -> Result<Handled, StepError> {
         if let Some((rec, timeline)) = self.deps.store.load(&msg.run_id).await? {
             let now = self.deps.clock.now();
-            let io = engine::Io::default();
+            let io = engine::Io {
+                listed: self.catalog.listed(),
+                ..engine::Io::default()
+            };
             if let engine::Step::Ignore(why) =
                 engine::step(&self.catalog, now, &rec.run, &timeline, &msg.input, &io)
             {
@@ -420,11 +435,17 @@ struct Thinker<'a> {
     service: &'a Service,
     run: &'a Run,
     timeline: &'a [Entry],
+    /// The MCP servers' tools as listed when the step started.
+    listed: Listed,
     /// A failpoint that fired where no error can be returned (after a tool's output).
     crashed: std::sync::Mutex<Option<PortError>>,
 }
 
 impl StepIo for Thinker<'_> {
+    fn listed(&self) -> Listed {
+        self.listed.clone()
+    }
+
     async fn think(&self, think_index: u32) -> Result<LlmReply, LlmError> {
         failpoint::pass("step.before_think")
             .await
@@ -434,7 +455,7 @@ impl StepIo for Thinker<'_> {
             })?;
         let reply = self
             .service
-            .think(self.run, self.timeline, think_index)
+            .think(&self.listed, self.run, self.timeline, think_index)
             .await?;
         failpoint::hit("step.after_think").map_err(|e| LlmError::Unavailable {
             message: e.to_string(),
@@ -454,10 +475,7 @@ impl StepIo for Thinker<'_> {
             &self.run.agent,
             &call.call_id,
         );
-        if catalog.tool(&call.tool).is_none() {
-            catalog.list_server_of(&call.tool).await;
-        }
-        let result = match catalog.tool(&call.tool) {
+        let result = match catalog.tool(&self.listed, &call.tool) {
             Some(def) => match &def.kind {
                 ToolKind::Exec(tool) => {
                     let limit = def.timeout.unwrap_or(catalog.limits.tool_timeout);

@@ -1,0 +1,164 @@
+//! What a host's queue consumer does with what it receives, written once for every host:
+//! a step message (handle it, or end its run when it was dead-lettered; then acknowledge,
+//! retry, or leave it as a crash would), and an inbox event (an answer or an expiry from the
+//! bus, a plan step's timer, the sweep's tick; a refusal published as `cta.rejected`). The
+//! hosts map the verdict onto their queue: SQS batch item failures on Lambda, the embedded
+//! queue's visibility locally.
+
+use serde_json::{Value, json};
+use tracing::{error, info, warn};
+
+use super::{Service, ServiceError};
+use crate::cta::CtaResponse;
+use crate::message::{Event, StepMessage};
+
+/// One delivery of a step message.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivery<'a> {
+    pub message: &'a StepMessage,
+    /// How many times it has been delivered, this one included.
+    pub receives: u32,
+    /// Why it is a dead letter (its retries are exhausted), when it is one: its run ends
+    /// failed instead of stepping.
+    pub dead: Option<&'a str>,
+}
+
+/// What the host does with a step message once the service is done with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Handled, or failed for good with its run already failed: delete it.
+    Ack,
+    /// Deliver it again later. `soon` when the failure was not the message's own (the
+    /// store's disk was full): try again shortly, and do not count it toward dead-lettering.
+    Retry { soon: bool },
+    /// A test's failpoint crashed the consumer before its acknowledgement: leave the message
+    /// as a dead process would (in flight, back after its visibility timeout or a restart).
+    Crashed,
+}
+
+/// The detail-type of the sweep's tick on the inbox.
+pub const SWEEP_EVENT: &str = "baton.sweep";
+
+impl Service {
+    /// Handles one delivery of a step message (twice, when `twice`: as a redelivery after a
+    /// lost acknowledgement would) and says what to do with it. A retryable failure is noted
+    /// on the run (`lastError`) before it is retried.
+    pub async fn consume(&self, d: Delivery<'_>, twice: bool) -> Verdict {
+        let once = || async {
+            match d.dead {
+                Some(why) => self.dead_letter(d.message, why).await,
+                None => self.handle(d.message).await,
+            }
+        };
+        let mut result = once().await;
+        if twice && result.is_ok() {
+            result = once().await;
+        }
+        let msg = d.message;
+        match result {
+            Ok(_) => match crate::failpoint::pass("step.before_ack").await {
+                Ok(()) => Verdict::Ack,
+                Err(_) => Verdict::Crashed,
+            },
+            Err(e) if e.is_retryable() => {
+                let soon = e.is_storage_full();
+                warn!(run_id = %msg.run_id, message = %msg.id, error = %e, soon, "step failed; it will be retried");
+                self.note_failure(msg, d.receives, &e).await;
+                Verdict::Retry { soon }
+            }
+            Err(e) => {
+                // The service already tried to fail the run; another delivery cannot help.
+                error!(run_id = %msg.run_id, message = %msg.id, error = %e, "step failed for good and its run could not be failed; acknowledged");
+                Verdict::Ack
+            }
+        }
+    }
+
+    /// An event from the inbox: `cta.response` (validated as the API validates an answer;
+    /// the first valid answer wins, and a redelivery of the answer that won is a success),
+    /// `cta.expired`, a plan step's `timer.fired`, or the sweep's tick (outboxes older than
+    /// `sweep_after`). An error that is not worth retrying has been published as
+    /// `cta.rejected` (id `<message_id>:rejected`) before it is returned.
+    pub async fn inbox_event(
+        &self,
+        message_id: &str,
+        detail_type: &str,
+        detail: &Value,
+        sweep_after: chrono::Duration,
+    ) -> Result<(), ServiceError> {
+        let field = |k: &str| detail[k].as_str().unwrap_or_default().to_owned();
+        let outcome = match detail_type {
+            "cta.response" => self.bus_answer(detail).await,
+            "cta.expired" => self.expire_cta(&field("ctaId")).await,
+            crate::message::TIMER_FIRED => {
+                self.fire_timer(&field("timerId"), &field("runId")).await
+            }
+            SWEEP_EVENT => self
+                .sweep(sweep_after)
+                .await
+                .map(|n| info!(repaired = n, "sweep done"))
+                .map_err(ServiceError::from),
+            other => Err(ServiceError::Invalid(format!("unexpected event `{other}`"))),
+        };
+        match outcome {
+            Err(ServiceError::Port(e)) if e.is_retryable() => Err(ServiceError::Port(e)),
+            Err(e) => {
+                warn!(message_id, cta_id = %field("ctaId"), error = %e, "inbox event rejected");
+                let event = Event {
+                    id: format!("{message_id}:rejected"),
+                    detail_type: "cta.rejected".into(),
+                    detail: json!({"ctaId": field("ctaId"), "eventType": detail_type, "reason": e.to_string()}),
+                    time: self.deps.clock.now(),
+                };
+                if let Err(e) = self.deps.bus.publish(&[event]).await {
+                    warn!(error = %e, "publishing cta.rejected failed");
+                }
+                Err(e)
+            }
+            ok => ok,
+        }
+    }
+
+    /// A `cta.response` event's detail: `ctaId`, the response's fields and, optionally, who
+    /// answered (`responder`, 1 to 256 characters).
+    async fn bus_answer(&self, detail: &Value) -> Result<(), ServiceError> {
+        let mut fields = detail.clone();
+        let mut responder = None;
+        let mut cta_id = String::new();
+        if let Value::Object(m) = &mut fields {
+            cta_id = m
+                .remove("ctaId")
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            m.remove("eventId");
+            responder = m.remove("responder");
+        }
+        let responder = match responder {
+            None | Some(Value::Null) => None,
+            Some(Value::String(r)) if !r.trim().is_empty() && r.len() <= 256 => Some(r),
+            Some(_) => {
+                return Err(ServiceError::Invalid(
+                    "`responder` must be a string of 1 to 256 characters".into(),
+                ));
+            }
+        };
+        let response: CtaResponse = serde_json::from_value(fields)
+            .map_err(|e| ServiceError::Invalid(format!("invalid CTA response: {e}")))?;
+        match self
+            .answer_cta(None, &cta_id, response.clone(), responder)
+            .await
+        {
+            // A redelivery of the answer that won (the bus delivers at least once): nothing
+            // to do, nothing to reject.
+            Err(ServiceError::AlreadyAnswered(won)) if won.response.as_ref() == Some(&response) => {
+                Ok(())
+            }
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// The service's clock (hosts that fire timers ask it what time it is).
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.deps.clock.now()
+    }
+}
