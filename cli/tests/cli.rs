@@ -851,10 +851,16 @@ async fn after_a_full_disk_is_freed_every_accepted_run_finishes_within_a_minute(
     // `lastError` is a write too); the log says why, and they wait.
     let deadline = Instant::now() + Duration::from_secs(30);
     let log = disk.ctl.path().join("stderr");
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("step failed: the disk is full; will retry")
-    {
+    let found_full = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                l.contains("step failed; it will be retried")
+                    && l.contains("the disk holding the data directory is full")
+            })
+    };
+    while !found_full() {
         assert!(Instant::now() < deadline, "no step found the disk full");
         std::thread::sleep(Duration::from_millis(200));
     }
