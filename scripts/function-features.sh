@@ -2,7 +2,7 @@
 # Checks that the four Lambda functions build every third-party crate they share with the
 # same features. `sam build` builds each function alone and cargo resolves features per
 # build: a crate that one function asks more of is compiled again for it, and with it
-# everything above it (the AWS SDK, most of a function's build). shared/aws/Cargo.toml names
+# everything above it (the AWS SDK, most of a function's build). shared/lambda/Cargo.toml names
 # the union; this says when a dependency change needs it widened.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -8,7 +8,7 @@ use baton_aws::provision::{self, Names};
 use baton_aws::sdk::sdk_config;
 use baton_core::config::Config;
 use baton_core::ports::SystemClock;
-use baton_local::{AwsDevOptions, AwsDevServer};
+use baton_dev::{AwsDevOptions, AwsDevServer};
 
 /// The role Scheduler assumes: `BATON_SCHEDULER_ROLE_ARN`, else a well-formed placeholder
 /// (emulators accept any).
@@ -93,7 +93,7 @@ pub async fn dev(
     if made {
         println!("baton dev --aws: new token {token} (set BATON_TOKEN to choose one)");
     }
-    baton_local::host::stop_signal().await;
+    baton_dev::host::stop_signal().await;
     server.shutdown().await;
     Ok(())
 }

@@ -20,10 +20,11 @@ use baton_core::ports::{Store, SystemClock};
 use baton_core::run::RunStatus;
 use baton_core::service::{CreateRun, Service};
 use baton_core::timeline::{EntryBody, ToolResult};
+use baton_dev::LOCAL_OWNER;
+use baton_dev::worker::{Worker, WorkerOptions};
 use baton_llm::scripted::{ScriptedCall, ScriptedLlm, ScriptedReply};
+use baton_local::local_service;
 use baton_local::store::LocalStore;
-use baton_local::worker::{Worker, WorkerOptions};
-use baton_local::{LOCAL_OWNER, local_service};
 use serde_json::json;
 
 const PAYLOAD: usize = 1024;
@@ -372,9 +373,9 @@ pub const PRICE_SCHEDULER: f64 = 1.00 / 1e6;
 /// from item sizes by DynamoDB's rules), warm (a container that stepped the run before) and
 /// cold (a fresh container), at histories of about 10, 100 and 1,000 entries.
 pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String> {
-    use baton_aws::event_source::{EventSources, Feeds};
     use baton_aws::provision::{self, Names};
     use baton_aws::sdk::{Meter, Usage};
+    use baton_dev::event_source::{EventSources, Feeds};
 
     ensure!(
         config.sdk.endpoint.is_some(),

@@ -112,7 +112,7 @@ pub async fn run(
 ) -> ExitCode {
     let token = match token {
         Some(t) => Token::Given(t),
-        None => Token::File(baton_local::token_path(data)),
+        None => Token::File(baton_dev::token_path(data)),
     };
     let http = match reqwest::Client::builder()
         .timeout(Duration::from_secs(60))

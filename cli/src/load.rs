@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use baton_core::ports::{Store, SystemClock};
-use baton_local::worker::StepTimes;
-use baton_local::{LocalOptions, LocalServer, WorkerOptions};
+use baton_dev::worker::StepTimes;
+use baton_dev::{LocalOptions, LocalServer, WorkerOptions};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 

@@ -20,8 +20,9 @@ use baton_core::config::Config;
 use baton_core::cost::split_model;
 use baton_core::llm::Llm;
 use baton_core::ports::SystemClock;
+use baton_dev::{LocalOptions, LocalServer, WorkerOptions};
+use baton_llm::Models;
 use baton_llm::scripted::ScriptedLlm;
-use baton_local::{LocalOptions, LocalServer, WorkerOptions};
 use clap::{ArgGroup, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -314,18 +315,20 @@ pub(crate) async fn model_and_agents(
             Arc::new(ScriptedLlm::load(path)?.priced_as(&config.model.model))
         }
         None => {
-            let providers = baton_aws::handlers::providers(&catalog, &config.model.model);
+            let providers = catalog.providers(&config.model.model);
             say_models(config, &catalog);
             // Bedrock needs the AWS SDK's config (credentials, region): loaded only when a
             // model is Bedrock's, so that `baton dev` never waits on an AWS lookup otherwise.
-            let sdk = match providers.contains("bedrock") {
-                true => Some(baton_aws::sdk::sdk_config(&config.sdk).await),
+            let bedrock = match providers.contains("bedrock") {
+                true => Some(aws_sdk_bedrockruntime::config::Builder::from(
+                    &baton_aws::sdk::sdk_config(&config.sdk).await,
+                )),
                 false => None,
             };
-            Arc::new(baton_aws::handlers::models(
+            Arc::new(Models::for_providers(
                 &config.model,
                 &providers,
-                sdk.as_ref(),
+                bedrock.as_ref(),
                 None,
             )?)
         }
@@ -405,7 +408,7 @@ async fn dev(
         println!(
             "baton dev: new token {} (stored in {})",
             server.token,
-            baton_local::token_path(&data).display()
+            baton_dev::token_path(&data).display()
         );
     }
     server.serve_until_signal().await;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use baton_aws::provision::Names;
 use baton_core::failpoint;
 use baton_core::ports::SystemClock;
-use baton_local::aws_host::{AwsDevOptions, AwsDevServer};
+use baton_dev::aws_host::{AwsDevOptions, AwsDevServer};
 use common::moto::Moto;
 use common::*;
 use serde_json::{Value, json};

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use baton_aws::provision::Names;
 use baton_core::ports::SystemClock;
-use baton_local::{AwsDevOptions, AwsDevServer};
+use baton_dev::{AwsDevOptions, AwsDevServer};
 use common::moto::Moto;
 use common::*;
 use serde_json::{Value, json};
@@ -520,8 +520,8 @@ impl baton_core::llm::Llm for Slow {
 #[tokio::test]
 async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_once() {
     use aws_lambda_events::event::sqs::SqsEvent;
-    use baton_aws::{Deadline, handle_steps_until, release};
     use baton_core::service::CreateRun;
+    use baton_lambda::{Deadline, handle_steps_until, release};
 
     let moto = Moto::start();
     let sdk = moto.sdk().await;
@@ -556,10 +556,10 @@ async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_on
     // Receive the three starts as one batch, as the event source mapping would.
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let url = p.config.steps_queue_url.clone();
-    let arn = baton_aws::event_source::EventSources::queue(
+    let arn = baton_dev::event_source::EventSources::queue(
         &sqs,
         &url,
-        baton_aws::event_source::Feeds::Steps,
+        baton_dev::event_source::Feeds::Steps,
     )
     .await
     .unwrap()
@@ -754,13 +754,13 @@ async fn a_crash_after_a_parking_commit_is_repaired_by_the_sweep() {
         "awsRegion": "us-east-1"}]}))
     .unwrap();
     let healthy = service(false);
-    let resp = baton_aws::handle_cta_inbox(&healthy, tick.clone()).await;
+    let resp = baton_lambda::handle_cta_inbox(&healthy, tick.clone()).await;
     assert!(resp.batch_item_failures.is_empty());
     assert!(get().await.is_err(), "not yet: the outbox is seconds old");
 
     // Five minutes on, the tick performs the outbox: the timer exists, the outbox is done.
     clock.advance(chrono::Duration::minutes(6));
-    let resp = baton_aws::handle_cta_inbox(&healthy, tick).await;
+    let resp = baton_lambda::handle_cta_inbox(&healthy, tick).await;
     assert!(resp.batch_item_failures.is_empty());
     let s = get().await.unwrap();
     assert_eq!(

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use baton_api::{AppState, BearerToken};
 use baton_aws::provision::Names;
 use baton_core::ports::{ManualClock, SystemClock};
-use baton_local::{AwsDevOptions, AwsDevServer};
+use baton_dev::{AwsDevOptions, AwsDevServer};
 use common::moto::Moto;
 use common::*;
 use serde_json::{Value, json};

@@ -760,8 +760,7 @@ async fn the_outbox_is_replayed_after_a_crash_between_commit_and_effects() {
     assert!(crash.handle(&next[0].1).await.is_err());
     Pump::ack(&local, next[0].0.clone()).await;
     assert!(Pump::receive(&local, 10).await.is_empty());
-    let worker =
-        baton_local::worker::Worker::new(Arc::new(fresh), local.clone(), Default::default());
+    let worker = baton_dev::worker::Worker::new(Arc::new(fresh), local.clone(), Default::default());
     assert_eq!(worker.sweep().await.unwrap(), 1);
     worker.drain().await.unwrap();
     let (rec, tl) = local.load(&run_id).await.unwrap().unwrap();
@@ -1045,7 +1044,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         ..Default::default()
     };
     let run = svc.create_run("alice", req, None).await.unwrap();
-    let worker = baton_local::worker::Worker::new(svc.clone(), local.clone(), Default::default());
+    let worker = baton_dev::worker::Worker::new(svc.clone(), local.clone(), Default::default());
     worker.drain().await.unwrap();
     let cta = svc.list_ctas("alice", None, None).await.unwrap().remove(0);
     use baton_core::service::ServiceError::NotFound;

@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use baton_aws::handle_cta_inbox;
 use baton_core::cta::{Cta, CtaStatus};
 use baton_core::ports::{Store, SystemClock};
 use baton_core::service::{CreateRun, Service};
+use baton_dev::worker::{Worker, WorkerOptions};
+use baton_lambda::handle_cta_inbox;
 use baton_local::local_service;
 use baton_local::store::LocalStore;
-use baton_local::worker::{Worker, WorkerOptions};
 use common::*;
 use serde_json::{Value, json};
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use baton_aws::provision::Names;
 use baton_core::ports::SystemClock;
-use baton_local::{AwsDevOptions, AwsDevServer};
+use baton_dev::{AwsDevOptions, AwsDevServer};
 use common::moto::Moto;
 use common::*;
 use serde_json::{Value, json};

@@ -8,8 +8,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_aws::SecretKey;
 use baton_core::llm::{ChatRequest, Llm, LlmError};
+use baton_lambda::SecretKey;
 use baton_llm::openai::{OpenAiConfig, OpenAiLlm};
 use common::moto::Moto;
 use serde_json::json;

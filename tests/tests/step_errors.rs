@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use baton_aws::handle_steps;
 use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, StepMessage, Transition};
@@ -18,8 +17,9 @@ use baton_core::ports::{Created, RunRecord, Settled, Store, SystemClock};
 use baton_core::run::{Run, RunStatus};
 use baton_core::service::{CreateRun, Deps, Service};
 use baton_core::timeline::{Entry, EntryBody};
+use baton_dev::worker::{Worker, WorkerOptions};
+use baton_lambda::handle_steps;
 use baton_local::store::LocalStore;
-use baton_local::worker::{Worker, WorkerOptions};
 use chrono::{DateTime, Utc};
 use common::*;
 use serde_json::json;

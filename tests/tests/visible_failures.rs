@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_core::ports::SystemClock;
+use baton_dev::worker::WorkerOptions;
+use baton_dev::{LocalOptions, LocalServer};
 use baton_llm::openai::{OpenAiConfig, OpenAiLlm};
-use baton_local::worker::WorkerOptions;
-use baton_local::{LocalOptions, LocalServer};
 use common::*;
 use serde_json::json;
 

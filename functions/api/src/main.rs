@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use baton_api::{ApiGatewayJwt, AppState, router};
-use baton_aws::{Runtime, init_tracing};
+use baton_lambda::{Runtime, init_tracing};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {

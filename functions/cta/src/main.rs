@@ -3,7 +3,7 @@
 //! run's FIFO group. Invalid or late responses are rejected, never block the queue. It never
 //! calls a model.
 
-use baton_aws::{Runtime, init_tracing, run_cta_inbox};
+use baton_lambda::{Runtime, init_tracing, run_cta_inbox};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use baton_aws::{Runtime, init_tracing, run_steps};
+use baton_lambda::{Runtime, init_tracing, run_steps};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {

@@ -1,5 +1,4 @@
-//! Baton on AWS: adapters for the core's ports, provisioning, and the handlers the Lambda
-//! functions run.
+//! Baton on AWS: adapters for the core's ports, and provisioning.
 //!
 //! | module | what |
 //! |---|---|
@@ -7,26 +6,76 @@
 //! | [`sqs`] | `SqsQueue`: step messages on the FIFO queues, one group per run |
 //! | [`eventbridge`] | `EventBridgeBus`: events on the bus |
 //! | [`scheduler`] | `SchedulerTimers`: one-time CTA expiry schedules |
+//! | [`s3`] | `S3Blobs`: tool files in a bucket |
 //! | [`sdk`] | one SDK config, error mapping, the request meter |
 //! | [`provision`] | creates what `template.yaml` declares, on an emulator |
-//! | [`handlers`] | the functions' start-up and their SQS batch handlers |
-//! | [`event_source`] | polls SQS into the handlers, as Lambda's event source mappings do |
 //!
-//! No HTTP server and no SQLite here: the step functions link only this and the core.
+//! [`aws_service`] wires them into the core's service. The hosts that run it are elsewhere:
+//! the Lambda functions (`baton-lambda`) and `baton dev --aws` (`baton-dev`).
 
 pub mod dynamo;
-pub mod event_source;
 pub mod eventbridge;
-pub mod handlers;
 pub mod provision;
 pub mod s3;
 pub mod scheduler;
 pub mod sdk;
 pub mod sqs;
 
-#[cfg(feature = "steps")]
-pub use handlers::run_steps;
-pub use handlers::{
-    Deadline, InitError, Runtime, SecretKey, StepsOutcome, aws_service, handle_cta_inbox,
-    handle_steps, handle_steps_until, init_tracing, release, run_cta_inbox,
-};
+use std::sync::Arc;
+
+use baton_core::agent::Catalog;
+use baton_core::config::AwsConfig;
+use baton_core::llm::Llm;
+use baton_core::ports::Clock;
+use baton_core::service::{Deps, Service};
+
+use crate::dynamo::DynamoStore;
+use crate::eventbridge::EventBridgeBus;
+use crate::scheduler::SchedulerTimers;
+use crate::sdk::Meter;
+use crate::sqs::SqsQueue;
+
+/// Builds the service over DynamoDB, SQS, EventBridge and Scheduler from one SDK config.
+pub fn aws_service(
+    cfg: &AwsConfig,
+    sdk: &aws_config::SdkConfig,
+    llm: Arc<dyn Llm>,
+    catalog: Arc<Catalog>,
+    clock: Arc<dyn Clock>,
+    meter: Arc<Meter>,
+) -> Arc<Service> {
+    let deps = Deps {
+        store: Arc::new(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(sdk),
+            &cfg.table,
+            cfg.retention_days,
+            meter.clone(),
+        )),
+        queue: Arc::new(SqsQueue::new(
+            aws_sdk_sqs::Client::new(sdk),
+            &cfg.steps_queue_url,
+            &cfg.subagent_queue_url,
+            meter.clone(),
+        )),
+        bus: Arc::new(EventBridgeBus::new(
+            aws_sdk_eventbridge::Client::new(sdk),
+            &cfg.bus_name,
+            meter.clone(),
+        )),
+        blobs: Arc::new(crate::s3::S3Blobs::new(
+            aws_sdk_s3::Client::new(sdk),
+            &cfg.bucket,
+        )),
+        scheduler: Arc::new(SchedulerTimers::new(
+            aws_sdk_scheduler::Client::new(sdk),
+            &cfg.schedule_group,
+            &cfg.bus_arn,
+            &cfg.scheduler_role_arn,
+            meter,
+        )),
+        llm,
+        clock,
+        queue_in_store: false,
+    };
+    Arc::new(Service::new(deps, catalog))
+}

@@ -49,14 +49,16 @@ pub enum LinkError {
     Expired,
 }
 
+/// A link key too short to sign with: its length in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the link key must be at least {MIN_KEY_BYTES} bytes; it is {0}")]
+pub struct ShortKey(pub usize);
+
 impl Links {
     /// A signer with `key` (at least [`MIN_KEY_BYTES`]), for links under `base_url`.
-    pub fn new(key: &[u8], base_url: &str) -> Result<Self, String> {
+    pub fn new(key: &[u8], base_url: &str) -> Result<Self, ShortKey> {
         if key.len() < MIN_KEY_BYTES {
-            return Err(format!(
-                "the link key must be at least {MIN_KEY_BYTES} bytes; it is {}",
-                key.len()
-            ));
+            return Err(ShortKey(key.len()));
         }
         Ok(Self {
             key: key.to_vec(),

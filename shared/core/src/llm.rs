@@ -110,7 +110,7 @@ pub trait Llm: Send + Sync {
 #[async_trait::async_trait]
 pub trait KeySource: Send + Sync {
     /// The current key, read afresh.
-    async fn fetch(&self) -> Result<Option<String>, String>;
+    async fn fetch(&self) -> Result<Option<String>, crate::error::PortError>;
 }
 
 /// The model of a host that never thinks (the `api` and `cta` functions): every call is a

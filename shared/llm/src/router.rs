@@ -3,10 +3,17 @@
 //! to the OpenAI-compatible endpoint (as before providers had names). The agent's `model`
 //! wins; `BATON_MODEL` is the default.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
+use baton_core::config::ModelConfig;
 use baton_core::cost::split_model;
-use baton_core::llm::{ChatRequest, Llm, LlmError, LlmReply};
+use baton_core::llm::{ChatRequest, KeySource, Llm, LlmError, LlmReply};
+
+use crate::anthropic::{AnthropicConfig, AnthropicLlm};
+use crate::bedrock::{self, BedrockConfig, BedrockLlm};
+use crate::openai::{OpenAiConfig, OpenAiLlm};
 
 pub struct Models {
     /// The model of agents that name none.
@@ -39,6 +46,36 @@ impl Models {
     pub fn bedrock(mut self, llm: Arc<dyn Llm>) -> Self {
         self.bedrock = Some(llm);
         self
+    }
+
+    /// The model port of a host, with a client for each of `providers` (see
+    /// `Catalog::providers`) and no other: Bedrock's is built from `bedrock` (the host's SDK
+    /// settings), which only a host whose runs call Bedrock needs to load. A call routed to a
+    /// provider without a client fails with an error that names it.
+    pub fn for_providers(
+        model: &ModelConfig,
+        providers: &BTreeSet<String>,
+        bedrock: Option<&aws_sdk_bedrockruntime::config::Builder>,
+        key_source: Option<Arc<dyn KeySource>>,
+    ) -> Result<Self, LlmError> {
+        let mut models = Models::new(model.model.clone());
+        if providers.contains("openai") {
+            let openai =
+                OpenAiLlm::new(OpenAiConfig::from_model(model))?.with_key_source(key_source);
+            models = models.openai(Arc::new(openai));
+        }
+        if providers.contains("anthropic") {
+            let anthropic = AnthropicLlm::new(AnthropicConfig::from_model(model))?;
+            models = models.anthropic(Arc::new(anthropic));
+        }
+        if let Some(sdk) = bedrock.filter(|_| providers.contains("bedrock")) {
+            let timeout = Duration::from_secs(u64::from(model.timeout_secs));
+            models = models.bedrock(Arc::new(BedrockLlm::new(
+                bedrock::client(sdk, timeout),
+                BedrockConfig::from_model(model),
+            )));
+        }
+        Ok(models)
     }
 
     /// The provider and model id a call with `model` (the agent's, if any) goes to.

@@ -1,19 +1,42 @@
-//! Baton on one machine: the embedded adapter, its worker, and the `baton dev` hosts.
+//! Baton on one machine's disk: the embedded adapter.
 //!
 //! | module | what |
 //! |---|---|
 //! | [`store`] | `LocalStore`: every port in one SQLite file, durable on disk |
-//! | [`worker`] | pumps the embedded queue into the service and fires due timers |
-//! | [`host`] | `baton dev`: the API and the worker in one process |
-//! | [`aws_host`] | `baton dev --aws`: the API and the Lambda handlers over AWS APIs |
+//! | [`blobs`] | `FileBlobs`: tool files beside it |
+//!
+//! [`local_service`] wires them into the core's service; `baton dev` (`baton-dev`) hosts it.
 
-pub mod aws_host;
 pub mod blobs;
-pub mod host;
 pub mod store;
-pub mod worker;
 
-pub use aws_host::{AwsDevOptions, AwsDevServer};
-pub use host::{LOCAL_OWNER, LocalOptions, LocalServer, StartError, local_service, token_path};
+use std::sync::Arc;
+
+use baton_core::agent::Catalog;
+use baton_core::llm::Llm;
+use baton_core::ports::Clock;
+use baton_core::service::{Deps, Service};
+
 pub use store::LocalStore;
-pub use worker::{Worker, WorkerOptions};
+
+/// Builds the service over the embedded store.
+pub fn local_service(
+    store: &LocalStore,
+    llm: Arc<dyn Llm>,
+    catalog: Arc<Catalog>,
+    clock: Arc<dyn Clock>,
+) -> Arc<Service> {
+    let deps = Deps {
+        store: Arc::new(store.clone()),
+        queue: Arc::new(store.clone()),
+        bus: Arc::new(store.clone()),
+        scheduler: Arc::new(store.clone()),
+        blobs: Arc::new(blobs::FileBlobs::new(
+            store.path().parent().unwrap_or(std::path::Path::new(".")),
+        )),
+        llm,
+        clock,
+        queue_in_store: true,
+    };
+    Arc::new(Service::new(deps, catalog))
+}

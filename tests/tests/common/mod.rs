@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use baton_core::agent::{AgentsFile, Catalog, Limits};
 use baton_core::llm::Llm;
 use baton_core::ports::{Clock, SystemClock};
+use baton_dev::worker::WorkerOptions;
+use baton_dev::{LocalOptions, LocalServer};
 use baton_llm::scripted::ScriptedLlm;
-use baton_local::worker::WorkerOptions;
-use baton_local::{LocalOptions, LocalServer};
 use serde_json::{Value, json};
 
 pub const TOKEN: &str = "test-token";

@@ -305,6 +305,16 @@ impl Catalog {
         models.into_iter().collect()
     }
 
+    /// The model providers a host's runs call: each agent's model's, and `default`'s
+    /// (`BATON_MODEL`) for the agents that name none. A host builds a client for these only.
+    pub fn providers(&self, default: &str) -> std::collections::BTreeSet<String> {
+        self.models(default)
+            .into_iter()
+            .map(|(model, _)| crate::cost::split_model(&model).0.to_owned())
+            .chain([crate::cost::split_model(default).0.to_owned()])
+            .collect()
+    }
+
     /// The tool `name` if `agent` may call it in an iteration `prepared` added to: a tool
     /// it lists, one its prepare hook added, or a listed tool of an MCP server it is granted.
     pub fn tool_for(

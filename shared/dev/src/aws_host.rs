@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use baton_api::{AppState, Authenticator, BearerToken};
 use baton_core::agent::Catalog;
-use baton_core::links::Links;
+use baton_core::links::{Links, ShortKey};
 use baton_core::llm::Llm;
 use baton_core::ports::Clock;
 use baton_core::service::Service;
@@ -45,7 +45,7 @@ pub struct AwsDevServer {
 
 impl AwsDevServer {
     pub async fn start(opts: AwsDevOptions) -> Result<Self, StartError> {
-        use baton_aws::event_source::{EventSource, EventSources, Feeds};
+        use crate::event_source::{EventSource, EventSources, Feeds};
         let provisioned =
             baton_aws::provision::ensure(&opts.sdk, &opts.names, &opts.scheduler_role_arn).await?;
         let meter = baton_aws::sdk::Meter::shared();
@@ -109,7 +109,7 @@ impl AwsDevServer {
     /// Turns on one-time answer links, as `baton dev` does: signed with `key`
     /// (`BATON_LINK_KEY`, at least 32 bytes), under `public_url` (`BATON_PUBLIC_URL`), else
     /// this server's own address. Until then `POST /ctas/{id}/link` answers 409 `links_off`.
-    pub fn set_up_links(&self, key: &str, public_url: Option<&str>) -> Result<(), String> {
+    pub fn set_up_links(&self, key: &str, public_url: Option<&str>) -> Result<(), ShortKey> {
         let base = public_url.map_or_else(|| self.url(), str::to_owned);
         let links = Links::new(key.as_bytes(), &base)?;
         info!(base = %links.base_url, "one-time answer links on");

@@ -15,9 +15,9 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{Instrument, error, info, info_span, warn};
 
-use crate::store::{Delivery, LocalStore};
 use baton_core::error::PortError;
 use baton_core::service::{Delivery as ServiceDelivery, Service, ServiceError, Verdict};
+use baton_local::store::{Delivery, LocalStore};
 
 #[derive(Debug, Clone)]
 pub struct WorkerOptions {

@@ -16,8 +16,8 @@ use tracing::{error, warn};
 use baton_core::error::PortError;
 use baton_core::service::Service;
 
-use crate::handlers::{handle_cta_inbox, handle_steps};
-use crate::sdk::map_sdk_err;
+use baton_aws::sdk::map_sdk_err;
+use baton_lambda::{handle_cta_inbox, handle_steps};
 
 /// Which handler a queue feeds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,10 +17,10 @@ use baton_core::error::PortError;
 use baton_core::links::Links;
 use baton_core::llm::Llm;
 use baton_core::ports::Clock;
-use baton_core::service::{Deps, Service};
+use baton_core::service::Service;
 
-use crate::store::LocalStore;
 use crate::worker::{Worker, WorkerOptions};
+use baton_local::{LocalStore, local_service};
 
 /// The owner of every run in local mode (one shared token, one user).
 pub const LOCAL_OWNER: &str = "local";
@@ -54,33 +54,11 @@ pub struct LocalServer {
     worker: JoinHandle<()>,
 }
 
-/// Builds the service over the embedded store.
-pub fn local_service(
-    store: &LocalStore,
-    llm: Arc<dyn Llm>,
-    catalog: Arc<Catalog>,
-    clock: Arc<dyn Clock>,
-) -> Arc<Service> {
-    let deps = Deps {
-        store: Arc::new(store.clone()),
-        queue: Arc::new(store.clone()),
-        bus: Arc::new(store.clone()),
-        scheduler: Arc::new(store.clone()),
-        blobs: Arc::new(crate::blobs::FileBlobs::new(
-            store.path().parent().unwrap_or(std::path::Path::new(".")),
-        )),
-        llm,
-        clock,
-        queue_in_store: true,
-    };
-    Arc::new(Service::new(deps, catalog))
-}
-
 /// The token file `baton` clients read when `BATON_TOKEN` is not set.
 /// Writes `text` to a file its user alone may read (0600, made so if it was not).
 fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    let mut file = crate::store::create_private_file(path)?;
+    let mut file = baton_local::store::create_private_file(path)?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

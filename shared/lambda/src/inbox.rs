@@ -1,0 +1,58 @@
+//! The `cta` function: answers, expiries, plan timers and the sweep's tick, from the inbox
+//! queue.
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use baton_core::service::{Service, ServiceError};
+use lambda_runtime::{LambdaEvent, service_fn};
+use serde_json::Value;
+use tracing::{Instrument, error, info_span, warn};
+
+use crate::{Runtime, failure};
+
+/// The `cta` function: answers and expiries from the inbox queue, until Lambda stops it.
+pub async fn run_cta_inbox(runtime: Runtime) -> Result<(), lambda_runtime::Error> {
+    let service = runtime.request_service().await?;
+    lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
+        let service = service.clone();
+        async move { Ok::<_, lambda_runtime::Error>(handle_cta_inbox(&service, event.payload).await) }
+    }))
+    .await
+}
+
+/// How old a parking outbox must be before the sweep performs it: older than any step that
+/// may still be performing it (a step's effects take milliseconds; its retries, minutes).
+pub const SWEEP_AFTER: chrono::Duration = chrono::Duration::minutes(5);
+
+/// The `cta` function: the inbox queue's events — `cta.response` and `cta.expired` from the
+/// bus, plan steps' `timer.fired`, the sweep's tick — each handed to
+/// [`Service::inbox_event`]. An invalid or late one is refused (and published as
+/// `cta.rejected`) and dropped, never blocking the queue; backend errors are retried.
+pub async fn handle_cta_inbox(service: &Service, event: SqsEvent) -> SqsBatchResponse {
+    let mut resp = SqsBatchResponse::default();
+    for rec in event.records {
+        let id = rec.message_id.clone().unwrap_or_default();
+        let envelope: Value = match rec.body.as_deref().map(serde_json::from_str) {
+            Some(Ok(v)) => v,
+            _ => {
+                error!(message_id = %id, "undecodable inbox message dropped");
+                continue;
+            }
+        };
+        let detail_type = envelope["detail-type"].as_str().unwrap_or_default();
+        let detail = &envelope["detail"];
+        let span = info_span!("cta", message_id = %id, cta_id = %detail["ctaId"].as_str().unwrap_or_default(), detail_type = %detail_type);
+        let outcome = service
+            .inbox_event(&id, detail_type, detail, SWEEP_AFTER)
+            .instrument(span)
+            .await;
+        match outcome {
+            Err(ServiceError::Port(e)) if e.is_retryable() => {
+                warn!(message_id = %id, error = %e, "inbox message will be retried");
+                resp.batch_item_failures.push(failure(id));
+            }
+            // Refused (and published as `cta.rejected`), or done.
+            _ => {}
+        }
+    }
+    resp
+}

@@ -1,0 +1,43 @@
+//! The Lambda host: what the four functions run. Each starts from a [`Runtime`] (the
+//! configuration, the SDK, the model secret, the service over AWS, built once per container)
+//! and hands Lambda's events to the core service.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`runtime`] | start-up: configuration, secrets, model clients, the service |
+//! | [`steps`] | the step functions' SQS batches: order per run, deadline, deferral |
+//! | [`inbox`] | the `cta` function's inbox batches |
+//!
+//! The adapters are `baton-aws`'s; the policy for each message is the service's
+//! (`Service::consume`, `Service::inbox_event`). `baton dev --aws` runs these same handlers
+//! in-process (`baton-dev`).
+
+pub mod inbox;
+pub mod runtime;
+pub mod steps;
+
+use aws_lambda_events::event::sqs::BatchItemFailure;
+
+pub use inbox::{SWEEP_AFTER, handle_cta_inbox, run_cta_inbox};
+pub use runtime::{InitError, Runtime, SecretKey, secret_fields};
+#[cfg(feature = "steps")]
+pub use steps::run_steps;
+pub use steps::{Deadline, StepsOutcome, handle_steps, handle_steps_until, release};
+
+/// JSON logs, as `LoggingConfig: {LogFormat: JSON}` expects.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .without_time()
+        .try_init();
+}
+
+/// A record reported failed in a batch response, to be delivered again.
+fn failure(id: String) -> BatchItemFailure {
+    let mut f = BatchItemFailure::default();
+    f.item_identifier = id;
+    f
+}

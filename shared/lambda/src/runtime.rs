@@ -1,0 +1,225 @@
+//! A function's start-up, once per container: the configuration, one SDK config, the model
+//! secret's fields, the model clients and the service over AWS.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use baton_aws::sdk::{Meter, map_sdk_err, sdk_config};
+use baton_core::agent::{Catalog, CatalogError};
+use baton_core::config::{Config, ConfigError, ModelConfig};
+use baton_core::error::PortError;
+use baton_core::links::{Links, ShortKey};
+use baton_core::llm::{KeySource, Llm, LlmError, NoModel};
+use baton_core::ports::SystemClock;
+use baton_core::service::Service;
+use serde_json::Value;
+
+/// Why a function could not start. Each names what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot read the model API key from Secrets Manager ({arn})")]
+    Secret {
+        arn: String,
+        #[source]
+        source: PortError,
+    },
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error("one-time answer links")]
+    Links(#[from] ShortKey),
+    #[error(
+        "BATON_PUBLIC_URL is set but no link key is: add a BATON_LINK_KEY field (at least 32 \
+         characters) to the model secret"
+    )]
+    NoLinkKey,
+}
+
+/// What every function starts from, once per container: the configuration and one SDK
+/// config that every client is built from.
+pub struct Runtime {
+    pub config: Config,
+    pub sdk: aws_config::SdkConfig,
+    /// The model secret's fields, read once per container (the models and the tools'
+    /// headers both need them at start-up).
+    secrets: tokio::sync::OnceCell<HashMap<String, String>>,
+}
+
+impl Runtime {
+    /// Reads the environment (see `template.yaml`) and loads the SDK config.
+    pub async fn from_env() -> Result<Self, InitError> {
+        let config = Config::from_env()?;
+        config.aws()?;
+        let sdk = sdk_config(&config.sdk).await;
+        Ok(Self {
+            config,
+            sdk,
+            secrets: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// The fields of the model secret (`BATON_LLM_SECRET_ARN`), if one is named: a JSON
+    /// object of names to values (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, and any `${VAR}`
+    /// the agents file's headers use), or a plain string, the OpenAI-compatible key.
+    pub async fn secrets(&self) -> Result<HashMap<String, String>, InitError> {
+        let fields = self
+            .secrets
+            .get_or_try_init(|| async {
+                let Some(source) = self.key_source() else {
+                    return Ok::<_, InitError>(HashMap::new());
+                };
+                let text = source.read().await.map_err(|e| InitError::Secret {
+                    arn: source.arn.clone(),
+                    source: e,
+                })?;
+                Ok(text.map(|t| secret_fields(&t)).unwrap_or_default())
+            })
+            .await?;
+        Ok(fields.clone())
+    }
+
+    /// The model settings, with the keys the model secret holds.
+    pub async fn model(&self) -> Result<ModelConfig, InitError> {
+        let mut model = self.config.model.clone();
+        let mut secrets = self.secrets().await?;
+        if self.config.model.secret_arn.is_some() {
+            model.api_key = secrets.remove("OPENAI_API_KEY");
+        }
+        if let Some(key) = secrets.remove("ANTHROPIC_API_KEY") {
+            model.anthropic_api_key = Some(key);
+        }
+        Ok(model)
+    }
+
+    /// Every model provider the agents' models name, routed by `provider:model-id`: the
+    /// OpenAI-compatible endpoint (its key re-read from the secret after a 401), Anthropic,
+    /// and Bedrock with the function's role.
+    #[cfg(feature = "steps")]
+    pub async fn models(&self) -> Result<baton_llm::Models, InitError> {
+        let model = self.model().await?;
+        let catalog = Catalog::declared(self.config.agents()?)?;
+        let bedrock = aws_sdk_bedrockruntime::config::Builder::from(&self.sdk);
+        Ok(baton_llm::Models::for_providers(
+            &model,
+            &catalog.providers(&model.model),
+            Some(&bedrock),
+            self.key_source().map(|k| k as _),
+        )?)
+    }
+
+    /// The secret the model keys are read from again when a provider refuses them.
+    pub fn key_source(&self) -> Option<Arc<SecretKey>> {
+        let arn = self.config.model.secret_arn.clone()?;
+        Some(Arc::new(SecretKey {
+            client: aws_sdk_secretsmanager::Client::new(&self.sdk),
+            arn,
+        }))
+    }
+
+    /// The service of the step functions, thinking with `llm`: its catalog runs tools, so
+    /// `${VAR}` in the agents file's headers is read from the model secret's fields, then the
+    /// environment.
+    #[cfg(feature = "steps")]
+    pub async fn step_service(&self, llm: Arc<dyn Llm>) -> Result<Arc<Service>, InitError> {
+        let secrets = self.secrets().await?;
+        let lookup = |k: &str| secrets.get(k).cloned().or_else(|| std::env::var(k).ok());
+        let catalog = baton_tools::catalog(
+            self.config.agents()?,
+            baton_tools::Host::Lambda,
+            &lookup,
+            vec![],
+        )?;
+        let service = self.service(llm, catalog)?;
+        if let Some(links) = self.links().await? {
+            service.set_links(links);
+        }
+        Ok(service)
+    }
+
+    /// One-time answer links, when `BATON_PUBLIC_URL` is set (the template's `PublicUrl`)
+    /// and a key is given: the model secret's `BATON_LINK_KEY` field, else the variable.
+    pub async fn links(&self) -> Result<Option<Links>, InitError> {
+        let Some(base) = &self.config.public_url else {
+            return Ok(None);
+        };
+        let secrets = self.secrets().await?;
+        let key = secrets
+            .get("BATON_LINK_KEY")
+            .cloned()
+            .or_else(|| self.config.link_key.clone());
+        let Some(key) = key else {
+            return Err(InitError::NoLinkKey);
+        };
+        Ok(Some(Links::new(key.as_bytes(), base)?))
+    }
+
+    /// The service of the `api` and `cta` functions, which never think nor run a tool: the
+    /// agents file's tools are known by name only (`Catalog::declared`).
+    pub async fn request_service(&self) -> Result<Arc<Service>, InitError> {
+        let catalog = Catalog::declared(self.config.agents()?)?;
+        let service = self.service(Arc::new(NoModel), catalog)?;
+        if let Some(links) = self.links().await? {
+            service.set_links(links);
+        }
+        Ok(service)
+    }
+
+    fn service(&self, llm: Arc<dyn Llm>, catalog: Catalog) -> Result<Arc<Service>, InitError> {
+        Ok(baton_aws::aws_service(
+            self.config.aws()?,
+            &self.sdk,
+            llm,
+            Arc::new(catalog),
+            Arc::new(SystemClock),
+            Meter::shared(),
+        ))
+    }
+}
+
+/// A model API key kept in Secrets Manager (`BATON_LLM_SECRET_ARN`): read at start-up, and
+/// again when the provider answers 401, so a rotated key does not fail runs.
+pub struct SecretKey {
+    pub client: aws_sdk_secretsmanager::Client,
+    pub arn: String,
+}
+
+impl SecretKey {
+    /// The secret's text.
+    pub async fn read(&self) -> Result<Option<String>, PortError> {
+        let secret = self
+            .client
+            .get_secret_value()
+            .secret_id(&self.arn)
+            .send()
+            .await
+            .map_err(|e| map_sdk_err("GetSecretValue", e))?;
+        Ok(secret.secret_string().map(str::to_owned))
+    }
+}
+
+#[async_trait::async_trait]
+impl KeySource for SecretKey {
+    /// The OpenAI-compatible key: the secret, or its `OPENAI_API_KEY` field.
+    async fn fetch(&self) -> Result<Option<String>, PortError> {
+        Ok(self
+            .read()
+            .await?
+            .and_then(|t| secret_fields(&t).remove("OPENAI_API_KEY")))
+    }
+}
+
+/// A secret's fields: a JSON object's string members, or a plain string as the
+/// OpenAI-compatible key.
+pub fn secret_fields(text: &str) -> HashMap<String, String> {
+    let text = text.trim();
+    match serde_json::from_str::<serde_json::Map<String, Value>>(text) {
+        Ok(map) => map
+            .into_iter()
+            .filter_map(|(k, v)| v.as_str().map(|s| (k, s.trim().to_owned())))
+            .collect(),
+        Err(_) => HashMap::from([("OPENAI_API_KEY".to_owned(), text.to_owned())]),
+    }
+}

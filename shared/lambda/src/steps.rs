@@ -1,0 +1,207 @@
+//! The step functions (`orchestrator`, `subagent`): a batch of SQS FIFO records, one step
+//! per record, in order per run, while the invocation has time for one more.
+
+use std::collections::HashSet;
+#[cfg(feature = "steps")]
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use baton_aws::sdk::map_sdk_err;
+use baton_core::message::StepMessage;
+use baton_core::service::{Delivery, Service, Verdict};
+use tracing::{Instrument, error, info, info_span, warn};
+#[cfg(feature = "steps")]
+use {
+    crate::Runtime,
+    baton_core::llm::Llm,
+    lambda_runtime::{LambdaEvent, service_fn},
+};
+
+use crate::failure;
+
+/// What a step function's invocations share: its service, the dead-letter queues' ARNs, and
+/// the queues a deferred record may come from (steps, subagent) with the client to release it.
+#[cfg(feature = "steps")]
+struct StepsHandler {
+    service: Arc<Service>,
+    dead_letters: Vec<String>,
+    queues: [String; 2],
+    sqs: aws_sdk_sqs::Client,
+}
+
+#[cfg(feature = "steps")]
+/// The `orchestrator` and `subagent` functions: steps from their queue (and its dead-letter
+/// queue, `BATON_DEAD_LETTER_QUEUE_ARN`), thinking with `llm`, until Lambda stops them.
+pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda_runtime::Error> {
+    let aws = runtime.config.aws()?;
+    let dead_letters = vec![aws.dead_letter_queue_arn()?.to_owned()];
+    let queues = [aws.steps_queue_url.clone(), aws.subagent_queue_url.clone()];
+    let step_budget = runtime.config.model.step_budget();
+    let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
+    let service = runtime.step_service(llm).await?;
+    let handler = Arc::new(StepsHandler {
+        service,
+        dead_letters,
+        queues,
+        sqs,
+    });
+    lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
+        let handler = handler.clone();
+        async move {
+            let StepsHandler {
+                service,
+                dead_letters,
+                queues,
+                sqs,
+            } = &*handler;
+            let at = std::time::UNIX_EPOCH + Duration::from_millis(event.context.deadline);
+            // A deadline already past as the batch starts is no real invocation's (an
+            // emulator's such as `cargo lambda watch`, or a broken clock): ignore it.
+            let deadline = (at > SystemTime::now()).then_some(Deadline { at, step_budget });
+            let out = handle_steps_until(service, dead_letters, event.payload, deadline).await;
+            let urls = queues.each_ref().map(String::as_str);
+            release(sqs, &urls, &out.deferred).await;
+            Ok::<_, lambda_runtime::Error>(out.response)
+        }
+    }))
+    .await
+}
+
+/// When the invocation ends, and how long a step may take at most.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    pub at: SystemTime,
+    /// `ModelConfig::step_budget`: a step is started only with this much time left.
+    pub step_budget: Duration,
+}
+
+/// What a steps batch did: the response for Lambda, and the records deferred because the
+/// invocation's time ran out (already in the response's failures), for [`release`].
+#[derive(Debug, Default)]
+pub struct StepsOutcome {
+    pub response: SqsBatchResponse,
+    pub deferred: Vec<SqsMessage>,
+}
+
+/// The `orchestrator` and `subagent` functions: one step per message, in order, without a
+/// deadline (the in-process event source mappings and tests).
+pub async fn handle_steps(
+    service: &Service,
+    dead_letters: &[String],
+    event: SqsEvent,
+) -> SqsBatchResponse {
+    handle_steps_until(service, dead_letters, event, None)
+        .await
+        .response
+}
+
+/// One step per message, in order, while the invocation has time for one more.
+///
+/// With SQS FIFO and `ReportBatchItemFailures`, once a message of a group fails, every later
+/// message of that group in the batch is reported failed too, or SQS would deliver them out
+/// of order. Only retryable errors are reported: a terminal one has already failed its run
+/// (see `Service::handle`), so redelivering it could not help. Records from one of
+/// `dead_letters` (queue ARNs) end their run as failed. With a [`Deadline`], a record is
+/// started only if a whole step fits before it (the first always is); the rest are
+/// deferred: reported as failures, in order, and returned so the caller can make them
+/// visible again at once ([`release`]) rather than after the visibility timeout.
+pub async fn handle_steps_until(
+    service: &Service,
+    dead_letters: &[String],
+    event: SqsEvent,
+    deadline: Option<Deadline>,
+) -> StepsOutcome {
+    let mut failed_groups: HashSet<String> = HashSet::new();
+    let mut out = StepsOutcome::default();
+    for (i, rec) in event.records.into_iter().enumerate() {
+        let id = rec.message_id.clone().unwrap_or_default();
+        let group = rec
+            .attributes
+            .get("MessageGroupId")
+            .cloned()
+            .unwrap_or_default();
+        if failed_groups.contains(&group) {
+            out.response.batch_item_failures.push(failure(id));
+            continue;
+        }
+        if let Some(d) = deadline {
+            let left = d.at.duration_since(SystemTime::now()).unwrap_or_default();
+            if i > 0 && left < d.step_budget {
+                info!(message_id = %id, left_ms = left.as_millis() as u64, "deferred: no time for another step");
+                failed_groups.insert(group);
+                out.response.batch_item_failures.push(failure(id));
+                out.deferred.push(rec);
+                continue;
+            }
+            if i == 0 && left < d.step_budget {
+                warn!(
+                    left_ms = left.as_millis() as u64,
+                    budget_ms = d.step_budget.as_millis() as u64,
+                    "the function timeout is shorter than one step's budget (model timeout x attempts)"
+                );
+            }
+        }
+        let msg: StepMessage = match rec.body.as_deref().map(serde_json::from_str) {
+            Some(Ok(m)) => m,
+            other => {
+                // A poison message can never succeed: log it and let it go.
+                error!(message_id = %id, error = ?other.map(|r| r.err().map(|e| e.to_string())), "undecodable step message dropped");
+                continue;
+            }
+        };
+        let dead = rec
+            .event_source_arn
+            .as_ref()
+            .is_some_and(|a| dead_letters.contains(a));
+        let receives = rec
+            .attributes
+            .get("ApproximateReceiveCount")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
+        let delivery = Delivery {
+            message: &msg,
+            receives,
+            dead: dead.then_some("its retries were exhausted"),
+        };
+        let span = info_span!("step", message_id = %id, run_id = %msg.run_id, dead);
+        match service.consume(delivery, false).instrument(span).await {
+            Verdict::Ack => {}
+            // Back to the queue, with the rest of its FIFO group behind it.
+            Verdict::Retry { .. } | Verdict::Crashed => {
+                failed_groups.insert(group);
+                out.response.batch_item_failures.push(failure(id));
+            }
+        }
+    }
+    out
+}
+
+/// Makes deferred records visible again at once (visibility timeout 0), so their runs wait
+/// for the next invocation, not for the queue's visibility timeout. `queue_urls` are the
+/// queues the records may come from; a record of another queue waits its timeout out.
+pub async fn release(sqs: &aws_sdk_sqs::Client, queue_urls: &[&str], deferred: &[SqsMessage]) {
+    for rec in deferred {
+        let name = rec
+            .event_source_arn
+            .as_deref()
+            .and_then(|a| a.rsplit(':').next())
+            .unwrap_or_default();
+        let url = queue_urls
+            .iter()
+            .find(|u| !name.is_empty() && u.rsplit('/').next() == Some(name));
+        let (Some(url), Some(receipt)) = (url, rec.receipt_handle.as_deref()) else {
+            continue;
+        };
+        if let Err(e) = sqs
+            .change_message_visibility()
+            .queue_url(*url)
+            .receipt_handle(receipt)
+            .visibility_timeout(0)
+            .send()
+            .await
+        {
+            warn!(error = %map_sdk_err("ChangeMessageVisibility", e), "a deferred record waits its visibility timeout");
+        }
+    }
+}
