@@ -9,8 +9,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use baton_core::error::PortError;
 use baton_core::service::ServiceError;
+use schemars::JsonSchema;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::json;
 use tracing::error;
 
 use crate::MAX_BODY_BYTES;
@@ -46,10 +47,40 @@ impl ApiError {
     }
 }
 
+/// Every error's body: `{"error": {"code", "message"}}`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ErrorDetail {
+    /// Stable, for programs: `invalid_request`, `not_found`, `cta_expired`…
+    pub code: String,
+    /// For people.
+    pub message: String,
+}
+
+impl ErrorBody {
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        Self {
+            error: ErrorDetail {
+                code: code.to_owned(),
+                message: message.into(),
+            },
+        }
+    }
+
+    /// As JSON text, for the places that write bytes themselves (a stream's last event, a
+    /// connection's raw answer).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
-        (self.status, body).into_response()
+        (self.status, Json(ErrorBody::new(self.code, self.message))).into_response()
     }
 }
 

@@ -7,8 +7,10 @@
 #[cfg(feature = "lambda")]
 mod apigw;
 mod auth;
+mod bodies;
 mod console;
 mod error;
+use bodies::{CreateRunBody, MessageBody};
 pub mod openapi;
 mod stream;
 mod wire;
@@ -26,11 +28,9 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use baton_core::cta::{Cta, CtaResponse, CtaStatus};
 use baton_core::error::PortError;
-use baton_core::run::ExpiryPolicy;
-use baton_core::service::{CreateRun, Service};
+use baton_core::service::{CreateRun, Service, ServiceError};
 use baton_core::timeline::{Entry, EntryBody};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -74,7 +74,7 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/health",
             get(|| async {
-                Json(openapi::Health {
+                Json(bodies::Health {
                     status: "ok".into(),
                 })
             }),
@@ -108,23 +108,6 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
     }
 }
 
-#[derive(Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(crate) struct CreateRunBody {
-    prompt: String,
-    #[serde(default)]
-    sandbox_id: Option<String>,
-    #[serde(default)]
-    agent: Option<String>,
-    #[serde(default)]
-    metadata: Option<Value>,
-    /// An object with a string `type`, at most 16 KB.
-    #[serde(default)]
-    context: Option<Value>,
-    #[serde(default)]
-    on_expiry: Option<ExpiryPolicy>,
-}
-
 async fn create_run(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
@@ -141,7 +124,7 @@ async fn create_run(
         on_expiry: body.on_expiry.unwrap_or_default(),
     };
     let run = s.service.create_run(&owner, req, key.as_deref()).await?;
-    Ok(accepted(openapi::RunAccepted {
+    Ok(accepted(bodies::RunAccepted {
         run_id: run.run_id,
         status: run.status,
     }))
@@ -208,46 +191,46 @@ pub const PAGE_BYTES: usize = 4 * 1024 * 1024;
 /// The most timeline entries `GET /runs/{id}` reads; the rest is paged with `/timeline`.
 pub const PAGE_ENTRIES: usize = 100;
 
-/// The leading entries whose JSON fits in `budget` bytes (at least one), as JSON values.
-fn page(entries: &[Entry], budget: usize) -> Result<Vec<Value>, PortError> {
-    let mut out = Vec::new();
+/// How many of the leading entries fit in `budget` bytes of JSON (at least one).
+fn page(entries: &[Entry], budget: usize) -> Result<usize, PortError> {
     let mut used = 0;
-    for e in entries {
-        let v = serde_json::to_value(e).map_err(|e| PortError::broken("encode entry", e))?;
-        used += v.to_string().len();
-        if used > budget && !out.is_empty() {
-            break;
+    for (n, e) in entries.iter().enumerate() {
+        used += serde_json::to_vec(e)
+            .map_err(|e| PortError::broken("encode entry", e))?
+            .len();
+        if used > budget && n > 0 {
+            return Ok(n);
         }
-        out.push(v);
     }
-    Ok(out)
+    Ok(entries.len())
 }
 
 async fn get_run(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
     Id(run_id): Id,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let view = s.service.get_run(&owner, &run_id, PAGE_ENTRIES).await?;
-    let mut v = serde_json::to_value(&view.run).map_err(|e| PortError::broken("encode run", e))?;
     // What the run and its subagents spent together; `reported` is the engine's own ledger.
-    v["total"] = json!(view.run.total());
-    if let Some(o) = v.as_object_mut() {
-        o.remove("reported");
-    }
+    let total = view.run.total();
+    let mut run = view.run;
+    run.reported = Default::default();
     // The run item holds a preview of a long answer; the whole one is in the timeline.
     if let Some(EntryBody::Assistant { text: Some(t), .. }) = view.result_entry.map(|e| e.body) {
-        v["result"] = json!(t);
-        v["resultTruncated"] = json!(false);
+        run.result = Some(t);
+        run.result_truncated = false;
     }
-    let entries = page(&view.entries, PAGE_BYTES)?;
-    if (view.more || entries.len() < view.entries.len())
-        && let Some(last) = view.entries.get(entries.len().wrapping_sub(1))
-    {
-        v["timelineNext"] = json!(last.seq);
-    }
-    v["timeline"] = Value::Array(entries);
-    Ok(Json(v))
+    let n = page(&view.entries, PAGE_BYTES)?;
+    let timeline_next = (view.more || n < view.entries.len())
+        .then(|| n.checked_sub(1).map(|i| view.entries[i].seq))
+        .flatten();
+    Ok(Json(bodies::RunPage {
+        run,
+        total,
+        timeline: &view.entries[..n],
+        timeline_next,
+    })
+    .into_response())
 }
 
 fn parse_num(q: &HashMap<String, String>, key: &str) -> Result<Option<u64>, ApiError> {
@@ -264,15 +247,18 @@ async fn get_timeline(
     Extension(Caller(owner)): Extension<Caller>,
     Id(run_id): Id,
     Query(q): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let after = parse_num(&q, "after")?;
     let limit = parse_num(&q, "limit")?.map_or(MAX_PAGE, |l| (l as usize).clamp(1, MAX_PAGE));
     let (run, entries) = s.service.timeline(&owner, &run_id, after, limit).await?;
-    let entries = page(&entries, PAGE_BYTES)?;
-    let next = entries.last().and_then(|e| e["seq"].as_u64()).or(after);
-    Ok(Json(
-        json!({"runId": run.run_id, "status": run.status, "entries": entries, "next": next}),
-    ))
+    let entries = &entries[..page(&entries, PAGE_BYTES)?];
+    Ok(Json(bodies::TimelinePage {
+        run_id: run.run_id,
+        status: run.status,
+        entries,
+        next: entries.last().map(|e| e.seq).or(after),
+    })
+    .into_response())
 }
 
 /// A file a tool of the caller's run returned: its bytes, as a download.
@@ -305,12 +291,6 @@ async fn get_file(
     Ok(r)
 }
 
-#[derive(Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct MessageBody {
-    text: String,
-}
-
 async fn post_message(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
@@ -328,7 +308,7 @@ async fn post_message(
     } else {
         "this message starts the run's next turn"
     };
-    Ok(accepted(openapi::RequestAccepted {
+    Ok(accepted(bodies::RequestAccepted {
         run_id: run.run_id,
         status: run.status,
         accepted: true,
@@ -343,7 +323,7 @@ async fn cancel_run(
     Id(run_id): Id,
 ) -> Result<Response, ApiError> {
     let run = s.service.cancel(&owner, &run_id).await?;
-    Ok(accepted(openapi::RequestAccepted {
+    Ok(accepted(bodies::RequestAccepted {
         run_id: run.run_id,
         status: run.status,
         accepted: true,
@@ -359,7 +339,7 @@ async fn list_ctas(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
     Query(q): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<bodies::CtaList>, ApiError> {
     let status = match q.get("status").map(String::as_str) {
         None | Some("all") => None,
         Some(v) => Some(CtaStatus::parse(v).ok_or_else(|| {
@@ -368,26 +348,18 @@ async fn list_ctas(
     };
     let root = q.get("rootRunId").map(String::as_str);
     let ctas = s.service.list_ctas(&owner, status, root).await?;
-    let ctas = ctas.iter().map(cta_view).collect::<Result<Vec<_>, _>>()?;
-    Ok(Json(json!({"ctas": ctas})))
-}
-
-/// A CTA as its owner sees it: all but the link nonce (a link's own secret part).
-fn cta_view(cta: &Cta) -> Result<Value, ApiError> {
-    let mut v = serde_json::to_value(cta).map_err(|e| PortError::broken("encode CTA", e))?;
-    if let Some(o) = v.as_object_mut() {
-        o.remove("linkNonce");
-    }
-    Ok(v)
+    Ok(Json(bodies::CtaList {
+        ctas: ctas.into_iter().map(bodies::owner_view).collect(),
+    }))
 }
 
 async fn mint_link(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
     Id(cta_id): Id,
-) -> Result<Json<openapi::Link>, ApiError> {
+) -> Result<Json<bodies::Link>, ApiError> {
     let (url, expires_at) = s.service.mint_link(&owner, &cta_id).await?;
-    Ok(Json(openapi::Link {
+    Ok(Json(bodies::Link {
         cta_id,
         url,
         expires_at,
@@ -395,15 +367,9 @@ async fn mint_link(
 }
 
 /// What a link's holder sees: the question, its context and its expiry; not whose it is.
-async fn open_link(State(s): State<AppState>, Id(token): Id) -> Result<Json<Value>, ApiError> {
+async fn open_link(State(s): State<AppState>, Id(token): Id) -> Result<Response, ApiError> {
     let cta = s.service.cta_by_link(&token).await?;
-    let mut v = cta_view(&cta)?;
-    if let Some(o) = v.as_object_mut() {
-        for private in ["owner", "runId", "rootRunId", "toolCallId", "responder"] {
-            o.remove(private);
-        }
-    }
-    Ok(Json(v))
+    Ok(Json(bodies::LinkQuestion::from(&cta)).into_response())
 }
 
 async fn answer_link(
@@ -411,10 +377,9 @@ async fn answer_link(
     Id(token): Id,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
-    let response: CtaResponse = serde_json::from_value(body)
-        .map_err(|e| ApiError::invalid(format!("invalid CTA response: {e}")))?;
+    let response = CtaResponse::from_json(body).map_err(ServiceError::from)?;
     let cta = s.service.answer_by_link(&token, response).await?;
-    Ok(accepted(openapi::AnswerAccepted {
+    Ok(accepted(bodies::AnswerAccepted {
         cta_id: cta.cta_id,
         run_id: None,
         status: cta.status,
@@ -426,9 +391,9 @@ async fn get_cta(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
     Id(cta_id): Id,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Cta>, ApiError> {
     let cta = s.service.get_cta(Some(&owner), &cta_id).await?;
-    Ok(Json(cta_view(&cta)?))
+    Ok(Json(bodies::owner_view(cta)))
 }
 
 async fn answer_cta(
@@ -437,13 +402,12 @@ async fn answer_cta(
     Id(cta_id): Id,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
-    let response: CtaResponse = serde_json::from_value(body)
-        .map_err(|e| ApiError::invalid(format!("invalid CTA response: {e}")))?;
+    let response = CtaResponse::from_json(body).map_err(ServiceError::from)?;
     let cta = s
         .service
         .answer_cta(Some(&owner), &cta_id, response, Some(owner.clone()))
         .await?;
-    Ok(accepted(openapi::AnswerAccepted {
+    Ok(accepted(bodies::AnswerAccepted {
         cta_id: cta.cta_id,
         run_id: Some(cta.run_id),
         status: cta.status,

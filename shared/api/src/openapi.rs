@@ -1,108 +1,18 @@
 //! `GET /openapi.json`: the API's OpenAPI 3.1 document. The schemas are generated from the
-//! types the router serializes and parses (`schemars` on the core's `Run`, `Entry`, `Cta`,
-//! `CtaResponse`… and on the request and reply bodies below), so they cannot drift from
-//! them; CI fuzzes the served API against it (schemathesis) for 5xx and non-conformance.
+//! types the router parses and serializes (`schemars` on the core's `Run`, `Entry`, `Cta`,
+//! `CtaResponse`… and on the bodies of [`crate::bodies`]), so they cannot drift from them;
+//! CI fuzzes the served API against it (schemathesis) for 5xx and non-conformance.
 
 use schemars::{JsonSchema, SchemaGenerator, generate::SchemaSettings};
 use serde_json::{Map, Value, json};
 
-use baton_core::cost::Spent;
-use baton_core::cta::{Cta, CtaResponse, CtaStatus};
-use baton_core::run::{Run, RunStatus};
-use baton_core::timeline::Entry;
+use baton_core::cta::{Cta, CtaResponse};
 
-/// Every error: `{"error": {"code", "message"}}`.
-#[derive(JsonSchema)]
-#[allow(dead_code)]
-pub(crate) struct ErrorBody {
-    error: ErrorDetail,
-}
-
-#[derive(JsonSchema)]
-#[allow(dead_code)]
-pub(crate) struct ErrorDetail {
-    code: String,
-    message: String,
-}
-
-/// `202` to `POST /runs`.
-#[derive(JsonSchema, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RunAccepted {
-    pub(crate) run_id: String,
-    pub(crate) status: RunStatus,
-}
-
-/// `202` to a follow-up message or a cancel.
-#[derive(JsonSchema, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RequestAccepted {
-    pub(crate) run_id: String,
-    pub(crate) status: RunStatus,
-    pub(crate) accepted: bool,
-    /// A follow-up only: it waits for the turn under way.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) queued: Option<bool>,
-    pub(crate) message: String,
-}
-
-/// `GET /runs/{runId}`: the run, what it and its subagents spent, and its first entries.
-#[derive(JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
-pub(crate) struct RunPage {
-    #[serde(flatten)]
-    run: Run,
-    total: Spent,
-    timeline: Vec<Entry>,
-    /// The cursor to page on with `/timeline?after=`, when there is more.
-    timeline_next: Option<u64>,
-    result_truncated: Option<bool>,
-}
-
-/// `GET /runs/{runId}/timeline`.
-#[derive(JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
-pub(crate) struct TimelinePage {
-    run_id: String,
-    status: RunStatus,
-    entries: Vec<Entry>,
-    next: Option<u64>,
-}
-
-/// `GET /ctas`.
-#[derive(JsonSchema)]
-#[allow(dead_code)]
-pub(crate) struct CtaList {
-    ctas: Vec<Cta>,
-}
-
-/// `202` to an answer.
-#[derive(JsonSchema, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct AnswerAccepted {
-    pub(crate) cta_id: String,
-    /// Not said to a link's holder.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) run_id: Option<String>,
-    pub(crate) status: CtaStatus,
-    pub(crate) message: String,
-}
-
-/// `POST /ctas/{ctaId}/link`.
-#[derive(JsonSchema, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Link {
-    pub(crate) cta_id: String,
-    pub(crate) url: String,
-    pub(crate) expires_at: chrono::DateTime<chrono::Utc>,
-}
-
-#[derive(JsonSchema, serde::Serialize)]
-pub(crate) struct Health {
-    pub(crate) status: String,
-}
+use crate::bodies::{
+    AnswerAccepted, CreateRunBody, CtaList, Health, Link, LinkQuestion, MessageBody,
+    RequestAccepted, RunAccepted, RunPage, TimelinePage,
+};
+use crate::error::ErrorBody;
 
 fn schema<T: JsonSchema>(g: &mut SchemaGenerator) -> Value {
     g.subschema_for::<T>().to_value()
@@ -186,17 +96,18 @@ pub fn document(agents: &[&str]) -> Value {
     let cursor = json!({"type": "integer", "minimum": 0, "maximum": u64::MAX});
     let text = |kind: &str| json!({kind: {"schema": {"type": "string"}}});
 
-    let create = schema::<crate::CreateRunBody>(&mut g);
+    let create = schema::<CreateRunBody>(&mut g);
     let run_accepted = schema::<RunAccepted>(&mut g);
-    let run_page = schema::<RunPage>(&mut g);
-    let timeline = schema::<TimelinePage>(&mut g);
-    let message = schema::<crate::MessageBody>(&mut g);
+    let run_page = schema::<RunPage<'static>>(&mut g);
+    let timeline = schema::<TimelinePage<'static>>(&mut g);
+    let message = schema::<MessageBody>(&mut g);
     let accepted = schema::<RequestAccepted>(&mut g);
     let ctas = schema::<CtaList>(&mut g);
     let cta = schema::<Cta>(&mut g);
     let response = schema::<CtaResponse>(&mut g);
     let answered = schema::<AnswerAccepted>(&mut g);
     let link = schema::<Link>(&mut g);
+    let question = schema::<LinkQuestion<'static>>(&mut g);
     let health = schema::<Health>(&mut g);
 
     let paths = json!({
@@ -267,7 +178,7 @@ pub fn document(agents: &[&str]) -> Value {
                 &[("401", "no or wrong token"), ("404", "no such CTA"), ("409", "settled, or links are off")])}},
         "/links/{token}": {"get": {"summary": "the CTA a one-time link answers", "security": public,
             "parameters": [token.clone()],
-            "responses": ok("200", "the question", cta,
+            "responses": ok("200", "the question", question,
                 &[("403", "not a valid link"), ("409", "used, answered or cancelled"), ("410", "expired")])}},
         "/links/{token}/response": {"post": {"summary": "answer through a one-time link", "security": public,
             "parameters": [token],

@@ -36,6 +36,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::error::ErrorBody;
 use crate::{ApiError, AppState, Caller, Id, MAX_PAGE};
 
 /// How often an open stream looks at its run.
@@ -122,8 +123,8 @@ fn events(follow: Follow) -> impl Stream<Item = Result<Event, Infallible>> {
                 Ok(b) => return Some((stream::iter(b.events), (!b.last).then_some(f))),
                 // The run is gone, or the store is: say so, and end the stream.
                 Err(e) => {
-                    let body = json!({"error": {"code": "stream_ended", "message": e}});
-                    let last = Event::default().event("error").data(body.to_string());
+                    let body = ErrorBody::new("stream_ended", e).to_json();
+                    let last = Event::default().event("error").data(body);
                     return Some((stream::iter(vec![Ok(last)]), None));
                 }
             }

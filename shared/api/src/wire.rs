@@ -13,7 +13,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use axum::serve::Listener;
-use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -76,7 +75,7 @@ fn replacement(head: &[u8]) -> Option<Vec<u8>> {
     let reason = std::str::from_utf8(&rest[3..rest.iter().position(|b| *b == b'\r')?])
         .ok()?
         .trim();
-    let body = json!({"error": {"code": code, "message": message}}).to_string();
+    let body = crate::error::ErrorBody::new(code, message).to_json();
     Some(
         format!(
             "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",

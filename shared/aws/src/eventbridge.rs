@@ -7,7 +7,7 @@ use aws_sdk_eventbridge::Client;
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use tracing::instrument;
 
-use crate::sdk::{Meter, map_sdk_err};
+use crate::sdk::{Meter, map_sdk_err, retry_failed_entries};
 use baton_core::error::PortError;
 use baton_core::message::Event;
 use baton_core::ports::Bus;
@@ -54,35 +54,24 @@ impl Bus for EventBridgeBus {
                         .build(),
                 );
             }
-            let mut attempt = 0;
-            loop {
+            retry_failed_entries("PutEvents", pending, |entries| async move {
                 Meter::count(&self.meter.eventbridge);
                 let out = self
                     .client
                     .put_events()
-                    .set_entries(Some(pending.clone()))
+                    .set_entries(Some(entries.clone()))
                     .send()
                     .await
                     .map_err(|e| map_sdk_err("PutEvents", e))?;
-                if out.failed_entry_count() == 0 {
-                    break;
-                }
                 // Results are positional: keep the entries whose result has an error.
-                pending = pending
+                Ok(entries
                     .into_iter()
                     .zip(out.entries())
                     .filter(|(_, r)| r.error_code().is_some())
                     .map(|(e, _)| e)
-                    .collect();
-                attempt += 1;
-                if attempt >= 4 {
-                    return Err(PortError::Unavailable {
-                        message: format!("PutEvents kept failing {} event(s)", pending.len()),
-                        source: None,
-                    });
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
-            }
+                    .collect())
+            })
+            .await?;
         }
         Ok(())
     }

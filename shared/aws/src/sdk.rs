@@ -108,3 +108,38 @@ where
         PortError::broken(message, e)
     }
 }
+
+/// How many times a batch call is made for the entries it left undone.
+const ENTRY_ATTEMPTS: u32 = 4;
+
+/// A batch call that may do part of its work (`SendMessageBatch`'s failed entries,
+/// `PutEvents`' failed entries, `BatchWriteItem`'s unprocessed items): `send` is called with
+/// the entries still to do and returns those it left undone; they are sent again after a
+/// backoff (100, 200, 400 ms), at most [`ENTRY_ATTEMPTS`] calls in all. An error of `send`
+/// (a refused entry, a failed call) ends it.
+pub async fn retry_failed_entries<T, F, Fut>(
+    what: &str,
+    mut pending: Vec<T>,
+    mut send: F,
+) -> Result<(), PortError>
+where
+    F: FnMut(Vec<T>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<T>, PortError>>,
+{
+    for attempt in 0..ENTRY_ATTEMPTS {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        if attempt > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+        }
+        pending = send(pending).await?;
+    }
+    match pending.len() {
+        0 => Ok(()),
+        n => Err(PortError::Unavailable {
+            message: format!("{what} left {n} entries undone {ENTRY_ATTEMPTS} times"),
+            source: None,
+        }),
+    }
+}

@@ -11,7 +11,7 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use tracing::instrument;
 
-use crate::sdk::{Meter, map_sdk_err};
+use crate::sdk::{Meter, map_sdk_err, retry_failed_entries};
 use baton_core::error::PortError;
 use baton_core::message::StepMessage;
 use baton_core::ports::Queue;
@@ -65,20 +65,16 @@ impl SqsQueue {
                     .map_err(|e| PortError::broken("build SQS entry", e))?,
             );
         }
-        for attempt in 0..4 {
+        retry_failed_entries("SendMessageBatch", pending, |entries| async move {
             Meter::count(&self.meter.sqs);
             let out = self
                 .client
                 .send_message_batch()
                 .queue_url(url)
-                .set_entries(Some(pending.clone()))
+                .set_entries(Some(entries.clone()))
                 .send()
                 .await
                 .map_err(|e| map_sdk_err("SendMessageBatch", e))?;
-            let failed: Vec<&str> = out.failed().iter().map(|f| f.id()).collect();
-            if failed.is_empty() {
-                return Ok(());
-            }
             if let Some(f) = out.failed().iter().find(|f| f.sender_fault()) {
                 return Err(PortError::Broken {
                     message: format!(
@@ -89,13 +85,13 @@ impl SqsQueue {
                     source: None,
                 });
             }
-            pending.retain(|e| failed.contains(&e.id()));
-            tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
-        }
-        Err(PortError::Unavailable {
-            message: format!("SQS kept failing {} message(s)", pending.len()),
-            source: None,
+            let failed: Vec<&str> = out.failed().iter().map(|f| f.id()).collect();
+            Ok(entries
+                .into_iter()
+                .filter(|e| failed.contains(&e.id()))
+                .collect())
         })
+        .await
     }
 }
 

@@ -10,7 +10,9 @@ use std::time::Duration;
 use regex::Regex;
 use serde_json::Value;
 
-pub use crate::agents_file::{AgentSpec, AgentsFile, AlwaysKeyword, ApprovalSpec};
+pub use crate::agents_file::{
+    AgentSpec, AgentsFile, AlwaysKeyword, ApprovalBatch, ApprovalSpec, FileError,
+};
 use crate::plan;
 use crate::run::Run;
 use crate::timeline::{Entry, Operation};
@@ -42,17 +44,6 @@ impl Approval {
             .as_ref()
             .is_none_or(|re| re.is_match(&input.to_string()))
     }
-}
-
-/// What the other calls of a reply do while one of them waits for approval.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ApprovalBatch {
-    /// They wait too, and run once every approval of the reply is settled (seed 003).
-    #[default]
-    Deferred,
-    /// They run at once.
-    Independent,
 }
 
 #[derive(Clone)]
@@ -185,18 +176,8 @@ impl Default for Limits {
 /// A problem with the agent definitions, reported at start-up.
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
-    #[error("cannot read agents file {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("agents file {path} is not valid: {source}")]
-    Parse {
-        path: String,
-        #[source]
-        source: serde_json::Error,
-    },
+    #[error(transparent)]
+    File(#[from] FileError),
     #[error("agent `{agent}` lists unknown tool `{tool}` (known tools: {known})")]
     UnknownTool {
         agent: String,

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::agent::CatalogError;
 use crate::cost::Price;
 
 /// `{"agents": {...}, "mcpServers": {...}, "tools": {...}, "httpFetch": {...},
@@ -74,7 +73,7 @@ pub struct AgentSpec {
     /// `deferred` (default): while a call of a reply waits for approval, the reply's other
     /// tool calls wait too; `independent`: they run at once.
     #[serde(default)]
-    pub approval_batch: Option<crate::agent::ApprovalBatch>,
+    pub approval_batch: Option<ApprovalBatch>,
     #[serde(default)]
     pub max_iterations: Option<u32>,
     /// Seconds this agent's CTAs wait for an answer (default 30 days; 1 to one year).
@@ -167,10 +166,38 @@ pub struct HttpFetchSpec {
     pub timeout_seconds: Option<u64>,
 }
 
+/// An agents file that cannot be read, or is not one.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot read agents file {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("agents file {path} is not valid: {source}")]
+    Parse {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// What the other calls of a reply do while one of them waits for approval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalBatch {
+    /// They wait too, and run once every approval of the reply is settled (seed 003).
+    #[default]
+    Deferred,
+    /// They run at once.
+    Independent,
+}
+
 impl AgentsFile {
-    pub fn load(path: &std::path::Path) -> Result<Self, CatalogError> {
+    pub fn load(path: &std::path::Path) -> Result<Self, FileError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| CatalogError::Read {
+        let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
             path: p.clone(),
             source,
         })?;
@@ -178,8 +205,8 @@ impl AgentsFile {
     }
 
     /// The file's JSON, `source` naming where it came from in errors.
-    pub fn parse(text: &str, source: &str) -> Result<Self, CatalogError> {
-        serde_json::from_str(text).map_err(|e| CatalogError::Parse {
+    pub fn parse(text: &str, source: &str) -> Result<Self, FileError> {
+        serde_json::from_str(text).map_err(|e| FileError::Parse {
             path: source.to_owned(),
             source: e,
         })

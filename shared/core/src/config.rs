@@ -157,13 +157,15 @@ const AWS_HINT: &str = "template.yaml sets it on every function";
 
 impl Config {
     /// The agents file: `BATON_AGENTS_FILE`, else `BATON_AGENTS_JSON`, else none.
-    pub fn agents(&self) -> Result<Option<crate::agent::AgentsFile>, crate::agent::CatalogError> {
+    pub fn agents(
+        &self,
+    ) -> Result<Option<crate::agents_file::AgentsFile>, crate::agents_file::FileError> {
         if let Some(path) = &self.agents_file {
-            return crate::agent::AgentsFile::load(path).map(Some);
+            return crate::agents_file::AgentsFile::load(path).map(Some);
         }
         self.agents_json
             .as_deref()
-            .map(|text| crate::agent::AgentsFile::parse(text, "BATON_AGENTS_JSON"))
+            .map(|text| crate::agents_file::AgentsFile::parse(text, "BATON_AGENTS_JSON"))
             .transpose()
     }
 

@@ -8,11 +8,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::run::Usage;
-
 /// US dollars per million tokens. `cachedInput` is what input read from the provider's
 /// prompt cache costs instead of `input` (default: `input`).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Price {
     pub input: f64,
@@ -127,12 +126,46 @@ fn qualified(model: &str) -> String {
     format!("{provider}:{id}")
 }
 
+/// Token usage, per model call and summed per run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// Every input token, read from the provider's prompt cache or not.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub total_tokens: u64,
+    /// The part of `input_tokens` read from the prompt cache (billed at a lower price).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_input_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Self) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.total_tokens += other.total_tokens;
+        self.cached_input_tokens += other.cached_input_tokens;
+    }
+}
+
 /// Tokens and dollars: what a run spent, or what its subagents did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Spent {
     pub usage: Usage,
     pub cost_usd: f64,
+}
+
+impl Spent {
+    pub fn is_zero(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 impl std::ops::AddAssign for Spent {

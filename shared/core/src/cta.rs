@@ -7,7 +7,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 /// One option of a `choice` CTA.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ChoiceOption {
     pub id: String,
@@ -18,7 +19,8 @@ pub struct ChoiceOption {
 }
 
 /// What the run asks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum CtaRequest {
     Approval {
@@ -39,7 +41,8 @@ pub enum CtaRequest {
 }
 
 /// What the human answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum CtaResponse {
     Approval {
@@ -56,7 +59,21 @@ pub enum CtaResponse {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+impl CtaResponse {
+    /// A response as a caller sends it (an API body, a bus answer's fields), or why it is
+    /// not one.
+    pub fn from_json(value: serde_json::Value) -> Result<Self, InvalidResponse> {
+        serde_json::from_value(value).map_err(InvalidResponse)
+    }
+}
+
+/// A body that is no [`CtaResponse`]: the decoder's reason.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid CTA response: {0}")]
+pub struct InvalidResponse(#[source] pub serde_json::Error);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum CtaStatus {
     Pending,
@@ -185,7 +202,8 @@ impl CtaResponse {
 }
 
 /// The CTA item: the authority on whether a question is still open.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Cta {
     pub cta_id: String,
@@ -216,11 +234,13 @@ pub struct Cta {
     /// What a one-time answer link must name to answer this CTA (see `crate::links`). The
     /// API never shows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schemas", schemars(skip))]
     pub link_nonce: Option<String>,
 }
 
 /// The call an approval CTA gates.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Gated {
     pub tool: String,

@@ -24,20 +24,23 @@ pub const PLANNER: &str = "planner";
 pub const PLAN_REVIEWER: &str = "plan_reviewer";
 
 /// A plan: steps run in order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 pub struct Plan {
     pub steps: Vec<Step>,
 }
 
 /// One step: an agent, or a group of agents run at once.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum Step {
     Parallel(ParallelStep),
     Agent(AgentStep),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AgentStep {
     pub id: String,
@@ -55,7 +58,8 @@ pub struct AgentStep {
     pub timeout_ms: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ParallelStep {
     pub id: String,
@@ -70,9 +74,8 @@ pub struct ParallelStep {
 }
 
 /// How a parallel step's outputs merge.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Merge {
     /// Every step runs; the output maps each one's result key (or id) to its output.
@@ -373,9 +376,8 @@ impl Scope<'_> {
 }
 
 /// How a plan call runs once its plan is known.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutionMode {
     /// Run it.
@@ -388,7 +390,8 @@ pub enum ExecutionMode {
 }
 
 /// Where a plan call is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// The planner is writing the plan.
@@ -402,7 +405,8 @@ pub enum Phase {
 }
 
 /// How one agent step stands. The output schema's `partial` is a parallel step's alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum StepStatus {
     Pending,
@@ -421,7 +425,8 @@ impl StepStatus {
 }
 
 /// One agent step as it runs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StepRun {
     pub status: StepStatus,
@@ -454,7 +459,8 @@ impl StepRun {
 
 /// A plan call as it goes: kept on its tool call's timeline entry, so that every step of the
 /// plan is committed with the run (a crash anywhere repeats nothing).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PlanState {
     pub mode: ExecutionMode,

@@ -6,9 +6,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::cost::Spent;
+pub use crate::cost::Usage;
 
 /// The lifecycle of a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// Created, its first step not yet taken.
@@ -45,38 +47,9 @@ impl RunStatus {
     }
 }
 
-/// Token usage, per model call and summed per run.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub struct Usage {
-    /// Every input token, read from the provider's prompt cache or not.
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub total_tokens: u64,
-    /// The part of `input_tokens` read from the prompt cache (billed at a lower price).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub cached_input_tokens: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-impl std::ops::AddAssign for Usage {
-    fn add_assign(&mut self, other: Self) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.total_tokens += other.total_tokens;
-        self.cached_input_tokens += other.cached_input_tokens;
-    }
-}
-
 /// What a run does when one of its CTAs expires.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ExpiryPolicy {
     /// End the run gracefully with status `expired` (the default, as in seed 000).
@@ -87,7 +60,8 @@ pub enum ExpiryPolicy {
 }
 
 /// The parent a subagent run reports to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ParentLink {
     pub run_id: String,
@@ -95,14 +69,16 @@ pub struct ParentLink {
 }
 
 /// A recorded failure or graceful stop.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 pub struct RunError {
     pub code: String,
     pub message: String,
 }
 
 /// The run item: everything about a run except its timeline.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Run {
     pub run_id: String,
@@ -134,8 +110,9 @@ pub struct Run {
     #[serde(default)]
     pub children: Spent,
     /// What this run has reported to its parent so far (a continued subagent reports only
-    /// what it spent since).
-    #[serde(default)]
+    /// what it spent since). The engine's own ledger: the API does not show it.
+    #[serde(default, skip_serializing_if = "Spent::is_zero")]
+    #[cfg_attr(feature = "schemas", schemars(skip))]
     pub reported: Spent,
     /// The document or object this run works on (`{"type": ..., ...}`), given at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -191,7 +168,8 @@ pub struct Run {
 }
 
 /// A CTA a subagent (or one of its own) waits on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WaitingCta {
     pub cta_id: String,
@@ -202,7 +180,8 @@ pub struct WaitingCta {
 }
 
 /// A step that failed and will be tried again: what went wrong, and how often.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct LastError {
     pub message: String,

@@ -12,7 +12,8 @@ use crate::cta::{CtaRequest, CtaResponse, CtaStatus};
 use crate::run::Usage;
 
 /// One record of the timeline. `seq` is dense from 0, so it is also the entry's index.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 pub struct Entry {
     pub seq: u64,
     pub at: DateTime<Utc>,
@@ -22,7 +23,8 @@ pub struct Entry {
 
 // Most entries are tool entries: boxing the largest variant would allocate for the common case.
 #[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EntryBody {
     /// A user turn: the run's prompt or a follow-up message.
@@ -79,7 +81,8 @@ pub enum EntryBody {
 }
 
 /// A stored file, as the timeline names it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct FileRef {
     pub call_id: String,
@@ -92,9 +95,8 @@ pub struct FileRef {
 
 /// Why a model was called: an agent's iteration (`think`), the planner writing a plan
 /// (`plan`), the plan reviewer reading one (`review`).
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Operation {
     #[default]
@@ -104,7 +106,8 @@ pub enum Operation {
 }
 
 /// A tool call and its result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ToolEntry {
     /// The tool call id the model gave (or the engine derived).
@@ -126,7 +129,8 @@ pub struct ToolEntry {
     pub plan: Option<Box<crate::plan::PlanState>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(tag = "status", rename_all = "lowercase")]
 pub enum ToolResult {
     Pending { reason: String },
@@ -144,7 +148,8 @@ impl ToolResult {
 }
 
 /// The CTA as the timeline shows it, beside the result it belongs to.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CtaSnapshot {
     pub cta_id: String,

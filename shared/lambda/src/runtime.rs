@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use baton_aws::sdk::{Meter, map_sdk_err, sdk_config};
-use baton_core::agent::{Catalog, CatalogError};
+use baton_core::agent::{Catalog, CatalogError, FileError};
 use baton_core::config::{Config, ConfigError, ModelConfig};
 use baton_core::error::PortError;
 use baton_core::links::{Links, ShortKey};
@@ -29,6 +29,8 @@ pub enum InitError {
     Llm(#[from] LlmError),
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    #[error(transparent)]
+    AgentsFile(#[from] FileError),
     #[error("one-time answer links")]
     Links(#[from] ShortKey),
     #[error(

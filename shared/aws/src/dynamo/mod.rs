@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
 use chrono::{DateTime, Utc};
@@ -192,7 +193,8 @@ impl DynamoStore {
         Ok(out.item)
     }
 
-    /// Every item of a partition whose SK lies in [lo, hi], paged.
+    /// Every item of a partition whose SK lies in [lo, hi], until `keep_going` says stop
+    /// after an item.
     async fn query(
         &self,
         pk: &str,
@@ -202,34 +204,46 @@ impl DynamoStore {
         consistent: bool,
         mut keep_going: impl FnMut(&Item) -> bool,
     ) -> Result<Vec<Item>, PortError> {
+        let query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("PK = :pk AND SK BETWEEN :lo AND :hi")
+            .expression_attribute_values(":pk", s(pk))
+            .expression_attribute_values(":lo", s(lo))
+            .expression_attribute_values(":hi", s(hi))
+            .consistent_read(consistent)
+            .scan_index_forward(forward);
         let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("PK = :pk AND SK BETWEEN :lo AND :hi")
-                .expression_attribute_values(":pk", s(pk))
-                .expression_attribute_values(":lo", s(lo))
-                .expression_attribute_values(":hi", s(hi))
-                .consistent_read(consistent)
-                .scan_index_forward(forward)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| map_sdk_err("Query", e))?;
+        self.query_pages("Query", query, |item| {
+            let more = keep_going(&item);
+            out.push(item);
+            Ok(more)
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// Hands each item of `query`'s pages (the SDK's paginator) to `each`, counting every
+    /// page's reads, until the pages end or `each` says stop.
+    async fn query_pages(
+        &self,
+        what: &str,
+        query: QueryFluentBuilder,
+        mut each: impl FnMut(Item) -> Result<bool, PortError>,
+    ) -> Result<(), PortError> {
+        let consistent = query.get_consistent_read().unwrap_or(false);
+        let mut pages = query.into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| map_sdk_err(what, e))?;
             self.count_read(page.items().iter().map(item_size).sum(), consistent);
-            let mut stop = false;
             for item in page.items.unwrap_or_default() {
-                stop |= !keep_going(&item);
-                out.push(item);
-            }
-            match page.last_evaluated_key {
-                Some(k) if !stop => start = Some(k),
-                _ => return Ok(out),
+                if !each(item)? {
+                    return Ok(());
+                }
             }
         }
+        Ok(())
     }
 }
 
@@ -543,30 +557,20 @@ impl Store for DynamoStore {
         status: Option<CtaStatus>,
     ) -> Result<Vec<Cta>, PortError> {
         let prefix = status.map_or_else(|| "CTA#".to_owned(), |st| format!("CTA#{}#", st.as_str()));
+        let query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(GSI1)
+            .key_condition_expression("GSI1PK = :o AND begins_with(GSI1SK, :p)")
+            .expression_attribute_values(":o", s(format!("OWNER#{owner}")))
+            .expression_attribute_values(":p", s(prefix));
         let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(GSI1)
-                .key_condition_expression("GSI1PK = :o AND begins_with(GSI1SK, :p)")
-                .expression_attribute_values(":o", s(format!("OWNER#{owner}")))
-                .expression_attribute_values(":p", s(prefix.clone()))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| map_sdk_err("Query GSI1", e))?;
-            self.count_read(page.items().iter().map(item_size).sum(), false);
-            for item in page.items() {
-                out.push(parse_cta(item)?);
-            }
-            match page.last_evaluated_key {
-                Some(k) => start = Some(k),
-                None => break,
-            }
-        }
+        self.query_pages("Query GSI1", query, |item| {
+            out.push(parse_cta(&item)?);
+            Ok(true)
+        })
+        .await?;
         out.sort_by(|a, b| (a.created_at, &a.cta_id).cmp(&(b.created_at, &b.cta_id)));
         Ok(out)
     }

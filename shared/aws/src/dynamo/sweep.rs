@@ -7,9 +7,9 @@ use chrono::{DateTime, Utc};
 use baton_core::cta::Cta;
 use baton_core::ports::Store;
 
-use super::items::{SWEEP_SHARDS, broken, cta_pk, get_s, item_size, run_pk, s, sweep_time};
+use super::items::{SWEEP_SHARDS, broken, cta_pk, get_s, run_pk, s, sweep_time};
 use super::{DynamoStore, GSI2, GSI3, Item};
-use crate::sdk::{Meter, map_sdk_err};
+use crate::sdk::{Meter, map_sdk_err, retry_failed_entries};
 
 impl DynamoStore {
     /// Deletes every item of up to `limit` runs finished before `now` − retention.
@@ -69,32 +69,25 @@ impl DynamoStore {
         let (pk, sk) = (format!("{index}PK"), format!("{index}SK"));
         let mut runs = Vec::new();
         for shard in 0..SWEEP_SHARDS {
-            let mut start = None;
-            loop {
-                let out = self
-                    .client
-                    .query()
-                    .table_name(&self.table)
-                    .index_name(index)
-                    .key_condition_expression("#pk = :pk AND #sk < :before")
-                    .expression_attribute_names("#pk", &pk)
-                    .expression_attribute_names("#sk", &sk)
-                    .expression_attribute_values(":pk", s(format!("{prefix}#{shard}")))
-                    .expression_attribute_values(":before", s(sweep_time(before)))
-                    .set_exclusive_start_key(start)
-                    .send()
-                    .await
-                    .map_err(|e| map_sdk_err("Query", e))?;
-                self.count_read(out.items().iter().map(item_size).sum(), false);
-                for item in out.items() {
-                    if let Some(id) = get_s(item, "PK")?.strip_prefix(item_prefix) {
-                        runs.push(id.to_owned());
-                    }
+            let query = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(index)
+                .key_condition_expression("#pk = :pk AND #sk < :before")
+                .expression_attribute_names("#pk", &pk)
+                .expression_attribute_names("#sk", &sk)
+                .expression_attribute_values(":pk", s(format!("{prefix}#{shard}")))
+                .expression_attribute_values(":before", s(sweep_time(before)));
+            self.query_pages("Query", query, |item| {
+                if let Some(id) = get_s(&item, "PK")?.strip_prefix(item_prefix) {
+                    runs.push(id.to_owned());
                 }
-                start = out.last_evaluated_key().cloned();
-                if start.is_none() || runs.len() >= limit {
-                    break;
-                }
+                Ok(runs.len() < limit)
+            })
+            .await?;
+            if runs.len() >= limit {
+                break;
             }
         }
         runs.truncate(limit);
@@ -104,7 +97,7 @@ impl DynamoStore {
     /// Deletes up to 25 items by key, retrying what DynamoDB leaves unprocessed.
     async fn delete_batch(&self, keys: &[Item]) -> Result<(), PortError> {
         use aws_sdk_dynamodb::types::{DeleteRequest, WriteRequest};
-        let mut requests: Vec<WriteRequest> = keys
+        let requests: Vec<WriteRequest> = keys
             .iter()
             .map(|k| {
                 let del = DeleteRequest::builder()
@@ -114,10 +107,7 @@ impl DynamoStore {
                 Ok(WriteRequest::builder().delete_request(del).build())
             })
             .collect::<Result<_, PortError>>()?;
-        for _ in 0..5 {
-            if requests.is_empty() {
-                return Ok(());
-            }
+        retry_failed_entries("BatchWriteItem", requests, |requests| async move {
             Meter::count(&self.meter.dynamodb);
             self.meter
                 .write_units
@@ -129,16 +119,13 @@ impl DynamoStore {
                 .send()
                 .await
                 .map_err(|e| map_sdk_err("BatchWriteItem", e))?;
-            requests = out
+            Ok(out
                 .unprocessed_items()
                 .and_then(|u| u.get(&self.table))
                 .cloned()
-                .unwrap_or_default();
-        }
-        Err(PortError::Unavailable {
-            message: "BatchWriteItem left items unprocessed five times".into(),
-            source: None,
+                .unwrap_or_default())
         })
+        .await
     }
 
     /// CTAs whose resolution is outstanding since before `before` (GSI2, `CR#` shards).

@@ -142,8 +142,7 @@ impl Service {
                 ));
             }
         };
-        let response: CtaResponse = serde_json::from_value(fields)
-            .map_err(|e| ServiceError::Invalid(format!("invalid CTA response: {e}")))?;
+        let response = CtaResponse::from_json(fields)?;
         match self
             .answer_cta(None, &cta_id, response.clone(), responder)
             .await

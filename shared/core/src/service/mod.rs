@@ -67,6 +67,12 @@ pub enum ServiceError {
     Port(#[from] PortError),
 }
 
+impl From<crate::cta::InvalidResponse> for ServiceError {
+    fn from(e: crate::cta::InvalidResponse) -> Self {
+        Self::Invalid(e.to_string())
+    }
+}
+
 /// Why a step message could not be handled.
 ///
 /// Retryable errors (a backend busy or down, a model unavailable, a run contended) put the

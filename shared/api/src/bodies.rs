@@ -1,0 +1,153 @@
+//! The bodies the API reads and writes, each the type a handler really parses or serializes;
+//! the OpenAPI document's schemas are generated from these.
+
+use baton_core::cost::Spent;
+use baton_core::cta::{Cta, CtaRequest, CtaResponse, CtaStatus, Gated};
+use baton_core::run::{ExpiryPolicy, Run, RunStatus};
+use baton_core::timeline::Entry;
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct CreateRunBody {
+    pub(crate) prompt: String,
+    #[serde(default)]
+    pub(crate) sandbox_id: Option<String>,
+    #[serde(default)]
+    pub(crate) agent: Option<String>,
+    #[serde(default)]
+    pub(crate) metadata: Option<Value>,
+    /// An object with a string `type`, at most 16 KB.
+    #[serde(default)]
+    pub(crate) context: Option<Value>,
+    #[serde(default)]
+    pub(crate) on_expiry: Option<ExpiryPolicy>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MessageBody {
+    pub(crate) text: String,
+}
+
+/// `202` to `POST /runs`.
+#[derive(JsonSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunAccepted {
+    pub(crate) run_id: String,
+    pub(crate) status: RunStatus,
+}
+
+/// `202` to a follow-up message or a cancel.
+#[derive(JsonSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RequestAccepted {
+    pub(crate) run_id: String,
+    pub(crate) status: RunStatus,
+    pub(crate) accepted: bool,
+    /// A follow-up only: it waits for the turn under way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) queued: Option<bool>,
+    pub(crate) message: String,
+}
+
+/// `GET /runs/{runId}`: the run, what it and its subagents spent, and its first entries.
+#[derive(JsonSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunPage<'a> {
+    #[serde(flatten)]
+    pub(crate) run: Run,
+    pub(crate) total: Spent,
+    pub(crate) timeline: &'a [Entry],
+    /// The cursor to page on with `/timeline?after=`, when there is more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) timeline_next: Option<u64>,
+}
+
+/// `GET /runs/{runId}/timeline`.
+#[derive(JsonSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TimelinePage<'a> {
+    pub(crate) run_id: String,
+    pub(crate) status: RunStatus,
+    pub(crate) entries: &'a [Entry],
+    /// The cursor to page on with `after=`: the last entry's, else the one given.
+    pub(crate) next: Option<u64>,
+}
+
+/// `GET /ctas`: each as its owner sees it (see [`owner_view`]).
+#[derive(JsonSchema, Serialize)]
+pub(crate) struct CtaList {
+    pub(crate) ctas: Vec<Cta>,
+}
+
+/// A CTA as its owner sees it: all but the link nonce (a link's own secret part).
+pub(crate) fn owner_view(mut cta: Cta) -> Cta {
+    cta.link_nonce = None;
+    cta
+}
+
+/// `GET /links/{token}`: what a link's holder sees of a CTA: the question, its state and
+/// its expiry; not whose it is, nor the run's.
+#[derive(JsonSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct LinkQuestion<'a> {
+    pub(crate) cta_id: &'a str,
+    #[serde(flatten)]
+    pub(crate) request: &'a CtaRequest,
+    pub(crate) status: CtaStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) response: Option<&'a CtaResponse>,
+    pub(crate) gate: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) gated: Option<&'a Gated>,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) expires_at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) resolved_at: Option<DateTime<Utc>>,
+}
+
+impl<'a> From<&'a Cta> for LinkQuestion<'a> {
+    fn from(cta: &'a Cta) -> Self {
+        Self {
+            cta_id: &cta.cta_id,
+            request: &cta.request,
+            status: cta.status,
+            response: cta.response.as_ref(),
+            gate: cta.gate,
+            gated: cta.gated.as_ref(),
+            created_at: cta.created_at,
+            expires_at: cta.expires_at,
+            resolved_at: cta.resolved_at,
+        }
+    }
+}
+
+/// `202` to an answer.
+#[derive(JsonSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AnswerAccepted {
+    pub(crate) cta_id: String,
+    /// Not said to a link's holder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) run_id: Option<String>,
+    pub(crate) status: CtaStatus,
+    pub(crate) message: String,
+}
+
+/// `POST /ctas/{ctaId}/link`.
+#[derive(JsonSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Link {
+    pub(crate) cta_id: String,
+    pub(crate) url: String,
+    pub(crate) expires_at: DateTime<Utc>,
+}
+
+#[derive(JsonSchema, Serialize)]
+pub(crate) struct Health {
+    pub(crate) status: String,
+}
