@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use baton_core::cta::{Cta, CtaRequest, CtaResponse, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Event, Input, StepMessage, Transition};
-use baton_core::ports::{Bus, Created, Queue, Scheduler, Settled, Store, SystemClock};
+use baton_core::ports::{
+    Bus, Created, Queue, Scheduler, SendingStore, Settled, Store, SystemClock,
+};
 use baton_core::run::{NewRun, Run, RunStatus, Usage};
 use baton_core::service::{Deps, Handled, Service, StepError};
 use baton_core::timeline::{Entry, EntryBody};
@@ -679,7 +681,7 @@ fn service(local: &LocalStore, queue: Arc<dyn Queue>, script: &str) -> Service {
         )),
         llm: scripted(script),
         clock: Arc::new(SystemClock),
-        queue_in_store: false,
+        sending_store: None,
     };
     Service::new(
         deps,
@@ -1034,7 +1036,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         )),
         llm: scripted(script),
         clock: Arc::new(SystemClock),
-        queue_in_store: true,
+        sending_store: Some(Arc::new(local.clone())),
     };
     let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"], "approval": {"echo": "always"}}}});
     let svc = Arc::new(Service::new(deps, catalog(Some(agents))));

@@ -103,7 +103,7 @@ async fn a_rotated_secret_is_read_again_after_a_401_at_most_once_a_minute() {
         .unwrap();
     provider_accepting(&provider, "sk-newer").await;
     match llm.complete(&request).await {
-        Err(LlmError::Fatal(m)) => assert!(m.contains("401"), "{m}"),
+        Err(LlmError::Fatal { message: m, .. }) => assert!(m.contains("401"), "{m}"),
         other => panic!("{other:?}"),
     }
 }

@@ -157,7 +157,7 @@ fn service(local: &LocalStore, retryable: bool) -> (Arc<Service>, Arc<Refusing>)
         )),
         llm: scripted(POISON),
         clock: Arc::new(SystemClock),
-        queue_in_store: false,
+        sending_store: None,
     };
     let catalog = catalog(Some(json!({"agents": {"worker": {"tools": ["echo"]}}})));
     (Arc::new(Service::new(deps, catalog)), store)

@@ -75,7 +75,7 @@ pub fn aws_service(
         )),
         llm,
         clock,
-        queue_in_store: false,
+        sending_store: None,
     };
     Arc::new(Service::new(deps, catalog))
 }

@@ -95,8 +95,33 @@ pub enum LlmError {
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     /// Trying again will not help (bad request, auth, a malformed reply, a script run out).
-    #[error("{0}")]
-    Fatal(String),
+    /// `message` is what the run's timeline says.
+    #[error("{message}")]
+    Fatal {
+        message: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+}
+
+impl LlmError {
+    pub fn fatal(message: impl Into<String>) -> Self {
+        Self::Fatal {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A fatal error caused by `source` (its text is in `message` too, for the timeline).
+    pub fn fatal_from(
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Fatal {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
 }
 
 /// One chat completion with tools.
@@ -121,9 +146,8 @@ pub struct NoModel;
 #[async_trait::async_trait]
 impl Llm for NoModel {
     async fn complete(&self, _: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
-        Err(LlmError::Fatal(
-            "this host does not call models; steps run in the orchestrator and subagent functions"
-                .into(),
+        Err(LlmError::fatal(
+            "this host does not call models; steps run in the orchestrator and subagent functions",
         ))
     }
 }

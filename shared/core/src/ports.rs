@@ -70,22 +70,6 @@ pub trait Store: Send + Sync {
     async fn commit(&self, expected_version: u64, transition: &Transition)
     -> Result<(), PortError>;
 
-    /// For a store that is also its host's queue ([`crate::service::Deps::queue_in_store`]):
-    /// commits a transition whose effects are all step messages, and enqueues them in the
-    /// same transaction (deduplicated by id, as [`Queue::send`] does), leaving no outbox.
-    /// One write instead of a commit and a send, and no crash window between them. A store
-    /// that is not a queue refuses.
-    async fn commit_sending(
-        &self,
-        _expected_version: u64,
-        _transition: &Transition,
-    ) -> Result<(), PortError> {
-        Err(PortError::broken(
-            "this store is not a queue: its commits cannot send",
-            "commit_sending unsupported",
-        ))
-    }
-
     /// Runs whose parking outbox (see `message::outbox_continues`), or whose start, is
     /// still outstanding and was committed before `before`, at most `limit` of them: what
     /// the sweep repairs.
@@ -149,6 +133,19 @@ pub trait Store: Send + Sync {
         owner: &str,
         status: Option<CtaStatus>,
     ) -> Result<Vec<Cta>, PortError>;
+}
+
+/// A store that is also its host's queue (the embedded adapter): it commits a transition
+/// whose effects are all step messages and enqueues them in the same transaction
+/// (deduplicated by id, as [`Queue::send`] does), leaving no outbox. One write instead of a
+/// commit and a send, and no crash window between them.
+#[async_trait::async_trait]
+pub trait SendingStore: Send + Sync {
+    async fn commit_sending(
+        &self,
+        expected_version: u64,
+        transition: &Transition,
+    ) -> Result<(), PortError>;
 }
 
 /// Sends step messages to runs' ordered groups (FIFO per run id, deduplicated by id).

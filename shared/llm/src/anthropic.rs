@@ -56,7 +56,7 @@ impl AnthropicLlm {
         let http = reqwest::Client::builder()
             .timeout(cfg.timeout)
             .build()
-            .map_err(|e| LlmError::Fatal(format!("cannot build the HTTP client: {e}")))?;
+            .map_err(|e| LlmError::fatal_from(format!("cannot build the HTTP client: {e}"), e))?;
         let url = format!("{}/v1/messages", cfg.base_url.trim_end_matches('/'));
         Ok(Self { http, cfg, url })
     }
@@ -293,12 +293,11 @@ fn parse(body: &[u8], model: &str) -> Result<LlmReply, String> {
 impl Llm for AnthropicLlm {
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
         let Some(model) = request.model else {
-            return Err(LlmError::Fatal("no Anthropic model named".into()));
+            return Err(LlmError::fatal("no Anthropic model named"));
         };
         if self.cfg.api_key.is_none() {
-            return Err(LlmError::Fatal(
-                "ANTHROPIC_API_KEY is not set (on AWS: the model secret's ANTHROPIC_API_KEY)"
-                    .into(),
+            return Err(LlmError::fatal(
+                "ANTHROPIC_API_KEY is not set (on AWS: the model secret's ANTHROPIC_API_KEY)",
             ));
         }
         let body = self.body(request, model);
@@ -442,7 +441,7 @@ mod tests {
                 .mount(&server)
                 .await;
             match call(&client(&server)).await {
-                Err(LlmError::Fatal(m)) => {
+                Err(LlmError::Fatal { message: m, .. }) => {
                     assert!(m.contains(kind) && m.contains(words), "{m}")
                 }
                 other => panic!("expected a fatal error, got {other:?}"),

@@ -326,10 +326,11 @@ fn to_json(d: &Document) -> Value {
 impl Llm for BedrockLlm {
     async fn complete(&self, req: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
         let Some(model) = req.model else {
-            return Err(LlmError::Fatal("no Bedrock model named".into()));
+            return Err(LlmError::fatal("no Bedrock model named"));
         };
-        let (system, messages, tools) = request(req)
-            .map_err(|e| LlmError::Fatal(format!("cannot build the Bedrock request: {e}")))?;
+        let (system, messages, tools) = request(req).map_err(|e| {
+            LlmError::fatal_from(format!("cannot build the Bedrock request: {e}"), e)
+        })?;
         with_retries(self.cfg.max_retries, &self.cfg.backoff, || {
             self.attempt(model, &system, &messages, tools.as_ref())
         })
@@ -478,7 +479,9 @@ mod tests {
                 .mount(&server)
                 .await;
             match call(&llm(&server)).await {
-                Err(LlmError::Fatal(m)) => assert!(m.contains(kind) && m.contains(words), "{m}"),
+                Err(LlmError::Fatal { message: m, .. }) => {
+                    assert!(m.contains(kind) && m.contains(words), "{m}")
+                }
                 other => panic!("expected a fatal error, got {other:?}"),
             }
         }

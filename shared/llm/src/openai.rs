@@ -76,7 +76,7 @@ impl OpenAiLlm {
         let http = reqwest::Client::builder()
             .timeout(cfg.timeout)
             .build()
-            .map_err(|e| LlmError::Fatal(format!("cannot build the HTTP client: {e}")))?;
+            .map_err(|e| LlmError::fatal_from(format!("cannot build the HTTP client: {e}"), e))?;
         let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
         Ok(Self {
             http,
@@ -227,8 +227,10 @@ struct PromptDetails {
 /// The reply to a request for `model` (the id sent, without the `openai:` prefix).
 fn parse(body: &[u8], model: &str) -> Result<LlmReply, LlmError> {
     let malformed =
-        |why: String| LlmError::Fatal(format!("malformed reply from the model provider: {why}"));
-    let c: Completion = serde_json::from_slice(body).map_err(|e| malformed(e.to_string()))?;
+        |why: String| LlmError::fatal(format!("malformed reply from the model provider: {why}"));
+    let c: Completion = serde_json::from_slice(body).map_err(|e| {
+        LlmError::fatal_from(format!("malformed reply from the model provider: {e}"), e)
+    })?;
     let Some(choice) = c.choices.into_iter().next() else {
         return Err(malformed("no choices".into()));
     };
@@ -318,7 +320,7 @@ impl Llm for OpenAiLlm {
                             key_refreshed = true;
                             continue;
                         }
-                        return Err(LlmError::Fatal(format!(
+                        return Err(LlmError::fatal(format!(
                             "the model provider refused the request: {why}"
                         )));
                     }
@@ -475,7 +477,7 @@ mod tests {
             .mount(&server)
             .await;
         match call(&client(&server, 3)).await {
-            Err(LlmError::Fatal(m)) => assert!(m.contains("malformed"), "{m}"),
+            Err(LlmError::Fatal { message: m, .. }) => assert!(m.contains("malformed"), "{m}"),
             other => panic!("expected Fatal, got {other:?}"),
         }
         let server = MockServer::start().await;
@@ -485,16 +487,18 @@ mod tests {
             .mount(&server)
             .await;
         match call(&client(&server, 3)).await {
-            Err(LlmError::Fatal(m)) => assert!(m.contains("401") && m.contains("bad key"), "{m}"),
+            Err(LlmError::Fatal { message: m, .. }) => {
+                assert!(m.contains("401") && m.contains("bad key"), "{m}")
+            }
             other => panic!("expected Fatal, got {other:?}"),
         }
         assert!(matches!(
             parse(br#"{"choices": []}"#, "m"),
-            Err(LlmError::Fatal(_))
+            Err(LlmError::Fatal { .. })
         ));
         assert!(matches!(
             parse(br#"{"choices": [{"message": {"content": ""}}]}"#, "m"),
-            Err(LlmError::Fatal(_))
+            Err(LlmError::Fatal { .. })
         ));
     }
 }

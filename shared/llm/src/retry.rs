@@ -92,7 +92,7 @@ where
     loop {
         match attempt().await {
             Attempt::Done(t) => return Ok(t),
-            Attempt::Fatal(message) => return Err(LlmError::Fatal(message)),
+            Attempt::Fatal(message) => return Err(LlmError::fatal(message)),
             Attempt::Retry { why, wait, source } => {
                 if n >= max_retries {
                     return Err(LlmError::Unavailable {

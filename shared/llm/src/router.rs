@@ -94,7 +94,7 @@ impl Llm for Models {
             _ => &self.openai,
         };
         let Some(client) = client else {
-            return Err(LlmError::Fatal(format!(
+            return Err(LlmError::fatal(format!(
                 "model `{provider}:{id}` needs the {provider} client, which this host does not have"
             )));
         };

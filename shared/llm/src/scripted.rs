@@ -111,7 +111,7 @@ impl Llm for ScriptedLlm {
             .get(request.agent)
             .map_or(&[][..], Vec::as_slice);
         let Some(reply) = replies.get(index) else {
-            return Err(LlmError::Fatal(format!(
+            return Err(LlmError::fatal(format!(
                 "the script has no reply {index} for agent `{}` (it has {})",
                 request.agent,
                 replies.len()

@@ -36,7 +36,7 @@ pub fn local_service(
         )),
         llm,
         clock,
-        queue_in_store: true,
+        sending_store: Some(Arc::new(store.clone())),
     };
     Arc::new(Service::new(deps, catalog))
 }

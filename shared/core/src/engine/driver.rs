@@ -88,7 +88,7 @@ pub async fn decide<W: StepIo>(
         match step(catalog, now, run, timeline, input, &io) {
             Step::Think { think_index } => match world.think(think_index).await {
                 Ok(reply) => io.reply = Some(reply),
-                Err(LlmError::Fatal(message)) => io.model_error = Some(message),
+                Err(LlmError::Fatal { message, .. }) => io.model_error = Some(message),
                 Err(e) => return Err(e.into()),
             },
             Step::Settle(ids) => io.settled = Some(world.settle(ids).await?),

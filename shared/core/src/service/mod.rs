@@ -37,9 +37,10 @@ pub struct Deps {
     pub blobs: Arc<dyn crate::ports::Blobs>,
     pub llm: Arc<dyn Llm>,
     pub clock: Arc<dyn Clock>,
-    /// `store` is `queue` too (the embedded host): a step whose effects are all step
-    /// messages commits and enqueues them in one transaction ([`Store::commit_sending`]).
-    pub queue_in_store: bool,
+    /// `store` again, when it is `queue` too (the embedded adapter): a step whose effects
+    /// are all step messages commits and enqueues them in one transaction
+    /// ([`crate::ports::SendingStore::commit_sending`]).
+    pub sending_store: Option<Arc<dyn crate::ports::SendingStore>>,
 }
 
 /// Why a request was refused, or could not be served.
@@ -229,7 +230,7 @@ mod tests {
                 }),
                 true,
             ),
-            (StepError::Llm(LlmError::Fatal("bad key".into())), false),
+            (StepError::Llm(LlmError::fatal("bad key")), false),
             (StepError::Contended("run_1".into()), true),
         ];
         for (error, retryable) in table {

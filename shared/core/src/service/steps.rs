@@ -95,19 +95,17 @@ impl Service {
             // Where the store is the queue, a step that only sends messages (an agent's
             // next turn, a child's start) sends them with its commit: nothing is left to
             // perform after it.
-            let sent = self.deps.queue_in_store
-                && !transition.effects.is_empty()
-                && transition
-                    .effects
-                    .iter()
-                    .all(|e| matches!(e, Effect::Send(_)));
-            let committed = if sent {
-                self.deps
-                    .store
-                    .commit_sending(run.version, &transition)
-                    .await
-            } else {
-                self.deps.store.commit(run.version, &transition).await
+            let sending = self.deps.sending_store.as_ref().filter(|_| {
+                !transition.effects.is_empty()
+                    && transition
+                        .effects
+                        .iter()
+                        .all(|e| matches!(e, Effect::Send(_)))
+            });
+            let sent = sending.is_some();
+            let committed = match sending {
+                Some(store) => store.commit_sending(run.version, &transition).await,
+                None => self.deps.store.commit(run.version, &transition).await,
             };
             match committed {
                 Ok(()) => {
@@ -155,7 +153,7 @@ impl Service {
         let agent = self
             .catalog
             .agent(&run.agent)
-            .ok_or_else(|| LlmError::Fatal(format!("agent `{}` is not defined", run.agent)))?;
+            .ok_or_else(|| LlmError::fatal(format!("agent `{}` is not defined", run.agent)))?;
         let prepared = agent.prepared(run, timeline);
         let tools = self.catalog.specs(listed, agent, &prepared);
         let system = agent.system_prompt(run, &prepared);
@@ -169,7 +167,7 @@ impl Service {
             history: timeline,
         };
         let reply = self.deps.llm.complete(&request).await;
-        if let Err(LlmError::Fatal(message)) = &reply {
+        if let Err(LlmError::Fatal { message, .. }) = &reply {
             warn!(run_id = %run.run_id, %message, "model call failed for good");
         }
         reply

@@ -7,7 +7,7 @@
 //! they share one fsync (group commit, see `db`). The store is its host's queue too, so a
 //! step whose effects are all step messages (most steps: the next turn, a child's start)
 //! enqueues them in its commit's own transaction and keeps no outbox
-//! ([`Store::commit_sending`]), and the worker's acknowledgements are applied by its next
+//! ([`baton_core::ports::SendingStore::commit_sending`]), and the worker's acknowledgements are applied by its next
 //! receive ([`LocalStore::ack_later`]): one write per step. Queue bookkeeping, outbox
 //! clearing and event/timer writes need no sync of their own (in WAL mode they become
 //! durable with the next synced commit): losing one in a crash only means an idempotent
@@ -24,8 +24,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
 use baton_core::cta::{Cta, CtaStatus, Settlement};
@@ -35,8 +33,12 @@ use baton_core::ports::{Created, RunRecord, Settled, Store};
 use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
 
+mod commit;
 mod db;
 mod queue;
+mod rows;
+
+use rows::*;
 
 pub use db::WriteStats;
 use db::{Db, Undo};
@@ -139,24 +141,6 @@ pub(crate) fn disk_full(e: impl Into<baton_core::error::BoxError>) -> PortError 
 /// The words for it, said to API callers too.
 pub const DISK_FULL: &str = "the disk holding the data directory is full: nothing was written; \
      free some space and try again (runs under way carry on by themselves once it is free)";
-
-fn to_json<T: Serialize>(v: &T) -> Result<String, PortError> {
-    serde_json::to_string(v).map_err(|e| broken("encode", e))
-}
-
-fn from_json<T: DeserializeOwned>(s: &str) -> Result<T, PortError> {
-    serde_json::from_str(s).map_err(|e| broken("decode", e))
-}
-
-fn encode_entry(e: &Entry) -> Result<(i64, Vec<u8>), PortError> {
-    let body = baton_codec::encode_with(e, baton_codec::Packing::Lz4)
-        .map_err(|e| broken("encode entry", e))?;
-    Ok((e.seq as i64, body))
-}
-
-fn encode_entries(entries: &[Entry]) -> Result<Vec<(i64, Vec<u8>)>, PortError> {
-    entries.iter().map(encode_entry).collect()
-}
 
 /// Creates `dir` (and its parents) readable by its user only, if it does not exist.
 fn create_private(dir: &Path) -> std::io::Result<()> {
@@ -308,192 +292,6 @@ impl LocalStore {
         }
         Ok(total)
     }
-
-    /// [`Store::commit`], and with `send` also [`Store::commit_sending`]: the transition's
-    /// step messages enqueued in the commit's transaction, and no outbox kept.
-    async fn commit_with(
-        &self,
-        expected_version: u64,
-        t: &Transition,
-        send: bool,
-    ) -> Result<(), PortError> {
-        // Everything is encoded here, on the caller's thread; the writer only writes.
-        let run_id = t.run.run_id.clone();
-        let (version, body) = (t.run.version as i64, to_json(&t.run)?);
-        let (outbox, sends) = if send {
-            let messages = t.effects.iter().map(|e| match e {
-                Effect::Send(m) => Ok(m),
-                other => Err(PortError::broken(
-                    format!("embedded store: a commit cannot perform {other:?}"),
-                    "not a step message",
-                )),
-            });
-            let messages = messages.collect::<Result<Vec<_>, _>>()?;
-            (None, Some(queue::queue_rows(messages)?))
-        } else {
-            (outbox_json(&t.effects)?, None)
-        };
-        let appended = encode_entries(&t.appended)?;
-        let updated = encode_entries(&t.updated)?;
-        let ctas = t
-            .new_ctas
-            .iter()
-            .map(|c| {
-                Ok((
-                    c.cta_id.clone(),
-                    c.owner.clone(),
-                    c.status.as_str(),
-                    to_json(c)?,
-                ))
-            })
-            .collect::<Result<Vec<_>, PortError>>()?;
-        let children = t
-            .new_runs
-            .iter()
-            .map(|(run, entries)| NewRun::encode(run, entries))
-            .collect::<Result<Vec<_>, _>>()?;
-        let expected = expected_version as i64;
-        // Its one expected failure, a version conflict, comes before it changes anything.
-        self.db
-            .write(true, Undo::CheckFirst, move |c| {
-                let key: i64 = c
-                    .prepare_cached(
-                        "UPDATE runs SET version = ?1, body = ?2, outbox = ?3, failure = NULL,
-                         claim = NULL WHERE run_id = ?4 AND version = ?5 RETURNING run_key",
-                    )
-                    .and_then(|mut s| {
-                        s.query_row(params![version, body, outbox, run_id, expected], |r| {
-                            r.get(0)
-                        })
-                        .optional()
-                    })
-                    .map_err(sql)?
-                    .ok_or(PortError::Conflict)?;
-                insert_entries(c, key, &appended)?;
-                let mut upd = c
-                    .prepare_cached("UPDATE entries SET body = ?1 WHERE run_key = ?2 AND seq = ?3")
-                    .map_err(sql)?;
-                for (seq, body) in &updated {
-                    upd.execute(params![body, key, seq]).map_err(sql)?;
-                }
-                for (cta_id, owner, status, body) in &ctas {
-                    c.execute(
-                        "INSERT INTO ctas (cta_id, owner, status, body) VALUES (?1, ?2, ?3, ?4)",
-                        params![cta_id, owner, status, body],
-                    )
-                    .map_err(sql)?;
-                }
-                for child in &children {
-                    c.execute(
-                        "INSERT INTO runs (run_id, owner, version, body) VALUES (?1, ?2, ?3, ?4)",
-                        params![child.run_id, child.owner, child.version, child.body],
-                    )
-                    .map_err(sql)?;
-                    insert_entries(c, c.last_insert_rowid(), &child.entries)?;
-                }
-                if let Some(rows) = &sends {
-                    queue::enqueue(c, rows)?;
-                }
-                Ok(())
-            })
-            .await
-    }
-}
-
-/// Columns added since the first release, added to data directories made before them.
-fn migrate(conn: &Connection) -> Result<(), PortError> {
-    for (table, column, decl) in [
-        ("ctas", "unsent", "INTEGER"),
-        ("runs", "failure", "TEXT"),
-        // A follow-up's claim on a finished run's next turn, and when (ms since the epoch).
-        ("runs", "claim", "TEXT"),
-        ("runs", "claim_at", "INTEGER"),
-    ] {
-        let exists: bool = conn
-            .query_row(
-                &format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"),
-                [column],
-                |r| r.get::<_, i64>(0),
-            )
-            .map_err(sql)?
-            > 0;
-        if !exists {
-            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))
-                .map_err(sql)?;
-        }
-    }
-    Ok(())
-}
-
-type RunRow = (String, Option<String>, Option<String>);
-
-fn record((body, outbox, failure): RunRow) -> Result<RunRecord, PortError> {
-    let mut run: Run = from_json(&body)?;
-    run.last_error = failure.map(|f| from_json(&f)).transpose()?;
-    Ok(RunRecord {
-        run,
-        outbox: match outbox {
-            Some(o) => from_json(&o)?,
-            None => Vec::new(),
-        },
-    })
-}
-
-fn run_row(c: &Connection, run_id: &str) -> Result<Option<RunRow>, PortError> {
-    c.prepare_cached("SELECT body, outbox, failure FROM runs WHERE run_id = ?1")
-        .and_then(|mut s| {
-            s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()
-        })
-        .map_err(sql)
-}
-
-fn insert_entries(c: &Connection, key: i64, entries: &[(i64, Vec<u8>)]) -> Result<(), PortError> {
-    let mut stmt = c
-        .prepare_cached("INSERT INTO entries (run_key, seq, body) VALUES (?1, ?2, ?3)")
-        .map_err(sql)?;
-    for (seq, body) in entries {
-        stmt.execute(params![key, seq, body]).map_err(sql)?;
-    }
-    Ok(())
-}
-
-fn decode_entries(
-    rows: impl Iterator<Item = rusqlite::Result<Vec<u8>>>,
-) -> Result<Vec<Entry>, PortError> {
-    rows.map(|b| {
-        baton_codec::decode::<Entry>(&b.map_err(sql)?).map_err(|e| broken("decode entry", e))
-    })
-    .collect()
-}
-
-fn outbox_json(effects: &[Effect]) -> Result<Option<String>, PortError> {
-    if effects.is_empty() {
-        Ok(None)
-    } else {
-        to_json(&effects).map(Some)
-    }
-}
-
-/// A run row to insert: id, owner, version, body, its first entries.
-struct NewRun {
-    run_id: String,
-    owner: String,
-    version: i64,
-    body: String,
-    entries: Vec<(i64, Vec<u8>)>,
-}
-
-impl NewRun {
-    fn encode(run: &Run, entries: &[Entry]) -> Result<Self, PortError> {
-        Ok(Self {
-            run_id: run.run_id.clone(),
-            owner: run.owner.clone(),
-            version: run.version as i64,
-            body: to_json(run)?,
-            entries: encode_entries(entries)?,
-        })
-    }
 }
 
 #[async_trait::async_trait]
@@ -624,12 +422,6 @@ impl Store for LocalStore {
 
     async fn commit(&self, expected_version: u64, t: &Transition) -> Result<(), PortError> {
         self.commit_with(expected_version, t, false).await
-    }
-
-    async fn commit_sending(&self, expected_version: u64, t: &Transition) -> Result<(), PortError> {
-        self.commit_with(expected_version, t, true).await?;
-        self.wake_receivers();
-        Ok(())
     }
 
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {

@@ -1,0 +1,112 @@
+//! A step's commit: conditional on the run's version, in the writer's group transaction;
+//! with its step messages enqueued in the same transaction when all its effects are sends.
+
+use baton_core::error::PortError;
+use baton_core::message::{Effect, Transition};
+use baton_core::ports::SendingStore;
+
+use rusqlite::{OptionalExtension, params};
+
+use super::db::Undo;
+use super::{LocalStore, NewRun, encode_entries, insert_entries, outbox_json, queue, sql, to_json};
+
+impl LocalStore {
+    /// [`Store::commit`], and with `send` also [`Store::commit_sending`]: the transition's
+    /// step messages enqueued in the commit's transaction, and no outbox kept.
+    pub(super) async fn commit_with(
+        &self,
+        expected_version: u64,
+        t: &Transition,
+        send: bool,
+    ) -> Result<(), PortError> {
+        // Everything is encoded here, on the caller's thread; the writer only writes.
+        let run_id = t.run.run_id.clone();
+        let (version, body) = (t.run.version as i64, to_json(&t.run)?);
+        let (outbox, sends) = if send {
+            let messages = t.effects.iter().map(|e| match e {
+                Effect::Send(m) => Ok(m),
+                other => Err(PortError::broken(
+                    format!("embedded store: a commit cannot perform {other:?}"),
+                    "not a step message",
+                )),
+            });
+            let messages = messages.collect::<Result<Vec<_>, _>>()?;
+            (None, Some(queue::queue_rows(messages)?))
+        } else {
+            (outbox_json(&t.effects)?, None)
+        };
+        let appended = encode_entries(&t.appended)?;
+        let updated = encode_entries(&t.updated)?;
+        let ctas = t
+            .new_ctas
+            .iter()
+            .map(|c| {
+                Ok((
+                    c.cta_id.clone(),
+                    c.owner.clone(),
+                    c.status.as_str(),
+                    to_json(c)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, PortError>>()?;
+        let children = t
+            .new_runs
+            .iter()
+            .map(|(run, entries)| NewRun::encode(run, entries))
+            .collect::<Result<Vec<_>, _>>()?;
+        let expected = expected_version as i64;
+        // Its one expected failure, a version conflict, comes before it changes anything.
+        self.db
+            .write(true, Undo::CheckFirst, move |c| {
+                let key: i64 = c
+                    .prepare_cached(
+                        "UPDATE runs SET version = ?1, body = ?2, outbox = ?3, failure = NULL,
+                         claim = NULL WHERE run_id = ?4 AND version = ?5 RETURNING run_key",
+                    )
+                    .and_then(|mut s| {
+                        s.query_row(params![version, body, outbox, run_id, expected], |r| {
+                            r.get(0)
+                        })
+                        .optional()
+                    })
+                    .map_err(sql)?
+                    .ok_or(PortError::Conflict)?;
+                insert_entries(c, key, &appended)?;
+                let mut upd = c
+                    .prepare_cached("UPDATE entries SET body = ?1 WHERE run_key = ?2 AND seq = ?3")
+                    .map_err(sql)?;
+                for (seq, body) in &updated {
+                    upd.execute(params![body, key, seq]).map_err(sql)?;
+                }
+                for (cta_id, owner, status, body) in &ctas {
+                    c.execute(
+                        "INSERT INTO ctas (cta_id, owner, status, body) VALUES (?1, ?2, ?3, ?4)",
+                        params![cta_id, owner, status, body],
+                    )
+                    .map_err(sql)?;
+                }
+                for child in &children {
+                    c.execute(
+                        "INSERT INTO runs (run_id, owner, version, body) VALUES (?1, ?2, ?3, ?4)",
+                        params![child.run_id, child.owner, child.version, child.body],
+                    )
+                    .map_err(sql)?;
+                    insert_entries(c, c.last_insert_rowid(), &child.entries)?;
+                }
+                if let Some(rows) = &sends {
+                    queue::enqueue(c, rows)?;
+                }
+                Ok(())
+            })
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl SendingStore for LocalStore {
+    async fn commit_sending(&self, expected_version: u64, t: &Transition) -> Result<(), PortError> {
+        self.commit_with(expected_version, t, true).await?;
+        self.wake_receivers();
+        Ok(())
+    }
+}

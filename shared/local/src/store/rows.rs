@@ -1,0 +1,132 @@
+//! How runs, entries and outboxes are kept in rows: JSON and packed entry bytes, the
+//! columns added since the first release.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use baton_core::error::PortError;
+use baton_core::message::Effect;
+use baton_core::ports::RunRecord;
+use baton_core::run::Run;
+use baton_core::timeline::Entry;
+
+use super::{broken, sql};
+
+pub(super) fn to_json<T: Serialize>(v: &T) -> Result<String, PortError> {
+    serde_json::to_string(v).map_err(|e| broken("encode", e))
+}
+
+pub(super) fn from_json<T: DeserializeOwned>(s: &str) -> Result<T, PortError> {
+    serde_json::from_str(s).map_err(|e| broken("decode", e))
+}
+
+pub(super) fn encode_entry(e: &Entry) -> Result<(i64, Vec<u8>), PortError> {
+    let body = baton_codec::encode_with(e, baton_codec::Packing::Lz4)
+        .map_err(|e| broken("encode entry", e))?;
+    Ok((e.seq as i64, body))
+}
+
+pub(super) fn encode_entries(entries: &[Entry]) -> Result<Vec<(i64, Vec<u8>)>, PortError> {
+    entries.iter().map(encode_entry).collect()
+}
+
+/// Columns added since the first release, added to data directories made before them.
+pub(super) fn migrate(conn: &Connection) -> Result<(), PortError> {
+    for (table, column, decl) in [
+        ("ctas", "unsent", "INTEGER"),
+        ("runs", "failure", "TEXT"),
+        // A follow-up's claim on a finished run's next turn, and when (ms since the epoch).
+        ("runs", "claim", "TEXT"),
+        ("runs", "claim_at", "INTEGER"),
+    ] {
+        let exists: bool = conn
+            .query_row(
+                &format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"),
+                [column],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(sql)?
+            > 0;
+        if !exists {
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))
+                .map_err(sql)?;
+        }
+    }
+    Ok(())
+}
+
+pub(super) type RunRow = (String, Option<String>, Option<String>);
+
+pub(super) fn record((body, outbox, failure): RunRow) -> Result<RunRecord, PortError> {
+    let mut run: Run = from_json(&body)?;
+    run.last_error = failure.map(|f| from_json(&f)).transpose()?;
+    Ok(RunRecord {
+        run,
+        outbox: match outbox {
+            Some(o) => from_json(&o)?,
+            None => Vec::new(),
+        },
+    })
+}
+
+pub(super) fn run_row(c: &Connection, run_id: &str) -> Result<Option<RunRow>, PortError> {
+    c.prepare_cached("SELECT body, outbox, failure FROM runs WHERE run_id = ?1")
+        .and_then(|mut s| {
+            s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()
+        })
+        .map_err(sql)
+}
+
+pub(super) fn insert_entries(
+    c: &Connection,
+    key: i64,
+    entries: &[(i64, Vec<u8>)],
+) -> Result<(), PortError> {
+    let mut stmt = c
+        .prepare_cached("INSERT INTO entries (run_key, seq, body) VALUES (?1, ?2, ?3)")
+        .map_err(sql)?;
+    for (seq, body) in entries {
+        stmt.execute(params![key, seq, body]).map_err(sql)?;
+    }
+    Ok(())
+}
+
+pub(super) fn decode_entries(
+    rows: impl Iterator<Item = rusqlite::Result<Vec<u8>>>,
+) -> Result<Vec<Entry>, PortError> {
+    rows.map(|b| {
+        baton_codec::decode::<Entry>(&b.map_err(sql)?).map_err(|e| broken("decode entry", e))
+    })
+    .collect()
+}
+
+pub(super) fn outbox_json(effects: &[Effect]) -> Result<Option<String>, PortError> {
+    if effects.is_empty() {
+        Ok(None)
+    } else {
+        to_json(&effects).map(Some)
+    }
+}
+
+/// A run row to insert: id, owner, version, body, its first entries.
+pub(super) struct NewRun {
+    pub(super) run_id: String,
+    pub(super) owner: String,
+    pub(super) version: i64,
+    pub(super) body: String,
+    pub(super) entries: Vec<(i64, Vec<u8>)>,
+}
+
+impl NewRun {
+    pub(super) fn encode(run: &Run, entries: &[Entry]) -> Result<Self, PortError> {
+        Ok(Self {
+            run_id: run.run_id.clone(),
+            owner: run.owner.clone(),
+            version: run.version as i64,
+            body: to_json(run)?,
+            entries: encode_entries(entries)?,
+        })
+    }
+}
