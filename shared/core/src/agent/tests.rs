@@ -1,0 +1,318 @@
+use super::*;
+use crate::tools::{Tool, ToolServer};
+
+fn file(json: &str) -> AgentsFile {
+    serde_json::from_str(json).expect("parses")
+}
+
+#[test]
+fn builtins_have_the_seed_tools() {
+    let c = Catalog::new(Limits::default(), vec![], None).expect("builds");
+    let o = c.agent(ORCHESTRATOR).expect("orchestrator");
+    assert_eq!(
+        o.tools,
+        vec![
+            tools::SPAWN_SUBAGENT,
+            tools::REQUEST_HUMAN_FEEDBACK,
+            plan::AGENT_ORCHESTRATE
+        ]
+    );
+    assert!(c.agent("explore").is_some() && c.agent("code").is_some());
+    assert_eq!(c.specs(&c.listed(), o, &Prepared::default()).len(), 3);
+    // The plan's helpers: no tools (the planner cannot call agent_orchestrate), their
+    // calls recorded as `plan` and `review`, and the planner told which agents it has.
+    let planner = c.agent(plan::PLANNER).expect("planner");
+    assert!(planner.tools.is_empty());
+    assert_eq!(planner.operation, Operation::Plan);
+    assert!(
+        planner.system.contains("- explore: investigates"),
+        "{}",
+        planner.system
+    );
+    assert!(!planner.system.contains("- planner"));
+    assert_eq!(
+        c.agent(plan::PLAN_REVIEWER).expect("reviewer").operation,
+        Operation::Review
+    );
+    assert!(!c.is_subagent(plan::PLANNER) && !c.is_subagent(ORCHESTRATOR));
+    assert!(c.is_subagent("explore"));
+}
+
+#[test]
+fn plan_caps_come_from_the_agents_file_within_bounds() {
+    let f = file(r#"{"plans": {"maxSteps": 3, "maxParallel": 2, "stepTimeoutSeconds": 30}}"#);
+    let c = Catalog::new(Limits::default(), vec![], Some(f)).expect("builds");
+    assert_eq!(c.limits.plan.max_steps, 3);
+    assert_eq!(c.limits.plan.max_parallel, 2);
+    assert_eq!(c.limits.plan.max_depth, 3);
+    assert_eq!(c.limits.plan.step_timeout, Some(Duration::from_secs(30)));
+    for (bad, want) in [
+        (
+            r#"{"plans": {"maxSteps": 0}}"#,
+            "plans.maxSteps must be from 1 to 100",
+        ),
+        (
+            r#"{"plans": {"maxParallel": 99}}"#,
+            "plans.maxParallel must be from 1 to 32",
+        ),
+        (
+            r#"{"agents": {"planner": {"tools": ["echo"]}}}"#,
+            "agent `planner` writes or reviews plans; it cannot have tools",
+        ),
+    ] {
+        let err = Catalog::new(Limits::default(), vec![], Some(file(bad)))
+            .expect_err(bad)
+            .to_string();
+        assert_eq!(err, want);
+    }
+}
+
+#[test]
+fn an_agents_file_adds_agents_with_policies() {
+    let f = file(
+        r#"{"agents": {"ops": {"system": "s", "tools": ["echo"], "maxIterations": 3,
+             "approval": {"echo": {"inputMatches": "rm -rf"}}},
+            "careful": {"tools": ["echo"], "approval": {"echo": "always"}}}}"#,
+    );
+    let c = Catalog::new(Limits::default(), vec![], Some(f)).expect("builds");
+    let ops = c.agent("ops").expect("ops");
+    assert_eq!(ops.max_iterations, 3);
+    let policy = &ops.approval["echo"];
+    assert!(policy.requires(&serde_json::json!({"text": "rm -rf /"})));
+    assert!(!policy.requires(&serde_json::json!({"text": "ls"})));
+    assert!(c.agent("careful").expect("careful").approval["echo"].requires(&serde_json::json!({})));
+    // New agents can be spawned as subagents.
+    let spawn = c.tool(&c.listed(), tools::SPAWN_SUBAGENT).expect("spawn");
+    assert!(
+        spawn
+            .validate(&serde_json::json!({"agent": "ops", "prompt": "x"}))
+            .is_ok()
+    );
+}
+
+#[test]
+fn bad_agent_files_are_clear_start_up_errors() {
+    let cases = [
+        (
+            r#"{"agents": {"a": {"tools": ["nope"]}}}"#,
+            "unknown tool `nope`",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "approval": {"echo": "always"}}}}"#,
+            "not one of its tools",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": ["echo"], "approval": {"echo": {"inputMatches": "("}}}}}"#,
+            "regex",
+        ),
+        (r#"{"agents": {"a b": {"tools": []}}}"#, "not valid"),
+        (
+            r#"{"agents": {"a": {"tools": [], "maxIterations": 0}}}"#,
+            "at least 1",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "ctaExpirySeconds": 0}}}"#,
+            "ctaExpirySeconds is 0",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "ctaExpirySeconds": 31536001}}}"#,
+            "one year",
+        ),
+    ];
+    for (json, expected) in cases {
+        let err = Catalog::new(Limits::default(), vec![], Some(file(json))).expect_err(json);
+        assert!(err.to_string().contains(expected), "{json}: {err}");
+    }
+    assert!(serde_json::from_str::<AgentsFile>(r#"{"agents": {"a": {"tool": []}}}"#).is_err());
+    assert!(
+        serde_json::from_str::<AgentsFile>(
+            r#"{"agents": {"a": {"tools": [], "approval": {"echo": "sometimes"}}}}"#
+        )
+        .is_err()
+    );
+}
+
+/// A server with one tool, `<name>__ping`, that can be made to fail listing.
+struct FakeServer {
+    name: &'static str,
+    up: std::sync::atomic::AtomicBool,
+    lists: std::sync::atomic::AtomicU32,
+}
+
+struct Ping(String);
+
+#[async_trait::async_trait]
+impl Tool for Ping {
+    fn name(&self) -> &str {
+        &self.0
+    }
+    fn description(&self) -> &str {
+        "ping"
+    }
+    fn schema(&self) -> Value {
+        serde_json::json!({"type": "object"})
+    }
+    async fn execute(&self, _: &tools::ToolContext, _: Value) -> Result<Value, String> {
+        Ok("pong".into())
+    }
+}
+
+#[async_trait::async_trait]
+impl ToolServer for FakeServer {
+    async fn list(&self) -> Result<Vec<Arc<dyn Tool>>, String> {
+        use std::sync::atomic::Ordering;
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        if self.up.load(Ordering::SeqCst) {
+            Ok(vec![Arc::new(Ping(format!("{}__ping", self.name)))])
+        } else {
+            Err("down".into())
+        }
+    }
+}
+
+fn with_server(json: &str, up: bool) -> (Result<Catalog, CatalogError>, Arc<FakeServer>) {
+    let server = Arc::new(FakeServer {
+        name: "calc",
+        up: std::sync::atomic::AtomicBool::new(up),
+        lists: Default::default(),
+    });
+    let toolbox = Toolbox {
+        tools: vec![],
+        servers: BTreeMap::from([("calc".to_owned(), server.clone() as Arc<dyn ToolServer>)]),
+    };
+    (
+        Catalog::build(Limits::default(), toolbox, Some(file(json))),
+        server,
+    )
+}
+
+#[test]
+fn mcp_grants_are_checked_and_listed_once() {
+    let ok = r#"{"mcpServers": {"calc": {"url": "http://x", "agents": ["explore"]}},
+                 "agents": {"ops": {"tools": ["calc__ping"], "approval": {"calc__ping": "always"}},
+                            "all": {"tools": ["mcp:calc"], "approval": {"calc__other": "always"}}}}"#;
+    let (c, server) = with_server(ok, true);
+    let c = c.expect("builds");
+    let explore = c.agent("explore").expect("explore");
+    assert!(
+        explore.tools.contains(&"mcp:calc".to_owned()),
+        "granted by the server spec"
+    );
+    let none = Prepared::default();
+    // Not listed yet: the model is offered nothing of it, and a call finds no tool.
+    assert!(c.specs(&c.listed(), explore, &none).is_empty());
+    assert!(
+        c.tool_for(&c.listed(), explore, &none, "calc__ping")
+            .is_none()
+    );
+    let block = |f| {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(f)
+    };
+    block(c.list_servers(explore, &none));
+    block(c.list_servers(c.agent("ops").expect("ops"), &none));
+    assert_eq!(
+        server.lists.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "listed once"
+    );
+    assert_eq!(c.specs(&c.listed(), explore, &none)[0].name, "calc__ping");
+    assert!(
+        c.tool_for(
+            &c.listed(),
+            c.agent("ops").expect("ops"),
+            &none,
+            "calc__ping"
+        )
+        .is_some()
+    );
+    assert!(
+        c.tool_for(
+            &c.listed(),
+            c.agent("code").expect("code"),
+            &none,
+            "calc__ping"
+        )
+        .is_none()
+    );
+
+    // A server that is down is asked again only after a while.
+    let (c, server) = with_server(ok, false);
+    let c = c.expect("builds");
+    block(c.list_servers(explore_of(&c), &none));
+    block(c.list_servers(explore_of(&c), &none));
+    assert_eq!(server.lists.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(c.specs(&c.listed(), explore_of(&c), &none).is_empty());
+
+    for (json, expected) in [
+        (
+            r#"{"mcpServers": {"calc": {"url": "http://x"}}, "agents": {"a": {"tools": ["mcp:nope"]}}}"#,
+            "unknown tool `mcp:nope`",
+        ),
+        (
+            r#"{"mcpServers": {"calc": {"url": "http://x"}}, "agents": {"a": {"tools": ["nope__x"]}}}"#,
+            "unknown tool `nope__x`",
+        ),
+        (
+            r#"{"mcpServers": {"calc": {"url": "http://x", "agents": ["ghost"]}}}"#,
+            "`ghost`, which is not an agent",
+        ),
+        (
+            r#"{"mcpServers": {"calc": {"url": "http://x"}}, "agents": {"a": {"tools": ["mcp:calc"], "approval": {"echo": "always"}}}}"#,
+            "not one of its tools",
+        ),
+    ] {
+        let err = with_server(json, true).0.expect_err(json);
+        assert!(err.to_string().contains(expected), "{json}: {err}");
+    }
+}
+
+#[test]
+fn a_snapshot_keeps_the_listings_it_was_taken_with() {
+    let ok = r#"{"mcpServers": {"calc": {"url": "http://x"}},
+                 "agents": {"ops": {"tools": ["mcp:calc"]}}}"#;
+    let (c, _) = with_server(ok, true);
+    let c = c.expect("builds");
+    let before = c.listed();
+    assert!(c.tool(&before, "calc__ping").is_none());
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime")
+        .block_on(c.list_servers(c.agent("ops").expect("ops"), &Prepared::default()));
+    assert!(c.tool(&before, "calc__ping").is_none(), "frozen");
+    assert!(c.tool(&c.listed(), "calc__ping").is_some());
+}
+
+fn explore_of(c: &Catalog) -> &AgentDef {
+    c.agent("explore").expect("explore")
+}
+
+#[test]
+fn a_host_that_runs_no_tools_knows_them_by_name() {
+    let f = file(
+        r#"{"mcpServers": {"calc": {"url": "http://x"}},
+            "tools": {"lookup": {"url": "http://x", "description": "d", "schema": {"type": "object"}}},
+            "httpFetch": {"allowHosts": ["docs.rs"]},
+            "agents": {"ops": {"tools": ["lookup", "mcp:calc", "calc__add"]}}}"#,
+    );
+    let c = Catalog::declared(Some(f)).expect("builds without clients");
+    assert!(c.agent("ops").is_some());
+    assert!(
+        c.agent("explore")
+            .expect("explore")
+            .tools
+            .contains(&HTTP_FETCH.to_owned())
+    );
+    let def = c.tool(&c.listed(), "lookup").expect("declared");
+    let tools::ToolKind::Exec(tool) = &def.kind else {
+        panic!("an executable tool")
+    };
+    let ctx = tools::ToolContext::new("r", "o", "ops", "c");
+    let out = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime")
+        .block_on(tool.execute(&ctx, serde_json::json!({})));
+    assert!(out.is_err_and(|e| e.contains("runs only where steps run")));
+}
