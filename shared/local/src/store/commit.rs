@@ -11,7 +11,7 @@ use super::db::Undo;
 use super::{LocalStore, NewRun, encode_entries, insert_entries, outbox_json, queue, sql, to_json};
 
 impl LocalStore {
-    /// [`Store::commit`], and with `send` also [`Store::commit_sending`]: the transition's
+    /// `Store::commit`, and with `send` also [`SendingStore::commit_sending`]: the transition's
     /// step messages enqueued in the commit's transaction, and no outbox kept.
     pub(super) async fn commit_with(
         &self,
