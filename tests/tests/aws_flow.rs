@@ -603,7 +603,8 @@ async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_on
         .collect();
     let ids: Vec<&str> = messages.iter().map(|m| m.message_id().unwrap()).collect();
     assert_eq!(failed, ids[1..], "the rest, in order");
-    assert_eq!(out.deferred.len(), 2);
+    let delays: Vec<Duration> = out.again.iter().map(|(_, d)| *d).collect();
+    assert_eq!(delays, [Duration::ZERO; 2], "deferred: due again at once");
     let status = async |id: &str| {
         service
             .deps()
@@ -640,13 +641,132 @@ async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_on
         .send()
         .await
         .unwrap();
-    release(&sqs, &[url.as_str()], &out.deferred).await;
+    release(&sqs, &[url.as_str()], &out.again).await;
     let again = receive().await;
     let mut back: Vec<&str> = again.iter().map(|m| m.message_id().unwrap()).collect();
     back.sort_unstable();
     let mut want = ids[1..].to_vec();
     want.sort_unstable();
     assert_eq!(back, want);
+}
+
+/// The scripted model, throttled on its first call (after the client's own retries).
+struct ThrottledOnce {
+    inner: Arc<dyn baton_core::llm::Llm>,
+    throttled: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl baton_core::llm::Llm for ThrottledOnce {
+    async fn complete(
+        &self,
+        request: &baton_core::llm::ChatRequest<'_>,
+    ) -> Result<baton_core::llm::LlmReply, baton_core::llm::LlmError> {
+        if !self.throttled.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(baton_core::llm::LlmError::Unavailable {
+                message: "429 Too Many Requests".into(),
+                source: None,
+            });
+        }
+        self.inner.complete(request).await
+    }
+}
+
+/// Receives up to ten messages of `url` as the event source mapping hands them to Lambda.
+async fn receive_event(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    arn: &str,
+) -> (Vec<aws_sdk_sqs::types::Message>, aws_lambda_events::event::sqs::SqsEvent) {
+    let messages = sqs
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+        .send()
+        .await
+        .unwrap()
+        .messages()
+        .to_vec();
+    let records: Vec<Value> = messages
+        .iter()
+        .map(|m| {
+            let attrs = m.attributes().unwrap();
+            let attr = |a| attrs[&a].clone();
+            json!({"messageId": m.message_id(), "receiptHandle": m.receipt_handle(),
+                "body": m.body(), "attributes": {
+                    "MessageGroupId": attr(aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId),
+                    "ApproximateReceiveCount": attr(aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount)},
+                "messageAttributes": {}, "eventSource": "aws:sqs", "eventSourceARN": arn,
+                "awsRegion": "us-east-1"})
+        })
+        .collect();
+    let event = serde_json::from_value(json!({ "Records": records })).unwrap();
+    (messages, event)
+}
+
+#[tokio::test]
+async fn a_step_that_fails_retryably_is_due_again_after_its_backoff_not_the_visibility_timeout() {
+    use baton_core::service::CreateRun;
+    use baton_lambda::{handle_steps_until, release, retry_delay};
+
+    let moto = Moto::start();
+    let sdk = moto.sdk().await;
+    let p = baton_aws::provision::ensure(
+        &sdk,
+        &Names::new("backoff"),
+        "arn:aws:iam::123456789012:role/s",
+    )
+    .await
+    .unwrap();
+    let llm = Arc::new(ThrottledOnce {
+        inner: scripted(r#"{"explore": [{"text": "done"}]}"#),
+        throttled: Default::default(),
+    });
+    let service = baton_aws::aws_service(
+        &p.config,
+        &sdk,
+        llm,
+        catalog(None),
+        Arc::new(SystemClock),
+        baton_aws::sdk::Meter::shared(),
+    );
+    let req = CreateRun {
+        prompt: "look".into(),
+        agent: Some("explore".into()),
+        ..Default::default()
+    };
+    let run_id = service.create_run("o", req, None).await.unwrap().run_id;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let url = p.config.steps_queue_url.clone();
+    let arn = baton_dev::event_source::EventSources::queue(
+        &sqs,
+        &url,
+        baton_dev::event_source::Feeds::Steps,
+    )
+    .await
+    .unwrap()
+    .arn;
+
+    let (messages, event) = receive_event(&sqs, &url, &arn).await;
+    assert_eq!(messages.len(), 1);
+    let out = handle_steps_until(&service, &[], event, None).await;
+    assert_eq!(out.response.batch_item_failures.len(), 1, "reported failed");
+    let delays: Vec<Duration> = out.again.iter().map(|(_, d)| *d).collect();
+    assert_eq!(delays, [Duration::from_secs(30)], "the first receive's backoff");
+    assert_eq!(retry_delay(1), Duration::from_secs(30));
+    // Released with its backoff: not visible now; made visible at once, it is delivered
+    // again (not after the queue's visibility timeout) and the run completes.
+    release(&sqs, &[url.as_str()], &out.again).await;
+    assert!(receive_event(&sqs, &url, &arn).await.0.is_empty(), "waits its backoff");
+    let now: Vec<_> = out.again.iter().map(|(r, _)| (r.clone(), Duration::ZERO)).collect();
+    release(&sqs, &[url.as_str()], &now).await;
+    let (again, event) = receive_event(&sqs, &url, &arn).await;
+    assert_eq!(again.len(), 1);
+    let out = handle_steps_until(&service, &[], event, None).await;
+    assert!(out.response.batch_item_failures.is_empty());
+    let run = service.deps().store.get_run(&run_id).await.unwrap().unwrap().run;
+    assert_eq!(run.status, baton_core::run::RunStatus::Completed);
 }
 
 /// The scheduler, failing its first `schedule`: a crash between a commit and its effects.

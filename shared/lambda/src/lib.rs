@@ -22,7 +22,9 @@ pub use inbox::{SWEEP_AFTER, handle_cta_inbox, run_cta_inbox};
 pub use runtime::{InitError, Runtime, SecretKey, secret_fields};
 #[cfg(feature = "steps")]
 pub use steps::run_steps;
-pub use steps::{Deadline, StepsOutcome, handle_steps, handle_steps_until, release};
+pub use steps::{
+    Deadline, MAX_RETRY_DELAY, StepsOutcome, handle_steps, handle_steps_until, release, retry_delay,
+};
 
 /// JSON logs, as `LoggingConfig: {LogFormat: JSON}` expects.
 pub fn init_tracing() {

@@ -61,7 +61,7 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
             let deadline = (at > SystemTime::now()).then_some(Deadline { at, step_budget });
             let out = handle_steps_until(service, dead_letters, event.payload, deadline).await;
             let urls = queues.each_ref().map(String::as_str);
-            release(sqs, &urls, &out.deferred).await;
+            release(sqs, &urls, &out.again).await;
             Ok::<_, lambda_runtime::Error>(out.response)
         }
     }))
@@ -76,13 +76,30 @@ pub struct Deadline {
     pub step_budget: Duration,
 }
 
-/// What a steps batch did: the response for Lambda, and the records deferred because the
-/// invocation's time ran out (already in the response's failures), for [`release`].
+/// What a steps batch did: the response for Lambda, and the records it reports failed,
+/// each with when it is to be delivered again, for [`release`].
 #[derive(Debug, Default)]
 pub struct StepsOutcome {
     pub response: SqsBatchResponse,
-    pub deferred: Vec<SqsMessage>,
+    /// At once: a record deferred because the invocation's time ran out, or one behind a
+    /// failed record of its group (SQS holds a group while its head is in flight). After
+    /// [`retry_delay`]: a record whose step failed retryably.
+    pub again: Vec<(SqsMessage, Duration)>,
 }
+
+/// How long a record whose step failed retryably (a throttle, a provider's 429 after its
+/// own retries, a 5xx) waits before its next delivery: 30 s, doubled with each receive, at
+/// most 15 minutes. Without it, it would wait the queue's visibility timeout (90 minutes),
+/// and its run with it. With the queues' `maxReceiveCount` of 8, a run that fails every
+/// attempt is dead-lettered, and failed, about 45 minutes after its first (30 s + 1 + 2 + 4
+/// + 8 + 15 + 15 minutes of waits, plus the attempts).
+pub fn retry_delay(receives: u32) -> Duration {
+    let doublings = receives.saturating_sub(1).min(10);
+    Duration::from_secs(30 << doublings).min(MAX_RETRY_DELAY)
+}
+
+/// The longest a retried record waits.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(15 * 60);
 
 /// The `orchestrator` and `subagent` functions: one step per message, in order, without a
 /// deadline (the in-process event source mappings and tests).
@@ -104,8 +121,9 @@ pub async fn handle_steps(
 /// (see `Service::handle`), so redelivering it could not help. Records from one of
 /// `dead_letters` (queue ARNs) end their run as failed. With a [`Deadline`], a record is
 /// started only if a whole step fits before it (the first always is); the rest are
-/// deferred: reported as failures, in order, and returned so the caller can make them
-/// visible again at once ([`release`]) rather than after the visibility timeout.
+/// deferred: reported as failures, in order. Every failure is returned with when it is due
+/// again ([`StepsOutcome::again`]), so the caller makes it visible then ([`release`]) rather
+/// than after the visibility timeout.
 pub async fn handle_steps_until(
     service: &Service,
     dead_letters: &[String],
@@ -123,6 +141,7 @@ pub async fn handle_steps_until(
             .unwrap_or_default();
         if failed_groups.contains(&group) {
             out.response.batch_item_failures.push(failure(id));
+            out.again.push((rec, Duration::ZERO));
             continue;
         }
         if let Some(d) = deadline {
@@ -131,7 +150,7 @@ pub async fn handle_steps_until(
                 info!(message_id = %id, left_ms = left.as_millis() as u64, "deferred: no time for another step");
                 failed_groups.insert(group);
                 out.response.batch_item_failures.push(failure(id));
-                out.deferred.push(rec);
+                out.again.push((rec, Duration::ZERO));
                 continue;
             }
             if i == 0 && left < d.step_budget {
@@ -167,8 +186,14 @@ pub async fn handle_steps_until(
         let span = info_span!("step", message_id = %id, run_id = %msg.run_id, dead);
         match service.consume(delivery, false).instrument(span).await {
             Verdict::Ack => {}
-            // Back to the queue, with the rest of its FIFO group behind it.
-            Verdict::Retry { .. } | Verdict::Crashed => {
+            // Back to the queue after its backoff, with the rest of its FIFO group behind it.
+            Verdict::Retry { .. } => {
+                failed_groups.insert(group);
+                out.response.batch_item_failures.push(failure(id));
+                out.again.push((rec, retry_delay(receives)));
+            }
+            // As a crash would leave it: it waits its visibility timeout out.
+            Verdict::Crashed => {
                 failed_groups.insert(group);
                 out.response.batch_item_failures.push(failure(id));
             }
@@ -177,11 +202,16 @@ pub async fn handle_steps_until(
     out
 }
 
-/// Makes deferred records visible again at once (visibility timeout 0), so their runs wait
-/// for the next invocation, not for the queue's visibility timeout. `queue_urls` are the
-/// queues the records may come from; a record of another queue waits its timeout out.
-pub async fn release(sqs: &aws_sdk_sqs::Client, queue_urls: &[&str], deferred: &[SqsMessage]) {
-    for rec in deferred {
+/// Makes each record visible again after its delay (`ChangeMessageVisibility`), so that its
+/// run waits that long, not the queue's visibility timeout. `queue_urls` are the queues the
+/// records may come from; a record of another queue (a dead-letter queue's) waits its
+/// timeout out.
+pub async fn release(
+    sqs: &aws_sdk_sqs::Client,
+    queue_urls: &[&str],
+    records: &[(SqsMessage, Duration)],
+) {
+    for (rec, delay) in records {
         let name = rec
             .event_source_arn
             .as_deref()
@@ -197,11 +227,28 @@ pub async fn release(sqs: &aws_sdk_sqs::Client, queue_urls: &[&str], deferred: &
             .change_message_visibility()
             .queue_url(*url)
             .receipt_handle(receipt)
-            .visibility_timeout(0)
+            .visibility_timeout(delay.as_secs().min(MAX_RETRY_DELAY.as_secs()) as i32)
             .send()
             .await
         {
-            warn!(error = %map_sdk_err("ChangeMessageVisibility", e), "a deferred record waits its visibility timeout");
+            warn!(error = %map_sdk_err("ChangeMessageVisibility", e), "a failed record waits its visibility timeout");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retried_record_waits_30_s_doubled_per_receive_up_to_15_minutes() {
+        let waits: Vec<u64> = (1..=8).map(|n| retry_delay(n).as_secs()).collect();
+        assert_eq!(waits, [30, 60, 120, 240, 480, 900, 900, 900]);
+        assert_eq!(retry_delay(0), Duration::from_secs(30));
+        assert_eq!(retry_delay(u32::MAX), MAX_RETRY_DELAY);
+        // What the docs say: a run failing every attempt is dead-lettered (8 receives)
+        // after seven waits of about 45 minutes in all.
+        let total: u64 = (1..8).map(|n| retry_delay(n).as_secs()).sum();
+        assert_eq!(total, 2730);
     }
 }
