@@ -265,7 +265,8 @@ async fn the_full_flow_runs_over_aws_apis_and_duplicates_change_nothing() {
 }
 
 #[tokio::test]
-async fn a_five_second_cta_is_scheduled_exactly_refuses_early_expiry_and_expires_on_time() {
+async fn a_five_second_cta_is_scheduled_on_the_minute_re_arms_an_early_expiry_and_expires_on_time()
+{
     let script = r#"{"orchestrator": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "Name?"}}]}]}"#;
     let mut agents = common::mock_openai::named_agents();
     agents["agents"]["orchestrator"]["ctaExpirySeconds"] = json!(5);
@@ -284,7 +285,8 @@ async fn a_five_second_cta_is_scheduled_exactly_refuses_early_expiry_and_expires
         .unwrap()
         .with_timezone(&chrono::Utc);
 
-    // The stored schedule: named by the CTA, at() 5 s after it, onto the bus, deleting itself.
+    // The stored schedule: named by the CTA, at() the whole minute at or after its expiry
+    // (Scheduler fires anywhere in that minute), onto the bus, deleting itself.
     let c = &env.server.provisioned.config;
     let sch = aws_sdk_scheduler::Client::new(&env.sdk);
     // The CTA is stored with the step's commit; its schedule is an effect performed after
@@ -325,14 +327,23 @@ async fn a_five_second_cta_is_scheduled_exactly_refuses_early_expiry_and_expires
         "cta.expired"
     );
     let input: Value = serde_json::from_str(target.input().unwrap()).unwrap();
-    assert_eq!(input, json!({"ctaId": cta_id, "runId": run_id}));
+    let due = (created + chrono::Duration::seconds(5))
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    assert_eq!(input, json!({"ctaId": cta_id, "runId": run_id, "due": due}));
     assert_eq!(
         s.action_after_completion().map(|a| a.as_str()),
         Some("DELETE")
     );
 
-    // The emulator does not fire schedules: deliver the schedule's input ourselves. Before
-    // expiresAt it is refused, whoever puts it on the bus: the question stays open.
+    // The emulator does not fire schedules: deliver the schedule's input ourselves, early,
+    // as a scheduler keeping its time to the minute may, and as the schedule deletes itself
+    // once fired. The question stays open, and its schedule is set again: not lost.
+    sch.delete_schedule()
+        .name(&cta_id)
+        .group_name(&c.schedule_group)
+        .send()
+        .await
+        .unwrap();
     env.put_event("cta.expired", input.clone()).await;
     env.inbox_drained().await;
     let (_, c) = env
@@ -340,6 +351,14 @@ async fn a_five_second_cta_is_scheduled_exactly_refuses_early_expiry_and_expires
         .await;
     assert_eq!(c["status"], "pending", "{c}");
     assert!(chrono::Utc::now() < expires, "the early event was early");
+    let again = sch
+        .get_schedule()
+        .name(&cta_id)
+        .group_name(&env.server.provisioned.config.schedule_group)
+        .send()
+        .await
+        .expect("the expiry is scheduled again");
+    assert_eq!(again.schedule_expression(), Some(expected_at.as_str()));
 
     // At its time, as the schedule would fire it, it ends the run.
     let wait = (expires - chrono::Utc::now()).to_std().unwrap_or_default();
@@ -662,7 +681,10 @@ impl baton_core::llm::Llm for ThrottledOnce {
         &self,
         request: &baton_core::llm::ChatRequest<'_>,
     ) -> Result<baton_core::llm::LlmReply, baton_core::llm::LlmError> {
-        if !self.throttled.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        if !self
+            .throttled
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
             return Err(baton_core::llm::LlmError::Unavailable {
                 message: "429 Too Many Requests".into(),
                 source: None,
@@ -677,7 +699,10 @@ async fn receive_event(
     sqs: &aws_sdk_sqs::Client,
     url: &str,
     arn: &str,
-) -> (Vec<aws_sdk_sqs::types::Message>, aws_lambda_events::event::sqs::SqsEvent) {
+) -> (
+    Vec<aws_sdk_sqs::types::Message>,
+    aws_lambda_events::event::sqs::SqsEvent,
+) {
     let messages = sqs
         .receive_message()
         .queue_url(url)
@@ -753,19 +778,37 @@ async fn a_step_that_fails_retryably_is_due_again_after_its_backoff_not_the_visi
     let out = handle_steps_until(&service, &[], event, None).await;
     assert_eq!(out.response.batch_item_failures.len(), 1, "reported failed");
     let delays: Vec<Duration> = out.again.iter().map(|(_, d)| *d).collect();
-    assert_eq!(delays, [Duration::from_secs(30)], "the first receive's backoff");
+    assert_eq!(
+        delays,
+        [Duration::from_secs(30)],
+        "the first receive's backoff"
+    );
     assert_eq!(retry_delay(1), Duration::from_secs(30));
     // Released with its backoff: not visible now; made visible at once, it is delivered
     // again (not after the queue's visibility timeout) and the run completes.
     release(&sqs, &[url.as_str()], &out.again).await;
-    assert!(receive_event(&sqs, &url, &arn).await.0.is_empty(), "waits its backoff");
-    let now: Vec<_> = out.again.iter().map(|(r, _)| (r.clone(), Duration::ZERO)).collect();
+    assert!(
+        receive_event(&sqs, &url, &arn).await.0.is_empty(),
+        "waits its backoff"
+    );
+    let now: Vec<_> = out
+        .again
+        .iter()
+        .map(|(r, _)| (r.clone(), Duration::ZERO))
+        .collect();
     release(&sqs, &[url.as_str()], &now).await;
     let (again, event) = receive_event(&sqs, &url, &arn).await;
     assert_eq!(again.len(), 1);
     let out = handle_steps_until(&service, &[], event, None).await;
     assert!(out.response.batch_item_failures.is_empty());
-    let run = service.deps().store.get_run(&run_id).await.unwrap().unwrap().run;
+    let run = service
+        .deps()
+        .store
+        .get_run(&run_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .run;
     assert_eq!(run.status, baton_core::run::RunStatus::Completed);
 }
 

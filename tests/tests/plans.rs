@@ -359,8 +359,21 @@ async fn a_step_past_its_timeout_is_stopped_by_a_real_timer_on_both_hosts() {
         "timer.fired"
     );
     let detail: Value = serde_json::from_str(target.input().unwrap()).unwrap();
-    assert_eq!(detail, json!({"timerId": timer, "runId": run_id}));
-    // An early firing changes nothing; one at the deadline stops the step.
+    assert_eq!(detail["timerId"], timer);
+    assert_eq!(detail["runId"], run_id.as_str());
+    let due: chrono::DateTime<chrono::Utc> = detail["due"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        schedule.schedule_expression(),
+        Some(baton_aws::scheduler::at_expression(due).as_str())
+    );
+    // An early firing (the schedule deletes itself once fired) changes nothing but sets the
+    // timer again; one at the deadline stops the step.
+    sch.delete_schedule()
+        .name(&timer)
+        .group_name(&s.provisioned.config.schedule_group)
+        .send()
+        .await
+        .unwrap();
     let fire = async || {
         let eb = aws_sdk_eventbridge::Client::new(&sdk);
         eb.put_events()
@@ -377,7 +390,23 @@ async fn a_step_past_its_timeout_is_stopped_by_a_real_timer_on_both_hosts() {
             .unwrap();
     };
     fire().await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let again = loop {
+        match sch
+            .get_schedule()
+            .name(&timer)
+            .group_name(&s.provisioned.config.schedule_group)
+            .send()
+            .await
+        {
+            Ok(again) => break again,
+            Err(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("the early timer was not set again: {e:?}"),
+        }
+    };
+    assert_eq!(again.schedule_expression(), schedule.schedule_expression());
     let run = c.get(&format!("/runs/{run_id}")).await;
     assert_eq!(run["status"], "waiting", "an early timer changed nothing");
     tokio::time::sleep(Duration::from_millis(3000)).await;

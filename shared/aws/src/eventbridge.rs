@@ -7,7 +7,7 @@ use aws_sdk_eventbridge::Client;
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use tracing::instrument;
 
-use crate::sdk::{Meter, map_sdk_err, retry_failed_entries};
+use crate::sdk::{Meter, is_retryable_code, map_sdk_err, retry_failed_entries};
 use baton_core::error::PortError;
 use baton_core::message::Event;
 use baton_core::ports::Bus;
@@ -63,6 +63,21 @@ impl Bus for EventBridgeBus {
                     .send()
                     .await
                     .map_err(|e| map_sdk_err("PutEvents", e))?;
+                // An entry refused for good (`AccessDeniedException`, `MalformedDetail`…)
+                // will be refused again: say so rather than retry it.
+                if let Some(r) = out.entries().iter().find(|r| {
+                    r.error_code()
+                        .is_some_and(|c| !is_retryable_code(c) && c != "InternalException")
+                }) {
+                    return Err(PortError::broken(
+                        format!(
+                            "PutEvents refused an event: {} {}",
+                            r.error_code().unwrap_or_default(),
+                            r.error_message().unwrap_or_default()
+                        ),
+                        "PutEvents entry refused",
+                    ));
+                }
                 // Results are positional: keep the entries whose result has an error.
                 Ok(entries
                     .into_iter()

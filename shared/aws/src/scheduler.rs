@@ -1,11 +1,17 @@
 //! `SchedulerTimers`: one-time EventBridge Scheduler schedules for CTA expiry.
 //!
-//! The schedule is named by the CTA id (so creating it twice is harmless: "already exists"
-//! is success), fires `at(<UTC time>)` with no flexible window, deletes itself afterwards,
-//! and puts a `cta.expired` event `{ctaId, runId}` on the Baton bus. A run's own timer (a plan
-//! step's timeout, named `tmr_…`) puts `timer.fired` `{timerId, runId}` instead. Unscheduling
-//! a schedule that is gone ("not found") is success.
-
+//! The schedule is named by the CTA id, deletes itself after firing, and puts a
+//! `cta.expired` event `{ctaId, runId, due}` on the Baton bus. A run's own timer (a plan
+//! step's timeout, named `tmr_…`) puts `timer.fired` `{timerId, runId, due}` instead.
+//!
+//! EventBridge Scheduler invokes a target with 60-second precision: a schedule for 1:00:30
+//! may fire anywhere in 1:00:00–1:00:59, up to 59 s early. So the schedule is set for the
+//! whole minute at or after the due time (`at(…:01:00)`), which it cannot fire before: a
+//! timer fires between its due time and two minutes after. An event that arrives early all
+//! the same (a scheduler that does not keep its documented precision, a clock off) is not
+//! lost: the service re-arms its timer, and `due` says when that is. Creating a schedule
+//! that exists (re-arming one, or an effect performed twice) updates it. Unscheduling a
+//! schedule that is gone ("not found") is success.
 use std::sync::Arc;
 
 use aws_sdk_scheduler::Client;
@@ -33,10 +39,12 @@ pub struct SchedulerTimers {
     meter: Arc<Meter>,
 }
 
-/// `at(yyyy-mm-ddThh:mm:ss)`, in UTC (seconds rounded up, so it never fires early).
+/// `at(yyyy-mm-ddThh:mm:00)`, in UTC: the first whole minute at or after `at`, so that a
+/// schedule, fired anywhere in its minute, never fires before `at`.
 pub fn at_expression(at: DateTime<Utc>) -> String {
     let secs = at.timestamp() + i64::from(at.timestamp_subsec_nanos() > 0);
-    let t = DateTime::from_timestamp(secs, 0).unwrap_or(at);
+    let minute = secs.div_euclid(60) * 60 + if secs.rem_euclid(60) > 0 { 60 } else { 0 };
+    let t = DateTime::from_timestamp(minute, 0).unwrap_or(at);
     format!("at({})", t.format("%Y-%m-%dT%H:%M:%S"))
 }
 
@@ -68,11 +76,12 @@ impl Scheduler for SchedulerTimers {
         at: DateTime<Utc>,
     ) -> Result<(), PortError> {
         // A run's own timer (a plan step's timeout) is `timer.fired`; any other, a CTA's expiry.
+        let due = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let (detail_type, input) = if cta_id.starts_with(TIMER_PREFIX) {
-            let input = serde_json::json!({"timerId": cta_id, "runId": run_id});
+            let input = serde_json::json!({"timerId": cta_id, "runId": run_id, "due": due});
             (TIMER_FIRED, input.to_string())
         } else {
-            let input = serde_json::json!({"ctaId": cta_id, "runId": run_id});
+            let input = serde_json::json!({"ctaId": cta_id, "runId": run_id, "due": due});
             ("cta.expired", input.to_string())
         };
         let target = Target::builder()
@@ -88,6 +97,10 @@ impl Scheduler for SchedulerTimers {
             )
             .build()
             .map_err(|e| PortError::broken("build target", e))?;
+        let window = FlexibleTimeWindow::builder()
+            .mode(FlexibleTimeWindowMode::Off)
+            .build()
+            .map_err(|e| PortError::broken("build window", e))?;
         Meter::count(&self.meter.scheduler);
         let r = self
             .client
@@ -96,19 +109,31 @@ impl Scheduler for SchedulerTimers {
             .group_name(&self.group)
             .schedule_expression(at_expression(at))
             .schedule_expression_timezone("UTC")
-            .flexible_time_window(
-                FlexibleTimeWindow::builder()
-                    .mode(FlexibleTimeWindowMode::Off)
-                    .build()
-                    .map_err(|e| PortError::broken("build window", e))?,
-            )
+            .flexible_time_window(window.clone())
             .action_after_completion(ActionAfterCompletion::Delete)
-            .target(target)
+            .target(target.clone())
             .send()
             .await;
         match r {
             Ok(_) => Ok(()),
-            Err(e) if e.code() == Some("ConflictException") => Ok(()),
+            // It exists: one that fired early and is being re-armed, or this effect
+            // performed before. Either way it is to fire at `at`.
+            Err(e) if e.code() == Some("ConflictException") => {
+                Meter::count(&self.meter.scheduler);
+                self.client
+                    .update_schedule()
+                    .name(cta_id)
+                    .group_name(&self.group)
+                    .schedule_expression(at_expression(at))
+                    .schedule_expression_timezone("UTC")
+                    .flexible_time_window(window)
+                    .action_after_completion(ActionAfterCompletion::Delete)
+                    .target(target)
+                    .send()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| map_sdk_err("UpdateSchedule", e))
+            }
             Err(e) => Err(map_sdk_err("CreateSchedule", e)),
         }
     }
@@ -128,5 +153,34 @@ impl Scheduler for SchedulerTimers {
             Err(e) if e.code() == Some("ResourceNotFoundException") => Ok(()),
             Err(e) => Err(map_sdk_err("DeleteSchedule", e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().expect("a time")
+    }
+
+    #[test]
+    fn a_schedule_is_set_for_the_first_whole_minute_at_or_after_its_time() {
+        assert_eq!(
+            at_expression(t("2026-11-24T10:00:30Z")),
+            "at(2026-11-24T10:01:00)"
+        );
+        assert_eq!(
+            at_expression(t("2026-11-24T10:00:00.001Z")),
+            "at(2026-11-24T10:01:00)"
+        );
+        assert_eq!(
+            at_expression(t("2026-11-24T10:00:00Z")),
+            "at(2026-11-24T10:00:00)"
+        );
+        assert_eq!(
+            at_expression(t("2026-11-24T23:59:59Z")),
+            "at(2026-11-25T00:00:00)"
+        );
     }
 }

@@ -72,19 +72,43 @@ impl Meter {
     }
 }
 
-/// Error codes that mean "try again later".
+/// Error codes that mean "try again later": throttling, conflicts of the moment and server
+/// faults, as the services name them (DynamoDB, SQS, EventBridge, Scheduler, S3, Secrets
+/// Manager).
 const RETRYABLE: &[&str] = &[
     "ThrottlingException",
+    "Throttling",
+    "ThrottledException",
     "ProvisionedThroughputExceededException",
     "RequestLimitExceeded",
     "TransactionConflictException",
+    "TransactionInProgressException",
     "InternalServerError",
+    "InternalServerException",
     "InternalFailure",
+    "InternalError",
     "ServiceUnavailable",
     "ServiceUnavailableException",
     "RequestThrottled",
     "TooManyRequestsException",
+    "SlowDown",
+    "RequestTimeout",
+    "RequestTimeoutException",
 ];
+
+/// Whether an error code, of a call or of one entry of a batch call, means "try again later".
+pub fn is_retryable_code(code: &str) -> bool {
+    RETRYABLE.contains(&code)
+}
+
+/// The reasons a cancelled DynamoDB transaction gives per item that mean "try again later"
+/// (`ConditionalCheckFailed`, `ValidationError` and the size limits do not).
+pub fn is_retryable_cancellation(code: &str) -> bool {
+    matches!(
+        code,
+        "ThrottlingError" | "TransactionConflict" | "ProvisionedThroughputExceeded"
+    )
+}
 
 /// Maps an SDK error: transport failures, timeouts, throttling and 5xx are retryable;
 /// everything else is terminal. The source is kept.
@@ -94,7 +118,7 @@ where
     R: std::fmt::Debug + Send + Sync + 'static,
 {
     let retryable = match &e {
-        SdkError::ServiceError(se) => se.err().code().is_some_and(|c| RETRYABLE.contains(&c)),
+        SdkError::ServiceError(se) => se.err().code().is_some_and(is_retryable_code),
         SdkError::ConstructionFailure(_) => false,
         _ => true,
     };

@@ -151,7 +151,7 @@ impl Worker {
     pub async fn fire_due_timers(&self) -> Result<usize, PortError> {
         let due = self.store.due_timers(self.service.now()).await?;
         for t in &due {
-            match self.service.fire_timer(&t.name, &t.run_id).await {
+            match self.service.fire_timer(&t.name, &t.run_id, None).await {
                 Ok(()) => {}
                 Err(ServiceError::Port(e)) => return Err(e),
                 // Refused (not due by the service's clock, or gone): the timer is done.

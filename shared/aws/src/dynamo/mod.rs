@@ -32,7 +32,7 @@ mod sweep;
 
 use items::*;
 
-use crate::sdk::{Meter, map_sdk_err};
+use crate::sdk::{Meter, is_retryable_cancellation, map_sdk_err};
 use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition};
@@ -133,10 +133,22 @@ impl DynamoStore {
                         .filter(|(_, r)| r.code() == Some("ConditionalCheckFailed"))
                         .map(|(i, _)| i)
                         .collect();
-                    if failed.is_empty() {
-                        Err(TransactFailure::Port(map_sdk_err("TransactWriteItems", e)))
-                    } else {
-                        Err(TransactFailure::Condition(failed))
+                    let transient = ex
+                        .cancellation_reasons()
+                        .iter()
+                        .filter_map(|r| r.code())
+                        .find(|c| is_retryable_cancellation(c));
+                    match (failed.is_empty(), transient) {
+                        (false, _) => Err(TransactFailure::Condition(failed)),
+                        // Throttled or in conflict with another transaction: nothing was
+                        // written, and the same transaction may succeed in a moment.
+                        (true, Some(reason)) => Err(TransactFailure::Port(PortError::unavailable(
+                            format!("TransactWriteItems: cancelled: {reason}"),
+                            e,
+                        ))),
+                        (true, None) => {
+                            Err(TransactFailure::Port(map_sdk_err("TransactWriteItems", e)))
+                        }
                     }
                 }
                 Some(TransactWriteItemsError::IdempotentParameterMismatchException(_)) => {

@@ -91,7 +91,9 @@ impl Service {
             "cta.response" => self.bus_answer(detail).await,
             "cta.expired" => self.expire_cta(&field("ctaId")).await,
             crate::message::TIMER_FIRED => {
-                self.fire_timer(&field("timerId"), &field("runId")).await
+                let due = detail["due"].as_str().and_then(|d| d.parse().ok());
+                self.fire_timer(&field("timerId"), &field("runId"), due)
+                    .await
             }
             SWEEP_EVENT => self
                 .sweep(sweep_after)

@@ -2,6 +2,7 @@
 //! these edit a run's timeline: they validate, write what is theirs to write (a run item on
 //! create, a CTA's answer), and queue a message for the run's one writer.
 
+use chrono::{DateTime, Utc};
 use tracing::{info, warn};
 
 use super::{CreateRun, MAX_CONTEXT_BYTES, RunView, Service, ServiceError};
@@ -373,12 +374,25 @@ impl Service {
     /// A timer fired: a run's own timer (named [`TIMER_PREFIX`]…, a plan step's timeout)
     /// goes to its run, whose step decides whether it is still due; any other is a CTA's
     /// expiry ([`Service::expire_cta`]).
-    pub async fn fire_timer(&self, name: &str, run_id: &str) -> Result<(), ServiceError> {
+    ///
+    /// `due`, when the timer says it (a schedule's event does), is when it was set for: one
+    /// that fires early (a scheduler keeps its time to the minute) is set again for then,
+    /// not handed to the run, which would find it not due and drop it.
+    pub async fn fire_timer(
+        &self,
+        name: &str,
+        run_id: &str,
+        due: Option<DateTime<Utc>>,
+    ) -> Result<(), ServiceError> {
         if !name.starts_with(TIMER_PREFIX) {
             return self.expire_cta(name).await;
         }
         if self.deps.store.get_run(run_id).await?.is_none() {
             return Err(ServiceError::NotFound(format!("no run `{run_id}`")));
+        }
+        if let Some(due) = due.filter(|due| self.early(*due)) {
+            info!(timer = name, run_id, due = %due.to_rfc3339(), "timer fired early: set again");
+            return Ok(self.deps.scheduler.schedule(name, run_id, due).await?);
         }
         Ok(self
             .deps
@@ -518,24 +532,30 @@ impl Service {
         }
     }
 
+    /// Whether a timer due at `due` fires early by this service's clock (one second of
+    /// skew is tolerated).
+    fn early(&self, due: DateTime<Utc>) -> bool {
+        self.deps.clock.now() + chrono::Duration::seconds(1) < due
+    }
+
     /// An expiry timer fired: settle the CTA as expired if nobody answered first.
     ///
-    /// An expiry before the CTA's `expiresAt` is refused (`cta_not_due`), whoever sent it:
-    /// the schedule fires at or after that instant (its `at()` is rounded up to the second),
-    /// so an early one is forged or misrouted. One second of clock skew is tolerated.
+    /// An expiry before the CTA's `expiresAt` (a scheduler keeps its time to the minute; or
+    /// a forged event) does not settle it: its schedule is set again for `expiresAt`, so
+    /// that it is not lost. One second of clock skew is tolerated.
     pub async fn expire_cta(&self, cta_id: &str) -> Result<(), ServiceError> {
         let now = self.deps.clock.now();
         let Some(cta) = self.deps.store.get_cta(cta_id).await? else {
             return Err(ServiceError::NotFound(format!("no CTA `{cta_id}`")));
         };
-        if cta.status == CtaStatus::Pending && now + chrono::Duration::seconds(1) < cta.expires_at {
-            return Err(ServiceError::Conflict {
-                code: "cta_not_due",
-                message: format!(
-                    "CTA `{cta_id}` expires at {}; an expiry before then is refused",
-                    cta.expires_at.to_rfc3339()
-                ),
-            });
+        if cta.status == CtaStatus::Pending && self.early(cta.expires_at) {
+            info!(cta_id, run_id = %cta.run_id, expires_at = %cta.expires_at.to_rfc3339(),
+                "expiry fired early: set again");
+            return Ok(self
+                .deps
+                .scheduler
+                .schedule(cta_id, &cta.run_id, cta.expires_at)
+                .await?);
         }
         match self
             .deps
