@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Checks the event bus's resource policy in template.yaml by IAM's documented evaluation
-rules, for the requests that matter: who may put `cta.response` and `cta.expired` events.
+rules, for the requests that matter: who may put `cta.response`, `cta.expired` and
+`timer.fired` events, alone or mixed with others in one PutEvents.
 
 An emulator does not enforce resource policies, so this evaluates the policy itself: the
 template's intrinsics are resolved for a sample stack, then each request is decided as IAM
 does for a same-account principal: an explicit Deny in any matching statement wins; a
-matching Allow allows. Conditions use StringEquals and ArnNotLike (`*` and `?` wildcards),
-the operators the policy uses; an operator this does not know fails the check loudly.
+matching Allow allows. `events:detail-type` is multivalued (one value per entry of the
+PutEvents call): a single-valued operator such as StringEquals is only sure to match a
+request of one entry, which is why the policy needs `ForAnyValue:StringEquals` (any entry's
+type among the values). Conditions use those and ArnNotLike (`*` and `?` wildcards); an
+operator this does not know fails the check loudly.
 
     python3 tests/policy/bus_policy.py [template.yaml]
 """
@@ -76,7 +80,11 @@ def matches(statement, request):
             have = request[key]
             values = listify(values)
             if op == "StringEquals":
-                ok = have in values
+                # On a multivalued key, matched only when the request has that one value.
+                have = listify(have)
+                ok = len(have) == 1 and have[0] in values
+            elif op == "ForAnyValue:StringEquals":
+                ok = any(h in values for h in listify(have))
             elif op == "ArnNotLike":
                 ok = not any(fnmatch.fnmatchcase(have, pattern) for pattern in values)
             else:
@@ -127,13 +135,20 @@ def main():
         ([app], SCHEDULER_ROLE, "cta.response", "deny"),   # the scheduler only expires
         ([f"arn:aws:iam::{ACCOUNT}:role/ops-approver-*"], ops, "cta.response", "allow"),
         ([f"arn:aws:iam::{ACCOUNT}:role/ops-approver-*"], app, "cta.response", "deny"),
+        # One PutEvents may mix types: a forged answer or expiry among others is refused.
+        ([""], someone, ["run.state", "cta.response"], "deny"),
+        ([""], someone, ["run.state", "cta.expired"], "deny"),
+        ([""], someone, ["timer.fired", "run.state"], "deny"),
+        ([app], app, ["run.state", "cta.response"], "allow"),
+        ([""], someone, ["run.state", "run.completed"], "allow"),
     ]
     failed = 0
     for responders, principal, detail_type, want in cases:
         got = decide(policy(template, responders), req(principal, detail_type))
         ok = got == want
         failed += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {detail_type:13} by {principal.split(':')[-1]:28} "
+        types = "+".join(listify(detail_type))
+        print(f"{'ok  ' if ok else 'FAIL'} {types:25} by {principal.split(':')[-1]:28} "
               f"(responders {','.join(r.split(':')[-1] for r in responders) or '-'}): {got}")
     print(f"{len(cases) - failed} passed, {failed} failed")
     return 1 if failed else 0

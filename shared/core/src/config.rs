@@ -145,8 +145,12 @@ pub struct Config {
     /// `BATON_SCHEDULER_ROLE_ARN` alone, for hosts that provision their own resources.
     pub scheduler_role_arn: Option<String>,
     /// `BATON_LINK_KEY`: the key one-time answer links are signed with (at least 32
-    /// characters). On Lambda it may come from the model secret's field of that name instead.
+    /// characters). On Lambda it comes from its own secret instead
+    /// (`BATON_LINK_KEY_SECRET_ARN`, which the template creates), or the model secret's field
+    /// of that name.
     pub link_key: Option<String>,
+    /// `BATON_LINK_KEY_SECRET_ARN`: the Secrets Manager secret whose text is the link key.
+    pub link_key_secret_arn: Option<String>,
     /// `BATON_PUBLIC_URL`: where people reach the console (`https://…`, no trailing slash);
     /// links point there.
     pub public_url: Option<String>,
@@ -284,6 +288,7 @@ impl Config {
             prefix: var("BATON_PREFIX").unwrap_or_else(|| "baton".into()),
             scheduler_role_arn: var("BATON_SCHEDULER_ROLE_ARN"),
             link_key,
+            link_key_secret_arn: var("BATON_LINK_KEY_SECRET_ARN"),
             public_url,
             aws,
         })

@@ -19,7 +19,7 @@ use serde_json::Value;
 pub enum InitError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("cannot read the model API key from Secrets Manager ({arn})")]
+    #[error("cannot read a secret from Secrets Manager ({arn})")]
     Secret {
         arn: String,
         #[source]
@@ -34,8 +34,8 @@ pub enum InitError {
     #[error("one-time answer links")]
     Links(#[from] ShortKey),
     #[error(
-        "BATON_PUBLIC_URL is set but no link key is: add a BATON_LINK_KEY field (at least 32 \
-         characters) to the model secret"
+        "BATON_PUBLIC_URL is set but no link key is: set BATON_LINK_KEY_SECRET_ARN (the \
+         template's LinkKeySecret), or BATON_LINK_KEY (at least 32 characters)"
     )]
     NoLinkKey,
 }
@@ -141,18 +141,29 @@ impl Runtime {
         Ok(service)
     }
 
-    /// One-time answer links, when `BATON_PUBLIC_URL` is set (the template's `PublicUrl`)
-    /// and a key is given: the model secret's `BATON_LINK_KEY` field, else the variable.
+    /// One-time answer links, when `BATON_PUBLIC_URL` is set (the template's `PublicUrl`),
+    /// signed with the link key: its own secret's text (`BATON_LINK_KEY_SECRET_ARN`, which
+    /// the template generates and lets the four functions read, and nothing else), else the
+    /// model secret's `BATON_LINK_KEY` field, else the variable.
     pub async fn links(&self) -> Result<Option<Links>, InitError> {
         let Some(base) = &self.config.public_url else {
             return Ok(None);
         };
-        let secrets = self.secrets().await?;
-        let key = secrets
-            .get("BATON_LINK_KEY")
-            .cloned()
-            .or_else(|| self.config.link_key.clone());
-        let Some(key) = key else {
+        let key = match &self.config.link_key_secret_arn {
+            Some(arn) => {
+                let secret = SecretKey {
+                    client: aws_sdk_secretsmanager::Client::new(&self.sdk),
+                    arn: arn.clone(),
+                };
+                let text = secret.read().await.map_err(|e| InitError::Secret {
+                    arn: arn.clone(),
+                    source: e,
+                })?;
+                text.map(|t| t.trim().to_owned())
+            }
+            None => self.secrets().await?.get("BATON_LINK_KEY").cloned(),
+        };
+        let Some(key) = key.or_else(|| self.config.link_key.clone()) else {
             return Err(InitError::NoLinkKey);
         };
         Ok(Some(Links::new(key.as_bytes(), base)?))
