@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The Lambda layer: serves the four functions with `cargo lambda watch` against moto's server
 # on loopback, invokes each with the sample events in tests/events/, and asserts the answers
-# (including a partial batch failure). Needs cargo-lambda and moto on PATH (.ci/run installs
-# both). Exits non-zero on the first wrong answer.
+# (including a partial batch failure); then starts each function's binary with the
+# environment template.yaml gives it (tests/lambda/start_from_template.py). Needs
+# cargo-lambda and moto on PATH (.ci/run installs both). Exits non-zero on the first wrong
+# answer.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -81,3 +83,8 @@ r=$(invoke api "$work/api-get-run.json")
 check "the dead-lettered run ended failed, with its step's last error" "$r" 'json.loads(r["body"])["status"] == "failed" and json.loads(r["body"])["error"]["code"] == "dead_letter" and "(gave up: " in json.loads(r["body"])["error"]["message"]'
 r=$(invoke api "$work/api-cancel.json"); check "api POST /runs/{id}/cancel (ended) → 409" "$r" 'r["statusCode"] == 409'
 echo "cargo lambda invoke: all passed"
+
+# Each function's own binary, started with exactly the environment template.yaml gives it
+# (PublicUrl set and unset, a Bedrock model, an agents file): a variable or a secret the
+# template forgets fails its cold start here, as it would on AWS.
+python3 tests/lambda/start_from_template.py "$(target_dir)/debug" "${BATON_TEMPLATE:-template.yaml}"

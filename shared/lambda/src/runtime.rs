@@ -15,7 +15,7 @@ use baton_core::service::Service;
 use serde_json::Value;
 
 /// Why a function could not start. Each names what to fix.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum InitError {
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -38,6 +38,19 @@ pub enum InitError {
          template's LinkKeySecret), or BATON_LINK_KEY (at least 32 characters)"
     )]
     NoLinkKey,
+}
+
+/// As Lambda's log shows it (a function's `main` returns it): what to fix, and why.
+impl std::fmt::Debug for InitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")?;
+        let mut source = std::error::Error::source(self);
+        while let Some(e) = source {
+            write!(f, ": {e}")?;
+            source = e.source();
+        }
+        Ok(())
+    }
 }
 
 /// What every function starts from, once per container: the configuration and one SDK
