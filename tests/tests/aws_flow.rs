@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use baton_aws::provision::Names;
 use baton_core::ports::SystemClock;
 use baton_dev::{AwsDevOptions, AwsDevServer};
+use common::fault::{Faults, FaultyAws};
 use common::moto::Moto;
 use common::*;
 use serde_json::{Value, json};
@@ -20,6 +21,12 @@ struct Env {
     server: AwsDevServer,
     http: reqwest::Client,
     sdk: aws_config::SdkConfig,
+    /// How long a wait may take: longer under the fault layer, whose refusals send steps to
+    /// their backoff.
+    patience: Duration,
+    /// The fault layer the server's clients go through, if any (the test's own calls go to
+    /// moto directly, as a user's would not meet the server's throttles).
+    faulty: Option<FaultyAws>,
     _moto: Moto,
     _mock: wiremock::MockServer,
 }
@@ -37,11 +44,30 @@ async fn start_env_catalog(
     duplicate: bool,
     catalog: Arc<baton_core::agent::Catalog>,
 ) -> Env {
+    start_env_faulty(script, duplicate, catalog, None).await
+}
+
+/// The environment with the server's AWS clients going through the fault layer, turned on
+/// once the resources exist.
+async fn start_env_faulty(
+    script: &str,
+    duplicate: bool,
+    catalog: Arc<baton_core::agent::Catalog>,
+    faults: Option<Faults>,
+) -> Env {
     let moto = Moto::start();
     let sdk = moto.sdk().await;
+    let faulty = match faults {
+        Some(f) => Some(FaultyAws::start(&moto.url, f).await),
+        None => None,
+    };
+    let server_sdk = match &faulty {
+        Some(f) => f.sdk().await,
+        None => sdk.clone(),
+    };
     let (mock, llm) = common::mock_openai::start(script).await;
     let server = AwsDevServer::start(AwsDevOptions {
-        sdk: sdk.clone(),
+        sdk: server_sdk,
         names: Names::new("flow"),
         scheduler_role_arn: "arn:aws:iam::123456789012:role/flow-scheduler".into(),
         addr: "127.0.0.1:0".parse().unwrap(),
@@ -53,10 +79,15 @@ async fn start_env_catalog(
     })
     .await
     .unwrap();
+    if let Some(f) = &faulty {
+        f.turn_on();
+    }
     Env {
         server,
         http: reqwest::Client::new(),
         sdk,
+        patience: Duration::from_secs(if faulty.is_some() { 240 } else { 60 }),
+        faulty,
         _moto: moto,
         _mock: mock,
     }
@@ -81,7 +112,7 @@ impl Env {
     }
 
     async fn wait_for(&self, what: &str, mut f: impl AsyncFnMut(&Env) -> Option<Value>) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + self.patience;
         loop {
             if let Some(v) = f(self).await {
                 return v;
@@ -158,7 +189,11 @@ impl Env {
 
 /// Runs the full flow: approval answered through the API, choice answered on the bus.
 async fn full_flow(duplicate: bool) -> Value {
-    let env = start_env(&examples("full-flow.json"), duplicate).await;
+    full_flow_in(start_env(&examples("full-flow.json"), duplicate).await).await
+}
+
+/// The full flow in `env` (started with `examples/full-flow.json`).
+async fn full_flow_in(env: Env) -> Value {
     let (code, v) = env
         .call(
             reqwest::Method::POST,
@@ -244,24 +279,117 @@ async fn full_flow(duplicate: bool) -> Value {
     json!({"timeline": shape, "version": run["version"]})
 }
 
+/// A flow's outcome with what differs between two runs of it masked (ids, expiry times).
+fn mask(v: &Value) -> String {
+    let s = v.to_string();
+    let ids = regex::Regex::new(r"(run|sub|cta)_[0-9a-f]{32}").unwrap();
+    let times = regex::Regex::new(r#""expiresAt":"[^"]+""#).unwrap();
+    times
+        .replace_all(&ids.replace_all(&s, "${1}_X"), r#""expiresAt":"T""#)
+        .into_owned()
+}
+
 #[tokio::test]
 async fn the_full_flow_runs_over_aws_apis_and_duplicates_change_nothing() {
     let once = full_flow(false).await;
     let twice = full_flow(true).await;
-    // Ids differ between the two runs (new run ids): compare with ids masked.
-    let mask = |v: &Value| {
-        let s = v.to_string();
-        let ids = regex::Regex::new(r"(run|sub|cta)_[0-9a-f]{32}").unwrap();
-        let times = regex::Regex::new(r#""expiresAt":"[^"]+""#).unwrap();
-        times
-            .replace_all(&ids.replace_all(&s, "${1}_X"), r#""expiresAt":"T""#)
-            .into_owned()
-    };
     assert_eq!(
         mask(&once),
         mask(&twice),
         "every message delivered twice gives the same timeline"
     );
+}
+
+/// The full flow again, every AWS call of the server going through the fault layer: 10% of
+/// them throttled, 2% answered 5xx, each delayed up to 20 ms. It ends as without faults:
+/// nothing lost, nothing twice, nothing stuck (each wait bounded).
+#[tokio::test]
+async fn the_full_flow_completes_alike_under_throttling_and_server_errors() {
+    let calm = full_flow(false).await;
+    let faults = Faults {
+        throttle: 0.10,
+        server_error: 0.02,
+        latency: Duration::from_millis(20),
+        ..Faults::default()
+    };
+    let env = start_env_faulty(
+        &examples("full-flow.json"),
+        false,
+        catalog(Some(common::mock_openai::named_agents())),
+        Some(faults),
+    )
+    .await;
+    let stats = env.faulty.as_ref().unwrap().stats.clone();
+    let started = Instant::now();
+    let stormy = full_flow_in(env).await;
+    assert_eq!(mask(&calm), mask(&stormy), "the same timeline under faults");
+    let requests = stats.requests.load(std::sync::atomic::Ordering::Relaxed);
+    let refused = stats.throttled.load(std::sync::atomic::Ordering::Relaxed)
+        + stats
+            .server_errors
+            .load(std::sync::atomic::Ordering::Relaxed);
+    let by_op = stats.refused.lock().unwrap().clone();
+    eprintln!(
+        "fault layer: {requests} requests, {refused} refused, in {:?}: {by_op:?}",
+        started.elapsed()
+    );
+    assert!(refused > 0 && requests > 0, "the layer refused some calls");
+    for service in ["dynamodb.", "sqs."] {
+        assert!(
+            by_op.keys().any(|op| op.starts_with(service)),
+            "{service} met refusals: {by_op:?}"
+        );
+    }
+}
+
+/// A CTA whose schedule fires 59 s before its time (EventBridge Scheduler keeps time to the
+/// minute; the fault layer fires a schedule's first firing that early) is not lost: it is
+/// set again, and the question expires between its `expiresAt` and two minutes after.
+#[tokio::test]
+async fn a_cta_whose_schedule_fires_59_s_early_still_expires_within_two_minutes() {
+    let script = r#"{"orchestrator": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "Name?"}}]}]}"#;
+    let mut agents = common::mock_openai::named_agents();
+    agents["agents"]["orchestrator"]["ctaExpirySeconds"] = json!(5);
+    let faults = Faults {
+        early_first_firing: true,
+        ..Faults::default()
+    };
+    let env = start_env_faulty(script, false, catalog(Some(agents)), Some(faults)).await;
+    let (_, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/runs",
+            Some(json!({"prompt": "ask"})),
+        )
+        .await;
+    let run_id = v["runId"].as_str().unwrap().to_owned();
+    let cta = env.pending_cta("text").await;
+    let run = env.run_status(&run_id, "expired").await;
+    assert_eq!(run["error"]["code"], "cta_expired");
+    let (_, c) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/ctas/{}", cta["ctaId"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(c["status"], "expired");
+    let time = |k: &str| {
+        chrono::DateTime::parse_from_rfc3339(c[k].as_str().unwrap())
+            .unwrap()
+            .with_timezone(&chrono::Utc)
+    };
+    let late = time("resolvedAt") - time("expiresAt");
+    assert!(
+        late >= chrono::Duration::zero() && late <= chrono::Duration::seconds(120),
+        "expired {late} after its time"
+    );
+    let stats = &env.faulty.as_ref().unwrap().stats;
+    assert!(
+        stats.fired_early.load(std::sync::atomic::Ordering::Relaxed) >= 1,
+        "the scheduler fired early at least once"
+    );
+    env.server.shutdown().await;
 }
 
 #[tokio::test]

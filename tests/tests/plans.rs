@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use baton_aws::provision::Names;
 use baton_core::ports::SystemClock;
 use baton_dev::{AwsDevOptions, AwsDevServer};
+use common::fault::{Faults, FaultyAws};
 use common::moto::Moto;
 use common::*;
 use serde_json::{Value, json};
@@ -77,7 +78,8 @@ impl Client {
     }
 
     async fn wait<T>(&self, what: &str, mut f: impl AsyncFnMut(&Client) -> Option<T>) -> T {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        // Long enough for a timer that keeps AWS's precision (two minutes after its time).
+        let deadline = Instant::now() + Duration::from_secs(200);
         loop {
             if let Some(v) = f(self).await {
                 return v;
@@ -412,5 +414,59 @@ async fn a_step_past_its_timeout_is_stopped_by_a_real_timer_on_both_hosts() {
     tokio::time::sleep(Duration::from_millis(3000)).await;
     fire().await;
     timed_out(&c, &run_id).await;
+    s.shutdown().await;
+}
+
+/// A plan step's timer whose schedule fires 59 s early (the fault layer's scheduler, as
+/// EventBridge Scheduler keeps time to the minute) is set again, and still stops the step,
+/// between its deadline and two minutes after.
+#[tokio::test]
+async fn a_plan_step_timer_fired_59_s_early_still_stops_the_step_within_two_minutes() {
+    let moto = Moto::start();
+    let faulty = FaultyAws::start(
+        &moto.url,
+        Faults {
+            early_first_firing: true,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let s = AwsDevServer::start(AwsDevOptions {
+        sdk: faulty.sdk().await,
+        names: Names::new("earlytimer"),
+        scheduler_role_arn: "arn:aws:iam::123456789012:role/earlytimer-scheduler".into(),
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: TOKEN.into(),
+        llm: scripted(TIMEOUT_SCRIPT),
+        catalog: catalog(Some(agents())),
+        clock: Arc::new(SystemClock),
+        duplicate: false,
+    })
+    .await
+    .unwrap();
+    faulty.turn_on();
+    let c = Client {
+        base: s.url(),
+        http: reqwest::Client::new(),
+    };
+    let started = Instant::now();
+    let run_id = c.post("/runs", json!({"prompt": "go"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    timed_out(&c, &run_id).await;
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(3) && took <= Duration::from_secs(3 + 120 + 10),
+        "the step stopped {took:?} after the run started (its timeout: 3 s)"
+    );
+    assert!(
+        faulty
+            .stats
+            .fired_early
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1,
+        "the scheduler fired early at least once"
+    );
     s.shutdown().await;
 }

@@ -17,7 +17,10 @@ use baton_core::error::PortError;
 use baton_core::service::Service;
 
 use baton_aws::sdk::map_sdk_err;
-use baton_lambda::{handle_cta_inbox, handle_steps};
+use baton_lambda::{handle_cta_inbox, handle_steps_until, release};
+
+/// Records to make visible again, each after its delay.
+type Later = Vec<(aws_lambda_events::event::sqs::SqsMessage, Duration)>;
 
 /// Which handler a queue feeds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,10 +147,11 @@ impl EventSources {
                 .collect();
             let event: SqsEvent = serde_json::from_value(json!({"Records": records}))
                 .map_err(|e| PortError::broken("build SqsEvent", e))?;
-            let mut resp = self.call(q.feeds, event.clone()).await;
+            let (mut resp, mut later) = self.call(q.feeds, event.clone()).await;
             if self.duplicate {
-                let again = self.call(q.feeds, event).await;
+                let (again, again_later) = self.call(q.feeds, event).await;
                 resp.batch_item_failures.extend(again.batch_item_failures);
+                later.extend(again_later);
             }
             let failed: Vec<&str> = resp
                 .batch_item_failures
@@ -184,8 +188,9 @@ impl EventSources {
                         warn!(error = %map_sdk_err("ChangeMessageVisibility", e), "a message waits its visibility timeout");
                     }
                 }
-            } else if !failed.is_empty() {
-                warn!(queue = %q.url, failed = failed.len(), "left to the visibility timeout");
+            } else if !later.is_empty() {
+                // As the step functions do: each failed record due again after its backoff.
+                release(&self.sqs, &[q.url.as_str()], &later).await;
             }
             if !done.is_empty() {
                 self.sqs
@@ -200,12 +205,14 @@ impl EventSources {
         Ok(handled)
     }
 
-    async fn call(&self, feeds: Feeds, event: SqsEvent) -> SqsBatchResponse {
+    /// The function's handler, and when each record it failed is due again.
+    async fn call(&self, feeds: Feeds, event: SqsEvent) -> (SqsBatchResponse, Later) {
         match feeds {
             Feeds::Steps | Feeds::DeadLetters => {
-                handle_steps(&self.service, &self.dead_letters, event).await
+                let out = handle_steps_until(&self.service, &self.dead_letters, event, None).await;
+                (out.response, out.again)
             }
-            Feeds::CtaInbox => handle_cta_inbox(&self.service, event).await,
+            Feeds::CtaInbox => (handle_cta_inbox(&self.service, event).await, Vec::new()),
         }
     }
 

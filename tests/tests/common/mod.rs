@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod fault;
 pub mod mock_openai;
 pub mod moto;
 pub mod python;

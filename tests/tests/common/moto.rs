@@ -59,13 +59,18 @@ impl Moto {
 
     /// One SDK config for every client, pointed at this server.
     pub async fn sdk(&self) -> SdkConfig {
-        aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .endpoint_url(&self.url)
-            .region(aws_config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-                "test", "test", None, None, "moto",
-            ))
-            .load()
-            .await
+        sdk_for(&self.url).await
     }
+}
+
+/// An SDK config for an emulator at `url` (moto, or the fault layer in front of it).
+pub async fn sdk_for(url: &str) -> SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(url)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "test", "test", None, None, "moto",
+        ))
+        .load()
+        .await
 }

@@ -371,7 +371,9 @@ impl Scheduler for LocalStore {
         let (cta_id, run_id, at) = (cta_id.to_owned(), run_id.to_owned(), at.timestamp_millis());
         self.write_one(false, move |tx| {
             tx.execute(
-                "INSERT OR IGNORE INTO timers (name, run_id, at_ms) VALUES (?1, ?2, ?3)",
+                // Set again (a timer re-armed) is set for the new time, as on AWS.
+                "INSERT INTO timers (name, run_id, at_ms) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT(name) DO UPDATE SET run_id = excluded.run_id, at_ms = excluded.at_ms",
                 params![cta_id, run_id, at],
             )
             .map_err(sql)?;

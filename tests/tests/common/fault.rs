@@ -1,0 +1,452 @@
+//! A hostile AWS: an HTTP proxy in front of moto's server that answers a share of the
+//! requests as AWS answers when it throttles or fails, delays the rest, and fires one-time
+//! schedules as EventBridge Scheduler does, anywhere within their minute, early second
+//! included (moto stores schedules and never fires them).
+//!
+//! Each service fails in its own words, as its documentation and its SDK's deserializers
+//! have them: DynamoDB `ThrottlingException` / `ProvisionedThroughputExceededException`,
+//! `TransactionCanceledException` with `ThrottlingError` reasons for a transaction, and
+//! `InternalServerError`; SQS `RequestThrottled` (awsJson with the query-compatible error
+//! header); EventBridge's per-entry `ThrottlingException` in a 200 `PutEvents` answer;
+//! Scheduler's 429 `ThrottlingException`; S3's 503 `SlowDown`. A refused request is not
+//! forwarded: like AWS, a throttled call changes nothing.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, NaiveDateTime, Utc};
+use serde_json::{Value, json};
+
+/// What goes wrong, per request (each a probability from 0 to 1).
+#[derive(Debug, Clone, Copy)]
+pub struct Faults {
+    /// Answered as the service's throttling error.
+    pub throttle: f64,
+    /// Answered as the service's 5xx.
+    pub server_error: f64,
+    /// Each request forwarded is delayed up to this much.
+    pub latency: Duration,
+    /// A schedule's first firing comes 59 s before its time (later ones, anywhere within
+    /// their minute, early second included).
+    pub early_first_firing: bool,
+    pub seed: u64,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            throttle: 0.0,
+            server_error: 0.0,
+            latency: Duration::ZERO,
+            early_first_firing: false,
+            seed: 7,
+        }
+    }
+}
+
+/// What the layer did.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub requests: AtomicU64,
+    pub throttled: AtomicU64,
+    pub server_errors: AtomicU64,
+    pub fired: AtomicU64,
+    pub fired_early: AtomicU64,
+    /// Refusals by operation (`dynamodb.TransactWriteItems`…).
+    pub refused: Mutex<HashMap<String, u64>>,
+}
+
+struct Shared {
+    faults: Faults,
+    /// Off while the test sets up (provisioning is CloudFormation's job, not the code's).
+    on: std::sync::atomic::AtomicBool,
+    moto: String,
+    http: reqwest::Client,
+    rng: Mutex<u64>,
+    stats: Arc<Stats>,
+    /// Each schedule's generation: a firing is dropped once its schedule changed or went.
+    schedules: Mutex<HashMap<String, u64>>,
+    sdk: aws_config::SdkConfig,
+}
+
+pub struct FaultyAws {
+    pub url: String,
+    pub stats: Arc<Stats>,
+    task: tokio::task::JoinHandle<()>,
+    shared: Arc<Shared>,
+}
+
+impl Drop for FaultyAws {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FaultyAws {
+    /// The layer on a free loopback port, in front of moto at `moto_url`.
+    pub async fn start(moto_url: &str, faults: Faults) -> FaultyAws {
+        let sdk = super::moto::sdk_for(moto_url).await;
+        let stats = Arc::new(Stats::default());
+        let shared = Arc::new(Shared {
+            faults,
+            on: Default::default(),
+            moto: moto_url.trim_end_matches('/').to_owned(),
+            http: reqwest::Client::new(),
+            rng: Mutex::new(faults.seed.max(1)),
+            stats: stats.clone(),
+            schedules: Mutex::new(HashMap::new()),
+            sdk,
+        });
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FaultyAws {
+            url,
+            stats,
+            task,
+            shared,
+        }
+    }
+
+    /// Turns the faults on (the scheduler fires either way).
+    pub fn turn_on(&self) {
+        self.shared.on.store(true, Ordering::SeqCst);
+    }
+
+    /// An SDK config whose every client goes through this layer.
+    pub async fn sdk(&self) -> aws_config::SdkConfig {
+        super::moto::sdk_for(&self.url).await
+    }
+}
+
+impl Shared {
+    /// A uniform draw in [0, 1) (xorshift: reproducible from the seed, no dependency).
+    fn draw(&self) -> f64 {
+        let mut s = self.rng.lock().unwrap();
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        (*s >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn refused(&self, op: &str) {
+        *self
+            .stats
+            .refused
+            .lock()
+            .unwrap()
+            .entry(op.to_owned())
+            .or_default() += 1;
+    }
+}
+
+/// The service and operation a request is for.
+fn operation(method: &Method, path: &str, headers: &HeaderMap) -> (&'static str, String) {
+    if let Some(target) = headers.get("x-amz-target").and_then(|v| v.to_str().ok()) {
+        let (prefix, op) = target.split_once('.').unwrap_or((target, ""));
+        let service = match prefix {
+            p if p.starts_with("DynamoDB") => "dynamodb",
+            "AmazonSQS" => "sqs",
+            "AWSEvents" => "events",
+            "secretsmanager" => "secretsmanager",
+            _ => "other",
+        };
+        return (service, op.to_owned());
+    }
+    if path.starts_with("/schedules") || path.starts_with("/schedule-groups") {
+        let op = match *method {
+            Method::POST => "CreateSchedule",
+            Method::PUT => "UpdateSchedule",
+            Method::DELETE => "DeleteSchedule",
+            _ => "GetSchedule",
+        };
+        return ("scheduler", op.to_owned());
+    }
+    ("s3", method.to_string())
+}
+
+fn json_error(
+    status: StatusCode,
+    content_type: &str,
+    body: Value,
+    extra: &[(&'static str, &str)],
+) -> Response {
+    let mut r = (status, body.to_string()).into_response();
+    let h = r.headers_mut();
+    h.insert("content-type", content_type.parse().unwrap());
+    for (k, v) in extra {
+        h.insert(*k, v.parse().unwrap());
+    }
+    r
+}
+
+/// The service's own throttling answer to `op` (whose request body is `body`).
+fn throttled(service: &str, op: &str, body: &[u8]) -> Response {
+    let req: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    match service {
+        "dynamodb" if op == "TransactWriteItems" => {
+            let n = req["TransactItems"].as_array().map_or(1, Vec::len);
+            let mut reasons = vec![json!({"Code": "None"}); n];
+            reasons[0] = json!({"Code": "ThrottlingError", "Message": "Throughput exceeds the current capacity of your table or index."});
+            json_error(
+                StatusCode::BAD_REQUEST,
+                "application/x-amz-json-1.0",
+                json!({
+                "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+                "message": "Transaction cancelled, please refer cancellation reasons for specific reasons [ThrottlingError]",
+                "CancellationReasons": reasons}),
+                &[],
+            )
+        }
+        "dynamodb" => {
+            let code = if op.starts_with("Query") || op == "GetItem" {
+                "ProvisionedThroughputExceededException"
+            } else {
+                "ThrottlingException"
+            };
+            json_error(
+                StatusCode::BAD_REQUEST,
+                "application/x-amz-json-1.0",
+                json!({
+                "__type": format!("com.amazonaws.dynamodb.v20120810#{code}"),
+                "message": "Rate of requests exceeds the allowed throughput."}),
+                &[],
+            )
+        }
+        "sqs" => json_error(
+            StatusCode::BAD_REQUEST,
+            "application/x-amz-json-1.0",
+            json!({"__type": "com.amazonaws.sqs#RequestThrottled", "message": "Request is throttled."}),
+            &[("x-amzn-query-error", "RequestThrottled;Sender")],
+        ),
+        "events" if op == "PutEvents" => {
+            let n = req["Entries"].as_array().map_or(1, Vec::len);
+            let entries = vec![
+                json!({"ErrorCode": "ThrottlingException", "ErrorMessage": "Rate exceeded"});
+                n
+            ];
+            json_error(
+                StatusCode::OK,
+                "application/x-amz-json-1.1",
+                json!({"FailedEntryCount": n, "Entries": entries}),
+                &[],
+            )
+        }
+        "events" | "secretsmanager" => json_error(
+            StatusCode::BAD_REQUEST,
+            "application/x-amz-json-1.1",
+            json!({"__type": "ThrottlingException", "message": "Rate exceeded"}),
+            &[],
+        ),
+        "scheduler" => json_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "application/json",
+            json!({"Message": "Rate exceeded"}),
+            &[("x-amzn-errortype", "ThrottlingException")],
+        ),
+        _ => s3_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "SlowDown",
+            "Please reduce your request rate.",
+        ),
+    }
+}
+
+/// The service's own 5xx.
+fn server_error(service: &str) -> Response {
+    match service {
+        "dynamodb" => json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "application/x-amz-json-1.0",
+            json!({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": "Internal server error"}),
+            &[],
+        ),
+        "sqs" => json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "application/x-amz-json-1.0",
+            json!({"__type": "com.amazonaws.sqs#InternalError", "message": "We encountered an internal error."}),
+            &[("x-amzn-query-error", "InternalError;Receiver")],
+        ),
+        "events" | "secretsmanager" => json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "application/x-amz-json-1.1",
+            json!({"__type": "InternalException", "message": "Internal error"}),
+            &[],
+        ),
+        "scheduler" => json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "application/json",
+            json!({"Message": "Internal error"}),
+            &[("x-amzn-errortype", "InternalServerException")],
+        ),
+        _ => s3_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "We encountered an internal error.",
+        ),
+    }
+}
+
+fn s3_error(status: StatusCode, code: &str, message: &str) -> Response {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>{message}</Message></Error>"
+    );
+    let mut r = (status, body).into_response();
+    r.headers_mut()
+        .insert("content-type", "application/xml".parse().unwrap());
+    r
+}
+
+async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let (service, op) = operation(&parts.method, parts.uri.path(), &parts.headers);
+    s.stats.requests.fetch_add(1, Ordering::Relaxed);
+    let roll = if s.on.load(Ordering::SeqCst) {
+        s.draw()
+    } else {
+        1.0
+    };
+    if roll < s.faults.throttle {
+        s.stats.throttled.fetch_add(1, Ordering::Relaxed);
+        s.refused(&format!("{service}.{op}"));
+        return throttled(service, &op, &body);
+    }
+    if roll < s.faults.throttle + s.faults.server_error {
+        s.stats.server_errors.fetch_add(1, Ordering::Relaxed);
+        s.refused(&format!("{service}.{op}"));
+        return server_error(service);
+    }
+    if roll < 1.0 && !s.faults.latency.is_zero() {
+        tokio::time::sleep(s.faults.latency.mul_f64(s.draw())).await;
+    }
+    let mut fwd = s
+        .http
+        .request(parts.method.clone(), format!("{}{path}", s.moto))
+        .body(body.clone());
+    for (k, v) in &parts.headers {
+        if k != "host" && k != "content-length" {
+            fwd = fwd.header(k, v);
+        }
+    }
+    let answer = match fwd.send().await {
+        Ok(a) => a,
+        Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    };
+    let status = answer.status();
+    let headers = answer.headers().clone();
+    let bytes = answer.bytes().await.unwrap_or_default();
+    if service == "scheduler" && status.is_success() {
+        let name = parts
+            .uri
+            .path()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        match op.as_str() {
+            "CreateSchedule" | "UpdateSchedule" => arm(&s, name, &body),
+            "DeleteSchedule" => {
+                *s.schedules.lock().unwrap().entry(name).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    let mut r = Response::new(Body::from(bytes));
+    *r.status_mut() = status;
+    for (k, v) in &headers {
+        if k != "content-length" && k != "transfer-encoding" {
+            r.headers_mut().insert(k, v.clone());
+        }
+    }
+    r
+}
+
+/// Fires the schedule `name` (its request `body`) as Scheduler would: its target's event
+/// on the bus, anywhere within the minute of its `at()` (early second included), then the
+/// schedule deletes itself.
+fn arm(s: &Arc<Shared>, name: String, body: &Bytes) {
+    let req: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let Some(at) = req["ScheduleExpression"]
+        .as_str()
+        .and_then(|e| e.strip_prefix("at(")?.strip_suffix(')'))
+        .and_then(|t| NaiveDateTime::parse_from_str(t, "%Y-%m-%dT%H:%M:%S").ok())
+        .map(|t| t.and_utc())
+    else {
+        return;
+    };
+    let (generation, first) = {
+        let mut all = s.schedules.lock().unwrap();
+        let first = !all.contains_key(&name);
+        let g = all.entry(name.clone()).or_default();
+        *g += 1;
+        (*g, first)
+    };
+    let offset = if first && s.faults.early_first_firing {
+        -59.0
+    } else {
+        s.draw() * 118.0 - 59.0
+    };
+    let fire_at = at + chrono::Duration::milliseconds((offset * 1000.0) as i64);
+    let group = req["GroupName"].as_str().unwrap_or("default").to_owned();
+    let target = req["Target"].clone();
+    let s = s.clone();
+    tokio::spawn(async move {
+        let wait = (fire_at - Utc::now()).to_std().unwrap_or_default();
+        tokio::time::sleep(wait).await;
+        if s.schedules.lock().unwrap().get(&name) != Some(&generation) {
+            return; // updated or deleted since
+        }
+        let input = target["Input"].as_str().unwrap_or("{}").to_owned();
+        let due: Option<DateTime<Utc>> = serde_json::from_str::<Value>(&input)
+            .ok()
+            .and_then(|v| v["due"].as_str()?.parse().ok());
+        let eb = aws_sdk_eventbridge::Client::new(&s.sdk);
+        let params = &target["EventBridgeParameters"];
+        let put = eb
+            .put_events()
+            .entries(
+                aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+                    .event_bus_name(target["Arn"].as_str().unwrap_or_default())
+                    .source(params["Source"].as_str().unwrap_or_default())
+                    .detail_type(params["DetailType"].as_str().unwrap_or_default())
+                    .detail(input)
+                    .build(),
+            )
+            .send()
+            .await;
+        if put.is_ok() {
+            s.stats.fired.fetch_add(1, Ordering::Relaxed);
+            if due.is_some_and(|d| Utc::now() < d) {
+                s.stats.fired_early.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        // ActionAfterCompletion: DELETE.
+        if s.schedules.lock().unwrap().get(&name) == Some(&generation) {
+            let _ = aws_sdk_scheduler::Client::new(&s.sdk)
+                .delete_schedule()
+                .name(&name)
+                .group_name(&group)
+                .send()
+                .await;
+        }
+    });
+}
