@@ -73,6 +73,7 @@ impl AwsDevServer {
                 url: dlq.url.clone(),
                 arn: dlq.arn.clone(),
                 feeds: Feeds::DeadLetters,
+                visibility: None,
             });
         }
         let pump = EventSources::new(sqs, service.clone(), queues).duplicating(opts.duplicate);

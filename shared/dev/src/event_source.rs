@@ -38,6 +38,9 @@ pub struct EventSource {
     pub url: String,
     pub arn: String,
     pub feeds: Feeds,
+    /// The queue's visibility timeout, when known: a failed record is never held longer
+    /// than the queue itself would hold it (an emulator's queues may have short ones).
+    pub visibility: Option<Duration>,
 }
 
 pub struct EventSources {
@@ -77,22 +80,23 @@ impl EventSources {
         url: &str,
         feeds: Feeds,
     ) -> Result<EventSource, PortError> {
+        use aws_sdk_sqs::types::QueueAttributeName as Q;
         let attrs = sqs
             .get_queue_attributes()
             .queue_url(url)
-            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+            .attribute_names(Q::QueueArn)
+            .attribute_names(Q::VisibilityTimeout)
             .send()
             .await
             .map_err(|e| map_sdk_err("GetQueueAttributes", e))?;
-        let arn = attrs
-            .attributes()
-            .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn))
-            .cloned()
-            .unwrap_or_default();
+        let attr = |k: Q| attrs.attributes().and_then(|a| a.get(&k)).cloned();
         Ok(EventSource {
             url: url.into(),
-            arn,
+            arn: attr(Q::QueueArn).unwrap_or_default(),
             feeds,
+            visibility: attr(Q::VisibilityTimeout)
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_secs),
         })
     }
 
@@ -189,7 +193,11 @@ impl EventSources {
                     }
                 }
             } else if !later.is_empty() {
-                // As the step functions do: each failed record due again after its backoff.
+                // As the step functions do: each failed record due again after its backoff
+                // (or the queue's own visibility timeout, if that is shorter).
+                for (_, delay) in &mut later {
+                    *delay = q.visibility.map_or(*delay, |v| (*delay).min(v));
+                }
                 release(&self.sqs, &[q.url.as_str()], &later).await;
             }
             if !done.is_empty() {
