@@ -94,21 +94,36 @@ async fn start_env_faulty(
 }
 
 impl Env {
+    /// One API call. Under the fault layer, as a careful client does: a 503 ("the service
+    /// is busy; try again") is tried again, with the same `Idempotency-Key`, so a retried
+    /// request never does its work twice.
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut rb = self
-            .http
-            .request(method, format!("{}{path}", self.server.url()))
-            .bearer_auth(TOKEN);
-        if let Some(b) = body {
-            rb = rb.json(&b);
+        static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let key = format!("test-{}-{n}", std::process::id());
+        let mut attempt = 0;
+        loop {
+            let mut rb = self
+                .http
+                .request(method.clone(), format!("{}{path}", self.server.url()))
+                .bearer_auth(TOKEN)
+                .header("Idempotency-Key", &key);
+            if let Some(b) = &body {
+                rb = rb.json(b);
+            }
+            let r = rb.send().await.unwrap();
+            let code = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            attempt += 1;
+            if code == 503 && self.faulty.is_some() && attempt < 5 {
+                tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+                continue;
+            }
+            return (
+                code,
+                serde_json::from_str(&text).unwrap_or(Value::String(text)),
+            );
         }
-        let r = rb.send().await.unwrap();
-        let code = r.status().as_u16();
-        let text = r.text().await.unwrap();
-        (
-            code,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
     }
 
     async fn wait_for(&self, what: &str, mut f: impl AsyncFnMut(&Env) -> Option<Value>) -> Value {
