@@ -681,31 +681,15 @@ impl baton_core::llm::Llm for Slow {
 
 #[tokio::test]
 async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_once() {
-    use aws_lambda_events::event::sqs::SqsEvent;
     use baton_core::service::CreateRun;
     use baton_lambda::{Deadline, handle_steps_until, release};
 
-    let moto = Moto::start();
-    let sdk = moto.sdk().await;
-    let p = baton_aws::provision::ensure(
-        &sdk,
-        &Names::new("deadline"),
-        "arn:aws:iam::123456789012:role/s",
-    )
-    .await
-    .unwrap();
     let llm = Arc::new(Slow {
         inner: scripted(r#"{"explore": [{"text": "done"}]}"#),
         delay: Duration::from_millis(300),
     });
-    let service = baton_aws::aws_service(
-        &p.config,
-        &sdk,
-        llm,
-        catalog(None),
-        Arc::new(SystemClock),
-        baton_aws::sdk::Meter::shared(),
-    );
+    let q = StepsQueue::start("deadline", llm).await;
+    let service = &q.service;
     let mut runs = Vec::new();
     for i in 0..3 {
         let req = CreateRun {
@@ -716,47 +700,15 @@ async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_on
         runs.push(service.create_run("o", req, None).await.unwrap().run_id);
     }
     // Receive the three starts as one batch, as the event source mapping would.
-    let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let url = p.config.steps_queue_url.clone();
-    let arn = baton_dev::event_source::EventSources::queue(
-        &sqs,
-        &url,
-        baton_dev::event_source::Feeds::Steps,
-    )
-    .await
-    .unwrap()
-    .arn;
-    let receive = async || {
-        sqs.receive_message()
-            .queue_url(&url)
-            .max_number_of_messages(10)
-            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
-            .send()
-            .await
-            .unwrap()
-            .messages()
-            .to_vec()
-    };
-    let messages = receive().await;
+    let (messages, event) = q.receive().await;
     assert_eq!(messages.len(), 3);
-    let records: Vec<Value> = messages
-        .iter()
-        .map(|m| {
-            json!({"messageId": m.message_id(), "receiptHandle": m.receipt_handle(),
-                "body": m.body(), "attributes": {"MessageGroupId": m.attributes().unwrap()
-                    [&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId]},
-                "messageAttributes": {}, "eventSource": "aws:sqs", "eventSourceARN": arn,
-                "awsRegion": "us-east-1"})
-        })
-        .collect();
-    let event: SqsEvent = serde_json::from_value(json!({ "Records": records })).unwrap();
 
     // Time for one 300 ms step, not for two: the first runs, the others are deferred.
     let deadline = Deadline {
         at: std::time::SystemTime::now() + Duration::from_millis(700),
         step_budget: Duration::from_millis(500),
     };
-    let out = handle_steps_until(&service, &[], event, Some(deadline)).await;
+    let out = handle_steps_until(service, &[], event, Some(deadline)).await;
     let failed: Vec<&str> = out
         .response
         .batch_item_failures
@@ -797,14 +749,15 @@ async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_on
     }
 
     // Released, they are visible again now, not after the 1800 s visibility timeout.
-    sqs.delete_message()
-        .queue_url(&url)
+    q.sqs
+        .delete_message()
+        .queue_url(&q.url)
         .receipt_handle(messages[0].receipt_handle().unwrap())
         .send()
         .await
         .unwrap();
-    release(&sqs, &[url.as_str()], &out.again).await;
-    let again = receive().await;
+    release(&q.sqs, &[q.url.as_str()], &out.again).await;
+    let (again, _) = q.receive().await;
     let mut back: Vec<&str> = again.iter().map(|m| m.message_id().unwrap()).collect();
     back.sort_unstable();
     let mut want = ids[1..].to_vec();
@@ -837,40 +790,88 @@ impl baton_core::llm::Llm for ThrottledOnce {
     }
 }
 
-/// Receives up to ten messages of `url` as the event source mapping hands them to Lambda.
-async fn receive_event(
-    sqs: &aws_sdk_sqs::Client,
-    url: &str,
-    arn: &str,
-) -> (
-    Vec<aws_sdk_sqs::types::Message>,
-    aws_lambda_events::event::sqs::SqsEvent,
-) {
-    let messages = sqs
-        .receive_message()
-        .queue_url(url)
-        .max_number_of_messages(10)
-        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
-        .send()
+/// A steps queue on moto with a service over it, fed by hand as Lambda's event source
+/// mapping would feed the step function.
+struct StepsQueue {
+    service: Arc<baton_core::service::Service>,
+    sqs: aws_sdk_sqs::Client,
+    url: String,
+    arn: String,
+    _moto: Moto,
+}
+
+impl StepsQueue {
+    async fn start(prefix: &str, llm: Arc<dyn baton_core::llm::Llm>) -> StepsQueue {
+        let moto = Moto::start();
+        let sdk = moto.sdk().await;
+        let p = baton_aws::provision::ensure(
+            &sdk,
+            &Names::new(prefix),
+            "arn:aws:iam::123456789012:role/s",
+        )
+        .await
+        .unwrap();
+        let service = baton_aws::aws_service(
+            &p.config,
+            &sdk,
+            llm,
+            catalog(None),
+            Arc::new(SystemClock),
+            baton_aws::sdk::Meter::shared(),
+        );
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let url = p.config.steps_queue_url.clone();
+        let arn = baton_dev::event_source::EventSources::queue(
+            &sqs,
+            &url,
+            baton_dev::event_source::Feeds::Steps,
+        )
         .await
         .unwrap()
-        .messages()
-        .to_vec();
-    let records: Vec<Value> = messages
-        .iter()
-        .map(|m| {
-            let attrs = m.attributes().unwrap();
-            let attr = |a| attrs[&a].clone();
-            json!({"messageId": m.message_id(), "receiptHandle": m.receipt_handle(),
-                "body": m.body(), "attributes": {
-                    "MessageGroupId": attr(aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId),
-                    "ApproximateReceiveCount": attr(aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount)},
-                "messageAttributes": {}, "eventSource": "aws:sqs", "eventSourceARN": arn,
-                "awsRegion": "us-east-1"})
-        })
-        .collect();
-    let event = serde_json::from_value(json!({ "Records": records })).unwrap();
-    (messages, event)
+        .arn;
+        StepsQueue {
+            service,
+            sqs,
+            url,
+            arn,
+            _moto: moto,
+        }
+    }
+
+    /// Up to ten messages, as the event source mapping hands them to Lambda.
+    async fn receive(
+        &self,
+    ) -> (
+        Vec<aws_sdk_sqs::types::Message>,
+        aws_lambda_events::event::sqs::SqsEvent,
+    ) {
+        let messages = self
+            .sqs
+            .receive_message()
+            .queue_url(&self.url)
+            .max_number_of_messages(10)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            .send()
+            .await
+            .unwrap()
+            .messages()
+            .to_vec();
+        let records: Vec<Value> = messages
+            .iter()
+            .map(|m| {
+                let attrs = m.attributes().unwrap();
+                let attr = |a| attrs[&a].clone();
+                json!({"messageId": m.message_id(), "receiptHandle": m.receipt_handle(),
+                    "body": m.body(), "attributes": {
+                        "MessageGroupId": attr(aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId),
+                        "ApproximateReceiveCount": attr(aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount)},
+                    "messageAttributes": {}, "eventSource": "aws:sqs", "eventSourceARN": self.arn,
+                    "awsRegion": "us-east-1"})
+            })
+            .collect();
+        let event = serde_json::from_value(json!({ "Records": records })).unwrap();
+        (messages, event)
+    }
 }
 
 #[tokio::test]
@@ -878,47 +879,22 @@ async fn a_step_that_fails_retryably_is_due_again_after_its_backoff_not_the_visi
     use baton_core::service::CreateRun;
     use baton_lambda::{handle_steps_until, release, retry_delay};
 
-    let moto = Moto::start();
-    let sdk = moto.sdk().await;
-    let p = baton_aws::provision::ensure(
-        &sdk,
-        &Names::new("backoff"),
-        "arn:aws:iam::123456789012:role/s",
-    )
-    .await
-    .unwrap();
     let llm = Arc::new(ThrottledOnce {
         inner: scripted(r#"{"explore": [{"text": "done"}]}"#),
         throttled: Default::default(),
     });
-    let service = baton_aws::aws_service(
-        &p.config,
-        &sdk,
-        llm,
-        catalog(None),
-        Arc::new(SystemClock),
-        baton_aws::sdk::Meter::shared(),
-    );
+    let q = StepsQueue::start("backoff", llm).await;
+    let service = &q.service;
     let req = CreateRun {
         prompt: "look".into(),
         agent: Some("explore".into()),
         ..Default::default()
     };
     let run_id = service.create_run("o", req, None).await.unwrap().run_id;
-    let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let url = p.config.steps_queue_url.clone();
-    let arn = baton_dev::event_source::EventSources::queue(
-        &sqs,
-        &url,
-        baton_dev::event_source::Feeds::Steps,
-    )
-    .await
-    .unwrap()
-    .arn;
 
-    let (messages, event) = receive_event(&sqs, &url, &arn).await;
+    let (messages, event) = q.receive().await;
     assert_eq!(messages.len(), 1);
-    let out = handle_steps_until(&service, &[], event, None).await;
+    let out = handle_steps_until(service, &[], event, None).await;
     assert_eq!(out.response.batch_item_failures.len(), 1, "reported failed");
     let delays: Vec<Duration> = out.again.iter().map(|(_, d)| *d).collect();
     assert_eq!(
@@ -929,20 +905,17 @@ async fn a_step_that_fails_retryably_is_due_again_after_its_backoff_not_the_visi
     assert_eq!(retry_delay(1), Duration::from_secs(30));
     // Released with its backoff: not visible now; made visible at once, it is delivered
     // again (not after the queue's visibility timeout) and the run completes.
-    release(&sqs, &[url.as_str()], &out.again).await;
-    assert!(
-        receive_event(&sqs, &url, &arn).await.0.is_empty(),
-        "waits its backoff"
-    );
+    release(&q.sqs, &[q.url.as_str()], &out.again).await;
+    assert!(q.receive().await.0.is_empty(), "waits its backoff");
     let now: Vec<_> = out
         .again
         .iter()
         .map(|(r, _)| (r.clone(), Duration::ZERO))
         .collect();
-    release(&sqs, &[url.as_str()], &now).await;
-    let (again, event) = receive_event(&sqs, &url, &arn).await;
+    release(&q.sqs, &[q.url.as_str()], &now).await;
+    let (again, event) = q.receive().await;
     assert_eq!(again.len(), 1);
-    let out = handle_steps_until(&service, &[], event, None).await;
+    let out = handle_steps_until(service, &[], event, None).await;
     assert!(out.response.batch_item_failures.is_empty());
     let run = service
         .deps()
