@@ -46,6 +46,23 @@ fn agents() -> Value {
     json!({"agents": {"writer": {"tools": ["request_human_feedback"]}}})
 }
 
+/// `baton dev --aws` over `sdk`, its resources named by `prefix`, thinking with `script`.
+async fn aws_host(sdk: aws_config::SdkConfig, prefix: &str, script: &str) -> AwsDevServer {
+    AwsDevServer::start(AwsDevOptions {
+        sdk,
+        names: Names::new(prefix),
+        scheduler_role_arn: format!("arn:aws:iam::123456789012:role/{prefix}-scheduler"),
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: TOKEN.into(),
+        llm: scripted(script),
+        catalog: catalog(Some(agents())),
+        clock: Arc::new(SystemClock),
+        duplicate: false,
+    })
+    .await
+    .unwrap()
+}
+
 struct Client {
     base: String,
     http: reqwest::Client,
@@ -237,19 +254,7 @@ async fn a_drafted_plan_is_approved_runs_in_two_stages_and_its_question_reaches_
 
     // The same flow over AWS APIs ends with the same timeline.
     let moto = Moto::start();
-    let s = AwsDevServer::start(AwsDevOptions {
-        sdk: moto.sdk().await,
-        names: Names::new("plans"),
-        scheduler_role_arn: "arn:aws:iam::123456789012:role/plans-scheduler".into(),
-        addr: "127.0.0.1:0".parse().unwrap(),
-        token: TOKEN.into(),
-        llm: scripted(SCRIPT),
-        catalog: catalog(Some(agents())),
-        clock: Arc::new(SystemClock),
-        duplicate: false,
-    })
-    .await
-    .unwrap();
+    let s = aws_host(moto.sdk().await, "plans", SCRIPT).await;
     let c = Client {
         base: s.url(),
         http: reqwest::Client::new(),
@@ -320,19 +325,7 @@ async fn a_step_past_its_timeout_is_stopped_by_a_real_timer_on_both_hosts() {
     // schedule but never fires it, so the test puts the event as the schedule would).
     let moto = Moto::start();
     let sdk = moto.sdk().await;
-    let s = AwsDevServer::start(AwsDevOptions {
-        sdk: sdk.clone(),
-        names: Names::new("plantimer"),
-        scheduler_role_arn: "arn:aws:iam::123456789012:role/plantimer-scheduler".into(),
-        addr: "127.0.0.1:0".parse().unwrap(),
-        token: TOKEN.into(),
-        llm: scripted(TIMEOUT_SCRIPT),
-        catalog: catalog(Some(agents())),
-        clock: Arc::new(SystemClock),
-        duplicate: false,
-    })
-    .await
-    .unwrap();
+    let s = aws_host(sdk.clone(), "plantimer", TIMEOUT_SCRIPT).await;
     let c = Client {
         base: s.url(),
         http: reqwest::Client::new(),
@@ -431,19 +424,7 @@ async fn a_plan_step_timer_fired_59_s_early_still_stops_the_step_within_two_minu
         },
     )
     .await;
-    let s = AwsDevServer::start(AwsDevOptions {
-        sdk: faulty.sdk().await,
-        names: Names::new("earlytimer"),
-        scheduler_role_arn: "arn:aws:iam::123456789012:role/earlytimer-scheduler".into(),
-        addr: "127.0.0.1:0".parse().unwrap(),
-        token: TOKEN.into(),
-        llm: scripted(TIMEOUT_SCRIPT),
-        catalog: catalog(Some(agents())),
-        clock: Arc::new(SystemClock),
-        duplicate: false,
-    })
-    .await
-    .unwrap();
+    let s = aws_host(faulty.sdk().await, "earlytimer", TIMEOUT_SCRIPT).await;
     faulty.turn_on();
     let c = Client {
         base: s.url(),
