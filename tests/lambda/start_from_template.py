@@ -178,7 +178,6 @@ def main():
         SecretString=json.dumps({"OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-ant-test"}))["ARN"]
     link_secret = secrets.create_secret(Name=f"baton-link-key-{os.getpid()}",
                                         SecretString="k" * 48)["ARN"]
-    inbox_dlq = sqs.create_queue(QueueName=f"baton-cta-inbox-dlq-{os.getpid()}")["QueueUrl"]
 
     def arn(url):
         return sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -195,7 +194,6 @@ def main():
     attributes = {
         "Bus.Arn": e["BATON_BUS_ARN"], "SchedulerRole.Arn": e["BATON_SCHEDULER_ROLE_ARN"],
         "StepsDeadLetterQueue.Arn": arn(steps_dlq), "SubagentStepsDeadLetterQueue.Arn": arn(sub_dlq),
-        "CtaInboxDeadLetterQueue.Arn": arn(inbox_dlq),
     }
     # Only what Lambda would give besides the template: the emulator's endpoint and keys.
     base = {k: e[k] for k in ["AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID",

@@ -357,19 +357,13 @@ async fn the_full_flow_completes_alike_under_throttling_and_server_errors() {
     }
 }
 
-/// A CTA whose schedule fires 59 s before its time (EventBridge Scheduler keeps time to the
-/// minute; the fault layer fires a schedule's first firing that early) is not lost: it is
-/// set again, and the question expires between its `expiresAt` and two minutes after.
-#[tokio::test]
-async fn a_cta_whose_schedule_fires_59_s_early_still_expires_within_two_minutes() {
+/// A run whose orchestrator asks a text question that expires after 5 s (the server's AWS
+/// calls through the fault layer, if `faults`): the environment, the run's id and the question.
+async fn five_second_question(faults: Option<Faults>) -> (Env, String, Value) {
     let script = r#"{"orchestrator": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "Name?"}}]}]}"#;
     let mut agents = common::mock_openai::named_agents();
     agents["agents"]["orchestrator"]["ctaExpirySeconds"] = json!(5);
-    let faults = Faults {
-        early_first_firing: true,
-        ..Faults::default()
-    };
-    let env = start_env_faulty(script, false, catalog(Some(agents)), Some(faults)).await;
+    let env = start_env_faulty(script, false, catalog(Some(agents)), faults).await;
     let (_, v) = env
         .call(
             reqwest::Method::POST,
@@ -379,6 +373,19 @@ async fn a_cta_whose_schedule_fires_59_s_early_still_expires_within_two_minutes(
         .await;
     let run_id = v["runId"].as_str().unwrap().to_owned();
     let cta = env.pending_cta("text").await;
+    (env, run_id, cta)
+}
+
+/// A CTA whose schedule fires 59 s before its time (EventBridge Scheduler keeps time to the
+/// minute; the fault layer fires a schedule's first firing that early) is not lost: it is
+/// set again, and the question expires between its `expiresAt` and two minutes after.
+#[tokio::test]
+async fn a_cta_whose_schedule_fires_59_s_early_still_expires_within_two_minutes() {
+    let faults = Faults {
+        early_first_firing: true,
+        ..Faults::default()
+    };
+    let (env, run_id, cta) = five_second_question(Some(faults)).await;
     let run = env.run_status(&run_id, "expired").await;
     assert_eq!(run["error"]["code"], "cta_expired");
     let (_, c) = env
@@ -410,19 +417,7 @@ async fn a_cta_whose_schedule_fires_59_s_early_still_expires_within_two_minutes(
 #[tokio::test]
 async fn a_five_second_cta_is_scheduled_on_the_minute_re_arms_an_early_expiry_and_expires_on_time()
 {
-    let script = r#"{"orchestrator": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "Name?"}}]}]}"#;
-    let mut agents = common::mock_openai::named_agents();
-    agents["agents"]["orchestrator"]["ctaExpirySeconds"] = json!(5);
-    let env = start_env_with(script, false, agents).await;
-    let (_, v) = env
-        .call(
-            reqwest::Method::POST,
-            "/runs",
-            Some(json!({"prompt": "ask"})),
-        )
-        .await;
-    let run_id = v["runId"].as_str().unwrap().to_owned();
-    let cta = env.pending_cta("text").await;
+    let (env, run_id, cta) = five_second_question(None).await;
     let cta_id = cta["ctaId"].as_str().unwrap().to_owned();
     let expires = chrono::DateTime::parse_from_rfc3339(cta["expiresAt"].as_str().unwrap())
         .unwrap()
