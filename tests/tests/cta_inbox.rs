@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use baton_core::cta::{Cta, CtaStatus};
-use baton_core::ports::{Scheduler, Store, SystemClock};
+use baton_core::ports::{Clock, ManualClock, Scheduler, Store, SystemClock};
 use baton_core::service::{CreateRun, Service};
 use baton_dev::worker::{Worker, WorkerOptions};
 use baton_lambda::handle_cta_inbox;
@@ -34,15 +34,14 @@ struct Env {
 }
 
 fn env() -> Env {
+    env_at(Arc::new(SystemClock))
+}
+
+fn env_at(clock: Arc<dyn Clock>) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let local = LocalStore::open(dir.path()).unwrap();
     let agents = json!({"agents": {"asker": {"tools": ["request_human_feedback"]}}});
-    let service = local_service(
-        &local,
-        scripted(ASK),
-        catalog(Some(agents)),
-        Arc::new(SystemClock),
-    );
+    let service = local_service(&local, scripted(ASK), catalog(Some(agents)), clock);
     let worker = Worker::new(service.clone(), local.clone(), WorkerOptions::default());
     Env {
         local,
@@ -157,6 +156,22 @@ async fn an_expiry_before_expires_at_sets_its_timer_again_and_leaves_the_cta_pen
     let bad = json!({"ctaId": cta.cta_id, "kind": "text", "text": "x", "responder": 7});
     assert_eq!(e.deliver("cta.response", bad).await.len(), 1);
     assert_eq!(e.cta(&cta.cta_id).await.status, CtaStatus::Pending);
+}
+
+/// No skew is tolerated: an expiry a fraction of a second early leaves the question open
+/// (an answer posted before `expiresAt` may still be on its way); at `expiresAt` it settles.
+#[tokio::test]
+async fn an_expiry_200_ms_early_leaves_the_cta_pending_and_one_on_time_settles_it() {
+    let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+    let e = env_at(clock.clone());
+    let cta = e.parked().await;
+    let fire = json!({"ctaId": cta.cta_id, "runId": cta.run_id});
+    clock.advance(cta.expires_at - clock.now() - chrono::Duration::milliseconds(200));
+    assert!(e.deliver("cta.expired", fire.clone()).await.is_empty());
+    assert_eq!(e.cta(&cta.cta_id).await.status, CtaStatus::Pending);
+    clock.advance(chrono::Duration::milliseconds(200));
+    assert!(e.deliver("cta.expired", fire).await.is_empty());
+    assert_eq!(e.cta(&cta.cta_id).await.status, CtaStatus::Expired);
 }
 
 #[tokio::test]

@@ -532,17 +532,19 @@ impl Service {
         }
     }
 
-    /// Whether a timer due at `due` fires early by this service's clock (one second of
-    /// skew is tolerated).
+    /// Whether a timer due at `due` fires early by this service's clock. No skew is
+    /// tolerated: a question must not expire while an answer posted before `expiresAt` may
+    /// still be on its way. (Re-arming cannot loop: the schedule is set for the first whole
+    /// minute at or after `due`, which is after now.)
     fn early(&self, due: DateTime<Utc>) -> bool {
-        self.deps.clock.now() + chrono::Duration::seconds(1) < due
+        self.deps.clock.now() < due
     }
 
     /// An expiry timer fired: settle the CTA as expired if nobody answered first.
     ///
     /// An expiry before the CTA's `expiresAt` (a scheduler keeps its time to the minute; or
     /// a forged event) does not settle it: its schedule is set again for `expiresAt`, so
-    /// that it is not lost. One second of clock skew is tolerated.
+    /// that it is not lost.
     pub async fn expire_cta(&self, cta_id: &str) -> Result<(), ServiceError> {
         let now = self.deps.clock.now();
         let Some(cta) = self.deps.store.get_cta(cta_id).await? else {
