@@ -1,4 +1,5 @@
-//! The crash points of `crashes.rs`, over AWS APIs (moto): each failpoint crashed at, the
+//! The crash points of `crashes.rs`, over AWS APIs (an emulator, with or without the fault
+//! layer: `common/aws.rs`): each failpoint crashed at, the
 //! functions "restarted" (a new host over the same table and queues), the sweep's tick
 //! run as the scheduled rule would, and the outcome checked against the fault-free run.
 
@@ -13,7 +14,7 @@ use baton_aws::provision::Names;
 use baton_core::failpoint;
 use baton_core::ports::SystemClock;
 use baton_dev::aws_host::{AwsDevOptions, AwsDevServer};
-use common::moto::Moto;
+use common::aws::{Emulator, api_call, patience};
 use common::*;
 use serde_json::{Value, json};
 
@@ -25,16 +26,19 @@ const SCRIPT: &str = r#"{"ops": [
 /// Failpoints are process-wide: the tests of this file take turns.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-async fn host(moto: &Moto, prefix: &str) -> AwsDevServer {
-    host_with(moto, prefix, SCRIPT).await
+async fn host(aws: &Emulator, names: &Names) -> AwsDevServer {
+    host_with(aws, names, SCRIPT).await
 }
 
-async fn host_with(moto: &Moto, prefix: &str, script: &str) -> AwsDevServer {
-    let mut names = Names::new(prefix);
+/// A host over the resources `names` names (a restarted one over the same): creating them
+/// meets no faults, the host's calls after that do.
+async fn host_with(aws: &Emulator, names: &Names, script: &str) -> AwsDevServer {
+    let mut names = names.clone();
     // A message a crash leaves in flight comes back after this, not after 30 s.
     names.visibility_timeout = 2;
-    AwsDevServer::start(AwsDevOptions {
-        sdk: moto.sdk().await,
+    aws.turn_off();
+    let host = AwsDevServer::start(AwsDevOptions {
+        sdk: aws.host_sdk().await,
         names,
         scheduler_role_arn: "arn:aws:iam::123456789012:role/crash-scheduler".into(),
         addr: "127.0.0.1:0".parse().unwrap(),
@@ -47,7 +51,9 @@ async fn host_with(moto: &Moto, prefix: &str, script: &str) -> AwsDevServer {
         duplicate: false,
     })
     .await
-    .unwrap()
+    .unwrap();
+    aws.turn_on();
+    host
 }
 
 async fn call(
@@ -56,22 +62,17 @@ async fn call(
     path: &str,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut rb = reqwest::Client::new()
-        .request(method, format!("{}{path}", s.url()))
-        .bearer_auth(TOKEN);
-    if let Some(b) = body {
-        rb = rb.json(&b);
-    }
-    let r = rb.send().await.unwrap();
-    let code = r.status().as_u16();
-    (code, r.json().await.unwrap_or(Value::Null))
+    let busy = common::aws::faults_from_env().is_some();
+    let http = reqwest::Client::new();
+    api_call(&http, &s.url(), busy, method, path, body.as_ref()).await
 }
 
 /// Runs the scenario with `fp` armed; returns the normalized timeline, the run's status and
 /// the CTA's, and whether the failpoint fired.
-async fn scenario(moto: &Moto, prefix: &str, fp: &str, skip: u32) -> (Value, bool) {
+async fn scenario(aws: &Emulator, prefix: &str, fp: &str, skip: u32) -> (Value, bool) {
     failpoint::reset();
-    let mut s = host(moto, prefix).await;
+    let names = aws.names(prefix);
+    let mut s = host(aws, &names).await;
     if !fp.is_empty() {
         failpoint::arm(fp, skip);
     }
@@ -82,7 +83,7 @@ async fn scenario(moto: &Moto, prefix: &str, fp: &str, skip: u32) -> (Value, boo
         () => {
             if failpoint::fired(fp) && !restarted {
                 s.shutdown().await;
-                s = host(moto, prefix).await;
+                s = host(aws, &names).await;
                 s.service.sweep(chrono::Duration::zero()).await.unwrap();
                 restarted = true;
             }
@@ -102,7 +103,7 @@ async fn scenario(moto: &Moto, prefix: &str, fp: &str, skip: u32) -> (Value, boo
         restart_if_fired!();
         String::new()
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + patience(Duration::from_secs(60));
     let mut answered = false;
     let mut run_id = run_id;
     loop {
@@ -141,7 +142,7 @@ async fn scenario(moto: &Moto, prefix: &str, fp: &str, skip: u32) -> (Value, boo
                 // step's tail (after its commit, before its ack) shows only now.
                 s.shutdown().await;
                 if failpoint::fired(fp) && !restarted {
-                    s = host(moto, prefix).await;
+                    s = host(aws, &names).await;
                     s.service.sweep(chrono::Duration::zero()).await.unwrap();
                     restarted = true;
                     continue;
@@ -158,8 +159,8 @@ async fn scenario(moto: &Moto, prefix: &str, fp: &str, skip: u32) -> (Value, boo
 #[tokio::test]
 async fn the_crash_points_recover_to_the_fault_free_outcome_over_aws_apis() {
     let _serial = SERIAL.lock().await;
-    let moto = Moto::start();
-    let (baseline, _) = scenario(&moto, "base", "", 0).await;
+    let aws = Emulator::start().await;
+    let (baseline, _) = scenario(&aws, "base", "", 0).await;
     assert_eq!(baseline["status"], "completed");
     let points = [
         ("create.after_insert", 0),
@@ -178,7 +179,7 @@ async fn the_crash_points_recover_to_the_fault_free_outcome_over_aws_apis() {
         ("step.before_ack", 2),
     ];
     for (i, (fp, skip)) in points.into_iter().enumerate() {
-        let (outcome, fired) = scenario(&moto, &format!("c{i}"), fp, skip).await;
+        let (outcome, fired) = scenario(&aws, &format!("c{i}"), fp, skip).await;
         assert!(fired, "{fp}#{skip} was never reached");
         assert_eq!(outcome, baseline, "after a crash at {fp}#{skip}");
     }
@@ -204,7 +205,7 @@ async fn post_all(s: &AwsDevServer, run_id: &str, texts: &[String]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_follow_up_between_two_steps_gets_exactly_one_turn_over_aws_apis() {
     let _serial = SERIAL.lock().await;
-    let moto = Moto::start();
+    let aws = Emulator::start().await;
     // A tool step, then a reply; one reply per later turn.
     let script = r#"{"ops": [
         {"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]},
@@ -218,7 +219,7 @@ async fn a_follow_up_between_two_steps_gets_exactly_one_turn_over_aws_apis() {
     ];
     for (i, (fp, skip, concurrent)) in probes.into_iter().enumerate() {
         failpoint::reset();
-        let s = host_with(&moto, &format!("f{i}"), script).await;
+        let s = host_with(&aws, &aws.names(&format!("f{i}")), script).await;
         let gate = failpoint::pause(fp, skip);
         let (code, v) = call(
             &s,
@@ -241,7 +242,7 @@ async fn a_follow_up_between_two_steps_gets_exactly_one_turn_over_aws_apis() {
         };
         post_all(&s, &run_id, &texts).await;
         gate.release();
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + patience(Duration::from_secs(60));
         let run = loop {
             let (_, run) = call(&s, reqwest::Method::GET, &format!("/runs/{run_id}"), None).await;
             if run["status"] == "completed" && of_type(&run, "user").len() == texts.len() + 1 {

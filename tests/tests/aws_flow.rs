@@ -1,5 +1,6 @@
-//! The full flow over AWS wire protocols: moto's server for DynamoDB, SQS FIFO, EventBridge
-//! and Scheduler, in-process event source mappings standing in for Lambda's, and a mock
+//! The full flow over AWS wire protocols: an emulator for DynamoDB, SQS FIFO, EventBridge
+//! and Scheduler (moto's server, or LocalStack, with or without the fault layer: see
+//! `common/aws.rs`), in-process event source mappings standing in for Lambda's, and a mock
 //! OpenAI-compatible server on loopback.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
@@ -9,11 +10,10 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton_aws::provision::Names;
 use baton_core::ports::SystemClock;
 use baton_dev::{AwsDevOptions, AwsDevServer};
-use common::fault::{Faults, FaultyAws};
-use common::moto::Moto;
+use common::aws::Emulator;
+use common::fault::Faults;
 use common::*;
 use serde_json::{Value, json};
 
@@ -24,10 +24,10 @@ struct Env {
     /// How long a wait may take: longer under the fault layer, whose refusals send steps to
     /// their backoff.
     patience: Duration,
-    /// The fault layer the server's clients go through, if any (the test's own calls go to
-    /// moto directly, as a user's would not meet the server's throttles).
-    faulty: Option<FaultyAws>,
-    _moto: Moto,
+    /// The emulator, and the fault layer the server's clients go through if any (the
+    /// test's own calls go to the emulator directly, as a user's would not meet the
+    /// server's throttles).
+    aws: Emulator,
     _mock: wiremock::MockServer,
 }
 
@@ -47,28 +47,24 @@ async fn start_env_catalog(
     start_env_faulty(script, duplicate, catalog, None).await
 }
 
-/// The environment with the server's AWS clients going through the fault layer, turned on
-/// once the resources exist.
+/// The environment with the server's AWS clients going through the fault layer (`faults`,
+/// else what `BATON_TEST_FAULTS` says), turned on once the resources exist.
 async fn start_env_faulty(
     script: &str,
     duplicate: bool,
     catalog: Arc<baton_core::agent::Catalog>,
     faults: Option<Faults>,
 ) -> Env {
-    let moto = Moto::start();
-    let sdk = moto.sdk().await;
-    let faulty = match faults {
-        Some(f) => Some(FaultyAws::start(&moto.url, f).await),
-        None => None,
+    let aws = match faults {
+        Some(f) => Emulator::start_with(Some(f)).await,
+        None => Emulator::start().await,
     };
-    let server_sdk = match &faulty {
-        Some(f) => f.sdk().await,
-        None => sdk.clone(),
-    };
+    let sdk = aws.sdk().await;
+    let server_sdk = aws.host_sdk().await;
     let (mock, llm) = common::mock_openai::start(script).await;
     let server = AwsDevServer::start(AwsDevOptions {
         sdk: server_sdk,
-        names: Names::new("flow"),
+        names: aws.names("flow"),
         scheduler_role_arn: "arn:aws:iam::123456789012:role/flow-scheduler".into(),
         addr: "127.0.0.1:0".parse().unwrap(),
         token: TOKEN.into(),
@@ -79,16 +75,13 @@ async fn start_env_faulty(
     })
     .await
     .unwrap();
-    if let Some(f) = &faulty {
-        f.turn_on();
-    }
+    aws.turn_on();
     Env {
         server,
         http: reqwest::Client::new(),
         sdk,
-        patience: Duration::from_secs(if faulty.is_some() { 240 } else { 60 }),
-        faulty,
-        _moto: moto,
+        patience: Duration::from_secs(if aws.faulty() { 240 } else { 60 }),
+        aws,
         _mock: mock,
     }
 }
@@ -98,32 +91,9 @@ impl Env {
     /// is busy; try again") is tried again, with the same `Idempotency-Key`, so a retried
     /// request never does its work twice.
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let key = format!("test-{}-{n}", std::process::id());
-        let mut attempt = 0;
-        loop {
-            let mut rb = self
-                .http
-                .request(method.clone(), format!("{}{path}", self.server.url()))
-                .bearer_auth(TOKEN)
-                .header("Idempotency-Key", &key);
-            if let Some(b) = &body {
-                rb = rb.json(b);
-            }
-            let r = rb.send().await.unwrap();
-            let code = r.status().as_u16();
-            let text = r.text().await.unwrap();
-            attempt += 1;
-            if code == 503 && self.faulty.is_some() && attempt < 5 {
-                tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
-                continue;
-            }
-            return (
-                code,
-                serde_json::from_str(&text).unwrap_or(Value::String(text)),
-            );
-        }
+        let base = self.server.url();
+        let busy = self.aws.faulty();
+        common::aws::api_call(&self.http, &base, busy, method, path, body.as_ref()).await
     }
 
     async fn wait_for(&self, what: &str, mut f: impl AsyncFnMut(&Env) -> Option<Value>) -> Value {
@@ -334,7 +304,7 @@ async fn the_full_flow_completes_alike_under_throttling_and_server_errors() {
         Some(faults),
     )
     .await;
-    let stats = env.faulty.as_ref().unwrap().stats.clone();
+    let stats = env.aws.faulty.as_ref().unwrap().stats.clone();
     let started = Instant::now();
     let stormy = full_flow_in(env).await;
     assert_eq!(mask(&calm), mask(&stormy), "the same timeline under faults");
@@ -406,7 +376,7 @@ async fn a_cta_whose_schedule_fires_59_s_early_still_expires_within_two_minutes(
         late >= chrono::Duration::zero() && late <= chrono::Duration::seconds(120),
         "expired {late} after its time"
     );
-    let stats = &env.faulty.as_ref().unwrap().stats;
+    let stats = &env.aws.faulty.as_ref().unwrap().stats;
     assert!(
         stats.fired_early.load(std::sync::atomic::Ordering::Relaxed) >= 1,
         "the scheduler fired early at least once"
@@ -785,23 +755,24 @@ impl baton_core::llm::Llm for ThrottledOnce {
     }
 }
 
-/// A steps queue on moto with a service over it, fed by hand as Lambda's event source
+/// A steps queue on the emulator (no faults: the tests using it are about one) with a
+/// service over it, fed by hand as Lambda's event source
 /// mapping would feed the step function.
 struct StepsQueue {
     service: Arc<baton_core::service::Service>,
     sqs: aws_sdk_sqs::Client,
     url: String,
     arn: String,
-    _moto: Moto,
+    _aws: Emulator,
 }
 
 impl StepsQueue {
     async fn start(prefix: &str, llm: Arc<dyn baton_core::llm::Llm>) -> StepsQueue {
-        let moto = Moto::start();
-        let sdk = moto.sdk().await;
+        let aws = Emulator::start_with(None).await;
+        let sdk = aws.sdk().await;
         let p = baton_aws::provision::ensure(
             &sdk,
-            &Names::new(prefix),
+            &aws.names(prefix),
             "arn:aws:iam::123456789012:role/s",
         )
         .await
@@ -829,7 +800,7 @@ impl StepsQueue {
             sqs,
             url,
             arn,
-            _moto: moto,
+            _aws: aws,
         }
     }
 
@@ -955,11 +926,11 @@ async fn a_crash_after_a_parking_commit_is_repaired_by_the_sweep() {
     use aws_lambda_events::event::sqs::SqsEvent;
     use baton_core::service::{CreateRun, Service};
 
-    let moto = Moto::start();
-    let sdk = moto.sdk().await;
+    let aws = Emulator::start_with(None).await;
+    let sdk = aws.sdk().await;
     let p = baton_aws::provision::ensure(
         &sdk,
-        &Names::new("sweep"),
+        &aws.names("sweep"),
         "arn:aws:iam::123456789012:role/s",
     )
     .await

@@ -13,10 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_api::{AppState, BearerToken};
-use baton_aws::provision::Names;
 use baton_core::ports::{ManualClock, SystemClock};
 use baton_dev::{AwsDevOptions, AwsDevServer};
-use common::moto::Moto;
+use common::aws::Emulator;
 use common::*;
 use serde_json::{Value, json};
 
@@ -555,10 +554,10 @@ async fn a_link_to_a_settled_question_says_how_it_was_settled() {
 
 #[tokio::test]
 async fn baton_dev_aws_makes_one_time_links_when_given_a_key() {
-    let moto = Moto::start();
+    let aws = Emulator::start_with(None).await;
     let server = AwsDevServer::start(AwsDevOptions {
-        sdk: moto.sdk().await,
-        names: Names::new("links"),
+        sdk: aws.sdk().await,
+        names: aws.names("links"),
         scheduler_role_arn: "arn:aws:iam::123456789012:role/links-scheduler".into(),
         addr: "127.0.0.1:0".parse().unwrap(),
         token: TOKEN.into(),

@@ -835,12 +835,12 @@ mod aws {
     use super::*;
     use baton_aws::dynamo::DynamoStore;
     use baton_aws::eventbridge::EventBridgeBus;
-    use baton_aws::provision::{self, Names};
+    use baton_aws::provision;
     use baton_aws::scheduler::SchedulerTimers;
     use baton_aws::sdk::Meter;
     use baton_aws::sqs::SqsQueue;
 
-    use crate::common::moto;
+    use crate::common::aws::Emulator;
 
     /// Receives from SQS queues as Lambda's event source mapping would.
     pub struct SqsPump {
@@ -883,24 +883,17 @@ mod aws {
     }
 
     #[tokio::test]
-    async fn the_aws_adapters_pass_the_port_contracts_on_moto() {
-        let moto = moto::Moto::start();
-        let sdk = moto.sdk().await;
-        let p = provision::ensure(
-            &sdk,
-            &Names::new("contract"),
-            "arn:aws:iam::123456789012:role/scheduler",
-        )
-        .await
-        .unwrap();
+    async fn the_aws_adapters_pass_the_port_contracts_on_an_emulator() {
+        let aws = Emulator::start_with(None).await;
+        let sdk = aws.sdk().await;
+        let names = aws.names("contract");
+        let p = provision::ensure(&sdk, &names, "arn:aws:iam::123456789012:role/scheduler")
+            .await
+            .unwrap();
         // Provisioning twice is fine.
-        provision::ensure(
-            &sdk,
-            &Names::new("contract"),
-            "arn:aws:iam::123456789012:role/scheduler",
-        )
-        .await
-        .unwrap();
+        provision::ensure(&sdk, &names, "arn:aws:iam::123456789012:role/scheduler")
+            .await
+            .unwrap();
         let c = &p.config;
         let meter = Meter::shared();
         let store = DynamoStore::new(

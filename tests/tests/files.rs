@@ -1,5 +1,5 @@
 //! Files and widgets beside a tool's result, end to end on `baton dev` and over AWS APIs
-//! (moto's S3): the timeline names the file and draws the widgets, the owner downloads the
+//! (an emulator's S3): the timeline names the file and draws the widgets, the owner downloads the
 //! bytes, nobody else can, and the model saw the file's summary alone.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
@@ -8,10 +8,9 @@ mod common;
 
 use std::sync::Arc;
 
-use baton_aws::provision::Names;
 use baton_core::ports::SystemClock;
 use baton_dev::{AwsDevOptions, AwsDevServer};
-use common::moto::Moto;
+use common::aws::Emulator;
 use common::*;
 use serde_json::{Value, json};
 
@@ -129,10 +128,12 @@ async fn a_tools_files_and_widgets_reach_the_timeline_and_the_owner_on_both_host
     );
     h.server.shutdown().await;
 
-    let moto = Moto::start();
+    // On the emulator alone: this test is about files (S3 is where emulators differ),
+    // the scenarios of `aws_flow.rs` are what meet the fault layer.
+    let aws = Emulator::start_with(None).await;
     let s = AwsDevServer::start(AwsDevOptions {
-        sdk: moto.sdk().await,
-        names: Names::new("files"),
+        sdk: aws.sdk().await,
+        names: aws.names("files"),
         scheduler_role_arn: "arn:aws:iam::123456789012:role/files-scheduler".into(),
         addr: "127.0.0.1:0".parse().unwrap(),
         token: TOKEN.into(),

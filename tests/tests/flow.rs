@@ -354,11 +354,19 @@ async fn answers_are_validated_and_only_the_first_wins() {
         .await;
     assert_eq!(code, 409, "{v}");
     assert_eq!(v["error"]["code"], "cta_answered");
+    // The answer that won, posted again (a client retrying after a lost reply), is
+    // accepted again and changes nothing.
+    let (code, v) = h
+        .post(&path, json!({"kind": "choice", "selectedId": "b"}))
+        .await;
+    assert_eq!(code, 202, "{v}");
+    assert_eq!(v["status"], "answered", "{v}");
     let run = h.wait_status(&run_id, &["completed"]).await;
     assert_eq!(
         of_type(&run, "tool")[0]["result"]["output"]["selectedId"],
         "b"
     );
+    assert_eq!(of_type(&run, "tool").len(), 1, "one resolution: {run:#}");
     h.server.shutdown().await;
 }
 
@@ -377,7 +385,9 @@ async fn concurrent_answers_have_exactly_one_winner() {
     for i in 0..8 {
         let (http, url) = (h.http.clone(), h.url(&path));
         set.spawn(async move {
-            let body = json!({"kind": "approval", "approved": i % 2 == 0});
+            // Each answer its own (the same answer again would be that answer, accepted).
+            let body =
+                json!({"kind": "approval", "approved": i % 2 == 0, "reason": format!("#{i}")});
             http.post(url)
                 .bearer_auth(TOKEN)
                 .json(&body)

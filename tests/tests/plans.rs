@@ -1,7 +1,7 @@
-//! Plans end to end, over HTTP, on `baton dev` and over AWS APIs (moto's server): a scripted
-//! orchestrator drafts a two-stage plan (two parallel steps, then one that binds both
-//! results); a human approves it through the API; the last step's agent asks the human a
-//! question, which shows in the root run's timeline and in `GET /ctas?rootRunId=`; the run
+//! Plans end to end, over HTTP, on `baton dev` and over AWS APIs (an emulator:
+//! `common/aws.rs`): a scripted orchestrator drafts a two-stage plan (two parallel steps,
+//! then one that binds both results); a human approves it through the API; the last step's
+//! agent asks the human a question, which shows in the root run's timeline and in `GET /ctas?rootRunId=`; the run
 //! finishes with the merged result.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
@@ -11,11 +11,10 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton_aws::provision::Names;
 use baton_core::ports::SystemClock;
 use baton_dev::{AwsDevOptions, AwsDevServer};
-use common::fault::{Faults, FaultyAws};
-use common::moto::Moto;
+use common::aws::{Emulator, api_call};
+use common::fault::Faults;
 use common::*;
 use serde_json::{Value, json};
 
@@ -46,11 +45,12 @@ fn agents() -> Value {
     json!({"agents": {"writer": {"tools": ["request_human_feedback"]}}})
 }
 
-/// `baton dev --aws` over `sdk`, its resources named by `prefix`, thinking with `script`.
-async fn aws_host(sdk: aws_config::SdkConfig, prefix: &str, script: &str) -> AwsDevServer {
-    AwsDevServer::start(AwsDevOptions {
-        sdk,
-        names: Names::new(prefix),
+/// `baton dev --aws` over `aws` (through its fault layer, if any, once the resources
+/// exist), its resources named by `prefix`, thinking with `script`.
+async fn aws_host(aws: &Emulator, prefix: &str, script: &str) -> AwsDevServer {
+    let host = AwsDevServer::start(AwsDevOptions {
+        sdk: aws.host_sdk().await,
+        names: aws.names(prefix),
         scheduler_role_arn: format!("arn:aws:iam::123456789012:role/{prefix}-scheduler"),
         addr: "127.0.0.1:0".parse().unwrap(),
         token: TOKEN.into(),
@@ -60,7 +60,9 @@ async fn aws_host(sdk: aws_config::SdkConfig, prefix: &str, script: &str) -> Aws
         duplicate: false,
     })
     .await
-    .unwrap()
+    .unwrap();
+    aws.turn_on();
+    host
 }
 
 struct Client {
@@ -69,17 +71,10 @@ struct Client {
 }
 
 impl Client {
+    /// One call; under `BATON_TEST_FAULTS`, a 503 is tried again as a careful client does.
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut rb = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(TOKEN);
-        if let Some(b) = body {
-            rb = rb.json(&b);
-        }
-        let r = rb.send().await.unwrap();
-        let code = r.status().as_u16();
-        (code, r.json().await.unwrap_or(Value::Null))
+        let busy = common::aws::faults_from_env().is_some();
+        api_call(&self.http, &self.base, busy, method, path, body.as_ref()).await
     }
 
     async fn get(&self, path: &str) -> Value {
@@ -253,8 +248,8 @@ async fn a_drafted_plan_is_approved_runs_in_two_stages_and_its_question_reaches_
     h.server.shutdown().await;
 
     // The same flow over AWS APIs ends with the same timeline.
-    let moto = Moto::start();
-    let s = aws_host(moto.sdk().await, "plans", SCRIPT).await;
+    let aws = Emulator::start().await;
+    let s = aws_host(&aws, "plans", SCRIPT).await;
     let c = Client {
         base: s.url(),
         http: reqwest::Client::new(),
@@ -321,11 +316,12 @@ async fn a_step_past_its_timeout_is_stopped_by_a_real_timer_on_both_hosts() {
     timed_out(&c, &run_id).await;
     h.server.shutdown().await;
 
-    // AWS: the step's one-time schedule puts `timer.fired` on the bus (moto keeps the
-    // schedule but never fires it, so the test puts the event as the schedule would).
-    let moto = Moto::start();
-    let sdk = moto.sdk().await;
-    let s = aws_host(sdk.clone(), "plantimer", TIMEOUT_SCRIPT).await;
+    // AWS: the step's one-time schedule puts `timer.fired` on the bus (the emulator keeps
+    // the schedule but never fires it, so the test puts the event as the schedule would,
+    // with no fault layer firing it too).
+    let aws = Emulator::start_with(None).await;
+    let sdk = aws.sdk().await;
+    let s = aws_host(&aws, "plantimer", TIMEOUT_SCRIPT).await;
     let c = Client {
         base: s.url(),
         http: reqwest::Client::new(),
@@ -415,17 +411,12 @@ async fn a_step_past_its_timeout_is_stopped_by_a_real_timer_on_both_hosts() {
 /// between its deadline and two minutes after.
 #[tokio::test]
 async fn a_plan_step_timer_fired_59_s_early_still_stops_the_step_within_two_minutes() {
-    let moto = Moto::start();
-    let faulty = FaultyAws::start(
-        &moto.url,
-        Faults {
-            early_first_firing: true,
-            ..Faults::default()
-        },
-    )
+    let aws = Emulator::start_with(Some(Faults {
+        early_first_firing: true,
+        ..Faults::default()
+    }))
     .await;
-    let s = aws_host(faulty.sdk().await, "earlytimer", TIMEOUT_SCRIPT).await;
-    faulty.turn_on();
+    let s = aws_host(&aws, "earlytimer", TIMEOUT_SCRIPT).await;
     let c = Client {
         base: s.url(),
         http: reqwest::Client::new(),
@@ -442,7 +433,9 @@ async fn a_plan_step_timer_fired_59_s_early_still_stops_the_step_within_two_minu
         "the step stopped {took:?} after the run started (its timeout: 3 s)"
     );
     assert!(
-        faulty
+        aws.faulty
+            .as_ref()
+            .unwrap()
             .stats
             .fired_early
             .load(std::sync::atomic::Ordering::Relaxed)

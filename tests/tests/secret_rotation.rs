@@ -1,5 +1,5 @@
 //! A rotated model key does not fail runs: the OpenAI-compatible client re-reads the key
-//! from Secrets Manager (moto's) when the provider answers 401, at most once a minute.
+//! from Secrets Manager (an emulator's) when the provider answers 401, at most once a minute.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -11,7 +11,7 @@ use std::time::Duration;
 use baton_core::llm::{ChatRequest, Llm, LlmError};
 use baton_lambda::SecretKey;
 use baton_llm::openai::{OpenAiConfig, OpenAiLlm};
-use common::moto::Moto;
+use common::aws::Emulator;
 use serde_json::json;
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -39,12 +39,12 @@ async fn provider_accepting(server: &MockServer, key: &str) {
 
 #[tokio::test]
 async fn a_rotated_secret_is_read_again_after_a_401_at_most_once_a_minute() {
-    let moto = Moto::start();
-    let sdk = moto.sdk().await;
+    let aws = Emulator::start_with(None).await;
+    let sdk = aws.sdk().await;
     let sm = aws_sdk_secretsmanager::Client::new(&sdk);
     let arn = sm
         .create_secret()
-        .name("baton/model-key")
+        .name(format!("baton/model-key-{}", uuid::Uuid::new_v4().simple()))
         .secret_string("sk-old")
         .send()
         .await

@@ -1,7 +1,7 @@
-//! A hostile AWS: an HTTP proxy in front of moto's server that answers a share of the
+//! A hostile AWS: an HTTP proxy in front of an emulator (moto's server or LocalStack) that answers a share of the
 //! requests as AWS answers when it throttles or fails, delays the rest, and fires one-time
 //! schedules as EventBridge Scheduler does, anywhere within their minute, early second
-//! included (moto stores schedules and never fires them).
+//! included (neither emulator fires schedules: both store them).
 //!
 //! Each service fails in its own words, as its documentation and its SDK's deserializers
 //! have them: DynamoDB `ThrottlingException` / `ProvisionedThroughputExceededException`,
@@ -66,7 +66,7 @@ struct Shared {
     faults: Faults,
     /// Off while the test sets up (provisioning is CloudFormation's job, not the code's).
     on: std::sync::atomic::AtomicBool,
-    moto: String,
+    upstream: String,
     http: reqwest::Client,
     rng: Mutex<u64>,
     stats: Arc<Stats>,
@@ -89,14 +89,14 @@ impl Drop for FaultyAws {
 }
 
 impl FaultyAws {
-    /// The layer on a free loopback port, in front of moto at `moto_url`.
-    pub async fn start(moto_url: &str, faults: Faults) -> FaultyAws {
-        let sdk = super::moto::sdk_for(moto_url).await;
+    /// The layer on a free loopback port, in front of the emulator at `upstream_url`.
+    pub async fn start(upstream_url: &str, faults: Faults) -> FaultyAws {
+        let sdk = super::moto::sdk_for(upstream_url).await;
         let stats = Arc::new(Stats::default());
         let shared = Arc::new(Shared {
             faults,
             on: Default::default(),
-            moto: moto_url.trim_end_matches('/').to_owned(),
+            upstream: upstream_url.trim_end_matches('/').to_owned(),
             http: reqwest::Client::new(),
             rng: Mutex::new(faults.seed.max(1)),
             stats: stats.clone(),
@@ -122,6 +122,11 @@ impl FaultyAws {
     /// Turns the faults on (the scheduler fires either way).
     pub fn turn_on(&self) {
         self.shared.on.store(true, Ordering::SeqCst);
+    }
+
+    /// Turns them off, while a test sets up again (a restarted host's resources).
+    pub fn turn_off(&self) {
+        self.shared.on.store(false, Ordering::SeqCst);
     }
 
     /// An SDK config whose every client goes through this layer.
@@ -340,7 +345,7 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
     }
     let mut fwd = s
         .http
-        .request(parts.method.clone(), format!("{}{path}", s.moto))
+        .request(parts.method.clone(), format!("{}{path}", s.upstream))
         .body(body.clone());
     for (k, v) in &parts.headers {
         if k != "host" && k != "content-length" {

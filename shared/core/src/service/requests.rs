@@ -270,6 +270,10 @@ impl Service {
     /// Accepts an answer with the CTA's own conditional write, then queues the resolution
     /// for the run's writer. `owner` is `None` for trusted callers (the bus consumer);
     /// `responder` is who answered, recorded with the answer.
+    ///
+    /// The answer that won, posted again by the same responder, is accepted again and
+    /// changes nothing (its resolution is re-sent, deduplicated): a client that retries
+    /// after a lost reply or a 503 whose write went through is told it succeeded.
     pub async fn answer_cta(
         &self,
         owner: Option<&str>,
@@ -279,7 +283,9 @@ impl Service {
     ) -> Result<Cta, ServiceError> {
         let cta = self.get_cta(owner, cta_id).await?;
         if cta.status != CtaStatus::Pending {
-            return Err(self.settled_error(&cta).await);
+            return self
+                .settled_again(cta, &response, responder.as_deref())
+                .await;
         }
         // A well-formed answer that does not fit this CTA (another kind, an option it does
         // not offer, a blank required text) conflicts with the CTA as it is: 409, not 400.
@@ -303,8 +309,8 @@ impl Service {
             .settle_cta(
                 cta_id,
                 &Settlement::Answered {
-                    response,
-                    responder,
+                    response: response.clone(),
+                    responder: responder.clone(),
                 },
                 now,
             )
@@ -316,9 +322,31 @@ impl Service {
                 info!(cta_id, run_id = %cta.run_id, "CTA answered");
                 Ok(cta)
             }
-            Settled::Lost(cta) => Err(self.settled_error(&cta).await),
+            Settled::Lost(cta) => {
+                self.settled_again(cta, &response, responder.as_deref())
+                    .await
+            }
             Settled::NotFound => Err(ServiceError::NotFound(format!("no CTA `{cta_id}`"))),
         }
+    }
+
+    /// An answer to a CTA already settled: the same as the answer that won (same response,
+    /// same responder) is that answer again; anything else is refused.
+    async fn settled_again(
+        &self,
+        cta: Cta,
+        response: &CtaResponse,
+        responder: Option<&str>,
+    ) -> Result<Cta, ServiceError> {
+        let same = cta.status == CtaStatus::Answered
+            && cta.response.as_ref() == Some(response)
+            && cta.responder.as_deref() == responder;
+        if same {
+            self.send_resolution(&cta).await?;
+            info!(cta_id = %cta.cta_id, "the answer that won, posted again: accepted");
+            return Ok(cta);
+        }
+        Err(self.settled_error(&cta).await)
     }
 
     /// The refusal for a CTA that is no longer pending. An answered CTA's resolution is

@@ -1,0 +1,188 @@
+//! The AWS the scenario tests run against. By default each test starts its own moto server
+//! (`moto.rs`). Two settings make the same tests meet a harder AWS:
+//!
+//! - `BATON_TEST_AWS_ENDPOINT=http://127.0.0.1:4566`: an emulator already running there
+//!   (LocalStack, as `tests/localstack/run.sh` starts it), shared by every test; each test's
+//!   resources then get a name of their own.
+//! - `BATON_TEST_FAULTS=1` (or `throttle=0.1,errors=0.02,early`): the code under test talks
+//!   to AWS through the fault layer (`fault.rs`), which throttles and fails that share of
+//!   every operation once the resources exist, and fires schedules anywhere in their
+//!   minute (`1`: 10% throttled, 2% server errors, each schedule's first firing 59 s early).
+//!
+//! The test's own calls (reading what the code wrote) always go straight to the emulator.
+
+use aws_config::SdkConfig;
+use baton_aws::provision::Names;
+
+use super::fault::{Faults, FaultyAws};
+use super::moto::{Moto, sdk_for};
+
+pub struct Emulator {
+    /// The emulator itself.
+    pub url: String,
+    /// The fault layer in front of it, if the test or `BATON_TEST_FAULTS` asked for one.
+    pub faulty: Option<FaultyAws>,
+    /// Whether other tests share this emulator (its resources need names of their own).
+    shared: bool,
+    _moto: Option<Moto>,
+}
+
+impl Emulator {
+    /// The emulator the settings above name, with the faults `BATON_TEST_FAULTS` names.
+    pub async fn start() -> Emulator {
+        Self::start_with(faults_from_env()).await
+    }
+
+    /// The emulator the settings name, with these faults (or none) whatever
+    /// `BATON_TEST_FAULTS` says: for the tests that are about one fault.
+    pub async fn start_with(faults: Option<Faults>) -> Emulator {
+        let (url, moto, shared) = match std::env::var("BATON_TEST_AWS_ENDPOINT") {
+            Ok(url) if !url.is_empty() => (url.trim_end_matches('/').to_owned(), None, true),
+            _ => {
+                let moto = Moto::start();
+                (moto.url.clone(), Some(moto), false)
+            }
+        };
+        let faulty = match faults {
+            Some(f) => Some(FaultyAws::start(&url, f).await),
+            None => None,
+        };
+        Emulator {
+            url,
+            faulty,
+            shared,
+            _moto: moto,
+        }
+    }
+
+    /// For the test's own calls: straight to the emulator.
+    pub async fn sdk(&self) -> SdkConfig {
+        sdk_for(&self.url).await
+    }
+
+    /// For the code under test: through the fault layer, if there is one.
+    pub async fn host_sdk(&self) -> SdkConfig {
+        match &self.faulty {
+            Some(f) => f.sdk().await,
+            None => self.sdk().await,
+        }
+    }
+
+    /// Turns the faults on, once the resources exist (creating them is CloudFormation's
+    /// job on AWS, not the code's).
+    pub fn turn_on(&self) {
+        if let Some(f) = &self.faulty {
+            f.turn_on();
+        }
+    }
+
+    /// Turns them off while a test sets up again (a restarted host's resources).
+    pub fn turn_off(&self) {
+        if let Some(f) = &self.faulty {
+            f.turn_off();
+        }
+    }
+
+    /// Whether faults are in play (the test's clients then retry a 503, as careful
+    /// clients do).
+    pub fn faulty(&self) -> bool {
+        self.faulty.is_some()
+    }
+
+    /// Names for the resources of `prefix`: the prefix itself on an emulator of the test's
+    /// own, one no other test (nor an earlier run) uses on a shared one.
+    pub fn names(&self, prefix: &str) -> Names {
+        if !self.shared {
+            return Names::new(prefix);
+        }
+        let unique = uuid::Uuid::new_v4().simple().to_string();
+        Names::new(format!("{prefix}-{}", &unique[..10]))
+    }
+}
+
+/// `BATON_TEST_FAULTS`, read as above; unset, empty or `0` is none. A setting it cannot
+/// read stops the test, saying so.
+pub fn faults_from_env() -> Option<Faults> {
+    let spec = std::env::var("BATON_TEST_FAULTS").unwrap_or_default();
+    let spec = spec.trim();
+    if spec.is_empty() || spec == "0" {
+        return None;
+    }
+    if spec == "1" {
+        return Some(Faults {
+            throttle: 0.10,
+            server_error: 0.02,
+            early_first_firing: true,
+            ..Faults::default()
+        });
+    }
+    let mut f = Faults::default();
+    for part in spec.split(',').map(str::trim) {
+        let (k, v) = part.split_once('=').unwrap_or((part, ""));
+        let rate = || {
+            v.parse::<f64>()
+                .ok()
+                .filter(|r| (0.0..=1.0).contains(r))
+                .unwrap_or_else(|| panic!("BATON_TEST_FAULTS: `{part}` needs a rate in 0..=1"))
+        };
+        match k {
+            "throttle" => f.throttle = rate(),
+            "errors" => f.server_error = rate(),
+            "early" => f.early_first_firing = true,
+            "seed" => {
+                f.seed = v
+                    .parse()
+                    .unwrap_or_else(|_| panic!("BATON_TEST_FAULTS: `{part}`"))
+            }
+            _ => panic!("BATON_TEST_FAULTS: unknown `{part}` (throttle=, errors=, early, seed=)"),
+        }
+    }
+    Some(f)
+}
+
+/// How long a scenario may wait for what it expects: `calm`, or four times that when
+/// `BATON_TEST_FAULTS` is set (a step that meets a throttle the SDK's own retries did not
+/// absorb waits out its backoff, 30 s the first time).
+pub fn patience(calm: std::time::Duration) -> std::time::Duration {
+    if faults_from_env().is_some() {
+        calm * 4
+    } else {
+        calm
+    }
+}
+
+/// One call to the API at `base`, as a careful client makes it when `retry_busy`: a 503
+/// ("busy; try again") is tried again, up to five times, with the same `Idempotency-Key`,
+/// so a retried request never does its work twice.
+pub async fn api_call(
+    http: &reqwest::Client,
+    base: &str,
+    retry_busy: bool,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let key = format!("test-{}-{n}", std::process::id());
+    let mut attempt = 0;
+    loop {
+        let mut rb = http
+            .request(method.clone(), format!("{base}{path}"))
+            .bearer_auth(super::TOKEN)
+            .header("Idempotency-Key", &key);
+        if let Some(b) = body {
+            rb = rb.json(b);
+        }
+        let r = rb.send().await.expect("the API answers");
+        let code = r.status().as_u16();
+        let text = r.text().await.unwrap_or_default();
+        attempt += 1;
+        if code == 503 && retry_busy && attempt < 5 {
+            tokio::time::sleep(std::time::Duration::from_millis(200 * attempt)).await;
+            continue;
+        }
+        let v = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+        return (code, v);
+    }
+}
