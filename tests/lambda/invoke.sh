@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Lambda layer: serves the four functions with `cargo lambda watch` against moto's server
-# on loopback, invokes each with the sample events in tests/events/, and asserts the answers
+# on loopback (or the emulator at BATON_TEST_AWS_ENDPOINT: tests/localstack/run.sh), invokes each with the sample events in tests/events/, and asserts the answers
 # (including a partial batch failure); then starts each function's binary with the
 # environment template.yaml gives it (tests/lambda/start_from_template.py). Needs
 # cargo-lambda and moto on PATH (.ci/run installs both). Exits non-zero on the first wrong
@@ -16,12 +16,17 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-moto_port=$(free_port)
-moto_server -H 127.0.0.1 -p "$moto_port" >"$work/moto.log" 2>&1 &
-pids+=($!)
-wait_port "$moto_port"
+if [ -n "${BATON_TEST_AWS_ENDPOINT:-}" ]; then
+  endpoint=$BATON_TEST_AWS_ENDPOINT
+else
+  moto_port=$(free_port)
+  moto_server -H 127.0.0.1 -p "$moto_port" >"$work/moto.log" 2>&1 &
+  pids+=($!)
+  wait_port "$moto_port"
+  endpoint="http://127.0.0.1:$moto_port"
+fi
 
-export AWS_ENDPOINT_URL="http://127.0.0.1:$moto_port" AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test \
+export AWS_ENDPOINT_URL="$endpoint" AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test \
   AWS_SECRET_ACCESS_KEY=test AWS_EC2_METADATA_DISABLED=true
 source scripts/lib.sh
 cargo build -p baton-cli -p api -p orchestrator -p subagent -p cta

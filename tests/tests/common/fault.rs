@@ -73,6 +73,8 @@ struct Shared {
     /// Each schedule's generation: a firing is dropped once its schedule changed or went.
     schedules: Mutex<HashMap<String, u64>>,
     sdk: aws_config::SdkConfig,
+    /// `BATON_TEST_RECORD_CALLS`: where each function's calls are recorded ([`record`]).
+    record: Option<std::path::PathBuf>,
 }
 
 pub struct FaultyAws {
@@ -102,6 +104,7 @@ impl FaultyAws {
             stats: stats.clone(),
             schedules: Mutex::new(HashMap::new()),
             sdk,
+            record: std::env::var_os("BATON_TEST_RECORD_CALLS").map(Into::into),
         });
         let app = axum::Router::new()
             .fallback(handle)
@@ -325,6 +328,9 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
         .to_owned();
     let (service, op) = operation(&parts.method, parts.uri.path(), &parts.headers);
     s.stats.requests.fetch_add(1, Ordering::Relaxed);
+    if let Some(file) = &s.record {
+        record(file, &parts.method, &parts.uri, &parts.headers, &body);
+    }
     let roll = if s.on.load(Ordering::SeqCst) {
         s.draw()
     } else {
@@ -454,4 +460,145 @@ fn arm(s: &Arc<Shared>, name: String, body: &Bytes) {
                 .await;
         }
     });
+}
+
+/// Appends, when `BATON_TEST_RECORD_CALLS` names a file, one JSON line per IAM action each
+/// request asks of a function's role: `{"function", "action", "resource"}`, the resource
+/// as the tail of its ARN (`table/<name>/index/<index>`, `queue/<name>`,
+/// `schedule/<group>/<name>`, `object/<bucket>/<key>`…). The function is the one the
+/// user agent names (`app/OrchestratorFunction`); a request that names none (creating the
+/// resources, the test's own reads) is not the functions' and is not recorded.
+/// `tests/policy/calls_granted.py` checks each line against the function's policies.
+pub(super) fn record(
+    path: &std::path::Path,
+    method: &Method,
+    uri: &axum::http::Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) {
+    let Some(function) = headers
+        .get("user-agent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ua| ua.split(' ').find_map(|p| p.strip_prefix("app/")))
+    else {
+        return;
+    };
+    let lines: Vec<String> = actions(method, uri, headers, body)
+        .into_iter()
+        .map(|(action, resource)| {
+            json!({"function": function, "action": action, "resource": resource}).to_string() + "\n"
+        })
+        .collect();
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        // One write per request: appends from concurrent tests do not interleave.
+        let _ = f.write_all(lines.concat().as_bytes());
+    }
+}
+
+/// The IAM actions a request needs, each with its resource (see [`record`]).
+fn actions(
+    method: &Method,
+    uri: &axum::http::Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Vec<(String, String)> {
+    let req: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let (service, op) = operation(method, uri.path(), headers);
+    let last = |s: &str| s.rsplit('/').next().unwrap_or(s).to_owned();
+    match service {
+        "dynamodb" => {
+            let table = |t: &Value| format!("table/{}", t.as_str().unwrap_or("?"));
+            match op.as_str() {
+                "TransactWriteItems" | "TransactGetItems" => req["TransactItems"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|item| {
+                        let (kind, inner) = item.as_object()?.iter().next()?;
+                        let action = match kind.as_str() {
+                            "Put" => "PutItem",
+                            "Update" => "UpdateItem",
+                            "Delete" => "DeleteItem",
+                            "ConditionCheck" => "ConditionCheckItem",
+                            _ => "GetItem",
+                        };
+                        Some((format!("dynamodb:{action}"), table(&inner["TableName"])))
+                    })
+                    .collect(),
+                "BatchWriteItem" | "BatchGetItem" => req["RequestItems"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(t, _)| (format!("dynamodb:{op}"), format!("table/{t}")))
+                    .collect(),
+                _ => {
+                    let mut r = table(&req["TableName"]);
+                    if let Some(index) = req["IndexName"].as_str() {
+                        r = format!("{r}/index/{index}");
+                    }
+                    vec![(format!("dynamodb:{op}"), r)]
+                }
+            }
+        }
+        "sqs" => {
+            let action = op.strip_suffix("Batch").unwrap_or(&op);
+            let queue = last(req["QueueUrl"].as_str().unwrap_or("?"));
+            vec![(format!("sqs:{action}"), format!("queue/{queue}"))]
+        }
+        "events" => req["Entries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let bus = last(e["EventBusName"].as_str().unwrap_or("default"));
+                (format!("events:{op}"), format!("event-bus/{bus}"))
+            })
+            .collect(),
+        "secretsmanager" => vec![(
+            format!("secretsmanager:{op}"),
+            format!("secret/{}", req["SecretId"].as_str().unwrap_or("?")),
+        )],
+        "scheduler" => {
+            let name = last(uri.path());
+            let group = uri
+                .query()
+                .and_then(|q| {
+                    q.split('&')
+                        .find_map(|kv| kv.strip_prefix("groupName=").map(str::to_owned))
+                })
+                .or_else(|| req["GroupName"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| "default".into());
+            let mut out = vec![(
+                format!("scheduler:{op}"),
+                format!("schedule/{group}/{name}"),
+            )];
+            if let Some(role) = req["Target"]["RoleArn"].as_str() {
+                out.push(("iam:PassRole".into(), format!("role/{}", last(role))));
+            }
+            out
+        }
+        _ => {
+            // S3, path-style: /<bucket>[/<key>].
+            let path = uri.path().trim_start_matches('/');
+            let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
+            let action = match (method, key.is_empty()) {
+                (&Method::PUT, false) => "PutObject",
+                (&Method::DELETE, false) => "DeleteObject",
+                (_, false) => "GetObject",
+                (&Method::GET, true) => "ListBucket",
+                _ => "CreateBucket",
+            };
+            let resource = if key.is_empty() {
+                format!("bucket/{bucket}")
+            } else {
+                format!("object/{bucket}/{key}")
+            };
+            vec![(format!("s3:{action}"), resource)]
+        }
+    }
 }

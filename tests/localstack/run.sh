@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The AWS scenario tests and the Lambda invoke tests against LocalStack, in host mode (no
+# Docker), as CI runs them: starts LocalStack on a free port (installing it under target/
+# the first time: tests/localstack/localstack.sh), runs the tests against it, stops it.
+#
+#   tests/localstack/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# Taken first, then evaluated: `eval "$(...)"` would hide a failed start.
+env=$(tests/localstack/localstack.sh start "$port")
+eval "$env"
+trap 'tests/localstack/localstack.sh stop' EXIT
+# Every test shares this one LocalStack; each names its resources its own way.
+export BATON_TEST_AWS_ENDPOINT=$AWS_ENDPOINT_URL
+
+echo "== LocalStack $AWS_ENDPOINT_URL: a smoke check of each service"
+"${CARGO_TARGET_DIR:-target}/localstack/venv/bin/python" tests/localstack/probe.py
+echo "== LocalStack: the AWS scenarios and the adapters' port contracts"
+cargo test -p baton-tests --test aws_flow --test aws_crashes --test plans --test files \
+  --test contract --test secret_rotation
+echo "== LocalStack: the Lambda invoke tests (tests/lambda/invoke.sh)"
+tests/lambda/invoke.sh

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Checks that every AWS call each function made in the scenario tests is granted by the
+IAM policies template.yaml gives that function's role.
+
+Neither emulator enforces IAM, so a call a role lacks passes every test and fails on AWS
+with AccessDenied. The tests' fault layer records, for each request a function makes
+(`baton dev --aws` runs each function's handlers with its own clients, whose user agent
+names it), the IAM actions it needs and their resources (`BATON_TEST_RECORD_CALLS`; see
+tests/tests/common/fault.rs). This expands the template with samtranslator (the transform
+CloudFormation runs), resolves each role's statements for a sample stack named `baton`,
+maps each recorded resource to that stack's (by the suffix of its name: the tests name
+resources as the template does, under another prefix), and decides each call by IAM's
+rules for identity policies: allowed if a statement of the role allows the action on the
+resource (`*` and `?` wildcards), unless one denies it.
+
+    python3 tests/policy/calls_granted.py <recorded calls (JSON lines)> [template.yaml]
+
+Exit code 1 if any call is not granted, or if the record is missing or covers too little
+(a check that saw nothing proves nothing).
+"""
+
+import fnmatch
+import json
+import os
+import sys
+
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+
+ACCOUNT, REGION, STACK = "123456789012", "us-east-1", "baton"
+FUNCTIONS = ["ApiFunction", "OrchestratorFunction", "SubagentFunction", "CtaFunction"]
+
+# The sample stack's resources: what `Ref` and `GetAtt` give, as CloudFormation would.
+QUEUES = {
+    "StepsQueue": "steps.fifo", "StepsDeadLetterQueue": "steps-dlq.fifo",
+    "SubagentStepsQueue": "subagent-steps.fifo",
+    "SubagentStepsDeadLetterQueue": "subagent-steps-dlq.fifo",
+    "CtaInboxQueue": "cta-inbox", "CtaInboxDeadLetterQueue": "cta-inbox-dlq",
+}
+REFS = {
+    "Table": f"{STACK}-table", "Bus": f"{STACK}-bus", "CtaScheduleGroup": f"{STACK}-ctas",
+    "FilesBucket": f"{STACK}-files",
+    "LinkKeySecret": f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{STACK}-link-key-AbCdEf",
+    "LlmSecretArn": f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{STACK}-keys-AbCdEf",
+    **{q: f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{STACK}-{n}" for q, n in QUEUES.items()},
+}
+ATTS = {
+    "SchedulerRole.Arn": f"arn:aws:iam::{ACCOUNT}:role/{STACK}-scheduler",
+    "Table.Arn": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{STACK}-table",
+    "Bus.Arn": f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{STACK}-bus",
+    "FilesBucket.Arn": f"arn:aws:s3:::{STACK}-files",
+    **{f"{q}.QueueName": f"{STACK}-{n}" for q, n in QUEUES.items()},
+    **{f"{q}.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{STACK}-{n}" for q, n in QUEUES.items()},
+}
+
+# What SAM attaches by ARN: AWS's managed policies, as AWS documents them (only the
+# statements that bear on the calls recorded).
+MANAGED = {
+    "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole": [
+        {"Effect": "Allow", "Action": ["logs:CreateLogGroup", "logs:CreateLogStream",
+                                       "logs:PutLogEvents"], "Resource": "*"}],
+    "arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole": [
+        {"Effect": "Allow", "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage",
+                                       "sqs:GetQueueAttributes"], "Resource": "*"}],
+}
+
+# A recorded resource's name ends as the template's does; the longest suffix decides.
+SUFFIXES = sorted([f"-{n}" for n in QUEUES.values()] + ["-table", "-bus", "-ctas", "-files",
+                                                          "-scheduler"], key=len, reverse=True)
+
+
+class NoManagedPolicies:
+    def load(self):
+        return {}
+
+
+def resolve(v, params):
+    if isinstance(v, list):
+        return [resolve(x, params) for x in v]
+    if not isinstance(v, dict):
+        return v
+    if len(v) != 1:
+        return {k: resolve(x, params) for k, x in v.items()}
+    (k, a), = v.items()
+    if k == "Ref":
+        if a in params:
+            return params[a]
+        if a in REFS:
+            return REFS[a]
+        raise SystemExit(f"Ref {a}: unknown to this check (teach it the resource)")
+    if k == "Fn::GetAtt":
+        key = ".".join(a) if isinstance(a, list) else a
+        if key not in ATTS:
+            raise SystemExit(f"GetAtt {key}: unknown to this check (teach it the resource)")
+        return ATTS[key]
+    if k == "Fn::Sub":
+        text, names = (a, {}) if isinstance(a, str) else (a[0], a[1])
+        values = {"AWS::Partition": "aws", "AWS::AccountId": ACCOUNT, "AWS::Region": REGION,
+                  "AWS::StackName": STACK, **params,
+                  **{n: resolve(x, params) for n, x in names.items()}}
+        out = text
+        for name, value in sorted(values.items(), key=lambda kv: -len(kv[0])):
+            out = out.replace("${" + name + "}", str(value))
+        while "${" in out:
+            start = out.index("${")
+            ref = out[start + 2:out.index("}", start)]
+            value = ATTS.get(ref) if "." in ref else REFS.get(ref)
+            if value is None:
+                raise SystemExit(f"Sub {text}: ${{{ref}}} unresolved")
+            out = out.replace("${" + ref + "}", value)
+        return out
+    if k == "Fn::Join":
+        return a[0].join(str(resolve(x, params)) for x in a[1])
+    raise SystemExit(f"{k}: an intrinsic this check does not know")
+
+
+def statements(translated, function, params):
+    """The statements of `function`'s role: its inline policies and the managed ones."""
+    role_id = translated["Resources"][function]["Properties"]["Role"]["Fn::GetAtt"][0]
+    role = translated["Resources"][role_id]["Properties"]
+    out = []
+    for p in role.get("Policies", []):
+        out += resolve(p["PolicyDocument"]["Statement"], params)
+    for arn in role.get("ManagedPolicyArns", []):
+        if arn not in MANAGED:
+            raise SystemExit(f"{function}: managed policy {arn} unknown to this check")
+        out += MANAGED[arn]
+    return out
+
+
+def listify(x):
+    return x if isinstance(x, list) else [x]
+
+
+def arn_of(resource):
+    """The sample stack's ARN for a recorded resource (`queue/flow-1a2b-steps.fifo`)."""
+    kind, _, rest = resource.partition("/")
+    name, _, tail = rest.partition("/")
+
+    def ours(n):
+        for suffix in SUFFIXES:
+            if n.endswith(suffix):
+                return STACK + suffix
+        return n  # not one of the template's: no statement will name it
+
+    if kind == "table":
+        return f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{ours(name)}" + (f"/{tail}" if tail else "")
+    if kind == "queue":
+        return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{ours(name)}"
+    if kind == "event-bus":
+        return f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{ours(name)}"
+    if kind == "schedule":
+        return f"arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule/{ours(name)}/{tail}"
+    if kind == "role":
+        return f"arn:aws:iam::{ACCOUNT}:role/{ours(name)}"
+    if kind == "object":
+        return f"arn:aws:s3:::{ours(name)}/{tail}"
+    if kind == "bucket":
+        return f"arn:aws:s3:::{ours(name)}"
+    if kind == "secret":
+        return rest
+    raise SystemExit(f"recorded resource {resource}: a kind this check does not know")
+
+
+def allowed(stmts, action, arn):
+    def hit(s):
+        actions = listify(s.get("Action", []))
+        resources = listify(s.get("Resource", []))
+        return (any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in actions)
+                and any(fnmatch.fnmatchcase(arn, r) for r in resources))
+    if any(s["Effect"] == "Deny" and hit(s) for s in stmts):
+        return False
+    return any(s["Effect"] == "Allow" and hit(s) for s in stmts)
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    record = sys.argv[1]
+    path = sys.argv[2] if len(sys.argv) > 2 else "template.yaml"
+    os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
+    with open(path) as f:
+        template = yaml_parse(f.read())
+    for name, res in template["Resources"].items():
+        if res.get("Type") == "AWS::Serverless::Function":
+            res["Properties"]["CodeUri"] = f"s3://packaged-code/{name}.zip"
+    params = {name: str(p.get("Default", "")) for name, p in template["Parameters"].items()}
+    params.update({"JwtIssuer": "https://issuer.example.com", "JwtAudience": "client",
+                   "LlmSecretArn": REFS["LlmSecretArn"]})
+    translated = transform(template, params, NoManagedPolicies())
+    roles = {f: statements(translated, f, params) for f in FUNCTIONS}
+
+    try:
+        with open(record) as f:
+            calls = {(c["function"], c["action"], c["resource"])
+                     for c in map(json.loads, filter(str.strip, f))}
+    except FileNotFoundError:
+        print(f"no record at {record}: run the scenario tests with BATON_TEST_RECORD_CALLS",
+              file=sys.stderr)
+        return 1
+    seen = {}
+    denied = []
+    for function, action, resource in sorted(calls):
+        if function not in roles:
+            denied.append(f"{function}: not a function of the template ({action} {resource})")
+            continue
+        arn = arn_of(resource)
+        key = (function, action, arn)
+        if key in seen:
+            continue
+        seen[key] = allowed(roles[function], action, arn)
+        if not seen[key]:
+            denied.append(f"{function}: {action} on {arn} is not granted")
+    for function in FUNCTIONS:
+        actions = sorted({a for (f, a, _) in seen if f == function})
+        print(f"{function:22} {len(actions):2} actions: {', '.join(actions)}")
+    for line in denied:
+        print(f"DENIED {line}")
+    missing = [f for f in FUNCTIONS if not any(k[0] == f for k in seen)]
+    if missing:
+        print(f"no calls recorded for {', '.join(missing)}: the record covers too little")
+        return 1
+    print(f"{len(calls)} calls recorded, {len(seen)} distinct: "
+          f"{'all granted' if not denied else f'{len(denied)} not granted'}")
+    return 1 if denied else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
