@@ -106,6 +106,7 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
         },
         link_key: None,
         public_url: None,
+        cache_bytes: cache_bytes(),
     })
     .await?;
     let url = server.url();
@@ -160,6 +161,7 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
     let steps_done = steps.len();
     let (warm, cold) = server.service.cache_use();
     let writes = server.store.write_stats();
+    let reads = server.store.read_stats();
 
     for id in ids.iter() {
         verify(&server.store, id, n).await?;
@@ -188,6 +190,11 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
         "steps_per_fsync": (steps_done as f64 / writes.synced.max(1) as f64 * 10.0).round() / 10.0,
         "steps_with_cached_timeline": warm,
         "steps_loading_timeline": cold,
+        "cache_budget_mb": server.service.cache_budget() / (1024 * 1024),
+        "cache_hit_rate": (warm as f64 / (warm + cold).max(1) as f64 * 1000.0).round() / 1000.0,
+        // What the cold steps read of their timelines (a step's window, not its history).
+        "entries_read_per_step": (reads.entries as f64 / steps_done.max(1) as f64 * 100.0).round() / 100.0,
+        "bytes_read_per_step": (reads.bytes as f64 / steps_done.max(1) as f64).round(),
         "peak_rss_mb": (peak_rss_mb() * 10.0).round() / 10.0,
         "disk_sync": disk_sync,
         "cpu_steal_pct": steal,
@@ -198,4 +205,11 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
         let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(report.to_string())
+}
+
+/// The cache budget `baton dev` would have here (`BATON_CACHE_MB` honoured).
+fn cache_bytes() -> usize {
+    baton_core::config::Config::from_env()
+        .map(|c| c.cache_bytes(baton_dev::machine_memory_mb()))
+        .unwrap_or(baton_core::service::DEFAULT_CACHE_BYTES)
 }

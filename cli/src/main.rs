@@ -397,6 +397,7 @@ async fn dev(
         worker: WorkerOptions::default(),
         link_key: config.link_key.clone(),
         public_url: config.public_url.clone(),
+        cache_bytes: config.cache_bytes(baton_dev::machine_memory_mb()),
     })
     .await?;
     println!(

@@ -271,6 +271,17 @@ async fn store_contract(store: Arc<dyn Store>) {
         );
     }
 
+    // A step's window: the run as of the same commit, and the entries from a seq on
+    // (a resolved entry as resolved), whatever the seq.
+    let (rec, whole) = store.load("run_c1").await.unwrap().unwrap();
+    for from in [0, 1, 2, 3, 4, 100] {
+        let (r, window) = store.load_from("run_c1", from).await.unwrap().unwrap();
+        assert_eq!(r.run, rec.run, "from {from}");
+        let want: Vec<Entry> = whole.iter().filter(|e| e.seq >= from).cloned().collect();
+        assert_eq!(window, want, "from {from}");
+    }
+    assert!(store.load_from("run_nope", 1).await.unwrap().is_none());
+
     // Settling a CTA: the first write wins, later ones lose and see the winner.
     let answer = CtaResponse::Approval {
         approved: true,
@@ -352,6 +363,11 @@ async fn store_contract(store: Arc<dyn Store>) {
     assert_eq!(
         store.entries_after("run_big", Some(4), 100).await.unwrap(),
         t.appended[4..].to_vec()
+    );
+    // A window that starts inside an item stored in parts.
+    assert_eq!(
+        store.load_from("run_big", 6).await.unwrap().unwrap().1,
+        t.appended[5..].to_vec()
     );
 
     // Listing by owner and status.
@@ -1079,4 +1095,139 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
     svc.answer_cta(Some("alice"), &cta.cta_id, answer, None)
         .await
         .unwrap();
+}
+
+/// A cold step reads its window, not the run's history: with no timeline cache (every step
+/// cold), a run of 150 tool iterations reads no more entries per step than one of 15, far
+/// fewer than its timeline holds.
+#[tokio::test]
+async fn a_cold_step_reads_its_window_whatever_the_runs_length() {
+    async fn per_step(iterations: usize) -> (f64, usize) {
+        let dir = tempfile::tempdir().unwrap();
+        let local = LocalStore::open(dir.path()).unwrap();
+        let call =
+            serde_json::json!({"tool_calls": [{"name": "echo", "arguments": {"text": "x"}}]});
+        let mut replies = vec![call; iterations];
+        replies.push(serde_json::json!({"text": "done"}));
+        let script = serde_json::json!({"worker": replies}).to_string();
+        let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"],
+            "maxIterations": iterations + 1}}});
+        let svc = baton_local::local_service(
+            &local,
+            scripted(&script),
+            catalog(Some(agents)),
+            Arc::new(SystemClock),
+        );
+        svc.set_cache_bytes(0);
+        let req = baton_core::service::CreateRun {
+            prompt: "go".into(),
+            agent: Some("worker".into()),
+            ..Default::default()
+        };
+        let run = svc.create_run("alice", req, None).await.unwrap();
+        let worker = baton_dev::worker::Worker::new(svc.clone(), local.clone(), Default::default());
+        worker.drain().await.unwrap();
+        let (rec, timeline) = local.load(&run.run_id).await.unwrap().unwrap();
+        assert_eq!(rec.run.status, RunStatus::Completed);
+        let (warm, cold) = svc.cache_use();
+        assert_eq!(warm, 0, "no cache: every step cold");
+        let read = local.read_stats().entries - timeline.len() as u64; // less the check's own
+        (read as f64 / cold as f64, timeline.len())
+    }
+    let (short, _) = per_step(15).await;
+    let (long, entries) = per_step(150).await;
+    eprintln!(
+        "entries read per cold step: {short:.2} at 15 iterations, {long:.2} at 150 ({entries} entries)"
+    );
+    assert!(entries > 300, "{entries} entries");
+    assert!(
+        long <= short + 0.5 && long < 4.0,
+        "entries read per cold step: {long:.2} at 150 iterations, {short:.2} at 15"
+    );
+}
+
+/// A model that reads the conversation is given all of it, whether the step was warm or
+/// cold: with no cache, each think reads the entries before its window once and sends the
+/// same messages as with one. (The mock model calls `echo` until it has seen six results.)
+#[tokio::test]
+async fn a_cold_think_gives_a_real_model_the_whole_conversation() {
+    struct Echoes(std::sync::Mutex<Vec<serde_json::Value>>);
+    impl wiremock::Respond for Echoes {
+        fn respond(&self, req: &wiremock::Request) -> wiremock::ResponseTemplate {
+            let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap();
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            let results = messages.iter().filter(|m| m["role"] == "tool").count();
+            self.0
+                .lock()
+                .unwrap()
+                .push(serde_json::Value::Array(messages));
+            let message = if results < 6 {
+                serde_json::json!({"role": "assistant", "content": null, "tool_calls": [{
+                    "id": format!("call_{results}"), "type": "function", "function": {"name": "echo",
+                    "arguments": serde_json::json!({"text": format!("n{results}")}).to_string()}}]})
+            } else {
+                serde_json::json!({"role": "assistant", "content": "done"})
+            };
+            wiremock::ResponseTemplate::new(200).set_body_json(serde_json::json!({
+                "choices": [{"message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}))
+        }
+    }
+    async fn conversation(cache_bytes: usize) -> Vec<serde_json::Value> {
+        let server = wiremock::MockServer::start().await;
+        let seen = Arc::new(Echoes(Default::default()));
+        wiremock::Mock::given(wiremock::matchers::method("POST"))
+            .respond_with(SharedRespond(seen.clone()))
+            .mount(&server)
+            .await;
+        let llm = baton_llm::openai::OpenAiLlm::new(baton_llm::openai::OpenAiConfig {
+            base_url: format!("{}/v1", server.uri()),
+            api_key: Some("sk-mock".into()),
+            model: "mock".into(),
+            max_retries: 0,
+            backoff: baton_llm::retry::Backoff {
+                initial: std::time::Duration::from_millis(5),
+                max: std::time::Duration::from_millis(20),
+            },
+            timeout: std::time::Duration::from_secs(5),
+        })
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let local = LocalStore::open(dir.path()).unwrap();
+        let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"]}}});
+        let svc = baton_local::local_service(
+            &local,
+            Arc::new(llm),
+            catalog(Some(agents)),
+            Arc::new(SystemClock),
+        );
+        svc.set_cache_bytes(cache_bytes);
+        let req = baton_core::service::CreateRun {
+            prompt: "go".into(),
+            agent: Some("worker".into()),
+            ..Default::default()
+        };
+        let run = svc.create_run("alice", req, None).await.unwrap();
+        let worker = baton_dev::worker::Worker::new(svc.clone(), local.clone(), Default::default());
+        worker.drain().await.unwrap();
+        let rec = local.get_run(&run.run_id).await.unwrap().unwrap();
+        assert_eq!(rec.run.status, RunStatus::Completed);
+        let (warm, cold) = svc.cache_use();
+        assert!(cache_bytes > 0 || warm == 0, "{warm} warm, {cold} cold");
+        let seen = seen.0.lock().unwrap().clone();
+        seen
+    }
+    struct SharedRespond<R>(Arc<R>);
+    impl<R: wiremock::Respond> wiremock::Respond for SharedRespond<R> {
+        fn respond(&self, req: &wiremock::Request) -> wiremock::ResponseTemplate {
+            self.0.respond(req)
+        }
+    }
+    let warm = conversation(baton_core::service::DEFAULT_CACHE_BYTES).await;
+    let cold = conversation(0).await;
+    assert_eq!(warm.len(), 7, "six echoes, then the answer");
+    assert_eq!(cold, warm, "the same messages, turn by turn");
+    let last = cold.last().unwrap().as_array().unwrap();
+    let results = last.iter().filter(|m| m["role"] == "tool").count();
+    assert_eq!(results, 6, "the last think saw every result: {last:?}");
 }

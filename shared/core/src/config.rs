@@ -157,6 +157,11 @@ pub struct Config {
     /// `BATON_PUBLIC_URL`: where people reach the console (`https://…`, no trailing slash);
     /// links point there.
     pub public_url: Option<String>,
+    /// `BATON_CACHE_MB`: how much of recently stepped timelines a host keeps in memory
+    /// (default: see [`Config::cache_bytes`]).
+    pub cache_mb: Option<u64>,
+    /// `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`: the memory Lambda gives the function, in MB.
+    pub function_memory_mb: Option<u64>,
     aws: Result<AwsConfig, ConfigError>,
 }
 
@@ -294,8 +299,24 @@ impl Config {
             link_key,
             link_key_secret_arn: var("BATON_LINK_KEY_SECRET_ARN"),
             public_url,
+            cache_mb: match var("BATON_CACHE_MB") {
+                Some(_) => Some(u64::from(number("BATON_CACHE_MB", 64, 0)?)),
+                None => None,
+            },
+            function_memory_mb: var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE").and_then(|m| m.parse().ok()),
             aws,
         })
+    }
+
+    /// The timeline cache's budget: `BATON_CACHE_MB` if set (0 keeps none), else a quarter
+    /// of the memory the host is given ([`crate::service::budget_for`]): a Lambda
+    /// function's, else `host_memory_mb` (the machine's), else 64 MiB.
+    pub fn cache_bytes(&self, host_memory_mb: Option<u64>) -> usize {
+        match (self.cache_mb, self.function_memory_mb.or(host_memory_mb)) {
+            (Some(mb), _) => usize::try_from(mb.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX),
+            (None, Some(memory)) => crate::service::budget_for(memory),
+            (None, None) => crate::service::DEFAULT_CACHE_BYTES,
+        }
     }
 
     /// The deployment's AWS resources; an error names the first missing variable. Required
@@ -336,6 +357,27 @@ mod tests {
         ("BATON_SCHEDULER_ROLE_ARN", "arn:r"),
         ("BATON_BUCKET", "files"),
     ];
+
+    #[test]
+    fn the_cache_is_sized_from_the_memory_the_host_is_given() {
+        const MIB: usize = 1024 * 1024;
+        let c = parse(&[]).expect("parses");
+        assert_eq!(c.cache_bytes(None), 64 * MIB);
+        assert_eq!(
+            c.cache_bytes(Some(8 * 1024)),
+            1024 * MIB,
+            "a laptop's quarter, capped"
+        );
+        let lambda = parse(&[("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "512")]).expect("parses");
+        assert_eq!(
+            lambda.cache_bytes(Some(8 * 1024)),
+            128 * MIB,
+            "the function's, not the machine's"
+        );
+        let set = parse(&[("BATON_CACHE_MB", "0")]).expect("parses");
+        assert_eq!(set.cache_bytes(Some(8 * 1024)), 0);
+        assert!(parse(&[("BATON_CACHE_MB", "lots")]).is_err());
+    }
 
     #[test]
     fn defaults_apply_when_nothing_is_set() {

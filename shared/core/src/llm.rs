@@ -63,6 +63,8 @@ pub struct ChatRequest<'a> {
     pub model: Option<&'a str>,
     pub system: &'a str,
     pub tools: &'a [ToolSpec],
+    /// The run's timeline: the whole of it for a model that [`Llm::reads_history`], else
+    /// the step's window.
     pub history: &'a [Entry],
 }
 
@@ -128,6 +130,13 @@ impl LlmError {
 #[async_trait::async_trait]
 pub trait Llm: Send + Sync {
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError>;
+
+    /// Whether the model reads the conversation ([`ChatRequest::history`]). A step reads a
+    /// run's whole history only for a model that does; one that does not (the scripted
+    /// model) is handed the step's window of it.
+    fn reads_history(&self) -> bool {
+        true
+    }
 }
 
 /// A model API key that can change while a process runs (a rotated secret): read again

@@ -174,8 +174,14 @@ impl Transition {
     /// Applies this transition's entries to the run's timeline as held in memory: resolved
     /// entries replace theirs in place (seq is the index), new ones are appended.
     pub fn apply(&self, timeline: &mut Vec<Entry>) {
+        // The timeline may be a window: entries from its first seq on.
+        let base = timeline.first().map_or(0, |e| e.seq);
         for e in &self.updated {
-            if let Some(slot) = timeline.get_mut(e.seq as usize) {
+            if let Some(slot) = e
+                .seq
+                .checked_sub(base)
+                .and_then(|i| timeline.get_mut(i as usize))
+            {
                 *slot = e.clone();
             }
         }

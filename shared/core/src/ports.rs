@@ -56,6 +56,21 @@ pub trait Store: Send + Sync {
     /// The run item and its whole timeline, in seq order.
     async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError>;
 
+    /// The run item and its timeline from seq `from` on, in seq order, as of one commit:
+    /// a step's window ([`crate::engine::window_start`]), read in a bounded number of bytes
+    /// whatever the run's length. (This default reads everything and drops the rest; a
+    /// store overrides it.)
+    async fn load_from(
+        &self,
+        run_id: &str,
+        from: u64,
+    ) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
+        Ok(self.load(run_id).await?.map(|(rec, mut entries)| {
+            entries.retain(|e| e.seq >= from);
+            (rec, entries)
+        }))
+    }
+
     /// Timeline entries with seq greater than `after` (all when `None`), at most `limit`.
     async fn entries_after(
         &self,

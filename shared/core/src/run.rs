@@ -129,6 +129,11 @@ pub struct Run {
     pub turn_thinks: u32,
     /// The seq the next timeline entry gets.
     pub next_seq: u64,
+    /// The seq the current batch begins at (the entry after the last reply): with the
+    /// follow-ups waiting, all that a step of the loop reads of the timeline
+    /// ([`crate::engine::window_start`]). 0 until a step has set it (a run stored before).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub batch_start: u64,
     #[serde(default)]
     pub on_expiry: ExpiryPolicy,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -261,6 +266,7 @@ impl Run {
             thinks: 0,
             turn_thinks: 0,
             next_seq: 0,
+            batch_start: 0,
             on_expiry: n.on_expiry,
             sandbox_id: n.sandbox_id,
             metadata: n.metadata,
@@ -276,4 +282,8 @@ impl Run {
             updated_at: n.now,
         }
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

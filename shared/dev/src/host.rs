@@ -39,6 +39,23 @@ pub struct LocalOptions {
     pub link_key: Option<String>,
     /// Where links point (default: this server's own address).
     pub public_url: Option<String>,
+    /// How many bytes of recently stepped timelines the worker keeps in memory
+    /// (`Config::cache_bytes` with [`machine_memory_mb`]).
+    pub cache_bytes: usize,
+}
+
+/// The machine's memory, in MB (Linux's `/proc/meminfo`; `None` elsewhere).
+pub fn machine_memory_mb() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb / 1024)
 }
 
 /// A running local server.
@@ -88,6 +105,7 @@ impl LocalServer {
         };
         write_private(&token_path(&opts.data_dir), &token).map_err(StartError::Io)?;
         let service = local_service(&store, opts.llm, opts.catalog, opts.clock);
+        service.set_cache_bytes(opts.cache_bytes);
         let worker = Worker::new(service.clone(), store.clone(), opts.worker);
         worker.sweep().await?;
         let (stop, stop_rx) = watch::channel(false);

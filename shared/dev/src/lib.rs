@@ -13,5 +13,5 @@ pub mod host;
 pub mod worker;
 
 pub use aws_host::{AwsDevOptions, AwsDevServer};
-pub use host::{LOCAL_OWNER, LocalOptions, LocalServer, StartError, token_path};
+pub use host::{LOCAL_OWNER, LocalOptions, LocalServer, StartError, machine_memory_mb, token_path};
 pub use worker::{Worker, WorkerOptions};

@@ -194,14 +194,17 @@ impl Runtime {
     }
 
     fn service(&self, llm: Arc<dyn Llm>, catalog: Catalog) -> Result<Arc<Service>, InitError> {
-        Ok(baton_aws::aws_service(
+        let service = baton_aws::aws_service(
             self.config.aws()?,
             &self.sdk,
             llm,
             Arc::new(catalog),
             Arc::new(SystemClock),
             Meter::shared(),
-        ))
+        );
+        // A quarter of the function's memory (`MemorySize`), unless BATON_CACHE_MB says.
+        service.set_cache_bytes(self.config.cache_bytes(None));
+        Ok(service)
     }
 }
 

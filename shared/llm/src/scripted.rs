@@ -104,6 +104,11 @@ impl ScriptedLlm {
 
 #[async_trait::async_trait]
 impl Llm for ScriptedLlm {
+    /// Its replies are indexed by think, whatever was said before.
+    fn reads_history(&self) -> bool {
+        false
+    }
+
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
         let index = request.think_index as usize;
         let replies = self

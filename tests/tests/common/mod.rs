@@ -85,6 +85,7 @@ pub async fn start_with(
         },
         link_key: None,
         public_url: None,
+        cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
     })
     .await
     .expect("server starts");

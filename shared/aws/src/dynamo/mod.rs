@@ -61,6 +61,29 @@ pub struct DynamoStore {
 }
 
 impl DynamoStore {
+    /// The timeline items that hold the entries from seq `from` on, read strongly: the
+    /// segments back to the one that holds `from` (newest first, stopping there), and the
+    /// patches from `from` on. Bounded by what is after `from`, not by the run's length.
+    async fn window_items(&self, run_id: &str, from: u64) -> Result<Vec<Item>, PortError> {
+        let pk = run_pk(run_id);
+        let mut items = self
+            .query(&pk, "T#", "T#~", false, true, |item| {
+                match get_s(item, "SK") {
+                    Ok(sk) => sk
+                        .get(2..)
+                        .and_then(|d| d.parse::<u64>().ok())
+                        .is_none_or(|first| first > from),
+                    Err(_) => false,
+                }
+            })
+            .await?;
+        items.extend(
+            self.query(&pk, &patch_sk(from), "P#~", true, true, |_| true)
+                .await?,
+        );
+        Ok(items)
+    }
+
     pub fn new(
         client: Client,
         table: impl Into<String>,
@@ -354,6 +377,26 @@ impl Store for DynamoStore {
         Ok(Some((rec, entries)))
     }
 
+    async fn load_from(
+        &self,
+        run_id: &str,
+        from: u64,
+    ) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
+        if from == 0 {
+            return self.load(run_id).await;
+        }
+        let Some(meta) = self.get_item(run_pk(run_id)).await? else {
+            return Ok(None);
+        };
+        let rec = parse_run(&meta)?;
+        // Read after the run item, strongly: entries of a later commit are past `next_seq`
+        // (dropped); a later patch makes the step's commit fail on its version, not succeed.
+        let items = self.window_items(run_id, from).await?;
+        let mut entries = assemble(&items, rec.run.next_seq)?;
+        entries.retain(|e| e.seq >= from);
+        Ok(Some((rec, entries)))
+    }
+
     async fn entries_after(
         &self,
         run_id: &str,
@@ -363,23 +406,7 @@ impl Store for DynamoStore {
         let Some(from) = after.map_or(Some(0), |a| a.checked_add(1)) else {
             return Ok(Vec::new()); // past every seq
         };
-        let pk = run_pk(run_id);
-        // Newest segments first, back to the one that holds `from`.
-        let mut segs = self
-            .query(&pk, "T#", "T#~", false, true, |item| {
-                match get_s(item, "SK") {
-                    Ok(sk) => sk
-                        .get(2..)
-                        .and_then(|d| d.parse::<u64>().ok())
-                        .is_none_or(|first| first > from),
-                    Err(_) => false,
-                }
-            })
-            .await?;
-        segs.extend(
-            self.query(&pk, &patch_sk(from), "P#~", true, true, |_| true)
-                .await?,
-        );
+        let segs = self.window_items(run_id, from).await?;
         let Some(rec) = self.get_run(run_id).await? else {
             return Ok(Vec::new());
         };

@@ -118,7 +118,28 @@ pub fn derive_id(prefix: &str, run_id: &str, seq: u64) -> String {
     )
 }
 
-/// One iteration of one run. See the module docs.
+/// Where the timeline a step of `run` for `input` needs begins: [`step`] reads nothing
+/// before it, so a host may hand it the entries from there on (a window) instead of the
+/// whole timeline. The loop's inputs (a think, a tool's, a child's or a human's result, a
+/// timer) touch only the current batch and the follow-ups waiting: a bounded window,
+/// whatever the run's length. A follow-up message, a cancel and a failure read the whole
+/// timeline (to drop a message applied before, to say a late cancel once); they come at a
+/// person's pace, not the loop's.
+pub fn window_start(run: &Run, input: &Input) -> u64 {
+    match input {
+        Input::UserMessage { .. } | Input::Cancel { .. } | Input::Fail { .. } | Input::Start => 0,
+        Input::Continue { .. }
+        | Input::CtaAnswered { .. }
+        | Input::CtaExpired { .. }
+        | Input::ChildFinished { .. }
+        | Input::ChildWaiting { .. }
+        | Input::ChildResumed { .. }
+        | Input::Timer { .. } => run.queued.iter().copied().fold(run.batch_start, u64::min),
+    }
+}
+
+/// One iteration of one run. See the module docs. `timeline` is the run's whole timeline,
+/// or its entries from [`window_start`] on.
 pub fn step(
     catalog: &Catalog,
     now: DateTime<Utc>,

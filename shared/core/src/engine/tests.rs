@@ -247,6 +247,26 @@ impl Sim {
         .expect("the scripted model never fails to answer");
         self.executed
             .extend(world.executed.into_inner().expect("not poisoned"));
+        // The same step on the window a host may hand it decides the same.
+        let from = super::window_start(&run, &msg.input) as usize;
+        let windowed = block_on(decide(
+            &self.catalog,
+            self.now,
+            &run,
+            &timeline[from.min(timeline.len())..],
+            &msg.input,
+            &Scripted {
+                replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
+                agent: run.agent.clone(),
+                executed: Mutex::new(Vec::new()),
+            },
+        ))
+        .expect("the scripted model never fails to answer");
+        assert_eq!(
+            windowed, decision,
+            "{:?} on the window from {from} decides as on the whole timeline",
+            msg.input
+        );
         let t = match decision {
             Decision::Ignore(_) => return Outcome::Ignored,
             Decision::Commit(t) => t,
@@ -2087,4 +2107,46 @@ fn a_step_sees_the_tools_listed_when_it_began_and_the_next_step_sees_new_ones() 
             output: json!("pong")
         }
     );
+}
+
+/// What a step of the loop reads is its batch, however long the run: after twelve tool
+/// iterations, the answer to the question the run waits on needs the entries from the
+/// question's reply on (every step of the loop is also checked to decide alike on its
+/// window and on the whole timeline: `Sim::deliver`). A follow-up reads the whole timeline.
+#[test]
+fn a_steps_window_is_its_batch_whatever_the_runs_length() {
+    let mut s = Sim::new();
+    let mut replies: Vec<LlmReply> = (0..12)
+        .map(|i| calls(vec![call("echo", json!({"text": format!("{i}")}))]))
+        .collect();
+    replies.push(feedback(json!({"kind": "text", "prompt": "Name?"})));
+    replies.push(text("thanks"));
+    s.script("asker", replies);
+    let id = s.create("asker", "ask");
+    s.run_all();
+    let run = s.run(&id).clone();
+    assert_eq!(run.status, RunStatus::Waiting);
+    let timeline = s.runs[&id].1.clone();
+    assert!(timeline.len() > 25, "{} entries", timeline.len());
+    let cta_id = s.ctas.keys().next().unwrap().clone();
+    let answer = Input::CtaAnswered {
+        cta_id,
+        response: CtaResponse::Text { text: "Ada".into() },
+        responder: None,
+    };
+    let from = super::window_start(&run, &answer);
+    assert!(
+        matches!(
+            timeline[from as usize - 1].body,
+            EntryBody::Assistant { .. }
+        ),
+        "the window starts after the last reply"
+    );
+    assert_eq!(timeline.len() as u64 - from, 1, "the question's call alone");
+    let follow_up = Input::UserMessage {
+        text: "again".into(),
+        message_id: "m1".into(),
+        reply_to: None,
+    };
+    assert_eq!(super::window_start(&run, &follow_up), 0);
 }

@@ -86,12 +86,7 @@ impl Work<'_> {
             return;
         }
         let seq = self.run.queued.remove(0);
-        let Some(EntryBody::Queued { text, message_id }) = self
-            .timeline
-            .get(seq as usize)
-            .or_else(|| self.appended.iter().find(|e| e.seq == seq))
-            .map(|e| e.body.clone())
-        else {
+        let EntryBody::Queued { text, message_id } = self.entry(seq).body.clone() else {
             return;
         };
         self.begin_turn(&text, &message_id);

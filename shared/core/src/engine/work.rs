@@ -24,7 +24,10 @@ pub(super) struct Work<'a> {
     pub(super) run: Run,
     /// The run as the step found it (what the model was asked with).
     pub(super) given: &'a Run,
+    /// The timeline the step read: the whole of it, or a window from `base` on.
     pub(super) timeline: &'a [Entry],
+    /// The seq of `timeline`'s first entry.
+    base: u64,
     pub(super) appended: Vec<Entry>,
     pub(super) updated: BTreeMap<u64, Entry>,
     pub(super) new_ctas: Vec<Cta>,
@@ -48,10 +51,13 @@ impl<'a> Work<'a> {
         timeline: &'a [Entry],
         settled: Option<&'a HashMap<String, Cta>>,
     ) -> Self {
+        // The timeline may be a window (entries from `base` on) that starts at the batch or
+        // before it; with no reply in it, the batch starts where the run says.
+        let base = timeline.first().map_or(run.next_seq, |e| e.seq);
         let batch_start = timeline
             .iter()
             .rposition(|e| matches!(e.body, EntryBody::Assistant { .. }))
-            .map_or(0, |i| i as u64 + 1);
+            .map_or(run.batch_start.min(base), |i| base + i as u64 + 1);
         Self {
             catalog,
             listed,
@@ -59,6 +65,7 @@ impl<'a> Work<'a> {
             run: run.clone(),
             given: run,
             timeline,
+            base,
             appended: Vec::new(),
             updated: BTreeMap::new(),
             new_ctas: Vec::new(),
@@ -70,27 +77,40 @@ impl<'a> Work<'a> {
         }
     }
 
+    /// The first seq this step appends.
+    fn window_end(&self) -> u64 {
+        self.base + self.timeline.len() as u64
+    }
+
+    /// Where entry `seq` is in the window; it must be in it ([`super::window_start`] reads
+    /// from the earliest seq a step may touch).
+    fn index(&self, seq: u64) -> usize {
+        assert!(
+            seq >= self.base,
+            "entry {seq} is before the step's window (from {}): window_start must cover it",
+            self.base
+        );
+        (seq - self.base) as usize
+    }
+
     pub(super) fn entry(&self, seq: u64) -> &Entry {
         if let Some(e) = self.updated.get(&seq) {
             return e;
         }
-        let base = self.timeline.len() as u64;
-        if seq < base {
-            &self.timeline[seq as usize]
+        if seq >= self.window_end() {
+            &self.appended[(seq - self.window_end()) as usize]
         } else {
-            &self.appended[(seq - base) as usize]
+            &self.timeline[self.index(seq)]
         }
     }
 
     pub(super) fn entry_mut(&mut self, seq: u64) -> &mut Entry {
-        let base = self.timeline.len() as u64;
-        if seq >= base {
-            return &mut self.appended[(seq - base) as usize];
+        let end = self.window_end();
+        if seq >= end {
+            return &mut self.appended[(seq - end) as usize];
         }
-        let timeline = self.timeline;
-        self.updated
-            .entry(seq)
-            .or_insert_with(|| timeline[seq as usize].clone())
+        let entry = &self.timeline[self.index(seq)];
+        self.updated.entry(seq).or_insert_with(|| entry.clone())
     }
 
     pub(super) fn tool(&self, seq: u64) -> &ToolEntry {
@@ -249,6 +269,7 @@ impl<'a> Work<'a> {
             self.run.continue_at = None;
         }
         self.run.version += 1;
+        self.run.batch_start = self.batch_start;
         self.run.updated_at = self.now;
         // A step committed: whatever failed before is behind the run.
         self.run.last_error = None;

@@ -13,11 +13,30 @@ use crate::timeline::{Entry, EntryBody, ToolResult};
 /// The default budget: a quarter of a 256 MB function.
 pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
+const MIB: u64 = 1024 * 1024;
+
+/// The budget for a host given `memory_mb` of memory: a quarter of it (the rest is the
+/// host's own and its requests'), at least 16 MiB and at most 1 GiB. A Lambda function of
+/// 256 MB keeps 64 MiB; a laptop of 16 GB, 1 GiB.
+pub fn budget_for(memory_mb: u64) -> usize {
+    let bytes = (memory_mb.saturating_mul(MIB) / 4).clamp(16 * MIB, 1024 * MIB);
+    usize::try_from(bytes).unwrap_or(DEFAULT_CACHE_BYTES)
+}
+
 struct Slot {
     version: u64,
+    base: u64,
     timeline: Vec<Entry>,
     bytes: usize,
     used: u64,
+}
+
+/// A run's timeline as kept: its entries from seq `base` on, at `version`.
+pub(super) struct Cached {
+    pub version: u64,
+    pub base: u64,
+    pub timeline: Vec<Entry>,
+    pub bytes: usize,
 }
 
 pub(super) struct TimelineCache {
@@ -28,6 +47,10 @@ pub(super) struct TimelineCache {
 }
 
 impl TimelineCache {
+    pub(super) fn budget(&self) -> usize {
+        self.budget
+    }
+
     pub(super) fn new(budget: usize) -> Self {
         Self {
             runs: HashMap::new(),
@@ -37,16 +60,28 @@ impl TimelineCache {
         }
     }
 
-    /// Takes a run's timeline out: its version, the entries and their estimated bytes.
-    pub(super) fn take(&mut self, run_id: &str) -> Option<(u64, Vec<Entry>, usize)> {
+    /// Takes a run's timeline out.
+    pub(super) fn take(&mut self, run_id: &str) -> Option<Cached> {
         let slot = self.runs.remove(run_id)?;
         self.bytes -= slot.bytes;
-        Some((slot.version, slot.timeline, slot.bytes))
+        Some(Cached {
+            version: slot.version,
+            base: slot.base,
+            timeline: slot.timeline,
+            bytes: slot.bytes,
+        })
     }
 
     /// Keeps a timeline, evicting the least recently used ones to stay within the budget.
     /// A timeline larger than the whole budget is not kept.
-    pub(super) fn put(&mut self, run_id: &str, version: u64, timeline: Vec<Entry>, bytes: usize) {
+    pub(super) fn put(
+        &mut self,
+        run_id: &str,
+        version: u64,
+        base: u64,
+        timeline: Vec<Entry>,
+        bytes: usize,
+    ) {
         if let Some(old) = self.runs.remove(run_id) {
             self.bytes -= old.bytes;
         }
@@ -72,6 +107,7 @@ impl TimelineCache {
             run_id.to_owned(),
             Slot {
                 version,
+                base,
                 timeline,
                 bytes,
                 used: self.tick,
@@ -146,26 +182,26 @@ mod tests {
         for (run, size) in [("a", 3_000), ("b", 3_000), ("c", 3_000)] {
             let t = timeline(size);
             let n = approx_bytes(&t);
-            c.put(run, 1, t, n);
+            c.put(run, 1, 0, t, n);
         }
         assert!(c.bytes() <= 10_000);
         // Touch `a` (take and put back, as a step does): `b` is now the oldest.
-        let (v, t, n) = c.take("a").expect("cached");
-        c.put("a", v + 1, t, n);
+        let a = c.take("a").expect("cached");
+        c.put("a", a.version + 1, a.base, a.timeline, a.bytes);
         let t = timeline(3_000);
         let n = approx_bytes(&t);
-        c.put("d", 1, t, n);
+        c.put("d", 1, 0, t, n);
         assert!(c.take("b").is_none(), "the least recently used was evicted");
-        assert_eq!(c.take("a").map(|(v, ..)| v), Some(2));
+        assert_eq!(c.take("a").map(|c| c.version), Some(2));
         assert!(c.take("c").is_some() && c.take("d").is_some());
         assert_eq!(c.bytes(), 0, "taking everything out leaves nothing counted");
         // One timeline over the whole budget is not kept, and evicts nothing.
         let t = timeline(1_000);
         let n = approx_bytes(&t);
-        c.put("small", 1, t, n);
+        c.put("small", 1, 0, t, n);
         let t = timeline(20_000);
         let n = approx_bytes(&t);
-        c.put("huge", 1, t, n);
+        c.put("huge", 1, 0, t, n);
         assert!(c.take("huge").is_none());
         assert!(c.take("small").is_some());
     }
@@ -174,5 +210,13 @@ mod tests {
     fn sizes_grow_with_the_text() {
         assert!(approx_bytes(&timeline(100_000)) > 100_000);
         assert!(approx_bytes(&timeline(10)) < 1_000);
+    }
+
+    #[test]
+    fn the_budget_is_a_quarter_of_the_memory_within_bounds() {
+        assert_eq!(budget_for(256), 64 * 1024 * 1024);
+        assert_eq!(budget_for(1024), 256 * 1024 * 1024);
+        assert_eq!(budget_for(16 * 1024), 1024 * 1024 * 1024, "at most 1 GiB");
+        assert_eq!(budget_for(32), 16 * 1024 * 1024, "at least 16 MiB");
     }
 }

@@ -10,7 +10,7 @@ mod consume;
 mod requests;
 mod steps;
 
-pub use cache::DEFAULT_CACHE_BYTES;
+pub use cache::{DEFAULT_CACHE_BYTES, budget_for};
 pub use consume::{Delivery, SWEEP_EVENT, Verdict};
 pub use requests::LINK_RESPONDER;
 
@@ -184,12 +184,18 @@ impl Service {
         )
     }
 
-    /// Keeps at most `bytes` of recently stepped timelines in memory (default 64 MiB).
-    pub fn with_cache_bytes(self, bytes: usize) -> Self {
-        Self {
-            cache: Mutex::new(cache::TimelineCache::new(bytes)),
-            ..self
-        }
+    /// How many bytes of recently stepped timelines this service keeps at most.
+    pub fn cache_budget(&self) -> usize {
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .budget()
+    }
+
+    /// Keeps at most `bytes` of recently stepped timelines in memory from now on (default
+    /// 64 MiB; 0 keeps none, and every step reads its window from the store).
+    pub fn set_cache_bytes(&self, bytes: usize) {
+        *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = cache::TimelineCache::new(bytes);
     }
 
     pub fn catalog(&self) -> &Catalog {

@@ -55,7 +55,13 @@ impl Service {
 
     async fn step(&self, msg: &StepMessage) -> Result<Handled, StepError> {
         for _ in 0..3 {
-            let Some((record, timeline, bytes)) = self.hydrate(&msg.run_id).await? else {
+            let Some(Hydrated {
+                record,
+                timeline,
+                base,
+                bytes,
+            }) = self.hydrate(&msg.run_id, &msg.input).await?
+            else {
                 return self.handle_unknown_run(msg).await;
             };
             if !record.outbox.is_empty() && !sent_by(&record.outbox, msg) {
@@ -66,6 +72,8 @@ impl Service {
                 service: self,
                 run: &run,
                 timeline: &timeline,
+                base,
+                whole: std::sync::OnceLock::new(),
                 listed: self.list_tools(&run, &timeline).await,
                 crashed: std::sync::Mutex::new(None),
             };
@@ -83,11 +91,19 @@ impl Service {
             {
                 return Err(e.into());
             }
+            // The whole timeline, if a think read it for the model: cached from now on.
+            let (timeline, base, bytes) = match world.whole.into_inner() {
+                Some(whole) => {
+                    let bytes = approx_bytes(&whole);
+                    (whole, 0, bytes)
+                }
+                None => (timeline, base, bytes),
+            };
             let transition = match decision {
                 Decision::Commit(t) => t,
                 Decision::Ignore(reason) => {
                     debug!(run_id = %run.run_id, message = %msg.id, %reason, "ignored");
-                    self.cache_put(&run.run_id, run.version, timeline, bytes);
+                    self.cache_put(&run.run_id, run.version, base, timeline, bytes);
                     return Ok(Handled::Ignored(reason));
                 }
             };
@@ -113,10 +129,21 @@ impl Service {
                     let mut timeline = timeline;
                     transition.apply(&mut timeline);
                     let (status, version) = (transition.run.status, transition.run.version);
-                    let bytes = bytes
+                    let mut bytes = bytes
                         + approx_bytes(&transition.appended)
                         + approx_bytes(&transition.updated);
-                    self.cache_put(&run.run_id, version, timeline, bytes);
+                    let mut base = base;
+                    if !self.deps.llm.reads_history() {
+                        // Nothing will read before the loop's next window: keep only it.
+                        let from = engine::window_start(&transition.run, &LOOP);
+                        if from > base {
+                            let drop = ((from - base) as usize).min(timeline.len());
+                            timeline.drain(..drop);
+                            base = from;
+                            bytes = approx_bytes(&timeline);
+                        }
+                    }
+                    self.cache_put(&run.run_id, version, base, timeline, bytes);
                     info!(run_id = %run.run_id, version, status = status.as_str(), "step committed");
                     if !sent {
                         self.perform(&transition.run, &transition.effects).await?;
@@ -143,11 +170,14 @@ impl Service {
         self.catalog.listed()
     }
 
+    /// The model's reply. `timeline` is what the step read (the engine's prepare hook sees
+    /// the same), `history` what the model is given.
     async fn think(
         &self,
         listed: &Listed,
         run: &Run,
         timeline: &[Entry],
+        history: &[Entry],
         think_index: u32,
     ) -> Result<LlmReply, LlmError> {
         let agent = self
@@ -164,7 +194,7 @@ impl Service {
             model: agent.model.as_deref(),
             system: &system,
             tools: &tools,
-            history: timeline,
+            history,
         };
         let reply = self.deps.llm.complete(&request).await;
         if let Err(LlmError::Fatal { message, .. }) = &reply {
@@ -385,41 +415,69 @@ impl Service {
         }
     }
 
-    /// The run and its timeline: the timeline from the cache when it is at the run's
-    /// version, else from the store. Also the timeline's estimated bytes.
-    async fn hydrate(
-        &self,
-        run_id: &str,
-    ) -> Result<Option<(RunRecord, Vec<Entry>, usize)>, PortError> {
+    /// The run and what a step for `input` reads of its timeline: the cached timeline when
+    /// it is at the run's version and reaches back far enough, else the entries from
+    /// [`engine::window_start`] on, from the store (a bounded read, whatever the run's
+    /// length, for every input of the loop).
+    async fn hydrate(&self, run_id: &str, input: &Input) -> Result<Option<Hydrated>, PortError> {
         let cached = self
             .cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take(run_id);
-        if let Some((version, timeline, bytes)) = cached {
-            match self.deps.store.get_run(run_id).await? {
-                Some(rec) if rec.run.version == version => {
-                    self.warm_steps.fetch_add(1, Ordering::Relaxed);
-                    return Ok(Some((rec, timeline, bytes)));
-                }
-                Some(_) => {}
-                None => return Ok(None),
-            }
+        let Some(mut rec) = self.deps.store.get_run(run_id).await? else {
+            return Ok(None);
+        };
+        if let Some(c) = cached
+            && c.version == rec.run.version
+            && c.base <= engine::window_start(&rec.run, input)
+        {
+            self.warm_steps.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(Hydrated {
+                record: rec,
+                timeline: c.timeline,
+                base: c.base,
+                bytes: c.bytes,
+            }));
         }
         self.cold_steps.fetch_add(1, Ordering::Relaxed);
-        Ok(self.deps.store.load(run_id).await?.map(|(rec, timeline)| {
-            let bytes = approx_bytes(&timeline);
-            (rec, timeline, bytes)
-        }))
+        loop {
+            let from = engine::window_start(&rec.run, input);
+            let Some((read, timeline)) = self.deps.store.load_from(run_id, from).await? else {
+                return Ok(None);
+            };
+            // A commit in between may have moved the window back (a follow-up queued).
+            if engine::window_start(&read.run, input) >= from {
+                let bytes = approx_bytes(&timeline);
+                return Ok(Some(Hydrated {
+                    record: read,
+                    timeline,
+                    base: from,
+                    bytes,
+                }));
+            }
+            rec = read;
+        }
     }
 
-    fn cache_put(&self, run_id: &str, version: u64, timeline: Vec<Entry>, bytes: usize) {
+    fn cache_put(&self, run_id: &str, version: u64, base: u64, timeline: Vec<Entry>, bytes: usize) {
         self.cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .put(run_id, version, timeline, bytes);
+            .put(run_id, version, base, timeline, bytes);
     }
 }
+
+/// What a step starts from: the run, and its timeline from seq `base` on.
+struct Hydrated {
+    record: RunRecord,
+    timeline: Vec<Entry>,
+    base: u64,
+    bytes: usize,
+}
+
+/// The loop's input, for the window the next step of the loop reads.
+const LOOP: Input = Input::Continue { version: 0 };
 
 /// Whether `msg` is one of this outbox's sends: then the outbox was performed in full.
 fn sent_by(outbox: &[Effect], msg: &StepMessage) -> bool {
@@ -432,11 +490,48 @@ fn sent_by(outbox: &[Effect], msg: &StepMessage) -> bool {
 struct Thinker<'a> {
     service: &'a Service,
     run: &'a Run,
+    /// What the step read: the timeline from seq `base` on.
     timeline: &'a [Entry],
+    base: u64,
+    /// The whole timeline, once a think has read it for a model that reads history.
+    whole: std::sync::OnceLock<Vec<Entry>>,
     /// The MCP servers' tools as listed when the step started.
     listed: Listed,
     /// A failpoint that fired where no error can be returned (after a tool's output).
     crashed: std::sync::Mutex<Option<PortError>>,
+}
+
+impl Thinker<'_> {
+    /// What the model is given: the whole timeline for a model that reads it (the entries
+    /// before the window read once, here), else the window.
+    async fn history(&self) -> Result<&[Entry], PortError> {
+        if self.base == 0 || !self.service.deps.llm.reads_history() {
+            return Ok(self.timeline);
+        }
+        if self.whole.get().is_none() {
+            let before = usize::try_from(self.base).unwrap_or(usize::MAX);
+            let mut whole = self
+                .service
+                .deps
+                .store
+                .entries_after(&self.run.run_id, None, before)
+                .await?;
+            if whole.len() != before || whole.last().is_some_and(|e| e.seq + 1 != self.base) {
+                return Err(PortError::Unavailable {
+                    message: format!(
+                        "run `{}`: {} entries before seq {}, expected {before}",
+                        self.run.run_id,
+                        whole.len(),
+                        self.base
+                    ),
+                    source: None,
+                });
+            }
+            whole.extend_from_slice(self.timeline);
+            let _ = self.whole.set(whole);
+        }
+        Ok(self.whole.get().map_or(self.timeline, Vec::as_slice))
+    }
 }
 
 impl StepIo for Thinker<'_> {
@@ -451,9 +546,13 @@ impl StepIo for Thinker<'_> {
                 message: e.to_string(),
                 source: None,
             })?;
+        let history = self.history().await.map_err(|e| LlmError::Unavailable {
+            message: format!("reading the run's history: {e}"),
+            source: Some(Box::new(e)),
+        })?;
         let reply = self
             .service
-            .think(&self.listed, self.run, self.timeline, think_index)
+            .think(&self.listed, self.run, self.timeline, history, think_index)
             .await?;
         failpoint::hit("step.after_think").map_err(|e| LlmError::Unavailable {
             message: e.to_string(),

@@ -107,6 +107,22 @@ pub struct LocalStore {
     /// Messages to make visible again whose own write failed (the disk was full, say),
     /// applied by the next receive ([`LocalStore::retry_later`]).
     releases: Arc<std::sync::Mutex<Vec<queue::Release>>>,
+    /// What steps read of timelines ([`LocalStore::read_stats`]).
+    reads: Arc<ReadCounts>,
+}
+
+/// Timeline entries the steps loaded ([`Store::load_from`]), and their stored bytes.
+#[derive(Debug, Default)]
+struct ReadCounts {
+    entries: std::sync::atomic::AtomicU64,
+    bytes: std::sync::atomic::AtomicU64,
+}
+
+/// What steps read of timelines so far: entries, and their bytes as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadStats {
+    pub entries: u64,
+    pub bytes: u64,
 }
 
 fn broken(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> PortError {
@@ -204,7 +220,17 @@ impl LocalStore {
             sent: Arc::new(Notify::new()),
             acks: Arc::default(),
             releases: Arc::default(),
+            reads: Arc::default(),
         })
+    }
+
+    /// What steps have read of timelines so far (the whole timeline, or a step's window).
+    pub fn read_stats(&self) -> ReadStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        ReadStats {
+            entries: self.reads.entries.load(Relaxed),
+            bytes: self.reads.bytes.load(Relaxed),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -338,7 +364,18 @@ impl Store for LocalStore {
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
+        self.load_from(run_id, 0).await
+    }
+
+    async fn load_from(
+        &self,
+        run_id: &str,
+        from: u64,
+    ) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
         let run_id = run_id.to_owned();
+        // Seqs are far below i64::MAX: a larger one is past every entry.
+        let from = i64::try_from(from).unwrap_or(i64::MAX);
+        let reads = self.reads.clone();
         self.read(move |c| {
             // One read transaction: the run and its entries as of one commit.
             let tx = c.unchecked_transaction().map_err(sql)?;
@@ -348,10 +385,22 @@ impl Store for LocalStore {
             let rec = record(row)?;
             let mut stmt = tx
                 .prepare_cached(
-                    "SELECT body FROM entries WHERE run_key = (SELECT run_key FROM runs WHERE run_id = ?1) ORDER BY seq",
+                    "SELECT body FROM entries WHERE run_key = (SELECT run_key FROM runs WHERE run_id = ?1) AND seq >= ?2 ORDER BY seq",
                 )
                 .map_err(sql)?;
-            let entries = decode_entries(stmt.query_map([&run_id], |r| r.get::<_, Vec<u8>>(0)).map_err(sql)?)?;
+            let counted = |b: rusqlite::Result<Vec<u8>>| {
+                if let Ok(b) = &b {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    reads.entries.fetch_add(1, Relaxed);
+                    reads.bytes.fetch_add(b.len() as u64, Relaxed);
+                }
+                b
+            };
+            let entries = decode_entries(
+                stmt.query_map(rusqlite::params![&run_id, from], |r| r.get::<_, Vec<u8>>(0))
+                    .map_err(sql)?
+                    .map(counted),
+            )?;
             drop(stmt);
             tx.finish().map_err(sql)?;
             Ok(Some((rec, entries)))
