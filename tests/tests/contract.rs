@@ -1214,8 +1214,7 @@ async fn a_cold_think_gives_a_real_model_the_whole_conversation() {
         assert_eq!(rec.run.status, RunStatus::Completed);
         let (warm, cold) = svc.cache_use();
         assert!(cache_bytes > 0 || warm == 0, "{warm} warm, {cold} cold");
-        let seen = seen.0.lock().unwrap().clone();
-        seen
+        seen.0.lock().unwrap().clone()
     }
     struct SharedRespond<R>(Arc<R>);
     impl<R: wiremock::Respond> wiremock::Respond for SharedRespond<R> {
