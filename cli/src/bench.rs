@@ -371,7 +371,7 @@ pub const PRICE_SCHEDULER: f64 = 1.00 / 1e6;
 /// `baton bench --aws`: what one iteration costs on AWS, measured on the emulator at
 /// `AWS_ENDPOINT_URL` with the real adapters: requests and DynamoDB capacity units (derived
 /// from item sizes by DynamoDB's rules), warm (a container that stepped the run before) and
-/// cold (a fresh container), at histories of about 10, 100 and 1,000 entries.
+/// cold (a fresh container), at histories of about 10, 100, 1,000 and 10,000 entries.
 pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String> {
     use baton_aws::provision::{self, Names};
     use baton_aws::sdk::{Meter, Usage};
@@ -472,7 +472,7 @@ pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String
         })
     };
     let mut samples = Vec::new();
-    let mut targets: Vec<u64> = [10u64, 100, 1000]
+    let mut targets: Vec<u64> = [10u64, 100, 1000, 10_000]
         .into_iter()
         .filter(|h| *h <= max_history)
         .collect();
@@ -484,7 +484,7 @@ pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String
             let before = meter.snapshot();
             ensure!(warm.pump_once().await? == 1, "expected one step message");
             let warm_use = delta(before, meter.snapshot());
-            // Cold: a fresh container re-hydrates the whole history with a Query.
+            // Cold: a fresh container reads the run item and its step's window.
             let cold_meter = Meter::shared();
             let (_, cold) = container(cold_meter.clone());
             let before = cold_meter.snapshot();

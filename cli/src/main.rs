@@ -146,7 +146,7 @@ enum Command {
         #[arg(long, default_value = "A", value_parser = ["A", "B", "a", "b"])]
         variant: String,
         /// Measure AWS requests, capacity units and cost per iteration on the emulator at
-        /// AWS_ENDPOINT_URL instead, at histories of 10, 100 and 1,000 entries (up to
+        /// AWS_ENDPOINT_URL instead, at histories of 10, 100, 1,000 and 10,000 entries (up to
         /// --iterations entries).
         #[arg(long)]
         aws: bool,

@@ -207,11 +207,16 @@ async fn ten_thousand_generated_requests_and_events_get_clear_refusals_and_chang
                     let body = resp.bytes().await.unwrap().to_vec();
                     let changed = digest(&h, &run_id).await != before;
                     if code < 400 {
-                        // Let what it queued be handled, so the next request starts from rest.
-                        for _ in 0..500 {
-                            if h.server.store.queue_depth().await.unwrap() == 0 {
-                                break;
-                            }
+                        // Let what it queued be handled, so the next request starts from rest
+                        // (a loaded machine may take seconds; not waiting long enough would
+                        // blame the next request for this one's step).
+                        let deadline =
+                            std::time::Instant::now() + std::time::Duration::from_secs(60);
+                        while h.server.store.queue_depth().await.unwrap() > 0 {
+                            assert!(
+                                std::time::Instant::now() < deadline,
+                                "what {req:?} queued was not handled within a minute"
+                            );
                             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                         }
                     }
