@@ -574,7 +574,13 @@ pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String
 }
 
 async fn parts_history(service: &Service, run_id: &str) -> anyhow::Result<u64> {
-    // Before the sample's meter snapshot: what it reads is not counted.
-    let view = service.get_run(LOCAL_OWNER, run_id, 1).await?;
-    Ok(view.run.next_seq)
+    // Before the sample's meter snapshot: what it reads is not counted. The run item
+    // alone: a view of the run would read timeline pages, at every step of a long run.
+    let rec = service
+        .deps()
+        .store
+        .get_run(run_id)
+        .await?
+        .context("the run vanished")?;
+    Ok(rec.run.next_seq)
 }
