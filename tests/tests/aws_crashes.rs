@@ -67,6 +67,20 @@ async fn call(
     api_call(&http, &s.url(), busy, method, path, body.as_ref()).await
 }
 
+/// The sweep's tick, as its scheduled rule runs it: a tick that meets a throttle (under the
+/// fault layer) fails and the next tick runs it again.
+async fn sweep(s: &AwsDevServer) {
+    for tick in 1.. {
+        match s.sweep(chrono::Duration::zero()).await {
+            Ok(_) => return,
+            Err(e) if e.is_retryable() && tick < 20 => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the sweep failed {tick} times: {e}"),
+        }
+    }
+}
+
 /// Runs the scenario with `fp` armed; returns the normalized timeline, the run's status and
 /// the CTA's, and whether the failpoint fired.
 async fn scenario(aws: &Emulator, prefix: &str, fp: &str, skip: u32) -> (Value, bool) {
@@ -84,7 +98,7 @@ async fn scenario(aws: &Emulator, prefix: &str, fp: &str, skip: u32) -> (Value, 
             if failpoint::fired(fp) && !restarted {
                 s.shutdown().await;
                 s = host(aws, &names).await;
-                s.sweep(chrono::Duration::zero()).await.unwrap();
+                sweep(&s).await;
                 restarted = true;
             }
         };
@@ -143,7 +157,7 @@ async fn scenario(aws: &Emulator, prefix: &str, fp: &str, skip: u32) -> (Value, 
                 s.shutdown().await;
                 if failpoint::fired(fp) && !restarted {
                     s = host(aws, &names).await;
-                    s.sweep(chrono::Duration::zero()).await.unwrap();
+                    sweep(&s).await;
                     restarted = true;
                     continue;
                 }
