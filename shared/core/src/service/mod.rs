@@ -9,6 +9,7 @@ mod cache;
 mod consume;
 mod requests;
 mod steps;
+mod thinker;
 
 pub use cache::{DEFAULT_CACHE_BYTES, budget_for};
 pub use consume::{Delivery, SWEEP_EVENT, Verdict};
