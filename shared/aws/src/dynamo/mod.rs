@@ -11,10 +11,13 @@
 //! One commit is one `TransactWriteItems`, conditional on the run's version: the run item
 //! (with the outbox), one segment for everything the step appended, a patch per resolved
 //! entry, new CTAs and child runs. A step of the common kind writes two items, which keeps
-//! it at four write units. Re-hydration reads the run item (consistent) and the timeline
-//! with one paged `Query` (a history over 1 MB works), eventually consistent: timeline items
-//! are immutable and counted in `ni`, so a stale read is detected and redone consistently. The GSI holds only CTAs, so the run item,
-//! rewritten at every step, costs no index writes.
+//! it at four write units. A step re-hydrates its window alone (`load_from`): the run item
+//! and, strongly consistent, the segments back to the one holding the window's first seq
+//! plus the patches after it, newest first, so a cold step reads what its window holds,
+//! not the run's history. A whole timeline (`load`) is one paged `Query` (a history over
+//! 1 MB works), eventually consistent: timeline items are immutable and counted in `ni`, so
+//! a stale read is detected and redone consistently. The GSI holds only CTAs, so the run
+//! item, rewritten at every step, costs no index writes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,9 +30,11 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
 use chrono::{DateTime, Utc};
 use tracing::instrument;
 
+mod io;
 mod items;
 mod sweep;
 
+use io::TransactFailure;
 use items::*;
 
 use crate::sdk::{Meter, is_retryable_cancellation, map_sdk_err};
@@ -97,195 +102,6 @@ impl DynamoStore {
             meter,
         }
     }
-
-    fn count_read(&self, bytes: usize, consistent: bool) {
-        Meter::count(&self.meter.dynamodb);
-        let units = bytes.div_ceil(4096).max(1) as u64;
-        self.meter.read_half_units.fetch_add(
-            if consistent { units * 2 } else { units },
-            std::sync::atomic::Ordering::Relaxed,
-        );
-    }
-
-    fn count_write(&self, items: &[&Item], transactional: bool) {
-        Meter::count(&self.meter.dynamodb);
-        let units: u64 = items
-            .iter()
-            .map(|i| item_size(i).div_ceil(1024).max(1) as u64)
-            .sum();
-        self.meter.write_units.fetch_add(
-            if transactional { units * 2 } else { units },
-            std::sync::atomic::Ordering::Relaxed,
-        );
-    }
-
-    async fn transact(
-        &self,
-        items: Vec<TransactWriteItem>,
-        token: Option<String>,
-    ) -> Result<(), TransactFailure> {
-        if items.len() > MAX_TRANSACT_ITEMS {
-            return Err(TransactFailure::Port(PortError::Broken {
-                message: format!(
-                    "a commit of {} items exceeds DynamoDB's {MAX_TRANSACT_ITEMS}",
-                    items.len()
-                ),
-                source: None,
-            }));
-        }
-        let sized: Vec<&Item> = items
-            .iter()
-            .filter_map(|i| i.put().map(|p| p.item()))
-            .collect();
-        self.count_write(&sized, true);
-        let r = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .set_client_request_token(token)
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) => match e.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(ex)) => {
-                    let failed: Vec<usize> = ex
-                        .cancellation_reasons()
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, r)| r.code() == Some("ConditionalCheckFailed"))
-                        .map(|(i, _)| i)
-                        .collect();
-                    let transient = ex
-                        .cancellation_reasons()
-                        .iter()
-                        .filter_map(|r| r.code())
-                        .find(|c| is_retryable_cancellation(c));
-                    match (failed.is_empty(), transient) {
-                        (false, _) => Err(TransactFailure::Condition(failed)),
-                        // Throttled or in conflict with another transaction: nothing was
-                        // written, and the same transaction may succeed in a moment.
-                        (true, Some(reason)) => Err(TransactFailure::Port(PortError::unavailable(
-                            format!("TransactWriteItems: cancelled: {reason}"),
-                            e,
-                        ))),
-                        (true, None) => {
-                            Err(TransactFailure::Port(map_sdk_err("TransactWriteItems", e)))
-                        }
-                    }
-                }
-                Some(TransactWriteItemsError::IdempotentParameterMismatchException(_)) => {
-                    Err(TransactFailure::Condition(vec![0]))
-                }
-                _ => Err(TransactFailure::Port(map_sdk_err("TransactWriteItems", e))),
-            },
-        }
-    }
-
-    /// One conditional update of an item's `META`, metered; a condition that no longer
-    /// holds (the item moved on, or is gone) is not an error: there is nothing left to do.
-    async fn update_meta(
-        &self,
-        pk: String,
-        update: &str,
-        condition: &str,
-        values: &[(&str, AttributeValue)],
-    ) -> Result<(), PortError> {
-        Meter::count(&self.meter.dynamodb);
-        self.meter
-            .write_units
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("PK", s(pk))
-            .key("SK", s("META"))
-            .update_expression(update)
-            .condition_expression(condition);
-        for (k, v) in values {
-            req = req.expression_attribute_values(*k, v.clone());
-        }
-        match req.send().await {
-            Ok(_) => Ok(()),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
-            Err(e) => Err(map_sdk_err("UpdateItem", e)),
-        }
-    }
-
-    async fn get_item(&self, pk: String) -> Result<Option<Item>, PortError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key("PK", s(pk))
-            .key("SK", s("META"))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| map_sdk_err("GetItem", e))?;
-        self.count_read(out.item().map_or(1, item_size), true);
-        Ok(out.item)
-    }
-
-    /// Every item of a partition whose SK lies in [lo, hi], until `keep_going` says stop
-    /// after an item.
-    async fn query(
-        &self,
-        pk: &str,
-        lo: &str,
-        hi: &str,
-        forward: bool,
-        consistent: bool,
-        mut keep_going: impl FnMut(&Item) -> bool,
-    ) -> Result<Vec<Item>, PortError> {
-        let query = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .key_condition_expression("PK = :pk AND SK BETWEEN :lo AND :hi")
-            .expression_attribute_values(":pk", s(pk))
-            .expression_attribute_values(":lo", s(lo))
-            .expression_attribute_values(":hi", s(hi))
-            .consistent_read(consistent)
-            .scan_index_forward(forward);
-        let mut out = Vec::new();
-        self.query_pages("Query", query, |item| {
-            let more = keep_going(&item);
-            out.push(item);
-            Ok(more)
-        })
-        .await?;
-        Ok(out)
-    }
-
-    /// Hands each item of `query`'s pages (the SDK's paginator) to `each`, counting every
-    /// page's reads, until the pages end or `each` says stop.
-    async fn query_pages(
-        &self,
-        what: &str,
-        query: QueryFluentBuilder,
-        mut each: impl FnMut(Item) -> Result<bool, PortError>,
-    ) -> Result<(), PortError> {
-        let consistent = query.get_consistent_read().unwrap_or(false);
-        let mut pages = query.into_paginator().send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| map_sdk_err(what, e))?;
-            self.count_read(page.items().iter().map(item_size).sum(), consistent);
-            for item in page.items.unwrap_or_default() {
-                if !each(item)? {
-                    return Ok(());
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-enum TransactFailure {
-    /// The indexes of the items whose condition failed.
-    Condition(Vec<usize>),
-    Port(PortError),
 }
 
 #[async_trait::async_trait]

@@ -7,13 +7,14 @@
 
 mod cache;
 mod consume;
+mod ctas;
 mod requests;
 mod steps;
 mod thinker;
 
 pub use cache::{DEFAULT_CACHE_BYTES, budget_for};
 pub use consume::{Delivery, SWEEP_EVENT, Verdict};
-pub use requests::LINK_RESPONDER;
+pub use ctas::LINK_RESPONDER;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -37,66 +37,16 @@ mod commit;
 mod db;
 mod queue;
 mod rows;
+mod schema;
 
 use rows::*;
 
 pub use db::WriteStats;
 use db::{Db, Undo};
+use schema::SCHEMA;
 
 pub use queue::{Delivery, DueTimer};
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS runs (
-    run_key  INTEGER PRIMARY KEY,
-    run_id   TEXT NOT NULL UNIQUE,
-    owner    TEXT NOT NULL,
-    version  INTEGER NOT NULL,
-    body     TEXT NOT NULL,
-    outbox   TEXT,
-    idem_key TEXT,
-    UNIQUE (owner, idem_key)
-);
-CREATE TABLE IF NOT EXISTS entries (
-    run_key INTEGER NOT NULL,
-    seq     INTEGER NOT NULL,
-    body    BLOB NOT NULL,
-    UNIQUE (run_key, seq)
-);
-CREATE TABLE IF NOT EXISTS ctas (
-    cta_id TEXT PRIMARY KEY,
-    owner  TEXT NOT NULL,
-    status TEXT NOT NULL,
-    body   TEXT NOT NULL,
-    -- when the answer or expiry was written, while its run has not been told (the CTA's outbox)
-    unsent INTEGER
-);
-CREATE INDEX IF NOT EXISTS ctas_by_owner ON ctas (owner, status);
-CREATE TABLE IF NOT EXISTS queue (
-    id         INTEGER PRIMARY KEY,
-    dedup_id   TEXT NOT NULL,
-    group_id   TEXT NOT NULL,
-    body       TEXT NOT NULL,
-    visible_at INTEGER NOT NULL,
-    receives   INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS queue_by_group ON queue (group_id, id);
-CREATE INDEX IF NOT EXISTS queue_by_dedup ON queue (dedup_id);
-CREATE TABLE IF NOT EXISTS events (
-    seq         INTEGER PRIMARY KEY,
-    id          TEXT NOT NULL UNIQUE,
-    detail_type TEXT NOT NULL,
-    body        TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS timers (
-    name   TEXT PRIMARY KEY,
-    run_id TEXT NOT NULL,
-    at_ms  INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-) WITHOUT ROWID;
-";
 /// The embedded adapter. Cheap to clone; clones share the connections.
 #[derive(Clone)]
 pub struct LocalStore {

@@ -1,0 +1,357 @@
+//! The CTA side of the requests: the inbox, answers (by the API, a bus event or a one-time
+//! link), expiry and timers. An answer settles its CTA in the CTA's own item and queues a
+//! message for the run's one writer; it never edits the timeline.
+
+use chrono::{DateTime, Utc};
+use tracing::{info, warn};
+
+use super::{Service, ServiceError};
+use crate::cta::{Cta, CtaResponse, CtaStatus, Settlement};
+use crate::error::PortError;
+use crate::message::{Input, StepMessage, TIMER_PREFIX};
+use crate::ports::Settled;
+
+/// Who answered through a one-time link, as the CTA records it.
+pub const LINK_RESPONDER: &str = "link";
+
+impl Service {
+    /// An owner's CTAs, optionally of one status and under one top-level run (every CTA
+    /// of the run and of its subagents, at any depth).
+    pub async fn list_ctas(
+        &self,
+        owner: &str,
+        status: Option<CtaStatus>,
+        root_run_id: Option<&str>,
+    ) -> Result<Vec<Cta>, ServiceError> {
+        if let Some(root) = root_run_id {
+            match self.deps.store.get_run(root).await? {
+                Some(rec) if rec.run.owner == owner => {}
+                _ => return Err(ServiceError::NotFound(format!("no run `{root}`"))),
+            }
+        }
+        let mut ctas = self.deps.store.list_ctas(owner, status).await?;
+        if let Some(root) = root_run_id {
+            ctas.retain(|c| c.root_run_id.as_deref().unwrap_or(&c.run_id) == root);
+        }
+        Ok(ctas)
+    }
+
+    pub async fn get_cta(&self, owner: Option<&str>, cta_id: &str) -> Result<Cta, ServiceError> {
+        match self.deps.store.get_cta(cta_id).await? {
+            Some(c) if owner.is_none_or(|o| o == c.owner) => Ok(c),
+            _ => Err(ServiceError::NotFound(format!("no CTA `{cta_id}`"))),
+        }
+    }
+
+    /// Accepts an answer with the CTA's own conditional write, then queues the resolution
+    /// for the run's writer. `owner` is `None` for trusted callers (the bus consumer);
+    /// `responder` is who answered, recorded with the answer.
+    ///
+    /// The answer that won, posted again by the same responder, is accepted again and
+    /// changes nothing (its resolution is re-sent, deduplicated): a client that retries
+    /// after a lost reply or a 503 whose write went through is told it succeeded.
+    pub async fn answer_cta(
+        &self,
+        owner: Option<&str>,
+        cta_id: &str,
+        response: CtaResponse,
+        responder: Option<String>,
+    ) -> Result<Cta, ServiceError> {
+        let cta = self.get_cta(owner, cta_id).await?;
+        if cta.status != CtaStatus::Pending {
+            return self
+                .settled_again(cta, &response, responder.as_deref())
+                .await;
+        }
+        // A well-formed answer that does not fit this CTA (another kind, an option it does
+        // not offer, a blank required text) conflicts with the CTA as it is: 409, not 400.
+        response
+            .validate_against(&cta.request)
+            .map_err(|e| ServiceError::Conflict {
+                code: "answer_mismatch",
+                message: e.to_string(),
+            })?;
+        let now = self.deps.clock.now();
+        if now >= cta.expires_at {
+            self.expire_cta(cta_id).await?;
+            return Err(ServiceError::Gone(format!(
+                "CTA `{cta_id}` expired at {}",
+                cta.expires_at.to_rfc3339()
+            )));
+        }
+        match self
+            .deps
+            .store
+            .settle_cta(
+                cta_id,
+                &Settlement::Answered {
+                    response: response.clone(),
+                    responder: responder.clone(),
+                },
+                now,
+            )
+            .await?
+        {
+            Settled::Won(cta) => {
+                crate::failpoint::hit("answer.after_settle")?;
+                self.send_resolution(&cta).await?;
+                info!(cta_id, run_id = %cta.run_id, "CTA answered");
+                Ok(cta)
+            }
+            Settled::Lost(cta) => {
+                self.settled_again(cta, &response, responder.as_deref())
+                    .await
+            }
+            Settled::NotFound => Err(ServiceError::NotFound(format!("no CTA `{cta_id}`"))),
+        }
+    }
+
+    /// An answer to a CTA already settled: the same as the answer that won (same response,
+    /// same responder) is that answer again; anything else is refused.
+    async fn settled_again(
+        &self,
+        cta: Cta,
+        response: &CtaResponse,
+        responder: Option<&str>,
+    ) -> Result<Cta, ServiceError> {
+        let same = cta.status == CtaStatus::Answered
+            && cta.response.as_ref() == Some(response)
+            && cta.responder.as_deref() == responder;
+        if same {
+            self.send_resolution(&cta).await?;
+            info!(cta_id = %cta.cta_id, "the answer that won, posted again: accepted");
+            return Ok(cta);
+        }
+        Err(self.settled_error(&cta).await)
+    }
+
+    /// The refusal for a CTA that is no longer pending. An answered CTA's resolution is
+    /// sent again on the way (deduplicated), which repairs a send lost after the write.
+    async fn settled_error(&self, cta: &Cta) -> ServiceError {
+        match cta.status {
+            CtaStatus::Expired => ServiceError::Gone(format!("CTA `{}` expired", cta.cta_id)),
+            CtaStatus::Cancelled => ServiceError::Conflict {
+                code: "cta_cancelled",
+                message: format!("CTA `{}` was cancelled with its run", cta.cta_id),
+            },
+            _ => {
+                if let Err(e) = self.send_resolution(cta).await {
+                    warn!(cta_id = %cta.cta_id, error = %e, "re-sending a resolution failed");
+                }
+                ServiceError::AlreadyAnswered(Box::new(cta.clone()))
+            }
+        }
+    }
+
+    /// Tells the run how its CTA was settled, then marks the CTA's outbox done. A crash in
+    /// between leaves the resolution outstanding: the sweep sends it again (deduplicated by
+    /// id, and ignored by a run that applied it already).
+    pub(super) async fn send_resolution(&self, cta: &Cta) -> Result<(), PortError> {
+        self.queue_resolution(cta).await?;
+        crate::failpoint::hit("resolution.after_send")?;
+        self.deps.store.clear_resolution(&cta.cta_id).await
+    }
+
+    async fn queue_resolution(&self, cta: &Cta) -> Result<(), PortError> {
+        let input = match (&cta.status, &cta.response) {
+            (CtaStatus::Answered, Some(r)) => Input::CtaAnswered {
+                cta_id: cta.cta_id.clone(),
+                response: r.clone(),
+                responder: cta.responder.clone(),
+            },
+            (CtaStatus::Expired, _) => Input::CtaExpired {
+                cta_id: cta.cta_id.clone(),
+            },
+            _ => return Ok(()),
+        };
+        let id = format!("{}:{}", cta.cta_id, cta.status.as_str());
+        self.deps
+            .queue
+            .send(&[StepMessage {
+                run_id: cta.run_id.clone(),
+                id,
+                input,
+            }])
+            .await
+    }
+
+    /// A timer fired: a run's own timer (named [`TIMER_PREFIX`]…, a plan step's timeout)
+    /// goes to its run, whose step decides whether it is still due; any other is a CTA's
+    /// expiry ([`Service::expire_cta`]).
+    ///
+    /// `due`, when the timer says it (a schedule's event does), is when it was set for: one
+    /// that fires early (a scheduler keeps its time to the minute) is set again for then,
+    /// not handed to the run, which would find it not due and drop it.
+    pub async fn fire_timer(
+        &self,
+        name: &str,
+        run_id: &str,
+        due: Option<DateTime<Utc>>,
+    ) -> Result<(), ServiceError> {
+        if !name.starts_with(TIMER_PREFIX) {
+            return self.expire_cta(name).await;
+        }
+        if self.deps.store.get_run(run_id).await?.is_none() {
+            return Err(ServiceError::NotFound(format!("no run `{run_id}`")));
+        }
+        if let Some(due) = due.filter(|due| self.early(*due)) {
+            info!(timer = name, run_id, due = %due.to_rfc3339(), "timer fired early: set again");
+            return Ok(self.deps.scheduler.schedule(name, run_id, due).await?);
+        }
+        Ok(self
+            .deps
+            .queue
+            .send(&[StepMessage {
+                run_id: run_id.into(),
+                id: format!("{name}:fired"),
+                input: Input::Timer {
+                    timer_id: name.into(),
+                },
+            }])
+            .await?)
+    }
+
+    /// A one-time answer link to the owner's pending CTA, and when it stops working.
+    pub async fn mint_link(
+        &self,
+        owner: &str,
+        cta_id: &str,
+    ) -> Result<(String, chrono::DateTime<chrono::Utc>), ServiceError> {
+        let Some(links) = self.links() else {
+            return Err(ServiceError::Conflict {
+                code: "links_off",
+                message: "one-time links are not set up on this deployment (BATON_LINK_KEY)".into(),
+            });
+        };
+        let cta = self.get_cta(Some(owner), cta_id).await?;
+        if cta.status != CtaStatus::Pending {
+            return Err(self.settled_error(&cta).await);
+        }
+        let Some(nonce) = &cta.link_nonce else {
+            return Err(ServiceError::Conflict {
+                code: "links_off",
+                message: format!("CTA `{cta_id}` was raised before links existed"),
+            });
+        };
+        let token = links.token(&cta.cta_id, nonce, cta.expires_at);
+        Ok((links.url(&token), cta.expires_at))
+    }
+
+    /// The CTA a one-time link opens, while the link may still answer it. A link to a CTA
+    /// that is settled says how, even past the CTA's expiry: used (`link_used`), answered
+    /// another way (`cta_answered`), cancelled (`cta_cancelled`) or expired
+    /// (`link_expired`). Only a token this deployment did not sign is `link_invalid`.
+    pub async fn cta_by_link(&self, token: &str) -> Result<Cta, ServiceError> {
+        let refuse = |code: &'static str, message: &str| ServiceError::Link {
+            code,
+            message: message.into(),
+        };
+        let invalid = || refuse("link_invalid", "this link is not valid");
+        let expired = || {
+            refuse(
+                "link_expired",
+                "this link has expired: the question stopped waiting for an answer",
+            )
+        };
+        let links = self.links().ok_or_else(invalid)?;
+        let now = self.deps.clock.now();
+        // The signature alone (checked as at the earliest instant, so that it passes past
+        // the expiry too): how a settled CTA was settled says more than that its link expired.
+        let claims = links
+            .verify(token, chrono::DateTime::<chrono::Utc>::MIN_UTC)
+            .map_err(|_| invalid())?;
+        let past = now.timestamp() >= claims.expires_at;
+        let Some(cta) = self
+            .deps
+            .store
+            .get_cta(&claims.cta_id)
+            .await?
+            .filter(|c| c.link_nonce.as_deref() == Some(claims.nonce.as_str()))
+        else {
+            // Signed here, for a CTA no longer kept (past the retention period).
+            return Err(if past { expired() } else { invalid() });
+        };
+        match cta.status {
+            CtaStatus::Answered if cta.responder.as_deref() == Some(LINK_RESPONDER) => Err(refuse(
+                "link_used",
+                "this link was already used: the question is answered",
+            )),
+            CtaStatus::Answered => {
+                Err(refuse("cta_answered", "this question was already answered"))
+            }
+            CtaStatus::Cancelled => Err(refuse(
+                "cta_cancelled",
+                "this question was cancelled: its run ended before it was answered",
+            )),
+            CtaStatus::Expired => Err(expired()),
+            CtaStatus::Pending if past || now >= cta.expires_at => Err(expired()),
+            CtaStatus::Pending => Ok(cta),
+        }
+    }
+
+    /// Answers through a one-time link: the first answer wins, as through the API.
+    pub async fn answer_by_link(
+        &self,
+        token: &str,
+        response: CtaResponse,
+    ) -> Result<Cta, ServiceError> {
+        let cta = self.cta_by_link(token).await?;
+        let answered = self
+            .answer_cta(None, &cta.cta_id, response, Some(LINK_RESPONDER.into()))
+            .await;
+        match answered {
+            // Settled meanwhile (another use of the link, another answer, a cancel, the
+            // expiry): said as the link says it.
+            Err(
+                e @ (ServiceError::AlreadyAnswered(_)
+                | ServiceError::Gone(_)
+                | ServiceError::Conflict {
+                    code: "cta_cancelled",
+                    ..
+                }),
+            ) => Err(self.cta_by_link(token).await.err().unwrap_or(e)),
+            other => other,
+        }
+    }
+
+    /// Whether a timer due at `due` fires early by this service's clock. No skew is
+    /// tolerated: a question must not expire while an answer posted before `expiresAt` may
+    /// still be on its way. (Re-arming cannot loop: the schedule is set for the first whole
+    /// minute at or after `due`, which is after now.)
+    fn early(&self, due: DateTime<Utc>) -> bool {
+        self.deps.clock.now() < due
+    }
+
+    /// An expiry timer fired: settle the CTA as expired if nobody answered first.
+    ///
+    /// An expiry before the CTA's `expiresAt` (a scheduler keeps its time to the minute; or
+    /// a forged event) does not settle it: its schedule is set again for `expiresAt`, so
+    /// that it is not lost.
+    pub async fn expire_cta(&self, cta_id: &str) -> Result<(), ServiceError> {
+        let now = self.deps.clock.now();
+        let Some(cta) = self.deps.store.get_cta(cta_id).await? else {
+            return Err(ServiceError::NotFound(format!("no CTA `{cta_id}`")));
+        };
+        if cta.status == CtaStatus::Pending && self.early(cta.expires_at) {
+            info!(cta_id, run_id = %cta.run_id, expires_at = %cta.expires_at.to_rfc3339(),
+                "expiry fired early: set again");
+            return Ok(self
+                .deps
+                .scheduler
+                .schedule(cta_id, &cta.run_id, cta.expires_at)
+                .await?);
+        }
+        match self
+            .deps
+            .store
+            .settle_cta(cta_id, &Settlement::Expired, now)
+            .await?
+        {
+            Settled::Won(cta) => {
+                info!(cta_id, run_id = %cta.run_id, "CTA expired");
+                Ok(self.send_resolution(&cta).await?)
+            }
+            Settled::Lost(_) | Settled::NotFound => Ok(()),
+        }
+    }
+}
