@@ -203,6 +203,27 @@ struct Parts {
     worker: Worker,
 }
 
+/// What the steps of one opening of the store read: steps with the run's window cached
+/// (warm) and without (cold), and the entries and bytes the cold ones read from disk.
+#[derive(Default)]
+struct Reads {
+    warm: u64,
+    cold: u64,
+    entries: u64,
+    bytes: u64,
+}
+
+impl Reads {
+    fn add(&mut self, p: &Parts) {
+        let (warm, cold) = p.service.cache_use();
+        let r = p.store.read_stats();
+        self.warm += warm;
+        self.cold += cold;
+        self.entries += r.entries;
+        self.bytes += r.bytes;
+    }
+}
+
 fn open(dir: &std::path::Path, llm: &ScriptedLlm, catalog: &Arc<Catalog>) -> anyhow::Result<Parts> {
     let store = LocalStore::open(dir)?;
     let service = local_service(
@@ -211,6 +232,7 @@ fn open(dir: &std::path::Path, llm: &ScriptedLlm, catalog: &Arc<Catalog>) -> any
         catalog.clone(),
         Arc::new(SystemClock),
     );
+    service.set_cache_bytes(crate::load::cache_bytes());
     let opts = WorkerOptions {
         concurrency: 1,
         ..WorkerOptions::default()
@@ -294,13 +316,15 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
         .await?
         .run_id;
     let mut times = Vec::with_capacity(n as usize + 2);
-    let (started, steal) = (Instant::now(), Steal::start());
+    let (started, cpu_started, steal) = (Instant::now(), cpu_s(), Steal::start());
+    let mut reads = Reads::default();
     let mut status = drive(&parts, &run_id, &mut times).await?;
     if variant_b {
         ensure!(
             status == RunStatus::Waiting,
             "variant B expected the run parked, found {status:?}"
         );
+        reads.add(&parts);
         drop(parts); // every in-memory object goes: store handle, service, caches, worker
         parts = open(&dir, &llm, &catalog)?;
         parts.worker.sweep().await?;
@@ -327,7 +351,8 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
             .await?;
         status = drive(&parts, &run_id, &mut times).await?;
     }
-    let (wall, steal) = (started.elapsed(), steal.pct());
+    let (wall, cpu, steal) = (started.elapsed(), cpu_s() - cpu_started, steal.pct());
+    reads.add(&parts);
     if status != RunStatus::Completed {
         bail!("the run ended {status:?}");
     }
@@ -341,6 +366,12 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
         "variant": if variant_b { "B" } else { "A" },
         "wall_s": (wall.as_secs_f64() * 1e4).round() / 1e4,
         "per_step_ms": (wall.as_secs_f64() * 1000.0 / n as f64 * 1e4).round() / 1e4,
+        "steps": times.len(),
+        "cpu_ms_per_step": (cpu * 1000.0 / times.len().max(1) as f64 * 1000.0).round() / 1000.0,
+        "cache_budget_mb": parts.service.cache_budget() / (1024 * 1024),
+        "cache_hit_rate": (reads.warm as f64 / (reads.warm + reads.cold).max(1) as f64 * 1000.0).round() / 1000.0,
+        "entries_read_per_step": (reads.entries as f64 / times.len().max(1) as f64 * 100.0).round() / 100.0,
+        "bytes_read_per_step": (reads.bytes as f64 / times.len().max(1) as f64).round(),
         "db_bytes": db_bytes,
         "peak_rss_mb": (peak_rss_mb() * 10.0).round() / 10.0,
         "bytes_per_iteration": db_bytes / n,

@@ -208,7 +208,7 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
 }
 
 /// The cache budget `baton dev` would have here (`BATON_CACHE_MB` honoured).
-fn cache_bytes() -> usize {
+pub(crate) fn cache_bytes() -> usize {
     baton_core::config::Config::from_env()
         .map(|c| c.cache_bytes(baton_dev::machine_memory_mb()))
         .unwrap_or(baton_core::service::DEFAULT_CACHE_BYTES)

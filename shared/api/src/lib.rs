@@ -417,6 +417,26 @@ async fn answer_cta(
     }))
 }
 
+/// Connections the kernel completes before the server accepts them. tokio's default (1,024)
+/// overflowed when 1,000 clients connected at once while the worker kept both cores busy
+/// (`TcpExtListenOverflows`): dropped handshakes are retried by the client after 1, 3, 7 and
+/// 15 s, so a burst of run creations took up to 15 s. The kernel caps it at
+/// `net.core.somaxconn` (4,096 on current kernels).
+const LISTEN_BACKLOG: u32 = 8192;
+
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does: a restarted server can bind while old connections linger.
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Serves `app` on `addr` until `stop` turns true; returns the bound address (so `addr` may
 /// name port 0) and the server's task.
 pub async fn serve(
@@ -424,7 +444,7 @@ pub async fn serve(
     addr: SocketAddr,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<std::io::Result<()>>)> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = listen(addr)?;
     let addr = listener.local_addr()?;
     let server = tokio::spawn(async move {
         axum::serve(wire::JsonListener(listener), app)
