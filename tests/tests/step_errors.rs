@@ -321,3 +321,92 @@ async fn a_stale_dead_letter_does_not_fail_a_live_run() {
     assert_eq!(rec.run.status, RunStatus::Waiting);
     assert!(rec.run.error.is_none());
 }
+
+/// A model for two agents: `slow` answers only once `fast` has been called (or gives up
+/// after 20 s and says so in its reply), `fast` answers at once.
+struct Gate {
+    fast_called: tokio::sync::watch::Sender<bool>,
+}
+
+#[async_trait::async_trait]
+impl baton_core::llm::Llm for Gate {
+    async fn complete(
+        &self,
+        request: &baton_core::llm::ChatRequest<'_>,
+    ) -> Result<baton_core::llm::LlmReply, baton_core::llm::LlmError> {
+        let text = if request.agent == "fast" {
+            self.fast_called.send_replace(true);
+            "fast done"
+        } else {
+            let mut rx = self.fast_called.subscribe();
+            let waited = tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                rx.wait_for(|called| *called),
+            )
+            .await;
+            if waited.is_ok() {
+                "slow done after fast"
+            } else {
+                "slow gave up: fast never ran"
+            }
+        };
+        Ok(baton_core::llm::LlmReply {
+            text: Some(text.into()),
+            tool_calls: vec![],
+            usage: Default::default(),
+            model: None,
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_slow_model_call_holds_back_only_its_own_run_in_a_lambda_batch() {
+    // Lambda puts records of different runs (FIFO groups) in one batch: the slow run's model
+    // call must not keep the other run's step from running meanwhile.
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalStore::open(dir.path()).unwrap();
+    let svc = baton_local::local_service(
+        &local,
+        Arc::new(Gate {
+            fast_called: tokio::sync::watch::channel(false).0,
+        }),
+        catalog(Some(
+            json!({"agents": {"slow": {"tools": []}, "fast": {"tools": []}}}),
+        )),
+        Arc::new(SystemClock),
+    );
+    let mut ids = Vec::new();
+    for agent in ["slow", "fast"] {
+        let req = CreateRun {
+            prompt: "go".into(),
+            agent: Some(agent.into()),
+            ..Default::default()
+        };
+        ids.push(svc.create_run("local", req, None).await.unwrap().run_id);
+    }
+    let starts = local
+        .receive(2, std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    let mut messages: Vec<StepMessage> =
+        starts.iter().map(|d| d.message.clone().unwrap()).collect();
+    messages.sort_by_key(|m| ids.iter().position(|id| *id == m.run_id)); // the slow run first
+    let started = std::time::Instant::now();
+    let resp = handle_steps(
+        &svc,
+        &[],
+        sqs_event(&[("m1", &messages[0]), ("m2", &messages[1])]),
+    )
+    .await;
+    assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    for (id, said) in ids.iter().zip(["slow done after fast", "fast done"]) {
+        let (rec, timeline) = local.load(id).await.unwrap().unwrap();
+        assert_eq!(rec.run.status, RunStatus::Completed, "{id}");
+        let answer = timeline.iter().rev().find_map(|e| match &e.body {
+            EntryBody::Assistant { text, .. } => text.clone(),
+            _ => None,
+        });
+        assert_eq!(answer.as_deref(), Some(said));
+    }
+}

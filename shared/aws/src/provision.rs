@@ -98,6 +98,12 @@ async fn queue(
         );
         if let Some(r) = redrive {
             req = req.attributes(QueueAttributeName::RedrivePolicy, r);
+            if fifo {
+                // As template.yaml: high-throughput FIFO, one message group per run.
+                req = req
+                    .attributes(QueueAttributeName::DeduplicationScope, "messageGroup")
+                    .attributes(QueueAttributeName::FifoThroughputLimit, "perMessageGroupId");
+            }
         }
         req.send()
     };

@@ -1,7 +1,6 @@
 //! The step functions (`orchestrator`, `subagent`): a batch of SQS FIFO records, one step
 //! per record, in order per run, while the invocation has time for one more.
 
-use std::collections::HashSet;
 #[cfg(feature = "steps")]
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -10,6 +9,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use baton_aws::sdk::map_sdk_err;
 use baton_core::message::StepMessage;
 use baton_core::service::{Delivery, Service, Verdict};
+use futures_util::future::join_all;
 use tracing::{Instrument, error, info, info_span, warn};
 #[cfg(feature = "steps")]
 use {
@@ -113,47 +113,87 @@ pub async fn handle_steps(
         .response
 }
 
-/// One step per message, in order, while the invocation has time for one more.
+/// One step per message, in order per run, the runs of a batch at once, while the
+/// invocation has time for one more.
 ///
-/// With SQS FIFO and `ReportBatchItemFailures`, once a message of a group fails, every later
-/// message of that group in the batch is reported failed too, or SQS would deliver them out
-/// of order. Only retryable errors are reported: a terminal one has already failed its run
-/// (see `Service::handle`), so redelivering it could not help. Records from one of
-/// `dead_letters` (queue ARNs) end their run as failed. With a [`Deadline`], a record is
-/// started only if a whole step fits before it (the first always is); the rest are
-/// deferred: reported as failures, in order. Every failure is returned with when it is due
-/// again ([`StepsOutcome::again`]), so the caller makes it visible then ([`release`]) rather
-/// than after the visibility timeout.
+/// Each run is one FIFO message group. The records of one group are stepped in order; the
+/// groups of a batch are stepped concurrently, so a slow model call holds back only its own
+/// run, not the other runs Lambda put in the same batch. With SQS FIFO and
+/// `ReportBatchItemFailures`, once a message of a group fails, every later message of that
+/// group in the batch is reported failed too, or SQS would deliver them out of order; other
+/// groups are not affected. Only retryable errors are reported: a terminal one has already
+/// failed its run (see `Service::handle`), so redelivering it could not help. Records from
+/// one of `dead_letters` (queue ARNs) end their run as failed. With a [`Deadline`], a record
+/// is started only if a whole step fits before it (the first of each group always is); the
+/// rest of its group is deferred: reported as failures, in order. Every failure is returned
+/// with when it is due again ([`StepsOutcome::again`]), so the caller makes it visible then
+/// ([`release`]) rather than after the visibility timeout.
 pub async fn handle_steps_until(
     service: &Service,
     dead_letters: &[String],
     event: SqsEvent,
     deadline: Option<Deadline>,
 ) -> StepsOutcome {
-    let mut failed_groups: HashSet<String> = HashSet::new();
-    let mut out = StepsOutcome::default();
+    // The batch's groups in the order they first appear, each with its records in order.
+    let mut groups: Vec<(String, Vec<(usize, SqsMessage)>)> = Vec::new();
     for (i, rec) in event.records.into_iter().enumerate() {
-        let id = rec.message_id.clone().unwrap_or_default();
         let group = rec
             .attributes
             .get("MessageGroupId")
             .cloned()
             .unwrap_or_default();
-        if failed_groups.contains(&group) {
-            out.response.batch_item_failures.push(failure(id));
-            out.again.push((rec, Duration::ZERO));
+        match groups.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, recs)) => recs.push((i, rec)),
+            None => groups.push((group, vec![(i, rec)])),
+        }
+    }
+    let mut failures: Vec<(usize, SqsMessage, Option<Duration>)> = join_all(
+        groups
+            .into_iter()
+            .map(|(_, recs)| handle_group(service, dead_letters, recs, deadline)),
+    )
+    .await
+    .into_iter()
+    .flatten()
+    .collect();
+    failures.sort_by_key(|(i, _, _)| *i);
+    let mut out = StepsOutcome::default();
+    for (_, rec, again) in failures {
+        out.response
+            .batch_item_failures
+            .push(failure(rec.message_id.clone().unwrap_or_default()));
+        if let Some(delay) = again {
+            out.again.push((rec, delay));
+        }
+    }
+    out
+}
+
+/// The records of one message group, in order: the ones to report failed, each with its
+/// position in the batch and when it is due again (`None`: after its visibility timeout).
+async fn handle_group(
+    service: &Service,
+    dead_letters: &[String],
+    records: Vec<(usize, SqsMessage)>,
+    deadline: Option<Deadline>,
+) -> Vec<(usize, SqsMessage, Option<Duration>)> {
+    let mut failed = false;
+    let mut out = Vec::new();
+    for (n, (i, rec)) in records.into_iter().enumerate() {
+        let id = rec.message_id.clone().unwrap_or_default();
+        if failed {
+            out.push((i, rec, Some(Duration::ZERO)));
             continue;
         }
         if let Some(d) = deadline {
             let left = d.at.duration_since(SystemTime::now()).unwrap_or_default();
-            if i > 0 && left < d.step_budget {
+            if n > 0 && left < d.step_budget {
                 info!(message_id = %id, left_ms = left.as_millis() as u64, "deferred: no time for another step");
-                failed_groups.insert(group);
-                out.response.batch_item_failures.push(failure(id));
-                out.again.push((rec, Duration::ZERO));
+                failed = true;
+                out.push((i, rec, Some(Duration::ZERO)));
                 continue;
             }
-            if i == 0 && left < d.step_budget {
+            if n == 0 && left < d.step_budget {
                 warn!(
                     left_ms = left.as_millis() as u64,
                     budget_ms = d.step_budget.as_millis() as u64,
@@ -188,14 +228,13 @@ pub async fn handle_steps_until(
             Verdict::Ack => {}
             // Back to the queue after its backoff, with the rest of its FIFO group behind it.
             Verdict::Retry { .. } => {
-                failed_groups.insert(group);
-                out.response.batch_item_failures.push(failure(id));
-                out.again.push((rec, retry_delay(receives)));
+                failed = true;
+                out.push((i, rec, Some(retry_delay(receives))));
             }
             // As a crash would leave it: it waits its visibility timeout out.
             Verdict::Crashed => {
-                failed_groups.insert(group);
-                out.response.batch_item_failures.push(failure(id));
+                failed = true;
+                out.push((i, rec, None));
             }
         }
     }
