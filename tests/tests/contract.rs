@@ -898,6 +898,88 @@ mod aws {
         }
     }
 
+    /// `GET /runs/{id}` and the timeline's pages read the page they return: on a run of
+    /// 10,000 entries (500 segments), a page of 100 reads six segments wherever it starts,
+    /// counted in requests and read units, while the whole timeline is hundreds of units.
+    #[tokio::test]
+    async fn a_page_of_a_10000_entry_timeline_reads_only_that_page_on_dynamodb() {
+        let aws = Emulator::start_with(None).await;
+        let sdk = aws.sdk().await;
+        let names = aws.names("pages");
+        let p = provision::ensure(&sdk, &names, "arn:aws:iam::123456789012:role/scheduler")
+            .await
+            .unwrap();
+        let meter = Meter::shared();
+        let store = DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            &p.config.table,
+            90,
+            meter.clone(),
+        );
+        let (mut run, first) = new_run("run_pages", "dana");
+        store.create_run(&run, &first, &[], None).await.unwrap();
+        // 200 bytes that pack to about 120 (as text of a real run does, more or less).
+        let text = |seq: u64| -> String {
+            let mut x = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            (0..200)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (b'a' + (x % 26) as u8) as char
+                })
+                .collect()
+        };
+        // 500 commits of 20 entries: 10,001 entries.
+        for _ in 0..500 {
+            let mut t = next(&run, vec![]);
+            t.appended = (0..20)
+                .map(|i| Entry {
+                    seq: run.next_seq + i,
+                    at: Utc::now(),
+                    body: EntryBody::User {
+                        text: text(run.next_seq + i),
+                        message_id: None,
+                    },
+                })
+                .collect();
+            t.run.next_seq = run.next_seq + 20;
+            store.commit(run.version, &t).await.unwrap();
+            run = t.run;
+        }
+        assert_eq!(run.next_seq, 10_001);
+        for (after, expect) in [
+            (None, 0..100),
+            (Some(4_999), 5_000..5_100),
+            (Some(9_950), 9_951..10_001),
+        ] {
+            let before = meter.snapshot();
+            let page = store.entries_after("run_pages", after, 100).await.unwrap();
+            let used = meter.snapshot();
+            let seqs: Vec<u64> = page.iter().map(|e| e.seq).collect();
+            assert_eq!(seqs, expect.collect::<Vec<_>>(), "after {after:?}");
+            let (requests, units) = (
+                used.dynamodb_requests - before.dynamodb_requests,
+                used.read_units - before.read_units,
+            );
+            eprintln!("a page after {after:?}: {requests} requests, {units} read units");
+            assert!(
+                requests <= 5,
+                "{requests} requests for a page after {after:?}"
+            );
+            assert!(
+                units <= 12.0,
+                "{units} read units for a page after {after:?}"
+            );
+        }
+        let before = meter.snapshot();
+        let (_, whole) = store.load("run_pages").await.unwrap().unwrap();
+        let whole_units = meter.snapshot().read_units - before.read_units;
+        eprintln!("the whole timeline: {whole_units} read units");
+        assert_eq!(whole.len(), 10_001);
+        assert!(whole_units > 100.0, "{whole_units}");
+    }
+
     #[tokio::test]
     async fn the_aws_adapters_pass_the_port_contracts_on_an_emulator() {
         let aws = Emulator::start_with(None).await;

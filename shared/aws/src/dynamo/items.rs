@@ -82,6 +82,14 @@ pub(super) fn get_s<'a>(item: &'a Item, k: &str) -> Result<&'a str, PortError> {
     }
 }
 
+/// A number attribute, when the item has it and it parses.
+pub(super) fn get_n(item: &Item, k: &str) -> Option<u64> {
+    match item.get(k) {
+        Some(AttributeValue::N(v)) => v.parse().ok(),
+        _ => None,
+    }
+}
+
 pub(super) fn get_b<'a>(item: &'a Item, k: &str) -> Result<&'a [u8], PortError> {
     match item.get(k) {
         Some(AttributeValue::B(v)) => Ok(v.as_ref()),

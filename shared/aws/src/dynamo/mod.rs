@@ -89,6 +89,106 @@ impl DynamoStore {
         Ok(items)
     }
 
+    /// The timeline items that hold `limit` entries from seq `from` on, read strongly and
+    /// in order: the segment that holds `from` (found with a one-item query), the segments
+    /// after it until `limit` entries are covered, and the patches among them. Bounded by
+    /// `limit`, wherever `from` is in the run.
+    async fn page_items(
+        &self,
+        run_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<Item>, PortError> {
+        let pk = run_pk(run_id);
+        let holding = self
+            .first_item(&pk, "T#", &seg_sk(from), false)
+            .await?
+            .and_then(|item| {
+                get_s(&item, "SK")
+                    .ok()
+                    .map(|sk| sk.chars().take(12).collect::<String>())
+            });
+        let start = holding.unwrap_or_else(|| "T#".into());
+        let (mut covered, mut parts_left, mut last) = (0u64, 0u64, from);
+        let mut items = Vec::new();
+        // DynamoDB bills a query page for every item it reads, and a segment holds one entry
+        // or many: pages of 10 items, then twice as many each time, so a page of entries
+        // reads at most about twice the segments it needs, in a few requests.
+        let (mut page, mut after) = (10, None);
+        'pages: loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("PK = :pk AND SK BETWEEN :lo AND :hi")
+                .expression_attribute_values(":pk", s(&pk))
+                .expression_attribute_values(":lo", s(&start))
+                .expression_attribute_values(":hi", s("T#~"))
+                .consistent_read(true)
+                .limit(page)
+                .set_exclusive_start_key(after.take())
+                .send()
+                .await
+                .map_err(|e| map_sdk_err("Query", e))?;
+            self.count_read(out.items().iter().map(item_size).sum(), true);
+            after = out.last_evaluated_key;
+            for item in out.items.unwrap_or_default() {
+                let sk = get_s(&item, "SK")?;
+                if sk.len() == 12 {
+                    // A segment's first (or only) item: `n` entries from its first seq.
+                    let first: u64 = sk[2..]
+                        .parse()
+                        .map_err(|e| broken("parse a segment's key", e))?;
+                    let n = get_n(&item, "n").unwrap_or(1).max(1);
+                    parts_left = get_n(&item, "parts").unwrap_or(1).saturating_sub(1);
+                    last = first + n - 1;
+                    covered = (last + 1).saturating_sub(from);
+                } else {
+                    parts_left = parts_left.saturating_sub(1);
+                }
+                items.push(item);
+                if parts_left == 0 && covered >= limit as u64 {
+                    break 'pages;
+                }
+            }
+            if after.is_none() {
+                break;
+            }
+            page = (page * 2).min(100);
+        }
+        items.extend(
+            self.query(&pk, &patch_sk(from), &patch_sk(last), true, true, |_| true)
+                .await?,
+        );
+        Ok(items)
+    }
+
+    /// The first item of a partition with SK in [lo, hi], in the order asked: one item read.
+    async fn first_item(
+        &self,
+        pk: &str,
+        lo: &str,
+        hi: &str,
+        forward: bool,
+    ) -> Result<Option<Item>, PortError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("PK = :pk AND SK BETWEEN :lo AND :hi")
+            .expression_attribute_values(":pk", s(pk))
+            .expression_attribute_values(":lo", s(lo))
+            .expression_attribute_values(":hi", s(hi))
+            .consistent_read(true)
+            .scan_index_forward(forward)
+            .limit(1)
+            .send()
+            .await
+            .map_err(|e| map_sdk_err("Query", e))?;
+        self.count_read(out.items().iter().map(item_size).sum(), true);
+        Ok(out.items.unwrap_or_default().into_iter().next())
+    }
+
     pub fn new(
         client: Client,
         table: impl Into<String>,
@@ -222,11 +322,15 @@ impl Store for DynamoStore {
         let Some(from) = after.map_or(Some(0), |a| a.checked_add(1)) else {
             return Ok(Vec::new()); // past every seq
         };
-        let segs = self.window_items(run_id, from).await?;
+        // The run item first: entries a later commit appends are past its `next_seq`.
         let Some(rec) = self.get_run(run_id).await? else {
             return Ok(Vec::new());
         };
-        let mut entries = assemble(&segs, rec.run.next_seq)?;
+        if limit == 0 || from >= rec.run.next_seq {
+            return Ok(Vec::new());
+        }
+        let items = self.page_items(run_id, from, limit).await?;
+        let mut entries = assemble(&items, rec.run.next_seq)?;
         entries.retain(|e| e.seq >= from);
         entries.truncate(limit);
         Ok(entries)
