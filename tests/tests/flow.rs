@@ -461,6 +461,13 @@ async fn requests_are_authenticated_and_bad_input_is_a_clear_4xx() {
             Some(json!({"prompt": "x".repeat(300 * 1024)})),
             413,
         ),
+        // `metadata` is at most 4 KB: it is rewritten with the run item at every step.
+        (
+            reqwest::Method::POST,
+            "/runs",
+            Some(json!({"prompt": "x", "metadata": {"note": "m".repeat(8 * 1024)}})),
+            400,
+        ),
         (reqwest::Method::GET, "/runs/run_missing", None, 404),
         (
             reqwest::Method::GET,
@@ -491,6 +498,28 @@ async fn requests_are_authenticated_and_bad_input_is_a_clear_4xx() {
     // None of that created anything.
     assert!(h.server.store.events_after(0, 10).await.unwrap().is_empty());
     assert_eq!(h.server.store.queue_depth().await.unwrap(), 0);
+    // The refusal says which field and its bound; metadata within it is kept.
+    let (code, v) = h
+        .call(
+            reqwest::Method::POST,
+            "/runs",
+            Some(json!({"prompt": "x", "metadata": {"note": "m".repeat(8 * 1024)}})),
+        )
+        .await;
+    assert_eq!(code, 400);
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`metadata`") && message.contains("4096"),
+        "{message}"
+    );
+    let (code, v) = h
+        .call(
+            reqwest::Method::POST,
+            "/runs",
+            Some(json!({"prompt": "x", "metadata": {"note": "m".repeat(3 * 1024)}})),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
     h.server.shutdown().await;
 }
 

@@ -132,6 +132,10 @@ pub struct CreateRun {
 /// A run's `context` is at most this long as JSON: it goes with every model call.
 pub const MAX_CONTEXT_BYTES: usize = 16 * 1024;
 
+/// A run's `metadata` is at most this long as JSON: it is the caller's label for the run,
+/// kept in the run item that every commit rewrites (and DynamoDB bills by the kilobyte).
+pub const MAX_METADATA_BYTES: usize = 4 * 1024;
+
 pub struct Service {
     deps: Deps,
     catalog: Arc<Catalog>,

@@ -5,7 +5,7 @@
 
 use tracing::info;
 
-use super::{CreateRun, MAX_CONTEXT_BYTES, RunView, Service, ServiceError};
+use super::{CreateRun, MAX_CONTEXT_BYTES, MAX_METADATA_BYTES, RunView, Service, ServiceError};
 use crate::message::{Effect, Input, StepMessage};
 use crate::ports::{Created, RunRecord};
 use crate::run::{NewRun, Run};
@@ -41,6 +41,15 @@ impl Service {
                 return Err(ServiceError::Invalid(format!(
                     "`context` is {size} bytes as JSON; at most {MAX_CONTEXT_BYTES} are allowed \
                      (it is sent with every model call)"
+                )));
+            }
+        }
+        if let Some(metadata) = &req.metadata {
+            let size = metadata.to_string().len();
+            if size > MAX_METADATA_BYTES {
+                return Err(ServiceError::Invalid(format!(
+                    "`metadata` is {size} bytes as JSON; at most {MAX_METADATA_BYTES} are \
+                     allowed (it labels the run and is stored with it at every step)"
                 )));
             }
         }
