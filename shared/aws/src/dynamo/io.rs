@@ -133,6 +133,17 @@ impl DynamoStore {
         Ok(out.item)
     }
 
+    /// A query of the items of partition `pk` whose SK lies in [lo, hi].
+    pub(super) fn range(&self, pk: &str, lo: &str, hi: &str) -> QueryFluentBuilder {
+        self.client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("PK = :pk AND SK BETWEEN :lo AND :hi")
+            .expression_attribute_values(":pk", s(pk))
+            .expression_attribute_values(":lo", s(lo))
+            .expression_attribute_values(":hi", s(hi))
+    }
+
     /// Every item of a partition whose SK lies in [lo, hi], until `keep_going` says stop
     /// after an item.
     pub(super) async fn query(
@@ -145,13 +156,7 @@ impl DynamoStore {
         mut keep_going: impl FnMut(&Item) -> bool,
     ) -> Result<Vec<Item>, PortError> {
         let query = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .key_condition_expression("PK = :pk AND SK BETWEEN :lo AND :hi")
-            .expression_attribute_values(":pk", s(pk))
-            .expression_attribute_values(":lo", s(lo))
-            .expression_attribute_values(":hi", s(hi))
+            .range(pk, lo, hi)
             .consistent_read(consistent)
             .scan_index_forward(forward);
         let mut out = Vec::new();

@@ -117,13 +117,7 @@ impl DynamoStore {
         let (mut page, mut after) = (10, None);
         'pages: loop {
             let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("PK = :pk AND SK BETWEEN :lo AND :hi")
-                .expression_attribute_values(":pk", s(&pk))
-                .expression_attribute_values(":lo", s(&start))
-                .expression_attribute_values(":hi", s("T#~"))
+                .range(&pk, &start, "T#~")
                 .consistent_read(true)
                 .limit(page)
                 .set_exclusive_start_key(after.take())
@@ -172,13 +166,7 @@ impl DynamoStore {
         forward: bool,
     ) -> Result<Option<Item>, PortError> {
         let out = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .key_condition_expression("PK = :pk AND SK BETWEEN :lo AND :hi")
-            .expression_attribute_values(":pk", s(pk))
-            .expression_attribute_values(":lo", s(lo))
-            .expression_attribute_values(":hi", s(hi))
+            .range(pk, lo, hi)
             .consistent_read(true)
             .scan_index_forward(forward)
             .limit(1)
