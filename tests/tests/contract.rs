@@ -281,6 +281,22 @@ async fn store_contract(store: Arc<dyn Store>) {
         assert_eq!(window, want, "from {from}");
     }
     assert!(store.load_from("run_nope", 1).await.unwrap().is_none());
+    // The same, with the window's start decided from the run the store read.
+    for from in [0, 2, 100] {
+        let window = move |_: &Run| from;
+        let (r, entries, base) = store.load_window("run_c1", &window).await.unwrap().unwrap();
+        assert_eq!((r.run, base), (rec.run.clone(), from), "from {from}");
+        let want: Vec<Entry> = whole.iter().filter(|e| e.seq >= from).cloned().collect();
+        assert_eq!(entries, want, "from {from}");
+    }
+    let next_seq = |run: &Run| run.next_seq;
+    assert!(
+        store
+            .load_window("run_nope", &next_seq)
+            .await
+            .unwrap()
+            .is_none()
+    );
 
     // Settling a CTA: the first write wins, later ones lose and see the winner.
     let answer = CtaResponse::Approval {

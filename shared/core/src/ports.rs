@@ -71,6 +71,30 @@ pub trait Store: Send + Sync {
         }))
     }
 
+    /// The run item and its timeline from the seq `window` gives for it on (returned too),
+    /// as of one commit: what a step re-hydrates. A store that can read the run item once
+    /// for both overrides it (DynamoDB: one `GetItem` fewer per cold step).
+    async fn load_window(
+        &self,
+        run_id: &str,
+        window: &(dyn for<'r> Fn(&'r Run) -> u64 + Send + Sync),
+    ) -> Result<Option<(RunRecord, Vec<Entry>, u64)>, PortError> {
+        let Some(mut rec) = self.get_run(run_id).await? else {
+            return Ok(None);
+        };
+        loop {
+            let from = window(&rec.run);
+            let Some((read, entries)) = self.load_from(run_id, from).await? else {
+                return Ok(None);
+            };
+            // A commit in between may have moved the window back (a follow-up queued).
+            if window(&read.run) >= from {
+                return Ok(Some((read, entries, from)));
+            }
+            rec = read;
+        }
+    }
+
     /// Timeline entries with seq greater than `after` (all when `None`), at most `limit`.
     async fn entries_after(
         &self,

@@ -169,6 +169,44 @@ impl DynamoStore {
         Ok(out)
     }
 
+    /// The items of partition `pk` with SK in [lo, hi], in the order asked, read strongly,
+    /// handed to `each` until it says stop. DynamoDB bills a query page for every item it
+    /// reads, up to 1 MB, whatever the caller keeps: so pages of `first` items, then twice
+    /// as many each time (at most 100), and a read that stops early reads at most about
+    /// twice what it used, in a few requests.
+    pub(super) async fn query_until(
+        &self,
+        pk: &str,
+        (lo, hi): (&str, &str),
+        forward: bool,
+        first: i32,
+        mut each: impl FnMut(Item) -> Result<bool, PortError>,
+    ) -> Result<(), PortError> {
+        let (mut page, mut after) = (first.max(1), None);
+        loop {
+            let out = self
+                .range(pk, lo, hi)
+                .consistent_read(true)
+                .scan_index_forward(forward)
+                .limit(page)
+                .set_exclusive_start_key(after.take())
+                .send()
+                .await
+                .map_err(|e| map_sdk_err("Query", e))?;
+            self.count_read(out.items().iter().map(item_size).sum(), true);
+            after = out.last_evaluated_key;
+            for item in out.items.unwrap_or_default() {
+                if !each(item)? {
+                    return Ok(());
+                }
+            }
+            if after.is_none() {
+                return Ok(());
+            }
+            page = (page * 2).min(100);
+        }
+    }
+
     /// Hands each item of `query`'s pages (the SDK's paginator) to `each`, counting every
     /// page's reads, until the pages end or `each` says stop.
     pub(super) async fn query_pages(

@@ -71,17 +71,20 @@ impl DynamoStore {
     /// patches from `from` on. Bounded by what is after `from`, not by the run's length.
     async fn window_items(&self, run_id: &str, from: u64) -> Result<Vec<Item>, PortError> {
         let pk = run_pk(run_id);
-        let mut items = self
-            .query(&pk, "T#", "T#~", false, true, |item| {
-                match get_s(item, "SK") {
-                    Ok(sk) => sk
-                        .get(2..)
-                        .and_then(|d| d.parse::<u64>().ok())
-                        .is_none_or(|first| first > from),
-                    Err(_) => false,
-                }
-            })
-            .await?;
+        let mut items = Vec::new();
+        // Newest first, until the segment that holds `from`: a window is a few segments.
+        self.query_until(&pk, ("T#", "T#~"), false, 4, |item| {
+            let more = match get_s(&item, "SK") {
+                Ok(sk) => sk
+                    .get(2..)
+                    .and_then(|d| d.parse::<u64>().ok())
+                    .is_none_or(|first| first > from),
+                Err(_) => false,
+            };
+            items.push(item);
+            Ok(more)
+        })
+        .await?;
         items.extend(
             self.query(&pk, &patch_sk(from), "P#~", true, true, |_| true)
                 .await?,
@@ -111,45 +114,24 @@ impl DynamoStore {
         let start = holding.unwrap_or_else(|| "T#".into());
         let (mut covered, mut parts_left, mut last) = (0u64, 0u64, from);
         let mut items = Vec::new();
-        // DynamoDB bills a query page for every item it reads, and a segment holds one entry
-        // or many: pages of 10 items, then twice as many each time, so a page of entries
-        // reads at most about twice the segments it needs, in a few requests.
-        let (mut page, mut after) = (10, None);
-        'pages: loop {
-            let out = self
-                .range(&pk, &start, "T#~")
-                .consistent_read(true)
-                .limit(page)
-                .set_exclusive_start_key(after.take())
-                .send()
-                .await
-                .map_err(|e| map_sdk_err("Query", e))?;
-            self.count_read(out.items().iter().map(item_size).sum(), true);
-            after = out.last_evaluated_key;
-            for item in out.items.unwrap_or_default() {
-                let sk = get_s(&item, "SK")?;
-                if sk.len() == 12 {
-                    // A segment's first (or only) item: `n` entries from its first seq.
-                    let first: u64 = sk[2..]
-                        .parse()
-                        .map_err(|e| broken("parse a segment's key", e))?;
-                    let n = get_n(&item, "n").unwrap_or(1).max(1);
-                    parts_left = get_n(&item, "parts").unwrap_or(1).saturating_sub(1);
-                    last = first + n - 1;
-                    covered = (last + 1).saturating_sub(from);
-                } else {
-                    parts_left = parts_left.saturating_sub(1);
-                }
-                items.push(item);
-                if parts_left == 0 && covered >= limit as u64 {
-                    break 'pages;
-                }
+        self.query_until(&pk, (&start, "T#~"), true, 10, |item| {
+            let sk = get_s(&item, "SK")?;
+            if sk.len() == 12 {
+                // A segment's first (or only) item: `n` entries from its first seq.
+                let first: u64 = sk[2..]
+                    .parse()
+                    .map_err(|e| broken("parse a segment's key", e))?;
+                let n = get_n(&item, "n").unwrap_or(1).max(1);
+                parts_left = get_n(&item, "parts").unwrap_or(1).saturating_sub(1);
+                last = first + n - 1;
+                covered = (last + 1).saturating_sub(from);
+            } else {
+                parts_left = parts_left.saturating_sub(1);
             }
-            if after.is_none() {
-                break;
-            }
-            page = (page * 2).min(100);
-        }
+            items.push(item);
+            Ok(parts_left > 0 || covered < limit as u64)
+        })
+        .await?;
         items.extend(
             self.query(&pk, &patch_sk(from), &patch_sk(last), true, true, |_| true)
                 .await?,
@@ -299,6 +281,31 @@ impl Store for DynamoStore {
         let mut entries = assemble(&items, rec.run.next_seq)?;
         entries.retain(|e| e.seq >= from);
         Ok(Some((rec, entries)))
+    }
+
+    async fn load_window(
+        &self,
+        run_id: &str,
+        window: &(dyn for<'r> Fn(&'r Run) -> u64 + Send + Sync),
+    ) -> Result<Option<(RunRecord, Vec<Entry>, u64)>, PortError> {
+        // One read of the run item, then its window's items after it, strongly: entries of
+        // a later commit are past `next_seq` (dropped); a later patch makes the step's
+        // commit fail on its version, not succeed.
+        let Some(meta) = self.get_item(run_pk(run_id)).await? else {
+            return Ok(None);
+        };
+        let rec = parse_run(&meta)?;
+        let from = window(&rec.run);
+        if from == 0 {
+            return Ok(self
+                .load(run_id)
+                .await?
+                .map(|(rec, entries)| (rec, entries, 0)));
+        }
+        let items = self.window_items(run_id, from).await?;
+        let mut entries = assemble(&items, rec.run.next_seq)?;
+        entries.retain(|e| e.seq >= from);
+        Ok(Some((rec, entries, from)))
     }
 
     async fn entries_after(

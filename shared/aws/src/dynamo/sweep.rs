@@ -78,7 +78,9 @@ impl DynamoStore {
                 .expression_attribute_names("#pk", &pk)
                 .expression_attribute_names("#sk", &sk)
                 .expression_attribute_values(":pk", s(format!("{prefix}#{shard}")))
-                .expression_attribute_values(":before", s(sweep_time(before)));
+                .expression_attribute_values(":before", s(sweep_time(before)))
+                // A page reads (and bills) only what the tick can take.
+                .limit(i32::try_from(limit).unwrap_or(i32::MAX).clamp(1, 1000));
             self.query_pages("Query", query, |item| {
                 if let Some(id) = get_s(&item, "PK")?.strip_prefix(item_prefix) {
                     runs.push(id.to_owned());

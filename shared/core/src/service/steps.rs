@@ -425,39 +425,33 @@ impl Service {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take(run_id);
-        let Some(mut rec) = self.deps.store.get_run(run_id).await? else {
-            return Ok(None);
-        };
-        if let Some(c) = cached
-            && c.version == rec.run.version
-            && c.base <= engine::window_start(&rec.run, input)
-        {
-            self.warm_steps.fetch_add(1, Ordering::Relaxed);
-            return Ok(Some(Hydrated {
-                record: rec,
-                timeline: c.timeline,
-                base: c.base,
-                bytes: c.bytes,
-            }));
-        }
-        self.cold_steps.fetch_add(1, Ordering::Relaxed);
-        loop {
-            let from = engine::window_start(&rec.run, input);
-            let Some((read, timeline)) = self.deps.store.load_from(run_id, from).await? else {
+        if let Some(c) = cached {
+            let Some(rec) = self.deps.store.get_run(run_id).await? else {
                 return Ok(None);
             };
-            // A commit in between may have moved the window back (a follow-up queued).
-            if engine::window_start(&read.run, input) >= from {
-                let bytes = approx_bytes(&timeline);
+            if c.version == rec.run.version && c.base <= engine::window_start(&rec.run, input) {
+                self.warm_steps.fetch_add(1, Ordering::Relaxed);
                 return Ok(Some(Hydrated {
-                    record: read,
-                    timeline,
-                    base: from,
-                    bytes,
+                    record: rec,
+                    timeline: c.timeline,
+                    base: c.base,
+                    bytes: c.bytes,
                 }));
             }
-            rec = read;
         }
+        self.cold_steps.fetch_add(1, Ordering::Relaxed);
+        let window = |run: &crate::run::Run| engine::window_start(run, input);
+        let Some((record, timeline, base)) = self.deps.store.load_window(run_id, &window).await?
+        else {
+            return Ok(None);
+        };
+        let bytes = approx_bytes(&timeline);
+        Ok(Some(Hydrated {
+            record,
+            timeline,
+            base,
+            bytes,
+        }))
     }
 
     fn cache_put(&self, run_id: &str, version: u64, base: u64, timeline: Vec<Entry>, bytes: usize) {
