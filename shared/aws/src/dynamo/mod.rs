@@ -11,10 +11,12 @@
 //! One commit is one `TransactWriteItems`, conditional on the run's version: the run item
 //! (with the outbox), one segment for everything the step appended, a patch per resolved
 //! entry, new CTAs and child runs. A step of the common kind writes two items, which keeps
-//! it at four write units. A step re-hydrates its window alone (`load_from`): the run item
-//! and, strongly consistent, the segments back to the one holding the window's first seq
-//! plus the patches after it, newest first, so a cold step reads what its window holds,
-//! not the run's history. A whole timeline (`load`) is one paged `Query` (a history over
+//! it at four write units. A step re-hydrates its window alone (`load_window`): the run
+//! item, then, strongly consistent, the segments newest first back to the one holding the
+//! window's first seq, plus the patches after it, so a cold step reads what its window
+//! holds, not the run's history. A page of the timeline (`entries_after`) reads the segments
+//! that hold it, in order. Queries that stop early ask for pages of a few items: DynamoDB
+//! bills a page for every item it reads, up to 1 MB. A whole timeline (`load`) is one paged `Query` (a history over
 //! 1 MB works), eventually consistent: timeline items are immutable and counted in `ni`, so
 //! a stale read is detected and redone consistently. The GSI holds only CTAs, so the run
 //! item, rewritten at every step, costs no index writes.
