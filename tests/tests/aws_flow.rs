@@ -654,7 +654,7 @@ async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_on
     let q = StepsQueue::start("deadline", llm).await;
     let service = &q.service;
     let mut runs = Vec::new();
-    for i in 0..3 {
+    for i in 0..2 {
         let req = CreateRun {
             prompt: format!("look {i}"),
             agent: Some("explore".into()),
@@ -662,11 +662,25 @@ async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_on
         };
         runs.push(service.create_run("o", req, None).await.unwrap().run_id);
     }
-    // Receive the three starts as one batch, as the event source mapping would.
+    // Two follow-ups behind the first run's start: three records of its FIFO group.
+    for text in ["and then?", "and after that?"] {
+        service
+            .post_message("o", &runs[0], text, None)
+            .await
+            .unwrap();
+    }
+    // Receive the four as one batch, as the event source mapping would.
     let (messages, event) = q.receive().await;
-    assert_eq!(messages.len(), 3);
+    assert_eq!(messages.len(), 4);
+    let run_of = |m: &aws_sdk_sqs::types::Message| {
+        serde_json::from_str::<Value>(m.body().unwrap()).unwrap()["runId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
 
-    // Time for one 300 ms step, not for two: the first runs, the others are deferred.
+    // Time for one 300 ms step, not for two: each run's first record runs (the two runs at
+    // once), the first run's others are deferred.
     let deadline = Deadline {
         at: std::time::SystemTime::now() + Duration::from_millis(700),
         step_budget: Duration::from_millis(500),
@@ -678,47 +692,46 @@ async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_on
         .iter()
         .map(|f| f.item_identifier.as_str())
         .collect();
-    let ids: Vec<&str> = messages.iter().map(|m| m.message_id().unwrap()).collect();
-    assert_eq!(failed, ids[1..], "the rest, in order");
+    let first_runs: Vec<&str> = messages
+        .iter()
+        .filter(|m| run_of(m) == runs[0])
+        .map(|m| m.message_id().unwrap())
+        .collect();
+    assert_eq!(first_runs.len(), 3);
+    let ids = &first_runs;
+    assert_eq!(
+        failed,
+        ids[1..],
+        "the rest of the first run's group, in order"
+    );
     let delays: Vec<Duration> = out.again.iter().map(|(_, d)| *d).collect();
     assert_eq!(delays, [Duration::ZERO; 2], "deferred: due again at once");
-    let status = async |id: &str| {
-        service
-            .deps()
-            .store
-            .get_run(id)
-            .await
-            .unwrap()
-            .unwrap()
-            .run
-            .status
-    };
-    let first_run = serde_json::from_str::<Value>(messages[0].body().unwrap()).unwrap()["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert_eq!(
-        status(&first_run).await,
-        baton_core::run::RunStatus::Completed
-    );
     for r in &runs {
-        if *r != first_run {
-            assert_eq!(
-                status(r).await,
-                baton_core::run::RunStatus::Queued,
-                "untouched"
-            );
+        let rec = service.get_run("o", r, 100).await.unwrap();
+        assert_eq!(rec.run.status, baton_core::run::RunStatus::Completed, "{r}");
+        if *r == runs[0] {
+            let users = rec
+                .entries
+                .iter()
+                .filter(|e| matches!(e.body, baton_core::timeline::EntryBody::User { .. }))
+                .count();
+            assert_eq!(users, 1, "the follow-ups untouched");
         }
     }
 
     // Released, they are visible again now, not after the 1800 s visibility timeout.
-    q.sqs
-        .delete_message()
-        .queue_url(&q.url)
-        .receipt_handle(messages[0].receipt_handle().unwrap())
-        .send()
-        .await
-        .unwrap();
+    for m in messages
+        .iter()
+        .filter(|m| !ids[1..].contains(&m.message_id().unwrap()))
+    {
+        q.sqs
+            .delete_message()
+            .queue_url(&q.url)
+            .receipt_handle(m.receipt_handle().unwrap())
+            .send()
+            .await
+            .unwrap();
+    }
     release(&q.sqs, &[q.url.as_str()], &out.again).await;
     let (again, _) = q.receive().await;
     let mut back: Vec<&str> = again.iter().map(|m| m.message_id().unwrap()).collect();
