@@ -20,7 +20,14 @@ RESTATE_VERSION=1.7.12 SDK_VERSION=1.3.0 HYPERCORN_VERSION=0.18.0
 peer="$(target_dir)/peer"
 mkdir -p "$peer"
 
-server="$peer/node_modules/@restatedev/restate-server-linux-x64/bin/restate-server"
+case "$(uname -s)/$(uname -m)" in
+  Linux/x86_64) platform=linux-x64 ;;
+  Linux/aarch64) platform=linux-arm64 ;;
+  Darwin/x86_64) platform=darwin-x64 ;;
+  Darwin/arm64) platform=darwin-arm64 ;;
+  *) echo "Restate's npm package has no server for $(uname -s) $(uname -m)" >&2; exit 2 ;;
+esac
+server="$peer/node_modules/@restatedev/restate-server-$platform/bin/restate-server"
 if [[ ! -x "$server" ]]; then
   echo "Installing Restate's server $RESTATE_VERSION from npm under $peer" >&2
   npm install --silent --no-audit --no-fund --prefix "$peer" "@restatedev/restate-server@$RESTATE_VERSION" >&2
