@@ -69,7 +69,7 @@ bind = "127.0.0.1:$svc"
 h2_max_concurrent_streams = 2147483647
 keep_alive_max_requests = 2147483647
 keep_alive_timeout = 2147483647
-workers = $(nproc)
+workers = $(getconf _NPROCESSORS_ONLN)
 TOML
 (cd scripts/peer && exec "$peer/venv/bin/hypercorn" --config "$data/hypercorn.toml" restate_loop:app) \
   >"$data/service.log" 2>&1 &
