@@ -2,6 +2,7 @@
 
 mod aws;
 mod bench;
+mod bench_aws;
 mod client;
 mod load;
 
@@ -274,7 +275,7 @@ async fn main() -> ExitCode {
                     Ok(c) => c,
                     Err(code) => return code,
                 };
-                bench::run_aws(iterations, &config).await
+                bench_aws::run_aws(iterations, &config).await
             } else {
                 bench::run(iterations, variant.eq_ignore_ascii_case("B"), cli.data).await
             };
