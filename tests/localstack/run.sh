@@ -18,7 +18,7 @@ export BATON_TEST_AWS_ENDPOINT=$AWS_ENDPOINT_URL
 echo "== LocalStack $AWS_ENDPOINT_URL: a smoke check of each service"
 "${CARGO_TARGET_DIR:-target}/localstack/venv/bin/python" tests/localstack/probe.py
 echo "== LocalStack: the AWS scenarios and the adapters' port contracts"
-cargo test -p baton-tests --test aws_flow --test aws_crashes --test plans --test files \
-  --test contract --test secret_rotation
+cargo test -p baton-tests --test e2e --test crashes -- \
+  aws_flow:: aws_crashes:: plans:: files:: contract:: secret_rotation::
 echo "== LocalStack: the Lambda invoke tests (tests/lambda/invoke.sh)"
 tests/lambda/invoke.sh

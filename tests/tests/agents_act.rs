@@ -3,9 +3,7 @@
 //! an error result and the run goes on, a run past `maxWallSeconds` ends failed with an
 //! entry naming the limit, and what the model calls cost is on the run.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

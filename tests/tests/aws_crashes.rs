@@ -3,9 +3,7 @@
 //! functions "restarted" (a new host over the same table and queues), the sweep's tick
 //! run as the scheduled rule would, and the outcome checked against the fault-free run.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,8 +21,8 @@ const SCRIPT: &str = r#"{"ops": [
     {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "ship?"}}]},
     {"text": "shipped"}]}"#;
 
-/// Failpoints are process-wide: the tests of this file take turns.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Failpoints are process-wide: the crash tests take turns.
+use crate::FAILPOINTS as SERIAL;
 
 async fn host(aws: &Emulator, names: &Names) -> AwsDevServer {
     host_with(aws, names, SCRIPT).await

@@ -3,9 +3,7 @@
 //! `common/aws.rs`), in-process event source mappings standing in for Lambda's, and a mock
 //! OpenAI-compatible server on loopback.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -3,9 +3,7 @@
 //! is a 5xx; every error is JSON with a code and a sentence; a refused request changes
 //! nothing; no event panics the consumer or is retried for ever.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

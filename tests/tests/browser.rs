@@ -4,9 +4,7 @@
 //! then answer through a one-time link. Screenshots land in `target/browser-artifacts/`
 //! (CI keeps them).
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -5,9 +5,7 @@
 //! and one-time answer links, on `baton dev` and on `baton dev --aws`, saying why a link to a
 //! settled question opens no form.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,9 +1,7 @@
 //! Port contract tests. Each check is written against the traits, so the same suite runs
 //! against every adapter: here the embedded one; the AWS adapters add their instantiation.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

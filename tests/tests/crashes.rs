@@ -2,11 +2,9 @@
 //! every failpoint of a step and of the API's writes (see `baton_core::failpoint`), each
 //! crashed at, restarted from, and checked against the fault-free run.
 //!
-//! Failpoints are process-wide, so the tests of this file take turns (`SERIAL`).
+//! Failpoints are process-wide, so the crash tests take turns (`SERIAL`, with `aws_crashes.rs`).
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,7 +18,7 @@ use baton_local::store::LocalStore;
 use common::*;
 use serde_json::{Value, json};
 
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use crate::FAILPOINTS as SERIAL;
 
 /// Think, a tool, think, a human's approval, think; then a follow-up turn.
 const SCRIPT: &str = r#"{"ops": [

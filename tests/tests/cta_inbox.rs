@@ -2,9 +2,7 @@
 //! on the bus. An answer may name its responder (recorded beside it); a redelivery of the
 //! answer that won is a no-op, not a rejection; an expiry before `expiresAt` is refused.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,9 +2,7 @@
 //! (an emulator's S3): the timeline names the file and draws the widgets, the owner downloads the
 //! bytes, nobody else can, and the model saw the file's summary alone.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

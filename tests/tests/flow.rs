@@ -1,8 +1,6 @@
 //! End-to-end through the HTTP API, on the embedded store with the scripted model.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -4,9 +4,7 @@
 //! through `baton dev`'s server; the results are in the timeline, approval gates an MCP
 //! tool, and a server killed mid-run gives an error result while the run goes on.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

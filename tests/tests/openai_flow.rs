@@ -1,9 +1,7 @@
 //! End-to-end with the OpenAI-compatible client against a mock server on loopback: the real
 //! wire format, a rate limit on the way, usage summed across calls.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

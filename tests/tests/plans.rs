@@ -4,9 +4,7 @@
 //! agent asks the human a question, which shows in the root run's timeline and in `GET /ctas?rootRunId=`; the run
 //! finishes with the merged result.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,9 +1,7 @@
 //! Races, as tests: requests that meet the same run or CTA at the same time must leave the
 //! CTA record, the run and its timeline in agreement, and the API's replies true.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,9 +1,7 @@
 //! A rotated model key does not fail runs: the OpenAI-compatible client re-reads the key
 //! from Secrets Manager (an emulator's) when the provider answers 401, at most once a minute.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

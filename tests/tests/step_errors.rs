@@ -2,9 +2,7 @@
 //! ends its run as failed at once, with the error's own message, through the local worker
 //! and through the Lambda SQS handler alike; a retryable one is redelivered.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

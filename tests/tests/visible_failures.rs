@@ -1,9 +1,7 @@
 //! Failures a user can see: a step that keeps failing shows its last error on the run while
 //! it is retried, and the run it finally fails carries the root cause, not only a count.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

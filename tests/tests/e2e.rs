@@ -1,0 +1,27 @@
+//! The end-to-end suites, one module per file, in one test binary: each binary links the AWS
+//! SDK (~80 MB in a debug build), and sixteen of them filled a CI machine's disk. Run one
+//! suite with a filter: `cargo test -p baton-tests --test e2e -- flow::`.
+//!
+//! The crash suites arm process-wide failpoints, so they have their own binary
+//! (`crash_suites.rs`).
+
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod common;
+
+mod agents_act;
+mod aws_flow;
+mod bad_input;
+mod browser;
+mod console;
+mod contract;
+mod cta_inbox;
+mod files;
+mod flow;
+mod mcp_tools;
+mod openai_flow;
+mod plans;
+mod races;
+mod secret_rotation;
+mod step_errors;
+mod visible_failures;
