@@ -327,9 +327,9 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
         drop(parts); // every in-memory object goes: store handle, service, caches, worker
         parts = open(&dir, &llm, &catalog)?;
         parts.worker.sweep().await?;
-        let ctas = parts
+        let (ctas, _) = parts
             .service
-            .list_ctas(LOCAL_OWNER, Some(CtaStatus::Pending), None)
+            .list_ctas(LOCAL_OWNER, Some(CtaStatus::Pending), None, None, 2)
             .await?;
         ensure!(
             ctas.len() == 1,

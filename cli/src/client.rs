@@ -247,10 +247,25 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
         }
         Command::Ctas { all, quiet } => {
             let q = if all { "all" } else { "pending" };
-            let v = api
-                .call(Method::GET, &format!("/ctas?status={q}"), None)
-                .await?;
-            let ctas = v["ctas"].as_array().cloned().unwrap_or_default();
+            // Every page, in the API's order (by status, oldest first).
+            let mut ctas = Vec::new();
+            let mut cursor: Option<String> = None;
+            loop {
+                let after = cursor.map(|c| format!("&cursor={c}")).unwrap_or_default();
+                let page = api
+                    .call(
+                        Method::GET,
+                        &format!("/ctas?status={q}&limit=100{after}"),
+                        None,
+                    )
+                    .await?;
+                ctas.extend(page["ctas"].as_array().cloned().unwrap_or_default());
+                cursor = page["nextCursor"].as_str().map(str::to_owned);
+                if cursor.is_none() {
+                    break;
+                }
+            }
+            let v = serde_json::json!({ "ctas": ctas });
             if quiet {
                 for c in &ctas {
                     println!("{}", c["ctaId"].as_str().unwrap_or_default());

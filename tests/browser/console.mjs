@@ -28,6 +28,13 @@ try {
   const errors = [];
   page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
 
+  // The API requests the page makes (paths), to check what the inbox asks for.
+  const asked = [];
+  page.on("request", (r) => {
+    const path = new URL(r.url()).pathname;
+    if (path.startsWith("/runs") || path.startsWith("/ctas")) asked.push(path);
+  });
+
   // Sign in with the dev token.
   await page.goto(cfg.base + "/console");
   await page.getByLabel("Token").fill(cfg.token);
@@ -43,6 +50,8 @@ try {
   assert.match(await shipCard.innerText(), /Prompt\s+release v2/i);
   assert.match(await shipCard.innerText(), /agent approver/);
   assert.match(await shipCard.innerText(), /(d|h|min) .*left/);
+  // One request for the page of questions: each carries its run's prompt and agent.
+  assert.deepStrictEqual(asked, ["/ctas"], "the inbox's requests");
   await page.screenshot({ path: cfg.shots + "/inbox.png", fullPage: true });
   step("inbox shown");
 

@@ -985,7 +985,9 @@ async fn a_crash_after_a_parking_commit_is_repaired_by_the_sweep() {
     let rec = store.get_run(&run_id).await.unwrap().unwrap();
     assert_eq!(rec.run.status, baton_core::run::RunStatus::Waiting);
     assert!(!rec.outbox.is_empty(), "committed, not performed");
-    let cta_id = store.list_ctas("o", None).await.unwrap()[0].cta_id.clone();
+    let cta_id = store.list_ctas("o", &every_cta(None)).await.unwrap()[0]
+        .cta_id
+        .clone();
     let sch = aws_sdk_scheduler::Client::new(&sdk);
     let get = async || {
         sch.get_schedule()

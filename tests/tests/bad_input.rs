@@ -27,7 +27,7 @@ async fn digest(h: &Harness, run_id: &str) -> String {
         .await
         .unwrap()
         .map(|(r, t)| (r.run.version, t.len()));
-    let ctas = store.list_ctas("local", None).await.unwrap();
+    let ctas = store.list_ctas("local", &every_cta(None)).await.unwrap();
     let events = store.events_after(0, 10_000).await.unwrap().len();
     format!(
         "{run:?} {ctas:?} {events} {}",

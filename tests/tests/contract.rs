@@ -10,7 +10,8 @@ use baton_core::cta::{Cta, CtaRequest, CtaResponse, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Event, Input, StepMessage, Transition};
 use baton_core::ports::{
-    Bus, Created, Queue, Scheduler, SendingStore, Settled, Store, SystemClock,
+    Bus, Created, CtaPosition, CtaQuery, Queue, Scheduler, SendingStore, Settled, Store,
+    SystemClock,
 };
 use baton_core::run::{NewRun, Run, RunStatus, Usage};
 use baton_core::service::{Deps, Handled, Service, StepError};
@@ -85,6 +86,8 @@ fn cta(run: &Run, id: &str) -> Cta {
         cta_id: id.into(),
         run_id: run.run_id.clone(),
         root_run_id: None,
+        agent: None,
+        run_prompt: None,
         tool_call_id: "call_0_0".into(),
         owner: run.owner.clone(),
         request: CtaRequest::Approval {
@@ -385,15 +388,28 @@ async fn store_contract(store: Arc<dyn Store>) {
     );
 
     // Listing by owner and status.
-    assert_eq!(store.list_ctas("alice", None).await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .list_ctas("alice", &every_cta(None))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert!(
         store
-            .list_ctas("alice", Some(CtaStatus::Pending))
+            .list_ctas("alice", &every_cta(Some(CtaStatus::Pending)))
             .await
             .unwrap()
             .is_empty()
     );
-    assert!(store.list_ctas("bob", None).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_ctas("bob", &every_cta(None))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // A retrying step's failure is kept beside the run, read back with it, and cleared by
     // the next commit; it never moves the version.
@@ -488,6 +504,148 @@ async fn store_contract(store: Arc<dyn Store>) {
     );
 }
 
+/// Creates `n` pending CTAs of `run` (ids `<prefix>_<i>`), created `at`, `at` + 1 ms, …,
+/// in commits of up to 90 (a DynamoDB transaction holds 100 items). Returns the run as
+/// committed.
+async fn raise_ctas(
+    store: &dyn Store,
+    mut run: Run,
+    prefix: &str,
+    n: usize,
+    at: chrono::DateTime<Utc>,
+) -> Run {
+    let ids: Vec<usize> = (0..n).collect();
+    for chunk in ids.chunks(90) {
+        let mut t = next(&run, vec![]);
+        t.new_ctas = chunk
+            .iter()
+            .map(|&i| {
+                let mut c = cta(&run, &format!("{prefix}_{i:05}"));
+                c.root_run_id = Some(run.root().to_owned());
+                c.created_at = at + chrono::Duration::milliseconds(i as i64);
+                c
+            })
+            .collect();
+        store.commit(run.version, &t).await.unwrap();
+        run = t.run;
+    }
+    run
+}
+
+/// Reads every page of `query` (`limit` a page), checking each page's size; returns the
+/// CTAs' ids in the order read.
+async fn every_page(store: &dyn Store, owner: &str, mut query: CtaQuery) -> Vec<String> {
+    let mut ids = Vec::new();
+    loop {
+        let page = store.list_ctas(owner, &query).await.unwrap();
+        assert!(page.len() <= query.limit, "a page of {}", page.len());
+        let Some(last) = page.last() else { break };
+        query.after = Some(CtaPosition::of(last));
+        ids.extend(page.iter().map(|c| c.cta_id.clone()));
+    }
+    ids
+}
+
+/// Pages of CTAs: by owner or by top-level run (the run's own and its subagents'), of one
+/// status or all, in order (by status, then oldest first), each page after the last one's
+/// position, none skipped or repeated, and a position still good after its CTA moved on.
+async fn cta_pages_contract(store: Arc<dyn Store>) {
+    let at = Utc::now() - chrono::Duration::hours(1);
+    let (root_a, first) = new_run("run_pg_a", "paula");
+    store.create_run(&root_a, &first, &[], None).await.unwrap();
+    let (mut child, first) = new_run("run_pg_c", "paula");
+    child.root_run_id = Some("run_pg_a".into());
+    child.depth = 1;
+    store.create_run(&child, &first, &[], None).await.unwrap();
+    let (root_b, first) = new_run("run_pg_b", "paula");
+    store.create_run(&root_b, &first, &[], None).await.unwrap();
+    let (other, first) = new_run("run_pg_o", "oscar");
+    store.create_run(&other, &first, &[], None).await.unwrap();
+    // Raised in time order, interleaved across the runs: a_*, then c_*, then b_*.
+    raise_ctas(&*store, root_a, "pa", 70, at).await;
+    raise_ctas(&*store, child, "pc", 40, at + chrono::Duration::seconds(1)).await;
+    raise_ctas(&*store, root_b, "pb", 50, at + chrono::Duration::seconds(2)).await;
+    raise_ctas(&*store, other, "po", 5, at).await;
+    // Ten of root A's are answered.
+    for i in 0..10 {
+        let settled = store
+            .settle_cta(
+                &format!("pa_{i:05}"),
+                &Settlement::Answered {
+                    response: CtaResponse::Approval {
+                        approved: true,
+                        reason: None,
+                    },
+                    responder: None,
+                },
+                Utc::now(),
+            )
+            .await
+            .unwrap();
+        assert!(matches!(settled, Settled::Won(_)));
+    }
+    let ids = |p: &str, r: std::ops::Range<usize>| -> Vec<String> {
+        r.map(|i| format!("{p}_{i:05}")).collect()
+    };
+    let pending = [ids("pa", 10..70), ids("pc", 0..40), ids("pb", 0..50)].concat();
+    let query = |status, root: Option<&str>, limit| CtaQuery {
+        status,
+        root_run_id: root.map(str::to_owned),
+        after: None,
+        limit,
+    };
+    assert_eq!(
+        every_page(&*store, "paula", query(Some(CtaStatus::Pending), None, 50)).await,
+        pending
+    );
+    assert_eq!(
+        every_page(&*store, "paula", query(Some(CtaStatus::Pending), None, 7)).await,
+        pending
+    );
+    // All statuses: by status name (answered before pending), oldest first in each.
+    assert_eq!(
+        every_page(&*store, "paula", query(None, None, 33)).await,
+        [ids("pa", 0..10), pending.clone()].concat()
+    );
+    // Under root A: its own and its subagent's, not root B's nor another owner's.
+    assert_eq!(
+        every_page(
+            &*store,
+            "paula",
+            query(Some(CtaStatus::Pending), Some("run_pg_a"), 25)
+        )
+        .await,
+        [ids("pa", 10..70), ids("pc", 0..40)].concat()
+    );
+    assert_eq!(
+        every_page(&*store, "paula", query(None, Some("run_pg_b"), 100)).await,
+        ids("pb", 0..50)
+    );
+    assert!(
+        every_page(&*store, "oscar", query(None, Some("run_pg_a"), 10))
+            .await
+            .is_empty()
+    );
+    // A page ends where asked; the next starts after its last CTA, even once that CTA has
+    // been answered since.
+    let mut q = query(Some(CtaStatus::Pending), None, 5);
+    let page = store.list_ctas("paula", &q).await.unwrap();
+    assert_eq!(
+        page.iter().map(|c| c.cta_id.clone()).collect::<Vec<_>>(),
+        ids("pa", 10..15)
+    );
+    q.after = Some(CtaPosition::of(&page[4]));
+    store
+        .settle_cta("pa_00014", &Settlement::Expired, Utc::now())
+        .await
+        .unwrap();
+    let page = store.list_ctas("paula", &q).await.unwrap();
+    assert_eq!(
+        page.iter().map(|c| c.cta_id.clone()).collect::<Vec<_>>(),
+        ids("pa", 15..20)
+    );
+}
+
 async fn queue_contract(queue: Arc<dyn Queue>, pump: Arc<dyn Pump>) {
     // Deduplication by id, FIFO per run, runs independent of each other.
     queue
@@ -579,6 +737,7 @@ async fn the_embedded_adapter_passes_the_port_contracts() {
     let dir = tempfile::tempdir().unwrap();
     let local = LocalStore::open(dir.path()).unwrap();
     store_contract(Arc::new(local.clone())).await;
+    cta_pages_contract(Arc::new(local.clone())).await;
     queue_contract(Arc::new(local.clone()), Arc::new(local.clone())).await;
     bus_and_scheduler_contract(Arc::new(local.clone()), Arc::new(local.clone())).await;
     blobs_contract(Arc::new(baton_local::blobs::FileBlobs::new(dir.path()))).await;
@@ -994,6 +1153,70 @@ mod aws {
         assert!(whole_units > 100.0, "{whole_units}");
     }
 
+    /// `GET /ctas` pages read their page: with 10,000 CTAs pending, a page of 50 (51 read,
+    /// to know whether more follow) is one `Query`, from the start, the middle, or under a
+    /// top-level run, counted in requests and read units.
+    #[tokio::test]
+    async fn a_page_of_10000_pending_ctas_is_one_query_on_dynamodb() {
+        let aws = Emulator::start_with(None).await;
+        let sdk = aws.sdk().await;
+        let names = aws.names("ctapages");
+        let p = provision::ensure(&sdk, &names, "arn:aws:iam::123456789012:role/scheduler")
+            .await
+            .unwrap();
+        let meter = Meter::shared();
+        let store = DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            &p.config.table,
+            90,
+            meter.clone(),
+        );
+        let (run, first) = new_run("run_many", "mia");
+        store.create_run(&run, &first, &[], None).await.unwrap();
+        let at = Utc::now() - chrono::Duration::hours(1);
+        // Loaded in bulk: 112 commits of 90 would take moto minutes (it copies the table for
+        // each transaction).
+        let ctas: Vec<Cta> = (0..10_000)
+            .map(|i| {
+                let mut c = cta(&run, &format!("m_{i:05}"));
+                c.root_run_id = Some("run_many".into());
+                c.created_at = at + chrono::Duration::milliseconds(i as i64);
+                c
+            })
+            .collect();
+        store.import_ctas(&ctas).await.unwrap();
+        for (root, after) in [(None, None), (None, Some(4_999)), (Some("run_many"), None)] {
+            let q = CtaQuery {
+                status: Some(CtaStatus::Pending),
+                root_run_id: root.map(str::to_owned),
+                after: after.map(|i: usize| CtaPosition {
+                    status: CtaStatus::Pending,
+                    created_at: at + chrono::Duration::milliseconds(i as i64),
+                    cta_id: format!("m_{i:05}"),
+                }),
+                limit: 51,
+            };
+            let before = meter.snapshot();
+            let page = store.list_ctas("mia", &q).await.unwrap();
+            let used = meter.snapshot();
+            let start = after.map_or(0, |i| i + 1);
+            let expect: Vec<String> = (start..start + 51).map(|i| format!("m_{i:05}")).collect();
+            assert_eq!(
+                page.iter().map(|c| c.cta_id.clone()).collect::<Vec<_>>(),
+                expect
+            );
+            let (requests, units) = (
+                used.dynamodb_requests - before.dynamodb_requests,
+                used.read_units - before.read_units,
+            );
+            eprintln!(
+                "a page of 51 ({root:?}, after {after:?}): {requests} requests, {units} read units"
+            );
+            assert_eq!(requests, 1, "{requests} requests");
+            assert!(units <= 8.0, "{units} read units");
+        }
+    }
+
     #[tokio::test]
     async fn the_aws_adapters_pass_the_port_contracts_on_an_emulator() {
         let aws = Emulator::start_with(None).await;
@@ -1014,7 +1237,9 @@ mod aws {
             90,
             meter.clone(),
         );
-        store_contract(Arc::new(store)).await;
+        let store = Arc::new(store);
+        store_contract(store.clone()).await;
+        cta_pages_contract(store).await;
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         let queue = SqsQueue::new(
             sqs.clone(),
@@ -1153,7 +1378,12 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
     let run = svc.create_run("alice", req, None).await.unwrap();
     let worker = baton_dev::worker::Worker::new(svc.clone(), local.clone(), Default::default());
     worker.drain().await.unwrap();
-    let cta = svc.list_ctas("alice", None, None).await.unwrap().remove(0);
+    let cta = svc
+        .list_ctas("alice", None, None, None, 10)
+        .await
+        .unwrap()
+        .0
+        .remove(0);
     use baton_core::service::ServiceError::NotFound;
     assert!(matches!(
         svc.get_run("bob", &run.run_id, 10).await,
@@ -1167,7 +1397,13 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         svc.post_message("bob", &run.run_id, "hi", None).await,
         Err(NotFound(_))
     ));
-    assert!(svc.list_ctas("bob", None, None).await.unwrap().is_empty());
+    assert!(
+        svc.list_ctas("bob", None, None, None, 10)
+            .await
+            .unwrap()
+            .0
+            .is_empty()
+    );
     assert!(matches!(
         svc.get_cta(Some("bob"), &cta.cta_id).await,
         Err(NotFound(_))

@@ -61,7 +61,7 @@ impl Env {
         self.worker.drain().await.unwrap();
         let ctas = self
             .local
-            .list_ctas("local", Some(CtaStatus::Pending))
+            .list_ctas("local", &every_cta(Some(CtaStatus::Pending)))
             .await
             .unwrap();
         ctas.into_iter().find(|c| c.run_id == run.run_id).unwrap()

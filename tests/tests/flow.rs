@@ -1004,3 +1004,68 @@ async fn a_subagents_question_shows_in_its_parents_timeline_and_under_its_root()
     );
     h.server.shutdown().await;
 }
+
+/// `GET /ctas` comes in pages (`limit`, then `cursor` from `nextCursor`), oldest first, each
+/// CTA with what an inbox shows of its run (agent, prompt): no request per CTA. A `limit`
+/// out of range or a cursor the API did not give is a 400 that says so.
+#[tokio::test]
+async fn the_ctas_come_in_pages_with_their_runs_agent_and_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let asks = r#"{"ops": [{"tool_calls": [{"name": "request_human_feedback",
+        "arguments": {"kind": "approval", "message": "ok?"}}]}]}"#;
+    let h = start(
+        dir.path(),
+        scripted(asks),
+        catalog(Some(
+            json!({"agents": {"ops": {"tools": ["request_human_feedback"]}}}),
+        )),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let mut runs = Vec::new();
+    for (n, prompt) in ["first", "second", "third"].into_iter().enumerate() {
+        runs.push(
+            h.create_run(json!({"prompt": prompt, "agent": "ops"}))
+                .await,
+        );
+        h.wait_pending(n + 1).await;
+    }
+    let (code, page) = h.get("/ctas?status=pending&limit=2").await;
+    assert_eq!(code, 200, "{page}");
+    let ctas = page["ctas"].as_array().unwrap();
+    assert_eq!(ctas.len(), 2);
+    assert_eq!(ctas[0]["runId"], runs[0].as_str());
+    assert_eq!(ctas[0]["agent"], "ops");
+    assert_eq!(ctas[0]["runPrompt"], "first");
+    assert_eq!(ctas[1]["runPrompt"], "second");
+    let cursor = page["nextCursor"].as_str().expect("a next page").to_owned();
+    let (code, page) = h
+        .get(&format!("/ctas?status=pending&limit=2&cursor={cursor}"))
+        .await;
+    assert_eq!(code, 200, "{page}");
+    assert_eq!(page["ctas"].as_array().unwrap().len(), 1);
+    assert_eq!(page["ctas"][0]["runPrompt"], "third");
+    assert!(page.get("nextCursor").is_none(), "{page}");
+    // Under one top-level run.
+    let (_, page) = h
+        .get(&format!("/ctas?status=pending&rootRunId={}", runs[1]))
+        .await;
+    assert_eq!(page["ctas"].as_array().unwrap().len(), 1);
+    assert_eq!(page["ctas"][0]["runId"], runs[1].as_str());
+
+    for (query, says) in [
+        ("limit=0", "`limit` must be between 1 and 100"),
+        ("limit=101", "`limit` must be between 1 and 100"),
+        ("limit=x", "`limit` must be a non-negative integer"),
+        ("cursor=nope", "`cursor` is not one a page of CTAs gave"),
+        (
+            &format!("status=answered&cursor={cursor}"),
+            "`cursor` is from a page of another `status`",
+        ),
+    ] {
+        let (code, v) = h.get(&format!("/ctas?{query}")).await;
+        assert_eq!(code, 400, "{query}: {v}");
+        assert_eq!(v["error"]["message"], says, "{query}");
+    }
+    h.server.shutdown().await;
+}

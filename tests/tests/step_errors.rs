@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use baton_core::cta::{Cta, CtaStatus, Settlement};
+use baton_core::cta::{Cta, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, StepMessage, Transition};
 use baton_core::ports::{Created, RunRecord, Settled, Store, SystemClock};
@@ -129,9 +129,9 @@ impl Store for Refusing {
     async fn list_ctas(
         &self,
         owner: &str,
-        status: Option<CtaStatus>,
+        query: &baton_core::ports::CtaQuery,
     ) -> Result<Vec<Cta>, PortError> {
-        self.inner.list_ctas(owner, status).await
+        self.inner.list_ctas(owner, query).await
     }
 }
 

@@ -191,39 +191,39 @@ async function inbox(params) {
   });
   const list = el("div", { "aria-live": "polite" }, el("p", {}, "Loading…"));
   show(el("h1", {}, "Waiting for you"), form, list);
-  const q = "/ctas?status=pending" + (run ? "&rootRunId=" + encodeURIComponent(run) : "");
-  const { status, body } = await api(q);
-  if (status !== 200) {
-    list.replaceChildren(el("p", { class: "outcome bad" }, body && body.error ? body.error.message : "status " + status));
-    return;
-  }
-  const ctas = (body.ctas || []).sort((a, b) => (b.createdAt || "").localeCompare(a.createdAt || ""));
-  if (!ctas.length) {
-    list.replaceChildren(el("p", {}, "Nothing waits for you."));
-    return;
-  }
-  const runs = new Map();
-  const runOf = async (id) => {
-    if (!runs.has(id)) runs.set(id, api(`/runs/${encodeURIComponent(id)}`).then((r) => r.body));
-    return runs.get(id);
-  };
-  const cards = [];
-  for (const cta of ctas) {
-    const r = (await runOf(cta.runId)) || {};
-    const root = cta.rootRunId && cta.rootRunId !== cta.runId ? await runOf(cta.rootRunId) : null;
-    const prompt = ((root || r).timeline || [])[0];
-    cards.push(el("article", { class: "card", "aria-label": question(cta) },
+  const q = "/ctas?status=pending&limit=50" + (run ? "&rootRunId=" + encodeURIComponent(run) : "");
+  // Oldest first, a page at a time: each CTA carries its run's agent and prompt, so a page
+  // is one request, however many wait.
+  const page = async (cursor) => {
+    const { status, body } = await api(q + (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
+    if (status !== 200) {
+      list.replaceChildren(el("p", { class: "outcome bad" }, body && body.error ? body.error.message : "status " + status));
+      return;
+    }
+    const ctas = body.ctas || [];
+    if (!cursor && !ctas.length) {
+      list.replaceChildren(el("p", {}, "Nothing waits for you."));
+      return;
+    }
+    const cards = ctas.map((cta) => el("article", { class: "card", "aria-label": question(cta) },
       el("h2", {}, question(cta)),
       el("div", { class: "meta" },
         badge(cta.kind),
-        el("span", {}, "agent ", el("strong", {}, r.agent || "?")),
+        el("span", {}, "agent ", el("strong", {}, cta.agent || "?")),
         el("a", { href: "#/runs/" + encodeURIComponent(cta.runId) }, "run " + cta.runId),
         el("span", {}, timeLeft(cta.expiresAt))),
-      prompt ? el("p", {}, el("span", { class: "kind" }, "Prompt "), prompt.text) : null,
+      cta.runPrompt ? el("p", {}, el("span", { class: "kind" }, "Prompt "), cta.runPrompt) : null,
       context(cta),
       answerForm(cta, postAnswer(cta))));
-  }
-  list.replaceChildren(...cards);
+    if (cursor) list.lastChild.remove(); else list.replaceChildren();
+    list.append(...cards);
+    if (body.nextCursor) {
+      const more = el("button", { type: "button", class: "more" }, "More");
+      more.addEventListener("click", () => { more.disabled = true; page(body.nextCursor); });
+      list.append(more);
+    }
+  };
+  await page(null);
 }
 
 // Downloads a run's file: the route needs the token, so the page fetches it and hands the

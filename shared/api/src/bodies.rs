@@ -78,10 +78,15 @@ pub(crate) struct TimelinePage<'a> {
     pub(crate) next: Option<u64>,
 }
 
-/// `GET /ctas`: each as its owner sees it (see [`owner_view`]).
+/// `GET /ctas`: a page, each as its owner sees it (see [`owner_view`]), and the cursor of
+/// the next page when more follow. A page holds at most 100 CTAs and 4 MB of them (but one
+/// CTA, whatever its size: at most 400 KB), under Lambda's 6 MB reply.
 #[derive(JsonSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct CtaList {
     pub(crate) ctas: Vec<Cta>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) next_cursor: Option<String>,
 }
 
 /// A CTA as its owner sees it: all but the link nonce (a link's own secret part).

@@ -233,6 +233,9 @@ async fn get_run(
     .into_response())
 }
 
+/// `GET /ctas` without a `limit`: a page of 50 (at most `MAX_CTA_PAGE`, 100).
+const DEFAULT_CTA_PAGE: usize = 50;
+
 fn parse_num(q: &HashMap<String, String>, key: &str) -> Result<Option<u64>, ApiError> {
     q.get(key)
         .map(|v| {
@@ -347,9 +350,18 @@ async fn list_ctas(
         })?),
     };
     let root = q.get("rootRunId").map(String::as_str);
-    let ctas = s.service.list_ctas(&owner, status, root).await?;
+    let limit = match parse_num(&q, "limit")? {
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        None => DEFAULT_CTA_PAGE,
+    };
+    let cursor = q.get("cursor").map(String::as_str);
+    let (ctas, next) = s
+        .service
+        .list_ctas(&owner, status, root, cursor, limit)
+        .await?;
     Ok(Json(bodies::CtaList {
         ctas: ctas.into_iter().map(bodies::owner_view).collect(),
+        next_cursor: next,
     }))
 }
 

@@ -162,8 +162,11 @@ pub fn document(agents: &[&str]) -> Value {
             "parameters": [
                 {"name": "status", "in": "query", "required": false,
                  "schema": {"enum": ["pending", "answered", "expired", "cancelled", "all"]}},
-                {"name": "rootRunId", "in": "query", "required": false, "schema": {"type": "string"}}],
-            "responses": ok("200", "the CTAs", ctas, &common)}},
+                {"name": "rootRunId", "in": "query", "required": false, "schema": {"type": "string"}},
+                {"name": "limit", "in": "query", "required": false,
+                 "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 50}},
+                {"name": "cursor", "in": "query", "required": false, "schema": {"type": "string"}}],
+            "responses": ok("200", "a page of CTAs: by status, oldest first; `nextCursor` when more follow", ctas, &common)}},
         "/ctas/{ctaId}": {"get": {"summary": "one CTA", "parameters": [cta_id.clone()],
             "responses": ok("200", "the CTA", cta.clone(), &common)}},
         "/ctas/{ctaId}/response": {"post": {"summary": "answer a CTA (the first answer wins)",

@@ -12,7 +12,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 
 use baton_core::config::AwsConfig;
 
-use crate::dynamo::{GSI1, GSI2, GSI3};
+use crate::dynamo::{GSI1, GSI2, GSI3, GSI4};
 use crate::sdk::map_sdk_err;
 use baton_core::error::PortError;
 
@@ -158,8 +158,8 @@ pub async fn ensure(
     };
     let build =
         |e: aws_sdk_dynamodb::error::BuildError| PortError::broken("build table definition", e);
-    // Every index is keyed `<name>PK` / `<name>SK`: GSI1 lists CTAs by owner (all
-    // attributes); GSI2 and GSI3 are the sweep's, and need only the keys.
+    // Every index is keyed `<name>PK` / `<name>SK`: GSI1 and GSI4 list CTAs by owner and by
+    // top-level run (all attributes); GSI2 and GSI3 are the sweep's, and need only the keys.
     let index = |name: &str, projection: ProjectionType| -> Result<_, PortError> {
         let mut attrs = Vec::new();
         for suffix in ["PK", "SK"] {
@@ -186,6 +186,7 @@ pub async fn ensure(
         (GSI1, ProjectionType::All),
         (GSI2, ProjectionType::KeysOnly),
         (GSI3, ProjectionType::KeysOnly),
+        (GSI4, ProjectionType::All),
     ] {
         let (attrs, gsi) = index(name, projection)?;
         for a in attrs {
@@ -208,7 +209,43 @@ pub async fn ensure(
                 .await
                 .map_err(|e| map_sdk_err("UpdateTimeToLive", e))?;
         }
-        Err(e) if e.code() == Some("ResourceInUseException") => {}
+        Err(e) if e.code() == Some("ResourceInUseException") => {
+            // A table made by an earlier version: add the indexes it lacks.
+            let table = ddb
+                .describe_table()
+                .table_name(n.table())
+                .send()
+                .await
+                .map_err(|e| map_sdk_err("DescribeTable", e))?
+                .table;
+            let has = |name: &str| {
+                table.as_ref().is_some_and(|t| {
+                    t.global_secondary_indexes()
+                        .iter()
+                        .any(|g| g.index_name() == Some(name))
+                })
+            };
+            if !has(GSI4) {
+                let (attrs, gsi) = index(GSI4, ProjectionType::All)?;
+                let create = aws_sdk_dynamodb::types::CreateGlobalSecondaryIndexAction::builder()
+                    .index_name(GSI4)
+                    .set_key_schema(Some(gsi.key_schema().to_vec()))
+                    .set_projection(gsi.projection().cloned())
+                    .build()
+                    .map_err(build)?;
+                ddb.update_table()
+                    .table_name(n.table())
+                    .set_attribute_definitions(Some(attrs))
+                    .global_secondary_index_updates(
+                        aws_sdk_dynamodb::types::GlobalSecondaryIndexUpdate::builder()
+                            .create(create)
+                            .build(),
+                    )
+                    .send()
+                    .await
+                    .map_err(|e| map_sdk_err("UpdateTable", e))?;
+            }
+        }
         Err(e) => return Err(map_sdk_err("CreateTable", e)),
     }
 

@@ -211,6 +211,12 @@ pub struct Cta {
     /// The top-level run the asking run is under (itself if it is one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_run_id: Option<String>,
+    /// The asking run's agent, for an inbox (absent on a CTA stored before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// What the asking run was asked in its turn ([`crate::run::Run::prompt`]), for an inbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_prompt: Option<String>,
     pub tool_call_id: String,
     pub owner: String,
     #[serde(flatten)]
@@ -441,6 +447,8 @@ mod tests {
             cta_id: "c1".into(),
             run_id: "r1".into(),
             root_run_id: None,
+            agent: None,
+            run_prompt: None,
             tool_call_id: "t1".into(),
             owner: "o".into(),
             request: choice(),

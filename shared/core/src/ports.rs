@@ -166,12 +166,41 @@ pub trait Store: Send + Sync {
     /// Marks a CTA's resolution sent to its run.
     async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError>;
 
-    /// An owner's CTAs, optionally of one status, oldest first.
-    async fn list_ctas(
-        &self,
-        owner: &str,
-        status: Option<CtaStatus>,
-    ) -> Result<Vec<Cta>, PortError>;
+    /// A page of an owner's CTAs: at most `query.limit`, in [`CtaPosition`] order, after
+    /// `query.after`. A bounded number of reads, whatever the number of CTAs.
+    async fn list_ctas(&self, owner: &str, query: &CtaQuery) -> Result<Vec<Cta>, PortError>;
+}
+
+/// Which CTAs [`Store::list_ctas`] reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CtaQuery {
+    pub status: Option<CtaStatus>,
+    /// Only those under this top-level run (its own and its subagents', at any depth).
+    pub root_run_id: Option<String>,
+    /// Those after this one (the last of the previous page).
+    pub after: Option<CtaPosition>,
+    pub limit: usize,
+}
+
+/// Where a CTA is in the order pages are read in: by status (by name), then oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CtaPosition {
+    #[serde(rename = "s")]
+    pub status: CtaStatus,
+    #[serde(rename = "t")]
+    pub created_at: DateTime<Utc>,
+    #[serde(rename = "c")]
+    pub cta_id: String,
+}
+
+impl CtaPosition {
+    pub fn of(cta: &Cta) -> Self {
+        Self {
+            status: cta.status,
+            created_at: cta.created_at,
+            cta_id: cta.cta_id.clone(),
+        }
+    }
 }
 
 /// A store that is also its host's queue (the embedded adapter): it commits a transition

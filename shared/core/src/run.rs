@@ -76,6 +76,9 @@ pub struct RunError {
     pub message: String,
 }
 
+/// How much of a turn's prompt a run keeps beside it ([`Run::prompt`]).
+pub const PROMPT_PREVIEW_BYTES: usize = 280;
+
 /// The run item: everything about a run except its timeline.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
@@ -168,6 +171,10 @@ pub struct Run {
     /// a commit: the store keeps it beside the run item and reads it back with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<LastError>,
+    /// What the run was asked in its current turn (its prompt, a follow-up, or a subagent's
+    /// task): the first [`PROMPT_PREVIEW_BYTES`], for an inbox to show beside its questions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -244,6 +251,15 @@ impl Run {
         self.root_run_id.as_deref().unwrap_or(&self.run_id)
     }
 
+    /// Records what the run's current turn was asked (its preview: see [`Run::prompt`]).
+    pub fn set_prompt(&mut self, text: &str) {
+        let mut end = text.len().min(PROMPT_PREVIEW_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.prompt = Some(text[..end].to_owned());
+    }
+
     pub fn new(n: NewRun) -> Self {
         Self {
             run_id: n.run_id,
@@ -278,6 +294,7 @@ impl Run {
             queued: Vec::new(),
             continue_at: None,
             last_error: None,
+            prompt: None,
             created_at: n.now,
             updated_at: n.now,
         }

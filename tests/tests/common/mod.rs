@@ -22,6 +22,15 @@ use serde_json::{Value, json};
 
 pub const TOKEN: &str = "test-token";
 
+/// A query for every CTA of an owner (of one status, or all): one page as large as any test.
+pub fn every_cta(status: Option<baton_core::cta::CtaStatus>) -> baton_core::ports::CtaQuery {
+    baton_core::ports::CtaQuery {
+        status,
+        limit: 100_000,
+        ..Default::default()
+    }
+}
+
 /// The target directory these tests were built in (`target/`, or `CARGO_TARGET_DIR`, or
 /// whatever cargo was told): the test binary is `<target>/<profile>/deps/<name>`. The
 /// helpers' installs (a Python virtualenv, Node packages) and artifacts live under it.

@@ -228,6 +228,33 @@ impl DynamoStore {
         }
         Ok(())
     }
+
+    /// Up to 25 puts or deletes in one `BatchWriteItem`, retrying what DynamoDB leaves
+    /// unprocessed.
+    pub(super) async fn write_batch(
+        &self,
+        requests: Vec<aws_sdk_dynamodb::types::WriteRequest>,
+    ) -> Result<(), PortError> {
+        crate::sdk::retry_failed_entries("BatchWriteItem", requests, |requests| async move {
+            Meter::count(&self.meter.dynamodb);
+            self.meter
+                .write_units
+                .fetch_add(requests.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            let out = self
+                .client
+                .batch_write_item()
+                .request_items(&self.table, requests)
+                .send()
+                .await
+                .map_err(|e| map_sdk_err("BatchWriteItem", e))?;
+            Ok(out
+                .unprocessed_items()
+                .and_then(|u| u.get(&self.table))
+                .cloned()
+                .unwrap_or_default())
+        })
+        .await
+    }
 }
 
 pub(super) enum TransactFailure {

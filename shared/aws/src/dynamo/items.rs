@@ -3,7 +3,7 @@
 
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
-use baton_core::cta::Cta;
+use baton_core::cta::{Cta, CtaStatus};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, outbox_continues};
 use baton_core::ports::RunRecord;
@@ -59,12 +59,18 @@ pub(super) fn patch_sk(seq: u64) -> String {
 pub(super) fn idem_pk(owner: &str, key: &str) -> String {
     format!("IDEM#{}#{owner}#{key}", owner.len())
 }
-pub(super) fn cta_gsi_sk(c: &Cta) -> String {
+/// A top-level run's key in GSI4, which lists the CTAs under it.
+pub(super) fn cta_root_pk(root_run_id: &str) -> String {
+    format!("ROOT#{root_run_id}")
+}
+
+/// A CTA's sort key in the indexes that list CTAs (GSI1 by owner, GSI4 by top-level run):
+/// by status, then oldest first (`CtaPosition`'s order).
+pub(super) fn cta_gsi_sk(status: CtaStatus, created_at: DateTime<Utc>, cta_id: &str) -> String {
     format!(
-        "CTA#{}#{}#{}",
-        c.status.as_str(),
-        c.created_at.to_rfc3339(),
-        c.cta_id
+        "CTA#{}#{}#{cta_id}",
+        status.as_str(),
+        created_at.to_rfc3339()
     )
 }
 
@@ -267,6 +273,7 @@ impl DynamoStore {
     }
 
     pub(super) fn cta_item(&self, c: &Cta) -> Result<Item, PortError> {
+        let sk = cta_gsi_sk(c.status, c.created_at, &c.cta_id);
         let mut item = Item::from([
             ("PK".into(), s(cta_pk(&c.cta_id))),
             ("SK".into(), s("META")),
@@ -277,7 +284,12 @@ impl DynamoStore {
                 s(serde_json::to_string(c).map_err(|e| broken("encode CTA", e))?),
             ),
             ("GSI1PK".into(), s(format!("OWNER#{}", c.owner))),
-            ("GSI1SK".into(), s(cta_gsi_sk(c))),
+            ("GSI1SK".into(), s(&sk)),
+            (
+                "GSI4PK".into(),
+                s(cta_root_pk(c.root_run_id.as_deref().unwrap_or(&c.run_id))),
+            ),
+            ("GSI4SK".into(), s(sk)),
         ]);
         if let Some(at) = c.resolved_at {
             item.insert("ttl".into(), n((at + self.retention).timestamp()));

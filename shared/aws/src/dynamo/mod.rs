@@ -5,7 +5,7 @@
 //! | run | `RUN#<runId>` | `META` | `v` (version), `own`, `st`, `body` (the run, JSON), `ob` (outbox), `ni` (timeline items written), `ttl` |
 //! | timeline segment | `RUN#<runId>` | `T#<first seq:010>` | `n`, `b`: the entries one commit appended, deflated JSON |
 //! | resolution patch | `RUN#<runId>` | `P#<seq:010>` | `b`: an entry resolved in place (a pending result), whole |
-//! | CTA | `CTA#<ctaId>` | `META` | `st`, `own`, `body`, `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `CTA#<status>#<createdAt>#<ctaId>`, `ttl` |
+//! | CTA | `CTA#<ctaId>` | `META` | `st`, `own`, `body`, `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `CTA#<status>#<createdAt>#<ctaId>`, `GSI4PK` = `ROOT#<rootRunId>`, `GSI4SK` = `GSI1SK`, `ttl` |
 //! | idempotency key | `IDEM#<len>#<owner>#<key>` | `META` | `runId` |
 //!
 //! One commit is one `TransactWriteItems`, conditional on the run's version: the run item
@@ -43,7 +43,7 @@ use crate::sdk::{Meter, is_retryable_cancellation, map_sdk_err};
 use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition};
-use baton_core::ports::{Created, RunRecord, Settled, Store};
+use baton_core::ports::{Created, CtaQuery, RunRecord, Settled, Store};
 use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
 
@@ -55,6 +55,8 @@ pub const GSI1: &str = "GSI1";
 pub const GSI2: &str = "GSI2";
 /// The sparse GSI of finished runs by when they finished, for the sweep's purge.
 pub const GSI3: &str = "GSI3";
+/// The GSI listing CTAs by top-level run (`GSI4PK` = `ROOT#<rootRunId>`, sorted as GSI1).
+pub const GSI4: &str = "GSI4";
 /// DynamoDB's limit on items in one transaction.
 const MAX_TRANSACT_ITEMS: usize = 100;
 /// Items stay under DynamoDB's 400 KB limit with room for keys and attributes.
@@ -68,6 +70,27 @@ pub struct DynamoStore {
 }
 
 impl DynamoStore {
+    /// Writes CTAs as the store keeps them, 25 a request, outside any run's commit: for
+    /// loading a table in bulk (a test of 10,000 waiting CTAs). A run's own CTAs are written
+    /// by its commits.
+    pub async fn import_ctas(&self, ctas: &[Cta]) -> Result<(), PortError> {
+        use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+        for chunk in ctas.chunks(25) {
+            let requests = chunk
+                .iter()
+                .map(|c| {
+                    let put = PutRequest::builder()
+                        .set_item(Some(self.cta_item(c)?))
+                        .build()
+                        .map_err(|e| broken("build put", e))?;
+                    Ok(WriteRequest::builder().put_request(put).build())
+                })
+                .collect::<Result<Vec<_>, PortError>>()?;
+            self.write_batch(requests).await?;
+        }
+        Ok(())
+    }
+
     /// The timeline items that hold the entries from seq `from` on, read strongly: the
     /// segments back to the one that holds `from` (newest first, stopping there), and the
     /// patches from `from` on. Bounded by what is after `from`, not by the run's length.
@@ -507,27 +530,48 @@ impl Store for DynamoStore {
         self.remove_resolution(cta_id).await
     }
 
-    async fn list_ctas(
-        &self,
-        owner: &str,
-        status: Option<CtaStatus>,
-    ) -> Result<Vec<Cta>, PortError> {
-        let prefix = status.map_or_else(|| "CTA#".to_owned(), |st| format!("CTA#{}#", st.as_str()));
-        let query = self
+    /// One `Query` of GSI1 (an owner's) or GSI4 (a top-level run's), from the position
+    /// after, of at most `limit` items: more requests only when the CTAs pass DynamoDB's 1 MB
+    /// a page (at most 100 CTAs of at most 400 KB each: a bounded number).
+    async fn list_ctas(&self, owner: &str, q: &CtaQuery) -> Result<Vec<Cta>, PortError> {
+        let (index, pk) = match &q.root_run_id {
+            Some(root) => (GSI4, cta_root_pk(root)),
+            None => (GSI1, format!("OWNER#{owner}")),
+        };
+        let prefix = q
+            .status
+            .map_or_else(|| "CTA#".to_owned(), |st| format!("CTA#{}#", st.as_str()));
+        let mut query = self
             .client
             .query()
             .table_name(&self.table)
-            .index_name(GSI1)
-            .key_condition_expression("GSI1PK = :o AND begins_with(GSI1SK, :p)")
-            .expression_attribute_values(":o", s(format!("OWNER#{owner}")))
-            .expression_attribute_values(":p", s(prefix));
+            .index_name(index)
+            .key_condition_expression(format!("{index}PK = :pk AND begins_with({index}SK, :p)"))
+            .expression_attribute_values(":pk", s(&pk))
+            .expression_attribute_values(":p", s(prefix))
+            .limit(i32::try_from(q.limit).unwrap_or(i32::MAX));
+        if let Some(after) = &q.after {
+            let sk = cta_gsi_sk(after.status, after.created_at, &after.cta_id);
+            query = query.set_exclusive_start_key(Some(Item::from([
+                ("PK".into(), s(cta_pk(&after.cta_id))),
+                ("SK".into(), s("META")),
+                (format!("{index}PK"), s(&pk)),
+                (format!("{index}SK"), s(sk)),
+            ])));
+        }
         let mut out = Vec::new();
-        self.query_pages("Query GSI1", query, |item| {
-            out.push(parse_cta(&item)?);
-            Ok(true)
+        if q.limit == 0 {
+            return Ok(out);
+        }
+        self.query_pages("Query CTAs", query, |item| {
+            let cta = parse_cta(&item)?;
+            // A top-level run's CTAs are all its owner's; the check costs nothing.
+            if cta.owner == owner {
+                out.push(cta);
+            }
+            Ok(out.len() < q.limit)
         })
         .await?;
-        out.sort_by(|a, b| (a.created_at, &a.cta_id).cmp(&(b.created_at, &b.cta_id)));
         Ok(out)
     }
 }

@@ -9,7 +9,6 @@ use baton_core::ports::Store;
 
 use super::items::{SWEEP_SHARDS, broken, cta_pk, get_s, run_pk, s, sweep_time};
 use super::{DynamoStore, GSI2, GSI3, Item};
-use crate::sdk::{Meter, map_sdk_err, retry_failed_entries};
 
 impl DynamoStore {
     /// Deletes every item of up to `limit` runs finished before `now` − retention.
@@ -109,25 +108,7 @@ impl DynamoStore {
                 Ok(WriteRequest::builder().delete_request(del).build())
             })
             .collect::<Result<_, PortError>>()?;
-        retry_failed_entries("BatchWriteItem", requests, |requests| async move {
-            Meter::count(&self.meter.dynamodb);
-            self.meter
-                .write_units
-                .fetch_add(requests.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            let out = self
-                .client
-                .batch_write_item()
-                .request_items(&self.table, requests)
-                .send()
-                .await
-                .map_err(|e| map_sdk_err("BatchWriteItem", e))?;
-            Ok(out
-                .unprocessed_items()
-                .and_then(|u| u.get(&self.table))
-                .cloned()
-                .unwrap_or_default())
-        })
-        .await
+        self.write_batch(requests).await
     }
 
     /// CTAs whose resolution is outstanding since before `before` (GSI2, `CR#` shards).

@@ -229,6 +229,7 @@ impl Work<'_> {
             root_run_id: Some(self.run.root().to_owned()),
             now: self.now,
         });
+        child.set_prompt(&prompt);
         let first = Entry {
             seq: 0,
             at: self.now,

@@ -217,6 +217,8 @@ impl Work<'_> {
             cta_id: cta_id.clone(),
             run_id: self.run.run_id.clone(),
             root_run_id: Some(self.run.root().to_owned()),
+            agent: Some(self.run.agent.clone()),
+            run_prompt: self.run.prompt.clone(),
             tool_call_id: call_id.into(),
             owner: self.run.owner.clone(),
             request: request.clone(),

@@ -63,6 +63,7 @@ impl Work<'_> {
             text: text.to_owned(),
             message_id: Some(message_id.to_owned()),
         });
+        self.run.set_prompt(text);
         self.run.status = RunStatus::Running;
         self.run.turn_thinks = 0;
         self.run.result = None;

@@ -9,31 +9,88 @@ use super::{Service, ServiceError};
 use crate::cta::{Cta, CtaResponse, CtaStatus, Settlement};
 use crate::error::PortError;
 use crate::message::{Input, StepMessage, TIMER_PREFIX};
-use crate::ports::Settled;
+use crate::ports::{CtaPosition, CtaQuery, Settled};
+
+/// The most CTAs one page holds.
+pub const MAX_CTA_PAGE: usize = 100;
+/// The most bytes of CTAs one page holds (but one CTA, whatever its size: an item is at most
+/// 400 KB): with the page's framing, a reply stays well under Lambda's 6 MB.
+pub const CTA_PAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// A page's cursor as the API shows it: opaque, URL-safe.
+fn encode_cursor(p: &CtaPosition) -> String {
+    use base64::Engine;
+    let json = serde_json::to_vec(p).unwrap_or_default();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+}
+
+fn decode_cursor(cursor: &str) -> Result<CtaPosition, ServiceError> {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| ServiceError::Invalid("`cursor` is not one a page of CTAs gave".into()))
+}
 
 /// Who answered through a one-time link, as the CTA records it.
 pub const LINK_RESPONDER: &str = "link";
 
 impl Service {
-    /// An owner's CTAs, optionally of one status and under one top-level run (every CTA
-    /// of the run and of its subagents, at any depth).
+    /// A page of an owner's CTAs, optionally of one status and under one top-level run
+    /// (every CTA of the run and of its subagents, at any depth): at most `limit` (up to
+    /// [`MAX_CTA_PAGE`]) and at most [`CTA_PAGE_BYTES`] of CTAs (one, whatever its size), after
+    /// `cursor` (a previous page's `next`). Returns the page and, when more follow, the
+    /// cursor of the next.
     pub async fn list_ctas(
         &self,
         owner: &str,
         status: Option<CtaStatus>,
         root_run_id: Option<&str>,
-    ) -> Result<Vec<Cta>, ServiceError> {
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Cta>, Option<String>), ServiceError> {
+        if !(1..=MAX_CTA_PAGE).contains(&limit) {
+            return Err(ServiceError::Invalid(format!(
+                "`limit` must be between 1 and {MAX_CTA_PAGE}"
+            )));
+        }
+        let after = cursor.map(decode_cursor).transpose()?;
+        if let (Some(a), Some(st)) = (&after, status)
+            && a.status != st
+        {
+            return Err(ServiceError::Invalid(
+                "`cursor` is from a page of another `status`".into(),
+            ));
+        }
         if let Some(root) = root_run_id {
             match self.deps.store.get_run(root).await? {
                 Some(rec) if rec.run.owner == owner => {}
                 _ => return Err(ServiceError::NotFound(format!("no run `{root}`"))),
             }
         }
-        let mut ctas = self.deps.store.list_ctas(owner, status).await?;
-        if let Some(root) = root_run_id {
-            ctas.retain(|c| c.root_run_id.as_deref().unwrap_or(&c.run_id) == root);
+        let query = CtaQuery {
+            status,
+            root_run_id: root_run_id.map(str::to_owned),
+            after,
+            limit: limit + 1,
+        };
+        let mut ctas = self.deps.store.list_ctas(owner, &query).await?;
+        let mut more = ctas.len() > limit;
+        ctas.truncate(limit);
+        let mut bytes = 0;
+        if let Some(fit) = ctas.iter().position(|c| {
+            bytes += serde_json::to_vec(c).map_or(0, |b| b.len());
+            bytes > CTA_PAGE_BYTES
+        }) {
+            more = true;
+            ctas.truncate(fit.max(1));
         }
-        Ok(ctas)
+        let next = match ctas.last() {
+            Some(last) if more => Some(encode_cursor(&CtaPosition::of(last))),
+            _ => None,
+        };
+        Ok((ctas, next))
     }
 
     pub async fn get_cta(&self, owner: Option<&str>, cta_id: &str) -> Result<Cta, ServiceError> {

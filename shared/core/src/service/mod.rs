@@ -14,7 +14,7 @@ mod thinker;
 
 pub use cache::{DEFAULT_CACHE_BYTES, budget_for};
 pub use consume::{Delivery, SWEEP_EVENT, Verdict};
-pub use ctas::LINK_RESPONDER;
+pub use ctas::{CTA_PAGE_BYTES, LINK_RESPONDER, MAX_CTA_PAGE};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

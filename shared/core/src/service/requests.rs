@@ -74,6 +74,7 @@ impl Service {
             now,
         });
         run.next_seq = 1;
+        run.set_prompt(&req.prompt);
         let first = Entry {
             seq: 0,
             at: now,

@@ -29,7 +29,7 @@ use tokio::sync::Notify;
 use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition, outbox_continues};
-use baton_core::ports::{Created, RunRecord, Settled, Store};
+use baton_core::ports::{Created, CtaQuery, RunRecord, Settled, Store};
 use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
 
@@ -544,22 +544,42 @@ impl Store for LocalStore {
         .await
     }
 
-    async fn list_ctas(
-        &self,
-        owner: &str,
-        status: Option<CtaStatus>,
-    ) -> Result<Vec<Cta>, PortError> {
+    /// By status, then in the order they were raised (rowid): a page is one indexed range
+    /// of `ctas_by_owner` or `ctas_by_root`, after the position's CTA.
+    async fn list_ctas(&self, owner: &str, q: &CtaQuery) -> Result<Vec<Cta>, PortError> {
         let owner = owner.to_owned();
+        let q = q.clone();
         self.read(move |c| {
+            let by = if q.root_run_id.is_some() {
+                "coalesce(json_extract(body, '$.rootRunId'), json_extract(body, '$.runId')) = ?2"
+            } else {
+                "?2 IS NULL"
+            };
             let mut stmt = c
-                .prepare_cached(
-                    "SELECT body FROM ctas WHERE owner = ?1 AND (?2 IS NULL OR status = ?2) ORDER BY rowid",
-                )
+                .prepare_cached(&format!(
+                    "SELECT body FROM ctas WHERE owner = ?1 AND {by}
+                       AND (?3 IS NULL OR status = ?3)
+                       AND (?4 IS NULL OR status > ?4 OR (status = ?4
+                            AND rowid > (SELECT rowid FROM ctas WHERE cta_id = ?5)))
+                     ORDER BY status, rowid LIMIT ?6"
+                ))
                 .map_err(sql)?;
-            stmt.query_map(params![owner, status.map(CtaStatus::as_str)], |r| r.get::<_, String>(0))
-                .map_err(sql)?
-                .map(|b| from_json::<Cta>(&b.map_err(sql)?))
-                .collect()
+            let limit = i64::try_from(q.limit).unwrap_or(i64::MAX);
+            let after = q.after.as_ref();
+            stmt.query_map(
+                params![
+                    owner,
+                    q.root_run_id,
+                    q.status.map(CtaStatus::as_str),
+                    after.map(|a| a.status.as_str()),
+                    after.map(|a| a.cta_id.as_str()),
+                    limit
+                ],
+                |r| r.get::<_, String>(0),
+            )
+            .map_err(sql)?
+            .map(|b| from_json::<Cta>(&b.map_err(sql)?))
+            .collect()
         })
         .await
     }

@@ -27,6 +27,10 @@ CREATE TABLE IF NOT EXISTS ctas (
     unsent INTEGER
 );
 CREATE INDEX IF NOT EXISTS ctas_by_owner ON ctas (owner, status);
+-- The CTAs under a top-level run (what `list_ctas` pages with a root run): each row's rowid
+-- orders them within a key, as in ctas_by_owner.
+CREATE INDEX IF NOT EXISTS ctas_by_root ON ctas (
+    coalesce(json_extract(body, '$.rootRunId'), json_extract(body, '$.runId')), status);
 CREATE TABLE IF NOT EXISTS queue (
     id         INTEGER PRIMARY KEY,
     dedup_id   TEXT NOT NULL,
