@@ -145,3 +145,151 @@ async fn a_tools_files_and_widgets_reach_the_timeline_and_the_owner_on_both_host
     assert_eq!(report(&s.url()).await, local);
     s.shutdown().await;
 }
+
+/// A file of the largest size a tool may return (5 MB) downloads whole on both hosts: in the
+/// reply on `baton dev`, and over AWS APIs by a 302 to a presigned S3 URL, so that its bytes
+/// never pass through the function's reply (Lambda's is at most 6 MB, base64 included). A
+/// small file still comes in the reply.
+#[tokio::test]
+async fn a_5_mb_file_downloads_in_the_reply_locally_and_from_s3_by_a_redirect_on_aws() {
+    let big = baton_core::tools::MAX_FILE_BYTES;
+    let script = format!(
+        r#"{{"reporter": [
+        {{"tool_calls": [{{"name": "report", "arguments": {{"bytes": {big}}}}}]}},
+        {{"text": "Attached."}}]}}"#
+    );
+    // The files of a run on the API at `base`: (name, its path).
+    let files = async |base: &str| -> Vec<(String, String)> {
+        let http = reqwest::Client::new();
+        let r: Value = http
+            .post(format!("{base}/runs"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"prompt": "raw data?", "agent": "reporter"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let run_id = r["runId"].as_str().unwrap().to_owned();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let run: Value = http
+                .get(format!("{base}/runs/{run_id}"))
+                .bearer_auth(TOKEN)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if run["status"] == "completed" {
+                return of_type(&run, "file")
+                    .iter()
+                    .map(|f| {
+                        let id = f["fileId"].as_str().unwrap();
+                        (
+                            f["name"].as_str().unwrap().to_owned(),
+                            format!("{base}/runs/{run_id}/files/{id}"),
+                        )
+                    })
+                    .collect();
+            }
+            assert!(std::time::Instant::now() < deadline, "{run:#}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    // Redirects are followed by hand, to see them.
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(
+        dir.path(),
+        scripted(&script),
+        catalog_with_report(agents()),
+        Arc::new(SystemClock),
+    )
+    .await;
+    for (name, url) in files(&h.url("")).await {
+        // The embedded host's files are always in the reply, asked for a link or not.
+        let r = http
+            .get(format!("{url}?link=1"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{name} on baton dev");
+        let want = if name == "sales.bin" {
+            report_bytes(big)
+        } else {
+            REPORT_CSV.as_bytes().to_vec()
+        };
+        assert_eq!(r.bytes().await.unwrap().to_vec(), want, "{name}");
+    }
+    h.server.shutdown().await;
+
+    let aws = Emulator::start_with(None).await;
+    let s = AwsDevServer::start(AwsDevOptions {
+        sdk: aws.sdk().await,
+        names: aws.names("bigfile"),
+        scheduler_role_arn: "arn:aws:iam::123456789012:role/files-scheduler".into(),
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: TOKEN.into(),
+        llm: scripted(&script),
+        catalog: catalog_with_report(agents()),
+        clock: Arc::new(SystemClock),
+        duplicate: false,
+    })
+    .await
+    .unwrap();
+    let files = files(&s.url()).await;
+    assert_eq!(files.len(), 2);
+    for (name, url) in files {
+        let r = http.get(&url).bearer_auth(TOKEN).send().await.unwrap();
+        if name == "sales.csv" {
+            assert_eq!(r.status(), 200, "a small file comes in the reply");
+            assert_eq!(r.text().await.unwrap(), REPORT_CSV);
+            continue;
+        }
+        assert_eq!(r.status(), 302, "{name}");
+        assert_eq!(r.headers()["cache-control"], "no-store");
+        let location = r.headers()["location"].to_str().unwrap().to_owned();
+        assert!(location.contains("X-Amz-Signature="), "{location}");
+        assert!(location.contains("X-Amz-Expires=300"), "{location}");
+        // S3 is asked to name it as a download (moto ignores this; S3 and LocalStack do not).
+        assert!(
+            location.contains("response-content-disposition=attachment"),
+            "{location}"
+        );
+        // What the console asks for: the link itself, as JSON of its own media type.
+        let asked = http
+            .get(format!("{url}?link=1"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(asked.status(), 200);
+        assert_eq!(
+            asked.headers()["content-type"],
+            baton_api::FILE_LINK_MEDIA_TYPE
+        );
+        let link: Value = asked.json().await.unwrap();
+        assert!(link["url"].as_str().unwrap().contains("X-Amz-Signature="));
+        let bad = http
+            .get(format!("{url}?link=yes"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(bad.status(), 400);
+        // The reply carried no bytes; the URL serves them, with no token.
+        assert!(r.bytes().await.unwrap().is_empty());
+        let r = http.get(&location).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{location}");
+        assert_eq!(r.bytes().await.unwrap().to_vec(), report_bytes(big));
+    }
+    s.shutdown().await;
+}

@@ -229,9 +229,14 @@ async function inbox(params) {
 // Downloads a run's file: the route needs the token, so the page fetches it and hands the
 // bytes to the browser as a download.
 async function download(runId, f) {
-  const r = await fetch(`/runs/${encodeURIComponent(runId)}/files/${encodeURIComponent(f.fileId)}`,
+  const r = await fetch(`/runs/${encodeURIComponent(runId)}/files/${encodeURIComponent(f.fileId)}?link=1`,
     { headers: { "Authorization": "Bearer " + token() } });
   if (!r.ok) return;
+  // A large file on AWS: a short-lived link to S3, which names it as a download.
+  if (r.headers.get("content-type") === "application/vnd.baton.file-link+json") {
+    location.assign((await r.json()).url);
+    return;
+  }
   const url = URL.createObjectURL(await r.blob());
   const a = el("a", { href: url, download: f.name, hidden: true });
   document.body.append(a);

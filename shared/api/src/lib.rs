@@ -28,9 +28,10 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use baton_core::cta::{Cta, CtaResponse, CtaStatus};
 use baton_core::error::PortError;
+use baton_core::ports::{Download, attachment};
 use baton_core::service::{CreateRun, Service, ServiceError};
 use baton_core::timeline::{Entry, EntryBody};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -265,12 +266,47 @@ async fn get_timeline(
 }
 
 /// A file a tool of the caller's run returned: its bytes, as a download.
+/// The media type of `GET /runs/{id}/files/{fileId}?link=1`'s reply when it is a link.
+pub const FILE_LINK_MEDIA_TYPE: &str = "application/vnd.baton.file-link+json";
+
 async fn get_file(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
     Ids(run_id, file_id): Ids,
+    Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let blob = s.service.file(&owner, &run_id, &file_id).await?;
+    let as_link = match q.get("link").map(String::as_str) {
+        None | Some("0") => false,
+        Some("1") => true,
+        Some(_) => return Err(ApiError::invalid("`link` must be 0 or 1")),
+    };
+    let blob = match s.service.file(&owner, &run_id, &file_id).await? {
+        Download::Bytes(blob) => blob,
+        // A page's script cannot follow a redirect to another origin with its token, nor
+        // read where it went: it asks for the link itself and navigates there.
+        Download::Link(url) if as_link => {
+            let mut r = Json(json!({ "url": url })).into_response();
+            r.headers_mut().insert(
+                axum::http::header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static(FILE_LINK_MEDIA_TYPE),
+            );
+            return Ok(r);
+        }
+        // A large file on a store that links it: from the store, not through this reply.
+        Download::Link(url) => {
+            let mut r = StatusCode::FOUND.into_response();
+            let h = r.headers_mut();
+            let location = axum::http::HeaderValue::from_str(&url).map_err(|e| {
+                ApiError::from(ServiceError::from(PortError::broken("file URL", e)))
+            })?;
+            h.insert(axum::http::header::LOCATION, location);
+            h.insert(
+                axum::http::header::CACHE_CONTROL,
+                axum::http::HeaderValue::from_static("no-store"),
+            );
+            return Ok(r);
+        }
+    };
     let mut r = (StatusCode::OK, blob.bytes).into_response();
     let h = r.headers_mut();
     let header = |v: &str| {
@@ -279,10 +315,7 @@ async fn get_file(
     };
     h.insert(axum::http::header::CONTENT_TYPE, header(&blob.media_type));
     // The name is a plain file name (no quotes, slashes or control characters).
-    let disposition = format!(
-        "attachment; filename=\"{}\"",
-        blob.name.replace(|c: char| !c.is_ascii(), "_")
-    );
+    let disposition = attachment(&blob.name);
     h.insert(
         axum::http::header::CONTENT_DISPOSITION,
         header(&disposition),

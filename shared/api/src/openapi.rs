@@ -154,9 +154,12 @@ pub fn document(agents: &[&str]) -> Value {
                 "501": {"description": "this host does not stream (API Gateway): poll /timeline", "content": json_body(error.clone())},
                 "default": {"description": "a refusal", "content": json_body(error.clone())}}}},
         "/runs/{runId}/files/{fileId}": {"get": {"summary": "a file a tool of the run returned",
-            "parameters": [run_id, id("fileId", "a file's id")],
+            "parameters": [run_id, id("fileId", "a file's id"),
+                {"name": "link", "in": "query", "required": false, "schema": {"enum": ["0", "1"]}}],
             "responses": {
-                "200": {"description": "its bytes, as its media type", "content": {"*/*": {"schema": {"type": "string", "contentEncoding": "binary"}}}},
+                "200": {"description": "its bytes, as its media type; with `link=1`, a file the host serves by a link: `{url}`, as application/vnd.baton.file-link+json",
+                    "content": {"*/*": {"schema": {"type": "string", "contentEncoding": "binary"}}}},
+                "302": {"description": "a file over 1 MiB where the host serves it from its store (S3): `Location` is a URL valid 5 minutes"},
                 "default": {"description": "a refusal", "content": json_body(error.clone())}}}},
         "/ctas": {"get": {"summary": "your CTAs",
             "parameters": [

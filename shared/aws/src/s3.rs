@@ -8,8 +8,9 @@ use aws_sdk_s3::primitives::ByteStream;
 use tracing::instrument;
 
 use crate::sdk::map_sdk_err;
+use aws_sdk_s3::presigning::PresigningConfig;
 use baton_core::error::PortError;
-use baton_core::ports::{Blob, Blobs};
+use baton_core::ports::{Blob, Blobs, Download, attachment};
 
 pub struct S3Blobs {
     client: Client,
@@ -44,6 +45,25 @@ impl Blobs for S3Blobs {
 
     #[instrument(skip(self))]
     async fn get(&self, key: &str) -> Result<Option<Blob>, PortError> {
+        self.download(key, u64::MAX, std::time::Duration::ZERO)
+            .await
+            .map(|d| match d {
+                Some(Download::Bytes(b)) => Some(b),
+                _ => None,
+            })
+    }
+
+    /// One `GetObject`: its body is read only when it is at most `inline_max` bytes; past
+    /// that the body is dropped unread and the object is linked by a presigned `GetObject`
+    /// URL that names the file's name and type, valid for `ttl` (and at most as long as the
+    /// credentials that sign it).
+    #[instrument(skip(self))]
+    async fn download(
+        &self,
+        key: &str,
+        inline_max: u64,
+        ttl: std::time::Duration,
+    ) -> Result<Option<Download>, PortError> {
         let out = match self
             .client
             .get_object()
@@ -65,6 +85,23 @@ impl Blobs for S3Blobs {
             .content_type()
             .unwrap_or("application/octet-stream")
             .to_owned();
+        let size = out.content_length().and_then(|n| u64::try_from(n).ok());
+        if size.is_some_and(|n| n > inline_max) {
+            drop(out.body);
+            let config = PresigningConfig::expires_in(ttl)
+                .map_err(|e| PortError::broken("presigning config", e))?;
+            let signed = self
+                .client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(key)
+                .response_content_type(&media_type)
+                .response_content_disposition(attachment(&name))
+                .presigned(config)
+                .await
+                .map_err(|e| map_sdk_err("GetObject (presign)", e))?;
+            return Ok(Some(Download::Link(signed.uri().to_owned())));
+        }
         let bytes = out
             .body
             .collect()
@@ -72,11 +109,11 @@ impl Blobs for S3Blobs {
             .map_err(|e| PortError::unavailable(format!("GetObject {key}: {e}"), e))?
             .into_bytes()
             .to_vec();
-        Ok(Some(Blob {
+        Ok(Some(Download::Bytes(Blob {
             name,
             media_type,
             bytes,
-        }))
+        })))
     }
 }
 

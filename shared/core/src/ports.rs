@@ -255,6 +255,36 @@ pub struct Blob {
 pub trait Blobs: Send + Sync {
     async fn put(&self, key: &str, blob: &Blob) -> Result<(), PortError>;
     async fn get(&self, key: &str) -> Result<Option<Blob>, PortError>;
+
+    /// The file at `key` as a download: its bytes or, above `inline_max` bytes where the
+    /// store can, a URL that serves them for `ttl` (a host whose replies are limited in size
+    /// sends large files from the store, not through itself). By default, its bytes.
+    async fn download(
+        &self,
+        key: &str,
+        inline_max: u64,
+        ttl: std::time::Duration,
+    ) -> Result<Option<Download>, PortError> {
+        let _ = (inline_max, ttl);
+        Ok(self.get(key).await?.map(Download::Bytes))
+    }
+}
+
+/// A `Content-Disposition` that saves a file as `name` (a plain file name; anything not ASCII
+/// becomes `_`).
+pub fn attachment(name: &str) -> String {
+    format!(
+        "attachment; filename=\"{}\"",
+        name.replace(|c: char| !c.is_ascii() || c == '"' || c == '\\', "_")
+    )
+}
+
+/// What [`Blobs::download`] gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Download {
+    Bytes(Blob),
+    /// A URL that serves the bytes (with the file's name and media type) until it expires.
+    Link(String),
 }
 
 /// The time, passed in so tests can move it.

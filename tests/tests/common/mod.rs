@@ -225,6 +225,19 @@ pub fn normalize(v: &Value, run_id: &str) -> Value {
 /// file (what a reporting tool would).
 pub struct ReportTool;
 
+/// `n` bytes that do not compress, the same for the same `n`.
+pub fn report_bytes(n: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// The CSV `ReportTool` returns.
 pub const REPORT_CSV: &str = "region,sales\neu,12\nus,30\n";
 
@@ -237,13 +250,23 @@ impl baton_core::tools::Tool for ReportTool {
         "Sales by region, as a table, a summary card and a CSV file."
     }
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {}, "additionalProperties": false})
+        json!({"type": "object", "properties": {"bytes": {"type": "integer", "minimum": 1}},
+            "additionalProperties": false})
     }
     async fn execute(
         &self,
         ctx: &baton_core::tools::ToolContext,
-        _: Value,
+        input: Value,
     ) -> Result<Value, String> {
+        if let Some(n) = input["bytes"].as_u64() {
+            // The raw data too, when asked: `n` bytes of `report_bytes`.
+            ctx.file(
+                "sales.bin",
+                "application/octet-stream",
+                report_bytes(n as usize),
+                "the raw data",
+            )?;
+        }
         ctx.widget(
             "table",
             json!({"columns": ["region", "sales"], "rows": [["eu", 12], ["us", 30]]}),

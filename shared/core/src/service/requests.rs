@@ -11,6 +11,12 @@ use crate::ports::{Created, RunRecord};
 use crate::run::{NewRun, Run};
 use crate::timeline::{Entry, EntryBody};
 
+/// Files up to this size are sent in the API's reply; larger ones, where the store can, by
+/// a short-lived URL (a 302): a Lambda reply is at most 6 MB, base64 makes a 4.5 MB file 6.
+pub const INLINE_FILE_BYTES: u64 = 1024 * 1024;
+/// How long a file's URL serves it.
+pub const FILE_LINK_TTL: std::time::Duration = std::time::Duration::from_secs(300);
+
 impl Service {
     pub async fn create_run(
         &self,
@@ -250,7 +256,7 @@ impl Service {
         owner: &str,
         run_id: &str,
         file_id: &str,
-    ) -> Result<crate::ports::Blob, ServiceError> {
+    ) -> Result<crate::ports::Download, ServiceError> {
         self.owned_run(owner, run_id).await?;
         let valid = file_id.starts_with("file_")
             && file_id[5..].chars().all(|c| c.is_ascii_hexdigit())
@@ -261,7 +267,11 @@ impl Service {
         }
         self.deps
             .blobs
-            .get(&format!("{run_id}/{file_id}"))
+            .download(
+                &format!("{run_id}/{file_id}"),
+                INLINE_FILE_BYTES,
+                FILE_LINK_TTL,
+            )
             .await?
             .ok_or_else(missing)
     }
