@@ -1069,3 +1069,92 @@ async fn the_ctas_come_in_pages_with_their_runs_agent_and_prompt() {
     }
     h.server.shutdown().await;
 }
+
+/// `GET /runs/{id}` and its timeline's pages fit Lambda's 6 MB reply as Lambda counts it:
+/// the body is a string inside the reply's JSON, where every quote and backslash is escaped
+/// again. Entries made of quotes (a tool's JSON output) take twice their JSON there; pages of
+/// them stay under 6 MB, and page on to the last entry.
+#[tokio::test]
+async fn every_page_of_a_run_fits_lambdas_6_mb_reply_however_its_text_escapes() {
+    use baton_core::ports::Store;
+    use baton_core::run::{NewRun, Run};
+    use baton_core::timeline::{Entry, EntryBody};
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = baton_local::store::LocalStore::open(dir.path()).unwrap();
+        let mut run = Run::new(NewRun {
+            run_id: "run_quotes".into(),
+            agent: "orchestrator".into(),
+            owner: "local".into(),
+            parent: None,
+            depth: 0,
+            on_expiry: Default::default(),
+            sandbox_id: None,
+            metadata: None,
+            context: None,
+            root_run_id: None,
+            now: chrono::Utc::now(),
+        });
+        run.status = baton_core::run::RunStatus::Completed;
+        // 150 entries of 60 KB of quotes and backslashes: 18 MB as the envelope counts them.
+        let text = "\"\\".repeat(30 * 1024);
+        let entries: Vec<Entry> = (0..150)
+            .map(|seq| Entry {
+                seq,
+                at: chrono::Utc::now(),
+                body: EntryBody::User {
+                    text: text.clone(),
+                    message_id: None,
+                },
+            })
+            .collect();
+        run.next_seq = entries.len() as u64;
+        store.create_run(&run, &entries, &[], None).await.unwrap();
+    }
+    let h = start_scripted(dir.path(), r#"{"orchestrator": []}"#).await;
+    let enveloped = |body: &str| serde_json::to_string(body).unwrap().len();
+    let r = h
+        .http
+        .get(h.url("/runs/run_quotes"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body = r.text().await.unwrap();
+    assert!(
+        enveloped(&body) < 6 * 1024 * 1024,
+        "{} bytes",
+        enveloped(&body)
+    );
+    let run: Value = serde_json::from_str(&body).unwrap();
+    let mut seen = run["timeline"].as_array().unwrap().len();
+    assert!(seen > 0 && seen < 150, "{seen} entries in the first page");
+    let mut next = run["timelineNext"].as_u64().expect("more to page");
+    let mut pages = 1;
+    while seen < 150 {
+        let r = h
+            .http
+            .get(h.url(&format!("/runs/run_quotes/timeline?after={next}")))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        let body = r.text().await.unwrap();
+        assert!(
+            enveloped(&body) < 6 * 1024 * 1024,
+            "{} bytes",
+            enveloped(&body)
+        );
+        let page: Value = serde_json::from_str(&body).unwrap();
+        let entries = page["entries"].as_array().unwrap();
+        assert!(!entries.is_empty());
+        assert_eq!(entries[0]["seq"], next + 1);
+        seen += entries.len();
+        next = page["next"].as_u64().unwrap();
+        pages += 1;
+    }
+    assert_eq!(next, 149);
+    assert!(pages >= 4, "{pages} pages for 18 MB");
+    h.server.shutdown().await;
+}

@@ -29,7 +29,7 @@ use axum::{Extension, Json, Router};
 use baton_core::cta::{Cta, CtaResponse, CtaStatus};
 use baton_core::error::PortError;
 use baton_core::ports::{Download, attachment};
-use baton_core::service::{CreateRun, Service, ServiceError};
+use baton_core::service::{CreateRun, Service, ServiceError, enveloped_len};
 use baton_core::timeline::{Entry, EntryBody};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -186,24 +186,30 @@ fn accepted(body: impl serde::Serialize) -> Response {
     (StatusCode::ACCEPTED, Json(body)).into_response()
 }
 
-/// A response's timeline is cut at this many bytes of entries (the rest is one
-/// `GET /runs/{id}/timeline?after=` away): Lambda answers at most 6 MB.
-pub const PAGE_BYTES: usize = 4 * 1024 * 1024;
+/// What a reply's body may take in Lambda's reply (at most 6 MB: the HTTP response is a
+/// JSON document whose body is a string), leaving 256 KB for its headers and fields. A
+/// response's timeline is cut where its entries would pass what is left of it beside the
+/// run (the rest is one `GET /runs/{id}/timeline?after=` away), counted as the envelope
+/// counts them ([`enveloped_len`]).
+pub const REPLY_BYTES: usize = 6 * 1024 * 1024 - 256 * 1024;
 /// The most timeline entries `GET /runs/{id}` reads; the rest is paged with `/timeline`.
 pub const PAGE_ENTRIES: usize = 100;
 
-/// How many of the leading entries fit in `budget` bytes of JSON (at least one).
+/// How many of the leading entries fit in `budget` bytes of enveloped JSON (at least one:
+/// an entry is at most about 1 MB, a model's whole reply).
 fn page(entries: &[Entry], budget: usize) -> Result<usize, PortError> {
     let mut used = 0;
     for (n, e) in entries.iter().enumerate() {
-        used += serde_json::to_vec(e)
-            .map_err(|e| PortError::broken("encode entry", e))?
-            .len();
+        used += enveloped_len(&encode(e)?) + 1;
         if used > budget && n > 0 {
             return Ok(n);
         }
     }
     Ok(entries.len())
+}
+
+fn encode(v: &impl serde::Serialize) -> Result<Vec<u8>, PortError> {
+    serde_json::to_vec(v).map_err(|e| PortError::broken("encode a reply", e))
 }
 
 async fn get_run(
@@ -221,7 +227,8 @@ async fn get_run(
         run.result = Some(t);
         run.result_truncated = false;
     }
-    let n = page(&view.entries, PAGE_BYTES)?;
+    let beside = enveloped_len(&encode(&run)?) + enveloped_len(&encode(&total)?);
+    let n = page(&view.entries, REPLY_BYTES.saturating_sub(beside))?;
     let timeline_next = (view.more || n < view.entries.len())
         .then(|| n.checked_sub(1).map(|i| view.entries[i].seq))
         .flatten();
@@ -255,7 +262,7 @@ async fn get_timeline(
     let after = parse_num(&q, "after")?;
     let limit = parse_num(&q, "limit")?.map_or(MAX_PAGE, |l| (l as usize).clamp(1, MAX_PAGE));
     let (run, entries) = s.service.timeline(&owner, &run_id, after, limit).await?;
-    let entries = &entries[..page(&entries, PAGE_BYTES)?];
+    let entries = &entries[..page(&entries, REPLY_BYTES)?];
     Ok(Json(bodies::TimelinePage {
         run_id: run.run_id,
         status: run.status,
@@ -265,10 +272,10 @@ async fn get_timeline(
     .into_response())
 }
 
-/// A file a tool of the caller's run returned: its bytes, as a download.
 /// The media type of `GET /runs/{id}/files/{fileId}?link=1`'s reply when it is a link.
 pub const FILE_LINK_MEDIA_TYPE: &str = "application/vnd.baton.file-link+json";
 
+/// A file a tool of the caller's run returned: its bytes, as a download (or a link to them).
 async fn get_file(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,

@@ -13,8 +13,9 @@ use crate::ports::{CtaPosition, CtaQuery, Settled};
 
 /// The most CTAs one page holds.
 pub const MAX_CTA_PAGE: usize = 100;
-/// The most bytes of CTAs one page holds (but one CTA, whatever its size: an item is at most
-/// 400 KB): with the page's framing, a reply stays well under Lambda's 6 MB.
+/// The most bytes of CTAs one page holds, as Lambda's reply counts them
+/// ([`super::enveloped_len`]), but one CTA, whatever its size (an item is at most 400 KB): with
+/// the page's framing, a reply stays under Lambda's 6 MB.
 pub const CTA_PAGE_BYTES: usize = 4 * 1024 * 1024;
 
 /// A page's cursor as the API shows it: opaque, URL-safe.
@@ -80,7 +81,7 @@ impl Service {
         ctas.truncate(limit);
         let mut bytes = 0;
         if let Some(fit) = ctas.iter().position(|c| {
-            bytes += serde_json::to_vec(c).map_or(0, |b| b.len());
+            bytes += serde_json::to_vec(c).map_or(0, |b| super::enveloped_len(&b));
             bytes > CTA_PAGE_BYTES
         }) {
             more = true;

@@ -16,6 +16,13 @@ pub use cache::{DEFAULT_CACHE_BYTES, budget_for};
 pub use consume::{Delivery, SWEEP_EVENT, Verdict};
 pub use ctas::{CTA_PAGE_BYTES, LINK_RESPONDER, MAX_CTA_PAGE};
 
+/// The bytes a JSON document takes as the body string of Lambda's reply (a JSON document
+/// itself): one more for each quote and backslash, escaped again there. A page that must fit
+/// Lambda's 6 MB is measured so (a text of quotes takes twice its JSON there).
+pub fn enveloped_len(json: &[u8]) -> usize {
+    json.len() + json.iter().filter(|&&b| b == b'"' || b == b'\\').count()
+}
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
