@@ -23,11 +23,14 @@ use common::*;
 use serde_json::json;
 
 /// The embedded store, except that it refuses (terminally, as DynamoDB refuses an item over
-/// 400 KB) any commit that carries the word `poison`, or fails every commit retryably.
+/// 400 KB) any commit that carries the word `poison`, or fails every commit retryably; with
+/// `slow_purge`, every purge takes 300 ms and finds as many finished runs as it may take.
 struct Refusing {
     inner: LocalStore,
     retryable: bool,
     refused: AtomicU32,
+    slow_purge: bool,
+    purges: AtomicU32,
 }
 
 #[async_trait::async_trait]
@@ -84,6 +87,11 @@ impl Store for Refusing {
         self.inner.stale_outboxes(before, limit).await
     }
     async fn purge_finished(&self, now: DateTime<Utc>, limit: usize) -> Result<usize, PortError> {
+        if self.slow_purge {
+            self.purges.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            return Ok(limit);
+        }
         self.inner.purge_finished(now, limit).await
     }
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
@@ -140,10 +148,20 @@ const POISON: &str = r#"{"worker": [
     {"text": "never reached"}]}"#;
 
 fn service(local: &LocalStore, retryable: bool) -> (Arc<Service>, Arc<Refusing>) {
+    service_with(local, retryable, false)
+}
+
+fn service_with(
+    local: &LocalStore,
+    retryable: bool,
+    slow_purge: bool,
+) -> (Arc<Service>, Arc<Refusing>) {
     let store = Arc::new(Refusing {
         inner: local.clone(),
         retryable,
         refused: AtomicU32::new(0),
+        slow_purge,
+        purges: AtomicU32::new(0),
     });
     let deps = Deps {
         store: store.clone(),
@@ -407,4 +425,24 @@ async fn a_slow_model_call_holds_back_only_its_own_run_in_a_lambda_batch() {
         });
         assert_eq!(answer.as_deref(), Some(said));
     }
+}
+
+/// A sweep tick keeps to its budget however many finished runs wait to be purged: it purges
+/// `PURGE_CHUNK` runs at a time and starts no new chunk once its time is spent, leaving the
+/// rest to the next tick (it shares the `cta` function's 30 s with answers).
+#[tokio::test]
+async fn a_sweep_tick_keeps_to_its_budget_with_endless_runs_to_purge() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalStore::open(dir.path()).unwrap();
+    let (svc, store) = service_with(&local, false, true);
+    let started = std::time::Instant::now();
+    svc.sweep_within(chrono::Duration::zero(), std::time::Duration::from_secs(1))
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    let purges = store.purges.load(Ordering::SeqCst);
+    // 300 ms a chunk: the fourth starts at 0.9 s (fewer on a loaded machine), none after the
+    // budget, and the last one under way is finished.
+    assert!((2..=4).contains(&purges), "{purges} chunks");
+    assert!(took < std::time::Duration::from_millis(2_500), "{took:?}");
 }

@@ -18,20 +18,21 @@ impl DynamoStore {
             .await?;
         for run_id in &runs {
             let pk = run_pk(run_id);
-            let keys: Vec<Item> = self
-                .query(&pk, " ", "~", true, true, |_| true)
-                .await?
-                .into_iter()
-                .map(|item| {
-                    Item::from([
-                        ("PK".to_owned(), s(&pk)),
-                        (
-                            "SK".to_owned(),
-                            item.get("SK").cloned().unwrap_or(s("META")),
-                        ),
-                    ])
-                })
-                .collect();
+            // The keys alone, eventually consistent (a finished run's items do not change):
+            // half the read units, and none of the bodies in memory.
+            let query = self.range(&pk, " ", "~").projection_expression("SK");
+            let mut keys: Vec<Item> = Vec::new();
+            self.query_pages("Query (purge keys)", query, |item| {
+                keys.push(Item::from([
+                    ("PK".to_owned(), s(&pk)),
+                    (
+                        "SK".to_owned(),
+                        item.get("SK").cloned().unwrap_or(s("META")),
+                    ),
+                ]));
+                Ok(true)
+            })
+            .await?;
             // Timeline items first, the run item (which indexes the run) last: a purge cut
             // short is finished by the next tick.
             let (meta, rest): (Vec<Item>, Vec<Item>) = keys
