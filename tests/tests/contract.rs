@@ -419,6 +419,8 @@ async fn store_contract(store: Arc<dyn Store>) {
         message: "cannot reach the model".into(),
         attempts: 2,
         at: chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+        message_id: Some("run_fail:start".into()),
+        failures: 2,
     };
     store.record_failure("run_fail", &failure).await.unwrap();
     let rec = store.get_run("run_fail").await.unwrap().unwrap();
@@ -1011,12 +1013,65 @@ async fn a_dead_lettered_message_ends_its_run_as_failed() {
     let svc = service(&local, Arc::new(local.clone()), ECHO_TWICE);
     let run_id = start_worker_run(&svc).await;
     let (_, start) = Pump::receive(&local, 1).await.remove(0);
+    // Four of its deliveries failed in its own step.
+    let unreachable = || {
+        StepError::Port(PortError::unavailable(
+            "the model is unreachable",
+            "refused",
+        ))
+    };
+    for n in 1..=4 {
+        svc.note_failure(&start, n, &unreachable()).await;
+    }
     svc.dead_letter(&start, "failed 5 times").await.unwrap();
     let (rec, tl) = local.load(&run_id).await.unwrap().unwrap();
     assert_eq!(rec.run.status, RunStatus::Failed);
     assert_eq!(rec.run.error.unwrap().code, "dead_letter");
     assert!(
-        matches!(&tl.last().unwrap().body, EntryBody::Error { message, .. } if message.contains("failed 5 times"))
+        matches!(&tl.last().unwrap().body, EntryBody::Error { message, .. } if message.contains("failed 5 times") && message.contains("the model is unreachable"))
+    );
+}
+
+/// SQS counts a record deferred behind others of its run (the invocation's time ran out, or
+/// an earlier record of the run failed) as a receive: a message dead-lettered with fewer
+/// than four failures of its own goes back to its queue under a new deduplication id, at
+/// most twice, instead of failing a healthy run; after that (a crash loop records no
+/// failures) its run ends.
+#[tokio::test]
+async fn a_dead_letter_whose_deliveries_were_deferred_goes_back_to_its_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalStore::open(dir.path()).unwrap();
+    let svc = service(&local, Arc::new(local.clone()), ECHO_TWICE);
+    let run_id = start_worker_run(&svc).await;
+    let (receipt, start) = Pump::receive(&local, 1).await.remove(0);
+    Pump::ack(&local, receipt).await;
+    // One failure of its own; the other deliveries were deferrals.
+    let unreachable = StepError::Port(PortError::unavailable("the model is unreachable", "x"));
+    svc.note_failure(&start, 1, &unreachable).await;
+    let mut dead = start.clone();
+    for n in 1..=2 {
+        let handled = svc.dead_letter(&dead, "failed 8 times").await.unwrap();
+        assert!(
+            matches!(handled, Handled::Ignored(ref why) if why.contains("sent back")),
+            "{handled:?}"
+        );
+        let rec = local.get_run(&run_id).await.unwrap().unwrap();
+        assert_eq!(rec.run.status, RunStatus::Queued, "not failed");
+        let (receipt, again) = Pump::receive(&local, 1).await.remove(0);
+        assert_eq!(again.id, format!("{}#r{n}", start.id));
+        assert_eq!(again.input, start.input);
+        Pump::ack(&local, receipt).await;
+        dead = again;
+    }
+    // A third time: its run ends.
+    svc.dead_letter(&dead, "failed 8 times").await.unwrap();
+    let rec = local.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(rec.run.status, RunStatus::Failed);
+    // And no third copy went back.
+    let left = Pump::receive(&local, 10).await;
+    assert!(
+        left.iter().all(|(_, m)| m.id != format!("{}#r3", start.id)),
+        "{left:?}"
     );
 }
 

@@ -191,3 +191,16 @@ impl Transition {
 
 /// The detail-type of the event a plan step's one-time timer puts on the bus when it fires.
 pub const TIMER_FIRED: &str = "timer.fired";
+
+/// The id a step message was first sent with, and how many times a dead letter of it was sent
+/// back to its queue since (each time with `#r<n>` after that id, so that the queue does not
+/// take it for a duplicate of the first).
+pub fn requeued(id: &str) -> (&str, u32) {
+    match id.rsplit_once("#r") {
+        Some((base, n)) => match n.parse() {
+            Ok(n) => (base, n),
+            Err(_) => (id, 0),
+        },
+        None => (id, 0),
+    }
+}

@@ -200,6 +200,13 @@ pub struct LastError {
     /// The deliveries of the failing message so far.
     pub attempts: u32,
     pub at: DateTime<Utc>,
+    /// The failing message (its id as first sent: see [`crate::message::requeued`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    /// How many of its deliveries failed in its own step, not counting those deferred
+    /// behind others (which SQS counts as receives all the same).
+    #[serde(default)]
+    pub failures: u32,
 }
 
 /// At most this many follow-up messages wait for a busy run; more are refused.

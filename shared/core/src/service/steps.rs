@@ -25,6 +25,11 @@ use crate::timeline::Entry;
 pub const SWEEP_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
 /// Finished runs purged at a time, between looks at the budget.
 pub const PURGE_CHUNK: usize = 10;
+/// A dead-lettered step message ends its run once this many of its deliveries failed in
+/// its own step (the queues' `maxReceiveCount` is 8).
+pub const GIVE_UP_AFTER_FAILURES: u32 = 4;
+/// How many times a dead letter whose deliveries mostly never started is sent back.
+pub const MAX_REQUEUES: u32 = 2;
 
 impl Service {
     /// Handles one step message: re-hydrate, step, commit, perform the effects.
@@ -260,12 +265,31 @@ impl Service {
                 return Ok(Handled::Ignored(format!("a stale dead letter: {why}")));
             }
         }
-        warn!(run_id = %msg.run_id, message = %msg.id, reason, "dead-lettered");
         // The root cause is the last error a delivery recorded, when there is one.
         let last = match self.deps.store.get_run(&msg.run_id).await? {
             Some(rec) => rec.run.last_error,
             None => None,
         };
+        // SQS counts every receive, deferrals behind other records of its run included: a
+        // message most of whose deliveries never started its step goes back to its queue,
+        // at most MAX_REQUEUES times (a crash loop, which records no failures, ends too).
+        let (id, requeues) = crate::message::requeued(&msg.id);
+        let own = last
+            .as_ref()
+            .filter(|l| l.message_id.as_deref() == Some(id))
+            .map_or(0, |l| l.failures);
+        if own < GIVE_UP_AFTER_FAILURES && requeues < MAX_REQUEUES {
+            let again = StepMessage {
+                id: format!("{id}#r{}", requeues + 1),
+                ..msg.clone()
+            };
+            self.deps.queue.send(std::slice::from_ref(&again)).await?;
+            info!(run_id = %msg.run_id, message = %msg.id, own, "dead letter sent back to its queue: its deliveries were mostly deferred");
+            return Ok(Handled::Ignored(format!(
+                "sent back to its queue ({own} of its deliveries failed)"
+            )));
+        }
+        warn!(run_id = %msg.run_id, message = %msg.id, reason, own, "dead-lettered");
         let message = match last {
             Some(l) => format!("{} (gave up: {reason})", l.message),
             None => format!("a step message could not be processed: {reason}"),
@@ -277,10 +301,21 @@ impl Service {
     /// the API shows a retrying step's trouble (`lastError`) while it retries. Best effort:
     /// a store that cannot take this write cannot take the step either.
     pub async fn note_failure(&self, msg: &StepMessage, attempts: u32, error: &StepError) {
+        let (id, _) = crate::message::requeued(&msg.id);
+        let before = match self.deps.store.get_run(&msg.run_id).await {
+            Ok(Some(rec)) => rec.run.last_error,
+            _ => None,
+        };
+        let failures = before
+            .filter(|l| l.message_id.as_deref() == Some(id))
+            .map_or(0, |l| l.failures)
+            + 1;
         let failure = crate::run::LastError {
             message: error.to_string(),
             attempts,
             at: self.deps.clock.now(),
+            message_id: Some(id.to_owned()),
+            failures,
         };
         if let Err(e) = self.deps.store.record_failure(&msg.run_id, &failure).await {
             warn!(run_id = %msg.run_id, error = %e, "recording the step's failure failed");
