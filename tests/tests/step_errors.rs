@@ -408,12 +408,18 @@ async fn a_slow_model_call_holds_back_only_its_own_run_in_a_lambda_batch() {
         starts.iter().map(|d| d.message.clone().unwrap()).collect();
     messages.sort_by_key(|m| ids.iter().position(|id| *id == m.run_id)); // the slow run first
     let started = std::time::Instant::now();
-    let resp = handle_steps(
+    // Two at once: what a 256 MB function steps (`steps_at_once`), the template's default.
+    let at_once = baton_lambda::steps_at_once(Some(256), baton_core::service::budget_for(256));
+    assert_eq!(at_once, 2);
+    let resp = baton_lambda::handle_steps_at_once(
         &svc,
         &[],
         sqs_event(&[("m1", &messages[0]), ("m2", &messages[1])]),
+        None,
+        at_once,
     )
-    .await;
+    .await
+    .response;
     assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
     for (id, said) in ids.iter().zip(["slow done after fast", "fast done"]) {

@@ -9,7 +9,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use baton_aws::sdk::map_sdk_err;
 use baton_core::message::StepMessage;
 use baton_core::service::{Delivery, Service, Verdict};
-use futures_util::future::join_all;
+use futures_util::{StreamExt, stream};
 use tracing::{Instrument, error, info, info_span, warn};
 #[cfg(feature = "steps")]
 use {
@@ -28,6 +28,8 @@ struct StepsHandler {
     dead_letters: Vec<String>,
     queues: [String; 2],
     sqs: aws_sdk_sqs::Client,
+    /// Runs of a batch stepped at once ([`steps_at_once`]).
+    at_once: usize,
 }
 
 #[cfg(feature = "steps")]
@@ -39,12 +41,17 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
     let queues = [aws.steps_queue_url.clone(), aws.subagent_queue_url.clone()];
     let step_budget = runtime.config.model.step_budget();
     let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
+    let at_once = steps_at_once(
+        runtime.config.function_memory_mb,
+        runtime.config.cache_bytes(None),
+    );
     let service = runtime.step_service(llm).await?;
     let handler = Arc::new(StepsHandler {
         service,
         dead_letters,
         queues,
         sqs,
+        at_once,
     });
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let handler = handler.clone();
@@ -54,12 +61,15 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
                 dead_letters,
                 queues,
                 sqs,
+                at_once,
             } = &*handler;
             let at = std::time::UNIX_EPOCH + Duration::from_millis(event.context.deadline);
             // A deadline already past as the batch starts is no real invocation's (an
             // emulator's such as `cargo lambda watch`, or a broken clock): ignore it.
             let deadline = (at > SystemTime::now()).then_some(Deadline { at, step_budget });
-            let out = handle_steps_until(service, dead_letters, event.payload, deadline).await;
+            let out =
+                handle_steps_at_once(service, dead_letters, event.payload, deadline, *at_once)
+                    .await;
             let urls = queues.each_ref().map(String::as_str);
             release(sqs, &urls, &out.again).await;
             Ok::<_, lambda_runtime::Error>(out.response)
@@ -113,6 +123,30 @@ pub async fn handle_steps(
         .response
 }
 
+/// The most memory one step may hold beyond the cache, in MB: a tool call's files (4 of up
+/// to 5 MB) held and copied once for the store, with room for the model's reply.
+pub const STEP_MEMORY_MB: u64 = 48;
+/// What a step function holds besides its steps and cache, in MB (runtime, clients, TLS).
+pub const BASE_MEMORY_MB: u64 = 64;
+
+/// How many runs of a batch a function of `memory_mb` steps at once, its cache of
+/// `cache_bytes` aside, at the worst each step may hold ([`STEP_MEMORY_MB`]): at least 2
+/// (so that one slow model call never holds the others back), at most a batch (10). 256 MB
+/// with its 64 MB cache: 2; 512 MB: 6; 1 GB: 10.
+pub fn steps_at_once(memory_mb: Option<u64>, cache_bytes: usize) -> usize {
+    let Some(memory) = memory_mb else {
+        return MAX_BATCH;
+    };
+    let cache = (cache_bytes as u64).div_ceil(1024 * 1024);
+    let free = memory.saturating_sub(cache + BASE_MEMORY_MB);
+    usize::try_from(free / STEP_MEMORY_MB)
+        .unwrap_or(MAX_BATCH)
+        .clamp(2, MAX_BATCH)
+}
+
+/// The most records Lambda hands a FIFO queue's function at once.
+pub const MAX_BATCH: usize = 10;
+
 /// One step per message, in order per run, the runs of a batch at once, while the
 /// invocation has time for one more.
 ///
@@ -134,6 +168,17 @@ pub async fn handle_steps_until(
     event: SqsEvent,
     deadline: Option<Deadline>,
 ) -> StepsOutcome {
+    handle_steps_at_once(service, dead_letters, event, deadline, MAX_BATCH).await
+}
+
+/// [`handle_steps_until`], stepping at most `at_once` runs of the batch at a time.
+pub async fn handle_steps_at_once(
+    service: &Service,
+    dead_letters: &[String],
+    event: SqsEvent,
+    deadline: Option<Deadline>,
+    at_once: usize,
+) -> StepsOutcome {
     // The batch's groups in the order they first appear, each with its records in order.
     let mut groups: Vec<(String, Vec<(usize, SqsMessage)>)> = Vec::new();
     for (i, rec) in event.records.into_iter().enumerate() {
@@ -147,11 +192,13 @@ pub async fn handle_steps_until(
             None => groups.push((group, vec![(i, rec)])),
         }
     }
-    let mut failures: Vec<(usize, SqsMessage, Option<Duration>)> = join_all(
+    let mut failures: Vec<(usize, SqsMessage, Option<Duration>)> = stream::iter(
         groups
             .into_iter()
             .map(|(_, recs)| handle_group(service, dead_letters, recs, deadline)),
     )
+    .buffer_unordered(at_once.max(1))
+    .collect::<Vec<_>>()
     .await
     .into_iter()
     .flatten()
@@ -289,5 +336,17 @@ mod tests {
         // after seven waits of about 45 minutes in all.
         let total: u64 = (1..8).map(|n| retry_delay(n).as_secs()).sum();
         assert_eq!(total, 2730);
+    }
+
+    #[test]
+    fn a_function_steps_as_many_runs_at_once_as_its_memory_holds_at_the_worst() {
+        let cache = |mb| baton_core::service::budget_for(mb);
+        assert_eq!(steps_at_once(Some(256), cache(256)), 2);
+        assert_eq!(steps_at_once(Some(512), cache(512)), 6);
+        assert_eq!(steps_at_once(Some(1024), cache(1024)), MAX_BATCH);
+        // A cache set larger than the memory leaves two, never none.
+        assert_eq!(steps_at_once(Some(128), 512 * 1024 * 1024), 2);
+        // Not on Lambda (tests, `baton dev --aws`): the whole batch.
+        assert_eq!(steps_at_once(None, cache(256)), MAX_BATCH);
     }
 }
