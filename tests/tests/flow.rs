@@ -1053,20 +1053,30 @@ async fn the_ctas_come_in_pages_with_their_runs_agent_and_prompt() {
     assert_eq!(page["ctas"].as_array().unwrap().len(), 1);
     assert_eq!(page["ctas"][0]["runId"], runs[1].as_str());
 
-    for (query, says) in [
-        ("limit=0", "`limit` must be between 1 and 100"),
-        ("limit=101", "`limit` must be between 1 and 100"),
-        ("limit=x", "`limit` must be a non-negative integer"),
-        ("cursor=nope", "`cursor` is not one a page of CTAs gave"),
+    for (query, code, says) in [
+        ("limit=0", 400, "`limit` must be between 1 and 100"),
+        ("limit=101", 400, "`limit` must be between 1 and 100"),
+        ("limit=x", 400, "`limit` must be a non-negative integer"),
         (
-            &format!("status=answered&cursor={cursor}"),
-            "`cursor` is from a page of another `status`",
+            "cursor=nope",
+            404,
+            "`cursor` names no page of CTAs: pass a page's `nextCursor`",
         ),
     ] {
-        let (code, v) = h.get(&format!("/ctas?{query}")).await;
-        assert_eq!(code, 400, "{query}: {v}");
+        let (got, v) = h.get(&format!("/ctas?{query}")).await;
+        assert_eq!(got, code, "{query}: {v}");
         assert_eq!(v["error"]["message"], says, "{query}");
     }
+    // A position among pending CTAs is after every answered one and before every
+    // pending one: the pages of another status are empty, or whole.
+    let (_, page) = h
+        .get(&format!("/ctas?status=answered&cursor={cursor}"))
+        .await;
+    assert_eq!(page["ctas"], json!([]));
+    let (_, page) = h
+        .get(&format!("/ctas?status=pending&cursor={cursor}"))
+        .await;
+    assert_eq!(page["ctas"].as_array().unwrap().len(), 1);
     h.server.shutdown().await;
 }
 

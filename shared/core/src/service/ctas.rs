@@ -25,13 +25,18 @@ fn encode_cursor(p: &CtaPosition) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
 }
 
+/// A cursor no page gave names no page: 404, as an unknown id would.
 fn decode_cursor(cursor: &str) -> Result<CtaPosition, ServiceError> {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(cursor)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(|| ServiceError::Invalid("`cursor` is not one a page of CTAs gave".into()))
+        .ok_or_else(|| {
+            ServiceError::NotFound(
+                "`cursor` names no page of CTAs: pass a page's `nextCursor`".into(),
+            )
+        })
 }
 
 /// Who answered through a one-time link, as the CTA records it.
@@ -56,13 +61,15 @@ impl Service {
                 "`limit` must be between 1 and {MAX_CTA_PAGE}"
             )));
         }
-        let after = cursor.map(decode_cursor).transpose()?;
+        let mut after = cursor.map(decode_cursor).transpose()?;
+        // A position among another status's CTAs is before or after all of this one's.
         if let (Some(a), Some(st)) = (&after, status)
             && a.status != st
         {
-            return Err(ServiceError::Invalid(
-                "`cursor` is from a page of another `status`".into(),
-            ));
+            if a.status.as_str() > st.as_str() {
+                return Ok((Vec::new(), None));
+            }
+            after = None;
         }
         if let Some(root) = root_run_id {
             match self.deps.store.get_run(root).await? {
