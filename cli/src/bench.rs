@@ -231,7 +231,7 @@ fn open(dir: &std::path::Path, llm: &ScriptedLlm, catalog: &Arc<Catalog>) -> any
         catalog.clone(),
         Arc::new(SystemClock),
     );
-    service.set_cache_bytes(crate::load::cache_bytes());
+    service.set_cache_bytes(cache_bytes());
     let opts = WorkerOptions {
         concurrency: 1,
         ..WorkerOptions::default()
@@ -259,6 +259,13 @@ async fn drive(p: &Parts, run_id: &str, times: &mut Vec<Duration>) -> anyhow::Re
         }
         p.store.wait_for_messages(Duration::from_millis(5)).await;
     }
+}
+
+/// The cache budget `baton dev` would have here (`BATON_CACHE_MB` honoured).
+pub(crate) fn cache_bytes() -> usize {
+    baton_core::config::Config::from_env()
+        .map(|c| c.cache_bytes(baton_dev::machine_memory_mb()))
+        .unwrap_or(baton_core::service::DEFAULT_CACHE_BYTES)
 }
 
 pub(crate) fn peak_rss_mb() -> f64 {

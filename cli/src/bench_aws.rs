@@ -5,10 +5,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{Context, bail, ensure};
+use baton_aws::dynamo::DynamoStore;
 use baton_core::agent::{AgentsFile, Catalog, Limits};
 use baton_core::config::Config;
-use baton_core::ports::SystemClock;
-use baton_core::service::{CreateRun, Service};
+use baton_core::ports::{Store, SystemClock};
+use baton_core::service::CreateRun;
 use baton_dev::LOCAL_OWNER;
 use baton_llm::scripted::{ScriptedCall, ScriptedLlm, ScriptedReply};
 use serde_json::json;
@@ -99,6 +100,12 @@ pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String
     };
     let meter = Meter::shared();
     let (service, warm) = container(meter.clone());
+    let reader = DynamoStore::new(
+        aws_sdk_dynamodb::Client::new(&sdk),
+        &p.config.table,
+        p.config.retention_days,
+        Meter::shared(),
+    );
     let req = CreateRun {
         prompt: "benchmark".into(),
         agent: Some("bench".into()),
@@ -136,7 +143,7 @@ pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String
         .filter(|h| *h <= max_history)
         .collect();
     loop {
-        let history = parts_history(&service, &run_id).await?;
+        let history = parts_history(&reader, &run_id).await?;
         if targets.first().is_some_and(|t| history + 1 >= *t) {
             let target = targets.remove(0);
             // Warm: the container that committed the last step checks only the run item.
@@ -232,14 +239,10 @@ pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String
     .to_string())
 }
 
-async fn parts_history(service: &Service, run_id: &str) -> anyhow::Result<u64> {
-    // Before the sample's meter snapshot: what it reads is not counted. The run item
-    // alone: a view of the run would read timeline pages, at every step of a long run.
-    let rec = service
-        .deps()
-        .store
-        .get_run(run_id)
-        .await?
-        .context("the run vanished")?;
+async fn parts_history(store: &DynamoStore, run_id: &str) -> anyhow::Result<u64> {
+    // Before the sample's meter snapshot, and on a meter of its own: what it reads is not
+    // counted. The run item alone: a view of the run would read timeline pages, at every
+    // step of a long run.
+    let rec = store.get_run(run_id).await?.context("the run vanished")?;
     Ok(rec.run.next_seq)
 }

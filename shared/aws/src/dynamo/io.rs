@@ -173,7 +173,8 @@ impl DynamoStore {
     /// handed to `each` until it says stop. DynamoDB bills a query page for every item it
     /// reads, up to 1 MB, whatever the caller keeps: so pages of `first` items, then twice
     /// as many each time (at most 100), and a read that stops early reads at most about
-    /// twice what it used, in a few requests.
+    /// twice what it used, in a few requests. (Not the SDK's paginator: its pages keep the
+    /// size the first request asked for.)
     pub(super) async fn query_until(
         &self,
         pk: &str,

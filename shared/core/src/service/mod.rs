@@ -216,6 +216,8 @@ impl Service {
         &self.catalog
     }
 
+    /// The ports this service drives, for tests that look inside. Hosts call the service's
+    /// methods, never its ports.
     pub fn deps(&self) -> &Deps {
         &self.deps
     }
