@@ -1533,6 +1533,146 @@ async fn a_cold_step_reads_its_window_whatever_the_runs_length() {
     );
 }
 
+/// A run longer than its agent's context budget gives a model that reads the conversation
+/// what the budget holds: the first message (with a note saying what is left out) and the
+/// newest rounds. Warm or cold, the same messages turn by turn, each exactly what the stored
+/// timeline gives (`llm::fit`, rebuilt here from the whole of it); and a cold step reads
+/// about the budget, not the history: as many entries per step at 200 rounds as at 80.
+#[tokio::test]
+async fn a_run_past_its_context_budget_gives_the_model_what_fits_and_reads_only_that() {
+    const BUDGET: usize = 6_000;
+    struct Rounds {
+        seen: std::sync::Mutex<Vec<serde_json::Value>>,
+        rounds: usize,
+    }
+    impl wiremock::Respond for Rounds {
+        fn respond(&self, req: &wiremock::Request) -> wiremock::ResponseTemplate {
+            let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap();
+            let mut seen = self.seen.lock().unwrap();
+            seen.push(body["messages"].clone());
+            let n = seen.len();
+            let message = if n <= self.rounds {
+                let text = format!("r{n}-{}", "x".repeat(150));
+                serde_json::json!({"role": "assistant", "content": format!("round {n}"),
+                    "tool_calls": [{"id": format!("call_{n}"), "type": "function", "function": {
+                    "name": "echo", "arguments": serde_json::json!({"text": text}).to_string()}}]})
+            } else {
+                serde_json::json!({"role": "assistant", "content": "done"})
+            };
+            wiremock::ResponseTemplate::new(200).set_body_json(serde_json::json!({
+                "choices": [{"message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}))
+        }
+    }
+    struct Shared(Arc<Rounds>);
+    impl wiremock::Respond for Shared {
+        fn respond(&self, req: &wiremock::Request) -> wiremock::ResponseTemplate {
+            self.0.respond(req)
+        }
+    }
+    /// The requests the model got, the entries read per cold step, and the timeline.
+    async fn conversation(
+        cache_bytes: usize,
+        rounds: usize,
+    ) -> (Vec<serde_json::Value>, f64, Vec<Entry>) {
+        let server = wiremock::MockServer::start().await;
+        let seen = Arc::new(Rounds {
+            seen: Default::default(),
+            rounds,
+        });
+        wiremock::Mock::given(wiremock::matchers::method("POST"))
+            .respond_with(Shared(seen.clone()))
+            .mount(&server)
+            .await;
+        let llm = baton_llm::openai::OpenAiLlm::new(baton_llm::openai::OpenAiConfig {
+            base_url: format!("{}/v1", server.uri()),
+            api_key: Some("sk-mock".into()),
+            model: "mock".into(),
+            max_retries: 0,
+            backoff: baton_llm::retry::Backoff {
+                initial: std::time::Duration::from_millis(5),
+                max: std::time::Duration::from_millis(20),
+            },
+            timeout: std::time::Duration::from_secs(5),
+        })
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let local = LocalStore::open(dir.path()).unwrap();
+        let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"],
+            "maxIterations": rounds + 1, "contextBytes": BUDGET}}});
+        let svc = baton_local::local_service(
+            &local,
+            Arc::new(llm),
+            catalog(Some(agents)),
+            Arc::new(SystemClock),
+        );
+        svc.set_cache_bytes(cache_bytes);
+        let req = baton_core::service::CreateRun {
+            prompt: "go".into(),
+            agent: Some("worker".into()),
+            ..Default::default()
+        };
+        let run = svc.create_run("alice", req, None).await.unwrap();
+        let worker = baton_dev::worker::Worker::new(svc.clone(), local.clone(), Default::default());
+        worker.drain().await.unwrap();
+        let read = local.read_stats().entries;
+        let (rec, timeline) = local.load(&run.run_id).await.unwrap().unwrap();
+        assert_eq!(rec.run.status, RunStatus::Completed);
+        let (_, cold) = svc.cache_use();
+        let requests = seen.seen.lock().unwrap().clone();
+        (requests, read as f64 / cold.max(1) as f64, timeline)
+    }
+    let (warm, _, timeline) = conversation(baton_core::service::DEFAULT_CACHE_BYTES, 80).await;
+    let (cold, short, _) = conversation(0, 80).await;
+    let (_, long, _) = conversation(0, 200).await;
+    assert_eq!(warm.len(), 81, "80 rounds, then the answer");
+    if let Some(k) = (0..warm.len()).find(|&k| cold.get(k) != warm.get(k)) {
+        panic!("think {k}: cold and warm steps gave the model different messages");
+    }
+
+    // Each think's messages, rebuilt from the stored timeline: what came before its reply.
+    let replies: Vec<u64> = timeline
+        .iter()
+        .filter(|e| matches!(e.body, EntryBody::Assistant { .. }))
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(replies.len(), 81);
+    for (k, (request, reply)) in cold.iter().zip(&replies).enumerate() {
+        let before = &timeline[..*reply as usize];
+        let given = baton_core::llm::fit(None, before, BUDGET);
+        let expected = baton_core::llm::project("", &given);
+        let messages = request.as_array().unwrap();
+        assert_eq!(messages.len(), expected.len(), "think {k}: {request}");
+        let ids = |m: &serde_json::Value| m["tool_call_id"].as_str().map(str::to_owned);
+        let sent: Vec<_> = messages.iter().filter_map(ids).collect();
+        let rebuilt: Vec<_> = expected
+            .iter()
+            .filter_map(|m| match m {
+                baton_core::llm::ChatMessage::Tool { tool_call_id, .. } => {
+                    Some(tool_call_id.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sent, rebuilt, "think {k}");
+    }
+    let last = cold.last().unwrap().as_array().unwrap();
+    let first = last[0]["content"].as_str().unwrap_or_default();
+    assert!(first.starts_with("go\n\n[Baton: the "), "{first}");
+    let results = last.iter().filter(|m| m["role"] == "tool").count();
+    assert!(
+        (1..40).contains(&results),
+        "the newest rounds alone: {results}"
+    );
+
+    eprintln!("entries read per cold step: {short:.1} at 80 rounds, {long:.1} at 200");
+    assert!(
+        long <= short * 1.2,
+        "a cold step reads what the budget holds, not the history: {long:.1} entries at 200 \
+         rounds, {short:.1} at 80"
+    );
+}
+
 /// A model that reads the conversation is given all of it, whether the step was warm or
 /// cold: with no cache, each think reads the entries before its window once and sends the
 /// same messages as with one. (The mock model calls `echo` until it has seen six results.)

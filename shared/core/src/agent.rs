@@ -62,6 +62,9 @@ pub struct AgentDef {
     pub cta_expiry: Duration,
     /// How long a run may work, time waiting for a human not counted.
     pub max_wall: Option<Duration>,
+    /// How much of a run's history its model is given, in bytes of text
+    /// ([`crate::llm::fit`]): the newest groups that fit, after the first message.
+    pub context_bytes: usize,
     /// Text added to the system prompt by the run's context `type`.
     pub context_guidance: BTreeMap<String, String>,
     /// Tools and context added per iteration (Rust only).
@@ -154,7 +157,16 @@ pub struct Limits {
     pub tool_timeout: Duration,
     /// The caps of `agent_orchestrate` plans.
     pub plan: crate::plan::PlanLimits,
+    /// How much of a run's history a model is given, unless the agent says otherwise.
+    pub context_bytes: usize,
 }
+
+/// The default context budget: 400,000 bytes of text, about 100,000 tokens, within the
+/// context window of every current chat model with room for its tools and reply.
+pub const DEFAULT_CONTEXT_BYTES: usize = 400_000;
+
+/// The smallest context budget an agent may set.
+pub const MIN_CONTEXT_BYTES: usize = 1_000;
 
 /// The longest an agent's CTAs may wait: one year, as far as EventBridge Scheduler goes.
 pub const MAX_CTA_EXPIRY_SECS: u64 = 365 * 24 * 3600;
@@ -169,6 +181,7 @@ impl Default for Limits {
             cta_expiry: Duration::from_secs(30 * 24 * 3600),
             tool_timeout: Duration::from_secs(60),
             plan: crate::plan::PlanLimits::default(),
+            context_bytes: DEFAULT_CONTEXT_BYTES,
         }
     }
 }
@@ -195,6 +208,8 @@ pub enum CatalogError {
     },
     #[error("agent name `{0}` is not valid: use letters, digits, `-` and `_`")]
     BadName(String),
+    #[error("agent `{agent}`: contextBytes is {bytes}; it must be at least {MIN_CONTEXT_BYTES}")]
+    SmallContext { agent: String, bytes: usize },
     #[error("agent `{0}`: maxIterations must be at least 1")]
     ZeroIterations(String),
     #[error(
@@ -229,6 +244,7 @@ fn builtin_agents(limits: &Limits, fetch: bool) -> Vec<AgentDef> {
         max_iterations: limits.max_iterations,
         cta_expiry: limits.cta_expiry,
         max_wall: None,
+        context_bytes: limits.context_bytes,
         context_guidance: BTreeMap::new(),
         prepare: None,
         operation: Operation::Think,
@@ -317,6 +333,11 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
     if spec.max_wall_seconds == Some(0) {
         return Err(CatalogError::ZeroWall { agent: name });
     }
+    if let Some(bytes) = spec.context_bytes
+        && bytes < MIN_CONTEXT_BYTES
+    {
+        return Err(CatalogError::SmallContext { agent: name, bytes });
+    }
     if let Some(seconds) = spec.cta_expiry_seconds
         && !(1..=MAX_CTA_EXPIRY_SECS).contains(&seconds)
     {
@@ -363,6 +384,7 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
             .cta_expiry_seconds
             .map_or(limits.cta_expiry, Duration::from_secs),
         max_wall: spec.max_wall_seconds.map(Duration::from_secs),
+        context_bytes: spec.context_bytes.unwrap_or(limits.context_bytes),
         context_guidance: spec.context_guidance,
         prepare: None,
         name,

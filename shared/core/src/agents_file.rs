@@ -83,6 +83,12 @@ pub struct AgentSpec {
     /// not counted. Past it, the run ends failed with `deadline_exceeded`.
     #[serde(default)]
     pub max_wall_seconds: Option<u64>,
+    /// How much of a run's history the model is given, in bytes of text (default 400,000,
+    /// about 100,000 tokens; at least 1,000): the run's first message and the newest
+    /// messages that fit, with a note saying what was left out. A step reads about this
+    /// much of a run's history, however long the run.
+    #[serde(default)]
+    pub context_bytes: Option<usize>,
     /// Text added to the system prompt when a run's `context` has this `type`.
     #[serde(default)]
     pub context_guidance: BTreeMap<String, String>,

@@ -28,15 +28,19 @@ struct Slot {
     base: u64,
     timeline: Vec<Entry>,
     bytes: usize,
+    timeline_bytes: usize,
+    head: Option<Entry>,
     used: u64,
 }
 
-/// A run's timeline as kept: its entries from seq `base` on, at `version`.
+/// A run's timeline as kept: its entries from seq `base` on, at `version`, and its first
+/// entry when `base` is past it and a model is given it.
 pub(super) struct Cached {
     pub version: u64,
     pub base: u64,
     pub timeline: Vec<Entry>,
     pub bytes: usize,
+    pub head: Option<Entry>,
 }
 
 pub(super) struct TimelineCache {
@@ -68,7 +72,8 @@ impl TimelineCache {
             version: slot.version,
             base: slot.base,
             timeline: slot.timeline,
-            bytes: slot.bytes,
+            bytes: slot.timeline_bytes,
+            head: slot.head,
         })
     }
 
@@ -81,7 +86,16 @@ impl TimelineCache {
         base: u64,
         timeline: Vec<Entry>,
         bytes: usize,
+        head: Option<Entry>,
     ) {
+        // The slot counts its first entry too; `Cached::bytes` is the timeline's alone.
+        let (timeline_bytes, bytes) = (
+            bytes,
+            bytes
+                + head
+                    .as_ref()
+                    .map_or(0, |h| approx_bytes(std::slice::from_ref(h))),
+        );
         if let Some(old) = self.runs.remove(run_id) {
             self.bytes -= old.bytes;
         }
@@ -110,6 +124,8 @@ impl TimelineCache {
                 base,
                 timeline,
                 bytes,
+                timeline_bytes,
+                head,
                 used: self.tick,
             },
         );
@@ -182,15 +198,15 @@ mod tests {
         for (run, size) in [("a", 3_000), ("b", 3_000), ("c", 3_000)] {
             let t = timeline(size);
             let n = approx_bytes(&t);
-            c.put(run, 1, 0, t, n);
+            c.put(run, 1, 0, t, n, None);
         }
         assert!(c.bytes() <= 10_000);
         // Touch `a` (take and put back, as a step does): `b` is now the oldest.
         let a = c.take("a").expect("cached");
-        c.put("a", a.version + 1, a.base, a.timeline, a.bytes);
+        c.put("a", a.version + 1, a.base, a.timeline, a.bytes, None);
         let t = timeline(3_000);
         let n = approx_bytes(&t);
-        c.put("d", 1, 0, t, n);
+        c.put("d", 1, 0, t, n, None);
         assert!(c.take("b").is_none(), "the least recently used was evicted");
         assert_eq!(c.take("a").map(|c| c.version), Some(2));
         assert!(c.take("c").is_some() && c.take("d").is_some());
@@ -198,10 +214,10 @@ mod tests {
         // One timeline over the whole budget is not kept, and evicts nothing.
         let t = timeline(1_000);
         let n = approx_bytes(&t);
-        c.put("small", 1, 0, t, n);
+        c.put("small", 1, 0, t, n, None);
         let t = timeline(20_000);
         let n = approx_bytes(&t);
-        c.put("huge", 1, 0, t, n);
+        c.put("huge", 1, 0, t, n, None);
         assert!(c.take("huge").is_none());
         assert!(c.take("small").is_some());
     }

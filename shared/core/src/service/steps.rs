@@ -72,6 +72,7 @@ impl Service {
                 timeline,
                 base,
                 bytes,
+                head,
             }) = self.hydrate(&msg.run_id, &msg.input).await?
             else {
                 return self.handle_unknown_run(msg).await;
@@ -85,7 +86,8 @@ impl Service {
                 run: &run,
                 timeline: &timeline,
                 base,
-                whole: std::sync::OnceLock::new(),
+                head: head.clone(),
+                read: std::sync::OnceLock::new(),
                 listed: self.list_tools(&run, &timeline).await,
                 crashed: std::sync::Mutex::new(None),
             };
@@ -103,19 +105,19 @@ impl Service {
             {
                 return Err(e.into());
             }
-            // The whole timeline, if a think read it for the model: cached from now on.
-            let (timeline, base, bytes) = match world.whole.into_inner() {
-                Some(whole) => {
-                    let bytes = approx_bytes(&whole);
-                    (whole, 0, bytes)
+            // What a think read of the history for the model: cached from now on.
+            let (timeline, base, bytes, head) = match world.read.into_inner() {
+                Some(read) => {
+                    let bytes = approx_bytes(&read.entries);
+                    (read.entries, read.base, bytes, read.head)
                 }
-                None => (timeline, base, bytes),
+                None => (timeline, base, bytes, head),
             };
             let transition = match decision {
                 Decision::Commit(t) => t,
                 Decision::Ignore(reason) => {
                     debug!(run_id = %run.run_id, message = %msg.id, %reason, "ignored");
-                    self.cache_put(&run.run_id, run.version, base, timeline, bytes);
+                    self.cache_put(&run.run_id, run.version, base, timeline, bytes, head);
                     return Ok(Handled::Ignored(reason));
                 }
             };
@@ -144,18 +146,20 @@ impl Service {
                     let mut bytes = bytes
                         + approx_bytes(&transition.appended)
                         + approx_bytes(&transition.updated);
-                    let mut base = base;
-                    if !self.deps.llm.reads_history() {
-                        // Nothing will read before the loop's next window: keep only it.
-                        let from = engine::window_start(&transition.run, &LOOP);
-                        if from > base {
-                            let drop = ((from - base) as usize).min(timeline.len());
-                            timeline.drain(..drop);
-                            base = from;
-                            bytes = approx_bytes(&timeline);
+                    let (mut base, mut head) = (base, head);
+                    // Keep what the next step reads: the loop's next window and, for a
+                    // model that reads history, as much before it as its budget holds.
+                    let from = self.keep_from(&transition.run, base, &timeline);
+                    if from > base {
+                        let drop = ((from - base) as usize).min(timeline.len());
+                        if base == 0 && self.deps.llm.reads_history() {
+                            head = timeline.first().cloned();
                         }
+                        timeline.drain(..drop);
+                        base = from;
+                        bytes = approx_bytes(&timeline);
                     }
-                    self.cache_put(&run.run_id, version, base, timeline, bytes);
+                    self.cache_put(&run.run_id, version, base, timeline, bytes, head);
                     info!(run_id = %run.run_id, version, status = status.as_str(), "step committed");
                     if !sent {
                         self.perform(&transition.run, &transition.effects).await?;
@@ -502,6 +506,7 @@ impl Service {
                     timeline: c.timeline,
                     base: c.base,
                     bytes: c.bytes,
+                    head: c.head,
                 }));
             }
         }
@@ -517,23 +522,57 @@ impl Service {
             timeline,
             base,
             bytes,
+            head: None,
         }))
     }
 
-    fn cache_put(&self, run_id: &str, version: u64, base: u64, timeline: Vec<Entry>, bytes: usize) {
+    fn cache_put(
+        &self,
+        run_id: &str,
+        version: u64,
+        base: u64,
+        timeline: Vec<Entry>,
+        bytes: usize,
+        head: Option<Entry>,
+    ) {
         self.cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .put(run_id, version, base, timeline, bytes);
+            .put(run_id, version, base, timeline, bytes, head);
+    }
+
+    /// The first seq of `timeline` (from `base` on) the run's next step needs: the loop's
+    /// next window, and for a model that reads history, the newest stretch before it that
+    /// is over the agent's context budget (what the step's think would read back to).
+    fn keep_from(&self, run: &crate::run::Run, base: u64, timeline: &[Entry]) -> u64 {
+        let window = engine::window_start(run, &LOOP);
+        if !self.deps.llm.reads_history() {
+            return window;
+        }
+        let budget = self
+            .catalog
+            .agent(&run.agent)
+            .map_or(self.catalog.limits.context_bytes, |a| a.context_bytes);
+        let (mut bytes, mut grouped) = (0usize, false);
+        for e in timeline.iter().rev() {
+            bytes += crate::llm::model_bytes(e);
+            grouped |= crate::llm::starts_group(e);
+            if bytes > budget && grouped {
+                return e.seq.min(window);
+            }
+        }
+        base
     }
 }
 
-/// What a step starts from: the run, and its timeline from seq `base` on.
+/// What a step starts from: the run, and its timeline from seq `base` on (with the run's
+/// first entry, if a think read it before).
 struct Hydrated {
     record: RunRecord,
     timeline: Vec<Entry>,
     base: u64,
     bytes: usize,
+    head: Option<Entry>,
 }
 
 /// The loop's input, for the window the next step of the loop reads.

@@ -1,5 +1,5 @@
-//! The engine's I/O for one step of one run ([`StepIo`]): the model (given the whole
-//! conversation when it reads it), the catalog's tools, and the settling of CTAs.
+//! The engine's I/O for one step of one run ([`StepIo`]): the model (given as much of the
+//! conversation as its context budget holds), the catalog's tools, and the settling of CTAs.
 
 use tracing::warn;
 
@@ -9,7 +9,7 @@ use crate::cta::{Cta, Settlement};
 use crate::engine::{Execution, StepIo, ToolOutput};
 use crate::error::PortError;
 use crate::failpoint;
-use crate::llm::{LlmError, LlmReply};
+use crate::llm::{LlmError, LlmReply, fit, model_bytes, starts_group};
 use crate::ports::Settled;
 use crate::run::Run;
 use crate::timeline::Entry;
@@ -19,47 +19,95 @@ use crate::tools::{ToolContext, ToolKind};
 pub(super) struct Thinker<'a> {
     pub(super) service: &'a Service,
     pub(super) run: &'a Run,
-    /// What the step read: the timeline from seq `base` on.
+    /// What the step read: the timeline from seq `base` on, and the run's first entry when
+    /// `base` is past it (if the cache kept it).
     pub(super) timeline: &'a [Entry],
     pub(super) base: u64,
-    /// The whole timeline, once a think has read it for a model that reads history.
-    pub(super) whole: std::sync::OnceLock<Vec<Entry>>,
+    pub(super) head: Option<Entry>,
+    /// What a think read before `base` for a model that reads history (with the step's
+    /// timeline after it): cached from then on.
+    pub(super) read: std::sync::OnceLock<Read>,
     /// The MCP servers' tools as listed when the step started.
     pub(super) listed: Listed,
     /// A failpoint that fired where no error can be returned (after a tool's output).
     pub(super) crashed: std::sync::Mutex<Option<PortError>>,
 }
 
+/// A run's timeline from seq `base` on, and its first entry when `base` is past it.
+pub(super) struct Read {
+    pub base: u64,
+    pub entries: Vec<Entry>,
+    pub head: Option<Entry>,
+}
+
+/// The first read back from a step's timeline, in entries; each next one is twice as long.
+const FIRST_READ_BACK: u64 = 16;
+
 impl Thinker<'_> {
-    /// What the model is given: the whole timeline for a model that reads it (the entries
-    /// before the window read once, here), else the window.
-    async fn history(&self) -> Result<&[Entry], PortError> {
-        if self.base == 0 || !self.service.deps.llm.reads_history() {
-            return Ok(self.timeline);
+    /// The agent's context budget ([`fit`]).
+    fn budget(&self) -> usize {
+        self.service
+            .catalog
+            .agent(&self.run.agent)
+            .map_or(self.service.catalog.limits.context_bytes, |a| {
+                a.context_bytes
+            })
+    }
+
+    /// What the model is given: for a model that reads history, as much of the timeline
+    /// as its budget holds ([`fit`]), read backwards from what the step holds until that is
+    /// over the budget (about `budget` bytes, whatever the run's length); else the step's
+    /// window.
+    async fn history(&self) -> Result<std::borrow::Cow<'_, [Entry]>, PortError> {
+        if !self.service.deps.llm.reads_history() {
+            return Ok(std::borrow::Cow::Borrowed(self.timeline));
         }
-        if self.whole.get().is_none() {
-            let before = usize::try_from(self.base).unwrap_or(usize::MAX);
-            let mut whole = self
-                .service
-                .deps
-                .store
-                .entries_after(&self.run.run_id, None, before)
-                .await?;
-            if whole.len() != before || whole.last().is_some_and(|e| e.seq + 1 != self.base) {
-                return Err(PortError::Unavailable {
-                    message: format!(
-                        "run `{}`: {} entries before seq {}, expected {before}",
-                        self.run.run_id,
-                        whole.len(),
-                        self.base
-                    ),
-                    source: None,
-                });
+        let budget = self.budget();
+        let mut bytes: usize = self.timeline.iter().map(model_bytes).sum();
+        let mut grouped = self.timeline.iter().any(starts_group);
+        if self.read.get().is_none() && self.base > 0 && (bytes <= budget || !grouped) {
+            let store = &self.service.deps.store;
+            let run_id = &self.run.run_id;
+            let (mut lo, mut chunk, mut before) = (self.base, FIRST_READ_BACK, Vec::new());
+            while lo > 0 && (bytes <= budget || !grouped) {
+                let from = lo.saturating_sub(chunk);
+                let want = usize::try_from(lo - from).unwrap_or(usize::MAX);
+                let mut got = store
+                    .entries_after(run_id, from.checked_sub(1), want)
+                    .await?;
+                if got.len() != want || got.first().is_some_and(|e| e.seq != from) {
+                    return Err(PortError::Unavailable {
+                        message: format!(
+                            "run `{run_id}`: read {} entries from seq {from}, expected {want}",
+                            got.len()
+                        ),
+                        source: None,
+                    });
+                }
+                bytes += got.iter().map(model_bytes).sum::<usize>();
+                grouped |= got.iter().any(starts_group);
+                got.append(&mut before);
+                before = got;
+                lo = from;
+                chunk = chunk.saturating_mul(2).min(1024);
             }
-            whole.extend_from_slice(self.timeline);
-            let _ = self.whole.set(whole);
+            let head = match (&self.head, lo) {
+                (_, 0) => None,
+                (Some(h), _) => Some(h.clone()),
+                (None, _) => store.entries_after(run_id, None, 1).await?.pop(),
+            };
+            before.extend_from_slice(self.timeline);
+            let _ = self.read.set(Read {
+                base: lo,
+                entries: before,
+                head,
+            });
         }
-        Ok(self.whole.get().map_or(self.timeline, Vec::as_slice))
+        let (head, span) = match self.read.get() {
+            Some(r) => (r.head.as_ref(), r.entries.as_slice()),
+            None => (self.head.as_ref(), self.timeline),
+        };
+        Ok(fit(head, span, budget))
     }
 }
 
@@ -81,7 +129,7 @@ impl StepIo for Thinker<'_> {
         })?;
         let reply = self
             .service
-            .think(&self.listed, self.run, self.timeline, history, think_index)
+            .think(&self.listed, self.run, self.timeline, &history, think_index)
             .await?;
         failpoint::hit("step.after_think").map_err(|e| LlmError::Unavailable {
             message: e.to_string(),

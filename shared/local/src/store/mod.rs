@@ -61,11 +61,24 @@ pub struct LocalStore {
     reads: Arc<ReadCounts>,
 }
 
-/// Timeline entries the steps loaded ([`Store::load_from`]), and their stored bytes.
+/// Timeline entries read ([`Store::load_from`], [`Store::entries_after`]), and their
+/// stored bytes.
 #[derive(Debug, Default)]
 struct ReadCounts {
     entries: std::sync::atomic::AtomicU64,
     bytes: std::sync::atomic::AtomicU64,
+}
+
+impl ReadCounts {
+    /// Counts an entry's row as it is read.
+    fn count(&self, row: rusqlite::Result<Vec<u8>>) -> rusqlite::Result<Vec<u8>> {
+        if let Ok(b) = &row {
+            use std::sync::atomic::Ordering::Relaxed;
+            self.entries.fetch_add(1, Relaxed);
+            self.bytes.fetch_add(b.len() as u64, Relaxed);
+        }
+        row
+    }
 }
 
 /// What steps read of timelines so far: entries, and their bytes as stored.
@@ -338,18 +351,10 @@ impl Store for LocalStore {
                     "SELECT body FROM entries WHERE run_key = (SELECT run_key FROM runs WHERE run_id = ?1) AND seq >= ?2 ORDER BY seq",
                 )
                 .map_err(sql)?;
-            let counted = |b: rusqlite::Result<Vec<u8>>| {
-                if let Ok(b) = &b {
-                    use std::sync::atomic::Ordering::Relaxed;
-                    reads.entries.fetch_add(1, Relaxed);
-                    reads.bytes.fetch_add(b.len() as u64, Relaxed);
-                }
-                b
-            };
             let entries = decode_entries(
                 stmt.query_map(rusqlite::params![&run_id, from], |r| r.get::<_, Vec<u8>>(0))
                     .map_err(sql)?
-                    .map(counted),
+                    .map(|b| reads.count(b)),
             )?;
             drop(stmt);
             tx.finish().map_err(sql)?;
@@ -367,6 +372,7 @@ impl Store for LocalStore {
         let run_id = run_id.to_owned();
         // Seqs are far below i64::MAX: a larger cursor is past every entry.
         let after = after.map_or(-1, |a| i64::try_from(a).unwrap_or(i64::MAX));
+        let reads = self.reads.clone();
         self.read(move |c| {
             let mut stmt = c
                 .prepare_cached(
@@ -376,7 +382,8 @@ impl Store for LocalStore {
                 .map_err(sql)?;
             decode_entries(
                 stmt.query_map(params![run_id, after, limit as i64], |r| r.get::<_, Vec<u8>>(0))
-                    .map_err(sql)?,
+                    .map_err(sql)?
+                    .map(|b| reads.count(b)),
             )
         })
         .await
