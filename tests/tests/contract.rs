@@ -1535,16 +1535,64 @@ async fn a_cold_step_reads_its_window_whatever_the_runs_length() {
 
 /// A run longer than its agent's context budget gives a model that reads the conversation
 /// what the budget holds: the first message (with a note saying what is left out) and the
-/// newest rounds. Warm or cold, the same messages turn by turn, each exactly what the stored
-/// timeline gives (`llm::fit`, rebuilt here from the whole of it); and a cold step reads
-/// about the budget, not the history: as many entries per step at 200 rounds as at 80.
+/// newest rounds. Warm or cold, on either store, the same messages turn by turn, each
+/// exactly what the stored timeline gives (`llm::fit`, rebuilt here from the whole of it);
+/// and a cold step reads about the budget, not the history: as much per step at 200 (160)
+/// rounds as at 80 (entries on the embedded store; read units on DynamoDB).
 #[tokio::test]
 async fn a_run_past_its_context_budget_gives_the_model_what_fits_and_reads_only_that() {
-    const BUDGET: usize = 6_000;
+    let cache = baton_core::service::DEFAULT_CACHE_BYTES;
+    let (warm, _, timeline) = budgeted::conversation(cache, 80, None).await;
+    let (cold, short, _) = budgeted::conversation(0, 80, None).await;
+    let (_, long, _) = budgeted::conversation(0, 200, None).await;
+    assert_eq!(warm.len(), 81, "80 rounds, then the answer");
+    budgeted::same(&cold, &warm, "cold and warm");
+    budgeted::rebuilt(&cold, &timeline);
+    let last = cold.last().unwrap().as_array().unwrap();
+    let first = last[0]["content"].as_str().unwrap_or_default();
+    assert!(first.starts_with("go\n\n[Baton: the "), "{first}");
+    let results = last.iter().filter(|m| m["role"] == "tool").count();
+    assert!(
+        (1..40).contains(&results),
+        "the newest rounds alone: {results}"
+    );
+    eprintln!("entries read per cold step: {short:.1} at 80 rounds, {long:.1} at 200");
+    assert!(
+        long <= short * 1.2,
+        "a cold step reads what the budget holds, not the history: {long:.1} entries at 200 \
+         rounds, {short:.1} at 80"
+    );
+
+    // The same on DynamoDB (moto), every step cold.
+    let aws = crate::common::aws::Emulator::start_with(None).await;
+    let (on_dynamo, short, _) = budgeted::conversation(0, 80, Some(&aws)).await;
+    budgeted::same(
+        &on_dynamo,
+        &warm,
+        "DynamoDB, cold, and the embedded store, warm",
+    );
+    let (_, long, _) = budgeted::conversation(0, 160, Some(&aws)).await;
+    eprintln!("DynamoDB read units per cold step: {short:.1} at 80 rounds, {long:.1} at 160");
+    assert!(
+        long <= short * 1.2,
+        "a cold step reads what the budget holds on DynamoDB too: {long:.1} read units at 160 \
+         rounds, {short:.1} at 80"
+    );
+}
+
+/// The budgeted conversation's set-up: a mock OpenAI-compatible model that calls `echo`
+/// for a number of rounds, then answers.
+mod budgeted {
+    use super::*;
+    use baton_core::timeline::Entry;
+
+    pub const BUDGET: usize = 6_000;
+
     struct Rounds {
         seen: std::sync::Mutex<Vec<serde_json::Value>>,
         rounds: usize,
     }
+
     impl wiremock::Respond for Rounds {
         fn respond(&self, req: &wiremock::Request) -> wiremock::ResponseTemplate {
             let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap();
@@ -1564,16 +1612,22 @@ async fn a_run_past_its_context_budget_gives_the_model_what_fits_and_reads_only_
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}))
         }
     }
+
     struct Shared(Arc<Rounds>);
+
     impl wiremock::Respond for Shared {
         fn respond(&self, req: &wiremock::Request) -> wiremock::ResponseTemplate {
             self.0.respond(req)
         }
     }
-    /// The requests the model got, the entries read per cold step, and the timeline.
-    async fn conversation(
+
+    /// The requests the model got, what a cold step read (entries on the embedded store,
+    /// read units on DynamoDB), and the timeline. With `aws`, the run's store is DynamoDB
+    /// on the emulator (its queue, bus and timers stay embedded).
+    pub async fn conversation(
         cache_bytes: usize,
         rounds: usize,
+        aws: Option<&crate::common::aws::Emulator>,
     ) -> (Vec<serde_json::Value>, f64, Vec<Entry>) {
         let server = wiremock::MockServer::start().await;
         let seen = Arc::new(Rounds {
@@ -1600,12 +1654,48 @@ async fn a_run_past_its_context_budget_gives_the_model_what_fits_and_reads_only_
         let local = LocalStore::open(dir.path()).unwrap();
         let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"],
             "maxIterations": rounds + 1, "contextBytes": BUDGET}}});
-        let svc = baton_local::local_service(
-            &local,
-            Arc::new(llm),
-            catalog(Some(agents)),
-            Arc::new(SystemClock),
-        );
+        let meter = baton_aws::sdk::Meter::shared();
+        let store: Arc<dyn Store> = match aws {
+            None => Arc::new(local.clone()),
+            Some(aws) => {
+                let sdk = aws.sdk().await;
+                let names = aws.names(&format!("budget{rounds}"));
+                let p = baton_aws::provision::ensure(
+                    &sdk,
+                    &names,
+                    "arn:aws:iam::123456789012:role/scheduler",
+                )
+                .await
+                .unwrap();
+                Arc::new(baton_aws::dynamo::DynamoStore::new(
+                    aws_sdk_dynamodb::Client::new(&sdk),
+                    &p.config.table,
+                    90,
+                    meter.clone(),
+                ))
+            }
+        };
+        let svc = match aws {
+            None => baton_local::local_service(
+                &local,
+                Arc::new(llm),
+                catalog(Some(agents)),
+                Arc::new(SystemClock),
+            ),
+            Some(_) => {
+                let deps = Deps {
+                    store: store.clone(),
+                    queue: Arc::new(local.clone()),
+                    bus: Arc::new(local.clone()),
+                    scheduler: Arc::new(local.clone()),
+                    blobs: Arc::new(baton_local::blobs::FileBlobs::new(dir.path())),
+                    llm: Arc::new(llm),
+                    clock: Arc::new(SystemClock),
+                    sending_store: None,
+                };
+                Arc::new(Service::new(deps, catalog(Some(agents))))
+            }
+        };
         svc.set_cache_bytes(cache_bytes);
         let req = baton_core::service::CreateRun {
             prompt: "go".into(),
@@ -1614,63 +1704,56 @@ async fn a_run_past_its_context_budget_gives_the_model_what_fits_and_reads_only_
         };
         let run = svc.create_run("alice", req, None).await.unwrap();
         let worker = baton_dev::worker::Worker::new(svc.clone(), local.clone(), Default::default());
+        let units = meter.snapshot().read_units;
         worker.drain().await.unwrap();
-        let read = local.read_stats().entries;
-        let (rec, timeline) = local.load(&run.run_id).await.unwrap().unwrap();
+        let read = match aws {
+            None => local.read_stats().entries as f64,
+            Some(_) => meter.snapshot().read_units - units,
+        };
+        let (rec, timeline) = store.load(&run.run_id).await.unwrap().unwrap();
         assert_eq!(rec.run.status, RunStatus::Completed);
         let (_, cold) = svc.cache_use();
         let requests = seen.seen.lock().unwrap().clone();
-        (requests, read as f64 / cold.max(1) as f64, timeline)
-    }
-    let (warm, _, timeline) = conversation(baton_core::service::DEFAULT_CACHE_BYTES, 80).await;
-    let (cold, short, _) = conversation(0, 80).await;
-    let (_, long, _) = conversation(0, 200).await;
-    assert_eq!(warm.len(), 81, "80 rounds, then the answer");
-    if let Some(k) = (0..warm.len()).find(|&k| cold.get(k) != warm.get(k)) {
-        panic!("think {k}: cold and warm steps gave the model different messages");
+        (requests, read / cold.max(1) as f64, timeline)
     }
 
-    // Each think's messages, rebuilt from the stored timeline: what came before its reply.
-    let replies: Vec<u64> = timeline
-        .iter()
-        .filter(|e| matches!(e.body, EntryBody::Assistant { .. }))
-        .map(|e| e.seq)
-        .collect();
-    assert_eq!(replies.len(), 81);
-    for (k, (request, reply)) in cold.iter().zip(&replies).enumerate() {
-        let before = &timeline[..*reply as usize];
-        let given = baton_core::llm::fit(None, before, BUDGET);
-        let expected = baton_core::llm::project("", &given);
-        let messages = request.as_array().unwrap();
-        assert_eq!(messages.len(), expected.len(), "think {k}: {request}");
-        let ids = |m: &serde_json::Value| m["tool_call_id"].as_str().map(str::to_owned);
-        let sent: Vec<_> = messages.iter().filter_map(ids).collect();
-        let rebuilt: Vec<_> = expected
+    /// Two conversations sent the model the same messages, turn by turn.
+    pub fn same(a: &[serde_json::Value], b: &[serde_json::Value], what: &str) {
+        assert_eq!(a.len(), b.len(), "{what}: thinks");
+        if let Some(k) = (0..a.len()).find(|&k| a[k] != b[k]) {
+            panic!("think {k}: {what} gave the model different messages");
+        }
+    }
+
+    /// Each think's messages are what the stored timeline gives, rebuilt from it: the
+    /// entries before its reply, fitted to the budget.
+    pub fn rebuilt(requests: &[serde_json::Value], timeline: &[Entry]) {
+        let replies: Vec<u64> = timeline
             .iter()
-            .filter_map(|m| match m {
-                baton_core::llm::ChatMessage::Tool { tool_call_id, .. } => {
-                    Some(tool_call_id.clone())
-                }
-                _ => None,
-            })
+            .filter(|e| matches!(e.body, EntryBody::Assistant { .. }))
+            .map(|e| e.seq)
             .collect();
-        assert_eq!(sent, rebuilt, "think {k}");
+        assert_eq!(replies.len(), requests.len());
+        for (k, (request, reply)) in requests.iter().zip(&replies).enumerate() {
+            let before = &timeline[..*reply as usize];
+            let given = baton_core::llm::fit(None, before, BUDGET);
+            let expected = baton_core::llm::project("", &given);
+            let messages = request.as_array().unwrap();
+            assert_eq!(messages.len(), expected.len(), "think {k}: {request}");
+            let ids = |m: &serde_json::Value| m["tool_call_id"].as_str().map(str::to_owned);
+            let sent: Vec<_> = messages.iter().filter_map(ids).collect();
+            let rebuilt: Vec<_> = expected
+                .iter()
+                .filter_map(|m| match m {
+                    baton_core::llm::ChatMessage::Tool { tool_call_id, .. } => {
+                        Some(tool_call_id.clone())
+                    }
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(sent, rebuilt, "think {k}");
+        }
     }
-    let last = cold.last().unwrap().as_array().unwrap();
-    let first = last[0]["content"].as_str().unwrap_or_default();
-    assert!(first.starts_with("go\n\n[Baton: the "), "{first}");
-    let results = last.iter().filter(|m| m["role"] == "tool").count();
-    assert!(
-        (1..40).contains(&results),
-        "the newest rounds alone: {results}"
-    );
-
-    eprintln!("entries read per cold step: {short:.1} at 80 rounds, {long:.1} at 200");
-    assert!(
-        long <= short * 1.2,
-        "a cold step reads what the budget holds, not the history: {long:.1} entries at 200 \
-         rounds, {short:.1} at 80"
-    );
 }
 
 /// A model that reads the conversation is given all of it, whether the step was warm or

@@ -72,6 +72,8 @@ struct Shared {
     stats: Arc<Stats>,
     /// Each schedule's generation: a firing is dropped once its schedule changed or went.
     schedules: Mutex<HashMap<String, u64>>,
+    /// The schedules that have fired (the first firing of any other may come early).
+    fired: Mutex<std::collections::HashSet<String>>,
     sdk: aws_config::SdkConfig,
     /// `BATON_TEST_RECORD_CALLS`: where each function's calls are recorded ([`record`]).
     record: Option<std::path::PathBuf>,
@@ -103,6 +105,7 @@ impl FaultyAws {
             rng: Mutex::new(faults.seed.max(1)),
             stats: stats.clone(),
             schedules: Mutex::new(HashMap::new()),
+            fired: Mutex::new(Default::default()),
             sdk,
             record: std::env::var_os("BATON_TEST_RECORD_CALLS").map(Into::into),
         });
@@ -404,21 +407,29 @@ fn arm(s: &Arc<Shared>, name: String, body: &Bytes) {
     else {
         return;
     };
-    let (generation, first) = {
+    let generation = {
         let mut all = s.schedules.lock().unwrap();
-        let first = !all.contains_key(&name);
         let g = all.entry(name.clone()).or_default();
         *g += 1;
-        (*g, first)
+        *g
     };
-    let offset = if first && s.faults.early_first_firing {
-        -59.0
-    } else {
-        s.draw() * 118.0 - 59.0
-    };
-    let fire_at = at + chrono::Duration::milliseconds((offset * 1000.0) as i64);
-    let group = req["GroupName"].as_str().unwrap_or("default").to_owned();
+    // Not fired yet, though maybe set again (an outbox performed twice updates it).
+    let first = !s.fired.lock().unwrap().contains(&name);
     let target = req["Target"].clone();
+    let due: Option<DateTime<Utc>> = target["Input"]
+        .as_str()
+        .and_then(|i| serde_json::from_str::<Value>(i).ok())
+        .and_then(|v| v["due"].as_str()?.parse().ok());
+    let fire_at = if first && s.faults.early_first_firing {
+        // As early as the minute allows, and in any case before the timer is due (by two
+        // seconds, which a loaded machine's late wake-up does not eat): a due time in the
+        // first second of its minute would otherwise see the early firing land after it.
+        let early = at - chrono::Duration::seconds(59);
+        due.map_or(early, |d| early.min(d - chrono::Duration::seconds(2)))
+    } else {
+        at + chrono::Duration::milliseconds(((s.draw() * 118.0 - 59.0) * 1000.0) as i64)
+    };
+    let group = req["GroupName"].as_str().unwrap_or("default").to_owned();
     let s = s.clone();
     tokio::spawn(async move {
         let wait = (fire_at - Utc::now()).to_std().unwrap_or_default();
@@ -427,9 +438,6 @@ fn arm(s: &Arc<Shared>, name: String, body: &Bytes) {
             return; // updated or deleted since
         }
         let input = target["Input"].as_str().unwrap_or("{}").to_owned();
-        let due: Option<DateTime<Utc>> = serde_json::from_str::<Value>(&input)
-            .ok()
-            .and_then(|v| v["due"].as_str()?.parse().ok());
         let eb = aws_sdk_eventbridge::Client::new(&s.sdk);
         let params = &target["EventBridgeParameters"];
         let put = eb
@@ -445,6 +453,7 @@ fn arm(s: &Arc<Shared>, name: String, body: &Bytes) {
             .send()
             .await;
         if put.is_ok() {
+            s.fired.lock().unwrap().insert(name.clone());
             s.stats.fired.fetch_add(1, Ordering::Relaxed);
             if due.is_some_and(|d| Utc::now() < d) {
                 s.stats.fired_early.fetch_add(1, Ordering::Relaxed);
