@@ -1756,87 +1756,19 @@ mod budgeted {
     }
 }
 
-/// A model that reads the conversation is given all of it, whether the step was warm or
-/// cold: with no cache, each think reads the entries before its window once and sends the
-/// same messages as with one. (The mock model calls `echo` until it has seen six results.)
+/// A model that reads the conversation is given all of it (within its budget), whether the
+/// step was warm or cold: with no cache, each think reads back from its window and sends
+/// the same messages as with one.
 #[tokio::test]
 async fn a_cold_think_gives_a_real_model_the_whole_conversation() {
-    struct Echoes(std::sync::Mutex<Vec<serde_json::Value>>);
-    impl wiremock::Respond for Echoes {
-        fn respond(&self, req: &wiremock::Request) -> wiremock::ResponseTemplate {
-            let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap();
-            let messages = body["messages"].as_array().cloned().unwrap_or_default();
-            let results = messages.iter().filter(|m| m["role"] == "tool").count();
-            self.0
-                .lock()
-                .unwrap()
-                .push(serde_json::Value::Array(messages));
-            let message = if results < 6 {
-                serde_json::json!({"role": "assistant", "content": null, "tool_calls": [{
-                    "id": format!("call_{results}"), "type": "function", "function": {"name": "echo",
-                    "arguments": serde_json::json!({"text": format!("n{results}")}).to_string()}}]})
-            } else {
-                serde_json::json!({"role": "assistant", "content": "done"})
-            };
-            wiremock::ResponseTemplate::new(200).set_body_json(serde_json::json!({
-                "choices": [{"message": message, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}))
-        }
-    }
-    async fn conversation(cache_bytes: usize) -> Vec<serde_json::Value> {
-        let server = wiremock::MockServer::start().await;
-        let seen = Arc::new(Echoes(Default::default()));
-        wiremock::Mock::given(wiremock::matchers::method("POST"))
-            .respond_with(SharedRespond(seen.clone()))
-            .mount(&server)
-            .await;
-        let llm = baton_llm::openai::OpenAiLlm::new(baton_llm::openai::OpenAiConfig {
-            base_url: format!("{}/v1", server.uri()),
-            api_key: Some("sk-mock".into()),
-            model: "mock".into(),
-            max_retries: 0,
-            backoff: baton_llm::retry::Backoff {
-                initial: std::time::Duration::from_millis(5),
-                max: std::time::Duration::from_millis(20),
-            },
-            timeout: std::time::Duration::from_secs(5),
-        })
-        .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let local = LocalStore::open(dir.path()).unwrap();
-        let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"]}}});
-        let svc = baton_local::local_service(
-            &local,
-            Arc::new(llm),
-            catalog(Some(agents)),
-            Arc::new(SystemClock),
-        );
-        svc.set_cache_bytes(cache_bytes);
-        let req = baton_core::service::CreateRun {
-            prompt: "go".into(),
-            agent: Some("worker".into()),
-            ..Default::default()
-        };
-        let run = svc.create_run("alice", req, None).await.unwrap();
-        let worker = baton_dev::worker::Worker::new(svc.clone(), local.clone(), Default::default());
-        worker.drain().await.unwrap();
-        let rec = local.get_run(&run.run_id).await.unwrap().unwrap();
-        assert_eq!(rec.run.status, RunStatus::Completed);
-        let (warm, cold) = svc.cache_use();
-        assert!(cache_bytes > 0 || warm == 0, "{warm} warm, {cold} cold");
-        seen.0.lock().unwrap().clone()
-    }
-    struct SharedRespond<R>(Arc<R>);
-    impl<R: wiremock::Respond> wiremock::Respond for SharedRespond<R> {
-        fn respond(&self, req: &wiremock::Request) -> wiremock::ResponseTemplate {
-            self.0.respond(req)
-        }
-    }
-    let warm = conversation(baton_core::service::DEFAULT_CACHE_BYTES).await;
-    let cold = conversation(0).await;
+    let cache = baton_core::service::DEFAULT_CACHE_BYTES;
+    let (warm, _, timeline) = budgeted::conversation(cache, 6, None).await;
+    let (cold, _, _) = budgeted::conversation(0, 6, None).await;
     assert_eq!(warm.len(), 7, "six echoes, then the answer");
-    assert_eq!(cold, warm, "the same messages, turn by turn");
+    budgeted::same(&cold, &warm, "cold and warm");
+    budgeted::rebuilt(&cold, &timeline);
     let last = cold.last().unwrap().as_array().unwrap();
     let results = last.iter().filter(|m| m["role"] == "tool").count();
     assert_eq!(results, 6, "the last think saw every result: {last:?}");
+    assert_eq!(last[0]["content"], "go", "nothing left out");
 }
