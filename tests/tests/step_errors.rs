@@ -452,3 +452,62 @@ async fn a_sweep_tick_keeps_to_its_budget_with_endless_runs_to_purge() {
     assert!((2..=4).contains(&purges), "{purges} chunks");
     assert!(took < std::time::Duration::from_millis(2_500), "{took:?}");
 }
+
+/// A sweep tick that takes its whole budget does not hold back the answers delivered in
+/// its batch: the `cta` function handles a batch's records at once (its queue keeps no
+/// order). Here the answer names no CTA, so it is refused at once, which the bus shows.
+#[tokio::test]
+async fn a_long_sweep_tick_does_not_hold_back_the_answers_in_its_batch() {
+    struct TimedBus {
+        inner: LocalStore,
+        published: std::sync::Mutex<Vec<(String, std::time::Instant)>>,
+    }
+    #[async_trait::async_trait]
+    impl baton_core::ports::Bus for TimedBus {
+        async fn publish(&self, events: &[baton_core::message::Event]) -> Result<(), PortError> {
+            let now = std::time::Instant::now();
+            {
+                let mut published = self.published.lock().unwrap();
+                published.extend(events.iter().map(|e| (e.detail_type.clone(), now)));
+            }
+            self.inner.publish(events).await
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalStore::open(dir.path()).unwrap();
+    let (slow, store) = service_with(&local, false, true);
+    let bus = Arc::new(TimedBus {
+        inner: local.clone(),
+        published: Default::default(),
+    });
+    let mut deps = slow.deps().clone();
+    deps.bus = bus.clone();
+    let svc = Service::new(deps, catalog(Some(json!({"agents": {}}))));
+    let record = |id: &str, detail_type: &str, detail: serde_json::Value| json!({"messageId": id, "body": json!({"detail-type": detail_type, "detail": detail}).to_string()});
+    let event: SqsEvent = serde_json::from_value(json!({"Records": [
+        record("tick", baton_core::service::SWEEP_EVENT, json!({})),
+        record("answer", "cta.response", json!({"ctaId": "cta_none", "kind": "approval", "approved": true})),
+    ]}))
+    .unwrap();
+    let started = std::time::Instant::now();
+    let resp = baton_lambda::handle_cta_inbox(&svc, event).await;
+    let took = started.elapsed();
+    assert!(resp.batch_item_failures.is_empty(), "nothing to retry");
+    assert!(store.purges.load(Ordering::SeqCst) >= 2, "the tick purged");
+    let refused = bus
+        .published
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(t, _)| t == "cta.rejected")
+        .map(|(_, at)| *at - started)
+        .expect("the answer was refused");
+    assert!(
+        took >= baton_core::service::SWEEP_BUDGET / 2,
+        "the tick took its budget: {took:?}"
+    );
+    assert!(
+        refused < std::time::Duration::from_secs(3),
+        "the answer waited {refused:?} for the tick ({took:?})"
+    );
+}
