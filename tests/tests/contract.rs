@@ -1208,6 +1208,103 @@ mod aws {
         assert!(whole_units > 100.0, "{whole_units}");
     }
 
+    /// The sweep purges a thousand finished runs on DynamoDB tick after tick, each tick
+    /// within its budget: 1,000 runs finished past their retention (0 days here), each with
+    /// its timeline, are all gone after ticks of 2 s, not one of them left half-purged.
+    #[tokio::test]
+    async fn the_sweep_purges_a_thousand_finished_runs_tick_by_tick_within_its_budget() {
+        const RUNS: usize = 1_000;
+        let aws = Emulator::start_with(None).await;
+        let sdk = aws.sdk().await;
+        let names = aws.names("purge");
+        let p = provision::ensure(&sdk, &names, "arn:aws:iam::123456789012:role/scheduler")
+            .await
+            .unwrap();
+        let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+        let store = Arc::new(DynamoStore::new(
+            dynamo.clone(),
+            &p.config.table,
+            0,
+            Meter::shared(),
+        ));
+        // One at a time: moto's server answers concurrent transactions with a 500.
+        for i in 0..RUNS {
+            // Stored finished, as a run's last commit leaves it (indexed by its finish
+            // time), with its timeline.
+            let (mut run, first) = new_run(&format!("run_done_{i}"), "erin");
+            run.status = RunStatus::Completed;
+            store.create_run(&run, &first, &[], None).await.unwrap();
+        }
+        let items = || async {
+            let mut n = 0;
+            let mut after = None;
+            loop {
+                let out = dynamo
+                    .scan()
+                    .table_name(&p.config.table)
+                    .projection_expression("PK")
+                    .set_exclusive_start_key(after)
+                    .send()
+                    .await
+                    .unwrap();
+                n += out.items().len();
+                after = out.last_evaluated_key;
+                if after.is_none() {
+                    return n;
+                }
+            }
+        };
+        assert!(items().await >= 2 * RUNS, "each run and its timeline");
+
+        let local_dir = tempfile::tempdir().unwrap();
+        let local = LocalStore::open(local_dir.path()).unwrap();
+        let deps = Deps {
+            store: store.clone(),
+            queue: Arc::new(local.clone()),
+            bus: Arc::new(local.clone()),
+            scheduler: Arc::new(local.clone()),
+            blobs: Arc::new(baton_local::blobs::FileBlobs::new(local_dir.path())),
+            llm: scripted("{}"),
+            clock: Arc::new(SystemClock),
+            sending_store: None,
+        };
+        let svc = Service::new(deps, catalog(None));
+        let budget = std::time::Duration::from_secs(2);
+        let mut ticks = Vec::new();
+        loop {
+            let started = std::time::Instant::now();
+            svc.sweep_within(chrono::Duration::minutes(5), budget)
+                .await
+                .unwrap();
+            ticks.push(started.elapsed());
+            // A tick that ends before its budget found fewer than a chunk left: it is done.
+            if started.elapsed() < budget {
+                break;
+            }
+            assert!(
+                ticks.len() < 100,
+                "still purging after {} ticks",
+                ticks.len()
+            );
+        }
+        eprintln!(
+            "{RUNS} finished runs purged in {} ticks: {ticks:?}",
+            ticks.len()
+        );
+        assert_eq!(items().await, 0, "every item of every run is gone");
+        assert!(
+            ticks.len() > 1,
+            "{RUNS} runs took more than one tick's budget"
+        );
+        // A tick stops starting chunks once its budget is spent: it ends within the chunk
+        // under way (10 runs; a few hundred milliseconds here, however loaded).
+        let longest = ticks.iter().max().copied().unwrap_or_default();
+        assert!(
+            longest < budget + std::time::Duration::from_secs(5),
+            "a tick took {longest:?}, its budget {budget:?}"
+        );
+    }
+
     /// `GET /ctas` pages read their page: with 10,000 CTAs pending, a page of 50 (51 read,
     /// to know whether more follow) is one `Query`, from the start, the middle, or under a
     /// top-level run, counted in requests and read units.
