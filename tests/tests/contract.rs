@@ -1638,13 +1638,14 @@ async fn a_cold_step_reads_its_window_whatever_the_runs_length() {
 /// rounds as at 80 (entries on the embedded store; read units on DynamoDB).
 #[tokio::test]
 async fn a_run_past_its_context_budget_gives_the_model_what_fits_and_reads_only_that() {
+    const SIZES: (usize, usize) = (budgeted::BUDGET, budgeted::TEXT);
     let cache = baton_core::service::DEFAULT_CACHE_BYTES;
-    let (warm, _, timeline) = budgeted::conversation(cache, 80, None).await;
-    let (cold, short, _) = budgeted::conversation(0, 80, None).await;
-    let (_, long, _) = budgeted::conversation(0, 200, None).await;
+    let (warm, _, timeline) = budgeted::conversation(cache, 80, None, SIZES).await;
+    let (cold, short, _) = budgeted::conversation(0, 80, None, SIZES).await;
+    let (_, long, _) = budgeted::conversation(0, 200, None, SIZES).await;
     assert_eq!(warm.len(), 81, "80 rounds, then the answer");
     budgeted::same(&cold, &warm, "cold and warm");
-    budgeted::rebuilt(&cold, &timeline);
+    budgeted::rebuilt(&cold, &timeline, budgeted::BUDGET);
     let last = cold.last().unwrap().as_array().unwrap();
     let first = last[0]["content"].as_str().unwrap_or_default();
     assert!(first.starts_with("go\n\n[Baton: the "), "{first}");
@@ -1662,19 +1663,36 @@ async fn a_run_past_its_context_budget_gives_the_model_what_fits_and_reads_only_
 
     // The same on DynamoDB (moto), every step cold.
     let aws = crate::common::aws::Emulator::start_with(None).await;
-    let (on_dynamo, short, _) = budgeted::conversation(0, 80, Some(&aws)).await;
+    let (on_dynamo, short, _) = budgeted::conversation(0, 80, Some(&aws), SIZES).await;
     budgeted::same(
         &on_dynamo,
         &warm,
         "DynamoDB, cold, and the embedded store, warm",
     );
-    let (_, long, _) = budgeted::conversation(0, 160, Some(&aws)).await;
+    let (_, long, _) = budgeted::conversation(0, 160, Some(&aws), SIZES).await;
     eprintln!("DynamoDB read units per cold step: {short:.1} at 80 rounds, {long:.1} at 160");
     assert!(
         long <= short * 1.2,
         "a cold step reads what the budget holds on DynamoDB too: {long:.1} read units at 160 \
          rounds, {short:.1} at 80"
     );
+}
+
+/// A round larger than the whole budget is still given whole, after the run's first
+/// message (with its note), cold or warm.
+#[tokio::test]
+async fn a_round_over_the_whole_budget_is_given_after_the_first_message() {
+    const SIZES: (usize, usize) = (1_000, 1_200);
+    let cache = baton_core::service::DEFAULT_CACHE_BYTES;
+    let (warm, _, timeline) = budgeted::conversation(cache, 8, None, SIZES).await;
+    let (cold, _, _) = budgeted::conversation(0, 8, None, SIZES).await;
+    budgeted::same(&cold, &warm, "cold and warm");
+    budgeted::rebuilt(&cold, &timeline, SIZES.0);
+    let last = cold.last().unwrap().as_array().unwrap();
+    let first = last[0]["content"].as_str().unwrap_or_default();
+    assert!(first.starts_with("go\n\n[Baton: the "), "{first}");
+    let results = last.iter().filter(|m| m["role"] == "tool").count();
+    assert_eq!(results, 1, "the newest round alone");
 }
 
 /// The budgeted conversation's set-up: a mock OpenAI-compatible model that calls `echo`
@@ -1685,9 +1703,13 @@ mod budgeted {
 
     pub const BUDGET: usize = 6_000;
 
+    /// The size of each round's echo text: a round of about 330 bytes of the model's text.
+    pub const TEXT: usize = 150;
+
     struct Rounds {
         seen: std::sync::Mutex<Vec<serde_json::Value>>,
         rounds: usize,
+        text: usize,
     }
 
     impl wiremock::Respond for Rounds {
@@ -1697,7 +1719,7 @@ mod budgeted {
             seen.push(body["messages"].clone());
             let n = seen.len();
             let message = if n <= self.rounds {
-                let text = format!("r{n}-{}", "x".repeat(150));
+                let text = format!("r{n}-{}", "x".repeat(self.text));
                 serde_json::json!({"role": "assistant", "content": format!("round {n}"),
                     "tool_calls": [{"id": format!("call_{n}"), "type": "function", "function": {
                     "name": "echo", "arguments": serde_json::json!({"text": text}).to_string()}}]})
@@ -1725,11 +1747,13 @@ mod budgeted {
         cache_bytes: usize,
         rounds: usize,
         aws: Option<&crate::common::aws::Emulator>,
+        (budget, text): (usize, usize),
     ) -> (Vec<serde_json::Value>, f64, Vec<Entry>) {
         let server = wiremock::MockServer::start().await;
         let seen = Arc::new(Rounds {
             seen: Default::default(),
             rounds,
+            text,
         });
         wiremock::Mock::given(wiremock::matchers::method("POST"))
             .respond_with(Shared(seen.clone()))
@@ -1750,7 +1774,7 @@ mod budgeted {
         let dir = tempfile::tempdir().unwrap();
         let local = LocalStore::open(dir.path()).unwrap();
         let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"],
-            "maxIterations": rounds + 1, "contextBytes": BUDGET}}});
+            "maxIterations": rounds + 1, "contextBytes": budget}}});
         let meter = baton_aws::sdk::Meter::shared();
         let store: Arc<dyn Store> = match aws {
             None => Arc::new(local.clone()),
@@ -1824,7 +1848,7 @@ mod budgeted {
 
     /// Each think's messages are what the stored timeline gives, rebuilt from it: the
     /// entries before its reply, fitted to the budget.
-    pub fn rebuilt(requests: &[serde_json::Value], timeline: &[Entry]) {
+    pub fn rebuilt(requests: &[serde_json::Value], timeline: &[Entry], budget: usize) {
         let replies: Vec<u64> = timeline
             .iter()
             .filter(|e| matches!(e.body, EntryBody::Assistant { .. }))
@@ -1833,7 +1857,7 @@ mod budgeted {
         assert_eq!(replies.len(), requests.len());
         for (k, (request, reply)) in requests.iter().zip(&replies).enumerate() {
             let before = &timeline[..*reply as usize];
-            let given = baton_core::llm::fit(None, before, BUDGET);
+            let given = baton_core::llm::fit(None, before, budget);
             let expected = baton_core::llm::project("", &given);
             let messages = request.as_array().unwrap();
             assert_eq!(messages.len(), expected.len(), "think {k}: {request}");
@@ -1858,12 +1882,13 @@ mod budgeted {
 /// the same messages as with one.
 #[tokio::test]
 async fn a_cold_think_gives_a_real_model_the_whole_conversation() {
+    const SIZES: (usize, usize) = (budgeted::BUDGET, budgeted::TEXT);
     let cache = baton_core::service::DEFAULT_CACHE_BYTES;
-    let (warm, _, timeline) = budgeted::conversation(cache, 6, None).await;
-    let (cold, _, _) = budgeted::conversation(0, 6, None).await;
+    let (warm, _, timeline) = budgeted::conversation(cache, 6, None, SIZES).await;
+    let (cold, _, _) = budgeted::conversation(0, 6, None, SIZES).await;
     assert_eq!(warm.len(), 7, "six echoes, then the answer");
     budgeted::same(&cold, &warm, "cold and warm");
-    budgeted::rebuilt(&cold, &timeline);
+    budgeted::rebuilt(&cold, &timeline, budgeted::BUDGET);
     let last = cold.last().unwrap().as_array().unwrap();
     let results = last.iter().filter(|m| m["role"] == "tool").count();
     assert_eq!(results, 6, "the last think saw every result: {last:?}");

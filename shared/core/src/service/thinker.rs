@@ -65,7 +65,10 @@ impl Thinker<'_> {
         let budget = self.budget();
         let mut bytes: usize = self.timeline.iter().map(model_bytes).sum();
         let mut grouped = self.timeline.iter().any(starts_group);
-        if self.read.get().is_none() && self.base > 0 && (bytes <= budget || !grouped) {
+        // The run's first message is always given, so a step that starts past it reads it
+        // too (once: the cache keeps it), even when what it holds is over the budget.
+        let short = bytes <= budget || !grouped || self.head.is_none();
+        if self.read.get().is_none() && self.base > 0 && short {
             let store = &self.service.deps.store;
             let run_id = &self.run.run_id;
             let (mut lo, mut chunk, mut before) = (self.base, FIRST_READ_BACK, Vec::new());
