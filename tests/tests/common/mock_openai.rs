@@ -12,10 +12,43 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate, matchers};
 
 struct Replay(HashMap<String, Vec<Value>>);
 
+/// What OpenAI refuses with a 400: an assistant message's tool calls not each answered by a
+/// `tool` message right after it, or a `tool` message that answers no call.
+fn unanswered(messages: &[Value]) -> Option<String> {
+    let mut open: Vec<String> = Vec::new();
+    for m in messages {
+        if m["role"] == "tool" {
+            let id = m["tool_call_id"].as_str().unwrap_or_default();
+            let Some(i) = open.iter().position(|c| c == id) else {
+                return Some(format!(
+                    "tool message for `{id}` answers no preceding tool call"
+                ));
+            };
+            open.remove(i);
+            continue;
+        }
+        if !open.is_empty() {
+            return Some(format!(
+                "an assistant message with 'tool_calls' must be followed by tool messages \
+                 responding to each 'tool_call_id': missing {open:?}"
+            ));
+        }
+        for c in m["tool_calls"].as_array().into_iter().flatten() {
+            open.push(c["id"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    (!open.is_empty()).then(|| format!("tool calls {open:?} have no tool message"))
+}
+
 impl Respond for Replay {
     fn respond(&self, req: &Request) -> ResponseTemplate {
         let body: Value = serde_json::from_slice(&req.body).unwrap_or_default();
         let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        if let Some(error) = unanswered(&messages) {
+            return ResponseTemplate::new(400).set_body_json(
+                json!({"error": {"message": error, "type": "invalid_request_error"}}),
+            );
+        }
         let system = messages
             .first()
             .and_then(|m| m["content"].as_str())

@@ -23,8 +23,13 @@ pub trait StepIo: Sync {
     /// The MCP servers' tools as listed before the step: every pass of the step checks its
     /// calls against this, however the catalog's listings move meanwhile.
     fn listed(&self) -> crate::agent::Listed;
-    /// The model's reply for the run's `think_index`-th think.
-    fn think(&self, think_index: u32) -> impl Future<Output = Result<LlmReply, LlmError>> + Send;
+    /// The model's reply for the run's `think_index`-th think, given the timeline as the step
+    /// read it with `changed` (what the step resolved or added before thinking) over it.
+    fn think(
+        &self,
+        think_index: u32,
+        changed: &[Entry],
+    ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send;
     /// A tool's output; an `Err` is an error result the model sees.
     fn execute(&self, call: Execution) -> impl Future<Output = ToolOutput> + Send;
     /// Settles these CTAs as cancelled where they are still pending (the first write wins)
@@ -86,7 +91,10 @@ pub async fn decide<W: StepIo>(
     };
     loop {
         match step(catalog, now, run, timeline, input, &io) {
-            Step::Think { think_index } => match world.think(think_index).await {
+            Step::Think {
+                think_index,
+                changed,
+            } => match world.think(think_index, &changed).await {
                 Ok(reply) => io.reply = Some(reply),
                 Err(LlmError::Fatal { message, .. }) => io.model_error = Some(message),
                 Err(e) => return Err(e.into()),

@@ -57,7 +57,12 @@ pub struct Execution {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
     /// Call the model (for the run's `think_index`-th think) and step again with the reply.
-    Think { think_index: u32 },
+    /// `changed`: the entries this step resolved or added before it thinks (by seq), which
+    /// the model is given over the timeline the step read.
+    Think {
+        think_index: u32,
+        changed: Vec<Entry>,
+    },
     /// Execute these tools and step again with their outputs.
     Execute(Vec<Execution>),
     /// Settle these pending CTAs as cancelled (the first write wins) and step again with

@@ -104,7 +104,11 @@ impl StepIo for Scripted {
         crate::agent::Listed::default()
     }
 
-    fn think(&self, think_index: u32) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
+    fn think(
+        &self,
+        think_index: u32,
+        _: &[Entry],
+    ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
         let reply = self
             .replies
             .get(think_index as usize)
@@ -1997,7 +2001,11 @@ impl StepIo for ListedMidStep<'_> {
         self.listed.clone()
     }
 
-    fn think(&self, think_index: u32) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
+    fn think(
+        &self,
+        think_index: u32,
+        _: &[Entry],
+    ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
         let ops = self.catalog.agent("ops").expect("ops");
         block_on(
             self.catalog

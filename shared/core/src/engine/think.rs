@@ -63,8 +63,17 @@ impl Work<'_> {
             return None;
         }
         let Some(reply) = &io.reply else {
+            // What this step changed before its think (an answer resolving a call, a
+            // follow-up's message) is part of what the model must be given.
+            let changed = self
+                .updated
+                .values()
+                .chain(&self.appended)
+                .cloned()
+                .collect();
             return Some(Step::Think {
                 think_index: self.run.thinks,
+                changed,
             });
         };
         self.run.thinks += 1;

@@ -58,9 +58,11 @@ impl Thinker<'_> {
     /// as its budget holds ([`fit`]), read backwards from what the step holds until that is
     /// over the budget (about `budget` bytes, whatever the run's length); else the step's
     /// window.
-    async fn history(&self) -> Result<std::borrow::Cow<'_, [Entry]>, PortError> {
+    ///
+    /// `changed` (what the step resolved or added before thinking) goes over what was read.
+    async fn history(&self, changed: &[Entry]) -> Result<Vec<Entry>, PortError> {
         if !self.service.deps.llm.reads_history() {
-            return Ok(std::borrow::Cow::Borrowed(self.timeline));
+            return Ok(over(self.timeline, changed));
         }
         let budget = self.budget();
         let mut bytes: usize = self.timeline.iter().map(model_bytes).sum();
@@ -110,8 +112,22 @@ impl Thinker<'_> {
             Some(r) => (r.head.as_ref(), r.entries.as_slice()),
             None => (self.head.as_ref(), self.timeline),
         };
-        Ok(fit(head, span, budget))
+        Ok(fit(head, &over(span, changed), budget).into_owned())
     }
+}
+
+/// `span` (contiguous, in seq order) with `changed` over it: an entry of the same seq
+/// replaced, a later one added. (An entry before `span` is not given anyway.)
+fn over(span: &[Entry], changed: &[Entry]) -> Vec<Entry> {
+    let mut out = span.to_vec();
+    let from = span.first().map_or(0, |e| e.seq);
+    for e in changed.iter().filter(|e| e.seq >= from) {
+        match out.binary_search_by_key(&e.seq, |x| x.seq) {
+            Ok(i) => out[i] = e.clone(),
+            Err(i) => out.insert(i, e.clone()),
+        }
+    }
+    out
 }
 
 impl StepIo for Thinker<'_> {
@@ -119,17 +135,20 @@ impl StepIo for Thinker<'_> {
         self.listed.clone()
     }
 
-    async fn think(&self, think_index: u32) -> Result<LlmReply, LlmError> {
+    async fn think(&self, think_index: u32, changed: &[Entry]) -> Result<LlmReply, LlmError> {
         failpoint::pass("step.before_think")
             .await
             .map_err(|e| LlmError::Unavailable {
                 message: e.to_string(),
                 source: None,
             })?;
-        let history = self.history().await.map_err(|e| LlmError::Unavailable {
-            message: format!("reading the run's history: {e}"),
-            source: Some(Box::new(e)),
-        })?;
+        let history = self
+            .history(changed)
+            .await
+            .map_err(|e| LlmError::Unavailable {
+                message: format!("reading the run's history: {e}"),
+                source: Some(Box::new(e)),
+            })?;
         let reply = self
             .service
             .think(&self.listed, self.run, self.timeline, &history, think_index)
