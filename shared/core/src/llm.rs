@@ -65,8 +65,8 @@ pub struct ChatRequest<'a> {
     pub model: Option<&'a str>,
     pub system: &'a str,
     pub tools: &'a [ToolSpec],
-    /// The run's timeline: the whole of it for a model that [`Llm::reads_history`], else
-    /// the step's window.
+    /// The run's timeline: for a model that [`Llm::reads_history`], as much of it as the
+    /// agent's context budget holds ([`fit`]), else the step's window.
     pub history: &'a [Entry],
 }
 
@@ -133,9 +133,9 @@ impl LlmError {
 pub trait Llm: Send + Sync {
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError>;
 
-    /// Whether the model reads the conversation ([`ChatRequest::history`]). A step reads a
-    /// run's whole history only for a model that does; one that does not (the scripted
-    /// model) is handed the step's window of it.
+    /// Whether the model reads the conversation ([`ChatRequest::history`]). A step reads
+    /// back through a run's history (as far as the agent's context budget holds) only for a
+    /// model that does; one that does not (the scripted model) is handed the step's window.
     fn reads_history(&self) -> bool {
         true
     }
@@ -214,7 +214,9 @@ pub fn starts_group(entry: &Entry) -> bool {
 /// step reads about `budget` bytes of a run's history, whatever the run's length.
 pub fn fit<'a>(head: Option<&Entry>, span: &'a [Entry], budget: usize) -> Cow<'a, [Entry]> {
     let first_user = |e: &&Entry| e.seq == 0 && matches!(e.body, EntryBody::User { .. });
-    let (head, rest, apart) = match head.filter(first_user) {
+    // A head beside a span that holds it already is the same entry: taken from the span.
+    let beside = |_: &&Entry| span.first().is_none_or(|e| e.seq > 0);
+    let (head, rest, apart) = match head.filter(first_user).filter(beside) {
         Some(h) => (Some(h), span, true),
         None => match span.first().filter(first_user) {
             Some(h) => (Some(h), &span[1..], false),
@@ -581,8 +583,9 @@ mod tests {
                     "read from {lo}, budget {budget}"
                 );
             }
-            // Read from the start, the first message inside the span or beside it.
+            // Read from the start, the first message inside the span, beside it, or both.
             assert_eq!(fit(Some(&t[0]), &t[1..], budget).as_ref(), whole.as_slice());
+            assert_eq!(fit(Some(&t[0]), &t, budget).as_ref(), whole.as_slice());
         }
     }
 }
