@@ -1695,6 +1695,73 @@ async fn a_round_over_the_whole_budget_is_given_after_the_first_message() {
     assert_eq!(results, 1, "the newest round alone");
 }
 
+/// A follow-up on a finished run reaches the model in the step that adds it: that step
+/// thinks at once, and the model is given the timeline with the new message on it (cold
+/// and warm alike).
+#[tokio::test]
+async fn a_follow_up_reaches_the_model_in_the_step_that_adds_it() {
+    for cache in [0, baton_core::service::DEFAULT_CACHE_BYTES] {
+        let server = wiremock::MockServer::start().await;
+        let reply = serde_json::json!({
+            "choices": [{"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}});
+        wiremock::Mock::given(wiremock::matchers::method("POST"))
+            .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(reply))
+            .mount(&server)
+            .await;
+        let llm = baton_llm::openai::OpenAiLlm::new(baton_llm::openai::OpenAiConfig {
+            base_url: format!("{}/v1", server.uri()),
+            api_key: Some("sk-mock".into()),
+            model: "mock".into(),
+            max_retries: 0,
+            backoff: baton_llm::retry::Backoff {
+                initial: std::time::Duration::from_millis(5),
+                max: std::time::Duration::from_millis(20),
+            },
+            timeout: std::time::Duration::from_secs(5),
+        })
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let local = LocalStore::open(dir.path()).unwrap();
+        let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"]}}});
+        let svc = baton_local::local_service(
+            &local,
+            Arc::new(llm),
+            catalog(Some(agents)),
+            Arc::new(SystemClock),
+        );
+        svc.set_cache_bytes(cache);
+        let req = baton_core::service::CreateRun {
+            prompt: "go".into(),
+            agent: Some("worker".into()),
+            ..Default::default()
+        };
+        let run = svc.create_run("alice", req, None).await.unwrap();
+        let worker = baton_dev::worker::Worker::new(svc.clone(), local.clone(), Default::default());
+        worker.drain().await.unwrap();
+        svc.post_message("alice", &run.run_id, "and then?", None)
+            .await
+            .unwrap();
+        worker.drain().await.unwrap();
+        let rec = local.get_run(&run.run_id).await.unwrap().unwrap();
+        assert_eq!(rec.run.status, RunStatus::Completed);
+        let requests = server.received_requests().await.unwrap();
+        assert_eq!(requests.len(), 2, "one think a turn");
+        let body: serde_json::Value = serde_json::from_slice(&requests[1].body).unwrap();
+        let messages = body["messages"].as_array().unwrap();
+        let roles: Vec<_> = messages
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            roles,
+            ["user", "assistant", "user"],
+            "cache {cache}: {body}"
+        );
+        assert_eq!(messages[2]["content"], "and then?", "cache {cache}");
+    }
+}
+
 /// The budgeted conversation's set-up: a mock OpenAI-compatible model that calls `echo`
 /// for a number of rounds, then answers.
 mod budgeted {
