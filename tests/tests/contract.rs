@@ -1709,18 +1709,7 @@ async fn a_follow_up_reaches_the_model_in_the_step_that_adds_it() {
             .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(reply))
             .mount(&server)
             .await;
-        let llm = baton_llm::openai::OpenAiLlm::new(baton_llm::openai::OpenAiConfig {
-            base_url: format!("{}/v1", server.uri()),
-            api_key: Some("sk-mock".into()),
-            model: "mock".into(),
-            max_retries: 0,
-            backoff: baton_llm::retry::Backoff {
-                initial: std::time::Duration::from_millis(5),
-                max: std::time::Duration::from_millis(20),
-            },
-            timeout: std::time::Duration::from_secs(5),
-        })
-        .unwrap();
+        let llm = budgeted::openai(&server);
         let dir = tempfile::tempdir().unwrap();
         let local = LocalStore::open(dir.path()).unwrap();
         let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"]}}});
@@ -1826,18 +1815,7 @@ mod budgeted {
             .respond_with(Shared(seen.clone()))
             .mount(&server)
             .await;
-        let llm = baton_llm::openai::OpenAiLlm::new(baton_llm::openai::OpenAiConfig {
-            base_url: format!("{}/v1", server.uri()),
-            api_key: Some("sk-mock".into()),
-            model: "mock".into(),
-            max_retries: 0,
-            backoff: baton_llm::retry::Backoff {
-                initial: std::time::Duration::from_millis(5),
-                max: std::time::Duration::from_millis(20),
-            },
-            timeout: std::time::Duration::from_secs(5),
-        })
-        .unwrap();
+        let llm = budgeted::openai(&server);
         let dir = tempfile::tempdir().unwrap();
         let local = LocalStore::open(dir.path()).unwrap();
         let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"],
@@ -1903,6 +1881,22 @@ mod budgeted {
         let (_, cold) = svc.cache_use();
         let requests = seen.seen.lock().unwrap().clone();
         (requests, read / cold.max(1) as f64, timeline)
+    }
+
+    /// The OpenAI-compatible client, pointed at `server`, without retries.
+    pub fn openai(server: &wiremock::MockServer) -> baton_llm::openai::OpenAiLlm {
+        baton_llm::openai::OpenAiLlm::new(baton_llm::openai::OpenAiConfig {
+            base_url: format!("{}/v1", server.uri()),
+            api_key: Some("sk-mock".into()),
+            model: "mock".into(),
+            max_retries: 0,
+            backoff: baton_llm::retry::Backoff {
+                initial: std::time::Duration::from_millis(5),
+                max: std::time::Duration::from_millis(20),
+            },
+            timeout: std::time::Duration::from_secs(5),
+        })
+        .unwrap()
     }
 
     /// Two conversations sent the model the same messages, turn by turn.
