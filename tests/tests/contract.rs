@@ -10,8 +10,8 @@ use baton_core::cta::{Cta, CtaRequest, CtaResponse, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Event, Input, StepMessage, Transition};
 use baton_core::ports::{
-    Bus, Created, CtaPosition, CtaQuery, Queue, Scheduler, SendingStore, Settled, Store,
-    SystemClock,
+    Bus, Created, CtaPosition, CtaQuery, Queue, RunPosition, Scheduler, SendingStore, Settled,
+    Store, SystemClock,
 };
 use baton_core::run::{NewRun, Run, RunStatus, Usage};
 use baton_core::service::{Deps, Handled, Service, StepError};
@@ -548,6 +548,69 @@ async fn every_page(store: &dyn Store, owner: &str, mut query: CtaQuery) -> Vec<
     ids
 }
 
+/// Pages of an owner's top-level runs: newest first, each page after the last one's
+/// position, none skipped or repeated; not a subagent's run, not another owner's; with
+/// the metadata they were created with, and as their last commit left them.
+async fn run_pages_contract(store: Arc<dyn Store>) {
+    let at = Utc::now() - chrono::Duration::hours(2);
+    for i in 0..7 {
+        let (mut run, first) = new_run(&format!("run_ls_{i}"), "lia");
+        run.created_at = at + chrono::Duration::seconds(i);
+        run.metadata = Some(serde_json::json!({"i": i}));
+        store.create_run(&run, &first, &[], None).await.unwrap();
+        if i == 3 {
+            let t = next(&run, vec![]);
+            store.commit(run.version, &t).await.unwrap();
+        }
+    }
+    let (mut child, first) = new_run("run_ls_child", "lia");
+    child.parent = Some(baton_core::run::ParentLink {
+        run_id: "run_ls_6".into(),
+        tool_call_id: "call_1".into(),
+    });
+    child.root_run_id = Some("run_ls_6".into());
+    child.depth = 1;
+    child.created_at = at + chrono::Duration::seconds(30);
+    store.create_run(&child, &first, &[], None).await.unwrap();
+    let (mut other, first) = new_run("run_ls_other", "mo");
+    other.created_at = at + chrono::Duration::seconds(40);
+    store.create_run(&other, &first, &[], None).await.unwrap();
+
+    let mut ids = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.list_runs("lia", after.as_ref(), 3).await.unwrap();
+        assert!(page.len() <= 3, "a page of {}", page.len());
+        let Some(last) = page.last() else { break };
+        after = Some(RunPosition::of(last));
+        for run in &page {
+            let i: u64 = run.run_id["run_ls_".len()..].parse().unwrap();
+            assert_eq!(run.metadata, Some(serde_json::json!({"i": i})));
+            assert_eq!(run.owner, "lia");
+            assert_eq!(
+                run.status,
+                if i == 3 {
+                    RunStatus::Running
+                } else {
+                    RunStatus::Queued
+                }
+            );
+        }
+        ids.extend(page.into_iter().map(|r| r.run_id));
+    }
+    let expected: Vec<String> = (0..7).rev().map(|i| format!("run_ls_{i}")).collect();
+    assert_eq!(ids, expected);
+    let mo = store.list_runs("mo", None, 10).await.unwrap();
+    assert_eq!(mo.len(), 1);
+    assert!(
+        store
+            .list_runs("nobody", None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 /// Pages of CTAs: by owner or by top-level run (the run's own and its subagents'), of one
 /// status or all, in order (by status, then oldest first), each page after the last one's
 /// position, none skipped or repeated, and a position still good after its CTA moved on.
@@ -740,6 +803,7 @@ async fn the_embedded_adapter_passes_the_port_contracts() {
     let local = LocalStore::open(dir.path()).unwrap();
     store_contract(Arc::new(local.clone())).await;
     cta_pages_contract(Arc::new(local.clone())).await;
+    run_pages_contract(Arc::new(local.clone())).await;
     queue_contract(Arc::new(local.clone()), Arc::new(local.clone())).await;
     bus_and_scheduler_contract(Arc::new(local.clone()), Arc::new(local.clone())).await;
     blobs_contract(Arc::new(baton_local::blobs::FileBlobs::new(dir.path()))).await;
@@ -1208,6 +1272,155 @@ mod aws {
         assert!(whole_units > 100.0, "{whole_units}");
     }
 
+    /// A page of an owner's runs is one query of the index and one batch read of the runs,
+    /// wherever it starts, however many runs the owner has: 300 runs, pages of 50.
+    #[tokio::test]
+    async fn a_page_of_an_owners_runs_is_two_requests_on_dynamodb() {
+        let aws = Emulator::start_with(None).await;
+        let sdk = aws.sdk().await;
+        let names = aws.names("runlist");
+        let p = provision::ensure(&sdk, &names, "arn:aws:iam::123456789012:role/scheduler")
+            .await
+            .unwrap();
+        let meter = Meter::shared();
+        let store = DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            &p.config.table,
+            90,
+            meter.clone(),
+        );
+        let at = Utc::now() - chrono::Duration::hours(1);
+        for i in 0..300 {
+            let (mut run, first) = new_run(&format!("run_many_{i:03}"), "nell");
+            run.created_at = at + chrono::Duration::milliseconds(i * 10);
+            store.create_run(&run, &first, &[], None).await.unwrap();
+        }
+        let mut after = None;
+        let mut seen = Vec::new();
+        for page_no in 0..6 {
+            let before = meter.snapshot();
+            let page = store.list_runs("nell", after.as_ref(), 50).await.unwrap();
+            let used = meter.snapshot();
+            let requests = used.dynamodb_requests - before.dynamodb_requests;
+            let units = used.read_units - before.read_units;
+            eprintln!(
+                "page {page_no}: {} runs, {requests} requests, {units} read units",
+                page.len()
+            );
+            assert_eq!(page.len(), 50);
+            assert_eq!(requests, 2, "page {page_no}");
+            assert!(units <= 20.0, "page {page_no}: {units} read units");
+            after = page.last().map(RunPosition::of);
+            seen.extend(page.into_iter().map(|r| r.run_id));
+        }
+        let expected: Vec<String> = (0..300).rev().map(|i| format!("run_many_{i:03}")).collect();
+        assert_eq!(seen, expected);
+    }
+
+    /// A run's `metadata` (up to 4 KB) and `context` (up to 16 KB) are written once, in an
+    /// item of their own, not into the run item every commit rewrites (and DynamoDB bills
+    /// whole): a commit of a run that has both costs what one of a run without them does,
+    /// and every read of the run still gives them back.
+    #[tokio::test]
+    async fn metadata_and_context_stay_out_of_the_item_each_commit_rewrites_on_dynamodb() {
+        let aws = Emulator::start_with(None).await;
+        let sdk = aws.sdk().await;
+        let names = aws.names("info");
+        let p = provision::ensure(&sdk, &names, "arn:aws:iam::123456789012:role/scheduler")
+            .await
+            .unwrap();
+        let meter = Meter::shared();
+        let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+        let store = DynamoStore::new(dynamo.clone(), &p.config.table, 90, meter.clone());
+        use aws_sdk_dynamodb::types::AttributeValue::{self, S};
+        let metadata = serde_json::json!({"team": "x".repeat(4_000)});
+        let context = serde_json::json!({"type": "document", "text": "y".repeat(16_000)});
+        let mut units = Vec::new();
+        for (id, info) in [("run_bare", false), ("run_info", true)] {
+            let (mut run, first) = new_run(id, "ivy");
+            if info {
+                run.metadata = Some(metadata.clone());
+                run.context = Some(context.clone());
+            }
+            store.create_run(&run, &first, &[], None).await.unwrap();
+            let before = meter.snapshot();
+            for _ in 0..3 {
+                let t = next(&run, vec![]);
+                store.commit(run.version, &t).await.unwrap();
+                run = t.run;
+            }
+            units.push(meter.snapshot().write_units - before.write_units);
+            let raw = dynamo
+                .get_item()
+                .table_name(&p.config.table)
+                .key("PK", S(format!("RUN#{id}")))
+                .key("SK", S("META".into()))
+                .send()
+                .await
+                .unwrap()
+                .item
+                .unwrap();
+            let size: usize = raw
+                .iter()
+                .map(|(k, v)| k.len() + v.as_s().map_or(8, String::len))
+                .sum();
+            assert!(size < 2_048, "the run item of {id} is {size} bytes");
+            let got = store.get_run(id).await.unwrap().unwrap().run;
+            let (loaded, _) = store.load(id).await.unwrap().unwrap();
+            let (windowed, _, _) = store.load_window(id, &|_| 1).await.unwrap().unwrap();
+            for r in [&got, &loaded.run, &windowed.run] {
+                assert_eq!(r.metadata, run.metadata, "{id}");
+                assert_eq!(r.context, run.context, "{id}");
+                assert_eq!(r.version, run.version, "{id}");
+            }
+        }
+        assert_eq!(
+            units[0], units[1],
+            "write units of 3 commits, bare and with info"
+        );
+
+        // A run stored before runs had an INFO item (metadata and context in the run item's
+        // body): its next step gives it one, so the commit after loses nothing, and it is
+        // listed from then on.
+        let (mut run, _) = new_run("run_legacy", "ivy");
+        run.metadata = Some(metadata.clone());
+        run.context = Some(context.clone());
+        let legacy = std::collections::HashMap::from([
+            ("PK".to_owned(), S("RUN#run_legacy".into())),
+            ("SK".to_owned(), S("META".into())),
+            ("v".to_owned(), AttributeValue::N(run.version.to_string())),
+            ("own".to_owned(), S("ivy".into())),
+            ("st".to_owned(), S("queued".into())),
+            ("body".to_owned(), S(serde_json::to_string(&run).unwrap())),
+            ("ni".to_owned(), AttributeValue::N("0".into())),
+        ]);
+        dynamo
+            .put_item()
+            .table_name(&p.config.table)
+            .set_item(Some(legacy))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(store.get_run("run_legacy").await.unwrap().unwrap().run, run);
+        let (loaded, _, _) = store
+            .load_window("run_legacy", &|_| 1)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(loaded.run, run);
+        let t = next(&run, vec![]);
+        store.commit(run.version, &t).await.unwrap();
+        let got = store.get_run("run_legacy").await.unwrap().unwrap().run;
+        assert_eq!(got.metadata, run.metadata);
+        assert_eq!(got.context, run.context);
+        let listed = store.list_runs("ivy", None, 10).await.unwrap();
+        assert!(
+            listed
+                .iter()
+                .any(|r| r.run_id == "run_legacy" && r.metadata == run.metadata)
+        );
+    }
+
     /// The sweep purges a thousand finished runs on DynamoDB tick after tick, each tick
     /// within its budget: 1,000 runs finished past their retention (0 days here), each with
     /// its timeline, are all gone after ticks of 2 s, not one of them left half-purged.
@@ -1391,6 +1604,7 @@ mod aws {
         );
         let store = Arc::new(store);
         store_contract(store.clone()).await;
+        run_pages_contract(store.clone()).await;
         cta_pages_contract(store).await;
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         let queue = SqsQueue::new(

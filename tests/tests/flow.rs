@@ -1077,6 +1077,39 @@ async fn the_ctas_come_in_pages_with_their_runs_agent_and_prompt() {
         .get(&format!("/ctas?status=pending&cursor={cursor}"))
         .await;
     assert_eq!(page["ctas"].as_array().unwrap().len(), 1);
+
+    // The runs come in pages too, newest first, each with its prompt and where it stands.
+    let (code, page) = h.get("/runs?limit=2").await;
+    assert_eq!(code, 200, "{page}");
+    let listed: Vec<&str> = page["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["runId"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, [runs[2].as_str(), runs[1].as_str()]);
+    assert_eq!(page["runs"][0]["prompt"], "third");
+    assert_eq!(page["runs"][0]["status"], "waiting");
+    assert_eq!(page["runs"][0]["agent"], "ops");
+    let cursor = page["nextCursor"].as_str().expect("a next page of runs");
+    let (code, page) = h.get(&format!("/runs?limit=2&cursor={cursor}")).await;
+    assert_eq!(code, 200, "{page}");
+    assert_eq!(page["runs"].as_array().unwrap().len(), 1);
+    assert_eq!(page["runs"][0]["runId"], runs[0].as_str());
+    assert!(page.get("nextCursor").is_none(), "{page}");
+    for (query, code, says) in [
+        ("limit=0", 400, "`limit` must be between 1 and 100"),
+        ("limit=101", 400, "`limit` must be between 1 and 100"),
+        (
+            "cursor=nope",
+            404,
+            "`cursor` names no page of runs: pass a page's `nextCursor`",
+        ),
+    ] {
+        let (got, v) = h.get(&format!("/runs?{query}")).await;
+        assert_eq!(got, code, "{query}: {v}");
+        assert_eq!(v["error"]["message"], says, "{query}");
+    }
     h.server.shutdown().await;
 }
 

@@ -3,7 +3,7 @@
 
 use baton_core::cost::Spent;
 use baton_core::cta::{Cta, CtaRequest, CtaResponse, CtaStatus, Gated};
-use baton_core::run::{ExpiryPolicy, Run, RunStatus};
+use baton_core::run::{ExpiryPolicy, Run, RunError, RunStatus};
 use baton_core::timeline::Entry;
 use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
@@ -65,6 +65,52 @@ pub(crate) struct RunPage<'a> {
     /// The cursor to page on with `/timeline?after=`, when there is more.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) timeline_next: Option<u64>,
+}
+
+/// `GET /runs`: a page of the caller's top-level runs, newest first, and the cursor of the
+/// next page when more follow. At most 100 runs, each a few KB (a prompt preview, metadata
+/// of at most 4 KB): far under Lambda's 6 MB reply (and the service stops a page at 4 MB).
+#[derive(JsonSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunList {
+    pub(crate) runs: Vec<RunSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) next_cursor: Option<String>,
+}
+
+/// A run in a list: what it is, where it stands and what it and its subagents spent.
+#[derive(JsonSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunSummary {
+    pub(crate) run_id: String,
+    pub(crate) agent: String,
+    pub(crate) status: RunStatus,
+    /// What its current turn was asked (a preview).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) prompt: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) metadata: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<RunError>,
+    pub(crate) total: Spent,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) updated_at: DateTime<Utc>,
+}
+
+impl From<Run> for RunSummary {
+    fn from(run: Run) -> Self {
+        Self {
+            total: run.total(),
+            run_id: run.run_id,
+            agent: run.agent,
+            status: run.status,
+            prompt: run.prompt,
+            metadata: run.metadata,
+            error: run.error,
+            created_at: run.created_at,
+            updated_at: run.updated_at,
+        }
+    }
 }
 
 /// `GET /runs/{runId}/timeline`.

@@ -59,7 +59,7 @@ pub struct AppState {
 /// The whole API.
 pub fn router(state: AppState) -> Router {
     let authed = Router::new()
-        .route("/runs", post(create_run))
+        .route("/runs", post(create_run).get(list_runs))
         .route("/runs/{run_id}", get(get_run))
         .route("/runs/{run_id}/timeline", get(get_timeline))
         .route("/runs/{run_id}/messages", post(post_message))
@@ -239,6 +239,26 @@ async fn get_run(
         timeline_next,
     })
     .into_response())
+}
+
+/// `GET /runs` without a `limit`: a page of 20 (at most `MAX_RUN_PAGE`, 100).
+const DEFAULT_RUN_PAGE: usize = 20;
+
+async fn list_runs(
+    State(s): State<AppState>,
+    Extension(Caller(owner)): Extension<Caller>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<bodies::RunList>, ApiError> {
+    let limit = match parse_num(&q, "limit")? {
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        None => DEFAULT_RUN_PAGE,
+    };
+    let cursor = q.get("cursor").map(String::as_str);
+    let (runs, next) = s.service.list_runs(&owner, cursor, limit).await?;
+    Ok(Json(bodies::RunList {
+        runs: runs.into_iter().map(bodies::RunSummary::from).collect(),
+        next_cursor: next,
+    }))
 }
 
 /// `GET /ctas` without a `limit`: a page of 50 (at most `MAX_CTA_PAGE`, 100).

@@ -10,7 +10,7 @@ use baton_core::cta::{Cta, CtaResponse};
 
 use crate::bodies::{
     AnswerAccepted, CreateRunBody, CtaList, Health, Link, LinkQuestion, MessageBody,
-    RequestAccepted, RunAccepted, RunPage, TimelinePage,
+    RequestAccepted, RunAccepted, RunList, RunPage, TimelinePage,
 };
 use crate::error::ErrorBody;
 
@@ -103,6 +103,7 @@ pub fn document(agents: &[&str]) -> Value {
     let message = schema::<MessageBody>(&mut g);
     let accepted = schema::<RequestAccepted>(&mut g);
     let ctas = schema::<CtaList>(&mut g);
+    let runs = schema::<RunList>(&mut g);
     let cta = schema::<Cta>(&mut g);
     let response = schema::<CtaResponse>(&mut g);
     let answered = schema::<AnswerAccepted>(&mut g);
@@ -116,7 +117,13 @@ pub fn document(agents: &[&str]) -> Value {
         "/runs": {"post": {"summary": "start a run", "parameters": [idem],
             "requestBody": {"required": true, "content": json_body(create)},
             "responses": ok("202", "created; its first step is queued", run_accepted,
-                &[("400", "invalid input"), ("401", "no or wrong token"), ("413", "body over 256 KiB")])}},
+                &[("400", "invalid input"), ("401", "no or wrong token"), ("413", "body over 256 KiB")])},
+            "get": {"summary": "your runs (top-level), newest first",
+            "parameters": [
+                {"name": "limit", "in": "query", "required": false,
+                 "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}},
+                {"name": "cursor", "in": "query", "required": false, "schema": {"type": "string"}}],
+            "responses": ok("200", "a page of runs; `nextCursor` when more follow", runs, &common)}},
         "/runs/{runId}": {"get": {"summary": "a run and the start of its timeline",
             "parameters": [run_id.clone()],
             "responses": ok("200", "the run", run_page, &common)}},

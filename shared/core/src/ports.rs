@@ -53,6 +53,15 @@ pub trait Store: Send + Sync {
     /// The run item alone (cheap).
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError>;
 
+    /// An owner's top-level runs, newest first, after `after` (the last of the previous
+    /// page), at most `limit`: a bounded number of reads, whatever the number of runs.
+    async fn list_runs(
+        &self,
+        owner: &str,
+        after: Option<&RunPosition>,
+        limit: usize,
+    ) -> Result<Vec<Run>, PortError>;
+
     /// The run item and its whole timeline, in seq order.
     async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError>;
 
@@ -180,6 +189,24 @@ pub struct CtaQuery {
     /// Those after this one (the last of the previous page).
     pub after: Option<CtaPosition>,
     pub limit: usize,
+}
+
+/// Where a top-level run is in the order [`Store::list_runs`] pages in: newest first.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RunPosition {
+    #[serde(rename = "t")]
+    pub created_at: DateTime<Utc>,
+    #[serde(rename = "r")]
+    pub run_id: String,
+}
+
+impl RunPosition {
+    pub fn of(run: &Run) -> Self {
+        Self {
+            created_at: run.created_at,
+            run_id: run.run_id.clone(),
+        }
+    }
 }
 
 /// Where a CTA is in the order pages are read in: by status (by name), then oldest first.

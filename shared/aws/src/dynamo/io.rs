@@ -133,6 +133,113 @@ impl DynamoStore {
         Ok(out.item)
     }
 
+    /// A run item read strongly, with its `INFO` item (`metadata`, `context`) merged in:
+    /// one query of two adjacent keys, billed as one item of their joint size.
+    pub(super) async fn get_run_item(&self, run_id: &str) -> Result<Option<Item>, PortError> {
+        Ok(self.run_items(run_id).await?.map(|(meta, _)| meta))
+    }
+
+    /// [`Self::get_run_item`] for a step, which may commit next: a run stored before runs
+    /// had an `INFO` item (its `metadata` and `context` in the run item's body, and not in
+    /// its owner's list) gets one first, once, so that the commit's leaner body loses
+    /// nothing.
+    pub(super) async fn step_run_item(&self, run_id: &str) -> Result<Option<Item>, PortError> {
+        let Some((meta, has_info)) = self.run_items(run_id).await? else {
+            return Ok(None);
+        };
+        if !has_info && let Some(info) = self.info_item(&parse_run(&meta)?.run)? {
+            Meter::count(&self.meter.dynamodb);
+            self.meter.write_units.fetch_add(
+                item_size(&info).div_ceil(1024).max(1) as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            self.client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(info))
+                .send()
+                .await
+                .map_err(|e| map_sdk_err("PutItem", e))?;
+        }
+        Ok(Some(meta))
+    }
+
+    /// The run item (with its `INFO` item's attributes merged in) and whether it has one.
+    async fn run_items(&self, run_id: &str) -> Result<Option<(Item, bool)>, PortError> {
+        let out = self
+            .range(&run_pk(run_id), INFO_SK, "META")
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| map_sdk_err("Query", e))?;
+        let items = out.items.unwrap_or_default();
+        self.count_read(items.iter().map(item_size).sum(), true);
+        let (mut meta, mut info) = (None, None);
+        for item in items {
+            match item.get("SK") {
+                Some(AttributeValue::S(sk)) if sk == "META" => meta = Some(item),
+                _ => info = Some(item),
+            }
+        }
+        let has_info = info.is_some();
+        Ok(meta.map(|mut meta| {
+            for (k, v) in info.into_iter().flatten() {
+                if k == "md" || k == "cx" {
+                    meta.insert(k, v);
+                }
+            }
+            (meta, has_info)
+        }))
+    }
+
+    /// The run items (`META`) of the partitions `pks`, eventually consistent, by partition:
+    /// `BatchGetItem`s of up to 100 keys, the keys it leaves unprocessed asked again (as
+    /// [`crate::sdk::retry_failed_entries`] does). Missing items are absent from the map.
+    pub(super) async fn get_metas(
+        &self,
+        pks: &[String],
+    ) -> Result<HashMap<String, Item>, PortError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let found = std::sync::Mutex::new(HashMap::new());
+        for chunk in pks.chunks(100) {
+            let keys: Vec<Item> = chunk
+                .iter()
+                .map(|pk| Item::from([("PK".into(), s(pk)), ("SK".into(), s("META"))]))
+                .collect();
+            crate::sdk::retry_failed_entries("BatchGetItem", keys, |keys| async {
+                let asked = KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .build()
+                    .map_err(|e| broken("build a batch get", e))?;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, asked)
+                    .send()
+                    .await
+                    .map_err(|e| map_sdk_err("BatchGetItem", e))?;
+                let items = out
+                    .responses
+                    .and_then(|mut r| r.remove(&self.table))
+                    .unwrap_or_default();
+                self.count_read(items.iter().map(item_size).sum(), false);
+                let mut found = found.lock().unwrap_or_else(|p| p.into_inner());
+                for item in items {
+                    if let Ok(pk) = get_s(&item, "PK") {
+                        found.insert(pk.to_owned(), item);
+                    }
+                }
+                Ok(out
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .map(|k| k.keys)
+                    .unwrap_or_default())
+            })
+            .await?;
+        }
+        Ok(found.into_inner().unwrap_or_else(|p| p.into_inner()))
+    }
+
     /// A query of the items of partition `pk` whose SK lies in [lo, hi].
     pub(super) fn range(&self, pk: &str, lo: &str, hi: &str) -> QueryFluentBuilder {
         self.client

@@ -64,6 +64,17 @@ pub(super) fn cta_root_pk(root_run_id: &str) -> String {
     format!("ROOT#{root_run_id}")
 }
 
+/// An owner's partition in GSI1, which lists their CTAs (`CTA#…`) and top-level runs
+/// (`RUN#…`).
+pub(super) fn owner_pk(owner: &str) -> String {
+    format!("OWNER#{owner}")
+}
+
+/// A top-level run's sort key in GSI1: by creation time (fixed width, so that it sorts).
+pub(super) fn run_gsi_sk(created_at: DateTime<Utc>, run_id: &str) -> String {
+    format!("RUN#{}#{run_id}", sweep_time(created_at))
+}
+
 /// A CTA's sort key in the indexes that list CTAs (GSI1 by owner, GSI4 by top-level run):
 /// by status, then oldest first (`CtaPosition`'s order).
 pub(super) fn cta_gsi_sk(status: CtaStatus, created_at: DateTime<Utc>, cta_id: &str) -> String {
@@ -135,10 +146,7 @@ impl DynamoStore {
             ("v".into(), n(run.version)),
             ("own".into(), s(&run.owner)),
             ("st".into(), s(run.status.as_str())),
-            (
-                "body".into(),
-                s(serde_json::to_string(run).map_err(|e| broken("encode run", e))?),
-            ),
+            ("body".into(), s(lean_body(run)?)),
         ]);
         if !outbox.is_empty() {
             item.insert(
@@ -163,6 +171,35 @@ impl DynamoStore {
         }
         item.insert("ni".into(), n(timeline_items));
         Ok(item)
+    }
+
+    /// What is written once with a run, in an item of its own (`INFO`): its `metadata` and
+    /// `context`, which the run item, rewritten at every commit and billed whole for it,
+    /// goes without (up to 4 KB + 16 KB less per step); for a top-level run, its place in
+    /// its owner's list of runs (GSI1, `RUN#<createdAt>#<runId>`, beside the owner's CTAs).
+    /// None for a subagent without either.
+    pub(super) fn info_item(&self, run: &Run) -> Result<Option<Item>, PortError> {
+        let listed = run.parent.is_none();
+        if !listed && run.metadata.is_none() && run.context.is_none() {
+            return Ok(None);
+        }
+        let mut item = Item::from([
+            ("PK".into(), s(run_pk(&run.run_id))),
+            ("SK".into(), s(INFO_SK)),
+        ]);
+        if listed {
+            item.insert("GSI1PK".into(), s(owner_pk(&run.owner)));
+            item.insert("GSI1SK".into(), s(run_gsi_sk(run.created_at, &run.run_id)));
+        }
+        for (k, v) in [("md", &run.metadata), ("cx", &run.context)] {
+            if let Some(v) = v {
+                item.insert(
+                    k.into(),
+                    s(serde_json::to_string(v).map_err(|e| broken("encode run info", e))?),
+                );
+            }
+        }
+        Ok(Some(item))
     }
 
     /// The commit's write of the run item: every attribute set afresh, the outbox and TTL
@@ -283,7 +320,7 @@ impl DynamoStore {
                 "body".into(),
                 s(serde_json::to_string(c).map_err(|e| broken("encode CTA", e))?),
             ),
-            ("GSI1PK".into(), s(format!("OWNER#{}", c.owner))),
+            ("GSI1PK".into(), s(owner_pk(&c.owner))),
             ("GSI1SK".into(), s(&sk)),
             (
                 "GSI4PK".into(),
@@ -311,9 +348,32 @@ impl DynamoStore {
     }
 }
 
+/// The run item's `SK`; its `INFO` item sorts just before it, so that one query of
+/// [`INFO_SK`, `META`] reads both.
+pub(super) const INFO_SK: &str = "INFO";
+
+/// The run as the run item keeps it: without `metadata` and `context`, which are in its
+/// `INFO` item.
+fn lean_body(run: &Run) -> Result<String, PortError> {
+    let encode = |r: &Run| serde_json::to_string(r).map_err(|e| broken("encode run", e));
+    if run.metadata.is_none() && run.context.is_none() {
+        return encode(run);
+    }
+    let mut lean = run.clone();
+    lean.metadata = None;
+    lean.context = None;
+    encode(&lean)
+}
+
+/// A run item, with its `INFO` item's attributes (`md`, `cx`) merged in when it has one.
 pub(super) fn parse_run(item: &Item) -> Result<RunRecord, PortError> {
     let mut run: Run =
         serde_json::from_str(get_s(item, "body")?).map_err(|e| broken("decode run", e))?;
+    for (k, field) in [("md", &mut run.metadata), ("cx", &mut run.context)] {
+        if let Some(AttributeValue::S(v)) = item.get(k) {
+            *field = Some(serde_json::from_str(v).map_err(|e| broken("decode run info", e))?);
+        }
+    }
     if let Some(AttributeValue::S(f)) = item.get("lerr") {
         run.last_error = Some(serde_json::from_str(f).map_err(|e| broken("decode failure", e))?);
     }

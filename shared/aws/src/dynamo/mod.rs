@@ -2,10 +2,11 @@
 //!
 //! | item | PK | SK | attributes |
 //! |---|---|---|---|
-//! | run | `RUN#<runId>` | `META` | `v` (version), `own`, `st`, `body` (the run, JSON), `ob` (outbox), `ni` (timeline items written), `ttl` |
+//! | run | `RUN#<runId>` | `META` | `v` (version), `own`, `st`, `body` (the run, JSON, without `metadata` and `context`), `ob` (outbox), `ni` (timeline items written), `ttl` |
 //! | timeline segment | `RUN#<runId>` | `T#<first seq:010>` | `n`, `b`: the entries one commit appended, deflated JSON |
 //! | resolution patch | `RUN#<runId>` | `P#<seq:010>` | `b`: an entry resolved in place (a pending result), whole |
 //! | CTA | `CTA#<ctaId>` | `META` | `st`, `own`, `body`, `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `CTA#<status>#<createdAt>#<ctaId>`, `GSI4PK` = `ROOT#<rootRunId>`, `GSI4SK` = `GSI1SK`, `ttl` |
+//! | run info | `RUN#<runId>` | `INFO` | `md` (`metadata`), `cx` (`context`); a top-level run's also `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `RUN#<createdAt>#<runId>` (its owner's list of runs). Written once with the run, read with the run item by one query of [`INFO`, `META`] |
 //! | idempotency key | `IDEM#<len>#<owner>#<key>` | `META` | `runId` |
 //!
 //! One commit is one `TransactWriteItems`, conditional on the run's version: the run item
@@ -43,13 +44,13 @@ use crate::sdk::{Meter, is_retryable_cancellation, map_sdk_err};
 use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition};
-use baton_core::ports::{Created, CtaQuery, RunRecord, Settled, Store};
+use baton_core::ports::{Created, CtaQuery, RunPosition, RunRecord, Settled, Store};
 use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
 
 type Item = HashMap<String, AttributeValue>;
 
-/// The GSI listing CTAs by owner.
+/// The GSI listing an owner's CTAs (`CTA#…`) and top-level runs (`RUN#…`, their `INFO` items).
 pub const GSI1: &str = "GSI1";
 /// The sparse GSI of runs with a parking outbox not yet performed, for the sweep.
 pub const GSI2: &str = "GSI2";
@@ -222,6 +223,9 @@ impl Store for DynamoStore {
             item.insert("GSI2SK".into(), s(sweep_sk(run.updated_at, &run.run_id)));
         }
         let mut items = vec![self.put(item, Some("attribute_not_exists(PK)"))?];
+        if let Some(info) = self.info_item(run)? {
+            items.push(self.put(info, None)?);
+        }
         for seg in segments {
             items.push(self.put(seg, None)?);
         }
@@ -259,10 +263,73 @@ impl Store for DynamoStore {
     }
 
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
-        self.get_item(run_pk(run_id))
+        self.get_run_item(run_id)
             .await?
             .map(|i| parse_run(&i))
             .transpose()
+    }
+
+    /// One query of the owner's `RUN#` keys in GSI1 (their `INFO` items, newest first),
+    /// then one `BatchGetItem` of their run items (eventually consistent: a list may lag a
+    /// step). A run whose item is gone (purged between the two) is left out.
+    async fn list_runs(
+        &self,
+        owner: &str,
+        after: Option<&RunPosition>,
+        limit: usize,
+    ) -> Result<Vec<Run>, PortError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let pk = owner_pk(owner);
+        let mut query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(GSI1)
+            .key_condition_expression("GSI1PK = :pk AND begins_with(GSI1SK, :p)")
+            .expression_attribute_values(":pk", s(&pk))
+            .expression_attribute_values(":p", s("RUN#"))
+            .scan_index_forward(false)
+            .limit(i32::try_from(limit).unwrap_or(i32::MAX));
+        if let Some(after) = after {
+            query = query.set_exclusive_start_key(Some(Item::from([
+                ("PK".into(), s(run_pk(&after.run_id))),
+                ("SK".into(), s(INFO_SK)),
+                ("GSI1PK".into(), s(&pk)),
+                (
+                    "GSI1SK".into(),
+                    s(run_gsi_sk(after.created_at, &after.run_id)),
+                ),
+            ])));
+        }
+        let mut infos = Vec::new();
+        self.query_pages("Query runs", query, |item| {
+            infos.push(item);
+            Ok(infos.len() < limit)
+        })
+        .await?;
+        let keys: Vec<String> = infos
+            .iter()
+            .filter_map(|i| get_s(i, "PK").ok().map(str::to_owned))
+            .collect();
+        let mut metas = self.get_metas(&keys).await?;
+        let mut runs = Vec::new();
+        for info in infos {
+            let Some(mut meta) = get_s(&info, "PK").ok().and_then(|pk| metas.remove(pk)) else {
+                continue;
+            };
+            for k in ["md", "cx"] {
+                if let Some(v) = info.get(k) {
+                    meta.insert(k.into(), v.clone());
+                }
+            }
+            let run = parse_run(&meta)?.run;
+            if run.owner == owner {
+                runs.push(run);
+            }
+        }
+        Ok(runs)
     }
 
     /// The run item with a strongly consistent read, the timeline with an eventually
@@ -271,7 +338,7 @@ impl Store for DynamoStore {
     /// timeline is read again, consistently.
     #[instrument(skip(self))]
     async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
-        let Some(meta) = self.get_item(run_pk(run_id)).await? else {
+        let Some(meta) = self.step_run_item(run_id).await? else {
             return Ok(None);
         };
         let rec = parse_run(&meta)?;
@@ -296,7 +363,7 @@ impl Store for DynamoStore {
         if from == 0 {
             return self.load(run_id).await;
         }
-        let Some(meta) = self.get_item(run_pk(run_id)).await? else {
+        let Some(meta) = self.step_run_item(run_id).await? else {
             return Ok(None);
         };
         let rec = parse_run(&meta)?;
@@ -316,7 +383,7 @@ impl Store for DynamoStore {
         // One read of the run item, then its window's items after it, strongly: entries of
         // a later commit are past `next_seq` (dropped); a later patch makes the step's
         // commit fail on its version, not succeed.
-        let Some(meta) = self.get_item(run_pk(run_id)).await? else {
+        let Some(meta) = self.step_run_item(run_id).await? else {
             return Ok(None);
         };
         let rec = parse_run(&meta)?;
@@ -381,6 +448,9 @@ impl Store for DynamoStore {
                 self.run_item(child, &[], segments.len())?,
                 Some("attribute_not_exists(PK)"),
             )?);
+            if let Some(info) = self.info_item(child)? {
+                items.push(self.put(info, None)?);
+            }
             for seg in segments {
                 items.push(self.put(seg, None)?);
             }
@@ -536,7 +606,7 @@ impl Store for DynamoStore {
     async fn list_ctas(&self, owner: &str, q: &CtaQuery) -> Result<Vec<Cta>, PortError> {
         let (index, pk) = match &q.root_run_id {
             Some(root) => (GSI4, cta_root_pk(root)),
-            None => (GSI1, format!("OWNER#{owner}")),
+            None => (GSI1, owner_pk(owner)),
         };
         let prefix = q
             .status

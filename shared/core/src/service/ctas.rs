@@ -18,27 +18,6 @@ pub const MAX_CTA_PAGE: usize = 100;
 /// the page's framing, a reply stays under Lambda's 6 MB.
 pub const CTA_PAGE_BYTES: usize = 4 * 1024 * 1024;
 
-/// A page's cursor as the API shows it: opaque, URL-safe.
-fn encode_cursor(p: &CtaPosition) -> String {
-    use base64::Engine;
-    let json = serde_json::to_vec(p).unwrap_or_default();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
-}
-
-/// A cursor no page gave names no page: 404, as an unknown id would.
-fn decode_cursor(cursor: &str) -> Result<CtaPosition, ServiceError> {
-    use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(cursor)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(|| {
-            ServiceError::NotFound(
-                "`cursor` names no page of CTAs: pass a page's `nextCursor`".into(),
-            )
-        })
-}
-
 /// Who answered through a one-time link, as the CTA records it.
 pub const LINK_RESPONDER: &str = "link";
 
@@ -61,7 +40,9 @@ impl Service {
                 "`limit` must be between 1 and {MAX_CTA_PAGE}"
             )));
         }
-        let mut after = cursor.map(decode_cursor).transpose()?;
+        let mut after: Option<CtaPosition> = cursor
+            .map(|c| super::decode_cursor(c, "CTAs"))
+            .transpose()?;
         // A position among another status's CTAs is before or after all of this one's.
         if let (Some(a), Some(st)) = (&after, status)
             && a.status != st
@@ -95,7 +76,7 @@ impl Service {
             ctas.truncate(fit.max(1));
         }
         let next = match ctas.last() {
-            Some(last) if more => Some(encode_cursor(&CtaPosition::of(last))),
+            Some(last) if more => Some(super::encode_cursor(&CtaPosition::of(last))),
             _ => None,
         };
         Ok((ctas, next))

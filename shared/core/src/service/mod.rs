@@ -15,6 +15,7 @@ mod thinker;
 pub use cache::{DEFAULT_CACHE_BYTES, budget_for};
 pub use consume::{Delivery, SWEEP_EVENT, Verdict};
 pub use ctas::{CTA_PAGE_BYTES, LINK_RESPONDER, MAX_CTA_PAGE};
+pub use requests::{MAX_RUN_PAGE, RUN_PAGE_BYTES};
 pub use steps::{PURGE_CHUNK, SWEEP_BUDGET};
 
 /// The bytes a JSON document takes as the body string of Lambda's reply (a JSON document
@@ -221,6 +222,30 @@ impl Service {
     pub fn deps(&self) -> &Deps {
         &self.deps
     }
+}
+
+/// A page's cursor as the API shows it: opaque, URL-safe.
+fn encode_cursor(position: &impl serde::Serialize) -> String {
+    use base64::Engine;
+    let json = serde_json::to_vec(position).unwrap_or_default();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+}
+
+/// A cursor no page gave names no page: 404, as an unknown id would.
+fn decode_cursor<T: serde::de::DeserializeOwned>(
+    cursor: &str,
+    what: &str,
+) -> Result<T, ServiceError> {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| {
+            ServiceError::NotFound(format!(
+                "`cursor` names no page of {what}: pass a page's `nextCursor`"
+            ))
+        })
 }
 
 #[cfg(test)]

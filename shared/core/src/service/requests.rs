@@ -7,13 +7,20 @@ use tracing::info;
 
 use super::{CreateRun, MAX_CONTEXT_BYTES, MAX_METADATA_BYTES, RunView, Service, ServiceError};
 use crate::message::{Effect, Input, StepMessage};
-use crate::ports::{Created, RunRecord};
+use crate::ports::{Created, RunPosition, RunRecord};
 use crate::run::{NewRun, Run};
 use crate::timeline::{Entry, EntryBody};
 
 /// Files up to this size are sent in the API's reply; larger ones, where the store can, by
 /// a short-lived URL (a 302): a Lambda reply is at most 6 MB, base64 makes a 4.5 MB file 6.
 pub const INLINE_FILE_BYTES: u64 = 1024 * 1024;
+/// The most runs one page of `list_runs` holds.
+pub const MAX_RUN_PAGE: usize = 100;
+/// The most bytes of runs one page holds, as Lambda's reply counts them (but one run: a run
+/// item is at most 400 KB): with the page's framing, a reply stays under Lambda's 6 MB. A
+/// run item is a few KB (its prompt and result are previews, its metadata at most 4 KB), so
+/// a page is far below it.
+pub const RUN_PAGE_BYTES: usize = 4 * 1024 * 1024;
 /// How long a file's URL serves it.
 pub const FILE_LINK_TTL: std::time::Duration = std::time::Duration::from_secs(300);
 
@@ -114,6 +121,45 @@ impl Service {
             Some(r) if r.run.owner == owner => Ok(r.run),
             _ => Err(ServiceError::NotFound(format!("no run `{run_id}`"))),
         }
+    }
+
+    /// A page of the owner's top-level runs, newest first: at most `limit` (up to
+    /// [`MAX_RUN_PAGE`]) and at most [`RUN_PAGE_BYTES`] of runs (but one), after `cursor` (a
+    /// previous page's `next`). Returns the page and, when more follow, the next cursor.
+    pub async fn list_runs(
+        &self,
+        owner: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Run>, Option<String>), ServiceError> {
+        if !(1..=MAX_RUN_PAGE).contains(&limit) {
+            return Err(ServiceError::Invalid(format!(
+                "`limit` must be between 1 and {MAX_RUN_PAGE}"
+            )));
+        }
+        let after: Option<RunPosition> = cursor
+            .map(|c| super::decode_cursor(c, "runs"))
+            .transpose()?;
+        let mut runs = self
+            .deps
+            .store
+            .list_runs(owner, after.as_ref(), limit + 1)
+            .await?;
+        let mut more = runs.len() > limit;
+        runs.truncate(limit);
+        let mut bytes = 0;
+        if let Some(fit) = runs.iter().position(|r| {
+            bytes += serde_json::to_vec(r).map_or(0, |b| super::enveloped_len(&b));
+            bytes > RUN_PAGE_BYTES
+        }) {
+            more = true;
+            runs.truncate(fit.max(1));
+        }
+        let next = match runs.last() {
+            Some(last) if more => Some(super::encode_cursor(&RunPosition::of(last))),
+            _ => None,
+        };
+        Ok((runs, next))
     }
 
     /// The run, its first `first` timeline entries (reading no more than that: a long

@@ -29,7 +29,7 @@ use tokio::sync::Notify;
 use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition, outbox_continues};
-use baton_core::ports::{Created, CtaQuery, RunRecord, Settled, Store};
+use baton_core::ports::{Created, CtaQuery, RunPosition, RunRecord, Settled, Store};
 use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
 
@@ -324,6 +324,33 @@ impl Store for LocalStore {
         let run_id = run_id.to_owned();
         self.read(move |c| run_row(c, &run_id)?.map(record).transpose())
             .await
+    }
+
+    async fn list_runs(
+        &self,
+        owner: &str,
+        after: Option<&RunPosition>,
+        limit: usize,
+    ) -> Result<Vec<Run>, PortError> {
+        let owner = owner.to_owned();
+        let after = after.map(|a| a.run_id.clone());
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |c| {
+            // Newest first by run_key (the order runs were created in), on `runs_by_owner`.
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT body FROM runs
+                     WHERE owner = ?1 AND json_extract(body, '$.parent') IS NULL
+                       AND (?2 IS NULL OR run_key < (SELECT run_key FROM runs WHERE run_id = ?2))
+                     ORDER BY run_key DESC LIMIT ?3",
+                )
+                .map_err(sql)?;
+            stmt.query_map(params![owner, after, limit], |r| r.get::<_, String>(0))
+                .map_err(sql)?
+                .map(|b| from_json::<Run>(&b.map_err(sql)?))
+                .collect()
+        })
+        .await
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {

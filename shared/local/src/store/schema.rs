@@ -12,6 +12,9 @@ CREATE TABLE IF NOT EXISTS runs (
     idem_key TEXT,
     UNIQUE (owner, idem_key)
 );
+-- An owner's top-level runs, newest first (what `list_runs` pages).
+CREATE INDEX IF NOT EXISTS runs_by_owner ON runs (owner, run_key)
+    WHERE json_extract(body, '$.parent') IS NULL;
 CREATE TABLE IF NOT EXISTS entries (
     run_key INTEGER NOT NULL,
     seq     INTEGER NOT NULL,
