@@ -34,7 +34,7 @@ fn quantile_ms(d: &[Duration], q: f64) -> f64 {
     (d[i].as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0
 }
 
-fn summary(mut d: Vec<Duration>) -> Value {
+pub(crate) fn summary(mut d: Vec<Duration>) -> Value {
     d.sort_unstable();
     json!({
         "count": d.len(),

@@ -5,6 +5,7 @@ mod bench;
 mod bench_aws;
 mod client;
 mod load;
+mod load_aws;
 
 /// mimalloc, not the system's: with many runs stepping on a few threads, glibc's malloc
 /// took a sixth of the CPU (`baton bench --runs 100`, docs/performance.md, "Many runs at once").
@@ -152,9 +153,18 @@ enum Command {
         #[arg(long)]
         aws: bool,
         /// Run this many runs at once through the local server's API, and report steps per
-        /// second, step latency and API latency under that load.
-        #[arg(long, conflicts_with_all = ["aws", "variant"])]
+        /// second, step latency and API latency under that load. With --aws: over AWS APIs
+        /// (the emulator at AWS_ENDPOINT_URL), through `baton dev --aws`'s API and event
+        /// source mappings, with --ctas questions waiting.
+        #[arg(long, conflicts_with = "variant")]
         runs: Option<usize>,
+        /// With --aws --runs: this many questions waiting meanwhile (loaded in bulk), which
+        /// the inbox pages through.
+        #[arg(long, requires_all = ["runs", "aws"], default_value_t = 0)]
+        ctas: usize,
+        /// With --aws --runs: the event source mappings' pollers.
+        #[arg(long, requires_all = ["runs", "aws"], default_value_t = 16)]
+        pollers: usize,
     },
 }
 
@@ -261,6 +271,8 @@ async fn main() -> ExitCode {
             variant,
             aws,
             runs,
+            ctas,
+            pollers,
         } => {
             if iterations < 2 {
                 return refuse("--iterations must be at least 2");
@@ -268,7 +280,25 @@ async fn main() -> ExitCode {
             if runs.is_some_and(|r| !(1..=10_000).contains(&r)) {
                 return refuse("--runs must be between 1 and 10000");
             }
-            let report = if let Some(runs) = runs {
+            if ctas > 100_000 {
+                return refuse("--ctas must be at most 100000");
+            }
+            if !(1..=256).contains(&pollers) {
+                return refuse("--pollers must be between 1 and 256");
+            }
+            let report = if let (Some(runs), true) = (runs, aws) {
+                let config = match config() {
+                    Ok(c) => c,
+                    Err(code) => return code,
+                };
+                let opts = load_aws::LoadAws {
+                    runs,
+                    ctas,
+                    iterations,
+                    pollers,
+                };
+                load_aws::run(opts, &config).await
+            } else if let Some(runs) = runs {
                 load::run(runs, iterations, cli.data).await
             } else if aws {
                 let config = match config() {

@@ -47,6 +47,9 @@ pub struct AwsDevServer {
     stop: watch::Sender<bool>,
     server: JoinHandle<std::io::Result<()>>,
     pump: JoinHandle<()>,
+    /// The event source mappings, for [`AwsDevServer::add_pollers`].
+    sources: crate::event_source::EventSources,
+    pollers: Vec<JoinHandle<()>>,
 }
 
 impl AwsDevServer {
@@ -100,7 +103,8 @@ impl AwsDevServer {
             };
             queues.push((source, by.clone()));
         }
-        let pump = EventSources::each(queues).duplicating(opts.duplicate);
+        let sources = EventSources::each(queues).duplicating(opts.duplicate);
+        let pump = sources.clone();
         let service = api.service;
         let steps = [orchestrator.service, subagent.service];
         let cta = cta.service;
@@ -129,6 +133,27 @@ impl AwsDevServer {
             stop,
             server,
             pump,
+            sources,
+            pollers: Vec::new(),
+        })
+    }
+
+    /// Polls each step queue with `n` more pollers, as Lambda's event source mappings scale
+    /// out with the number of message groups waiting (one poller over every queue is what
+    /// `baton dev --aws` needs; `baton bench --aws --runs` runs many runs at once).
+    pub fn add_pollers(&mut self, n: usize) {
+        for pump in self.sources.pollers_of_steps(n) {
+            self.pollers
+                .push(tokio::spawn(pump.run(self.stop.subscribe())));
+        }
+    }
+
+    /// The steps the step functions have taken so far: (warm, cold), as their caches saw
+    /// them.
+    pub fn steps_taken(&self) -> (u64, u64) {
+        self.steps.iter().fold((0, 0), |(w, c), s| {
+            let (sw, sc) = s.cache_use();
+            (w + sw, c + sc)
         })
     }
 
@@ -160,6 +185,9 @@ impl AwsDevServer {
         let _ = self.stop.send(true);
         let _ = self.server.await;
         let _ = self.pump.await;
+        for p in self.pollers {
+            let _ = p.await;
+        }
     }
 }
 

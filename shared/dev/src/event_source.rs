@@ -43,6 +43,7 @@ pub struct EventSource {
     pub visibility: Option<Duration>,
 }
 
+#[derive(Clone)]
 pub struct EventSources {
     /// Each queue with the function it feeds: that function's SQS client (Lambda's event
     /// source mapping reads with the function's role) and its service.
@@ -50,6 +51,10 @@ pub struct EventSources {
     /// The ARNs of the queues that feed [`Feeds::DeadLetters`].
     dead_letters: Vec<String>,
     duplicate: bool,
+    /// How long a receive waits for a message (SQS long polling): 0, then a short sleep
+    /// when every queue is empty, for one poller over several queues; more for a poller of
+    /// one queue among many ([`EventSources::pollers_of`]).
+    wait_seconds: i32,
 }
 
 /// The function a queue feeds.
@@ -77,7 +82,26 @@ impl EventSources {
             queues,
             dead_letters,
             duplicate: false,
+            wait_seconds: 0,
         }
+    }
+
+    /// `n` pollers of each step queue (not the dead-letter queues nor the CTA inbox), each
+    /// long-polling its one queue, as Lambda's event source mapping scales out its pollers
+    /// when many message groups wait.
+    pub fn pollers_of_steps(&self, n: usize) -> Vec<Self> {
+        let mut out = Vec::new();
+        for q in self.queues.iter().filter(|(q, _)| q.feeds == Feeds::Steps) {
+            for _ in 0..n {
+                out.push(Self {
+                    queues: vec![q.clone()],
+                    dead_letters: self.dead_letters.clone(),
+                    duplicate: self.duplicate,
+                    wait_seconds: 1,
+                });
+            }
+        }
+        out
     }
 
     /// Deliver every batch twice.
@@ -127,7 +151,7 @@ impl EventSources {
                 .receive_message()
                 .queue_url(&q.url)
                 .max_number_of_messages(10)
-                .wait_time_seconds(0)
+                .wait_time_seconds(self.wait_seconds)
                 .message_system_attribute_names(MessageSystemAttributeName::All)
                 .send()
                 .await

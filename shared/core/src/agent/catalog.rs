@@ -96,8 +96,22 @@ impl Catalog {
     }
 
     /// [`Catalog::new`] with MCP servers: `toolbox.servers` are the file's `mcpServers`,
-    /// built by `baton-tools`.
+    /// built by `baton-tools`. Every tool's schema is compiled here: one that does not
+    /// compile stops the start.
     pub fn build(
+        limits: Limits,
+        toolbox: Toolbox,
+        file: Option<AgentsFile>,
+    ) -> Result<Self, CatalogError> {
+        let catalog = Self::assemble(limits, toolbox, file)?;
+        for def in catalog.tools.values() {
+            def.check()?;
+        }
+        Ok(catalog)
+    }
+
+    /// The catalog, its tools' schemas not compiled ([`Catalog::declared`] never needs them).
+    fn assemble(
         mut limits: Limits,
         toolbox: Toolbox,
         file: Option<AgentsFile>,
@@ -165,16 +179,16 @@ impl Catalog {
         }
         let mut tools: HashMap<String, Arc<ToolDef>> = HashMap::new();
         for def in [
-            tools::spawn_subagent(&subagents)?,
-            tools::request_human_feedback()?,
-            tools::agent_orchestrate(&subagents)?,
+            tools::spawn_subagent(&subagents),
+            tools::request_human_feedback(),
+            tools::agent_orchestrate(&subagents),
         ] {
             tools.insert(def.spec.name.clone(), Arc::new(def));
         }
         let mut executable: Vec<Arc<dyn Tool>> = vec![Arc::new(tools::Echo)];
         executable.extend(toolbox.tools);
         for t in executable {
-            let def = ToolDef::from_tool(t)?;
+            let def = ToolDef::from_tool(t);
             tools.insert(def.spec.name.clone(), Arc::new(def));
         }
 
@@ -241,7 +255,7 @@ impl Catalog {
     /// check out, but no client is built; a call to one is an error saying where tools run.
     pub fn declared(file: Option<AgentsFile>) -> Result<Self, CatalogError> {
         let Some(file) = file else {
-            return Self::new(Limits::default(), vec![], None);
+            return Self::assemble(Limits::default(), Toolbox::default(), None);
         };
         let mut toolbox = Toolbox::default();
         for (name, spec) in &file.tools {
@@ -263,7 +277,7 @@ impl Catalog {
                 .servers
                 .insert(name.clone(), Arc::new(Declared::server(name)));
         }
-        Self::build(Limits::default(), toolbox, Some(file))
+        Self::assemble(Limits::default(), toolbox, Some(file))
     }
 
     /// Gives `agent` a prepare hook (see [`Prepare`]).
@@ -419,8 +433,9 @@ impl Catalog {
                 Ok(list) => {
                     let mut defs = HashMap::new();
                     for tool in list {
-                        match ToolDef::from_tool(tool) {
-                            Ok(def) => {
+                        let def = ToolDef::from_tool(tool);
+                        match def.check() {
+                            Ok(()) => {
                                 defs.insert(def.spec.name.clone(), Arc::new(def));
                             }
                             Err(e) => warn!(server = name, error = %e, "MCP tool left out"),

@@ -11,7 +11,7 @@ mod echo;
 
 pub use echo::Echo;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -214,7 +214,10 @@ pub struct ToolDef {
     pub kind: ToolKind,
     /// How long one call may take (`None`: the catalog's default).
     pub timeout: Option<Duration>,
-    validator: jsonschema::Validator,
+    /// The schema, compiled when first needed: a catalog that runs tools compiles every
+    /// schema when it is built ([`ToolDef::check`]); one that only knows tools by name (the
+    /// `api` and `cta` functions) never does, and does not link a validator.
+    validator: OnceLock<Result<jsonschema::Validator, String>>,
 }
 
 impl std::fmt::Debug for ToolDef {
@@ -234,17 +237,8 @@ pub struct SchemaError {
 }
 
 impl ToolDef {
-    pub fn new(
-        name: &str,
-        description: &str,
-        schema: Value,
-        kind: ToolKind,
-    ) -> Result<Self, SchemaError> {
-        let validator = jsonschema::validator_for(&schema).map_err(|e| SchemaError {
-            tool: name.to_owned(),
-            message: e.to_string(),
-        })?;
-        Ok(Self {
+    pub fn new(name: &str, description: &str, schema: Value, kind: ToolKind) -> Self {
+        Self {
             spec: ToolSpec {
                 name: name.into(),
                 description: description.into(),
@@ -252,26 +246,48 @@ impl ToolDef {
             },
             kind,
             timeout: None,
-            validator,
-        })
+            validator: OnceLock::new(),
+        }
     }
 
-    pub fn from_tool(tool: Arc<dyn Tool>) -> Result<Self, SchemaError> {
+    pub fn from_tool(tool: Arc<dyn Tool>) -> Self {
         let (name, description, schema) = (
             tool.name().to_owned(),
             tool.description().to_owned(),
             tool.schema(),
         );
         let timeout = tool.timeout();
-        let mut def = Self::new(&name, &description, schema, ToolKind::Exec(tool))?;
+        let mut def = Self::new(&name, &description, schema, ToolKind::Exec(tool));
         def.timeout = timeout;
-        Ok(def)
+        def
+    }
+
+    fn compiled(&self) -> &Result<jsonschema::Validator, String> {
+        self.validator.get_or_init(|| {
+            jsonschema::validator_for(&self.spec.parameters).map_err(|e| e.to_string())
+        })
+    }
+
+    /// Compiles the schema, if not yet: a schema that does not compile is an error.
+    pub fn check(&self) -> Result<(), SchemaError> {
+        match self.compiled() {
+            Ok(_) => Ok(()),
+            Err(message) => Err(SchemaError {
+                tool: self.spec.name.clone(),
+                message: message.clone(),
+            }),
+        }
     }
 
     /// Validates model-supplied arguments; the message lists every violation.
     pub fn validate(&self, input: &Value) -> Result<(), String> {
-        let errors: Vec<String> = self
-            .validator
+        let validator = self.compiled().as_ref().map_err(|e| {
+            format!(
+                "`{}` cannot be called: its schema is invalid: {e}",
+                self.spec.name
+            )
+        })?;
+        let errors: Vec<String> = validator
             .iter_errors(input)
             .map(|e| {
                 let path = e.instance_path().to_string();
@@ -295,7 +311,7 @@ impl ToolDef {
 }
 
 /// `spawn_subagent`: start a child run of one of `agents`, or continue one by its id.
-pub fn spawn_subagent(agents: &[String]) -> Result<ToolDef, SchemaError> {
+pub fn spawn_subagent(agents: &[String]) -> ToolDef {
     ToolDef::new(
         SPAWN_SUBAGENT,
         "Delegate a task to a subagent. Give `agent` and `prompt` to start one; give \
@@ -320,7 +336,7 @@ pub fn spawn_subagent(agents: &[String]) -> Result<ToolDef, SchemaError> {
 }
 
 /// `agent_orchestrate`: run a plan of agents, in sequence and in parallel (see `crate::plan`).
-pub fn agent_orchestrate(agents: &[String]) -> Result<ToolDef, SchemaError> {
+pub fn agent_orchestrate(agents: &[String]) -> ToolDef {
     ToolDef::new(
         crate::plan::AGENT_ORCHESTRATE,
         &format!(
@@ -356,7 +372,7 @@ pub fn agent_orchestrate(agents: &[String]) -> Result<ToolDef, SchemaError> {
 }
 
 /// `request_human_feedback`: ask a human a typed question and wait for the answer.
-pub fn request_human_feedback() -> Result<ToolDef, SchemaError> {
+pub fn request_human_feedback() -> ToolDef {
     let text = json!({"type": "string", "minLength": 1});
     let expires = json!({"type": "integer", "minimum": 1});
     ToolDef::new(
@@ -397,8 +413,12 @@ mod tests {
 
     #[test]
     fn schemas_validate_model_arguments() {
-        let spawn = spawn_subagent(&["explore".into(), "code".into()]).expect("compiles");
-        let feedback = request_human_feedback().expect("compiles");
+        let spawn = spawn_subagent(&["explore".into(), "code".into()]);
+        let feedback = request_human_feedback();
+        let orchestrate = agent_orchestrate(&["explore".into()]);
+        for def in [&spawn, &feedback, &orchestrate] {
+            def.check().expect("the built-in schemas compile");
+        }
         let table = [
             (&spawn, json!({"agent": "explore", "prompt": "look"}), true),
             (
@@ -449,5 +469,21 @@ mod tests {
             .validate(&json!({"agent": 3, "prompt": "x"}))
             .expect_err("invalid");
         assert!(err.contains("/agent"), "{err}");
+    }
+
+    /// A schema that does not compile is refused when checked (a catalog that runs tools
+    /// checks at start-up), and a call to its tool says why rather than passing unchecked.
+    #[test]
+    fn a_schema_that_does_not_compile_is_an_error_not_a_pass() {
+        let bad = ToolDef::new(
+            "odd",
+            "",
+            json!({"type": "no-such-type"}),
+            ToolKind::Feedback,
+        );
+        let e = bad.check().expect_err("an invalid schema");
+        assert_eq!(e.tool, "odd");
+        let refused = bad.validate(&json!({})).expect_err("not validated");
+        assert!(refused.contains("its schema is invalid"), "{refused}");
     }
 }

@@ -1,0 +1,328 @@
+//! `baton bench --aws --runs R --ctas C --iterations N`: R runs stepping at once over AWS
+//! APIs (the emulator at `AWS_ENDPOINT_URL`) while C questions wait, through `baton dev
+//! --aws`'s own API and its event source mappings.
+//!
+//! It starts the AWS host on a loopback port with `--pollers` pollers (Lambda's event source
+//! mappings scale out so), loads C pending CTAs in bulk under 100 waiting runs (the store's
+//! bulk loader: as many runs asking on an emulator would take hours), creates R runs of
+//! the scripted `bench` agent with `POST /runs`, and while they step, one client pages
+//! through the inbox (`GET /ctas?status=pending&limit=50`, following `nextCursor`, and under
+//! one run), the runs (`GET /runs?limit=50`) and single runs, as consoles would. It reports
+//! steps per second, the API's latency per route, the largest page it was given, and the
+//! AWS requests and DynamoDB units per step; it fails if a run does not complete or a page
+//! passes its bound.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use baton_aws::dynamo::DynamoStore;
+use baton_aws::provision::Names;
+use baton_aws::sdk::Meter;
+use baton_core::config::Config;
+use baton_core::cta::{Cta, CtaRequest, CtaStatus};
+use baton_core::ports::{Store, SystemClock};
+use baton_core::run::{NewRun, Run, RunStatus};
+use baton_core::timeline::{Entry, EntryBody};
+use baton_dev::{AwsDevOptions, AwsDevServer, LOCAL_OWNER};
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use crate::bench::script;
+use crate::load::summary;
+
+const TOKEN: &str = "bench";
+/// The runs the waiting CTAs are spread over.
+const WAITING_RUNS: usize = 100;
+/// The page the inbox asks for, and the most it may be given.
+const INBOX_PAGE: usize = 50;
+/// POST /runs at most this many at a time.
+const CREATING_AT_ONCE: usize = 32;
+
+pub struct LoadAws {
+    pub runs: usize,
+    pub ctas: usize,
+    pub iterations: u64,
+    pub pollers: usize,
+}
+
+pub async fn run(opts: LoadAws, config: &Config) -> anyhow::Result<String> {
+    ensure!(
+        config.sdk.endpoint.is_some(),
+        "set AWS_ENDPOINT_URL to an emulator (moto or LocalStack)"
+    );
+    let sdk = baton_aws::sdk::sdk_config(&config.sdk).await;
+    let names = Names::new(format!(
+        "load-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    ));
+    let (llm, catalog) = script(opts.iterations, None)?;
+    let mut server = AwsDevServer::start(AwsDevOptions {
+        sdk: sdk.clone(),
+        names,
+        scheduler_role_arn: "arn:aws:iam::000000000000:role/bench-scheduler".into(),
+        addr: ([127, 0, 0, 1], 0).into(),
+        token: TOKEN.into(),
+        llm: Arc::new(llm),
+        catalog,
+        clock: Arc::new(SystemClock),
+        duplicate: false,
+    })
+    .await?;
+    server.add_pollers(opts.pollers.saturating_sub(1));
+    let store = DynamoStore::new(
+        aws_sdk_dynamodb::Client::new(&sdk),
+        &server.provisioned.config.table,
+        server.provisioned.config.retention_days,
+        Meter::shared(),
+    );
+    let roots = seed_ctas(&store, opts.ctas).await?;
+
+    let url = server.url();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()?;
+    let meter_start = server.meter.snapshot();
+    let started = Instant::now();
+    let mut creating = JoinSet::new();
+    let gate = Arc::new(tokio::sync::Semaphore::new(CREATING_AT_ONCE));
+    for _ in 0..opts.runs {
+        let (client, url, gate) = (client.clone(), url.clone(), gate.clone());
+        creating.spawn(async move {
+            let _slot = gate.acquire_owned().await?;
+            create(&client, &url).await
+        });
+    }
+    let (mut ids, mut create_times) = (Vec::with_capacity(opts.runs), Vec::new());
+    while let Some(r) = creating.join_next().await {
+        let (id, t) = r??;
+        ids.push(id);
+        create_times.push(t);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let prober = tokio::spawn(probe(
+        client.clone(),
+        url.clone(),
+        Arc::new(ids.clone()),
+        roots.first().cloned(),
+        stop.clone(),
+    ));
+
+    // Every run completes: read from the store, a run at a time until it has.
+    let deadline = Instant::now() + Duration::from_secs(300 + opts.runs as u64 * opts.iterations);
+    let mut pending = ids.iter().peekable();
+    while let Some(id) = pending.peek() {
+        let run = store.get_run(id).await?.context("a run vanished")?.run;
+        if run.status.is_terminal() {
+            ensure!(
+                run.status == RunStatus::Completed,
+                "run {id} ended {:?}: {:?}",
+                run.status,
+                run.error
+            );
+            pending.next();
+            continue;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{} of {} runs had not completed after {:?}",
+            pending.len(),
+            opts.runs,
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let wall = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let probes = prober.await??;
+    let used = server.meter.snapshot();
+    let (warm, cold) = server.steps_taken();
+    let steps = warm + cold;
+    ensure!(
+        steps >= opts.runs as u64 * (opts.iterations + 1),
+        "{steps} steps for {} runs of {} iterations",
+        opts.runs,
+        opts.iterations
+    );
+    let per_step = |x: f64| (x / steps.max(1) as f64 * 100.0).round() / 100.0;
+    let requests = (used.dynamodb_requests - meter_start.dynamodb_requests)
+        + (used.sqs_requests - meter_start.sqs_requests)
+        + (used.eventbridge_requests - meter_start.eventbridge_requests)
+        + (used.scheduler_requests - meter_start.scheduler_requests);
+    let mut routes = serde_json::Map::new();
+    let mut largest = 0;
+    for (route, (times, most)) in probes {
+        largest = largest.max(most);
+        routes.insert(route, summary(times));
+    }
+    let report = json!({
+        "runs": opts.runs,
+        "iterations": opts.iterations,
+        "ctas_waiting": opts.ctas,
+        "pollers": opts.pollers,
+        "wall_s": (wall.as_secs_f64() * 1e3).round() / 1e3,
+        "steps": steps,
+        "steps_per_s": (steps as f64 / wall.as_secs_f64() * 10.0).round() / 10.0,
+        "steps_with_cached_timeline": warm,
+        "api_creates": summary(create_times),
+        "api_reads": routes,
+        "largest_inbox_page": largest,
+        // Every AWS call of every function while the runs stepped, the API's reads included.
+        "aws_requests_per_step": per_step(requests as f64),
+        "dynamodb_read_units_per_step": per_step(used.read_units - meter_start.read_units),
+        "dynamodb_write_units_per_step": per_step((used.write_units - meter_start.write_units) as f64),
+        "all_completed": true,
+    });
+    server.shutdown().await;
+    Ok(report.to_string())
+}
+
+async fn create(client: &reqwest::Client, url: &str) -> anyhow::Result<(String, Duration)> {
+    let t = Instant::now();
+    let resp = client
+        .post(format!("{url}/runs"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"prompt": "benchmark", "agent": "bench"}))
+        .send()
+        .await?;
+    let elapsed = t.elapsed();
+    let status = resp.status();
+    let body: Value = resp.json().await?;
+    ensure!(status.is_success(), "POST /runs: {status} {body}");
+    let id = body["runId"].as_str().context("POST /runs: no runId")?;
+    Ok((id.to_owned(), elapsed))
+}
+
+/// `ctas` pending CTAs of the API's owner, spread over [`WAITING_RUNS`] waiting runs
+/// (created first), loaded in bulk. Returns the runs' ids.
+async fn seed_ctas(store: &DynamoStore, ctas: usize) -> anyhow::Result<Vec<String>> {
+    if ctas == 0 {
+        return Ok(Vec::new());
+    }
+    let now = chrono::Utc::now();
+    let mut roots = Vec::new();
+    for i in 0..WAITING_RUNS.min(ctas) {
+        let mut run = Run::new(NewRun {
+            run_id: format!("run_waiting_{i:03}"),
+            agent: "bench".into(),
+            owner: LOCAL_OWNER.into(),
+            parent: None,
+            depth: 0,
+            on_expiry: Default::default(),
+            sandbox_id: None,
+            metadata: None,
+            context: None,
+            root_run_id: None,
+            now,
+        });
+        run.status = RunStatus::Waiting;
+        run.next_seq = 1;
+        run.set_prompt("waits for its questions");
+        let first = Entry {
+            seq: 0,
+            at: now,
+            body: EntryBody::User {
+                text: "waits for its questions".into(),
+                message_id: None,
+            },
+        };
+        store.create_run(&run, &[first], &[], None).await?;
+        roots.push(run);
+    }
+    let all: Vec<Cta> = (0..ctas)
+        .map(|i| {
+            let run = &roots[i % roots.len()];
+            Cta {
+                cta_id: format!("cta_load_{i:05}"),
+                run_id: run.run_id.clone(),
+                root_run_id: Some(run.run_id.clone()),
+                agent: Some(run.agent.clone()),
+                run_prompt: run.prompt.clone(),
+                tool_call_id: format!("call_{i}"),
+                owner: LOCAL_OWNER.into(),
+                request: CtaRequest::Approval {
+                    message: format!("May I go on with step {i}?"),
+                },
+                status: CtaStatus::Pending,
+                response: None,
+                gate: false,
+                gated: None,
+                created_at: now + chrono::Duration::milliseconds(i as i64),
+                expires_at: now + chrono::Duration::days(30),
+                resolved_at: None,
+                responder: None,
+                link_nonce: None,
+            }
+        })
+        .collect();
+    store.import_ctas(&all).await?;
+    Ok(roots.into_iter().map(|r| r.run_id).collect())
+}
+
+/// A route's latencies, and the most items a page of it held.
+type Probed = HashMap<String, (Vec<Duration>, usize)>;
+
+/// Reads what consoles read, one request at a time, until `stop`: the inbox page after
+/// page (starting again at the end), one run's questions, the list of runs, and single
+/// runs. Fails when a page holds more than it asked for.
+async fn probe(
+    client: reqwest::Client,
+    url: String,
+    ids: Arc<Vec<String>>,
+    root: Option<String>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<Probed> {
+    let mut out: Probed = HashMap::new();
+    let mut cursor: Option<String> = None;
+    let mut i = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        let (route, path) = match i % 4 {
+            0 => (
+                "GET /ctas?status=pending&limit=50",
+                format!(
+                    "{url}/ctas?status=pending&limit={INBOX_PAGE}{}",
+                    cursor
+                        .as_ref()
+                        .map(|c| format!("&cursor={c}"))
+                        .unwrap_or_default()
+                ),
+            ),
+            1 => match &root {
+                Some(root) => (
+                    "GET /ctas?rootRunId=…&limit=50",
+                    format!("{url}/ctas?status=pending&rootRunId={root}&limit={INBOX_PAGE}"),
+                ),
+                None => ("GET /runs?limit=50", format!("{url}/runs?limit=50")),
+            },
+            2 => ("GET /runs?limit=50", format!("{url}/runs?limit=50")),
+            _ => (
+                "GET /runs/{id}",
+                format!("{url}/runs/{}", ids[i.wrapping_mul(7919) % ids.len()]),
+            ),
+        };
+        let t = Instant::now();
+        let resp = client.get(&path).bearer_auth(TOKEN).send().await?;
+        let status = resp.status();
+        let body: Value = resp.json().await?;
+        let took = t.elapsed();
+        ensure!(status.is_success(), "GET {path}: {status} {body}");
+        let items = body["ctas"]
+            .as_array()
+            .or(body["runs"].as_array())
+            .map_or(0, Vec::len);
+        ensure!(
+            items <= INBOX_PAGE,
+            "GET {path} gave a page of {items} for a limit of {INBOX_PAGE}"
+        );
+        if i.is_multiple_of(4) {
+            cursor = body["nextCursor"].as_str().map(str::to_owned);
+        }
+        let slot = out.entry(route.to_owned()).or_default();
+        slot.0.push(took);
+        slot.1 = slot.1.max(items);
+        i += 1;
+    }
+    Ok(out)
+}
