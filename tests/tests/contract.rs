@@ -1272,6 +1272,53 @@ mod aws {
         assert!(whole_units > 100.0, "{whole_units}");
     }
 
+    /// The Lambda functions' SDK config, built from the environment Lambda gives them
+    /// without the SDK's provider chain, reaches the services with the keys it is given (a
+    /// table, queues and a bus provisioned through it, and a write and a read), and refuses,
+    /// saying what to set, when neither keys nor an emulator are there.
+    #[tokio::test]
+    async fn the_functions_sdk_config_works_from_lambdas_environment_alone() {
+        use baton_aws::sdk::{StaticKeys, lambda_sdk_config};
+        use baton_core::config::SdkEnv;
+        let aws = Emulator::start_with(None).await;
+        let env = SdkEnv {
+            endpoint: Some(aws.url.clone()),
+            function_name: Some("CtaFunction".into()),
+            ..SdkEnv::default()
+        };
+        let keys = StaticKeys {
+            access_key_id: "AKIDLAMBDA".into(),
+            secret_access_key: "secret".into(),
+            session_token: Some("token".into()),
+        };
+        let sdk = lambda_sdk_config(&env, Some(keys), Some("us-east-1".into())).unwrap();
+        let names = aws.names("lean");
+        let p = provision::ensure(&sdk, &names, "arn:aws:iam::123456789012:role/scheduler")
+            .await
+            .unwrap();
+        let store = DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            &p.config.table,
+            90,
+            Meter::shared(),
+        );
+        let (run, first) = new_run("run_lean", "lee");
+        store.create_run(&run, &first, &[], None).await.unwrap();
+        assert_eq!(store.get_run("run_lean").await.unwrap().unwrap().run, run);
+        // Without keys, an emulator's defaults; without either, a clear refusal.
+        assert!(lambda_sdk_config(&env, None, None).is_ok());
+        let bare = SdkEnv::default();
+        let e = lambda_sdk_config(&bare, None, Some("us-east-1".into())).unwrap_err();
+        assert!(e.contains("AWS_ACCESS_KEY_ID"), "{e}");
+        let keys = StaticKeys {
+            access_key_id: "a".into(),
+            secret_access_key: "b".into(),
+            session_token: None,
+        };
+        let e = lambda_sdk_config(&bare, Some(keys), None).unwrap_err();
+        assert!(e.contains("AWS_REGION"), "{e}");
+    }
+
     /// A page of an owner's runs is one query of the index and one batch read of the runs,
     /// wherever it starts, however many runs the owner has: 300 runs, pages of 50.
     #[tokio::test]

@@ -38,6 +38,70 @@ pub async fn sdk_config(env: &SdkEnv) -> aws_config::SdkConfig {
     loader.load().await
 }
 
+/// Keys a process is given in its environment, as Lambda gives a function its role's
+/// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`).
+pub struct StaticKeys {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+/// The SDK config of a Lambda function, built from what Lambda puts in its environment,
+/// without the SDK's provider chain (profiles, SSO, web identity, container and instance
+/// metadata): on Lambda the chain's first link, the environment, always answers, and the
+/// rest is code and start-up the functions do not need (`aws-config`'s loader and the STS
+/// client it links). `keys` are the function's role's (Lambda sets them for the life of the
+/// execution environment); `region` is `AWS_REGION`. With an emulator endpoint, missing keys
+/// and region default as in [`sdk_config`]. Retries (standard, 3 attempts), timeouts and
+/// the HTTPS client are the SDK clients' own defaults, the same the loader gives.
+pub fn lambda_sdk_config(
+    env: &SdkEnv,
+    keys: Option<StaticKeys>,
+    region: Option<String>,
+) -> Result<aws_config::SdkConfig, String> {
+    use aws_sdk_dynamodb::config::{Credentials, SharedCredentialsProvider};
+    let emulator = env.endpoint.is_some();
+    let keys = match keys {
+        Some(k) => k,
+        None if emulator => StaticKeys {
+            access_key_id: "test".into(),
+            secret_access_key: "test".into(),
+            session_token: None,
+        },
+        None => {
+            return Err("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set: Lambda sets                         them from the function's role (outside Lambda, set them, or                         AWS_ENDPOINT_URL for an emulator)"
+                .into());
+        }
+    };
+    let region = match region {
+        Some(r) => r,
+        None if emulator => "us-east-1".into(),
+        None => return Err("AWS_REGION is not set (Lambda sets it)".into()),
+    };
+    let credentials = Credentials::new(
+        keys.access_key_id,
+        keys.secret_access_key,
+        keys.session_token,
+        None,
+        "lambda-environment",
+    );
+    let mut config = aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new(region))
+        .credentials_provider(SharedCredentialsProvider::new(credentials));
+    if let Some(endpoint) = &env.endpoint {
+        config = config.endpoint_url(endpoint);
+    }
+    if let Some(app) = env
+        .function_name
+        .as_ref()
+        .and_then(|n| aws_config::AppName::new(n.clone()).ok())
+    {
+        config = config.app_name(app);
+    }
+    Ok(config.build())
+}
+
 /// Requests and DynamoDB capacity units, counted by the adapters.
 #[derive(Debug, Default)]
 pub struct Meter {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use baton_aws::sdk::{Meter, map_sdk_err, sdk_config};
+use baton_aws::sdk::{Meter, StaticKeys, lambda_sdk_config, map_sdk_err};
 use baton_core::agent::{Catalog, CatalogError, FileError};
 use baton_core::config::{Config, ConfigError, ModelConfig};
 use baton_core::error::PortError;
@@ -19,6 +19,8 @@ use serde_json::Value;
 pub enum InitError {
     #[error(transparent)]
     Config(#[from] ConfigError),
+    #[error("AWS: {0}")]
+    Aws(String),
     #[error("cannot read a secret from Secrets Manager ({arn})")]
     Secret {
         arn: String,
@@ -68,7 +70,17 @@ impl Runtime {
     pub async fn from_env() -> Result<Self, InitError> {
         let config = Config::from_env()?;
         config.aws()?;
-        let sdk = sdk_config(&config.sdk).await;
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let keys = match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
+            (Some(access_key_id), Some(secret_access_key)) => Some(StaticKeys {
+                access_key_id,
+                secret_access_key,
+                session_token: var("AWS_SESSION_TOKEN"),
+            }),
+            _ => None,
+        };
+        let region = var("AWS_REGION").or_else(|| var("AWS_DEFAULT_REGION"));
+        let sdk = lambda_sdk_config(&config.sdk, keys, region).map_err(InitError::Aws)?;
         Ok(Self {
             config,
             sdk,
