@@ -36,6 +36,7 @@ QUEUES = {
     "SubagentStepsQueue": "subagent-steps.fifo",
     "SubagentStepsDeadLetterQueue": "subagent-steps-dlq.fifo",
     "CtaInboxQueue": "cta-inbox", "CtaInboxDeadLetterQueue": "cta-inbox-dlq",
+    "SweepQueue": "sweep",
 }
 REFS = {
     "Table": f"{STACK}-table", "Bus": f"{STACK}-bus", "CtaScheduleGroup": f"{STACK}-ctas",

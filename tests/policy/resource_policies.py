@@ -36,7 +36,7 @@ ARNS = {
        for r in ["CtaResponseRule", "CtaExpiredRule"]},
     "SweepSchedule": f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{STACK}-SweepSchedule-ABC123",
     **{q: f"arn:aws:sqs:{REGION}:{ACCOUNT}:{STACK}-{q}"
-       for q in ["CtaInboxQueue", "StepsQueue", "SubagentStepsQueue"]},
+       for q in ["CtaInboxQueue", "StepsQueue", "SubagentStepsQueue", "SweepQueue"]},
 }
 
 
@@ -156,6 +156,7 @@ def queue_cases(template):
     mallory = f"arn:aws:iam::{ACCOUNT}:user/mallory"
     ops = f"arn:aws:iam::{ACCOUNT}:role/ops-replay"
     inbox, steps, sub = ARNS["CtaInboxQueue"], ARNS["StepsQueue"], ARNS["SubagentStepsQueue"]
+    sweep = ARNS["SweepQueue"]
 
     def user(principal, queue):
         return {"principal": principal, "aws:PrincipalArn": principal,
@@ -170,7 +171,12 @@ def queue_cases(template):
         # (QueueOperators, resource, request, decision)
         ([""], "CtaInboxQueuePolicy", rule("CtaResponseRule", inbox), "allow"),
         ([""], "CtaInboxQueuePolicy", rule("CtaExpiredRule", inbox), "allow"),
-        ([""], "CtaInboxQueuePolicy", rule("SweepSchedule", inbox), "allow"),
+        ([""], "CtaInboxQueuePolicy", rule("SweepSchedule", inbox), "deny"),
+        ([""], "SweepQueuePolicy", rule("SweepSchedule", sweep), "allow"),
+        ([""], "SweepQueuePolicy", rule("CtaResponseRule", sweep), "deny"),
+        ([""], "SweepQueuePolicy", user(mallory, sweep), "deny"),
+        ([""], "SweepQueuePolicy", user(ARNS["CtaFunctionRole"], sweep), "deny"),
+        ([ops], "SweepQueuePolicy", user(ops, sweep), same_account),
         ([""], "CtaInboxQueuePolicy", user(mallory, inbox), "deny"),
         ([""], "CtaInboxQueuePolicy", user(ARNS["ApiFunctionRole"], inbox), "deny"),
         ([""], "CtaInboxQueuePolicy", {**rule("CtaResponseRule", inbox),
