@@ -26,7 +26,8 @@ for f in "${functions[@]}"; do
 import json, sys
 r = json.loads(sys.stdin.read())
 label, secs, f = sys.argv[1:4]
-print("| {} | {} | {} | {:,} | {:,} | {} / {} |".format(
-    label, secs, f, r["bytes"], r["zip_bytes"], r["init_ms_median"], r["init_ms_p90"]))
+print("| {} | {} | {} | {:,} | {:,} | {} / {} | {} |".format(
+    label, secs, f, r["bytes"], r["zip_bytes"], r["init_ms_median"], r["init_ms_p90"],
+    r["init_peak_rss_mb"]))
 ' "$label" "$(cat "$dir/build.secs")" "$f"
 done

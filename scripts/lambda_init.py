@@ -9,7 +9,8 @@ the figure is the binary's own start-up: loading, config, SDK config, clients, c
 
     scripts/lambda_init.py BOOTSTRAP [--runs 20]
 
-Prints one JSON line: {"binary", "bytes", "zip_bytes", "init_ms_median", "init_ms_p90"}.
+Prints one JSON line: {"binary", "bytes", "zip_bytes", "init_ms_median", "init_ms_p90",
+"init_peak_rss_mb"} (the most resident memory a start took, read when it asked for work).
 """
 
 import argparse
@@ -87,7 +88,7 @@ def main():
         "BATON_DEAD_LETTER_QUEUE_ARN": "arn:aws:sqs:us-east-1:000000000000:dlq.fifo",
         "RUST_LOG": "error",
     }
-    times = []
+    times, rss = [], []
     for _ in range(args.runs):
         RuntimeApi.arrived = threading.Event()
         start = time.perf_counter()
@@ -95,6 +96,7 @@ def main():
                                 stderr=subprocess.PIPE)
         ok = RuntimeApi.arrived.wait(10)
         elapsed = (time.perf_counter() - start) * 1000
+        rss.append(peak_rss_mb(proc.pid))
         proc.kill()
         _, err = proc.communicate()
         if not ok:
@@ -108,7 +110,17 @@ def main():
         "zip_bytes": zipped(args.binary),
         "init_ms_median": round(statistics.median(times), 2),
         "init_ms_p90": round(times[int(len(times) * 0.9) - 1], 2),
+        "init_peak_rss_mb": max(rss),
     }))
+
+
+def peak_rss_mb(pid):
+    """The process's peak resident memory so far (VmHWM), in MB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
 
 
 if __name__ == "__main__":
