@@ -23,7 +23,7 @@ use crate::bench::{
     Steal, bench_dir, cache_bytes, cpu_s, disk_sync_ms, peak_rss_mb, script, verify,
 };
 
-const TOKEN: &str = "bench";
+pub(crate) const TOKEN: &str = "bench";
 
 /// The `q` quantile of `d` in milliseconds (`d` sorted).
 fn quantile_ms(d: &[Duration], q: f64) -> f64 {
@@ -45,7 +45,10 @@ pub(crate) fn summary(mut d: Vec<Duration>) -> Value {
     })
 }
 
-async fn create(client: &reqwest::Client, url: &str) -> anyhow::Result<(String, Duration)> {
+pub(crate) async fn create(
+    client: &reqwest::Client,
+    url: &str,
+) -> anyhow::Result<(String, Duration)> {
     let t = Instant::now();
     let resp = client
         .post(format!("{url}/runs"))

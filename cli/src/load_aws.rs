@@ -31,9 +31,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
 use crate::bench::script;
-use crate::load::summary;
-
-const TOKEN: &str = "bench";
+use crate::load::{TOKEN, create, summary};
 /// The runs the waiting CTAs are spread over.
 const WAITING_RUNS: usize = 100;
 /// The page the inbox asks for, and the most it may be given.
@@ -177,22 +175,6 @@ pub async fn run(opts: LoadAws, config: &Config) -> anyhow::Result<String> {
     });
     server.shutdown().await;
     Ok(report.to_string())
-}
-
-async fn create(client: &reqwest::Client, url: &str) -> anyhow::Result<(String, Duration)> {
-    let t = Instant::now();
-    let resp = client
-        .post(format!("{url}/runs"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"prompt": "benchmark", "agent": "bench"}))
-        .send()
-        .await?;
-    let elapsed = t.elapsed();
-    let status = resp.status();
-    let body: Value = resp.json().await?;
-    ensure!(status.is_success(), "POST /runs: {status} {body}");
-    let id = body["runId"].as_str().context("POST /runs: no runId")?;
-    Ok((id.to_owned(), elapsed))
 }
 
 /// `ctas` pending CTAs of the API's owner, spread over [`WAITING_RUNS`] waiting runs

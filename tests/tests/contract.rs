@@ -1190,24 +1190,43 @@ mod aws {
         }
     }
 
+    /// A table of its own on the emulator, and a store over it that meters its requests.
+    struct Table {
+        /// Bind it (`_aws`) for the table's life: the emulator stops when it is dropped.
+        _aws: Emulator,
+        p: provision::Provisioned,
+        meter: Arc<Meter>,
+        store: DynamoStore,
+        dynamo: aws_sdk_dynamodb::Client,
+    }
+
+    async fn table(prefix: &str) -> Table {
+        let aws = Emulator::start_with(None).await;
+        let sdk = aws.sdk().await;
+        let names = aws.names(prefix);
+        let p = provision::ensure(&sdk, &names, "arn:aws:iam::123456789012:role/scheduler")
+            .await
+            .unwrap();
+        let meter = Meter::shared();
+        let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+        let store = DynamoStore::new(dynamo.clone(), &p.config.table, 90, meter.clone());
+        Table {
+            _aws: aws,
+            p,
+            meter,
+            store,
+            dynamo,
+        }
+    }
+
     /// `GET /runs/{id}` and the timeline's pages read the page they return: on a run of
     /// 10,000 entries (500 segments), a page of 100 reads six segments wherever it starts,
     /// counted in requests and read units, while the whole timeline is hundreds of units.
     #[tokio::test]
     async fn a_page_of_a_10000_entry_timeline_reads_only_that_page_on_dynamodb() {
-        let aws = Emulator::start_with(None).await;
-        let sdk = aws.sdk().await;
-        let names = aws.names("pages");
-        let p = provision::ensure(&sdk, &names, "arn:aws:iam::123456789012:role/scheduler")
-            .await
-            .unwrap();
-        let meter = Meter::shared();
-        let store = DynamoStore::new(
-            aws_sdk_dynamodb::Client::new(&sdk),
-            &p.config.table,
-            90,
-            meter.clone(),
-        );
+        let Table {
+            _aws, meter, store, ..
+        } = table("pages").await;
         let (mut run, first) = new_run("run_pages", "dana");
         store.create_run(&run, &first, &[], None).await.unwrap();
         // 200 bytes that pack to about 120 (as text of a real run does, more or less).
@@ -1323,19 +1342,9 @@ mod aws {
     /// wherever it starts, however many runs the owner has: 300 runs, pages of 50.
     #[tokio::test]
     async fn a_page_of_an_owners_runs_is_two_requests_on_dynamodb() {
-        let aws = Emulator::start_with(None).await;
-        let sdk = aws.sdk().await;
-        let names = aws.names("runlist");
-        let p = provision::ensure(&sdk, &names, "arn:aws:iam::123456789012:role/scheduler")
-            .await
-            .unwrap();
-        let meter = Meter::shared();
-        let store = DynamoStore::new(
-            aws_sdk_dynamodb::Client::new(&sdk),
-            &p.config.table,
-            90,
-            meter.clone(),
-        );
+        let Table {
+            _aws, meter, store, ..
+        } = table("runlist").await;
         let at = Utc::now() - chrono::Duration::hours(1);
         for i in 0..300 {
             let (mut run, first) = new_run(&format!("run_many_{i:03}"), "nell");
@@ -1370,15 +1379,14 @@ mod aws {
     /// and every read of the run still gives them back.
     #[tokio::test]
     async fn metadata_and_context_stay_out_of_the_item_each_commit_rewrites_on_dynamodb() {
-        let aws = Emulator::start_with(None).await;
-        let sdk = aws.sdk().await;
-        let names = aws.names("info");
-        let p = provision::ensure(&sdk, &names, "arn:aws:iam::123456789012:role/scheduler")
-            .await
-            .unwrap();
-        let meter = Meter::shared();
-        let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
-        let store = DynamoStore::new(dynamo.clone(), &p.config.table, 90, meter.clone());
+        let Table {
+            _aws,
+            p,
+            meter,
+            store,
+            dynamo,
+            ..
+        } = table("info").await;
         use aws_sdk_dynamodb::types::AttributeValue::{self, S};
         let metadata = serde_json::json!({"team": "x".repeat(4_000)});
         let context = serde_json::json!({"type": "document", "text": "y".repeat(16_000)});
@@ -1570,19 +1578,9 @@ mod aws {
     /// top-level run, counted in requests and read units.
     #[tokio::test]
     async fn a_page_of_10000_pending_ctas_is_one_query_on_dynamodb() {
-        let aws = Emulator::start_with(None).await;
-        let sdk = aws.sdk().await;
-        let names = aws.names("ctapages");
-        let p = provision::ensure(&sdk, &names, "arn:aws:iam::123456789012:role/scheduler")
-            .await
-            .unwrap();
-        let meter = Meter::shared();
-        let store = DynamoStore::new(
-            aws_sdk_dynamodb::Client::new(&sdk),
-            &p.config.table,
-            90,
-            meter.clone(),
-        );
+        let Table {
+            _aws, meter, store, ..
+        } = table("ctapages").await;
         let (run, first) = new_run("run_many", "mia");
         store.create_run(&run, &first, &[], None).await.unwrap();
         let at = Utc::now() - chrono::Duration::hours(1);
