@@ -65,20 +65,7 @@ impl Service {
             limit: limit + 1,
         };
         let mut ctas = self.deps.store.list_ctas(owner, &query).await?;
-        let mut more = ctas.len() > limit;
-        ctas.truncate(limit);
-        let mut bytes = 0;
-        if let Some(fit) = ctas.iter().position(|c| {
-            bytes += serde_json::to_vec(c).map_or(0, |b| super::enveloped_len(&b));
-            bytes > CTA_PAGE_BYTES
-        }) {
-            more = true;
-            ctas.truncate(fit.max(1));
-        }
-        let next = match ctas.last() {
-            Some(last) if more => Some(super::encode_cursor(&CtaPosition::of(last))),
-            _ => None,
-        };
+        let next = super::cut_page(&mut ctas, limit, CTA_PAGE_BYTES, CtaPosition::of);
         Ok((ctas, next))
     }
 

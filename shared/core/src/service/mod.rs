@@ -224,6 +224,31 @@ impl Service {
     }
 }
 
+/// Cuts a page, read with one more item than `limit` asks, to `limit` items and to
+/// `max_bytes` of them as Lambda's reply counts them (but always one); returns the cursor
+/// of the next page (the last item's position) when more follow.
+fn cut_page<T: serde::Serialize, P: serde::Serialize>(
+    items: &mut Vec<T>,
+    limit: usize,
+    max_bytes: usize,
+    position: impl Fn(&T) -> P,
+) -> Option<String> {
+    let mut more = items.len() > limit;
+    items.truncate(limit);
+    let mut bytes = 0;
+    if let Some(fit) = items.iter().position(|item| {
+        bytes += serde_json::to_vec(item).map_or(0, |b| enveloped_len(&b));
+        bytes > max_bytes
+    }) {
+        more = true;
+        items.truncate(fit.max(1));
+    }
+    match items.last() {
+        Some(last) if more => Some(encode_cursor(&position(last))),
+        _ => None,
+    }
+}
+
 /// A page's cursor as the API shows it: opaque, URL-safe.
 fn encode_cursor(position: &impl serde::Serialize) -> String {
     use base64::Engine;

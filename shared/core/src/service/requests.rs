@@ -145,20 +145,7 @@ impl Service {
             .store
             .list_runs(owner, after.as_ref(), limit + 1)
             .await?;
-        let mut more = runs.len() > limit;
-        runs.truncate(limit);
-        let mut bytes = 0;
-        if let Some(fit) = runs.iter().position(|r| {
-            bytes += serde_json::to_vec(r).map_or(0, |b| super::enveloped_len(&b));
-            bytes > RUN_PAGE_BYTES
-        }) {
-            more = true;
-            runs.truncate(fit.max(1));
-        }
-        let next = match runs.last() {
-            Some(last) if more => Some(super::encode_cursor(&RunPosition::of(last))),
-            _ => None,
-        };
+        let next = super::cut_page(&mut runs, limit, RUN_PAGE_BYTES, RunPosition::of);
         Ok((runs, next))
     }
 
