@@ -35,6 +35,7 @@ use baton_core::timeline::Entry;
 
 mod commit;
 mod db;
+mod lists;
 mod queue;
 mod rows;
 mod schema;
@@ -332,25 +333,7 @@ impl Store for LocalStore {
         after: Option<&RunPosition>,
         limit: usize,
     ) -> Result<Vec<Run>, PortError> {
-        let owner = owner.to_owned();
-        let after = after.map(|a| a.run_id.clone());
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.read(move |c| {
-            // Newest first by run_key (the order runs were created in), on `runs_by_owner`.
-            let mut stmt = c
-                .prepare_cached(
-                    "SELECT body FROM runs
-                     WHERE owner = ?1 AND json_extract(body, '$.parent') IS NULL
-                       AND (?2 IS NULL OR run_key < (SELECT run_key FROM runs WHERE run_id = ?2))
-                     ORDER BY run_key DESC LIMIT ?3",
-                )
-                .map_err(sql)?;
-            stmt.query_map(params![owner, after, limit], |r| r.get::<_, String>(0))
-                .map_err(sql)?
-                .map(|b| from_json::<Run>(&b.map_err(sql)?))
-                .collect()
-        })
-        .await
+        self.runs_page(owner, after, limit).await
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
@@ -578,43 +561,7 @@ impl Store for LocalStore {
         .await
     }
 
-    /// By status, then in the order they were raised (rowid): a page is one indexed range
-    /// of `ctas_by_owner` or `ctas_by_root`, after the position's CTA.
     async fn list_ctas(&self, owner: &str, q: &CtaQuery) -> Result<Vec<Cta>, PortError> {
-        let owner = owner.to_owned();
-        let q = q.clone();
-        self.read(move |c| {
-            let by = if q.root_run_id.is_some() {
-                "coalesce(json_extract(body, '$.rootRunId'), json_extract(body, '$.runId')) = ?2"
-            } else {
-                "?2 IS NULL"
-            };
-            let mut stmt = c
-                .prepare_cached(&format!(
-                    "SELECT body FROM ctas WHERE owner = ?1 AND {by}
-                       AND (?3 IS NULL OR status = ?3)
-                       AND (?4 IS NULL OR status > ?4 OR (status = ?4
-                            AND rowid > (SELECT rowid FROM ctas WHERE cta_id = ?5)))
-                     ORDER BY status, rowid LIMIT ?6"
-                ))
-                .map_err(sql)?;
-            let limit = i64::try_from(q.limit).unwrap_or(i64::MAX);
-            let after = q.after.as_ref();
-            stmt.query_map(
-                params![
-                    owner,
-                    q.root_run_id,
-                    q.status.map(CtaStatus::as_str),
-                    after.map(|a| a.status.as_str()),
-                    after.map(|a| a.cta_id.as_str()),
-                    limit
-                ],
-                |r| r.get::<_, String>(0),
-            )
-            .map_err(sql)?
-            .map(|b| from_json::<Cta>(&b.map_err(sql)?))
-            .collect()
-        })
-        .await
+        self.ctas_page(owner, q).await
     }
 }

@@ -1,0 +1,78 @@
+//! The store's lists: an owner's top-level runs (newest first, on `runs_by_owner`) and CTAs
+//! (by owner or top-level run, by status then age), a page at a time.
+
+use baton_core::cta::{Cta, CtaStatus};
+use baton_core::error::PortError;
+use baton_core::ports::{CtaQuery, RunPosition};
+use baton_core::run::Run;
+
+use super::*;
+
+impl LocalStore {
+    pub(super) async fn runs_page(
+        &self,
+        owner: &str,
+        after: Option<&RunPosition>,
+        limit: usize,
+    ) -> Result<Vec<Run>, PortError> {
+        let owner = owner.to_owned();
+        let after = after.map(|a| a.run_id.clone());
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |c| {
+            // Newest first by run_key (the order runs were created in), on `runs_by_owner`.
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT body FROM runs
+                     WHERE owner = ?1 AND json_extract(body, '$.parent') IS NULL
+                       AND (?2 IS NULL OR run_key < (SELECT run_key FROM runs WHERE run_id = ?2))
+                     ORDER BY run_key DESC LIMIT ?3",
+                )
+                .map_err(sql)?;
+            stmt.query_map(params![owner, after, limit], |r| r.get::<_, String>(0))
+                .map_err(sql)?
+                .map(|b| from_json::<Run>(&b.map_err(sql)?))
+                .collect()
+        })
+        .await
+    }
+
+    /// By status, then in the order they were raised (rowid): a page is one indexed range
+    /// of `ctas_by_owner` or `ctas_by_root`, after the position's CTA.
+    pub(super) async fn ctas_page(&self, owner: &str, q: &CtaQuery) -> Result<Vec<Cta>, PortError> {
+        let owner = owner.to_owned();
+        let q = q.clone();
+        self.read(move |c| {
+            let by = if q.root_run_id.is_some() {
+                "coalesce(json_extract(body, '$.rootRunId'), json_extract(body, '$.runId')) = ?2"
+            } else {
+                "?2 IS NULL"
+            };
+            let mut stmt = c
+                .prepare_cached(&format!(
+                    "SELECT body FROM ctas WHERE owner = ?1 AND {by}
+                       AND (?3 IS NULL OR status = ?3)
+                       AND (?4 IS NULL OR status > ?4 OR (status = ?4
+                            AND rowid > (SELECT rowid FROM ctas WHERE cta_id = ?5)))
+                     ORDER BY status, rowid LIMIT ?6"
+                ))
+                .map_err(sql)?;
+            let limit = i64::try_from(q.limit).unwrap_or(i64::MAX);
+            let after = q.after.as_ref();
+            stmt.query_map(
+                params![
+                    owner,
+                    q.root_run_id,
+                    q.status.map(CtaStatus::as_str),
+                    after.map(|a| a.status.as_str()),
+                    after.map(|a| a.cta_id.as_str()),
+                    limit
+                ],
+                |r| r.get::<_, String>(0),
+            )
+            .map_err(sql)?
+            .map(|b| from_json::<Cta>(&b.map_err(sql)?))
+            .collect()
+        })
+        .await
+    }
+}
