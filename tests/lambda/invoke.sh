@@ -3,7 +3,8 @@
 # on loopback (or the emulator at BATON_TEST_AWS_ENDPOINT: tests/localstack/run.sh), invokes each with the sample events in tests/events/, and asserts the answers
 # (including a partial batch failure); then starts each function's binary with the
 # environment template.yaml gives it (tests/lambda/start_from_template.py). Needs
-# cargo-lambda and moto on PATH (.ci/run installs both). Exits non-zero on the first wrong
+# cargo-lambda and moto on PATH (.ci/run installs both); on moto, measures each function's
+# memory at its worst case (tests/lambda/memory.py). Exits non-zero on the first wrong
 # answer.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -99,3 +100,10 @@ echo "cargo lambda invoke: all passed"
 # (PublicUrl set and unset, a Bedrock model, an agents file): a variable or a secret the
 # template forgets fails its cold start here, as it would on AWS.
 python3 tests/lambda/start_from_template.py "$(target_dir)/debug" "${BATON_TEMPLATE:-template.yaml}"
+
+# Each function's most resident memory at its worst case (the largest context budget, 20
+# runs past the timeline cache, 6 MB API replies), against its MemorySize. Once, on moto.
+if [ -z "${BATON_TEST_AWS_ENDPOINT:-}" ]; then
+  MEMORY_LOG_DIR="$work" python3 tests/lambda/memory.py "$(target_dir)/debug" ||
+    { tail -20 "$work"/memory-*.log >&2; exit 1; }
+fi

@@ -168,6 +168,11 @@ pub const DEFAULT_CONTEXT_BYTES: usize = 400_000;
 /// The smallest context budget an agent may set.
 pub const MIN_CONTEXT_BYTES: usize = 1_000;
 
+/// The largest context budget an agent may set: 4,000,000 bytes, about a million tokens, the
+/// largest context window of current models. It bounds what a step holds of a run's history
+/// (and so a step function's memory, measured at this budget by `tests/lambda/memory.py`).
+pub const MAX_CONTEXT_BYTES: usize = 4_000_000;
+
 /// The longest an agent's CTAs may wait: one year, as far as EventBridge Scheduler goes.
 pub const MAX_CTA_EXPIRY_SECS: u64 = 365 * 24 * 3600;
 
@@ -208,8 +213,10 @@ pub enum CatalogError {
     },
     #[error("agent name `{0}` is not valid: use letters, digits, `-` and `_`")]
     BadName(String),
-    #[error("agent `{agent}`: contextBytes is {bytes}; it must be at least {MIN_CONTEXT_BYTES}")]
-    SmallContext { agent: String, bytes: usize },
+    #[error(
+        "agent `{agent}`: contextBytes is {bytes}; it must be from {MIN_CONTEXT_BYTES} to {MAX_CONTEXT_BYTES}"
+    )]
+    ContextBudget { agent: String, bytes: usize },
     #[error("agent `{0}`: maxIterations must be at least 1")]
     ZeroIterations(String),
     #[error(
@@ -334,9 +341,9 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
         return Err(CatalogError::ZeroWall { agent: name });
     }
     if let Some(bytes) = spec.context_bytes
-        && bytes < MIN_CONTEXT_BYTES
+        && !(MIN_CONTEXT_BYTES..=MAX_CONTEXT_BYTES).contains(&bytes)
     {
-        return Err(CatalogError::SmallContext { agent: name, bytes });
+        return Err(CatalogError::ContextBudget { agent: name, bytes });
     }
     if let Some(seconds) = spec.cta_expiry_seconds
         && !(1..=MAX_CTA_EXPIRY_SECS).contains(&seconds)

@@ -118,6 +118,14 @@ fn bad_agent_files_are_clear_start_up_errors() {
             r#"{"agents": {"a": {"tools": [], "ctaExpirySeconds": 31536001}}}"#,
             "one year",
         ),
+        (
+            r#"{"agents": {"a": {"tools": [], "contextBytes": 999}}}"#,
+            "contextBytes is 999; it must be from 1000 to 4000000",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "contextBytes": 4000001}}}"#,
+            "contextBytes is 4000001",
+        ),
     ];
     for (json, expected) in cases {
         let err = Catalog::new(Limits::default(), vec![], Some(file(json))).expect_err(json);
