@@ -198,6 +198,7 @@ async fn a_run_streams_its_timeline_live_and_resumes_from_its_cursor() {
         auth: Arc::new(BearerToken::new(TOKEN, "local")),
         streams: false,
         stop: None,
+        live: None,
     });
     let (_stop, rx) = tokio::sync::watch::channel(false);
     let (addr, _server) = baton_api::serve(app, "127.0.0.1:0".parse().unwrap(), rx)
@@ -225,6 +226,95 @@ async fn a_run_streams_its_timeline_live_and_resumes_from_its_cursor() {
 
 /// Tool calls in one reply: their run has 1,203 entries, more than a poll's page (1,000).
 const MANY: usize = 1200;
+
+const LIVE_SCRIPT: &str = r#"{"watcher": [
+  {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Look?"}}]},
+  {"text": "Checking the logs first.", "tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]},
+  {"text": "All clear: nothing failed overnight."}]}"#;
+
+/// The text of the `delta` events of `seq`, joined, and where the last of them came.
+fn streamed(seen: &[Sse], seq: u64) -> (String, Option<usize>) {
+    let mut text = String::new();
+    let mut last = None;
+    for (i, e) in seen.iter().enumerate() {
+        if e.event == "delta" && e.data["seq"] == seq {
+            text.push_str(e.data["text"].as_str().unwrap());
+            last = Some(i);
+        }
+    }
+    (text, last)
+}
+
+#[tokio::test]
+async fn a_watched_run_streams_its_reply_and_its_tools_before_they_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = json!({"agents": {"watcher": {"tools": ["request_human_feedback", "echo"]}}});
+    let h = start(dir.path(), scripted(LIVE_SCRIPT), catalog(Some(agents)), Arc::new(SystemClock)).await;
+    let run_id = h
+        .create_run(json!({"prompt": "anything overnight?", "agent": "watcher"}))
+        .await;
+    let cta = h.wait_pending(1).await[0]["ctaId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Watched from here: the run is parked, so every think after the answer is watched.
+    let mut resp = h
+        .http
+        .get(h.url(&format!("/runs/{run_id}/stream?follow=true")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let (mut buf, mut seen) = (String::new(), Vec::new());
+    read_until(&mut resp, &mut buf, &mut seen, |s| {
+        s.iter().any(|e| e.event == "run" && e.data["status"] == "waiting")
+    })
+    .await;
+    assert!(seen.iter().all(|e| e.event == "entry" || e.event == "run"));
+    h.post(&format!("/ctas/{cta}/response"), json!({"kind": "approval", "approved": true}))
+        .await;
+    read_until(&mut resp, &mut buf, &mut seen, |s| {
+        s.iter().any(|e| e.event == "run" && e.data["status"] == "completed")
+    })
+    .await;
+    let at = |pred: &dyn Fn(&Sse) -> bool| seen.iter().position(pred);
+    let entry_at = |ty: &str, text: &str| {
+        at(&|e: &Sse| e.event == "entry" && e.data["type"] == ty && e.data["text"] == text)
+            .unwrap_or_else(|| panic!("no {ty} entry {text:?}: {seen:#?}"))
+    };
+    // Each reply came word by word, at the seq its entry took, before that entry was sent.
+    for text in ["Checking the logs first.", "All clear: nothing failed overnight."] {
+        let entry = entry_at("assistant", text);
+        let seq = seen[entry].data["seq"].as_u64().unwrap();
+        let (streamed, last) = streamed(&seen, seq);
+        assert_eq!(streamed, text);
+        assert!(last.unwrap() < entry, "deltas after their entry: {seen:#?}");
+        let pieces = seen.iter().filter(|e| e.event == "delta" && e.data["seq"] == seq);
+        let attempts: std::collections::HashSet<&Value> = pieces.map(|e| &e.data["attempt"]).collect();
+        assert_eq!(attempts.len(), 1, "one attempt");
+        assert!(seen.iter().all(|e| e.event != "delta" || e.id.is_empty()), "live events carry no id");
+    }
+    // The model's tool call, as it wrote it; the call starting, then finishing, before its
+    // entry came with the result.
+    let call = at(&|e: &Sse| e.event == "tool_call_delta" && e.data["name"] == "echo").unwrap();
+    let started = at(&|e: &Sse| e.event == "tool_started").unwrap_or_else(|| panic!("no tool_started: {seen:#?}"));
+    let finished = at(&|e: &Sse| e.event == "tool_finished").expect("tool_finished");
+    let tool_entry = at(&|e: &Sse| {
+        e.event == "entry" && e.data["type"] == "tool" && e.data["name"] == "echo"
+    })
+    .unwrap_or_else(|| panic!("no echo entry: {seen:#?}"));
+    assert!(call < started && started < finished && finished < tool_entry, "{seen:#?}");
+    assert_eq!(seen[started].data["tool"], "echo");
+    assert_eq!(seen[started].data["inputPreview"], r#"{"text":"hi"}"#);
+    assert_eq!(seen[finished].data["ok"], true);
+    assert!(seen[finished].data["durationMs"].is_u64());
+    assert_eq!(seen[started].data["callId"], seen[tool_entry].data["id"]);
+    // What the step was doing, with its details.
+    let thinking = at(&|e: &Sse| e.event == "state" && e.data["state"] == "thinking").unwrap();
+    assert!(thinking < call);
+    assert_eq!(seen[thinking].data["detail"]["iteration"], 1);
+    assert_eq!(seen[thinking].data["runId"], run_id.as_str());
+}
 
 #[tokio::test]
 async fn a_finished_runs_stream_resumes_from_any_event_with_no_gap_and_no_repeat() {

@@ -18,6 +18,7 @@ async fn main() -> Result<(), lambda_http::Error> {
         auth,
         streams: false,
         stop: None,
+        live: None,
     };
     lambda_http::run(router(state)).await
 }

@@ -12,6 +12,7 @@ mod console;
 mod error;
 use bodies::{CreateRunBody, MessageBody};
 pub mod openapi;
+pub mod live;
 mod stream;
 mod wire;
 
@@ -54,6 +55,9 @@ pub struct AppState {
     /// Turns true when the server stops: open streams end, so a graceful stop never waits
     /// for a console left open.
     pub stop: Option<watch::Receiver<bool>>,
+    /// The live channel of the runs whose steps this process runs (their streams carry
+    /// deltas and tool events); `None` where steps run elsewhere (the `api` function).
+    pub live: Option<Arc<live::Hub>>,
 }
 
 /// The whole API.

@@ -8,6 +8,13 @@
 //!   changed (a pending tool result resolved). A client keeps entries by `seq`.
 //! - `run`: the run's status, state, usage and cost, whenever its version moves, once the
 //!   stream has caught up with the timeline.
+//! - Live events, on a host with a live channel ([`crate::live::Hub`]), as a step makes them
+//!   and before it commits: `delta` (a piece of the model's reply), `tool_call_delta` (a
+//!   piece of a tool call the model writes), `tool_started`, `tool_finished` and `state`
+//!   ([`baton_core::live::LiveKind`]). They carry no id (a reconnect resumes the timeline,
+//!   the record) and are never stored: the `assistant` entry that comes at their `seq`
+//!   replaces its deltas, and deltas of an `attempt` that is followed by another's are to be
+//!   dropped.
 //!
 //! Each event's id is the timeline cursor just after that event: an `entry` event's own seq
 //! when no entry at or before it may still change (a pending tool result), else the last
@@ -29,12 +36,13 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use baton_core::live::LiveEvent;
 use baton_core::run::{Run, RunStatus};
 use baton_core::service::Service;
 use baton_core::timeline::{Entry, EntryBody};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::json;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use crate::error::ErrorBody;
 use crate::{ApiError, AppState, Caller, Id, MAX_PAGE};
@@ -75,7 +83,10 @@ pub(crate) async fn stream_run(
     s.service
         .timeline(&owner, &run_id, Some(u64::MAX), 1)
         .await?;
+    // Subscribed before the first read: nothing between the two is missed.
+    let live = s.live.as_ref().map(|hub| hub.subscribe(&run_id));
     let follow = Follow {
+        live,
         stop: s.stop.clone(),
         service: s.service.clone(),
         owner,
@@ -92,6 +103,7 @@ pub(crate) async fn stream_run(
 
 /// What one open stream has sent.
 struct Follow {
+    live: Option<broadcast::Receiver<Arc<LiveEvent>>>,
     stop: Option<watch::Receiver<bool>>,
     service: Arc<Service>,
     owner: String,
@@ -119,7 +131,12 @@ fn events(follow: Follow) -> impl Stream<Item = Result<Event, Infallible>> {
                 return None;
             }
             match f.poll().await {
-                Ok(b) if b.events.is_empty() && !b.last => f.pause().await,
+                Ok(b) if b.events.is_empty() && !b.last => {
+                    let live = f.pause().await;
+                    if !live.is_empty() {
+                        return Some((stream::iter(live), Some(f)));
+                    }
+                }
                 Ok(b) => return Some((stream::iter(b.events), (!b.last).then_some(f))),
                 // The run is gone, or the store is: say so, and end the stream.
                 Err(e) => {
@@ -134,13 +151,47 @@ fn events(follow: Follow) -> impl Stream<Item = Result<Event, Infallible>> {
 }
 
 impl Follow {
-    /// Waits for the next poll, or for the server to stop.
-    async fn pause(&mut self) {
-        match &mut self.stop {
-            Some(stop) => {
-                let _ = tokio::time::timeout(POLL, stop.wait_for(|s| *s)).await;
+    /// Waits for the next poll, the server to stop, or live events (returned).
+    async fn pause(&mut self) -> Vec<Result<Event, Infallible>> {
+        let stop = async {
+            match &mut self.stop {
+                Some(stop) => {
+                    let _ = tokio::time::timeout(POLL, stop.wait_for(|s| *s)).await;
+                }
+                None => tokio::time::sleep(POLL).await,
             }
-            None => tokio::time::sleep(POLL).await,
+        };
+        let Some(live) = &mut self.live else {
+            stop.await;
+            return Vec::new();
+        };
+        let first = tokio::select! {
+            _ = stop => return Vec::new(),
+            got = live.recv() => got,
+        };
+        let mut events = Vec::new();
+        match first {
+            Ok(e) => events.push(live_event(&e)),
+            Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => self.live = None,
+        }
+        events.extend(self.pending_live());
+        events
+    }
+
+    /// The live events that came since the last look, without waiting.
+    fn pending_live(&mut self) -> Vec<Result<Event, Infallible>> {
+        let mut events = Vec::new();
+        let Some(live) = &mut self.live else {
+            return events;
+        };
+        loop {
+            match live.try_recv() {
+                Ok(e) => events.push(live_event(&e)),
+                // Missed events are in the timeline, or were only a view of a step.
+                Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+                Err(_) => return events,
+            }
         }
     }
 
@@ -158,7 +209,8 @@ impl Follow {
             .map_err(|e| e.to_string())?;
         // A full page may have more entries behind it: the run's state waits for them.
         let caught_up = entries.len() < MAX_PAGE;
-        let mut events = Vec::new();
+        // What the steps showed live came before what they committed.
+        let mut events = self.pending_live();
         // The cursor moves past each entry while none at or before it may still change;
         // each event carries the cursor as it stands once that event is in.
         let mut settled = true;
@@ -189,6 +241,13 @@ impl Follow {
             last: caught_up && at_rest && !self.keep_open,
         })
     }
+}
+
+/// A live event, named by its type.
+fn live_event(e: &LiveEvent) -> Result<Event, Infallible> {
+    let data = serde_json::to_value(e).unwrap_or_default();
+    let name = data["type"].as_str().unwrap_or("live").to_owned();
+    Ok(Event::default().event(name).data(data.to_string()))
 }
 
 /// A `run` event's data.

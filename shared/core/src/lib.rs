@@ -23,6 +23,7 @@ pub mod engine;
 pub mod error;
 pub mod failpoint;
 pub mod links;
+pub mod live;
 pub mod llm;
 pub mod message;
 pub mod plan;

@@ -68,6 +68,28 @@ pub struct ChatRequest<'a> {
     /// The run's timeline: for a model that [`Llm::reads_history`], as much of it as the
     /// agent's context budget holds ([`fit`]), else the step's window.
     pub history: &'a [Entry],
+    /// Where the reply goes as it streams, when someone watches the run: a provider that
+    /// can stream does, and still returns the whole reply. `None`: no one watches.
+    pub deltas: Option<&'a dyn Deltas>,
+}
+
+/// The receiver of a reply as it streams ([`ChatRequest::deltas`]). What it is given is a
+/// live view only: the reply `complete` returns is the record.
+pub trait Deltas: Send + Sync {
+    /// A new attempt at the call begins (the first, or a retry after a failed one): what
+    /// was streamed before belongs to an attempt that will not be the reply.
+    fn start(&self);
+    /// A piece of the reply's text.
+    fn text(&self, piece: &str);
+    /// A piece of the `index`th tool call: its id and name when they come, then its
+    /// arguments' JSON text piece by piece.
+    fn tool_call(&self, index: u32, id: Option<&str>, name: Option<&str>, arguments: &str);
+}
+
+impl std::fmt::Debug for dyn Deltas + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Deltas")
+    }
 }
 
 impl ChatRequest<'_> {

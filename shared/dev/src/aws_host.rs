@@ -107,6 +107,12 @@ impl AwsDevServer {
         let pump = sources.clone();
         let service = api.service;
         let steps = [orchestrator.service, subagent.service];
+        // The step functions' live events reach the API's streams in this process (on AWS
+        // they would go through the deployment's live channel).
+        let live = baton_api::live::Hub::new();
+        for s in &steps {
+            s.set_live(live.clone());
+        }
         let cta = cta.service;
         let (stop, stop_rx) = watch::channel(false);
         let pump = tokio::spawn(pump.run(stop_rx.clone()));
@@ -117,6 +123,7 @@ impl AwsDevServer {
             auth,
             streams: true,
             stop: Some(stop_rx.clone()),
+            live: Some(live),
         });
         let (addr, server) = baton_api::serve(app, opts.addr, stop_rx)
             .await

@@ -106,6 +106,8 @@ impl LocalServer {
         write_private(&token_path(&opts.data_dir), &token).map_err(StartError::Io)?;
         let service = local_service(&store, opts.llm, opts.catalog, opts.clock);
         service.set_cache_bytes(opts.cache_bytes);
+        let live = baton_api::live::Hub::new();
+        service.set_live(live.clone());
         let worker = Worker::new(service.clone(), store.clone(), opts.worker);
         worker.sweep().await?;
         let (stop, stop_rx) = watch::channel(false);
@@ -117,6 +119,7 @@ impl LocalServer {
             auth: auth.clone(),
             streams: true,
             stop: Some(stop_rx.clone()),
+            live: Some(live),
         })
         .merge(events_route(store.clone(), auth));
         let (addr, server) = baton_api::serve(app, opts.addr, stop_rx)

@@ -11,6 +11,7 @@ pub mod openai;
 pub mod retry;
 pub mod router;
 pub mod scripted;
+mod sse;
 #[cfg(test)]
 mod testkit;
 

@@ -159,6 +159,11 @@ impl OpenAiLlm {
             "model": req.model.unwrap_or(&self.cfg.model),
             "messages": messages,
         });
+        if req.deltas.is_some() {
+            // The usage comes in a last chunk of its own (OpenAI, vLLM, Ollama, LiteLLM).
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({"include_usage": true});
+        }
         if !req.tools.is_empty() {
             body["tools"] = req
                 .tools
@@ -207,7 +212,7 @@ struct ApiFunction {
 }
 
 #[derive(Deserialize)]
-struct ApiUsage {
+pub(super) struct ApiUsage {
     #[serde(default)]
     prompt_tokens: u64,
     #[serde(default)]
@@ -216,6 +221,19 @@ struct ApiUsage {
     total_tokens: Option<u64>,
     #[serde(default)]
     prompt_tokens_details: Option<PromptDetails>,
+}
+
+impl ApiUsage {
+    pub(super) fn into_usage(self) -> Usage {
+        Usage {
+            input_tokens: self.prompt_tokens,
+            output_tokens: self.completion_tokens,
+            total_tokens: self
+                .total_tokens
+                .unwrap_or(self.prompt_tokens + self.completion_tokens),
+            cached_input_tokens: self.prompt_tokens_details.map_or(0, |d| d.cached_tokens),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -234,14 +252,7 @@ fn parse(body: &[u8], model: &str) -> Result<LlmReply, LlmError> {
     let Some(choice) = c.choices.into_iter().next() else {
         return Err(malformed("no choices".into()));
     };
-    let usage = c.usage.map_or_else(Usage::default, |u| Usage {
-        input_tokens: u.prompt_tokens,
-        output_tokens: u.completion_tokens,
-        total_tokens: u
-            .total_tokens
-            .unwrap_or(u.prompt_tokens + u.completion_tokens),
-        cached_input_tokens: u.prompt_tokens_details.map_or(0, |d| d.cached_tokens),
-    });
+    let usage = c.usage.map_or_else(Usage::default, ApiUsage::into_usage);
     let tool_calls: Vec<ToolCall> = choice
         .message
         .tool_calls
@@ -253,10 +264,19 @@ fn parse(body: &[u8], model: &str) -> Result<LlmReply, LlmError> {
             arguments: t.function.arguments,
         })
         .collect();
-    let text = choice.message.content.filter(|t| !t.is_empty());
+    reply(choice.message.content, tool_calls, usage, model)
+}
+
+pub(super) fn reply(
+    text: Option<String>,
+    tool_calls: Vec<ToolCall>,
+    usage: Usage,
+    model: &str,
+) -> Result<LlmReply, LlmError> {
+    let text = text.filter(|t| !t.is_empty());
     if text.is_none() && tool_calls.is_empty() {
-        return Err(malformed(
-            "the message has neither content nor tool calls".into(),
+        return Err(LlmError::fatal(
+            "malformed reply from the model provider: the message has neither content nor tool calls",
         ));
     }
     Ok(LlmReply {
@@ -267,6 +287,7 @@ fn parse(body: &[u8], model: &str) -> Result<LlmReply, LlmError> {
     })
 }
 
+
 #[async_trait::async_trait]
 impl Llm for OpenAiLlm {
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
@@ -275,6 +296,9 @@ impl Llm for OpenAiLlm {
         let mut attempt = 0;
         let mut key_refreshed = false;
         loop {
+            if let Some(d) = request.deltas {
+                d.start();
+            }
             let mut rb = self.http.post(&self.url).json(&body);
             let key = self.key.read().unwrap_or_else(|e| e.into_inner()).clone();
             if let Some(key) = key {
@@ -285,6 +309,24 @@ impl Llm for OpenAiLlm {
                 String,
                 Option<Box<dyn std::error::Error + Send + Sync>>,
             ) = match rb.send().await {
+                Ok(resp) if resp.status().is_success() && request.deltas.is_some() => {
+                    let deltas = request.deltas.expect("checked");
+                    match read_stream(resp, deltas, model).await {
+                        Ok(reply) => return reply,
+                        Err(why) if attempt >= self.cfg.max_retries => {
+                            return Err(LlmError::Unavailable {
+                                message: format!("gave up after {} attempts: {why}", attempt + 1),
+                                source: None,
+                            });
+                        }
+                        Err(why) => {
+                            warn!(attempt = attempt + 1, %why, "the model's stream broke; retrying");
+                            attempt += 1;
+                            tokio::time::sleep(backoff(&self.cfg.backoff, attempt - 1)).await;
+                            continue;
+                        }
+                    }
+                }
                 Ok(resp) => {
                     let status = resp.status();
                     let hinted = retry_after(resp.headers());
@@ -344,6 +386,9 @@ impl Llm for OpenAiLlm {
     }
 }
 
+mod stream;
+use stream::read_stream;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,6 +427,7 @@ mod tests {
             system: "be brief",
             tools: &t,
             history: &h,
+            deltas: None,
         })
         .await
     }

@@ -147,6 +147,7 @@ mod tests {
                     system: "",
                     tools: &[],
                     history: &[],
+                    deltas: None,
                 };
                 models.complete(&req).await
             }

@@ -4,8 +4,12 @@
 //! agent A (from 0, per run) returns `A[i]`. A reply is `{"text": "..."}` (a final answer)
 //! or `{"tool_calls": [{"name": "...", "arguments": {...}}, ...]}`, optionally with `text`
 //! (and, as an extension, `usage`). Thinking past the end of the list is a clear error.
+//!
+//! For a watched run (a request with deltas) it streams as a provider does: the text word by
+//! word, [`ScriptedLlm::paced`] apart (by default [`STREAM_PACE`]), then each tool call.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -39,7 +43,12 @@ pub struct ScriptedLlm {
     /// The model replies are priced as when the agent names none (`BATON_MODEL` under
     /// `baton dev --script`), so a script shows what its run would cost.
     default_model: Option<String>,
+    /// The pause between streamed pieces.
+    pace: Duration,
 }
+
+/// The default pause between the pieces of a streamed scripted reply.
+pub const STREAM_PACE: Duration = Duration::from_millis(20);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScriptError {
@@ -75,7 +84,14 @@ impl ScriptedLlm {
         Ok(Self {
             script,
             default_model: None,
+            pace: STREAM_PACE,
         })
+    }
+
+    /// Streams a watched run's replies with `pace` between pieces.
+    pub fn paced(mut self, pace: Duration) -> Self {
+        self.pace = pace;
+        self
     }
 
     /// Prices replies of agents that name no model as `model`'s.
@@ -122,20 +138,33 @@ impl Llm for ScriptedLlm {
                 replies.len()
             )));
         };
+        let tool_calls: Vec<ToolCall> = reply
+            .tool_calls
+            .iter()
+            .map(|c| ToolCall {
+                id: String::new(),
+                name: c.name.clone(),
+                arguments: match &c.arguments {
+                    Value::Null => "{}".into(),
+                    v => v.to_string(),
+                },
+            })
+            .collect();
+        if let Some(deltas) = request.deltas {
+            deltas.start();
+            for piece in reply.text.iter().flat_map(|t| t.split_inclusive(' ')) {
+                deltas.text(piece);
+                tokio::time::sleep(self.pace).await;
+            }
+            for (i, c) in tool_calls.iter().enumerate() {
+                let index = u32::try_from(i).unwrap_or(u32::MAX);
+                deltas.tool_call(index, None, Some(&c.name), &c.arguments);
+                tokio::time::sleep(self.pace).await;
+            }
+        }
         Ok(LlmReply {
             text: reply.text.clone(),
-            tool_calls: reply
-                .tool_calls
-                .iter()
-                .map(|c| ToolCall {
-                    id: String::new(),
-                    name: c.name.clone(),
-                    arguments: match &c.arguments {
-                        Value::Null => "{}".into(),
-                        v => v.to_string(),
-                    },
-                })
-                .collect(),
+            tool_calls,
             usage: reply.usage.unwrap_or_default(),
             // Priced as the agent's model would be, so a script can show what a run costs.
             model: request
@@ -159,7 +188,37 @@ mod tests {
             system: "",
             tools: &[],
             history: &[],
+            deltas: None,
         }
+    }
+
+    #[tokio::test]
+    async fn a_watched_run_gets_its_reply_word_by_word_then_its_calls() {
+        let llm = ScriptedLlm::from_json(
+            r#"{"a": [{"text": "Let me look.", "tool_calls": [{"name": "echo", "arguments": {"text": "x"}}]}]}"#,
+            "t",
+        )
+        .expect("valid")
+        .paced(Duration::ZERO);
+        let seen = crate::testkit::Recorder::default();
+        let reply = llm
+            .complete(&ChatRequest {
+                deltas: Some(&seen),
+                ..request("a", 0)
+            })
+            .await
+            .expect("reply");
+        assert_eq!(reply.text.as_deref(), Some("Let me look."));
+        assert_eq!(
+            seen.lines(),
+            [
+                "start",
+                "text Let ",
+                "text me ",
+                "text look.",
+                "call 0 - echo {\"text\":\"x\"}"
+            ]
+        );
     }
 
     #[tokio::test]

@@ -66,5 +66,32 @@ pub fn request<'a>(
         system: "be brief",
         tools,
         history,
+        deltas: None,
+    }
+}
+
+/// Records what a streamed reply hands its [`baton_core::llm::Deltas`], one line a call.
+#[derive(Default)]
+pub struct Recorder(pub std::sync::Mutex<Vec<String>>);
+
+impl Recorder {
+    pub fn lines(&self) -> Vec<String> {
+        self.0.lock().expect("recorder").clone()
+    }
+}
+
+impl baton_core::llm::Deltas for Recorder {
+    fn start(&self) {
+        self.0.lock().expect("recorder").push("start".into());
+    }
+    fn text(&self, piece: &str) {
+        self.0.lock().expect("recorder").push(format!("text {piece}"));
+    }
+    fn tool_call(&self, index: u32, id: Option<&str>, name: Option<&str>, arguments: &str) {
+        self.0.lock().expect("recorder").push(format!(
+            "call {index} {} {} {arguments}",
+            id.unwrap_or("-"),
+            name.unwrap_or("-")
+        ));
     }
 }

@@ -155,6 +155,8 @@ pub struct Service {
     cold_steps: AtomicU64,
     /// One-time answer links, once the host has set them up.
     links: std::sync::OnceLock<crate::links::Links>,
+    /// The host's channel to the runs' watchers, once it has set one up.
+    live: std::sync::OnceLock<Arc<dyn crate::live::Live>>,
 }
 
 /// What `GET /runs/{id}` shows: the run and the start of its timeline.
@@ -178,6 +180,7 @@ impl Service {
             warm_steps: AtomicU64::new(0),
             cold_steps: AtomicU64::new(0),
             links: std::sync::OnceLock::new(),
+            live: std::sync::OnceLock::new(),
         }
     }
 
@@ -189,6 +192,17 @@ impl Service {
 
     pub fn links(&self) -> Option<&crate::links::Links> {
         self.links.get()
+    }
+
+    /// Sends what steps do before they commit (streamed replies, tool calls starting and
+    /// ending) to `live` (once; a second call changes nothing).
+    pub fn set_live(&self, live: Arc<dyn crate::live::Live>) {
+        let _ = self.live.set(live);
+    }
+
+    /// The live channel, if the host has one and someone may be watching `run_id`.
+    pub(crate) fn live_for(&self, run_id: &str) -> Option<&Arc<dyn crate::live::Live>> {
+        self.live.get().filter(|l| l.watched(run_id))
     }
 
     /// How many steps found their timeline cached, and how many loaded it from the store.

@@ -195,6 +195,7 @@ impl Service {
         timeline: &[Entry],
         history: &[Entry],
         think_index: u32,
+        seq: u64,
     ) -> Result<LlmReply, LlmError> {
         let agent = self
             .catalog
@@ -203,6 +204,15 @@ impl Service {
         let prepared = agent.prepared(run, timeline);
         let tools = self.catalog.specs(listed, agent, &prepared);
         let system = agent.system_prompt(run, &prepared);
+        let live = self
+            .live_for(&run.run_id)
+            .map(|l| crate::live::StepLive::new(l.clone(), &run.run_id, seq));
+        if let Some(live) = &live {
+            live.publish(crate::live::LiveKind::State {
+                state: "thinking".into(),
+                detail: serde_json::json!({"model": agent.model, "iteration": think_index}),
+            });
+        }
         let request = ChatRequest {
             run_id: &run.run_id,
             agent: &agent.name,
@@ -211,6 +221,7 @@ impl Service {
             system: &system,
             tools: &tools,
             history,
+            deltas: live.as_ref().map(|l| l as &dyn crate::llm::Deltas),
         };
         let reply = self.deps.llm.complete(&request).await;
         if let Err(LlmError::Fatal { message, .. }) = &reply {

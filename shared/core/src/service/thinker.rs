@@ -149,9 +149,15 @@ impl StepIo for Thinker<'_> {
                 message: format!("reading the run's history: {e}"),
                 source: Some(Box::new(e)),
             })?;
+        // The seq the reply's entry takes: after what the step read and what it added.
+        let seq = changed
+            .iter()
+            .chain(self.timeline.last())
+            .map(|e| e.seq + 1)
+            .fold(self.run.next_seq, u64::max);
         let reply = self
             .service
-            .think(&self.listed, self.run, self.timeline, &history, think_index)
+            .think(&self.listed, self.run, self.timeline, &history, think_index, seq)
             .await?;
         failpoint::hit("step.after_think").map_err(|e| LlmError::Unavailable {
             message: e.to_string(),
@@ -165,6 +171,18 @@ impl StepIo for Thinker<'_> {
             *self.crashed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
         }
         let catalog = &self.service.catalog;
+        let live = self
+            .service
+            .live_for(&self.run.run_id)
+            .map(|l| crate::live::StepLive::new(l.clone(), &self.run.run_id, self.run.next_seq));
+        if let Some(live) = &live {
+            live.publish(crate::live::LiveKind::ToolStarted {
+                call_id: call.call_id.clone(),
+                tool: call.tool.clone(),
+                input_preview: crate::live::preview(&call.input),
+            });
+        }
+        let started = std::time::Instant::now();
         let ctx = ToolContext::new(
             &self.run.run_id,
             &self.run.owner,
@@ -194,6 +212,14 @@ impl StepIo for Thinker<'_> {
                 call.tool
             )),
         };
+        if let Some(live) = &live {
+            live.publish(crate::live::LiveKind::ToolFinished {
+                call_id: call.call_id.clone(),
+                tool: call.tool.clone(),
+                duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                ok: result.is_ok(),
+            });
+        }
         // A crash here loses the output; the redelivered step executes the tool again.
         if let Err(e) = failpoint::hit("step.after_tool") {
             *self.crashed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
