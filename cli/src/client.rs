@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 
 use crate::{Command, refuse};
 
+mod watch;
+
 struct Api {
     http: reqwest::Client,
     base: String,
@@ -46,6 +48,8 @@ enum Failure {
     Ended,
     /// `run --wait`: the run was still going when the timeout came.
     TimedOut(String),
+    /// `watch`, `run --follow`: the run waits for a human's answer.
+    Parked,
 }
 
 impl Api {
@@ -82,24 +86,29 @@ impl Api {
             .text()
             .await
             .map_err(|e| Failure::Broken(format!("reading the answer failed: {e}")))?;
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status.is_success() {
-            return Ok(value);
+            return Ok(serde_json::from_str(&text).unwrap_or(Value::String(text)));
         }
-        let message = match &value["error"] {
-            Value::Object(e) => format!(
-                "{} ({}): {}",
-                status.as_u16(),
-                e.get("code").and_then(Value::as_str).unwrap_or("error"),
-                e.get("message").and_then(Value::as_str).unwrap_or("")
-            ),
-            _ => format!("{status}: {value}"),
-        };
-        if status.is_client_error() && status != StatusCode::REQUEST_TIMEOUT {
-            Err(Failure::Refused(message))
-        } else {
-            Err(Failure::Broken(message))
-        }
+        Err(failure(status, &text))
+    }
+}
+
+/// What a refused or failed request's answer says.
+fn failure(status: StatusCode, text: &str) -> Failure {
+    let value: Value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.into()));
+    let message = match &value["error"] {
+        Value::Object(e) => format!(
+            "{} ({}): {}",
+            status.as_u16(),
+            e.get("code").and_then(Value::as_str).unwrap_or("error"),
+            e.get("message").and_then(Value::as_str).unwrap_or("")
+        ),
+        _ => format!("{status}: {value}"),
+    };
+    if status.is_client_error() && status != StatusCode::REQUEST_TIMEOUT {
+        Failure::Refused(message)
+    } else {
+        Failure::Broken(message)
     }
 }
 
@@ -137,6 +146,7 @@ pub async fn run(
             ExitCode::FAILURE
         }
         Err(Failure::Ended) => ExitCode::from(3),
+        Err(Failure::Parked) => ExitCode::from(5),
         Err(Failure::TimedOut(m)) => {
             eprintln!("baton: {m}");
             ExitCode::from(4)
@@ -169,6 +179,7 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
             prompt,
             agent,
             wait,
+            follow,
             timeout,
             quiet,
         } => {
@@ -182,6 +193,10 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
             }
             let created = api.call(Method::POST, "/runs", Some(body)).await?;
             let run_id = created["runId"].as_str().unwrap_or_default().to_owned();
+            if follow {
+                println!("run {run_id}");
+                return watched(watch::watch(api, &run_id).await);
+            }
             if !wait {
                 print(
                     &created,
@@ -219,6 +234,7 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
+        Command::Watch { run_id } => return watched(watch::watch(api, &run_id).await),
         Command::Show { run_id } => {
             let id = seg(&run_id)?;
             let mut run = api.call(Method::GET, &format!("/runs/{id}"), None).await?;
@@ -342,6 +358,15 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
         }
     }
     Ok(())
+}
+
+/// A watch's outcome as the command's result.
+fn watched(o: Result<watch::Outcome, Failure>) -> Result<(), Failure> {
+    match o? {
+        watch::Outcome::Completed => Ok(()),
+        watch::Outcome::Ended => Err(Failure::Ended),
+        watch::Outcome::Parked => Err(Failure::Parked),
+    }
 }
 
 fn short(v: &Value, max: usize) -> String {

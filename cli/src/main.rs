@@ -100,6 +100,9 @@ enum Command {
         /// at the timeout, 2 refused, 1 unreachable.
         #[arg(long)]
         wait: bool,
+        /// Follow the run as it happens (as `baton watch` does), and exit as it does.
+        #[arg(long, conflicts_with_all = ["wait", "quiet"])]
+        follow: bool,
         /// Seconds to wait at most with --wait.
         #[arg(long, default_value_t = 300)]
         timeout: u64,
@@ -109,6 +112,12 @@ enum Command {
     },
     /// Show a run and its timeline.
     Show { run_id: String },
+    /// Follow a run as it happens: the model's reply as it streams, each tool call as it
+    /// starts and ends, the entries as they commit (behind API Gateway, which does not
+    /// stream: the entries, polled). Exit codes: 0 completed, 3 failed/expired/cancelled,
+    /// 5 waiting for a human (its questions are printed, with how to answer them), 2
+    /// refused, 1 unreachable.
+    Watch { run_id: String },
     /// List CTAs waiting for an answer (--all: every status).
     Ctas {
         #[arg(long)]

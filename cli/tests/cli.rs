@@ -180,6 +180,66 @@ fn the_cli_drives_a_run_through_a_cta_to_completion() {
 }
 
 #[test]
+fn baton_watch_follows_a_run_and_exits_with_its_outcome() {
+    let data = tempfile::tempdir().unwrap();
+    let dev = start_dev(data.path());
+    // Followed from its start: the subagents' spawns and answers, then the question, with
+    // how to answer it; exit 5 (waiting for a human).
+    let out = baton(&dev, data.path(), &["run", "Ship it", "--follow"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let text = stdout(&out);
+    let run_id = text
+        .lines()
+        .next()
+        .unwrap()
+        .strip_prefix("run ")
+        .unwrap()
+        .to_owned();
+    assert!(text.contains("> Ship it"), "{text}");
+    assert!(text.contains("spawn_subagent = "), "{text}");
+    assert!(text.contains("Proceed?"), "{text}");
+    let answer = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("answer: baton answer "))
+        .unwrap_or_else(|| panic!("no way to answer: {text}"));
+    assert!(
+        answer.ends_with("--approve | --reject [--reason TEXT]"),
+        "{answer}"
+    );
+    let cta_id = answer.split_whitespace().next().unwrap();
+
+    // Watched while it waits: it waits for a human, so the watch says so at once.
+    let parked = baton(&dev, data.path(), &["watch", &run_id]);
+    assert_eq!(parked.status.code(), Some(5), "{parked:?}");
+    assert!(stdout(&parked).contains(cta_id), "{}", stdout(&parked));
+    // Answered, then watched (whether the reply is under way or done by then): the watch
+    // shows the reply and exits 0.
+    let answered = baton(&dev, data.path(), &["answer", cta_id, "--approve"]);
+    assert!(answered.status.success(), "{answered:?}");
+    let watched = baton(&dev, data.path(), &["watch", &run_id]);
+    assert_eq!(watched.status.code(), Some(0), "{watched:?}");
+    let text = stdout(&watched);
+    assert!(text.contains("assistant: All done.\n"), "{text}");
+    assert!(text.contains("status completed"), "{text}");
+
+    // A run that fails (the script has no reply for `code`): exit 3, with why.
+    let failed = baton(
+        &dev,
+        data.path(),
+        &["run", "Fix it", "--agent", "code", "--follow"],
+    );
+    assert_eq!(failed.status.code(), Some(3), "{failed:?}");
+    assert!(
+        stdout(&failed).contains("status failed"),
+        "{}",
+        stdout(&failed)
+    );
+    // An unknown run: refused, exit 2.
+    let unknown = baton(&dev, data.path(), &["watch", "run_nope"]);
+    assert_eq!(unknown.status.code(), Some(2), "{unknown:?}");
+}
+
+#[test]
 fn bad_input_and_refused_requests_exit_with_code_2() {
     let data = tempfile::tempdir().unwrap();
     let dev = start_dev(data.path());

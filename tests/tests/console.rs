@@ -249,7 +249,13 @@ fn streamed(seen: &[Sse], seq: u64) -> (String, Option<usize>) {
 async fn a_watched_run_streams_its_reply_and_its_tools_before_they_commit() {
     let dir = tempfile::tempdir().unwrap();
     let agents = json!({"agents": {"watcher": {"tools": ["request_human_feedback", "echo"]}}});
-    let h = start(dir.path(), scripted(LIVE_SCRIPT), catalog(Some(agents)), Arc::new(SystemClock)).await;
+    let h = start(
+        dir.path(),
+        scripted(LIVE_SCRIPT),
+        catalog(Some(agents)),
+        Arc::new(SystemClock),
+    )
+    .await;
     let run_id = h
         .create_run(json!({"prompt": "anything overnight?", "agent": "watcher"}))
         .await;
@@ -267,14 +273,19 @@ async fn a_watched_run_streams_its_reply_and_its_tools_before_they_commit() {
         .unwrap();
     let (mut buf, mut seen) = (String::new(), Vec::new());
     read_until(&mut resp, &mut buf, &mut seen, |s| {
-        s.iter().any(|e| e.event == "run" && e.data["status"] == "waiting")
+        s.iter()
+            .any(|e| e.event == "run" && e.data["status"] == "waiting")
     })
     .await;
     assert!(seen.iter().all(|e| e.event == "entry" || e.event == "run"));
-    h.post(&format!("/ctas/{cta}/response"), json!({"kind": "approval", "approved": true}))
-        .await;
+    h.post(
+        &format!("/ctas/{cta}/response"),
+        json!({"kind": "approval", "approved": true}),
+    )
+    .await;
     read_until(&mut resp, &mut buf, &mut seen, |s| {
-        s.iter().any(|e| e.event == "run" && e.data["status"] == "completed")
+        s.iter()
+            .any(|e| e.event == "run" && e.data["status"] == "completed")
     })
     .await;
     let at = |pred: &dyn Fn(&Sse) -> bool| seen.iter().position(pred);
@@ -283,27 +294,39 @@ async fn a_watched_run_streams_its_reply_and_its_tools_before_they_commit() {
             .unwrap_or_else(|| panic!("no {ty} entry {text:?}: {seen:#?}"))
     };
     // Each reply came word by word, at the seq its entry took, before that entry was sent.
-    for text in ["Checking the logs first.", "All clear: nothing failed overnight."] {
+    for text in [
+        "Checking the logs first.",
+        "All clear: nothing failed overnight.",
+    ] {
         let entry = entry_at("assistant", text);
         let seq = seen[entry].data["seq"].as_u64().unwrap();
         let (streamed, last) = streamed(&seen, seq);
         assert_eq!(streamed, text);
         assert!(last.unwrap() < entry, "deltas after their entry: {seen:#?}");
-        let pieces = seen.iter().filter(|e| e.event == "delta" && e.data["seq"] == seq);
-        let attempts: std::collections::HashSet<&Value> = pieces.map(|e| &e.data["attempt"]).collect();
+        let pieces = seen
+            .iter()
+            .filter(|e| e.event == "delta" && e.data["seq"] == seq);
+        let attempts: std::collections::HashSet<&Value> =
+            pieces.map(|e| &e.data["attempt"]).collect();
         assert_eq!(attempts.len(), 1, "one attempt");
-        assert!(seen.iter().all(|e| e.event != "delta" || e.id.is_empty()), "live events carry no id");
+        assert!(
+            seen.iter().all(|e| e.event != "delta" || e.id.is_empty()),
+            "live events carry no id"
+        );
     }
     // The model's tool call, as it wrote it; the call starting, then finishing, before its
     // entry came with the result.
     let call = at(&|e: &Sse| e.event == "tool_call_delta" && e.data["name"] == "echo").unwrap();
-    let started = at(&|e: &Sse| e.event == "tool_started").unwrap_or_else(|| panic!("no tool_started: {seen:#?}"));
+    let started = at(&|e: &Sse| e.event == "tool_started")
+        .unwrap_or_else(|| panic!("no tool_started: {seen:#?}"));
     let finished = at(&|e: &Sse| e.event == "tool_finished").expect("tool_finished");
-    let tool_entry = at(&|e: &Sse| {
-        e.event == "entry" && e.data["type"] == "tool" && e.data["name"] == "echo"
-    })
-    .unwrap_or_else(|| panic!("no echo entry: {seen:#?}"));
-    assert!(call < started && started < finished && finished < tool_entry, "{seen:#?}");
+    let tool_entry =
+        at(&|e: &Sse| e.event == "entry" && e.data["type"] == "tool" && e.data["name"] == "echo")
+            .unwrap_or_else(|| panic!("no echo entry: {seen:#?}"));
+    assert!(
+        call < started && started < finished && finished < tool_entry,
+        "{seen:#?}"
+    );
     assert_eq!(seen[started].data["tool"], "echo");
     assert_eq!(seen[started].data["inputPreview"], r#"{"text":"hi"}"#);
     assert_eq!(seen[finished].data["ok"], true);

@@ -11,8 +11,8 @@ mod bodies;
 mod console;
 mod error;
 use bodies::{CreateRunBody, MessageBody};
-pub mod openapi;
 pub mod live;
+pub mod openapi;
 mod stream;
 mod wire;
 

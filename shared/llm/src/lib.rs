@@ -11,7 +11,7 @@ pub mod openai;
 pub mod retry;
 pub mod router;
 pub mod scripted;
-mod sse;
+pub mod sse;
 #[cfg(test)]
 mod testkit;
 

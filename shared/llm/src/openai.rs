@@ -287,7 +287,6 @@ pub(super) fn reply(
     })
 }
 
-
 #[async_trait::async_trait]
 impl Llm for OpenAiLlm {
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {

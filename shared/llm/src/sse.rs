@@ -1,9 +1,10 @@
 //! Server-Sent Events as model providers stream them (the OpenAI-compatible API, Anthropic's
-//! Messages API): bytes in as they arrive, whole events out.
+//! Messages API) and Baton's own API does (`GET /runs/{id}/stream`, which `baton watch`
+//! reads): bytes in as they arrive, whole events out.
 
 /// One event: its `event:` name, if any, and its `data:` lines joined by newlines.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SseEvent {
+pub struct SseEvent {
     pub event: Option<String>,
     pub data: String,
 }
@@ -11,7 +12,7 @@ pub(crate) struct SseEvent {
 /// Splits a byte stream into events (the WHATWG event-stream format: `field: value` lines,
 /// an event ending at a blank line, `:` comments, `\n`, `\r\n` or `\r` line ends).
 #[derive(Debug, Default)]
-pub(crate) struct SseReader {
+pub struct SseReader {
     line: Vec<u8>,
     /// The previous byte was a `\r` (a `\n` right after it ends nothing more).
     after_cr: bool,

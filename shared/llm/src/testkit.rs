@@ -85,7 +85,10 @@ impl baton_core::llm::Deltas for Recorder {
         self.0.lock().expect("recorder").push("start".into());
     }
     fn text(&self, piece: &str) {
-        self.0.lock().expect("recorder").push(format!("text {piece}"));
+        self.0
+            .lock()
+            .expect("recorder")
+            .push(format!("text {piece}"));
     }
     fn tool_call(&self, index: u32, id: Option<&str>, name: Option<&str>, arguments: &str) {
         self.0.lock().expect("recorder").push(format!(

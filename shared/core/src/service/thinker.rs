@@ -157,7 +157,14 @@ impl StepIo for Thinker<'_> {
             .fold(self.run.next_seq, u64::max);
         let reply = self
             .service
-            .think(&self.listed, self.run, self.timeline, &history, think_index, seq)
+            .think(
+                &self.listed,
+                self.run,
+                self.timeline,
+                &history,
+                think_index,
+                seq,
+            )
             .await?;
         failpoint::hit("step.after_think").map_err(|e| LlmError::Unavailable {
             message: e.to_string(),

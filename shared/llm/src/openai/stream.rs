@@ -186,7 +186,10 @@ mod tests {
             .set_body_string(body)
     }
 
-    async fn call(llm: &OpenAiLlm, deltas: &Recorder) -> Result<baton_core::llm::LlmReply, LlmError> {
+    async fn call(
+        llm: &OpenAiLlm,
+        deltas: &Recorder,
+    ) -> Result<baton_core::llm::LlmReply, LlmError> {
         let (h, t) = (history(), tools());
         llm.complete(&ChatRequest {
             run_id: "r",
@@ -264,7 +267,9 @@ mod tests {
             .mount(&server)
             .await;
         let seen = Recorder::default();
-        let reply = call(&client(&server, 1), &seen).await.expect("second attempt");
+        let reply = call(&client(&server, 1), &seen)
+            .await
+            .expect("second attempt");
         assert_eq!(reply.text.as_deref(), Some("Let me check."));
         let lines = seen.lines();
         let starts: Vec<usize> = (0..lines.len()).filter(|&i| lines[i] == "start").collect();
@@ -306,7 +311,9 @@ mod tests {
             .mount(&server)
             .await;
         match call(&client(&server, 3), &Recorder::default()).await {
-            Err(LlmError::Fatal { message, .. }) => assert!(message.contains("malformed"), "{message}"),
+            Err(LlmError::Fatal { message, .. }) => {
+                assert!(message.contains("malformed"), "{message}")
+            }
             other => panic!("expected Fatal, got {other:?}"),
         }
     }

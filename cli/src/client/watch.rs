@@ -1,0 +1,364 @@
+//! `baton watch <runId>` and `baton run --follow`: a run as it happens, in a terminal. The
+//! model's reply word by word as it streams, each tool call as it starts and ends, the run's
+//! entries as they commit; then the outcome. On a host that streams (`baton dev`, `baton dev
+//! --aws`) it follows `GET /runs/{id}/stream`; behind API Gateway (a 501) it polls
+//! `GET /runs/{id}/timeline?after=` and shows committed entries only.
+//!
+//! Exit codes: 0 the run completed; 3 it failed, expired or was cancelled; 5 it waits for a
+//! human's answer (the questions are printed, with how to answer them).
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::time::Duration;
+
+use baton_llm::sse::SseReader;
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+use super::{Api, Failure, render_cta, seg, short};
+
+/// How the watch ended.
+pub(super) enum Outcome {
+    Completed,
+    Ended,
+    Parked,
+}
+
+/// What the terminal shows of a run so far. Each method gives the text to print.
+#[derive(Default)]
+struct View {
+    /// The reply being streamed: its seq and attempt.
+    streaming: Option<(u64, String)>,
+    /// The text streamed of each seq's reply (its entry is not printed again when it
+    /// matches: a watcher that came mid-reply, or a retried call, gets the committed text).
+    streamed: HashMap<u64, String>,
+    /// Entries shown, by seq (a changed entry is shown again only when it settles).
+    shown: HashSet<u64>,
+}
+
+impl View {
+    /// Ends the reply being streamed, if one is.
+    fn end_reply(&mut self) -> &'static str {
+        match self.streaming.take() {
+            Some(_) => "\n",
+            None => "",
+        }
+    }
+
+    fn live(&mut self, kind: &str, e: &Value) -> String {
+        match kind {
+            "delta" => {
+                let seq = e["seq"].as_u64().unwrap_or(0);
+                let attempt = e["attempt"].as_str().unwrap_or("").to_owned();
+                let mut out = match &self.streaming {
+                    Some((s, a)) if *s == seq && *a == attempt => String::new(),
+                    Some((s, _)) if *s == seq => {
+                        self.streamed.remove(&seq);
+                        "\n[the model call is tried again]\nassistant: ".to_owned()
+                    }
+                    _ => format!("{}assistant: ", self.end_reply()),
+                };
+                let piece = e["text"].as_str().unwrap_or("");
+                self.streaming = Some((seq, attempt));
+                self.streamed.entry(seq).or_default().push_str(piece);
+                out.push_str(piece);
+                out
+            }
+            "tool_started" => format!(
+                "{}  → {} {}\n",
+                self.end_reply(),
+                e["tool"].as_str().unwrap_or("?"),
+                short(&e["inputPreview"], 100)
+            ),
+            "tool_finished" => format!(
+                "  {} {} ({} ms)\n",
+                if e["ok"] == true { "✓" } else { "✗" },
+                e["tool"].as_str().unwrap_or("?"),
+                e["durationMs"]
+            ),
+            _ => String::new(),
+        }
+    }
+
+    fn entry(&mut self, e: &Value) -> String {
+        let seq = e["seq"].as_u64().unwrap_or(0);
+        let pending = e["result"]["status"] == "pending";
+        if pending || !self.shown.insert(seq) {
+            return String::new();
+        }
+        let end = self.end_reply();
+        let line = match e["type"].as_str().unwrap_or("") {
+            "assistant" => match (e["text"].as_str(), self.streamed.remove(&seq)) {
+                (Some(t), Some(s)) if s == t => String::new(),
+                (Some(t), Some(_)) => format!("[as committed] assistant: {t}\n"),
+                (Some(t), None) => format!("assistant: {t}\n"),
+                (None, _) => String::new(),
+            },
+            "user" => format!("> {}\n", e["text"].as_str().unwrap_or("")),
+            "tool" => {
+                let r = &e["result"];
+                let what = match r["status"].as_str() {
+                    Some("success") => short(&r["output"], 100),
+                    Some(s) => format!("{s}: {}", short(&r["error"], 100)),
+                    None => String::new(),
+                };
+                format!("  {} = {what}\n", e["name"].as_str().unwrap_or("?"))
+            }
+            "notice" | "error" => format!(
+                "[{}] {}\n",
+                e["code"].as_str().unwrap_or(""),
+                e["message"].as_str().unwrap_or("")
+            ),
+            _ => String::new(),
+        };
+        format!("{end}{line}")
+    }
+}
+
+/// Prints `text` at once (a reply comes piece by piece).
+fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+/// The outcome a run's state means, if it is one.
+fn outcome(run: &Value) -> Option<Outcome> {
+    let parked = run["state"] == "waiting_on_user"
+        || run["waitingCtas"].as_array().is_some_and(|c| !c.is_empty());
+    match run["status"].as_str().unwrap_or("") {
+        "completed" => Some(Outcome::Completed),
+        "waiting" if parked => Some(Outcome::Parked),
+        "queued" | "running" | "waiting" => None,
+        _ => Some(Outcome::Ended),
+    }
+}
+
+/// Follows `run_id` until it completes, ends otherwise, or waits for a human.
+pub(super) async fn watch(api: &Api, run_id: &str) -> Result<Outcome, Failure> {
+    let id = seg(run_id)?;
+    // A stream stays open as long as the run goes: no overall timeout.
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| Failure::Broken(format!("cannot build an HTTP client: {e}")))?;
+    let url = format!(
+        "{}/runs/{id}/stream?follow=true",
+        api.base.trim_end_matches('/')
+    );
+    let mut rb = http.get(&url).header("accept", "text/event-stream");
+    if let Some(t) = api.token.get() {
+        rb = rb.bearer_auth(t);
+    }
+    let mut resp = rb
+        .send()
+        .await
+        .map_err(|e| Failure::Broken(format!("cannot reach {url}: {e}")))?;
+    let mut view = View::default();
+    if resp.status() == StatusCode::NOT_IMPLEMENTED {
+        return poll(api, id, &mut view).await;
+    }
+    if !resp.status().is_success() {
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        return Err(super::failure(status, &text));
+    }
+    let mut reader = SseReader::default();
+    loop {
+        let chunk = resp
+            .chunk()
+            .await
+            .map_err(|e| Failure::Broken(format!("the stream broke: {e}")))?;
+        let Some(bytes) = chunk else {
+            return Err(Failure::Broken("the server ended the stream".into()));
+        };
+        for event in reader.push(&bytes) {
+            let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
+                continue;
+            };
+            match event.event.as_deref().unwrap_or("") {
+                "entry" => emit(&view.entry(&data)),
+                "run" => {
+                    if let Some(o) = outcome(&data)
+                        && let Some(o) = finish(api, &mut view, id, o).await?
+                    {
+                        return Ok(o);
+                    }
+                }
+                "error" => {
+                    return Err(Failure::Broken(format!(
+                        "the stream ended: {}",
+                        data["error"]["message"].as_str().unwrap_or("")
+                    )));
+                }
+                kind => emit(&view.live(kind, &data)),
+            }
+        }
+    }
+}
+
+/// Without a stream: the committed entries, polled.
+async fn poll(api: &Api, id: &str, view: &mut View) -> Result<Outcome, Failure> {
+    let mut after: Option<u64> = None;
+    loop {
+        let path = match after {
+            Some(a) => format!("/runs/{id}/timeline?after={a}"),
+            None => format!("/runs/{id}/timeline"),
+        };
+        let page = api.call(Method::GET, &path, None).await?;
+        // The cursor stops before a result still pending (it is read again).
+        let mut settled = true;
+        for e in page["entries"].as_array().into_iter().flatten() {
+            emit(&view.entry(e));
+            settled &= e["result"]["status"] != "pending";
+            if settled {
+                after = e["seq"].as_u64().or(after);
+            }
+        }
+        let full = page["entries"].as_array().is_some_and(|e| e.len() >= 1000);
+        if !full {
+            let run = api.call(Method::GET, &format!("/runs/{id}"), None).await?;
+            if let Some(o) = outcome(&run)
+                && let Some(o) = finish(api, view, id, o).await?
+            {
+                return Ok(o);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// Prints the outcome (and the questions a parked run waits on). `None`: not parked after
+/// all (its questions were answered since; the run is about to go on).
+async fn finish(
+    api: &Api,
+    view: &mut View,
+    id: &str,
+    o: Outcome,
+) -> Result<Option<Outcome>, Failure> {
+    let mut questions = String::new();
+    if let Outcome::Parked = o {
+        let ctas = api
+            .call(
+                Method::GET,
+                &format!("/ctas?status=pending&rootRunId={id}"),
+                None,
+            )
+            .await?;
+        let pending = ctas["ctas"].as_array().map_or(&[][..], Vec::as_slice);
+        if pending.is_empty() {
+            return Ok(None);
+        }
+        for c in pending {
+            let how = match c["kind"].as_str() {
+                Some("approval") => "--approve | --reject [--reason TEXT]",
+                Some("choice") => "--choice ID",
+                _ => "--text TEXT",
+            };
+            questions.push_str(&format!(
+                "{}\n  answer: baton answer {} {how}\n",
+                render_cta(c),
+                c["ctaId"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    let run = api.call(Method::GET, &format!("/runs/{id}"), None).await?;
+    let summary = super::render_run(&run);
+    let first = summary.lines().next().unwrap_or_default();
+    emit(&format!("{}{first}\n{questions}", view.end_reply()));
+    Ok(Some(o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn delta(seq: u64, attempt: &str, text: &str) -> Value {
+        json!({"seq": seq, "attempt": attempt, "text": text})
+    }
+
+    fn assistant(seq: u64, text: &str) -> Value {
+        json!({"seq": seq, "type": "assistant", "text": text})
+    }
+
+    #[test]
+    fn a_streamed_reply_is_printed_once_and_the_committed_text_wins() {
+        let mut v = View::default();
+        let mut out = String::new();
+        out += &v.live("delta", &delta(3, "a.1", "Let me "));
+        out += &v.live("delta", &delta(3, "a.1", "look."));
+        out += &v.entry(&assistant(3, "Let me look."));
+        assert_eq!(out, "assistant: Let me look.\n");
+        // Joined mid-reply: what streamed is followed by the reply as committed.
+        out.clear();
+        out += &v.live("delta", &delta(5, "b.1", "done."));
+        out += &v.entry(&assistant(5, "All done."));
+        assert_eq!(
+            out,
+            "assistant: done.\n[as committed] assistant: All done.\n"
+        );
+        // A call tried again starts its text over.
+        out.clear();
+        out += &v.live("delta", &delta(7, "c.1", "Hal"));
+        out += &v.live("delta", &delta(7, "c.2", "Hello."));
+        out += &v.entry(&assistant(7, "Hello."));
+        assert_eq!(
+            out,
+            "assistant: Hal\n[the model call is tried again]\nassistant: Hello.\n"
+        );
+        // An entry sent again (it changed) is not printed twice; a pending one waits.
+        assert_eq!(v.entry(&assistant(7, "Hello.")), "");
+        let pending =
+            json!({"seq": 8, "type": "tool", "name": "echo", "result": {"status": "pending"}});
+        assert_eq!(v.entry(&pending), "");
+        let done = json!({"seq": 8, "type": "tool", "name": "echo", "result": {"status": "success", "output": "hi"}});
+        assert_eq!(v.entry(&done), "  echo = hi\n");
+    }
+
+    #[test]
+    fn a_tool_is_shown_starting_and_finishing() {
+        let mut v = View::default();
+        let mut out = v.live("delta", &delta(1, "a.1", "Checking."));
+        out += &v.live(
+            "tool_started",
+            &json!({"tool": "echo", "inputPreview": "{\"text\":\"hi\"}"}),
+        );
+        out += &v.live(
+            "tool_finished",
+            &json!({"tool": "echo", "ok": true, "durationMs": 12}),
+        );
+        assert_eq!(
+            out,
+            "assistant: Checking.\n  → echo {\"text\":\"hi\"}\n  ✓ echo (12 ms)\n"
+        );
+    }
+
+    #[test]
+    fn outcomes_by_status_and_state() {
+        let o = |v: Value| match outcome(&v) {
+            Some(Outcome::Completed) => "completed",
+            Some(Outcome::Ended) => "ended",
+            Some(Outcome::Parked) => "parked",
+            None => "going",
+        };
+        assert_eq!(o(json!({"status": "completed"})), "completed");
+        assert_eq!(o(json!({"status": "failed"})), "ended");
+        assert_eq!(o(json!({"status": "cancelled"})), "ended");
+        assert_eq!(o(json!({"status": "running"})), "going");
+        assert_eq!(
+            o(json!({"status": "waiting", "state": "waiting_on_subagents"})),
+            "going"
+        );
+        assert_eq!(
+            o(json!({"status": "waiting", "state": "waiting_on_user"})),
+            "parked"
+        );
+        assert_eq!(
+            o(
+                json!({"status": "waiting", "state": "waiting_on_subagents", "waitingCtas": [{"ctaId": "c"}]})
+            ),
+            "parked"
+        );
+    }
+}
