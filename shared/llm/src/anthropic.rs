@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::retry::{Attempt, Backoff, describe, retry_after, with_retries};
 use baton_core::config::ModelConfig;
-use baton_core::llm::{ChatMessage, ChatRequest, Llm, LlmError, LlmReply, ToolCall};
+use baton_core::llm::{ChatMessage, ChatRequest, Deltas, Llm, LlmError, LlmReply, ToolCall};
 use baton_core::run::Usage;
 
 /// The API version Baton speaks.
@@ -129,7 +129,15 @@ impl AnthropicLlm {
         body
     }
 
-    async fn attempt(&self, body: &Value, model: &str) -> Attempt<LlmReply> {
+    async fn attempt(
+        &self,
+        body: &Value,
+        model: &str,
+        deltas: Option<&dyn Deltas>,
+    ) -> Attempt<LlmReply> {
+        if let Some(d) = deltas {
+            d.start();
+        }
         let mut rb = self
             .http
             .post(&self.url)
@@ -150,6 +158,9 @@ impl AnthropicLlm {
         };
         let status = resp.status();
         let wait = retry_after(resp.headers());
+        if let (true, Some(deltas)) = (status.is_success(), deltas) {
+            return stream::read(resp, deltas, model).await;
+        }
         let bytes = match resp.bytes().await {
             Ok(b) => b,
             Err(e) => {
@@ -239,7 +250,7 @@ enum Block {
     Other,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Clone, Copy)]
 struct ApiUsage {
     #[serde(default)]
     input_tokens: u64,
@@ -267,14 +278,24 @@ fn parse(body: &[u8], model: &str) -> Result<LlmReply, String> {
             Block::Other => {}
         }
     }
+    reply(text, tool_calls, m.usage, m.stop_reason.as_deref(), model)
+}
+
+/// The reply, whole or put together from a stream.
+fn reply(
+    text: String,
+    tool_calls: Vec<ToolCall>,
+    u: ApiUsage,
+    stop_reason: Option<&str>,
+    model: &str,
+) -> Result<LlmReply, String> {
     if text.is_empty() && tool_calls.is_empty() {
-        return Err(malformed(format!(
-            "no text and no tool use (stop_reason {})",
-            m.stop_reason.as_deref().unwrap_or("none")
-        )));
+        return Err(format!(
+            "malformed reply from Anthropic: no text and no tool use (stop_reason {})",
+            stop_reason.unwrap_or("none")
+        ));
     }
     // Messages counts cache reads and writes apart from `input_tokens`; Baton's input is all.
-    let u = m.usage;
     let input = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens;
     Ok(LlmReply {
         text: (!text.is_empty()).then_some(text),
@@ -300,13 +321,18 @@ impl Llm for AnthropicLlm {
                 "ANTHROPIC_API_KEY is not set (on AWS: the model secret's ANTHROPIC_API_KEY)",
             ));
         }
-        let body = self.body(request, model);
+        let mut body = self.body(request, model);
+        if request.deltas.is_some() {
+            body["stream"] = json!(true);
+        }
         with_retries(self.cfg.max_retries, &self.cfg.backoff, || {
-            self.attempt(&body, model)
+            self.attempt(&body, model, request.deltas)
         })
         .await
     }
 }
+
+mod stream;
 
 #[cfg(test)]
 mod tests {
