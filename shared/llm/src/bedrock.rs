@@ -10,7 +10,6 @@
 use std::collections::HashMap;
 
 use aws_sdk_bedrockruntime::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_bedrockruntime::operation::converse::ConverseError;
 use aws_sdk_bedrockruntime::types::{
     ContentBlock, ConversationRole, ConverseOutput, InferenceConfiguration, Message,
     SystemContentBlock, Tool, ToolConfiguration, ToolInputSchema, ToolResultBlock,
@@ -21,7 +20,7 @@ use serde_json::Value;
 
 use crate::retry::{Attempt, Backoff, with_retries};
 use baton_core::config::ModelConfig;
-use baton_core::llm::{ChatMessage, ChatRequest, Llm, LlmError, LlmReply, ToolCall};
+use baton_core::llm::{ChatMessage, ChatRequest, Deltas, Llm, LlmError, LlmReply, ToolCall};
 use baton_core::run::Usage;
 
 #[derive(Debug, Clone)]
@@ -69,24 +68,44 @@ impl BedrockLlm {
         Self { client, cfg }
     }
 
+    fn inference(&self) -> InferenceConfiguration {
+        InferenceConfiguration::builder()
+            .max_tokens(self.cfg.max_tokens.min(i32::MAX as u32) as i32)
+            .build()
+    }
+
     async fn attempt(
         &self,
         model: &str,
         system: &[SystemContentBlock],
         messages: &[Message],
         tools: Option<&ToolConfiguration>,
+        deltas: Option<&dyn Deltas>,
     ) -> Attempt<LlmReply> {
+        if let Some(deltas) = deltas {
+            deltas.start();
+            let mut call = self
+                .client
+                .converse_stream()
+                .model_id(model)
+                .set_system(Some(system.to_vec()))
+                .set_messages(Some(messages.to_vec()))
+                .inference_config(self.inference());
+            if let Some(tools) = tools {
+                call = call.tool_config(tools.clone());
+            }
+            return match call.send().await {
+                Ok(out) => stream::read(out, deltas, model).await,
+                Err(e) => classify(e),
+            };
+        }
         let mut call = self
             .client
             .converse()
             .model_id(model)
             .set_system(Some(system.to_vec()))
             .set_messages(Some(messages.to_vec()))
-            .inference_config(
-                InferenceConfiguration::builder()
-                    .max_tokens(self.cfg.max_tokens.min(i32::MAX as u32) as i32)
-                    .build(),
-            );
+            .inference_config(self.inference());
         if let Some(tools) = tools {
             call = call.tool_config(tools.clone());
         }
@@ -100,33 +119,42 @@ impl BedrockLlm {
     }
 }
 
-/// Throttling and the service's transient faults are retried; the rest is fatal.
-fn classify(e: SdkError<ConverseError>) -> Attempt<LlmReply> {
+/// The error codes of Bedrock's transient faults (throttling, a model not ready or slow, a
+/// broken stream): worth another attempt.
+const TRANSIENT: [&str; 6] = [
+    "ThrottlingException",
+    "ServiceUnavailableException",
+    "InternalServerException",
+    "ModelNotReadyException",
+    "ModelTimeoutException",
+    "ModelStreamErrorException",
+];
+
+/// A fault Bedrock named: another attempt if it is transient, else fatal, in its words.
+fn verdict(code: &str, message: Option<&str>) -> Attempt<LlmReply> {
+    let words = format!("{code}: {}", message.unwrap_or("(no message)"));
+    if TRANSIENT.contains(&code) {
+        Attempt::Retry {
+            why: format!("Bedrock: {words}"),
+            wait: None,
+            source: None,
+        }
+    } else {
+        Attempt::Fatal(format!("Bedrock refused the request: {words}"))
+    }
+}
+
+/// Throttling and the service's transient faults are retried; the rest is fatal (of
+/// `Converse`, `ConverseStream`, and an exception in the stream).
+fn classify<E, R>(e: SdkError<E, R>) -> Attempt<LlmReply>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
     match e {
         SdkError::ServiceError(se) => {
             let err = se.err();
-            let words = format!(
-                "{}: {}",
-                err.code().unwrap_or("error"),
-                err.message().unwrap_or("(no message)")
-            );
-            let transient = matches!(
-                err,
-                ConverseError::ThrottlingException(_)
-                    | ConverseError::ServiceUnavailableException(_)
-                    | ConverseError::InternalServerException(_)
-                    | ConverseError::ModelNotReadyException(_)
-                    | ConverseError::ModelTimeoutException(_)
-            );
-            if transient {
-                Attempt::Retry {
-                    why: format!("Bedrock: {words}"),
-                    wait: None,
-                    source: None,
-                }
-            } else {
-                Attempt::Fatal(format!("Bedrock refused the request: {words}"))
-            }
+            verdict(err.code().unwrap_or("error"), err.message())
         }
         SdkError::ConstructionFailure(_) => Attempt::Fatal(format!(
             "cannot build the Bedrock request: {}",
@@ -162,13 +190,29 @@ fn reply(
             }
         }
     }
+    assemble(
+        text,
+        tool_calls,
+        out.stop_reason().as_str(),
+        out.usage(),
+        model,
+    )
+}
+
+/// The reply, whole or put together from a stream.
+fn assemble(
+    text: String,
+    tool_calls: Vec<ToolCall>,
+    stop_reason: &str,
+    usage: Option<&aws_sdk_bedrockruntime::types::TokenUsage>,
+    model: &str,
+) -> Result<LlmReply, String> {
     if text.is_empty() && tool_calls.is_empty() {
         return Err(format!(
-            "malformed reply from Bedrock: no text and no tool use (stopReason {})",
-            out.stop_reason().as_str()
+            "malformed reply from Bedrock: no text and no tool use (stopReason {stop_reason})"
         ));
     }
-    let usage = out.usage().map_or_else(Usage::default, |u| {
+    let usage = usage.map_or_else(Usage::default, |u| {
         let n = |v: i32| u64::try_from(v).unwrap_or(0);
         let cached = u.cache_read_input_tokens().map_or(0, n);
         let written = u.cache_write_input_tokens().map_or(0, n);
@@ -332,11 +376,13 @@ impl Llm for BedrockLlm {
             LlmError::fatal_from(format!("cannot build the Bedrock request: {e}"), e)
         })?;
         with_retries(self.cfg.max_retries, &self.cfg.backoff, || {
-            self.attempt(model, &system, &messages, tools.as_ref())
+            self.attempt(model, &system, &messages, tools.as_ref(), req.deltas)
         })
         .await
     }
 }
+
+mod stream;
 
 #[cfg(test)]
 mod tests {
