@@ -67,8 +67,21 @@ try {
   await answer(cfg.runs.approval, async () => {
     await page.getByLabel("Reason (optional)").fill("Looks good");
     await page.getByRole("button", { name: "Approve" }).click();
-  }, "Shipped.");
-  step("approval answered");
+    // The reply is written as the model streams it, before its entry commits: a draft that
+    // grows, then gives way to the entry.
+    const draft = page.locator("li.assistant.streaming");
+    await draft.waitFor({ timeout: 15000 });
+    const early = await draft.locator("p").innerText();
+    await page.waitForFunction((before) => {
+      const p = document.querySelector("li.assistant.streaming p");
+      return !p || p.textContent.length > before.length;
+    }, early);
+    const reply = cfg.approvalReply;
+    assert.ok(reply.startsWith(early.trim()) && early.trim().length < reply.length, early);
+    await page.screenshot({ path: cfg.shots + "/streaming.png", fullPage: true });
+  }, "will hear from support this afternoon.");
+  assert.equal(await page.locator("li.assistant.streaming").count(), 0);
+  step("approval answered, its reply streamed");
   await answer(cfg.runs.text, async () => {
     const box = page.getByLabel("Your answer (required)");
     assert.equal(await box.getAttribute("placeholder"), "e.g. Aurora");

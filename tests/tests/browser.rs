@@ -1,6 +1,7 @@
 //! The console in a real browser (`tests/browser/console.mjs`: Playwright's client driving
 //! Debian's Chromium, headless): sign in to `baton dev`'s console, see the inbox, answer one
-//! question of each kind through its form and watch each run finish in its live timeline,
+//! question of each kind through its form and watch each run finish in its live timeline
+//! (a reply written word by word as the model streams it, before its entry commits),
 //! then answer through a one-time link. Screenshots land in `target/browser-artifacts/`
 //! (CI keeps them).
 
@@ -14,10 +15,14 @@ use baton_core::ports::SystemClock;
 use common::*;
 use serde_json::json;
 
+/// The approver's reply, long enough to be seen being written (the scripted model streams a
+/// watched run's reply a word every 20 ms).
+const APPROVAL_REPLY: &str = "Shipped. Release v2 is live in every region: the canary held for ten minutes with no errors, the dashboards are green, the rollback plan is filed with the release notes, the on-call engineer has the runbook, and the customers who asked for the new export will hear from support this afternoon.";
+
 const SCRIPT: &str = r#"{
   "approver": [
     {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Ship v2 to production?"}}]},
-    {"text": "Shipped."}],
+    {"text": "Shipped. Release v2 is live in every region: the canary held for ten minutes with no errors, the dashboards are green, the rollback plan is filed with the release notes, the on-call engineer has the runbook, and the customers who asked for the new export will hear from support this afternoon."}],
   "writer": [
     {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "Which release name?", "placeholder": "e.g. Aurora", "required": true}}]},
     {"text": "Named it Aurora."}],
@@ -126,6 +131,7 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
         "nodeModules": modules,
         "shots": shots,
         "report": {"run": reporter, "csv": REPORT_CSV},
+        "approvalReply": APPROVAL_REPLY,
         "polling": {"base": format!("http://{poll_addr}"), "run": poller},
         "link": link,
         "tampered": {"url": tampered, "says": "This link is not valid"},
@@ -152,6 +158,7 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     for shot in [
         "inbox.png",
         "run.png",
+        "streaming.png",
         "run-phone.png",
         "link.png",
         "report.png",
@@ -160,7 +167,7 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     }
     // What the browser did, as the API sees it.
     for (kind, want) in [
-        ("approval", "Shipped."),
+        ("approval", APPROVAL_REPLY),
         ("text", "Named it Aurora."),
         ("choice", "Deployed to the chosen region."),
     ] {

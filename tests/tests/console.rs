@@ -332,6 +332,36 @@ async fn a_watched_run_streams_its_reply_and_its_tools_before_they_commit() {
     assert_eq!(seen[finished].data["ok"], true);
     assert!(seen[finished].data["durationMs"].is_u64());
     assert_eq!(seen[started].data["callId"], seen[tool_entry].data["id"]);
+    // The records: how long the tool ran; how long the model took, and (streamed) until
+    // its first piece. The question's answer was no tool run: it has no duration.
+    assert!(
+        seen[tool_entry].data["durationMs"].is_u64(),
+        "{:#?}",
+        seen[tool_entry]
+    );
+    let reply = &seen[entry_at("assistant", "Checking the logs first.")].data;
+    let (total, first) = (
+        reply["latencyMs"].as_u64().unwrap(),
+        reply["firstTokenMs"].as_u64().unwrap(),
+    );
+    assert!(
+        first <= total && total >= 60,
+        "3 words 20 ms apart: {reply}"
+    );
+    let asked = seen
+        .iter()
+        .rev()
+        .find(|e| e.event == "entry" && e.data["name"] == "request_human_feedback")
+        .unwrap();
+    assert!(asked.data.get("durationMs").is_none(), "{:#?}", asked);
+    // The run's first think came before anyone watched: timed, not streamed.
+    let (_, run) = h.get(&format!("/runs/{run_id}")).await;
+    let first_reply = &run["timeline"][1];
+    assert_eq!(first_reply["type"], "assistant");
+    assert!(
+        first_reply["latencyMs"].is_u64() && first_reply.get("firstTokenMs").is_none(),
+        "{first_reply}"
+    );
     // What the step was doing, with its details.
     let thinking = at(&|e: &Sse| e.event == "state" && e.data["state"] == "thinking").unwrap();
     assert!(thinking < call);

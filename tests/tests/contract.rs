@@ -119,6 +119,8 @@ fn next(run: &Run, effects: Vec<Effect>) -> Transition {
             model: None,
             cost_usd: None,
             operation: Default::default(),
+            latency_ms: None,
+            first_token_ms: None,
         },
     };
     r.next_seq += 1;

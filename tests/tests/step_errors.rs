@@ -378,7 +378,7 @@ impl baton_core::llm::Llm for Gate {
             text: Some(text.into()),
             tool_calls: vec![],
             usage: Default::default(),
-            model: None,
+            ..Default::default()
         })
     }
 }

@@ -331,7 +331,49 @@ async function runPage(runId) {
   show(el("h1", {}, "Run ", el("code", {}, runId)), header, said, live, list);
   const items = new Map();
   const drawn = new Map(); // seq → the entry as last drawn (a form is redrawn only on change)
+  // What a step shows before it commits: a reply as it streams ("r" + seq), a tool call as
+  // it runs ("t" + call id). The committed entry replaces it.
+  const drafts = new Map();
+  const drop = (key) => {
+    const d = drafts.get(key);
+    if (d) { d.li.remove(); drafts.delete(key); }
+  };
+  const onLive = (event, v) => {
+    if (event === "delta") {
+      let d = drafts.get("r" + v.seq);
+      if (!d || d.attempt !== v.attempt) {
+        drop("r" + v.seq); // a call tried again starts over
+        const p = el("p", {});
+        const li = el("li", { class: "assistant streaming", "data-seq": v.seq },
+          el("div", { class: "kind" }, "assistant · #" + v.seq + " · writing…"), p);
+        list.append(li);
+        d = { li, p, attempt: v.attempt };
+        drafts.set("r" + v.seq, d);
+      }
+      d.p.textContent += v.text;
+    } else if (event === "tool_started") {
+      const state = el("span", { class: "badge running" }, "running");
+      const li = el("li", { class: "tool running", "data-call": v.callId },
+        el("div", { class: "kind" }, "tool · ", el("code", {}, v.tool), " ", state),
+        el("p", {}, el("code", {}, v.inputPreview)));
+      list.append(li);
+      drafts.set("t" + v.callId, { li, state });
+    } else if (event === "tool_finished") {
+      const d = drafts.get("t" + v.callId);
+      if (d) {
+        d.li.classList.remove("running");
+        d.state.className = "badge " + (v.ok ? "success" : "error");
+        d.state.textContent = (v.ok ? "done" : "failed") + " in " + v.durationMs + " ms";
+      }
+    } else if (event === "state") {
+      const d = v.detail || {};
+      live.textContent = "Live (streaming) · " + v.state +
+        (d.iteration !== undefined ? " · iteration " + d.iteration : "") + (d.model ? " · " + d.model : "");
+    }
+  };
   const put = (e) => {
+    if (e.type === "assistant") drop("r" + e.seq);
+    if (e.type === "tool" && e.result.status !== "pending") drop("t" + e.id);
     const text = JSON.stringify(e);
     if (drawn.get(e.seq) === text) return;
     drawn.set(e.seq, text);
@@ -362,12 +404,13 @@ async function runPage(runId) {
   summary(first.body);
   const stop = new AbortController();
   leave = () => stop.abort();
-  follow(runId, stop.signal, put, (r) => summary(Object.assign(first.body, r)), live);
+  follow(runId, stop.signal, put, (r) => summary(Object.assign(first.body, r)), live, onLive);
 }
 
 // Follows a run: Server-Sent Events when the server streams, polling the timeline cursor
-// when it does not (API Gateway). One path for the page: `put` each entry, `state` the run.
-async function follow(runId, signal, put, state, live) {
+// when it does not (API Gateway). One path for the page: `put` each entry, `state` the run,
+// `onLive` what a step shows before it commits (a streaming reply, a running tool).
+async function follow(runId, signal, put, state, live, onLive) {
   const path = `/runs/${encodeURIComponent(runId)}`;
   // `follow=true`: the stream stays open while the run rests (waiting, or ended: an answer or
   // a follow-up moves it again). Streams still end (a server restarting); each reconnect
@@ -409,6 +452,7 @@ async function follow(runId, signal, put, state, live) {
             const v = JSON.parse(data);
             if (event === "entry") put(v);
             else if (event === "run") state(v);
+            else onLive(event, v);
           }
           // The event is in: its id is where a reconnect resumes (after it, not before).
           if (id) cursor = id;

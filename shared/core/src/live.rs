@@ -91,6 +91,8 @@ pub(crate) struct StepLive {
     /// This step's own id, unique to the process: attempts are `<step>.<n>`.
     pub step: String,
     pub attempts: AtomicU32,
+    started: std::time::Instant,
+    first: std::sync::OnceLock<u64>,
 }
 
 impl StepLive {
@@ -101,7 +103,18 @@ impl StepLive {
             seq,
             step: uuid::Uuid::new_v4().simple().to_string(),
             attempts: AtomicU32::new(0),
+            started: std::time::Instant::now(),
+            first: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Milliseconds from this view's start to the reply's first streamed piece, if one came.
+    pub(crate) fn first_piece_ms(&self) -> Option<u64> {
+        self.first.get().copied()
+    }
+
+    fn piece_came(&self) {
+        self.first.get_or_init(|| millis(self.started.elapsed()));
     }
 
     pub(crate) fn publish(&self, kind: LiveKind) {
@@ -122,6 +135,7 @@ impl Deltas for StepLive {
 
     fn text(&self, piece: &str) {
         if !piece.is_empty() {
+            self.piece_came();
             self.publish(LiveKind::Delta {
                 text: piece.to_owned(),
             });
@@ -129,6 +143,7 @@ impl Deltas for StepLive {
     }
 
     fn tool_call(&self, index: u32, id: Option<&str>, name: Option<&str>, arguments: &str) {
+        self.piece_came();
         self.publish(LiveKind::ToolCallDelta {
             index,
             id: id.map(str::to_owned),
@@ -136,6 +151,11 @@ impl Deltas for StepLive {
             arguments: arguments.to_owned(),
         });
     }
+}
+
+/// A duration in whole milliseconds.
+pub(crate) fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The input's JSON, cut at a character boundary to [`INPUT_PREVIEW_BYTES`].

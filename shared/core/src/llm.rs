@@ -108,6 +108,12 @@ pub struct LlmReply {
     /// The model that answered, `provider:model-id` (for its price).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// How long the call took, and until its first streamed piece (set by the service, not
+    /// by providers).
+    #[serde(skip)]
+    pub latency_ms: Option<u64>,
+    #[serde(skip)]
+    pub first_token_ms: Option<u64>,
 }
 
 /// A model call that did not give a reply.
@@ -406,6 +412,7 @@ mod tests {
                 cta: None,
                 child_run_id: None,
                 plan: None,
+                duration_ms: None,
             }),
         };
         let timeline = vec![
@@ -426,6 +433,8 @@ mod tests {
                     model: None,
                     cost_usd: None,
                     operation: Default::default(),
+                    latency_ms: None,
+                    first_token_ms: None,
                 },
             },
             tool(2, "a", ToolResult::Success { output: json!("a") }),
@@ -447,6 +456,8 @@ mod tests {
                     model: None,
                     cost_usd: None,
                     operation: Default::default(),
+                    latency_ms: None,
+                    first_token_ms: None,
                 },
             },
         ];
@@ -492,6 +503,8 @@ mod tests {
                 model: None,
                 cost_usd: None,
                 operation: Default::default(),
+                latency_ms: None,
+                first_token_ms: None,
             });
             let reply_seq = n; // not read by the projection
             push(EntryBody::Tool(ToolEntry {
@@ -505,6 +518,7 @@ mod tests {
                 cta: None,
                 child_run_id: None,
                 plan: None,
+                duration_ms: None,
             }));
             if n % 3 == 0 {
                 push(EntryBody::Notice {

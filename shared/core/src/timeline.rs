@@ -54,6 +54,16 @@ pub enum EntryBody {
         /// Why the model was called.
         #[serde(default)]
         operation: Operation,
+        /// How long the model call took, retries included (absent in entries from before).
+        #[serde(rename = "latencyMs", default, skip_serializing_if = "Option::is_none")]
+        latency_ms: Option<u64>,
+        /// How long until its first piece came, when it was streamed (a watched run).
+        #[serde(
+            rename = "firstTokenMs",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
+        first_token_ms: Option<u64>,
     },
     Tool(ToolEntry),
     /// Something the run did on its own: a guardrail, an expiry, a cancellation.
@@ -127,6 +137,9 @@ pub struct ToolEntry {
     /// The plan this result waits for (`agent_orchestrate`), as it goes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<Box<crate::plan::PlanState>>,
+    /// How long the tool ran, for a tool this step ran (not a question, a subagent, a plan).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -210,6 +223,7 @@ mod tests {
                 cta: None,
                 child_run_id: None,
                 plan: None,
+                duration_ms: None,
             }),
         };
         let v = serde_json::to_value(&e).expect("serializes");

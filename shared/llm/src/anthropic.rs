@@ -307,6 +307,7 @@ fn reply(
             cached_input_tokens: u.cache_read_input_tokens,
         },
         model: Some(format!("anthropic:{model}")),
+        ..Default::default()
     })
 }
 

@@ -229,6 +229,7 @@ fn assemble(
         tool_calls,
         usage,
         model: Some(format!("bedrock:{model}")),
+        ..Default::default()
     })
 }
 

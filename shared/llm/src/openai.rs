@@ -284,6 +284,7 @@ pub(super) fn reply(
         tool_calls,
         usage,
         model: Some(format!("openai:{model}")),
+        ..Default::default()
     })
 }
 

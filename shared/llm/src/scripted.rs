@@ -171,6 +171,7 @@ impl Llm for ScriptedLlm {
                 .model
                 .map(str::to_owned)
                 .or_else(|| self.default_model.clone()),
+            ..Default::default()
         })
     }
 }

@@ -25,6 +25,8 @@ pub fn history() -> Vec<Entry> {
                 model: None,
                 cost_usd: None,
                 operation: Default::default(),
+                latency_ms: None,
+                first_token_ms: None,
             },
         },
         Entry {
@@ -39,6 +41,7 @@ pub fn history() -> Vec<Entry> {
                 cta: None,
                 child_run_id: None,
                 plan: None,
+                duration_ms: None,
             }),
         },
     ]

@@ -69,6 +69,7 @@ pub(super) fn answered(
         if let (Some(s), Some(out)) = (w.pending_call(&e.call_id), io.outputs.get(&e.call_id)) {
             w.push_widgets(&e.call_id, io);
             w.resolve(s, to_result(out.clone()), None);
+            w.time_call(s, io);
         }
     }
     let result = match (snap.gate, response) {
@@ -97,6 +98,7 @@ pub(super) fn answered(
     snap.response = Some(response.clone());
     snap.responder = responder.map(str::to_owned);
     w.resolve(seq, result, Some(snap));
+    w.time_call(seq, io);
     w.tell_parent_resumed(cta_id);
     w.effects.push(Effect::Unschedule {
         cta_id: cta_id.to_owned(),

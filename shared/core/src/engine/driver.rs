@@ -47,6 +47,8 @@ pub struct ToolOutput {
     pub widgets: Vec<crate::tools::Widget>,
     /// The files it returned, already in the blob store.
     pub files: Vec<crate::timeline::FileRef>,
+    /// How long it ran.
+    pub duration_ms: Option<u64>,
 }
 
 impl From<Result<Value, String>> for ToolOutput {
@@ -55,6 +57,7 @@ impl From<Result<Value, String>> for ToolOutput {
             result,
             widgets: Vec::new(),
             files: Vec::new(),
+            duration_ms: None,
         }
     }
 }
@@ -109,6 +112,9 @@ pub async fn decide<W: StepIo>(
                     }
                     if !out.files.is_empty() {
                         io.files.insert(id.clone(), out.files);
+                    }
+                    if let Some(ms) = out.duration_ms {
+                        io.durations.insert(id.clone(), ms);
                     }
                     io.outputs.insert(id, out.result);
                 }

@@ -88,6 +88,8 @@ pub struct Io {
     pub widgets: std::collections::HashMap<String, Vec<crate::tools::Widget>>,
     /// The files each executed call returned (stored already), by call id.
     pub files: std::collections::HashMap<String, Vec<crate::timeline::FileRef>>,
+    /// How long each tool call executed this step ran, by call id.
+    pub durations: std::collections::HashMap<String, u64>,
     /// The CTA records after [`Step::Settle`] (`None` until then), by CTA id.
     pub settled: Option<std::collections::HashMap<String, Cta>>,
 }

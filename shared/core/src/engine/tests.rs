@@ -66,6 +66,7 @@ fn calls(calls: Vec<ToolCall>) -> LlmReply {
             cached_input_tokens: 0,
         },
         model: Some("openai:gpt-4o-mini".into()),
+        ..Default::default()
     }
 }
 
@@ -80,6 +81,7 @@ fn text(t: &str) -> LlmReply {
             cached_input_tokens: 0,
         },
         model: Some("openai:gpt-4o-mini".into()),
+        ..Default::default()
     }
 }
 
@@ -149,6 +151,7 @@ impl StepIo for Scripted {
             result: Ok(call.input["text"].clone()),
             widgets,
             files,
+            duration_ms: None,
         })
     }
 

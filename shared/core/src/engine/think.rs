@@ -91,6 +91,8 @@ impl Work<'_> {
             model,
             cost_usd,
             operation: agent.operation,
+            latency_ms: reply.latency_ms,
+            first_token_ms: reply.first_token_ms,
         });
         if reply.tool_calls.is_empty() {
             self.set_result(text.unwrap_or_default(), Some(reply_seq));
@@ -131,6 +133,7 @@ impl Work<'_> {
                 cta: None,
                 child_run_id: None,
                 plan: None,
+                duration_ms: None,
             }));
             let max = catalog.limits.max_tool_calls;
             let result = if i >= max {
@@ -148,6 +151,7 @@ impl Work<'_> {
                 self.dispatch(agent, &prepared, call, input, io, &mut executions)
             };
             self.tool_mut(seq).result = result;
+            self.time_call(seq, io);
         }
         // A call of this reply waits for approval: the others wait with it (unless the
         // agent says its calls are independent), and run when the approvals are settled.

@@ -223,7 +223,12 @@ impl Service {
             history,
             deltas: live.as_ref().map(|l| l as &dyn crate::llm::Deltas),
         };
-        let reply = self.deps.llm.complete(&request).await;
+        let started = std::time::Instant::now();
+        let reply = self.deps.llm.complete(&request).await.map(|mut r| {
+            r.latency_ms = Some(crate::live::millis(started.elapsed()));
+            r.first_token_ms = live.as_ref().and_then(|l| l.first_piece_ms());
+            r
+        });
         if let Err(LlmError::Fatal { message, .. }) = &reply {
             warn!(run_id = %run.run_id, %message, "model call failed for good");
         }

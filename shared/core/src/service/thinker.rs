@@ -219,11 +219,12 @@ impl StepIo for Thinker<'_> {
                 call.tool
             )),
         };
+        let duration_ms = crate::live::millis(started.elapsed());
         if let Some(live) = &live {
             live.publish(crate::live::LiveKind::ToolFinished {
                 call_id: call.call_id.clone(),
                 tool: call.tool.clone(),
-                duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                duration_ms,
                 ok: result.is_ok(),
             });
         }
@@ -265,6 +266,7 @@ impl StepIo for Thinker<'_> {
             result,
             widgets: ctx.take_widgets(),
             files,
+            duration_ms: Some(duration_ms),
         }
     }
 

@@ -65,12 +65,10 @@ enum BlockStart {
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Delta {
-    TextDelta {
-        text: String,
-    },
-    InputJsonDelta {
-        partial_json: String,
-    },
+    #[serde(rename = "text_delta")]
+    Text { text: String },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: String },
     #[serde(other)]
     Other,
 }
@@ -153,11 +151,11 @@ pub(super) async fn read(
                     blocks[index] = block;
                 }
                 Event::ContentBlockDelta { index, delta } => match (blocks.get_mut(index), delta) {
-                    (Some(Block::Text(t)), Delta::TextDelta { text }) => {
+                    (Some(Block::Text(t)), Delta::Text { text }) => {
                         deltas.text(&text);
                         t.push_str(&text);
                     }
-                    (Some(Block::Tool(i, call)), Delta::InputJsonDelta { partial_json }) => {
+                    (Some(Block::Tool(i, call)), Delta::InputJson { partial_json }) => {
                         deltas.tool_call(*i, None, None, &partial_json);
                         call.arguments.push_str(&partial_json);
                     }
