@@ -367,6 +367,16 @@ async fn a_watched_run_streams_its_reply_and_its_tools_before_they_commit() {
     assert!(thinking < call);
     assert_eq!(seen[thinking].data["detail"]["iteration"], 1);
     assert_eq!(seen[thinking].data["runId"], run_id.as_str());
+    let executing =
+        at(&|e: &Sse| e.event == "state" && e.data["state"] == "executing_tools").unwrap();
+    assert!(call < executing && executing < started);
+    assert_eq!(seen[executing].data["detail"]["tools"], json!(["echo"]));
+    // The run events carry what the run waits on: the question, by id.
+    let waiting = seen
+        .iter()
+        .find(|e| e.event == "run" && e.data["status"] == "waiting")
+        .unwrap();
+    assert_eq!(waiting.data["stateDetail"]["ctaIds"], json!([cta]));
 }
 
 #[tokio::test]

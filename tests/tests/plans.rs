@@ -157,7 +157,11 @@ async fn plan_flow(c: &Client) -> Value {
             (run["waitingCtas"][0]["ctaId"] == question["ctaId"]).then_some(run)
         })
         .await;
-    assert_eq!(run["state"], "waiting_on_subagents");
+    // A plan under way, its details: which call, how many of its steps are done.
+    assert_eq!(run["state"], "executing_plan");
+    assert_eq!(run["stateDetail"]["done"], 2, "{}", run["stateDetail"]);
+    assert_eq!(run["stateDetail"]["total"], 3, "{}", run["stateDetail"]);
+    assert!(run["stateDetail"]["callId"].is_string());
     assert!(
         of_type(&run, "notice")
             .iter()

@@ -254,6 +254,7 @@ fn live_event(e: &LiveEvent) -> Result<Event, Infallible> {
 fn run_event(run: &Run) -> serde_json::Value {
     let mut v = json!({
         "runId": run.run_id, "status": run.status, "state": run.state,
+        "stateDetail": run.state_detail,
         "version": run.version, "usage": run.usage, "costUsd": run.cost_usd,
         "total": run.total(),
     });

@@ -63,7 +63,8 @@ pub enum LiveKind {
         ok: bool,
     },
     /// What the step is doing: `thinking` (`{model, iteration}`), `executing_tools`
-    /// (`{tools}`).
+    /// (`{tools}`). (What a run waits on once a step commits is its `state` and
+    /// `stateDetail`.)
     State { state: String, detail: Value },
 }
 

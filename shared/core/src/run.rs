@@ -143,9 +143,14 @@ pub struct Run {
     pub sandbox_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<serde_json::Value>,
-    /// The last reported `run.state`, so that only changes are published.
+    /// The last reported `run.state`, so that only changes are published: `thinking`,
+    /// `waiting_on_user`, `executing_plan` or `waiting_on_subagents`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+    /// What the state is about: `{iteration}` thinking, `{ctaIds}` waiting on the user,
+    /// `{callId, done, total}` (plan steps) executing a plan, `{subagents}` waiting on them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_detail: Option<serde_json::Value>,
     /// The final answer of the last completed turn: whole if short, else a preview (see
     /// `result_truncated`). The run item stays small; the whole answer is in the timeline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -294,6 +299,7 @@ impl Run {
             sandbox_id: n.sandbox_id,
             metadata: n.metadata,
             state: None,
+            state_detail: None,
             result: None,
             result_seq: None,
             result_truncated: false,

@@ -32,6 +32,8 @@ pub trait StepIo: Sync {
     ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send;
     /// A tool's output; an `Err` is an error result the model sees.
     fn execute(&self, call: Execution) -> impl Future<Output = ToolOutput> + Send;
+    /// The step is about to execute these calls (for whoever watches the run).
+    fn executing(&self, _calls: &[Execution]) {}
     /// Settles these CTAs as cancelled where they are still pending (the first write wins)
     /// and returns their records as they then are, by id.
     fn settle(
@@ -104,6 +106,7 @@ pub async fn decide<W: StepIo>(
             },
             Step::Settle(ids) => io.settled = Some(world.settle(ids).await?),
             Step::Execute(calls) => {
+                world.executing(&calls);
                 for call in calls {
                     let id = call.call_id.clone();
                     let out = world.execute(call).await;

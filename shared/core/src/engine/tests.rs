@@ -578,9 +578,11 @@ fn approval_gated_tools_run_only_when_approved() {
         assert!(
             matches!(&ctas[0].request, CtaRequest::Approval { message } if message.contains("danger zone"))
         );
+        let state = s.events("run.state").last().unwrap().detail.clone();
+        assert_eq!(state["state"], "waiting_on_user");
         assert_eq!(
-            s.events("run.state").last().unwrap().detail["state"],
-            "waiting_on_user"
+            state["detail"]["ctaIds"],
+            serde_json::json!([ctas[0].cta_id])
         );
         // when the human answers,
         s.answer(
@@ -1782,6 +1784,8 @@ fn a_parent_hears_when_a_subagent_at_any_depth_waits_for_a_human() {
     for (run, child) in [(&id, &mid), (&mid, &asker)] {
         let r = s.run(run);
         assert_eq!(r.state.as_deref(), Some("waiting_on_subagents"));
+        let detail = r.state_detail.clone().expect("details");
+        assert_eq!(detail["subagents"], serde_json::json!([child]), "{detail}");
         assert_eq!(r.waiting_ctas.len(), 1, "{run}");
         assert_eq!(r.waiting_ctas[0].cta_id, cta.cta_id);
         assert_eq!(r.waiting_ctas[0].run_id, asker);

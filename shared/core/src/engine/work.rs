@@ -232,6 +232,51 @@ impl<'a> Work<'a> {
         self.final_text = Some(text);
     }
 
+    /// What the run is doing once this step commits, and the details: thinking (its
+    /// iteration); waiting on the user (the CTAs), a plan (its steps done of all) or
+    /// subagents (which).
+    fn state(&self) -> (Option<&'static str>, Option<serde_json::Value>) {
+        match self.run.status {
+            RunStatus::Running | RunStatus::Queued => (
+                Some("thinking"),
+                Some(json!({"iteration": self.run.thinks})),
+            ),
+            RunStatus::Waiting => {
+                let pending: Vec<&ToolEntry> = self
+                    .pending_seqs(|_| true)
+                    .into_iter()
+                    .map(|s| self.tool(s))
+                    .collect();
+                let ctas: Vec<&str> = pending
+                    .iter()
+                    .filter_map(|t| t.cta.as_ref())
+                    .filter(|c| c.status == crate::cta::CtaStatus::Pending)
+                    .map(|c| c.cta_id.as_str())
+                    .collect();
+                if !ctas.is_empty() {
+                    return (Some("waiting_on_user"), Some(json!({"ctaIds": ctas})));
+                }
+                if let Some(t) = pending.iter().find(|t| t.plan.is_some()) {
+                    let steps = t.plan.as_ref().map(|p| &p.steps);
+                    let done =
+                        steps.map_or(0, |s| s.values().filter(|s| s.status.is_done()).count());
+                    let total = steps.map_or(0, |s| s.len());
+                    let detail = json!({"callId": t.id, "done": done, "total": total});
+                    return (Some("executing_plan"), Some(detail));
+                }
+                let subagents: Vec<&str> = pending
+                    .iter()
+                    .filter_map(|t| t.child_run_id.as_deref())
+                    .collect();
+                (
+                    Some("waiting_on_subagents"),
+                    Some(json!({"subagents": subagents})),
+                )
+            }
+            _ => (None, None),
+        }
+    }
+
     /// After a pending result resolved: think if the batch is complete, else keep waiting.
     pub(super) fn after_resolution(&mut self) -> Next {
         if self.pending_where(|_| true).is_some() {
@@ -244,26 +289,15 @@ impl<'a> Work<'a> {
     }
 
     pub(super) fn done(mut self) -> Step {
-        let state = match self.run.status {
-            RunStatus::Running | RunStatus::Queued => Some("thinking"),
-            RunStatus::Waiting => {
-                let asks = |t: &ToolEntry| {
-                    t.cta
-                        .as_ref()
-                        .is_some_and(|c| c.status == crate::cta::CtaStatus::Pending)
-                };
-                if self.pending_where(asks).is_some() {
-                    Some("waiting_on_user")
-                } else {
-                    Some("waiting_on_subagents")
-                }
-            }
-            _ => None,
-        };
+        let (state, detail) = self.state();
         if let Some(s) = state
             && self.run.state.as_deref() != Some(s)
         {
-            self.publish("run.state", json!({"runId": self.run.run_id, "state": s}));
+            let mut event = json!({"runId": self.run.run_id, "state": s});
+            if let Some(d) = &detail {
+                event["detail"] = d.clone();
+            }
+            self.publish("run.state", event);
         }
         // Time waiting for a human is kept apart: `maxWallSeconds` does not count it.
         if state == Some("waiting_on_user") {
@@ -272,6 +306,7 @@ impl<'a> Work<'a> {
             self.run.human_wait_ms += (self.now - since).num_milliseconds().max(0) as u64;
         }
         self.run.state = state.map(str::to_owned);
+        self.run.state_detail = detail;
         if self.run.status != RunStatus::Running {
             // No think is on its way to a run that is not running.
             self.run.continue_at = None;

@@ -173,6 +173,18 @@ impl StepIo for Thinker<'_> {
         Ok(reply)
     }
 
+    fn executing(&self, calls: &[Execution]) {
+        if let Some(live) = self.service.live_for(&self.run.run_id) {
+            let tools: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
+            crate::live::StepLive::new(live.clone(), &self.run.run_id, self.run.next_seq).publish(
+                crate::live::LiveKind::State {
+                    state: "executing_tools".into(),
+                    detail: serde_json::json!({"tools": tools}),
+                },
+            );
+        }
+    }
+
     async fn execute(&self, call: Execution) -> ToolOutput {
         if let Err(e) = failpoint::pass("step.before_tool").await {
             *self.crashed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);

@@ -93,7 +93,13 @@ fn sequential_steps_pass_results_and_bindings_along() {
     let link = s.run(&find).parent.clone().expect("a child");
     assert_eq!((link.run_id.as_str(), s.run(&find).depth), (id.as_str(), 1));
     assert_eq!(link.tool_call_id, s.tools(&id)[0].id);
-    assert_eq!(s.run(&id).state.as_deref(), Some("waiting_on_subagents"));
+    assert_eq!(s.run(&id).state.as_deref(), Some("executing_plan"));
+    let detail = s.run(&id).state_detail.clone().expect("details");
+    assert_eq!(
+        (detail["done"].as_u64(), detail["total"].as_u64()),
+        (Some(0), Some(2)),
+        "{detail}"
+    );
     s.run_all();
     let used = child_of(&s, &id, "use");
     let prompt = first_prompt(&s, &used);
