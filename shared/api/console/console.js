@@ -319,6 +319,15 @@ function widget(kind, data) {
   return json(data);
 }
 
+// A run's state with its details: a plan's steps done of all, what it waits on.
+function stateText(r) {
+  const d = r.stateDetail || {};
+  if (r.state === "executing_plan" && d.total !== undefined) return r.state + " · " + d.done + "/" + d.total + " steps";
+  if (r.state === "waiting_on_user" && d.ctaIds) return r.state + " · " + d.ctaIds.length + " question(s)";
+  if (r.state === "waiting_on_subagents" && d.subagents) return r.state + " · " + d.subagents.length + " subagent(s)";
+  return r.state;
+}
+
 async function runPage(runId) {
   const header = el("section", { class: "card", "aria-label": "Run" }, el("p", {}, "Loading…"));
   const list = el("ol", { class: "timeline", "aria-label": "Timeline", "aria-live": "polite" });
@@ -388,7 +397,7 @@ async function runPage(runId) {
   };
   const summary = (r) => {
     header.replaceChildren(...kids(
-      el("div", { class: "meta" }, badge(r.status), r.state ? el("span", {}, r.state) : null,
+      el("div", { class: "meta" }, badge(r.status), r.state ? el("span", {}, stateText(r)) : null,
         r.agent ? el("span", {}, "agent ", el("strong", {}, r.agent)) : null,
         r.parent ? el("a", { href: "#/runs/" + encodeURIComponent(r.parent.runId) }, "parent run") : null),
       el("p", {}, "Tokens: ", String((r.usage || {}).totalTokens || 0),
