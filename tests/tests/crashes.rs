@@ -749,3 +749,116 @@ async fn a_follow_up_at_any_point_of_a_turn_gets_exactly_one_turn() {
     }
     h.server.shutdown().await;
 }
+
+/// The events of a run's stream until `done` says stop (or 30 s pass), as `(event, data)`.
+async fn stream_until(
+    resp: &mut reqwest::Response,
+    reader: &mut baton_llm::sse::SseReader,
+    seen: &mut Vec<(String, Value)>,
+    done: impl Fn(&[(String, Value)]) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done(seen) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let chunk = tokio::time::timeout(left, resp.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("the stream stalled: {seen:#?}"))
+            .unwrap()
+            .expect("the stream stays open");
+        for e in reader.push(&chunk) {
+            let data = serde_json::from_str(&e.data).unwrap();
+            seen.push((e.event.unwrap_or_default(), data));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_crash_mid_stream_leaves_no_streamed_text_in_the_timeline() {
+    let _serial = SERIAL.lock().await;
+    failpoint::reset();
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"{"writer": [
+        {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Write it?"}}]},
+        {"text": "The answer is forty-two, as computed."}]}"#;
+    let agents = json!({"agents": {"writer": {"tools": ["request_human_feedback"]}}});
+    let h = start(
+        dir.path(),
+        scripted(script),
+        catalog(Some(agents)),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let run_id = h
+        .create_run(json!({"prompt": "the answer?", "agent": "writer"}))
+        .await;
+    let cta = h.wait_pending(1).await[0]["ctaId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut resp = h
+        .http
+        .get(h.url(&format!("/runs/{run_id}/stream?follow=true")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let (mut reader, mut seen) = (baton_llm::sse::SseReader::default(), Vec::new());
+    let status_is = |s: &str| {
+        let s = s.to_owned();
+        move |seen: &[(String, Value)]| seen.iter().any(|(e, d)| e == "run" && d["status"] == s)
+    };
+    stream_until(&mut resp, &mut reader, &mut seen, status_is("waiting")).await;
+    // The model streams its reply, and the process dies before the step commits it.
+    failpoint::arm("step.after_think", 0);
+    h.post(
+        &format!("/ctas/{cta}/response"),
+        json!({"kind": "approval", "approved": true}),
+    )
+    .await;
+    stream_until(&mut resp, &mut reader, &mut seen, status_is("completed")).await;
+    assert!(failpoint::fired("step.after_think"));
+    let reply = "The answer is forty-two, as computed.";
+    // The timeline holds the reply once, as committed: nothing of the lost attempt.
+    let (_, run) = h.get(&format!("/runs/{run_id}")).await;
+    let texts: Vec<&Value> = run["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "assistant")
+        .filter_map(|e| e.get("text"))
+        .collect();
+    assert_eq!(texts, [reply]);
+    // The stream showed both attempts, each whole, under different attempt ids; a client
+    // that keeps the last attempt's text and lets the entry replace it ends with the reply.
+    let seq = run["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["text"] == reply)
+        .unwrap()["seq"]
+        .clone();
+    let mut attempts: Vec<(String, String)> = Vec::new();
+    let mut shown = String::new();
+    for (event, data) in &seen {
+        match event.as_str() {
+            "delta" if data["seq"] == seq => {
+                let attempt = data["attempt"].as_str().unwrap().to_owned();
+                if attempts.last().is_none_or(|(a, _)| *a != attempt) {
+                    attempts.push((attempt, String::new()));
+                    shown.clear();
+                }
+                attempts.last_mut().unwrap().1 += data["text"].as_str().unwrap();
+                shown += data["text"].as_str().unwrap();
+            }
+            "entry" if data["seq"] == seq => shown = data["text"].as_str().unwrap().to_owned(),
+            _ => {}
+        }
+    }
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert!(
+        attempts.iter().all(|(_, text)| text == reply),
+        "{attempts:?}"
+    );
+    assert_eq!(shown, reply);
+    failpoint::reset();
+}
