@@ -264,13 +264,7 @@ async fn a_watched_run_streams_its_reply_and_its_tools_before_they_commit() {
         .unwrap()
         .to_owned();
     // Watched from here: the run is parked, so every think after the answer is watched.
-    let mut resp = h
-        .http
-        .get(h.url(&format!("/runs/{run_id}/stream?follow=true")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let mut resp = h.follow(&run_id).await;
     let (mut buf, mut seen) = (String::new(), Vec::new());
     read_until(&mut resp, &mut buf, &mut seen, |s| {
         s.iter()

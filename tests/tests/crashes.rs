@@ -795,13 +795,7 @@ async fn a_crash_mid_stream_leaves_no_streamed_text_in_the_timeline() {
         .as_str()
         .unwrap()
         .to_owned();
-    let mut resp = h
-        .http
-        .get(h.url(&format!("/runs/{run_id}/stream?follow=true")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let mut resp = h.follow(&run_id).await;
     let (mut reader, mut seen) = (baton_llm::sse::SseReader::default(), Vec::new());
     let status_is = |s: &str| {
         let s = s.to_owned();

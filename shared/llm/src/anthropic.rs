@@ -342,12 +342,16 @@ mod tests {
     use wiremock::matchers::{body_partial_json, header, method, path};
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
-    fn client(server: &MockServer) -> AnthropicLlm {
+    pub(super) fn client(server: &MockServer) -> AnthropicLlm {
+        client_with(server, 3)
+    }
+
+    pub(super) fn client_with(server: &MockServer, max_retries: u32) -> AnthropicLlm {
         AnthropicLlm::new(AnthropicConfig {
             base_url: server.uri(),
             api_key: Some("sk-ant-test".into()),
             max_tokens: 1024,
-            max_retries: 3,
+            max_retries,
             backoff: Backoff::fast(),
             timeout: Duration::from_secs(5),
         })

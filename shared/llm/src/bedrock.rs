@@ -397,6 +397,10 @@ mod tests {
     const MODEL: &str = "anthropic.claude-3-5-haiku-20241022-v1:0";
 
     fn llm(server: &MockServer) -> BedrockLlm {
+        llm_with(server, 3)
+    }
+
+    pub(super) fn llm_with(server: &MockServer, max_retries: u32) -> BedrockLlm {
         let sdk = aws_sdk_bedrockruntime::config::Builder::new()
             .behavior_version(BehaviorVersion::latest())
             .endpoint_url(server.uri())
@@ -406,7 +410,7 @@ mod tests {
             client(&sdk, std::time::Duration::from_secs(5)),
             BedrockConfig {
                 max_tokens: 512,
-                max_retries: 3,
+                max_retries,
                 backoff: Backoff::fast(),
             },
         )

@@ -16,5 +16,15 @@ pub mod sse;
 mod testkit;
 
 pub use openai::OpenAiLlm;
+
+/// A streamed tool call's arguments as a whole reply's read: the JSON object, compact (`{}`
+/// when none came; kept as they are when they are not JSON).
+pub(crate) fn whole_arguments(streamed: &str) -> String {
+    match streamed.trim() {
+        "" => "{}".into(),
+        args => serde_json::from_str::<serde_json::Value>(args)
+            .map_or_else(|_| args.to_owned(), |v| v.to_string()),
+    }
+}
 pub use router::Models;
 pub use scripted::ScriptedLlm;

@@ -396,7 +396,7 @@ mod tests {
     use wiremock::matchers::{body_partial_json, header, method, path};
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
-    fn client(server: &MockServer, retries: u32) -> OpenAiLlm {
+    pub(super) fn client(server: &MockServer, retries: u32) -> OpenAiLlm {
         OpenAiLlm::new(OpenAiConfig {
             base_url: format!("{}/v1", server.uri()),
             api_key: Some("sk-test".into()),

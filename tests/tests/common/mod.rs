@@ -140,6 +140,16 @@ impl Harness {
         self.call(reqwest::Method::POST, path, Some(body)).await
     }
 
+    /// The run's event stream, kept open while the run rests (`?follow=true`).
+    pub async fn follow(&self, run_id: &str) -> reqwest::Response {
+        self.http
+            .get(self.url(&format!("/runs/{run_id}/stream?follow=true")))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+    }
+
     pub async fn create_run(&self, body: Value) -> String {
         let (status, v) = self.post("/runs", body).await;
         assert_eq!(status, 202, "{v}");

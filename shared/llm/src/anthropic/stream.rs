@@ -175,11 +175,7 @@ pub(super) async fn read(
                             Block::Text(t) => text.push_str(&t),
                             Block::Tool(_, mut call) => {
                                 // As a whole reply's `input` reads (an object, compact).
-                                call.arguments = match call.arguments.trim() {
-                                    "" => "{}".into(),
-                                    args => serde_json::from_str::<Value>(args)
-                                        .map_or_else(|_| args.to_owned(), |v| v.to_string()),
-                                };
+                                call.arguments = crate::whole_arguments(&call.arguments);
                                 tool_calls.push(call);
                             }
                             Block::Other => {}
@@ -205,28 +201,14 @@ pub(super) async fn read(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use baton_core::llm::{ChatRequest, Llm, LlmError};
     use serde_json::{Value, json};
     use wiremock::matchers::{body_partial_json, method, path};
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
-    use crate::anthropic::{AnthropicConfig, AnthropicLlm};
-    use crate::retry::Backoff;
+    use crate::anthropic::AnthropicLlm;
+    use crate::anthropic::tests::client_with as client;
     use crate::testkit::{Recorder, history, request, tools};
-
-    fn client(server: &MockServer, retries: u32) -> AnthropicLlm {
-        AnthropicLlm::new(AnthropicConfig {
-            base_url: server.uri(),
-            api_key: Some("sk-ant-test".into()),
-            max_tokens: 1024,
-            max_retries: retries,
-            backoff: Backoff::fast(),
-            timeout: Duration::from_secs(5),
-        })
-        .expect("client")
-    }
 
     /// The events Anthropic documents for "Let me echo." and `echo({"text": "y"})`.
     fn events() -> Vec<(&'static str, Value)> {

@@ -11,7 +11,6 @@ use aws_sdk_bedrockruntime::types::{
     ContentBlockDelta, ContentBlockStart, ConverseStreamOutput, TokenUsage,
 };
 use aws_smithy_types::event_stream::RawMessage;
-use serde_json::Value;
 
 use baton_core::llm::{Deltas, LlmReply, ToolCall};
 
@@ -88,11 +87,7 @@ pub(super) async fn read(mut out: Output, deltas: &dyn Deltas, model: &str) -> A
             Block::Text(t) => text.push_str(&t),
             Block::Tool(_, mut call) => {
                 // As a whole reply's `input` reads (an object, compact).
-                call.arguments = match call.arguments.trim() {
-                    "" => "{}".into(),
-                    args => serde_json::from_str::<Value>(args)
-                        .map_or_else(|_| args.to_owned(), |v| v.to_string()),
-                };
+                call.arguments = crate::whole_arguments(&call.arguments);
                 tool_calls.push(call);
             }
         }
@@ -133,34 +128,17 @@ fn slot(blocks: &mut Vec<Option<Block>>, index: i32) -> &mut Option<Block> {
 
 #[cfg(test)]
 mod tests {
-    use aws_sdk_bedrockruntime::config::{BehaviorVersion, Credentials, Region};
     use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
     use baton_core::llm::{ChatRequest, Llm, LlmError};
     use serde_json::{Value, json};
     use wiremock::matchers::{method, path};
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
-    use crate::bedrock::{BedrockConfig, BedrockLlm, client};
-    use crate::retry::Backoff;
+    use crate::bedrock::BedrockLlm;
+    use crate::bedrock::tests::llm_with as llm;
     use crate::testkit::{Recorder, history, request, tools};
 
     const MODEL: &str = "anthropic.claude-3-5-haiku-20241022-v1:0";
-
-    fn llm(server: &MockServer, retries: u32) -> BedrockLlm {
-        let sdk = aws_sdk_bedrockruntime::config::Builder::new()
-            .behavior_version(BehaviorVersion::latest())
-            .endpoint_url(server.uri())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("AKID", "secret", None, None, "test"));
-        BedrockLlm::new(
-            client(&sdk, std::time::Duration::from_secs(5)),
-            BedrockConfig {
-                max_tokens: 512,
-                max_retries: retries,
-                backoff: Backoff::fast(),
-            },
-        )
-    }
 
     /// An event-stream frame as Bedrock sends it (`vnd.amazon.eventstream`, with its CRCs).
     fn frame(kind: &str, name: &str, payload: Value) -> Vec<u8> {

@@ -133,29 +133,15 @@ pub(super) async fn read_stream(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use baton_core::llm::{ChatRequest, Llm, LlmError, ToolCall};
     use baton_core::run::Usage;
     use serde_json::{Value, json};
     use wiremock::matchers::{body_partial_json, method, path};
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
-    use crate::openai::{OpenAiConfig, OpenAiLlm};
-    use crate::retry::Backoff;
+    use crate::openai::OpenAiLlm;
+    use crate::openai::tests::client;
     use crate::testkit::{Recorder, history, tools};
-
-    fn client(server: &MockServer, retries: u32) -> OpenAiLlm {
-        OpenAiLlm::new(OpenAiConfig {
-            base_url: format!("{}/v1", server.uri()),
-            api_key: Some("sk-test".into()),
-            model: "test-model".into(),
-            max_retries: retries,
-            backoff: Backoff::fast(),
-            timeout: Duration::from_secs(5),
-        })
-        .expect("client")
-    }
 
     /// The chunks OpenAI streams for "Let me check." and `echo({"text":"y"})`, as documented
     /// (a role chunk, content pieces, a tool call's id and name, then its arguments in
