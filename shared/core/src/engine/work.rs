@@ -141,7 +141,6 @@ impl<'a> Work<'a> {
         seq
     }
 
-    /// The widgets and files call `call_id` added beside its output, as entries after it.
     /// How long the call ran, on its entry, once its result is in (from this step's run).
     pub(super) fn time_call(&mut self, seq: u64, io: &super::Io) {
         let t = self.tool_mut(seq);
@@ -150,6 +149,7 @@ impl<'a> Work<'a> {
         }
     }
 
+    /// The widgets and files call `call_id` added beside its output, as entries after it.
     pub(super) fn push_widgets(&mut self, call_id: &str, io: &super::Io) {
         for w in io.widgets.get(call_id).into_iter().flatten() {
             self.push(EntryBody::Widget {
