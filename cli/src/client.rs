@@ -1,7 +1,8 @@
 //! The client commands: talk to a Baton API, print a summary (or the JSON with --json).
 //!
 //! Exit codes: 0 done, 2 bad input or a request the API refused (4xx), 1 anything else
-//! (unreachable server, 5xx).
+//! (unreachable server, 5xx); `run --wait` and `watch` add theirs (3 the run ended without
+//! completing, 4 still going at the timeout, 5 waiting for a human).
 
 use std::path::Path;
 use std::process::ExitCode;
