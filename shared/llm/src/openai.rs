@@ -308,9 +308,8 @@ impl Llm for OpenAiLlm {
                 Option<Duration>,
                 String,
                 Option<Box<dyn std::error::Error + Send + Sync>>,
-            ) = match rb.send().await {
-                Ok(resp) if resp.status().is_success() && request.deltas.is_some() => {
-                    let deltas = request.deltas.expect("checked");
+            ) = match (rb.send().await, request.deltas) {
+                (Ok(resp), Some(deltas)) if resp.status().is_success() => {
                     match read_stream(resp, deltas, model).await {
                         Ok(reply) => return reply,
                         Err(why) if attempt >= self.cfg.max_retries => {
@@ -327,7 +326,7 @@ impl Llm for OpenAiLlm {
                         }
                     }
                 }
-                Ok(resp) => {
+                (Ok(resp), _) => {
                     let status = resp.status();
                     let hinted = retry_after(resp.headers());
                     let bytes = match resp.bytes().await {
@@ -368,7 +367,7 @@ impl Llm for OpenAiLlm {
                     }
                     (hinted, why, None)
                 }
-                Err(e) => (None, describe(&e, &self.url), Some(Box::new(e))),
+                (Err(e), _) => (None, describe(&e, &self.url), Some(Box::new(e))),
             };
             if attempt >= self.cfg.max_retries {
                 return Err(LlmError::Unavailable {
