@@ -216,7 +216,15 @@ pub fn normalize(v: &Value, run_id: &str) -> Value {
                 .filter(|(k, _)| {
                     !matches!(
                         k.as_str(),
-                        "at" | "createdAt" | "resolvedAt" | "expiresAt" | "updatedAt" | "lastError"
+                        "at" | "createdAt"
+                            | "resolvedAt"
+                            | "expiresAt"
+                            | "updatedAt"
+                            | "lastError"
+                            // How long things took: never the same twice.
+                            | "latencyMs"
+                            | "firstTokenMs"
+                            | "durationMs"
                     )
                 })
                 .map(|(k, v)| (k.clone(), normalize(v, run_id)))
