@@ -10,13 +10,14 @@ mod consume;
 mod ctas;
 mod requests;
 mod steps;
+mod sweep;
 mod thinker;
 
 pub use cache::{DEFAULT_CACHE_BYTES, budget_for};
 pub use consume::{Delivery, SWEEP_EVENT, Verdict};
 pub use ctas::{CTA_PAGE_BYTES, LINK_RESPONDER, MAX_CTA_PAGE};
 pub use requests::{MAX_RUN_PAGE, RUN_PAGE_BYTES};
-pub use steps::{PURGE_CHUNK, SWEEP_BUDGET};
+pub use sweep::{PURGE_CHUNK, SWEEP_BUDGET};
 
 /// The bytes a JSON document takes as the body string of Lambda's reply (a JSON document
 /// itself): one more for each quote and backslash, escaped again there. A page that must fit

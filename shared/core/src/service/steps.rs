@@ -19,12 +19,6 @@ use crate::ports::RunRecord;
 use crate::run::{Run, RunStatus};
 use crate::timeline::Entry;
 
-/// How long one sweep tick starts new work: the `cta` function that runs it has 30 s, and
-/// the answers in its batch must not wait long behind it. What is left waits for the next
-/// tick (every 5 minutes).
-pub const SWEEP_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
-/// Finished runs purged at a time, between looks at the budget.
-pub const PURGE_CHUNK: usize = 10;
 /// A dead-lettered step message ends its run once this many of its deliveries failed in
 /// its own step (the queues' `maxReceiveCount` is 8).
 pub const GIVE_UP_AFTER_FAILURES: u32 = 4;
@@ -340,90 +334,6 @@ impl Service {
         if let Err(e) = self.deps.store.record_failure(&msg.run_id, &failure).await {
             warn!(run_id = %msg.run_id, error = %e, "recording the step's failure failed");
         }
-    }
-
-    /// Performs the outboxes of runs that parked more than `older_than` ago and whose outbox
-    /// is still outstanding: what a crash between a commit and its effects left, when no
-    /// redelivery came to repair it. Returns how many runs it repaired. Then deletes the
-    /// finished runs the store's retention period is over for. Within [`SWEEP_BUDGET`]: what
-    /// is left then waits for the next tick.
-    pub async fn sweep(&self, older_than: chrono::Duration) -> Result<usize, PortError> {
-        self.sweep_within(older_than, SWEEP_BUDGET).await
-    }
-
-    /// [`Service::sweep`], starting no new work once `budget` has passed (a repair or a
-    /// purge of [`PURGE_CHUNK`] runs under way is finished).
-    pub async fn sweep_within(
-        &self,
-        older_than: chrono::Duration,
-        budget: std::time::Duration,
-    ) -> Result<usize, PortError> {
-        let started = std::time::Instant::now();
-        let spent = || started.elapsed() >= budget;
-        let before = self.deps.clock.now() - older_than;
-        let runs = self.deps.store.stale_outboxes(before, 100).await?;
-        let mut repaired = 0;
-        for run_id in &runs {
-            if spent() {
-                info!("sweep: out of time; the other outboxes wait for the next tick");
-                return Ok(repaired);
-            }
-            info!(run_id = %run_id, "sweep: performing an outstanding outbox");
-            // One run whose effects keep failing must not keep the others waiting.
-            match self.repair(run_id).await {
-                Ok(()) => repaired += 1,
-                Err(e) => warn!(run_id = %run_id, error = %e, "sweep: the outbox failed again"),
-            }
-        }
-        repaired += self.resend_resolutions(older_than).await?;
-        let mut purged = 0;
-        while !spent() {
-            let n = self
-                .deps
-                .store
-                .purge_finished(self.deps.clock.now(), PURGE_CHUNK)
-                .await?;
-            purged += n;
-            if n < PURGE_CHUNK {
-                break;
-            }
-        }
-        if purged > 0 {
-            info!(purged, "sweep: finished runs past their retention deleted");
-        }
-        Ok(repaired)
-    }
-
-    /// Sends again the resolutions of CTAs answered or expired more than `older_than` ago
-    /// whose runs were never told (a crash between the answer's write and its send).
-    /// Returns how many it sent.
-    pub async fn resend_resolutions(
-        &self,
-        older_than: chrono::Duration,
-    ) -> Result<usize, PortError> {
-        let before = self.deps.clock.now() - older_than;
-        let ctas = self.deps.store.stale_resolutions(before, 100).await?;
-        let mut sent = 0;
-        for cta in &ctas {
-            info!(cta_id = %cta.cta_id, run_id = %cta.run_id, "sweep: sending an outstanding resolution");
-            match self.send_resolution(cta).await {
-                Ok(()) => sent += 1,
-                Err(e) => {
-                    warn!(cta_id = %cta.cta_id, error = %e, "sweep: the resolution failed again")
-                }
-            }
-        }
-        Ok(sent)
-    }
-
-    /// Performs a run's outstanding outbox (the start-up sweep and crash repair).
-    pub async fn repair(&self, run_id: &str) -> Result<(), PortError> {
-        if let Some(rec) = self.deps.store.get_run(run_id).await?
-            && !rec.outbox.is_empty()
-        {
-            self.perform(&rec.run, &rec.outbox).await?;
-        }
-        Ok(())
     }
 
     /// A `cta.request` carries a one-time answer link when links are set up, so that a

@@ -1,0 +1,205 @@
+//! How a timeline is projected into the chat a model sees, and how much of it fits a
+//! context budget.
+
+use std::borrow::Cow;
+
+use serde_json::Value;
+
+use super::{ChatMessage, ToolCall};
+use crate::timeline::{Entry, EntryBody, ToolResult};
+
+/// About how many bytes of text an entry puts in the chat a model sees (its projection):
+/// what a context budget counts. A pure function of the entry, so that a step that read
+/// part of a history and one that read all of it count the same.
+pub fn model_bytes(entry: &Entry) -> usize {
+    let json = |v: &Value| match v {
+        Value::String(s) => s.len(),
+        v => v.to_string().len(),
+    };
+    match &entry.body {
+        EntryBody::User { text, .. } => text.len(),
+        EntryBody::Assistant { text, .. } => text.as_ref().map_or(0, String::len),
+        EntryBody::Tool(t) => {
+            t.id.len()
+                + t.name.len()
+                + json(&t.input)
+                + match &t.result {
+                    ToolResult::Success { output } => json(output),
+                    ToolResult::Error { error } => error.len() + 12,
+                    ToolResult::Pending { .. } => 0,
+                }
+        }
+        EntryBody::File(f) => f.name.len() + f.media_type.len() + f.summary.len() + 32,
+        EntryBody::Notice { .. }
+        | EntryBody::Error { .. }
+        | EntryBody::Queued { .. }
+        | EntryBody::Widget { .. } => 0,
+    }
+}
+
+/// Whether an entry starts a group of the chat: a user message, or a reply with the tool
+/// calls, results and files that follow it. A history is cut only where a group starts.
+pub fn starts_group(entry: &Entry) -> bool {
+    matches!(
+        entry.body,
+        EntryBody::User { .. } | EntryBody::Assistant { .. }
+    )
+}
+
+/// What a model that reads history is given of a run's timeline, within `budget` bytes of
+/// text ([`model_bytes`]): the run's first message, the newest group (the turn or batch
+/// under way) whatever its size, and the groups before it, newest first, while they fit.
+/// Where groups are left out, the first message says so (a note appended to its text).
+///
+/// `span` is a contiguous stretch of the timeline up to its end; `head` the run's first
+/// entry when `span` starts after it. An older part of `span` that does not start a group
+/// (a read that began inside one) is never given: the whole group would not fit either, as
+/// long as the caller read until what it holds is over the budget and holds a group
+/// start. So the result is the same for any such read as for the whole timeline, and a
+/// step reads about `budget` bytes of a run's history, whatever the run's length.
+pub fn fit<'a>(head: Option<&Entry>, span: &'a [Entry], budget: usize) -> Cow<'a, [Entry]> {
+    let first_user = |e: &&Entry| e.seq == 0 && matches!(e.body, EntryBody::User { .. });
+    // A head beside a span that holds it already is the same entry: taken from the span.
+    let beside = |_: &&Entry| span.first().is_none_or(|e| e.seq > 0);
+    let (head, rest, apart) = match head.filter(first_user).filter(beside) {
+        Some(h) => (Some(h), span, true),
+        None => match span.first().filter(first_user) {
+            Some(h) => (Some(h), &span[1..], false),
+            None => (None, span, false),
+        },
+    };
+    let Some(first) = rest.first() else {
+        return if apart {
+            join(head, rest, 0, budget)
+        } else {
+            Cow::Borrowed(span)
+        };
+    };
+    // Whether `rest` begins where the history does (or right after its first message).
+    let from_start = first.seq == head.map_or(0, |h| h.seq + 1);
+    let starts: Vec<usize> = (0..rest.len())
+        .filter(|&i| starts_group(&rest[i]))
+        .collect();
+    let bytes = |from: usize, to: usize| rest[from..to].iter().map(model_bytes).sum::<usize>();
+    // The newest group is always given; then older ones while they fit.
+    let mut keep = starts.last().copied().unwrap_or(0);
+    let mut total = bytes(keep, rest.len());
+    for n in (0..starts.len().saturating_sub(1)).rev() {
+        let size = bytes(starts[n], starts[n + 1]);
+        if total + size > budget {
+            break;
+        }
+        total += size;
+        keep = starts[n];
+    }
+    // What comes before the first group start (notices, say) is whole only when the
+    // history was read from its start.
+    if keep > 0 && keep == starts[0] && from_start && total + bytes(0, keep) <= budget {
+        keep = 0;
+    }
+    let left_out = rest[keep].seq - head.map_or(0, |h| h.seq + 1);
+    if left_out == 0 && !apart {
+        return Cow::Borrowed(span);
+    }
+    join(head, &rest[keep..], left_out, budget)
+}
+
+/// The run's first message (with a note when `left_out` entries follow it unseen), then
+/// `kept`.
+fn join<'a>(
+    head: Option<&Entry>,
+    kept: &'a [Entry],
+    left_out: u64,
+    budget: usize,
+) -> Cow<'a, [Entry]> {
+    let Some(head) = head else {
+        return Cow::Borrowed(kept);
+    };
+    let mut head = head.clone();
+    if let (EntryBody::User { text, .. }, true) = (&mut head.body, left_out > 0) {
+        text.push_str(&format!(
+            "\n\n[Baton: the {left_out} timeline entries after this message and before the \
+             next are left out here, to keep the conversation within this agent's context \
+             budget of {budget} bytes.]"
+        ));
+    }
+    Cow::Owned(std::iter::once(head).chain(kept.iter().cloned()).collect())
+}
+
+/// Projects the timeline to the chat messages a model sees.
+///
+/// Notices and errors are display-only. Tool calls are grouped under the reply that made
+/// them, each followed by its result. A result still pending is never projected (the engine
+/// does not think while one is pending).
+pub fn project(system: &str, timeline: &[Entry]) -> Vec<ChatMessage> {
+    let mut out = Vec::with_capacity(timeline.len() + 1);
+    if !system.is_empty() {
+        out.push(ChatMessage::System {
+            content: system.to_owned(),
+        });
+    }
+    let mut results: Vec<ChatMessage> = Vec::new();
+    let flush = |out: &mut Vec<ChatMessage>, results: &mut Vec<ChatMessage>| out.append(results);
+    for e in timeline {
+        match &e.body {
+            EntryBody::User { text, .. } => {
+                flush(&mut out, &mut results);
+                out.push(ChatMessage::User {
+                    content: text.clone(),
+                });
+            }
+            EntryBody::Assistant { text, .. } => {
+                flush(&mut out, &mut results);
+                out.push(ChatMessage::Assistant {
+                    content: text.clone(),
+                    tool_calls: Vec::new(),
+                });
+            }
+            EntryBody::Tool(t) => {
+                if let Some(ChatMessage::Assistant { tool_calls, .. }) = out.last_mut() {
+                    tool_calls.push(ToolCall {
+                        id: t.id.clone(),
+                        name: t.name.clone(),
+                        arguments: match &t.input {
+                            Value::String(raw) => raw.clone(),
+                            v => v.to_string(),
+                        },
+                    });
+                }
+                let is_error = matches!(t.result, ToolResult::Error { .. });
+                let content = match &t.result {
+                    ToolResult::Success {
+                        output: Value::String(s),
+                    } => s.clone(),
+                    ToolResult::Success { output } => output.to_string(),
+                    ToolResult::Error { error } => {
+                        serde_json::json!({ "error": error }).to_string()
+                    }
+                    ToolResult::Pending { .. } => continue,
+                };
+                results.push(ChatMessage::Tool {
+                    tool_call_id: t.id.clone(),
+                    content,
+                    is_error,
+                });
+            }
+            // A file's summary is all the model sees of it, with its call's result.
+            EntryBody::File(f) => {
+                let call = |m: &&mut ChatMessage| matches!(m, ChatMessage::Tool { tool_call_id, .. } if *tool_call_id == f.call_id);
+                if let Some(ChatMessage::Tool { content, .. }) = results.iter_mut().rev().find(call)
+                {
+                    content.push_str(&format!(
+                        "\n[file `{}` ({}, {} bytes): {}]",
+                        f.name, f.media_type, f.size, f.summary
+                    ));
+                }
+            }
+            EntryBody::Notice { .. }
+            | EntryBody::Error { .. }
+            | EntryBody::Queued { .. }
+            | EntryBody::Widget { .. } => {}
+        }
+    }
+    flush(&mut out, &mut results);
+    out
+}
