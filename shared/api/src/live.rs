@@ -36,9 +36,9 @@ impl Hub {
 }
 
 impl Live for Hub {
-    fn watched(&self, run_id: &str) -> bool {
+    fn watched(&self, run: &baton_core::run::Run) -> bool {
         let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
-        runs.get(run_id).is_some_and(|tx| tx.receiver_count() > 0)
+        runs.get(&run.run_id).is_some_and(|tx| tx.receiver_count() > 0)
     }
 
     fn publish(&self, event: LiveEvent) {

@@ -182,6 +182,12 @@ pub struct Run {
     pub prompt: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Until when someone watches the run live (unix ms), on a host whose watchers lease a
+    /// run (AWS: the API writes the lease, every step reads it with the run). Not part of
+    /// the run's record: the store keeps it beside the run item.
+    #[serde(skip)]
+    #[cfg_attr(feature = "schemas", schemars(skip))]
+    pub watched_until: Option<i64>,
 }
 
 /// A CTA a subagent (or one of its own) waits on.
@@ -307,6 +313,7 @@ impl Run {
             queued: Vec::new(),
             continue_at: None,
             last_error: None,
+            watched_until: None,
             prompt: None,
             created_at: n.now,
             updated_at: n.now,

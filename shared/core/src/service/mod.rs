@@ -201,9 +201,9 @@ impl Service {
         let _ = self.live.set(live);
     }
 
-    /// The live channel, if the host has one and someone may be watching `run_id`.
-    pub(crate) fn live_for(&self, run_id: &str) -> Option<&Arc<dyn crate::live::Live>> {
-        self.live.get().filter(|l| l.watched(run_id))
+    /// The live channel, if the host has one and someone may be watching `run`.
+    pub(crate) fn live_for(&self, run: &crate::run::Run) -> Option<&Arc<dyn crate::live::Live>> {
+        self.live.get().filter(|l| l.watched(run))
     }
 
     /// How many steps found their timeline cached, and how many loaded it from the store.

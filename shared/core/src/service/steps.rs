@@ -199,7 +199,7 @@ impl Service {
         let tools = self.catalog.specs(listed, agent, &prepared);
         let system = agent.system_prompt(run, &prepared);
         let live = self
-            .live_for(&run.run_id)
+            .live_for(run)
             .map(|l| crate::live::StepLive::new(l.clone(), &run.run_id, seq));
         if let Some(live) = &live {
             live.publish(crate::live::LiveKind::State {

@@ -70,15 +70,17 @@ pub enum LiveKind {
 
 /// Where live events go: the host's channel to its watchers.
 pub trait Live: Send + Sync {
-    /// Whether anyone may be watching `run_id` (a channel that cannot know answers true). A
+    /// Whether anyone may be watching `run` (a channel that cannot know answers true). A
     /// model's reply is streamed only for a watched run, so a run nobody watches pays
     /// nothing for this.
-    fn watched(&self, run_id: &str) -> bool;
+    fn watched(&self, run: &crate::run::Run) -> bool;
 
     /// Hands an event over. Never blocks and never fails: a channel that cannot keep up
     /// drops events (the timeline is the record).
     fn publish(&self, event: LiveEvent);
 }
+
+pub mod grant;
 
 /// The most of a tool call's input a `tool_started` event carries.
 pub const INPUT_PREVIEW_BYTES: usize = 512;
