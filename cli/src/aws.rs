@@ -1,5 +1,6 @@
 //! `baton dev --aws` and `baton bootstrap`: Baton over AWS APIs from this machine.
 
+use baton_core::live::grant::Grants;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -73,6 +74,17 @@ pub async fn dev(
         catalog,
         clock: Arc::new(SystemClock),
         duplicate: false,
+        live: match (&config.live, &config.link_key) {
+            (None, _) => None,
+            (Some(live), Some(key)) => Some((
+                live.clone(),
+                Grants::new(key.as_bytes()).map_err(|e| anyhow::anyhow!("BATON_LINK_KEY: {e}"))?,
+            )),
+            (Some(_), None) => anyhow::bail!(
+                "BATON_LIVE_HTTP_DOMAIN is set: the live channel's watch tokens are signed with \
+                 BATON_LINK_KEY (at least 32 characters), which is not set"
+            ),
+        },
     })
     .await?;
     match &config.link_key {

@@ -67,6 +67,7 @@ pub async fn run(opts: LoadAws, config: &Config) -> anyhow::Result<String> {
         catalog,
         clock: Arc::new(SystemClock),
         duplicate: false,
+        live: None,
     })
     .await?;
     server.add_pollers(opts.pollers.saturating_sub(1));

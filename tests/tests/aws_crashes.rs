@@ -47,6 +47,7 @@ async fn host_with(aws: &Emulator, names: &Names, script: &str) -> AwsDevServer 
         )),
         clock: Arc::new(SystemClock),
         duplicate: false,
+        live: None,
     })
     .await
     .unwrap();

@@ -67,6 +67,7 @@ async fn start_env_faulty(
         catalog,
         clock: Arc::new(SystemClock),
         duplicate,
+        live: None,
     })
     .await
     .unwrap();

@@ -117,6 +117,7 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
         streams: false,
         stop: None,
         live: None,
+        watchers: None,
     });
     let (_stop, rx) = tokio::sync::watch::channel(false);
     let (poll_addr, _poll_server) = baton_api::serve(app, "127.0.0.1:0".parse().unwrap(), rx)

@@ -199,6 +199,7 @@ async fn a_run_streams_its_timeline_live_and_resumes_from_its_cursor() {
         streams: false,
         stop: None,
         live: None,
+        watchers: None,
     });
     let (_stop, rx) = tokio::sync::watch::channel(false);
     let (addr, _server) = baton_api::serve(app, "127.0.0.1:0".parse().unwrap(), rx)
@@ -710,6 +711,7 @@ async fn baton_dev_aws_makes_one_time_links_when_given_a_key() {
         catalog: catalog(None),
         clock: Arc::new(SystemClock),
         duplicate: false,
+        live: None,
     })
     .await
     .unwrap();

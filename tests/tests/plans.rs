@@ -56,6 +56,7 @@ async fn aws_host(aws: &Emulator, prefix: &str, script: &str) -> AwsDevServer {
         catalog: catalog(Some(agents())),
         clock: Arc::new(SystemClock),
         duplicate: false,
+        live: None,
     })
     .await
     .unwrap();

@@ -10,15 +10,18 @@ use baton_lambda::{Runtime, init_tracing};
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     init_tracing();
-    let service = Runtime::from_env().await?.request_service().await?;
+    let runtime = Runtime::from_env().await?;
+    let service = runtime.request_service().await?;
     let auth = Arc::new(ApiGatewayJwt);
-    // API Gateway buffers responses: the console polls instead of streaming.
+    // API Gateway buffers responses: the console polls the timeline, and watches a run live
+    // on the live channel (`POST /runs/{id}/watch` grants it) when the deployment has one.
     let state = AppState {
         service,
         auth,
         streams: false,
         stop: None,
         live: None,
+        watchers: runtime.watchers().await?,
     };
     lambda_http::run(router(state)).await
 }

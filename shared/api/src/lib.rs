@@ -58,6 +58,9 @@ pub struct AppState {
     /// The live channel of the runs whose steps this process runs (their streams carry
     /// deltas and tool events); `None` where steps run elsewhere (the `api` function).
     pub live: Option<Arc<live::Hub>>,
+    /// Grants watches of runs whose live channel is outside the process (on AWS, the
+    /// AppSync Events API the step functions publish to).
+    pub watchers: Option<live::SharedWatchers>,
 }
 
 /// The whole API.
@@ -69,6 +72,7 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{run_id}/messages", post(post_message))
         .route("/runs/{run_id}/cancel", post(cancel_run))
         .route("/runs/{run_id}/stream", get(stream::stream_run))
+        .route("/runs/{run_id}/watch", post(live::watch_run))
         .route("/runs/{run_id}/files/{file_id}", get(get_file))
         .route("/ctas", get(list_ctas))
         .route("/ctas/{cta_id}", get(get_cta))

@@ -108,6 +108,7 @@ pub fn document(agents: &[&str]) -> Value {
     let response = schema::<CtaResponse>(&mut g);
     let answered = schema::<AnswerAccepted>(&mut g);
     let link = schema::<Link>(&mut g);
+    let watch = schema::<crate::live::WatchBody>(&mut g);
     let question = schema::<LinkQuestion<'static>>(&mut g);
     let health = schema::<Health>(&mut g);
 
@@ -159,6 +160,13 @@ pub fn document(agents: &[&str]) -> Value {
                             "data": {"type": "string", "contentMediaType": "application/json"},
                             "id": {"type": "string", "pattern": "^[0-9]*$"}}}}}},
                 "501": {"description": "this host does not stream (API Gateway): poll /timeline", "content": json_body(error.clone())},
+                "default": {"description": "a refusal", "content": json_body(error.clone())}}}},
+        "/runs/{runId}/watch": {"post": {"summary": "how to watch the run live: a grant to its channel (on AWS, AppSync Events), or this host's event stream",
+            "description": "A grant (`transport: appsync-events`) lets its holder connect to `realtimeUrl` and subscribe to `channel` with `token` until `expiresAt`; the run's steps stream what they do while a grant holds. Ask again after `renewAfterSeconds` to go on watching. A host that streams itself answers `{transport: sse, url}`.",
+            "parameters": [run_id.clone()],
+            "responses": {
+                "200": {"description": "how to watch", "content": json_body(watch)},
+                "501": {"description": "this host has no live channel: poll /timeline", "content": json_body(error.clone())},
                 "default": {"description": "a refusal", "content": json_body(error.clone())}}}},
         "/runs/{runId}/files/{fileId}": {"get": {"summary": "a file a tool of the run returned",
             "parameters": [run_id, id("fileId", "a file's id"),

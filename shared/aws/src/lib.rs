@@ -9,10 +9,14 @@
 //! | [`s3`] | `S3Blobs`: tool files in a bucket |
 //! | [`sdk`] | one SDK config, error mapping, the request meter |
 //! | [`provision`] | creates what `template.yaml` declares, on an emulator |
+//! | [`watch`] | `AppSyncWatchers`: watches of runs granted (a lease and a token) |
+//! | `appsync` | `AppSyncLive`: live events to an AppSync Events API (feature `live`) |
 //!
 //! [`aws_service`] wires them into the core's service. The hosts that run it are elsewhere:
 //! the Lambda functions (`baton-lambda`) and `baton dev --aws` (`baton-dev`).
 
+#[cfg(feature = "live")]
+pub mod appsync;
 pub mod dynamo;
 pub mod eventbridge;
 pub mod provision;
@@ -20,6 +24,7 @@ pub mod s3;
 pub mod scheduler;
 pub mod sdk;
 pub mod sqs;
+pub mod watch;
 
 use std::sync::Arc;
 

@@ -162,7 +162,48 @@ pub struct Config {
     pub cache_mb: Option<u64>,
     /// `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`: the memory Lambda gives the function, in MB.
     pub function_memory_mb: Option<u64>,
+    /// The live channel on AWS (an AppSync Events API), when its domains are set.
+    pub live: Option<LiveConfig>,
     aws: Result<AwsConfig, ConfigError>,
+}
+
+/// Where the live channel is: `BATON_LIVE_HTTP_DOMAIN` and `BATON_LIVE_REALTIME_DOMAIN` (the
+/// template's `LiveApi.Dns.Http` and `.Dns.Realtime`). A domain alone means `https://` and
+/// `wss://`; a value with a scheme is taken as the base URL (a local stand-in's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveConfig {
+    /// Where events are published: `<base>/event`.
+    pub publish_url: String,
+    /// Where watchers connect: `<base>/event/realtime`.
+    pub realtime_url: String,
+    /// The HTTP domain (with its port, if any): the `host` a watcher's authorization names.
+    pub http_host: String,
+}
+
+impl LiveConfig {
+    fn parse(http: &str, realtime: &str) -> Self {
+        let base = |v: &str, scheme: &str| {
+            let v = v.trim_end_matches('/');
+            if v.contains("://") {
+                v.to_owned()
+            } else {
+                format!("{scheme}://{v}")
+            }
+        };
+        let http_base = base(http, "https");
+        let http_host = http_base
+            .split_once("://")
+            .map_or(http_base.as_str(), |(_, rest)| rest)
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        Self {
+            publish_url: format!("{http_base}/event"),
+            realtime_url: format!("{}/event/realtime", base(realtime, "wss")),
+            http_host,
+        }
+    }
 }
 
 const AWS_HINT: &str = "template.yaml sets it on every function";
@@ -304,6 +345,25 @@ impl Config {
                 None => None,
             },
             function_memory_mb: var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE").and_then(|m| m.parse().ok()),
+            live: match (
+                var("BATON_LIVE_HTTP_DOMAIN"),
+                var("BATON_LIVE_REALTIME_DOMAIN"),
+            ) {
+                (Some(http), Some(realtime)) => Some(LiveConfig::parse(&http, &realtime)),
+                (None, None) => None,
+                (Some(_), None) => {
+                    return Err(ConfigError::Missing {
+                        var: "BATON_LIVE_REALTIME_DOMAIN",
+                        hint: "BATON_LIVE_HTTP_DOMAIN is set: the live channel needs both",
+                    });
+                }
+                (None, Some(_)) => {
+                    return Err(ConfigError::Missing {
+                        var: "BATON_LIVE_HTTP_DOMAIN",
+                        hint: "BATON_LIVE_REALTIME_DOMAIN is set: the live channel needs both",
+                    });
+                }
+            },
             aws,
         })
     }
@@ -357,6 +417,48 @@ mod tests {
         ("BATON_SCHEDULER_ROLE_ARN", "arn:r"),
         ("BATON_BUCKET", "files"),
     ];
+
+    #[test]
+    fn the_live_channel_is_set_by_both_domains_or_neither() {
+        let aws = parse(&[
+            (
+                "BATON_LIVE_HTTP_DOMAIN",
+                "abc.appsync-api.us-east-1.amazonaws.com",
+            ),
+            (
+                "BATON_LIVE_REALTIME_DOMAIN",
+                "abc.appsync-realtime-api.us-east-1.amazonaws.com",
+            ),
+        ])
+        .expect("parses");
+        assert_eq!(
+            aws.live,
+            Some(LiveConfig {
+                publish_url: "https://abc.appsync-api.us-east-1.amazonaws.com/event".into(),
+                realtime_url:
+                    "wss://abc.appsync-realtime-api.us-east-1.amazonaws.com/event/realtime".into(),
+                http_host: "abc.appsync-api.us-east-1.amazonaws.com".into(),
+            })
+        );
+        let local = parse(&[
+            ("BATON_LIVE_HTTP_DOMAIN", "http://127.0.0.1:4510/"),
+            ("BATON_LIVE_REALTIME_DOMAIN", "ws://127.0.0.1:4510"),
+        ])
+        .expect("parses")
+        .live
+        .expect("set");
+        assert_eq!(local.publish_url, "http://127.0.0.1:4510/event");
+        assert_eq!(local.realtime_url, "ws://127.0.0.1:4510/event/realtime");
+        assert_eq!(local.http_host, "127.0.0.1:4510");
+        assert_eq!(parse(&[]).expect("parses").live, None);
+        let half = parse(&[("BATON_LIVE_HTTP_DOMAIN", "x")])
+            .map(|_| ())
+            .expect_err("refused");
+        assert!(
+            half.to_string().contains("BATON_LIVE_REALTIME_DOMAIN"),
+            "{half}"
+        );
+    }
 
     #[test]
     fn the_cache_is_sized_from_the_memory_the_host_is_given() {

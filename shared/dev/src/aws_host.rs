@@ -31,6 +31,12 @@ pub struct AwsDevOptions {
     pub clock: Arc<dyn Clock>,
     /// Deliver every message twice (to prove duplicates change nothing).
     pub duplicate: bool,
+    /// The live channel as on AWS (an AppSync Events API, or a stand-in of one), with the
+    /// signer of its watch tokens; `None` keeps live events in this process.
+    pub live: Option<(
+        baton_core::config::LiveConfig,
+        baton_core::live::grant::Grants,
+    )>,
 }
 
 pub struct AwsDevServer {
@@ -107,12 +113,52 @@ impl AwsDevServer {
         let pump = sources.clone();
         let service = api.service;
         let steps = [orchestrator.service, subagent.service];
-        // The step functions' live events reach the API's streams in this process (on AWS
-        // they would go through the deployment's live channel).
-        let live = baton_api::live::Hub::new();
-        for s in &steps {
-            s.set_live(live.clone());
-        }
+        // The step functions' live events reach the API's streams in this process, or go
+        // through the live channel as on AWS.
+        let (live, watchers) = match opts.live {
+            None => {
+                let hub = baton_api::live::Hub::new();
+                for s in &steps {
+                    s.set_live(hub.clone());
+                }
+                (Some(hub), None)
+            }
+            Some((live, grants)) => {
+                for (s, name) in steps
+                    .iter()
+                    .zip(["OrchestratorFunction", "SubagentFunction"])
+                {
+                    let sdk = as_function(&opts.sdk, name);
+                    let (Some(credentials), Some(region)) =
+                        (sdk.credentials_provider(), sdk.region())
+                    else {
+                        return Err(StartError::Io(std::io::Error::other(
+                            "the live channel needs credentials and a region",
+                        )));
+                    };
+                    s.set_live(baton_aws::appsync::AppSyncLive::start(
+                        baton_aws::appsync::Publisher {
+                            url: live.publish_url.clone(),
+                            region: region.to_string(),
+                            credentials,
+                        },
+                    ));
+                }
+                let sdk = as_function(&opts.sdk, "ApiFunction");
+                let watchers: Arc<dyn baton_core::live::grant::Watchers> =
+                    Arc::new(baton_aws::watch::AppSyncWatchers {
+                        store: baton_aws::dynamo::DynamoStore::new(
+                            aws_sdk_dynamodb::Client::new(&sdk),
+                            &provisioned.config.table,
+                            provisioned.config.retention_days,
+                            meter.clone(),
+                        ),
+                        grants,
+                        live,
+                    });
+                (None, Some(watchers))
+            }
+        };
         let cta = cta.service;
         let (stop, stop_rx) = watch::channel(false);
         let pump = tokio::spawn(pump.run(stop_rx.clone()));
@@ -123,7 +169,8 @@ impl AwsDevServer {
             auth,
             streams: true,
             stop: Some(stop_rx.clone()),
-            live: Some(live),
+            live,
+            watchers,
         });
         let (addr, server) = baton_api::serve(app, opts.addr, stop_rx)
             .await

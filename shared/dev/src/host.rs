@@ -120,6 +120,7 @@ impl LocalServer {
             streams: true,
             stop: Some(stop_rx.clone()),
             live: Some(live),
+            watchers: None,
         })
         .merge(events_route(store.clone(), auth));
         let (addr, server) = baton_api::serve(app, opts.addr, stop_rx)

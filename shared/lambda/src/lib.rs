@@ -1,4 +1,4 @@
-//! The Lambda host: what the four functions run. Each starts from a [`Runtime`] (the
+//! The Lambda host: what the five functions run. Each starts from a [`Runtime`] (the
 //! configuration, the SDK, the model secret, the service over AWS, built once per container)
 //! and hands Lambda's events to the core service.
 //!
@@ -7,18 +7,21 @@
 //! | [`runtime`] | start-up: configuration, secrets, model clients, the service |
 //! | [`steps`] | the step functions' SQS batches: order per run, deadline, deferral |
 //! | [`inbox`] | the `cta` function's inbox batches |
+//! | [`live`] | the `live` function: the live channel's authorizer |
 //!
 //! The adapters are `baton-aws`'s; the policy for each message is the service's
 //! (`Service::consume`, `Service::inbox_event`). `baton dev --aws` runs these same handlers
 //! in-process (`baton-dev`).
 
 pub mod inbox;
+pub mod live;
 pub mod runtime;
 pub mod steps;
 
 use aws_lambda_events::event::sqs::BatchItemFailure;
 
 pub use inbox::{SWEEP_AFTER, handle_cta_inbox, run_cta_inbox};
+pub use live::run_live_authorizer;
 pub use runtime::{InitError, Runtime, SecretKey, secret_fields};
 #[cfg(feature = "steps")]
 pub use steps::run_steps;

@@ -4,11 +4,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use baton_aws::dynamo::DynamoStore;
 use baton_aws::sdk::{Meter, StaticKeys, lambda_sdk_config, map_sdk_err};
+use baton_aws::watch::AppSyncWatchers;
 use baton_core::agent::{Catalog, CatalogError, FileError};
 use baton_core::config::{Config, ConfigError, ModelConfig};
 use baton_core::error::PortError;
 use baton_core::links::{Links, ShortKey};
+use baton_core::live::grant::{Grants, Watchers};
 use baton_core::llm::{KeySource, Llm, LlmError, NoModel};
 use baton_core::ports::SystemClock;
 use baton_core::service::Service;
@@ -33,8 +36,14 @@ pub enum InitError {
     Catalog(#[from] CatalogError),
     #[error(transparent)]
     AgentsFile(#[from] FileError),
-    #[error("one-time answer links")]
+    #[error("the link key (it signs one-time answer links and watch tokens)")]
     Links(#[from] ShortKey),
+    #[error(
+        "the live channel needs the link key (it signs watch tokens): set \
+         BATON_LINK_KEY_SECRET_ARN (the template's LinkKeySecret), or BATON_LINK_KEY (at \
+         least 32 characters)"
+    )]
+    NoGrantKey,
     #[error(
         "BATON_PUBLIC_URL is set but no link key is: set BATON_LINK_KEY_SECRET_ARN (the \
          template's LinkKeySecret), or BATON_LINK_KEY (at least 32 characters)"
@@ -167,13 +176,22 @@ impl Runtime {
     }
 
     /// One-time answer links, when `BATON_PUBLIC_URL` is set (the template's `PublicUrl`),
-    /// signed with the link key: its own secret's text (`BATON_LINK_KEY_SECRET_ARN`, which
-    /// the template generates and lets the four functions read, and nothing else), else the
-    /// model secret's `BATON_LINK_KEY` field, else the variable.
+    /// signed with the link key ([`Self::link_key`]).
     pub async fn links(&self) -> Result<Option<Links>, InitError> {
         let Some(base) = &self.config.public_url else {
             return Ok(None);
         };
+        let Some(key) = self.link_key().await? else {
+            return Err(InitError::NoLinkKey);
+        };
+        Ok(Some(Links::new(key.as_bytes(), base)?))
+    }
+
+    /// The link key, which signs one-time answer links and watch tokens: its own secret's
+    /// text (`BATON_LINK_KEY_SECRET_ARN`, which the template generates and lets the
+    /// functions read, and nothing else), else the model secret's `BATON_LINK_KEY` field,
+    /// else the variable.
+    pub async fn link_key(&self) -> Result<Option<String>, InitError> {
         let key = match &self.config.link_key_secret_arn {
             Some(arn) => {
                 let secret = SecretKey {
@@ -188,10 +206,55 @@ impl Runtime {
             }
             None => self.secrets().await?.get("BATON_LINK_KEY").cloned(),
         };
-        let Some(key) = key.or_else(|| self.config.link_key.clone()) else {
-            return Err(InitError::NoLinkKey);
+        Ok(key.or_else(|| self.config.link_key.clone()))
+    }
+
+    /// The signer of watch tokens (the `live` function checks them; the `api` function
+    /// grants them).
+    pub async fn grants(&self) -> Result<Grants, InitError> {
+        let key = self.link_key().await?.ok_or(InitError::NoGrantKey)?;
+        Ok(Grants::new(key.as_bytes())?)
+    }
+
+    /// Grants of watches on the live channel, when it is configured (the `api` function).
+    pub async fn watchers(&self) -> Result<Option<Arc<dyn Watchers>>, InitError> {
+        let Some(live) = &self.config.live else {
+            return Ok(None);
         };
-        Ok(Some(Links::new(key.as_bytes(), base)?))
+        let aws = self.config.aws()?;
+        Ok(Some(Arc::new(AppSyncWatchers {
+            store: DynamoStore::new(
+                aws_sdk_dynamodb::Client::new(&self.sdk),
+                &aws.table,
+                aws.retention_days,
+                Meter::shared(),
+            ),
+            grants: self.grants().await?,
+            live: live.clone(),
+        })))
+    }
+
+    /// The live channel's publisher, when it is configured (the step functions).
+    #[cfg(feature = "steps")]
+    pub fn live(&self) -> Result<Option<Arc<baton_aws::appsync::AppSyncLive>>, InitError> {
+        let Some(live) = &self.config.live else {
+            return Ok(None);
+        };
+        let credentials = self
+            .sdk
+            .credentials_provider()
+            .ok_or_else(|| InitError::Aws("no credentials to publish live events with".into()))?;
+        let region = self
+            .sdk
+            .region()
+            .ok_or_else(|| InitError::Aws("no region to publish live events in".into()))?;
+        Ok(Some(baton_aws::appsync::AppSyncLive::start(
+            baton_aws::appsync::Publisher {
+                url: live.publish_url.clone(),
+                region: region.to_string(),
+                credentials,
+            },
+        )))
     }
 
     /// The service of the `api` and `cta` functions, which never think nor run a tool: the

@@ -30,7 +30,14 @@ struct StepsHandler {
     sqs: aws_sdk_sqs::Client,
     /// Runs of a batch stepped at once ([`steps_at_once`]).
     at_once: usize,
+    /// The live channel's publisher, if the deployment has one: what a batch published is
+    /// sent before the invocation ends (Lambda freezes a process between invocations).
+    live: Option<Arc<baton_aws::appsync::AppSyncLive>>,
 }
+
+/// The longest an invocation's end waits for its live events to be sent.
+#[cfg(feature = "steps")]
+const LIVE_DRAIN: Duration = Duration::from_secs(1);
 
 #[cfg(feature = "steps")]
 /// The `orchestrator` and `subagent` functions: steps from their queue (and its dead-letter
@@ -46,12 +53,17 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
         runtime.config.cache_bytes(None),
     );
     let service = runtime.step_service(llm).await?;
+    let live = runtime.live()?;
+    if let Some(live) = &live {
+        service.set_live(live.clone());
+    }
     let handler = Arc::new(StepsHandler {
         service,
         dead_letters,
         queues,
         sqs,
         at_once,
+        live,
     });
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let handler = handler.clone();
@@ -62,6 +74,7 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
                 queues,
                 sqs,
                 at_once,
+                live,
             } = &*handler;
             let at = std::time::UNIX_EPOCH + Duration::from_millis(event.context.deadline);
             // A deadline already past as the batch starts is no real invocation's (an
@@ -72,6 +85,9 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
                     .await;
             let urls = queues.each_ref().map(String::as_str);
             release(sqs, &urls, &out.again).await;
+            if let Some(live) = live {
+                live.drain(LIVE_DRAIN).await;
+            }
             Ok::<_, lambda_runtime::Error>(out.response)
         }
     }))

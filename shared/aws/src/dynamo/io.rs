@@ -164,7 +164,33 @@ impl DynamoStore {
         Ok(Some(meta))
     }
 
-    /// The run item (with its `INFO` item's attributes merged in) and whether it has one.
+    /// Leases `run_id` to its watchers until `until`: its steps stream what they do (model
+    /// replies, tools starting and ending) to the live channel while the lease holds. One
+    /// small item beside the run item (`LIVE`), which the step's read of the run reads too;
+    /// its TTL removes it a day after it lapses, and the sweep with the run.
+    pub async fn lease_watch(&self, run_id: &str, until: DateTime<Utc>) -> Result<(), PortError> {
+        let item = Item::from([
+            ("PK".into(), s(run_pk(run_id))),
+            ("SK".into(), s(LIVE_SK)),
+            ("wu".into(), n(until.timestamp_millis())),
+            (
+                "ttl".into(),
+                n((until + chrono::Duration::days(1)).timestamp()),
+            ),
+        ]);
+        self.count_write(&[&item], false);
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| map_sdk_err("PutItem", e))?;
+        Ok(())
+    }
+
+    /// The run item (with its `INFO` item's attributes and its watch lease merged in) and
+    /// whether it has an `INFO` item.
     async fn run_items(&self, run_id: &str) -> Result<Option<(Item, bool)>, PortError> {
         let out = self
             .range(&run_pk(run_id), INFO_SK, "META")
@@ -174,10 +200,11 @@ impl DynamoStore {
             .map_err(|e| map_sdk_err("Query", e))?;
         let items = out.items.unwrap_or_default();
         self.count_read(items.iter().map(item_size).sum(), true);
-        let (mut meta, mut info) = (None, None);
+        let (mut meta, mut info, mut lease) = (None, None, None);
         for item in items {
             match item.get("SK") {
                 Some(AttributeValue::S(sk)) if sk == "META" => meta = Some(item),
+                Some(AttributeValue::S(sk)) if sk == LIVE_SK => lease = item.get("wu").cloned(),
                 _ => info = Some(item),
             }
         }
@@ -187,6 +214,9 @@ impl DynamoStore {
                 if k == "md" || k == "cx" {
                     meta.insert(k, v);
                 }
+            }
+            if let Some(wu) = lease {
+                meta.insert("wu".into(), wu);
             }
             (meta, has_info)
         }))

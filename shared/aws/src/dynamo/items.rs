@@ -352,6 +352,10 @@ impl DynamoStore {
 /// [`INFO_SK`, `META`] reads both.
 pub(super) const INFO_SK: &str = "INFO";
 
+/// The `SK` of a run's watch lease (`wu`: until when, unix ms), between `INFO` and `META`:
+/// the query that reads the run reads it too.
+pub(super) const LIVE_SK: &str = "LIVE";
+
 /// The run as the run item keeps it: without `metadata` and `context`, which are in its
 /// `INFO` item.
 fn lean_body(run: &Run) -> Result<String, PortError> {
@@ -373,6 +377,9 @@ pub(super) fn parse_run(item: &Item) -> Result<RunRecord, PortError> {
         if let Some(AttributeValue::S(v)) = item.get(k) {
             *field = Some(serde_json::from_str(v).map_err(|e| broken("decode run info", e))?);
         }
+    }
+    if let Some(AttributeValue::N(wu)) = item.get("wu") {
+        run.watched_until = wu.parse().ok();
     }
     if let Some(AttributeValue::S(f)) = item.get("lerr") {
         run.last_error = Some(serde_json::from_str(f).map_err(|e| broken("decode failure", e))?);

@@ -7,6 +7,7 @@
 //! | resolution patch | `RUN#<runId>` | `P#<seq:010>` | `b`: an entry resolved in place (a pending result), whole |
 //! | CTA | `CTA#<ctaId>` | `META` | `st`, `own`, `body`, `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `CTA#<status>#<createdAt>#<ctaId>`, `GSI4PK` = `ROOT#<rootRunId>`, `GSI4SK` = `GSI1SK`, `ttl` |
 //! | run info | `RUN#<runId>` | `INFO` | `md` (`metadata`), `cx` (`context`); a top-level run's also `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `RUN#<createdAt>#<runId>` (its owner's list of runs). Written once with the run, read with the run item by one query of [`INFO`, `META`] |
+//! | watch lease | `RUN#<runId>` | `LIVE` | `wu` (until when someone watches the run live, unix ms), `ttl`. Written by the API when it grants a watch; read with the run item by the same query |
 //! | idempotency key | `IDEM#<len>#<owner>#<key>` | `META` | `runId` |
 //!
 //! One commit is one `TransactWriteItems`, conditional on the run's version: the run item

@@ -28,6 +28,39 @@ pub fn channel(run_id: &str) -> String {
     format!("/runs/{}", run_id.replace('_', "-"))
 }
 
+/// What a watcher is given to watch a run whose channel is outside the process: where to
+/// connect, the channel, and the token that lets it in until `expires_at`. A watcher asks
+/// again before then (`renewAfterSeconds`) to go on watching: each grant also extends the
+/// run's watch lease, and a step streams only while one holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Watch {
+    /// `appsync-events`: the AppSync Events WebSocket protocol.
+    pub transport: String,
+    /// `wss://…/event/realtime`.
+    pub realtime_url: String,
+    /// The `host` the authorization names (the API's HTTP domain).
+    pub host: String,
+    pub channel: String,
+    /// The `Authorization` of the connection and of the subscription.
+    pub token: String,
+    pub expires_at: chrono::DateTime<chrono::Utc>,
+    pub renew_after_seconds: i64,
+}
+
+/// Grants watches of runs (the host's live channel, where it is outside the process).
+#[async_trait::async_trait]
+pub trait Watchers: Send + Sync {
+    /// A watch of `run_id` (whose caller the API has checked owns it) from `now`, with the
+    /// run's watch lease extended to its end.
+    async fn grant(
+        &self,
+        run_id: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Watch, crate::error::PortError>;
+}
+
 /// What a valid token says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
