@@ -1,8 +1,10 @@
 //! `baton watch <runId>` and `baton run --follow`: a run as it happens, in a terminal. The
 //! model's reply word by word as it streams, each tool call as it starts and ends, the run's
 //! entries as they commit; then the outcome. On a host that streams (`baton dev`, `baton dev
-//! --aws`) it follows `GET /runs/{id}/stream`; behind API Gateway (a 501) it polls
-//! `GET /runs/{id}/timeline?after=` and shows committed entries only.
+//! --aws`) it follows `GET /runs/{id}/stream`. Behind API Gateway (a 501) it polls
+//! `GET /runs/{id}/timeline?after=` for the entries, and takes the live view from the
+//! deployment's live channel (`POST /runs/{id}/watch` grants a subscription to it, renewed
+//! while it watches); without one, it shows committed entries only.
 //!
 //! Exit codes: 0 the run completed; 3 it failed, expired or was cancelled; 5 it waits for a
 //! human's answer (the questions are printed, with how to answer them).
@@ -11,6 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::time::Duration;
 
+use baton_core::live::grant::Watch;
 use baton_llm::sse::SseReader;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
@@ -47,6 +50,10 @@ impl View {
 
     fn live(&mut self, kind: &str, e: &Value) -> String {
         match kind {
+            // A reply already shown as committed (its pieces came late): nothing to add.
+            "delta" | "tool_call_delta" if self.shown.contains(&e["seq"].as_u64().unwrap_or(0)) => {
+                String::new()
+            }
             "delta" => {
                 let seq = e["seq"].as_u64().unwrap_or(0);
                 let attempt = e["attempt"].as_str().unwrap_or("").to_owned();
@@ -197,9 +204,79 @@ pub(super) async fn watch(api: &Api, run_id: &str) -> Result<Outcome, Failure> {
     }
 }
 
-/// Without a stream: the committed entries, polled.
+/// A subscription to the run's live channel, and when to renew its grant.
+struct Channel {
+    sub: baton_aws::channel::Subscription,
+    renew: tokio::time::Instant,
+    every: Duration,
+}
+
+impl Channel {
+    /// The run's live channel, if the host has one outside the process and it can be
+    /// reached (else the watch goes on with committed entries, and says so).
+    async fn open(api: &Api, id: &str) -> Option<Self> {
+        let grant = api
+            .call(Method::POST, &format!("/runs/{id}/watch"), None)
+            .await
+            .ok()?;
+        let watch: Watch = serde_json::from_value(grant).ok()?;
+        match baton_aws::channel::subscribe(&watch).await {
+            Ok(sub) => {
+                let every = Duration::from_secs(watch.renew_after_seconds.max(10).unsigned_abs());
+                Some(Self {
+                    sub,
+                    renew: tokio::time::Instant::now() + every,
+                    every,
+                })
+            }
+            Err(e) => {
+                eprintln!("baton watch: no live view ({e}); showing entries as they commit");
+                None
+            }
+        }
+    }
+}
+
+/// Shows what the live channel sends for `wait`, renewing its grant when due.
+async fn live_for(
+    api: &Api,
+    id: &str,
+    channel: &mut Option<Channel>,
+    view: &mut View,
+    wait: Duration,
+) {
+    let until = tokio::time::Instant::now() + wait;
+    let Some(ch) = channel else {
+        tokio::time::sleep_until(until).await;
+        return;
+    };
+    if tokio::time::Instant::now() >= ch.renew {
+        // The lease and the grant go on; a refusal only ends the live view when it lapses.
+        let _ = api
+            .call(Method::POST, &format!("/runs/{id}/watch"), None)
+            .await;
+        ch.renew += ch.every;
+    }
+    loop {
+        tokio::select! {
+            e = ch.sub.next() => match e {
+                Some(e) => emit(&view.live(e["type"].as_str().unwrap_or(""), &e)),
+                None => {
+                    eprintln!("baton watch: the live channel closed; showing entries as they commit");
+                    *channel = None;
+                    tokio::time::sleep_until(until).await;
+                    return;
+                }
+            },
+            () = tokio::time::sleep_until(until) => return,
+        }
+    }
+}
+
+/// Without a stream: the committed entries, polled, and the live channel if there is one.
 async fn poll(api: &Api, id: &str, view: &mut View) -> Result<Outcome, Failure> {
     let mut after: Option<u64> = None;
+    let mut channel = Channel::open(api, id).await;
     loop {
         let path = match after {
             Some(a) => format!("/runs/{id}/timeline?after={a}"),
@@ -223,7 +300,7 @@ async fn poll(api: &Api, id: &str, view: &mut View) -> Result<Outcome, Failure> 
             {
                 return Ok(o);
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            live_for(api, id, &mut channel, view, Duration::from_secs(1)).await;
         }
     }
 }
@@ -307,6 +384,9 @@ mod tests {
             out,
             "assistant: Hal\n[the model call is tried again]\nassistant: Hello.\n"
         );
+        // Pieces that come after their reply committed (the live channel lags the
+        // timeline): nothing more.
+        assert_eq!(v.live("delta", &delta(7, "c.2", "late")), "");
         // An entry sent again (it changed) is not printed twice; a pending one waits.
         assert_eq!(v.entry(&assistant(7, "Hello.")), "");
         let pending =

@@ -11,12 +11,15 @@
 //! | [`provision`] | creates what `template.yaml` declares, on an emulator |
 //! | [`watch`] | `AppSyncWatchers`: watches of runs granted (a lease and a token) |
 //! | `appsync` | `AppSyncLive`: live events to an AppSync Events API (feature `live`) |
+//! | `channel` | a subscription to a run's channel there (feature `subscribe`) |
 //!
 //! [`aws_service`] wires them into the core's service. The hosts that run it are elsewhere:
 //! the Lambda functions (`baton-lambda`) and `baton dev --aws` (`baton-dev`).
 
 #[cfg(feature = "live")]
 pub mod appsync;
+#[cfg(feature = "subscribe")]
+pub mod channel;
 pub mod dynamo;
 pub mod eventbridge;
 pub mod provision;

@@ -1,6 +1,7 @@
 //! Shared harness: a local server on a temporary data dir, and a small HTTP client.
 #![allow(dead_code)]
 
+pub mod appsync;
 pub mod aws;
 pub mod browser;
 pub mod fault;

@@ -32,7 +32,7 @@ pub fn channel(run_id: &str) -> String {
 /// connect, the channel, and the token that lets it in until `expires_at`. A watcher asks
 /// again before then (`renewAfterSeconds`) to go on watching: each grant also extends the
 /// run's watch lease, and a step streams only while one holds.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Watch {

@@ -1,0 +1,290 @@
+//! The live channel as on AWS: the step functions publish a watched run's live events to an
+//! AppSync Events API (here its stand-in, `common/appsync.rs`, which checks their SigV4
+//! signatures and authorizes watchers with the `live` function's code); the API grants
+//! watches (`POST /runs/{id}/watch`); a watcher subscribes over the WebSocket protocol with
+//! the grant (`baton_aws::channel`, what `baton watch` uses), catches up from the timeline,
+//! then sees the reply stream before it commits. A run nobody watches publishes nothing.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_credential_types::provider::ProvideCredentials;
+use baton_core::live::grant::{Grants, Watch, channel};
+use baton_core::ports::SystemClock;
+use baton_dev::{AwsDevOptions, AwsDevServer};
+use common::appsync::StandIn;
+use common::aws::Emulator;
+use common::*;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const SCRIPT: &str = r#"{"watcher": [
+  {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Look?"}}]},
+  {"text": "Checking the logs first.", "tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]},
+  {"text": "All clear: nothing failed overnight, the nightly build is green, the backups ran, and the disk has room to spare for another week of logs."}]}"#;
+
+struct Env {
+    server: AwsDevServer,
+    standin: StandIn,
+    grants: Grants,
+    http: reqwest::Client,
+    _aws: Emulator,
+}
+
+impl Env {
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        common::aws::api_call(
+            &self.http,
+            &self.server.url(),
+            false,
+            method,
+            path,
+            body.as_ref(),
+        )
+        .await
+    }
+
+    async fn wait_for(&self, what: &str, mut f: impl AsyncFnMut(&Env) -> Option<Value>) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(v) = f(self).await {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A run of the watcher agent, parked on its approval: its id and the CTA's.
+    async fn parked_run(&self) -> (String, String) {
+        let (status, run) = self
+            .call(
+                Method::POST,
+                "/runs",
+                Some(json!({"prompt": "anything overnight?", "agent": "watcher"})),
+            )
+            .await;
+        assert_eq!(status, 202, "{run}");
+        let run_id = run["runId"].as_str().unwrap().to_owned();
+        let cta = self
+            .wait_for("the approval", async |env: &Env| {
+                let (_, v) = env
+                    .call(
+                        Method::GET,
+                        &format!("/ctas?status=pending&rootRunId={run_id}"),
+                        None,
+                    )
+                    .await;
+                v["ctas"].as_array().and_then(|c| c.first().cloned())
+            })
+            .await;
+        (run_id, cta["ctaId"].as_str().unwrap().to_owned())
+    }
+
+    async fn approve(&self, cta: &str) {
+        let (status, body) = self
+            .call(
+                Method::POST,
+                &format!("/ctas/{cta}/response"),
+                Some(json!({"kind": "approval", "approved": true})),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+    }
+
+    async fn completed(&self, run_id: &str) -> bool {
+        let (_, run) = self
+            .call(Method::GET, &format!("/runs/{run_id}"), None)
+            .await;
+        run["status"] == "completed"
+    }
+
+    async fn timeline(&self, run_id: &str) -> Vec<Value> {
+        let (status, page) = self
+            .call(Method::GET, &format!("/runs/{run_id}/timeline"), None)
+            .await;
+        assert_eq!(status, 200, "{page}");
+        page["entries"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+async fn start() -> Env {
+    let aws = Emulator::start_with(None).await;
+    let sdk = aws.host_sdk().await;
+    let keys = sdk
+        .credentials_provider()
+        .expect("credentials")
+        .provide_credentials()
+        .await
+        .expect("keys");
+    let grants = Grants::new(&[5; 32]).unwrap();
+    let standin = StandIn::start(grants.clone(), keys).await;
+    let agents = json!({"agents": {"watcher": {"tools": ["request_human_feedback", "echo"]}}});
+    let server = AwsDevServer::start(AwsDevOptions {
+        sdk,
+        names: aws.names("live"),
+        scheduler_role_arn: "arn:aws:iam::123456789012:role/live-scheduler".into(),
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: TOKEN.into(),
+        llm: scripted(SCRIPT),
+        catalog: catalog(Some(agents)),
+        clock: Arc::new(SystemClock),
+        duplicate: false,
+        live: Some((standin.config(), grants.clone())),
+    })
+    .await
+    .unwrap();
+    aws.turn_on();
+    Env {
+        server,
+        standin,
+        grants,
+        http: reqwest::Client::new(),
+        _aws: aws,
+    }
+}
+
+#[tokio::test]
+async fn a_late_watcher_on_the_aws_channel_catches_up_then_sees_the_reply_stream() {
+    let env = start().await;
+
+    // Nobody watches this run: its steps publish nothing at all.
+    let (quiet, quiet_cta) = env.parked_run().await;
+    env.approve(&quiet_cta).await;
+    env.wait_for("the quiet run to complete", async |env: &Env| {
+        env.completed(&quiet).await.then_some(Value::Null)
+    })
+    .await;
+
+    // Watched once it is parked: the grant names the channel, the realtime URL and the
+    // host; the run is leased to its watchers until the grant ends.
+    let (run_id, cta) = env.parked_run().await;
+    let (status, grant) = env
+        .call(Method::POST, &format!("/runs/{run_id}/watch"), None)
+        .await;
+    assert_eq!(status, 200, "{grant}");
+    let watch: Watch = serde_json::from_value(grant.clone()).expect("a grant");
+    assert_eq!(watch.transport, "appsync-events");
+    assert_eq!(watch.channel, channel(&run_id));
+    assert!(watch.realtime_url.ends_with("/event/realtime"), "{grant}");
+    assert!(watch.renew_after_seconds > 0 && watch.renew_after_seconds < 300);
+    // Someone else's run, or none: no grant.
+    let (status, _) = env.call(Method::POST, "/runs/run_nope/watch", None).await;
+    assert_eq!(status, 404);
+
+    // A token lets its holder into its own run's channel alone, and a forged one nowhere.
+    let other = Watch {
+        channel: channel(&quiet),
+        ..watch.clone()
+    };
+    let refused = baton_aws::channel::subscribe(&other)
+        .await
+        .err()
+        .expect("refused");
+    assert!(refused.to_string().contains("not authorized"), "{refused}");
+    let forged = Watch {
+        token: env.grants.token(&quiet, 0),
+        ..watch.clone()
+    };
+    assert!(baton_aws::channel::subscribe(&forged).await.is_err());
+
+    // Subscribed, then caught up from the timeline: the question it waits on.
+    let mut sub = baton_aws::channel::subscribe(&watch)
+        .await
+        .expect("subscribed");
+    let caught_up = env.timeline(&run_id).await;
+    assert!(
+        caught_up
+            .iter()
+            .any(|e| e["name"] == "request_human_feedback" && e["result"]["status"] == "pending"),
+        "{caught_up:#?}"
+    );
+    let committed_before = caught_up.len();
+
+    env.approve(&cta).await;
+    let mut events: Vec<Value> = Vec::new();
+    // For each reply, whether its entry was still to come when its first piece arrived.
+    let mut uncommitted_at_first_delta = std::collections::BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < deadline, "no end: {events:#?}");
+        match tokio::time::timeout(Duration::from_millis(200), sub.next()).await {
+            Ok(Some(e)) => {
+                let seq = e["seq"].as_u64().unwrap();
+                if e["type"] == "delta" && !uncommitted_at_first_delta.contains_key(&seq) {
+                    let now = env.timeline(&run_id).await;
+                    let committed = now
+                        .iter()
+                        .any(|x| x["type"] == "assistant" && x["seq"].as_u64() >= Some(seq));
+                    uncommitted_at_first_delta.insert(seq, !committed);
+                }
+                events.push(e);
+            }
+            Ok(None) => panic!("the channel closed: {events:#?}"),
+            Err(_) => {
+                if env.completed(&run_id).await {
+                    // What was published before completion has been delivered by now.
+                    while let Ok(Some(e)) =
+                        tokio::time::timeout(Duration::from_millis(500), sub.next()).await
+                    {
+                        events.push(e);
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    let timeline = env.timeline(&run_id).await;
+    // The last reply (long enough to take a while to stream) streamed before it committed.
+    let last = timeline
+        .iter()
+        .rfind(|e| e["type"] == "assistant")
+        .and_then(|e| e["seq"].as_u64())
+        .unwrap();
+    assert_eq!(
+        uncommitted_at_first_delta.get(&last),
+        Some(&true),
+        "{uncommitted_at_first_delta:?} {events:#?}"
+    );
+    assert!(timeline.len() > committed_before);
+    // Each reply's pieces, joined, are its committed text.
+    for entry in timeline
+        .iter()
+        .filter(|e| e["type"] == "assistant" && e["text"].is_string())
+    {
+        let streamed: String = events
+            .iter()
+            .filter(|e| e["type"] == "delta" && e["seq"] == entry["seq"])
+            .map(|e| e["text"].as_str().unwrap())
+            .collect();
+        if entry["seq"].as_u64() >= Some(committed_before as u64) {
+            assert_eq!(streamed, entry["text"].as_str().unwrap(), "{events:#?}");
+        }
+    }
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    for kind in [
+        "state",
+        "delta",
+        "tool_call_delta",
+        "tool_started",
+        "tool_finished",
+    ] {
+        assert!(kinds.contains(&kind), "no {kind}: {kinds:?}");
+    }
+    assert!(events.iter().all(|e| e["runId"] == run_id.as_str()));
+    // Text pieces that came within the publisher's window went as one event.
+    let deltas = kinds.iter().filter(|k| **k == "delta").count();
+    let words: usize = timeline
+        .iter()
+        .filter_map(|e| e["text"].as_str())
+        .map(|t| t.split_whitespace().count())
+        .sum();
+    assert!(deltas < words, "{deltas} deltas for {words} words");
+
+    assert!(env.standin.published(&channel(&quiet)).is_empty());
+    assert!(!env.standin.published(&channel(&run_id)).is_empty());
+    assert!(env.standin.asked("EVENT_CONNECT") >= 1);
+    assert!(env.standin.asked("EVENT_SUBSCRIBE") >= 2);
+}
