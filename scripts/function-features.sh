@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks that the four Lambda functions build every third-party crate they share with the
+# Checks that the five Lambda functions build every third-party crate they share with the
 # same features. `sam build` builds each function alone and cargo resolves features per
 # build: a crate that one function asks more of is compiled again for it, and with it
 # everything above it (the AWS SDK, most of a function's build). shared/lambda/Cargo.toml names
@@ -8,13 +8,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-functions=(api cta orchestrator subagent)
+functions=(api cta live orchestrator subagent)
 for f in "${functions[@]}"; do
   # "name version|features" of each third-party crate (workspace members carry a path).
   cargo tree -p "$f" -e normal --prefix none -f '{p}|{f}' --target x86_64-unknown-linux-gnu \
     | sed 's/ (\*)$//' | grep -v ' (/' | sort -u >"$work/$f"
 done
-# The crates all four use, and for each, the features each function gives it.
+# The crates all five use, and for each, the features each function gives it.
 cut -d'|' -f1 "$work/api" | sort -u >"$work/common"
 for f in "${functions[@]}"; do
   cut -d'|' -f1 "$work/$f" | sort -u | comm -12 "$work/common" - >"$work/next"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Lambda layer: serves the four functions with `cargo lambda watch` against moto's server
+# The Lambda layer: serves the functions with `cargo lambda watch` against moto's server
 # on loopback (or the emulator at BATON_TEST_AWS_ENDPOINT: tests/localstack/run.sh), invokes each with the sample events in tests/events/, and asserts the answers
 # (including a partial batch failure); then starts each function's binary with the
 # environment template.yaml gives it (tests/lambda/start_from_template.py). Needs
@@ -30,7 +30,7 @@ fi
 export AWS_ENDPOINT_URL="$endpoint" AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test \
   AWS_SECRET_ACCESS_KEY=test AWS_EC2_METADATA_DISABLED=true
 source scripts/lib.sh
-cargo build -p baton-cli -p api -p orchestrator -p subagent -p cta
+cargo build -p baton-cli -p api -p orchestrator -p subagent -p cta -p live
 eval "$("$(target_dir)/debug/baton" bootstrap --prefix baton)"
 # `cargo lambda watch` gives every function one environment: tell the step functions that
 # the sample dead-letter event's queue is their dead-letter queue.

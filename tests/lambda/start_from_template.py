@@ -7,7 +7,8 @@ with the template's references resolved to this emulator's resources, and nothin
 variable of the shell leaks in but the emulator's endpoint and credentials). So a variable
 or a secret a function needs and the template does not give it fails here, as its cold
 start would fail on AWS. Each function is started for each parameter set below
-(`PublicUrl` set and unset, a Bedrock model, an agents file).
+(`PublicUrl` set and unset, a Bedrock model, an agents file). The live function is
+asked as AppSync Events asks its authorizer.
 
 A reference this does not know (a new resource a variable names) fails loudly: teach it
 the resource rather than let a variable go untested.
@@ -17,6 +18,9 @@ Run by tests/lambda/invoke.sh after `baton bootstrap` (its variables in the envi
     python3 tests/lambda/start_from_template.py <dir of the function binaries> [template.yaml]
 """
 
+import base64
+import hashlib
+import hmac
 import http.server
 import json
 import os
@@ -38,7 +42,28 @@ FUNCTIONS = {
                          lambda r: r.get("batchItemFailures") == []),
     "CtaFunction": ("cta", "tests/events/cta-inbox-batch.json",
                     lambda r: r.get("batchItemFailures") == []),
+    # AppSync asking the live channel's authorizer: a watch token of run_live, signed with
+    # the link key below, for its own channel (allowed, not cached).
+    "LiveFunction": ("live", None, lambda r: r == {"isAuthorized": True, "ttlOverride": 0}),
 }
+
+LINK_KEY = "k" * 48
+
+
+def b64(raw):
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def live_event():
+    """AppSync Events' request to its Lambda authorizer, for a subscription with a watch
+    token as the api function grants it (core's live::grant)."""
+    payload = f"run_live.{int(time.time()) + 300}".encode()
+    tag = hmac.new(LINK_KEY.encode(), b"baton-live\n" + payload, hashlib.sha256).digest()
+    return {"authorizationToken": f"{b64(payload)}.{b64(tag)}",
+            "requestContext": {"apiId": "live", "accountId": "123456789012", "requestId": "r-1",
+                               "operation": "EVENT_SUBSCRIBE", "channelNamespaceName": "runs",
+                               "channel": "/runs/run-live"},
+            "requestHeaders": {}}
 
 AGENTS = json.dumps({"agents": {"ops": {"tools": [], "model": "bedrock:anthropic.claude-3-5-haiku-20241022-v1:0"}}})
 
@@ -177,7 +202,7 @@ def main():
         Name=f"baton-keys-{os.getpid()}",
         SecretString=json.dumps({"OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-ant-test"}))["ARN"]
     link_secret = secrets.create_secret(Name=f"baton-link-key-{os.getpid()}",
-                                        SecretString="k" * 48)["ARN"]
+                                        SecretString=LINK_KEY)["ARN"]
 
     def arn(url):
         return sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -194,6 +219,9 @@ def main():
     attributes = {
         "Bus.Arn": e["BATON_BUS_ARN"], "SchedulerRole.Arn": e["BATON_SCHEDULER_ROLE_ARN"],
         "StepsDeadLetterQueue.Arn": arn(steps_dlq), "SubagentStepsDeadLetterQueue.Arn": arn(sub_dlq),
+        # The live channel: published to only while a run is watched (none is here).
+        "LiveApi.Dns.Http": "live.appsync-api.us-east-1.amazonaws.com",
+        "LiveApi.Dns.Realtime": "live.appsync-realtime-api.us-east-1.amazonaws.com",
     }
     # Only what Lambda would give besides the template: the emulator's endpoint and keys.
     base = {k: e[k] for k in ["AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID",
@@ -205,8 +233,11 @@ def main():
         resolve = Resolver(template, params, resources, attributes)
         for logical_id, (binary, event_file, ok) in FUNCTIONS.items():
             env = dict(base, **environment(template, logical_id, resolve))
-            with open(event_file) as f:
-                event = json.load(f)
+            if event_file is None:
+                event = live_event()
+            else:
+                with open(event_file) as f:
+                    event = json.load(f)
             answer, code, proc = start(os.path.join(bins, binary), env, event)
             output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
             good = answer is not None and answer[0] == "response" and ok(json.loads(answer[1]))

@@ -174,7 +174,7 @@ impl StepIo for Thinker<'_> {
     }
 
     fn executing(&self, calls: &[Execution]) {
-        if let Some(live) = self.service.live_for(&self.run) {
+        if let Some(live) = self.service.live_for(self.run) {
             let tools: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
             crate::live::StepLive::new(live.clone(), &self.run.run_id, self.run.next_seq).publish(
                 crate::live::LiveKind::State {
@@ -192,7 +192,7 @@ impl StepIo for Thinker<'_> {
         let catalog = &self.service.catalog;
         let live = self
             .service
-            .live_for(&self.run)
+            .live_for(self.run)
             .map(|l| crate::live::StepLive::new(l.clone(), &self.run.run_id, self.run.next_seq));
         if let Some(live) = &live {
             live.publish(crate::live::LiveKind::ToolStarted {
