@@ -347,7 +347,12 @@ async function runPage(runId) {
     const d = drafts.get(key);
     if (d) { d.li.remove(); drafts.delete(key); }
   };
+  const committedCalls = new Set();
   const onLive = (event, v) => {
+    // A piece that comes after its step committed (the AWS channel lags the timeline): the
+    // entry is drawn already.
+    if ((event === "delta" || event === "tool_call_delta") && drawn.has(v.seq)) return;
+    if ((event === "tool_started" || event === "tool_finished") && committedCalls.has(v.callId)) return;
     if (event === "delta") {
       let d = drafts.get("r" + v.seq);
       if (!d || d.attempt !== v.attempt) {
@@ -376,13 +381,16 @@ async function runPage(runId) {
       }
     } else if (event === "state") {
       const d = v.detail || {};
-      live.textContent = "Live (streaming) · " + v.state +
+      live.textContent = "Live · " + v.state +
         (d.iteration !== undefined ? " · iteration " + d.iteration : "") + (d.model ? " · " + d.model : "");
     }
   };
   const put = (e) => {
     if (e.type === "assistant") drop("r" + e.seq);
-    if (e.type === "tool" && e.result.status !== "pending") drop("t" + e.id);
+    if (e.type === "tool" && e.result.status !== "pending") {
+      drop("t" + e.id);
+      committedCalls.add(e.id);
+    }
     const text = JSON.stringify(e);
     if (drawn.get(e.seq) === text) return;
     drawn.set(e.seq, text);
@@ -474,8 +482,10 @@ async function follow(runId, signal, put, state, live, onLive) {
     await new Promise((ok) => setTimeout(ok, 1000));
   }
   if (signal.aborted) return;
-  // Polling: entries after the cursor (the last seq before any that may still change).
+  // Polling: entries after the cursor (the last seq before any that may still change); what
+  // a step shows before it commits, from the deployment's live channel if it has one.
   live.textContent = "Live (polling)";
+  watchChannel(runId, signal, onLive, live);
   let after = null;
   while (!signal.aborted) {
     const q = path + "/timeline" + (after === null ? "" : "?after=" + after);
@@ -494,6 +504,45 @@ async function follow(runId, signal, put, state, live, onLive) {
     }
     await new Promise((ok) => setTimeout(ok, 1500));
   }
+}
+
+// The run's live channel on AWS (AppSync Events): `POST /runs/{id}/watch` grants a
+// subscription (a token for this run's channel, renewed while the page is open), then the
+// WebSocket protocol: subprotocols `aws-appsync-event-ws` and `header-<authorization>`,
+// `connection_init` → `connection_ack`, `subscribe` → `subscribe_success`, then `data`.
+async function watchChannel(runId, signal, onLive, live) {
+  const path = `/runs/${encodeURIComponent(runId)}/watch`;
+  const grant = await api(path, { method: "POST", signal }).catch(() => null);
+  if (!grant || grant.status !== 200 || grant.body.transport !== "appsync-events") return;
+  const w = grant.body;
+  const auth = { host: w.host, Authorization: w.token };
+  const b64url = (s) => btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  let ws;
+  try {
+    ws = new WebSocket(w.realtimeUrl, ["aws-appsync-event-ws", "header-" + b64url(JSON.stringify(auth))]);
+  } catch (_) { return; }
+  const renew = setInterval(() => api(path, { method: "POST", signal }).catch(() => null),
+    Math.max(10, w.renewAfterSeconds) * 1000);
+  signal.addEventListener("abort", () => { clearInterval(renew); ws.close(); });
+  const id = "run-" + Math.random().toString(36).slice(2);
+  ws.onopen = () => ws.send(JSON.stringify({ type: "connection_init" }));
+  ws.onclose = () => clearInterval(renew);
+  ws.onmessage = (m) => {
+    let v;
+    try { v = JSON.parse(m.data); } catch (_) { return; }
+    if (v.type === "connection_ack") {
+      ws.send(JSON.stringify({ type: "subscribe", id, channel: w.channel, authorization: auth }));
+    } else if (v.type === "subscribe_success") {
+      live.textContent = "Live (streaming)";
+    } else if (v.type === "data" && v.id === id) {
+      for (const text of Array.isArray(v.event) ? v.event : [v.event]) {
+        try {
+          const e = JSON.parse(text);
+          onLive(e.type, e);
+        } catch (_) { /* not an event of ours */ }
+      }
+    }
+  };
 }
 
 // Why a one-time link opens no form, by the refusal's code (`GET /links/{token}`).
