@@ -98,6 +98,36 @@ try {
   assert.doesNotMatch(await page.locator("main").innerText(), /\b(null|undefined)\b/);
   step("choice answered");
 
+  // A tool shown running (a spinner) before its entry commits, then how long it took.
+  await page.goto(cfg.base + "/console#/runs/" + cfg.slow.run);
+  await page.getByText("Live (streaming)").waitFor();
+  await page.getByRole("button", { name: "Approve" }).click();
+  const running = page.locator("li.tool.running");
+  await running.waitFor({ timeout: 15000 });
+  assert.match(await running.textContent(), /report/);
+  assert.equal(await running.locator(".badge.running").textContent(), "running");
+  await page.screenshot({ path: cfg.shots + "/tool-running.png", fullPage: true });
+  await page.getByRole("list", { name: "Timeline" }).getByText("Report done.").waitFor({ timeout: 15000 });
+  assert.equal(await page.locator("li.tool.running").count(), 0);
+  const entry = page.locator("li.tool").filter({ has: page.locator(".kind code", { hasText: /^report$/ }) });
+  const took = await entry.locator(".kind").first().textContent();
+  const ms = Number((took.match(/(\d+) ms/) || [])[1]);
+  assert.ok(ms >= 1500, took);
+  step("a tool shown running, then how long it took");
+
+  // A plan under way: the run's state says so, with its steps done of all.
+  await page.goto(cfg.base + "/console#/runs/" + cfg.plan.run);
+  await page.getByText("executing_plan · 0/2 steps").waitFor({ timeout: 15000 });
+  await page.getByRole("table", { name: "Plan steps" }).waitFor();
+  await page.screenshot({ path: cfg.shots + "/plan.png", fullPage: true });
+  // Its first step's question answered on that step's own run page, the plan goes on.
+  await page.getByRole("table", { name: "Plan steps" }).getByRole("link").first().click();
+  await page.getByRole("button", { name: "Approve" }).click();
+  await page.getByRole("status").filter({ hasText: "Accepted" }).waitFor();
+  await page.goto(cfg.base + "/console#/runs/" + cfg.plan.run);
+  await page.getByRole("list", { name: "Timeline" }).getByText("The plan ran.").waitFor({ timeout: 15000 });
+  step("a plan shown under way, then done");
+
   // Where the server does not stream (API Gateway), the same page polls the timeline cursor.
   const poll = await browser.newPage({ viewport: { width: 1280, height: 860 } });
   await poll.goto(cfg.polling.base + "/console#/runs/" + cfg.polling.run);

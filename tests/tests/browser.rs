@@ -2,7 +2,8 @@
 //! Debian's Chromium, headless): sign in to `baton dev`'s console, see the inbox, answer one
 //! question of each kind through its form and watch each run finish in its live timeline
 //! (a reply written word by word as the model streams it, before its entry commits),
-//! then answer through a one-time link. Screenshots land in `target/browser-artifacts/`
+//! a tool shown running then with how long it took, a plan shown under way, then answer
+//! through a one-time link. Screenshots land in `target/browser-artifacts/`
 //! (CI keeps them).
 
 use crate::common;
@@ -39,6 +40,19 @@ const SCRIPT: &str = r#"{
   "poller": [
     {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Roll back?"}}]},
     {"text": "Rolled back."}],
+  "checker": [
+    {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Run the slow report?"}}]},
+    {"tool_calls": [{"name": "report", "arguments": {"waitMs": 1500}}]},
+    {"text": "Report done."}],
+  "planner_run": [
+    {"tool_calls": [{"name": "agent_orchestrate", "arguments": {"plan": {"steps": [
+      {"id": "check", "agent": "asker", "prompt": "check the release"},
+      {"id": "ship", "agent": "shipper", "prompt": "ship it"}]}}}]},
+    {"text": "The plan ran."}],
+  "asker": [
+    {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Checks look fine?"}}]},
+    {"text": "Checked."}],
+  "shipper": [{"text": "Shipped."}],
   "hotfix": [
     {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Deploy the hotfix now?"}}]},
     {"text": "Hotfix deployed."}]
@@ -53,7 +67,10 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     let quick = json!({"tools": ["request_human_feedback"], "ctaExpirySeconds": 1});
     let agents = json!({"agents": {"approver": asks, "writer": asks, "chooser": asks,
                                    "hotfix": asks, "quickie": quick, "poller": asks,
-                                   "reporter": {"tools": ["report"]}}});
+                                   "reporter": {"tools": ["report"]},
+                                   "checker": {"tools": ["request_human_feedback", "report"]},
+                                   "planner_run": {"tools": ["agent_orchestrate"]},
+                                   "asker": asks, "shipper": {"tools": []}}});
     let h = start(
         dir.path(),
         scripted(SCRIPT),
@@ -123,6 +140,14 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     let (poll_addr, _poll_server) = baton_api::serve(app, "127.0.0.1:0".parse().unwrap(), rx)
         .await
         .unwrap();
+    // A tool that takes a second and a half, after an approval (so the page watches it run);
+    // a plan whose first step waits on a question (so it stays under way).
+    let checker = h
+        .create_run(json!({"prompt": "slow report", "agent": "checker"}))
+        .await;
+    let plan = h
+        .create_run(json!({"prompt": "release plan", "agent": "planner_run"}))
+        .await;
     let shots = common::target_dir().join("browser-artifacts");
     let cfg = json!({
         "base": h.url(""),
@@ -134,6 +159,8 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
         "report": {"run": reporter, "csv": REPORT_CSV},
         "approvalReply": APPROVAL_REPLY,
         "polling": {"base": format!("http://{poll_addr}"), "run": poller},
+        "slow": {"run": checker},
+        "plan": {"run": plan},
         "link": link,
         "tampered": {"url": tampered, "says": "This link is not valid"},
         "expired": {"url": expired, "says": "This link has expired"},
@@ -163,6 +190,8 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
         "run-phone.png",
         "link.png",
         "report.png",
+        "tool-running.png",
+        "plan.png",
     ] {
         assert!(shots.join(shot).exists(), "{shot}");
     }
@@ -180,6 +209,19 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     }
     let (_, run) = h.get(&format!("/runs/{poller}")).await;
     assert_eq!(run["result"], "Rolled back.");
+    let (_, run) = h.get(&format!("/runs/{plan}")).await;
+    assert_eq!(run["result"], "The plan ran.");
+    let (_, run) = h.get(&format!("/runs/{checker}")).await;
+    assert_eq!(run["result"], "Report done.");
+    let (_, timeline) = h.get(&format!("/runs/{checker}/timeline")).await;
+    let report = timeline["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "report")
+        .unwrap()
+        .clone();
+    assert!(report["durationMs"].as_u64().unwrap() >= 1500, "{report}");
     // The link answered, as the CTA records it.
     let (_, run) = h.get(&format!("/runs/{hotfix}")).await;
     assert_eq!(run["result"], "Hotfix deployed.");

@@ -261,7 +261,8 @@ function entryItem(e, announce, runId) {
       if (e.text) li.append(el("p", {}, e.text));
       break;
     case "tool": {
-      head.append(" · ", el("code", {}, e.name), " ", badge(e.result.status));
+      head.append(" · ", el("code", {}, e.name), " ", badge(e.result.status),
+        e.durationMs !== undefined ? " · " + e.durationMs + " ms" : "");
       li.append(el("details", {}, el("summary", {}, "input"), json(e.input)));
       if (e.result.status === "success") li.append(el("div", { class: "kind" }, "result"), json(e.result.output));
       if (e.result.status === "error") li.append(el("p", { class: "outcome bad" }, e.result.error));

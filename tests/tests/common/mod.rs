@@ -269,7 +269,8 @@ impl baton_core::tools::Tool for ReportTool {
         "Sales by region, as a table, a summary card and a CSV file."
     }
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {"bytes": {"type": "integer", "minimum": 1}},
+        json!({"type": "object", "properties": {"bytes": {"type": "integer", "minimum": 1},
+            "waitMs": {"type": "integer", "minimum": 1}},
             "additionalProperties": false})
     }
     async fn execute(
@@ -277,6 +278,10 @@ impl baton_core::tools::Tool for ReportTool {
         ctx: &baton_core::tools::ToolContext,
         input: Value,
     ) -> Result<Value, String> {
+        // A report that takes its time, when asked (a tool seen running).
+        if let Some(ms) = input["waitMs"].as_u64() {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
         if let Some(n) = input["bytes"].as_u64() {
             // The raw data too, when asked: `n` bytes of `report_bytes`.
             ctx.file(
