@@ -18,6 +18,7 @@ use common::appsync::StandIn;
 use common::aws::Emulator;
 use common::*;
 use reqwest::Method;
+// (`browser` is common's.)
 use serde_json::{Value, json};
 
 const SCRIPT: &str = r#"{"watcher": [
@@ -287,4 +288,58 @@ async fn a_late_watcher_on_the_aws_channel_catches_up_then_sees_the_reply_stream
     assert!(!env.standin.published(&channel(&run_id)).is_empty());
     assert!(env.standin.asked("EVENT_CONNECT") >= 1);
     assert!(env.standin.asked("EVENT_SUBSCRIBE") >= 2);
+}
+
+#[tokio::test]
+async fn the_console_watches_a_run_through_the_aws_channel_in_a_real_browser() {
+    let chromium = browser::chromium();
+    let modules = browser::node_modules();
+    let env = start().await;
+    let (run_id, _) = env.parked_run().await;
+    // The API as the `api` function serves it behind API Gateway: no stream, and grants of
+    // watches on the live channel.
+    let app = baton_api::router(baton_api::AppState {
+        service: env.server.service.clone(),
+        auth: Arc::new(baton_api::BearerToken::new(TOKEN, "local")),
+        streams: false,
+        stop: None,
+        live: None,
+        watchers: env.server.watchers.clone(),
+    });
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    let (addr, _served) = baton_api::serve(app, "127.0.0.1:0".parse().unwrap(), rx)
+        .await
+        .unwrap();
+    let reply = serde_json::from_str::<Value>(SCRIPT).unwrap()["watcher"][2]["text"].clone();
+    let cfg = json!({
+        "base": format!("http://{addr}"),
+        "token": TOKEN,
+        "run": run_id,
+        "reply": reply,
+        "chromium": chromium,
+        "nodeModules": modules,
+        "shots": common::target_dir().join("browser-artifacts"),
+    });
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("browser/aws_live.mjs");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("node")
+            .arg(script)
+            .env("BATON_BROWSER", cfg.to_string())
+            .output()
+            .expect("node runs")
+    })
+    .await
+    .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{said}");
+    assert!(out.status.success(), "the browser test failed:\n{said}");
+    assert!(said.contains("browser: all passed"));
+    assert!(env.completed(&run_id).await);
+    assert!(env.standin.asked("EVENT_SUBSCRIBE") >= 1);
+    let streamed = env.standin.published(&channel(&run_id));
+    assert!(streamed.iter().any(|p| p.event["type"] == "delta"));
 }

@@ -4,7 +4,7 @@
 
 use baton_core::config::LiveConfig;
 use baton_core::error::PortError;
-use baton_core::live::grant::{GRANT_SECONDS, Grants, Operation, Watch, Watchers, channel};
+use baton_core::live::grant::{GRANT_SECONDS, Grants, Operation, Watch, Watchers, channel, origin};
 use chrono::{DateTime, Duration, Utc};
 
 use crate::dynamo::DynamoStore;
@@ -31,6 +31,10 @@ impl Watchers for AppSyncWatchers {
             // A minute to spare before the token and the lease end.
             renew_after_seconds: GRANT_SECONDS - 60,
         })
+    }
+
+    fn channel_origin(&self) -> String {
+        origin(&self.live.realtime_url)
     }
 }
 

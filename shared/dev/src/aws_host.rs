@@ -48,6 +48,9 @@ pub struct AwsDevServer {
     steps: [Arc<Service>; 2],
     /// The `cta` function's service (answers from the bus, expiries, the sweep).
     cta: Arc<Service>,
+    /// The grants of watches on the live channel, when it is outside the process (the
+    /// `api` function's, for a router served as API Gateway serves it).
+    pub watchers: Option<Arc<dyn baton_core::live::grant::Watchers>>,
     pub provisioned: baton_aws::provision::Provisioned,
     pub meter: Arc<baton_aws::sdk::Meter>,
     stop: watch::Sender<bool>,
@@ -170,7 +173,7 @@ impl AwsDevServer {
             streams: true,
             stop: Some(stop_rx.clone()),
             live,
-            watchers,
+            watchers: watchers.clone(),
         });
         let (addr, server) = baton_api::serve(app, opts.addr, stop_rx)
             .await
@@ -182,6 +185,7 @@ impl AwsDevServer {
             service,
             steps,
             cta,
+            watchers,
             provisioned,
             meter,
             stop,

@@ -59,6 +59,23 @@ pub trait Watchers: Send + Sync {
         run_id: &str,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Watch, crate::error::PortError>;
+
+    /// The origin watchers connect to (`wss://host[:port]`): what a page that watches runs
+    /// must be allowed to connect to.
+    fn channel_origin(&self) -> String;
+}
+
+/// The origin (`scheme://host[:port]`) of a URL.
+pub fn origin(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            format!(
+                "{scheme}://{}",
+                rest.split(['/', '?', '#']).next().unwrap_or("")
+            )
+        }
+        None => url.to_owned(),
+    }
 }
 
 /// What a valid token says.
@@ -194,6 +211,14 @@ mod tests {
             })
         );
         assert_eq!(channel("run_abc"), "/runs/run-abc");
+        assert_eq!(
+            origin("wss://x.appsync-realtime-api.us-east-1.amazonaws.com/event/realtime"),
+            "wss://x.appsync-realtime-api.us-east-1.amazonaws.com"
+        );
+        assert_eq!(
+            origin("ws://127.0.0.1:4510/event/realtime"),
+            "ws://127.0.0.1:4510"
+        );
         let ok = |op| g.decide(&t, op, NOW).allowed;
         assert!(ok(Operation::Connect));
         assert!(ok(Operation::Subscribe("/runs/run-abc")));
