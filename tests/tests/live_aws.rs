@@ -102,6 +102,32 @@ impl Env {
         run["status"] == "completed"
     }
 
+    /// The API as the `api` function serves it behind API Gateway: no stream, and grants of
+    /// watches on the live channel. Its address, and what serves it.
+    async fn as_api_function(
+        &self,
+    ) -> (
+        std::net::SocketAddr,
+        (
+            tokio::sync::watch::Sender<bool>,
+            tokio::task::JoinHandle<std::io::Result<()>>,
+        ),
+    ) {
+        let app = baton_api::router(baton_api::AppState {
+            service: self.server.service.clone(),
+            auth: Arc::new(baton_api::BearerToken::new(TOKEN, "local")),
+            streams: false,
+            stop: None,
+            live: None,
+            watchers: self.server.watchers.clone(),
+        });
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let (addr, served) = baton_api::serve(app, "127.0.0.1:0".parse().unwrap(), rx)
+            .await
+            .unwrap();
+        (addr, (stop, served))
+    }
+
     async fn timeline(&self, run_id: &str) -> Vec<Value> {
         let (status, page) = self
             .call(Method::GET, &format!("/runs/{run_id}/timeline"), None)
@@ -296,20 +322,7 @@ async fn the_console_watches_a_run_through_the_aws_channel_in_a_real_browser() {
     let modules = browser::node_modules();
     let env = start().await;
     let (run_id, _) = env.parked_run().await;
-    // The API as the `api` function serves it behind API Gateway: no stream, and grants of
-    // watches on the live channel.
-    let app = baton_api::router(baton_api::AppState {
-        service: env.server.service.clone(),
-        auth: Arc::new(baton_api::BearerToken::new(TOKEN, "local")),
-        streams: false,
-        stop: None,
-        live: None,
-        watchers: env.server.watchers.clone(),
-    });
-    let (_stop, rx) = tokio::sync::watch::channel(false);
-    let (addr, _served) = baton_api::serve(app, "127.0.0.1:0".parse().unwrap(), rx)
-        .await
-        .unwrap();
+    let (addr, _served) = env.as_api_function().await;
     let reply = serde_json::from_str::<Value>(SCRIPT).unwrap()["watcher"][2]["text"].clone();
     let cfg = json!({
         "base": format!("http://{addr}"),
@@ -335,11 +348,56 @@ async fn the_console_watches_a_run_through_the_aws_channel_in_a_real_browser() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    eprintln!("{said}");
     assert!(out.status.success(), "the browser test failed:\n{said}");
     assert!(said.contains("browser: all passed"));
     assert!(env.completed(&run_id).await);
     assert!(env.standin.asked("EVENT_SUBSCRIBE") >= 1);
     let streamed = env.standin.published(&channel(&run_id));
     assert!(streamed.iter().any(|p| p.event["type"] == "delta"));
+}
+
+#[tokio::test]
+async fn baton_watch_takes_its_live_view_from_the_aws_channel() {
+    // The `baton` binary the workspace's tests built (`cargo test --workspace` builds it for
+    // the CLI's own tests).
+    let bin = common::target_dir().join("debug/baton");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo test --workspace` (or `cargo build -p baton-cli`) first",
+        bin.display()
+    );
+    let env = start().await;
+    let (run_id, cta) = env.parked_run().await;
+    let (addr, _served) = env.as_api_function().await;
+    // Answered, then watched: the run goes on, and watch follows it to its end (a parked
+    // run would have it print the question and exit 5 at once).
+    env.approve(&cta).await;
+    let watch = tokio::process::Command::new(&bin)
+        .args(["watch", &run_id])
+        .env("BATON_ENDPOINT", format!("http://{addr}"))
+        .env("BATON_TOKEN", TOKEN)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("baton watch starts");
+    let out = tokio::time::timeout(Duration::from_secs(60), watch.wait_with_output())
+        .await
+        .expect("baton watch ends")
+        .expect("its output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let said = format!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    let reply = serde_json::from_str::<Value>(SCRIPT).unwrap()["watcher"][2]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    // It subscribed with its grant and was sent the run's live events over the channel
+    // (the API it polls does not stream).
+    assert!(env.standin.asked("EVENT_SUBSCRIBE") >= 1, "{said}");
+    assert!(env.standin.delivered() > 0, "{said}");
+    // Each reply once, as it streamed (no correction), then the outcome.
+    assert_eq!(text.matches(&reply).count(), 1, "{said}");
+    assert!(!text.contains("[as committed]"), "{said}");
+    assert!(text.contains("status completed"), "{said}");
 }

@@ -37,6 +37,8 @@ struct View {
     streamed: HashMap<u64, String>,
     /// Entries shown, by seq (a changed entry is shown again only when it settles).
     shown: HashSet<u64>,
+    /// Tool calls shown with their result (their live events, if late, are not news).
+    calls: HashSet<String>,
 }
 
 impl View {
@@ -52,6 +54,11 @@ impl View {
         match kind {
             // A reply already shown as committed (its pieces came late): nothing to add.
             "delta" | "tool_call_delta" if self.shown.contains(&e["seq"].as_u64().unwrap_or(0)) => {
+                String::new()
+            }
+            "tool_started" | "tool_finished"
+                if self.calls.contains(e["callId"].as_str().unwrap_or("")) =>
+            {
                 String::new()
             }
             "delta" => {
@@ -103,6 +110,9 @@ impl View {
             },
             "user" => format!("> {}\n", e["text"].as_str().unwrap_or("")),
             "tool" => {
+                if let Some(id) = e["id"].as_str() {
+                    self.calls.insert(id.to_owned());
+                }
                 let r = &e["result"];
                 let what = match r["status"].as_str() {
                     Some("success") => short(&r["output"], 100),
@@ -394,6 +404,13 @@ mod tests {
         assert_eq!(v.entry(&pending), "");
         let done = json!({"seq": 8, "type": "tool", "name": "echo", "result": {"status": "success", "output": "hi"}});
         assert_eq!(v.entry(&done), "  echo = hi\n");
+        // A tool's live events after its entry (the channel lagging): not shown.
+        let done = json!({"seq": 9, "type": "tool", "id": "call_9", "name": "echo", "result": {"status": "success", "output": "hi"}});
+        assert_eq!(v.entry(&done), "  echo = hi\n");
+        assert_eq!(
+            v.live("tool_started", &json!({"callId": "call_9", "tool": "echo"})),
+            ""
+        );
     }
 
     #[test]

@@ -50,6 +50,8 @@ struct Api {
     fanout: broadcast::Sender<(String, String)>,
     /// Authorizer requests, by operation.
     asked: Arc<Mutex<HashMap<String, u32>>>,
+    /// `data` messages sent to subscribers.
+    delivered: Arc<std::sync::atomic::AtomicU32>,
 }
 
 pub struct StandIn {
@@ -74,6 +76,7 @@ impl StandIn {
             published: Arc::default(),
             fanout: broadcast::channel(4096).0,
             asked: Arc::default(),
+            delivered: Arc::default(),
         };
         let app = Router::new()
             .route("/event", post(publish))
@@ -104,6 +107,13 @@ impl StandIn {
             .filter(|p| p.channel == channel)
             .cloned()
             .collect()
+    }
+
+    /// How many `data` messages subscribers were sent.
+    pub fn delivered(&self) -> u32 {
+        self.api
+            .delivered
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How often the authorizer was asked for `operation`.
@@ -371,8 +381,11 @@ async fn session(api: Api, mut socket: WebSocket) {
                         Some(prefix) => channel.starts_with(prefix),
                         None => *sub == channel,
                     };
-                    if matches && socket.send(send(json!({"type": "data", "id": id, "event": text}))).await.is_err() {
-                        return;
+                    if matches {
+                        if socket.send(send(json!({"type": "data", "id": id, "event": text}))).await.is_err() {
+                            return;
+                        }
+                        api.delivered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                 }
             }
