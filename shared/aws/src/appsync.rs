@@ -328,6 +328,75 @@ mod tests {
         assert_eq!(first["runId"], "run_a");
     }
 
+    /// A publisher to `url` with made-up keys.
+    fn publisher(url: String) -> Arc<AppSyncLive> {
+        let keys = aws_credential_types::Credentials::new("AKID", "secret", None, None, "test");
+        AppSyncLive::start(Publisher {
+            url,
+            region: "us-east-1".into(),
+            credentials: SharedCredentialsProvider::new(keys),
+        })
+    }
+
+    /// A server that takes connections and requests and never answers.
+    async fn silent_server() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        format!("http://{addr}/event")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_channel_that_never_answers_costs_a_step_nothing_and_its_end_at_most_the_bound() {
+        let live = publisher(silent_server().await);
+        let started = std::time::Instant::now();
+        for i in 0..50 {
+            live.publish(ev("run_a", &format!("s.{i}"), delta("x")));
+        }
+        // Publishing never waits.
+        assert!(
+            started.elapsed() < Duration::from_millis(50),
+            "{:?}",
+            started.elapsed()
+        );
+        // The invocation's end waits at most its bound, not for every request's timeout.
+        let drained = std::time::Instant::now();
+        live.drain(Duration::from_millis(500)).await;
+        let took = drained.elapsed();
+        assert!(
+            took >= Duration::from_millis(450) && took < Duration::from_millis(1500),
+            "{took:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_publish_drops_its_events_and_the_queue_drains() {
+        // Nothing listens here: every request is refused at once.
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("addr").port()
+        };
+        let live = publisher(format!("http://127.0.0.1:{port}/event"));
+        for i in 0..20 {
+            live.publish(ev("run_a", &format!("s.{i}"), delta("x")));
+        }
+        let started = std::time::Instant::now();
+        live.drain(Duration::from_secs(5)).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(live.pending.count.load(Ordering::Acquire), 0);
+    }
+
     #[test]
     fn merged_text_stays_under_its_bound() {
         let big = "x".repeat(MERGED_TEXT_BYTES - 10);
