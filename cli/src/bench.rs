@@ -160,6 +160,7 @@ pub(crate) fn script(n: u64, pause_at: Option<u64>) -> anyhow::Result<(ScriptedL
         "tools": ["echo"],
         "approval": {"echo": {"inputMatches": "PAUSE"}},
         "maxIterations": n + 1,
+        "maxToolCallsPerTurn": n + 1,
     }}}))?;
     let catalog = Arc::new(Catalog::new(Limits::default(), vec![], Some(file))?);
     Ok((llm, catalog))

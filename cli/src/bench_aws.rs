@@ -79,7 +79,8 @@ pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String
         ("fleet".to_owned(), fleet),
     ]))?);
     let file: AgentsFile = serde_json::from_value(json!({"agents": {
-        "bench": {"tools": ["echo"], "maxIterations": iterations + 1},
+        "bench": {"tools": ["echo"], "maxIterations": iterations + 1,
+                  "maxToolCallsPerTurn": iterations + 1},
         "fleet": {"tools": ["echo"]}}}))?;
     let catalog = Arc::new(Catalog::new(Limits::default(), vec![], Some(file))?);
     let sqs = aws_sdk_sqs::Client::new(&sdk);

@@ -257,7 +257,8 @@ def main():
     agents = {"tools": {"blob": {"url": serve(Tool) + "/blob", "description": "a megabyte",
                                  "schema": {"type": "object", "properties": {"i": {"type": "integer"}}}}},
               "agents": {"bulk": {"tools": ["blob", "request_human_feedback"],
-                                  "contextBytes": 4_000_000, "maxIterations": TURNS + 5}}}
+                                  "contextBytes": 4_000_000, "maxIterations": TURNS + 5,
+                                  "maxToolCallsPerTurn": TURNS * CALLS + 5}}}
     env = {k: v for k, v in e.items() if k.startswith(("AWS_", "BATON_")) or k in ("PATH", "HOME")}
     env.update(OPENAI_BASE_URL=serve(Model) + "/v1", OPENAI_API_KEY="sk-test", RUST_LOG="warn",
                BATON_AGENTS_JSON=json.dumps(agents), BATON_MODEL="openai:gpt-4o-mini")

@@ -1856,7 +1856,7 @@ async fn a_cold_step_reads_its_window_whatever_the_runs_length() {
         replies.push(serde_json::json!({"text": "done"}));
         let script = serde_json::json!({"worker": replies}).to_string();
         let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"],
-            "maxIterations": iterations + 1}}});
+            "maxIterations": iterations + 1, "maxToolCallsPerTurn": iterations + 1}}});
         let svc = baton_local::local_service(
             &local,
             scripted(&script),
@@ -2080,7 +2080,8 @@ mod budgeted {
         let dir = tempfile::tempdir().unwrap();
         let local = LocalStore::open(dir.path()).unwrap();
         let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"],
-            "maxIterations": rounds + 1, "contextBytes": budget}}});
+            "maxIterations": rounds + 1, "maxToolCallsPerTurn": rounds * 8 + 1,
+            "contextBytes": budget}}});
         let meter = baton_aws::sdk::Meter::shared();
         let store: Arc<dyn Store> = match aws {
             None => Arc::new(local.clone()),

@@ -885,7 +885,8 @@ async fn a_long_run_shows_its_first_hundred_entries_and_pages_on_from_there() {
     replies.push(json!({"text": "all done"}));
     let script = json!({"long": replies, "short": [{"text": "hi"}]}).to_string();
     let catalog = catalog(Some(json!({"agents": {
-        "long": {"system": "Echo.", "tools": ["echo"], "maxIterations": 61},
+        "long": {"system": "Echo.", "tools": ["echo"], "maxIterations": 61,
+                 "maxToolCallsPerTurn": 61},
         "short": {"system": "Greet.", "tools": []}}})));
     let h = start(
         dir.path(),

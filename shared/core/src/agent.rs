@@ -58,6 +58,8 @@ pub struct AgentDef {
     pub approval: HashMap<String, Approval>,
     pub approval_batch: ApprovalBatch,
     pub max_iterations: u32,
+    /// Tool calls a turn may make, over all its replies.
+    pub max_tool_calls_per_turn: u32,
     /// How long this agent's CTAs wait for an answer (a call may ask for less).
     pub cta_expiry: Duration,
     /// How long a run may work, time waiting for a human not counted.
@@ -145,8 +147,9 @@ impl AgentDef {
 pub struct Limits {
     /// Thinks per turn before the run is force-completed.
     pub max_iterations: u32,
-    /// Tool calls run per reply; the rest get error results.
-    pub max_tool_calls: usize,
+    /// Tool calls a turn may make, unless the agent says otherwise; past it they are not
+    /// run and the model is asked for its final answer without tools.
+    pub max_tool_calls: u32,
     /// How deep subagents may nest (a top-level run is depth 0).
     pub max_depth: u32,
     /// Children running at once per parent; more wait their turn.
@@ -219,6 +222,8 @@ pub enum CatalogError {
     ContextBudget { agent: String, bytes: usize },
     #[error("agent `{0}`: maxIterations must be at least 1")]
     ZeroIterations(String),
+    #[error("agent `{0}`: maxToolCallsPerTurn must be at least 1")]
+    ZeroToolCalls(String),
     #[error(
         "agent `{agent}`: ctaExpirySeconds is {seconds}; it must be from 1 to {MAX_CTA_EXPIRY_SECS} (one year)"
     )]
@@ -249,6 +254,7 @@ fn builtin_agents(limits: &Limits, fetch: bool) -> Vec<AgentDef> {
         approval: HashMap::new(),
         approval_batch: ApprovalBatch::default(),
         max_iterations: limits.max_iterations,
+        max_tool_calls_per_turn: limits.max_tool_calls,
         cta_expiry: limits.cta_expiry,
         max_wall: None,
         context_bytes: limits.context_bytes,
@@ -337,6 +343,9 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
     if spec.max_iterations == Some(0) {
         return Err(CatalogError::ZeroIterations(name));
     }
+    if spec.max_tool_calls_per_turn == Some(0) {
+        return Err(CatalogError::ZeroToolCalls(name));
+    }
     if spec.max_wall_seconds == Some(0) {
         return Err(CatalogError::ZeroWall { agent: name });
     }
@@ -387,6 +396,9 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
         approval,
         approval_batch: spec.approval_batch.unwrap_or_default(),
         max_iterations: spec.max_iterations.unwrap_or(limits.max_iterations),
+        max_tool_calls_per_turn: spec
+            .max_tool_calls_per_turn
+            .unwrap_or(limits.max_tool_calls),
         cta_expiry: spec
             .cta_expiry_seconds
             .map_or(limits.cta_expiry, Duration::from_secs),

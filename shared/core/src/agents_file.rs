@@ -76,6 +76,11 @@ pub struct AgentSpec {
     pub approval_batch: Option<ApprovalBatch>,
     #[serde(default)]
     pub max_iterations: Option<u32>,
+    /// Tool calls a turn may make (default 8), over all its replies. Past it, the calls are
+    /// not run, an `error` entry says so, and the model is asked for its final answer
+    /// without tools.
+    #[serde(default)]
+    pub max_tool_calls_per_turn: Option<u32>,
     /// Seconds this agent's CTAs wait for an answer (default 30 days; 1 to one year).
     #[serde(default)]
     pub cta_expiry_seconds: Option<u64>,

@@ -130,6 +130,13 @@ pub struct Run {
     pub thinks: u32,
     /// Model calls in the current turn (the iteration cap applies to it).
     pub turn_thinks: u32,
+    /// Tool calls the model made in the current turn (`maxToolCallsPerTurn` applies to it).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub turn_tool_calls: u32,
+    /// The turn's tool calls are spent: its next think is asked for a final answer, without
+    /// tools.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tools_spent: bool,
     /// The seq the next timeline entry gets.
     pub next_seq: u64,
     /// The seq the current batch begins at (the entry after the last reply): with the
@@ -299,6 +306,8 @@ impl Run {
             waiting_since: None,
             thinks: 0,
             turn_thinks: 0,
+            turn_tool_calls: 0,
+            tools_spent: false,
             next_seq: 0,
             batch_start: 0,
             on_expiry: n.on_expiry,
@@ -322,5 +331,9 @@ impl Run {
 }
 
 fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero32(n: &u32) -> bool {
     *n == 0
 }

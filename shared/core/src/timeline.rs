@@ -71,7 +71,8 @@ pub enum EntryBody {
         code: String,
         message: String,
     },
-    /// A failure that ended the run.
+    /// A failure: one that ended the run, or a guardrail a turn hit that changed its course
+    /// (`tool_call_limit`: calls past `maxToolCallsPerTurn` were not run).
     Error {
         code: String,
         message: String,

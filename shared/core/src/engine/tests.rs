@@ -28,7 +28,7 @@ fn t0() -> DateTime<Utc> {
 fn catalog_with(limits: Limits) -> Catalog {
     let file: AgentsFile = serde_json::from_value(json!({"agents": {
         "worker": {"tools": ["echo"], "approval": {"echo": {"inputMatches": "danger"}}, "maxIterations": 3},
-        "asker": {"tools": ["request_human_feedback", "echo"]},
+        "asker": {"tools": ["request_human_feedback", "echo"], "maxToolCallsPerTurn": 20},
         "deep": {"tools": ["spawn_subagent"]},
         "mid": {"tools": ["spawn_subagent"]},
         "quick": {"tools": ["request_human_feedback", "echo"], "ctaExpirySeconds": 60,
@@ -36,6 +36,7 @@ fn catalog_with(limits: Limits) -> Catalog {
         "timed": {"tools": ["request_human_feedback", "echo"], "maxWallSeconds": 60},
         "free": {"tools": ["echo"], "approvalBatch": "independent",
                  "approval": {"echo": {"inputMatches": "danger", "reason": "It says danger."}}},
+        "capped": {"tools": ["echo"], "maxToolCallsPerTurn": 8, "maxIterations": 10},
         "alpha": {"tools": []},
         "beta": {"tools": []},
         "gamma": {"tools": []},
@@ -508,7 +509,7 @@ fn bad_calls_become_error_results_the_model_sees() {
 }
 
 #[test]
-fn calls_beyond_the_per_reply_cap_get_error_results() {
+fn calls_of_one_reply_beyond_the_turns_cap_are_not_run() {
     let mut s = Sim::new();
     let many: Vec<ToolCall> = (0..10)
         .map(|i| call("echo", json!({"text": format!("t{i}")})))
@@ -525,7 +526,7 @@ fn calls_beyond_the_per_reply_cap_get_error_results() {
     );
     assert!(
         tools[8..].iter().all(
-            |t| matches!(&t.result, ToolResult::Error { error } if error.contains("at most 8"))
+            |t| matches!(&t.result, ToolResult::Error { error } if error.contains("limit of 8 tool calls"))
         )
     );
     assert_eq!(s.executed.len(), 8);
@@ -1175,6 +1176,94 @@ fn the_iteration_cap_force_completes_with_a_recorded_reason() {
         matches!(&s.runs[&id].1.last().unwrap().body, EntryBody::Notice { code, .. } if code == "max_iterations")
     );
     assert!(run.result.as_deref().unwrap().contains("3 iterations"));
+}
+
+/// A reply of `n` echo calls.
+fn echoes(n: usize) -> LlmReply {
+    calls(
+        (0..n)
+            .map(|i| call("echo", json!({"text": format!("e{i}")})))
+            .collect(),
+    )
+}
+
+#[test]
+fn the_tool_call_cap_counts_the_turn_and_ends_it_with_a_final_answer() {
+    let mut s = Sim::new();
+    // 9 calls over 3 replies, with a cap of 8: the ninth is not run, an error entry says
+    // so, and the model is asked for its final answer (without tools, by the thinker).
+    s.script(
+        "capped",
+        vec![
+            echoes(3),
+            echoes(3),
+            echoes(3),
+            text("Here is what I found."),
+        ],
+    );
+    let id = s.create("capped", "dig");
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.result.as_deref(), Some("Here is what I found."));
+    assert_eq!((run.turn_tool_calls, run.tools_spent), (8, true));
+    assert_eq!(s.executed.len(), 8, "eight calls ran");
+    let timeline = &s.runs[&id].1;
+    let not_run: Vec<&ToolEntry> = timeline
+        .iter()
+        .filter_map(|e| match &e.body {
+            EntryBody::Tool(t) if matches!(&t.result, ToolResult::Error { error } if error.starts_with("not run")) => Some(t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(not_run.len(), 1);
+    let error = timeline
+        .iter()
+        .position(|e| matches!(&e.body, EntryBody::Error { code, .. } if code == "tool_call_limit"))
+        .expect("an error entry");
+    let answer = timeline
+        .iter()
+        .position(|e| matches!(&e.body, EntryBody::Assistant { text: Some(t), .. } if t == "Here is what I found."))
+        .unwrap();
+    assert!(error < answer);
+    assert_eq!(s.events("run.error").len(), 1);
+    // The next turn starts with its own count.
+    s.script(
+        "capped",
+        vec![
+            echoes(3),
+            echoes(3),
+            echoes(3),
+            text("Here is what I found."),
+            echoes(2),
+            text("again"),
+        ],
+    );
+    let msg = Input::UserMessage {
+        text: "once more".into(),
+        message_id: "m2".into(),
+        reply_to: None,
+    };
+    s.send(&id, msg);
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(run.result.as_deref(), Some("again"));
+    assert_eq!((run.turn_tool_calls, run.tools_spent), (2, false));
+}
+
+#[test]
+fn a_model_that_calls_tools_past_the_cap_fails_the_run() {
+    let mut s = Sim::new();
+    s.script("capped", vec![echoes(5), echoes(5), echoes(1)]);
+    let id = s.create("capped", "dig");
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(
+        run.error.as_ref().map(|e| e.code.as_str()),
+        Some("tool_call_limit")
+    );
+    assert_eq!(s.executed.len(), 8);
 }
 
 #[test]

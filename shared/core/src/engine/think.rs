@@ -99,6 +99,16 @@ impl Work<'_> {
             self.end(RunStatus::Completed, "", "");
             return None;
         }
+        if self.run.tools_spent {
+            // Asked for a final answer without tools, it called tools again.
+            let msg = format!(
+                "the model kept calling tools after this turn's {} tool calls                  (maxToolCallsPerTurn of agent `{}`), asked for a final answer without them",
+                agent.max_tool_calls_per_turn, agent.name
+            );
+            self.end(RunStatus::Failed, "tool_call_limit", &msg);
+            return None;
+        }
+        let mut capped = 0;
         let mut executions = Vec::new();
         let mut ids = std::collections::HashSet::new();
         // What the model was offered: the same hook, on the run and timeline it was asked with.
@@ -135,14 +145,18 @@ impl Work<'_> {
                 plan: None,
                 duration_ms: None,
             }));
-            let max = catalog.limits.max_tool_calls;
-            let result = if i >= max {
+            let max = agent.max_tool_calls_per_turn;
+            let result = if self.run.turn_tool_calls >= max {
+                capped += 1;
                 ToolResult::error(format!(
-                    "not run: at most {max} tool calls are run per reply; call it again in a later reply"
+                    "not run: this turn's limit of {max} tool calls is reached; answer with what \
+                     you have"
                 ))
             } else if let Err(e) = parsed {
+                self.run.turn_tool_calls += 1;
                 ToolResult::error(format!("arguments are not valid JSON: {e}"))
             } else {
+                self.run.turn_tool_calls += 1;
                 let call = Call {
                     seq,
                     id: &id,
@@ -152,6 +166,25 @@ impl Work<'_> {
             };
             self.tool_mut(seq).result = result;
             self.time_call(seq, io);
+        }
+        if capped > 0 {
+            // The turn's calls are spent: said in the timeline and on the bus, and the
+            // model's next think (once the calls that run are back) is for a final answer.
+            let msg = format!(
+                "{capped} tool call(s) not run: this turn made {} of the {} agent `{}` may \
+                 (maxToolCallsPerTurn); the model is asked for its final answer without tools",
+                self.run.turn_tool_calls + capped,
+                agent.max_tool_calls_per_turn,
+                agent.name
+            );
+            self.push(EntryBody::Error {
+                code: "tool_call_limit".into(),
+                message: msg.clone(),
+            });
+            let event =
+                json!({"runId": self.run.run_id, "code": "tool_call_limit", "message": msg});
+            self.publish("run.error", event);
+            self.run.tools_spent = true;
         }
         // A call of this reply waits for approval: the others wait with it (unless the
         // agent says its calls are independent), and run when the approvals are settled.

@@ -196,8 +196,22 @@ impl Service {
             .agent(&run.agent)
             .ok_or_else(|| LlmError::fatal(format!("agent `{}` is not defined", run.agent)))?;
         let prepared = agent.prepared(run, timeline);
-        let tools = self.catalog.specs(listed, agent, &prepared);
-        let system = agent.system_prompt(run, &prepared);
+        let mut tools = self.catalog.specs(listed, agent, &prepared);
+        let mut system = agent.system_prompt(run, &prepared);
+        if run.tools_spent {
+            // The turn's tool calls are spent: a final answer, without tools.
+            warn!(
+                run_id = %run.run_id,
+                limit = agent.max_tool_calls_per_turn,
+                "the turn's tool calls are spent: asking the model for its final answer without tools"
+            );
+            tools.clear();
+            system.push_str(&format!(
+                "\n\nThis turn has made the {} tool calls it may. Answer now, with what you \
+                 have: no tool can be called.",
+                agent.max_tool_calls_per_turn
+            ));
+        }
         let live = self
             .live_for(run)
             .map(|l| crate::live::StepLive::new(l.clone(), &run.run_id, seq));
