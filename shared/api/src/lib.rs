@@ -230,6 +230,8 @@ async fn get_run(
     let total = view.run.total();
     let mut run = view.run;
     run.reported = Default::default();
+    // The deadline's timer is the engine's too (its working time, `workedMs`, is shown).
+    run.deadline_timer = None;
     // The run item holds a preview of a long answer; the whole one is in the timeline.
     if let Some(EntryBody::Assistant { text: Some(t), .. }) = view.result_entry.map(|e| e.body) {
         run.result = Some(t);

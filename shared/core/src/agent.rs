@@ -62,7 +62,7 @@ pub struct AgentDef {
     pub max_tool_calls_per_turn: u32,
     /// How long this agent's CTAs wait for an answer (a call may ask for less).
     pub cta_expiry: Duration,
-    /// How long a run may work, time waiting for a human not counted.
+    /// How long a run may work (its clock stops for humans and between turns).
     pub max_wall: Option<Duration>,
     /// How much of a run's history its model is given, in bytes of text
     /// ([`crate::llm::fit`]): the newest groups that fit, after the first message.

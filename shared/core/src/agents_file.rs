@@ -84,8 +84,9 @@ pub struct AgentSpec {
     /// Seconds this agent's CTAs wait for an answer (default 30 days; 1 to one year).
     #[serde(default)]
     pub cta_expiry_seconds: Option<u64>,
-    /// The longest a run of this agent may work, from its start, time waiting for a human
-    /// not counted. Past it, the run ends failed with `deadline_exceeded`.
+    /// The longest a run of this agent may work: its clock stops while it or a subagent
+    /// waits for a human, and between turns. Past it, the run ends failed with
+    /// `deadline_exceeded` (at its next think, or by a timer while it waits on subagents).
     #[serde(default)]
     pub max_wall_seconds: Option<u64>,
     /// How much of a run's history the model is given, in bytes of text (default 400,000,

@@ -120,9 +120,22 @@ pub struct Run {
     /// The document or object this run works on (`{"type": ..., ...}`), given at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<serde_json::Value>,
-    /// Time spent waiting for humans, in ms, not counted against `maxWallSeconds`.
+    /// Time spent waiting for humans, in ms.
     #[serde(default)]
     pub human_wait_ms: u64,
+    /// How long the run has worked, in ms, up to `working_since` (what `maxWallSeconds`
+    /// bounds): its turns, from their first step to their end, less any time it or one of
+    /// its subagents waited for a human. Idle time between turns is not work.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub worked_ms: u64,
+    /// Since when the run works, while it does (its clock runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_since: Option<DateTime<Utc>>,
+    /// The timer armed to end the run at its deadline while it waits on work (subagents,
+    /// a plan, tools), when its agent has `maxWallSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schemas", schemars(skip))]
+    pub deadline_timer: Option<String>,
     /// Since when the run waits for a human, while it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_since: Option<DateTime<Utc>>,
@@ -262,13 +275,12 @@ impl Run {
         }
     }
 
-    /// How long this run has worked at `now`: since its start, less the time it waited for
-    /// humans (including a wait still under way).
+    /// How long this run has worked at `now` (see [`Run::worked_ms`]).
     pub fn working_time(&self, now: DateTime<Utc>) -> chrono::Duration {
-        let waiting = self
-            .waiting_since
-            .map_or(chrono::Duration::zero(), |t| now - t);
-        now - self.created_at - chrono::Duration::milliseconds(self.human_wait_ms as i64) - waiting
+        let running = self.working_since.map_or(chrono::Duration::zero(), |t| {
+            (now - t).max(chrono::Duration::zero())
+        });
+        chrono::Duration::milliseconds(self.worked_ms as i64) + running
     }
 
     /// The top-level run this one is under: itself if it is one.
@@ -303,6 +315,10 @@ impl Run {
             reported: Spent::default(),
             context: n.context,
             human_wait_ms: 0,
+            worked_ms: 0,
+            // Queued, it works: its clock runs from its creation.
+            working_since: Some(n.now),
+            deadline_timer: None,
             waiting_since: None,
             thinks: 0,
             turn_thinks: 0,

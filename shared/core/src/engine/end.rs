@@ -49,6 +49,32 @@ pub(super) fn fail(w: &mut Work, code: &str, message: &str) -> Next {
     Next::Commit
 }
 
+/// The run's deadline timer fired while it waited on work: past its deadline, it ends
+/// failed with its subagents; short of it (its clock stopped a while, for a human), the
+/// timer is armed again for what is left.
+pub(super) fn deadline(w: &mut Work) -> Next {
+    w.run.deadline_timer = None;
+    if w.run.status.is_terminal() {
+        return Next::Commit;
+    }
+    if let Some(max) = w.catalog.agent(&w.run.agent).and_then(|a| a.max_wall) {
+        let worked = w.run.working_time(w.now);
+        if worked.num_milliseconds() >= max.as_millis() as i64 {
+            let msg = format!(
+                "stopped after working {} s, past maxWallSeconds = {} for agent `{}`, while it \
+                 waited on its subagents (time waiting for a human is not counted)",
+                worked.num_seconds(),
+                max.as_secs(),
+                w.run.agent
+            );
+            w.end(RunStatus::Failed, "deadline_exceeded", &msg);
+        }
+    }
+    // Short of it: committing arms the timer again, for what is left, if the run still
+    // waits on work.
+    Next::Commit
+}
+
 impl Work<'_> {
     /// Ends the run: settles everything pending, records why, tells the parent.
     pub(super) fn end(&mut self, status: RunStatus, code: &str, message: &str) {

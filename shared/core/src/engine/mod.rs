@@ -201,6 +201,9 @@ pub fn step(
             cta_id,
         } => children::resumed(&mut w, child_run_id, cta_id),
         Input::Cancel { reason } => end::cancel(&mut w, reason),
+        Input::Timer { timer_id } if w.run.deadline_timer.as_deref() == Some(timer_id) => {
+            end::deadline(&mut w)
+        }
         Input::Timer { timer_id } => plan::timer(&mut w, timer_id),
         Input::Fail { code, message } => end::fail(&mut w, code, message),
     };

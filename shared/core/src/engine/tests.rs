@@ -37,6 +37,7 @@ fn catalog_with(limits: Limits) -> Catalog {
         "free": {"tools": ["echo"], "approvalBatch": "independent",
                  "approval": {"echo": {"inputMatches": "danger", "reason": "It says danger."}}},
         "capped": {"tools": ["echo"], "maxToolCallsPerTurn": 8, "maxIterations": 10},
+        "patient": {"tools": ["spawn_subagent"], "maxWallSeconds": 60},
         "alpha": {"tools": []},
         "beta": {"tools": []},
         "gamma": {"tools": []},
@@ -1694,6 +1695,145 @@ fn a_run_past_its_wall_time_fails_naming_the_limit_and_human_waits_do_not_count(
         error.message
     );
     assert_eq!(s.tools(&id).len(), 2, "the third think never happened");
+}
+
+/// The deadline timers a run has had armed: (id, when), and those cancelled.
+fn deadline_timers(
+    s: &Sim,
+    run: &str,
+) -> (Vec<(String, chrono::DateTime<chrono::Utc>)>, Vec<String>) {
+    let mut armed = Vec::new();
+    let mut cancelled = Vec::new();
+    for e in &s.effects {
+        match e {
+            Effect::Timer {
+                timer_id,
+                run_id,
+                at,
+            } if run_id == run && timer_id.contains("deadline") => {
+                armed.push((timer_id.clone(), *at));
+            }
+            Effect::CancelTimer { timer_id } if timer_id.contains("deadline") => {
+                cancelled.push(timer_id.clone());
+            }
+            _ => {}
+        }
+    }
+    (armed, cancelled)
+}
+
+#[test]
+fn idle_time_between_turns_is_not_work() {
+    let mut s = Sim::new();
+    s.script("timed", vec![text("first"), text("second")]);
+    let id = s.create("timed", "go");
+    s.now += chrono::Duration::seconds(10);
+    s.run_all();
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+    // Two hours idle, far past its 60 s: a follow-up still runs.
+    s.now += chrono::Duration::hours(2);
+    let msg = Input::UserMessage {
+        text: "and now?".into(),
+        message_id: "m1".into(),
+        reply_to: None,
+    };
+    s.send(&id, msg);
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    assert_eq!(run.result.as_deref(), Some("second"));
+    assert!(run.working_time(s.now).num_seconds() < 60);
+}
+
+#[test]
+fn a_subagents_wait_for_a_human_is_not_its_parents_work() {
+    let mut s = Sim::new();
+    s.script(
+        "patient",
+        vec![calls(vec![spawn("asker", "check")]), text("parent done")],
+    );
+    s.script(
+        "asker",
+        vec![
+            feedback(json!({"kind": "approval", "message": "Ok?"})),
+            text("checked"),
+        ],
+    );
+    let id = s.create("patient", "go");
+    s.run_all();
+    let child = s.children(&id)[0].clone();
+    assert_eq!(s.run(&child).state.as_deref(), Some("waiting_on_user"));
+    assert!(!s.run(&id).waiting_ctas.is_empty());
+    // Armed while the parent waited on its subagent's work, cancelled when that became a
+    // wait for a human: the parent's clock stopped.
+    let (armed, cancelled) = deadline_timers(&s, &id);
+    assert_eq!(
+        (armed.len(), cancelled.len()),
+        (1, 1),
+        "{armed:?} {cancelled:?}"
+    );
+    assert_eq!(s.run(&id).working_since, None);
+    // Three days later the human answers: the parent goes on and completes.
+    s.now += chrono::Duration::days(3);
+    let cta = s.pending_ctas(&child)[0].cta_id.clone();
+    s.answer(
+        &cta,
+        CtaResponse::Approval {
+            approved: true,
+            reason: None,
+        },
+    );
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    assert_eq!(run.result.as_deref(), Some("parent done"));
+    assert!(run.working_time(s.now).num_seconds() < 60);
+    // Every deadline timer armed was cancelled by the end.
+    let (armed, cancelled) = deadline_timers(&s, &id);
+    assert_eq!(armed.len(), cancelled.len(), "{armed:?} {cancelled:?}");
+}
+
+#[test]
+fn a_run_waiting_on_a_slow_subagent_is_stopped_at_its_deadline() {
+    let mut s = Sim::new();
+    s.script(
+        "patient",
+        vec![calls(vec![spawn("alpha", "take your time")])],
+    );
+    let id = s.create("patient", "go");
+    let start = s.queue.pop_front().unwrap();
+    s.deliver(&start);
+    // The child's messages are never delivered: it is slow.
+    s.queue.clear();
+    assert_eq!(s.run(&id).status, RunStatus::Waiting);
+    let (armed, _) = deadline_timers(&s, &id);
+    let [(timer_id, at)] = armed.as_slice() else {
+        panic!("one deadline timer: {armed:?}");
+    };
+    assert_eq!(*at, s.now + chrono::Duration::seconds(60));
+    let fire = |t: &str| Input::Timer { timer_id: t.into() };
+    // Another timer id is not the deadline's.
+    assert_eq!(s.send(&id, fire("tmr_other")), Outcome::Ignored);
+    s.now = *at;
+    assert_eq!(s.send(&id, fire(timer_id)), Outcome::Done);
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Failed);
+    let error = run.error.as_ref().expect("error");
+    assert_eq!(error.code, "deadline_exceeded");
+    assert!(error.message.contains("subagents"), "{}", error.message);
+    // Its subagent is told to stop.
+    let child = s.children(&id)[0].clone();
+    assert!(
+        s.queue
+            .iter()
+            .any(|m| m.run_id == child && matches!(m.input, Input::Cancel { .. })),
+        "{:?}",
+        s.queue
+    );
+    // A stale firing after the end changes nothing more.
+    let version = s.run(&id).version;
+    s.send(&id, fire(timer_id));
+    assert_eq!(s.run(&id).version, version);
 }
 
 #[test]

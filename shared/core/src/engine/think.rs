@@ -49,7 +49,7 @@ impl Work<'_> {
             if worked.num_milliseconds() > max.as_millis() as i64 {
                 let msg = format!(
                     "stopped after working {} s, past maxWallSeconds = {} for agent `{}` \
-                     (time waiting for a human is not counted)",
+                     (time waiting for a human, or between turns, is not counted)",
                     worked.num_seconds(),
                     max.as_secs(),
                     agent.name

@@ -277,6 +277,53 @@ impl<'a> Work<'a> {
         }
     }
 
+    /// The run's working clock, as this commit leaves it: it runs while the run works —
+    /// queued or running, or waiting on work (subagents, a plan, tools) — and stops while it
+    /// or a subagent waits for a human, and between turns. While it runs and the run
+    /// waits, a timer is armed for its deadline (`maxWallSeconds`), which a step would
+    /// otherwise only check before a think.
+    fn clock(&mut self, state: Option<&str>) {
+        if let Some(since) = self.run.working_since.take() {
+            self.run.worked_ms += (self.now - since).num_milliseconds().max(0) as u64;
+        }
+        let works = match self.run.status {
+            RunStatus::Queued | RunStatus::Running => true,
+            RunStatus::Waiting => {
+                state != Some("waiting_on_user") && self.run.waiting_ctas.is_empty()
+            }
+            _ => false,
+        };
+        if works {
+            self.run.working_since = Some(self.now);
+        }
+        let max = self.catalog.agent(&self.run.agent).and_then(|a| a.max_wall);
+        let waits_on_work = works && self.run.status == RunStatus::Waiting;
+        match (&self.run.deadline_timer, max) {
+            (None, Some(max)) if waits_on_work => {
+                let left = max.as_millis() as i64 - self.run.worked_ms as i64;
+                let at = self.now + chrono::Duration::milliseconds(left.max(1000));
+                let timer_id = format!(
+                    "{}deadline_{}",
+                    crate::message::TIMER_PREFIX,
+                    super::derive_id("dl", &self.run.run_id, self.run.version)
+                );
+                self.run.deadline_timer = Some(timer_id.clone());
+                self.effects.push(Effect::Timer {
+                    timer_id,
+                    run_id: self.run.run_id.clone(),
+                    at,
+                });
+            }
+            (Some(_), _) if !waits_on_work => {
+                // Working again (a think checks the deadline itself), paused, or ended.
+                if let Some(timer_id) = self.run.deadline_timer.take() {
+                    self.effects.push(Effect::CancelTimer { timer_id });
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// After a pending result resolved: think if the batch is complete, else keep waiting.
     pub(super) fn after_resolution(&mut self) -> Next {
         if self.pending_where(|_| true).is_some() {
@@ -299,12 +346,13 @@ impl<'a> Work<'a> {
             }
             self.publish("run.state", event);
         }
-        // Time waiting for a human is kept apart: `maxWallSeconds` does not count it.
+        // Time waiting for a human is kept apart.
         if state == Some("waiting_on_user") {
             self.run.waiting_since.get_or_insert(self.now);
         } else if let Some(since) = self.run.waiting_since.take() {
             self.run.human_wait_ms += (self.now - since).num_milliseconds().max(0) as u64;
         }
+        self.clock(state);
         self.run.state = state.map(str::to_owned);
         self.run.state_detail = detail;
         if self.run.status != RunStatus::Running {
