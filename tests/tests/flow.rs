@@ -1202,3 +1202,51 @@ async fn every_page_of_a_run_fits_lambdas_6_mb_reply_however_its_text_escapes() 
     assert!(pages >= 4, "{pages} pages for 18 MB");
     h.server.shutdown().await;
 }
+
+/// `maxWallSeconds` on `baton dev`, with its real timers: a run waiting on a subagent whose
+/// tool takes longer than the parent may work is stopped at its deadline (not at its next
+/// think, which would come only when the subagent is done), and the subagent with it.
+#[tokio::test]
+async fn a_run_waiting_on_a_slow_subagent_is_stopped_at_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({
+        "patient": [{"tool_calls": [{"name": "spawn_subagent",
+            "arguments": {"agent": "slowpoke", "prompt": "take your time"}}]},
+            {"text": "never"}],
+        "slowpoke": [{"tool_calls": [{"name": "report", "arguments": {"waitMs": 4000}}]},
+            {"text": "too late"}]
+    })
+    .to_string();
+    let agents = json!({"agents": {
+        "patient": {"tools": ["spawn_subagent"], "maxWallSeconds": 1},
+        "slowpoke": {"tools": ["report"]}}});
+    let h = start(
+        dir.path(),
+        scripted(&script),
+        catalog_with_report(agents),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let id = h
+        .create_run(json!({"prompt": "go", "agent": "patient"}))
+        .await;
+    let run = h.wait_status(&id, &["failed"]).await;
+    let took = started.elapsed();
+    assert_eq!(run["error"]["code"], "deadline_exceeded", "{run}");
+    assert!(
+        took < std::time::Duration::from_millis(3900),
+        "stopped at its deadline, not after the subagent's 4 s tool: {took:?}"
+    );
+    let (_, timeline) = h.get(&format!("/runs/{id}/timeline")).await;
+    let child = timeline["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|e| e["childRunId"].as_str())
+        .expect("a subagent")
+        .to_owned();
+    let child = h.wait_status(&child, &["cancelled"]).await;
+    assert_eq!(child["status"], "cancelled");
+    h.server.shutdown().await;
+}
