@@ -391,8 +391,8 @@ async fn a_finished_runs_stream_resumes_from_any_event_with_no_gap_and_no_repeat
     let n = tail["next"].as_u64().unwrap() + 1;
     assert_eq!(
         n,
-        MANY as u64 + 3,
-        "the prompt, the reply, its calls, the answer"
+        MANY as u64 + 4,
+        "the prompt, the reply, its calls, the tool-call cap's error, the answer"
     );
     let open = |last: Option<&str>| {
         let mut rb = h

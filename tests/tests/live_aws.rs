@@ -24,6 +24,10 @@ use serde_json::{Value, json};
 const SCRIPT: &str = r#"{"watcher": [
   {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Look?"}}]},
   {"text": "Checking the logs first.", "tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]},
+  {"text": "All clear: nothing failed overnight, the nightly build is green, the backups ran, and the disk has room to spare for another week of logs."}],
+ "slow": [
+  {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Look?"}}]},
+  {"tool_calls": [{"name": "report", "arguments": {"waitMs": 4000}}]},
   {"text": "All clear: nothing failed overnight, the nightly build is green, the backups ran, and the disk has room to spare for another week of logs."}]}"#;
 
 struct Env {
@@ -60,11 +64,16 @@ impl Env {
 
     /// A run of the watcher agent, parked on its approval: its id and the CTA's.
     async fn parked_run(&self) -> (String, String) {
+        self.parked_run_of("watcher").await
+    }
+
+    /// A run of `agent`, parked on its approval: its id and the CTA's.
+    async fn parked_run_of(&self, agent: &str) -> (String, String) {
         let (status, run) = self
             .call(
                 Method::POST,
                 "/runs",
-                Some(json!({"prompt": "anything overnight?", "agent": "watcher"})),
+                Some(json!({"prompt": "anything overnight?", "agent": agent})),
             )
             .await;
         assert_eq!(status, 202, "{run}");
@@ -148,7 +157,8 @@ async fn start() -> Env {
         .expect("keys");
     let grants = Grants::new(&[5; 32]).unwrap();
     let standin = StandIn::start(grants.clone(), keys).await;
-    let agents = json!({"agents": {"watcher": {"tools": ["request_human_feedback", "echo"]}}});
+    let agents = json!({"agents": {"watcher": {"tools": ["request_human_feedback", "echo"]},
+                                   "slow": {"tools": ["request_human_feedback", "report"]}}});
     let server = AwsDevServer::start(AwsDevOptions {
         sdk,
         names: aws.names("live"),
@@ -156,7 +166,7 @@ async fn start() -> Env {
         addr: "127.0.0.1:0".parse().unwrap(),
         token: TOKEN.into(),
         llm: scripted(SCRIPT),
-        catalog: catalog(Some(agents)),
+        catalog: catalog_with_report(agents),
         clock: Arc::new(SystemClock),
         duplicate: false,
         live: Some((standin.config(), grants.clone())),
@@ -367,7 +377,9 @@ async fn baton_watch_takes_its_live_view_from_the_aws_channel() {
         bin.display()
     );
     let env = start().await;
-    let (run_id, cta) = env.parked_run().await;
+    // A run whose tool takes 4 s after the answer: watch subscribes meanwhile, and the reply
+    // after it streams to its channel.
+    let (run_id, cta) = env.parked_run_of("slow").await;
     let (addr, _served) = env.as_api_function().await;
     // Answered, then watched: the run goes on, and watch follows it to its end (a parked
     // run would have it print the question and exit 5 at once).
@@ -387,7 +399,7 @@ async fn baton_watch_takes_its_live_view_from_the_aws_channel() {
         .expect("its output");
     let text = String::from_utf8_lossy(&out.stdout);
     let said = format!("{text}{}", String::from_utf8_lossy(&out.stderr));
-    let reply = serde_json::from_str::<Value>(SCRIPT).unwrap()["watcher"][2]["text"]
+    let reply = serde_json::from_str::<Value>(SCRIPT).unwrap()["slow"][2]["text"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -396,6 +408,9 @@ async fn baton_watch_takes_its_live_view_from_the_aws_channel() {
     // (the API it polls does not stream).
     assert!(env.standin.asked("EVENT_SUBSCRIBE") >= 1, "{said}");
     assert!(env.standin.delivered() > 0, "{said}");
+    // What committed before the streamed reply is shown before it.
+    let report = text.find("  report = ").expect("the report's result");
+    assert!(report < text.find(&reply).unwrap(), "{said}");
     // Each reply once, as it streamed (no correction), then the outcome.
     assert_eq!(text.matches(&reply).count(), 1, "{said}");
     assert!(!text.contains("[as committed]"), "{said}");

@@ -39,6 +39,8 @@ struct View {
     shown: HashSet<u64>,
     /// Tool calls shown with their result (their live events, if late, are not news).
     calls: HashSet<String>,
+    /// The step the live channel last spoke of (its events' seq).
+    live_seq: Option<u64>,
 }
 
 impl View {
@@ -247,18 +249,20 @@ impl Channel {
     }
 }
 
-/// Shows what the live channel sends for `wait`, renewing its grant when due.
+/// Shows what the live channel sends for `wait`, renewing its grant when due. A step's
+/// first event comes back unshown: what committed before the step (polled, a second
+/// behind the channel) is to be shown first.
 async fn live_for(
     api: &Api,
     id: &str,
     channel: &mut Option<Channel>,
     view: &mut View,
     wait: Duration,
-) {
+) -> Option<Value> {
     let until = tokio::time::Instant::now() + wait;
     let Some(ch) = channel else {
         tokio::time::sleep_until(until).await;
-        return;
+        return None;
     };
     if tokio::time::Instant::now() >= ch.renew {
         // The lease and the grant go on; a refusal only ends the live view when it lapses.
@@ -270,15 +274,22 @@ async fn live_for(
     loop {
         tokio::select! {
             e = ch.sub.next() => match e {
-                Some(e) => emit(&view.live(e["type"].as_str().unwrap_or(""), &e)),
+                Some(e) => {
+                    let seq = e["seq"].as_u64();
+                    if seq.is_some() && seq != view.live_seq {
+                        view.live_seq = seq;
+                        return Some(e);
+                    }
+                    emit(&view.live(e["type"].as_str().unwrap_or(""), &e));
+                }
                 None => {
                     eprintln!("baton watch: the live channel closed; showing entries as they commit");
                     *channel = None;
                     tokio::time::sleep_until(until).await;
-                    return;
+                    return None;
                 }
             },
-            () = tokio::time::sleep_until(until) => return,
+            () = tokio::time::sleep_until(until) => return None,
         }
     }
 }
@@ -287,6 +298,8 @@ async fn live_for(
 async fn poll(api: &Api, id: &str, view: &mut View) -> Result<Outcome, Failure> {
     let mut after: Option<u64> = None;
     let mut channel = Channel::open(api, id).await;
+    // A live event held until the entries before it are shown.
+    let mut held: Option<Value> = None;
     loop {
         let path = match after {
             Some(a) => format!("/runs/{id}/timeline?after={a}"),
@@ -303,6 +316,9 @@ async fn poll(api: &Api, id: &str, view: &mut View) -> Result<Outcome, Failure> 
             }
         }
         let full = page["entries"].as_array().is_some_and(|e| e.len() >= 1000);
+        if let Some(e) = held.take() {
+            emit(&view.live(e["type"].as_str().unwrap_or(""), &e));
+        }
         if !full {
             let run = api.call(Method::GET, &format!("/runs/{id}"), None).await?;
             if let Some(o) = outcome(&run)
@@ -310,7 +326,7 @@ async fn poll(api: &Api, id: &str, view: &mut View) -> Result<Outcome, Failure> 
             {
                 return Ok(o);
             }
-            live_for(api, id, &mut channel, view, Duration::from_secs(1)).await;
+            held = live_for(api, id, &mut channel, view, Duration::from_secs(1)).await;
         }
     }
 }
