@@ -4,21 +4,8 @@
 // BATON_BROWSER: the run page asks for a watch (`POST /runs/{id}/watch`), subscribes over
 // AppSync Events' WebSocket protocol, and writes the reply as it streams, before its entry
 // commits, from the channel.
-import { createRequire } from "node:module";
-import { mkdirSync } from "node:fs";
 import assert from "node:assert/strict";
-
-const cfg = JSON.parse(process.env.BATON_BROWSER);
-const require = createRequire(cfg.nodeModules + "/");
-const { chromium } = require("playwright-core");
-
-mkdirSync(cfg.shots, { recursive: true });
-const browser = await chromium.launch({
-  executablePath: cfg.chromium,
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
-const step = (what) => console.log("browser: " + what);
+import { browser, cfg, step } from "./launch.mjs";
 
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });

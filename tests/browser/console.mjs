@@ -6,21 +6,8 @@
 // form on the run's page and waits for that page's live timeline to show the run finished,
 // then checks the one-time answer links: one answers without signing in, a second opening
 // says it was used, a tampered one is refused.
-import { createRequire } from "node:module";
-import { mkdirSync } from "node:fs";
 import assert from "node:assert/strict";
-
-const cfg = JSON.parse(process.env.BATON_BROWSER);
-const require = createRequire(cfg.nodeModules + "/");
-const { chromium } = require("playwright-core");
-
-mkdirSync(cfg.shots, { recursive: true });
-const browser = await chromium.launch({
-  executablePath: cfg.chromium,
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
-const step = (what) => console.log("browser: " + what);
+import { browser, cfg, step } from "./launch.mjs";
 
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });
