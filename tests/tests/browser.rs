@@ -8,8 +8,6 @@
 
 use crate::common;
 
-use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use baton_core::ports::SystemClock;
@@ -60,8 +58,6 @@ const SCRIPT: &str = r#"{
 
 #[tokio::test]
 async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
-    let chromium = browser::chromium();
-    let modules = browser::node_modules();
     let dir = tempfile::tempdir().unwrap();
     let asks = json!({"tools": ["request_human_feedback"]});
     let quick = json!({"tools": ["request_human_feedback"], "ctaExpirySeconds": 1});
@@ -148,14 +144,10 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     let plan = h
         .create_run(json!({"prompt": "release plan", "agent": "planner_run"}))
         .await;
-    let shots = common::target_dir().join("browser-artifacts");
     let cfg = json!({
         "base": h.url(""),
         "token": TOKEN,
         "runs": runs,
-        "chromium": chromium,
-        "nodeModules": modules,
-        "shots": shots,
         "report": {"run": reporter, "csv": REPORT_CSV},
         "approvalReply": APPROVAL_REPLY,
         "polling": {"base": format!("http://{poll_addr}"), "run": poller},
@@ -165,24 +157,7 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
         "tampered": {"url": tampered, "says": "This link is not valid"},
         "expired": {"url": expired, "says": "This link has expired"},
     });
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("browser/console.mjs");
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .arg(script)
-            .env("BATON_BROWSER", cfg.to_string())
-            .output()
-            .expect("node runs")
-    })
-    .await
-    .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("{said}");
-    assert!(out.status.success(), "the browser test failed:\n{said}");
-    assert!(said.contains("browser: all passed"));
+    browser::run_script("console.mjs", cfg).await;
     for shot in [
         "inbox.png",
         "run.png",
@@ -193,6 +168,7 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
         "tool-running.png",
         "plan.png",
     ] {
+        let shots = common::target_dir().join("browser-artifacts");
         assert!(shots.join(shot).exists(), "{shot}");
     }
     // What the browser did, as the API sees it.

@@ -328,8 +328,6 @@ async fn a_late_watcher_on_the_aws_channel_catches_up_then_sees_the_reply_stream
 
 #[tokio::test]
 async fn the_console_watches_a_run_through_the_aws_channel_in_a_real_browser() {
-    let chromium = browser::chromium();
-    let modules = browser::node_modules();
     let env = start().await;
     let (run_id, _) = env.parked_run().await;
     let (addr, _served) = env.as_api_function().await;
@@ -339,27 +337,8 @@ async fn the_console_watches_a_run_through_the_aws_channel_in_a_real_browser() {
         "token": TOKEN,
         "run": run_id,
         "reply": reply,
-        "chromium": chromium,
-        "nodeModules": modules,
-        "shots": common::target_dir().join("browser-artifacts"),
     });
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("browser/aws_live.mjs");
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("node")
-            .arg(script)
-            .env("BATON_BROWSER", cfg.to_string())
-            .output()
-            .expect("node runs")
-    })
-    .await
-    .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "the browser test failed:\n{said}");
-    assert!(said.contains("browser: all passed"));
+    browser::run_script("aws_live.mjs", cfg).await;
     assert!(env.completed(&run_id).await);
     assert!(env.standin.asked("EVENT_SUBSCRIBE") >= 1);
     let streamed = env.standin.published(&channel(&run_id));

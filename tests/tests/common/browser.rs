@@ -70,3 +70,31 @@ fn once(name: &str, f: impl FnOnce() -> Result<(), String>) {
         panic!("cannot set up {name} for the browser test: {e}");
     }
 }
+
+/// Runs the browser script `tests/browser/<name>` with `cfg` (its `BATON_BROWSER`), given
+/// the browser and the client it drives, and fails unless it says it all passed.
+pub async fn run_script(name: &str, mut cfg: serde_json::Value) {
+    cfg["chromium"] = serde_json::json!(chromium());
+    cfg["nodeModules"] = serde_json::json!(node_modules());
+    cfg["shots"] = serde_json::json!(super::target_dir().join("browser-artifacts"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("browser")
+        .join(name);
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(script)
+            .env("BATON_BROWSER", cfg.to_string())
+            .output()
+            .expect("node runs")
+    })
+    .await
+    .expect("the script's thread");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{said}");
+    assert!(out.status.success(), "the browser test failed:\n{said}");
+    assert!(said.contains("browser: all passed"), "{said}");
+}
