@@ -265,11 +265,11 @@ async fn full_flow_in(env: Env) -> Value {
 fn mask(v: &Value) -> String {
     let s = v.to_string();
     let ids = regex::Regex::new(r"(run|sub|cta)_[0-9a-f]{32}").unwrap();
-    let times = regex::Regex::new(r#""expiresAt":"[^"]+""#).unwrap();
+    let times = regex::Regex::new(r#""(expiresAt|startedAt)":"[^"]+""#).unwrap();
     // How long things took: never the same twice.
     let took = regex::Regex::new(r#""(latencyMs|firstTokenMs|durationMs)":\d+"#).unwrap();
     let s = ids.replace_all(&s, "${1}_X");
-    let s = times.replace_all(&s, r#""expiresAt":"T""#);
+    let s = times.replace_all(&s, r#""$1":"T""#);
     took.replace_all(&s, r#""$1":0"#).into_owned()
 }
 

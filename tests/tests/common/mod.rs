@@ -226,6 +226,7 @@ pub fn normalize(v: &Value, run_id: &str) -> Value {
                             | "latencyMs"
                             | "firstTokenMs"
                             | "durationMs"
+                            | "startedAt"
                     )
                 })
                 .map(|(k, v)| (k.clone(), normalize(v, run_id)))

@@ -70,6 +70,11 @@ pub struct StepRun {
     pub timer_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<DateTime<Utc>>,
+    /// When its child run started, and how long it took once done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
 }
 
 impl StepRun {
@@ -81,6 +86,8 @@ impl StepRun {
             error: None,
             timer_id: None,
             deadline: None,
+            started_at: None,
+            duration_ms: None,
         }
     }
 }
@@ -114,6 +121,9 @@ pub struct PlanState {
     /// Agent steps by id.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub steps: BTreeMap<String, StepRun>,
+    /// When the call was made (a plan's duration counts from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 impl PlanState {
@@ -297,11 +307,25 @@ impl PlanState {
             .steps
             .iter()
             .all(|s| self.status_of(s) == StepStatus::Success);
-        serde_json::json!({
+        let mut out = serde_json::json!({
             "success": success,
             "steps": steps,
             "bindings": self.results(),
-        })
+        });
+        // What failed, in the plan's order (seed 002's `errors`): only when something did.
+        let errors: Vec<Value> = plan
+            .agent_steps()
+            .filter_map(|a| {
+                let s = self.steps.get(&a.id)?;
+                let failed = matches!(s.status, StepStatus::Failed | StepStatus::Skipped);
+                let error = s.error.as_ref().filter(|_| failed)?;
+                Some(serde_json::json!({"step": a.id, "status": s.status, "error": error}))
+            })
+            .collect();
+        if !errors.is_empty() {
+            out["errors"] = Value::Array(errors);
+        }
+        out
     }
 }
 

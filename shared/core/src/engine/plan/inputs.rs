@@ -42,7 +42,7 @@ pub(in crate::engine) fn child_finished(
                     w.effects.push(Effect::CancelTimer { timer_id: t });
                 }
             }
-            w.step_completed(&call_id, a, &state);
+            w.step_completed(&call_id, a, &mut state);
             // The first success of a `first_success` group wins; the rest stop.
             if let Some(p) = plan.steps.iter().find_map(|s| match s {
                 plan::Step::Parallel(p)

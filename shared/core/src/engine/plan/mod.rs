@@ -116,6 +116,7 @@ impl Work<'_> {
             helper: None,
             attempts: 0,
             steps: Default::default(),
+            started_at: Some(self.now),
         };
         let result = match (call.plan, call.prompt) {
             (Some(raw), _) => match self.parse_plan(&raw) {
@@ -252,10 +253,12 @@ impl Work<'_> {
             }
         }
         let output = state.output();
-        self.publish(
-            "plan.completed",
-            json!({"runId": self.run.run_id, "callId": call_id, "success": output["success"]}),
-        );
+        let mut detail =
+            json!({"runId": self.run.run_id, "callId": call_id, "success": output["success"]});
+        if let Some(at) = state.started_at {
+            detail["durationMs"] = json!((self.now - at).num_milliseconds().max(0));
+        }
+        self.publish("plan.completed", detail);
         Some(ToolResult::Success {
             output: cap_output(output),
         })
@@ -319,6 +322,7 @@ impl Work<'_> {
         };
         s.status = StepStatus::Running;
         s.child_run_id = Some(child.clone());
+        s.started_at = Some(self.now);
         if let Some(ms) = limit {
             let timer_id = tagged("tmr", &self.run.run_id, seq, &a.id);
             let at = self.now + chrono::Duration::milliseconds(ms as i64);
@@ -337,12 +341,19 @@ impl Work<'_> {
         );
     }
 
-    fn step_completed(&mut self, call_id: &str, a: &AgentStep, state: &PlanState) {
-        let Some(s) = state.steps.get(&a.id) else {
+    fn step_completed(&mut self, call_id: &str, a: &AgentStep, state: &mut PlanState) {
+        let now = self.now;
+        let Some(s) = state.steps.get_mut(&a.id) else {
             return;
         };
+        if let Some(at) = s.started_at {
+            s.duration_ms = Some((now - at).num_milliseconds().max(0) as u64);
+        }
         let mut detail = json!({"runId": self.run.run_id, "callId": call_id, "stepId": a.id,
                                 "status": s.status});
+        if let Some(ms) = s.duration_ms {
+            detail["durationMs"] = json!(ms);
+        }
         if let Some(c) = &s.child_run_id {
             detail["childRunId"] = json!(c);
         }

@@ -706,3 +706,70 @@ fn an_approval_policy_on_agent_orchestrate_drafts_the_plans_it_matches() {
         assert_eq!(s.runs.len(), if drafted { 1 } else { 2 }, "{agent}");
     }
 }
+
+#[test]
+fn a_parallel_step_with_a_failed_child_is_partial_and_the_output_lists_what_failed() {
+    let mut s = Sim::new();
+    let steps = json!([{"id": "both", "parallel": [
+        {"id": "ok", "agent": "alpha", "prompt": "a", "result_key": "a"},
+        {"id": "bad", "agent": "beta", "prompt": "b", "result_key": "b"}]}]);
+    s.script(
+        "orchestrator",
+        vec![plan_call(json!({"plan": steps})), text("half done")],
+    );
+    s.script("alpha", vec![text("A")]);
+    let id = start(&mut s);
+    let bad = child_of(&s, &id, "bad");
+    // Three seconds later, the good step completes and the other fails.
+    s.now += chrono::Duration::seconds(3);
+    run_all_but(&mut s, &bad);
+    s.queue.clear();
+    s.send(
+        &bad,
+        Input::Fail {
+            code: "model_error".into(),
+            message: "the model is down".into(),
+        },
+    );
+    s.run_all();
+    let out = output(&s, &id);
+    assert_eq!(out["success"], false);
+    assert_eq!(out["steps"][0]["status"], "partial", "{out}");
+    assert_eq!(out["steps"][0]["outputs"]["a"], "A", "{out}");
+    let errors = out["errors"]
+        .as_array()
+        .expect("errors when something failed");
+    assert_eq!(errors.len(), 1, "{out}");
+    assert_eq!(errors[0]["step"], "bad");
+    assert_eq!(errors[0]["status"], "failed");
+    assert!(
+        errors[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("the model is down")
+    );
+    // Each step and the plan say how long they took.
+    for e in s.events("plan.step.completed") {
+        assert_eq!(e.detail["durationMs"], 3000, "{}", e.detail);
+    }
+    assert_eq!(state(&s, &id).steps["ok"].duration_ms, Some(3000));
+    let done = &s.events("plan.completed")[0].detail;
+    assert_eq!(done["durationMs"], 3000, "{done}");
+    assert_eq!(s.run(&id).result.as_deref(), Some("half done"));
+}
+
+#[test]
+fn a_plan_that_succeeds_has_no_errors() {
+    let mut s = Sim::new();
+    let steps = json!([{"id": "a", "agent": "alpha", "prompt": "x"}]);
+    s.script(
+        "orchestrator",
+        vec![plan_call(json!({"plan": steps})), text("ok")],
+    );
+    s.script("alpha", vec![text("A")]);
+    let id = start(&mut s);
+    s.run_all();
+    let out = output(&s, &id);
+    assert_eq!(out["success"], true);
+    assert!(out.get("errors").is_none(), "{out}");
+}
