@@ -40,8 +40,9 @@ pub struct AgentsFile {
     pub plans: Option<PlansSpec>,
 }
 
-/// `{"maxSteps": 12, "maxParallel": 4, "maxDepth": 3, "stepTimeoutSeconds": n}`, every key
-/// optional (those are the defaults; no step timeout by default).
+/// `{"maxSteps": 12, "maxParallel": 4, "maxDepth": 3, "stepTimeoutSeconds": n,
+/// "plannerModel", "reviewerModel"}`, every key optional (those are the defaults; no step
+/// timeout by default; the helpers think with the deployment's model unless named).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PlansSpec {
@@ -53,6 +54,12 @@ pub struct PlansSpec {
     pub max_depth: Option<u64>,
     #[serde(default)]
     pub step_timeout_seconds: Option<u64>,
+    /// The built-in planner's model (`provider:model-id`), its prompt kept.
+    #[serde(default)]
+    pub planner_model: Option<String>,
+    /// The built-in plan reviewer's model, its prompt kept.
+    #[serde(default)]
+    pub reviewer_model: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -130,6 +130,18 @@ impl Catalog {
             .into_iter()
             .map(|a| (a.name.clone(), a))
             .collect();
+        // The plan helpers' models, their built-in prompts kept (an agent of their name in
+        // the file replaces them whole, below).
+        if let Some(plans) = &file.plans {
+            for (helper, model) in [
+                (plan::PLANNER, &plans.planner_model),
+                (plan::PLAN_REVIEWER, &plans.reviewer_model),
+            ] {
+                if let (Some(a), Some(m)) = (agents.get_mut(helper), model) {
+                    a.model = Some(m.clone());
+                }
+            }
+        }
         for (name, spec) in file.agents {
             let def = agent_def(&limits, name, spec)?;
             agents.insert(def.name.clone(), def);

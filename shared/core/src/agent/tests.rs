@@ -39,6 +39,33 @@ fn builtins_have_the_seed_tools() {
 }
 
 #[test]
+fn the_plan_helpers_models_are_set_and_their_prompts_kept() {
+    let plain = Catalog::new(Limits::default(), vec![], None).expect("builds");
+    let f = file(
+        r#"{"plans": {"plannerModel": "anthropic:claude-sonnet-4-5", "reviewerModel": "gpt-4o"}}"#,
+    );
+    let c = Catalog::new(Limits::default(), vec![], Some(f)).expect("builds");
+    for (helper, model) in [
+        ("planner", "anthropic:claude-sonnet-4-5"),
+        ("plan_reviewer", "gpt-4o"),
+    ] {
+        let a = c.agent(helper).expect(helper);
+        assert_eq!(a.model.as_deref(), Some(model));
+        assert_eq!(
+            a.system,
+            plain.agent(helper).expect(helper).system,
+            "{helper}"
+        );
+        assert!(!a.system.is_empty());
+    }
+    assert!(
+        c.providers("gpt-4o-mini").contains("anthropic"),
+        "the planner's provider is known: {:?}",
+        c.providers("gpt-4o-mini")
+    );
+}
+
+#[test]
 fn plan_caps_come_from_the_agents_file_within_bounds() {
     let f = file(r#"{"plans": {"maxSteps": 3, "maxParallel": 2, "stepTimeoutSeconds": 30}}"#);
     let c = Catalog::new(Limits::default(), vec![], Some(f)).expect("builds");

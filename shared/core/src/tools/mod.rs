@@ -349,8 +349,11 @@ pub fn agent_orchestrate(agents: &[String]) -> ToolDef {
              {{{{result.<result_key>}}}} (and .<field>), and `bindings` as \
              {{{{bindings.<name>}}}}. A step that uses the result of a failed step is skipped. \
              Agents: {}. `execution_mode`: auto_execute (default) runs it; draft_only asks a \
-             human to approve it first; agent_review asks a reviewer agent first. The result \
-             is {{success, steps: [{{id, type, status, exec_id, outputs, error}}], bindings}}.",
+             human to approve it first; agent_review asks a reviewer agent first. With a \
+             `prompt`, `requested_outputs` (what the plan must produce) and \
+             `priority_entities` (what it must attend to first) guide the planner. The result \
+             is {{success, steps: [{{id, type, status, exec_id, outputs, error}}], bindings, \
+             errors?}}.",
             agents.join(", ")
         ),
         json!({
@@ -362,7 +365,9 @@ pub fn agent_orchestrate(agents: &[String]) -> ToolDef {
                 "timeout_ms": {"type": "integer", "minimum": 1},
                 "max_parallel": {"type": "integer", "minimum": 1},
                 "execution_mode": {"enum": ["auto_execute", "draft_only", "agent_review"]},
-                "auto_execute": {"type": "boolean"}
+                "auto_execute": {"type": "boolean"},
+                "requested_outputs": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                "priority_entities": {"type": "array", "items": {"type": "string", "minLength": 1}}
             },
             "oneOf": [{"required": ["plan"]}, {"required": ["prompt"]}],
             "additionalProperties": false

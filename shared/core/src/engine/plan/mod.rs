@@ -41,6 +41,9 @@ struct Call {
     timeout_ms: Option<u64>,
     max_parallel: Option<usize>,
     mode: ExecutionMode,
+    /// What the plan must produce, and what it must attend to first (for the planner).
+    requested_outputs: Vec<String>,
+    priority_entities: Vec<String>,
 }
 
 impl Call {
@@ -72,8 +75,24 @@ impl Call {
                 .and_then(Value::as_u64)
                 .map(|n| n as usize),
             mode,
+            requested_outputs: strings(input, "requested_outputs"),
+            priority_entities: strings(input, "priority_entities"),
         }
     }
+}
+
+/// The strings of an array field of `input` (none if it is absent).
+fn strings(input: &Value, field: &str) -> Vec<String> {
+    input
+        .get(field)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 impl Work<'_> {
@@ -125,7 +144,12 @@ impl Work<'_> {
             },
             (None, Some(objective)) => {
                 let child = tagged("sub", &self.run.run_id, seq, "planner");
-                let text = planner_prompt(&objective, &state.bindings);
+                let text = planner_prompt(
+                    &objective,
+                    &state.bindings,
+                    &call.requested_outputs,
+                    &call.priority_entities,
+                );
                 self.new_child(&child, call_id, plan::PLANNER, text, vec![]);
                 state.helper = Some(child);
                 state.attempts = 1;
@@ -467,13 +491,30 @@ fn summary(plan: &Plan) -> String {
     shown
 }
 
-fn planner_prompt(objective: &str, bindings: &Map<String, Value>) -> String {
+fn planner_prompt(
+    objective: &str,
+    bindings: &Map<String, Value>,
+    requested: &[String],
+    priority: &[String],
+) -> String {
     let mut text = format!("Objective: {objective}");
     if !bindings.is_empty() {
         let names: Vec<&str> = bindings.keys().map(String::as_str).collect();
         text.push_str(&format!(
             "\n\nBindings a step may use as {{{{bindings.<name>}}}}: {}",
             names.join(", ")
+        ));
+    }
+    if !requested.is_empty() {
+        text.push_str(&format!(
+            "\n\nThe plan must produce (a step's result_key for each): {}",
+            requested.join(", ")
+        ));
+    }
+    if !priority.is_empty() {
+        text.push_str(&format!(
+            "\n\nAttend to these first: {}",
+            priority.join(", ")
         ));
     }
     text

@@ -773,3 +773,29 @@ fn a_plan_that_succeeds_has_no_errors() {
     assert_eq!(out["success"], true);
     assert!(out.get("errors").is_none(), "{out}");
 }
+
+#[test]
+fn requested_outputs_and_priority_entities_reach_the_planner() {
+    let mut s = Sim::new();
+    s.script(
+        "orchestrator",
+        vec![
+            plan_call(json!({"prompt": "audit billing",
+                "requested_outputs": ["findings", "fix"],
+                "priority_entities": ["invoices", "refunds"]})),
+            text("ok"),
+        ],
+    );
+    let id = start(&mut s);
+    let planner = state(&s, &id).helper.expect("the planner works");
+    let prompt = first_prompt(&s, &planner);
+    assert!(prompt.starts_with("Objective: audit billing"), "{prompt}");
+    assert!(
+        prompt.contains("The plan must produce (a step's result_key for each): findings, fix"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("Attend to these first: invoices, refunds"),
+        "{prompt}"
+    );
+}
