@@ -50,6 +50,12 @@ ATTS = {
     "Table.Arn": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{STACK}-table",
     "Bus.Arn": f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{STACK}-bus",
     "FilesBucket.Arn": f"arn:aws:s3:::{STACK}-files",
+    "LiveApi.ApiArn": f"arn:aws:appsync:{REGION}:{ACCOUNT}:apis/live1234",
+    "LiveApi.ApiId": "live1234",
+    "LiveApi.Dns.Http": f"live1234.appsync-api.{REGION}.amazonaws.com",
+    "LiveApi.Dns.Realtime": f"live1234.appsync-realtime-api.{REGION}.amazonaws.com",
+    "LiveRunsNamespace.ChannelNamespaceArn":
+        f"arn:aws:appsync:{REGION}:{ACCOUNT}:apis/live1234/channelNamespace/runs",
     **{f"{q}.QueueName": f"{STACK}-{n}" for q, n in QUEUES.items()},
     **{f"{q}.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{STACK}-{n}" for q, n in QUEUES.items()},
 }
