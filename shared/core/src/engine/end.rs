@@ -53,10 +53,10 @@ pub(super) fn fail(w: &mut Work, code: &str, message: &str) -> Next {
 /// failed with its subagents; short of it (its clock stopped a while, for a human), the
 /// timer is armed again for what is left.
 pub(super) fn deadline(w: &mut Work) -> Next {
-    w.run.deadline_timer = None;
     if w.run.status.is_terminal() {
-        return Next::Commit;
+        return Next::Now(Step::Ignore("run already ended".into()));
     }
+    w.run.deadline_timer = None;
     if let Some(max) = w.catalog.agent(&w.run.agent).and_then(|a| a.max_wall) {
         let worked = w.run.working_time(w.now);
         if worked.num_milliseconds() >= max.as_millis() as i64 {
