@@ -102,7 +102,8 @@ impl Work<'_> {
         if self.run.tools_spent {
             // Asked for a final answer without tools, it called tools again.
             let msg = format!(
-                "the model kept calling tools after this turn's {} tool calls                  (maxToolCallsPerTurn of agent `{}`), asked for a final answer without them",
+                "the model kept calling tools after this turn's {} tool calls \
+                 (maxToolCallsPerTurn of agent `{}`), asked for a final answer without them",
                 agent.max_tool_calls_per_turn, agent.name
             );
             self.end(RunStatus::Failed, "tool_call_limit", &msg);
@@ -171,11 +172,11 @@ impl Work<'_> {
             // The turn's calls are spent: said in the timeline and on the bus, and the
             // model's next think (once the calls that run are back) is for a final answer.
             let msg = format!(
-                "{capped} tool call(s) not run: this turn made {} of the {} agent `{}` may \
+                "{capped} tool call(s) not run: the turn asked for {} and agent `{}` may make {} \
                  (maxToolCallsPerTurn); the model is asked for its final answer without tools",
                 self.run.turn_tool_calls + capped,
+                agent.name,
                 agent.max_tool_calls_per_turn,
-                agent.name
             );
             self.push(EntryBody::Error {
                 code: "tool_call_limit".into(),
