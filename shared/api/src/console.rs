@@ -14,7 +14,7 @@ const SCRIPT: &str = include_str!("../console/console.js");
 const STYLE: &str = include_str!("../console/console.css");
 
 /// Scripts and styles from this origin only; the API from this origin only, and the live
-/// channel's WebSocket where the host has one outside the process (`{channel}`).
+/// channel's WebSocket where the host has one outside the process.
 fn policy(channel: Option<&str>) -> String {
     let connect = match channel {
         Some(origin) => format!("'self' {origin}"),

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use baton_core::live::grant::{Watch, Watchers};
@@ -83,7 +83,7 @@ pub(crate) struct StreamWatch {
 pub(crate) async fn watch_run(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
-    Path(run_id): Path<String>,
+    crate::Id(run_id): crate::Id,
 ) -> Result<Json<WatchBody>, ApiError> {
     // Unknown or someone else's run: a 404, and no lease.
     s.service
