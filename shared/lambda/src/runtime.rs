@@ -72,6 +72,8 @@ pub struct Runtime {
     /// The model secret's fields, read once per container (the models and the tools'
     /// headers both need them at start-up).
     secrets: tokio::sync::OnceCell<HashMap<String, String>>,
+    /// The link key, read once per container (links and watch grants both need it).
+    link_key: tokio::sync::OnceCell<Option<String>>,
 }
 
 impl Runtime {
@@ -94,6 +96,7 @@ impl Runtime {
             config,
             sdk,
             secrets: tokio::sync::OnceCell::new(),
+            link_key: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -192,21 +195,27 @@ impl Runtime {
     /// functions read, and nothing else), else the model secret's `BATON_LINK_KEY` field,
     /// else the variable.
     pub async fn link_key(&self) -> Result<Option<String>, InitError> {
-        let key = match &self.config.link_key_secret_arn {
-            Some(arn) => {
-                let secret = SecretKey {
-                    client: aws_sdk_secretsmanager::Client::new(&self.sdk),
-                    arn: arn.clone(),
+        let key = self
+            .link_key
+            .get_or_try_init(|| async {
+                let key = match &self.config.link_key_secret_arn {
+                    Some(arn) => {
+                        let secret = SecretKey {
+                            client: aws_sdk_secretsmanager::Client::new(&self.sdk),
+                            arn: arn.clone(),
+                        };
+                        let text = secret.read().await.map_err(|e| InitError::Secret {
+                            arn: arn.clone(),
+                            source: e,
+                        })?;
+                        text.map(|t| t.trim().to_owned())
+                    }
+                    None => self.secrets().await?.get("BATON_LINK_KEY").cloned(),
                 };
-                let text = secret.read().await.map_err(|e| InitError::Secret {
-                    arn: arn.clone(),
-                    source: e,
-                })?;
-                text.map(|t| t.trim().to_owned())
-            }
-            None => self.secrets().await?.get("BATON_LINK_KEY").cloned(),
-        };
-        Ok(key.or_else(|| self.config.link_key.clone()))
+                Ok::<_, InitError>(key.or_else(|| self.config.link_key.clone()))
+            })
+            .await?;
+        Ok(key.clone())
     }
 
     /// The signer of watch tokens (the `live` function checks them; the `api` function
