@@ -209,6 +209,7 @@ async fn seed_ctas(store: &DynamoStore, ctas: usize) -> anyhow::Result<Vec<Strin
             body: EntryBody::User {
                 text: "waits for its questions".into(),
                 message_id: None,
+                options: Default::default(),
             },
         };
         store.create_run(&run, &[first], &[], None).await?;

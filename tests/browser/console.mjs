@@ -142,6 +142,14 @@ try {
   assert.equal(readFileSync(await file.path(), "utf8"), cfg.report.csv);
   await page.screenshot({ path: cfg.shots + "/report.png", fullPage: true });
   step("widgets drawn, file downloaded");
+  // Its prompt was sent with `visible: false`: in the timeline, shown only on asking.
+  const prompt = page.locator("li.user").filter({ hasText: "sales?" });
+  assert.equal(await prompt.count(), 1);
+  assert.equal(await prompt.isVisible(), false, "a hidden turn is left out of the conversation");
+  await page.getByLabel("Show hidden turns").check();
+  await prompt.waitFor({ state: "visible" });
+  assert.match(await prompt.innerText(), /hidden/);
+  step("hidden turn left out until asked for");
 
   // One-time links: no sign-in (a fresh context has no token), one answer, then "used".
   if (cfg.link) {

@@ -245,3 +245,218 @@ fn the_readmes_example_agents_file_builds_and_lambda_refuses_its_stdio_server() 
         .expect_err("unset variable");
     assert!(err.to_string().contains("is not set"), "{err}");
 }
+
+/// Polls the run until it is completed with `n` assistant replies (a follow-up's turn done).
+async fn wait_replies(h: &Harness, run_id: &str, n: usize) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, run) = h.get(&format!("/runs/{run_id}")).await;
+        if run["status"] == "completed" && of_type(&run, "assistant").len() >= n {
+            return run;
+        }
+        assert!(Instant::now() < deadline, "{run:#}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn models(run: &Value) -> Vec<String> {
+    of_type(run, "assistant")
+        .iter()
+        .map(|e| e["model"].as_str().unwrap_or("-").to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_picks_the_model_reaches_plans_and_subagents_and_costs_break_down_by_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = json!({
+        "agents": {
+            "ops": {"model": "openai:gpt-4o-mini",
+                    "modelByContext": {"ticket": "openai:gpt-4.1-mini"},
+                    "modelByTier": {"high": "openai:gpt-4o"},
+                    "contextGuidance": {"ticket": "Close the ticket."},
+                    "tools": ["spawn_subagent", "agent_orchestrate"]},
+            "helper": {"description": "helps", "tools": [],
+                       "modelByContext": {"ticket": "openai:gpt-4.1-nano"}}
+        },
+        "plans": {"plannerModel": "openai:gpt-4.1"}
+    });
+    let plan = json!({"steps": [{"id": "a", "agent": "helper", "prompt": "step a"}]});
+    let script = json!({
+        "ops": [
+            {"tool_calls": [
+                {"name": "spawn_subagent", "arguments": {"agent": "helper", "prompt": "look"}},
+                {"name": "spawn_subagent", "arguments": {"agent": "helper", "prompt": "other",
+                                                         "context": {"type": "doc", "id": "d1"}}},
+                {"name": "agent_orchestrate", "arguments": {"prompt": "fix it"}}],
+             "usage": usage(1000, 100)},
+            {"text": "closed", "usage": usage(2000, 100)},
+            {"text": "thought hard", "usage": usage(3000, 100)}
+        ],
+        "helper": [{"text": "found", "usage": usage(500, 50)}],
+        "planner": [{"text": plan.to_string(), "usage": usage(700, 70)}]
+    });
+    let h = start(dir.path(), file, script).await;
+    let run_id = h
+        .create_run(json!({"prompt": "handle T-9", "agent": "ops",
+                           "context": {"type": "ticket", "id": "T-9"}}))
+        .await;
+    let run = wait_replies(&h, &run_id, 2).await;
+    assert_eq!(
+        models(&run),
+        ["openai:gpt-4.1-mini"; 2],
+        "the ticket's model"
+    );
+    // A follow-up that asks for the high tier thinks with that tier's model.
+    let (code, v) = h
+        .post(
+            &format!("/runs/{run_id}/messages"),
+            json!({"text": "think harder", "tier": "high"}),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    let run = wait_replies(&h, &run_id, 3).await;
+    assert_eq!(models(&run)[2], "openai:gpt-4o");
+    assert_eq!(of_type(&run, "user")[1]["tier"], "high");
+
+    // The children: what they worked on, which model they used, under which plan mode.
+    let tools = of_type(&run, "tool");
+    let child = |i: usize| tools[i]["childRunId"].as_str().expect("child").to_owned();
+    let (_, spawned) = h.get(&format!("/runs/{}", child(0))).await;
+    assert_eq!(spawned["context"], json!({"type": "ticket", "id": "T-9"}));
+    assert_eq!(models(&spawned), ["openai:gpt-4.1-nano"]);
+    assert!(spawned.get("executionMode").is_none(), "{spawned}");
+    let (_, other) = h.get(&format!("/runs/{}", child(1))).await;
+    assert_eq!(
+        other["context"],
+        json!({"type": "doc", "id": "d1"}),
+        "the call's own"
+    );
+    let plan_state = &tools[2]["plan"];
+    let (_, planner) = h
+        .get(&format!(
+            "/runs/{}",
+            plan_state["plannerRunId"].as_str().unwrap_or("")
+        ))
+        .await;
+    let step = plan_state["steps"]["a"]["childRunId"]
+        .as_str()
+        .expect("step");
+    let (_, step) = h.get(&format!("/runs/{step}")).await;
+    for r in [&planner, &step] {
+        assert_eq!(r["context"]["type"], "ticket", "{r}");
+        assert_eq!(r["executionMode"], "auto_execute", "{r}");
+    }
+    assert_eq!(models(&planner), ["openai:gpt-4.1"]);
+    let asked = of_type(&planner, "user")[0]["text"].as_str().unwrap_or("");
+    assert!(
+        asked.contains("Guidance for this context (ticket): Close the ticket."),
+        "{asked}"
+    );
+
+    // The run's cost, by operation, model, context type and execution mode, sums to its total.
+    let mut lines: Vec<String> = run["costBreakdown"]
+        .as_array()
+        .expect("costBreakdown")
+        .iter()
+        .map(|l| {
+            format!(
+                "{} {} {} {} x{}",
+                l["operation"].as_str().unwrap_or("-"),
+                l["model"].as_str().unwrap_or("-"),
+                l["contextType"].as_str().unwrap_or("-"),
+                l["executionMode"].as_str().unwrap_or("-"),
+                l["calls"]
+            )
+        })
+        .collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "plan openai:gpt-4.1 ticket auto_execute x1",
+            "think - doc - x1",
+            "think openai:gpt-4.1-mini ticket - x2",
+            "think openai:gpt-4.1-nano ticket - x1",
+            "think openai:gpt-4.1-nano ticket auto_execute x1",
+            "think openai:gpt-4o ticket - x1",
+        ]
+    );
+    let sum: f64 = run["costBreakdown"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|l| l["costUsd"].as_f64().unwrap_or(0.0))
+        .sum();
+    let total = run["total"]["costUsd"].as_f64().expect("total");
+    assert!(
+        total > 0.0 && (sum - total).abs() < 1e-12,
+        "{sum} vs {total}"
+    );
+    h.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_starts_a_turn_no_one_wrote_and_a_hidden_one_is_kept_marked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = json!({"ops": [{"text": "one"}, {"text": "two"}, {"text": "three"}]});
+    let h = start(
+        dir.path(),
+        json!({"agents": {"ops": {"tools": []}}}),
+        script,
+    )
+    .await;
+    let run_id = h
+        .create_run(json!({"prompt": "start", "agent": "ops", "visible": false}))
+        .await;
+    wait_replies(&h, &run_id, 1).await;
+    let messages = format!("/runs/{run_id}/messages");
+    for (bad, says) in [
+        (
+            json!({"text": "x", "trigger": {"name": "nightly"}}),
+            "exactly one",
+        ),
+        (json!({}), "exactly one"),
+        (json!({"trigger": {"name": "no spaces"}}), "trigger.name"),
+        (
+            json!({"trigger": {"name": "n", "data": "x".repeat(17_000)}}),
+            "trigger.data",
+        ),
+        (json!({"text": "x", "tier": "max"}), "`normal` or `high`"),
+    ] {
+        let (code, v) = h.post(&messages, bad.clone()).await;
+        assert_eq!(code, 400, "{bad}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains(says), "{bad}: {v}");
+    }
+    let (code, v) = h
+        .post(
+            &messages,
+            json!({"trigger": {"name": "nightly-report", "data": {"day": "2026-11-26"}}}),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    wait_replies(&h, &run_id, 2).await;
+    let (code, v) = h
+        .post(&messages, json!({"text": "quietly", "visible": false}))
+        .await;
+    assert_eq!(code, 202, "{v}");
+    let run = wait_replies(&h, &run_id, 3).await;
+    let users = of_type(&run, "user");
+    assert_eq!(
+        users.len(),
+        3,
+        "the refused messages changed nothing: {run:#}"
+    );
+    assert_eq!(users[0]["visible"], false, "the prompt, hidden");
+    assert_eq!(users[1]["trigger"], "nightly-report");
+    assert!(users[1].get("visible").is_none(), "shown by default");
+    let said = users[1]["text"].as_str().unwrap_or("");
+    assert!(
+        said.contains("trigger `nightly-report`") && said.contains("2026-11-26"),
+        "the model is told what started the turn: {said}"
+    );
+    assert_eq!(users[2]["visible"], false);
+    assert_eq!(run["result"], "three");
+    h.server.shutdown().await;
+}

@@ -667,7 +667,12 @@ async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_on
     // Two follow-ups behind the first run's start: three records of its FIFO group.
     for text in ["and then?", "and after that?"] {
         service
-            .post_message("o", &runs[0], text, None)
+            .post_message(
+                "o",
+                &runs[0],
+                baton_core::service::FollowUp::text(text),
+                None,
+            )
             .await
             .unwrap();
     }

@@ -87,7 +87,7 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     }
     h.wait_pending(3).await;
     let reporter = h
-        .create_run(json!({"prompt": "sales?", "agent": "reporter"}))
+        .create_run(json!({"prompt": "sales?", "agent": "reporter", "visible": false}))
         .await;
     h.wait_status(&reporter, &["completed"]).await;
     // A one-time link to the hotfix's question; a tampered one; one past its CTA's expiry.

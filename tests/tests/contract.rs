@@ -68,6 +68,7 @@ fn new_run(id: &str, owner: &str) -> (Run, Vec<Entry>) {
             body: EntryBody::User {
                 text: "hi".into(),
                 message_id: None,
+                options: Default::default(),
             },
         }],
     )
@@ -371,6 +372,7 @@ async fn store_contract(store: Arc<dyn Store>) {
             body: EntryBody::User {
                 text: noise(i),
                 message_id: None,
+                options: Default::default(),
             },
         });
         t.run.next_seq += 1;
@@ -1253,6 +1255,7 @@ mod aws {
                     body: EntryBody::User {
                         text: text(run.next_seq + i),
                         message_id: None,
+                        options: Default::default(),
                     },
                 })
                 .collect();
@@ -1807,7 +1810,13 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         Err(NotFound(_))
     ));
     assert!(matches!(
-        svc.post_message("bob", &run.run_id, "hi", None).await,
+        svc.post_message(
+            "bob",
+            &run.run_id,
+            baton_core::service::FollowUp::text("hi"),
+            None
+        )
+        .await,
         Err(NotFound(_))
     ));
     assert!(
@@ -1989,9 +1998,14 @@ async fn a_follow_up_reaches_the_model_in_the_step_that_adds_it() {
         let run = svc.create_run("alice", req, None).await.unwrap();
         let worker = baton_dev::worker::Worker::new(svc.clone(), local.clone(), Default::default());
         worker.drain().await.unwrap();
-        svc.post_message("alice", &run.run_id, "and then?", None)
-            .await
-            .unwrap();
+        svc.post_message(
+            "alice",
+            &run.run_id,
+            baton_core::service::FollowUp::text("and then?"),
+            None,
+        )
+        .await
+        .unwrap();
         worker.drain().await.unwrap();
         let rec = local.get_run(&run.run_id).await.unwrap().unwrap();
         assert_eq!(rec.run.status, RunStatus::Completed);

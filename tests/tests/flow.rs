@@ -1149,6 +1149,7 @@ async fn every_page_of_a_run_fits_lambdas_6_mb_reply_however_its_text_escapes() 
                 body: EntryBody::User {
                     text: text.clone(),
                     message_id: None,
+                    options: Default::default(),
                 },
             })
             .collect();

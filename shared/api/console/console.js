@@ -15,12 +15,8 @@ async function api(path, options = {}) {
   const headers = Object.assign({ "Accept": "application/json" }, options.headers || {});
   if (options.auth !== false && token()) headers["Authorization"] = "Bearer " + token();
   if (options.body !== undefined) headers["Content-Type"] = "application/json";
-  const r = await fetch(path, {
-    method: options.method || "GET",
-    headers,
-    body: options.body === undefined ? undefined : JSON.stringify(options.body),
-    signal: options.signal,
-  });
+  const r = await fetch(path, { method: options.method || "GET", headers, signal: options.signal,
+    body: options.body === undefined ? undefined : JSON.stringify(options.body) });
   let body = null;
   try { body = await r.json(); } catch (_) { body = null; }
   if (r.status === 401 && options.auth !== false) {
@@ -253,6 +249,10 @@ function entryItem(e, announce, runId) {
   switch (e.type) {
     case "user":
     case "queued":
+      // A hidden turn (`visible: false`) is drawn, but only shown on asking.
+      if (e.visible === false) { li.classList.add("unlisted"); head.append(" · hidden"); }
+      if (e.trigger) head.append(" · trigger ", el("code", {}, e.trigger));
+      if (e.tier) head.append(" · tier " + e.tier);
       li.append(el("p", {}, e.text));
       break;
     case "assistant":
@@ -338,7 +338,8 @@ async function runPage(runId) {
     said.className = "outcome " + tone;
     said.textContent = words;
   };
-  show(el("h1", {}, "Run ", el("code", {}, runId)), header, said, live, list);
+  const reveal = el("input", { type: "checkbox", onchange: (ev) => list.classList.toggle("reveal", ev.target.checked) });
+  show(el("h1", {}, "Run ", el("code", {}, runId)), header, said, live, el("label", {}, reveal, " Show hidden turns"), list);
   const items = new Map();
   const drawn = new Map(); // seq → the entry as last drawn (a form is redrawn only on change)
   // What a step shows before it commits: a reply as it streams ("r" + seq), a tool call as

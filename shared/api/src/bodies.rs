@@ -4,7 +4,7 @@
 use baton_core::cost::Spent;
 use baton_core::cta::{Cta, CtaRequest, CtaResponse, CtaStatus, Gated};
 use baton_core::run::{ExpiryPolicy, Run, RunError, RunStatus};
-use baton_core::timeline::Entry;
+use baton_core::timeline::{Entry, Tier};
 use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -25,12 +25,51 @@ pub(crate) struct CreateRunBody {
     pub(crate) context: Option<Value>,
     #[serde(default)]
     pub(crate) on_expiry: Option<ExpiryPolicy>,
+    /// The model tier of its first turn (the agent's `modelByTier` says which model).
+    #[serde(default)]
+    pub(crate) tier: Option<Tier>,
+    /// False: the prompt is kept (the model sees it) but left out of a conversation view.
+    #[serde(default)]
+    pub(crate) visible: Option<bool>,
 }
 
+/// A follow-up turn: a person's `text`, or a `trigger` that asks the agent to go on without
+/// one (exactly one of them).
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct MessageBody {
-    pub(crate) text: String,
+    #[serde(default)]
+    pub(crate) text: Option<String>,
+    #[serde(default)]
+    pub(crate) trigger: Option<TriggerBody>,
+    #[serde(default)]
+    pub(crate) tier: Option<Tier>,
+    #[serde(default)]
+    pub(crate) visible: Option<bool>,
+}
+
+impl MessageBody {
+    pub(crate) fn follow_up(self) -> baton_core::service::FollowUp {
+        baton_core::service::FollowUp {
+            text: self.text,
+            trigger: self.trigger.map(|t| baton_core::service::Trigger {
+                name: t.name,
+                data: t.data,
+            }),
+            tier: self.tier,
+            visible: self.visible.unwrap_or(true),
+        }
+    }
+}
+
+/// What started a turn no one wrote: `name` (1 to 64 of letters, digits, `._:/-`) and
+/// `data` for the model (at most 16 KB as JSON).
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TriggerBody {
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) data: Option<Value>,
 }
 
 /// `202` to `POST /runs`.

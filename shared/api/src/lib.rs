@@ -31,7 +31,7 @@ use baton_core::cta::{Cta, CtaResponse, CtaStatus};
 use baton_core::error::PortError;
 use baton_core::ports::{Download, attachment};
 use baton_core::service::{CreateRun, Service, ServiceError, enveloped_len};
-use baton_core::timeline::{Entry, EntryBody};
+use baton_core::timeline::{Entry, EntryBody, TurnOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -131,6 +131,11 @@ async fn create_run(
         metadata: body.metadata,
         context: body.context,
         on_expiry: body.on_expiry.unwrap_or_default(),
+        options: TurnOptions {
+            tier: body.tier,
+            visible: body.visible.unwrap_or(true),
+            trigger: None,
+        },
     };
     let run = s.service.create_run(&owner, req, key.as_deref()).await?;
     Ok(accepted(bodies::RunAccepted {
@@ -374,7 +379,7 @@ async fn post_message(
     let key = idempotency_key(&headers)?;
     let (run, queued) = s
         .service
-        .post_message(&owner, &run_id, &body.text, key.as_deref())
+        .post_message(&owner, &run_id, body.follow_up(), key.as_deref())
         .await?;
     let message = if queued {
         "the run is busy: this message starts its own turn when the turns before it end"

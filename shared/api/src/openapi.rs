@@ -42,7 +42,25 @@ fn refine(schemas: &mut Map<String, Value>, agents: &[&str]) {
         .get_mut("MessageBody")
         .and_then(|s| s.get_mut("properties"))
     {
-        p["text"] = nonblank;
+        p["text"] = json!({"anyOf": [nonblank, {"type": "null"}]});
+    }
+    if let Some(m) = schemas
+        .get_mut("MessageBody")
+        .and_then(Value::as_object_mut)
+    {
+        m.insert(
+            "oneOf".into(),
+            json!([
+                {"required": ["text"], "properties": {"text": {"type": "string"}, "trigger": {"type": "null"}}},
+                {"required": ["trigger"], "properties": {"trigger": {"type": "object"}, "text": {"type": "null"}}}
+            ]),
+        );
+    }
+    if let Some(p) = schemas
+        .get_mut("TriggerBody")
+        .and_then(|s| s.get_mut("properties"))
+    {
+        p["name"] = json!({"type": "string", "pattern": "^[A-Za-z0-9._:/-]{1,64}$"});
     }
 }
 

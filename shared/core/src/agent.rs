@@ -15,7 +15,7 @@ pub use crate::agents_file::{
 };
 use crate::plan;
 use crate::run::Run;
-use crate::timeline::{Entry, Operation};
+use crate::timeline::{Entry, Operation, Tier};
 use crate::tools;
 
 mod catalog;
@@ -53,6 +53,10 @@ pub struct AgentDef {
     pub description: Option<String>,
     pub system: String,
     pub model: Option<String>,
+    /// The model by the run's context `type` (else `model`).
+    pub model_by_context: BTreeMap<String, String>,
+    /// The model by the turn's tier, before the context's (else `model`).
+    pub model_by_tier: BTreeMap<Tier, String>,
     /// Tool names; `mcp:<server>` grants every tool of that MCP server.
     pub tools: Vec<String>,
     pub approval: HashMap<String, Approval>,
@@ -127,6 +131,27 @@ impl AgentDef {
             add(extra);
         }
         system
+    }
+
+    /// The model a think calls: the one for its turn's `tier`, else for its run's context
+    /// type, else the agent's (`None`: the deployment's, `BATON_MODEL`).
+    pub fn model_for(&self, context_type: Option<&str>, tier: Option<Tier>) -> Option<&str> {
+        let by_tier = tier.and_then(|t| self.model_by_tier.get(&t));
+        let by_context = || context_type.and_then(|kind| self.model_by_context.get(kind));
+        by_tier
+            .or_else(by_context)
+            .or(self.model.as_ref())
+            .map(String::as_str)
+    }
+
+    /// Every model its runs may call (`None` for the deployment's).
+    pub fn models(&self) -> impl Iterator<Item = Option<&str>> {
+        std::iter::once(self.model.as_deref()).chain(
+            self.model_by_context
+                .values()
+                .chain(self.model_by_tier.values())
+                .map(|m| Some(m.as_str())),
+        )
     }
 
     /// What this iteration adds to the agent: the tools the run was granted, and what its
@@ -250,6 +275,8 @@ fn builtin_agents(limits: &Limits, fetch: bool) -> Vec<AgentDef> {
         description: None,
         system: system.into(),
         model: None,
+        model_by_context: BTreeMap::new(),
+        model_by_tier: BTreeMap::new(),
         tools: tools.iter().map(|t| t.to_string()).collect(),
         approval: HashMap::new(),
         approval_batch: ApprovalBatch::default(),
@@ -392,6 +419,8 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
         },
         system: spec.system.unwrap_or_default(),
         model: spec.model,
+        model_by_context: spec.model_by_context,
+        model_by_tier: spec.model_by_tier,
         tools: spec.tools,
         approval,
         approval_batch: spec.approval_batch.unwrap_or_default(),

@@ -74,6 +74,12 @@ pub struct AgentSpec {
     /// prefix goes to the OpenAI-compatible endpoint. Default: `BATON_MODEL`.
     #[serde(default)]
     pub model: Option<String>,
+    /// The model for runs whose `context` has this `type` (else `model`).
+    #[serde(default)]
+    pub model_by_context: BTreeMap<String, String>,
+    /// The model for turns that ask for this tier (`normal`, `high`), before `modelByContext`.
+    #[serde(default)]
+    pub model_by_tier: BTreeMap<crate::timeline::Tier, String>,
     pub tools: Vec<String>,
     #[serde(default)]
     pub approval: BTreeMap<String, ApprovalSpec>,

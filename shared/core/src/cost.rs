@@ -202,6 +202,84 @@ impl std::ops::Sub for Spent {
     }
 }
 
+/// What model calls of one kind cost, in a run and the subagents under it: one line per
+/// operation, model, context type and plan execution mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct CostLine {
+    pub operation: crate::timeline::Operation,
+    /// `provider:model-id`, when the provider said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The `type` of the context the run worked on (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_type: Option<String>,
+    /// The plan's mode, for the calls a plan's planner, reviewer and steps made (absent:
+    /// outside plans).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_mode: Option<crate::plan::ExecutionMode>,
+    pub calls: u64,
+    pub usage: Usage,
+    /// US dollars (models without a price count 0).
+    pub cost_usd: f64,
+}
+
+/// A breakdown keeps at most this many lines; past it, new kinds of call are summed in a
+/// line whose context type is [`OTHER_CONTEXT`].
+pub const MAX_COST_LINES: usize = 64;
+pub const OTHER_CONTEXT: &str = "(other)";
+
+impl CostLine {
+    fn same_kind(&self, other: &CostLine) -> bool {
+        self.operation == other.operation
+            && self.model == other.model
+            && self.context_type == other.context_type
+            && self.execution_mode == other.execution_mode
+    }
+}
+
+/// Adds `line` to the breakdown `lines` (to the line of its kind, if there is one).
+pub fn add_line(lines: &mut Vec<CostLine>, mut line: CostLine) {
+    if !lines.iter().any(|l| l.same_kind(&line)) && lines.len() >= MAX_COST_LINES {
+        line.context_type = Some(OTHER_CONTEXT.into());
+    }
+    match lines.iter_mut().find(|l| l.same_kind(&line)) {
+        Some(l) => {
+            l.calls += line.calls;
+            l.usage += line.usage;
+            l.cost_usd += line.cost_usd;
+        }
+        None => lines.push(line),
+    }
+}
+
+/// What `now` adds to `before` (a breakdown is only ever added to): the lines to report.
+pub fn lines_since(now: &[CostLine], before: &[CostLine]) -> Vec<CostLine> {
+    now.iter()
+        .filter_map(|l| {
+            let Some(b) = before.iter().find(|b| b.same_kind(l)) else {
+                return Some(l.clone());
+            };
+            let was = Spent {
+                usage: b.usage,
+                cost_usd: b.cost_usd,
+            };
+            let spent = Spent {
+                usage: l.usage,
+                cost_usd: l.cost_usd,
+            } - was;
+            let calls = l.calls.saturating_sub(b.calls);
+            (calls > 0 || !spent.is_zero()).then(|| CostLine {
+                calls,
+                usage: spent.usage,
+                cost_usd: spent.cost_usd,
+                ..l.clone()
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,6 +311,50 @@ mod tests {
             },
         )]));
         assert_eq!(over.cost("openai:local-llama", &usage), Some(1.0 + 1.0));
+    }
+
+    fn line(model: &str, context: &str, tokens: u64, cost_usd: f64) -> CostLine {
+        CostLine {
+            operation: crate::timeline::Operation::Think,
+            model: Some(model.into()),
+            context_type: Some(context.into()),
+            execution_mode: None,
+            calls: 1,
+            usage: Usage {
+                input_tokens: tokens,
+                output_tokens: 0,
+                total_tokens: tokens,
+                cached_input_tokens: 0,
+            },
+            cost_usd,
+        }
+    }
+
+    #[test]
+    fn a_breakdown_sums_calls_of_a_kind_and_reports_what_was_added_since() {
+        let mut lines = vec![];
+        add_line(&mut lines, line("m", "ticket", 10, 1.0));
+        add_line(&mut lines, line("m", "ticket", 5, 0.5));
+        add_line(&mut lines, line("m", "doc", 7, 0.25));
+        assert_eq!(lines.len(), 2);
+        assert_eq!((lines[0].calls, lines[0].usage.input_tokens), (2, 15));
+        let reported = lines.clone();
+        add_line(&mut lines, line("m", "doc", 3, 0.25));
+        let since = lines_since(&lines, &reported);
+        assert_eq!(since.len(), 1, "only the line that grew: {since:?}");
+        assert_eq!((since[0].calls, since[0].usage.input_tokens), (1, 3));
+        assert!((since[0].cost_usd - 0.25).abs() < 1e-12);
+        for i in 0..(MAX_COST_LINES + 5) {
+            add_line(&mut lines, line("m", &format!("t{i}"), 1, 0.0));
+        }
+        assert_eq!(
+            lines.len(),
+            MAX_COST_LINES + 1,
+            "kinds past the cap share a line"
+        );
+        let other = lines.last().expect("a line");
+        assert_eq!(other.context_type.as_deref(), Some(OTHER_CONTEXT));
+        assert_eq!(other.calls, 7);
     }
 
     #[test]

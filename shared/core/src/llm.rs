@@ -228,6 +228,7 @@ mod tests {
                 body: EntryBody::User {
                     text: "go".into(),
                     message_id: None,
+                    options: Default::default(),
                 },
             },
             Entry {
@@ -292,6 +293,7 @@ mod tests {
             body: EntryBody::User {
                 text: "go".into(),
                 message_id: None,
+                options: Default::default(),
             },
         }];
         let mut push = |body| {
@@ -336,6 +338,7 @@ mod tests {
                 push(EntryBody::User {
                     text: format!("and then {n}"),
                     message_id: None,
+                    options: Default::default(),
                 });
             }
         }

@@ -37,6 +37,8 @@ pub enum Input {
         message_id: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reply_to: Option<ParentLink>,
+        #[serde(flatten)]
+        options: crate::timeline::TurnOptions,
     },
     /// A human answered; the CTA item already records the answer.
     CtaAnswered {
@@ -58,6 +60,9 @@ pub enum Input {
         /// What the child (and its own subagents) spent since it last reported.
         #[serde(default)]
         spent: crate::cost::Spent,
+        /// The same, by kind of call (what the parent adds to its `costBreakdown`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        breakdown: Vec<crate::cost::CostLine>,
     },
     /// A CTA now waits in a subagent's tree: `asker_run_id` asked, under this run's child
     /// `child_run_id`. The parent records it and tells its own parent.

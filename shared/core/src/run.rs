@@ -117,6 +117,21 @@ pub struct Run {
     #[serde(default, skip_serializing_if = "Spent::is_zero")]
     #[cfg_attr(feature = "schemas", schemars(skip))]
     pub reported: Spent,
+    /// The model tier its current turn asked for (a subagent's is its parent's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<crate::timeline::Tier>,
+    /// The plan mode its model calls ran under: set on a plan's planner, reviewer and
+    /// steps, and inherited by their subagents (none outside plans).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_mode: Option<crate::plan::ExecutionMode>,
+    /// What its model calls and its subagents' cost, by operation, model, context type and
+    /// execution mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cost_breakdown: Vec<crate::cost::CostLine>,
+    /// The part of `cost_breakdown` already reported to its parent (the engine's ledger).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "schemas", schemars(skip))]
+    pub reported_breakdown: Vec<crate::cost::CostLine>,
     /// The document or object this run works on (`{"type": ..., ...}`), given at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<serde_json::Value>,
@@ -283,6 +298,11 @@ impl Run {
         chrono::Duration::milliseconds(self.worked_ms as i64) + running
     }
 
+    /// The `type` of the context it works on, if it has one.
+    pub fn context_type(&self) -> Option<&str> {
+        self.context.as_ref()?.get("type")?.as_str()
+    }
+
     /// The top-level run this one is under: itself if it is one.
     pub fn root(&self) -> &str {
         self.root_run_id.as_deref().unwrap_or(&self.run_id)
@@ -314,6 +334,10 @@ impl Run {
             children: Spent::default(),
             reported: Spent::default(),
             context: n.context,
+            tier: None,
+            execution_mode: None,
+            cost_breakdown: Vec::new(),
+            reported_breakdown: Vec::new(),
             human_wait_ms: 0,
             worked_ms: 0,
             // Queued, it works: its clock runs from its creation.

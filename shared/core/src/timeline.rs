@@ -11,6 +11,50 @@ use serde_json::Value;
 use crate::cta::{CtaRequest, CtaResponse, CtaStatus};
 use crate::run::Usage;
 
+/// How a turn was asked for, beside its text: the model tier it asks for, whether a
+/// conversation view shows it, and what started it when no one wrote it (a trigger).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct TurnOptions {
+    /// The model tier the turn asks for (its agent's `modelByTier` says which model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<Tier>,
+    /// False: kept in the timeline (the model sees it) but left out of a conversation view.
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub visible: bool,
+    /// The trigger that started the turn without a user's words (its text says so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+}
+
+impl Default for TurnOptions {
+    fn default() -> Self {
+        Self {
+            tier: None,
+            visible: true,
+            trigger: None,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_yes(b: &bool) -> bool {
+    *b
+}
+
+/// A model tier a turn may ask for: an agent maps each to a model (`modelByTier`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    Normal,
+    High,
+}
+
 /// One record of the timeline. `seq` is dense from 0, so it is also the entry's index.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
@@ -32,6 +76,8 @@ pub enum EntryBody {
         text: String,
         #[serde(rename = "messageId", default, skip_serializing_if = "Option::is_none")]
         message_id: Option<String>,
+        #[serde(flatten)]
+        options: TurnOptions,
     },
     /// A follow-up message that came while the run was busy. The model does not see it
     /// here: when the turn under way ends, it starts the next turn as a `user` entry.
@@ -39,6 +85,8 @@ pub enum EntryBody {
         text: String,
         #[serde(rename = "messageId")]
         message_id: String,
+        #[serde(flatten)]
+        options: TurnOptions,
     },
     /// One model reply. Its tool calls are the `tool` entries that name it in `replySeq`.
     Assistant {

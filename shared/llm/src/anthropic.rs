@@ -517,6 +517,7 @@ mod tests {
             body: baton_core::timeline::EntryBody::User {
                 text: "and then?".into(),
                 message_id: None,
+                options: Default::default(),
             },
         });
         let body = llm.body(&request(&h, &[], None), "m");

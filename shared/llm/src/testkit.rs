@@ -14,6 +14,7 @@ pub fn history() -> Vec<Entry> {
             body: EntryBody::User {
                 text: "hi".into(),
                 message_id: None,
+                options: Default::default(),
             },
         },
         Entry {

@@ -30,6 +30,7 @@ fn large_commits_split_into_items_under_the_limit() {
             body: EntryBody::User {
                 text: noise(i, 60_000),
                 message_id: None,
+                options: Default::default(),
             },
         })
         .collect();
@@ -59,6 +60,7 @@ fn large_commits_split_into_items_under_the_limit() {
         body: EntryBody::User {
             text: noise(1, 1_000_000),
             message_id: None,
+            options: Default::default(),
         },
     };
     let parts = store()

@@ -321,12 +321,13 @@ impl Catalog {
     pub fn models(&self, default: &str) -> Vec<(String, Vec<&str>)> {
         let mut models: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
         for name in self.agent_names() {
-            let model = self.agents[name].model.as_deref().unwrap_or(default);
-            let (provider, id) = crate::cost::split_model(model);
-            models
-                .entry(format!("{provider}:{id}"))
-                .or_default()
-                .push(name);
+            for model in self.agents[name].models() {
+                let (provider, id) = crate::cost::split_model(model.unwrap_or(default));
+                let agents = models.entry(format!("{provider}:{id}")).or_default();
+                if agents.last() != Some(&name) {
+                    agents.push(name);
+                }
+            }
         }
         models.into_iter().collect()
     }

@@ -94,6 +94,7 @@ pub(super) fn finished(
     tool_call_id: &str,
     outcome: &ChildOutcome,
     spent: Spent,
+    breakdown: &[crate::cost::CostLine],
 ) -> Next {
     let Some(seq) = w
         .child_call(child_run_id)
@@ -104,6 +105,9 @@ pub(super) fn finished(
         )));
     };
     w.run.children += spent;
+    for line in breakdown {
+        crate::cost::add_line(&mut w.run.cost_breakdown, line.clone());
+    }
     // Whatever its tree still waited on is over with it.
     w.run
         .waiting_ctas
@@ -152,6 +156,9 @@ impl Work<'_> {
                 reason: "waiting for subagent".into(),
             };
         }
+        if let Err(e) = given_context(input) {
+            return ToolResult::error(e);
+        }
         let ask = input.get("askHuman").and_then(Value::as_bool) == Some(true);
         if ask {
             let may_ask = self.catalog.agent(&self.run.agent).is_some_and(|a| {
@@ -177,13 +184,13 @@ impl Work<'_> {
                 reason: "queued".into(),
             };
         }
-        self.start_child(seq, id, input);
+        self.start_child(seq, input);
         ToolResult::Pending {
             reason: "waiting for subagent".into(),
         }
     }
 
-    pub(super) fn start_child(&mut self, seq: u64, call_id: &str, input: &Value) {
+    pub(super) fn start_child(&mut self, seq: u64, input: &Value) {
         let text = |k: &str| input.get(k).and_then(Value::as_str).map(str::to_owned);
         // `sub_` marks a subagent run: queues route on it without reading the run.
         let child_id = derive_id("sub", &self.run.run_id, seq);
@@ -194,7 +201,7 @@ impl Work<'_> {
         };
         let agent = text("agent").unwrap_or_default();
         let prompt = text("prompt").unwrap_or_default();
-        self.new_child(&child_id, call_id, &agent, prompt, granted);
+        self.new_child(&child_id, seq, &agent, prompt, granted, None);
         if let Some(sandbox) = text("sandboxId")
             && let Some((child, _)) = self.new_runs.last_mut()
         {
@@ -203,29 +210,38 @@ impl Work<'_> {
         self.tool_mut(seq).child_run_id = Some(child_id);
     }
 
-    /// Creates child run `child_id` of `agent` (in this step's commit) for the call
-    /// `call_id`, with `prompt` as its first entry, and starts it.
+    /// Creates child run `child_id` of `agent` (in this step's commit) for the call at
+    /// `seq`, with `prompt` as its first entry, and starts it. It works on this run's context
+    /// unless the call gives its own `context` (`null`: none), asks for this turn's model
+    /// tier, and runs under `mode` when a plan starts it (else under this run's mode).
     pub(super) fn new_child(
         &mut self,
         child_id: &str,
-        call_id: &str,
+        seq: u64,
         agent: &str,
         prompt: String,
         granted: Vec<String>,
+        mode: Option<crate::plan::ExecutionMode>,
     ) {
+        let call_id = self.tool(seq).id.clone();
+        let context = match self.tool(seq).input.get("context") {
+            Some(Value::Null) => None,
+            Some(given) => Some(given.clone()),
+            None => self.run.context.clone(),
+        };
         let mut child = Run::new(NewRun {
             run_id: child_id.into(),
             agent: agent.into(),
             owner: self.run.owner.clone(),
             parent: Some(ParentLink {
                 run_id: self.run.run_id.clone(),
-                tool_call_id: call_id.into(),
+                tool_call_id: call_id,
             }),
             depth: self.run.depth + 1,
             on_expiry: self.run.on_expiry,
             sandbox_id: self.run.sandbox_id.clone(),
             metadata: None,
-            context: None,
+            context,
             root_run_id: Some(self.run.root().to_owned()),
             now: self.now,
         });
@@ -236,10 +252,13 @@ impl Work<'_> {
             body: EntryBody::User {
                 text: prompt,
                 message_id: None,
+                options: Default::default(),
             },
         };
         child.next_seq = 1;
         child.granted = granted;
+        child.tier = self.run.tier;
+        child.execution_mode = mode.or(self.run.execution_mode);
         self.new_runs.push((child, vec![first]));
         self.effects.push(Effect::Send(StepMessage {
             run_id: child_id.into(),
@@ -264,6 +283,10 @@ impl Work<'_> {
                     run_id: self.run.run_id.clone(),
                     tool_call_id: call_id.into(),
                 }),
+                options: crate::timeline::TurnOptions {
+                    tier: self.run.tier,
+                    ..Default::default()
+                },
             },
         }));
         self.tool_mut(seq).child_run_id = Some(child_id.into());
@@ -286,11 +309,22 @@ impl Work<'_> {
             if let Some(sub) = input.get("subagentId").and_then(Value::as_str) {
                 self.resume_child(seq, &id, sub, &input);
             } else {
-                self.start_child(seq, &id, &input);
+                self.start_child(seq, &input);
             }
             self.tool_mut(seq).result = ToolResult::Pending {
                 reason: "waiting for subagent".into(),
             };
         }
+    }
+}
+
+/// A call's own `context` for the runs it starts fits what a run's may hold.
+pub(super) fn given_context(input: &Value) -> Result<(), String> {
+    let max = crate::service::MAX_CONTEXT_BYTES;
+    match input.get("context").map(|c| c.to_string().len()) {
+        Some(size) if size > max => Err(format!(
+            "`context` is {size} bytes as JSON; at most {max} are allowed"
+        )),
+        _ => Ok(()),
     }
 }

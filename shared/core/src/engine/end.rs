@@ -191,6 +191,9 @@ impl Work<'_> {
             // What it spent since it last reported (a continued subagent reports again).
             let spent = self.run.total() - self.run.reported;
             self.run.reported = self.run.total();
+            let breakdown =
+                crate::cost::lines_since(&self.run.cost_breakdown, &self.run.reported_breakdown);
+            self.run.reported_breakdown = self.run.cost_breakdown.clone();
             self.send(
                 &parent.run_id,
                 "finished",
@@ -199,6 +202,7 @@ impl Work<'_> {
                     tool_call_id: parent.tool_call_id,
                     outcome,
                     spent,
+                    breakdown,
                 },
             );
         }

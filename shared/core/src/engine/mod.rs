@@ -177,7 +177,8 @@ pub fn step(
             text,
             message_id,
             reply_to,
-        } => user_message::apply(&mut w, text, message_id, reply_to.as_ref()),
+            options,
+        } => user_message::apply(&mut w, text, message_id, reply_to.as_ref(), options),
         Input::CtaAnswered {
             cta_id,
             response,
@@ -189,7 +190,15 @@ pub fn step(
             tool_call_id,
             outcome,
             spent,
-        } => children::finished(&mut w, child_run_id, tool_call_id, outcome, *spent),
+            breakdown,
+        } => children::finished(
+            &mut w,
+            child_run_id,
+            tool_call_id,
+            outcome,
+            *spent,
+            breakdown,
+        ),
         Input::ChildWaiting {
             child_run_id,
             asker_run_id,

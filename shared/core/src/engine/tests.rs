@@ -227,6 +227,7 @@ impl Sim {
             body: EntryBody::User {
                 text: prompt.into(),
                 message_id: None,
+                options: Default::default(),
             },
         };
         self.runs.insert(id.clone(), (run, vec![first]));
@@ -1077,6 +1078,7 @@ fn a_follow_up_message_starts_a_new_turn_on_the_same_timeline() {
         text: "two".into(),
         message_id: "m1".into(),
         reply_to: None,
+        options: Default::default(),
     };
     assert_eq!(s.send(&id, msg.clone()), Outcome::Done);
     let run = s.run(&id);
@@ -1105,6 +1107,7 @@ fn a_message_to_an_active_run_waits_as_a_queued_entry() {
         text: "hey".into(),
         message_id: "m1".into(),
         reply_to: None,
+        options: Default::default(),
     };
     assert_eq!(s.send(&id, msg.clone()), Outcome::Done);
     let (run, tl) = &s.runs[&id];
@@ -1141,6 +1144,7 @@ fn a_follow_up_between_a_tool_step_and_the_next_think_gets_its_own_turn() {
         text: "and then?".into(),
         message_id: "m1".into(),
         reply_to: None,
+        options: Default::default(),
     };
     assert_eq!(s.send(&id, msg), Outcome::Done);
     assert_eq!(s.run(&id).queued.len(), 1);
@@ -1244,6 +1248,7 @@ fn the_tool_call_cap_counts_the_turn_and_ends_it_with_a_final_answer() {
         text: "once more".into(),
         message_id: "m2".into(),
         reply_to: None,
+        options: Default::default(),
     };
     s.send(&id, msg);
     s.run_all();
@@ -1294,6 +1299,7 @@ fn redelivered_and_stale_messages_do_nothing() {
                 total_usage: Usage::default(),
             },
             spent: Default::default(),
+            breakdown: vec![],
         },
     };
     assert_eq!(s.deliver(&tail), Outcome::Ignored);
@@ -1736,6 +1742,7 @@ fn idle_time_between_turns_is_not_work() {
         text: "and now?".into(),
         message_id: "m1".into(),
         reply_to: None,
+        options: Default::default(),
     };
     s.send(&id, msg);
     s.run_all();
@@ -2303,6 +2310,7 @@ fn a_step_sees_the_tools_listed_when_it_began_and_the_next_step_sees_new_ones() 
             body: EntryBody::User {
                 text: "ping it".into(),
                 message_id: None,
+                options: Default::default(),
             },
         };
         (run, vec![first])
@@ -2391,6 +2399,7 @@ fn a_steps_window_is_its_batch_whatever_the_runs_length() {
         text: "again".into(),
         message_id: "m1".into(),
         reply_to: None,
+        options: Default::default(),
     };
     assert_eq!(super::window_start(&run, &follow_up), 0);
 }

@@ -84,6 +84,16 @@ impl Work<'_> {
             .as_deref()
             .and_then(|m| catalog.prices.cost(m, &reply.usage));
         self.run.cost_usd += cost_usd.unwrap_or(0.0);
+        let line = crate::cost::CostLine {
+            operation: agent.operation,
+            model: model.clone(),
+            context_type: self.run.context_type().map(str::to_owned),
+            execution_mode: self.run.execution_mode,
+            calls: 1,
+            usage: reply.usage,
+            cost_usd: cost_usd.unwrap_or(0.0),
+        };
+        crate::cost::add_line(&mut self.run.cost_breakdown, line);
         let text = reply.text.clone().map(|t| cap_at(t, MAX_REPLY_BYTES));
         let reply_seq = self.push(EntryBody::Assistant {
             text: text.clone(),

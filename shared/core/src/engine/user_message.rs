@@ -4,13 +4,14 @@
 use super::{Next, Step, Work};
 use crate::message::{ChildOutcome, Input};
 use crate::run::{ParentLink, RunStatus};
-use crate::timeline::EntryBody;
+use crate::timeline::{EntryBody, TurnOptions};
 
 pub(super) fn apply(
     w: &mut Work,
     text: &str,
     message_id: &str,
     reply_to: Option<&ParentLink>,
+    options: &TurnOptions,
 ) -> Next {
     let seen = w.timeline.iter().rev().any(|e| match &e.body {
         EntryBody::User {
@@ -36,6 +37,7 @@ pub(super) fn apply(
             let seq = w.push(EntryBody::Queued {
                 text: text.to_owned(),
                 message_id: message_id.to_owned(),
+                options: options.clone(),
             });
             w.run.queued.push(seq);
             return Next::Commit;
@@ -52,16 +54,18 @@ pub(super) fn apply(
     if let Some(link) = reply_to {
         w.run.parent = Some(link.clone());
     }
-    w.begin_turn(text, message_id);
+    w.begin_turn(text, message_id, options.clone());
     Next::Think
 }
 
 impl Work<'_> {
-    /// Starts a new turn of a finished run with a user message.
-    pub(super) fn begin_turn(&mut self, text: &str, message_id: &str) {
+    /// Starts a new turn of a finished run with a user message (or a trigger's).
+    pub(super) fn begin_turn(&mut self, text: &str, message_id: &str, options: TurnOptions) {
+        self.run.tier = options.tier;
         self.push(EntryBody::User {
             text: text.to_owned(),
             message_id: Some(message_id.to_owned()),
+            options,
         });
         self.run.set_prompt(text);
         self.run.status = RunStatus::Running;
@@ -89,10 +93,15 @@ impl Work<'_> {
             return;
         }
         let seq = self.run.queued.remove(0);
-        let EntryBody::Queued { text, message_id } = self.entry(seq).body.clone() else {
+        let EntryBody::Queued {
+            text,
+            message_id,
+            options,
+        } = self.entry(seq).body.clone()
+        else {
             return;
         };
-        self.begin_turn(&text, &message_id);
+        self.begin_turn(&text, &message_id, options);
         self.send_continue();
     }
 }
@@ -107,6 +116,7 @@ fn refuse(w: &mut Work, link: &ParentLink, tag: &str, error: &str) {
             error: error.into(),
         },
         spent: Default::default(),
+        breakdown: vec![],
     };
     w.send(&link.run_id, tag, input);
 }

@@ -115,6 +115,9 @@ pub struct PlanState {
     /// The planner's or the reviewer's child run, while it works.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helper: Option<String>,
+    /// The planner's child run, once there is one (its conversation is there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planner_run_id: Option<String>,
     /// Plans the planner has written for this call (it may try twice).
     #[serde(default)]
     pub attempts: u32,

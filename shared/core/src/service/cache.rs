@@ -188,6 +188,7 @@ mod tests {
             body: EntryBody::User {
                 text: "x".repeat(text_bytes),
                 message_id: None,
+                options: Default::default(),
             },
         }]
     }

@@ -37,7 +37,7 @@ use crate::error::PortError;
 use crate::llm::{Llm, LlmError};
 use crate::ports::{Bus, Clock, Queue, Scheduler, Store};
 use crate::run::{ExpiryPolicy, Run, RunStatus};
-use crate::timeline::Entry;
+use crate::timeline::{Entry, TurnOptions};
 
 /// The ports a service works through, built once per process.
 #[derive(Clone)]
@@ -137,6 +137,39 @@ pub struct CreateRun {
     /// What the run works on: an object with a string `type` (see `contextGuidance`).
     pub context: Option<Value>,
     pub on_expiry: ExpiryPolicy,
+    /// Its first turn's model tier and visibility (a trigger starts only follow-ups).
+    pub options: TurnOptions,
+}
+
+/// A follow-up turn, as the API receives it: a person's `text`, or a `trigger` that asks the
+/// agent to go on without one (a webhook, a schedule).
+#[derive(Debug, Clone)]
+pub struct FollowUp {
+    pub text: Option<String>,
+    pub trigger: Option<Trigger>,
+    pub tier: Option<crate::timeline::Tier>,
+    /// False: the turn is kept (the model sees it) but a conversation view leaves it out.
+    pub visible: bool,
+}
+
+impl FollowUp {
+    /// A person's follow-up, shown and at the agent's usual tier.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            text: Some(text.into()),
+            trigger: None,
+            tier: None,
+            visible: true,
+        }
+    }
+}
+
+/// What started a turn no one wrote: a name (`[A-Za-z0-9._:/-]`, at most 64) and data for
+/// the model (at most [`MAX_CONTEXT_BYTES`] as JSON).
+#[derive(Debug, Clone)]
+pub struct Trigger {
+    pub name: String,
+    pub data: Option<Value>,
 }
 
 /// A run's `context` is at most this long as JSON: it goes with every model call.

@@ -5,11 +5,14 @@
 
 use tracing::info;
 
-use super::{CreateRun, MAX_CONTEXT_BYTES, MAX_METADATA_BYTES, RunView, Service, ServiceError};
+use super::{
+    CreateRun, FollowUp, MAX_CONTEXT_BYTES, MAX_METADATA_BYTES, RunView, Service, ServiceError,
+    Trigger,
+};
 use crate::message::{Effect, Input, StepMessage};
 use crate::ports::{Created, RunPosition, RunRecord};
 use crate::run::{NewRun, Run};
-use crate::timeline::{Entry, EntryBody};
+use crate::timeline::{Entry, EntryBody, TurnOptions};
 
 /// Files up to this size are sent in the API's reply; larger ones, where the store can, by
 /// a short-lived URL (a 302): a Lambda reply is at most 6 MB, base64 makes a 4.5 MB file 6.
@@ -88,12 +91,14 @@ impl Service {
         });
         run.next_seq = 1;
         run.set_prompt(&req.prompt);
+        run.tier = req.options.tier;
         let first = Entry {
             seq: 0,
             at: now,
             body: EntryBody::User {
                 text: req.prompt,
                 message_id: None,
+                options: req.options,
             },
         };
         let start = vec![Effect::Send(StepMessage {
@@ -206,12 +211,15 @@ impl Service {
         &self,
         owner: &str,
         run_id: &str,
-        text: &str,
+        message: FollowUp,
         idempotency_key: Option<&str>,
     ) -> Result<(Run, bool), ServiceError> {
-        if text.trim().is_empty() {
-            return Err(ServiceError::Invalid("`text` must not be empty".into()));
-        }
+        let (text, trigger) = turn_text(message.text, message.trigger)?;
+        let options = TurnOptions {
+            tier: message.tier,
+            visible: message.visible,
+            trigger,
+        };
         let run = self.owned_run(owner, run_id).await?;
         if run.queued.len() >= crate::run::MAX_QUEUED {
             return Err(ServiceError::Conflict {
@@ -250,9 +258,10 @@ impl Service {
                 run_id: run_id.into(),
                 id: message_id.clone(),
                 input: Input::UserMessage {
-                    text: text.into(),
+                    text,
                     message_id,
                     reply_to: None,
+                    options,
                 },
             }])
             .await?;
@@ -307,5 +316,43 @@ impl Service {
             )
             .await?
             .ok_or_else(missing)
+    }
+}
+
+/// The text a follow-up turn starts with: the person's, or for a trigger a note of what
+/// started it and its data (what the model is given), with the trigger's name.
+fn turn_text(
+    text: Option<String>,
+    trigger: Option<Trigger>,
+) -> Result<(String, Option<String>), ServiceError> {
+    let invalid = |m: String| Err(ServiceError::Invalid(m));
+    match (text, trigger) {
+        (Some(text), None) if text.trim().is_empty() => invalid("`text` must not be empty".into()),
+        (Some(text), None) => Ok((text, None)),
+        (None, Some(Trigger { name, data })) => {
+            let named = (1..=64).contains(&name.len())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._:/-".contains(c));
+            if !named {
+                return invalid("`trigger.name` must be 1 to 64 letters, digits or `._:/-`".into());
+            }
+            let data = data.map(|d| d.to_string()).unwrap_or_default();
+            if data.len() > MAX_CONTEXT_BYTES {
+                return invalid(format!(
+                    "`trigger.data` is {} bytes as JSON; at most {MAX_CONTEXT_BYTES} are allowed",
+                    data.len()
+                ));
+            }
+            let mut text = format!(
+                "No one wrote this turn: the trigger `{name}` started it. Continue the work it \
+                 calls for."
+            );
+            if !data.is_empty() {
+                text.push_str(&format!("\nTrigger data: {data}"));
+            }
+            Ok((text, Some(name)))
+        }
+        _ => invalid("give exactly one of `text` and `trigger`".into()),
     }
 }

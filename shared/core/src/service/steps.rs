@@ -180,17 +180,17 @@ impl Service {
         self.catalog.listed()
     }
 
-    /// The model's reply. `timeline` is what the step read (the engine's prepare hook sees
-    /// the same), `history` what the model is given.
+    /// The model's reply to a think of `step`'s run at the turn's `tier`: `history` is what
+    /// the model is given (the step's timeline is what the engine's prepare hook sees).
     pub(super) async fn think(
         &self,
-        listed: &Listed,
-        run: &Run,
-        timeline: &[Entry],
+        step: &super::thinker::Thinker<'_>,
+        tier: Option<crate::timeline::Tier>,
         history: &[Entry],
         think_index: u32,
         seq: u64,
     ) -> Result<LlmReply, LlmError> {
+        let (listed, run, timeline) = (&step.listed, step.run, step.timeline);
         let agent = self
             .catalog
             .agent(&run.agent)
@@ -212,20 +212,21 @@ impl Service {
                 agent.max_tool_calls_per_turn
             ));
         }
+        let model = agent.model_for(run.context_type(), tier);
         let live = self
             .live_for(run)
             .map(|l| crate::live::StepLive::new(l.clone(), &run.run_id, seq));
         if let Some(live) = &live {
             live.publish(crate::live::LiveKind::State {
                 state: "thinking".into(),
-                detail: serde_json::json!({"model": agent.model, "iteration": think_index}),
+                detail: serde_json::json!({"model": model, "iteration": think_index}),
             });
         }
         let request = ChatRequest {
             run_id: &run.run_id,
             agent: &agent.name,
             think_index,
-            model: agent.model.as_deref(),
+            model,
             system: &system,
             tools: &tools,
             history,
@@ -263,6 +264,7 @@ impl Service {
                             error: "there is no subagent with this id".into(),
                         },
                         spent: Default::default(),
+                        breakdown: vec![],
                     },
                 }])
                 .await?;

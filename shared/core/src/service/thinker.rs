@@ -155,16 +155,18 @@ impl StepIo for Thinker<'_> {
             .chain(self.timeline.last())
             .map(|e| e.seq + 1)
             .fold(self.run.next_seq, u64::max);
+        // A turn that began in this step asks for its own tier (the run read has the last).
+        let tier = changed
+            .iter()
+            .rev()
+            .find_map(|e| match &e.body {
+                crate::timeline::EntryBody::User { options, .. } => Some(options.tier),
+                _ => None,
+            })
+            .unwrap_or(self.run.tier);
         let reply = self
             .service
-            .think(
-                &self.listed,
-                self.run,
-                self.timeline,
-                &history,
-                think_index,
-                seq,
-            )
+            .think(self, tier, &history, think_index, seq)
             .await?;
         failpoint::hit("step.after_think").map_err(|e| LlmError::Unavailable {
             message: e.to_string(),

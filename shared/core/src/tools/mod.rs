@@ -310,6 +310,15 @@ impl ToolDef {
     }
 }
 
+/// A call's `context` for the runs it starts: an object with a string `type`, or null.
+fn context_schema() -> Value {
+    json!({
+        "type": ["object", "null"],
+        "properties": {"type": {"type": "string", "minLength": 1}},
+        "required": ["type"]
+    })
+}
+
 /// `spawn_subagent`: start a child run of one of `agents`, or continue one by its id.
 pub fn spawn_subagent(agents: &[String]) -> ToolDef {
     ToolDef::new(
@@ -317,7 +326,8 @@ pub fn spawn_subagent(agents: &[String]) -> ToolDef {
         "Delegate a task to a subagent. Give `agent` and `prompt` to start one; give \
          `subagentId` (from an earlier result) and `prompt` to continue that subagent's \
          conversation. `askHuman: true` lets a new subagent ask the human questions too. \
-         The result is the subagent's final answer.",
+         A new subagent works on this run's context unless `context` gives another \
+         ({\"type\": ..., ...}) or null (none). The result is the subagent's final answer.",
         json!({
             "type": "object",
             "properties": {
@@ -325,7 +335,8 @@ pub fn spawn_subagent(agents: &[String]) -> ToolDef {
                 "prompt": {"type": "string", "minLength": 1},
                 "subagentId": {"type": "string", "minLength": 1},
                 "sandboxId": {"type": "string"},
-                "askHuman": {"type": "boolean"}
+                "askHuman": {"type": "boolean"},
+                "context": context_schema()
             },
             "required": ["prompt"],
             "anyOf": [{"required": ["agent"]}, {"required": ["subagentId"]}],
@@ -351,7 +362,8 @@ pub fn agent_orchestrate(agents: &[String]) -> ToolDef {
              Agents: {}. `execution_mode`: auto_execute (default) runs it; draft_only asks a \
              human to approve it first; agent_review asks a reviewer agent first. With a \
              `prompt`, `requested_outputs` (what the plan must produce) and \
-             `priority_entities` (what it must attend to first) guide the planner. The result \
+             `priority_entities` (what it must attend to first) guide the planner. Its agents \
+             work on this run's context unless `context` gives another (or null: none). The result \
              is {{success, steps: [{{id, type, status, exec_id, outputs, error}}], bindings, \
              errors?}}.",
             agents.join(", ")
@@ -367,7 +379,8 @@ pub fn agent_orchestrate(agents: &[String]) -> ToolDef {
                 "execution_mode": {"enum": ["auto_execute", "draft_only", "agent_review"]},
                 "auto_execute": {"type": "boolean"},
                 "requested_outputs": {"type": "array", "items": {"type": "string", "minLength": 1}},
-                "priority_entities": {"type": "array", "items": {"type": "string", "minLength": 1}}
+                "priority_entities": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                "context": context_schema()
             },
             "oneOf": [{"required": ["plan"]}, {"required": ["prompt"]}],
             "additionalProperties": false

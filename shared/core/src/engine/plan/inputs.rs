@@ -132,6 +132,10 @@ fn helper_finished(
                             run_id: w.run.run_id.clone(),
                             tool_call_id: call_id.into(),
                         }),
+                        options: crate::timeline::TurnOptions {
+                            tier: w.run.tier,
+                            ..Default::default()
+                        },
                     },
                 }));
                 Some(ToolResult::Pending {

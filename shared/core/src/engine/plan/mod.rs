@@ -112,6 +112,9 @@ impl Work<'_> {
                 limits.max_depth, self.run.depth
             ));
         }
+        if let Err(e) = super::children::given_context(input) {
+            return ToolResult::error(e);
+        }
         let mut call = Call::read(input);
         // An approval policy on the tool drafts the plan for a human, whatever the call says.
         if agent
@@ -133,6 +136,7 @@ impl Work<'_> {
                 .map_or(limits.max_parallel, |n| n.min(limits.max_parallel)),
             timeout_ms: [call.timeout_ms, step_timeout].into_iter().flatten().min(),
             helper: None,
+            planner_run_id: None,
             attempts: 0,
             steps: Default::default(),
             started_at: Some(self.now),
@@ -144,13 +148,21 @@ impl Work<'_> {
             },
             (None, Some(objective)) => {
                 let child = tagged("sub", &self.run.run_id, seq, "planner");
-                let text = planner_prompt(
+                let mut text = planner_prompt(
                     &objective,
                     &state.bindings,
                     &call.requested_outputs,
                     &call.priority_entities,
                 );
-                self.new_child(&child, call_id, plan::PLANNER, text, vec![]);
+                // What this agent is told for the run's kind of context guides its plan too.
+                let kind = self.run.context_type().unwrap_or("");
+                if let Some(guidance) = agent.context_guidance.get(kind) {
+                    text.push_str(&format!(
+                        "\n\nGuidance for this context ({kind}): {guidance}"
+                    ));
+                }
+                self.new_child(&child, seq, plan::PLANNER, text, vec![], Some(state.mode));
+                state.planner_run_id = Some(child.clone());
                 state.helper = Some(child);
                 state.attempts = 1;
                 Some(ToolResult::Pending {
@@ -199,7 +211,14 @@ impl Work<'_> {
                 state.phase = Phase::Reviewing;
                 let child = tagged("sub", &self.run.run_id, seq, "review");
                 let text = reviewer_prompt(state);
-                self.new_child(&child, call_id, plan::PLAN_REVIEWER, text, vec![]);
+                self.new_child(
+                    &child,
+                    seq,
+                    plan::PLAN_REVIEWER,
+                    text,
+                    vec![],
+                    Some(state.mode),
+                );
                 state.helper = Some(child);
                 Some(ToolResult::Pending {
                     reason: "the reviewer is reading the plan".into(),
@@ -336,10 +355,11 @@ impl Work<'_> {
         let child = tagged("sub", &self.run.run_id, seq, &a.id);
         self.new_child(
             &child,
-            call_id,
+            seq,
             &a.agent,
             rendered.unwrap_or_default(),
             vec![],
+            Some(state.mode),
         );
         let Some(s) = state.steps.get_mut(&a.id) else {
             return;
