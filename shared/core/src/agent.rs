@@ -15,12 +15,14 @@ pub use crate::agents_file::{
 };
 use crate::plan;
 use crate::run::Run;
-use crate::timeline::{Entry, Operation, Tier};
+use crate::timeline::{Operation, Tier};
 use crate::tools;
 
 mod catalog;
+mod plugin;
 
 pub use catalog::{Catalog, HTTP_FETCH, Listed, RELIST_INTERVAL, Toolbox};
+pub use plugin::{MAX_PLUGIN_STATE_BYTES, Plugin, Preparation, Prepare, Prepared};
 
 pub const ORCHESTRATOR: &str = "orchestrator";
 
@@ -73,8 +75,8 @@ pub struct AgentDef {
     pub context_bytes: usize,
     /// Text added to the system prompt by the run's context `type`.
     pub context_guidance: BTreeMap<String, String>,
-    /// Tools and context added per iteration (Rust only).
-    pub prepare: Option<Arc<dyn Prepare>>,
+    /// Its plugins, asked in order before each think (Rust only: [`Plugin`]).
+    pub plugins: Vec<Arc<dyn Prepare>>,
     /// What its model calls are recorded as (`plan` for the planner, `review` for the plan
     /// reviewer, `think` for every other agent).
     pub operation: crate::timeline::Operation,
@@ -88,30 +90,14 @@ impl std::fmt::Debug for AgentDef {
             .field("tools", &self.tools)
             .field("max_iterations", &self.max_iterations)
             .field("max_wall", &self.max_wall)
-            .field("prepare", &self.prepare.is_some())
+            .field("plugins", &self.plugins.len())
             .finish()
     }
 }
 
-/// A hook that adds tools and context to an agent's iteration, from the run's state. It
-/// must be deterministic: a retried step calls it again with the same run and timeline and
-/// must get the same answer (the engine checks a call against it, as the model saw it).
-pub trait Prepare: Send + Sync {
-    fn prepare(&self, run: &Run, timeline: &[Entry]) -> Prepared;
-}
-
-/// What a [`Prepare`] hook adds to one iteration.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Prepared {
-    /// Names of catalog tools the agent may also call in this iteration.
-    pub tools: Vec<String>,
-    /// Text added to the system prompt.
-    pub context: Option<String>,
-}
-
 impl AgentDef {
     /// The system prompt of one iteration: the agent's, the guidance for the run's context
-    /// type and the context itself, and what a prepare hook adds.
+    /// type and the context itself, and what its plugins add.
     pub fn system_prompt(&self, run: &Run, prepared: &Prepared) -> String {
         let mut system = self.system.clone();
         let mut add = |text: &str| {
@@ -152,18 +138,6 @@ impl AgentDef {
                 .chain(self.model_by_tier.values())
                 .map(|m| Some(m.as_str())),
         )
-    }
-
-    /// What this iteration adds to the agent: the tools the run was granted, and what its
-    /// prepare hook adds for `run` at `timeline`.
-    pub fn prepared(&self, run: &Run, timeline: &[Entry]) -> Prepared {
-        let mut prepared = self
-            .prepare
-            .as_ref()
-            .map(|p| p.prepare(run, timeline))
-            .unwrap_or_default();
-        prepared.tools.extend(run.granted.iter().cloned());
-        prepared
     }
 }
 
@@ -286,7 +260,7 @@ fn builtin_agents(limits: &Limits, fetch: bool) -> Vec<AgentDef> {
         max_wall: None,
         context_bytes: limits.context_bytes,
         context_guidance: BTreeMap::new(),
-        prepare: None,
+        plugins: Vec::new(),
         operation: Operation::Think,
     };
     let explore_tools: &[&str] = if fetch { &[HTTP_FETCH] } else { &[] };
@@ -434,7 +408,7 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
         max_wall: spec.max_wall_seconds.map(Duration::from_secs),
         context_bytes: spec.context_bytes.unwrap_or(limits.context_bytes),
         context_guidance: spec.context_guidance,
-        prepare: None,
+        plugins: Vec::new(),
         name,
     })
 }

@@ -132,6 +132,9 @@ pub struct Run {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "schemas", schemars(skip))]
     pub reported_breakdown: Vec<crate::cost::CostLine>,
+    /// Its agent's plugins' state, by plugin, as the last step that thought left it.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub plugin_state: std::collections::BTreeMap<String, serde_json::Value>,
     /// The document or object this run works on (`{"type": ..., ...}`), given at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<serde_json::Value>,
@@ -335,6 +338,7 @@ impl Run {
             reported: Spent::default(),
             context: n.context,
             tier: None,
+            plugin_state: Default::default(),
             execution_mode: None,
             cost_breakdown: Vec::new(),
             reported_breakdown: Vec::new(),

@@ -10,8 +10,7 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use super::{
-    AgentDef, AgentsFile, CatalogError, Limits, ORCHESTRATOR, Prepare, Prepared, agent_def,
-    builtin_agents,
+    AgentDef, AgentsFile, CatalogError, Limits, ORCHESTRATOR, Prepared, agent_def, builtin_agents,
 };
 use crate::cost::Prices;
 use crate::llm::ToolSpec;
@@ -292,10 +291,10 @@ impl Catalog {
         Self::assemble(Limits::default(), toolbox, Some(file))
     }
 
-    /// Gives `agent` a prepare hook (see [`Prepare`]).
-    pub fn with_prepare(mut self, agent: &str, hook: Arc<dyn Prepare>) -> Self {
+    /// Gives `agent` a plugin, asked after those it has (see [`Plugin`]).
+    pub fn with_plugin(mut self, agent: &str, plugin: impl super::Plugin) -> Self {
         if let Some(a) = self.agents.get_mut(agent) {
-            a.prepare = Some(hook);
+            a.plugins.push(Arc::new(super::plugin::Typed(plugin)));
         }
         self
     }
@@ -343,7 +342,7 @@ impl Catalog {
     }
 
     /// The tool `name` if `agent` may call it in an iteration `prepared` added to: a tool
-    /// it lists, one its prepare hook added, or a listed tool of an MCP server it is granted.
+    /// it lists, one its plugins added, or a listed tool of an MCP server it is granted.
     pub fn tool_for(
         &self,
         listed: &Listed,
@@ -380,7 +379,7 @@ impl Catalog {
     }
 
     /// The tool specs an agent's model is given in an iteration: its own tools, its MCP
-    /// servers' as `listed` (see [`Catalog::list_servers`]), and what a prepare hook added.
+    /// servers' as `listed` (see [`Catalog::list_servers`]), and what its plugins added.
     pub fn specs(&self, listed: &Listed, agent: &AgentDef, prepared: &Prepared) -> Vec<ToolSpec> {
         let mut out = Vec::with_capacity(agent.tools.len() + prepared.tools.len());
         let mut seen = std::collections::HashSet::new();

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::{Execution, Io, Step, step};
-use crate::agent::Catalog;
+use crate::agent::{Catalog, Preparation, Prepared};
 use crate::cta::Cta;
 use crate::error::PortError;
 use crate::llm::{LlmError, LlmReply};
@@ -24,11 +24,13 @@ pub trait StepIo: Sync {
     /// calls against this, however the catalog's listings move meanwhile.
     fn listed(&self) -> crate::agent::Listed;
     /// The model's reply for the run's `think_index`-th think, given the timeline as the step
-    /// read it with `changed` (what the step resolved or added before thinking) over it.
+    /// read it with `changed` (what the step resolved or added before thinking) over it, and
+    /// offered what the agent's plugins `prepared`.
     fn think(
         &self,
         think_index: u32,
         changed: &[Entry],
+        prepared: &Prepared,
     ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send;
     /// A tool's output; an `Err` is an error result the model sees.
     fn execute(&self, call: Execution) -> impl Future<Output = ToolOutput> + Send;
@@ -99,11 +101,25 @@ pub async fn decide<W: StepIo>(
             Step::Think {
                 think_index,
                 changed,
-            } => match world.think(think_index, &changed).await {
-                Ok(reply) => io.reply = Some(reply),
-                Err(LlmError::Fatal { message, .. }) => io.model_error = Some(message),
-                Err(e) => return Err(e.into()),
-            },
+            } => {
+                // The plugins answer once, before the think: the step's input from then on.
+                let prepared = match catalog.agent(&run.agent) {
+                    Some(agent) => agent.prepare(run, timeline).await.map_err(|message| {
+                        LlmError::Unavailable {
+                            message,
+                            source: None,
+                        }
+                    })?,
+                    None => Preparation::default(),
+                };
+                let reply = world.think(think_index, &changed, &prepared.prepared).await;
+                io.prepared = Some(prepared);
+                match reply {
+                    Ok(reply) => io.reply = Some(reply),
+                    Err(LlmError::Fatal { message, .. }) => io.model_error = Some(message),
+                    Err(e) => return Err(e.into()),
+                }
+            }
             Step::Settle(ids) => io.settled = Some(world.settle(ids).await?),
             Step::Execute(calls) => {
                 world.executing(&calls);

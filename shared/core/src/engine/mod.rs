@@ -92,6 +92,8 @@ pub struct Io {
     pub durations: std::collections::HashMap<String, u64>,
     /// The CTA records after [`Step::Settle`] (`None` until then), by CTA id.
     pub settled: Option<std::collections::HashMap<String, Cta>>,
+    /// What the agent's plugins answered before the step's think (`None` until then).
+    pub prepared: Option<crate::agent::Preparation>,
 }
 
 /// The first `max` bytes of `s` (on a char boundary), and whether it was cut.

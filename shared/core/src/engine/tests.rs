@@ -112,6 +112,7 @@ impl StepIo for Scripted {
         &self,
         think_index: u32,
         _: &[Entry],
+        _: &crate::agent::Prepared,
     ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
         let reply = self
             .replies
@@ -1843,42 +1844,146 @@ fn a_run_waiting_on_a_slow_subagent_is_stopped_at_its_deadline() {
     assert_eq!(s.run(&id).version, version);
 }
 
-#[test]
-fn a_prepare_hook_adds_tools_and_context_the_engine_honours() {
-    struct EchoAfterFirst;
-    impl crate::agent::Prepare for EchoAfterFirst {
-        fn prepare(&self, run: &Run, _: &[Entry]) -> crate::agent::Prepared {
-            crate::agent::Prepared {
-                tools: if run.thinks > 0 {
-                    vec!["echo".into()]
-                } else {
-                    vec![]
-                },
-                context: Some(format!("iteration {}", run.thinks)),
-            }
-        }
+/// A plugin that reads an index (async) for whether `echo` is on, counts its activations
+/// in its state, and says the count in the system prompt. `flip` turns the index over after
+/// each read, as a source that changes while the model thinks.
+struct Skills {
+    on: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    flip: bool,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct SkillState {
+    activations: u32,
+}
+
+#[async_trait::async_trait]
+impl crate::agent::Plugin for Skills {
+    type State = SkillState;
+
+    fn name(&self) -> &str {
+        "skills"
     }
+
+    async fn prepare(
+        &self,
+        _: &Run,
+        _: &[Entry],
+        state: &mut SkillState,
+    ) -> Result<crate::agent::Prepared, String> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let on = if self.flip {
+            self.on.fetch_xor(true, SeqCst)
+        } else {
+            self.on.load(SeqCst)
+        };
+        state.activations += 1;
+        Ok(crate::agent::Prepared {
+            tools: if on { vec!["echo".into()] } else { vec![] },
+            context: Some(format!("activation {}", state.activations)),
+        })
+    }
+}
+
+#[test]
+fn a_plugin_adds_tools_and_context_and_keeps_typed_state_committed_with_each_think() {
+    let on = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut s = Sim::new();
+    let skills = Skills {
+        on: on.clone(),
+        flip: false,
+    };
     s.catalog = std::mem::replace(&mut s.catalog, catalog_with(Limits::default()))
-        .with_prepare("deep", std::sync::Arc::new(EchoAfterFirst));
+        .with_plugin("deep", skills);
     let echo = || calls(vec![call("echo", json!({"text": "x"}))]);
-    s.script("deep", vec![echo(), echo(), text("ok")]);
+    s.script("deep", vec![echo(), text("ok")]);
     let id = s.create("deep", "go");
     s.run_all();
-    let tools = s.tools(&id);
-    // Not granted in the first iteration, granted by the hook in the second.
+    // The index said no to echo: the call is refused; the state counted both thinks.
     assert!(
-        matches!(&tools[0].result, ToolResult::Error { error } if error.contains("unknown tool"))
+        matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("unknown tool"))
     );
-    assert_eq!(tools[1].result, ToolResult::Success { output: json!("x") });
-    let agent = s.catalog.agent("deep").unwrap();
-    let run = s.run(&id).clone();
-    let prepared = agent.prepared(&run, &[]);
+    assert_eq!(s.run(&id).plugin_state["skills"], json!({"activations": 2}));
+    on.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (run, timeline) = s.runs[&id].clone();
+    let agent = s.catalog.agent("deep").expect("deep");
+    let p = block_on(agent.prepare(&run, &timeline)).expect("prepares");
+    assert_eq!(p.prepared.tools, ["echo"]);
+    assert_eq!(
+        p.states["skills"],
+        json!({"activations": 3}),
+        "from the committed state"
+    );
     assert!(
         agent
-            .system_prompt(&run, &prepared)
-            .ends_with("iteration 3")
+            .system_prompt(&run, &p.prepared)
+            .ends_with("activation 3")
     );
+}
+
+#[test]
+fn what_the_plugins_answered_is_the_steps_input_however_their_source_moves() {
+    // The index turns over right after it is read: the model was offered `echo`, and its
+    // call is checked against that offer, not against a second reading.
+    let on = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let catalog = catalog_with(Limits::default()).with_plugin(
+        "deep",
+        Skills {
+            on: on.clone(),
+            flip: true,
+        },
+    );
+    let run = Run::new(NewRun {
+        run_id: "r".into(),
+        agent: "deep".into(),
+        owner: "o".into(),
+        parent: None,
+        depth: 0,
+        on_expiry: ExpiryPolicy::End,
+        sandbox_id: None,
+        metadata: None,
+        context: None,
+        root_run_id: None,
+        now: Utc::now(),
+    });
+    let world = Scripted {
+        agent: "deep".into(),
+        replies: vec![calls(vec![call("echo", json!({"text": "x"}))])],
+        executed: Mutex::new(Vec::new()),
+    };
+    let first = Entry {
+        seq: 0,
+        at: Utc::now(),
+        body: EntryBody::User {
+            text: "go".into(),
+            message_id: None,
+            options: Default::default(),
+        },
+    };
+    let mut run = run;
+    run.next_seq = 1;
+    let decision = block_on(driver::decide(
+        &catalog,
+        Utc::now(),
+        &run,
+        &[first],
+        &Input::Start,
+        &world,
+    ))
+    .expect("decides");
+    assert!(
+        !on.load(std::sync::atomic::Ordering::SeqCst),
+        "the source moved"
+    );
+    assert_eq!(
+        world.executed.lock().expect("not poisoned").len(),
+        1,
+        "echo ran"
+    );
+    let driver::Decision::Commit(t) = decision else {
+        panic!("commits")
+    };
+    assert_eq!(t.run.plugin_state["skills"], json!({"activations": 1}));
 }
 
 #[test]
@@ -2248,6 +2353,7 @@ impl StepIo for ListedMidStep<'_> {
         &self,
         think_index: u32,
         _: &[Entry],
+        _: &crate::agent::Prepared,
     ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
         let ops = self.catalog.agent("ops").expect("ops");
         block_on(

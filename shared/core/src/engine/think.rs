@@ -78,6 +78,10 @@ impl Work<'_> {
         };
         self.run.thinks += 1;
         self.run.turn_thinks += 1;
+        // The plugins' state after their answer commits with the step that thought.
+        if let Some(p) = &io.prepared {
+            self.run.plugin_state.extend(p.states.clone());
+        }
         self.run.usage += reply.usage;
         let model = reply.model.clone();
         let cost_usd = model
@@ -122,8 +126,11 @@ impl Work<'_> {
         let mut capped = 0;
         let mut executions = Vec::new();
         let mut ids = std::collections::HashSet::new();
-        // What the model was offered: the same hook, on the run and timeline it was asked with.
-        let prepared = agent.prepared(self.given, self.timeline);
+        // What the model was offered: the plugins' answer for this step.
+        let prepared = io
+            .prepared
+            .as_ref()
+            .map_or_else(|| agent.granted(self.given), |p| p.prepared.clone());
         for (i, call) in reply.tool_calls.iter().enumerate() {
             let mut id = if call.id.is_empty() {
                 format!("call_{}_{i}", self.run.thinks - 1)

@@ -82,7 +82,7 @@ impl Service {
                 base,
                 head: head.clone(),
                 read: std::sync::OnceLock::new(),
-                listed: self.list_tools(&run, &timeline).await,
+                listed: self.list_tools(&run).await,
                 crashed: std::sync::Mutex::new(None),
             };
             let now = self.deps.clock.now();
@@ -172,32 +172,31 @@ impl Service {
 
     /// Lists the MCP servers the run's agent uses (those not listed yet), then takes the
     /// step's snapshot of every listing: the engine never lists a server.
-    async fn list_tools(&self, run: &Run, timeline: &[Entry]) -> Listed {
+    async fn list_tools(&self, run: &Run) -> Listed {
         if let Some(agent) = self.catalog.agent(&run.agent) {
-            let prepared = agent.prepared(run, timeline);
-            self.catalog.list_servers(agent, &prepared).await;
+            self.catalog.list_servers(agent, &agent.granted(run)).await;
         }
         self.catalog.listed()
     }
 
     /// The model's reply to a think of `step`'s run at the turn's `tier`: `history` is what
-    /// the model is given (the step's timeline is what the engine's prepare hook sees).
+    /// the model is given, `prepared` what the agent's plugins answered for the step.
     pub(super) async fn think(
         &self,
         step: &super::thinker::Thinker<'_>,
+        prepared: &crate::agent::Prepared,
         tier: Option<crate::timeline::Tier>,
         history: &[Entry],
         think_index: u32,
         seq: u64,
     ) -> Result<LlmReply, LlmError> {
-        let (listed, run, timeline) = (&step.listed, step.run, step.timeline);
+        let (listed, run) = (&step.listed, step.run);
         let agent = self
             .catalog
             .agent(&run.agent)
             .ok_or_else(|| LlmError::fatal(format!("agent `{}` is not defined", run.agent)))?;
-        let prepared = agent.prepared(run, timeline);
-        let mut tools = self.catalog.specs(listed, agent, &prepared);
-        let mut system = agent.system_prompt(run, &prepared);
+        let mut tools = self.catalog.specs(listed, agent, prepared);
+        let mut system = agent.system_prompt(run, prepared);
         if run.tools_spent {
             // The turn's tool calls are spent: a final answer, without tools.
             warn!(

@@ -135,7 +135,12 @@ impl StepIo for Thinker<'_> {
         self.listed.clone()
     }
 
-    async fn think(&self, think_index: u32, changed: &[Entry]) -> Result<LlmReply, LlmError> {
+    async fn think(
+        &self,
+        think_index: u32,
+        changed: &[Entry],
+        prepared: &crate::agent::Prepared,
+    ) -> Result<LlmReply, LlmError> {
         failpoint::pass("step.before_think")
             .await
             .map_err(|e| LlmError::Unavailable {
@@ -166,7 +171,7 @@ impl StepIo for Thinker<'_> {
             .unwrap_or(self.run.tier);
         let reply = self
             .service
-            .think(self, tier, &history, think_index, seq)
+            .think(self, prepared, tier, &history, think_index, seq)
             .await?;
         failpoint::hit("step.after_think").map_err(|e| LlmError::Unavailable {
             message: e.to_string(),
