@@ -216,3 +216,149 @@ async fn a_server_that_never_answers_leaves_its_tools_unavailable_not_the_run_fa
     assert_eq!(results(&run, "echo")[0]["output"], "still here");
     h.server.shutdown().await;
 }
+
+/// `git` in `dir`, which must succeed; its stdout.
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explore_reads_and_code_changes_a_repository_through_published_mcp_servers() {
+    // `examples/repo-agents.json` as a user runs it, its servers from npm and PyPI: the
+    // reference filesystem server and mcp-server-git, each started per sandbox.
+    let node = common::browser::npm_ci(
+        "mcp/node",
+        "mcp-node",
+        "@modelcontextprotocol/server-filesystem",
+    );
+    let bin = venv_bin();
+    let sandboxes = tempfile::tempdir().expect("sandboxes");
+    let repo = sandboxes.path().join("sb-1");
+    std::fs::create_dir_all(&repo).expect("repo dir");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README.md"), "hello\n").expect("readme");
+    git(&repo, &["add", "README.md"]);
+    git(&repo, &["commit", "-q", "-m", "First commit"]);
+    std::fs::create_dir_all(sandboxes.path().join("sb-2")).expect("other");
+    std::fs::write(sandboxes.path().join("sb-2/secret.txt"), "not yours").expect("secret");
+
+    let mut file = AgentsFile::parse(
+        &common::examples("repo-agents.json"),
+        "examples/repo-agents.json",
+    )
+    .expect("parses");
+    let fs = file.mcp_servers.get_mut("fs").expect("fs");
+    fs.command = Some(
+        node.join(".bin/mcp-server-filesystem")
+            .display()
+            .to_string(),
+    );
+    let git_server = file.mcp_servers.get_mut("git").expect("git");
+    git_server.command = Some(bin.join("mcp-server-git").display().to_string());
+    let root = sandboxes.path().display().to_string();
+    let lookup = |k: &str| (k == "BATON_SANDBOXES").then(|| root.clone());
+    let catalog = Arc::new(
+        baton_tools::catalog(Some(file), baton_tools::Host::Dev, &lookup, vec![]).expect("catalog"),
+    );
+    let repo_path = repo.display().to_string();
+    let readme = repo.join("README.md").display().to_string();
+    let secret = sandboxes
+        .path()
+        .join("sb-2/secret.txt")
+        .display()
+        .to_string();
+    let script = json!({
+        "orchestrator": [
+            {"tool_calls": [{"name": "spawn_subagent", "arguments":
+                {"agent": "explore", "prompt": "What does the README say?", "sandboxId": "sb-1"}}]},
+            {"tool_calls": [{"name": "spawn_subagent", "arguments":
+                {"agent": "code", "prompt": "Change the README.", "sandboxId": "sb-1",
+                 "github": {"repo": "acme/demo", "ref": "main"}}}]},
+            {"text": "read and changed"}
+        ],
+        "explore": [
+            {"tool_calls": [
+                {"name": "fs__read_text_file", "arguments": {"path": readme}},
+                {"name": "fs__read_text_file", "arguments": {"path": secret}},
+                {"name": "git__git_log", "arguments": {"repo_path": repo_path}}]},
+            {"text": "it says hello"}
+        ],
+        "code": [
+            {"tool_calls": [{"name": "fs__write_file",
+                             "arguments": {"path": readme, "content": "hello, changed\n"}}]},
+            {"tool_calls": [{"name": "git__git_add",
+                             "arguments": {"repo_path": repo_path, "files": ["README.md"]}}]},
+            {"tool_calls": [{"name": "git__git_commit",
+                             "arguments": {"repo_path": repo_path, "message": "Change the README"}}]},
+            {"text": "committed"}
+        ]
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let h = common::start(
+        dir.path(),
+        scripted(&script.to_string()),
+        catalog,
+        Arc::new(SystemClock),
+    )
+    .await;
+    let run_id = h.create_run(json!({"prompt": "update the README"})).await;
+    // The write waits for a human: nothing is written until they approve.
+    let ctas = h.wait_pending(1).await;
+    assert_eq!(ctas[0]["gated"]["tool"], "fs__write_file", "{:#}", ctas[0]);
+    assert_eq!(
+        ctas[0]["gated"]["reason"],
+        "writes a file in the repository"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README.md")).expect("readme"),
+        "hello\n"
+    );
+    answer(&h, &ctas[0], true).await;
+    let run = h.wait_status(&run_id, &["completed"]).await;
+    assert_eq!(run["result"], "read and changed", "{run:#}");
+
+    let tools = of_type(&run, "tool");
+    let child = |i: usize| tools[i]["childRunId"].as_str().expect("child").to_owned();
+    let (_, explore) = h.get(&format!("/runs/{}", child(0))).await;
+    assert_eq!(explore["sandboxId"], "sb-1");
+    let read = results(&explore, "fs__read_text_file");
+    assert_eq!(read[0]["status"], "success", "{explore:#}");
+    assert!(
+        read[0]["output"].to_string().contains("hello"),
+        "{}",
+        read[0]
+    );
+    // Scoped to its sandbox: another sandbox's file is refused by the server itself.
+    assert_eq!(read[1]["status"], "error", "{}", read[1]);
+    assert!(!read[1].to_string().contains("not yours"), "{}", read[1]);
+    let log = results(&explore, "git__git_log");
+    assert!(
+        log[0]["output"].to_string().contains("First commit"),
+        "{}",
+        log[0]
+    );
+
+    let (_, code) = h.get(&format!("/runs/{}", child(1))).await;
+    assert_eq!(code["github"], json!({"repo": "acme/demo", "ref": "main"}));
+    for name in ["fs__write_file", "git__git_add", "git__git_commit"] {
+        let r = results(&code, name);
+        assert_eq!(r[0]["status"], "success", "{name}: {code:#}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README.md")).expect("readme"),
+        "hello, changed\n"
+    );
+    let history = git(&repo, &["log", "--format=%s"]);
+    assert_eq!(
+        history.lines().collect::<Vec<_>>(),
+        ["Change the README", "First commit"]
+    );
+    h.server.shutdown().await;
+}

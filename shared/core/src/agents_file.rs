@@ -149,6 +149,9 @@ pub struct McpServerSpec {
     pub headers: BTreeMap<String, String>,
     #[serde(default)]
     pub command: Option<String>,
+    /// A stdio server's arguments, `${VAR}` expanded. `${run.sandboxId}`, `${run.githubRepo}`
+    /// and `${run.githubRef}` (here, in `env` and in `headers`) are the calling run's: the
+    /// server is started once per run scope.
     #[serde(default)]
     pub args: Vec<String>,
     /// Extra environment for a stdio server, `${VAR}` expanded.

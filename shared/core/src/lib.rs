@@ -29,6 +29,7 @@ pub mod message;
 pub mod plan;
 pub mod ports;
 pub mod run;
+pub mod scope;
 pub mod service;
 pub mod timeline;
 pub mod tools;

@@ -179,6 +179,9 @@ pub struct Run {
     pub on_expiry: ExpiryPolicy,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_id: Option<String>,
+    /// The repository its tools work on (a subagent's is its parent's unless its call gave one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github: Option<crate::scope::GithubRepo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<serde_json::Value>,
     /// The last reported `run.state`, so that only changes are published: `thinking`,
@@ -306,6 +309,14 @@ impl Run {
         self.context.as_ref()?.get("type")?.as_str()
     }
 
+    /// What it hands its tools: its sandbox and repository.
+    pub fn scope(&self) -> crate::scope::Scope {
+        crate::scope::Scope {
+            sandbox_id: self.sandbox_id.clone(),
+            github: self.github.clone(),
+        }
+    }
+
     /// The top-level run this one is under: itself if it is one.
     pub fn root(&self) -> &str {
         self.root_run_id.as_deref().unwrap_or(&self.run_id)
@@ -356,6 +367,7 @@ impl Run {
             batch_start: 0,
             on_expiry: n.on_expiry,
             sandbox_id: n.sandbox_id,
+            github: None,
             metadata: n.metadata,
             state: None,
             state_detail: None,

@@ -3,7 +3,10 @@
 //! A server is `{"url": ..., "headers": {...}}` (streamable HTTP: Lambda and anywhere) or
 //! `{"command": ..., "args": [...]}` (stdio: a child process, `baton dev` only). The
 //! connection is opened on first use and kept for the process; its tool list is fetched
-//! once (the catalog keeps it). A call that fails on the transport reconnects once and
+//! once (the catalog keeps it). `${VAR}` in its arguments, environment and headers is read
+//! from the environment at start-up; `${run.sandboxId}`, `${run.githubRepo}` and
+//! `${run.githubRef}` from the calling run: such a server keeps a connection (a process, for
+//! stdio) per run scope, at most [`MAX_SCOPED_CONNECTIONS`]. A call that fails on the transport reconnects once and
 //! tries again (a restarted server, a respawned process); if that fails too the call is an
 //! error result the model sees, never a crash.
 
@@ -12,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::agents_file::{McpServerSpec, expand};
+use baton_core::scope::{RUN_VARS, Scope};
 use baton_core::tools::{Tool, ToolContext, ToolServer};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::service::RunningService;
@@ -29,7 +33,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 enum Transport {
     Http {
         url: String,
-        headers: reqwest::header::HeaderMap,
+        /// Header names and values, `${VAR}` expanded, `${run.…}` not yet.
+        headers: Vec<(String, String)>,
     },
     Stdio {
         command: String,
@@ -40,15 +45,43 @@ enum Transport {
 
 type Client = RunningService<RoleClient, ()>;
 
+/// A server that names a run's scope keeps this many connections (processes, for stdio) at
+/// most, one per scope; the least recently used is closed for a new one.
+pub const MAX_SCOPED_CONNECTIONS: usize = 8;
+
 struct Inner {
     name: String,
     transport: Transport,
     timeout: Option<Duration>,
-    client: tokio::sync::Mutex<Option<Arc<Client>>>,
+    /// The run variables its configuration names ([`RUN_VARS`]): it connects once per run
+    /// scope (their values); none, once for every run.
+    vars: Vec<&'static str>,
+    /// Open connections by the values of `vars`, least recently used first.
+    clients: tokio::sync::Mutex<Vec<(Vec<String>, Arc<Client>)>>,
 }
 
 /// One configured MCP server.
 pub struct McpServer(Arc<Inner>);
+
+/// `${VAR}` from `lookup`, leaving `${run.…}` for each run to fill.
+fn expand_env(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    expand(text, &|k| {
+        if RUN_VARS.contains(&k) {
+            Some(format!("${{{k}}}"))
+        } else {
+            lookup(k)
+        }
+    })
+}
+
+/// `${run.…}` from `scope` (what the environment filled in is left as it is).
+fn expand_run(text: &str, scope: &Scope) -> Result<String, String> {
+    expand(text, &|k| match RUN_VARS.contains(&k) {
+        true => scope.var(k).map(str::to_owned),
+        false => Some(format!("${{{k}}}")),
+    })
+    .map_err(|e| format!("{e} for this run"))
+}
 
 impl McpServer {
     pub fn new(
@@ -78,9 +111,29 @@ impl McpServer {
                 if !spec.args.is_empty() || !spec.env.is_empty() {
                     return Err("`args` and `env` are for stdio servers (`command`)".into());
                 }
+                let mut headers = Vec::new();
+                for (k, v) in &spec.headers {
+                    headers.push((
+                        k.clone(),
+                        expand_env(v, lookup).map_err(|e| format!("header `{k}`: {e}"))?,
+                    ));
+                }
+                // Each header is valid whatever the run's names (plain names) fill in.
+                let filled = Scope {
+                    sandbox_id: Some("x".into()),
+                    github: Some(baton_core::scope::GithubRepo {
+                        repo: "x/x".into(),
+                        git_ref: Some("x".into()),
+                    }),
+                };
+                let checked: Result<BTreeMap<_, _>, String> = headers
+                    .iter()
+                    .map(|(k, v)| Ok((k.clone(), expand_run(v, &filled)?)))
+                    .collect();
+                crate::http::headers(&checked?, &|_| None)?;
                 Transport::Http {
                     url: url.clone(),
-                    headers: crate::http::headers(&spec.headers, lookup)?,
+                    headers,
                 }
             }
             (None, Some(command)) => {
@@ -97,12 +150,17 @@ impl McpServer {
                 for (k, v) in &spec.env {
                     env.insert(
                         k.clone(),
-                        expand(v, lookup).map_err(|e| format!("env `{k}`: {e}"))?,
+                        expand_env(v, lookup).map_err(|e| format!("env `{k}`: {e}"))?,
                     );
                 }
+                let args = spec
+                    .args
+                    .iter()
+                    .map(|a| expand_env(a, lookup).map_err(|e| format!("args: {e}")))
+                    .collect::<Result<_, _>>()?;
                 Transport::Stdio {
                     command: command.clone(),
-                    args: spec.args.clone(),
+                    args,
                     env,
                 }
             }
@@ -112,11 +170,24 @@ impl McpServer {
                 );
             }
         };
+        let texts: Vec<&str> = match &transport {
+            Transport::Http { headers, .. } => headers.iter().map(|(_, v)| v.as_str()).collect(),
+            Transport::Stdio { args, env, .. } => args
+                .iter()
+                .chain(env.values())
+                .map(String::as_str)
+                .collect(),
+        };
+        let vars = RUN_VARS
+            .into_iter()
+            .filter(|v| texts.iter().any(|t| t.contains(&format!("${{{v}}}"))))
+            .collect();
         Ok(Self(Arc::new(Inner {
             name: name.to_owned(),
             transport,
             timeout: spec.timeout_seconds.map(Duration::from_secs),
-            client: tokio::sync::Mutex::new(None),
+            vars,
+            clients: tokio::sync::Mutex::new(Vec::new()),
         })))
     }
 }
@@ -129,11 +200,31 @@ impl Inner {
         }
     }
 
-    async fn open(&self) -> Result<Client, String> {
+    /// The values of the run variables it names, for a run of `scope`.
+    fn key(&self, scope: &Scope) -> Result<Vec<String>, String> {
+        self.vars
+            .iter()
+            .map(|v| {
+                scope.var(v).map(str::to_owned).ok_or_else(|| {
+                    format!(
+                        "{} needs the run's `${{{v}}}`, and this run has none",
+                        self.describe()
+                    )
+                })
+            })
+            .collect()
+    }
+
+    async fn open(&self, scope: &Scope) -> Result<Client, String> {
         let started = match &self.transport {
             Transport::Http { url, headers } => {
+                let filled: Result<BTreeMap<_, _>, String> = headers
+                    .iter()
+                    .map(|(k, v)| Ok((k.clone(), expand_run(v, scope)?)))
+                    .collect();
+                let headers = crate::http::headers(&filled?, &|_| None)?;
                 let http = reqwest::Client::builder()
-                    .default_headers(headers.clone())
+                    .default_headers(headers)
                     .build()
                     .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
@@ -145,7 +236,12 @@ impl Inner {
             }
             Transport::Stdio { command, args, env } => {
                 let mut cmd = tokio::process::Command::new(command);
-                cmd.args(args).envs(env);
+                for a in args {
+                    cmd.arg(expand_run(a, scope)?);
+                }
+                for (k, v) in env {
+                    cmd.env(k, expand_run(v, scope)?);
+                }
                 let (child, _) = TokioChildProcess::builder(cmd)
                     .stderr(std::process::Stdio::null())
                     .spawn()
@@ -159,28 +255,36 @@ impl Inner {
         started.map_err(|e| format!("cannot connect to the {}: {e}", self.describe()))
     }
 
-    /// The open connection, opening one if there is none (or `fresh` asks for a new one).
-    async fn client(&self, fresh: bool) -> Result<Arc<Client>, String> {
-        let mut slot = self.client.lock().await;
-        if fresh && let Some(old) = slot.take() {
-            old.cancellation_token().cancel();
+    /// The open connection for `scope`, opening one if there is none (or `fresh` asks for a
+    /// new one).
+    async fn client(&self, scope: &Scope, fresh: bool) -> Result<Arc<Client>, String> {
+        let key = self.key(scope)?;
+        let mut open = self.clients.lock().await;
+        if let Some(at) = open.iter().position(|(k, _)| *k == key) {
+            let (k, c) = open.remove(at);
+            if !fresh {
+                open.push((k, c.clone()));
+                return Ok(c);
+            }
+            c.cancellation_token().cancel();
         }
-        if let Some(c) = slot.as_ref() {
-            return Ok(c.clone());
+        let c = Arc::new(self.open(scope).await?);
+        info!(server = %self.name, scope = ?key, "MCP server connected");
+        if open.len() >= MAX_SCOPED_CONNECTIONS {
+            let (_, oldest) = open.remove(0);
+            oldest.cancellation_token().cancel();
         }
-        let c = Arc::new(self.open().await?);
-        info!(server = %self.name, "MCP server connected");
-        *slot = Some(c.clone());
+        open.push((key, c.clone()));
         Ok(c)
     }
 
-    /// Runs `f` on the connection; on a transport failure, once more on a new one.
-    async fn with_client<T, F, Fut>(&self, f: F) -> Result<T, String>
+    /// Runs `f` on the connection for `scope`; on a transport failure, once more on a new one.
+    async fn with_client<T, F, Fut>(&self, scope: &Scope, f: F) -> Result<T, String>
     where
         F: Fn(Arc<Client>) -> Fut,
         Fut: std::future::Future<Output = Result<T, rmcp::ServiceError>>,
     {
-        let first = f(self.client(false).await?).await;
+        let first = f(self.client(scope, false).await?).await;
         match first {
             Ok(t) => Ok(t),
             Err(rmcp::ServiceError::McpError(e)) => {
@@ -188,7 +292,7 @@ impl Inner {
             }
             Err(e) => {
                 warn!(server = %self.name, error = %e, "MCP call failed; reconnecting");
-                let c = self.client(true).await?;
+                let c = self.client(scope, true).await?;
                 f(c).await.map_err(|e| format!("{}: {e}", self.describe()))
             }
         }
@@ -198,9 +302,19 @@ impl Inner {
 #[async_trait::async_trait]
 impl ToolServer for McpServer {
     async fn list(&self) -> Result<Vec<Arc<dyn Tool>>, String> {
+        self.list_for(&Scope::default()).await
+    }
+
+    fn lists_for(&self, scope: &Scope) -> bool {
+        self.0.key(scope).is_ok()
+    }
+
+    /// Its tools are the same for every run: a server that names a run's scope lists them
+    /// through the first run that has one.
+    async fn list_for(&self, scope: &Scope) -> Result<Vec<Arc<dyn Tool>>, String> {
         let inner = &self.0;
         let tools = inner
-            .with_client(|c| async move { c.list_all_tools().await })
+            .with_client(scope, |c| async move { c.list_all_tools().await })
             .await?;
         Ok(tools
             .into_iter()
@@ -244,7 +358,7 @@ impl Tool for McpTool {
     fn timeout(&self) -> Option<Duration> {
         self.server.timeout
     }
-    async fn execute(&self, _: &ToolContext, input: Value) -> Result<Value, String> {
+    async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String> {
         let arguments = match input {
             Value::Object(map) => map,
             _ => return Err("MCP tool arguments must be an object".into()),
@@ -252,7 +366,7 @@ impl Tool for McpTool {
         let remote = self.remote.clone();
         let result = self
             .server
-            .with_client(|c| {
+            .with_client(&ctx.scope, |c| {
                 let params =
                     CallToolRequestParams::new(remote.clone()).with_arguments(arguments.clone());
                 async move { c.call_tool(params).await }
@@ -289,4 +403,57 @@ fn output(r: CallToolResult) -> Result<Value, String> {
         Some(v) if !v.is_null() => v,
         _ => Value::String(text),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_variables_wait_for_the_run_and_the_rest_comes_from_the_environment() {
+        let spec: McpServerSpec = serde_json::from_value(serde_json::json!({
+            "command": "srv",
+            "args": ["${ROOT}/${run.sandboxId}", "--repo=${run.githubRepo}@${run.githubRef}"]
+        }))
+        .expect("spec");
+        let env = |k: &str| (k == "ROOT").then(|| "/srv".to_owned());
+        let server = McpServer::new("s", &spec, Host::Dev, &env).expect("server");
+        assert_eq!(
+            server.0.vars,
+            ["run.sandboxId", "run.githubRepo", "run.githubRef"]
+        );
+        let Transport::Stdio { args, .. } = &server.0.transport else {
+            panic!("stdio")
+        };
+        let scope = Scope {
+            sandbox_id: Some("sb-1".into()),
+            github: Some(baton_core::scope::GithubRepo {
+                repo: "acme/web".into(),
+                git_ref: Some("main".into()),
+            }),
+        };
+        let filled: Vec<String> = args
+            .iter()
+            .map(|a| expand_run(a, &scope).expect("fills"))
+            .collect();
+        assert_eq!(filled, ["/srv/sb-1", "--repo=acme/web@main"]);
+        assert!(server.lists_for(&scope));
+        let bare = Scope::default();
+        assert!(
+            !server.lists_for(&bare),
+            "a run without a sandbox cannot start it"
+        );
+        let err = server.0.key(&bare).expect_err("needs the sandbox");
+        assert!(err.contains("${run.sandboxId}"), "{err}");
+        // An unknown run variable, or an unset one, is a start-up error.
+        for bad in ["${run.nope}", "${MISSING}"] {
+            let spec: McpServerSpec =
+                serde_json::from_value(serde_json::json!({"command": "srv", "args": [bad]}))
+                    .expect("spec");
+            assert!(
+                McpServer::new("s", &spec, Host::Dev, &env).is_err(),
+                "{bad}"
+            );
+        }
+    }
 }

@@ -33,14 +33,20 @@ pub fn chromium() -> PathBuf {
 
 /// The `node_modules` holding `playwright-core`, installed once with `npm ci`.
 pub fn node_modules() -> PathBuf {
-    let root = super::target_dir().join("browser-node");
+    npm_ci("browser", "browser-node", "playwright-core")
+}
+
+/// The `node_modules` of `tests/<src>/package-lock.json`, installed once under
+/// `target/<name>` with `npm ci` (`package` is one it must hold).
+pub fn npm_ci(src: &str, name: &str, package: &str) -> PathBuf {
+    let root = super::target_dir().join(name);
     let modules = root.join("node_modules");
-    if modules.join("playwright-core/package.json").exists() {
+    if modules.join(package).join("package.json").exists() {
         return modules;
     }
-    once("browser-node", || {
+    once(name, || {
         std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("browser");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
         for f in ["package.json", "package-lock.json"] {
             std::fs::copy(src.join(f), root.join(f)).map_err(|e| format!("{f}: {e}"))?;
         }
@@ -67,7 +73,7 @@ fn once(name: &str, f: impl FnOnce() -> Result<(), String>) {
     let result = f();
     let _ = std::fs::remove_dir(&lock);
     if let Err(e) = result {
-        panic!("cannot set up {name} for the browser test: {e}");
+        panic!("cannot set up {name} for the tests: {e}");
     }
 }
 

@@ -1,5 +1,5 @@
 //! The Python programs the tests run, which no one here wrote: the MCP Python SDK (its
-//! FastMCP server) and `mcp-server-time`, a published MCP server. They are installed into
+//! FastMCP server), and `mcp-server-time` and `mcp-server-git`, published MCP servers. They are installed into
 //! a virtualenv under `target/` the first time a test needs them (`python3 -m venv` and
 //! `pip install`, from PyPI), so `cargo test` needs no set-up step. Without python3 or
 //! PyPI these tests fail, saying why; they never skip.
@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 const REQUIREMENTS: &[&str] = &[
     "mcp<2",
     "mcp-server-time",
+    "mcp-server-git==2026.10.10",
     "moto[dynamodb,sqs,events,scheduler]",
     "flask",
     "flask-cors",

@@ -410,6 +410,17 @@ impl Catalog {
     /// [`RELIST_INTERVAL`]. A server that stays down leaves its tools out (and a call to one
     /// of them gets an error result); it never fails the step.
     pub async fn list_servers(&self, agent: &AgentDef, prepared: &Prepared) {
+        self.list_servers_for(agent, prepared, &Default::default())
+            .await;
+    }
+
+    /// [`Catalog::list_servers`] for a run with this `scope` (see [`ToolServer::list_for`]).
+    pub async fn list_servers_for(
+        &self,
+        agent: &AgentDef,
+        prepared: &Prepared,
+        scope: &crate::scope::Scope,
+    ) {
         let mut wanted: Vec<&str> = agent
             .tools
             .iter()
@@ -418,14 +429,17 @@ impl Catalog {
             .collect();
         wanted.sort_unstable();
         wanted.dedup();
-        self.list(wanted).await;
+        self.list(wanted, scope).await;
     }
 
-    async fn list(&self, wanted: Vec<&str>) {
+    async fn list(&self, wanted: Vec<&str>, scope: &crate::scope::Scope) {
         for name in wanted {
             let Some(slot) = self.servers.get(name) else {
                 continue;
             };
+            if !slot.server.lists_for(scope) {
+                continue;
+            }
             if slot
                 .listed
                 .read()
@@ -441,7 +455,7 @@ impl Catalog {
                 }
                 *tried = Some(Instant::now());
             }
-            match slot.server.list().await {
+            match slot.server.list_for(scope).await {
                 Ok(list) => {
                     let mut defs = HashMap::new();
                     for tool in list {

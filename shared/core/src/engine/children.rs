@@ -156,7 +156,7 @@ impl Work<'_> {
                 reason: "waiting for subagent".into(),
             };
         }
-        if let Err(e) = given_context(input) {
+        if let Err(e) = given_context(input).and_then(|()| given_scope(input).map(|_| ())) {
             return ToolResult::error(e);
         }
         let ask = input.get("askHuman").and_then(Value::as_bool) == Some(true);
@@ -202,6 +202,10 @@ impl Work<'_> {
         let agent = text("agent").unwrap_or_default();
         let prompt = text("prompt").unwrap_or_default();
         self.new_child(&child_id, seq, &agent, prompt, granted, None);
+        if let (Ok(Some(github)), Some((child, _))) = (given_scope(input), self.new_runs.last_mut())
+        {
+            child.github = Some(github);
+        }
         if let Some(sandbox) = text("sandboxId")
             && let Some((child, _)) = self.new_runs.last_mut()
         {
@@ -258,6 +262,7 @@ impl Work<'_> {
         child.next_seq = 1;
         child.granted = granted;
         child.tier = self.run.tier;
+        child.github = self.run.github.clone();
         child.execution_mode = mode.or(self.run.execution_mode);
         self.new_runs.push((child, vec![first]));
         self.effects.push(Effect::Send(StepMessage {
@@ -327,4 +332,19 @@ pub(super) fn given_context(input: &Value) -> Result<(), String> {
         )),
         _ => Ok(()),
     }
+}
+
+/// A call's own `sandboxId` and `github` are plain names (they reach command lines and
+/// paths: see [`crate::scope`]); the repository, if it gave one.
+fn given_scope(input: &Value) -> Result<Option<crate::scope::GithubRepo>, String> {
+    if let Some(id) = input.get("sandboxId").and_then(Value::as_str) {
+        crate::scope::check_sandbox_id(id)?;
+    }
+    let Some(github) = input.get("github") else {
+        return Ok(None);
+    };
+    let github: crate::scope::GithubRepo =
+        serde_json::from_value(github.clone()).map_err(|e| format!("`github`: {e}"))?;
+    crate::scope::check_github(&github)?;
+    Ok(Some(github))
 }

@@ -60,6 +60,9 @@ impl Service {
                 )));
             }
         }
+        if let Some(id) = &req.sandbox_id {
+            crate::scope::check_sandbox_id(id).map_err(ServiceError::Invalid)?;
+        }
         if let Some(metadata) = &req.metadata {
             let size = metadata.to_string().len();
             if size > MAX_METADATA_BYTES {

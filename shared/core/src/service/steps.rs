@@ -174,7 +174,9 @@ impl Service {
     /// step's snapshot of every listing: the engine never lists a server.
     async fn list_tools(&self, run: &Run) -> Listed {
         if let Some(agent) = self.catalog.agent(&run.agent) {
-            self.catalog.list_servers(agent, &agent.granted(run)).await;
+            self.catalog
+                .list_servers_for(agent, &agent.granted(run), &run.scope())
+                .await;
         }
         self.catalog.listed()
     }

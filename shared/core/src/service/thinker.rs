@@ -209,12 +209,13 @@ impl StepIo for Thinker<'_> {
             });
         }
         let started = std::time::Instant::now();
-        let ctx = ToolContext::new(
+        let mut ctx = ToolContext::new(
             &self.run.run_id,
             &self.run.owner,
             &self.run.agent,
             &call.call_id,
         );
+        ctx.scope = self.run.scope();
         let result = match catalog.tool(&self.listed, &call.tool) {
             Some(def) => match &def.kind {
                 ToolKind::Exec(tool) => {

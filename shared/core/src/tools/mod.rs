@@ -56,6 +56,8 @@ pub struct ToolContext {
     pub agent: String,
     /// The tool call's id, the same on every retry of the step: an idempotency key.
     pub call_id: String,
+    /// The run's sandbox and repository.
+    pub scope: crate::scope::Scope,
     widgets: std::sync::Mutex<Vec<Widget>>,
     files: std::sync::Mutex<Vec<FileOutput>>,
 }
@@ -98,6 +100,7 @@ impl ToolContext {
             owner: owner.into(),
             agent: agent.into(),
             call_id: call_id.into(),
+            scope: Default::default(),
             widgets: Default::default(),
             files: Default::default(),
         }
@@ -196,6 +199,16 @@ pub trait ToolServer: Send + Sync {
     /// Its tools, each named `<server>__<tool>`. An `Err` says why they cannot be listed
     /// (the server is down); the catalog asks again later.
     async fn list(&self) -> Result<Vec<Arc<dyn Tool>>, String>;
+    /// Its tools, listed for a run with this scope (a server whose configuration names the
+    /// run's sandbox or repository is started for one to list it). By default, [`Self::list`].
+    async fn list_for(&self, _scope: &crate::scope::Scope) -> Result<Vec<Arc<dyn Tool>>, String> {
+        self.list().await
+    }
+    /// Whether a run with this scope has what listing needs (a server that names the run's
+    /// sandbox cannot be started for a run without one).
+    fn lists_for(&self, _scope: &crate::scope::Scope) -> bool {
+        true
+    }
 }
 
 /// How the engine dispatches a call.
@@ -326,15 +339,23 @@ pub fn spawn_subagent(agents: &[String]) -> ToolDef {
         "Delegate a task to a subagent. Give `agent` and `prompt` to start one; give \
          `subagentId` (from an earlier result) and `prompt` to continue that subagent's \
          conversation. `askHuman: true` lets a new subagent ask the human questions too. \
-         A new subagent works on this run's context unless `context` gives another \
-         ({\"type\": ..., ...}) or null (none). The result is the subagent's final answer.",
+         A new subagent works on this run's context, sandbox and repository unless the call \
+         gives its own `context` ({\"type\": ..., ...}, or null for none), `sandboxId` or \
+         `github` ({\"repo\": \"owner/name\", \"ref\"?: ...}). The result is the subagent's \
+         final answer.",
         json!({
             "type": "object",
             "properties": {
                 "agent": {"type": "string", "enum": agents},
                 "prompt": {"type": "string", "minLength": 1},
                 "subagentId": {"type": "string", "minLength": 1},
-                "sandboxId": {"type": "string"},
+                "sandboxId": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                "github": {
+                    "type": "object",
+                    "properties": {"repo": {"type": "string"}, "ref": {"type": "string"}},
+                    "required": ["repo"],
+                    "additionalProperties": false
+                },
                 "askHuman": {"type": "boolean"},
                 "context": context_schema()
             },
