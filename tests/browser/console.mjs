@@ -148,7 +148,7 @@ try {
   assert.equal(await prompt.isVisible(), false, "a hidden turn is left out of the conversation");
   await page.getByLabel("Show hidden turns").check();
   await prompt.waitFor({ state: "visible" });
-  assert.match(await prompt.innerText(), /hidden/);
+  assert.match(await prompt.innerText(), /hidden/i);
   step("hidden turn left out until asked for");
 
   // One-time links: no sign-in (a fresh context has no token), one answer, then "used".
