@@ -24,7 +24,8 @@ fn json_body(schema: Value) -> Value {
 
 /// What the types alone cannot say of a request, added to their generated schemas: a prompt
 /// or a message has a non-blank character; `agent` is one of this deployment's; `context`
-/// is an object with a non-empty string `type`.
+/// is an object with a non-empty string `type`; a `sandboxId` and a trigger's name are plain
+/// names; a message has `text` or a `trigger`, not both.
 fn refine(schemas: &mut Map<String, Value>, agents: &[&str]) {
     let nonblank = json!({"type": "string", "minLength": 1, "pattern": "\\S"});
     if let Some(p) = schemas
@@ -33,6 +34,8 @@ fn refine(schemas: &mut Map<String, Value>, agents: &[&str]) {
     {
         p["prompt"] = nonblank.clone();
         p["agent"] = json!({"anyOf": [{"enum": agents}, {"type": "null"}]});
+        p["sandboxId"] = json!({"anyOf": [
+            {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}, {"type": "null"}]});
         p["context"] = json!({"anyOf": [
             {"type": "object", "required": ["type"],
              "properties": {"type": {"type": "string", "minLength": 1}}},
