@@ -344,15 +344,68 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
                 .await?;
             print(&v, format!("{run_id} cancellation requested"));
         }
-        Command::Say { run_id, message } => {
-            let v = api
-                .call(
-                    Method::POST,
-                    &format!("/runs/{}/messages", seg(&run_id)?),
-                    Some(json!({"text": message})),
-                )
-                .await?;
+        Command::Say {
+            run_id,
+            message,
+            tier,
+            hidden,
+        } => {
+            let mut body = json!({"text": message, "tier": tier});
+            if hidden {
+                body["visible"] = json!(false);
+            }
+            let path = format!("/runs/{}/messages", seg(&run_id)?);
+            let v = api.call(Method::POST, &path, Some(body)).await?;
             print(&v, format!("message sent to {run_id}"));
+        }
+        Command::Trigger {
+            run_id,
+            name,
+            payload,
+        } => {
+            let data: Option<serde_json::Value> = match payload.as_deref().map(serde_json::from_str)
+            {
+                None => None,
+                Some(Ok(v)) => Some(v),
+                Some(Err(e)) => {
+                    return Err(Failure::Refused(format!("--payload is not JSON: {e}")));
+                }
+            };
+            let body = json!({"trigger": {"name": name, "data": data}});
+            let path = format!("/runs/{}/messages", seg(&run_id)?);
+            let v = api.call(Method::POST, &path, Some(body)).await?;
+            print(&v, format!("trigger `{name}` sent to {run_id}"));
+        }
+        Command::Runs { limit, cursor } => {
+            // A cursor is URL-safe base64: what is not is refused, never sent mangled.
+            let after = match &cursor {
+                Some(c) => format!("&cursor={}", seg(c)?),
+                None => String::new(),
+            };
+            let v = api
+                .call(Method::GET, &format!("/runs?limit={limit}{after}"), None)
+                .await?;
+            let runs = v["runs"].as_array().cloned().unwrap_or_default();
+            let mut human: Vec<String> = runs
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{}  {:<9}  {}  ${:.6}  {}",
+                        r["runId"].as_str().unwrap_or(""),
+                        r["status"].as_str().unwrap_or(""),
+                        r["agent"].as_str().unwrap_or(""),
+                        r["total"]["costUsd"].as_f64().unwrap_or(0.0),
+                        r["prompt"].as_str().unwrap_or("").replace('\n', " ")
+                    )
+                })
+                .collect();
+            if runs.is_empty() {
+                human.push("no runs".into());
+            }
+            if let Some(next) = v["nextCursor"].as_str() {
+                human.push(format!("more: baton runs --cursor {next}"));
+            }
+            print(&v, human.join("\n"));
         }
         Command::Dev { .. } | Command::Bench { .. } | Command::Bootstrap { .. } => {
             unreachable!("handled in main")

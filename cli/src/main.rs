@@ -147,7 +147,34 @@ enum Command {
     Cancel { run_id: String },
     /// Send a follow-up message to a run: it starts the run's next turn, or waits for the
     /// turn under way to end.
-    Say { run_id: String, message: String },
+    Say {
+        run_id: String,
+        message: String,
+        /// The model tier the turn asks for (the agent's `modelByTier`).
+        #[arg(long, value_parser = ["normal", "high"])]
+        tier: Option<String>,
+        /// Keep the turn out of a conversation view (it stays in the timeline, marked).
+        #[arg(long)]
+        hidden: bool,
+    },
+    /// Start a run's next turn without a message: as a webhook or a schedule would, naming
+    /// the trigger, with JSON data for the model.
+    Trigger {
+        run_id: String,
+        name: String,
+        /// JSON the model is given with the trigger (its `data`, at most 16 KB).
+        #[arg(long)]
+        payload: Option<String>,
+    },
+    /// List your runs, newest first.
+    Runs {
+        /// Runs a page (1 to 100).
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        /// The page after this cursor (a previous page's `nextCursor`).
+        #[arg(long)]
+        cursor: Option<String>,
+    },
     /// The durable-loop benchmark: N echo iterations, each committed to disk.
     Bench {
         /// Echo iterations per run (at least 2).

@@ -177,6 +177,76 @@ fn the_cli_drives_a_run_through_a_cta_to_completion() {
     let cancel = baton(&dev, data.path(), &["cancel", &run_id]);
     assert_eq!(cancel.status.code(), Some(2), "{cancel:?}");
     assert!(String::from_utf8_lossy(&cancel.stderr).contains("run_ended"));
+
+    // A trigger starts a turn no one wrote (the script has no reply for it either); a hidden
+    // message is marked so; bad data is refused before anything is sent.
+    let bad = baton(
+        &dev,
+        data.path(),
+        &["trigger", &run_id, "nightly", "--payload", "{"],
+    );
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    let fired = baton(
+        &dev,
+        data.path(),
+        &["trigger", &run_id, "nightly", "--payload", r#"{"day": 3}"#],
+    );
+    assert!(fired.status.success(), "{fired:?}");
+    let trigger = last_turn(&dev, data.path(), &run_id, 3);
+    assert_eq!(trigger["trigger"], "nightly", "{trigger}");
+    assert!(trigger["text"].as_str().unwrap().contains(r#"{"day":3}"#));
+    let hidden = baton(
+        &dev,
+        data.path(),
+        &["say", &run_id, "psst", "--hidden", "--tier", "high"],
+    );
+    assert!(hidden.status.success(), "{hidden:?}");
+    let said = last_turn(&dev, data.path(), &run_id, 4);
+    assert_eq!(
+        (&said["visible"], &said["tier"]),
+        (&Value::from(false), &Value::from("high"))
+    );
+
+    // Your runs, newest first.
+    let second = baton(&dev, data.path(), &["run", "Ship it again", "-q"]);
+    let second = stdout(&second).trim().to_owned();
+    let listed = stdout(&baton(&dev, data.path(), &["runs", "--limit", "1"]));
+    assert!(
+        listed.contains(&second) && listed.contains("Ship it again"),
+        "{listed}"
+    );
+    assert!(!listed.contains(&run_id), "one a page: {listed}");
+    assert!(listed.contains("more: baton runs --cursor "), "{listed}");
+    let cursor = listed.rsplit("--cursor ").next().unwrap().trim();
+    let next = stdout(&baton(
+        &dev,
+        data.path(),
+        &["runs", "--limit", "1", "--cursor", cursor],
+    ));
+    assert!(next.contains(&run_id), "{next}");
+    let mangled = baton(&dev, data.path(), &["runs", "--cursor", "a/b"]);
+    assert_eq!(mangled.status.code(), Some(2), "{mangled:?}");
+}
+
+/// The run's `n`-th turn's `user` entry, once that turn has failed (the script has no reply
+/// for it).
+fn last_turn(dev: &Dev, data: &Path, run_id: &str, n: usize) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let run = json(&baton(dev, data, &["show", run_id, "--json"]));
+        let users: Vec<Value> = run["timeline"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["type"] == "user")
+            .cloned()
+            .collect();
+        if run["status"] == "failed" && users.len() == n {
+            return users[n - 1].clone();
+        }
+        assert!(Instant::now() < deadline, "{run:#}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]

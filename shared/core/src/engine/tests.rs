@@ -1926,47 +1926,25 @@ fn what_the_plugins_answered_is_the_steps_input_however_their_source_moves() {
     // The index turns over right after it is read: the model was offered `echo`, and its
     // call is checked against that offer, not against a second reading.
     let on = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let catalog = catalog_with(Limits::default()).with_plugin(
-        "deep",
-        Skills {
-            on: on.clone(),
-            flip: true,
-        },
-    );
-    let run = Run::new(NewRun {
-        run_id: "r".into(),
-        agent: "deep".into(),
-        owner: "o".into(),
-        parent: None,
-        depth: 0,
-        on_expiry: ExpiryPolicy::End,
-        sandbox_id: None,
-        metadata: None,
-        context: None,
-        root_run_id: None,
-        now: Utc::now(),
-    });
+    let mut s = Sim::new();
+    let skills = Skills {
+        on: on.clone(),
+        flip: true,
+    };
+    s.catalog = std::mem::replace(&mut s.catalog, catalog_with(Limits::default()))
+        .with_plugin("deep", skills);
+    let id = s.create("deep", "go");
+    let (run, timeline) = s.runs[&id].clone();
     let world = Scripted {
         agent: "deep".into(),
         replies: vec![calls(vec![call("echo", json!({"text": "x"}))])],
         executed: Mutex::new(Vec::new()),
     };
-    let first = Entry {
-        seq: 0,
-        at: Utc::now(),
-        body: EntryBody::User {
-            text: "go".into(),
-            message_id: None,
-            options: Default::default(),
-        },
-    };
-    let mut run = run;
-    run.next_seq = 1;
     let decision = block_on(driver::decide(
-        &catalog,
-        Utc::now(),
+        &s.catalog,
+        s.now,
         &run,
-        &[first],
+        &timeline,
         &Input::Start,
         &world,
     ))

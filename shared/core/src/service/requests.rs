@@ -340,7 +340,10 @@ fn turn_text(
             if !named {
                 return invalid("`trigger.name` must be 1 to 64 letters, digits or `._:/-`".into());
             }
-            let data = data.map(|d| d.to_string()).unwrap_or_default();
+            let data = data
+                .filter(|d| !d.is_null())
+                .map(|d| d.to_string())
+                .unwrap_or_default();
             if data.len() > MAX_CONTEXT_BYTES {
                 return invalid(format!(
                     "`trigger.data` is {} bytes as JSON; at most {MAX_CONTEXT_BYTES} are allowed",
