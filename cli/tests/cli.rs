@@ -818,6 +818,42 @@ async fn baton_dev_runs_the_examples_agents_file_and_names_the_variables_it_need
 }
 
 #[test]
+fn baton_dev_starts_with_the_repo_agents_example_once_its_sandboxes_are_named() {
+    // As docs/agents.md starts it: without BATON_SANDBOXES it names the variable and stops.
+    let data = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["dev", "--addr", "127.0.0.1:0", "--data"])
+        .arg(data.path())
+        .args(["--agents", "examples/repo-agents.json"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .env_remove("BATON_SANDBOXES")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("BATON_SANDBOXES"),
+        "{out:?}"
+    );
+    // With it, it serves: a run whose subagents have no sandbox starts no MCP server (each
+    // is started per sandbox) and parks on its question as the script says.
+    let sandboxes = tempfile::tempdir().unwrap();
+    let envs = [("BATON_SANDBOXES", sandboxes.path().display().to_string())];
+    let args = [
+        "--agents",
+        "examples/repo-agents.json",
+        "--script",
+        "examples/orchestrator.json",
+    ];
+    let dev = start_dev_as_users_do(data.path(), &args, &envs);
+    let run = json(&baton(
+        &dev,
+        data.path(),
+        &["run", "Ship it", "--wait", "--json"],
+    ));
+    assert_eq!(run["status"], "waiting", "{run:#}");
+}
+
+#[test]
 fn baton_dev_runs_the_plan_example_through_its_approval() {
     let data = tempfile::tempdir().unwrap();
     let dev = start_dev_as_users_do(data.path(), &["--script", "examples/plan.json"], &[]);
