@@ -18,6 +18,7 @@ mod contract;
 mod cta_inbox;
 mod files;
 mod flow;
+mod fork;
 mod live_aws;
 mod mcp_tools;
 mod openai_flow;

@@ -72,6 +72,35 @@ pub(crate) struct TriggerBody {
     pub(crate) data: Option<Value>,
 }
 
+/// `POST /runs/{id}/fork`: the entry the fork starts at, and what takes its place: a `user`
+/// turn's new `text`, or a question's `response` (none: the same text, or the answer given).
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ForkBody {
+    pub(crate) at_seq: u64,
+    #[serde(default)]
+    pub(crate) replacement: Option<ReplacementBody>,
+}
+
+/// A user turn's new `text`, or a question's `response` (exactly one of them).
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReplacementBody {
+    #[serde(default)]
+    pub(crate) text: Option<String>,
+    #[serde(default)]
+    pub(crate) response: Option<CtaResponse>,
+}
+
+/// `202` to `POST /runs/{id}/fork`: the new run.
+#[derive(JsonSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ForkAccepted {
+    pub(crate) run_id: String,
+    pub(crate) status: RunStatus,
+    pub(crate) forked_from: baton_core::fork::ForkedFrom,
+}
+
 /// `202` to `POST /runs`.
 #[derive(JsonSchema, Serialize)]
 #[serde(rename_all = "camelCase")]

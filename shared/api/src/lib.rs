@@ -71,6 +71,7 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{run_id}/timeline", get(get_timeline))
         .route("/runs/{run_id}/messages", post(post_message))
         .route("/runs/{run_id}/cancel", post(cancel_run))
+        .route("/runs/{run_id}/fork", post(fork_run))
         .route("/runs/{run_id}/stream", get(stream::stream_run))
         .route("/runs/{run_id}/watch", post(live::watch_run))
         .route("/runs/{run_id}/files/{file_id}", get(get_file))
@@ -392,6 +393,50 @@ async fn post_message(
         accepted: true,
         queued: Some(queued),
         message: message.into(),
+    }))
+}
+
+async fn fork_run(
+    State(s): State<AppState>,
+    Extension(Caller(owner)): Extension<Caller>,
+    Id(run_id): Id,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<bodies::ForkBody>,
+) -> Result<Response, ApiError> {
+    use baton_core::fork::Replacement;
+    let key = idempotency_key(&headers)?;
+    let replacement = match body.replacement {
+        None => None,
+        Some(bodies::ReplacementBody {
+            text: Some(t),
+            response: None,
+        }) => Some(Replacement::Text(t)),
+        Some(bodies::ReplacementBody {
+            text: None,
+            response: Some(r),
+        }) => Some(Replacement::Response(r)),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`replacement` is `{\"text\": ...}` (a user turn) or `{\"response\": ...}` (a \
+                 question's answer): exactly one",
+            ));
+        }
+    };
+    let run = s
+        .service
+        .fork_run(&owner, &run_id, body.at_seq, replacement, key.as_deref())
+        .await?;
+    let forked_from = run.forked_from.clone().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "idempotency_key_reused",
+            "this `Idempotency-Key` started a run that is not a fork",
+        )
+    })?;
+    Ok(accepted(bodies::ForkAccepted {
+        run_id: run.run_id,
+        status: run.status,
+        forked_from,
     }))
 }
 

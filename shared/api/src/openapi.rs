@@ -9,8 +9,8 @@ use serde_json::{Map, Value, json};
 use baton_core::cta::{Cta, CtaResponse};
 
 use crate::bodies::{
-    AnswerAccepted, CreateRunBody, CtaList, Health, Link, LinkQuestion, MessageBody,
-    RequestAccepted, RunAccepted, RunList, RunPage, TimelinePage,
+    AnswerAccepted, CreateRunBody, CtaList, ForkAccepted, ForkBody, Health, Link, LinkQuestion,
+    MessageBody, RequestAccepted, RunAccepted, RunList, RunPage, TimelinePage,
 };
 use crate::error::ErrorBody;
 
@@ -56,6 +56,18 @@ fn refine(schemas: &mut Map<String, Value>, agents: &[&str]) {
             json!([
                 {"required": ["text"], "properties": {"text": {"type": "string"}, "trigger": {"type": "null"}}},
                 {"required": ["trigger"], "properties": {"trigger": {"type": "object"}, "text": {"type": "null"}}}
+            ]),
+        );
+    }
+    if let Some(m) = schemas
+        .get_mut("ReplacementBody")
+        .and_then(Value::as_object_mut)
+    {
+        m.insert(
+            "oneOf".into(),
+            json!([
+                {"required": ["text"], "properties": {"text": {"type": "string", "minLength": 1, "pattern": "\\S"}, "response": {"type": "null"}}},
+                {"required": ["response"], "properties": {"response": {"type": "object"}, "text": {"type": "null"}}}
             ]),
         );
     }
@@ -122,6 +134,8 @@ pub fn document(agents: &[&str]) -> Value {
     let run_page = schema::<RunPage<'static>>(&mut g);
     let timeline = schema::<TimelinePage<'static>>(&mut g);
     let message = schema::<MessageBody>(&mut g);
+    let fork = schema::<ForkBody>(&mut g);
+    let fork_accepted = schema::<ForkAccepted>(&mut g);
     let accepted = schema::<RequestAccepted>(&mut g);
     let ctas = schema::<CtaList>(&mut g);
     let runs = schema::<RunList>(&mut g);
@@ -159,6 +173,13 @@ pub fn document(agents: &[&str]) -> Value {
             "requestBody": {"required": true, "content": json_body(message)},
             "responses": ok("202", "queued", accepted.clone(),
                 &[("400", "invalid input"), ("401", "no or wrong token"), ("404", "no such run"), ("409", "ten follow-ups already wait")])}},
+        "/runs/{runId}/fork": {"post": {"summary": "a new run whose history is this one's up to an entry, which it replaces",
+            "description": "`atSeq` names a `user` turn (its `replacement.text`, or the same text), an `assistant` reply (thought again) or a question, a `tool` entry with a `cta` (its `replacement.response`, or the answer given). The entries before it are copied as recorded: no model or tool call before it runs again.",
+            "parameters": [run_id.clone(), idem.clone()],
+            "requestBody": {"required": true, "content": json_body(fork)},
+            "responses": ok("202", "the fork is created; its first step is queued", fork_accepted,
+                &[("400", "invalid input, or an entry a fork cannot start at"), ("401", "no or wrong token"), ("404", "no such run"),
+                  ("409", "the history before the entry still waits, or the run is a subagent")])}},
         "/runs/{runId}/cancel": {"post": {"summary": "cancel a run",
             "parameters": [run_id.clone()],
             "responses": ok("202", "the cancel takes its turn", accepted,

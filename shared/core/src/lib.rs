@@ -22,6 +22,7 @@ pub mod cta;
 pub mod engine;
 pub mod error;
 pub mod failpoint;
+pub mod fork;
 pub mod links;
 pub mod live;
 pub mod llm;

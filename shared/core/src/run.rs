@@ -184,6 +184,9 @@ pub struct Run {
     pub github: Option<crate::scope::GithubRepo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<serde_json::Value>,
+    /// The run and entry this one was forked from (`POST /runs/{id}/fork`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<crate::fork::ForkedFrom>,
     /// The last reported `run.state`, so that only changes are published: `thinking`,
     /// `waiting_on_user`, `executing_plan` or `waiting_on_subagents`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -369,6 +372,7 @@ impl Run {
             sandbox_id: n.sandbox_id,
             github: None,
             metadata: n.metadata,
+            forked_from: None,
             state: None,
             state_detail: None,
             result: None,

@@ -1,6 +1,7 @@
 //! A mock OpenAI-compatible server on loopback that plays a script file over the real wire
 //! format: the agent comes from the system prompt (`agent:<name>`), the reply index from the
-//! number of assistant messages in the request.
+//! number of assistant messages in the request (a reply that is a list branches on the last
+//! tool message: see `respond`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -58,6 +59,28 @@ impl Respond for Replay {
         let Some(reply) = self.0.get(agent).and_then(|r| r.get(index)) else {
             return ResponseTemplate::new(400)
                 .set_body_string(format!("no reply {index} for {agent}"));
+        };
+        // A list of replies is a branch: the first whose `if` is in the last tool message
+        // (or that has none) answers.
+        let last_tool = messages
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "tool")
+            .map(|m| m["content"].to_string())
+            .unwrap_or_default();
+        let reply = match reply.as_array() {
+            Some(branches) => match branches.iter().find(|b| {
+                b["if"]
+                    .as_str()
+                    .is_none_or(|needle| last_tool.contains(needle))
+            }) {
+                Some(b) => b,
+                None => {
+                    return ResponseTemplate::new(400)
+                        .set_body_string(format!("no branch of reply {index} for {agent}"));
+                }
+            },
+            None => reply,
         };
         let calls: Vec<Value> = reply["tool_calls"]
             .as_array()

@@ -8,6 +8,7 @@
 mod cache;
 mod consume;
 mod ctas;
+mod fork;
 mod requests;
 mod steps;
 mod sweep;

@@ -24,6 +24,8 @@ pub const MAX_RUN_PAGE: usize = 100;
 /// run item is a few KB (its prompt and result are previews, its metadata at most 4 KB), so
 /// a page is far below it.
 pub const RUN_PAGE_BYTES: usize = 4 * 1024 * 1024;
+/// How far back through forks of forks a file is looked for.
+const MAX_FORK_HOPS: usize = 8;
 /// How long a file's URL serves it.
 pub const FILE_LINK_TTL: std::time::Duration = std::time::Duration::from_secs(300);
 
@@ -302,7 +304,7 @@ impl Service {
         run_id: &str,
         file_id: &str,
     ) -> Result<crate::ports::Download, ServiceError> {
-        self.owned_run(owner, run_id).await?;
+        let mut run = self.owned_run(owner, run_id).await?;
         let valid = file_id.starts_with("file_")
             && file_id[5..].chars().all(|c| c.is_ascii_hexdigit())
             && file_id.len() == 37;
@@ -310,15 +312,26 @@ impl Service {
         if !valid {
             return Err(missing());
         }
-        self.deps
-            .blobs
-            .download(
-                &format!("{run_id}/{file_id}"),
-                INLINE_FILE_BYTES,
-                FILE_LINK_TTL,
-            )
-            .await?
-            .ok_or_else(missing)
+        // A fork shares its history's files with the run it came from (and that one's).
+        for _ in 0..MAX_FORK_HOPS {
+            let key = format!("{}/{file_id}", run.run_id);
+            if let Some(d) = self
+                .deps
+                .blobs
+                .download(&key, INLINE_FILE_BYTES, FILE_LINK_TTL)
+                .await?
+            {
+                return Ok(d);
+            }
+            match run.forked_from.take() {
+                Some(from) => match self.deps.store.get_run(&from.run_id).await? {
+                    Some(r) if r.run.owner == run.owner => run = r.run,
+                    _ => break,
+                },
+                None => break,
+            }
+        }
+        Err(missing())
     }
 }
 

@@ -1,0 +1,62 @@
+//! `POST /runs/{id}/fork`: reads the original run, builds its fork (`crate::fork`), and
+//! creates it with its first message, as a new run is created.
+
+use tracing::info;
+
+use super::{Service, ServiceError};
+use crate::fork::{Refused, Replacement};
+use crate::message::{Effect, StepMessage};
+use crate::ports::{Created, RunRecord};
+use crate::run::Run;
+
+impl Service {
+    /// Starts a fork of the owner's run `run_id` at its entry `at_seq` (see [`crate::fork`]).
+    /// The fork's history is a copy of the original's entries before it, written with the
+    /// fork in one go: nothing of it runs again. With an idempotency key, a retry returns
+    /// the first fork.
+    pub async fn fork_run(
+        &self,
+        owner: &str,
+        run_id: &str,
+        at_seq: u64,
+        replacement: Option<Replacement>,
+        idempotency_key: Option<&str>,
+    ) -> Result<Run, ServiceError> {
+        let (rec, timeline) = match self.deps.store.load(run_id).await? {
+            Some((rec, t)) if rec.run.owner == owner => (rec, t),
+            _ => return Err(ServiceError::NotFound(format!("no run `{run_id}`"))),
+        };
+        let now = self.deps.clock.now();
+        let id = format!("run_{}", uuid::Uuid::new_v4().simple());
+        let fork =
+            crate::fork::fork(&rec.run, &timeline, at_seq, replacement, id, now).map_err(|r| {
+                match r {
+                    Refused::Invalid(m) => ServiceError::Invalid(m),
+                    Refused::Conflict(message) => ServiceError::Conflict {
+                        code: "not_forkable",
+                        message,
+                    },
+                }
+            })?;
+        let first = vec![Effect::Send(StepMessage {
+            run_id: fork.run.run_id.clone(),
+            id: format!("{}:fork", fork.run.run_id),
+            input: fork.first,
+        })];
+        let record = match self
+            .deps
+            .store
+            .create_run(&fork.run, &fork.entries, &first, idempotency_key)
+            .await?
+        {
+            Created::Created => RunRecord {
+                run: fork.run,
+                outbox: first,
+            },
+            Created::Existing(rec) => *rec,
+        };
+        self.perform(&record.run, &record.outbox).await?;
+        info!(run_id = %record.run.run_id, from = %run_id, at_seq, "run forked");
+        Ok(record.run)
+    }
+}

@@ -1,0 +1,278 @@
+//! Forking a run (`POST /runs/{id}/fork`) on both hosts: the dev host (SQLite) and the AWS
+//! host (DynamoDB, SQS, EventBridge and Scheduler on moto), each with a mock OpenAI server
+//! whose requests are counted, and an HTTP tool whose calls are counted: the fork at a
+//! question answered differently takes the other branch, and nothing before the question
+//! (a model call, the tool, the subagent) runs again.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_core::ports::SystemClock;
+use common::*;
+use serde_json::{Value, json};
+use wiremock::{Mock, MockServer, ResponseTemplate, matchers};
+
+/// The orchestrator looks something up and asks a subagent at once, then asks where to ship;
+/// its last reply depends on the answer.
+const SCRIPT: &str = r#"{
+  "orchestrator": [
+    {"text": "Looking first.",
+     "tool_calls": [{"name": "lookup", "arguments": {"q": "targets"}},
+                    {"name": "spawn_subagent", "arguments": {"agent": "explore", "prompt": "map the repo"}}],
+     "usage": {"inputTokens": 100, "outputTokens": 10, "totalTokens": 110}},
+    {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "choice", "prompt": "Where to ship?",
+       "options": [{"id": "staging", "label": "Staging"}, {"id": "prod", "label": "Production"}]}}],
+     "usage": {"inputTokens": 200, "outputTokens": 20, "totalTokens": 220}},
+    [{"if": "staging", "text": "Shipped to staging.", "usage": {"inputTokens": 300, "outputTokens": 5, "totalTokens": 305}},
+     {"text": "Shipped to production.", "usage": {"inputTokens": 300, "outputTokens": 6, "totalTokens": 306}}]],
+  "explore": [{"text": "The repo has 3 crates.", "usage": {"inputTokens": 50, "outputTokens": 8, "totalTokens": 58}}]
+}"#;
+
+fn agents(tool: &MockServer) -> Arc<baton_core::agent::Catalog> {
+    let file = serde_json::from_value(json!({
+        "tools": {"lookup": {"url": format!("{}/lookup", tool.uri()), "description": "looks things up",
+            "schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}},
+        "agents": {
+            "orchestrator": {"system": "agent:orchestrator",
+                "tools": ["lookup", "spawn_subagent", "request_human_feedback"]},
+            "explore": {"system": "agent:explore", "tools": []}
+        }
+    }))
+    .unwrap();
+    let catalog = baton_tools::catalog(Some(file), baton_tools::Host::Dev, &|_| None, vec![]);
+    Arc::new(catalog.unwrap())
+}
+
+/// Requests the mock model received from `agent`.
+async fn model_calls(model: &MockServer, agent: &str) -> usize {
+    let want = format!("agent:{agent}");
+    model
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| {
+            let body: Value = serde_json::from_slice(&r.body).unwrap_or_default();
+            body["messages"][0]["content"] == want.as_str()
+        })
+        .count()
+}
+
+async fn tool_server() -> MockServer {
+    let tool = MockServer::start().await;
+    Mock::given(matchers::method("POST"))
+        .and(matchers::path("/lookup"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"targets": ["staging", "prod"]})),
+        )
+        .mount(&tool)
+        .await;
+    tool
+}
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        common::aws::api_call(&self.http, &self.base, true, method, path, body.as_ref()).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    async fn wait(&self, what: &str, mut f: impl AsyncFnMut(&Api) -> Option<Value>) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(v) = f(self).await {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn status(&self, run_id: &str, status: &str) -> Value {
+        let path = format!("/runs/{run_id}");
+        self.wait(status, async |api: &Api| {
+            let (_, run) = api.get(&path).await;
+            (run["status"] == status).then_some(run)
+        })
+        .await
+    }
+}
+
+/// The flow both hosts go through: a run answered `prod`, then its fork at the question
+/// answered `staging`, with the refusals a fork gives.
+async fn fork_flow(api: &Api, model: &MockServer, tool: &MockServer) {
+    let (code, v) = api.post("/runs", json!({"prompt": "Ship it"})).await;
+    assert_eq!(code, 202, "{v}");
+    let run_id = v["runId"].as_str().unwrap().to_owned();
+    let cta = api
+        .wait("the question", async |api: &Api| {
+            let (_, v) = api.get("/ctas?status=pending").await;
+            v["ctas"].as_array().and_then(|c| c.first().cloned())
+        })
+        .await;
+    let (code, v) = api
+        .post(
+            &format!("/ctas/{}/response", cta["ctaId"].as_str().unwrap()),
+            json!({"kind": "choice", "selectedId": "prod"}),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    let original = api.status(&run_id, "completed").await;
+    assert_eq!(original["result"], "Shipped to production.");
+    let timeline = original["timeline"].as_array().unwrap().clone();
+    let question = timeline
+        .iter()
+        .find(|e| e["cta"].is_object())
+        .expect("the question's entry");
+    let at = question["seq"].as_u64().unwrap();
+    let counts = (
+        model_calls(model, "orchestrator").await,
+        model_calls(model, "explore").await,
+        tool.received_requests().await.unwrap_or_default().len(),
+    );
+    assert_eq!(counts, (3, 1, 1));
+
+    // Refusals change nothing.
+    let fork = format!("/runs/{run_id}/fork");
+    let refusals = [
+        (json!({"atSeq": 999}), 400),
+        (json!({"atSeq": at, "replacement": {"text": "no"}}), 400),
+        (
+            json!({"atSeq": at, "replacement": {"response": {"kind": "choice", "selectedId": "moon"}}}),
+            400,
+        ),
+        (
+            json!({"atSeq": at, "replacement": {"text": "a", "response": {"kind": "approval", "approved": true}}}),
+            400,
+        ),
+        (json!({"atSeq": 2}), 400),
+        (json!({"at": 2}), 400),
+    ];
+    for (body, want) in refusals {
+        let (code, v) = api.post(&fork, body.clone()).await;
+        assert_eq!(code, want, "{body}: {v}");
+        assert!(v["error"]["message"].is_string(), "{v}");
+    }
+    let (code, _) = api.post("/runs/run_nope/fork", json!({"atSeq": 0})).await;
+    assert_eq!(code, 404);
+    let child = timeline
+        .iter()
+        .find_map(|e| e["childRunId"].as_str())
+        .unwrap();
+    let (code, v) = api
+        .post(&format!("/runs/{child}/fork"), json!({"atSeq": 0}))
+        .await;
+    assert_eq!(code, 409, "{v}");
+    let (_, runs) = api.get("/runs").await;
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1, "{runs}");
+
+    // The fork at the question, answered the other way.
+    let (code, v) = api
+        .post(
+            &fork,
+            json!({"atSeq": at, "replacement": {"response": {"kind": "choice", "selectedId": "staging"}}}),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    assert_eq!(v["forkedFrom"], json!({"runId": run_id, "atSeq": at}));
+    let forked_id = v["runId"].as_str().unwrap().to_owned();
+    let forked = api.status(&forked_id, "completed").await;
+    assert_eq!(forked["result"], "Shipped to staging.");
+    assert_eq!(forked["forkedFrom"]["runId"], run_id.as_str());
+    // Its history before the question is the original's, as recorded.
+    let ft = forked["timeline"].as_array().unwrap();
+    assert_eq!(&ft[..at as usize], &timeline[..at as usize]);
+    assert_eq!(ft[at as usize]["cta"]["response"]["selectedId"], "staging");
+    assert_eq!(ft[at as usize]["result"]["output"]["selectedId"], "staging");
+    assert_ne!(ft[at as usize]["cta"]["ctaId"], question["cta"]["ctaId"]);
+    // One model call more (the reply after the answer); the tool and the subagent not again.
+    let after = (
+        model_calls(model, "orchestrator").await,
+        model_calls(model, "explore").await,
+        tool.received_requests().await.unwrap_or_default().len(),
+    );
+    assert_eq!(after, (counts.0 + 1, counts.1, counts.2));
+    // It spent its own call only.
+    assert_eq!(forked["usage"]["totalTokens"], 305);
+    // The original is as it was.
+    let (_, again) = api.get(&format!("/runs/{run_id}")).await;
+    assert_eq!(again["timeline"], original["timeline"]);
+    assert_eq!(again["version"], original["version"]);
+
+    // A fork at the prompt with new words starts over from there (its first reply again).
+    let (code, v) = api
+        .post(
+            &fork,
+            json!({"atSeq": 0, "replacement": {"text": "Ship it, carefully"}}),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    let second = v["runId"].as_str().unwrap().to_owned();
+    api.wait("its question", async |api: &Api| {
+        let (_, v) = api
+            .get(&format!("/ctas?status=pending&rootRunId={second}"))
+            .await;
+        v["ctas"].as_array().and_then(|c| c.first().cloned())
+    })
+    .await;
+    let (_, run) = api.get(&format!("/runs/{second}")).await;
+    assert_eq!(run["timeline"][0]["text"], "Ship it, carefully");
+    assert_eq!(run["status"], "waiting");
+    let (_, runs) = api.get("/runs").await;
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 3, "{runs}");
+}
+
+#[tokio::test]
+async fn a_fork_at_a_question_takes_the_other_branch_on_the_dev_host_with_nothing_run_again() {
+    let tool = tool_server().await;
+    let (model, llm) = common::mock_openai::start(SCRIPT).await;
+    let dir = tempfile::tempdir().unwrap();
+    let h = common::start(dir.path(), llm, agents(&tool), Arc::new(SystemClock)).await;
+    let api = Api {
+        base: h.server.url(),
+        http: reqwest::Client::new(),
+    };
+    fork_flow(&api, &model, &tool).await;
+    h.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_fork_at_a_question_takes_the_other_branch_on_the_aws_host_with_nothing_run_again() {
+    let tool = tool_server().await;
+    let (model, llm) = common::mock_openai::start(SCRIPT).await;
+    let aws = common::aws::Emulator::start().await;
+    let server = baton_dev::AwsDevServer::start(baton_dev::AwsDevOptions {
+        sdk: aws.host_sdk().await,
+        names: aws.names("fork"),
+        scheduler_role_arn: "arn:aws:iam::123456789012:role/fork-scheduler".into(),
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: TOKEN.into(),
+        llm,
+        catalog: agents(&tool),
+        clock: Arc::new(SystemClock),
+        duplicate: false,
+        live: None,
+    })
+    .await
+    .unwrap();
+    aws.turn_on();
+    let api = Api {
+        base: server.url(),
+        http: reqwest::Client::new(),
+    };
+    fork_flow(&api, &model, &tool).await;
+    server.shutdown().await;
+}
