@@ -135,6 +135,19 @@ fn next(run: &Run, effects: Vec<Effect>) -> Transition {
     }
 }
 
+/// `len` bytes of text that no codec shrinks much, different for each `seed`.
+fn noise(seed: u64, len: usize) -> String {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b'a' + (x % 26) as u8)
+        })
+        .collect()
+}
+
 async fn store_contract(store: Arc<dyn Store>) {
     // Create, read back, idempotency per owner.
     let (run, first) = new_run("run_c1", "alice");
@@ -167,6 +180,27 @@ async fn store_contract(store: Arc<dyn Store>) {
     let (rec, tl) = store.load("run_c1").await.unwrap().unwrap();
     assert_eq!((rec.run.clone(), tl.clone()), (run.clone(), first.clone()));
     assert!(store.load("run_missing").await.unwrap().is_none());
+
+    // A run created with a long history (a fork's copy) reads back whole, even when it
+    // is more than one DynamoDB transaction holds (4 MB): 20 entries of ~380 KB of text
+    // that does not compress.
+    let (mut long, _) = new_run("run_c_long", "alice");
+    let history: Vec<Entry> = (0..20u64)
+        .map(|seq| Entry {
+            seq,
+            at: Utc::now(),
+            body: EntryBody::User {
+                text: noise(seq, 380 * 1024),
+                message_id: None,
+                options: Default::default(),
+            },
+        })
+        .collect();
+    long.next_seq = history.len() as u64;
+    store.create_run(&long, &history, &[], None).await.unwrap();
+    let (rec, tl) = store.load("run_c_long").await.unwrap().unwrap();
+    assert_eq!(rec.run, long);
+    assert_eq!(tl, history);
 
     // A commit at the right version lands whole, with its outbox.
     let send = Effect::Send(msg("run_c1", "m1"));

@@ -53,6 +53,11 @@ use baton_core::timeline::Entry;
 type Item = HashMap<String, AttributeValue>;
 
 /// The GSI listing an owner's CTAs (`CTA#…`) and top-level runs (`RUN#…`, their `INFO` items).
+/// At most this many segments, of at most this many bytes in all, are written in a run's
+/// creating transaction (DynamoDB's limits: 100 items, 4 MB); more are written before it.
+const CREATE_SEGMENTS: usize = 90;
+const CREATE_SEGMENT_BYTES: usize = 3 * 1024 * 1024;
+
 pub const GSI1: &str = "GSI1";
 /// The sparse GSI of runs with a parking outbox not yet performed, for the sweep.
 pub const GSI2: &str = "GSI2";
@@ -228,8 +233,33 @@ impl Store for DynamoStore {
         if let Some(info) = self.info_item(run)? {
             items.push(self.put(info, None)?);
         }
-        for seg in segments {
-            items.push(self.put(seg, None)?);
+        // A fork's copied history may not fit one transaction (100 items, 4 MB): its
+        // segments are then written first, under a run id no one reads until the run item
+        // that names them is written.
+        let bytes: usize = segments.iter().map(item_size).sum();
+        if segments.len() > CREATE_SEGMENTS || bytes > CREATE_SEGMENT_BYTES {
+            let puts: Vec<_> = segments
+                .into_iter()
+                .map(|seg| {
+                    let put = aws_sdk_dynamodb::types::PutRequest::builder()
+                        .set_item(Some(seg))
+                        .build()
+                        .map_err(|e| broken("build a put", e))?;
+                    Ok(aws_sdk_dynamodb::types::WriteRequest::builder()
+                        .put_request(put)
+                        .build())
+                })
+                .collect::<Result<_, PortError>>()?;
+            let mut puts: Vec<_> = puts;
+            while !puts.is_empty() {
+                let rest = puts.split_off(puts.len().min(25));
+                self.write_batch(puts).await?;
+                puts = rest;
+            }
+        } else {
+            for seg in segments {
+                items.push(self.put(seg, None)?);
+            }
         }
         if let Some(key) = idempotency_key {
             let idem = Item::from([
