@@ -27,6 +27,7 @@ pub mod links;
 pub mod live;
 pub mod llm;
 pub mod message;
+pub mod observe;
 pub mod plan;
 pub mod ports;
 pub mod run;

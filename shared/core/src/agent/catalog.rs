@@ -80,6 +80,11 @@ fn server_of(name: &str) -> Option<&str> {
 }
 
 impl Catalog {
+    /// The MCP server that serves the tool `name`, if one of this catalog's does.
+    pub fn mcp_server_of<'a>(&self, name: &'a str) -> Option<&'a str> {
+        server_of(name).filter(|s| self.servers.contains_key(*s))
+    }
+
     /// The built-in agents, the built-in tools plus `extra_tools`, and the agents of `file`
     /// (which may redefine a built-in agent).
     pub fn new(

@@ -192,6 +192,8 @@ pub struct Service {
     links: std::sync::OnceLock<crate::links::Links>,
     /// The host's channel to the runs' watchers, once it has set one up.
     live: std::sync::OnceLock<Arc<dyn crate::live::Live>>,
+    /// What the host traces and measures committed steps with.
+    observers: std::sync::RwLock<Vec<Arc<dyn crate::observe::Observer>>>,
 }
 
 /// What `GET /runs/{id}` shows: the run and the start of its timeline.
@@ -216,6 +218,35 @@ impl Service {
             cold_steps: AtomicU64::new(0),
             links: std::sync::OnceLock::new(),
             live: std::sync::OnceLock::new(),
+            observers: std::sync::RwLock::new(Vec::new()),
+        }
+    }
+
+    /// Hands every committed step's report to `observer` from now on (traces, metrics).
+    pub fn observe_with(&self, observer: Arc<dyn crate::observe::Observer>) {
+        self.observers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(observer);
+    }
+
+    /// Tells the observers what a step of `before` that committed `t` did.
+    fn report(
+        &self,
+        before: &Run,
+        input: &crate::message::Input,
+        t: &crate::message::Transition,
+        started: chrono::DateTime<chrono::Utc>,
+    ) {
+        let observers = self.observers.read().unwrap_or_else(|e| e.into_inner());
+        if observers.is_empty() {
+            return;
+        }
+        let ended = self.deps.clock.now();
+        let report =
+            crate::observe::StepReport::new(&self.catalog, before, input, t, started, ended);
+        for o in observers.iter() {
+            o.step(&report);
         }
     }
 

@@ -60,6 +60,7 @@ impl Service {
     }
 
     async fn step(&self, msg: &StepMessage) -> Result<Handled, StepError> {
+        let started = self.deps.clock.now();
         for _ in 0..3 {
             let Some(Hydrated {
                 record,
@@ -155,6 +156,7 @@ impl Service {
                     }
                     self.cache_put(&run.run_id, version, base, timeline, bytes, head);
                     info!(run_id = %run.run_id, version, status = status.as_str(), "step committed");
+                    self.report(&run, &msg.input, &transition, started);
                     if !sent {
                         self.perform(&transition.run, &transition.effects).await?;
                     }
