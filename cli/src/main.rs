@@ -454,6 +454,8 @@ async fn dev(
     config: &Config,
 ) -> anyhow::Result<()> {
     let (llm, catalog) = model_and_agents(script.as_deref(), agents.as_deref(), config).await?;
+    // Traces go to OTEL_EXPORTER_OTLP_ENDPOINT when it is set; none are made otherwise.
+    let traces = baton_telemetry::Traces::from_env("baton-dev")?;
     let server = LocalServer::start(LocalOptions {
         data_dir: data.clone(),
         addr,
@@ -467,6 +469,9 @@ async fn dev(
         cache_bytes: config.cache_bytes(baton_dev::machine_memory_mb()),
     })
     .await?;
+    if let Some(traces) = traces {
+        server.trace_with(Arc::new(traces));
+    }
     println!(
         "baton dev: listening on {} (data in {})",
         server.url(),

@@ -26,4 +26,5 @@ mod plans;
 mod races;
 mod secret_rotation;
 mod step_errors;
+mod telemetry;
 mod visible_failures;

@@ -69,7 +69,12 @@ pub struct LocalServer {
     stop: watch::Sender<bool>,
     server: JoinHandle<std::io::Result<()>>,
     worker: JoinHandle<()>,
+    /// The tasks that export spans, each flushing what is left when the server stops.
+    exports: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
+
+/// How often `baton dev` sends the spans its steps recorded (with `OTEL_EXPORTER_OTLP_ENDPOINT`).
+pub const TRACE_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The token file `baton` clients read when `BATON_TOKEN` is not set.
 /// Writes `text` to a file its user alone may read (0600, made so if it was not).
@@ -108,6 +113,8 @@ impl LocalServer {
         service.set_cache_bytes(opts.cache_bytes);
         let live = baton_api::live::Hub::new();
         service.set_live(live.clone());
+        let metrics = Arc::new(baton_telemetry::Metrics::prometheus());
+        service.observe_with(metrics.clone());
         let worker = Worker::new(service.clone(), store.clone(), opts.worker);
         worker.sweep().await?;
         let (stop, stop_rx) = watch::channel(false);
@@ -122,7 +129,8 @@ impl LocalServer {
             live: Some(live),
             watchers: None,
         })
-        .merge(events_route(store.clone(), auth));
+        .merge(events_route(store.clone(), auth.clone()))
+        .merge(metrics_route(metrics, auth));
         let (addr, server) = baton_api::serve(app, opts.addr, stop_rx)
             .await
             .map_err(StartError::Io)?;
@@ -145,6 +153,7 @@ impl LocalServer {
             stop,
             server,
             worker,
+            exports: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -152,11 +161,36 @@ impl LocalServer {
         format!("http://{}", self.addr)
     }
 
+    /// Exports committed steps' spans through `traces` from now on: every
+    /// [`TRACE_FLUSH_EVERY`], and what is left when the server stops.
+    pub fn trace_with(&self, traces: Arc<baton_telemetry::Traces>) {
+        self.service.observe_with(traces.clone());
+        let mut stop = self.stop.subscribe();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(TRACE_FLUSH_EVERY);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => traces.flush(TRACE_FLUSH_EVERY).await,
+                    _ = stop.changed() => break,
+                }
+            }
+            traces.flush(TRACE_FLUSH_EVERY).await;
+        });
+        self.exports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(task);
+    }
+
     /// Stops serving and working, and waits for both to finish.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.server.await;
         let _ = self.worker.await;
+        let exports = std::mem::take(&mut *self.exports.lock().unwrap_or_else(|e| e.into_inner()));
+        for task in exports {
+            let _ = task.await;
+        }
     }
 
     /// Waits for Ctrl-C (or SIGTERM), then shuts down.
@@ -225,6 +259,34 @@ fn events_route(store: LocalStore, auth: Arc<dyn Authenticator>) -> axum::Router
     };
     axum::Router::new().route(
         "/events",
+        axum::routing::get(handler).fallback(|| async { ApiError::method_not_allowed() }),
+    )
+}
+
+/// `GET /metrics`: committed steps' counters by agent and model, in the Prometheus text
+/// format (OpenMetrics), for a scraper that sends the server's token.
+fn metrics_route(
+    metrics: Arc<baton_telemetry::Metrics>,
+    auth: Arc<dyn Authenticator>,
+) -> axum::Router {
+    use axum::http::{HeaderMap, header};
+    use axum::response::IntoResponse;
+
+    let handler = move |headers: HeaderMap| {
+        let (metrics, auth) = (metrics.clone(), auth.clone());
+        async move {
+            match auth.authenticate(&headers, &axum::http::Extensions::new()) {
+                Ok(_) => (
+                    [(header::CONTENT_TYPE, baton_telemetry::Metrics::CONTENT_TYPE)],
+                    metrics.prometheus_text(),
+                )
+                    .into_response(),
+                Err(e) => e.into_response(),
+            }
+        }
+    };
+    axum::Router::new().route(
+        "/metrics",
         axum::routing::get(handler).fallback(|| async { ApiError::method_not_allowed() }),
     )
 }

@@ -33,11 +33,15 @@ struct StepsHandler {
     /// The live channel's publisher, if the deployment has one: what a batch published is
     /// sent before the invocation ends (Lambda freezes a process between invocations).
     live: Option<Arc<baton_aws::appsync::AppSyncLive>>,
+    /// The OTLP exporter, when one is configured: flushed at each invocation's end.
+    traces: Option<Arc<baton_telemetry::Traces>>,
 }
 
 /// The longest an invocation's end waits for its live events to be sent.
 #[cfg(feature = "steps")]
 const LIVE_DRAIN: Duration = Duration::from_secs(1);
+/// How long an invocation may spend sending its steps' spans before it returns.
+const TRACES_FLUSH: Duration = Duration::from_secs(1);
 
 #[cfg(feature = "steps")]
 /// The `orchestrator` and `subagent` functions: steps from their queue (and its dead-letter
@@ -53,6 +57,14 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
         runtime.config.cache_bytes(None),
     );
     let service = runtime.step_service(llm).await?;
+    // One EMF line per committed step in the function's log (CloudWatch makes them
+    // metrics); spans to OTEL_EXPORTER_OTLP_ENDPOINT when it is set, sent before each
+    // invocation returns.
+    service.observe_with(Arc::new(baton_telemetry::Metrics::emf()));
+    let traces = baton_telemetry::Traces::from_env("baton")?.map(Arc::new);
+    if let Some(t) = &traces {
+        service.observe_with(t.clone());
+    }
     let live = runtime.live()?;
     if let Some(live) = &live {
         service.set_live(live.clone());
@@ -64,6 +76,7 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
         sqs,
         at_once,
         live,
+        traces,
     });
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let handler = handler.clone();
@@ -75,6 +88,7 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
                 sqs,
                 at_once,
                 live,
+                traces,
             } = &*handler;
             let at = std::time::UNIX_EPOCH + Duration::from_millis(event.context.deadline);
             // A deadline already past as the batch starts is no real invocation's (an
@@ -87,6 +101,9 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
             release(sqs, &urls, &out.again).await;
             if let Some(live) = live {
                 live.drain(LIVE_DRAIN).await;
+            }
+            if let Some(traces) = traces {
+                traces.flush(TRACES_FLUSH).await;
             }
             Ok::<_, lambda_runtime::Error>(out.response)
         }

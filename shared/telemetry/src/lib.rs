@@ -2,5 +2,7 @@
 //! ([`baton_core::observe::StepReport`]): hosts register them as observers of their service.
 
 pub mod metrics;
+pub mod traces;
 
 pub use metrics::Metrics;
+pub use traces::Traces;

@@ -17,6 +17,9 @@ const REQUIREMENTS: &[&str] = &[
     "moto[dynamodb,sqs,events,scheduler]",
     "flask",
     "flask-cors",
+    "opentelemetry-proto==1.45.2",
+    "protobuf>=5.29,<8",
+    "prometheus-client",
 ];
 
 /// The virtualenv's `bin` directory, created and filled once (across test processes: the

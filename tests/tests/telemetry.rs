@@ -1,0 +1,319 @@
+//! Traces and metrics as an operator's tools receive them: the OTLP export decoded by a
+//! receiver built on the official protobuf definitions (PyPI `opentelemetry-proto`), and
+//! `GET /metrics` read by the Prometheus project's own parsers (PyPI `prometheus-client`).
+//! The run has a subagent, an MCP tool (`mcp-server-time`, from PyPI, over stdio) and a
+//! question answered through the API.
+
+use crate::common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_core::ports::SystemClock;
+use common::python::venv_bin;
+use common::*;
+use serde_json::{Value, json};
+
+/// `tests/otlp/receiver.py`, writing the spans it decodes to `out`; killed when dropped.
+struct Receiver {
+    child: Child,
+    url: String,
+    out: PathBuf,
+}
+
+impl Receiver {
+    fn start(dir: &Path) -> Self {
+        let out = dir.join("spans.jsonl");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("otlp/receiver.py");
+        let mut child = Command::new(venv_bin().join("python"))
+            .arg(script)
+            .args(["--port", "0", "--out"])
+            .arg(&out)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the OTLP receiver");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the receiver says where it listens");
+        Self {
+            child,
+            url: line.trim().to_owned(),
+            out,
+        }
+    }
+
+    fn spans(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a span as JSON"))
+            .collect()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn named<'a>(spans: &'a [Value], name: &str) -> Vec<&'a Value> {
+    spans.iter().filter(|s| s["name"] == name).collect()
+}
+
+/// Samples of a metrics page, as `tests/otlp/parse_metrics.py` reads them.
+fn parse_metrics(page: &str) -> Vec<Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("otlp/parse_metrics.py");
+    let mut child = Command::new(venv_bin().join("python"))
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the parser");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(page.as_bytes())
+        .expect("write the page");
+    let out = child.wait_with_output().expect("the parser ends");
+    assert!(
+        out.status.success(),
+        "the page does not parse: {}\n{page}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a sample"))
+        .collect()
+}
+
+fn sample(samples: &[Value], name: &str, labels: Value) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s["name"] == name)
+        .filter(|s| {
+            labels
+                .as_object()
+                .expect("labels")
+                .iter()
+                .all(|(k, v)| &s["labels"][k] == v)
+        })
+        .map(|s| s["value"].as_f64().expect("a number"))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_with_a_subagent_an_mcp_tool_and_a_question_exports_one_linked_trace_and_metrics() {
+    let bin = venv_bin();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start(dir.path());
+    let file = serde_json::from_value(json!({
+        "mcpServers": {"clock": {"command": bin.join("mcp-server-time"), "args": ["--local-timezone", "UTC"]}},
+        "agents": {
+            "orchestrator": {"model": "openai:gpt-4o-mini",
+                "tools": ["clock__get_current_time", "spawn_subagent", "request_human_feedback"]},
+            "explore": {"model": "openai:gpt-4o-mini", "tools": []}
+        }
+    }))
+    .expect("agents file");
+    let catalog = baton_tools::catalog(Some(file), baton_tools::Host::Dev, &|_| None, vec![])
+        .expect("catalog");
+    let script = json!({
+        "orchestrator": [
+            {"tool_calls": [
+                {"name": "clock__get_current_time", "arguments": {"timezone": "UTC"}},
+                {"name": "spawn_subagent", "arguments": {"agent": "explore", "prompt": "map the repo"}}],
+             "usage": {"inputTokens": 100, "outputTokens": 10, "totalTokens": 110}},
+            {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Ship?"}}],
+             "usage": {"inputTokens": 200, "outputTokens": 20, "totalTokens": 220}},
+            {"text": "Shipped.", "usage": {"inputTokens": 300, "outputTokens": 30, "totalTokens": 330}}],
+        "explore": [{"text": "3 crates.", "usage": {"inputTokens": 50, "outputTokens": 5, "totalTokens": 55}}]
+    });
+    let h = common::start(
+        dir.path(),
+        scripted(&script.to_string()),
+        Arc::new(catalog),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let traces = baton_telemetry::Traces::to(&receiver.url, "baton-test").expect("exporter");
+    h.server.trace_with(Arc::new(traces));
+    let run_id = h.create_run(json!({"prompt": "Ship it"})).await;
+    let cta = h.wait_pending(1).await.remove(0);
+    let (code, v) = h
+        .post(
+            &format!("/ctas/{}/response", cta["ctaId"].as_str().expect("id")),
+            json!({"kind": "approval", "approved": true}),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    let run = h.wait_status(&run_id, &["completed"]).await;
+    let child = of_type(&run, "tool")
+        .iter()
+        .find_map(|t| t["childRunId"].as_str())
+        .expect("a subagent")
+        .to_owned();
+
+    // Metrics, as Prometheus reads them (with the server's token; none without it).
+    let page = h
+        .http
+        .get(h.url("/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("metrics");
+    assert_eq!(page.status(), 200);
+    assert!(
+        page.headers()["content-type"]
+            .to_str()
+            .unwrap_or_default()
+            .starts_with("application/openmetrics-text"),
+    );
+    let samples = parse_metrics(&page.text().await.expect("page"));
+    let orch = json!({"agent": "orchestrator", "model": "openai:gpt-4o-mini"});
+    assert_eq!(
+        sample(&samples, "baton_input_tokens_total", orch.clone()),
+        600.0
+    );
+    assert_eq!(
+        sample(&samples, "baton_output_tokens_total", orch.clone()),
+        60.0
+    );
+    assert!(
+        sample(
+            &samples,
+            "baton_steps_total",
+            json!({"agent": "orchestrator"})
+        ) >= 3.0
+    );
+    assert_eq!(
+        sample(&samples, "baton_model_call_seconds_count", orch),
+        3.0
+    );
+    let answered = json!({"agent": "orchestrator", "kind": "answered"});
+    assert_eq!(sample(&samples, "baton_ctas_total", answered), 1.0);
+    let opened = json!({"agent": "orchestrator", "kind": "opened"});
+    assert_eq!(sample(&samples, "baton_ctas_total", opened), 1.0);
+    let ok = json!({"agent": "orchestrator", "kind": "success"});
+    assert_eq!(sample(&samples, "baton_tool_calls_total", ok), 3.0);
+    for agent in ["orchestrator", "explore"] {
+        let done = json!({"agent": agent, "kind": "completed"});
+        assert_eq!(
+            sample(&samples, "baton_runs_ended_total", done),
+            1.0,
+            "{agent}"
+        );
+    }
+    let (code, _) = h.call(reqwest::Method::GET, "/metrics", None).await;
+    assert_eq!(code, 200);
+    let anonymous = h.http.get(h.url("/metrics")).send().await.expect("metrics");
+    assert_eq!(anonymous.status(), 401);
+
+    // Stopping the server sends what is left; the receiver writes what it decoded.
+    h.server.shutdown().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let spans = loop {
+        let spans = receiver.spans();
+        if named(&spans, "invoke_agent orchestrator").len() == 1 || Instant::now() > deadline {
+            break spans;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let of_run = |id: &str| -> Vec<&Value> {
+        spans
+            .iter()
+            .filter(|s| {
+                s["attributes"]["baton.run.id"] == id
+                    || s["attributes"]["gen_ai.conversation.id"] == id
+            })
+            .collect()
+    };
+    let root = named(&spans, "invoke_agent orchestrator");
+    assert_eq!(root.len(), 1, "{spans:#?}");
+    let root = root[0];
+    let trace = root["trace_id"].as_str().expect("trace id");
+    assert!(root["parent_span_id"].is_null());
+    assert_eq!(root["resource"]["service.name"], "baton-test");
+    // Every span of the run is in its trace, under the run's span or a step of it.
+    let steps: Vec<&Value> = named(&spans, "step orchestrator");
+    assert!(steps.len() >= 3, "{steps:#?}");
+    let step_ids: Vec<&str> = steps
+        .iter()
+        .map(|s| s["span_id"].as_str().expect("id"))
+        .collect();
+    for s in &steps {
+        assert_eq!(s["trace_id"], trace);
+        assert_eq!(s["parent_span_id"], root["span_id"]);
+        assert_eq!(s["attributes"]["baton.run.id"], run_id.as_str());
+        for key in ["baton.step.seq", "baton.step.attempt", "gen_ai.agent.name"] {
+            assert!(!s["attributes"][key].is_null(), "{key} in {s}");
+        }
+    }
+    assert!(of_run(&run_id).iter().all(|s| s["trace_id"] == trace));
+    let in_trace: Vec<&Value> = spans.iter().filter(|s| s["trace_id"] == trace).collect();
+    let chats: Vec<&&Value> = in_trace
+        .iter()
+        .filter(|s| s["name"] == "chat openai:gpt-4o-mini")
+        .collect();
+    assert_eq!(chats.len(), 3, "{in_trace:#?}");
+    let inputs: Vec<i64> = chats
+        .iter()
+        .map(|c| {
+            c["attributes"]["gen_ai.usage.input_tokens"]
+                .as_i64()
+                .expect("tokens")
+        })
+        .collect();
+    assert_eq!(inputs.iter().sum::<i64>(), 600);
+    for c in &chats {
+        let a = &c["attributes"];
+        assert_eq!(a["gen_ai.operation.name"], "chat");
+        assert_eq!(a["gen_ai.provider.name"], "openai");
+        assert_eq!(a["gen_ai.request.model"], "openai:gpt-4o-mini");
+        assert!(a["gen_ai.usage.output_tokens"].is_i64());
+        assert!(a["gen_ai.response.finish_reasons"].is_array());
+        assert_eq!(c["kind"], "SPAN_KIND_CLIENT");
+        assert!(step_ids.contains(&c["parent_span_id"].as_str().expect("parent")));
+    }
+    let clock: Vec<&&Value> = in_trace
+        .iter()
+        .filter(|s| s["name"] == "execute_tool clock__get_current_time")
+        .collect();
+    assert_eq!(clock.len(), 1, "{in_trace:#?}");
+    assert_eq!(clock[0]["attributes"]["baton.mcp.server"], "clock");
+    assert_eq!(clock[0]["attributes"]["baton.tool.outcome"], "success");
+    assert!(clock[0]["attributes"]["baton.tool.duration_ms"].is_i64());
+    let asked: Vec<&&Value> = in_trace
+        .iter()
+        .filter(|s| s["name"] == "execute_tool request_human_feedback")
+        .collect();
+    assert_eq!(asked.len(), 1);
+    // The subagent: its own trace, linked to its parent's run; the spawn links to it.
+    let spawn: Vec<&&Value> = in_trace
+        .iter()
+        .filter(|s| s["name"] == "execute_tool spawn_subagent")
+        .collect();
+    assert_eq!(spawn.len(), 1);
+    assert_eq!(spawn[0]["attributes"]["baton.child_run.id"], child.as_str());
+    let sub = of_run(&child);
+    assert!(!sub.is_empty(), "{spans:#?}");
+    let sub_trace = sub[0]["trace_id"].as_str().expect("trace");
+    assert_ne!(sub_trace, trace);
+    assert_eq!(spawn[0]["links"][0]["trace_id"], sub_trace);
+    for s in sub
+        .iter()
+        .filter(|s| s["name"] == "step explore" || s["name"] == "invoke_agent explore")
+    {
+        assert_eq!(s["trace_id"], sub_trace);
+        assert_eq!(s["links"][0]["trace_id"], trace, "{s}");
+        assert_eq!(s["links"][0]["span_id"], root["span_id"], "{s}");
+    }
+    assert_eq!(named(&spans, "invoke_agent explore").len(), 1);
+}
