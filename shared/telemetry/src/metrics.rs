@@ -527,6 +527,36 @@ mod tests {
     }
 
     #[test]
+    fn the_dashboard_graphs_metrics_the_steps_write() {
+        let m = Metrics::emf_in_memory();
+        m.step(&report());
+        let line: Value = serde_json::from_slice(&m.take_emf()).unwrap();
+        let written: Vec<&str> = line["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["Name"].as_str().unwrap())
+            .collect();
+        let template = include_str!("../../../template.yaml");
+        let body = &template[template.find("DashboardBody").unwrap()..];
+        let named =
+            regex::Regex::new(r#"MetricName=\\"(\w+)\\"|\["(?:Baton|\.)", "(\w+)""#).unwrap();
+        let graphed: Vec<&str> = named
+            .captures_iter(body)
+            .filter_map(|c| c.get(1).or(c.get(2)))
+            .map(|m| m.as_str())
+            .collect();
+        assert!(graphed.len() >= 15, "{graphed:?}");
+        for name in &graphed {
+            assert!(
+                written.contains(name),
+                "the dashboard graphs {name}, which no step writes"
+            );
+        }
+        assert!(body.contains("{Baton,Agent,Model}") && body.contains("{Baton,Agent}"));
+    }
+
+    #[test]
     fn models_past_the_bound_are_counted_as_other() {
         let m = Metrics::prometheus();
         for i in 0..MAX_MODELS + 3 {
