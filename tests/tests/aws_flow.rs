@@ -521,26 +521,13 @@ impl baton_core::tools::Tool for Big {
         input: Value,
     ) -> Result<Value, String> {
         let n = input["bytes"].as_u64().unwrap_or(0) as usize;
-        Ok(Value::String(noise(n)))
+        Ok(Value::String(noise(0, n)))
     }
-}
-
-/// Text that deflate cannot shrink much.
-fn noise(n: usize) -> String {
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            char::from(b'a' + (x % 26) as u8)
-        })
-        .collect()
 }
 
 #[tokio::test]
 async fn a_1_mb_tool_output_and_a_300_kb_answer_complete_and_read_back_whole() {
-    let answer = noise(300_000);
+    let answer = noise(0, 300_000);
     let script = json!({"orchestrator": [
         {"tool_calls": [{"name": "big", "arguments": {"bytes": 1_000_000}}]},
         {"text": answer}

@@ -135,19 +135,6 @@ fn next(run: &Run, effects: Vec<Effect>) -> Transition {
     }
 }
 
-/// `len` bytes of text that no codec shrinks much, different for each `seed`.
-fn noise(seed: u64, len: usize) -> String {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            char::from(b'a' + (x % 26) as u8)
-        })
-        .collect()
-}
-
 async fn store_contract(store: Arc<dyn Store>) {
     // Create, read back, idempotency per owner.
     let (run, first) = new_run("run_c1", "alice");
@@ -383,17 +370,6 @@ async fn store_contract(store: Arc<dyn Store>) {
     );
 
     // A commit larger than one DynamoDB item (8 incompressible ~60 KB results) round-trips.
-    let noise = |seed: u64| -> String {
-        let mut x = seed | 1;
-        (0..60_000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                char::from(b'!' + (x % 90) as u8)
-            })
-            .collect()
-    };
     let (big, first) = new_run("run_big", "alice");
     store.create_run(&big, &first, &[], None).await.unwrap();
     let mut t = next(&big, vec![]);
@@ -404,7 +380,7 @@ async fn store_contract(store: Arc<dyn Store>) {
             seq: t.run.next_seq,
             at: Utc::now(),
             body: EntryBody::User {
-                text: noise(i),
+                text: noise(i, 60_000),
                 message_id: None,
                 options: Default::default(),
             },

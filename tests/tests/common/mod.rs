@@ -313,3 +313,17 @@ pub fn catalog_with_report(agents: Value) -> Arc<Catalog> {
     let tools: Vec<Arc<dyn baton_core::tools::Tool>> = vec![Arc::new(ReportTool)];
     Arc::new(Catalog::new(Limits::default(), tools, Some(file)).expect("catalog"))
 }
+
+/// `len` bytes of text that no codec shrinks much (26 letters, a xorshift's), different for
+/// each `seed`.
+pub fn noise(seed: u64, len: usize) -> String {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b'a' + (x % 26) as u8)
+        })
+        .collect()
+}
