@@ -341,6 +341,61 @@ async fn every_crash_point_recovers_to_the_fault_free_outcome() {
 }
 
 #[tokio::test]
+async fn a_fork_whose_answer_was_not_sent_before_a_crash_is_answered_by_the_sweep() {
+    let _serial = SERIAL.lock().await;
+    failpoint::reset();
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = Host::start(dir.path(), false).await;
+    let (code, v) = host
+        .h()
+        .post("/runs", json!({"prompt": "go", "agent": "ops"}))
+        .await;
+    assert_eq!(code, 202, "{v}");
+    let run_id = v["runId"].as_str().unwrap().to_owned();
+    let cta = host.h().wait_pending(1).await[0]["ctaId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let answer = json!({"kind": "approval", "approved": true});
+    let (code, v) = host
+        .h()
+        .post(&format!("/ctas/{cta}/response"), answer)
+        .await;
+    assert_eq!(code, 202, "{v}");
+    let done = host.h().wait_status(&run_id, &["completed"]).await;
+    let at = done["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["cta"].is_object())
+        .unwrap()["seq"]
+        .clone();
+    // The fork is written, then the process dies before its first message (the answer) is
+    // sent; the restart's sweep sends it, and the fork completes.
+    let fp = "fork.after_insert";
+    failpoint::arm(fp, 0);
+    let code = host
+        .request(fp, &format!("/runs/{run_id}/fork"), json!({"atSeq": at}))
+        .await;
+    assert_eq!(code, 503);
+    let (_, runs) = host.h().get("/runs").await;
+    let fork = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["runId"] != run_id.as_str())
+        .expect("the fork was written")["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let forked = host.until(fp, &fork, |r| r["status"] == "completed").await;
+    assert_eq!(forked["result"], "shipped");
+    assert_eq!(forked["forkedFrom"]["runId"], run_id.as_str());
+    failpoint::reset();
+    host.h.take().unwrap().server.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_crash_while_cancelling_recovers_to_the_fault_free_outcome() {
     let _serial = SERIAL.lock().await;
     let (baseline, _) = scenario("", 0, true).await;

@@ -12,6 +12,7 @@
 //! | point | where |
 //! |---|---|
 //! | `create.after_insert` | a run created, its start not yet sent |
+//! | `fork.after_insert` | a fork created, its first message (an answer, or its start) not yet sent |
 //! | `answer.after_settle` | an answer written on the CTA, not yet sent to the run |
 //! | `resolution.after_send` | a resolution sent, the CTA's outbox not yet cleared |
 //! | `message.after_queue` | a follow-up message queued, the reply not yet sent |

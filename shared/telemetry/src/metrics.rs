@@ -97,7 +97,7 @@ pub struct Metrics {
     steps: Family<AgentModel, Counter>,
     step_seconds: Family<AgentModel, Histogram, fn() -> Histogram>,
     model_seconds: Family<AgentModel, Histogram, fn() -> Histogram>,
-    tokens: Family<AgentModel, Counter>,
+    cached_tokens: Family<AgentModel, Counter>,
     input_tokens: Family<AgentModel, Counter>,
     output_tokens: Family<AgentModel, Counter>,
     cost: Family<AgentModel, Counter<f64, std::sync::atomic::AtomicU64>>,
@@ -160,11 +160,11 @@ impl Metrics {
             "Model call latency, retries included",
             model_seconds.clone(),
         );
-        let tokens = Family::<AgentModel, Counter>::default();
+        let cached_tokens = Family::<AgentModel, Counter>::default();
         registry.register(
             "cached_input_tokens",
             "Input tokens read from the prompt cache",
-            tokens.clone(),
+            cached_tokens.clone(),
         );
         let input_tokens = Family::<AgentModel, Counter>::default();
         registry.register(
@@ -209,7 +209,7 @@ impl Metrics {
             steps,
             step_seconds,
             model_seconds,
-            tokens,
+            cached_tokens,
             input_tokens,
             output_tokens,
             cost,
@@ -316,7 +316,7 @@ impl Observer for Metrics {
         }
         self.input_tokens.get_or_create(&am).inc_by(input);
         self.output_tokens.get_or_create(&am).inc_by(output);
-        self.tokens.get_or_create(&am).inc_by(cached);
+        self.cached_tokens.get_or_create(&am).inc_by(cached);
         self.cost.get_or_create(&am).inc_by(cost);
         let errors = r
             .tool_calls

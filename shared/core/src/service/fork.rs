@@ -55,6 +55,7 @@ impl Service {
             },
             Created::Existing(rec) => *rec,
         };
+        crate::failpoint::hit("fork.after_insert")?;
         self.perform(&record.run, &record.outbox).await?;
         info!(run_id = %record.run.run_id, from = %run_id, at_seq, "run forked");
         Ok(record.run)
