@@ -41,6 +41,7 @@ struct StepsHandler {
 #[cfg(feature = "steps")]
 const LIVE_DRAIN: Duration = Duration::from_secs(1);
 /// How long an invocation may spend sending its steps' spans before it returns.
+#[cfg(feature = "steps")]
 const TRACES_FLUSH: Duration = Duration::from_secs(1);
 
 #[cfg(feature = "steps")]
