@@ -10,8 +10,8 @@ use baton_core::cta::{Cta, CtaRequest, CtaResponse, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Event, Input, StepMessage, Transition};
 use baton_core::ports::{
-    Bus, Created, CtaPosition, CtaQuery, Queue, RunPosition, Scheduler, SendingStore, Settled,
-    Store, SystemClock,
+    Bus, Created, CtaPosition, CtaQuery, Queue, RunPosition, RunQuery, Scheduler, SendingStore,
+    Settled, Store, SystemClock,
 };
 use baton_core::run::{NewRun, Run, RunStatus, Usage};
 use baton_core::service::{Deps, Handled, Service, StepError};
@@ -593,7 +593,10 @@ async fn run_pages_contract(store: Arc<dyn Store>) {
     let mut ids = Vec::new();
     let mut after = None;
     loop {
-        let page = store.list_runs("lia", after.as_ref(), 3).await.unwrap();
+        let page = store
+            .list_runs("lia", &RunQuery::page(after.clone(), 3))
+            .await
+            .unwrap();
         assert!(page.len() <= 3, "a page of {}", page.len());
         let Some(last) = page.last() else { break };
         after = Some(RunPosition::of(last));
@@ -614,11 +617,72 @@ async fn run_pages_contract(store: Arc<dyn Store>) {
     }
     let expected: Vec<String> = (0..7).rev().map(|i| format!("run_ls_{i}")).collect();
     assert_eq!(ids, expected);
-    let mo = store.list_runs("mo", None, 10).await.unwrap();
+    // A span of creation times: `since` inclusive, `until` exclusive, paged within it.
+    let span = |after: Option<RunPosition>| RunQuery {
+        after,
+        since: Some(at + chrono::Duration::seconds(2)),
+        until: Some(at + chrono::Duration::seconds(5)),
+        limit: 2,
+    };
+    let first_page = store.list_runs("lia", &span(None)).await.unwrap();
+    let ids: Vec<&str> = first_page.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, ["run_ls_4", "run_ls_3"]);
+    let rest = store
+        .list_runs("lia", &span(first_page.last().map(RunPosition::of)))
+        .await
+        .unwrap();
+    let ids: Vec<&str> = rest.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, ["run_ls_2"]);
+    // The runs under a top-level run: its subagents at any depth, oldest first, paged; not
+    // another root's.
+    let (mut grandchild, first) = new_run("run_ls_grandchild", "lia");
+    grandchild.parent = Some(baton_core::run::ParentLink {
+        run_id: "run_ls_child".into(),
+        tool_call_id: "call_2".into(),
+    });
+    grandchild.root_run_id = Some("run_ls_6".into());
+    grandchild.depth = 2;
+    grandchild.created_at = at + chrono::Duration::seconds(31);
+    store
+        .create_run(&grandchild, &first, &[], None)
+        .await
+        .unwrap();
+    let (mut elsewhere, first) = new_run("run_ls_elsewhere", "lia");
+    elsewhere.parent = Some(baton_core::run::ParentLink {
+        run_id: "run_ls_5".into(),
+        tool_call_id: "call_3".into(),
+    });
+    elsewhere.root_run_id = Some("run_ls_5".into());
+    elsewhere.depth = 1;
+    store
+        .create_run(&elsewhere, &first, &[], None)
+        .await
+        .unwrap();
+    let under = store.list_descendants("run_ls_6", None, 1).await.unwrap();
+    assert_eq!(under.len(), 1);
+    assert_eq!(under[0].run_id, "run_ls_child");
+    let more = store
+        .list_descendants("run_ls_6", Some(&RunPosition::of(&under[0])), 10)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = more.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, ["run_ls_grandchild"]);
+    assert_eq!(more[0].parent.as_ref().unwrap().run_id, "run_ls_child");
+    assert!(
+        store
+            .list_descendants("run_ls_0", None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let mo = store
+        .list_runs("mo", &RunQuery::page(None, 10))
+        .await
+        .unwrap();
     assert_eq!(mo.len(), 1);
     assert!(
         store
-            .list_runs("nobody", None, 10)
+            .list_runs("nobody", &RunQuery::page(None, 10))
             .await
             .unwrap()
             .is_empty()
@@ -1370,7 +1434,10 @@ mod aws {
         let mut seen = Vec::new();
         for page_no in 0..6 {
             let before = meter.snapshot();
-            let page = store.list_runs("nell", after.as_ref(), 50).await.unwrap();
+            let page = store
+                .list_runs("nell", &RunQuery::page(after.clone(), 50))
+                .await
+                .unwrap();
             let used = meter.snapshot();
             let requests = used.dynamodb_requests - before.dynamodb_requests;
             let units = used.read_units - before.read_units;
@@ -1483,7 +1550,10 @@ mod aws {
         let got = store.get_run("run_legacy").await.unwrap().unwrap().run;
         assert_eq!(got.metadata, run.metadata);
         assert_eq!(got.context, run.context);
-        let listed = store.list_runs("ivy", None, 10).await.unwrap();
+        let listed = store
+            .list_runs("ivy", &RunQuery::page(None, 10))
+            .await
+            .unwrap();
         assert!(
             listed
                 .iter()

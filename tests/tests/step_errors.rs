@@ -11,7 +11,7 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use baton_core::cta::{Cta, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, StepMessage, Transition};
-use baton_core::ports::{Created, RunPosition, RunRecord, Settled, Store, SystemClock};
+use baton_core::ports::{Created, RunPosition, RunQuery, RunRecord, Settled, Store, SystemClock};
 use baton_core::run::{Run, RunStatus};
 use baton_core::service::{CreateRun, Deps, Service};
 use baton_core::timeline::{Entry, EntryBody};
@@ -47,13 +47,16 @@ impl Store for Refusing {
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
         self.inner.get_run(run_id).await
     }
-    async fn list_runs(
+    async fn list_runs(&self, owner: &str, query: &RunQuery) -> Result<Vec<Run>, PortError> {
+        self.inner.list_runs(owner, query).await
+    }
+    async fn list_descendants(
         &self,
-        owner: &str,
+        root: &str,
         after: Option<&RunPosition>,
         limit: usize,
     ) -> Result<Vec<Run>, PortError> {
-        self.inner.list_runs(owner, after, limit).await
+        self.inner.list_descendants(root, after, limit).await
     }
     async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
         self.inner.load(run_id).await

@@ -3,7 +3,7 @@
 
 use baton_core::cost::Spent;
 use baton_core::cta::{Cta, CtaRequest, CtaResponse, CtaStatus, Gated};
-use baton_core::run::{ExpiryPolicy, Run, RunError, RunStatus};
+use baton_core::run::{ExpiryPolicy, ParentLink, Run, RunError, RunStatus, Usage};
 use baton_core::timeline::{Entry, Tier};
 use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
@@ -175,6 +175,68 @@ impl From<Run> for RunSummary {
             prompt: run.prompt,
             metadata: run.metadata,
             error: run.error,
+            created_at: run.created_at,
+            updated_at: run.updated_at,
+        }
+    }
+}
+
+/// `GET /runs/{runId}/tree`: a run and the runs under it (subagents, theirs, a plan's
+/// steps' runs), oldest first, each one's parent before it.
+#[derive(JsonSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunTreeBody {
+    pub(crate) run: TreeNode,
+    pub(crate) descendants: Vec<TreeNode>,
+    /// More runs are under its top-level run than were read (500).
+    pub(crate) truncated: bool,
+}
+
+/// A run in a tree: where it stands, what it spent, how long it worked.
+#[derive(JsonSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TreeNode {
+    pub(crate) run_id: String,
+    pub(crate) agent: String,
+    pub(crate) status: RunStatus,
+    /// Where a running run is: `thinking`, `waiting_on_user`, `executing_plan`…
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) state: Option<String>,
+    /// The run it reports to and the tool call (a subagent's, or a plan's) that started it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) parent: Option<ParentLink>,
+    /// What it was asked (a preview).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) prompt: Option<String>,
+    /// Its own model calls' cost and tokens.
+    pub(crate) cost_usd: f64,
+    pub(crate) usage: Usage,
+    /// With what the runs under it spent.
+    pub(crate) total: Spent,
+    /// How long it worked, in ms (waits for humans and idle time between turns left out).
+    pub(crate) worked_ms: u64,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) updated_at: DateTime<Utc>,
+}
+
+impl From<Run> for TreeNode {
+    fn from(run: Run) -> Self {
+        // A run working now counts its turn so far.
+        let worked_ms = run.worked_ms
+            + run.working_since.map_or(0, |t| {
+                u64::try_from((run.updated_at - t).num_milliseconds()).unwrap_or(0)
+            });
+        Self {
+            total: run.total(),
+            run_id: run.run_id,
+            agent: run.agent,
+            status: run.status,
+            state: run.state,
+            parent: run.parent,
+            prompt: run.prompt,
+            cost_usd: run.cost_usd,
+            usage: run.usage,
+            worked_ms,
             created_at: run.created_at,
             updated_at: run.updated_at,
         }

@@ -10,6 +10,7 @@ mod auth;
 mod bodies;
 mod console;
 mod error;
+mod runs;
 use bodies::{CreateRunBody, MessageBody};
 pub mod live;
 pub mod openapi;
@@ -66,12 +67,13 @@ pub struct AppState {
 /// The whole API.
 pub fn router(state: AppState) -> Router {
     let authed = Router::new()
-        .route("/runs", post(create_run).get(list_runs))
+        .route("/runs", post(create_run).get(runs::list_runs))
         .route("/runs/{run_id}", get(get_run))
         .route("/runs/{run_id}/timeline", get(get_timeline))
         .route("/runs/{run_id}/messages", post(post_message))
         .route("/runs/{run_id}/cancel", post(cancel_run))
         .route("/runs/{run_id}/fork", post(fork_run))
+        .route("/runs/{run_id}/tree", get(runs::get_tree))
         .route("/runs/{run_id}/stream", get(stream::stream_run))
         .route("/runs/{run_id}/watch", post(live::watch_run))
         .route("/runs/{run_id}/files/{file_id}", get(get_file))
@@ -257,30 +259,10 @@ async fn get_run(
     .into_response())
 }
 
-/// `GET /runs` without a `limit`: a page of 20 (at most `MAX_RUN_PAGE`, 100).
-const DEFAULT_RUN_PAGE: usize = 20;
-
-async fn list_runs(
-    State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
-    Query(q): Query<HashMap<String, String>>,
-) -> Result<Json<bodies::RunList>, ApiError> {
-    let limit = match parse_num(&q, "limit")? {
-        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        None => DEFAULT_RUN_PAGE,
-    };
-    let cursor = q.get("cursor").map(String::as_str);
-    let (runs, next) = s.service.list_runs(&owner, cursor, limit).await?;
-    Ok(Json(bodies::RunList {
-        runs: runs.into_iter().map(bodies::RunSummary::from).collect(),
-        next_cursor: next,
-    }))
-}
-
 /// `GET /ctas` without a `limit`: a page of 50 (at most `MAX_CTA_PAGE`, 100).
 const DEFAULT_CTA_PAGE: usize = 50;
 
-fn parse_num(q: &HashMap<String, String>, key: &str) -> Result<Option<u64>, ApiError> {
+pub(crate) fn parse_num(q: &HashMap<String, String>, key: &str) -> Result<Option<u64>, ApiError> {
     q.get(key)
         .map(|v| {
             v.parse::<u64>()

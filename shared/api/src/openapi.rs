@@ -10,7 +10,7 @@ use baton_core::cta::{Cta, CtaResponse};
 
 use crate::bodies::{
     AnswerAccepted, CreateRunBody, CtaList, ForkAccepted, ForkBody, Health, Link, LinkQuestion,
-    MessageBody, RequestAccepted, RunAccepted, RunList, RunPage, TimelinePage,
+    MessageBody, RequestAccepted, RunAccepted, RunList, RunPage, RunTreeBody, TimelinePage,
 };
 use crate::error::ErrorBody;
 
@@ -139,6 +139,7 @@ pub fn document(agents: &[&str]) -> Value {
     let accepted = schema::<RequestAccepted>(&mut g);
     let ctas = schema::<CtaList>(&mut g);
     let runs = schema::<RunList>(&mut g);
+    let tree = schema::<RunTreeBody>(&mut g);
     let cta = schema::<Cta>(&mut g);
     let response = schema::<CtaResponse>(&mut g);
     let answered = schema::<AnswerAccepted>(&mut g);
@@ -155,11 +156,22 @@ pub fn document(agents: &[&str]) -> Value {
             "responses": ok("202", "created; its first step is queued", run_accepted,
                 &[("400", "invalid input"), ("401", "no or wrong token"), ("413", "body over 256 KiB")])},
             "get": {"summary": "your runs (top-level), newest first",
+            "description": "A page reads `limit` runs created in [`since`, `until`) and keeps those of `status` and `agent`: it may hold fewer, or none, and still have a `nextCursor`.",
             "parameters": [
+                {"name": "status", "in": "query", "required": false,
+                 "schema": {"enum": ["queued", "running", "waiting", "completed", "failed", "expired", "cancelled", "all"]}},
+                {"name": "agent", "in": "query", "required": false, "schema": {"type": "string"}},
+                {"name": "since", "in": "query", "required": false, "description": "created at or after (RFC 3339)",
+                 "schema": {"type": "string", "format": "date-time"}},
+                {"name": "until", "in": "query", "required": false, "description": "created before (RFC 3339)",
+                 "schema": {"type": "string", "format": "date-time"}},
                 {"name": "limit", "in": "query", "required": false,
                  "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}},
                 {"name": "cursor", "in": "query", "required": false, "schema": {"type": "string"}}],
-            "responses": ok("200", "a page of runs; `nextCursor` when more follow", runs, &common)}},
+            "responses": ok("200", "a page of runs; `nextCursor` when more may follow", runs, &common)}},
+        "/runs/{runId}/tree": {"get": {"summary": "a run and the runs under it (subagents, a plan's steps' runs), with their status, cost and time",
+            "parameters": [run_id.clone()],
+            "responses": ok("200", "the tree, oldest first, each run's parent before it", tree, &common)}},
         "/runs/{runId}": {"get": {"summary": "a run and the start of its timeline",
             "parameters": [run_id.clone()],
             "responses": ok("200", "the run", run_page, &common)}},

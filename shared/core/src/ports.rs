@@ -53,11 +53,16 @@ pub trait Store: Send + Sync {
     /// The run item alone (cheap).
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError>;
 
-    /// An owner's top-level runs, newest first, after `after` (the last of the previous
-    /// page), at most `limit`: a bounded number of reads, whatever the number of runs.
-    async fn list_runs(
+    /// An owner's top-level runs, newest first, created in `query`'s span, after
+    /// `query.after` (the last of the previous page), at most `query.limit`: a bounded
+    /// number of reads, whatever the number of runs.
+    async fn list_runs(&self, owner: &str, query: &RunQuery) -> Result<Vec<Run>, PortError>;
+
+    /// The runs under a top-level run (its subagents, theirs, and a plan's steps' runs, at
+    /// any depth), oldest first, after `after`, at most `limit`: a bounded number of reads.
+    async fn list_descendants(
         &self,
-        owner: &str,
+        root_run_id: &str,
         after: Option<&RunPosition>,
         limit: usize,
     ) -> Result<Vec<Run>, PortError>;
@@ -189,6 +194,29 @@ pub struct CtaQuery {
     /// Those after this one (the last of the previous page).
     pub after: Option<CtaPosition>,
     pub limit: usize,
+}
+
+/// Which of an owner's top-level runs [`Store::list_runs`] reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunQuery {
+    /// Those after this one (the last of the previous page).
+    pub after: Option<RunPosition>,
+    /// Only those created at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// Only those created before this time.
+    pub until: Option<DateTime<Utc>>,
+    pub limit: usize,
+}
+
+impl RunQuery {
+    /// A page of `limit` runs after `after`, whenever created.
+    pub fn page(after: Option<RunPosition>, limit: usize) -> Self {
+        Self {
+            after,
+            limit,
+            ..Self::default()
+        }
+    }
 }
 
 /// Where a top-level run is in the order [`Store::list_runs`] pages in: newest first.

@@ -147,7 +147,8 @@ impl DynamoStore {
         let Some((meta, has_info)) = self.run_items(run_id).await? else {
             return Ok(None);
         };
-        if !has_info && let Some(info) = self.info_item(&parse_run(&meta)?.run)? {
+        if !has_info {
+            let info = self.info_item(&parse_run(&meta)?.run)?;
             Meter::count(&self.meter.dynamodb);
             self.meter.write_units.fetch_add(
                 item_size(&info).div_ceil(1024).max(1) as u64,
@@ -363,6 +364,29 @@ impl DynamoStore {
                     return Ok(());
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Items written ahead of a transaction that would not hold them (unconditional puts,
+    /// 25 to a `BatchWriteItem`): each is named only by an item the transaction writes.
+    pub(super) async fn put_ahead(&self, items: Vec<Item>) -> Result<(), PortError> {
+        let mut puts = items
+            .into_iter()
+            .map(|item| {
+                let put = aws_sdk_dynamodb::types::PutRequest::builder()
+                    .set_item(Some(item))
+                    .build()
+                    .map_err(|e| broken("build a put", e))?;
+                Ok(aws_sdk_dynamodb::types::WriteRequest::builder()
+                    .put_request(put)
+                    .build())
+            })
+            .collect::<Result<Vec<_>, PortError>>()?;
+        while !puts.is_empty() {
+            let rest = puts.split_off(puts.len().min(25));
+            self.write_batch(puts).await?;
+            puts = rest;
         }
         Ok(())
     }

@@ -176,20 +176,25 @@ impl DynamoStore {
     /// What is written once with a run, in an item of its own (`INFO`): its `metadata` and
     /// `context`, which the run item, rewritten at every commit and billed whole for it,
     /// goes without (up to 4 KB + 16 KB less per step); for a top-level run, its place in
-    /// its owner's list of runs (GSI1, `RUN#<createdAt>#<runId>`, beside the owner's CTAs).
-    /// None for a subagent without either.
-    pub(super) fn info_item(&self, run: &Run) -> Result<Option<Item>, PortError> {
-        let listed = run.parent.is_none();
-        if !listed && run.metadata.is_none() && run.context.is_none() {
-            return Ok(None);
-        }
+    /// its owner's list of runs (GSI1, `RUN#<createdAt>#<runId>`, beside the owner's CTAs);
+    /// for a subagent, its place among the runs under its top-level run (GSI4, beside their
+    /// CTAs), which a run's tree reads.
+    pub(super) fn info_item(&self, run: &Run) -> Result<Item, PortError> {
         let mut item = Item::from([
             ("PK".into(), s(run_pk(&run.run_id))),
             ("SK".into(), s(INFO_SK)),
         ]);
-        if listed {
-            item.insert("GSI1PK".into(), s(owner_pk(&run.owner)));
-            item.insert("GSI1SK".into(), s(run_gsi_sk(run.created_at, &run.run_id)));
+        let sk = run_gsi_sk(run.created_at, &run.run_id);
+        match (&run.parent, &run.root_run_id) {
+            (None, _) => {
+                item.insert("GSI1PK".into(), s(owner_pk(&run.owner)));
+                item.insert("GSI1SK".into(), s(sk));
+            }
+            (Some(_), Some(root)) => {
+                item.insert("GSI4PK".into(), s(cta_root_pk(root)));
+                item.insert("GSI4SK".into(), s(sk));
+            }
+            (Some(_), None) => {}
         }
         for (k, v) in [("md", &run.metadata), ("cx", &run.context)] {
             if let Some(v) = v {
@@ -199,7 +204,7 @@ impl DynamoStore {
                 );
             }
         }
-        Ok(Some(item))
+        Ok(item)
     }
 
     /// The commit's write of the run item: every attribute set afresh, the outbox and TTL

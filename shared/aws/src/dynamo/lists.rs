@@ -1,45 +1,86 @@
 //! The store's lists: an owner's top-level runs (the `INFO` items' `RUN#` keys in GSI1, then
-//! the run items) and CTAs (GSI1 by owner, GSI4 by top-level run), a page at a time.
+//! the run items), the runs under a top-level run (their `INFO` items' keys in GSI4) and CTAs
+//! (GSI1 by owner, GSI4 by top-level run), a page at a time.
 
 use baton_core::cta::Cta;
 use baton_core::error::PortError;
-use baton_core::ports::{CtaQuery, RunPosition};
+use baton_core::ports::{CtaQuery, RunPosition, RunQuery};
 use baton_core::run::Run;
 
 use super::items::*;
 use super::{DynamoStore, GSI1, GSI4, Item};
 
 impl DynamoStore {
-    /// One query of the owner's `RUN#` keys in GSI1 (their `INFO` items, newest first),
-    /// then one `BatchGetItem` of their run items (eventually consistent: a list may lag a
-    /// step). A run whose item is gone (purged between the two) is left out.
-    pub(super) async fn runs_page(
+    /// One query of the owner's `RUN#` keys in GSI1 (their `INFO` items, newest first, in
+    /// the query's span of creation times: a range of the sort key), then one
+    /// `BatchGetItem` of their run items (eventually consistent: a list may lag a step). A
+    /// run whose item is gone (purged between the two) is left out.
+    pub(super) async fn runs_page(&self, owner: &str, q: &RunQuery) -> Result<Vec<Run>, PortError> {
+        let pk = owner_pk(owner);
+        let low = q
+            .since
+            .map_or_else(|| "RUN#".to_owned(), |t| format!("RUN#{}", sweep_time(t)));
+        // A run created at `until` sorts after `RUN#<until>` (its id follows): left out.
+        let high = q
+            .until
+            .map_or_else(|| "RUN#~".to_owned(), |t| format!("RUN#{}", sweep_time(t)));
+        let runs = self
+            .listed_runs(GSI1, &pk, (low, high), false, q.after.as_ref(), q.limit)
+            .await?;
+        Ok(runs.into_iter().filter(|r| r.owner == owner).collect())
+    }
+
+    /// The `RUN#` keys under a top-level run in GSI4 (its descendants' `INFO` items, oldest
+    /// first), then their run items.
+    pub(super) async fn descendants_page(
         &self,
-        owner: &str,
+        root_run_id: &str,
+        after: Option<&RunPosition>,
+        limit: usize,
+    ) -> Result<Vec<Run>, PortError> {
+        let pk = cta_root_pk(root_run_id);
+        let span = ("RUN#".to_owned(), "RUN#~".to_owned());
+        let runs = self
+            .listed_runs(GSI4, &pk, span, true, after, limit)
+            .await?;
+        Ok(runs
+            .into_iter()
+            .filter(|r| r.root_run_id.as_deref() == Some(root_run_id))
+            .collect())
+    }
+
+    /// One query of an index's `RUN#` keys between two sort keys (`INFO` items), from the
+    /// position after, then their run items in one `BatchGetItem` per hundred.
+    async fn listed_runs(
+        &self,
+        index: &str,
+        pk: &str,
+        (low, high): (String, String),
+        forward: bool,
         after: Option<&RunPosition>,
         limit: usize,
     ) -> Result<Vec<Run>, PortError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let pk = owner_pk(owner);
         let mut query = self
             .client
             .query()
             .table_name(&self.table)
-            .index_name(GSI1)
-            .key_condition_expression("GSI1PK = :pk AND begins_with(GSI1SK, :p)")
-            .expression_attribute_values(":pk", s(&pk))
-            .expression_attribute_values(":p", s("RUN#"))
-            .scan_index_forward(false)
+            .index_name(index)
+            .key_condition_expression(format!("{index}PK = :pk AND {index}SK BETWEEN :lo AND :hi"))
+            .expression_attribute_values(":pk", s(pk))
+            .expression_attribute_values(":lo", s(low))
+            .expression_attribute_values(":hi", s(high))
+            .scan_index_forward(forward)
             .limit(i32::try_from(limit).unwrap_or(i32::MAX));
         if let Some(after) = after {
             query = query.set_exclusive_start_key(Some(Item::from([
                 ("PK".into(), s(run_pk(&after.run_id))),
                 ("SK".into(), s(INFO_SK)),
-                ("GSI1PK".into(), s(&pk)),
+                (format!("{index}PK"), s(pk)),
                 (
-                    "GSI1SK".into(),
+                    format!("{index}SK"),
                     s(run_gsi_sk(after.created_at, &after.run_id)),
                 ),
             ])));
@@ -65,10 +106,7 @@ impl DynamoStore {
                     meta.insert(k.into(), v.clone());
                 }
             }
-            let run = parse_run(&meta)?.run;
-            if run.owner == owner {
-                runs.push(run);
-            }
+            runs.push(parse_run(&meta)?.run);
         }
         Ok(runs)
     }

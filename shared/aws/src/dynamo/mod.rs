@@ -6,7 +6,7 @@
 //! | timeline segment | `RUN#<runId>` | `T#<first seq:010>` | `n`, `b`: the entries one commit appended, deflated JSON |
 //! | resolution patch | `RUN#<runId>` | `P#<seq:010>` | `b`: an entry resolved in place (a pending result), whole |
 //! | CTA | `CTA#<ctaId>` | `META` | `st`, `own`, `body`, `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `CTA#<status>#<createdAt>#<ctaId>`, `GSI4PK` = `ROOT#<rootRunId>`, `GSI4SK` = `GSI1SK`, `ttl` |
-//! | run info | `RUN#<runId>` | `INFO` | `md` (`metadata`), `cx` (`context`); a top-level run's also `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `RUN#<createdAt>#<runId>` (its owner's list of runs). Written once with the run, read with the run item by one query of [`INFO`, `META`] |
+//! | run info | `RUN#<runId>` | `INFO` | `md` (`metadata`), `cx` (`context`); a top-level run's also `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `RUN#<createdAt>#<runId>` (its owner's list of runs); a subagent's `GSI4PK` = `ROOT#<rootRunId>`, `GSI4SK` = `RUN#<createdAt>#<runId>` (the runs under its top-level run). Written once with the run, read with the run item by one query of [`INFO`, `META`] |
 //! | watch lease | `RUN#<runId>` | `LIVE` | `wu` (until when someone watches the run live, unix ms), `ttl`. Written by the API when it grants a watch; read with the run item by the same query |
 //! | idempotency key | `IDEM#<len>#<owner>#<key>` | `META` | `runId` |
 //!
@@ -46,7 +46,7 @@ use crate::sdk::{Meter, is_retryable_cancellation, map_sdk_err};
 use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition};
-use baton_core::ports::{Created, CtaQuery, RunPosition, RunRecord, Settled, Store};
+use baton_core::ports::{Created, CtaQuery, RunPosition, RunQuery, RunRecord, Settled, Store};
 use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
 
@@ -230,32 +230,13 @@ impl Store for DynamoStore {
             item.insert("GSI2SK".into(), s(sweep_sk(run.updated_at, &run.run_id)));
         }
         let mut items = vec![self.put(item, Some("attribute_not_exists(PK)"))?];
-        if let Some(info) = self.info_item(run)? {
-            items.push(self.put(info, None)?);
-        }
+        items.push(self.put(self.info_item(run)?, None)?);
         // A fork's copied history may not fit one transaction (100 items, 4 MB): its
         // segments are then written first, under a run id no one reads until the run item
         // that names them is written.
         let bytes: usize = segments.iter().map(item_size).sum();
         if segments.len() > CREATE_SEGMENTS || bytes > CREATE_SEGMENT_BYTES {
-            let puts: Vec<_> = segments
-                .into_iter()
-                .map(|seg| {
-                    let put = aws_sdk_dynamodb::types::PutRequest::builder()
-                        .set_item(Some(seg))
-                        .build()
-                        .map_err(|e| broken("build a put", e))?;
-                    Ok(aws_sdk_dynamodb::types::WriteRequest::builder()
-                        .put_request(put)
-                        .build())
-                })
-                .collect::<Result<_, PortError>>()?;
-            let mut puts: Vec<_> = puts;
-            while !puts.is_empty() {
-                let rest = puts.split_off(puts.len().min(25));
-                self.write_batch(puts).await?;
-                puts = rest;
-            }
+            self.put_ahead(segments).await?;
         } else {
             for seg in segments {
                 items.push(self.put(seg, None)?);
@@ -301,13 +282,17 @@ impl Store for DynamoStore {
             .transpose()
     }
 
-    async fn list_runs(
+    async fn list_runs(&self, owner: &str, query: &RunQuery) -> Result<Vec<Run>, PortError> {
+        self.runs_page(owner, query).await
+    }
+
+    async fn list_descendants(
         &self,
-        owner: &str,
+        root_run_id: &str,
         after: Option<&RunPosition>,
         limit: usize,
     ) -> Result<Vec<Run>, PortError> {
-        self.runs_page(owner, after, limit).await
+        self.descendants_page(root_run_id, after, limit).await
     }
 
     /// The run item with a strongly consistent read, the timeline with an eventually
@@ -420,18 +405,27 @@ impl Store for DynamoStore {
         for c in &t.new_ctas {
             items.push(self.put(self.cta_item(c)?, Some("attribute_not_exists(PK)"))?);
         }
+        let mut infos = Vec::new();
         for (child, entries) in &t.new_runs {
             let segments = self.segment_items(&child.run_id, entries)?;
             items.push(self.put(
                 self.run_item(child, &[], segments.len())?,
                 Some("attribute_not_exists(PK)"),
             )?);
-            if let Some(info) = self.info_item(child)? {
-                items.push(self.put(info, None)?);
-            }
+            infos.push(self.info_item(child)?);
             for seg in segments {
                 items.push(self.put(seg, None)?);
             }
+        }
+        // A child's `INFO` item (its place in its tree) goes with the commit when it fits;
+        // when a plan starts many steps at once, they are written first (an `INFO` item
+        // whose run item never comes is skipped by the lists, which read the run items).
+        if items.len() + infos.len() <= MAX_TRANSACT_ITEMS {
+            for info in infos {
+                items.push(self.put(info, None)?);
+            }
+        } else {
+            self.put_ahead(infos).await?;
         }
         self.meter.write_units.fetch_add(
             2 * run_size.div_ceil(1024).max(1) as u64,

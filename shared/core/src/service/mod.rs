@@ -17,7 +17,7 @@ mod thinker;
 pub use cache::{DEFAULT_CACHE_BYTES, budget_for};
 pub use consume::{Delivery, SWEEP_EVENT, Verdict};
 pub use ctas::{CTA_PAGE_BYTES, LINK_RESPONDER, MAX_CTA_PAGE};
-pub use requests::{MAX_RUN_PAGE, RUN_PAGE_BYTES};
+pub use requests::{MAX_RUN_PAGE, MAX_TREE_RUNS, RUN_PAGE_BYTES, RunFilter, RunTree};
 pub use sweep::{PURGE_CHUNK, SWEEP_BUDGET};
 
 /// The bytes a JSON document takes as the body string of Lambda's reply (a JSON document

@@ -10,7 +10,8 @@ use super::{
     Trigger,
 };
 use crate::message::{Effect, Input, StepMessage};
-use crate::ports::{Created, RunPosition, RunRecord};
+use crate::ports::{Created, RunPosition, RunQuery, RunRecord};
+use crate::run::RunStatus;
 use crate::run::{NewRun, Run};
 use crate::timeline::{Entry, EntryBody, TurnOptions};
 
@@ -24,10 +25,40 @@ pub const MAX_RUN_PAGE: usize = 100;
 /// run item is a few KB (its prompt and result are previews, its metadata at most 4 KB), so
 /// a page is far below it.
 pub const RUN_PAGE_BYTES: usize = 4 * 1024 * 1024;
+/// The most runs a run's tree reads under its top-level run, and how many a read asks for.
+pub const MAX_TREE_RUNS: usize = 500;
+const TREE_PAGE: usize = 100;
 /// How far back through forks of forks a file is looked for.
 const MAX_FORK_HOPS: usize = 8;
 /// How long a file's URL serves it.
 pub const FILE_LINK_TTL: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Which runs a list keeps: of a status, of an agent, created in a span (`since`
+/// inclusive, `until` exclusive).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    pub status: Option<RunStatus>,
+    pub agent: Option<String>,
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl RunFilter {
+    fn keeps(&self, run: &Run) -> bool {
+        self.status.is_none_or(|s| s == run.status)
+            && self.agent.as_deref().is_none_or(|a| a == run.agent)
+    }
+}
+
+/// A run and the runs under it ([`Service::run_tree`]).
+#[derive(Debug, Clone)]
+pub struct RunTree {
+    pub run: Run,
+    /// Oldest first; each one's parent is the run or one before it.
+    pub descendants: Vec<Run>,
+    /// More runs are under its top-level run than were read.
+    pub truncated: bool,
+}
 
 impl Service {
     pub async fn create_run(
@@ -133,12 +164,16 @@ impl Service {
         }
     }
 
-    /// A page of the owner's top-level runs, newest first: at most `limit` (up to
-    /// [`MAX_RUN_PAGE`]) and at most [`RUN_PAGE_BYTES`] of runs (but one), after `cursor` (a
-    /// previous page's `next`). Returns the page and, when more follow, the next cursor.
+    /// A page of the owner's top-level runs, newest first, that `filter` keeps: at most
+    /// `limit` (up to [`MAX_RUN_PAGE`]) and at most [`RUN_PAGE_BYTES`] of runs (but one),
+    /// after `cursor` (a previous page's `next`). Returns the page and, when more may
+    /// follow, the next cursor. A page reads `limit` runs created in the filter's span and
+    /// keeps those of its status and agent: a page may hold fewer than `limit`, or none,
+    /// and still have a next. (An empty span, `since` not before `until`, holds none.)
     pub async fn list_runs(
         &self,
         owner: &str,
+        filter: &RunFilter,
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<Run>, Option<String>), ServiceError> {
@@ -150,13 +185,68 @@ impl Service {
         let after: Option<RunPosition> = cursor
             .map(|c| super::decode_cursor(c, "runs"))
             .transpose()?;
-        let mut runs = self
-            .deps
-            .store
-            .list_runs(owner, after.as_ref(), limit + 1)
-            .await?;
-        let next = super::cut_page(&mut runs, limit, RUN_PAGE_BYTES, RunPosition::of);
+        let query = RunQuery {
+            after,
+            since: filter.since,
+            until: filter.until,
+            limit: limit + 1,
+        };
+        let mut runs = self.deps.store.list_runs(owner, &query).await?;
+        // One more than a page was asked for, to know whether more follow; the page is the
+        // first `limit` read, less those the filter leaves out.
+        let more = runs.len() > limit;
+        runs.truncate(limit);
+        let last_read = runs.last().map(RunPosition::of);
+        runs.retain(|r| filter.keeps(r));
+        let next = super::cut_page(&mut runs, limit, RUN_PAGE_BYTES, RunPosition::of)
+            .or_else(|| last_read.filter(|_| more).map(|p| super::encode_cursor(&p)));
         Ok((runs, next))
+    }
+
+    /// A run and the runs under it (its subagents, theirs, its plans' steps' runs), oldest
+    /// first: read from the list of runs under its top-level run, at most [`MAX_TREE_RUNS`]
+    /// of them (`truncated` says when there were more).
+    pub async fn run_tree(&self, owner: &str, run_id: &str) -> Result<RunTree, ServiceError> {
+        let run = self.owned_run(owner, run_id).await?;
+        let root = run
+            .root_run_id
+            .clone()
+            .unwrap_or_else(|| run.run_id.clone());
+        let mut under = std::collections::HashSet::from([run.run_id.clone()]);
+        let mut descendants = Vec::new();
+        let mut after = None;
+        let mut read = 0;
+        let truncated = loop {
+            if read >= MAX_TREE_RUNS {
+                break true;
+            }
+            let want = TREE_PAGE.min(MAX_TREE_RUNS - read);
+            let page = self
+                .deps
+                .store
+                .list_descendants(&root, after.as_ref(), want)
+                .await?;
+            read += page.len();
+            let last = page.last().map(RunPosition::of);
+            let full = page.len() == want;
+            // Oldest first: a run's parent was read before it.
+            for r in page {
+                let parent = r.parent.as_ref().map(|p| p.run_id.as_str());
+                if r.owner == owner && parent.is_some_and(|p| under.contains(p)) {
+                    under.insert(r.run_id.clone());
+                    descendants.push(r);
+                }
+            }
+            if !full {
+                break false;
+            }
+            after = last;
+        };
+        Ok(RunTree {
+            run,
+            descendants,
+            truncated,
+        })
     }
 
     /// The run, its first `first` timeline entries (reading no more than that: a long

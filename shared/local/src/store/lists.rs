@@ -1,34 +1,67 @@
-//! The store's lists: an owner's top-level runs (newest first, on `runs_by_owner`) and CTAs
-//! (by owner or top-level run, by status then age), a page at a time.
+//! The store's lists: an owner's top-level runs (newest first, on `runs_by_owner`), the runs
+//! under a top-level run (`runs_by_root`) and CTAs (by owner or top-level run, by status then
+//! age), a page at a time.
 
 use baton_core::cta::{Cta, CtaStatus};
 use baton_core::error::PortError;
-use baton_core::ports::{CtaQuery, RunPosition};
+use baton_core::ports::{CtaQuery, RunPosition, RunQuery};
 use baton_core::run::Run;
+use chrono::SecondsFormat;
 
 use super::*;
 
 impl LocalStore {
-    pub(super) async fn runs_page(
-        &self,
-        owner: &str,
-        after: Option<&RunPosition>,
-        limit: usize,
-    ) -> Result<Vec<Run>, PortError> {
+    pub(super) async fn runs_page(&self, owner: &str, q: &RunQuery) -> Result<Vec<Run>, PortError> {
         let owner = owner.to_owned();
-        let after = after.map(|a| a.run_id.clone());
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let after = q.after.as_ref().map(|a| a.run_id.clone());
+        let time =
+            |t: Option<DateTime<Utc>>| t.map(|t| t.to_rfc3339_opts(SecondsFormat::Micros, true));
+        let (since, until) = (time(q.since), time(q.until));
+        let limit = i64::try_from(q.limit).unwrap_or(i64::MAX);
         self.read(move |c| {
-            // Newest first by run_key (the order runs were created in), on `runs_by_owner`.
+            // Newest first by run_key (the order runs were created in), on `runs_by_owner`;
+            // the span compares instants (`julianday`), not the texts' varying precision.
             let mut stmt = c
                 .prepare_cached(
                     "SELECT body FROM runs
                      WHERE owner = ?1 AND json_extract(body, '$.parent') IS NULL
                        AND (?2 IS NULL OR run_key < (SELECT run_key FROM runs WHERE run_id = ?2))
-                     ORDER BY run_key DESC LIMIT ?3",
+                       AND (?3 IS NULL OR julianday(json_extract(body, '$.createdAt')) >= julianday(?3))
+                       AND (?4 IS NULL OR julianday(json_extract(body, '$.createdAt')) < julianday(?4))
+                     ORDER BY run_key DESC LIMIT ?5",
                 )
                 .map_err(sql)?;
-            stmt.query_map(params![owner, after, limit], |r| r.get::<_, String>(0))
+            stmt.query_map(params![owner, after, since, until, limit], |r| {
+                r.get::<_, String>(0)
+            })
+            .map_err(sql)?
+            .map(|b| from_json::<Run>(&b.map_err(sql)?))
+            .collect()
+        })
+        .await
+    }
+
+    /// Oldest first by run_key, on `runs_by_root`.
+    pub(super) async fn descendants_page(
+        &self,
+        root_run_id: &str,
+        after: Option<&RunPosition>,
+        limit: usize,
+    ) -> Result<Vec<Run>, PortError> {
+        let root = root_run_id.to_owned();
+        let after = after.map(|a| a.run_id.clone());
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT body FROM runs
+                     WHERE json_extract(body, '$.rootRunId') IS NOT NULL
+                       AND json_extract(body, '$.rootRunId') = ?1
+                       AND (?2 IS NULL OR run_key > (SELECT run_key FROM runs WHERE run_id = ?2))
+                     ORDER BY run_key LIMIT ?3",
+                )
+                .map_err(sql)?;
+            stmt.query_map(params![root, after, limit], |r| r.get::<_, String>(0))
                 .map_err(sql)?
                 .map(|b| from_json::<Run>(&b.map_err(sql)?))
                 .collect()

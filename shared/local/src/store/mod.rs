@@ -29,7 +29,7 @@ use tokio::sync::Notify;
 use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition, outbox_continues};
-use baton_core::ports::{Created, CtaQuery, RunPosition, RunRecord, Settled, Store};
+use baton_core::ports::{Created, CtaQuery, RunPosition, RunQuery, RunRecord, Settled, Store};
 use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
 
@@ -327,13 +327,17 @@ impl Store for LocalStore {
             .await
     }
 
-    async fn list_runs(
+    async fn list_runs(&self, owner: &str, query: &RunQuery) -> Result<Vec<Run>, PortError> {
+        self.runs_page(owner, query).await
+    }
+
+    async fn list_descendants(
         &self,
-        owner: &str,
+        root_run_id: &str,
         after: Option<&RunPosition>,
         limit: usize,
     ) -> Result<Vec<Run>, PortError> {
-        self.runs_page(owner, after, limit).await
+        self.descendants_page(root_run_id, after, limit).await
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
