@@ -24,6 +24,7 @@ mod mcp_tools;
 mod openai_flow;
 mod plans;
 mod races;
+mod runs_view;
 mod secret_rotation;
 mod step_errors;
 mod telemetry;

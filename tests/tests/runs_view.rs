@@ -1,0 +1,261 @@
+//! What the operators' console reads, on both hosts (the dev host on SQLite; the AWS host on
+//! DynamoDB, SQS, EventBridge and Scheduler on moto): `GET /runs` filtered by status, agent
+//! and span of creation, paged through a filter; `GET /runs/{id}/tree` with a subagent and
+//! a plan's steps' runs; bad filters refused.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_core::ports::SystemClock;
+use common::*;
+use serde_json::{Value, json};
+
+const SCRIPT: &str = r#"{
+  "boss": [
+    {"tool_calls": [{"name": "spawn_subagent", "arguments": {"agent": "helper", "prompt": "map the repo"}}]},
+    {"text": "The helper mapped it."}],
+  "asker": [
+    {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Go?"}}]},
+    {"text": "Went."}],
+  "release": [
+    {"tool_calls": [{"name": "agent_orchestrate", "arguments": {"plan": {"steps": [
+      {"id": "check", "agent": "helper", "prompt": "check"},
+      {"id": "ship", "agent": "helper", "prompt": "ship"}]}}}]},
+    {"text": "The plan ran."}],
+  "helper": [{"text": "Done."}]
+}"#;
+
+fn agents() -> Arc<baton_core::agent::Catalog> {
+    catalog(Some(json!({"agents": {
+        "boss": {"tools": ["spawn_subagent"]},
+        "asker": {"tools": ["request_human_feedback"]},
+        "release": {"tools": ["agent_orchestrate"]},
+        "helper": {"tools": []}
+    }})))
+}
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        common::aws::api_call(&self.http, &self.base, true, method, path, body.as_ref()).await
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    async fn start(&self, agent: &str) -> String {
+        let (code, v) = self
+            .call(
+                reqwest::Method::POST,
+                "/runs",
+                Some(json!({"agent": agent, "prompt": format!("{agent}, go")})),
+            )
+            .await;
+        assert_eq!(code, 202, "{v}");
+        v["runId"].as_str().unwrap().to_owned()
+    }
+
+    async fn status(&self, run_id: &str, status: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, run) = self.get(&format!("/runs/{run_id}")).await;
+            if run["status"] == status {
+                return run;
+            }
+            assert!(Instant::now() < deadline, "{run_id} never {status}: {run}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The run ids of a page of `GET /runs?{query}`, and its next cursor.
+    async fn page(&self, query: &str) -> (Vec<String>, Option<String>) {
+        let (code, v) = self.get(&format!("/runs?{query}")).await;
+        assert_eq!(code, 200, "{query}: {v}");
+        let ids = v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["runId"].as_str().unwrap().to_owned())
+            .collect();
+        (ids, v["nextCursor"].as_str().map(str::to_owned))
+    }
+}
+
+/// A time for a query string (RFC 3339's `+` would read as a space).
+fn enc(s: &str) -> String {
+    s.replace('+', "%2B")
+}
+
+async fn runs_view(api: &Api) {
+    // Created one after another: boss, then asker, then the release plan (newest).
+    let boss = api.start("boss").await;
+    api.status(&boss, "completed").await;
+    let asker = api.start("asker").await;
+    let asked = api.status(&asker, "waiting").await;
+    let planner = api.start("release").await;
+    api.status(&planner, "completed").await;
+
+    let (all, next) = api.page("").await;
+    assert_eq!(all, [planner.as_str(), &asker, &boss]);
+    assert_eq!(next, None);
+    let (code, v) = api.get("/runs").await;
+    assert_eq!(code, 200);
+    let listed = &v["runs"][2];
+    assert_eq!(listed["agent"], "boss");
+    assert_eq!(listed["status"], "completed");
+    assert!(listed["total"]["usage"].is_object(), "{listed}");
+
+    // By status, by agent, both, and a span of creation times.
+    assert_eq!(
+        api.page("status=waiting").await,
+        (vec![asker.clone()], None)
+    );
+    assert_eq!(api.page("agent=boss").await, (vec![boss.clone()], None));
+    assert_eq!(
+        api.page("status=completed&agent=asker").await.0,
+        Vec::<String>::new()
+    );
+    assert_eq!(api.page("status=all").await.0.len(), 3);
+    let at = asked["createdAt"].as_str().unwrap();
+    assert_eq!(
+        api.page(&format!("since={}", enc(at))).await.0,
+        [planner.as_str(), &asker]
+    );
+    assert_eq!(
+        api.page(&format!("until={}", enc(at))).await.0,
+        [boss.as_str()]
+    );
+    assert_eq!(
+        api.page(&format!("since={0}&until={0}", enc(at))).await.0,
+        Vec::<String>::new()
+    );
+
+    // Paged through a filter: a page reads `limit` runs and keeps those that match, so a
+    // page may be empty and still say more may follow.
+    let mut kept = Vec::new();
+    let mut empty_with_more = false;
+    let mut cursor: Option<String> = None;
+    for _ in 0..5 {
+        let q = match &cursor {
+            Some(c) => format!("status=completed&limit=1&cursor={c}"),
+            None => "status=completed&limit=1".to_owned(),
+        };
+        let (ids, next) = api.page(&q).await;
+        empty_with_more |= ids.is_empty() && next.is_some();
+        kept.extend(ids);
+        cursor = next;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert_eq!(kept, [planner.as_str(), &boss]);
+    assert!(empty_with_more, "the asker's page is empty, with a cursor");
+    assert_eq!(cursor, None);
+
+    // Trees: the boss's subagent; the plan's two steps' runs, under the plan's call.
+    let (code, tree) = api.get(&format!("/runs/{boss}/tree")).await;
+    assert_eq!(code, 200, "{tree}");
+    assert_eq!(tree["run"]["runId"], boss.as_str());
+    assert_eq!(tree["truncated"], false);
+    let under = tree["descendants"].as_array().unwrap();
+    assert_eq!(under.len(), 1, "{tree}");
+    assert_eq!(under[0]["agent"], "helper");
+    assert_eq!(under[0]["status"], "completed");
+    assert_eq!(under[0]["parent"]["runId"], boss.as_str());
+    assert_eq!(under[0]["prompt"], "map the repo");
+    let (_, tree) = api.get(&format!("/runs/{planner}/tree")).await;
+    let steps = tree["descendants"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{tree}");
+    let (_, timeline) = api.get(&format!("/runs/{planner}/timeline")).await;
+    let plan = timeline["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "agent_orchestrate")
+        .unwrap()
+        .clone();
+    for (step, id) in steps.iter().zip(["check", "ship"]) {
+        assert_eq!(step["parent"]["runId"], planner.as_str());
+        assert_eq!(step["parent"]["toolCallId"], plan["id"]);
+        assert_eq!(
+            step["runId"], plan["plan"]["steps"][id]["childRunId"],
+            "{id}"
+        );
+        assert_eq!(step["status"], "completed");
+    }
+    // A subagent's own tree: itself, nothing under it.
+    let child = under[0]["runId"].as_str().unwrap();
+    let (code, tree) = api.get(&format!("/runs/{child}/tree")).await;
+    assert_eq!(code, 200);
+    assert_eq!(tree["run"]["parent"]["runId"], boss.as_str());
+    assert_eq!(tree["descendants"], json!([]));
+    // The asker's, though it waits: the run alone.
+    let (_, tree) = api.get(&format!("/runs/{asker}/tree")).await;
+    assert_eq!(tree["run"]["status"], "waiting");
+    assert_eq!(tree["descendants"], json!([]));
+
+    // Bad filters: 400 with a JSON body; an unknown run's tree: 404.
+    for q in [
+        "status=paused",
+        "since=yesterday",
+        "until=2026-13-01T00:00:00Z",
+        "limit=0",
+    ] {
+        let (code, v) = api.get(&format!("/runs?{q}")).await;
+        assert_eq!(code, 400, "{q}: {v}");
+        assert_eq!(v["error"]["code"], "invalid_request", "{q}");
+    }
+    let (code, v) = api.get("/runs/run_nope/tree").await;
+    assert_eq!(code, 404, "{v}");
+}
+
+#[tokio::test]
+async fn runs_filter_page_and_show_their_tree_on_the_dev_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(
+        dir.path(),
+        scripted(SCRIPT),
+        agents(),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let api = Api {
+        base: h.server.url(),
+        http: reqwest::Client::new(),
+    };
+    runs_view(&api).await;
+    h.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn runs_filter_page_and_show_their_tree_on_the_aws_host() {
+    let aws = common::aws::Emulator::start().await;
+    let server = baton_dev::AwsDevServer::start(baton_dev::AwsDevOptions {
+        sdk: aws.host_sdk().await,
+        names: aws.names("runsview"),
+        scheduler_role_arn: "arn:aws:iam::123456789012:role/runsview-scheduler".into(),
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: TOKEN.into(),
+        llm: scripted(SCRIPT),
+        catalog: agents(),
+        clock: Arc::new(SystemClock),
+        duplicate: false,
+        live: None,
+    })
+    .await
+    .unwrap();
+    aws.turn_on();
+    let api = Api {
+        base: server.url(),
+        http: reqwest::Client::new(),
+    };
+    runs_view(&api).await;
+    server.shutdown().await;
+}
