@@ -216,3 +216,83 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     );
     h.server.shutdown().await;
 }
+
+const OPERATORS_SCRIPT: &str = r#"{
+  "boss": [
+    {"tool_calls": [{"name": "spawn_subagent", "arguments": {"agent": "helper", "prompt": "map the repo"}}],
+     "usage": {"inputTokens": 1000, "outputTokens": 100, "totalTokens": 1100}},
+    {"text": "The helper mapped it.", "usage": {"inputTokens": 1200, "outputTokens": 50, "totalTokens": 1250}}],
+  "release": [
+    {"tool_calls": [{"name": "agent_orchestrate", "arguments": {"plan": {"steps": [
+      {"id": "check", "agent": "helper", "prompt": "check"},
+      {"id": "ship", "agent": "helper", "prompt": "ship"}]}}}],
+     "usage": {"inputTokens": 800, "outputTokens": 80, "totalTokens": 880}},
+    {"text": "The plan ran."}],
+  "asker": [
+    {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Go?"}}],
+     "usage": {"inputTokens": 300, "outputTokens": 30, "totalTokens": 330}}],
+  "helper": [{"text": "Done.", "usage": {"inputTokens": 200, "outputTokens": 20, "totalTokens": 220}}],
+  "greeter": [{"text": "Hello from the console."}, {"text": "Hello again."}]
+}"#;
+
+/// The console for operators (`tests/browser/operators.mjs`): the runs view lists and
+/// filters runs, the chart draws, a run started from the console completes and takes a
+/// follow-up, "fork here" makes a fork that completes, the trees show a subagent and a
+/// plan's steps, and a waiting run is cancelled; then the API says the same.
+#[tokio::test]
+async fn the_operators_console_lists_filters_charts_starts_forks_and_cancels_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = json!({"agents": {
+        "boss": {"tools": ["spawn_subagent"], "model": "openai:gpt-4o-mini"},
+        "release": {"tools": ["agent_orchestrate"], "model": "openai:gpt-4o-mini"},
+        "asker": {"tools": ["request_human_feedback"], "model": "openai:gpt-4o-mini"},
+        "helper": {"tools": [], "model": "openai:gpt-4o-mini"},
+        "greeter": {"tools": []}}});
+    let h = start(
+        dir.path(),
+        scripted(OPERATORS_SCRIPT),
+        catalog(Some(agents)),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let boss = h
+        .create_run(json!({"prompt": "map it", "agent": "boss"}))
+        .await;
+    h.wait_status(&boss, &["completed"]).await;
+    let release = h
+        .create_run(json!({"prompt": "release", "agent": "release"}))
+        .await;
+    h.wait_status(&release, &["completed"]).await;
+    let asker = h
+        .create_run(json!({"prompt": "ask", "agent": "asker"}))
+        .await;
+    h.wait_status(&asker, &["waiting"]).await;
+    let cfg = json!({"base": h.url(""), "token": TOKEN, "boss": boss, "release": release, "asker": asker});
+    browser::run_script("operators.mjs", cfg).await;
+    for shot in ["runs.png", "tree.png"] {
+        let shots = common::target_dir().join("browser-artifacts");
+        assert!(shots.join(shot).exists(), "{shot}");
+    }
+    // What the browser did, as the API sees it: the started run answered twice, its fork
+    // came from its first turn with the new words, the waiting run cancelled.
+    let (_, v) = h.get("/runs?agent=greeter").await;
+    let greeters: Vec<String> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["runId"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(greeters.len(), 2, "{v}");
+    let (_, fork) = h.get(&format!("/runs/{}", greeters[0])).await;
+    let started = &greeters[1];
+    assert_eq!(fork["forkedFrom"]["runId"], started.as_str(), "{fork}");
+    assert_eq!(fork["forkedFrom"]["atSeq"], 0);
+    assert_eq!(fork["timeline"][0]["text"], "say hi");
+    assert_eq!(fork["status"], "completed");
+    let (_, run) = h.get(&format!("/runs/{started}")).await;
+    assert_eq!(run["status"], "completed");
+    assert_eq!(run["result"], "Hello again.");
+    let (_, run) = h.get(&format!("/runs/{asker}")).await;
+    assert_eq!(run["status"], "cancelled");
+    h.server.shutdown().await;
+}

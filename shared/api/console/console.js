@@ -1,5 +1,5 @@
 // Baton's console: the inbox of pending CTAs, typed answer forms, a run page with a live
-// timeline, and one-time answer links. Plain JavaScript, no build step; every piece of data
+// timeline, and one-time answer links (the runs view, a run's tree and forks: runs.js). Plain JavaScript, no build step; every piece of data
 // goes into the page as text (never as HTML).
 "use strict";
 
@@ -304,31 +304,6 @@ function entryItem(e, announce, runId) {
   return li;
 }
 
-// A widget drawn by its kind: a table, a key/value card, or its JSON.
-function widget(kind, data) {
-  if (kind === "table" && data && Array.isArray(data.rows)) {
-    const cols = data.columns || [];
-    return el("table", {},
-      el("thead", {}, el("tr", {}, cols.map((c) => el("th", {}, c)))),
-      el("tbody", {}, data.rows.map((r) => el("tr", {}, (Array.isArray(r) ? r : [r]).map((v) =>
-        el("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v)))))));
-  }
-  if ((kind === "card" || kind === "kv") && data && typeof data === "object") {
-    return el("dl", { class: "kv" }, Object.entries(data).flatMap(([k, v]) =>
-      [el("dt", {}, k), el("dd", {}, typeof v === "object" ? JSON.stringify(v) : String(v))]));
-  }
-  return json(data);
-}
-
-// A run's state with its details: a plan's steps done of all, what it waits on.
-function stateText(r) {
-  const d = r.stateDetail || {};
-  if (r.state === "executing_plan" && d.total !== undefined) return r.state + " · " + d.done + "/" + d.total + " steps";
-  if (r.state === "waiting_on_user" && d.ctaIds) return r.state + " · " + d.ctaIds.length + " question(s)";
-  if (r.state === "waiting_on_subagents" && d.subagents) return r.state + " · " + d.subagents.length + " subagent(s)";
-  return r.state;
-}
-
 async function runPage(runId) {
   const header = el("section", { class: "card", "aria-label": "Run" }, el("p", {}, "Loading…"));
   const list = el("ol", { class: "timeline", "aria-label": "Timeline", "aria-live": "polite" });
@@ -339,7 +314,10 @@ async function runPage(runId) {
     said.textContent = words;
   };
   const reveal = el("input", { type: "checkbox", onchange: (ev) => list.classList.toggle("reveal", ev.target.checked) });
-  show(el("h1", {}, "Run ", el("code", {}, runId)), header, said, live, el("label", {}, reveal, " Show hidden turns"), list);
+  const plans = new Map(); // the plan entries as last drawn, for the tree beside
+  const side = runSide(runId, () => [...plans.values()], announce);
+  show(el("h1", {}, "Run ", el("code", {}, runId)), header, said, el("div", { class: "beside" },
+    el("div", {}, live, el("label", {}, reveal, " Show hidden turns"), list), side.node));
   const items = new Map();
   const drawn = new Map(); // seq → the entry as last drawn (a form is redrawn only on change)
   // What a step shows before it commits: a reply as it streams ("r" + seq), a tool call as
@@ -397,6 +375,8 @@ async function runPage(runId) {
     if (drawn.get(e.seq) === text) return;
     drawn.set(e.seq, text);
     const li = entryItem(e, announce, runId);
+    if (e.plan) plans.set(e.seq, e);
+    if (!first.body.parent) li.append(...forkHere(e, runId)); // a subagent's run is not forked
     const old = items.get(e.seq);
     if (old) old.replaceWith(li);
     else {
@@ -406,6 +386,7 @@ async function runPage(runId) {
     items.set(e.seq, li);
   };
   const summary = (r) => {
+    side.update(r);
     header.replaceChildren(...kids(
       el("div", { class: "meta" }, badge(r.status), r.state ? el("span", {}, stateText(r)) : null,
         r.agent ? el("span", {}, "agent ", el("strong", {}, r.agent)) : null,
@@ -587,6 +568,7 @@ function render() {
   if (parts[0] === "link" && parts[1]) return linkPage(decodeURIComponent(parts[1]));
   if (!token()) return signIn();
   if (parts[0] === "runs" && parts[1]) return runPage(decodeURIComponent(parts[1]));
+  if (parts[0] === "runs") return runsView(params);
   return inbox(params);
 }
 

@@ -1,5 +1,6 @@
 //! The console: a page that lists the CTAs waiting for the caller, answers them with typed
-//! forms, and follows a run's timeline live. Its three files are compiled into the binary
+//! forms, follows a run's timeline live, and lists runs with their trees and figures for
+//! operators. Its four files are compiled into the binary
 //! (no build step, no CDN); they carry no data and need no sign-in. The page signs its API
 //! calls with the token the user pastes, kept in the tab's session storage.
 
@@ -11,6 +12,7 @@ use crate::AppState;
 
 const INDEX: &str = include_str!("../console/index.html");
 const SCRIPT: &str = include_str!("../console/console.js");
+const RUNS_SCRIPT: &str = include_str!("../console/runs.js");
 const STYLE: &str = include_str!("../console/console.css");
 
 /// Scripts and styles from this origin only; the API from this origin only, and the live
@@ -53,6 +55,10 @@ pub(crate) async fn index(State(s): State<AppState>) -> Response {
 
 pub(crate) async fn script() -> Response {
     asset(SCRIPT, "text/javascript; charset=utf-8", None)
+}
+
+pub(crate) async fn runs_script() -> Response {
+    asset(RUNS_SCRIPT, "text/javascript; charset=utf-8", None)
 }
 
 pub(crate) async fn style() -> Response {
