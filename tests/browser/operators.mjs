@@ -44,6 +44,12 @@ try {
   await page.locator("#f-agent").fill("nobody");
   await page.getByRole("button", { name: "Filter" }).click();
   await page.getByText("No runs match.").waitFor();
+  // Another owner's runs: the dev token's holder may read them (here, none).
+  await page.locator("#f-agent").fill("");
+  await page.getByLabel("Owner").fill("someone-else");
+  await page.getByRole("button", { name: "Filter" }).click();
+  await page.waitForURL(/owner=someone-else/);
+  await page.getByText("No runs match.").waitFor();
   step("runs filtered");
 
   // The chart: runs and cost per day, a bar segment per agent, and the totals by agent.

@@ -259,3 +259,121 @@ async fn runs_filter_page_and_show_their_tree_on_the_aws_host() {
     runs_view(&api).await;
     server.shutdown().await;
 }
+
+/// Callers by token: `alice` and `bob` own runs; `ops` is an operator.
+struct Tokens;
+
+impl baton_api::Authenticator for Tokens {
+    fn authenticate(
+        &self,
+        headers: &axum::http::HeaderMap,
+        _: &axum::http::Extensions,
+    ) -> Result<baton_api::Caller, baton_api::ApiError> {
+        let token = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match token {
+            Some(t @ ("alice" | "bob" | "ops")) => Ok(baton_api::Caller(t.to_owned())),
+            _ => Err(baton_api::ApiError::unauthorized("who?")),
+        }
+    }
+
+    fn is_operator(&self, caller: &baton_api::Caller) -> bool {
+        caller.0 == "ops"
+    }
+}
+
+#[tokio::test]
+async fn an_operator_reads_every_owners_runs_and_steers_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(
+        dir.path(),
+        scripted(SCRIPT),
+        agents(),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let app = baton_api::router(baton_api::AppState {
+        service: h.server.service.clone(),
+        auth: Arc::new(Tokens),
+        streams: true,
+        stop: None,
+        live: None,
+        watchers: None,
+    });
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    let (addr, _server) = baton_api::serve(app, "127.0.0.1:0".parse().unwrap(), rx)
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let call = async |who: &str, method: reqwest::Method, path: &str| -> (u16, Value) {
+        let mut req = http
+            .request(method.clone(), format!("http://{addr}{path}"))
+            .bearer_auth(who);
+        if path == "/runs" && method == reqwest::Method::POST {
+            req = req.json(&json!({"agent": "boss", "prompt": "go"}));
+        } else if path.ends_with("/messages") {
+            req = req.json(&json!({"text": "again"}));
+        }
+        let r = req.send().await.unwrap();
+        let code = r.status().as_u16();
+        (code, r.json().await.unwrap_or(Value::Null))
+    };
+    let (code, v) = call("alice", reqwest::Method::POST, "/runs").await;
+    assert_eq!(code, 202, "{v}");
+    let run = v["runId"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while call("alice", reqwest::Method::GET, &format!("/runs/{run}"))
+        .await
+        .1["status"]
+        != "completed"
+    {
+        assert!(Instant::now() < deadline, "alice's run never completed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Bob is no operator: another owner's runs are not his to list or read.
+    let (code, v) = call("bob", reqwest::Method::GET, "/runs?owner=alice").await;
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(v["error"]["code"], "forbidden");
+    for path in [format!("/runs/{run}"), format!("/runs/{run}/tree")] {
+        assert_eq!(
+            call("bob", reqwest::Method::GET, &path).await.0,
+            404,
+            "{path}"
+        );
+    }
+    assert_eq!(
+        call("bob", reqwest::Method::GET, "/runs?owner=bob").await.0,
+        200
+    );
+    // The operator lists Alice's runs, and reads one, its timeline and its tree.
+    let (code, v) = call("ops", reqwest::Method::GET, "/runs?owner=alice").await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["runs"][0]["runId"], run.as_str());
+    let (_, v) = call("ops", reqwest::Method::GET, "/runs").await;
+    assert_eq!(v["runs"], json!([]), "the operator's own runs: none");
+    let (code, v) = call("ops", reqwest::Method::GET, &format!("/runs/{run}")).await;
+    assert_eq!((code, &v["result"]), (200, &json!("The helper mapped it.")));
+    let (code, v) = call(
+        "ops",
+        reqwest::Method::GET,
+        &format!("/runs/{run}/timeline"),
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    let (code, v) = call("ops", reqwest::Method::GET, &format!("/runs/{run}/tree")).await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["descendants"].as_array().unwrap().len(), 1);
+    // Steering stays the owner's: the operator's cancel and follow-up find no run.
+    for path in [
+        format!("/runs/{run}/cancel"),
+        format!("/runs/{run}/messages"),
+    ] {
+        let (code, v) = call("ops", reqwest::Method::POST, &path).await;
+        assert_eq!(code, 404, "{path}: {v}");
+    }
+    let (_, v) = call("alice", reqwest::Method::GET, &format!("/runs/{run}")).await;
+    assert_eq!(v["status"], "completed", "nothing changed");
+    h.server.shutdown().await;
+}

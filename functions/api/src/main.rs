@@ -1,5 +1,6 @@
 //! The `api` function: the same HTTP router as `baton dev`, behind API Gateway (HTTP API).
-//! The caller is the subject of the JWT that API Gateway's authorizer verified. It never
+//! The caller is the subject of the JWT that API Gateway's authorizer verified (operators:
+//! `BATON_OPERATORS`). It never
 //! calls a model: steps run in the orchestrator and subagent functions.
 
 use std::sync::Arc;
@@ -12,7 +13,7 @@ async fn main() -> Result<(), lambda_http::Error> {
     init_tracing();
     let runtime = Runtime::from_env().await?;
     let service = runtime.request_service().await?;
-    let auth = Arc::new(ApiGatewayJwt);
+    let auth = Arc::new(ApiGatewayJwt::from_env());
     // API Gateway buffers responses: the console polls the timeline, and watches a run live
     // on the live channel (`POST /runs/{id}/watch` grants it) when the deployment has one.
     let state = AppState {

@@ -87,7 +87,8 @@ function startForm(said, agents) {
   return form;
 }
 
-// Filters as the page's query: `#/runs?status=…&agent=…&since=YYYY-MM-DD&until=YYYY-MM-DD`.
+// Filters as the page's query: `#/runs?status=…&agent=…&since=YYYY-MM-DD&until=YYYY-MM-DD&owner=…`
+// (another owner's runs: an operator's to read).
 function filterForm(params) {
   const field = (id, label, input) => el("div", {}, el("label", { for: id }, label), input);
   const status = el("select", { id: "f-status", name: "status" },
@@ -95,14 +96,16 @@ function filterForm(params) {
   const agent = el("input", { type: "text", id: "f-agent", name: "agent", value: params.get("agent") || "" });
   const since = el("input", { type: "date", id: "f-since", name: "since", value: params.get("since") || "" });
   const until = el("input", { type: "date", id: "f-until", name: "until", value: params.get("until") || "" });
+  const owner = el("input", { type: "text", id: "f-owner", name: "owner", value: params.get("owner") || "",
+    placeholder: "you" });
   const form = el("form", { class: "filter", role: "search", "aria-label": "Filter runs" },
     field("f-status", "Status", status), field("f-agent", "Agent", agent),
-    field("f-since", "Created from", since), field("f-until", "Created to", until),
+    field("f-since", "Created from", since), field("f-until", "Created to", until), field("f-owner", "Owner", owner),
     el("button", { type: "submit" }, "Filter"));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     const q = new URLSearchParams();
-    for (const [k, v] of [["status", status.value], ["agent", agent.value.trim()], ["since", since.value], ["until", until.value]]) {
+    for (const [k, v] of [["status", status.value], ["agent", agent.value.trim()], ["since", since.value], ["until", until.value], ["owner", owner.value.trim()]]) {
       if (v) q.set(k, v);
     }
     location.hash = "#/runs" + (q.toString() ? "?" + q : "");
@@ -114,7 +117,7 @@ function filterForm(params) {
 function runsQuery(params) {
   const q = new URLSearchParams();
   if (params.get("status")) q.set("status", params.get("status"));
-  if (params.get("agent")) q.set("agent", params.get("agent"));
+  for (const k of ["agent", "owner"]) if (params.get(k)) q.set(k, params.get(k));
   if (params.get("since")) q.set("since", params.get("since") + "T00:00:00Z");
   if (params.get("until")) {
     const end = new Date(params.get("until") + "T00:00:00Z");

@@ -6,10 +6,37 @@ use axum::http::{Extensions, HeaderMap};
 
 use crate::{ApiError, Authenticator, Caller};
 
-/// The caller is the JWT's subject, as API Gateway's JWT authorizer verified it.
-pub struct ApiGatewayJwt;
+/// The caller is the JWT's subject, as API Gateway's JWT authorizer verified it; the
+/// operators are callers named in `BATON_OPERATORS` (the template's `Operators`).
+#[derive(Debug, Default)]
+pub struct ApiGatewayJwt {
+    operators: std::collections::HashSet<String>,
+}
+
+impl ApiGatewayJwt {
+    /// Operators by caller id (`<iss>#<sub>`, the `owner` of the runs they start).
+    pub fn new(operators: impl IntoIterator<Item = String>) -> Self {
+        Self {
+            operators: operators
+                .into_iter()
+                .map(|o| o.trim().to_owned())
+                .filter(|o| !o.is_empty())
+                .collect(),
+        }
+    }
+
+    /// Operators from `BATON_OPERATORS`: caller ids, comma-separated.
+    pub fn from_env() -> Self {
+        let list = std::env::var("BATON_OPERATORS").unwrap_or_default();
+        Self::new(list.split(',').map(str::to_owned))
+    }
+}
 
 impl Authenticator for ApiGatewayJwt {
+    fn is_operator(&self, caller: &Caller) -> bool {
+        self.operators.contains(&caller.0)
+    }
+
     fn authenticate(&self, _: &HeaderMap, ext: &Extensions) -> Result<Caller, ApiError> {
         use lambda_http::request::RequestContext;
         let claims = match ext.get::<RequestContext>() {
@@ -58,7 +85,13 @@ mod tests {
     #[test]
     fn the_caller_is_the_verified_jwt_subject() {
         let h = HeaderMap::new();
-        let a = ApiGatewayJwt;
+        let a = ApiGatewayJwt::new(["https://idp#ops".to_owned(), " ".to_owned()]);
+        assert!(a.is_operator(&Caller("https://idp#ops".into())));
+        assert!(!a.is_operator(&Caller("https://idp#u1".into())));
+        assert!(
+            !a.is_operator(&Caller(String::new())),
+            "an empty name names no one"
+        );
         let c = a
             .authenticate(&h, &ext(&[("sub", "u1"), ("iss", "https://idp")]))
             .expect("identified");

@@ -16,6 +16,12 @@ pub trait Authenticator: Send + Sync {
         headers: &HeaderMap,
         extensions: &axum::http::Extensions,
     ) -> Result<Caller, ApiError>;
+
+    /// Whether the caller may read every owner's runs (`GET /runs?owner=`, and a run, its
+    /// timeline and tree, whoever started it). Steering a run stays its owner's.
+    fn is_operator(&self, _caller: &Caller) -> bool {
+        false
+    }
 }
 
 /// `Authorization: Bearer <token>`: one shared token, one owner (local mode).
@@ -57,5 +63,10 @@ impl Authenticator for BearerToken {
         } else {
             Err(ApiError::unauthorized("invalid token"))
         }
+    }
+
+    /// The token's holder runs the server: it may read any owner's runs in its store.
+    fn is_operator(&self, _caller: &Caller) -> bool {
+        true
     }
 }

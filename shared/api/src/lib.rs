@@ -231,9 +231,10 @@ fn encode(v: &impl serde::Serialize) -> Result<Vec<u8>, PortError> {
 
 async fn get_run(
     State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
+    Extension(caller): Extension<Caller>,
     Id(run_id): Id,
 ) -> Result<Response, ApiError> {
+    let owner = runs::reader(&s, &caller, &run_id).await?;
     let view = s.service.get_run(&owner, &run_id, PAGE_ENTRIES).await?;
     // What the run and its subagents spent together; `reported` is the engine's own ledger.
     let total = view.run.total();
@@ -274,10 +275,11 @@ pub(crate) fn parse_num(q: &HashMap<String, String>, key: &str) -> Result<Option
 
 async fn get_timeline(
     State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
+    Extension(caller): Extension<Caller>,
     Id(run_id): Id,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
+    let owner = runs::reader(&s, &caller, &run_id).await?;
     let after = parse_num(&q, "after")?;
     let limit = parse_num(&q, "limit")?.map_or(MAX_PAGE, |l| (l as usize).clamp(1, MAX_PAGE));
     let (run, entries) = s.service.timeline(&owner, &run_id, after, limit).await?;

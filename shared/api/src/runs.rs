@@ -1,9 +1,10 @@
-//! The operators' reads of runs: a page of runs by status, agent and time (`GET /runs`), and
-//! a run's tree (`GET /runs/{runId}/tree`).
+//! The operators' reads of runs: a page of runs by status, agent, time and owner (`GET
+//! /runs`), a run's tree (`GET /runs/{runId}/tree`), and whose runs a caller may read.
 
 use std::collections::HashMap;
 
 use axum::extract::{Query, State};
+use axum::http::StatusCode;
 use axum::{Extension, Json};
 use baton_core::run::RunStatus;
 use baton_core::service::RunFilter;
@@ -17,9 +18,15 @@ const DEFAULT_RUN_PAGE: usize = 20;
 
 pub(crate) async fn list_runs(
     State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
+    Extension(caller): Extension<Caller>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<bodies::RunList>, ApiError> {
+    // Another owner's runs: an operator's to read.
+    let owner = match q.get("owner").filter(|o| **o != caller.0) {
+        Some(other) if s.auth.is_operator(&caller) => other.clone(),
+        Some(_) => return Err(forbidden()),
+        None => caller.0,
+    };
     let limit = match parse_num(&q, "limit")? {
         Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
         None => DEFAULT_RUN_PAGE,
@@ -31,6 +38,29 @@ pub(crate) async fn list_runs(
         runs: runs.into_iter().map(bodies::RunSummary::from).collect(),
         next_cursor: next,
     }))
+}
+
+/// Whose run the caller reads: its own, or, an operator, whoever's `run_id` is (one more
+/// read, for operators only).
+pub(crate) async fn reader(
+    s: &AppState,
+    caller: &Caller,
+    run_id: &str,
+) -> Result<String, ApiError> {
+    if s.auth.is_operator(caller)
+        && let Some(owner) = s.service.run_owner(run_id).await?
+    {
+        return Ok(owner);
+    }
+    Ok(caller.0.clone())
+}
+
+fn forbidden() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        "only an operator (BATON_OPERATORS) reads another owner's runs",
+    )
 }
 
 /// `GET /runs`' filters: `status` (one, or `all`), `agent`, `since` and `until` (RFC 3339).
@@ -72,9 +102,10 @@ fn run_filter(q: &HashMap<String, String>) -> Result<RunFilter, ApiError> {
 /// what it spent.
 pub(crate) async fn get_tree(
     State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
+    Extension(caller): Extension<Caller>,
     Id(run_id): Id,
 ) -> Result<Json<bodies::RunTreeBody>, ApiError> {
+    let owner = reader(&s, &caller, &run_id).await?;
     let tree = s.service.run_tree(&owner, &run_id).await?;
     Ok(Json(bodies::RunTreeBody {
         run: bodies::TreeNode::from(tree.run),

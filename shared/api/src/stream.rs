@@ -52,11 +52,12 @@ pub const POLL: Duration = Duration::from_millis(250);
 
 pub(crate) async fn stream_run(
     State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
+    Extension(caller): Extension<Caller>,
     Id(run_id): Id,
     Query(q): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let owner = crate::runs::reader(&s, &caller, &run_id).await?;
     if !s.streams {
         return Err(ApiError::new(
             StatusCode::NOT_IMPLEMENTED,

@@ -157,6 +157,11 @@ impl Service {
         Ok(record.run)
     }
 
+    /// Who started a run, if it exists (for an operator's reads).
+    pub async fn run_owner(&self, run_id: &str) -> Result<Option<String>, ServiceError> {
+        Ok(self.deps.store.get_run(run_id).await?.map(|r| r.run.owner))
+    }
+
     async fn owned_run(&self, owner: &str, run_id: &str) -> Result<Run, ServiceError> {
         match self.deps.store.get_run(run_id).await? {
             Some(r) if r.run.owner == owner => Ok(r.run),
