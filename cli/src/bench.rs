@@ -224,7 +224,12 @@ impl Reads {
     }
 }
 
-fn open(dir: &std::path::Path, llm: &ScriptedLlm, catalog: &Arc<Catalog>) -> anyhow::Result<Parts> {
+fn open(
+    dir: &std::path::Path,
+    llm: &ScriptedLlm,
+    catalog: &Arc<Catalog>,
+    telemetry: bool,
+) -> anyhow::Result<Parts> {
     let store = LocalStore::open(dir)?;
     let service = local_service(
         &store,
@@ -233,6 +238,14 @@ fn open(dir: &std::path::Path, llm: &ScriptedLlm, catalog: &Arc<Catalog>) -> any
         Arc::new(SystemClock),
     );
     service.set_cache_bytes(cache_bytes());
+    // As `baton dev` observes its steps: the Prometheus metrics, and traces only when an
+    // OTLP endpoint is set (none: no exporter is made).
+    if telemetry {
+        service.observe_with(Arc::new(baton_telemetry::Metrics::prometheus()));
+        if let Some(traces) = baton_telemetry::Traces::from_env("baton-bench")? {
+            service.observe_with(Arc::new(traces));
+        }
+    }
     let opts = WorkerOptions {
         concurrency: 1,
         ..WorkerOptions::default()
@@ -305,13 +318,19 @@ fn mean_ms(d: &[Duration]) -> f64 {
     }
 }
 
-pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Result<String> {
+/// `telemetry`: observe the steps as `baton dev` does (else not at all, to compare).
+pub async fn run(
+    n: u64,
+    variant_b: bool,
+    telemetry: bool,
+    data: Option<PathBuf>,
+) -> anyhow::Result<String> {
     let (dir, remove) = bench_dir(data)?;
     let pause_at = if variant_b { Some(n / 2) } else { None };
     let (llm, catalog) = script(n, pause_at)?;
     let disk_sync = disk_sync_ms(&dir)?;
 
-    let mut parts = open(&dir, &llm, &catalog)?;
+    let mut parts = open(&dir, &llm, &catalog, telemetry)?;
     let req = CreateRun {
         prompt: "benchmark".into(),
         agent: Some("bench".into()),
@@ -333,7 +352,7 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
         );
         reads.add(&parts);
         drop(parts); // every in-memory object goes: store handle, service, caches, worker
-        parts = open(&dir, &llm, &catalog)?;
+        parts = open(&dir, &llm, &catalog, telemetry)?;
         parts.worker.sweep().await?;
         let (ctas, _) = parts
             .service
@@ -371,6 +390,7 @@ pub async fn run(n: u64, variant_b: bool, data: Option<PathBuf>) -> anyhow::Resu
     let report = json!({
         "iterations": n,
         "variant": if variant_b { "B" } else { "A" },
+        "telemetry": if telemetry { "dev" } else { "none" },
         "wall_s": (wall.as_secs_f64() * 1e4).round() / 1e4,
         "per_step_ms": (wall.as_secs_f64() * 1000.0 / n as f64 * 1e4).round() / 1e4,
         "steps": times.len(),

@@ -201,6 +201,11 @@ enum Command {
         /// With --aws --runs: the event source mappings' pollers.
         #[arg(long, requires_all = ["runs", "aws"], default_value_t = 16)]
         pollers: usize,
+        /// How the one-run benchmark observes its steps: `dev`, as `baton dev` does (its
+        /// metrics; traces only with OTEL_EXPORTER_OTLP_ENDPOINT), or `none`, to compare.
+        #[arg(long, default_value = "dev", value_parser = ["dev", "none"],
+              conflicts_with_all = ["runs", "aws"])]
+        telemetry: String,
     },
 }
 
@@ -309,6 +314,7 @@ async fn main() -> ExitCode {
             runs,
             ctas,
             pollers,
+            telemetry,
         } => {
             if iterations < 2 {
                 return refuse("--iterations must be at least 2");
@@ -343,7 +349,13 @@ async fn main() -> ExitCode {
                 };
                 bench_aws::run_aws(iterations, &config).await
             } else {
-                bench::run(iterations, variant.eq_ignore_ascii_case("B"), cli.data).await
+                bench::run(
+                    iterations,
+                    variant.eq_ignore_ascii_case("B"),
+                    telemetry == "dev",
+                    cli.data,
+                )
+                .await
             };
             match report {
                 Ok(report) => {

@@ -367,11 +367,29 @@ fn the_benchmark_prints_one_json_line_for_both_variants() {
         assert!(v["db_bytes"].as_u64().unwrap() > 40 * 500, "{v}");
         assert_machine_figures(&v);
     }
-    let out = Command::new(BIN)
-        .args(["bench", "--iterations", "0"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    // Observed as `baton dev` observes (the default), or not at all, to compare; with no
+    // OTLP endpoint set, no exporter is made either way.
+    for telemetry in ["dev", "none"] {
+        let v = bench_report(&["--iterations", "20", "--telemetry", telemetry]);
+        assert_eq!(v["telemetry"], telemetry);
+        assert_eq!(v["steps"], 21, "{v}");
+    }
+    for bad in [
+        &["bench", "--iterations", "0"][..],
+        &["bench", "--iterations", "20", "--telemetry", "otlp"],
+        &[
+            "bench",
+            "--iterations",
+            "20",
+            "--runs",
+            "2",
+            "--telemetry",
+            "none",
+        ],
+    ] {
+        let out = Command::new(BIN).args(bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    }
 }
 
 /// Runs `baton bench` with `args`; it must succeed and print one JSON line, returned.

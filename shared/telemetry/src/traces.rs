@@ -45,8 +45,15 @@ pub struct Traces {
 #[error("OTLP exporter: {0}")]
 pub struct TracesError(String);
 
-fn set(var: &str) -> bool {
-    std::env::var_os(var).is_some_and(|v| !v.is_empty())
+/// Whether an OTLP endpoint for traces is named (`var` reads the environment): without one,
+/// no exporter is made and nothing is sent anywhere.
+fn configured(var: impl Fn(&str) -> Option<String>) -> bool {
+    [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    ]
+    .iter()
+    .any(|k| var(k).is_some_and(|v| !v.trim().is_empty()))
 }
 
 impl Traces {
@@ -54,7 +61,7 @@ impl Traces {
     /// `/v1/traces` added, or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as is; `OTEL_SERVICE_NAME`,
     /// else `service`), or `None` when no endpoint is set.
     pub fn from_env(service: &'static str) -> Result<Option<Self>, TracesError> {
-        if !set("OTEL_EXPORTER_OTLP_ENDPOINT") && !set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+        if !configured(|k| std::env::var(k).ok()) {
             return Ok(None);
         }
         Self::build(None, service).map(Some)
@@ -83,7 +90,7 @@ impl Traces {
         }
         let mut exporter = builder.build().map_err(|e| TracesError(e.to_string()))?;
         let mut resource = Resource::builder();
-        if !set("OTEL_SERVICE_NAME") {
+        if std::env::var_os("OTEL_SERVICE_NAME").is_none_or(|v| v.is_empty()) {
             resource = resource.with_service_name(service);
         }
         exporter.set_resource(&resource.with_attributes(lambda_resource()).build());
@@ -440,4 +447,32 @@ fn lambda_resource() -> Vec<KeyValue> {
         }
     }
     kv
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_endpoint_makes_no_exporter() {
+        let env = |pairs: &'static [(&str, &str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        assert!(!configured(env(&[])));
+        assert!(!configured(env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")])));
+        assert!(!configured(env(&[("OTEL_SERVICE_NAME", "x")])));
+        assert!(configured(env(&[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "http://127.0.0.1:4318"
+        )])));
+        assert!(configured(env(&[(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "http://127.0.0.1:4318/v1/traces"
+        )])));
+    }
 }
