@@ -147,23 +147,36 @@ async fn fork_flow(api: &Api, model: &MockServer, tool: &MockServer) {
 
     // Refusals change nothing.
     let fork = format!("/runs/{run_id}/fork");
+    // A malformed body is a 400; a well-formed one that does not fit the run's entries (no
+    // such entry, the wrong kind of replacement, an answer the question does not offer, an
+    // entry a fork cannot start at) a 409 `fork_mismatch`.
     let refusals = [
-        (json!({"atSeq": 999}), 400),
-        (json!({"atSeq": at, "replacement": {"text": "no"}}), 400),
+        (json!({"atSeq": 999}), 409),
+        (json!({"atSeq": at, "replacement": {"text": "no"}}), 409),
         (
             json!({"atSeq": at, "replacement": {"response": {"kind": "choice", "selectedId": "moon"}}}),
-            400,
+            409,
         ),
         (
             json!({"atSeq": at, "replacement": {"text": "a", "response": {"kind": "approval", "approved": true}}}),
             400,
         ),
-        (json!({"atSeq": 2}), 400),
+        (json!({"atSeq": 2}), 409),
         (json!({"at": 2}), 400),
     ];
     for (body, want) in refusals {
         let (code, v) = api.post(&fork, body.clone()).await;
         assert_eq!(code, want, "{body}: {v}");
+        let code = v["error"]["code"].as_str().unwrap();
+        assert_eq!(
+            code,
+            if want == 409 {
+                "fork_mismatch"
+            } else {
+                "invalid_request"
+            },
+            "{body}"
+        );
         assert!(v["error"]["message"].is_string(), "{v}");
     }
     let (code, _) = api.post("/runs/run_nope/fork", json!({"atSeq": 0})).await;

@@ -77,9 +77,22 @@ pub(crate) struct TriggerBody {
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ForkBody {
+    #[serde(deserialize_with = "whole_number")]
     pub(crate) at_seq: u64,
     #[serde(default)]
     pub(crate) replacement: Option<ReplacementBody>,
+}
+
+/// A non-negative integer as JSON Schema counts one: `3` or `3.0` alike.
+fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    n.as_u64()
+        .or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && (0.0..=u64::MAX as f64).contains(f))
+                .map(|f| f as u64)
+        })
+        .ok_or_else(|| serde::de::Error::custom(format!("`{n}` is not a non-negative integer")))
 }
 
 /// A user turn's new `text`, or a question's `response` (exactly one of them).

@@ -34,11 +34,14 @@ pub enum Replacement {
     Response(CtaResponse),
 }
 
-/// Why a fork was refused: the request is wrong (`Invalid`), or the run's history at that
-/// entry cannot be taken along (`Conflict`).
+/// Why a fork was refused: a well-formed request does not fit the run's entries (`Mismatch`:
+/// no such entry, an entry a fork cannot start at, a replacement of the wrong kind or an
+/// answer that does not fit the question), or the run's history at that entry cannot be
+/// taken along (`Conflict`). Both depend on the run as it is: 409s, as a CTA's answer that
+/// does not fit it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refused {
-    Invalid(String),
+    Mismatch(String),
     Conflict(String),
 }
 
@@ -68,7 +71,7 @@ pub fn fork(
         )));
     }
     let Some(at) = timeline.iter().position(|e| e.seq == at_seq) else {
-        return Err(Refused::Invalid(format!(
+        return Err(Refused::Mismatch(format!(
             "`atSeq` {at_seq} names no entry of run `{}` (it has {})",
             original.run_id, original.next_seq
         )));
@@ -107,13 +110,13 @@ pub fn fork(
             let text = match r {
                 None => text.clone(),
                 Some(Replacement::Text(t)) if t.trim().is_empty() => {
-                    return Err(Refused::Invalid(
+                    return Err(Refused::Mismatch(
                         "`replacement.text` must not be empty".into(),
                     ));
                 }
                 Some(Replacement::Text(t)) => t,
                 Some(Replacement::Response(_)) => {
-                    return Err(Refused::Invalid(format!(
+                    return Err(Refused::Mismatch(format!(
                         "entry {at_seq} is a user turn: its replacement is `{{\"text\": ...}}`"
                     )));
                 }
@@ -131,7 +134,7 @@ pub fn fork(
         }
         (EntryBody::Assistant { .. }, None) => Input::Start,
         (EntryBody::Assistant { .. }, Some(_)) => {
-            return Err(Refused::Invalid(format!(
+            return Err(Refused::Mismatch(format!(
                 "entry {at_seq} is a reply: a fork there thinks it again, with no replacement"
             )));
         }
@@ -193,7 +196,7 @@ pub fn fork(
             }
         }
         (body, _) => {
-            return Err(Refused::Invalid(format!(
+            return Err(Refused::Mismatch(format!(
                 "entry {at_seq} is {}: a fork starts at a `user` turn, an `assistant` reply \
                  (thought again) or a question (a `tool` entry with a `cta`, answered anew)",
                 describe(body)
@@ -239,12 +242,14 @@ pub fn fork(
 /// The answer a fork at the question `t` gives: the replacement, else the original's.
 fn answer(t: &ToolEntry, at_seq: u64, r: Option<Replacement>) -> Result<CtaResponse, Refused> {
     let Some(snap) = &t.cta else {
-        return Err(Refused::Invalid(format!("entry {at_seq} asks no question")));
+        return Err(Refused::Mismatch(format!(
+            "entry {at_seq} asks no question"
+        )));
     };
     let response = match r {
         Some(Replacement::Response(r)) => r,
         Some(Replacement::Text(_)) => {
-            return Err(Refused::Invalid(format!(
+            return Err(Refused::Mismatch(format!(
                 "entry {at_seq} is a question: its replacement is `{{\"response\": ...}}`, an \
                  answer to it"
             )));
@@ -252,7 +257,7 @@ fn answer(t: &ToolEntry, at_seq: u64, r: Option<Replacement>) -> Result<CtaRespo
         None => match (&snap.status, &snap.response) {
             (CtaStatus::Answered, Some(r)) => r.clone(),
             _ => {
-                return Err(Refused::Invalid(format!(
+                return Err(Refused::Mismatch(format!(
                     "question {at_seq} was not answered: give the fork's answer as \
                      `replacement.response`"
                 )));
@@ -261,7 +266,7 @@ fn answer(t: &ToolEntry, at_seq: u64, r: Option<Replacement>) -> Result<CtaRespo
     };
     response
         .validate_against(&snap.request)
-        .map_err(|e| Refused::Invalid(format!("`replacement.response`: {e}")))?;
+        .map_err(|e| Refused::Mismatch(format!("`replacement.response`: {e}")))?;
     Ok(response)
 }
 

@@ -31,7 +31,10 @@ impl Service {
         let fork =
             crate::fork::fork(&rec.run, &timeline, at_seq, replacement, id, now).map_err(|r| {
                 match r {
-                    Refused::Invalid(m) => ServiceError::Invalid(m),
+                    Refused::Mismatch(message) => ServiceError::Conflict {
+                        code: "fork_mismatch",
+                        message,
+                    },
                     Refused::Conflict(message) => ServiceError::Conflict {
                         code: "not_forkable",
                         message,
