@@ -73,7 +73,7 @@ try {
     const box = page.getByLabel("Your answer (required)");
     assert.equal(await box.getAttribute("placeholder"), "e.g. Aurora");
     await box.fill("Aurora");
-    await page.getByRole("button", { name: "Send" }).click();
+    await page.getByRole("button", { name: "Send", exact: true }).click();
   }, "Named it Aurora.");
   step("text answered");
   await answer(cfg.runs.choice, async () => {

@@ -78,7 +78,7 @@ try {
 
   // A follow-up from its page: the run takes another turn.
   await page.getByLabel("Follow-up message").fill("once more");
-  await page.getByRole("button", { name: "Send" }).click();
+  await page.getByRole("button", { name: "Send follow-up" }).click();
   await page.getByRole("status").filter({ hasText: "Sent" }).waitFor();
   await timeline.getByText("Hello again.").waitFor({ timeout: 15000 });
   step("follow-up answered");

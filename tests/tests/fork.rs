@@ -7,10 +7,9 @@
 use crate::common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use baton_core::ports::SystemClock;
-use common::*;
+use common::aws::Api;
 use serde_json::{Value, json};
 use wiremock::{Mock, MockServer, ResponseTemplate, matchers};
 
@@ -70,45 +69,6 @@ async fn tool_server() -> MockServer {
         .mount(&tool)
         .await;
     tool
-}
-
-struct Api {
-    base: String,
-    http: reqwest::Client,
-}
-
-impl Api {
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        common::aws::api_call(&self.http, &self.base, true, method, path, body.as_ref()).await
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        self.call(reqwest::Method::POST, path, Some(body)).await
-    }
-
-    async fn get(&self, path: &str) -> (u16, Value) {
-        self.call(reqwest::Method::GET, path, None).await
-    }
-
-    async fn wait(&self, what: &str, mut f: impl AsyncFnMut(&Api) -> Option<Value>) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(v) = f(self).await {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn status(&self, run_id: &str, status: &str) -> Value {
-        let path = format!("/runs/{run_id}");
-        self.wait(status, async |api: &Api| {
-            let (_, run) = api.get(&path).await;
-            (run["status"] == status).then_some(run)
-        })
-        .await
-    }
 }
 
 /// The flow both hosts go through: a run answered `prod`, then its fork at the question
@@ -254,10 +214,7 @@ async fn a_fork_at_a_question_takes_the_other_branch_on_the_dev_host_with_nothin
     let (model, llm) = common::mock_openai::start(SCRIPT).await;
     let dir = tempfile::tempdir().unwrap();
     let h = common::start(dir.path(), llm, agents(&tool), Arc::new(SystemClock)).await;
-    let api = Api {
-        base: h.server.url(),
-        http: reqwest::Client::new(),
-    };
+    let api = Api::new(h.server.url());
     fork_flow(&api, &model, &tool).await;
     h.server.shutdown().await;
 }
@@ -267,25 +224,8 @@ async fn a_fork_at_a_question_takes_the_other_branch_on_the_aws_host_with_nothin
     let tool = tool_server().await;
     let (model, llm) = common::mock_openai::start(SCRIPT).await;
     let aws = common::aws::Emulator::start().await;
-    let server = baton_dev::AwsDevServer::start(baton_dev::AwsDevOptions {
-        sdk: aws.host_sdk().await,
-        names: aws.names("fork"),
-        scheduler_role_arn: "arn:aws:iam::123456789012:role/fork-scheduler".into(),
-        addr: "127.0.0.1:0".parse().unwrap(),
-        token: TOKEN.into(),
-        llm,
-        catalog: agents(&tool),
-        clock: Arc::new(SystemClock),
-        duplicate: false,
-        live: None,
-    })
-    .await
-    .unwrap();
-    aws.turn_on();
-    let api = Api {
-        base: server.url(),
-        http: reqwest::Client::new(),
-    };
+    let server = aws.dev_host("fork", llm, agents(&tool)).await;
+    let api = Api::new(server.url());
     fork_flow(&api, &model, &tool).await;
     server.shutdown().await;
 }

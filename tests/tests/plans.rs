@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_core::ports::SystemClock;
-use baton_dev::{AwsDevOptions, AwsDevServer};
+use baton_dev::AwsDevServer;
 use common::aws::{Emulator, api_call};
 use common::fault::Faults;
 use common::*;
@@ -46,22 +46,8 @@ fn agents() -> Value {
 /// `baton dev --aws` over `aws` (through its fault layer, if any, once the resources
 /// exist), its resources named by `prefix`, thinking with `script`.
 async fn aws_host(aws: &Emulator, prefix: &str, script: &str) -> AwsDevServer {
-    let host = AwsDevServer::start(AwsDevOptions {
-        sdk: aws.host_sdk().await,
-        names: aws.names(prefix),
-        scheduler_role_arn: format!("arn:aws:iam::123456789012:role/{prefix}-scheduler"),
-        addr: "127.0.0.1:0".parse().unwrap(),
-        token: TOKEN.into(),
-        llm: scripted(script),
-        catalog: catalog(Some(agents())),
-        clock: Arc::new(SystemClock),
-        duplicate: false,
-        live: None,
-    })
-    .await
-    .unwrap();
-    aws.turn_on();
-    host
+    aws.dev_host(prefix, scripted(script), catalog(Some(agents())))
+        .await
 }
 
 struct Client {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_core::ports::SystemClock;
+use common::aws::Api;
 use common::*;
 use serde_json::{Value, json};
 
@@ -36,42 +37,22 @@ fn agents() -> Arc<baton_core::agent::Catalog> {
     }})))
 }
 
-struct Api {
-    base: String,
-    http: reqwest::Client,
+/// What these tests ask of either host's API beside [`Api`]'s calls.
+trait RunsApi {
+    async fn start(&self, agent: &str) -> String;
+    async fn page(&self, query: &str) -> (Vec<String>, Option<String>);
 }
 
-impl Api {
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        common::aws::api_call(&self.http, &self.base, true, method, path, body.as_ref()).await
-    }
-
-    async fn get(&self, path: &str) -> (u16, Value) {
-        self.call(reqwest::Method::GET, path, None).await
-    }
-
+impl RunsApi for Api {
     async fn start(&self, agent: &str) -> String {
         let (code, v) = self
-            .call(
-                reqwest::Method::POST,
+            .post(
                 "/runs",
-                Some(json!({"agent": agent, "prompt": format!("{agent}, go")})),
+                json!({"agent": agent, "prompt": format!("{agent}, go")}),
             )
             .await;
         assert_eq!(code, 202, "{v}");
         v["runId"].as_str().unwrap().to_owned()
-    }
-
-    async fn status(&self, run_id: &str, status: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let (_, run) = self.get(&format!("/runs/{run_id}")).await;
-            if run["status"] == status {
-                return run;
-            }
-            assert!(Instant::now() < deadline, "{run_id} never {status}: {run}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
     }
 
     /// The run ids of a page of `GET /runs?{query}`, and its next cursor.
@@ -226,10 +207,7 @@ async fn runs_filter_page_and_show_their_tree_on_the_dev_host() {
         Arc::new(SystemClock),
     )
     .await;
-    let api = Api {
-        base: h.server.url(),
-        http: reqwest::Client::new(),
-    };
+    let api = Api::new(h.server.url());
     runs_view(&api).await;
     h.server.shutdown().await;
 }
@@ -237,25 +215,8 @@ async fn runs_filter_page_and_show_their_tree_on_the_dev_host() {
 #[tokio::test]
 async fn runs_filter_page_and_show_their_tree_on_the_aws_host() {
     let aws = common::aws::Emulator::start().await;
-    let server = baton_dev::AwsDevServer::start(baton_dev::AwsDevOptions {
-        sdk: aws.host_sdk().await,
-        names: aws.names("runsview"),
-        scheduler_role_arn: "arn:aws:iam::123456789012:role/runsview-scheduler".into(),
-        addr: "127.0.0.1:0".parse().unwrap(),
-        token: TOKEN.into(),
-        llm: scripted(SCRIPT),
-        catalog: agents(),
-        clock: Arc::new(SystemClock),
-        duplicate: false,
-        live: None,
-    })
-    .await
-    .unwrap();
-    aws.turn_on();
-    let api = Api {
-        base: server.url(),
-        http: reqwest::Client::new(),
-    };
+    let server = aws.dev_host("runsview", scripted(SCRIPT), agents()).await;
+    let api = Api::new(server.url());
     runs_view(&api).await;
     server.shutdown().await;
 }

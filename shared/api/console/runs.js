@@ -251,7 +251,7 @@ function runSide(runId, plans, announce) {
   });
   const text = el("textarea", { id: "follow-up", name: "text", required: true });
   const follow = el("form", { "aria-label": "Follow-up" },
-    el("label", { for: "follow-up" }, "Follow-up message"), text, el("button", { type: "submit" }, "Send"));
+    el("label", { for: "follow-up" }, "Follow-up message"), text, el("button", { type: "submit" }, "Send follow-up"));
   follow.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const r = await api(`/runs/${encodeURIComponent(runId)}/messages`, { method: "POST", body: { text: text.value } });
@@ -322,9 +322,10 @@ function drawTree(t, plans) {
 // ---- fork here --------------------------------------------------------------------------
 
 // "Fork here" on an entry a fork can start at: a user turn (its text, edited), a reply
-// (thought again), a question (answered anew). The fork's page opens once it is created.
+// (thought again), a settled question (answered anew; a pending one has its own form). The
+// fork's page opens once it is created.
 function forkHere(e, runId) {
-  const ask = e.type === "tool" && e.cta;
+  const ask = e.type === "tool" && e.cta && e.cta.status !== "pending";
   if (!["user", "assistant"].includes(e.type) && !ask) return [];
   const said = el("p", { class: "outcome", role: "status" });
   const send = async (replacement) => {

@@ -186,3 +186,92 @@ pub async fn api_call(
         return (code, v);
     }
 }
+
+impl Emulator {
+    /// `baton dev --aws` over this emulator (through its fault layer, if any, once the
+    /// resources exist), its resources named by `prefix`, thinking with `llm`.
+    pub async fn dev_host(
+        &self,
+        prefix: &str,
+        llm: std::sync::Arc<dyn baton_core::llm::Llm>,
+        catalog: std::sync::Arc<baton_core::agent::Catalog>,
+    ) -> baton_dev::AwsDevServer {
+        let host = baton_dev::AwsDevServer::start(baton_dev::AwsDevOptions {
+            sdk: self.host_sdk().await,
+            names: self.names(prefix),
+            scheduler_role_arn: format!("arn:aws:iam::123456789012:role/{prefix}-scheduler"),
+            addr: "127.0.0.1:0".parse().expect("address"),
+            token: super::TOKEN.into(),
+            llm,
+            catalog,
+            clock: std::sync::Arc::new(baton_core::ports::SystemClock),
+            duplicate: false,
+            live: None,
+        })
+        .await
+        .expect("baton dev --aws starts");
+        self.turn_on();
+        host
+    }
+}
+
+/// A client of either host's API, with the test token (a 503 tried again, see [`api_call`]).
+pub struct Api {
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+impl Api {
+    pub fn new(base: String) -> Self {
+        Self {
+            base,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        api_call(&self.http, &self.base, true, method, path, body.as_ref()).await
+    }
+
+    pub async fn post(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    /// Asks `f` every 100 ms until it answers, for up to a minute.
+    pub async fn wait(
+        &self,
+        what: &str,
+        mut f: impl AsyncFnMut(&Api) -> Option<serde_json::Value>,
+    ) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            if let Some(v) = f(self).await {
+                return v;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The run once it has `status`.
+    pub async fn status(&self, run_id: &str, status: &str) -> serde_json::Value {
+        let path = format!("/runs/{run_id}");
+        self.wait(status, async |api: &Api| {
+            let (_, run) = api.get(&path).await;
+            (run["status"] == status).then_some(run)
+        })
+        .await
+    }
+}
