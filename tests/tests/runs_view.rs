@@ -117,6 +117,12 @@ async fn runs_view(api: &Api) {
         api.page(&format!("since={0}&until={0}", enc(at))).await.0,
         Vec::<String>::new()
     );
+    // Ends reversed: an empty span too, not an error.
+    assert_eq!(
+        api.page("since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z")
+            .await,
+        (Vec::<String>::new(), None)
+    );
 
     // Paged through a filter: a page reads `limit` runs and keeps those that match, so a
     // page may be empty and still say more may follow.

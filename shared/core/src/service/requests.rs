@@ -54,7 +54,7 @@ impl RunFilter {
 #[derive(Debug, Clone)]
 pub struct RunTree {
     pub run: Run,
-    /// Oldest first; each one's parent is the run or one before it.
+    /// Oldest first, each one's parent (the run, or one of these) before it.
     pub descendants: Vec<Run>,
     /// More runs are under its top-level run than were read.
     pub truncated: bool,
@@ -190,6 +190,12 @@ impl Service {
         let after: Option<RunPosition> = cursor
             .map(|c| super::decode_cursor(c, "runs"))
             .transpose()?;
+        // An empty span holds no run (and DynamoDB refuses a range whose ends are reversed).
+        if let (Some(since), Some(until)) = (filter.since, filter.until)
+            && since >= until
+        {
+            return Ok((Vec::new(), None));
+        }
         let query = RunQuery {
             after,
             since: filter.since,
@@ -217,8 +223,7 @@ impl Service {
             .root_run_id
             .clone()
             .unwrap_or_else(|| run.run_id.clone());
-        let mut under = std::collections::HashSet::from([run.run_id.clone()]);
-        let mut descendants = Vec::new();
+        let mut all = Vec::new();
         let mut after = None;
         let mut read = 0;
         let truncated = loop {
@@ -234,19 +239,33 @@ impl Service {
             read += page.len();
             let last = page.last().map(RunPosition::of);
             let full = page.len() == want;
-            // Oldest first: a run's parent was read before it.
-            for r in page {
-                let parent = r.parent.as_ref().map(|p| p.run_id.as_str());
-                if r.owner == owner && parent.is_some_and(|p| under.contains(p)) {
-                    under.insert(r.run_id.clone());
-                    descendants.push(r);
-                }
-            }
+            all.extend(page.into_iter().filter(|r| r.owner == owner));
             if !full {
                 break false;
             }
             after = last;
         };
+        // The runs under this one: those whose parent is it or under it. Oldest first, a
+        // parent comes before its children, but for two created in the same millisecond:
+        // read again until no run joins.
+        let mut under = std::collections::HashSet::from([run.run_id.clone()]);
+        let mut descendants = Vec::new();
+        loop {
+            let before = descendants.len();
+            all.retain(|r| {
+                let parent = r.parent.as_ref().map(|p| p.run_id.as_str());
+                if parent.is_some_and(|p| under.contains(p)) {
+                    under.insert(r.run_id.clone());
+                    descendants.push(r.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+            if descendants.len() == before {
+                break;
+            }
+        }
         Ok(RunTree {
             run,
             descendants,
