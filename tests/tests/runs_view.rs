@@ -303,7 +303,11 @@ async fn an_operator_reads_every_owners_runs_and_steers_none() {
     let (code, v) = call("bob", reqwest::Method::GET, "/runs?owner=alice").await;
     assert_eq!(code, 403, "{v}");
     assert_eq!(v["error"]["code"], "forbidden");
-    for path in [format!("/runs/{run}"), format!("/runs/{run}/tree")] {
+    for path in [
+        format!("/runs/{run}"),
+        format!("/runs/{run}/tree"),
+        format!("/runs/{run}/stream"),
+    ] {
         assert_eq!(
             call("bob", reqwest::Method::GET, &path).await.0,
             404,
@@ -329,6 +333,8 @@ async fn an_operator_reads_every_owners_runs_and_steers_none() {
     )
     .await;
     assert_eq!(code, 200, "{v}");
+    let (code, _) = call("ops", reqwest::Method::GET, &format!("/runs/{run}/stream")).await;
+    assert_eq!(code, 200, "the operator follows it too");
     let (code, v) = call("ops", reqwest::Method::GET, &format!("/runs/{run}/tree")).await;
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["descendants"].as_array().unwrap().len(), 1);

@@ -234,8 +234,11 @@ async fn get_run(
     Extension(caller): Extension<Caller>,
     Id(run_id): Id,
 ) -> Result<Response, ApiError> {
-    let owner = runs::reader(&s, &caller, &run_id).await?;
-    let view = s.service.get_run(&owner, &run_id, PAGE_ENTRIES).await?;
+    let (service, id) = (&s.service, run_id.as_str());
+    let (view, _) = runs::read_as(&s, &caller, id, |owner| async move {
+        service.get_run(&owner, id, PAGE_ENTRIES).await
+    })
+    .await?;
     // What the run and its subagents spent together; `reported` is the engine's own ledger.
     let total = view.run.total();
     let mut run = view.run;
@@ -279,10 +282,13 @@ async fn get_timeline(
     Id(run_id): Id,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let owner = runs::reader(&s, &caller, &run_id).await?;
     let after = parse_num(&q, "after")?;
     let limit = parse_num(&q, "limit")?.map_or(MAX_PAGE, |l| (l as usize).clamp(1, MAX_PAGE));
-    let (run, entries) = s.service.timeline(&owner, &run_id, after, limit).await?;
+    let (service, id) = (&s.service, run_id.as_str());
+    let ((run, entries), _) = runs::read_as(&s, &caller, id, |owner| async move {
+        service.timeline(&owner, id, after, limit).await
+    })
+    .await?;
     let entries = &entries[..page(&entries, REPLY_BYTES)?];
     Ok(Json(bodies::TimelinePage {
         run_id: run.run_id,

@@ -7,7 +7,7 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use baton_core::run::RunStatus;
-use baton_core::service::RunFilter;
+use baton_core::service::{RunFilter, ServiceError};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
@@ -40,19 +40,24 @@ pub(crate) async fn list_runs(
     }))
 }
 
-/// Whose run the caller reads: its own, or, an operator, whoever's `run_id` is (one more
-/// read, for operators only).
-pub(crate) async fn reader(
+/// `read` of `run_id` as the caller, its owner; and, for an operator, when the run is not
+/// the caller's, as whoever's it is (one more read, only then). Returns what was read and
+/// the owner it was read as.
+pub(crate) async fn read_as<T, F: Future<Output = Result<T, ServiceError>>>(
     s: &AppState,
     caller: &Caller,
     run_id: &str,
-) -> Result<String, ApiError> {
-    if s.auth.is_operator(caller)
-        && let Some(owner) = s.service.run_owner(run_id).await?
-    {
-        return Ok(owner);
+    read: impl Fn(String) -> F,
+) -> Result<(T, String), ApiError> {
+    match read(caller.0.clone()).await {
+        Err(ServiceError::NotFound(message)) if s.auth.is_operator(caller) => {
+            match s.service.run_owner(run_id).await? {
+                Some(owner) if owner != caller.0 => Ok((read(owner.clone()).await?, owner)),
+                _ => Err(ServiceError::NotFound(message).into()),
+            }
+        }
+        read => Ok((read?, caller.0.clone())),
     }
-    Ok(caller.0.clone())
 }
 
 fn forbidden() -> ApiError {
@@ -105,8 +110,11 @@ pub(crate) async fn get_tree(
     Extension(caller): Extension<Caller>,
     Id(run_id): Id,
 ) -> Result<Json<bodies::RunTreeBody>, ApiError> {
-    let owner = reader(&s, &caller, &run_id).await?;
-    let tree = s.service.run_tree(&owner, &run_id).await?;
+    let (service, id) = (&s.service, run_id.as_str());
+    let (tree, _) = read_as(&s, &caller, id, |owner| async move {
+        service.run_tree(&owner, id).await
+    })
+    .await?;
     Ok(Json(bodies::RunTreeBody {
         run: bodies::TreeNode::from(tree.run),
         descendants: tree

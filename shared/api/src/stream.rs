@@ -57,7 +57,6 @@ pub(crate) async fn stream_run(
     Query(q): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let owner = crate::runs::reader(&s, &caller, &run_id).await?;
     if !s.streams {
         return Err(ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
@@ -80,10 +79,13 @@ pub(crate) async fn stream_run(
         Some("true") => true,
         Some(_) => return Err(ApiError::invalid("`follow` must be true or false")),
     };
-    // Unknown or someone else's run: a 404 now, not an empty stream.
-    s.service
-        .timeline(&owner, &run_id, Some(u64::MAX), 1)
-        .await?;
+    // Unknown or someone else's run (an operator reads anyone's): a 404 now, not an empty
+    // stream.
+    let (service, id) = (&s.service, run_id.as_str());
+    let (_, owner) = crate::runs::read_as(&s, &caller, id, |owner| async move {
+        service.timeline(&owner, id, Some(u64::MAX), 1).await
+    })
+    .await?;
     // Subscribed before the first read: nothing between the two is missed.
     let live = s.live.as_ref().map(|hub| hub.subscribe(&run_id));
     let follow = Follow {
