@@ -122,6 +122,12 @@ async fn fork_flow(api: &Api, model: &MockServer, tool: &MockServer) {
             400,
         ),
         (json!({"atSeq": 2}), 409),
+        // An integer past u64 is still one (JSON Schema's), and past the end.
+        (
+            serde_json::from_str(r#"{"atSeq": 75684231006104336728064}"#).unwrap(),
+            409,
+        ),
+        (json!({"atSeq": 2.5}), 400),
         (json!({"at": 2}), 400),
     ];
     for (body, want) in refusals {

@@ -83,13 +83,15 @@ pub(crate) struct ForkBody {
     pub(crate) replacement: Option<ReplacementBody>,
 }
 
-/// A non-negative integer as JSON Schema counts one: `3` or `3.0` alike.
+/// A non-negative integer as JSON Schema counts one: `3` or `3.0` alike, of any size (one
+/// past `u64` is past every run's end, as `u64::MAX` is).
 fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let n = serde_json::Number::deserialize(d)?;
     n.as_u64()
         .or_else(|| {
             n.as_f64()
-                .filter(|f| f.fract() == 0.0 && (0.0..=u64::MAX as f64).contains(f))
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                // `as` saturates: 1e23 is u64::MAX.
                 .map(|f| f as u64)
         })
         .ok_or_else(|| serde::de::Error::custom(format!("`{n}` is not a non-negative integer")))
