@@ -10,8 +10,8 @@ use baton_core::cta::{Cta, CtaRequest, CtaResponse, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Event, Input, StepMessage, Transition};
 use baton_core::ports::{
-    Bus, Created, CtaPosition, CtaQuery, Queue, RunPosition, RunQuery, Scheduler, SendingStore,
-    Settled, Store, SystemClock,
+    Bus, Created, CtaPosition, CtaQuery, Queue, RunPage, RunPosition, RunQuery, Scheduler,
+    SendingStore, Settled, Store, SystemClock,
 };
 use baton_core::run::{NewRun, Run, RunStatus, Usage};
 use baton_core::service::{Deps, Handled, Service, StepError};
@@ -597,10 +597,12 @@ async fn run_pages_contract(store: Arc<dyn Store>) {
             .list_runs("lia", &RunQuery::page(after.clone(), 3))
             .await
             .unwrap();
-        assert!(page.len() <= 3, "a page of {}", page.len());
-        let Some(last) = page.last() else { break };
-        after = Some(RunPosition::of(last));
-        for run in &page {
+        assert!(page.runs.len() <= 3, "a page of {}", page.runs.len());
+        // A full page says where the next starts (its last run); a short one, that none does.
+        let last = page.runs.last().map(|r| r.run_id.as_str());
+        let next = page.next.as_ref().map(|p| p.run_id.as_str());
+        assert_eq!(next, last.filter(|_| page.runs.len() == 3));
+        for run in &page.runs {
             let i: u64 = run.run_id["run_ls_".len()..].parse().unwrap();
             assert_eq!(run.metadata, Some(serde_json::json!({"i": i})));
             assert_eq!(run.owner, "lia");
@@ -613,7 +615,11 @@ async fn run_pages_contract(store: Arc<dyn Store>) {
                 }
             );
         }
-        ids.extend(page.into_iter().map(|r| r.run_id));
+        ids.extend(page.runs.into_iter().map(|r| r.run_id));
+        if page.next.is_none() {
+            break;
+        }
+        after = page.next;
     }
     let expected: Vec<String> = (0..7).rev().map(|i| format!("run_ls_{i}")).collect();
     assert_eq!(ids, expected);
@@ -625,14 +631,15 @@ async fn run_pages_contract(store: Arc<dyn Store>) {
         limit: 2,
     };
     let first_page = store.list_runs("lia", &span(None)).await.unwrap();
-    let ids: Vec<&str> = first_page.iter().map(|r| r.run_id.as_str()).collect();
+    let ids: Vec<&str> = first_page.runs.iter().map(|r| r.run_id.as_str()).collect();
     assert_eq!(ids, ["run_ls_4", "run_ls_3"]);
     let rest = store
-        .list_runs("lia", &span(first_page.last().map(RunPosition::of)))
+        .list_runs("lia", &span(first_page.next))
         .await
         .unwrap();
-    let ids: Vec<&str> = rest.iter().map(|r| r.run_id.as_str()).collect();
+    let ids: Vec<&str> = rest.runs.iter().map(|r| r.run_id.as_str()).collect();
     assert_eq!(ids, ["run_ls_2"]);
+    assert_eq!(rest.next, None);
     // The runs under a top-level run: its subagents at any depth, oldest first, paged; not
     // another root's.
     let (mut grandchild, first) = new_run("run_ls_grandchild", "lia");
@@ -659,34 +666,28 @@ async fn run_pages_contract(store: Arc<dyn Store>) {
         .await
         .unwrap();
     let under = store.list_descendants("run_ls_6", None, 1).await.unwrap();
-    assert_eq!(under.len(), 1);
-    assert_eq!(under[0].run_id, "run_ls_child");
+    assert_eq!(under.runs.len(), 1);
+    assert_eq!(under.runs[0].run_id, "run_ls_child");
     let more = store
-        .list_descendants("run_ls_6", Some(&RunPosition::of(&under[0])), 10)
+        .list_descendants("run_ls_6", under.next.as_ref(), 10)
         .await
         .unwrap();
-    let ids: Vec<&str> = more.iter().map(|r| r.run_id.as_str()).collect();
+    let ids: Vec<&str> = more.runs.iter().map(|r| r.run_id.as_str()).collect();
     assert_eq!(ids, ["run_ls_grandchild"]);
-    assert_eq!(more[0].parent.as_ref().unwrap().run_id, "run_ls_child");
-    assert!(
-        store
-            .list_descendants("run_ls_0", None, 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert_eq!(more.runs[0].parent.as_ref().unwrap().run_id, "run_ls_child");
+    assert_eq!(more.next, None);
+    let none = store.list_descendants("run_ls_0", None, 10).await.unwrap();
+    assert_eq!(none, RunPage::default());
     let mo = store
         .list_runs("mo", &RunQuery::page(None, 10))
         .await
         .unwrap();
-    assert_eq!(mo.len(), 1);
-    assert!(
-        store
-            .list_runs("nobody", &RunQuery::page(None, 10))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert_eq!(mo.runs.len(), 1);
+    let nobody = store
+        .list_runs("nobody", &RunQuery::page(None, 10))
+        .await
+        .unwrap();
+    assert_eq!(nobody, RunPage::default());
 }
 
 /// Pages of CTAs: by owner or by top-level run (the run's own and its subagents'), of one
@@ -1443,16 +1444,95 @@ mod aws {
             let units = used.read_units - before.read_units;
             eprintln!(
                 "page {page_no}: {} runs, {requests} requests, {units} read units",
-                page.len()
+                page.runs.len()
             );
-            assert_eq!(page.len(), 50);
+            assert_eq!(page.runs.len(), 50);
             assert_eq!(requests, 2, "page {page_no}");
             assert!(units <= 20.0, "page {page_no}: {units} read units");
-            after = page.last().map(RunPosition::of);
-            seen.extend(page.into_iter().map(|r| r.run_id));
+            after = page.next;
+            seen.extend(page.runs.into_iter().map(|r| r.run_id));
         }
         let expected: Vec<String> = (0..300).rev().map(|i| format!("run_many_{i:03}")).collect();
         assert_eq!(seen, expected);
+    }
+
+    /// A listing whose run is gone (an `INFO` item written ahead of a commit that never
+    /// came, or a purge half done) is left out of its page but does not end the list: a
+    /// page of nothing but such listings still says where the next one starts.
+    #[tokio::test]
+    async fn a_listing_whose_run_is_gone_does_not_end_a_list_on_dynamodb() {
+        use aws_sdk_dynamodb::types::AttributeValue::S;
+        let Table {
+            _aws,
+            p,
+            store,
+            dynamo,
+            ..
+        } = table("orphans").await;
+        let at = Utc::now() - chrono::Duration::hours(1);
+        for i in 0..5 {
+            let (mut run, first) = new_run(&format!("run_or_{i}"), "otto");
+            run.created_at = at + chrono::Duration::seconds(i);
+            store.create_run(&run, &first, &[], None).await.unwrap();
+        }
+        for i in 0..4 {
+            let (mut child, first) = new_run(&format!("run_or_child_{i}"), "otto");
+            child.parent = Some(baton_core::run::ParentLink {
+                run_id: "run_or_4".into(),
+                tool_call_id: format!("call_{i}"),
+            });
+            child.root_run_id = Some("run_or_4".into());
+            child.depth = 1;
+            child.created_at = at + chrono::Duration::seconds(10 + i);
+            store.create_run(&child, &first, &[], None).await.unwrap();
+        }
+        // Two top-level runs and two subagents, side by side: their listings left alone.
+        for id in ["run_or_2", "run_or_1", "run_or_child_1", "run_or_child_2"] {
+            dynamo
+                .delete_item()
+                .table_name(&p.config.table)
+                .key("PK", S(format!("RUN#{id}")))
+                .key("SK", S("META".into()))
+                .send()
+                .await
+                .unwrap();
+        }
+        let mut pages = Vec::new();
+        let mut after = None;
+        loop {
+            let page = store
+                .list_runs("otto", &RunQuery::page(after, 2))
+                .await
+                .unwrap();
+            let ids: Vec<String> = page.runs.iter().map(|r| r.run_id.clone()).collect();
+            pages.push(ids);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(
+            pages,
+            [
+                vec!["run_or_4".to_owned(), "run_or_3".to_owned()],
+                vec![],
+                vec!["run_or_0".to_owned()],
+            ]
+        );
+        let mut under = Vec::new();
+        let mut after: Option<RunPosition> = None;
+        for _ in 0..10 {
+            let page = store
+                .list_descendants("run_or_4", after.as_ref(), 1)
+                .await
+                .unwrap();
+            under.extend(page.runs.into_iter().map(|r| r.run_id));
+            after = page.next;
+            if after.is_none() {
+                break;
+            }
+        }
+        assert_eq!(under, ["run_or_child_0", "run_or_child_3"]);
     }
 
     /// A run's `metadata` (up to 4 KB) and `context` (up to 16 KB) are written once, in an
@@ -1556,6 +1636,7 @@ mod aws {
             .unwrap();
         assert!(
             listed
+                .runs
                 .iter()
                 .any(|r| r.run_id == "run_legacy" && r.metadata == run.metadata)
         );

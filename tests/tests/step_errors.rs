@@ -11,7 +11,9 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use baton_core::cta::{Cta, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, StepMessage, Transition};
-use baton_core::ports::{Created, RunPosition, RunQuery, RunRecord, Settled, Store, SystemClock};
+use baton_core::ports::{
+    Created, RunPage, RunPosition, RunQuery, RunRecord, Settled, Store, SystemClock,
+};
 use baton_core::run::{Run, RunStatus};
 use baton_core::service::{CreateRun, Deps, Service};
 use baton_core::timeline::{Entry, EntryBody};
@@ -47,7 +49,7 @@ impl Store for Refusing {
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
         self.inner.get_run(run_id).await
     }
-    async fn list_runs(&self, owner: &str, query: &RunQuery) -> Result<Vec<Run>, PortError> {
+    async fn list_runs(&self, owner: &str, query: &RunQuery) -> Result<RunPage, PortError> {
         self.inner.list_runs(owner, query).await
     }
     async fn list_descendants(
@@ -55,7 +57,7 @@ impl Store for Refusing {
         root: &str,
         after: Option<&RunPosition>,
         limit: usize,
-    ) -> Result<Vec<Run>, PortError> {
+    ) -> Result<RunPage, PortError> {
         self.inner.list_descendants(root, after, limit).await
     }
     async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {

@@ -54,9 +54,9 @@ pub trait Store: Send + Sync {
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError>;
 
     /// An owner's top-level runs, newest first, created in `query`'s span, after
-    /// `query.after` (the last of the previous page), at most `query.limit`: a bounded
-    /// number of reads, whatever the number of runs.
-    async fn list_runs(&self, owner: &str, query: &RunQuery) -> Result<Vec<Run>, PortError>;
+    /// `query.after` (the previous page's `next`), at most `query.limit`: a bounded number
+    /// of reads, whatever the number of runs.
+    async fn list_runs(&self, owner: &str, query: &RunQuery) -> Result<RunPage, PortError>;
 
     /// The runs under a top-level run (its subagents, theirs, and a plan's steps' runs, at
     /// any depth), oldest first, after `after`, at most `limit`: a bounded number of reads.
@@ -65,7 +65,7 @@ pub trait Store: Send + Sync {
         root_run_id: &str,
         after: Option<&RunPosition>,
         limit: usize,
-    ) -> Result<Vec<Run>, PortError>;
+    ) -> Result<RunPage, PortError>;
 
     /// The run item and its whole timeline, in seq order.
     async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError>;
@@ -217,6 +217,17 @@ impl RunQuery {
             ..Self::default()
         }
     }
+}
+
+/// A page of [`Store::list_runs`] or [`Store::list_descendants`]: the runs read, and where
+/// the next page starts when the read stopped at its limit (more may follow). That is the
+/// last run *listed*, which may not be in `runs`: a listing whose run is gone (a DynamoDB
+/// index entry written ahead of a commit that never came, or a purge half done) is left
+/// out of the page but still moves it on, so the list does not end there.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunPage {
+    pub runs: Vec<Run>,
+    pub next: Option<RunPosition>,
 }
 
 /// Where a top-level run is in the order [`Store::list_runs`] pages in: newest first.

@@ -4,8 +4,7 @@
 
 use baton_core::cta::Cta;
 use baton_core::error::PortError;
-use baton_core::ports::{CtaQuery, RunPosition, RunQuery};
-use baton_core::run::Run;
+use baton_core::ports::{CtaQuery, RunPage, RunPosition, RunQuery};
 
 use super::items::*;
 use super::{DynamoStore, GSI1, GSI4, Item};
@@ -15,7 +14,7 @@ impl DynamoStore {
     /// the query's span of creation times: a range of the sort key), then one
     /// `BatchGetItem` of their run items (eventually consistent: a list may lag a step). A
     /// run whose item is gone (purged between the two) is left out.
-    pub(super) async fn runs_page(&self, owner: &str, q: &RunQuery) -> Result<Vec<Run>, PortError> {
+    pub(super) async fn runs_page(&self, owner: &str, q: &RunQuery) -> Result<RunPage, PortError> {
         let pk = owner_pk(owner);
         let low = q
             .since
@@ -24,10 +23,11 @@ impl DynamoStore {
         let high = q
             .until
             .map_or_else(|| "RUN#~".to_owned(), |t| format!("RUN#{}", sweep_time(t)));
-        let runs = self
+        let mut page = self
             .listed_runs(GSI1, &pk, (low, high), false, q.after.as_ref(), q.limit)
             .await?;
-        Ok(runs.into_iter().filter(|r| r.owner == owner).collect())
+        page.runs.retain(|r| r.owner == owner);
+        Ok(page)
     }
 
     /// The `RUN#` keys under a top-level run in GSI4 (its descendants' `INFO` items, oldest
@@ -37,20 +37,20 @@ impl DynamoStore {
         root_run_id: &str,
         after: Option<&RunPosition>,
         limit: usize,
-    ) -> Result<Vec<Run>, PortError> {
+    ) -> Result<RunPage, PortError> {
         let pk = cta_root_pk(root_run_id);
         let span = ("RUN#".to_owned(), "RUN#~".to_owned());
-        let runs = self
+        let mut page = self
             .listed_runs(GSI4, &pk, span, true, after, limit)
             .await?;
-        Ok(runs
-            .into_iter()
-            .filter(|r| r.root_run_id.as_deref() == Some(root_run_id))
-            .collect())
+        page.runs
+            .retain(|r| r.root_run_id.as_deref() == Some(root_run_id));
+        Ok(page)
     }
 
     /// One query of an index's `RUN#` keys between two sort keys (`INFO` items), from the
-    /// position after, then their run items in one `BatchGetItem` per hundred.
+    /// position after, then their run items in one `BatchGetItem` per hundred. When `limit`
+    /// keys were read, the page's `next` is the last key's position, its run read or not.
     async fn listed_runs(
         &self,
         index: &str,
@@ -59,9 +59,9 @@ impl DynamoStore {
         forward: bool,
         after: Option<&RunPosition>,
         limit: usize,
-    ) -> Result<Vec<Run>, PortError> {
+    ) -> Result<RunPage, PortError> {
         if limit == 0 {
-            return Ok(Vec::new());
+            return Ok(RunPage::default());
         }
         let mut query = self
             .client
@@ -95,6 +95,10 @@ impl DynamoStore {
             .iter()
             .filter_map(|i| get_s(i, "PK").ok().map(str::to_owned))
             .collect();
+        let next = match infos.last() {
+            Some(last) if infos.len() >= limit => Some(listed_position(last, index)?),
+            _ => None,
+        };
         let mut metas = self.get_metas(&keys).await?;
         let mut runs = Vec::new();
         for info in infos {
@@ -108,7 +112,7 @@ impl DynamoStore {
             }
             runs.push(parse_run(&meta)?.run);
         }
-        Ok(runs)
+        Ok(RunPage { runs, next })
     }
 
     /// One `Query` of GSI1 (an owner's) or GSI4 (a top-level run's), from the position
@@ -155,4 +159,23 @@ impl DynamoStore {
         .await?;
         Ok(out)
     }
+}
+
+/// Where a listing (an `INFO` item) is in an index of runs: its sort key is
+/// `RUN#<created at>#<run id>` ([`run_gsi_sk`]).
+fn listed_position(info: &Item, index: &str) -> Result<RunPosition, PortError> {
+    let sk = get_s(info, &format!("{index}SK"))?;
+    sk.strip_prefix("RUN#")
+        .and_then(|rest| rest.split_once('#'))
+        .and_then(|(at, run_id)| {
+            let at = chrono::DateTime::parse_from_rfc3339(at).ok()?;
+            Some(RunPosition {
+                created_at: at.to_utc(),
+                run_id: run_id.to_owned(),
+            })
+        })
+        .ok_or_else(|| PortError::Broken {
+            message: format!("a run's listing has the sort key `{sk}`"),
+            source: None,
+        })
 }

@@ -46,7 +46,9 @@ use crate::sdk::{Meter, is_retryable_cancellation, map_sdk_err};
 use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition};
-use baton_core::ports::{Created, CtaQuery, RunPosition, RunQuery, RunRecord, Settled, Store};
+use baton_core::ports::{
+    Created, CtaQuery, RunPage, RunPosition, RunQuery, RunRecord, Settled, Store,
+};
 use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
 
@@ -282,7 +284,7 @@ impl Store for DynamoStore {
             .transpose()
     }
 
-    async fn list_runs(&self, owner: &str, query: &RunQuery) -> Result<Vec<Run>, PortError> {
+    async fn list_runs(&self, owner: &str, query: &RunQuery) -> Result<RunPage, PortError> {
         self.runs_page(owner, query).await
     }
 
@@ -291,7 +293,7 @@ impl Store for DynamoStore {
         root_run_id: &str,
         after: Option<&RunPosition>,
         limit: usize,
-    ) -> Result<Vec<Run>, PortError> {
+    ) -> Result<RunPage, PortError> {
         self.descendants_page(root_run_id, after, limit).await
     }
 

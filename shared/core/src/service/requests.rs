@@ -202,15 +202,20 @@ impl Service {
             until: filter.until,
             limit: limit + 1,
         };
-        let mut runs = self.deps.store.list_runs(owner, &query).await?;
+        let page = self.deps.store.list_runs(owner, &query).await?;
+        let mut runs = page.runs;
         // One more than a page was asked for, to know whether more follow; the page is the
-        // first `limit` read, less those the filter leaves out.
-        let more = runs.len() > limit;
-        runs.truncate(limit);
-        let last_read = runs.last().map(RunPosition::of);
+        // first `limit` read, less those the filter leaves out. Fewer read and a `next` (a
+        // listing whose run is gone): more may follow that.
+        let last_read = if runs.len() > limit {
+            runs.truncate(limit);
+            runs.last().map(RunPosition::of)
+        } else {
+            page.next
+        };
         runs.retain(|r| filter.keeps(r));
         let next = super::cut_page(&mut runs, limit, RUN_PAGE_BYTES, RunPosition::of)
-            .or_else(|| last_read.filter(|_| more).map(|p| super::encode_cursor(&p)));
+            .or_else(|| last_read.map(|p| super::encode_cursor(&p)));
         Ok((runs, next))
     }
 
@@ -225,25 +230,22 @@ impl Service {
             .unwrap_or_else(|| run.run_id.clone());
         let mut all = Vec::new();
         let mut after = None;
+        // Listings read (a page goes on past one whose run is gone, within this bound).
         let mut read = 0;
         let truncated = loop {
-            if read >= MAX_TREE_RUNS {
-                break true;
-            }
             let want = TREE_PAGE.min(MAX_TREE_RUNS - read);
             let page = self
                 .deps
                 .store
                 .list_descendants(&root, after.as_ref(), want)
                 .await?;
-            read += page.len();
-            let last = page.last().map(RunPosition::of);
-            let full = page.len() == want;
-            all.extend(page.into_iter().filter(|r| r.owner == owner));
-            if !full {
-                break false;
+            read += want;
+            all.extend(page.runs.into_iter().filter(|r| r.owner == owner));
+            match page.next {
+                None => break false,
+                Some(_) if read >= MAX_TREE_RUNS => break true,
+                next => after = next,
             }
-            after = last;
         };
         // The runs under this one: those whose parent is it or under it. Oldest first, a
         // parent comes before its children, but for two created in the same millisecond:

@@ -4,21 +4,21 @@
 
 use baton_core::cta::{Cta, CtaStatus};
 use baton_core::error::PortError;
-use baton_core::ports::{CtaQuery, RunPosition, RunQuery};
+use baton_core::ports::{CtaQuery, RunPage, RunPosition, RunQuery};
 use baton_core::run::Run;
 use chrono::SecondsFormat;
 
 use super::*;
 
 impl LocalStore {
-    pub(super) async fn runs_page(&self, owner: &str, q: &RunQuery) -> Result<Vec<Run>, PortError> {
+    pub(super) async fn runs_page(&self, owner: &str, q: &RunQuery) -> Result<RunPage, PortError> {
         let owner = owner.to_owned();
         let after = q.after.as_ref().map(|a| a.run_id.clone());
         let time =
             |t: Option<DateTime<Utc>>| t.map(|t| t.to_rfc3339_opts(SecondsFormat::Micros, true));
         let (since, until) = (time(q.since), time(q.until));
-        let limit = i64::try_from(q.limit).unwrap_or(i64::MAX);
-        self.read(move |c| {
+        let limit = q.limit;
+        let runs = self.read(move |c| {
             // Newest first by run_key (the order runs were created in), on `runs_by_owner`;
             // the span compares instants (`julianday`), not the texts' varying precision.
             let mut stmt = c
@@ -31,6 +31,7 @@ impl LocalStore {
                      ORDER BY run_key DESC LIMIT ?5",
                 )
                 .map_err(sql)?;
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
             stmt.query_map(params![owner, after, since, until, limit], |r| {
                 r.get::<_, String>(0)
             })
@@ -38,7 +39,8 @@ impl LocalStore {
             .map(|b| from_json::<Run>(&b.map_err(sql)?))
             .collect()
         })
-        .await
+        .await?;
+        Ok(page(runs, limit))
     }
 
     /// Oldest first by run_key, on `runs_by_root`.
@@ -47,26 +49,28 @@ impl LocalStore {
         root_run_id: &str,
         after: Option<&RunPosition>,
         limit: usize,
-    ) -> Result<Vec<Run>, PortError> {
+    ) -> Result<RunPage, PortError> {
         let root = root_run_id.to_owned();
         let after = after.map(|a| a.run_id.clone());
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.read(move |c| {
-            let mut stmt = c
-                .prepare_cached(
-                    "SELECT body FROM runs
+        let runs = self
+            .read(move |c| {
+                let mut stmt = c
+                    .prepare_cached(
+                        "SELECT body FROM runs
                      WHERE json_extract(body, '$.rootRunId') IS NOT NULL
                        AND json_extract(body, '$.rootRunId') = ?1
                        AND (?2 IS NULL OR run_key > (SELECT run_key FROM runs WHERE run_id = ?2))
                      ORDER BY run_key LIMIT ?3",
-                )
-                .map_err(sql)?;
-            stmt.query_map(params![root, after, limit], |r| r.get::<_, String>(0))
-                .map_err(sql)?
-                .map(|b| from_json::<Run>(&b.map_err(sql)?))
-                .collect()
-        })
-        .await
+                    )
+                    .map_err(sql)?;
+                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                stmt.query_map(params![root, after, limit], |r| r.get::<_, String>(0))
+                    .map_err(sql)?
+                    .map(|b| from_json::<Run>(&b.map_err(sql)?))
+                    .collect()
+            })
+            .await?;
+        Ok(page(runs, limit))
     }
 
     /// By status, then in the order they were raised (rowid): a page is one indexed range
@@ -108,4 +112,14 @@ impl LocalStore {
         })
         .await
     }
+}
+
+/// A page of runs read in one transaction (no listing without its run): `limit` read, more
+/// may follow the last.
+fn page(runs: Vec<Run>, limit: usize) -> RunPage {
+    let next = runs
+        .last()
+        .filter(|_| runs.len() >= limit)
+        .map(RunPosition::of);
+    RunPage { runs, next }
 }

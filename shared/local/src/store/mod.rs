@@ -29,7 +29,9 @@ use tokio::sync::Notify;
 use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition, outbox_continues};
-use baton_core::ports::{Created, CtaQuery, RunPosition, RunQuery, RunRecord, Settled, Store};
+use baton_core::ports::{
+    Created, CtaQuery, RunPage, RunPosition, RunQuery, RunRecord, Settled, Store,
+};
 use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
 
@@ -327,7 +329,7 @@ impl Store for LocalStore {
             .await
     }
 
-    async fn list_runs(&self, owner: &str, query: &RunQuery) -> Result<Vec<Run>, PortError> {
+    async fn list_runs(&self, owner: &str, query: &RunQuery) -> Result<RunPage, PortError> {
         self.runs_page(owner, query).await
     }
 
@@ -336,7 +338,7 @@ impl Store for LocalStore {
         root_run_id: &str,
         after: Option<&RunPosition>,
         limit: usize,
-    ) -> Result<Vec<Run>, PortError> {
+    ) -> Result<RunPage, PortError> {
         self.descendants_page(root_run_id, after, limit).await
     }
 
