@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Lambda layer: serves the functions with `cargo lambda watch` against moto's server
 # on loopback (or the emulator at BATON_TEST_AWS_ENDPOINT: tests/localstack/run.sh), invokes each with the sample events in tests/events/, and asserts the answers
-# (including a partial batch failure); then starts each function's binary with the
+# (including a partial batch failure) and the spans each sends before its invocation
+# returns (to an OTLP receiver); then starts each function's binary with the
 # environment template.yaml gives it (tests/lambda/start_from_template.py). Needs
 # cargo-lambda and moto on PATH (.ci/run installs both); on moto, measures each function's
 # memory at its worst case (tests/lambda/memory.py). Exits non-zero on the first wrong
@@ -38,6 +39,20 @@ BATON_DEAD_LETTER_QUEUE_ARN=$(python3 -c 'import json; print(json.load(open("tes
 export BATON_DEAD_LETTER_QUEUE_ARN
 # A model endpoint that refuses connections, tried once: a step that must think fails.
 export OPENAI_BASE_URL="http://127.0.0.1:$(free_port)/v1" BATON_LLM_MAX_RETRIES=0 RUST_LOG=warn
+
+# Traces: every function sends its spans to a test receiver that decodes them with the
+# official protobuf definitions (tests/otlp/receiver.py), before each invocation returns.
+otlp_python="$(target_dir)/otlp-receiver/bin/python"
+if ! "$otlp_python" -c 'import opentelemetry.proto' 2>/dev/null; then
+  python3 -m venv "$(target_dir)/otlp-receiver"
+  "$otlp_python" -m pip install -q --disable-pip-version-check 'opentelemetry-proto==1.45.2' 'protobuf>=5.29,<8'
+fi
+"$otlp_python" -u tests/otlp/receiver.py --port 0 --out "$work/spans.jsonl" >"$work/otlp.url" &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$work/otlp.url" ] && break; sleep 0.1; done
+OTEL_EXPORTER_OTLP_ENDPOINT=$(head -1 "$work/otlp.url")
+export OTEL_EXPORTER_OTLP_ENDPOINT
+spans() { python3 -c 'import json,sys; print(json.dumps([json.loads(l) for l in open(sys.argv[1])]))' "$work/spans.jsonl" 2>/dev/null || echo '[]'; }
 
 watch_port=$(free_port)
 cargo lambda watch --invoke-address 127.0.0.1 --invoke-port "$watch_port" >"$work/watch.log" 2>&1 &
@@ -78,6 +93,10 @@ r=$(invoke api tests/events/api-answer-cta.json); check "api POST /ctas/{id}/res
 sed "s/RUN_ID/$run_id/g" tests/events/steps-batch.json >"$work/steps-batch.json"
 r=$(invoke orchestrator "$work/steps-batch.json")
 check "orchestrator partial batch failure (FIFO group)" "$r" 'sorted(f["itemIdentifier"] for f in r["batchItemFailures"]) == ["m1", "m2"]'
+# The failed step's span reached the receiver before the invocation returned: under the
+# run's span, its status the error, with the function's resource attributes.
+check "orchestrator: the failed step's span, sent before the invocation returned" "$(spans)" \
+  "any(s['name'] == 'step orchestrator' and s['status'] == 'STATUS_CODE_ERROR' and s['attributes']['baton.run.id'] == '$run_id' and s['attributes']['error.type'] == 'step_failed' and s['attributes']['baton.step.input'] == 'start' and s['resource'].get('cloud.platform') == 'aws_lambda' for s in r)"
 r=$(invoke subagent tests/events/subagent-steps-batch.json)
 check "subagent (unknown run) acknowledged" "$r" 'r["batchItemFailures"] == []'
 r=$(invoke cta tests/events/cta-inbox-batch.json)
@@ -91,6 +110,8 @@ for _ in 1 2 3; do
 done
 sed "s/RUN_ID/$run_id/g" tests/events/steps-dead-letter.json >"$work/steps-dead-letter.json"
 r=$(invoke orchestrator "$work/steps-dead-letter.json"); check "orchestrator dead letter" "$r" 'r["batchItemFailures"] == []'
+check "orchestrator: four failed deliveries, then the step that failed the run and the run's own span" "$(spans)" \
+  "len({s['span_id'] for s in r if s['attributes'].get('error.type') == 'step_failed' and s['attributes']['baton.run.id'] == '$run_id'}) == 4 and any(s['name'] == 'invoke_agent orchestrator' and s['status'] == 'STATUS_CODE_ERROR' and s['attributes']['baton.run.id'] == '$run_id' for s in r)"
 r=$(invoke api "$work/api-get-run.json")
 check "the dead-lettered run ended failed, with its step's last error" "$r" 'json.loads(r["body"])["status"] == "failed" and json.loads(r["body"])["error"]["code"] == "dead_letter" and "(gave up: " in json.loads(r["body"])["error"]["message"]'
 r=$(invoke api "$work/api-cancel.json"); check "api POST /runs/{id}/cancel (ended) → 409" "$r" 'r["statusCode"] == 409'

@@ -1164,7 +1164,8 @@ async fn a_dead_lettered_message_ends_its_run_as_failed() {
         ))
     };
     for n in 1..=4 {
-        svc.note_failure(&start, n, &unreachable()).await;
+        svc.note_failure(&start, n, &unreachable(), Utc::now())
+            .await;
     }
     svc.dead_letter(&start, "failed 5 times").await.unwrap();
     let (rec, tl) = local.load(&run_id).await.unwrap().unwrap();
@@ -1190,7 +1191,7 @@ async fn a_dead_letter_whose_deliveries_were_deferred_goes_back_to_its_queue() {
     Pump::ack(&local, receipt).await;
     // One failure of its own; the other deliveries were deferrals.
     let unreachable = StepError::Port(PortError::unavailable("the model is unreachable", "x"));
-    svc.note_failure(&start, 1, &unreachable).await;
+    svc.note_failure(&start, 1, &unreachable, Utc::now()).await;
     let mut dead = start.clone();
     for n in 1..=2 {
         let handled = svc.dead_letter(&dead, "failed 8 times").await.unwrap();

@@ -97,5 +97,22 @@ async fn an_unreachable_model_shows_as_the_last_error_and_then_as_the_failure() 
         failed.get("lastError").is_none(),
         "the failing commit clears it"
     );
+    // Each failed delivery is counted by agent (`GET /metrics`); the step that failed the
+    // run is a committed one.
+    let (code, page) = h.get("/metrics").await;
+    assert_eq!(code, 200);
+    let page = page.as_str().unwrap();
+    let agent = failed["agent"].as_str().unwrap();
+    let count = |name: &str| {
+        page.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}{{agent=\"{agent}\"")))
+            .and_then(|rest| rest.rsplit(' ').next())
+            .unwrap_or_else(|| panic!("no {name} for {agent}: {page}"))
+            .to_owned()
+    };
+    // Three deliveries failed, then the dead letter went back to its queue once (three
+    // failures of its own are fewer than the four it gives up after), and three more failed.
+    assert_eq!(count("baton_step_failures_total"), "6", "{page}");
+    assert_eq!(count("baton_runs_ended_total"), "1", "{page}");
     h.server.shutdown().await;
 }

@@ -91,10 +91,31 @@ pub struct StepReport {
     pub ctas_expired: Vec<u64>,
 }
 
-/// A host's use of step reports (tracing, metrics). Called after the commit, on the step's
-/// task: it must not block (record, and send later).
+/// A step that failed before it committed (a model or a store that did not answer): nothing
+/// of it was kept, and its message is delivered again, or dead-lettered once its retries are
+/// spent (that step, which fails the run, is reported as a committed one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepFailure {
+    pub run_id: String,
+    pub agent: String,
+    pub parent: Option<crate::run::ParentLink>,
+    /// The version the step found (it would have committed the next).
+    pub version: u64,
+    /// Which delivery of its message this was.
+    pub attempt: u32,
+    pub input: &'static str,
+    pub started: DateTime<Utc>,
+    pub ended: DateTime<Utc>,
+    pub error: String,
+}
+
+/// A host's use of step reports (tracing, metrics). Called after the commit (or the
+/// failure), on the step's task: it must not block (record, and send later).
 pub trait Observer: Send + Sync {
     fn step(&self, report: &StepReport);
+
+    /// A step that failed and will be tried again. By default, nothing.
+    fn step_failed(&self, _failure: &StepFailure) {}
 }
 
 impl StepReport {
@@ -185,7 +206,7 @@ impl StepReport {
     }
 }
 
-fn input_name(input: &Input) -> &'static str {
+pub(crate) fn input_name(input: &Input) -> &'static str {
     match input {
         Input::Start => "start",
         Input::Continue { .. } => "continue",

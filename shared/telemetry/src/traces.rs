@@ -18,7 +18,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use baton_core::observe::{Observer, Outcome, StepReport};
+use baton_core::observe::{Observer, Outcome, StepFailure, StepReport};
 use opentelemetry::trace::{
     Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
@@ -208,6 +208,19 @@ pub fn step_span_id(run_id: &str, version: u64) -> SpanId {
     span_id(&[b"baton.step", run_id.as_bytes(), &version.to_be_bytes()])
 }
 
+/// The span of a failed step: one per delivery (a message sent back to its queue counts
+/// its deliveries again, so the time it started tells two first ones apart).
+fn failed_step_span_id(f: &StepFailure) -> SpanId {
+    let started = f.started.timestamp_nanos_opt().unwrap_or_default();
+    span_id(&[
+        b"baton.failed_step",
+        f.run_id.as_bytes(),
+        &f.version.to_be_bytes(),
+        &f.attempt.to_be_bytes(),
+        &started.to_be_bytes(),
+    ])
+}
+
 /// The span of the model call or tool call whose entry is `seq`.
 fn entry_span_id(run_id: &str, seq: u64) -> SpanId {
     span_id(&[b"baton.entry", run_id.as_bytes(), &seq.to_be_bytes()])
@@ -222,8 +235,8 @@ fn time(t: chrono::DateTime<chrono::Utc>) -> SystemTime {
 }
 
 /// The run's link to the trace of the run that started it, if one did.
-fn parent_link(r: &StepReport) -> Vec<Link> {
-    let Some(p) = &r.parent else {
+fn parent_link(parent: Option<&baton_core::run::ParentLink>) -> Vec<Link> {
+    let Some(p) = parent else {
         return Vec::new();
     };
     vec![Link::new(
@@ -270,7 +283,7 @@ impl Observer for Traces {
                 KeyValue::new("gen_ai.agent.name", r.agent.clone()),
                 KeyValue::new("gen_ai.conversation.id", r.run_id.clone()),
             ],
-            parent_link(r),
+            parent_link(r.parent.as_ref()),
             status.clone(),
         );
         for c in &r.model_calls {
@@ -411,10 +424,35 @@ impl Observer for Traces {
                     ),
                     KeyValue::new("baton.cost.usd", r.run_total.cost_usd),
                 ],
-                parent_link(r),
+                parent_link(r.parent.as_ref()),
                 status,
             );
         }
+    }
+
+    /// A failed step is a span of its own under the run's, its status the error: the
+    /// delivery that comes next is another span (a committed step's, or a failed one's).
+    fn step_failed(&self, f: &StepFailure) {
+        self.span(
+            trace_id(&f.run_id),
+            failed_step_span_id(f),
+            run_span_id(&f.run_id),
+            true,
+            format!("step {}", f.agent),
+            SpanKind::Internal,
+            (time(f.started), time(f.ended).max(time(f.started))),
+            vec![
+                KeyValue::new("baton.run.id", f.run_id.clone()),
+                KeyValue::new("baton.step.version", int(f.version)),
+                KeyValue::new("baton.step.attempt", i64::from(f.attempt)),
+                KeyValue::new("baton.step.input", f.input),
+                KeyValue::new("error.type", "step_failed"),
+                KeyValue::new("gen_ai.agent.name", f.agent.clone()),
+                KeyValue::new("gen_ai.conversation.id", f.run_id.clone()),
+            ],
+            parent_link(f.parent.as_ref()),
+            Status::error(f.error.clone()),
+        );
     }
 }
 

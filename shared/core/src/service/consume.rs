@@ -44,6 +44,7 @@ impl Service {
     /// lost acknowledgement would) and says what to do with it. A retryable failure is noted
     /// on the run (`lastError`) before it is retried.
     pub async fn consume(&self, d: Delivery<'_>, twice: bool) -> Verdict {
+        let started = self.deps.clock.now();
         let once = || async {
             match d.dead {
                 Some(why) => self.dead_letter(d.message, why).await,
@@ -63,7 +64,7 @@ impl Service {
             Err(e) if e.is_retryable() => {
                 let soon = e.is_storage_full();
                 warn!(run_id = %msg.run_id, message = %msg.id, error = %e, soon, "step failed; it will be retried");
-                self.note_failure(msg, d.receives, &e).await;
+                self.note_failure(msg, d.receives, &e, started).await;
                 Verdict::Retry { soon }
             }
             Err(e) => {

@@ -250,6 +250,35 @@ impl Service {
         }
     }
 
+    /// Tells the observers that a step of `run` failed (it will be tried again).
+    fn report_failure(
+        &self,
+        run: &Run,
+        msg: &crate::message::StepMessage,
+        attempt: u32,
+        error: &StepError,
+        started: chrono::DateTime<chrono::Utc>,
+    ) {
+        let observers = self.observers.read().unwrap_or_else(|e| e.into_inner());
+        if observers.is_empty() {
+            return;
+        }
+        let failure = crate::observe::StepFailure {
+            run_id: run.run_id.clone(),
+            agent: run.agent.clone(),
+            parent: run.parent.clone(),
+            version: run.version,
+            attempt,
+            input: crate::observe::input_name(&msg.input),
+            started,
+            ended: self.deps.clock.now(),
+            error: error.to_string(),
+        };
+        for o in observers.iter() {
+            o.step_failed(&failure);
+        }
+    }
+
     /// Turns on one-time answer links (once; a second call changes nothing): `POST
     /// /ctas/{id}/link` mints them, and each `cta.request` event carries one.
     pub fn set_links(&self, links: crate::links::Links) {

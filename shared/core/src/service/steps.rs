@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
+use chrono::{DateTime, Utc};
 use tracing::{debug, info, warn};
 
 use super::cache::approx_bytes;
@@ -330,13 +331,23 @@ impl Service {
         self.fail_now(msg, "dead_letter", &message).await
     }
 
-    /// Records on the run why a delivery of `msg` failed and how many there were, so that
-    /// the API shows a retrying step's trouble (`lastError`) while it retries. Best effort:
-    /// a store that cannot take this write cannot take the step either.
-    pub async fn note_failure(&self, msg: &StepMessage, attempts: u32, error: &StepError) {
+    /// Records on the run why a delivery of `msg` (started at `started`) failed and how
+    /// many there were, so that the API shows a retrying step's trouble (`lastError`) while
+    /// it retries, and tells the observers. Best effort: a store that cannot take this write
+    /// cannot take the step either.
+    pub async fn note_failure(
+        &self,
+        msg: &StepMessage,
+        attempts: u32,
+        error: &StepError,
+        started: DateTime<Utc>,
+    ) {
         let (id, _) = crate::message::requeued(&msg.id);
         let before = match self.deps.store.get_run(&msg.run_id).await {
-            Ok(Some(rec)) => rec.run.last_error,
+            Ok(Some(rec)) => {
+                self.report_failure(&rec.run, msg, attempts, error, started);
+                rec.run.last_error
+            }
             _ => None,
         };
         let failures = before
