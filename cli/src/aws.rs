@@ -64,7 +64,9 @@ pub async fn dev(
         None => (format!("btn_{}", uuid::Uuid::new_v4().simple()), true),
     };
     let prefix = &config.prefix;
-    let server = AwsDevServer::start(AwsDevOptions {
+    // Traces go to OTEL_EXPORTER_OTLP_ENDPOINT when it is set; none are made otherwise.
+    let traces = baton_telemetry::Traces::from_env("baton-dev")?;
+    let mut server = AwsDevServer::start(AwsDevOptions {
         sdk: sdk_config(&config.sdk).await,
         names: Names::new(prefix),
         scheduler_role_arn: scheduler_role(config, prefix),
@@ -87,6 +89,9 @@ pub async fn dev(
         },
     })
     .await?;
+    if let Some(traces) = traces {
+        server.trace_with(Arc::new(traces));
+    }
     match &config.link_key {
         Some(key) => server
             .set_up_links(key, config.public_url.as_deref())

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_core::ports::SystemClock;
+use common::aws::Api;
 use common::python::venv_bin;
 use common::*;
 use serde_json::{Value, json};
@@ -109,11 +110,9 @@ fn sample(samples: &[Value], name: &str, labels: Value) -> f64 {
         .sum()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_with_a_subagent_an_mcp_tool_and_a_question_exports_one_linked_trace_and_metrics() {
+/// The agents (one with the MCP server `clock`, one subagent) and their scripted replies.
+fn agents_and_script() -> (baton_core::agent::Catalog, Value) {
     let bin = venv_bin();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start(dir.path());
     let file = serde_json::from_value(json!({
         "mcpServers": {"clock": {"command": bin.join("mcp-server-time"), "args": ["--local-timezone", "UTC"]}},
         "agents": {
@@ -136,6 +135,42 @@ async fn a_run_with_a_subagent_an_mcp_tool_and_a_question_exports_one_linked_tra
             {"text": "Shipped.", "usage": {"inputTokens": 300, "outputTokens": 30, "totalTokens": 330}}],
         "explore": [{"text": "3 crates.", "usage": {"inputTokens": 50, "outputTokens": 5, "totalTokens": 55}}]
     });
+    (catalog, script)
+}
+
+/// Starts the run, answers its question, waits for it to complete: its id and its
+/// subagent's.
+async fn drive(api: &Api) -> (String, String) {
+    let (code, v) = api.post("/runs", json!({"prompt": "Ship it"})).await;
+    assert_eq!(code, 202, "{v}");
+    let run_id = v["runId"].as_str().expect("run id").to_owned();
+    let cta = api
+        .wait("the question", async |api: &Api| {
+            let (_, v) = api.get("/ctas?status=pending").await;
+            v["ctas"].as_array().and_then(|c| c.first().cloned())
+        })
+        .await;
+    let (code, v) = api
+        .post(
+            &format!("/ctas/{}/response", cta["ctaId"].as_str().expect("id")),
+            json!({"kind": "approval", "approved": true}),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    let run = api.status(&run_id, "completed").await;
+    let child = of_type(&run, "tool")
+        .iter()
+        .find_map(|t| t["childRunId"].as_str())
+        .expect("a subagent")
+        .to_owned();
+    (run_id, child)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_with_a_subagent_an_mcp_tool_and_a_question_exports_one_linked_trace_and_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start(dir.path());
+    let (catalog, script) = agents_and_script();
     let h = common::start(
         dir.path(),
         scripted(&script.to_string()),
@@ -145,26 +180,43 @@ async fn a_run_with_a_subagent_an_mcp_tool_and_a_question_exports_one_linked_tra
     .await;
     let traces = baton_telemetry::Traces::to(&receiver.url, "baton-test").expect("exporter");
     h.server.trace_with(Arc::new(traces));
-    let run_id = h.create_run(json!({"prompt": "Ship it"})).await;
-    let cta = h.wait_pending(1).await.remove(0);
-    let (code, v) = h
-        .post(
-            &format!("/ctas/{}/response", cta["ctaId"].as_str().expect("id")),
-            json!({"kind": "approval", "approved": true}),
+    let api = Api::new(h.server.url());
+    let (run_id, child) = drive(&api).await;
+    check_metrics(&api).await;
+    // Stopping the server sends what is left; the receiver writes what it decoded.
+    h.server.shutdown().await;
+    check_trace(&receiver, &run_id, &child).await;
+}
+
+/// `baton dev --aws`: the step functions' handlers over AWS APIs (moto) are observed as
+/// `baton dev`'s worker is: the same trace, the same counters at `GET /metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_run_on_the_aws_host_exports_the_same_trace_and_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start(dir.path());
+    let (catalog, script) = agents_and_script();
+    let aws = common::aws::Emulator::start().await;
+    let mut server = aws
+        .dev_host(
+            "telemetry",
+            scripted(&script.to_string()),
+            Arc::new(catalog),
         )
         .await;
-    assert_eq!(code, 202, "{v}");
-    let run = h.wait_status(&run_id, &["completed"]).await;
-    let child = of_type(&run, "tool")
-        .iter()
-        .find_map(|t| t["childRunId"].as_str())
-        .expect("a subagent")
-        .to_owned();
+    let traces = baton_telemetry::Traces::to(&receiver.url, "baton-test").expect("exporter");
+    server.trace_with(Arc::new(traces));
+    let api = Api::new(server.url());
+    let (run_id, child) = drive(&api).await;
+    check_metrics(&api).await;
+    server.shutdown().await;
+    check_trace(&receiver, &run_id, &child).await;
+}
 
-    // Metrics, as Prometheus reads them (with the server's token; none without it).
-    let page = h
+/// The counters, as Prometheus reads them (with the server's token; none without it).
+async fn check_metrics(api: &Api) {
+    let page = api
         .http
-        .get(h.url("/metrics"))
+        .get(format!("{}/metrics", api.base))
         .bearer_auth(TOKEN)
         .send()
         .await
@@ -211,13 +263,17 @@ async fn a_run_with_a_subagent_an_mcp_tool_and_a_question_exports_one_linked_tra
             "{agent}"
         );
     }
-    let (code, _) = h.call(reqwest::Method::GET, "/metrics", None).await;
-    assert_eq!(code, 200);
-    let anonymous = h.http.get(h.url("/metrics")).send().await.expect("metrics");
+    let anonymous = api
+        .http
+        .get(format!("{}/metrics", api.base))
+        .send()
+        .await
+        .expect("metrics");
     assert_eq!(anonymous.status(), 401);
+}
 
-    // Stopping the server sends what is left; the receiver writes what it decoded.
-    h.server.shutdown().await;
+/// The spans the receiver decoded: one trace for the run, its subagent's linked.
+async fn check_trace(receiver: &Receiver, run_id: &str, child: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let spans = loop {
         let spans = receiver.spans();
@@ -251,12 +307,12 @@ async fn a_run_with_a_subagent_an_mcp_tool_and_a_question_exports_one_linked_tra
     for s in &steps {
         assert_eq!(s["trace_id"], trace);
         assert_eq!(s["parent_span_id"], root["span_id"]);
-        assert_eq!(s["attributes"]["baton.run.id"], run_id.as_str());
+        assert_eq!(s["attributes"]["baton.run.id"], run_id);
         for key in ["baton.step.seq", "baton.step.attempt", "gen_ai.agent.name"] {
             assert!(!s["attributes"][key].is_null(), "{key} in {s}");
         }
     }
-    assert!(of_run(&run_id).iter().all(|s| s["trace_id"] == trace));
+    assert!(of_run(run_id).iter().all(|s| s["trace_id"] == trace));
     let in_trace: Vec<&Value> = spans.iter().filter(|s| s["trace_id"] == trace).collect();
     let chats: Vec<&&Value> = in_trace
         .iter()
@@ -301,8 +357,8 @@ async fn a_run_with_a_subagent_an_mcp_tool_and_a_question_exports_one_linked_tra
         .filter(|s| s["name"] == "execute_tool spawn_subagent")
         .collect();
     assert_eq!(spawn.len(), 1);
-    assert_eq!(spawn[0]["attributes"]["baton.child_run.id"], child.as_str());
-    let sub = of_run(&child);
+    assert_eq!(spawn[0]["attributes"]["baton.child_run.id"], child);
+    let sub = of_run(child);
     assert!(!sub.is_empty(), "{spans:#?}");
     let sub_trace = sub[0]["trace_id"].as_str().expect("trace");
     assert_ne!(sub_trace, trace);

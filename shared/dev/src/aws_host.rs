@@ -44,7 +44,8 @@ pub struct AwsDevServer {
     pub token: String,
     /// The `api` function's service (the others share its table, queues and bus).
     pub service: Arc<Service>,
-    /// The step functions' services (`orchestrator`, `subagent`).
+    /// The step functions' services (`orchestrator`, `subagent`), observed by one set of
+    /// counters (`GET /metrics`) and, with [`AwsDevServer::trace_with`], one exporter.
     steps: [Arc<Service>; 2],
     /// The `cta` function's service (answers from the bus, expiries, the sweep).
     cta: Arc<Service>,
@@ -59,6 +60,7 @@ pub struct AwsDevServer {
     /// The event source mappings, for [`AwsDevServer::add_pollers`].
     sources: crate::event_source::EventSources,
     pollers: Vec<JoinHandle<()>>,
+    exports: Vec<JoinHandle<()>>,
 }
 
 impl AwsDevServer {
@@ -163,18 +165,24 @@ impl AwsDevServer {
             }
         };
         let cta = cta.service;
+        // On Lambda each step function writes EMF lines; here, as `baton dev`, counters.
+        let metrics = Arc::new(baton_telemetry::Metrics::prometheus());
+        for s in &steps {
+            s.observe_with(metrics.clone());
+        }
         let (stop, stop_rx) = watch::channel(false);
         let pump = tokio::spawn(pump.run(stop_rx.clone()));
         let auth: Arc<dyn Authenticator> =
             Arc::new(BearerToken::new(opts.token.clone(), LOCAL_OWNER));
         let app = baton_api::router(AppState {
             service: service.clone(),
-            auth,
+            auth: auth.clone(),
             streams: true,
             stop: Some(stop_rx.clone()),
             live,
             watchers: watchers.clone(),
-        });
+        })
+        .merge(crate::host::metrics_route(metrics, auth));
         let (addr, server) = baton_api::serve(app, opts.addr, stop_rx)
             .await
             .map_err(StartError::Io)?;
@@ -193,7 +201,17 @@ impl AwsDevServer {
             pump,
             sources,
             pollers: Vec::new(),
+            exports: Vec::new(),
         })
+    }
+
+    /// Exports the step functions' spans through `traces` from now on, as `baton dev` does.
+    pub fn trace_with(&mut self, traces: Arc<baton_telemetry::Traces>) {
+        for s in &self.steps {
+            s.observe_with(traces.clone());
+        }
+        self.exports
+            .push(crate::host::export_spans(traces, self.stop.subscribe()));
     }
 
     /// Polls each step queue with `n` more pollers, as Lambda's event source mappings scale
@@ -243,7 +261,7 @@ impl AwsDevServer {
         let _ = self.stop.send(true);
         let _ = self.server.await;
         let _ = self.pump.await;
-        for p in self.pollers {
+        for p in self.pollers.into_iter().chain(self.exports) {
             let _ = p.await;
         }
     }

@@ -165,17 +165,7 @@ impl LocalServer {
     /// [`TRACE_FLUSH_EVERY`], and what is left when the server stops.
     pub fn trace_with(&self, traces: Arc<baton_telemetry::Traces>) {
         self.service.observe_with(traces.clone());
-        let mut stop = self.stop.subscribe();
-        let task = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(TRACE_FLUSH_EVERY);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => traces.flush(TRACE_FLUSH_EVERY).await,
-                    _ = stop.changed() => break,
-                }
-            }
-            traces.flush(TRACE_FLUSH_EVERY).await;
-        });
+        let task = export_spans(traces, self.stop.subscribe());
         self.exports
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -263,9 +253,27 @@ fn events_route(store: LocalStore, auth: Arc<dyn Authenticator>) -> axum::Router
     )
 }
 
+/// Sends the spans `traces` recorded every [`TRACE_FLUSH_EVERY`], and what is left once
+/// `stop` turns.
+pub(crate) fn export_spans(
+    traces: Arc<baton_telemetry::Traces>,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(TRACE_FLUSH_EVERY);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => traces.flush(TRACE_FLUSH_EVERY).await,
+                _ = stop.changed() => break,
+            }
+        }
+        traces.flush(TRACE_FLUSH_EVERY).await;
+    })
+}
+
 /// `GET /metrics`: committed steps' counters by agent and model, in the Prometheus text
 /// format (OpenMetrics), for a scraper that sends the server's token.
-fn metrics_route(
+pub(crate) fn metrics_route(
     metrics: Arc<baton_telemetry::Metrics>,
     auth: Arc<dyn Authenticator>,
 ) -> axum::Router {
