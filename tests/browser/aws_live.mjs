@@ -3,7 +3,7 @@
 // stand-in of AppSync Events. Run by tests/tests/live_aws.rs, with what it needs as JSON in
 // BATON_BROWSER: the run page asks for a watch (`POST /runs/{id}/watch`), subscribes over
 // AppSync Events' WebSocket protocol, and writes the reply as it streams, before its entry
-// commits, from the channel.
+// commits, from the channel, after the channel closed its first connection.
 import assert from "node:assert/strict";
 import { browser, cfg, step } from "./launch.mjs";
 
@@ -27,6 +27,15 @@ try {
     .catch((e) => { throw new Error(e.message + "\n" + sockets.join(",") + "\n" + frames.join("\n")); });
   assert.ok(sockets.some((u) => u.endsWith("/event/realtime")), sockets.join(","));
   step("subscribed to the run's channel");
+  // AppSync closes a connection at its time limit (or a network drops it): the page says it
+  // polls, then connects and subscribes again with a fresh grant.
+  const closed = await fetch(cfg.standin + "/_standin/close-connections", { method: "POST" });
+  assert.equal(closed.status, 204);
+  await page.getByText("Live (polling)").waitFor({ timeout: 10000 });
+  await page.getByText("Live (streaming)").waitFor({ timeout: 15000 })
+    .catch((e) => { throw new Error(e.message + "\n" + frames.join("\n")); });
+  assert.equal(sockets.length, 2, sockets.join(","));
+  step("connected and subscribed again after the channel closed the connection");
   await page.getByRole("button", { name: "Approve" }).click();
   await page.getByRole("status").filter({ hasText: "Accepted" }).waitFor();
   const draft = page.locator("li.assistant.streaming");

@@ -454,6 +454,7 @@ async fn the_console_is_served_from_the_binary_without_sign_in() {
         ("/console", "text/html", "console.js"),
         ("/console/console.js", "text/javascript", "answerForm"),
         ("/console/runs.js", "text/javascript", "runsView"),
+        ("/console/live.js", "text/javascript", "watchChannel"),
         ("/console/console.css", "text/css", "--accent"),
     ] {
         let r = http.get(h.url(path)).send().await.unwrap();

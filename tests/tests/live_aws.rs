@@ -337,8 +337,12 @@ async fn the_console_watches_a_run_through_the_aws_channel_in_a_real_browser() {
         "token": TOKEN,
         "run": run_id,
         "reply": reply,
+        "standin": env.standin.url,
     });
     browser::run_script("aws_live.mjs", cfg).await;
+    // The page connected and subscribed again after the channel closed its connection.
+    assert!(env.standin.asked("EVENT_CONNECT") >= 2);
+    assert!(env.standin.asked("EVENT_SUBSCRIBE") >= 2);
     assert!(env.completed(&run_id).await);
     assert!(env.standin.asked("EVENT_SUBSCRIBE") >= 1);
     let streamed = env.standin.published(&channel(&run_id));

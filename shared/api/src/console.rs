@@ -1,6 +1,6 @@
 //! The console: a page that lists the CTAs waiting for the caller, answers them with typed
 //! forms, follows a run's timeline live, and lists runs with their trees and figures for
-//! operators. Its four files are compiled into the binary
+//! operators. Its five files are compiled into the binary
 //! (no build step, no CDN); they carry no data and need no sign-in. The page signs its API
 //! calls with the token the user pastes, kept in the tab's session storage.
 
@@ -13,6 +13,7 @@ use crate::AppState;
 const INDEX: &str = include_str!("../console/index.html");
 const SCRIPT: &str = include_str!("../console/console.js");
 const RUNS_SCRIPT: &str = include_str!("../console/runs.js");
+const LIVE_SCRIPT: &str = include_str!("../console/live.js");
 const STYLE: &str = include_str!("../console/console.css");
 
 /// Scripts and styles from this origin only; the API from this origin only, and the live
@@ -59,6 +60,10 @@ pub(crate) async fn script() -> Response {
 
 pub(crate) async fn runs_script() -> Response {
     asset(RUNS_SCRIPT, "text/javascript; charset=utf-8", None)
+}
+
+pub(crate) async fn live_script() -> Response {
+    asset(LIVE_SCRIPT, "text/javascript; charset=utf-8", None)
 }
 
 pub(crate) async fn style() -> Response {

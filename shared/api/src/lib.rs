@@ -96,6 +96,7 @@ pub fn router(state: AppState) -> Router {
         .route("/console", get(console::index))
         .route("/console/console.js", get(console::script))
         .route("/console/runs.js", get(console::runs_script))
+        .route("/console/live.js", get(console::live_script))
         .route("/console/console.css", get(console::style))
         // A one-time link is its own credential: no sign-in.
         .route("/links/{token}", get(open_link))

@@ -5,7 +5,8 @@
 //! `/event/realtime` is the WebSocket protocol (`aws-appsync-event-ws` and `header-<auth>`
 //! subprotocols, `connection_init`/`connection_ack`, `subscribe` with an id and its own
 //! authorization, `subscribe_success`/`subscribe_error`, `data` with the event as a JSON
-//! text, `unsubscribe`, `ka`). Connections and subscriptions are authorized as the API's
+//! text, `unsubscribe`, `ka`; and, for tests, `POST /_standin/close-connections` closes every
+//! connection as AppSync does at a connection's time limit). Connections and subscriptions are authorized as the API's
 //! `AWS_LAMBDA` mode does, by the `live` function's own code (`baton_aws::watch::authorize`)
 //! given the request AppSync sends it.
 
@@ -52,6 +53,8 @@ struct Api {
     asked: Arc<Mutex<HashMap<String, u32>>>,
     /// `data` messages sent to subscribers.
     delivered: Arc<std::sync::atomic::AtomicU32>,
+    /// Closes every connection (as AppSync does at a connection's time limit).
+    closing: broadcast::Sender<()>,
 }
 
 pub struct StandIn {
@@ -77,10 +80,13 @@ impl StandIn {
             fanout: broadcast::channel(4096).0,
             asked: Arc::default(),
             delivered: Arc::default(),
+            closing: broadcast::channel(16).0,
         };
         let app = Router::new()
             .route("/event", post(publish))
             .route("/event/realtime", get(connect))
+            // The stand-in's own control, for a test that runs elsewhere (a browser's).
+            .route("/_standin/close-connections", post(close_connections))
             .with_state(api.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -293,6 +299,12 @@ fn token_of(auth: &Value) -> String {
         .to_owned()
 }
 
+/// Closes every WebSocket connection, as AppSync does when one reaches its time limit.
+async fn close_connections(State(api): State<Api>) -> StatusCode {
+    let _ = api.closing.send(());
+    StatusCode::NO_CONTENT
+}
+
 /// `GET /event/realtime`: the upgrade, authorized by the `header-` subprotocol.
 async fn connect(State(api): State<Api>, headers: HeaderMap, ws: WebSocketUpgrade) -> Response {
     let offered: Vec<String> = headers
@@ -336,6 +348,7 @@ async fn connect(State(api): State<Api>, headers: HeaderMap, ws: WebSocketUpgrad
 
 async fn session(api: Api, mut socket: WebSocket) {
     let mut fanout = api.fanout.subscribe();
+    let mut closing = api.closing.subscribe();
     let mut subs: HashMap<String, String> = HashMap::new();
     let mut ka = tokio::time::interval(Duration::from_secs(60));
     let send = |v: Value| Message::Text(v.to_string().into());
@@ -388,6 +401,10 @@ async fn session(api: Api, mut socket: WebSocket) {
                         api.delivered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                 }
+            }
+            _ = closing.recv() => {
+                let _ = socket.send(Message::Close(None)).await;
+                return;
             }
             _ = ka.tick() => {
                 if socket.send(send(json!({"type": "ka"}))).await.is_err() {
