@@ -376,6 +376,18 @@ async fn baton_watch_takes_its_live_view_from_the_aws_channel() {
         .kill_on_drop(true)
         .spawn()
         .expect("baton watch starts");
+    // Subscribed while the tool runs: the channel then closes its connection (AppSync's
+    // time limit), and watch connects and subscribes again before the reply streams.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while env.standin.asked("EVENT_SUBSCRIBE") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "watch never subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let delivered_before = env.standin.delivered();
+    env.standin.close_connections();
     let out = tokio::time::timeout(Duration::from_secs(60), watch.wait_with_output())
         .await
         .expect("baton watch ends")
@@ -389,8 +401,12 @@ async fn baton_watch_takes_its_live_view_from_the_aws_channel() {
     assert_eq!(out.status.code(), Some(0), "{said}");
     // It subscribed with its grant and was sent the run's live events over the channel
     // (the API it polls does not stream).
-    assert!(env.standin.asked("EVENT_SUBSCRIBE") >= 1, "{said}");
-    assert!(env.standin.delivered() > 0, "{said}");
+    assert!(env.standin.asked("EVENT_SUBSCRIBE") >= 2, "{said}");
+    assert!(
+        said.contains("the live channel closed; connecting again"),
+        "{said}"
+    );
+    assert!(env.standin.delivered() > delivered_before, "{said}");
     // What committed before the streamed reply is shown before it.
     let report = text.find("  report = ").expect("the report's result");
     assert!(report < text.find(&reply).unwrap(), "{said}");

@@ -283,8 +283,11 @@ async fn live_for(
                     emit(&view.live(e["type"].as_str().unwrap_or(""), &e));
                 }
                 None => {
-                    eprintln!("baton watch: the live channel closed; showing entries as they commit");
-                    *channel = None;
+                    // AppSync ends a connection at its time limit, and networks drop: one
+                    // connection again, with a fresh grant, at most once a poll (without
+                    // one, the watch goes on with entries as they commit).
+                    eprintln!("baton watch: the live channel closed; connecting again");
+                    *channel = Channel::open(api, id).await;
                     tokio::time::sleep_until(until).await;
                     return None;
                 }

@@ -122,6 +122,11 @@ impl StandIn {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Closes every WebSocket connection, as AppSync does at a connection's time limit.
+    pub fn close_connections(&self) {
+        let _ = self.api.closing.send(());
+    }
+
     /// How often the authorizer was asked for `operation`.
     pub fn asked(&self, operation: &str) -> u32 {
         let asked = self.api.asked.lock().expect("lock");
