@@ -164,6 +164,9 @@ pub struct Config {
     pub function_memory_mb: Option<u64>,
     /// The live channel on AWS (an AppSync Events API), when its domains are set.
     pub live: Option<LiveConfig>,
+    /// `BATON_METRICS_NAMESPACE`: the CloudWatch namespace of the step functions' metrics
+    /// (default `Baton`; the template gives each stack its own, `Baton/<stack>`).
+    pub metrics_namespace: String,
     aws: Result<AwsConfig, ConfigError>,
 }
 
@@ -305,6 +308,15 @@ impl Config {
                 expected: "an http:// or https:// URL",
             });
         }
+        let metrics_namespace = var("BATON_METRICS_NAMESPACE").unwrap_or_else(|| "Baton".into());
+        if !valid_namespace(&metrics_namespace) {
+            return Err(ConfigError::Invalid {
+                var: "BATON_METRICS_NAMESPACE",
+                value: metrics_namespace,
+                expected: "a CloudWatch namespace: 1 to 255 of letters, digits and `. - _ / # : `, \
+                           not starting with `AWS/`",
+            });
+        }
         let required = |k: &'static str| {
             var(k).ok_or(ConfigError::Missing {
                 var: k,
@@ -340,6 +352,7 @@ impl Config {
             link_key,
             link_key_secret_arn: var("BATON_LINK_KEY_SECRET_ARN"),
             public_url,
+            metrics_namespace,
             cache_mb: match var("BATON_CACHE_MB") {
                 Some(_) => Some(u64::from(number("BATON_CACHE_MB", 64, 0)?)),
                 None => None,
@@ -392,6 +405,16 @@ impl Config {
             Err(_) => 90,
         }
     }
+}
+
+/// CloudWatch's rule for a namespace (`PutMetricData`, and so EMF): 1 to 255 of
+/// alphanumerics and `. - _ / # : ` and space, not `AWS/`, which is AWS's own.
+fn valid_namespace(ns: &str) -> bool {
+    (1..=255).contains(&ns.len())
+        && !ns.starts_with("AWS/")
+        && ns
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-_/#: ".contains(c))
 }
 
 #[cfg(test)]
@@ -458,6 +481,19 @@ mod tests {
             half.to_string().contains("BATON_LIVE_REALTIME_DOMAIN"),
             "{half}"
         );
+    }
+
+    #[test]
+    fn the_metrics_namespace_is_a_cloudwatch_one() {
+        assert_eq!(parse(&[]).expect("parses").metrics_namespace, "Baton");
+        let stack = parse(&[("BATON_METRICS_NAMESPACE", "Baton/prod-eu")]).expect("parses");
+        assert_eq!(stack.metrics_namespace, "Baton/prod-eu");
+        for bad in ["AWS/Lambda", "Baton{x}", &"x".repeat(256)] {
+            let e = parse(&[("BATON_METRICS_NAMESPACE", bad)])
+                .map(|_| ())
+                .expect_err(bad);
+            assert!(e.to_string().contains("BATON_METRICS_NAMESPACE"), "{e}");
+        }
     }
 
     #[test]

@@ -61,7 +61,9 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
     // One EMF line per committed step in the function's log (CloudWatch makes them
     // metrics); spans to OTEL_EXPORTER_OTLP_ENDPOINT when it is set, sent before each
     // invocation returns.
-    service.observe_with(Arc::new(baton_telemetry::Metrics::emf()));
+    service.observe_with(Arc::new(baton_telemetry::Metrics::emf(
+        &runtime.config.metrics_namespace,
+    )));
     let traces = baton_telemetry::Traces::from_env("baton")?.map(Arc::new);
     if let Some(t) = &traces {
         service.observe_with(t.clone());

@@ -25,7 +25,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-/// The CloudWatch namespace of Baton's metrics (the dashboard in `template.yaml` reads it).
+/// The CloudWatch namespace of Baton's metrics when none is given (`template.yaml` gives
+/// each stack `Baton/<stack name>`, which its dashboard reads).
 pub const NAMESPACE: &str = "Baton";
 /// Distinct model names one process reports before the rest are `other`.
 pub const MAX_MODELS: usize = 32;
@@ -150,17 +151,19 @@ impl Metrics {
         Self::new(None)
     }
 
-    /// Counters, and one EMF line per step on standard output (a Lambda function).
-    pub fn emf() -> Self {
-        Self::new(Some(Sink::Stdout))
+    /// Counters, and one EMF line per step on standard output (a Lambda function), in
+    /// `namespace` (`BATON_METRICS_NAMESPACE`).
+    pub fn emf(namespace: &str) -> Self {
+        Self::new(Some((namespace, Sink::Stdout)))
     }
 
-    /// Counters, and EMF lines kept in memory for [`Metrics::take_emf`] (tests).
+    /// Counters, and EMF lines in [`NAMESPACE`] kept in memory for [`Metrics::take_emf`]
+    /// (tests).
     pub fn emf_in_memory() -> Self {
-        Self::new(Some(Sink::Buffer(Vec::new())))
+        Self::new(Some((NAMESPACE, Sink::Buffer(Vec::new()))))
     }
 
-    fn new(sink: Option<Sink>) -> Self {
+    fn new(sink: Option<(&str, Sink)>) -> Self {
         let mut registry = Registry::with_prefix("baton");
         let steps = Family::<AgentModel, Counter>::default();
         registry.register("steps", "Committed steps", steps.clone());
@@ -241,8 +244,9 @@ impl Metrics {
             cta_wait_seconds,
             runs,
             models: Mutex::new(BTreeSet::new()),
-            emf: sink
-                .map(|s| Mutex::new((Emf::builder(NAMESPACE.into(), vec![vec![]]).build(), s))),
+            emf: sink.map(|(namespace, s)| {
+                Mutex::new((Emf::builder(namespace.into(), vec![vec![]]).build(), s))
+            }),
         }
     }
 

@@ -210,7 +210,10 @@ fn the_dashboard_graphs_metrics_the_steps_write() {
         .collect();
     let template = include_str!("../../../../template.yaml");
     let body = &template[template.find("DashboardBody").unwrap()..];
-    let named = regex::Regex::new(r#"MetricName=\\"(\w+)\\"|\["(?:Baton|\.)", "(\w+)""#).unwrap();
+    let named = regex::Regex::new(
+        r#"MetricName=\\"(\w+)\\"|\["(?:Baton/\$\{AWS::StackName\}|\.)", "(\w+)""#,
+    )
+    .unwrap();
     let graphed: Vec<&str> = named
         .captures_iter(body)
         .filter_map(|c| c.get(1).or(c.get(2)))
@@ -224,7 +227,14 @@ fn the_dashboard_graphs_metrics_the_steps_write() {
             "the dashboard graphs {name}, which no step writes"
         );
     }
-    assert!(body.contains("{Baton,Agent,Model}") && body.contains("{Baton,Agent}"));
+    // Each stack's own namespace (`BATON_METRICS_NAMESPACE`, set by the template alike).
+    let ns = "Baton/${AWS::StackName}";
+    assert!(
+        body.contains(&format!("{{{ns},Agent,Model}}"))
+            && body.contains(&format!("{{{ns},Agent}}"))
+    );
+    assert!(template.contains(&format!("BATON_METRICS_NAMESPACE: !Sub {ns}")));
+    assert!(!body.contains("{Baton,") && !body.contains("[\"Baton\","));
 }
 
 #[test]
