@@ -77,12 +77,7 @@ async fn fork_flow(api: &Api, model: &MockServer, tool: &MockServer) {
     let (code, v) = api.post("/runs", json!({"prompt": "Ship it"})).await;
     assert_eq!(code, 202, "{v}");
     let run_id = v["runId"].as_str().unwrap().to_owned();
-    let cta = api
-        .wait("the question", async |api: &Api| {
-            let (_, v) = api.get("/ctas?status=pending").await;
-            v["ctas"].as_array().and_then(|c| c.first().cloned())
-        })
-        .await;
+    let cta = api.pending_cta().await;
     let (code, v) = api
         .post(
             &format!("/ctas/{}/response", cta["ctaId"].as_str().unwrap()),

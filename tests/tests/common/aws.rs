@@ -265,6 +265,15 @@ impl Api {
         }
     }
 
+    /// The first question waiting for an answer, once there is one.
+    pub async fn pending_cta(&self) -> serde_json::Value {
+        self.wait("a question", async |api: &Api| {
+            let (_, v) = api.get("/ctas?status=pending").await;
+            v["ctas"].as_array().and_then(|c| c.first().cloned())
+        })
+        .await
+    }
+
     /// The run once it has `status`.
     pub async fn status(&self, run_id: &str, status: &str) -> serde_json::Value {
         let path = format!("/runs/{run_id}");

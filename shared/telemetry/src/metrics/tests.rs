@@ -99,6 +99,15 @@ fn check_emf(line: &Value) {
     }
 }
 
+/// The EMF lines `m` wrote so far, as JSON.
+fn emf_lines(m: &Metrics) -> Vec<Value> {
+    String::from_utf8(m.take_emf())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[test]
 fn a_step_is_one_emf_line_that_follows_the_specification() {
     let m = Metrics::emf_in_memory();
@@ -108,12 +117,8 @@ fn a_step_is_one_emf_line_that_follows_the_specification() {
     quiet.ctas_answered.clear();
     quiet.ended_run = false;
     m.step(&quiet);
-    let out = String::from_utf8(m.take_emf()).unwrap();
-    let lines: Vec<Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(lines.len(), 2, "{out}");
+    let lines = emf_lines(&m);
+    assert_eq!(lines.len(), 2, "{lines:?}");
     for line in &lines {
         check_emf(line);
         let d = &line["_aws"]["CloudWatchMetrics"][0];
@@ -167,12 +172,8 @@ fn a_failed_step_is_counted_by_agent() {
     let m = Metrics::emf_in_memory();
     m.step_failed(&failure());
     m.step_failed(&failure());
-    let out = String::from_utf8(m.take_emf()).unwrap();
-    let lines: Vec<Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(lines.len(), 2, "{out}");
+    let lines = emf_lines(&m);
+    assert_eq!(lines.len(), 2, "{lines:?}");
     check_emf(&lines[0]);
     let d = &lines[0]["_aws"]["CloudWatchMetrics"][0];
     assert_eq!(d["Dimensions"], json!([["Agent"], []]));
@@ -193,11 +194,7 @@ fn the_dashboard_graphs_metrics_the_steps_write() {
     let m = Metrics::emf_in_memory();
     m.step(&report());
     m.step_failed(&failure());
-    let lines: Vec<Value> = String::from_utf8(m.take_emf())
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = emf_lines(&m);
     let written: Vec<String> = lines
         .iter()
         .flat_map(|line| {
