@@ -19,6 +19,22 @@ try {
     ws.on("socketerror", (e) => frames.push("! " + e));
   });
   page.on("console", (m) => frames.push("console: " + m.text()));
+  // What the page shows only for a moment (the status while it connects again, a reply's
+  // draft until its entry commits) is recorded in the page as it changes, so that a slow
+  // machine's late look does not miss it.
+  await page.addInitScript(() => {
+    window.seen = { live: [], drafts: [] };
+    new MutationObserver(() => {
+      const status = [...document.querySelectorAll("p.live")].find((p) => !p.closest("ol"));
+      const text = status ? status.textContent : null;
+      if (text && window.seen.live[window.seen.live.length - 1] !== text) window.seen.live.push(text);
+      for (const p of document.querySelectorAll("li.assistant.streaming p")) {
+        const t = p.textContent.trim();
+        if (t && !window.seen.drafts.includes(t)) window.seen.drafts.push(t);
+      }
+    }).observe(document, { subtree: true, childList: true, characterData: true });
+  });
+  const seen = () => page.evaluate(() => window.seen);
   await page.goto(cfg.base + "/console#/runs/" + cfg.run);
   await page.getByLabel("Token").fill(cfg.token);
   await page.getByRole("button", { name: "Sign in" }).click();
@@ -29,18 +45,23 @@ try {
   step("subscribed to the run's channel");
   // AppSync closes a connection at its time limit (or a network drops it): the page says it
   // polls, then connects and subscribes again with a fresh grant.
+  const mark = (await seen()).live.length;
   const closed = await fetch(cfg.standin + "/_standin/close-connections", { method: "POST" });
   assert.equal(closed.status, 204);
-  await page.getByText("Live (polling)").waitFor({ timeout: 10000 });
-  await page.getByText("Live (streaming)").waitFor({ timeout: 15000 })
-    .catch((e) => { throw new Error(e.message + "\n" + frames.join("\n")); });
+  await page.waitForFunction((mark) => {
+    const after = window.seen.live.slice(mark);
+    const polling = after.indexOf("Live (polling)");
+    return polling >= 0 && after.slice(polling).includes("Live (streaming)");
+  }, mark, { timeout: 20000 })
+    .catch(async (e) => {
+      throw new Error(e.message + "\n" + JSON.stringify(await seen()) + "\n" + frames.join("\n"));
+    });
   assert.equal(sockets.length, 2, sockets.join(","));
   step("connected and subscribed again after the channel closed the connection");
   await page.getByRole("button", { name: "Approve" }).click();
   await page.getByRole("status").filter({ hasText: "Accepted" }).waitFor();
-  const draft = page.locator("li.assistant.streaming");
-  await draft.waitFor({ timeout: 15000 });
-  const early = (await draft.locator("p").textContent()).trim();
+  await page.waitForFunction(() => window.seen.drafts.length > 0, null, { timeout: 20000 });
+  const early = (await seen()).drafts[0];
   assert.ok(cfg.reply.startsWith(early) || "Checking the logs first.".startsWith(early), early);
   await page.screenshot({ path: cfg.shots + "/aws-streaming.png", fullPage: true });
   step("a reply written as it streams, from the channel");

@@ -140,14 +140,16 @@ async fn an_expiry_before_expires_at_sets_its_timer_again_and_leaves_the_cta_pen
     assert_eq!(e.cta(&cta.cta_id).await.status, CtaStatus::Pending);
     let run = e.local.get_run(&cta.run_id).await.unwrap().unwrap().run;
     assert_eq!(run.status, baton_core::run::RunStatus::Waiting);
-    assert_eq!(
-        e.local
-            .timer(&cta.cta_id)
-            .await
-            .unwrap()
-            .map(|t| t.timestamp_millis()),
-        Some(cta.expires_at.timestamp_millis()),
-        "its expiry is set again for its time"
+    let set = e
+        .local
+        .timer(&cta.cta_id)
+        .await
+        .unwrap()
+        .expect("set again");
+    assert!(
+        set >= cta.expires_at && set - cta.expires_at < chrono::Duration::milliseconds(1),
+        "its expiry is set again for its time: {set}, due {}",
+        cta.expires_at
     );
 
     // A responder that is not a short string is refused too, and changes nothing.
@@ -170,6 +172,85 @@ async fn an_expiry_200_ms_early_leaves_the_cta_pending_and_one_on_time_settles_i
     clock.advance(chrono::Duration::milliseconds(200));
     assert!(e.deliver("cta.expired", fire).await.is_empty());
     assert_eq!(e.cta(&cta.cta_id).await.status, CtaStatus::Expired);
+}
+
+/// The embedded host keeps timers to the millisecond, the service an expiry to the
+/// nanosecond. A timer looked at within its expiry's last millisecond is not yet due: it
+/// stays set and fires once the time has come. (The worker used to fire it there, and the
+/// service, finding it early, set it again, and the worker then deleted it: the question
+/// never expired and its run waited for good.)
+#[tokio::test]
+async fn an_expiry_looked_at_within_its_last_millisecond_stays_set_and_fires_on_time() {
+    let whole_ms =
+        chrono::DateTime::from_timestamp_millis(chrono::Utc::now().timestamp_millis()).unwrap();
+    let clock = Arc::new(ManualClock::new(
+        whole_ms + chrono::Duration::microseconds(500),
+    ));
+    let e = env_at(clock.clone());
+    let cta = e.parked().await;
+    assert!(
+        !cta.expires_at
+            .timestamp_subsec_nanos()
+            .is_multiple_of(1_000_000)
+    );
+    // 300 µs before `expiresAt`, in its millisecond.
+    clock.advance(cta.expires_at - clock.now() - chrono::Duration::microseconds(300));
+    assert_eq!(
+        clock.now().timestamp_millis(),
+        cta.expires_at.timestamp_millis()
+    );
+    e.worker.fire_due_timers().await.unwrap();
+    e.worker.drain().await.unwrap();
+    assert_eq!(e.cta(&cta.cta_id).await.status, CtaStatus::Pending);
+    let set = e.local.timer(&cta.cta_id).await.unwrap();
+    assert!(set.is_some_and(|t| t >= cta.expires_at), "{set:?}");
+
+    // At `expiresAt` it is due to the nanosecond; the worker fires it at the millisecond
+    // that follows.
+    clock.advance(chrono::Duration::microseconds(300));
+    assert_eq!(e.worker.fire_due_timers().await.unwrap(), 0);
+    clock.advance(chrono::Duration::microseconds(500));
+    assert_eq!(e.worker.fire_due_timers().await.unwrap(), 1);
+    e.worker.drain().await.unwrap();
+    assert_eq!(e.cta(&cta.cta_id).await.status, CtaStatus::Expired);
+    let run = e.local.get_run(&cta.run_id).await.unwrap().unwrap().run;
+    assert_eq!(run.status, baton_core::run::RunStatus::Expired);
+    assert_eq!(e.local.timer(&cta.cta_id).await.unwrap(), None);
+}
+
+/// An expiry that fires again after it settled its CTA (the resolution's send failed, or
+/// the scheduler delivered twice) sends the resolution again: the run ends now, not at the
+/// next sweep.
+#[tokio::test]
+async fn an_expiry_fired_again_after_it_settled_its_cta_tells_the_run() {
+    let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+    let e = env_at(clock.clone());
+    let cta = e.parked().await;
+    clock.advance(cta.expires_at - clock.now());
+    // Settled, and its resolution never sent (as when the send after the write failed).
+    let settled = e
+        .local
+        .settle_cta(
+            &cta.cta_id,
+            &baton_core::cta::Settlement::Expired,
+            clock.now(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(settled, baton_core::ports::Settled::Won(_)));
+    e.worker.drain().await.unwrap();
+    let run = e.local.get_run(&cta.run_id).await.unwrap().unwrap().run;
+    assert_eq!(run.status, baton_core::run::RunStatus::Waiting);
+
+    let fire = json!({"ctaId": cta.cta_id, "runId": cta.run_id});
+    assert!(e.deliver("cta.expired", fire.clone()).await.is_empty());
+    let run = e.local.get_run(&cta.run_id).await.unwrap().unwrap().run;
+    assert_eq!(run.status, baton_core::run::RunStatus::Expired);
+    // And once more: the run has ended; nothing changes.
+    let (_, before) = e.local.load(&cta.run_id).await.unwrap().unwrap();
+    assert!(e.deliver("cta.expired", fire).await.is_empty());
+    let (_, after) = e.local.load(&cta.run_id).await.unwrap().unwrap();
+    assert_eq!(before.len(), after.len());
 }
 
 #[tokio::test]

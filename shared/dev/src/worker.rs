@@ -149,7 +149,8 @@ impl Worker {
 
     /// Fires the timers due now: CTA expiries, and runs' own timers (plan step timeouts).
     pub async fn fire_due_timers(&self) -> Result<usize, PortError> {
-        let due = self.store.due_timers(self.service.now()).await?;
+        let now = self.service.now();
+        let due = self.store.due_timers(now).await?;
         for t in &due {
             match self.service.fire_timer(&t.name, &t.run_id, None).await {
                 Ok(()) => {}
@@ -157,7 +158,7 @@ impl Worker {
                 // Refused (not due by the service's clock, or gone): the timer is done.
                 Err(e) => warn!(timer = %t.name, error = %e, "timer refused"),
             }
-            baton_core::ports::Scheduler::unschedule(&self.store, &t.name).await?;
+            self.store.timer_fired(&t.name, now).await?;
         }
         Ok(due.len())
     }

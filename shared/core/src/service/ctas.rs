@@ -384,6 +384,12 @@ impl Service {
                 info!(cta_id, run_id = %cta.run_id, "CTA expired");
                 Ok(self.send_resolution(&cta).await?)
             }
+            // Fired again after it settled the CTA (its send failed, or a scheduler
+            // delivered twice): the resolution is sent again (deduplicated by its id), so a
+            // run is not left waiting for the sweep.
+            Settled::Lost(cta) if cta.status == CtaStatus::Expired => {
+                Ok(self.send_resolution(&cta).await?)
+            }
             Settled::Lost(_) | Settled::NotFound => Ok(()),
         }
     }

@@ -212,6 +212,21 @@ impl LocalStore {
         .await
     }
 
+    /// A fired timer is done: deleted unless it was set again meanwhile for a later time
+    /// (an expiry that fired early sets its timer again, for `expiresAt`).
+    pub async fn timer_fired(&self, name: &str, now: DateTime<Utc>) -> Result<(), PortError> {
+        let (name, now) = (name.to_owned(), now.timestamp_millis());
+        self.write_one(false, move |tx| {
+            tx.execute(
+                "DELETE FROM timers WHERE name = ?1 AND at_ms <= ?2",
+                params![name, now],
+            )
+            .map_err(sql)?;
+            Ok(())
+        })
+        .await
+    }
+
     /// A stored timer's fire time, if it exists.
     pub async fn timer(&self, cta_id: &str) -> Result<Option<DateTime<Utc>>, PortError> {
         let cta_id = cta_id.to_owned();
@@ -368,7 +383,7 @@ impl Scheduler for LocalStore {
         run_id: &str,
         at: DateTime<Utc>,
     ) -> Result<(), PortError> {
-        let (cta_id, run_id, at) = (cta_id.to_owned(), run_id.to_owned(), at.timestamp_millis());
+        let (cta_id, run_id, at) = (cta_id.to_owned(), run_id.to_owned(), at_ms(at));
         self.write_one(false, move |tx| {
             tx.execute(
                 // Set again (a timer re-armed) is set for the new time, as on AWS.
@@ -390,5 +405,17 @@ impl Scheduler for LocalStore {
             Ok(())
         })
         .await
+    }
+}
+
+/// A timer's time in whole milliseconds, rounded up: a timer due by the millisecond (its
+/// `at_ms` at or before `now`'s) is then never early by the nanosecond, so the service's
+/// check that it is due agrees with [`LocalStore::due_timers`].
+fn at_ms(at: DateTime<Utc>) -> i64 {
+    let ms = at.timestamp_millis();
+    if at.timestamp_subsec_nanos().is_multiple_of(1_000_000) {
+        ms
+    } else {
+        ms + 1
     }
 }
