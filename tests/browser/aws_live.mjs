@@ -5,7 +5,7 @@
 // AppSync Events' WebSocket protocol, and writes the reply as it streams, before its entry
 // commits, from the channel, after the channel closed its first connection.
 import assert from "node:assert/strict";
-import { browser, cfg, step } from "./launch.mjs";
+import { browser, cfg, recordPassing, step } from "./launch.mjs";
 
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });
@@ -19,22 +19,7 @@ try {
     ws.on("socketerror", (e) => frames.push("! " + e));
   });
   page.on("console", (m) => frames.push("console: " + m.text()));
-  // What the page shows only for a moment (the status while it connects again, a reply's
-  // draft until its entry commits) is recorded in the page as it changes, so that a slow
-  // machine's late look does not miss it.
-  await page.addInitScript(() => {
-    window.seen = { live: [], drafts: [] };
-    new MutationObserver(() => {
-      const status = [...document.querySelectorAll("p.live")].find((p) => !p.closest("ol"));
-      const text = status ? status.textContent : null;
-      if (text && window.seen.live[window.seen.live.length - 1] !== text) window.seen.live.push(text);
-      for (const p of document.querySelectorAll("li.assistant.streaming p")) {
-        const t = p.textContent.trim();
-        if (t && !window.seen.drafts.includes(t)) window.seen.drafts.push(t);
-      }
-    }).observe(document, { subtree: true, childList: true, characterData: true });
-  });
-  const seen = () => page.evaluate(() => window.seen);
+  const seen = await recordPassing(page);
   await page.goto(cfg.base + "/console#/runs/" + cfg.run);
   await page.getByLabel("Token").fill(cfg.token);
   await page.getByRole("button", { name: "Sign in" }).click();

@@ -7,7 +7,7 @@
 // then checks the one-time answer links: one answers without signing in, a second opening
 // says it was used, a tampered one is refused.
 import assert from "node:assert/strict";
-import { browser, cfg, step } from "./launch.mjs";
+import { browser, cfg, recordPassing, step } from "./launch.mjs";
 
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });
@@ -21,6 +21,8 @@ try {
     const path = new URL(r.url()).pathname;
     if (path.startsWith("/runs") || path.startsWith("/ctas")) asked.push(path);
   });
+
+  const seen = await recordPassing(page);
 
   // Sign in with the dev token.
   await page.goto(cfg.base + "/console");
@@ -53,18 +55,16 @@ try {
   };
   await answer(cfg.runs.approval, async () => {
     await page.getByLabel("Reason (optional)").fill("Looks good");
+    const mark = (await seen()).drafts.length;
     await page.getByRole("button", { name: "Approve" }).click();
     // The reply is written as the model streams it, before its entry commits: a draft that
     // grows, then gives way to the entry.
-    const draft = page.locator("li.assistant.streaming");
-    await draft.waitFor({ timeout: 15000 });
-    const early = await draft.locator("p").innerText();
-    await page.waitForFunction((before) => {
-      const p = document.querySelector("li.assistant.streaming p");
-      return !p || p.textContent.length > before.length;
-    }, early);
+    await page.waitForFunction((mark) => window.seen.drafts.length >= mark + 2, mark,
+      { timeout: 15000 });
+    const [early, later] = (await seen()).drafts.slice(mark);
     const reply = cfg.approvalReply;
-    assert.ok(reply.startsWith(early.trim()) && early.trim().length < reply.length, early);
+    assert.ok(reply.startsWith(early) && early.length < reply.length, early);
+    assert.ok(reply.startsWith(later) && later.length > early.length, later);
     await page.screenshot({ path: cfg.shots + "/streaming.png", fullPage: true });
   }, "will hear from support this afternoon.");
   assert.equal(await page.locator("li.assistant.streaming").count(), 0);
@@ -88,11 +88,12 @@ try {
   // A tool shown running (a spinner) before its entry commits, then how long it took.
   await page.goto(cfg.base + "/console#/runs/" + cfg.slow.run);
   await page.getByText("Live (streaming)").waitFor();
+  const ran = (await seen()).running.length;
   await page.getByRole("button", { name: "Approve" }).click();
-  const running = page.locator("li.tool.running");
-  await running.waitFor({ timeout: 15000 });
-  assert.match(await running.textContent(), /report/);
-  assert.equal(await running.locator(".badge.running").textContent(), "running");
+  await page.waitForFunction((ran) => window.seen.running.length > ran, ran, { timeout: 15000 });
+  const running = (await seen()).running[ran];
+  assert.match(running.text, /report/);
+  assert.equal(running.badge, "running");
   await page.screenshot({ path: cfg.shots + "/tool-running.png", fullPage: true });
   await page.getByRole("list", { name: "Timeline" }).getByText("Report done.").waitFor({ timeout: 15000 });
   assert.equal(await page.locator("li.tool.running").count(), 0);
