@@ -76,6 +76,9 @@ pub async fn dev(
         catalog,
         clock: Arc::new(SystemClock),
         duplicate: false,
+        function_timeout: config
+            .dev_function_timeout_s
+            .map(|s| std::time::Duration::from_secs(s.into())),
         live: match (&config.live, &config.link_key) {
             (None, _) => None,
             (Some(live), Some(key)) => Some((

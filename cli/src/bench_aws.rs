@@ -84,7 +84,9 @@ pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String
         "fleet": {"tools": ["echo"]}}}))?;
     let catalog = Arc::new(Catalog::new(Limits::default(), vec![], Some(file))?);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let steps = EventSources::queue(&sqs, &p.config.steps_queue_url, Feeds::Steps).await?;
+    let orchestrator = baton_dev::functions::Functions::deployed()?.fed_by("StepsQueue")?;
+    let steps =
+        EventSources::queue(&sqs, &p.config.steps_queue_url, Feeds::Steps, orchestrator).await?;
     let container = |meter: Arc<Meter>| {
         let service = baton_aws::aws_service(
             &p.config,

@@ -67,6 +67,7 @@ pub async fn run(opts: LoadAws, config: &Config) -> anyhow::Result<String> {
         catalog,
         clock: Arc::new(SystemClock),
         duplicate: false,
+        function_timeout: None,
         live: None,
     })
     .await?;

@@ -31,6 +31,16 @@ async fn host(aws: &Emulator, names: &Names) -> AwsDevServer {
 /// A host over the resources `names` names (a restarted one over the same): creating them
 /// meets no faults, the host's calls after that do.
 async fn host_with(aws: &Emulator, names: &Names, script: &str) -> AwsDevServer {
+    host_timed(aws, names, script, None).await
+}
+
+/// [`host_with`], each function's invocations ended at most `timeout` in.
+async fn host_timed(
+    aws: &Emulator,
+    names: &Names,
+    script: &str,
+    timeout: Option<Duration>,
+) -> AwsDevServer {
     let mut names = names.clone();
     // A message a crash leaves in flight comes back after this, not after 30 s.
     names.visibility_timeout = 2;
@@ -47,6 +57,7 @@ async fn host_with(aws: &Emulator, names: &Names, script: &str) -> AwsDevServer 
         )),
         clock: Arc::new(SystemClock),
         duplicate: false,
+        function_timeout: timeout,
         live: None,
     })
     .await
@@ -278,5 +289,67 @@ async fn a_follow_up_between_two_steps_gets_exactly_one_turn_over_aws_apis() {
         );
         s.shutdown().await;
     }
+    failpoint::reset();
+}
+
+/// The stand-in ends an invocation at its function's timeout, as Lambda does: a step held in
+/// its tool call past a 3 s timeout is ended there (its future dropped), its batch comes back
+/// after the queue's visibility timeout with its receive count raised, and the run goes on
+/// to complete with one result for the call — nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invocation_past_its_timeout_is_ended_mid_tool_and_its_run_goes_on() {
+    let _serial = SERIAL.lock().await;
+    failpoint::reset();
+    let aws = Emulator::start().await;
+    let script = r#"{"ops": [
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]},
+        {"text": "done"}]}"#;
+    let s = host_timed(
+        &aws,
+        &aws.names("ended"),
+        script,
+        Some(Duration::from_secs(3)),
+    )
+    .await;
+    let gate = failpoint::pause("step.before_tool", 0);
+    let (code, v) = call(
+        &s,
+        reqwest::Method::POST,
+        "/runs",
+        Some(json!({"prompt": "go", "agent": "ops"})),
+    )
+    .await;
+    assert_eq!(code, 202, "{v}");
+    let run_id = v["runId"].as_str().unwrap().to_owned();
+    tokio::time::timeout(Duration::from_secs(30), gate.reached())
+        .await
+        .expect("the step reached its tool call");
+    // Held there past the function's timeout: the invocation is ended.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while s.invocations_ended() == 0 {
+        assert!(Instant::now() < deadline, "the invocation was never ended");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    gate.release();
+    let deadline = Instant::now() + patience(Duration::from_secs(60));
+    let run = loop {
+        let (_, run) = call(&s, reqwest::Method::GET, &format!("/runs/{run_id}"), None).await;
+        if run["status"] == "completed" {
+            break run;
+        }
+        assert!(Instant::now() < deadline, "stuck: {run}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let tools: Vec<&Value> = run["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "tool")
+        .collect();
+    assert_eq!(tools.len(), 1, "{run}");
+    assert_eq!(tools[0]["result"]["status"], "success", "{run}");
+    assert_eq!(run["result"], "done");
+    assert!(s.invocations_ended() >= 1);
+    s.shutdown().await;
     failpoint::reset();
 }

@@ -67,6 +67,7 @@ async fn start_env_faulty(
         catalog,
         clock: Arc::new(SystemClock),
         duplicate,
+        function_timeout: None,
         live: None,
     })
     .await
@@ -614,14 +615,20 @@ async fn a_1_mb_tool_output_and_a_300_kb_answer_complete_and_read_back_whole() {
     env.server.shutdown().await;
 }
 
-/// The scripted model, slowed down: each think takes `delay`.
+/// The scripted model, slowed down: each think takes `delay`, and says it may take up to
+/// `longest`.
 struct Slow {
     inner: Arc<dyn baton_core::llm::Llm>,
     delay: Duration,
+    longest: Duration,
 }
 
 #[async_trait::async_trait]
 impl baton_core::llm::Llm for Slow {
+    fn longest_call(&self) -> Option<Duration> {
+        Some(self.longest)
+    }
+
     async fn complete(
         &self,
         request: &baton_core::llm::ChatRequest<'_>,
@@ -634,11 +641,13 @@ impl baton_core::llm::Llm for Slow {
 #[tokio::test]
 async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_once() {
     use baton_core::service::CreateRun;
-    use baton_lambda::{Deadline, handle_steps_until, release};
+    use baton_core::service::StepDeadline;
+    use baton_lambda::{MAX_BATCH, handle_steps, release};
 
     let llm = Arc::new(Slow {
         inner: scripted(r#"{"explore": [{"text": "done"}]}"#),
         delay: Duration::from_millis(300),
+        longest: Duration::from_millis(500),
     });
     let q = StepsQueue::start("deadline", llm).await;
     let service = &q.service;
@@ -675,11 +684,11 @@ async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_on
 
     // Time for one 300 ms step, not for two: each run's first record runs (the two runs at
     // once), the first run's others are deferred.
-    let deadline = Deadline {
-        at: std::time::SystemTime::now() + Duration::from_millis(700),
-        step_budget: Duration::from_millis(500),
+    let deadline = StepDeadline {
+        work_by: Instant::now() + Duration::from_millis(700),
+        window: Duration::from_millis(700),
     };
-    let out = handle_steps_until(service, &[], event, Some(deadline)).await;
+    let out = handle_steps(service, &[], event, Some(deadline), MAX_BATCH).await;
     let failed: Vec<&str> = out
         .response
         .batch_item_failures
@@ -792,10 +801,15 @@ impl StepsQueue {
         );
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         let url = p.config.steps_queue_url.clone();
+        let orchestrator = baton_dev::functions::Functions::deployed()
+            .unwrap()
+            .fed_by("StepsQueue")
+            .unwrap();
         let arn = baton_dev::event_source::EventSources::queue(
             &sqs,
             &url,
             baton_dev::event_source::Feeds::Steps,
+            orchestrator,
         )
         .await
         .unwrap()
@@ -848,7 +862,7 @@ impl StepsQueue {
 #[tokio::test]
 async fn a_step_that_fails_retryably_is_due_again_after_its_backoff_not_the_visibility_timeout() {
     use baton_core::service::CreateRun;
-    use baton_lambda::{handle_steps_until, release, retry_delay};
+    use baton_lambda::{MAX_BATCH, handle_steps, release, retry_delay};
 
     let llm = Arc::new(ThrottledOnce {
         inner: scripted(r#"{"explore": [{"text": "done"}]}"#),
@@ -865,7 +879,7 @@ async fn a_step_that_fails_retryably_is_due_again_after_its_backoff_not_the_visi
 
     let (messages, event) = q.receive().await;
     assert_eq!(messages.len(), 1);
-    let out = handle_steps_until(service, &[], event, None).await;
+    let out = handle_steps(service, &[], event, None, MAX_BATCH).await;
     assert_eq!(out.response.batch_item_failures.len(), 1, "reported failed");
     let delays: Vec<Duration> = out.again.iter().map(|(_, d)| *d).collect();
     assert_eq!(
@@ -886,7 +900,7 @@ async fn a_step_that_fails_retryably_is_due_again_after_its_backoff_not_the_visi
     release(&q.sqs, &[q.url.as_str()], &now).await;
     let (again, event) = q.receive().await;
     assert_eq!(again.len(), 1);
-    let out = handle_steps_until(service, &[], event, None).await;
+    let out = handle_steps(service, &[], event, None, MAX_BATCH).await;
     assert!(out.response.batch_item_failures.is_empty());
     let run = service
         .deps()
@@ -1033,4 +1047,137 @@ async fn a_crash_after_a_parking_commit_is_repaired_by_the_sweep() {
             .is_empty(),
         "nothing left to sweep"
     );
+}
+
+/// A provider as slow as a busy one: each call takes `delay`. A conversation without a tool
+/// result gets a call of `count`; one with it, the final answer.
+struct SlowProvider(Duration);
+
+impl wiremock::Respond for SlowProvider {
+    fn respond(&self, req: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let body: Value = serde_json::from_slice(&req.body).unwrap_or_default();
+        let answered = body["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        let message = if answered {
+            json!({"role": "assistant", "content": "counted"})
+        } else {
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_count",
+                "type": "function", "function": {"name": "count", "arguments": "{}"}}]})
+        };
+        wiremock::ResponseTemplate::new(200)
+            .set_body_json(json!({"choices": [{"message": message}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}))
+            .set_delay(self.0)
+    }
+}
+
+/// Lambda's contract, held by the stand-in: ten runs in one batch of a function with a 20 s
+/// timeout and the template's 256 MB (two runs stepped at once), a model taking a quarter of
+/// the timeout per call. Before, each run's first record always started, so the batch's last
+/// round began 15 s in and was ended at 20 s mid-step (its batch back after the visibility
+/// timeout, its step's tool calls run again). Now a step starts only while its model call
+/// fits, and the rest are deferred to a fresh invocation: every run completes, no invocation
+/// is ended, and the tool sees each run's call once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation() {
+    use baton_core::service::CreateRun;
+    use wiremock::{Mock, MockServer, ResponseTemplate, matchers};
+
+    let timeout = Duration::from_secs(20);
+    let provider = MockServer::start().await;
+    Mock::given(matchers::method("POST"))
+        .and(matchers::path("/v1/chat/completions"))
+        .respond_with(SlowProvider(timeout / 4))
+        .mount(&provider)
+        .await;
+    let tool = MockServer::start().await;
+    Mock::given(matchers::method("POST"))
+        .and(matchers::path("/count"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"counted": true})))
+        .mount(&tool)
+        .await;
+    let llm = Arc::new(
+        baton_llm::openai::OpenAiLlm::new(baton_llm::openai::OpenAiConfig {
+            base_url: format!("{}/v1", provider.uri()),
+            api_key: Some("sk-mock".into()),
+            model: "mock".into(),
+            max_retries: 0,
+            backoff: baton_llm::retry::Backoff::fast(),
+            timeout: timeout / 4 + Duration::from_secs(1),
+        })
+        .unwrap(),
+    );
+    let file = json!({
+        "tools": {"count": {"url": format!("{}/count", tool.uri()), "description": "counts",
+                            "schema": {"type": "object"}, "timeoutSeconds": 2}},
+        "agents": {"ops": {"tools": ["count"]}}});
+    let file: baton_core::agent::AgentsFile = serde_json::from_value(file).unwrap();
+    let catalog = Arc::new(
+        baton_tools::catalog(Some(file), baton_tools::Host::Dev, &|_| None, vec![]).unwrap(),
+    );
+
+    // The ten runs' first steps wait in the queue before the mappings start: one batch.
+    let aws = Emulator::start_with(None).await;
+    let sdk = aws.sdk().await;
+    let names = aws.names("batch");
+    let role = "arn:aws:iam::123456789012:role/batch-scheduler";
+    let p = baton_aws::provision::ensure(&sdk, &names, role)
+        .await
+        .unwrap();
+    let api = baton_aws::aws_service(
+        &p.config,
+        &sdk,
+        llm.clone(),
+        catalog.clone(),
+        Arc::new(SystemClock),
+        baton_aws::sdk::Meter::shared(),
+    );
+    let mut runs = Vec::new();
+    for i in 0..10 {
+        let req = CreateRun {
+            prompt: format!("count {i}"),
+            agent: Some("ops".into()),
+            ..Default::default()
+        };
+        runs.push(api.create_run("o", req, None).await.unwrap().run_id);
+    }
+    let server = AwsDevServer::start(AwsDevOptions {
+        sdk: sdk.clone(),
+        names,
+        scheduler_role_arn: role.into(),
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: TOKEN.into(),
+        llm,
+        catalog,
+        clock: Arc::new(SystemClock),
+        duplicate: false,
+        function_timeout: Some(timeout),
+        live: None,
+    })
+    .await
+    .unwrap();
+
+    let started = Instant::now();
+    for r in &runs {
+        loop {
+            let rec = api.get_run("o", r, 100).await.unwrap();
+            if rec.run.status == baton_core::run::RunStatus::Completed {
+                break;
+            }
+            assert_eq!(server.invocations_ended(), 0, "an invocation was ended");
+            assert!(
+                started.elapsed() < Duration::from_secs(240),
+                "{r} is {:?}",
+                rec.run.status
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    assert_eq!(server.invocations_ended(), 0, "no invocation was ended");
+    // One call a run (its key is the model's call id, the same in every run: counted by
+    // request), none repeated.
+    let calls = tool.received_requests().await.unwrap_or_default();
+    assert_eq!(calls.len(), runs.len(), "each run's call exactly once");
+    server.shutdown().await;
 }

@@ -713,6 +713,7 @@ async fn baton_dev_aws_makes_one_time_links_when_given_a_key() {
         catalog: catalog(None),
         clock: Arc::new(SystemClock),
         duplicate: false,
+        function_timeout: None,
         live: None,
     })
     .await

@@ -139,6 +139,7 @@ async fn a_tools_files_and_widgets_reach_the_timeline_and_the_owner_on_both_host
         catalog: catalog_with_report(agents()),
         clock: Arc::new(SystemClock),
         duplicate: false,
+        function_timeout: None,
         live: None,
     })
     .await
@@ -243,6 +244,7 @@ async fn a_5_mb_file_downloads_in_the_reply_locally_and_from_s3_by_a_redirect_on
         catalog: catalog_with_report(agents()),
         clock: Arc::new(SystemClock),
         duplicate: false,
+        function_timeout: None,
         live: None,
     })
     .await

@@ -169,6 +169,7 @@ async fn start() -> Env {
         catalog: catalog_with_report(agents),
         clock: Arc::new(SystemClock),
         duplicate: false,
+        function_timeout: None,
         live: Some((standin.config(), grants.clone())),
     })
     .await

@@ -18,7 +18,7 @@ use baton_core::run::{Run, RunStatus};
 use baton_core::service::{CreateRun, Deps, Service};
 use baton_core::timeline::{Entry, EntryBody};
 use baton_dev::worker::{Worker, WorkerOptions};
-use baton_lambda::handle_steps;
+use baton_lambda::{MAX_BATCH, handle_steps};
 use baton_local::store::LocalStore;
 use chrono::{DateTime, Utc};
 use common::*;
@@ -269,7 +269,9 @@ async fn the_lambda_handler_acknowledges_a_terminal_error_and_retries_the_rest()
         .unwrap()
         .remove(0);
     let start = delivery.message.clone().unwrap();
-    let resp = handle_steps(&svc, &[], sqs_event(&[("m1", &start)])).await;
+    let resp = handle_steps(&svc, &[], sqs_event(&[("m1", &start)]), None, MAX_BATCH)
+        .await
+        .response;
     assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
     local.ack(delivery.receipt).await.unwrap();
     assert_failed_at_once(&local, &run_id, &store).await;
@@ -288,7 +290,15 @@ async fn the_lambda_handler_acknowledges_a_terminal_error_and_retries_the_rest()
         id: "later".into(),
         ..start.clone()
     };
-    let resp = handle_steps(&svc, &[], sqs_event(&[("m1", &start), ("m2", &later)])).await;
+    let resp = handle_steps(
+        &svc,
+        &[],
+        sqs_event(&[("m1", &start), ("m2", &later)]),
+        None,
+        MAX_BATCH,
+    )
+    .await
+    .response;
     let failed: Vec<_> = resp
         .batch_item_failures
         .iter()
@@ -424,7 +434,7 @@ async fn a_slow_model_call_holds_back_only_its_own_run_in_a_lambda_batch() {
     // Two at once: what a 256 MB function steps (`steps_at_once`), the template's default.
     let at_once = baton_lambda::steps_at_once(Some(256), baton_core::service::budget_for(256));
     assert_eq!(at_once, 2);
-    let resp = baton_lambda::handle_steps_at_once(
+    let resp = baton_lambda::handle_steps(
         &svc,
         &[],
         sqs_event(&[("m1", &messages[0]), ("m2", &messages[1])]),

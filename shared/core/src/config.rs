@@ -54,21 +54,6 @@ pub struct ModelConfig {
 pub const LLM_INITIAL_BACKOFF_MS: u64 = 500;
 pub const LLM_MAX_BACKOFF_MS: u64 = 30_000;
 
-impl ModelConfig {
-    /// The longest one step may take: every attempt of its model call timing out, the
-    /// longest backoffs between them, and a margin for the commit and the effects. A step
-    /// function starts a step only while this much time is left before its deadline.
-    pub fn step_budget(&self) -> std::time::Duration {
-        let attempts = u64::from(self.max_retries) + 1;
-        let backoffs: u64 = (0..u64::from(self.max_retries))
-            .map(|i| (LLM_INITIAL_BACKOFF_MS << i.min(16)).min(LLM_MAX_BACKOFF_MS))
-            .sum();
-        std::time::Duration::from_millis(
-            attempts * u64::from(self.timeout_secs) * 1000 + backoffs + 30_000,
-        )
-    }
-}
-
 impl std::fmt::Debug for ModelConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ModelConfig")
@@ -162,6 +147,10 @@ pub struct Config {
     pub cache_mb: Option<u64>,
     /// `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`: the memory Lambda gives the function, in MB.
     pub function_memory_mb: Option<u64>,
+    /// `BATON_DEV_FUNCTION_TIMEOUT_S`: `baton dev --aws` ends every function's invocations
+    /// at most this many seconds in (each function's own timeout from `template.yaml`
+    /// otherwise), to see what Lambda does to a step that runs out of time.
+    pub dev_function_timeout_s: Option<u32>,
     /// The live channel on AWS (an AppSync Events API), when its domains are set.
     pub live: Option<LiveConfig>,
     /// `BATON_METRICS_NAMESPACE`: the CloudWatch namespace of the step functions' metrics
@@ -358,6 +347,10 @@ impl Config {
                 None => None,
             },
             function_memory_mb: var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE").and_then(|m| m.parse().ok()),
+            dev_function_timeout_s: match var("BATON_DEV_FUNCTION_TIMEOUT_S") {
+                Some(_) => Some(number("BATON_DEV_FUNCTION_TIMEOUT_S", 900, 1)?),
+                None => None,
+            },
             live: match (
                 var("BATON_LIVE_HTTP_DOMAIN"),
                 var("BATON_LIVE_REALTIME_DOMAIN"),

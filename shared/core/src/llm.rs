@@ -165,6 +165,14 @@ pub trait Llm: Send + Sync {
     fn reads_history(&self) -> bool {
         true
     }
+
+    /// The longest one [`Llm::complete`] can take, retries and their waits included: every
+    /// attempt timing out, each wait at its cap. A step function starts a step only while
+    /// this much time is left in its invocation. `None`: the client bounds nothing (taken as
+    /// instant, so such a model must answer well within a function's timeout).
+    fn longest_call(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// A model API key that can change while a process runs (a rotated secret): read again

@@ -31,6 +31,9 @@ pub struct AwsDevOptions {
     pub clock: Arc<dyn Clock>,
     /// Deliver every message twice (to prove duplicates change nothing).
     pub duplicate: bool,
+    /// Every function's timeout shortened to at most this (`BATON_DEV_FUNCTION_TIMEOUT_S`);
+    /// `None`: each function's own, from `template.yaml`.
+    pub function_timeout: Option<std::time::Duration>,
     /// The live channel as on AWS (an AppSync Events API, or a stand-in of one), with the
     /// signer of its watch tokens; `None` keeps live events in this process.
     pub live: Option<(
@@ -92,25 +95,51 @@ impl AwsDevServer {
         let orchestrator = function("OrchestratorFunction");
         let subagent = function("SubagentFunction");
         let cta = function("CtaFunction");
+        // Each function as the template deploys it (its timeout, memory and mappings).
+        let mut functions = crate::functions::Functions::deployed()?;
+        if let Some(t) = opts.function_timeout {
+            functions = functions.timeouts_at_most(t);
+        }
         let c = &provisioned.config;
         let mut queues = Vec::new();
-        for (url, feeds, by) in [
-            (c.steps_queue_url.as_str(), Feeds::Steps, &orchestrator),
-            (c.subagent_queue_url.as_str(), Feeds::Steps, &subagent),
-            (provisioned.cta_inbox_url.as_str(), Feeds::CtaInbox, &cta),
+        for (url, feeds, by, queue) in [
+            (
+                c.steps_queue_url.as_str(),
+                Feeds::Steps,
+                &orchestrator,
+                "StepsQueue",
+            ),
+            (
+                c.subagent_queue_url.as_str(),
+                Feeds::Steps,
+                &subagent,
+                "SubagentStepsQueue",
+            ),
+            (
+                provisioned.cta_inbox_url.as_str(),
+                Feeds::CtaInbox,
+                &cta,
+                "CtaInboxQueue",
+            ),
         ] {
-            queues.push((EventSources::queue(&by.sqs, url, feeds).await?, by.clone()));
+            let function = functions.fed_by(queue)?;
+            queues.push((
+                EventSources::queue(&by.sqs, url, feeds, function).await?,
+                by.clone(),
+            ));
         }
         // The step functions also read their dead-letter queues (the inbox's is kept).
-        for (dlq, by) in provisioned.dead_letters[..2]
+        for ((dlq, by), queue) in provisioned.dead_letters[..2]
             .iter()
             .zip([&orchestrator, &subagent])
+            .zip(["StepsDeadLetterQueue", "SubagentStepsDeadLetterQueue"])
         {
             let source = EventSource {
                 url: dlq.url.clone(),
                 arn: dlq.arn.clone(),
                 feeds: Feeds::DeadLetters,
                 visibility: None,
+                function: functions.fed_by(queue)?,
             };
             queues.push((source, by.clone()));
         }
@@ -222,6 +251,11 @@ impl AwsDevServer {
             self.pollers
                 .push(tokio::spawn(pump.run(self.stop.subscribe())));
         }
+    }
+
+    /// How many invocations were ended at their function's timeout so far.
+    pub fn invocations_ended(&self) -> u64 {
+        self.sources.invocations_ended()
     }
 
     /// The steps the step functions have taken so far: (warm, cold), as their caches saw

@@ -3,21 +3,34 @@
 //! polls each queue, hands the handler a real `SqsEvent` (the JSON Lambda would send),
 //! deletes what succeeded and leaves failures to the visibility timeout. It can deliver
 //! every message twice, to prove that duplicates change nothing.
+//!
+//! It holds each function to Lambda's contract, not kinder ([`Function`], from
+//! `template.yaml`): a batch holds at most the mapping's `BatchSize` records; at most
+//! `MaximumConcurrency` invocations of a mapping run at once (a batch waits in its queue
+//! meanwhile, as a throttled one does); an invocation is handed its deadline and as many
+//! runs at once as its memory holds; and one still running at its function's timeout is
+//! ended there, as Lambda ends it: its future is dropped mid-step, nothing of its batch is
+//! deleted or released, and the whole batch comes back after the queue's visibility
+//! timeout, each record's receive count raised.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
 use serde_json::json;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
 use tracing::{error, warn};
 
 use baton_core::error::PortError;
-use baton_core::service::Service;
+use baton_core::service::{Service, StepDeadline, budget_for};
 
 use baton_aws::sdk::map_sdk_err;
-use baton_lambda::{handle_cta_inbox, handle_steps_until, release};
+use baton_lambda::{handle_cta_inbox, handle_steps, release, steps_at_once};
+
+pub use crate::functions::Function;
 
 /// Records to make visible again, each after its delay.
 type Later = Vec<(aws_lambda_events::event::sqs::SqsMessage, Duration)>;
@@ -41,13 +54,18 @@ pub struct EventSource {
     /// The queue's visibility timeout, when known: a failed record is never held longer
     /// than the queue itself would hold it (an emulator's queues may have short ones).
     pub visibility: Option<Duration>,
+    /// The function the queue feeds, as Lambda runs it.
+    pub function: Function,
 }
 
 #[derive(Clone)]
 pub struct EventSources {
     /// Each queue with the function it feeds: that function's SQS client (Lambda's event
-    /// source mapping reads with the function's role) and its service.
-    queues: Vec<(EventSource, Consumer)>,
+    /// source mapping reads with the function's role) and its service, and the invocations
+    /// its mapping may still start (`MaximumConcurrency`).
+    queues: Vec<(EventSource, Consumer, Arc<Semaphore>)>,
+    /// Invocations ended at their function's timeout, so far.
+    ended: Arc<AtomicU64>,
     /// The ARNs of the queues that feed [`Feeds::DeadLetters`].
     dead_letters: Vec<String>,
     duplicate: bool,
@@ -78,12 +96,25 @@ impl EventSources {
             .filter(|(q, _)| q.feeds == Feeds::DeadLetters)
             .map(|(q, _)| q.arn.clone())
             .collect();
+        let queues = queues
+            .into_iter()
+            .map(|(q, c)| {
+                let slots = Arc::new(Semaphore::new(q.function.max_concurrency.max(1)));
+                (q, c, slots)
+            })
+            .collect();
         Self {
             queues,
+            ended: Arc::default(),
             dead_letters,
             duplicate: false,
             wait_seconds: 0,
         }
+    }
+
+    /// How many invocations were ended at their function's timeout so far.
+    pub fn invocations_ended(&self) -> u64 {
+        self.ended.load(Ordering::SeqCst)
     }
 
     /// `n` pollers of each step queue (not the dead-letter queues nor the CTA inbox), each
@@ -91,10 +122,15 @@ impl EventSources {
     /// when many message groups wait.
     pub fn pollers_of_steps(&self, n: usize) -> Vec<Self> {
         let mut out = Vec::new();
-        for q in self.queues.iter().filter(|(q, _)| q.feeds == Feeds::Steps) {
+        for q in self
+            .queues
+            .iter()
+            .filter(|(q, _, _)| q.feeds == Feeds::Steps)
+        {
             for _ in 0..n {
                 out.push(Self {
                     queues: vec![q.clone()],
+                    ended: self.ended.clone(),
                     dead_letters: self.dead_letters.clone(),
                     duplicate: self.duplicate,
                     wait_seconds: 1,
@@ -110,11 +146,13 @@ impl EventSources {
         self
     }
 
-    /// The queue's ARN (for the `eventSourceARN` Lambda reports).
+    /// The queue at `url`, feeding `function`: its ARN (for the `eventSourceARN` Lambda
+    /// reports) and visibility timeout are read.
     pub async fn queue(
         sqs: &aws_sdk_sqs::Client,
         url: &str,
         feeds: Feeds,
+        function: Function,
     ) -> Result<EventSource, PortError> {
         use aws_sdk_sqs::types::QueueAttributeName as Q;
         let attrs = sqs
@@ -133,151 +171,219 @@ impl EventSources {
             visibility: attr(Q::VisibilityTimeout)
                 .and_then(|v| v.parse().ok())
                 .map(Duration::from_secs),
+            function,
         })
     }
 
-    /// One receive per queue; returns how many messages were handed to handlers.
+    /// One receive per queue, each batch's invocation awaited in turn; returns how many
+    /// messages were handed to handlers.
     pub async fn pump_once(&self) -> Result<usize, PortError> {
-        self.pump(None).await
-    }
-
-    /// One receive per queue. What failed is left to the visibility timeout, as Lambda
-    /// does; once `stop` is set, it is released at once instead, so a graceful stop leaves
-    /// no message in flight to hold up its run's group.
-    async fn pump(&self, stop: Option<&watch::Receiver<bool>>) -> Result<usize, PortError> {
         let mut handled = 0;
-        for (q, Consumer { sqs, service }) in &self.queues {
-            let out = sqs
-                .receive_message()
-                .queue_url(&q.url)
-                .max_number_of_messages(10)
-                .wait_time_seconds(self.wait_seconds)
-                .message_system_attribute_names(MessageSystemAttributeName::All)
-                .send()
-                .await
-                .map_err(|e| map_sdk_err("ReceiveMessage", e))?;
-            let messages = out.messages();
-            if messages.is_empty() {
-                continue;
-            }
-            handled += messages.len();
-            let records: Vec<serde_json::Value> = messages
-                .iter()
-                .map(|m| {
-                    let attributes: serde_json::Map<String, serde_json::Value> = m
-                        .attributes()
-                        .map(|a| {
-                            a.iter()
-                                .map(|(k, v)| (k.as_str().to_owned(), json!(v)))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    json!({
-                        "messageId": m.message_id(),
-                        "receiptHandle": m.receipt_handle(),
-                        "body": m.body(),
-                        "attributes": attributes,
-                        "messageAttributes": {},
-                        "eventSource": "aws:sqs",
-                        "eventSourceARN": q.arn,
-                        "awsRegion": "us-east-1",
-                    })
-                })
-                .collect();
-            let event: SqsEvent = serde_json::from_value(json!({"Records": records}))
-                .map_err(|e| PortError::broken("build SqsEvent", e))?;
-            let (mut resp, mut later) = self.call(service, q.feeds, event.clone()).await;
-            if self.duplicate {
-                let (again, again_later) = self.call(service, q.feeds, event).await;
-                resp.batch_item_failures.extend(again.batch_item_failures);
-                later.extend(again_later);
-            }
-            let failed: Vec<&str> = resp
-                .batch_item_failures
-                .iter()
-                .map(|f| f.item_identifier.as_str())
-                .collect();
-            let done: Vec<DeleteMessageBatchRequestEntry> = messages
-                .iter()
-                .filter(|m| !failed.contains(&m.message_id().unwrap_or_default()))
-                .enumerate()
-                .filter_map(|(i, m)| {
-                    DeleteMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(m.receipt_handle().unwrap_or_default())
-                        .build()
-                        .ok()
-                })
-                .collect();
-            let stopping = stop.is_some_and(|s| *s.borrow());
-            if !failed.is_empty() && stopping {
-                for m in messages
-                    .iter()
-                    .filter(|m| failed.contains(&m.message_id().unwrap_or_default()))
-                {
-                    let r = sqs
-                        .change_message_visibility()
-                        .queue_url(&q.url)
-                        .receipt_handle(m.receipt_handle().unwrap_or_default())
-                        .visibility_timeout(0)
-                        .send()
-                        .await;
-                    if let Err(e) = r {
-                        warn!(error = %map_sdk_err("ChangeMessageVisibility", e), "a message waits its visibility timeout");
-                    }
-                }
-            } else if !later.is_empty() {
-                // As the step functions do: each failed record due again after its backoff
-                // (or the queue's own visibility timeout, if that is shorter).
-                for (_, delay) in &mut later {
-                    *delay = q.visibility.map_or(*delay, |v| (*delay).min(v));
-                }
-                release(sqs, &[q.url.as_str()], &later).await;
-            }
-            if !done.is_empty() {
-                sqs.delete_message_batch()
-                    .queue_url(&q.url)
-                    .set_entries(Some(done))
-                    .send()
-                    .await
-                    .map_err(|e| map_sdk_err("DeleteMessageBatch", e))?;
+        for (q, consumer, _) in &self.queues {
+            if let Some(batch) = self.receive(q, consumer).await? {
+                handled += batch.len();
+                self.invoke(q, consumer, batch, None).await?;
             }
         }
         Ok(handled)
     }
 
-    /// The function's handler, and when each record it failed is due again.
+    /// One receive from `q`: up to its function's `BatchSize` messages, if any wait.
+    async fn receive(
+        &self,
+        q: &EventSource,
+        consumer: &Consumer,
+    ) -> Result<Option<Vec<Message>>, PortError> {
+        let out = consumer
+            .sqs
+            .receive_message()
+            .queue_url(&q.url)
+            .max_number_of_messages(q.function.batch_size.clamp(1, 10) as i32)
+            .wait_time_seconds(self.wait_seconds)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .map_err(|e| map_sdk_err("ReceiveMessage", e))?;
+        let messages = out.messages.unwrap_or_default();
+        Ok((!messages.is_empty()).then_some(messages))
+    }
+
+    /// One invocation of `q`'s function with `messages`, as Lambda makes it: the `SqsEvent`,
+    /// the function's deadline, and its end at the timeout. What succeeded is deleted; what
+    /// failed is released when due (or, once `stop` is set, at once, so that a graceful stop
+    /// leaves no message in flight to hold up its run's group). An invocation ended at its
+    /// timeout deletes and releases nothing.
+    async fn invoke(
+        &self,
+        q: &EventSource,
+        Consumer { sqs, service }: &Consumer,
+        messages: Vec<Message>,
+        stop: Option<&watch::Receiver<bool>>,
+    ) -> Result<(), PortError> {
+        let records: Vec<serde_json::Value> = messages
+            .iter()
+            .map(|m| {
+                let attributes: serde_json::Map<String, serde_json::Value> = m
+                    .attributes()
+                    .map(|a| {
+                        a.iter()
+                            .map(|(k, v)| (k.as_str().to_owned(), json!(v)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                json!({
+                    "messageId": m.message_id(),
+                    "receiptHandle": m.receipt_handle(),
+                    "body": m.body(),
+                    "attributes": attributes,
+                    "messageAttributes": {},
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": q.arn,
+                    "awsRegion": "us-east-1",
+                })
+            })
+            .collect();
+        let event: SqsEvent = serde_json::from_value(json!({"Records": records}))
+            .map_err(|e| PortError::broken("build SqsEvent", e))?;
+        let invocations = if self.duplicate { 2 } else { 1 };
+        let mut resp = SqsBatchResponse::default();
+        let mut later = Vec::new();
+        for _ in 0..invocations {
+            let f = &q.function;
+            let ends = Instant::now() + f.timeout;
+            let call = self.call(service, q, event.clone(), ends);
+            match tokio::time::timeout_at(ends.into(), call).await {
+                Ok((r, l)) => {
+                    resp.batch_item_failures.extend(r.batch_item_failures);
+                    later.extend(l);
+                }
+                Err(_) => {
+                    self.ended.fetch_add(1, Ordering::SeqCst);
+                    warn!(
+                        function = %f.name,
+                        timeout_s = f.timeout.as_secs_f64(),
+                        records = messages.len(),
+                        "invocation ended at its timeout: its batch comes back after the queue's visibility timeout"
+                    );
+                    return Ok(());
+                }
+            }
+        }
+        let failed: Vec<&str> = resp
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        let done: Vec<DeleteMessageBatchRequestEntry> = messages
+            .iter()
+            .filter(|m| !failed.contains(&m.message_id().unwrap_or_default()))
+            .enumerate()
+            .filter_map(|(i, m)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(m.receipt_handle().unwrap_or_default())
+                    .build()
+                    .ok()
+            })
+            .collect();
+        let stopping = stop.is_some_and(|s| *s.borrow());
+        if !failed.is_empty() && stopping {
+            for m in messages
+                .iter()
+                .filter(|m| failed.contains(&m.message_id().unwrap_or_default()))
+            {
+                let r = sqs
+                    .change_message_visibility()
+                    .queue_url(&q.url)
+                    .receipt_handle(m.receipt_handle().unwrap_or_default())
+                    .visibility_timeout(0)
+                    .send()
+                    .await;
+                if let Err(e) = r {
+                    warn!(error = %map_sdk_err("ChangeMessageVisibility", e), "a message waits its visibility timeout");
+                }
+            }
+        } else if !later.is_empty() {
+            // As the step functions do: each failed record due again after its backoff
+            // (or the queue's own visibility timeout, if that is shorter).
+            for (_, delay) in &mut later {
+                *delay = q.visibility.map_or(*delay, |v| (*delay).min(v));
+            }
+            release(sqs, &[q.url.as_str()], &later).await;
+        }
+        if !done.is_empty() {
+            sqs.delete_message_batch()
+                .queue_url(&q.url)
+                .set_entries(Some(done))
+                .send()
+                .await
+                .map_err(|e| map_sdk_err("DeleteMessageBatch", e))?;
+        }
+        Ok(())
+    }
+
+    /// The function's handler, in an invocation that ends at `ends`, and when each record
+    /// it failed is due again.
     async fn call(
         &self,
         service: &Service,
-        feeds: Feeds,
+        q: &EventSource,
         event: SqsEvent,
+        ends: Instant,
     ) -> (SqsBatchResponse, Later) {
-        match feeds {
+        match q.feeds {
             Feeds::Steps | Feeds::DeadLetters => {
-                let out = handle_steps_until(service, &self.dead_letters, event, None).await;
+                let f = &q.function;
+                let deadline = StepDeadline::ending(ends, f.timeout);
+                let at_once = steps_at_once(Some(f.memory_mb), budget_for(f.memory_mb));
+                let out =
+                    handle_steps(service, &self.dead_letters, event, Some(deadline), at_once).await;
                 (out.response, out.again)
             }
             Feeds::CtaInbox => (handle_cta_inbox(service, event).await, Vec::new()),
         }
     }
 
-    /// Pumps until `stop` turns true.
+    /// Pumps until `stop` turns true: each queue polled while its mapping may start another
+    /// invocation, each invocation run beside the others; on stop, the invocations under way
+    /// are let finish.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let this = Arc::new(self);
+        let mut running = JoinSet::new();
         while !*stop.borrow() {
-            match self.pump(Some(&stop)).await {
-                Ok(0) => {
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                        _ = stop.changed() => {}
+            let mut received = 0;
+            for i in 0..this.queues.len() {
+                let (q, consumer, slots) = &this.queues[i];
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    continue;
+                };
+                match this.receive(q, consumer).await {
+                    Ok(Some(batch)) => {
+                        received += batch.len();
+                        let (this, stop) = (this.clone(), stop.clone());
+                        running.spawn(async move {
+                            let (q, consumer, _) = &this.queues[i];
+                            if let Err(e) = this.invoke(q, consumer, batch, Some(&stop)).await {
+                                error!(error = %e, "settling an invocation's batch failed");
+                            }
+                            drop(slot);
+                        });
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        error!(error = %e, "polling the queues failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
                     }
                 }
-                Ok(_) => {}
-                Err(e) => {
-                    error!(error = %e, "polling the queues failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            while running.try_join_next().is_some() {}
+            if received == 0 {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    _ = stop.changed() => {}
                 }
             }
         }
+        while running.join_next().await.is_some() {}
     }
 }

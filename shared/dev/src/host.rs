@@ -305,6 +305,8 @@ pub enum StartError {
     Store(#[from] PortError),
     #[error("{0}")]
     Io(#[source] std::io::Error),
+    #[error(transparent)]
+    Template(#[from] crate::functions::TemplateError),
 }
 
 /// The data dir's own link key: made once (two v4 UUIDs' random bits) and kept in the store,

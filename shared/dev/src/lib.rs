@@ -6,9 +6,11 @@
 //! | [`worker`] | pumps the embedded queue into the service and fires due timers |
 //! | [`aws_host`] | `baton dev --aws`: the API and the Lambda handlers over AWS APIs |
 //! | [`event_source`] | polls SQS into the Lambda handlers, as Lambda's event source mappings do |
+//! | [`functions`] | each function's timeout, memory and mappings, from `template.yaml` |
 
 pub mod aws_host;
 pub mod event_source;
+pub mod functions;
 pub mod host;
 pub mod worker;
 

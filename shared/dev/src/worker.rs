@@ -255,6 +255,7 @@ async fn process(service: Arc<Service>, store: LocalStore, opts: WorkerOptions, 
             message: &msg,
             receives: d.receives,
             dead: (d.receives > max_receives).then_some(why.as_str()),
+            deadline: None,
         };
         let done = match service.consume(delivery, duplicate).await {
             Verdict::Ack => {
@@ -273,6 +274,8 @@ async fn process(service: Arc<Service>, store: LocalStore, opts: WorkerOptions, 
             }
             // A crash before the ack: the message stays in flight until a restart releases it.
             Verdict::Crashed => Ok(()),
+            // This host ends no step at a deadline (none is given): taken at once if it comes.
+            Verdict::Defer => store.retry_later(d.receipt, Duration::ZERO, true).await,
         };
         if let Err(e) = done {
             error!(error = %e, "queue bookkeeping failed");

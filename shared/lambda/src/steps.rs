@@ -3,12 +3,12 @@
 
 #[cfg(feature = "steps")]
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use baton_aws::sdk::map_sdk_err;
 use baton_core::message::StepMessage;
-use baton_core::service::{Delivery, Service, Verdict};
+use baton_core::service::{Delivery, Service, StepDeadline, Verdict};
 use futures_util::{StreamExt, stream};
 use tracing::{Instrument, error, info, info_span, warn};
 #[cfg(feature = "steps")]
@@ -51,7 +51,6 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
     let aws = runtime.config.aws()?;
     let dead_letters = vec![aws.dead_letter_queue_arn()?.to_owned()];
     let queues = [aws.steps_queue_url.clone(), aws.subagent_queue_url.clone()];
-    let step_budget = runtime.config.model.step_budget();
     let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
     let at_once = steps_at_once(
         runtime.config.function_memory_mb,
@@ -93,13 +92,8 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
                 live,
                 traces,
             } = &*handler;
-            let at = std::time::UNIX_EPOCH + Duration::from_millis(event.context.deadline);
-            // A deadline already past as the batch starts is no real invocation's (an
-            // emulator's such as `cargo lambda watch`, or a broken clock): ignore it.
-            let deadline = (at > SystemTime::now()).then_some(Deadline { at, step_budget });
-            let out =
-                handle_steps_at_once(service, dead_letters, event.payload, deadline, *at_once)
-                    .await;
+            let deadline = invocation_deadline(event.context.deadline);
+            let out = handle_steps(service, dead_letters, event.payload, deadline, *at_once).await;
             let urls = queues.each_ref().map(String::as_str);
             release(sqs, &urls, &out.again).await;
             if let Some(live) = live {
@@ -114,12 +108,14 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
     .await
 }
 
-/// When the invocation ends, and how long a step may take at most.
-#[derive(Debug, Clone, Copy)]
-pub struct Deadline {
-    pub at: SystemTime,
-    /// `ModelConfig::step_budget`: a step is started only with this much time left.
-    pub step_budget: Duration,
+/// The step deadline of an invocation that ends at `deadline_ms` (Lambda's context, ms
+/// since the epoch), its whole time taken as its timeout. A deadline already past as the
+/// batch starts is no real invocation's (an emulator's such as `cargo lambda watch`, or a
+/// broken clock): none.
+pub fn invocation_deadline(deadline_ms: u64) -> Option<StepDeadline> {
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(deadline_ms);
+    let left = at.duration_since(SystemTime::now()).ok()?;
+    Some(StepDeadline::ending(Instant::now() + left, left))
 }
 
 /// What a steps batch did: the response for Lambda, and the records it reports failed,
@@ -147,18 +143,6 @@ pub fn retry_delay(receives: u32) -> Duration {
 /// The longest a retried record waits.
 pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(15 * 60);
 
-/// The `orchestrator` and `subagent` functions: one step per message, in order, without a
-/// deadline (the in-process event source mappings and tests).
-pub async fn handle_steps(
-    service: &Service,
-    dead_letters: &[String],
-    event: SqsEvent,
-) -> SqsBatchResponse {
-    handle_steps_until(service, dead_letters, event, None)
-        .await
-        .response
-}
-
 /// The most memory one step may hold beyond the cache, in MB: a tool call's files (4 of up
 /// to 5 MB) held and copied once for the store, with room for the model's reply.
 pub const STEP_MEMORY_MB: u64 = 48;
@@ -183,8 +167,9 @@ pub fn steps_at_once(memory_mb: Option<u64>, cache_bytes: usize) -> usize {
 /// The most records Lambda hands a FIFO queue's function at once.
 pub const MAX_BATCH: usize = 10;
 
-/// One step per message, in order per run, the runs of a batch at once, while the
-/// invocation has time for one more.
+/// The step functions' handler (`orchestrator`, `subagent`; the in-process event source
+/// mappings too): one step per message, in order per run, at most `at_once` runs of the
+/// batch at a time ([`steps_at_once`]), while the invocation has time for them.
 ///
 /// Each run is one FIFO message group. The records of one group are stepped in order; the
 /// groups of a batch are stepped concurrently, so a slow model call holds back only its own
@@ -193,26 +178,20 @@ pub const MAX_BATCH: usize = 10;
 /// group in the batch is reported failed too, or SQS would deliver them out of order; other
 /// groups are not affected. Only retryable errors are reported: a terminal one has already
 /// failed its run (see `Service::handle`), so redelivering it could not help. Records from
-/// one of `dead_letters` (queue ARNs) end their run as failed. With a [`Deadline`], a record
-/// is started only if a whole step fits before it (the first of each group always is); the
-/// rest of its group is deferred: reported as failures, in order. Every failure is returned
-/// with when it is due again ([`StepsOutcome::again`]), so the caller makes it visible then
-/// ([`release`]) rather than after the visibility timeout.
-pub async fn handle_steps_until(
+/// one of `dead_letters` (queue ARNs) end their run as failed.
+///
+/// With a [`StepDeadline`] (Lambda's: the invocation ends then), no step is cut off: every
+/// record, the first of its group too, starts only while its model call fits before the
+/// deadline ([`Service::step_fits`]), and a step whose tool calls do not fit stops before
+/// running them; such a record and the rest of its group are deferred, in order: reported
+/// failed and due again at once. Every failure is returned with when it is due again
+/// ([`StepsOutcome::again`]), so the caller makes it visible then ([`release`]) rather than
+/// after the visibility timeout.
+pub async fn handle_steps(
     service: &Service,
     dead_letters: &[String],
     event: SqsEvent,
-    deadline: Option<Deadline>,
-) -> StepsOutcome {
-    handle_steps_at_once(service, dead_letters, event, deadline, MAX_BATCH).await
-}
-
-/// [`handle_steps_until`], stepping at most `at_once` runs of the batch at a time.
-pub async fn handle_steps_at_once(
-    service: &Service,
-    dead_letters: &[String],
-    event: SqsEvent,
-    deadline: Option<Deadline>,
+    deadline: Option<StepDeadline>,
     at_once: usize,
 ) -> StepsOutcome {
     // The batch's groups in the order they first appear, each with its records in order.
@@ -258,29 +237,30 @@ async fn handle_group(
     service: &Service,
     dead_letters: &[String],
     records: Vec<(usize, SqsMessage)>,
-    deadline: Option<Deadline>,
+    deadline: Option<StepDeadline>,
 ) -> Vec<(usize, SqsMessage, Option<Duration>)> {
     let mut failed = false;
     let mut out = Vec::new();
-    for (n, (i, rec)) in records.into_iter().enumerate() {
+    for (i, rec) in records {
         let id = rec.message_id.clone().unwrap_or_default();
         if failed {
             out.push((i, rec, Some(Duration::ZERO)));
             continue;
         }
-        if let Some(d) = deadline {
-            let left = d.at.duration_since(SystemTime::now()).unwrap_or_default();
-            if n > 0 && left < d.step_budget {
-                info!(message_id = %id, left_ms = left.as_millis() as u64, "deferred: no time for another step");
-                failed = true;
-                out.push((i, rec, Some(Duration::ZERO)));
-                continue;
-            }
-            if n == 0 && left < d.step_budget {
+        if let Some(d) = &deadline {
+            let left = d.left();
+            if !service.step_fits(left) {
+                if service.step_fits(d.window) {
+                    info!(message_id = %id, left_ms = left.as_millis() as u64, "deferred: no time for a step in this invocation");
+                    failed = true;
+                    out.push((i, rec, Some(Duration::ZERO)));
+                    continue;
+                }
+                // No invocation has the time: deferring could never help.
                 warn!(
-                    left_ms = left.as_millis() as u64,
-                    budget_ms = d.step_budget.as_millis() as u64,
-                    "the function timeout is shorter than one step's budget (model timeout x attempts)"
+                    window_ms = d.window.as_millis() as u64,
+                    model_ms = service.longest_think().as_millis() as u64,
+                    "the function's timeout is shorter than one model call at its worst (timeout x attempts): raise it, or lower BATON_LLM_TIMEOUT_SECONDS"
                 );
             }
         }
@@ -305,6 +285,7 @@ async fn handle_group(
             message: &msg,
             receives,
             dead: dead.then_some("its retries were exhausted"),
+            deadline,
         };
         let span = info_span!("step", message_id = %id, run_id = %msg.run_id, dead);
         match service.consume(delivery, false).instrument(span).await {
@@ -313,6 +294,11 @@ async fn handle_group(
             Verdict::Retry { .. } => {
                 failed = true;
                 out.push((i, rec, Some(retry_delay(receives))));
+            }
+            // Not started (or stopped before its tools): a fresh invocation takes it now.
+            Verdict::Defer => {
+                failed = true;
+                out.push((i, rec, Some(Duration::ZERO)));
             }
             // As a crash would leave it: it waits its visibility timeout out.
             Verdict::Crashed => {

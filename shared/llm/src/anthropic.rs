@@ -313,6 +313,11 @@ fn reply(
 
 #[async_trait::async_trait]
 impl Llm for AnthropicLlm {
+    fn longest_call(&self) -> Option<Duration> {
+        let c = &self.cfg;
+        Some(crate::retry::longest(c.timeout, c.max_retries, &c.backoff))
+    }
+
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
         let Some(model) = request.model else {
             return Err(LlmError::fatal("no Anthropic model named"));

@@ -28,6 +28,8 @@ pub struct BedrockConfig {
     pub max_tokens: u32,
     pub max_retries: u32,
     pub backoff: Backoff,
+    /// One attempt's timeout: the one [`client`] was given.
+    pub timeout: std::time::Duration,
 }
 
 impl BedrockConfig {
@@ -36,6 +38,7 @@ impl BedrockConfig {
             max_tokens: model.max_output_tokens,
             max_retries: model.max_retries,
             backoff: Backoff::default(),
+            timeout: std::time::Duration::from_secs(u64::from(model.timeout_secs)),
         }
     }
 }
@@ -369,6 +372,11 @@ fn to_json(d: &Document) -> Value {
 
 #[async_trait::async_trait]
 impl Llm for BedrockLlm {
+    fn longest_call(&self) -> Option<std::time::Duration> {
+        let c = &self.cfg;
+        Some(crate::retry::longest(c.timeout, c.max_retries, &c.backoff))
+    }
+
     async fn complete(&self, req: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
         let Some(model) = req.model else {
             return Err(LlmError::fatal("no Bedrock model named"));
@@ -412,6 +420,7 @@ mod tests {
                 max_tokens: 512,
                 max_retries,
                 backoff: Backoff::fast(),
+                timeout: std::time::Duration::from_secs(5),
             },
         )
     }

@@ -44,7 +44,7 @@ impl std::fmt::Debug for OpenAiConfig {
 
 impl OpenAiConfig {
     /// The client for a configured model endpoint, with the configured attempt timeout and
-    /// retries, and the backoff `ModelConfig::step_budget` counts on.
+    /// retries, and the default backoff.
     pub fn from_model(model: &ModelConfig) -> Self {
         Self {
             base_url: model.base_url.clone(),
@@ -290,6 +290,11 @@ pub(super) fn reply(
 
 #[async_trait::async_trait]
 impl Llm for OpenAiLlm {
+    fn longest_call(&self) -> Option<Duration> {
+        let c = &self.cfg;
+        Some(crate::retry::longest(c.timeout, c.max_retries, &c.backoff))
+    }
+
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
         let body = self.body(request);
         let model = request.model.unwrap_or(&self.cfg.model);

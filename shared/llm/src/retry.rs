@@ -15,7 +15,7 @@ pub struct Backoff {
 }
 
 impl Default for Backoff {
-    /// The backoff `ModelConfig::step_budget` counts on.
+    /// The backoff [`longest`] counts on.
     fn default() -> Self {
         Self {
             initial: Duration::from_millis(LLM_INITIAL_BACKOFF_MS),
@@ -44,6 +44,15 @@ pub fn backoff(b: &Backoff, attempt: u32) -> Duration {
         .finish();
     let half = cap / 2;
     half + half.mul_f64((random >> 11) as f64 / (1u64 << 53) as f64)
+}
+
+/// The longest a call of `max_retries` retries can take when each attempt times out after
+/// `timeout` and each wait is at its cap (a `Retry-After` is honoured up to the same cap).
+pub fn longest(timeout: Duration, max_retries: u32, b: &Backoff) -> Duration {
+    let waits: Duration = (0..max_retries)
+        .map(|i| b.initial.saturating_mul(1 << i.min(16)).min(b.max))
+        .sum();
+    timeout.saturating_mul(max_retries.saturating_add(1)) + waits
 }
 
 /// A failed request in words a user can act on: which endpoint, and the root cause

@@ -69,10 +69,10 @@ impl Models {
             models = models.anthropic(Arc::new(anthropic));
         }
         if let Some(sdk) = bedrock.filter(|_| providers.contains("bedrock")) {
-            let timeout = Duration::from_secs(u64::from(model.timeout_secs));
+            let cfg = BedrockConfig::from_model(model);
             models = models.bedrock(Arc::new(BedrockLlm::new(
-                bedrock::client(sdk, timeout),
-                BedrockConfig::from_model(model),
+                bedrock::client(sdk, cfg.timeout),
+                cfg,
             )));
         }
         Ok(models)
@@ -86,6 +86,15 @@ impl Models {
 
 #[async_trait::async_trait]
 impl Llm for Models {
+    /// The longest of its clients': a step may call any of them.
+    fn longest_call(&self) -> Option<Duration> {
+        [&self.openai, &self.anthropic, &self.bedrock]
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.longest_call())
+            .max()
+    }
+
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
         let (provider, id) = self.route(request.model);
         let client = match provider {

@@ -206,6 +206,7 @@ impl Emulator {
             catalog,
             clock: std::sync::Arc::new(baton_core::ports::SystemClock),
             duplicate: false,
+            function_timeout: None,
             live: None,
         })
         .await

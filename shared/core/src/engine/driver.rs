@@ -34,8 +34,12 @@ pub trait StepIo: Sync {
     ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send;
     /// A tool's output; an `Err` is an error result the model sees.
     fn execute(&self, call: Execution) -> impl Future<Output = ToolOutput> + Send;
-    /// The step is about to execute these calls (for whoever watches the run).
-    fn executing(&self, _calls: &[Execution]) {}
+    /// The step is about to execute these calls (for whoever watches the run). An
+    /// [`OutOfTime`] stops the step before any of them runs: its host's invocation has no
+    /// time left for them (it is delivered again, to a fresh one).
+    fn executing(&self, _calls: &[Execution]) -> Result<(), OutOfTime> {
+        Ok(())
+    }
     /// Settles these CTAs as cancelled where they are still pending (the first write wins)
     /// and returns their records as they then are, by id.
     fn settle(
@@ -73,7 +77,15 @@ pub enum IoError {
     Llm(#[from] LlmError),
     #[error(transparent)]
     Port(#[from] PortError),
+    #[error(transparent)]
+    OutOfTime(#[from] OutOfTime),
 }
+
+/// What the step would do next does not fit in the time its host's invocation has left:
+/// stopped before it starts, so that nothing is cut off half-done.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct OutOfTime(pub String);
 
 /// What the engine decided for a message, once its I/O is done.
 #[derive(Debug, Clone, PartialEq)]
@@ -122,7 +134,7 @@ pub async fn decide<W: StepIo>(
             }
             Step::Settle(ids) => io.settled = Some(world.settle(ids).await?),
             Step::Execute(calls) => {
-                world.executing(&calls);
+                world.executing(&calls)?;
                 for call in calls {
                     let id = call.call_id.clone();
                     let out = world.execute(call).await;

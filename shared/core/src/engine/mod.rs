@@ -44,7 +44,7 @@ use crate::run::Run;
 use crate::timeline::{Entry, ToolResult};
 use work::Work;
 
-pub use driver::{Decision, IoError, StepIo, ToolOutput, decide};
+pub use driver::{Decision, IoError, OutOfTime, StepIo, ToolOutput, decide};
 
 /// A tool the caller must execute for the engine.
 #[derive(Debug, Clone, PartialEq)]

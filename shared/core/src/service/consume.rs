@@ -21,6 +21,43 @@ pub struct Delivery<'a> {
     /// Why it is a dead letter (its retries are exhausted), when it is one: its run ends
     /// failed instead of stepping.
     pub dead: Option<&'a str>,
+    /// When the host ends the invocation handling it (Lambda's timeout); `None`: never.
+    pub deadline: Option<StepDeadline>,
+}
+
+/// How long a step may work in an invocation that its host ends at a deadline (Lambda):
+/// the invocation's end less a margin for the step's commit and effects. A step starts only
+/// while its model call fits before `work_by` ([`Service::step_fits`]), and runs its tool
+/// calls only if they fit too; else it is deferred, whole, to a fresh invocation, never cut
+/// off half-done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepDeadline {
+    /// The step's model call and tool calls must be done by then.
+    pub work_by: std::time::Instant,
+    /// What a fresh invocation has for a step's work: its timeout less the margin.
+    pub window: std::time::Duration,
+}
+
+impl StepDeadline {
+    /// The most an invocation keeps for a step's commit and effects.
+    pub const MAX_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+    /// For an invocation of `timeout` that ends at `ends`: the margin for the commit and the
+    /// effects is a tenth of the timeout, at most [`Self::MAX_MARGIN`] (30 s of Lambda's
+    /// 900; 2 s of a 20 s test function).
+    pub fn ending(ends: std::time::Instant, timeout: std::time::Duration) -> Self {
+        let margin = (timeout / 10).min(Self::MAX_MARGIN);
+        Self {
+            work_by: ends.checked_sub(margin).unwrap_or(ends),
+            window: timeout.saturating_sub(margin),
+        }
+    }
+
+    /// The time left for work.
+    pub fn left(&self) -> std::time::Duration {
+        self.work_by
+            .saturating_duration_since(std::time::Instant::now())
+    }
 }
 
 /// What the host does with a step message once the service is done with it.
@@ -34,12 +71,27 @@ pub enum Verdict {
     /// A test's failpoint crashed the consumer before its acknowledgement: leave the message
     /// as a dead process would (in flight, back after its visibility timeout or a restart).
     Crashed,
+    /// Not started, or stopped before its tool calls: the invocation has no time left for
+    /// them ([`StepDeadline`]). Nothing was done: deliver it again at once, to a fresh
+    /// invocation; it is no failure of the message's.
+    Defer,
 }
 
 /// The detail-type of the sweep's tick on the inbox.
 pub const SWEEP_EVENT: &str = "baton.sweep";
 
 impl Service {
+    /// Whether a step may start with `left` until its work must be done: its model call,
+    /// every attempt of it timing out ([`crate::llm::Llm::longest_call`]), fits.
+    pub fn step_fits(&self, left: std::time::Duration) -> bool {
+        left >= self.longest_think()
+    }
+
+    /// The longest a step's model call can take, its retries included.
+    pub fn longest_think(&self) -> std::time::Duration {
+        self.deps.llm.longest_call().unwrap_or_default()
+    }
+
     /// Handles one delivery of a step message (twice, when `twice`: as a redelivery after a
     /// lost acknowledgement would) and says what to do with it. A retryable failure is noted
     /// on the run (`lastError`) before it is retried.
@@ -48,7 +100,7 @@ impl Service {
         let once = || async {
             match d.dead {
                 Some(why) => self.dead_letter(d.message, why).await,
-                None => self.handle(d.message).await,
+                None => self.handle_within(d.message, d.deadline).await,
             }
         };
         let mut result = once().await;
@@ -61,6 +113,10 @@ impl Service {
                 Ok(()) => Verdict::Ack,
                 Err(_) => Verdict::Crashed,
             },
+            Err(super::StepError::OutOfTime(why)) => {
+                info!(run_id = %msg.run_id, message = %msg.id, %why, "step deferred to a fresh invocation");
+                Verdict::Defer
+            }
             Err(e) if e.is_retryable() => {
                 let soon = e.is_storage_full();
                 warn!(run_id = %msg.run_id, message = %msg.id, error = %e, soon, "step failed; it will be retried");

@@ -15,7 +15,7 @@ mod sweep;
 mod thinker;
 
 pub use cache::{DEFAULT_CACHE_BYTES, budget_for};
-pub use consume::{Delivery, SWEEP_EVENT, Verdict};
+pub use consume::{Delivery, SWEEP_EVENT, StepDeadline, Verdict};
 pub use ctas::{CTA_PAGE_BYTES, LINK_RESPONDER, MAX_CTA_PAGE};
 pub use requests::{MAX_RUN_PAGE, MAX_TREE_RUNS, RUN_PAGE_BYTES, RunFilter, RunTree};
 pub use sweep::{PURGE_CHUNK, SWEEP_BUDGET};
@@ -102,6 +102,10 @@ pub enum StepError {
     Llm(LlmError),
     #[error("run {0} kept changing under this step")]
     Contended(String),
+    /// The invocation has no time left for what the step would do next ([`StepDeadline`]):
+    /// nothing was done, deliver it again to a fresh one.
+    #[error("{0}")]
+    OutOfTime(String),
 }
 
 impl StepError {
@@ -110,7 +114,7 @@ impl StepError {
         match self {
             Self::Port(e) => e.is_retryable(),
             Self::Llm(e) => matches!(e, LlmError::Unavailable { .. }),
-            Self::Contended(_) => true,
+            Self::Contended(_) | Self::OutOfTime(_) => true,
         }
     }
 

@@ -33,7 +33,17 @@ impl Service {
     /// store refuses) ends the run as failed with that error at once, and then counts as
     /// handled. Only a retryable error, or a run that cannot even be failed, is returned.
     pub async fn handle(&self, msg: &StepMessage) -> Result<Handled, StepError> {
-        match self.step(msg).await {
+        self.handle_within(msg, None).await
+    }
+
+    /// [`Service::handle`] in an invocation that ends at `deadline`: a step whose tool calls
+    /// do not fit in the time left stops before running any ([`StepError::OutOfTime`]).
+    pub async fn handle_within(
+        &self,
+        msg: &StepMessage,
+        deadline: Option<super::StepDeadline>,
+    ) -> Result<Handled, StepError> {
+        match self.step(msg, deadline).await {
             Err(e) if !e.is_retryable() && !matches!(msg.input, Input::Fail { .. }) => {
                 warn!(run_id = %msg.run_id, message = %msg.id, error = %e, "terminal step error; failing the run");
                 self.fail_now(msg, "step_error", &e.to_string()).await
@@ -57,10 +67,14 @@ impl Service {
                 message: message.into(),
             },
         };
-        self.step(&fail).await
+        self.step(&fail, None).await
     }
 
-    async fn step(&self, msg: &StepMessage) -> Result<Handled, StepError> {
+    async fn step(
+        &self,
+        msg: &StepMessage,
+        deadline: Option<super::StepDeadline>,
+    ) -> Result<Handled, StepError> {
         let started = self.deps.clock.now();
         for _ in 0..3 {
             let Some(Hydrated {
@@ -86,6 +100,7 @@ impl Service {
                 read: std::sync::OnceLock::new(),
                 listed: self.list_tools(&run).await,
                 crashed: std::sync::Mutex::new(None),
+                deadline,
             };
             let now = self.deps.clock.now();
             let decision = engine::decide(&self.catalog, now, &run, &timeline, &msg.input, &world)
@@ -93,6 +108,7 @@ impl Service {
                 .map_err(|e| match e {
                     engine::IoError::Llm(e) => StepError::Llm(e),
                     engine::IoError::Port(e) => StepError::Port(e),
+                    engine::IoError::OutOfTime(e) => StepError::OutOfTime(e.0),
                 })?;
             if let Some(e) = world
                 .crashed

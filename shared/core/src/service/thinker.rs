@@ -6,7 +6,7 @@ use tracing::warn;
 use super::Service;
 use crate::agent::Listed;
 use crate::cta::{Cta, Settlement};
-use crate::engine::{Execution, StepIo, ToolOutput};
+use crate::engine::{Execution, OutOfTime, StepIo, ToolOutput};
 use crate::error::PortError;
 use crate::failpoint;
 use crate::llm::{LlmError, LlmReply, fit, model_bytes, starts_group};
@@ -31,6 +31,8 @@ pub(super) struct Thinker<'a> {
     pub(super) listed: Listed,
     /// A failpoint that fired where no error can be returned (after a tool's output).
     pub(super) crashed: std::sync::Mutex<Option<PortError>>,
+    /// When the host's invocation ends, if it does: no tool call runs past it.
+    pub(super) deadline: Option<super::StepDeadline>,
 }
 
 /// A run's timeline from seq `base` on, and its first entry when `base` is past it.
@@ -44,6 +46,15 @@ pub(super) struct Read {
 const FIRST_READ_BACK: u64 = 16;
 
 impl Thinker<'_> {
+    /// How long a call of `tool` may run: its own timeout, or the catalog's.
+    fn tool_limit(&self, tool: &str) -> std::time::Duration {
+        let catalog = &self.service.catalog;
+        catalog
+            .tool(&self.listed, tool)
+            .and_then(|def| def.timeout)
+            .unwrap_or(catalog.limits.tool_timeout)
+    }
+
     /// The agent's context budget ([`fit`]).
     fn budget(&self) -> usize {
         self.service
@@ -180,7 +191,34 @@ impl StepIo for Thinker<'_> {
         Ok(reply)
     }
 
-    fn executing(&self, calls: &[Execution]) {
+    /// In an invocation that ends ([`super::StepDeadline`]), the calls run only if they all
+    /// fit, each to its timeout, in the time left; else the step stops before any runs and
+    /// is deferred to a fresh invocation, which has the time (a reply's calls are never cut
+    /// off half-done, and never run twice because an invocation ended under them). Calls
+    /// that would not fit even in a fresh invocation, after its think, run now, each cut
+    /// off at the invocation's deadline at the latest ([`StepIo::execute`]).
+    fn executing(&self, calls: &[Execution]) -> Result<(), OutOfTime> {
+        if let Some(d) = &self.deadline {
+            let need: std::time::Duration = calls.iter().map(|c| self.tool_limit(&c.tool)).sum();
+            let left = d.left();
+            let could = d.window.saturating_sub(self.service.longest_think());
+            if need > left && need <= could {
+                return Err(OutOfTime(format!(
+                    "{} tool call(s) need up to {:.1} s and the invocation has {:.1} s left",
+                    calls.len(),
+                    need.as_secs_f64(),
+                    left.as_secs_f64()
+                )));
+            }
+            if need > left {
+                warn!(
+                    run_id = %self.run.run_id,
+                    need_s = need.as_secs_f64(),
+                    window_s = d.window.as_secs_f64(),
+                    "the reply's tool calls may take longer than the function's timeout allows: each is cut off at the invocation's deadline"
+                );
+            }
+        }
         if let Some(live) = self.service.live_for(self.run) {
             let tools: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
             crate::live::StepLive::new(live.clone(), &self.run.run_id, self.run.next_seq).publish(
@@ -190,6 +228,7 @@ impl StepIo for Thinker<'_> {
                 },
             );
         }
+        Ok(())
     }
 
     async fn execute(&self, call: Execution) -> ToolOutput {
@@ -219,9 +258,22 @@ impl StepIo for Thinker<'_> {
         let result = match catalog.tool(&self.listed, &call.tool) {
             Some(def) => match &def.kind {
                 ToolKind::Exec(tool) => {
-                    let limit = def.timeout.unwrap_or(catalog.limits.tool_timeout);
+                    let own = def.timeout.unwrap_or(catalog.limits.tool_timeout);
+                    // Never past the invocation's deadline: a call cut off there is an
+                    // error result the model sees, not an invocation ended under it.
+                    let left = self.deadline.map(|d| d.left());
+                    let limit = left.map_or(own, |l| own.min(l));
                     match tokio::time::timeout(limit, tool.execute(&ctx, call.input)).await {
                         Ok(out) => out,
+                        Err(_) if limit < own => {
+                            warn!(run_id = %self.run.run_id, tool = %call.tool, "tool cut off at the invocation's deadline");
+                            Err(format!(
+                                "`{}` did not finish in the {:.1} s its function's invocation had left (its own timeout is {} s)",
+                                call.tool,
+                                limit.as_secs_f64(),
+                                own.as_secs_f64()
+                            ))
+                        }
                         Err(_) => {
                             warn!(run_id = %self.run.run_id, tool = %call.tool, "tool timed out");
                             Err(format!(
