@@ -34,6 +34,10 @@ pub async fn bootstrap(prefix: &str, config: &Config) -> anyhow::Result<String> 
         ("BATON_BUS_ARN", &c.bus_arn),
         ("BATON_SCHEDULE_GROUP", &c.schedule_group),
         ("BATON_SCHEDULER_ROLE_ARN", &c.scheduler_role_arn),
+        (
+            "BATON_TIMERS_DLQ_ARN",
+            c.timers_dead_letter_arn.as_deref().unwrap_or_default(),
+        ),
         ("BATON_BUCKET", &c.bucket),
         // The step functions' own dead-letter queue (the orchestrator's here; the
         // subagent function's is the second one the stack creates).

@@ -750,11 +750,11 @@ async fn baton_dev_runs_with_each_real_model_configuration_of_the_readme() {
                 aws("AWS_SECRET_ACCESS_KEY", "secret"),
                 (
                     "BATON_MODEL",
-                    "bedrock:anthropic.claude-3-5-haiku-20241022-v1:0".into(),
+                    "bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0".into(),
                 ),
             ],
             "Hello from Bedrock.",
-            "model bedrock:anthropic.claude-3-5-haiku-20241022-v1:0 at Amazon Bedrock",
+            "model bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0 at Amazon Bedrock",
         ),
     ];
     for (name, envs, answer, says) in cases {
@@ -828,7 +828,7 @@ async fn baton_dev_runs_the_examples_agents_file_and_names_the_variables_it_need
     for says in [
         "model anthropic:claude-sonnet-4-5 at",
         "for ops",
-        "model bedrock:anthropic.claude-3-5-haiku-20241022-v1:0",
+        "model bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0",
         "for researcher",
     ] {
         assert!(stdout.contains(says), "{says}: {stdout}");

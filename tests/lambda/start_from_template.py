@@ -65,13 +65,19 @@ def live_event():
                                "channel": "/runs/run-live"},
             "requestHeaders": {}}
 
-AGENTS = json.dumps({"agents": {"ops": {"tools": [], "model": "bedrock:anthropic.claude-3-5-haiku-20241022-v1:0"}}})
+AGENTS = json.dumps({"agents": {"ops": {"tools": [], "model": "bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0"}}})
+# An agents file past Lambda's 4 KB environment: only S3 can hand it to the functions.
+LARGE_AGENTS = json.dumps({"agents": {"ops": {"tools": [], "system": "You are careful. " * 400,
+                                              "model": "bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0"}}})
+AGENTS_KEY = "config/agents.json"
 
 PARAMETER_SETS = [
     {"PublicUrl": "https://baton.example.com"},
     {"PublicUrl": ""},
-    {"PublicUrl": "https://baton.example.com", "Model": "bedrock:anthropic.claude-3-5-haiku-20241022-v1:0",
+    {"PublicUrl": "https://baton.example.com", "Model": "bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0",
      "AgentsJson": AGENTS},
+    # Its bucket is filled in below (the emulator's files bucket).
+    {"PublicUrl": "", "AgentsS3Uri": AGENTS_KEY},
 ]
 
 
@@ -204,6 +210,9 @@ def main():
     link_secret = secrets.create_secret(Name=f"baton-link-key-{os.getpid()}",
                                         SecretString=LINK_KEY)["ARN"]
 
+    assert len(LARGE_AGENTS) > 4096
+    client("s3").put_object(Bucket=e["BATON_BUCKET"], Key=AGENTS_KEY, Body=LARGE_AGENTS.encode())
+
     def arn(url):
         return sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
 
@@ -219,6 +228,7 @@ def main():
     attributes = {
         "Bus.Arn": e["BATON_BUS_ARN"], "SchedulerRole.Arn": e["BATON_SCHEDULER_ROLE_ARN"],
         "StepsDeadLetterQueue.Arn": arn(steps_dlq), "SubagentStepsDeadLetterQueue.Arn": arn(sub_dlq),
+        "TimersDeadLetterQueue.Arn": e["BATON_TIMERS_DLQ_ARN"],
         # The live channel: published to only while a run is watched (none is here).
         "LiveApi.Dns.Http": "live.appsync-api.us-east-1.amazonaws.com",
         "LiveApi.Dns.Realtime": "live.appsync-realtime-api.us-east-1.amazonaws.com",
@@ -230,6 +240,8 @@ def main():
     failed = 0
     for params in PARAMETER_SETS:
         params = dict(params, LlmSecretArn=model_secret)
+        if params.get("AgentsS3Uri"):
+            params["AgentsS3Uri"] = f"s3://{e['BATON_BUCKET']}/{params['AgentsS3Uri']}"
         resolve = Resolver(template, params, resources, attributes)
         for logical_id, (binary, event_file, ok) in FUNCTIONS.items():
             env = dict(base, **environment(template, logical_id, resolve))

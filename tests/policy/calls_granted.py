@@ -36,7 +36,7 @@ QUEUES = {
     "SubagentStepsQueue": "subagent-steps.fifo",
     "SubagentStepsDeadLetterQueue": "subagent-steps-dlq.fifo",
     "CtaInboxQueue": "cta-inbox", "CtaInboxDeadLetterQueue": "cta-inbox-dlq",
-    "SweepQueue": "sweep",
+    "SweepQueue": "sweep", "TimersDeadLetterQueue": "timers-dlq",
 }
 REFS = {
     "Table": f"{STACK}-table", "Bus": f"{STACK}-bus", "CtaScheduleGroup": f"{STACK}-ctas",
@@ -89,6 +89,8 @@ def resolve(v, params):
     if len(v) != 1:
         return {k: resolve(x, params) for k, x in v.items()}
     (k, a), = v.items()
+    if k != "Ref" and not k.startswith("Fn::"):
+        return {k: resolve(a, params)}  # a plain mapping (a condition block), not an intrinsic
     if k == "Ref":
         if a in params:
             return params[a]
@@ -118,7 +120,43 @@ def resolve(v, params):
         return out
     if k == "Fn::Join":
         return a[0].join(str(resolve(x, params)) for x in a[1])
+    if k == "Fn::Split":
+        return str(resolve(a[1], params)).split(a[0])
+    if k == "Fn::Select":
+        return resolve(a[1], params)[int(a[0])]
     raise SystemExit(f"{k}: an intrinsic this check does not know")
+
+
+def condition(translated, name, params):
+    """A template condition, for the sample stack's parameters."""
+    def ev(v):
+        if isinstance(v, dict) and len(v) == 1:
+            (k, a), = v.items()
+            if k == "Fn::Not":
+                return not ev(a[0])
+            if k == "Fn::Equals":
+                return ev(a[0]) == ev(a[1])
+            if k == "Fn::And":
+                return all(ev(x) for x in a)
+            if k == "Fn::Or":
+                return any(ev(x) for x in a)
+            if k == "Condition":
+                return condition(translated, a, params)
+            if k == "Ref":
+                return params.get(a, "")
+            if k == "Fn::Join":
+                return a[0].join(str(ev(x)) for x in listify(ev(a[1])))
+        return v
+    return ev(translated["Conditions"][name])
+
+
+def chosen(translated, v, params):
+    """`v` with its `Fn::If`s decided (a branch of `AWS::NoValue` is None)."""
+    if isinstance(v, dict) and list(v) == ["Fn::If"]:
+        name, yes, no = v["Fn::If"]
+        pick = yes if condition(translated, name, params) else no
+        return None if pick == {"Ref": "AWS::NoValue"} else chosen(translated, pick, params)
+    return v
 
 
 def statements(translated, function, params):
@@ -127,6 +165,9 @@ def statements(translated, function, params):
     role = translated["Resources"][role_id]["Properties"]
     out = []
     for p in role.get("Policies", []):
+        p = chosen(translated, p, params)
+        if p is None:
+            continue
         out += resolve(p["PolicyDocument"]["Statement"], params)
     for arn in role.get("ManagedPolicyArns", []):
         if arn not in MANAGED:

@@ -1181,3 +1181,111 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
     assert_eq!(calls.len(), runs.len(), "each run's call exactly once");
     server.shutdown().await;
 }
+
+/// The schedule of `cta_id`, once the step's effects have made it.
+async fn schedule_of(
+    env: &Env,
+    cta_id: &str,
+) -> aws_sdk_scheduler::operation::get_schedule::GetScheduleOutput {
+    let sch = aws_sdk_scheduler::Client::new(&env.sdk);
+    let group = &env.server.provisioned.config.schedule_group;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match sch
+            .get_schedule()
+            .name(cta_id)
+            .group_name(group)
+            .send()
+            .await
+        {
+            Ok(s) => return s,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("the CTA's schedule never appeared: {e:?}"),
+        }
+    }
+}
+
+/// Timers that cannot be lost. Each schedule retries for a day and then dead-letters; a
+/// question whose schedule Scheduler dropped is expired by the sweep's next tick; and an
+/// expiry whose effect is performed after its time (an outbox performed late) is never
+/// scheduled in the past, where it could not fire: its event goes on the bus at once.
+#[tokio::test]
+async fn a_dropped_expiry_and_one_performed_late_still_expire_their_questions() {
+    let (env, run_id, cta) = five_second_question(None).await;
+    let c = env.server.provisioned.config.clone();
+    let sch = aws_sdk_scheduler::Client::new(&env.sdk);
+    let cta_id = cta["ctaId"].as_str().unwrap().to_owned();
+    let s = schedule_of(&env, &cta_id).await;
+    let target = s.target().unwrap();
+    let retry = target.retry_policy().expect("a retry policy");
+    assert_eq!(retry.maximum_event_age_in_seconds(), Some(86_400));
+    assert_eq!(retry.maximum_retry_attempts(), Some(185));
+    let dlq = target.dead_letter_config().and_then(|d| d.arn());
+    assert!(
+        dlq.is_some() && dlq == c.timers_dead_letter_arn.as_deref(),
+        "{dlq:?}"
+    );
+
+    // Dropped: the schedule is gone and nothing fires. The sweep expires the question.
+    sch.delete_schedule()
+        .name(&cta_id)
+        .group_name(&c.schedule_group)
+        .send()
+        .await
+        .unwrap();
+    let expires = |cta: &Value| {
+        chrono::DateTime::parse_from_rfc3339(cta["expiresAt"].as_str().unwrap())
+            .unwrap()
+            .with_timezone(&chrono::Utc)
+    };
+    let wait = (expires(&cta) - chrono::Utc::now())
+        .to_std()
+        .unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(100)).await;
+    let repaired = env.server.sweep(chrono::Duration::zero()).await.unwrap();
+    assert!(repaired >= 1, "the sweep expired it");
+    let run = env.run_status(&run_id, "expired").await;
+    assert_eq!(run["error"]["code"], "cta_expired");
+
+    // Late: a second question, whose expiry is performed only once it is due.
+    let (_, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/runs",
+            Some(json!({"prompt": "ask"})),
+        )
+        .await;
+    let late_run = v["runId"].as_str().unwrap().to_owned();
+    let cta = env.pending_cta("text").await;
+    let late_cta = cta["ctaId"].as_str().unwrap().to_owned();
+    schedule_of(&env, &late_cta).await;
+    sch.delete_schedule()
+        .name(&late_cta)
+        .group_name(&c.schedule_group)
+        .send()
+        .await
+        .unwrap();
+    let wait = (expires(&cta) - chrono::Utc::now())
+        .to_std()
+        .unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(100)).await;
+    env.server
+        .service
+        .deps()
+        .scheduler
+        .schedule(&late_cta, &late_run, expires(&cta))
+        .await
+        .unwrap();
+    let made = sch
+        .get_schedule()
+        .name(&late_cta)
+        .group_name(&c.schedule_group)
+        .send()
+        .await;
+    assert!(made.is_err(), "no schedule made in the past: {made:?}");
+    let run = env.run_status(&late_run, "expired").await;
+    assert_eq!(run["error"]["code"], "cta_expired");
+    env.server.shutdown().await;
+}

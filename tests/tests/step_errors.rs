@@ -128,6 +128,13 @@ impl Store for Refusing {
     ) -> Result<Vec<Cta>, PortError> {
         self.inner.stale_resolutions(before, limit).await
     }
+    async fn overdue_ctas(
+        &self,
+        before: chrono::DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<Cta>, PortError> {
+        self.inner.overdue_ctas(before, limit).await
+    }
     async fn record_failure(
         &self,
         run_id: &str,

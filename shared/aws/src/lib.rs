@@ -52,6 +52,11 @@ pub fn aws_service(
     clock: Arc<dyn Clock>,
     meter: Arc<Meter>,
 ) -> Arc<Service> {
+    let bus: Arc<dyn baton_core::ports::Bus> = Arc::new(EventBridgeBus::new(
+        aws_sdk_eventbridge::Client::new(sdk),
+        &cfg.bus_name,
+        meter.clone(),
+    ));
     let deps = Deps {
         store: Arc::new(DynamoStore::new(
             aws_sdk_dynamodb::Client::new(sdk),
@@ -65,22 +70,22 @@ pub fn aws_service(
             &cfg.subagent_queue_url,
             meter.clone(),
         )),
-        bus: Arc::new(EventBridgeBus::new(
-            aws_sdk_eventbridge::Client::new(sdk),
-            &cfg.bus_name,
-            meter.clone(),
-        )),
+        bus: bus.clone(),
         blobs: Arc::new(crate::s3::S3Blobs::new(
             aws_sdk_s3::Client::new(sdk),
             &cfg.bucket,
         )),
-        scheduler: Arc::new(SchedulerTimers::new(
-            aws_sdk_scheduler::Client::new(sdk),
-            &cfg.schedule_group,
-            &cfg.bus_arn,
-            &cfg.scheduler_role_arn,
-            meter,
-        )),
+        scheduler: Arc::new(
+            SchedulerTimers::new(
+                aws_sdk_scheduler::Client::new(sdk),
+                &cfg.schedule_group,
+                &cfg.bus_arn,
+                &cfg.scheduler_role_arn,
+                meter,
+            )
+            .delivering_due(bus, clock.clone())
+            .dead_letters(cfg.timers_dead_letter_arn.clone()),
+        ),
         llm,
         clock,
         sending_store: None,

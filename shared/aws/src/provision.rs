@@ -52,6 +52,10 @@ impl Names {
     pub fn schedule_group(&self) -> String {
         format!("{}-ctas", self.prefix)
     }
+    /// Where the schedules send an event they could not deliver.
+    pub fn timers_dlq(&self) -> String {
+        format!("{}-timers-dlq", self.prefix)
+    }
     /// The files bucket (S3 names are lowercase).
     pub fn bucket(&self) -> String {
         format!("{}-files", self.prefix).to_lowercase()
@@ -253,6 +257,22 @@ pub async fn ensure(
     let (steps, steps_dlq) = queue(&sqs, &n.steps(), n).await?;
     let (sub, sub_dlq) = queue(&sqs, &n.subagent_steps(), n).await?;
     let (inbox, inbox_dlq) = queue(&sqs, &n.cta_inbox(), n).await?;
+    let timers_dlq = sqs
+        .create_queue()
+        .queue_name(n.timers_dlq())
+        .send()
+        .await
+        .map_err(|e| map_sdk_err("CreateQueue", e))?;
+    let timers_dlq = sqs
+        .get_queue_attributes()
+        .queue_url(timers_dlq.queue_url().unwrap_or_default())
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(|e| map_sdk_err("GetQueueAttributes", e))?
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+        .cloned();
 
     let eb = aws_sdk_eventbridge::Client::new(sdk);
     match eb.create_event_bus().name(n.bus()).send().await {
@@ -328,6 +348,7 @@ pub async fn ensure(
             bucket: n.bucket(),
             retention_days: 90,
             dead_letter_queue_arn: None,
+            timers_dead_letter_arn: timers_dlq,
         },
         cta_inbox_url: inbox.url,
         dead_letters: vec![steps_dlq, sub_dlq, inbox_dlq],

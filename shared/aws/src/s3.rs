@@ -12,6 +12,37 @@ use aws_sdk_s3::presigning::PresigningConfig;
 use baton_core::error::PortError;
 use baton_core::ports::{Blob, Blobs, Download, attachment};
 
+/// The text of the object an `s3://bucket/key` URI names (the agents file, read once per
+/// container at start-up: it does not fit in Lambda's 4 KB environment).
+pub async fn read_text(sdk: &aws_config::SdkConfig, uri: &str) -> Result<String, PortError> {
+    let client = Client::new(sdk);
+    let (bucket, key) = parse_uri(uri).ok_or_else(|| PortError::Broken {
+        message: format!("{uri:?} is not an s3://bucket/key URI"),
+        source: None,
+    })?;
+    let out = client
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .map_err(|e| map_sdk_err("GetObject", e))?;
+    let bytes = out
+        .body
+        .collect()
+        .await
+        .map_err(|e| PortError::unavailable(format!("reading {uri}"), e))?
+        .into_bytes();
+    String::from_utf8(bytes.to_vec())
+        .map_err(|e| PortError::broken(format!("{uri} is not UTF-8"), e))
+}
+
+/// `s3://bucket/key` as (bucket, key), both non-empty.
+pub fn parse_uri(uri: &str) -> Option<(&str, &str)> {
+    let (bucket, key) = uri.strip_prefix("s3://")?.split_once('/')?;
+    (!bucket.is_empty() && !key.is_empty()).then_some((bucket, key))
+}
+
 pub struct S3Blobs {
     client: Client,
     bucket: String,

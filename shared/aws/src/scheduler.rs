@@ -12,21 +12,27 @@
 //! lost: the service re-arms its timer, and `due` says when that is. Creating a schedule
 //! that exists (re-arming one, or an effect performed twice) updates it. Unscheduling a
 //! schedule that is gone ("not found") is success.
+//!
+//! A timer is never created in the past: one already due when its effect is performed (an
+//! outbox performed late, by a redelivery or the sweep) is not scheduled, its event is put on
+//! the bus at once. Each schedule retries its target (for a day, 185 times, Scheduler's most)
+//! and then sends the event to the timers' dead-letter queue (`BATON_TIMERS_DLQ_ARN`), which
+//! is alarmed; a question whose expiry was lost all the same is expired by the sweep.
 use std::sync::Arc;
 
 use aws_sdk_scheduler::Client;
 use aws_sdk_scheduler::error::ProvideErrorMetadata;
 use aws_sdk_scheduler::types::{
-    ActionAfterCompletion, EventBridgeParameters, FlexibleTimeWindow, FlexibleTimeWindowMode,
-    Target,
+    ActionAfterCompletion, DeadLetterConfig, EventBridgeParameters, FlexibleTimeWindow,
+    FlexibleTimeWindowMode, RetryPolicy, Target,
 };
 use chrono::{DateTime, Utc};
 use tracing::instrument;
 
 use crate::sdk::{Meter, map_sdk_err};
 use baton_core::error::PortError;
-use baton_core::message::TIMER_PREFIX;
-use baton_core::ports::Scheduler;
+use baton_core::message::{Event, TIMER_PREFIX};
+use baton_core::ports::{Bus, Clock, Scheduler};
 
 /// The detail-type of a run's own timer firing (`{timerId, runId}`).
 pub use baton_core::message::TIMER_FIRED;
@@ -37,7 +43,15 @@ pub struct SchedulerTimers {
     bus_arn: String,
     role_arn: String,
     meter: Arc<Meter>,
+    /// Where a timer already due goes at once, and the clock that says it is.
+    due: Option<(Arc<dyn Bus>, Arc<dyn Clock>)>,
+    /// The timers' dead-letter queue (`BATON_TIMERS_DLQ_ARN`).
+    dead_letters: Option<String>,
 }
+
+/// How long Scheduler keeps trying to deliver a fired schedule's event, and how often.
+pub const RETRY_MAX_AGE_S: i32 = 86_400;
+pub const RETRY_MAX_ATTEMPTS: i32 = 185;
 
 /// `at(yyyy-mm-ddThh:mm:00)`, in UTC: the first whole minute at or after `at`, so that a
 /// schedule, fired anywhere in its minute, never fires before `at`.
@@ -62,7 +76,22 @@ impl SchedulerTimers {
             bus_arn: bus_arn.into(),
             role_arn: role_arn.into(),
             meter,
+            due: None,
+            dead_letters: None,
         }
+    }
+
+    /// A timer already due is put on `bus` at once (as its schedule would put it), never
+    /// scheduled in the past.
+    pub fn delivering_due(mut self, bus: Arc<dyn Bus>, clock: Arc<dyn Clock>) -> Self {
+        self.due = Some((bus, clock));
+        self
+    }
+
+    /// Each schedule's events that cannot be delivered go to this queue.
+    pub fn dead_letters(mut self, queue_arn: Option<String>) -> Self {
+        self.dead_letters = queue_arn;
+        self
     }
 }
 
@@ -84,9 +113,32 @@ impl Scheduler for SchedulerTimers {
             let input = serde_json::json!({"ctaId": cta_id, "runId": run_id, "due": due});
             ("cta.expired", input.to_string())
         };
+        if let Some((bus, clock)) = &self.due
+            && at <= clock.now()
+        {
+            // Due already: a schedule for a minute past could never fire.
+            let event = Event {
+                id: format!("{cta_id}:due"),
+                detail_type: detail_type.into(),
+                detail: serde_json::from_str(&input)
+                    .map_err(|e| PortError::broken("timer input", e))?,
+                time: clock.now(),
+            };
+            return bus.publish(&[event]).await;
+        }
+        let retry = RetryPolicy::builder()
+            .maximum_event_age_in_seconds(RETRY_MAX_AGE_S)
+            .maximum_retry_attempts(RETRY_MAX_ATTEMPTS)
+            .build();
         let target = Target::builder()
             .arn(&self.bus_arn)
             .role_arn(&self.role_arn)
+            .retry_policy(retry)
+            .set_dead_letter_config(
+                self.dead_letters
+                    .as_ref()
+                    .map(|arn| DeadLetterConfig::builder().arn(arn).build()),
+            )
             .input(input)
             .event_bridge_parameters(
                 EventBridgeParameters::builder()

@@ -84,7 +84,7 @@ mod tests {
         };
         assert_eq!(
             ask("EVENT_CONNECT", json!(null), &token),
-            json!({"isAuthorized": true, "ttlOverride": 300})
+            json!({"isAuthorized": true, "ttlOverride": 0})
         );
         let bearer = format!("Bearer {token}");
         assert_eq!(

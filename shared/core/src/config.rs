@@ -103,6 +103,9 @@ pub struct AwsConfig {
     /// The dead-letter queue the consuming function also reads (step functions only):
     /// records from it end their run as failed.
     pub dead_letter_queue_arn: Option<String>,
+    /// `BATON_TIMERS_DLQ_ARN`: where Scheduler sends a timer's event it could not deliver
+    /// (template.yaml's `TimersDeadLetterQueue`, alarmed).
+    pub timers_dead_letter_arn: Option<String>,
 }
 
 impl AwsConfig {
@@ -126,6 +129,10 @@ pub struct Config {
     /// `BATON_AGENTS_JSON`: the agents file's JSON itself (on Lambda, from the template's
     /// `AgentsJson`); used when `BATON_AGENTS_FILE` is not set.
     pub agents_json: Option<String>,
+    /// `BATON_AGENTS_S3_URI`: `s3://bucket/key` of the agents file, on Lambda (the template's
+    /// `AgentsS3Uri`), for one past Lambda's 4 KB environment: read once per container at
+    /// start-up, in place of `BATON_AGENTS_JSON`.
+    pub agents_s3_uri: Option<String>,
     pub sdk: SdkEnv,
     /// `BATON_PREFIX`: the name prefix of resources `baton bootstrap` and `baton dev --aws`
     /// create (default `baton`).
@@ -199,6 +206,28 @@ impl LiveConfig {
 }
 
 const AWS_HINT: &str = "template.yaml sets it on every function";
+
+/// `BATON_AGENTS_S3_URI`, checked: `s3://bucket/key`.
+fn agents_s3_uri(v: Option<String>) -> Result<Option<String>, ConfigError> {
+    match v {
+        Some(uri) => {
+            let ok = uri
+                .strip_prefix("s3://")
+                .and_then(|r| r.split_once('/'))
+                .is_some_and(|(b, k)| !b.is_empty() && !k.is_empty());
+            if ok {
+                Ok(Some(uri))
+            } else {
+                Err(ConfigError::Invalid {
+                    var: "BATON_AGENTS_S3_URI",
+                    value: uri,
+                    expected: "s3://<bucket>/<key> of the agents file",
+                })
+            }
+        }
+        None => Ok(None),
+    }
+}
 
 impl Config {
     /// The agents file: `BATON_AGENTS_FILE`, else `BATON_AGENTS_JSON`, else none.
@@ -324,12 +353,14 @@ impl Config {
                 bucket: required("BATON_BUCKET")?,
                 retention_days,
                 dead_letter_queue_arn: var("BATON_DEAD_LETTER_QUEUE_ARN"),
+                timers_dead_letter_arn: var("BATON_TIMERS_DLQ_ARN"),
             })
         })();
         Ok(Self {
             model,
             agents_file: var("BATON_AGENTS_FILE").map(PathBuf::from),
             agents_json: var("BATON_AGENTS_JSON"),
+            agents_s3_uri: agents_s3_uri(var("BATON_AGENTS_S3_URI"))?,
             sdk: SdkEnv {
                 endpoint: var("AWS_ENDPOINT_URL"),
                 credentials_set: var("AWS_ACCESS_KEY_ID").is_some() || var("AWS_PROFILE").is_some(),

@@ -66,6 +66,9 @@ const BUILT_IN: &[(&str, f64, f64, f64)] = &[
     ("bedrock:amazon.nova-pro-v1:0", 0.80, 3.20, 0.20),
 ];
 
+/// The prefixes of Bedrock's cross-Region inference profiles.
+const INFERENCE_GEOS: [&str; 8] = ["us", "eu", "apac", "jp", "au", "ca", "us-gov", "global"];
+
 /// Prices by model, `provider:model-id`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prices(BTreeMap<String, Price>);
@@ -99,8 +102,18 @@ impl Prices {
     }
 
     /// The price of `model` (`provider:id`, or a bare id: the OpenAI-compatible endpoint's).
+    /// A Bedrock inference profile (`us.`, `eu.`, `apac.`, `global.`… before the model id)
+    /// is priced as its foundation model unless it has a price of its own.
     pub fn get(&self, model: &str) -> Option<&Price> {
-        self.0.get(&qualified(model))
+        let q = qualified(model);
+        self.0.get(&q).or_else(|| {
+            let (provider, id) = split_model(&q);
+            let (geo, base) = id.split_once('.')?;
+            let profile = provider == "bedrock" && INFERENCE_GEOS.contains(&geo);
+            profile
+                .then(|| self.0.get(&format!("bedrock:{base}")))
+                .flatten()
+        })
     }
 
     /// What a call to `model` that used `usage` cost, if the model has a price.
@@ -355,6 +368,26 @@ mod tests {
         let other = lines.last().expect("a line");
         assert_eq!(other.context_type.as_deref(), Some(OTHER_CONTEXT));
         assert_eq!(other.calls, 7);
+    }
+
+    #[test]
+    fn an_inference_profile_is_priced_as_its_foundation_model() {
+        let p = Prices::default();
+        let base = p.get("bedrock:anthropic.claude-haiku-4-5-20251001-v1:0");
+        assert!(base.is_some());
+        for geo in ["us", "eu", "global"] {
+            let id = format!("bedrock:{geo}.anthropic.claude-haiku-4-5-20251001-v1:0");
+            assert_eq!(p.get(&id), base, "{id}");
+        }
+        // Not a profile: no price taken from elsewhere.
+        assert_eq!(
+            p.get("bedrock:xx.anthropic.claude-haiku-4-5-20251001-v1:0"),
+            None
+        );
+        assert_eq!(
+            p.get("openai:us.anthropic.claude-haiku-4-5-20251001-v1:0"),
+            None
+        );
     }
 
     #[test]

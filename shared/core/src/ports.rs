@@ -177,6 +177,14 @@ pub trait Store: Send + Sync {
         limit: usize,
     ) -> Result<Vec<Cta>, PortError>;
 
+    /// Pending CTAs whose expiry passed before `before`, at most `limit`: their timers were
+    /// lost (a schedule dropped, or never made), so the sweep expires them.
+    async fn overdue_ctas(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<Cta>, PortError>;
+
     /// Marks a CTA's resolution sent to its run.
     async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError>;
 

@@ -36,6 +36,12 @@ pub enum InitError {
     Catalog(#[from] CatalogError),
     #[error(transparent)]
     AgentsFile(#[from] FileError),
+    #[error("cannot read the agents file from {uri} (BATON_AGENTS_S3_URI)")]
+    AgentsS3 {
+        uri: String,
+        #[source]
+        source: PortError,
+    },
     #[error("the link key (it signs one-time answer links and watch tokens)")]
     Links(#[from] ShortKey),
     #[error(
@@ -74,6 +80,9 @@ pub struct Runtime {
     secrets: tokio::sync::OnceCell<HashMap<String, String>>,
     /// The link key, read once per container (links and watch grants both need it).
     link_key: tokio::sync::OnceCell<Option<String>>,
+    /// The agents file's text from S3 (`BATON_AGENTS_S3_URI`), read once per container by
+    /// the functions that need it (not the live channel's authorizer).
+    agents_text: tokio::sync::OnceCell<Option<String>>,
 }
 
 impl Runtime {
@@ -97,7 +106,32 @@ impl Runtime {
             sdk,
             secrets: tokio::sync::OnceCell::new(),
             link_key: tokio::sync::OnceCell::new(),
+            agents_text: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// The agents file: `BATON_AGENTS_S3_URI`'s object (one past Lambda's 4 KB environment,
+    /// read once per container), else what [`Config::agents`] reads.
+    pub async fn agents(&self) -> Result<Option<baton_core::agent::AgentsFile>, InitError> {
+        let Some(uri) = &self.config.agents_s3_uri else {
+            return Ok(self.config.agents()?);
+        };
+        let text = self
+            .agents_text
+            .get_or_try_init(|| async {
+                baton_aws::s3::read_text(&self.sdk, uri)
+                    .await
+                    .map(Some)
+                    .map_err(|source| InitError::AgentsS3 {
+                        uri: uri.clone(),
+                        source,
+                    })
+            })
+            .await?;
+        Ok(text
+            .as_deref()
+            .map(|t| baton_core::agent::AgentsFile::parse(t, "BATON_AGENTS_S3_URI"))
+            .transpose()?)
     }
 
     /// The fields of the model secret (`BATON_LLM_SECRET_ARN`), if one is named: a JSON
@@ -139,7 +173,7 @@ impl Runtime {
     #[cfg(feature = "steps")]
     pub async fn models(&self) -> Result<baton_llm::Models, InitError> {
         let model = self.model().await?;
-        let catalog = Catalog::declared(self.config.agents()?)?;
+        let catalog = Catalog::declared(self.agents().await?)?;
         let bedrock = aws_sdk_bedrockruntime::config::Builder::from(&self.sdk);
         Ok(baton_llm::Models::for_providers(
             &model,
@@ -166,7 +200,7 @@ impl Runtime {
         let secrets = self.secrets().await?;
         let lookup = |k: &str| secrets.get(k).cloned().or_else(|| std::env::var(k).ok());
         let catalog = baton_tools::catalog(
-            self.config.agents()?,
+            self.agents().await?,
             baton_tools::Host::Lambda,
             &lookup,
             vec![],
@@ -269,7 +303,7 @@ impl Runtime {
     /// The service of the `api` and `cta` functions, which never think nor run a tool: the
     /// agents file's tools are known by name only (`Catalog::declared`).
     pub async fn request_service(&self) -> Result<Arc<Service>, InitError> {
-        let catalog = Catalog::declared(self.config.agents()?)?;
+        let catalog = Catalog::declared(self.agents().await?)?;
         let service = self.service(Arc::new(NoModel), catalog)?;
         if let Some(links) = self.links().await? {
             service.set_links(links);

@@ -51,6 +51,10 @@ struct Api {
     fanout: broadcast::Sender<(String, String)>,
     /// Authorizer requests, by operation.
     asked: Arc<Mutex<HashMap<String, u32>>>,
+    /// Decisions cached by the authorizer's `ttlOverride`, keyed by the token alone (the
+    /// least a reading of AppSync's documentation allows, as its GraphQL APIs cache): a
+    /// cached allow lets any later request with the token through, whatever it asks.
+    cached: Arc<Mutex<HashMap<String, Instant>>>,
     /// `data` messages sent to subscribers.
     delivered: Arc<std::sync::atomic::AtomicU32>,
     /// Closes every connection (as AppSync does at a connection's time limit).
@@ -79,6 +83,7 @@ impl StandIn {
             published: Arc::default(),
             fanout: broadcast::channel(4096).0,
             asked: Arc::default(),
+            cached: Arc::default(),
             delivered: Arc::default(),
             closing: broadcast::channel(16).0,
         };
@@ -270,8 +275,18 @@ fn valid_channel(channel: &str) -> bool {
         })
 }
 
-/// What AppSync asks its Lambda authorizer, answered by the `live` function's code.
+/// What AppSync asks its Lambda authorizer, answered by the `live` function's code, or a
+/// decision it cached for the token.
 fn authorize(api: &Api, token: &str, operation: &str, channel: Option<&str>) -> bool {
+    if api
+        .cached
+        .lock()
+        .expect("lock")
+        .get(token)
+        .is_some_and(|until| Instant::now() < *until)
+    {
+        return true;
+    }
     *api.asked
         .lock()
         .expect("lock")
@@ -289,7 +304,16 @@ fn authorize(api: &Api, token: &str, operation: &str, channel: Option<&str>) -> 
         "requestHeaders": {},
     });
     let answer = baton_aws::watch::authorize(&api.grants, &request, chrono::Utc::now().timestamp());
-    answer["isAuthorized"] == true
+    let allowed = answer["isAuthorized"] == true;
+    let ttl = answer["ttlOverride"].as_u64().unwrap_or(0);
+    if allowed && ttl > 0 {
+        let until = Instant::now() + std::time::Duration::from_secs(ttl);
+        api.cached
+            .lock()
+            .expect("lock")
+            .insert(token.to_owned(), until);
+    }
+    allowed
 }
 
 /// The token of an authorization object (its key in any case).

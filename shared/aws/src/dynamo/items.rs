@@ -40,6 +40,10 @@ fn shard(run_id: &str) -> u32 {
 pub(super) fn sweep_pk(run_id: &str) -> String {
     format!("OB#{}", shard(run_id))
 }
+/// The sweep index's partition for a pending CTA, by its expiry (GSI2 too).
+pub(super) fn due_pk(cta_id: &str) -> String {
+    format!("DUE#{}", shard(cta_id))
+}
 /// The sweep index's partition for a CTA whose resolution is outstanding (GSI2 too).
 pub(super) fn resolution_pk(cta_id: &str) -> String {
     format!("CR#{}", shard(cta_id))
@@ -335,6 +339,12 @@ impl DynamoStore {
         ]);
         if let Some(at) = c.resolved_at {
             item.insert("ttl".into(), n((at + self.retention).timestamp()));
+        }
+        if c.status == baton_core::cta::CtaStatus::Pending {
+            // Indexed by its expiry while pending: the sweep expires it should its timer
+            // be lost. Settling it writes the item anew, without these.
+            item.insert("GSI2PK".into(), s(due_pk(&c.cta_id)));
+            item.insert("GSI2SK".into(), s(sweep_sk(c.expires_at, &c.cta_id)));
         }
         Ok(item)
     }

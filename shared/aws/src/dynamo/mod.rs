@@ -570,6 +570,14 @@ impl Store for DynamoStore {
         self.outstanding_resolutions(before, limit).await
     }
 
+    async fn overdue_ctas(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<Cta>, PortError> {
+        self.overdue(before, limit).await
+    }
+
     async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
         self.remove_resolution(cta_id).await
     }

@@ -127,6 +127,24 @@ impl DynamoStore {
         Ok(out)
     }
 
+    /// Pending CTAs whose expiry is before `before` (GSI2, `DUE#` shards: a pending CTA is
+    /// indexed by its expiry until it settles).
+    pub(super) async fn overdue(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<Cta>, PortError> {
+        let mut out = Vec::new();
+        for cta_id in self.indexed(GSI2, "DUE", "CTA#", before, limit).await? {
+            if let Some(c) = self.get_cta(&cta_id).await?
+                && c.status == baton_core::cta::CtaStatus::Pending
+            {
+                out.push(c);
+            }
+        }
+        Ok(out)
+    }
+
     /// Takes a CTA out of the sweep's index: its run has been told.
     pub(super) async fn remove_resolution(&self, cta_id: &str) -> Result<(), PortError> {
         self.update_meta(

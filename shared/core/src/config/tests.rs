@@ -185,3 +185,33 @@ fn the_agents_file_may_come_as_json_in_the_environment() {
     assert!(err.to_string().contains("BATON_AGENTS_JSON"), "{err}");
     assert!(parse(&[]).expect("parses").agents().expect("ok").is_none());
 }
+
+#[test]
+fn the_agents_file_may_come_from_s3_and_the_dev_function_timeout_is_a_number() {
+    let c = parse(&[("BATON_AGENTS_S3_URI", "s3://my-bucket/baton/agents.json")]).unwrap();
+    assert_eq!(
+        c.agents_s3_uri.as_deref(),
+        Some("s3://my-bucket/baton/agents.json")
+    );
+    for bad in [
+        "my-bucket/agents.json",
+        "s3://my-bucket",
+        "s3:///agents.json",
+        "s3://b/",
+    ] {
+        let err = parse(&[("BATON_AGENTS_S3_URI", bad)]).unwrap_err();
+        assert!(
+            err.to_string().contains("BATON_AGENTS_S3_URI"),
+            "{bad}: {err}"
+        );
+    }
+    assert_eq!(parse(&[]).unwrap().dev_function_timeout_s, None);
+    let c = parse(&[("BATON_DEV_FUNCTION_TIMEOUT_S", "20")]).unwrap();
+    assert_eq!(c.dev_function_timeout_s, Some(20));
+    for bad in ["0", "twenty", "-1"] {
+        assert!(
+            parse(&[("BATON_DEV_FUNCTION_TIMEOUT_S", bad)]).is_err(),
+            "{bad}"
+        );
+    }
+}

@@ -167,10 +167,9 @@ impl Grants {
     }
 
     /// The authorizer's decision on `token` for `op` at `now`: connect with any valid token,
-    /// subscribe to the token's own run's channel only, publish never. A decision on a
-    /// subscription is not to be reused (the service may key its cache by token alone, and
-    /// a token allows one channel); a connection's holds while the token does, up to five
-    /// minutes.
+    /// subscribe to the token's own run's channel only, publish never. No decision is to be
+    /// cached (TTL 0): AppSync may key its cache by token alone, and a connection allowed
+    /// from the cache must not let the same token subscribe to another run's channel.
     pub fn decide(&self, token: &str, op: Operation<'_>, now: i64) -> Decision {
         let deny = Decision {
             allowed: false,
@@ -182,7 +181,7 @@ impl Grants {
         match op {
             Operation::Connect => Decision {
                 allowed: true,
-                ttl_seconds: (grant.expires_at - now).min(GRANT_SECONDS),
+                ttl_seconds: 0,
             },
             Operation::Subscribe(ch) if ch == channel(&grant.run_id) => Decision {
                 allowed: true,
@@ -225,8 +224,8 @@ mod tests {
         assert!(!ok(Operation::Subscribe("/runs/run-abd")));
         assert!(!ok(Operation::Subscribe("/runs/*")));
         assert!(!ok(Operation::Publish));
-        // Connections are cached no longer than the token lives; subscriptions not at all.
-        assert_eq!(g.decide(&t, Operation::Connect, NOW + 200).ttl_seconds, 100);
+        // No decision is cached, a connection's included.
+        assert_eq!(g.decide(&t, Operation::Connect, NOW + 200).ttl_seconds, 0);
         assert_eq!(
             g.decide(&t, Operation::Subscribe("/runs/run-abc"), NOW)
                 .ttl_seconds,

@@ -382,22 +382,6 @@ impl Service {
         }
     }
 
-    /// A `cta.request` carries a one-time answer link when links are set up, so that a
-    /// notifier (e-mail, chat) can forward it as it is.
-    async fn with_link(&self, mut ev: crate::message::Event) -> crate::message::Event {
-        if ev.detail_type != "cta.request" || self.links().is_none() {
-            return ev;
-        }
-        let cta_id = ev.detail["ctaId"].as_str().unwrap_or_default().to_owned();
-        if let (Ok(Some(cta)), Some(links)) = (self.deps.store.get_cta(&cta_id).await, self.links())
-            && let Some(nonce) = &cta.link_nonce
-        {
-            let token = links.token(&cta.cta_id, nonce, cta.expires_at);
-            ev.detail["link"] = serde_json::json!(links.url(&token));
-        }
-        ev
-    }
-
     /// Performs committed effects (each idempotent), then marks the outbox done.
     pub(super) async fn perform(&self, run: &Run, effects: &[Effect]) -> Result<(), PortError> {
         if effects.is_empty() {
@@ -408,7 +392,10 @@ impl Service {
         for e in effects {
             match e {
                 Effect::Send(m) => sends.push(m.clone()),
-                Effect::Publish(ev) => events.push(self.with_link(ev.clone()).await),
+                // A `cta.request` names its CTA and carries no answer link: a link is a bearer
+                // credential, and whoever may add a rule to the bus could read it. Its owner
+                // mints one through the API (`POST /ctas/{id}/link`).
+                Effect::Publish(ev) => events.push(ev.clone()),
                 Effect::Schedule { cta_id, run_id, at } => {
                     self.deps.scheduler.schedule(cta_id, run_id, *at).await?;
                     failpoint::hit("effect.after_schedule")?;

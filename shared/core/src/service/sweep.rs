@@ -48,6 +48,7 @@ impl Service {
             }
         }
         repaired += self.resend_resolutions(older_than).await?;
+        repaired += self.expire_overdue(older_than).await?;
         let mut purged = 0;
         while !spent() {
             let n = self
@@ -64,6 +65,24 @@ impl Service {
             info!(purged, "sweep: finished runs past their retention deleted");
         }
         Ok(repaired)
+    }
+
+    /// Expires the questions still pending more than `older_than` past their expiry: their
+    /// timer was lost (a schedule dropped by Scheduler, or never made), and nothing else
+    /// would end their wait. Returns how many it expired.
+    pub async fn expire_overdue(&self, older_than: chrono::Duration) -> Result<usize, PortError> {
+        let before = self.deps.clock.now() - older_than;
+        let ctas = self.deps.store.overdue_ctas(before, 100).await?;
+        let mut expired = 0;
+        for cta in &ctas {
+            warn!(cta_id = %cta.cta_id, run_id = %cta.run_id, expires_at = %cta.expires_at.to_rfc3339(),
+                "sweep: a question past its expiry, its timer lost: expiring it");
+            match self.expire_cta(&cta.cta_id).await {
+                Ok(()) => expired += 1,
+                Err(e) => warn!(cta_id = %cta.cta_id, error = %e, "sweep: the expiry failed"),
+            }
+        }
+        Ok(expired)
     }
 
     /// Sends again the resolutions of CTAs answered or expired more than `older_than` ago

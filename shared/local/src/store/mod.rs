@@ -557,6 +557,29 @@ impl Store for LocalStore {
         .await
     }
 
+    async fn overdue_ctas(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<Cta>, PortError> {
+        self.read(move |c| {
+            let mut stmt = c
+                .prepare_cached("SELECT body FROM ctas WHERE status = 'pending'")
+                .map_err(sql)?;
+            let mut out = Vec::new();
+            for body in stmt.query_map([], |r| r.get::<_, String>(0)).map_err(sql)? {
+                let cta: Cta = from_json(&body.map_err(sql)?)?;
+                if cta.expires_at < before {
+                    out.push(cta);
+                }
+            }
+            out.sort_by_key(|c| c.expires_at);
+            out.truncate(limit);
+            Ok(out)
+        })
+        .await
+    }
+
     async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
         let cta_id = cta_id.to_owned();
         self.write_one(false, move |c| {

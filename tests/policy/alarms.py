@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Checks that the template's alarms cover what fails quietly on a fresh account, and that
+each can reach a person.
+
+Every function has an `Errors` and a `Throttles` alarm (a throttled step function's records
+wait out a 90-minute visibility timeout, spending receives); the table has read and write
+throttle alarms; timers have `InvocationDroppedCount` and their dead-letter queue's depth;
+and every alarm notifies the `AlarmEmail` topic when that is set, else `AlarmTopicArn`.
+
+    python3 tests/policy/alarms.py [template.yaml]
+"""
+
+import sys
+
+from samtranslator.yaml_helper import yaml_parse
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else "template.yaml"
+    with open(path) as f:
+        t = yaml_parse(f.read())
+    res = t["Resources"]
+    alarms = {n: r["Properties"] for n, r in res.items() if r["Type"] == "AWS::CloudWatch::Alarm"}
+    problems = []
+
+    def watching(metric, ref):
+        return [n for n, a in alarms.items() if a.get("MetricName") == metric
+                and any(d.get("Value") == {"Ref": ref} or d.get("Value") == {"Fn::GetAtt": [ref, "QueueName"]}
+                        for d in a.get("Dimensions", []))]
+
+    for name, r in res.items():
+        if r["Type"] == "AWS::Serverless::Function":
+            for metric in ["Errors", "Throttles"]:
+                if not watching(metric, name):
+                    problems.append(f"{name}: no {metric} alarm")
+    for metric in ["ReadThrottleEvents", "WriteThrottleEvents"]:
+        if not watching(metric, "Table"):
+            problems.append(f"Table: no {metric} alarm")
+    if not watching("InvocationDroppedCount", "CtaScheduleGroup"):
+        problems.append("CtaScheduleGroup: no InvocationDroppedCount alarm")
+    if not watching("ApproximateNumberOfMessagesVisible", "TimersDeadLetterQueue"):
+        problems.append("TimersDeadLetterQueue: no depth alarm")
+    want = {"Fn::If": ["HasAlarmEmail", [{"Ref": "AlarmEmailTopic"}],
+                       {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}],
+                                   {"Ref": "AWS::NoValue"}]}]}
+    for name, a in alarms.items():
+        if a.get("AlarmActions") != want:
+            problems.append(f"{name}: does not notify the AlarmEmail topic or AlarmTopicArn")
+    topic = res.get("AlarmEmailTopic", {}).get("Properties", {})
+    if topic.get("Subscription") != [{"Protocol": "email", "Endpoint": {"Ref": "AlarmEmail"}}]:
+        problems.append("AlarmEmailTopic: no e-mail subscription to AlarmEmail")
+    for p in problems:
+        print(f"MISSING {p}")
+    print(f"{len(alarms)} alarms: {'all covered' if not problems else f'{len(problems)} problems'}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
