@@ -407,7 +407,10 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
             }
             print(&v, human.join("\n"));
         }
-        Command::Dev { .. } | Command::Bench { .. } | Command::Bootstrap { .. } => {
+        Command::Dev { .. }
+        | Command::Bench { .. }
+        | Command::Bootstrap { .. }
+        | Command::Preflight { .. } => {
             unreachable!("handled in main")
         }
     }

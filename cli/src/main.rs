@@ -6,6 +6,7 @@ mod bench_aws;
 mod client;
 mod load;
 mod load_aws;
+mod preflight;
 
 /// mimalloc, not the system's: with many runs stepping on a few threads, glibc's malloc
 /// took a sixth of the CPU (`baton bench --runs 100`, docs/performance.md, "Many runs at once").
@@ -88,6 +89,21 @@ enum Command {
         /// Name prefix (the stack name on AWS).
         #[arg(long, env = "BATON_PREFIX", default_value = "baton")]
         prefix: String,
+    },
+    /// Before a deploy: whether the account's Lambda concurrency (GetAccountSettings, with
+    /// your AWS credentials) holds what the template's event source mappings may run at once,
+    /// with your parameter overrides, and whether the stack's name fits the names it makes.
+    /// Exit codes: 0 it fits, 1 it does not (each NO line says what to change), 2 refused.
+    Preflight {
+        /// The stack's name (samconfig.toml's stack_name).
+        #[arg(long, default_value = "baton")]
+        stack_name: String,
+        /// Parameters as `sam deploy` takes them: Name=Value (StepsMaxConcurrency=20).
+        #[arg(long, num_args = 0..)]
+        parameter_overrides: Vec<String>,
+        /// The template to read (default: the one this build deploys).
+        #[arg(long)]
+        template: Option<PathBuf>,
     },
     /// Start a run.
     Run {
@@ -266,6 +282,43 @@ async fn main() -> ExitCode {
             match aws::dev(addr, cli.token, script, agents, &config).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => refuse(format!("{e:#}")),
+            }
+        }
+        Command::Preflight {
+            stack_name,
+            parameter_overrides,
+            template,
+        } => {
+            let config = match config() {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let params = match preflight::overrides(&parameter_overrides) {
+                Ok(p) => p,
+                Err(e) => return refuse(e),
+            };
+            let text = match &template {
+                Some(path) => match std::fs::read_to_string(path) {
+                    Ok(t) => t,
+                    Err(e) => return refuse(format!("{}: {e}", path.display())),
+                },
+                None => baton_dev::functions::TEMPLATE.to_owned(),
+            };
+            let sdk = baton_aws::sdk::sdk_config(&config.sdk).await;
+            match preflight::check(&sdk, &text, &params, &stack_name).await {
+                Ok(report) => {
+                    for line in &report.lines {
+                        println!("{line}");
+                    }
+                    if report.fits {
+                        println!("baton preflight: the account can run this stack");
+                        ExitCode::SUCCESS
+                    } else {
+                        println!("baton preflight: change what the NO lines say before deploying");
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => refuse(format!("preflight: {e:#}")),
             }
         }
         Command::Bootstrap { prefix } => match match config() {

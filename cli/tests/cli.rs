@@ -1162,3 +1162,94 @@ fn check_baton_command(page: &Path, line: &str, command: &str) -> usize {
     }
     checked
 }
+
+/// A stand-in of Lambda's `GetAccountSettings` (moto has none), answering as AWS documents
+/// it: an account of `total` concurrent executions, `unreserved` of them not reserved.
+async fn lambda_account(total: u32, unreserved: u32) -> wiremock::MockServer {
+    use wiremock::{Mock, MockServer, ResponseTemplate, matchers};
+    let server = MockServer::start().await;
+    Mock::given(matchers::method("GET"))
+        .and(matchers::path_regex("^/2016-08-19/account-settings/?$"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
+            "AccountLimit": {"TotalCodeSize": 80530636800u64, "CodeSizeUnzipped": 262144000,
+                             "CodeSizeZipped": 52428800, "ConcurrentExecutions": total,
+                             "UnreservedConcurrentExecutions": unreserved},
+            "AccountUsage": {"TotalCodeSize": 0, "FunctionCount": 0}})))
+        .mount(&server)
+        .await;
+    server
+}
+
+#[tokio::test]
+async fn preflight_says_whether_the_account_can_run_the_stack() {
+    let preflight = |url: String, args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("preflight")
+            .args(args)
+            .env("AWS_ENDPOINT_URL", url)
+            .env("AWS_REGION", "us-east-1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        (
+            out.status.code(),
+            text + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    // An established account: 1,000, none reserved. The defaults' 156 fit.
+    let big = lambda_account(1000, 1000).await;
+    let (code, text) = preflight(big.uri(), &[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("may run 156 invocations at once"), "{text}");
+    assert!(
+        text.contains("OrchestratorFunction") && text.contains("52"),
+        "{text}"
+    );
+    // A new account's 10: not even the mappings' least fit; it says what to do.
+    let new = lambda_account(10, 10).await;
+    let (code, text) = preflight(
+        new.uri(),
+        &["--parameter-overrides", "StepsMaxConcurrency=2"],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("NO") && text.contains("higher quota"),
+        "{text}"
+    );
+    // Too many asked of a large account; a reservation that leaves Lambda less than 100.
+    let (code, text) = preflight(
+        big.uri(),
+        &["--parameter-overrides", "StepsMaxConcurrency=400"],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("may run 1206 invocations"), "{text}");
+    let (code, text) = preflight(
+        big.uri(),
+        &[
+            "--parameter-overrides",
+            "ReservedConcurrency=460",
+            "StepsMaxConcurrency=50",
+        ],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("at most 450"), "{text}");
+    let (code, text) = preflight(
+        big.uri(),
+        &["--parameter-overrides", "ReservedConcurrency=40"],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("give it at least 52"), "{text}");
+    // A stack name whose queue names would pass SQS's 80 characters.
+    let long = "a".repeat(57);
+    let (code, text) = preflight(big.uri(), &["--stack-name", &long]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("at most 56"), "{text}");
+    // Bad input: exit 2, said.
+    for bad in [
+        &["--parameter-overrides", "NoSuchParameter=1"][..],
+        &["--parameter-overrides", "=1"],
+    ] {
+        let (code, text) = preflight(big.uri(), bad);
+        assert_eq!(code, Some(2), "{bad:?}: {text}");
+    }
+}

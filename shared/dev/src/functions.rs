@@ -56,25 +56,47 @@ impl Functions {
     }
 
     pub fn parse(yaml: &str) -> Result<Self, TemplateError> {
+        Self::parse_with(yaml, &HashMap::new())
+    }
+
+    /// [`Functions::parse`], with parameters given values (as `--parameter-overrides` does).
+    pub fn parse_with(
+        yaml: &str,
+        overrides: &HashMap<String, String>,
+    ) -> Result<Self, TemplateError> {
         let docs = YamlLoader::load_from_str(yaml).map_err(|e| TemplateError(e.to_string()))?;
         let t = docs.first().ok_or_else(|| TemplateError("empty".into()))?;
         let params = &t["Parameters"];
-        // A number, or a `!Ref` to a parameter (the tag is dropped: its name is left).
+        for name in overrides.keys() {
+            if params[name.as_str()].is_badvalue() {
+                return Err(TemplateError(format!(
+                    "{name} is no parameter of the template"
+                )));
+            }
+        }
+        // A number, or a `!Ref` to a parameter (the tag is dropped: its name is left), at
+        // its override or its default.
         let number = |v: &Yaml, what: &str| -> Result<Option<u64>, TemplateError> {
+            let parsed = |name: &str, s: &str| {
+                s.parse().map(Some).map_err(|_| {
+                    TemplateError(format!("{what}: parameter {name}={s:?} is no number"))
+                })
+            };
             match v {
                 Yaml::BadValue => Ok(None),
                 Yaml::Integer(n) => u64::try_from(*n)
                     .map(Some)
                     .map_err(|_| TemplateError(format!("{what}: {n} is negative"))),
-                Yaml::String(name) => match &params[name.as_str()]["Default"] {
-                    Yaml::Integer(n) => Ok(u64::try_from(*n).ok()),
-                    Yaml::String(s) => s.parse().map(Some).map_err(|_| {
-                        TemplateError(format!("{what}: parameter {name}'s default {s:?}"))
-                    }),
-                    _ => Err(TemplateError(format!(
-                        "{what}: {name} is no parameter with a number default"
-                    ))),
-                },
+                Yaml::String(name) => {
+                    match (overrides.get(name), &params[name.as_str()]["Default"]) {
+                        (Some(s), _) => parsed(name, s),
+                        (None, Yaml::Integer(n)) => Ok(u64::try_from(*n).ok()),
+                        (None, Yaml::String(s)) => parsed(name, s),
+                        _ => Err(TemplateError(format!(
+                            "{what}: {name} is no parameter with a number default"
+                        ))),
+                    }
+                }
                 other => Err(TemplateError(format!("{what}: {other:?} is no number"))),
             }
         };
@@ -138,6 +160,16 @@ impl Functions {
             .ok_or_else(|| TemplateError(format!("no function is fed by the queue {queue}")))
     }
 
+    /// Each SQS-fed function with the most invocations its mappings may start at once (the
+    /// sum of their `MaximumConcurrency`), by name.
+    pub fn mapped_concurrency(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut out = std::collections::BTreeMap::new();
+        for f in self.by_queue.values() {
+            *out.entry(f.name.clone()).or_default() += f.max_concurrency;
+        }
+        out
+    }
+
     /// Every function's timeout shortened to at most `timeout` (`BATON_DEV_FUNCTION_TIMEOUT_S`:
     /// to see, in tests or by hand, what Lambda does when an invocation runs out of time).
     pub fn timeouts_at_most(mut self, timeout: Duration) -> Self {
@@ -178,6 +210,11 @@ mod tests {
             ("CtaFunction", Duration::from_secs(30))
         );
         assert!(f.fed_by("NoSuchQueue").is_err());
+        // The steps mapping and the dead letters' for each step function; the inbox and
+        // the sweep for `cta`.
+        let asked = f.mapped_concurrency();
+        assert_eq!(asked.get("OrchestratorFunction"), Some(&52));
+        assert_eq!(asked.get("CtaFunction"), Some(&52));
     }
 
     #[test]
@@ -193,5 +230,11 @@ mod tests {
             .unwrap()
             .timeouts_at_most(Duration::from_secs(1));
         assert_eq!(short.fed_by("Q").unwrap().timeout, Duration::from_secs(1));
+        let set = |k: &str, v: &str| HashMap::from([(k.to_owned(), v.to_owned())]);
+        let f = Functions::parse_with(t, &set("N", "9")).unwrap();
+        assert_eq!(f.fed_by("Q").unwrap().max_concurrency, 9);
+        assert_eq!(f.mapped_concurrency().get("F"), Some(&9));
+        assert!(Functions::parse_with(t, &set("Nope", "1")).is_err());
+        assert!(Functions::parse_with(t, &set("N", "many")).is_err());
     }
 }
