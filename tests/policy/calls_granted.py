@@ -210,12 +210,19 @@ def arn_of(resource):
     raise SystemExit(f"recorded resource {resource}: a kind this check does not know")
 
 
+def on_resource(s, arn):
+    """Whether statement `s` applies to `arn`: one of its `Resource`, or none of its
+    `NotResource`."""
+    if "NotResource" in s:
+        return not any(fnmatch.fnmatchcase(arn, r) for r in listify(s["NotResource"]))
+    return any(fnmatch.fnmatchcase(arn, r) for r in listify(s.get("Resource", [])))
+
+
 def allowed(stmts, action, arn):
     def hit(s):
         actions = listify(s.get("Action", []))
-        resources = listify(s.get("Resource", []))
         return (any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in actions)
-                and any(fnmatch.fnmatchcase(arn, r) for r in resources))
+                and on_resource(s, arn))
     if any(s["Effect"] == "Deny" and hit(s) for s in stmts):
         return False
     return any(s["Effect"] == "Allow" and hit(s) for s in stmts)

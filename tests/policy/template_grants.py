@@ -17,7 +17,8 @@ and decides each call by IAM's rules for identity policies, conditions included:
 - a foundation model id: both actions on the model, in the stack's Region, are allowed.
 
 And with `AgentsS3Uri` set, each function that reads the agents file may get that object and
-no other; unset, none may.
+no other; unset, none may. And though SAM gives every function fed by SQS a managed policy
+that may receive from and delete in any queue, each may only in the queues that feed it.
 
     python3 tests/policy/template_grants.py [template.yaml]
 """
@@ -31,7 +32,7 @@ from samtranslator.yaml_helper import yaml_parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from calls_granted import (  # noqa: E402
-    ACCOUNT, REFS, REGION, NoManagedPolicies, listify, statements,
+    ACCOUNT, ATTS, REFS, REGION, NoManagedPolicies, listify, on_resource, statements,
 )
 
 ACTIONS = ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]
@@ -62,7 +63,7 @@ def allowed(stmts, action, arn, context):
     def hit(s):
         return (any(fnmatch.fnmatchcase(action.lower(), a.lower())
                     for a in listify(s.get("Action", [])))
-                and any(fnmatch.fnmatchcase(arn, r) for r in listify(s.get("Resource", [])))
+                and on_resource(s, arn)
                 and condition_holds(s.get("Condition"), context))
     if any(s["Effect"] == "Deny" and hit(s) for s in stmts):
         return False
@@ -134,6 +135,22 @@ def main():
             decisions += 1
             print(f"{'ok ' if got == expected else 'BAD'} {function:20} AgentsS3Uri={uri!r}: "
                   f"s3:GetObject on {arn}: {'allowed' if got else 'denied'}")
+    # Each SQS-fed function, in its own queues alone (SAM's managed policy allows any).
+    feeds = {"OrchestratorFunction": ["StepsQueue", "StepsDeadLetterQueue"],
+             "SubagentFunction": ["SubagentStepsQueue", "SubagentStepsDeadLetterQueue"],
+             "CtaFunction": ["CtaInboxQueue", "SweepQueue"]}
+    queues = ["StepsQueue", "StepsDeadLetterQueue", "SubagentStepsQueue",
+              "SubagentStepsDeadLetterQueue", "CtaInboxQueue", "SweepQueue"]
+    with_managed = roles(template(), list(feeds))
+    for function, own in feeds.items():
+        for q in queues:
+            for action in ["sqs:ReceiveMessage", "sqs:DeleteMessage"]:
+                got = allowed(with_managed[function], action, ATTS[f"{q}.Arn"], {})
+                expected = q in own
+                failures += got != expected
+                decisions += 1
+                print(f"{'ok ' if got == expected else 'BAD'} {function:20} {action} on {q}: "
+                      f"{'allowed' if got else 'denied'}")
     print(f"{failures} of {decisions} decisions wrong")
     return 1 if failures else 0
 
