@@ -80,6 +80,9 @@ pub struct StepReport {
     /// What the run and its subagents had spent after the step.
     pub run_total: Spent,
     pub error: Option<String>,
+    /// The code of the run's error (`dead_letter`: ended because its message was
+    /// dead-lettered).
+    pub error_code: Option<String>,
     pub model_calls: Vec<ModelCall>,
     pub tool_calls: Vec<ToolCall>,
     /// Subagents the step started.
@@ -144,6 +147,7 @@ impl StepReport {
             run_created: run.created_at,
             run_total: run.total(),
             error: run.error.as_ref().map(|e| e.message.clone()),
+            error_code: run.error.as_ref().map(|e| e.code.clone()),
             model_calls: Vec::new(),
             tool_calls: Vec::new(),
             children: t.new_runs.iter().map(|(r, _)| r.run_id.clone()).collect(),

@@ -73,6 +73,10 @@ struct StepRecord {
     runs_cancelled: u64,
     #[metrics(unit = Count)]
     runs_expired: u64,
+    /// Runs ended because a step message was dead-lettered (the alarm's metric: a dead letter
+    /// that is sent back, or finds its run moved on, ends nothing and is not counted).
+    #[metrics(unit = Count)]
+    runs_dead_lettered: u64,
 }
 
 /// A step that failed and will be tried again, as one EMF record (`Agent` dimension).
@@ -405,6 +409,11 @@ impl Observer for Metrics {
             runs_failed: ended(RunStatus::Failed),
             runs_cancelled: ended(RunStatus::Cancelled),
             runs_expired: ended(RunStatus::Expired),
+            runs_dead_lettered: u64::from(
+                r.ended_run
+                    && r.status == RunStatus::Failed
+                    && r.error_code.as_deref() == Some(baton_core::service::DEAD_LETTER_CODE),
+            ),
         });
     }
 

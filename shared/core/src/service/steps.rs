@@ -23,6 +23,8 @@ use crate::timeline::Entry;
 /// A dead-lettered step message ends its run once this many of its deliveries failed in
 /// its own step (the queues' `maxReceiveCount` is 8).
 pub const GIVE_UP_AFTER_FAILURES: u32 = 4;
+/// The error code of a run ended because its step message was dead-lettered.
+pub const DEAD_LETTER_CODE: &str = "dead_letter";
 /// How many times a dead letter whose deliveries mostly never started is sent back.
 pub const MAX_REQUEUES: u32 = 2;
 
@@ -344,7 +346,7 @@ impl Service {
             Some(l) => format!("{} (gave up: {reason})", l.message),
             None => format!("a step message could not be processed: {reason}"),
         };
-        self.fail_now(msg, "dead_letter", &message).await
+        self.fail_now(msg, DEAD_LETTER_CODE, &message).await
     }
 
     /// Records on the run why a delivery of `msg` (started at `started`) failed and how

@@ -26,6 +26,7 @@ fn report() -> StepReport {
         run_created: at - chrono::Duration::hours(2),
         run_total: Spent::default(),
         error: None,
+        error_code: None,
         model_calls: vec![ModelCall {
             seq: 7,
             model: Some("openai:gpt-4o-mini".into()),
@@ -136,6 +137,7 @@ fn a_step_is_one_emf_line_that_follows_the_specification() {
     assert_eq!(first["ToolErrors"].as_f64(), Some(1.0));
     assert_eq!(first["CtaWait"].as_f64(), Some(7_200_000.0));
     assert_eq!(first["RunsCompleted"].as_f64(), Some(1.0));
+    assert_eq!(first["RunsDeadLettered"].as_f64(), Some(0.0));
     assert_eq!(
         first["_aws"]["Timestamp"],
         report().ended.timestamp_millis()
@@ -254,4 +256,41 @@ fn models_past_the_bound_are_counted_as_other() {
         "{text}"
     );
     assert!(text.ends_with("# EOF\n"));
+}
+
+#[test]
+fn a_run_ended_by_a_dead_letter_is_counted_and_no_other_failure_is() {
+    let m = Metrics::emf_in_memory();
+    let mut dead = report();
+    dead.status = RunStatus::Failed;
+    dead.error_code = Some("dead_letter".into());
+    m.step(&dead);
+    let mut failed = dead.clone();
+    failed.error_code = Some("step_error".into());
+    m.step(&failed);
+    // A dead letter sent back to its queue commits nothing; one for a run already failed
+    // ends nothing.
+    let mut again = dead.clone();
+    again.ended_run = false;
+    m.step(&again);
+    let lines = emf_lines(&m);
+    let counted: Vec<f64> = lines
+        .iter()
+        .map(|l| l["RunsDeadLettered"].as_f64().unwrap())
+        .collect();
+    assert_eq!(counted, [1.0, 0.0, 0.0]);
+    // The template's dead-letter alarm watches this metric in the stack's namespace.
+    let template = include_str!("../../../../template.yaml");
+    let alarm: Vec<&str> = template
+        .lines()
+        .skip_while(|l| *l != "  RunsDeadLetteredAlarm:")
+        .skip(1)
+        .take_while(|l| l.starts_with("    "))
+        .collect();
+    let alarm = alarm.join("\n");
+    assert!(alarm.contains("MetricName: RunsDeadLettered"), "{alarm}");
+    assert!(
+        alarm.contains("Namespace: !Sub Baton/${AWS::StackName}"),
+        "{alarm}"
+    );
 }
