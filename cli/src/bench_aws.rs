@@ -27,6 +27,9 @@ pub const PRICE_READ_UNIT: f64 = 0.125 / 1e6;
 pub const PRICE_SQS_FIFO_REQUEST: f64 = 0.50 / 1e6;
 pub const PRICE_EVENT: f64 = 1.00 / 1e6;
 pub const PRICE_SCHEDULER: f64 = 1.00 / 1e6;
+/// Lambda (us-east-1, x86): a request, and a GB-second of duration.
+pub const PRICE_LAMBDA_REQUEST: f64 = 0.20 / 1e6;
+pub const PRICE_LAMBDA_GB_S: f64 = 0.000_016_666_7;
 
 /// `baton bench --aws`: what one iteration costs on AWS, measured on the emulator at
 /// `AWS_ENDPOINT_URL` with the real adapters: requests and DynamoDB capacity units (derived

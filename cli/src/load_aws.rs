@@ -85,6 +85,7 @@ pub async fn run(opts: LoadAws, config: &Config) -> anyhow::Result<String> {
         .pool_max_idle_per_host(64)
         .build()?;
     let meter_start = server.meter.snapshot();
+    let billed_start = server.billed();
     let started = Instant::now();
     let mut creating = JoinSet::new();
     let gate = Arc::new(tokio::sync::Semaphore::new(CREATING_AT_ONCE));
@@ -138,6 +139,7 @@ pub async fn run(opts: LoadAws, config: &Config) -> anyhow::Result<String> {
     stop.store(true, Ordering::Relaxed);
     let probes = prober.await??;
     let used = server.meter.snapshot();
+    let billed = server.billed();
     let (warm, cold) = server.steps_taken();
     let steps = warm + cold;
     ensure!(
@@ -151,6 +153,53 @@ pub async fn run(opts: LoadAws, config: &Config) -> anyhow::Result<String> {
         + (used.sqs_requests - meter_start.sqs_requests)
         + (used.eventbridge_requests - meter_start.eventbridge_requests)
         + (used.scheduler_requests - meter_start.scheduler_requests);
+    // All in, as AWS bills it: DynamoDB's units, every SQS request (the adapters' sends and
+    // the mappings' receives, deletes and visibility changes), EventBridge and Scheduler,
+    // and Lambda's requests and duration at each function's memory, as the stand-in ran them
+    // (on this machine, against the emulator: its duration is this machine's, not AWS's).
+    use crate::bench_aws::{
+        PRICE_EVENT, PRICE_LAMBDA_GB_S, PRICE_LAMBDA_REQUEST, PRICE_READ_UNIT, PRICE_SCHEDULER,
+        PRICE_SQS_FIFO_REQUEST, PRICE_WRITE_UNIT,
+    };
+    let invocations = billed.invocations - billed_start.invocations;
+    let gb_s = billed.gb_seconds - billed_start.gb_seconds;
+    let mapping_sqs = billed.mapping_sqs_requests - billed_start.mapping_sqs_requests;
+    let parts = [
+        (
+            "dynamodb",
+            (used.write_units - meter_start.write_units) as f64 * PRICE_WRITE_UNIT
+                + (used.read_units - meter_start.read_units) * PRICE_READ_UNIT,
+        ),
+        (
+            "sqs",
+            ((used.sqs_requests - meter_start.sqs_requests) + mapping_sqs) as f64
+                * PRICE_SQS_FIFO_REQUEST,
+        ),
+        (
+            "eventbridge",
+            (used.eventbridge_requests - meter_start.eventbridge_requests) as f64 * PRICE_EVENT,
+        ),
+        (
+            "scheduler",
+            (used.scheduler_requests - meter_start.scheduler_requests) as f64 * PRICE_SCHEDULER,
+        ),
+        ("lambda_requests", invocations as f64 * PRICE_LAMBDA_REQUEST),
+        ("lambda_duration", gb_s * PRICE_LAMBDA_GB_S),
+    ];
+    let per_million = |usd: f64| (usd / steps.max(1) as f64 * 1e6 * 100.0).round() / 100.0;
+    let all_in: f64 = parts.iter().map(|(_, usd)| usd).sum();
+    let breakdown: serde_json::Map<String, Value> = parts
+        .iter()
+        .map(|(k, usd)| ((*k).to_owned(), json!(per_million(*usd))))
+        .collect();
+    // What a step waiting on a model adds: the step function's duration at its memory for
+    // each second, shared by the runs an invocation steps at once.
+    let memory = baton_dev::functions::Functions::deployed()?
+        .fed_by("StepsQueue")?
+        .memory_mb;
+    let at_once =
+        baton_lambda::steps_at_once(Some(memory), baton_core::service::budget_for(memory));
+    let wait_usd = memory as f64 / 1024.0 * PRICE_LAMBDA_GB_S * 1e6;
     let mut routes = serde_json::Map::new();
     let mut largest = 0;
     for (route, (times, most)) in probes {
@@ -173,6 +222,16 @@ pub async fn run(opts: LoadAws, config: &Config) -> anyhow::Result<String> {
         "aws_requests_per_step": per_step(requests as f64),
         "dynamodb_read_units_per_step": per_step(used.read_units - meter_start.read_units),
         "dynamodb_write_units_per_step": per_step((used.write_units - meter_start.write_units) as f64),
+        "mapping_sqs_requests_per_step": per_step(mapping_sqs as f64),
+        "lambda_invocations_per_step": per_step(invocations as f64),
+        "lambda_gb_s_per_step": (gb_s / steps.max(1) as f64 * 1e6).round() / 1e6,
+        "usd_per_million_steps_all_in": per_million(all_in),
+        "usd_per_million_steps_by_service": breakdown,
+        "model_wait_usd_per_million_step_seconds": {
+            "alone": (wait_usd * 100.0).round() / 100.0,
+            "runs_an_invocation_steps_at_once": at_once,
+            "shared": (wait_usd / at_once as f64 * 100.0).round() / 100.0,
+        },
         "all_completed": true,
     });
     server.shutdown().await;

@@ -258,6 +258,12 @@ impl AwsDevServer {
         self.sources.invocations_ended()
     }
 
+    /// What the functions' invocations so far would be billed on Lambda, with their
+    /// mappings' SQS requests.
+    pub fn billed(&self) -> crate::event_source::Billed {
+        self.sources.billed()
+    }
+
     /// The steps the step functions have taken so far: (warm, cold), as their caches saw
     /// them.
     pub fn steps_taken(&self) -> (u64, u64) {

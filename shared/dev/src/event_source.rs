@@ -66,6 +66,8 @@ pub struct EventSources {
     queues: Vec<(EventSource, Consumer, Arc<Semaphore>)>,
     /// Invocations ended at their function's timeout, so far.
     ended: Arc<AtomicU64>,
+    /// What Lambda would bill, and the mappings' own SQS requests.
+    billing: Arc<Billing>,
     /// The ARNs of the queues that feed [`Feeds::DeadLetters`].
     dead_letters: Vec<String>,
     duplicate: bool,
@@ -73,6 +75,42 @@ pub struct EventSources {
     /// when every queue is empty, for one poller over several queues; more for a poller of
     /// one queue among many ([`EventSources::pollers_of`]).
     wait_seconds: i32,
+}
+
+/// What the stand-in's invocations would cost on Lambda, counted as Lambda bills them:
+/// each invocation (a request) and its duration at its function's memory (rounded up to the
+/// millisecond), and the SQS requests the event source mappings make for them (receives that
+/// returned messages, deletes, visibility changes; the empty polls of an idle mapping are a
+/// fixed cost of its own).
+#[derive(Debug, Default)]
+pub struct Billing {
+    pub invocations: AtomicU64,
+    /// Megabyte-milliseconds.
+    pub mb_ms: AtomicU64,
+    pub receives: AtomicU64,
+    pub deletes: AtomicU64,
+    pub visibility_changes: AtomicU64,
+}
+
+/// A snapshot of [`Billing`].
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Billed {
+    pub invocations: u64,
+    pub gb_seconds: f64,
+    pub mapping_sqs_requests: u64,
+}
+
+impl Billing {
+    pub fn snapshot(&self) -> Billed {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Billed {
+            invocations: n(&self.invocations),
+            gb_seconds: n(&self.mb_ms) as f64 / 1024.0 / 1000.0,
+            mapping_sqs_requests: n(&self.receives)
+                + n(&self.deletes)
+                + n(&self.visibility_changes),
+        }
+    }
 }
 
 /// The function a queue feeds.
@@ -106,6 +144,7 @@ impl EventSources {
         Self {
             queues,
             ended: Arc::default(),
+            billing: Arc::default(),
             dead_letters,
             duplicate: false,
             wait_seconds: 0,
@@ -115,6 +154,11 @@ impl EventSources {
     /// How many invocations were ended at their function's timeout so far.
     pub fn invocations_ended(&self) -> u64 {
         self.ended.load(Ordering::SeqCst)
+    }
+
+    /// What the invocations so far would be billed.
+    pub fn billed(&self) -> Billed {
+        self.billing.snapshot()
     }
 
     /// `n` pollers of each step queue (not the dead-letter queues nor the CTA inbox), each
@@ -131,6 +175,7 @@ impl EventSources {
                 out.push(Self {
                     queues: vec![q.clone()],
                     ended: self.ended.clone(),
+                    billing: self.billing.clone(),
                     dead_letters: self.dead_letters.clone(),
                     duplicate: self.duplicate,
                     wait_seconds: 1,
@@ -205,6 +250,9 @@ impl EventSources {
             .await
             .map_err(|e| map_sdk_err("ReceiveMessage", e))?;
         let messages = out.messages.unwrap_or_default();
+        if !messages.is_empty() {
+            self.billing.receives.fetch_add(1, Ordering::Relaxed);
+        }
         Ok((!messages.is_empty()).then_some(messages))
     }
 
@@ -252,7 +300,15 @@ impl EventSources {
             let f = &q.function;
             let ends = Instant::now() + f.timeout;
             let call = self.call(service, q, event.clone(), ends);
-            match tokio::time::timeout_at(ends.into(), call).await {
+            let started = Instant::now();
+            let outcome = tokio::time::timeout_at(ends.into(), call).await;
+            let ms =
+                u64::try_from(started.elapsed().as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
+            self.billing.invocations.fetch_add(1, Ordering::Relaxed);
+            self.billing
+                .mb_ms
+                .fetch_add(ms.saturating_mul(f.memory_mb), Ordering::Relaxed);
+            match outcome {
                 Ok((r, l)) => {
                     resp.batch_item_failures.extend(r.batch_item_failures);
                     later.extend(l);
@@ -292,6 +348,9 @@ impl EventSources {
                 .iter()
                 .filter(|m| failed.contains(&m.message_id().unwrap_or_default()))
             {
+                self.billing
+                    .visibility_changes
+                    .fetch_add(1, Ordering::Relaxed);
                 let r = sqs
                     .change_message_visibility()
                     .queue_url(&q.url)
@@ -309,9 +368,13 @@ impl EventSources {
             for (_, delay) in &mut later {
                 *delay = q.visibility.map_or(*delay, |v| (*delay).min(v));
             }
+            self.billing
+                .visibility_changes
+                .fetch_add(later.len() as u64, Ordering::Relaxed);
             release(sqs, &[q.url.as_str()], &later).await;
         }
         if !done.is_empty() {
+            self.billing.deletes.fetch_add(1, Ordering::Relaxed);
             sqs.delete_message_batch()
                 .queue_url(&q.url)
                 .set_entries(Some(done))
