@@ -83,6 +83,7 @@ pub async fn dev(
         function_timeout: config
             .dev_function_timeout_s
             .map(|s| std::time::Duration::from_secs(s.into())),
+        steps_at_once: config.steps_at_once.map(|n| n as usize),
         live: match (&config.live, &config.link_key) {
             (None, _) => None,
             (Some(live), Some(key)) => Some((

@@ -68,6 +68,7 @@ pub async fn run(opts: LoadAws, config: &Config) -> anyhow::Result<String> {
         clock: Arc::new(SystemClock),
         duplicate: false,
         function_timeout: None,
+        steps_at_once: None,
         live: None,
     })
     .await?;

@@ -58,6 +58,7 @@ async fn host_timed(
         clock: Arc::new(SystemClock),
         duplicate: false,
         function_timeout: timeout,
+        steps_at_once: None,
         live: None,
     })
     .await

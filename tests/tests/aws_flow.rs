@@ -68,6 +68,7 @@ async fn start_env_faulty(
         clock: Arc::new(SystemClock),
         duplicate,
         function_timeout: None,
+        steps_at_once: None,
         live: None,
     })
     .await
@@ -1073,7 +1074,7 @@ impl wiremock::Respond for SlowProvider {
 }
 
 /// Lambda's contract, held by the stand-in: ten runs in one batch of a function with a 20 s
-/// timeout and the template's 256 MB (two runs stepped at once), a model taking a quarter of
+/// timeout stepping two runs at once, a model taking a quarter of
 /// the timeout per call. Before, each run's first record always started, so the batch's last
 /// round began 15 s in and was ended at 20 s mid-step (its batch back after the visibility
 /// timeout, its step's tool calls run again). Now a step starts only while its model call
@@ -1153,6 +1154,9 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
         clock: Arc::new(SystemClock),
         duplicate: false,
         function_timeout: Some(timeout),
+        // Two at once, the fewest a function steps (a 128 MB one's, or BATON_STEPS_AT_ONCE):
+        // ten runs take five rounds of a model call each.
+        steps_at_once: Some(2),
         live: None,
     })
     .await

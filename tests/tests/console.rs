@@ -712,6 +712,7 @@ async fn baton_dev_aws_makes_one_time_links_when_given_a_key() {
         clock: Arc::new(SystemClock),
         duplicate: false,
         function_timeout: None,
+        steps_at_once: None,
         live: None,
     })
     .await

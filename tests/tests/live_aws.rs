@@ -170,6 +170,7 @@ async fn start() -> Env {
         clock: Arc::new(SystemClock),
         duplicate: false,
         function_timeout: None,
+        steps_at_once: None,
         live: Some((standin.config(), grants.clone())),
     })
     .await

@@ -438,8 +438,8 @@ async fn a_slow_model_call_holds_back_only_its_own_run_in_a_lambda_batch() {
         starts.iter().map(|d| d.message.clone().unwrap()).collect();
     messages.sort_by_key(|m| ids.iter().position(|id| *id == m.run_id)); // the slow run first
     let started = std::time::Instant::now();
-    // Two at once: what a 256 MB function steps (`steps_at_once`), the template's default.
-    let at_once = baton_lambda::steps_at_once(Some(256), baton_core::service::budget_for(256));
+    // Two at once: the fewest a function steps (`steps_at_once`: a 128 MB function's).
+    let at_once = baton_lambda::steps_at_once(Some(128), baton_core::service::budget_for(128));
     assert_eq!(at_once, 2);
     let resp = baton_lambda::handle_steps(
         &svc,

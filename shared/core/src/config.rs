@@ -154,6 +154,10 @@ pub struct Config {
     pub cache_mb: Option<u64>,
     /// `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`: the memory Lambda gives the function, in MB.
     pub function_memory_mb: Option<u64>,
+    /// `BATON_STEPS_AT_ONCE`: how many runs of a batch a step function steps at once (1 to
+    /// 10), in place of what its memory allows (`steps_at_once`): for measuring, or for a
+    /// deployment whose own tools hold more, or less, than the budget assumes.
+    pub steps_at_once: Option<u32>,
     /// `BATON_DEV_FUNCTION_TIMEOUT_S`: `baton dev --aws` ends every function's invocations
     /// at most this many seconds in (each function's own timeout from `template.yaml`
     /// otherwise), to see what Lambda does to a step that runs out of time.
@@ -378,6 +382,19 @@ impl Config {
                 None => None,
             },
             function_memory_mb: var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE").and_then(|m| m.parse().ok()),
+            steps_at_once: match var("BATON_STEPS_AT_ONCE") {
+                Some(v) => match v.parse::<u32>() {
+                    Ok(n @ 1..=10) => Some(n),
+                    _ => {
+                        return Err(ConfigError::Invalid {
+                            var: "BATON_STEPS_AT_ONCE",
+                            value: v,
+                            expected: "a whole number from 1 to 10",
+                        });
+                    }
+                },
+                None => None,
+            },
             dev_function_timeout_s: match var("BATON_DEV_FUNCTION_TIMEOUT_S") {
                 Some(_) => Some(number("BATON_DEV_FUNCTION_TIMEOUT_S", 900, 1)?),
                 None => None,

@@ -34,6 +34,9 @@ pub struct AwsDevOptions {
     /// Every function's timeout shortened to at most this (`BATON_DEV_FUNCTION_TIMEOUT_S`);
     /// `None`: each function's own, from `template.yaml`.
     pub function_timeout: Option<std::time::Duration>,
+    /// How many runs of a batch the step functions step at once (`BATON_STEPS_AT_ONCE`);
+    /// `None`: what each function's memory allows (`steps_at_once`).
+    pub steps_at_once: Option<usize>,
     /// The live channel as on AWS (an AppSync Events API, or a stand-in of one), with the
     /// signer of its watch tokens; `None` keeps live events in this process.
     pub live: Option<(
@@ -143,7 +146,9 @@ impl AwsDevServer {
             };
             queues.push((source, by.clone()));
         }
-        let sources = EventSources::each(queues).duplicating(opts.duplicate);
+        let sources = EventSources::each(queues)
+            .duplicating(opts.duplicate)
+            .stepping_at_once(opts.steps_at_once);
         let pump = sources.clone();
         let service = api.service;
         let steps = [orchestrator.service, subagent.service];

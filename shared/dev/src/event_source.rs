@@ -71,6 +71,8 @@ pub struct EventSources {
     /// The ARNs of the queues that feed [`Feeds::DeadLetters`].
     dead_letters: Vec<String>,
     duplicate: bool,
+    /// Runs of a batch a step function steps at once, when set (else its memory decides).
+    at_once: Option<usize>,
     /// How long a receive waits for a message (SQS long polling): 0, then a short sleep
     /// when every queue is empty, for one poller over several queues; more for a poller of
     /// one queue among many ([`EventSources::pollers_of`]).
@@ -147,6 +149,7 @@ impl EventSources {
             billing: Arc::default(),
             dead_letters,
             duplicate: false,
+            at_once: None,
             wait_seconds: 0,
         }
     }
@@ -178,11 +181,19 @@ impl EventSources {
                     billing: self.billing.clone(),
                     dead_letters: self.dead_letters.clone(),
                     duplicate: self.duplicate,
+                    at_once: self.at_once,
                     wait_seconds: 1,
                 });
             }
         }
         out
+    }
+
+    /// Step this many runs of a batch at once (`BATON_STEPS_AT_ONCE`); `None`: as many as
+    /// each function's memory allows.
+    pub fn stepping_at_once(mut self, n: Option<usize>) -> Self {
+        self.at_once = n;
+        self
     }
 
     /// Deliver every batch twice.
@@ -398,7 +409,9 @@ impl EventSources {
             Feeds::Steps | Feeds::DeadLetters => {
                 let f = &q.function;
                 let deadline = StepDeadline::ending(ends, f.timeout);
-                let at_once = steps_at_once(Some(f.memory_mb), budget_for(f.memory_mb));
+                let at_once = self
+                    .at_once
+                    .unwrap_or_else(|| steps_at_once(Some(f.memory_mb), budget_for(f.memory_mb)));
                 let out =
                     handle_steps(service, &self.dead_letters, event, Some(deadline), at_once).await;
                 (out.response, out.again)

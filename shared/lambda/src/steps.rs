@@ -52,10 +52,13 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
     let dead_letters = vec![aws.dead_letter_queue_arn()?.to_owned()];
     let queues = [aws.steps_queue_url.clone(), aws.subagent_queue_url.clone()];
     let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
-    let at_once = steps_at_once(
-        runtime.config.function_memory_mb,
-        runtime.config.cache_bytes(None),
-    );
+    let at_once = match runtime.config.steps_at_once {
+        Some(n) => n as usize,
+        None => steps_at_once(
+            runtime.config.function_memory_mb,
+            runtime.config.cache_bytes(None),
+        ),
+    };
     let service = runtime.step_service(llm).await?;
     // One EMF line per committed step in the function's log (CloudWatch makes them
     // metrics); spans to OTEL_EXPORTER_OTLP_ENDPOINT when it is set, sent before each
@@ -143,16 +146,22 @@ pub fn retry_delay(receives: u32) -> Duration {
 /// The longest a retried record waits.
 pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(15 * 60);
 
-/// The most memory one step may hold beyond the cache, in MB: a tool call's files (4 of up
-/// to 5 MB) held and copied once for the store, with room for the model's reply.
-pub const STEP_MEMORY_MB: u64 = 48;
-/// What a step function holds besides its steps and cache, in MB (runtime, clients, TLS).
-pub const BASE_MEMORY_MB: u64 = 64;
+/// The most memory one step may hold beyond the cache, in MB, measured: the heaviest work a
+/// deployment allows (`tests/lambda/memory.py`: a 3.9 MB model request, a 4.6 MB window,
+/// 8 tool results of 64 KB) took 7.3 MB more a step at once (158.7 MB peak at 2 at once,
+/// 201.0 at 6, 217.4 at 10, in 256 MB), with half as much again for margin. Runs waiting on
+/// a model hold little, and share the invocation's billed duration: more at once is cheaper.
+/// (A Rust tool of a deployment's own that returns files holds up to 4 × 5 MB more while
+/// its step commits: such a deployment sets `BATON_STEPS_AT_ONCE`.)
+pub const STEP_MEMORY_MB: u64 = 12;
+/// What a step function holds besides its steps and cache, in MB (runtime, clients, TLS),
+/// measured the same way (144 MB at 2 at once, less 64 MB of cache and 2 steps), rounded up.
+pub const BASE_MEMORY_MB: u64 = 80;
 
 /// How many runs of a batch a function of `memory_mb` steps at once, its cache of
-/// `cache_bytes` aside, at the worst each step may hold ([`STEP_MEMORY_MB`]): at least 2
-/// (so that one slow model call never holds the others back), at most a batch (10). 256 MB
-/// with its 64 MB cache: 2; 512 MB: 6; 1 GB: 10.
+/// `cache_bytes` aside, at the most each step was measured to hold ([`STEP_MEMORY_MB`]): at
+/// least 2 (so that one slow model call never holds the others back), at most a batch (10).
+/// 256 MB with its 64 MB cache: 9; 512 MB and more: 10.
 pub fn steps_at_once(memory_mb: Option<u64>, cache_bytes: usize) -> usize {
     let Some(memory) = memory_mb else {
         return MAX_BATCH;
@@ -363,9 +372,11 @@ mod tests {
     #[test]
     fn a_function_steps_as_many_runs_at_once_as_its_memory_holds_at_the_worst() {
         let cache = |mb| baton_core::service::budget_for(mb);
-        assert_eq!(steps_at_once(Some(256), cache(256)), 2);
-        assert_eq!(steps_at_once(Some(512), cache(512)), 6);
+        assert_eq!(steps_at_once(Some(256), cache(256)), 9);
+        assert_eq!(steps_at_once(Some(512), cache(512)), MAX_BATCH);
         assert_eq!(steps_at_once(Some(1024), cache(1024)), MAX_BATCH);
+        // 128 MB: its 32 MB cache and the base leave one step's room; never fewer than 2.
+        assert_eq!(steps_at_once(Some(128), cache(128)), 2);
         // A cache set larger than the memory leaves two, never none.
         assert_eq!(steps_at_once(Some(128), 512 * 1024 * 1024), 2);
         // Not on Lambda (tests, `baton dev --aws`): the whole batch.

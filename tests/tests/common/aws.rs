@@ -207,6 +207,7 @@ impl Emulator {
             clock: std::sync::Arc::new(baton_core::ports::SystemClock),
             duplicate: false,
             function_timeout: None,
+            steps_at_once: None,
             live: None,
         })
         .await
