@@ -78,6 +78,19 @@ async fn call(
     api_call(&http, &s.url(), busy, method, path, body.as_ref()).await
 }
 
+/// Starts a run of `ops`; its id.
+async fn start_run(s: &AwsDevServer) -> String {
+    let (code, v) = call(
+        s,
+        reqwest::Method::POST,
+        "/runs",
+        Some(json!({"prompt": "go", "agent": "ops"})),
+    )
+    .await;
+    assert_eq!(code, 202, "{v}");
+    v["runId"].as_str().unwrap().to_owned()
+}
+
 /// The sweep's tick, as its scheduled rule runs it: a tick that meets a throttle (under the
 /// fault layer) fails and the next tick runs it again.
 async fn sweep(s: &AwsDevServer) {
@@ -246,15 +259,7 @@ async fn a_follow_up_between_two_steps_gets_exactly_one_turn_over_aws_apis() {
         failpoint::reset();
         let s = host_with(&aws, &aws.names(&format!("f{i}")), script).await;
         let gate = failpoint::pause(fp, skip);
-        let (code, v) = call(
-            &s,
-            reqwest::Method::POST,
-            "/runs",
-            Some(json!({"prompt": "go", "agent": "ops"})),
-        )
-        .await;
-        assert_eq!(code, 202, "{v}");
-        let run_id = v["runId"].as_str().unwrap().to_owned();
+        let run_id = start_run(&s).await;
         let reached = tokio::time::timeout(Duration::from_secs(30), gate.reached())
             .await
             .is_ok();
@@ -313,15 +318,7 @@ async fn an_invocation_past_its_timeout_is_ended_mid_tool_and_its_run_goes_on() 
     )
     .await;
     let gate = failpoint::pause("step.before_tool", 0);
-    let (code, v) = call(
-        &s,
-        reqwest::Method::POST,
-        "/runs",
-        Some(json!({"prompt": "go", "agent": "ops"})),
-    )
-    .await;
-    assert_eq!(code, 202, "{v}");
-    let run_id = v["runId"].as_str().unwrap().to_owned();
+    let run_id = start_run(&s).await;
     tokio::time::timeout(Duration::from_secs(30), gate.reached())
         .await
         .expect("the step reached its tool call");

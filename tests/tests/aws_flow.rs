@@ -336,16 +336,24 @@ async fn five_second_question(faults: Option<Faults>) -> (Env, String, Value) {
     let mut agents = common::mock_openai::named_agents();
     agents["agents"]["orchestrator"]["ctaExpirySeconds"] = json!(5);
     let env = start_env_faulty(script, false, catalog(Some(agents)), faults).await;
-    let (_, v) = env
-        .call(
-            reqwest::Method::POST,
-            "/runs",
-            Some(json!({"prompt": "ask"})),
-        )
-        .await;
-    let run_id = v["runId"].as_str().unwrap().to_owned();
-    let cta = env.pending_cta("text").await;
+    let (run_id, cta) = env.ask().await;
     (env, run_id, cta)
+}
+
+impl Env {
+    /// A run that asks the 5 s question: its id, and the question once it is pending.
+    async fn ask(&self) -> (String, Value) {
+        let (_, v) = self
+            .call(
+                reqwest::Method::POST,
+                "/runs",
+                Some(json!({"prompt": "ask"})),
+            )
+            .await;
+        let run_id = v["runId"].as_str().unwrap().to_owned();
+        let cta = self.pending_cta("text").await;
+        (run_id, cta)
+    }
 }
 
 /// A CTA whose schedule fires 59 s before its time (EventBridge Scheduler keeps time to the
@@ -1186,15 +1194,16 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
     server.shutdown().await;
 }
 
-/// The schedule of `cta_id`, once the step's effects have made it.
-async fn schedule_of(
+/// The schedule of `cta_id`, once the step's effects have made it; then deleted, as
+/// Scheduler drops one (or as an outbox not yet performed has made none).
+async fn dropped_schedule(
     env: &Env,
     cta_id: &str,
 ) -> aws_sdk_scheduler::operation::get_schedule::GetScheduleOutput {
     let sch = aws_sdk_scheduler::Client::new(&env.sdk);
     let group = &env.server.provisioned.config.schedule_group;
     let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let made = loop {
         match sch
             .get_schedule()
             .name(cta_id)
@@ -1202,13 +1211,30 @@ async fn schedule_of(
             .send()
             .await
         {
-            Ok(s) => return s,
+            Ok(s) => break s,
             Err(_) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(50)).await
             }
             Err(e) => panic!("the CTA's schedule never appeared: {e:?}"),
         }
-    }
+    };
+    sch.delete_schedule()
+        .name(cta_id)
+        .group_name(group)
+        .send()
+        .await
+        .unwrap();
+    made
+}
+
+/// Sleeps until just past the question's `expiresAt`; returns it.
+async fn past_expiry(cta: &Value) -> chrono::DateTime<chrono::Utc> {
+    let expires = chrono::DateTime::parse_from_rfc3339(cta["expiresAt"].as_str().unwrap())
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let wait = (expires - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(100)).await;
+    expires
 }
 
 /// Timers that cannot be lost. Each schedule retries for a day and then dead-letters; a
@@ -1219,9 +1245,7 @@ async fn schedule_of(
 async fn a_dropped_expiry_and_one_performed_late_still_expire_their_questions() {
     let (env, run_id, cta) = five_second_question(None).await;
     let c = env.server.provisioned.config.clone();
-    let sch = aws_sdk_scheduler::Client::new(&env.sdk);
-    let cta_id = cta["ctaId"].as_str().unwrap().to_owned();
-    let s = schedule_of(&env, &cta_id).await;
+    let s = dropped_schedule(&env, cta["ctaId"].as_str().unwrap()).await;
     let target = s.target().unwrap();
     let retry = target.retry_policy().expect("a retry policy");
     assert_eq!(retry.maximum_event_age_in_seconds(), Some(86_400));
@@ -1232,57 +1256,26 @@ async fn a_dropped_expiry_and_one_performed_late_still_expire_their_questions() 
         "{dlq:?}"
     );
 
-    // Dropped: the schedule is gone and nothing fires. The sweep expires the question.
-    sch.delete_schedule()
-        .name(&cta_id)
-        .group_name(&c.schedule_group)
-        .send()
-        .await
-        .unwrap();
-    let expires = |cta: &Value| {
-        chrono::DateTime::parse_from_rfc3339(cta["expiresAt"].as_str().unwrap())
-            .unwrap()
-            .with_timezone(&chrono::Utc)
-    };
-    let wait = (expires(&cta) - chrono::Utc::now())
-        .to_std()
-        .unwrap_or_default();
-    tokio::time::sleep(wait + Duration::from_millis(100)).await;
+    // Dropped: nothing fires at its time. The sweep's tick expires the question.
+    past_expiry(&cta).await;
     let repaired = env.server.sweep(chrono::Duration::zero()).await.unwrap();
     assert!(repaired >= 1, "the sweep expired it");
     let run = env.run_status(&run_id, "expired").await;
     assert_eq!(run["error"]["code"], "cta_expired");
 
     // Late: a second question, whose expiry is performed only once it is due.
-    let (_, v) = env
-        .call(
-            reqwest::Method::POST,
-            "/runs",
-            Some(json!({"prompt": "ask"})),
-        )
-        .await;
-    let late_run = v["runId"].as_str().unwrap().to_owned();
-    let cta = env.pending_cta("text").await;
+    let (late_run, cta) = env.ask().await;
     let late_cta = cta["ctaId"].as_str().unwrap().to_owned();
-    schedule_of(&env, &late_cta).await;
-    sch.delete_schedule()
-        .name(&late_cta)
-        .group_name(&c.schedule_group)
-        .send()
-        .await
-        .unwrap();
-    let wait = (expires(&cta) - chrono::Utc::now())
-        .to_std()
-        .unwrap_or_default();
-    tokio::time::sleep(wait + Duration::from_millis(100)).await;
+    dropped_schedule(&env, &late_cta).await;
+    let expires = past_expiry(&cta).await;
     env.server
         .service
         .deps()
         .scheduler
-        .schedule(&late_cta, &late_run, expires(&cta))
+        .schedule(&late_cta, &late_run, expires)
         .await
         .unwrap();
-    let made = sch
+    let made = aws_sdk_scheduler::Client::new(&env.sdk)
         .get_schedule()
         .name(&late_cta)
         .group_name(&c.schedule_group)

@@ -433,3 +433,43 @@ async fn a_plan_step_timer_fired_59_s_early_still_stops_the_step_within_two_minu
     );
     s.shutdown().await;
 }
+
+/// A plan step's timer whose schedule Scheduler dropped (deleted here; the emulator fires
+/// none) is fired by the sweep once past its time: the run holds its armed timers, indexed
+/// by the soonest, and the step is stopped as its schedule would have stopped it.
+#[tokio::test]
+async fn a_plan_step_timer_whose_schedule_was_lost_is_fired_by_the_sweep() {
+    let aws = Emulator::start_with(None).await;
+    let sdk = aws.sdk().await;
+    let s = aws_host(&aws, "losttimer", TIMEOUT_SCRIPT).await;
+    let c = Client {
+        base: s.url(),
+        http: reqwest::Client::new(),
+    };
+    let run_id = c.post("/runs", json!({"prompt": "go"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    c.pending("text").await;
+    let run = c.get(&format!("/runs/{run_id}")).await;
+    let step = &plan_entry(&run)["plan"]["steps"]["ask"];
+    let timer = step["timerId"].as_str().unwrap().to_owned();
+    let due: chrono::DateTime<chrono::Utc> = step["deadline"].as_str().unwrap().parse().unwrap();
+    aws_sdk_scheduler::Client::new(&sdk)
+        .delete_schedule()
+        .name(&timer)
+        .group_name(&s.provisioned.config.schedule_group)
+        .send()
+        .await
+        .expect("the step's schedule was made");
+    // Before its time the sweep leaves it; after, it fires it.
+    s.sweep(chrono::Duration::zero()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let run = c.get(&format!("/runs/{run_id}")).await;
+    assert_eq!(run["status"], "waiting", "not yet due: {run}");
+    let wait = (due - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(100)).await;
+    assert!(s.sweep(chrono::Duration::zero()).await.unwrap() >= 1);
+    timed_out(&c, &run_id).await;
+    s.shutdown().await;
+}

@@ -128,6 +128,13 @@ impl Store for Refusing {
     ) -> Result<Vec<Cta>, PortError> {
         self.inner.stale_resolutions(before, limit).await
     }
+    async fn overdue_timers(
+        &self,
+        before: chrono::DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<baton_core::ports::DueTimer>, PortError> {
+        self.inner.overdue_timers(before, limit).await
+    }
     async fn overdue_ctas(
         &self,
         before: chrono::DateTime<Utc>,

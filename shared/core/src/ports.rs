@@ -38,6 +38,35 @@ pub enum Settled {
 }
 
 /// Runs, timelines and CTAs, with a conditional commit.
+/// The timers of `runs` (not ended) due before `before`, soonest first, at most `limit`.
+pub fn due_timers(runs: &[crate::run::Run], before: DateTime<Utc>, limit: usize) -> Vec<DueTimer> {
+    let mut out: Vec<DueTimer> = runs
+        .iter()
+        .filter(|r| !r.status.is_terminal())
+        .flat_map(|r| {
+            r.timers
+                .iter()
+                .filter(|(_, at)| **at < before)
+                .map(|(id, at)| DueTimer {
+                    run_id: r.run_id.clone(),
+                    timer_id: id.clone(),
+                    due: *at,
+                })
+        })
+        .collect();
+    out.sort_by_key(|t| t.due);
+    out.truncate(limit);
+    out
+}
+
+/// A run's timer past its time ([`Store::overdue_timers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueTimer {
+    pub run_id: String,
+    pub timer_id: String,
+    pub due: DateTime<Utc>,
+}
+
 #[async_trait::async_trait]
 pub trait Store: Send + Sync {
     /// Creates a run with its first entries and outbox. With an idempotency key, a second
@@ -184,6 +213,15 @@ pub trait Store: Send + Sync {
         before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<Cta>, PortError>;
+
+    /// Timers of runs not ended that were due before `before` and have not fired (a run's
+    /// [`crate::run::Run::timers`]), at most `limit`: their schedules were lost, so the sweep
+    /// fires them.
+    async fn overdue_timers(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<DueTimer>, PortError>;
 
     /// Marks a CTA's resolution sent to its run.
     async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError>;

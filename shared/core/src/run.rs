@@ -154,6 +154,12 @@ pub struct Run {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "schemas", schemars(skip))]
     pub deadline_timer: Option<String>,
+    /// The run's timers armed and not yet fired nor cancelled (its deadline's, its plan
+    /// steps' timeouts), with when each is due: the stores index the soonest, so that the
+    /// sweep fires one whose schedule was lost.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[cfg_attr(feature = "schemas", schemars(skip))]
+    pub timers: std::collections::BTreeMap<String, DateTime<Utc>>,
     /// Since when the run waits for a human, while it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_since: Option<DateTime<Utc>>,
@@ -361,6 +367,7 @@ impl Run {
             // Queued, it works: its clock runs from its creation.
             working_since: Some(n.now),
             deadline_timer: None,
+            timers: Default::default(),
             waiting_since: None,
             thinks: 0,
             turn_thinks: 0,

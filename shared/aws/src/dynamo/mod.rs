@@ -570,6 +570,14 @@ impl Store for DynamoStore {
         self.outstanding_resolutions(before, limit).await
     }
 
+    async fn overdue_timers(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<baton_core::ports::DueTimer>, PortError> {
+        self.timers_due(before, limit).await
+    }
+
     async fn overdue_ctas(
         &self,
         before: DateTime<Utc>,

@@ -145,6 +145,22 @@ impl DynamoStore {
         Ok(out)
     }
 
+    /// Timers of runs not ended due before `before` (GSI3, `TMR#` shards: a run with timers
+    /// armed is indexed by its soonest until it has none, or ends and moves to `FIN#`).
+    pub(super) async fn timers_due(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<baton_core::ports::DueTimer>, PortError> {
+        let mut runs = Vec::new();
+        for run_id in self.indexed_runs(GSI3, "TMR", before, limit).await? {
+            if let Some(rec) = self.get_run(&run_id).await? {
+                runs.push(rec.run);
+            }
+        }
+        Ok(baton_core::ports::due_timers(&runs, before, limit))
+    }
+
     /// Takes a CTA out of the sweep's index: its run has been told.
     pub(super) async fn remove_resolution(&self, cta_id: &str) -> Result<(), PortError> {
         self.update_meta(

@@ -359,6 +359,21 @@ impl<'a> Work<'a> {
             // No think is on its way to a run that is not running.
             self.run.continue_at = None;
         }
+        // The timers the run has armed and not fired nor cancelled, for the stores' index.
+        for e in &self.effects {
+            match e {
+                Effect::Timer { timer_id, at, .. } => {
+                    self.run.timers.insert(timer_id.clone(), *at);
+                }
+                Effect::CancelTimer { timer_id } => {
+                    self.run.timers.remove(timer_id);
+                }
+                _ => {}
+            }
+        }
+        if self.run.status.is_terminal() {
+            self.run.timers.clear();
+        }
         self.run.version += 1;
         self.run.batch_start = self.batch_start;
         self.run.updated_at = self.now;

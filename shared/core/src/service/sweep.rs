@@ -49,6 +49,7 @@ impl Service {
         }
         repaired += self.resend_resolutions(older_than).await?;
         repaired += self.expire_overdue(older_than).await?;
+        repaired += self.fire_overdue_timers(older_than).await?;
         let mut purged = 0;
         while !spent() {
             let n = self
@@ -83,6 +84,26 @@ impl Service {
             }
         }
         Ok(expired)
+    }
+
+    /// Fires the runs' timers (a plan step's timeout, a run's deadline) still unfired more
+    /// than `older_than` past their time: their schedules were lost. Returns how many.
+    pub async fn fire_overdue_timers(
+        &self,
+        older_than: chrono::Duration,
+    ) -> Result<usize, PortError> {
+        let before = self.deps.clock.now() - older_than;
+        let timers = self.deps.store.overdue_timers(before, 100).await?;
+        let mut fired = 0;
+        for t in &timers {
+            warn!(run_id = %t.run_id, timer_id = %t.timer_id, due = %t.due.to_rfc3339(),
+                "sweep: a timer past its time, its schedule lost: firing it");
+            match self.fire_timer(&t.timer_id, &t.run_id, Some(t.due)).await {
+                Ok(()) => fired += 1,
+                Err(e) => warn!(timer_id = %t.timer_id, error = %e, "sweep: the timer failed"),
+            }
+        }
+        Ok(fired)
     }
 
     /// Sends again the resolutions of CTAs answered or expired more than `older_than` ago

@@ -557,6 +557,27 @@ impl Store for LocalStore {
         .await
     }
 
+    async fn overdue_timers(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<baton_core::ports::DueTimer>, PortError> {
+        let runs: Vec<Run> = self
+            .read(move |c| {
+                let mut stmt = c
+                    .prepare_cached(
+                        "SELECT body FROM runs WHERE json_extract(body, '$.timers') IS NOT NULL",
+                    )
+                    .map_err(sql)?;
+                stmt.query_map([], |r| r.get::<_, String>(0))
+                    .map_err(sql)?
+                    .map(|b| from_json::<Run>(&b.map_err(sql)?))
+                    .collect()
+            })
+            .await?;
+        Ok(baton_core::ports::due_timers(&runs, before, limit))
+    }
+
     async fn overdue_ctas(
         &self,
         before: DateTime<Utc>,

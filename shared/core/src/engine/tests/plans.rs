@@ -799,3 +799,48 @@ fn requested_outputs_and_priority_entities_reach_the_planner() {
         "{prompt}"
     );
 }
+
+#[test]
+fn a_run_holds_the_timers_it_armed_until_they_fire_or_are_cancelled() {
+    // The stores index a run by its soonest armed timer, so that the sweep fires one whose
+    // schedule was lost: the run must hold each timer from its arming to its firing or
+    // cancelling, and none once it ends.
+    let mut s = Sim::new();
+    let steps = json!([
+        {"id": "slow", "agent": "alpha", "prompt": "x"},
+        {"id": "next", "agent": "beta", "prompt": "y", "timeout_ms": 2000}
+    ]);
+    s.script(
+        "orchestrator",
+        vec![
+            plan_call(json!({"plan": steps, "timeout_ms": 5000})),
+            text("ok"),
+        ],
+    );
+    s.script("beta", vec![text("B")]);
+    let id = start(&mut s);
+    // The slow step's child never answers.
+    s.queue.clear();
+    let first = state(&s, &id).steps["slow"].timer_id.clone().unwrap();
+    let armed: Vec<&String> = s.run(&id).timers.keys().collect();
+    assert_eq!(armed, [&first]);
+    assert_eq!(
+        s.run(&id).timers[&first],
+        t0() + chrono::Duration::seconds(5)
+    );
+    s.now = t0() + chrono::Duration::seconds(5);
+    let fire = Input::Timer {
+        timer_id: first.clone(),
+    };
+    assert_eq!(s.send(&id, fire), Outcome::Done);
+    let next = state(&s, &id).steps["next"].timer_id.clone().unwrap();
+    assert!(!s.run(&id).timers.contains_key(&first), "fired: gone");
+    assert!(
+        s.run(&id).timers.contains_key(&next),
+        "the next step's armed"
+    );
+    s.run_all();
+    // The next step ended in time (its timer cancelled) and the run completed: none left.
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+    assert!(s.run(&id).timers.is_empty(), "{:?}", s.run(&id).timers);
+}
