@@ -126,6 +126,8 @@ pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String
         scheduler_requests: b.scheduler_requests - a.scheduler_requests,
         read_units: b.read_units - a.read_units,
         write_units: b.write_units - a.write_units,
+        consumed_read_units: b.consumed_read_units - a.consumed_read_units,
+        consumed_write_units: b.consumed_write_units - a.consumed_write_units,
     };
     let cost = |u: &Usage| {
         u.write_units as f64 * PRICE_WRITE_UNIT
@@ -140,6 +142,8 @@ pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String
             "dynamodb_requests": u.dynamodb_requests, "sqs_requests": u.sqs_requests,
             "eventbridge_requests": u.eventbridge_requests, "scheduler_requests": u.scheduler_requests,
             "read_units": u.read_units, "write_units": u.write_units,
+            "consumed_read_units": u.consumed_read_units,
+            "consumed_write_units": u.consumed_write_units,
             "usd_per_million_iterations": (cost(&u) * 1e6 * 100.0).round() / 100.0,
         })
     };

@@ -68,7 +68,7 @@ pub async fn run(opts: LoadAws, config: &Config) -> anyhow::Result<String> {
         clock: Arc::new(SystemClock),
         duplicate: false,
         function_timeout: None,
-        steps_at_once: None,
+        steps_at_once: config.steps_at_once.map(|n| n as usize),
         live: None,
     })
     .await?;
@@ -198,8 +198,10 @@ pub async fn run(opts: LoadAws, config: &Config) -> anyhow::Result<String> {
     let memory = baton_dev::functions::Functions::deployed()?
         .fed_by("StepsQueue")?
         .memory_mb;
-    let at_once =
-        baton_lambda::steps_at_once(Some(memory), baton_core::service::budget_for(memory));
+    let at_once = config.steps_at_once.map_or_else(
+        || baton_lambda::steps_at_once(Some(memory), baton_core::service::budget_for(memory)),
+        |n| n as usize,
+    );
     let wait_usd = memory as f64 / 1024.0 * PRICE_LAMBDA_GB_S * 1e6;
     let mut routes = serde_json::Map::new();
     let mut largest = 0;
@@ -223,6 +225,17 @@ pub async fn run(opts: LoadAws, config: &Config) -> anyhow::Result<String> {
         "aws_requests_per_step": per_step(requests as f64),
         "dynamodb_read_units_per_step": per_step(used.read_units - meter_start.read_units),
         "dynamodb_write_units_per_step": per_step((used.write_units - meter_start.write_units) as f64),
+        // As DynamoDB answered (`ReturnConsumedCapacity`, its indexes' writes included):
+        // real units on DynamoDB Local or AWS; moto answers a fixed unit for some calls.
+        "dynamodb_consumed_read_units_per_step":
+            per_step(used.consumed_read_units - meter_start.consumed_read_units),
+        "dynamodb_consumed_write_units_per_step":
+            per_step(used.consumed_write_units - meter_start.consumed_write_units),
+        "dynamodb_usd_per_million_steps_as_consumed": per_million(
+            (used.consumed_read_units - meter_start.consumed_read_units) * PRICE_READ_UNIT
+                + (used.consumed_write_units - meter_start.consumed_write_units)
+                    * PRICE_WRITE_UNIT,
+        ),
         "mapping_sqs_requests_per_step": per_step(mapping_sqs as f64),
         "lambda_invocations_per_step": per_step(invocations as f64),
         "lambda_gb_s_per_step": (gb_s / steps.max(1) as f64 * 1e6).round() / 1e6,

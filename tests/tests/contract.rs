@@ -1791,6 +1791,13 @@ mod aws {
             );
             assert_eq!(requests, 1, "{requests} requests");
             assert!(units <= 8.0, "{units} read units");
+            // What DynamoDB answered it consumed is counted too (moto answers a fixed
+            // amount; DynamoDB Local and AWS, what the page read).
+            let consumed = used.consumed_read_units - before.consumed_read_units;
+            assert!(
+                consumed > 0.0 && consumed <= 8.0,
+                "{consumed} consumed read units"
+            );
         }
     }
 

@@ -109,9 +109,14 @@ pub struct Meter {
     pub sqs: AtomicU64,
     pub eventbridge: AtomicU64,
     pub scheduler: AtomicU64,
-    /// Read request units, in halves (eventually consistent reads cost half a unit).
+    /// Read request units, in halves (eventually consistent reads cost half a unit):
+    /// estimated from item sizes by DynamoDB's rules.
     pub read_half_units: AtomicU64,
     pub write_units: AtomicU64,
+    /// What DynamoDB's answers say they consumed (`ReturnConsumedCapacity=TOTAL`, indexes
+    /// included), in thousandths of a unit.
+    pub consumed_read_milli: AtomicU64,
+    pub consumed_write_milli: AtomicU64,
 }
 
 /// A snapshot of a [`Meter`].
@@ -123,6 +128,9 @@ pub struct Usage {
     pub scheduler_requests: u64,
     pub read_units: f64,
     pub write_units: u64,
+    /// As DynamoDB reported them ([`Meter::consumed_read_milli`]).
+    pub consumed_read_units: f64,
+    pub consumed_write_units: f64,
 }
 
 impl Meter {
@@ -137,6 +145,8 @@ impl Meter {
             scheduler_requests: self.scheduler.load(Ordering::Relaxed),
             read_units: self.read_half_units.load(Ordering::Relaxed) as f64 / 2.0,
             write_units: self.write_units.load(Ordering::Relaxed),
+            consumed_read_units: self.consumed_read_milli.load(Ordering::Relaxed) as f64 / 1e3,
+            consumed_write_units: self.consumed_write_milli.load(Ordering::Relaxed) as f64 / 1e3,
         }
     }
     pub(crate) fn count(counter: &AtomicU64) {

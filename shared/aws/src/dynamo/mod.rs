@@ -34,6 +34,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
 use chrono::{DateTime, Utc};
 use tracing::instrument;
 
+mod consumed;
 mod io;
 mod items;
 mod lists;
@@ -200,8 +201,14 @@ impl DynamoStore {
         retention_days: u32,
         meter: Arc<Meter>,
     ) -> Self {
+        // Every call asks what it consumed, and the meter adds it up.
+        let config = client
+            .config()
+            .to_builder()
+            .interceptor(consumed::ConsumedUnits(meter.clone()))
+            .build();
         Self {
-            client,
+            client: Client::from_conf(config),
             table: table.into(),
             retention: chrono::Duration::days(retention_days.into()),
             meter,
