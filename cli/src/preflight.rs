@@ -9,6 +9,8 @@
 
 use std::collections::HashMap;
 
+use anyhow::Context;
+
 use baton_dev::functions::Functions;
 
 /// What Lambda keeps unreserved in every account, whatever is reserved.
@@ -67,12 +69,8 @@ pub async fn check(
         .get_account_settings()
         .send()
         .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "Lambda GetAccountSettings: {}",
-                baton_aws::sdk::map_sdk_err("GetAccountSettings", e)
-            )
-        })?;
+        .map_err(|e| baton_aws::sdk::map_sdk_err("GetAccountSettings", e))
+        .context("reading the account's Lambda settings")?;
     let limit = settings.account_limit();
     let total = limit.map_or(0, |l| i64::from(l.concurrent_executions()));
     let unreserved = limit

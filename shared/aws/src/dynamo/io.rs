@@ -1,8 +1,30 @@
-//! The table's I/O: reads and writes through the SDK, each counted by the meter.
+//! The table's I/O: the store's client (asking each call what it consumed), and reads and
+//! writes through it, each counted by the meter.
 
 use super::*;
 
 impl DynamoStore {
+    /// The store of `table`, over `client` with [`super::consumed::ConsumedUnits`] added.
+    pub fn new(
+        client: Client,
+        table: impl Into<String>,
+        retention_days: u32,
+        meter: Arc<Meter>,
+    ) -> Self {
+        // Every call asks what it consumed, and the meter adds it up.
+        let config = client
+            .config()
+            .to_builder()
+            .interceptor(super::consumed::ConsumedUnits(meter.clone()))
+            .build();
+        Self {
+            client: Client::from_conf(config),
+            table: table.into(),
+            retention: chrono::Duration::days(retention_days.into()),
+            meter,
+        }
+    }
+
     pub(super) fn count_read(&self, bytes: usize, consistent: bool) {
         Meter::count(&self.meter.dynamodb);
         let units = bytes.div_ceil(4096).max(1) as u64;

@@ -2,10 +2,10 @@
 //!
 //! | item | PK | SK | attributes |
 //! |---|---|---|---|
-//! | run | `RUN#<runId>` | `META` | `v` (version), `own`, `st`, `body` (the run, JSON, without `metadata` and `context`), `ob` (outbox), `ni` (timeline items written), `ttl` |
+//! | run | `RUN#<runId>` | `META` | `v` (version), `own`, `st`, `body` (the run, JSON, without `metadata` and `context`), `ob` (outbox), `ni` (timeline items written), `ttl`; `GSI2PK` = `OB#<shard>` while a parking outbox waits; `GSI3PK` = `FIN#<shard>` once ended, else `TMR#<shard>` (`GSI3SK` its soonest armed timer) while it has timers |
 //! | timeline segment | `RUN#<runId>` | `T#<first seq:010>` | `n`, `b`: the entries one commit appended, deflated JSON |
 //! | resolution patch | `RUN#<runId>` | `P#<seq:010>` | `b`: an entry resolved in place (a pending result), whole |
-//! | CTA | `CTA#<ctaId>` | `META` | `st`, `own`, `body`, `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `CTA#<status>#<createdAt>#<ctaId>`, `GSI4PK` = `ROOT#<rootRunId>`, `GSI4SK` = `GSI1SK`, `ttl` |
+//! | CTA | `CTA#<ctaId>` | `META` | `st`, `own`, `body`, `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `CTA#<status>#<createdAt>#<ctaId>`, `GSI4PK` = `ROOT#<rootRunId>`, `GSI4SK` = `GSI1SK`, `ttl`; `GSI2PK` = `DUE#<shard>` (`GSI2SK` its expiry) while pending, `CR#<shard>` while its resolution is unsent |
 //! | run info | `RUN#<runId>` | `INFO` | `md` (`metadata`), `cx` (`context`); a top-level run's also `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `RUN#<createdAt>#<runId>` (its owner's list of runs); a subagent's `GSI4PK` = `ROOT#<rootRunId>`, `GSI4SK` = `RUN#<createdAt>#<runId>` (the runs under its top-level run). Written once with the run, read with the run item by one query of [`INFO`, `META`] |
 //! | watch lease | `RUN#<runId>` | `LIVE` | `wu` (until when someone watches the run live, unix ms), `ttl`. Written by the API when it grants a watch; read with the run item by the same query |
 //! | idempotency key | `IDEM#<len>#<owner>#<key>` | `META` | `runId` |
@@ -193,26 +193,6 @@ impl DynamoStore {
             .map_err(|e| map_sdk_err("Query", e))?;
         self.count_read(out.items().iter().map(item_size).sum(), true);
         Ok(out.items.unwrap_or_default().into_iter().next())
-    }
-
-    pub fn new(
-        client: Client,
-        table: impl Into<String>,
-        retention_days: u32,
-        meter: Arc<Meter>,
-    ) -> Self {
-        // Every call asks what it consumed, and the meter adds it up.
-        let config = client
-            .config()
-            .to_builder()
-            .interceptor(consumed::ConsumedUnits(meter.clone()))
-            .build();
-        Self {
-            client: Client::from_conf(config),
-            table: table.into(),
-            retention: chrono::Duration::days(retention_days.into()),
-            meter,
-        }
     }
 }
 

@@ -38,6 +38,7 @@ use baton_core::timeline::Entry;
 mod commit;
 mod db;
 mod lists;
+mod overdue;
 mod queue;
 mod rows;
 mod schema;
@@ -562,20 +563,7 @@ impl Store for LocalStore {
         before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<baton_core::ports::DueTimer>, PortError> {
-        let runs: Vec<Run> = self
-            .read(move |c| {
-                let mut stmt = c
-                    .prepare_cached(
-                        "SELECT body FROM runs WHERE json_extract(body, '$.timers') IS NOT NULL",
-                    )
-                    .map_err(sql)?;
-                stmt.query_map([], |r| r.get::<_, String>(0))
-                    .map_err(sql)?
-                    .map(|b| from_json::<Run>(&b.map_err(sql)?))
-                    .collect()
-            })
-            .await?;
-        Ok(baton_core::ports::due_timers(&runs, before, limit))
+        self.timers_due(before, limit).await
     }
 
     async fn overdue_ctas(
@@ -583,22 +571,7 @@ impl Store for LocalStore {
         before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<Cta>, PortError> {
-        self.read(move |c| {
-            let mut stmt = c
-                .prepare_cached("SELECT body FROM ctas WHERE status = 'pending'")
-                .map_err(sql)?;
-            let mut out = Vec::new();
-            for body in stmt.query_map([], |r| r.get::<_, String>(0)).map_err(sql)? {
-                let cta: Cta = from_json(&body.map_err(sql)?)?;
-                if cta.expires_at < before {
-                    out.push(cta);
-                }
-            }
-            out.sort_by_key(|c| c.expires_at);
-            out.truncate(limit);
-            Ok(out)
-        })
-        .await
+        self.ctas_overdue(before, limit).await
     }
 
     async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
