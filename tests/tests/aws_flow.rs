@@ -1194,9 +1194,25 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
     server.shutdown().await;
 }
 
-/// The schedule of `cta_id`, once the step's effects have made it; then deleted, as
-/// Scheduler drops one (or as an outbox not yet performed has made none).
+/// The schedule of `cta_id`, once the step's effects have made it; then deleted, as an
+/// outbox not yet performed has made none.
 async fn dropped_schedule(
+    env: &Env,
+    cta_id: &str,
+) -> aws_sdk_scheduler::operation::get_schedule::GetScheduleOutput {
+    let made = made_schedule(env, cta_id).await;
+    aws_sdk_scheduler::Client::new(&env.sdk)
+        .delete_schedule()
+        .name(cta_id)
+        .group_name(&env.server.provisioned.config.schedule_group)
+        .send()
+        .await
+        .unwrap();
+    made
+}
+
+/// The schedule of `cta_id`, once the step's effects have made it.
+async fn made_schedule(
     env: &Env,
     cta_id: &str,
 ) -> aws_sdk_scheduler::operation::get_schedule::GetScheduleOutput {
@@ -1218,12 +1234,6 @@ async fn dropped_schedule(
             Err(e) => panic!("the CTA's schedule never appeared: {e:?}"),
         }
     };
-    sch.delete_schedule()
-        .name(cta_id)
-        .group_name(group)
-        .send()
-        .await
-        .unwrap();
     made
 }
 
@@ -1238,14 +1248,20 @@ async fn past_expiry(cta: &Value) -> chrono::DateTime<chrono::Utc> {
 }
 
 /// Timers that cannot be lost. Each schedule retries for a day and then dead-letters; a
-/// question whose schedule Scheduler dropped is expired by the sweep's next tick; and an
-/// expiry whose effect is performed after its time (an outbox performed late) is never
-/// scheduled in the past, where it could not fire: its event goes on the bus at once.
+/// question whose schedule's firing Scheduler dropped (the fault layer drops every one here,
+/// to the timers' dead-letter queue) is expired by the sweep's next tick; and an expiry
+/// whose effect is performed after its time (an outbox performed late) is never scheduled in
+/// the past, where it could not fire: its event goes on the bus at once.
 #[tokio::test]
 async fn a_dropped_expiry_and_one_performed_late_still_expire_their_questions() {
-    let (env, run_id, cta) = five_second_question(None).await;
+    let faults = Faults {
+        drop_firings: 1.0,
+        ..Faults::default()
+    };
+    let (env, run_id, cta) = five_second_question(Some(faults)).await;
     let c = env.server.provisioned.config.clone();
-    let s = dropped_schedule(&env, cta["ctaId"].as_str().unwrap()).await;
+    let cta_id = cta["ctaId"].as_str().unwrap().to_owned();
+    let s = made_schedule(&env, &cta_id).await;
     let target = s.target().unwrap();
     let retry = target.retry_policy().expect("a retry policy");
     assert_eq!(retry.maximum_event_age_in_seconds(), Some(86_400));
@@ -1256,8 +1272,43 @@ async fn a_dropped_expiry_and_one_performed_late_still_expire_their_questions() 
         "{dlq:?}"
     );
 
-    // Dropped: nothing fires at its time. The sweep's tick expires the question.
-    past_expiry(&cta).await;
+    // Dropped: at its time (within the minute after `expiresAt`) the firing goes to the
+    // dead-letter queue, and the question is still open. The sweep's tick expires it.
+    let stats = env.aws.faulty.as_ref().unwrap().stats.clone();
+    let deadline = Instant::now() + Duration::from_secs(150);
+    while stats.dropped.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        assert!(Instant::now() < deadline, "the firing was never dropped");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let sqs = aws_sdk_sqs::Client::new(&env.sdk);
+    let dlq_name = dlq.unwrap().rsplit(':').next().unwrap();
+    let url = sqs
+        .get_queue_url()
+        .queue_name(dlq_name)
+        .send()
+        .await
+        .unwrap();
+    let dead = sqs
+        .receive_message()
+        .queue_url(url.queue_url().unwrap())
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    let dead = dead
+        .messages()
+        .first()
+        .expect("the dead-letter queue holds it");
+    let body: Value = serde_json::from_str(dead.body().unwrap()).unwrap();
+    assert_eq!(
+        body["ctaId"],
+        cta_id.as_str(),
+        "the dropped expiry, dead-lettered"
+    );
+    let (_, pending) = env
+        .call(reqwest::Method::GET, &format!("/ctas/{cta_id}"), None)
+        .await;
+    assert_eq!(pending["status"], "pending", "nothing expired it yet");
     let repaired = env.server.sweep(chrono::Duration::zero()).await.unwrap();
     assert!(repaired >= 1, "the sweep expired it");
     let run = env.run_status(&run_id, "expired").await;

@@ -4,10 +4,11 @@
 //! - `BATON_TEST_AWS_ENDPOINT=http://127.0.0.1:4566`: an emulator already running there
 //!   (LocalStack, as `tests/localstack/run.sh` starts it), shared by every test; each test's
 //!   resources then get a name of their own.
-//! - `BATON_TEST_FAULTS=1` (or `throttle=0.1,errors=0.02,early`): the code under test talks
-//!   to AWS through the fault layer (`fault.rs`), which throttles and fails that share of
-//!   every operation once the resources exist, and fires schedules anywhere in their
-//!   minute (`1`: 10% throttled, 2% server errors, each schedule's first firing 59 s early).
+//! - `BATON_TEST_FAULTS=1` (or `throttle=0.1,errors=0.02,early,drop=0.1`): the code under
+//!   test talks to AWS through the fault layer (`fault.rs`), which throttles and fails that
+//!   share of every operation once the resources exist, fires schedules anywhere in their
+//!   minute and drops that share of firings to their dead-letter queue (`1`: 10% throttled,
+//!   2% server errors, each schedule's first firing 59 s early, none dropped).
 //!
 //! The test's own calls (reading what the code wrote) always go straight to the emulator.
 
@@ -129,12 +130,15 @@ pub fn faults_from_env() -> Option<Faults> {
             "throttle" => f.throttle = rate(),
             "errors" => f.server_error = rate(),
             "early" => f.early_first_firing = true,
+            "drop" => f.drop_firings = rate(),
             "seed" => {
                 f.seed = v
                     .parse()
                     .unwrap_or_else(|_| panic!("BATON_TEST_FAULTS: `{part}`"))
             }
-            _ => panic!("BATON_TEST_FAULTS: unknown `{part}` (throttle=, errors=, early, seed=)"),
+            _ => panic!(
+                "BATON_TEST_FAULTS: unknown `{part}` (throttle=, errors=, early, drop=, seed=)"
+            ),
         }
     }
     Some(f)

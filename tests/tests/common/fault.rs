@@ -1,7 +1,10 @@
 //! A hostile AWS: an HTTP proxy in front of an emulator (moto's server or LocalStack) that answers a share of the
 //! requests as AWS answers when it throttles or fails, delays the rest, and fires one-time
 //! schedules as EventBridge Scheduler does, anywhere within their minute, early second
-//! included (neither emulator fires schedules: both store them).
+//! included (neither emulator fires schedules: both store them). A share of firings can be
+//! dropped as Scheduler drops one whose target it could not reach for its retry policy's
+//! whole age (its `InvocationDroppedCount`): the event goes to the schedule's dead-letter
+//! queue instead of the bus.
 //!
 //! Each service fails in its own words, as its documentation and its SDK's deserializers
 //! have them: DynamoDB `ThrottlingException` / `ProvisionedThroughputExceededException`,
@@ -35,6 +38,9 @@ pub struct Faults {
     /// A schedule's first firing comes 59 s before its time (later ones, anywhere within
     /// their minute, early second included).
     pub early_first_firing: bool,
+    /// A firing is dropped: its event goes to the schedule's dead-letter queue, never to
+    /// the bus.
+    pub drop_firings: f64,
     pub seed: u64,
 }
 
@@ -45,6 +51,7 @@ impl Default for Faults {
             server_error: 0.0,
             latency: Duration::ZERO,
             early_first_firing: false,
+            drop_firings: 0.0,
             seed: 7,
         }
     }
@@ -58,6 +65,8 @@ pub struct Stats {
     pub server_errors: AtomicU64,
     pub fired: AtomicU64,
     pub fired_early: AtomicU64,
+    /// Firings dropped (sent to the dead-letter queue instead).
+    pub dropped: AtomicU64,
     /// Refusals by operation (`dynamodb.TransactWriteItems`…).
     pub refused: Mutex<HashMap<String, u64>>,
 }
@@ -438,26 +447,10 @@ fn arm(s: &Arc<Shared>, name: String, body: &Bytes) {
             return; // updated or deleted since
         }
         let input = target["Input"].as_str().unwrap_or("{}").to_owned();
-        let eb = aws_sdk_eventbridge::Client::new(&s.sdk);
-        let params = &target["EventBridgeParameters"];
-        let put = eb
-            .put_events()
-            .entries(
-                aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
-                    .event_bus_name(target["Arn"].as_str().unwrap_or_default())
-                    .source(params["Source"].as_str().unwrap_or_default())
-                    .detail_type(params["DetailType"].as_str().unwrap_or_default())
-                    .detail(input)
-                    .build(),
-            )
-            .send()
-            .await;
-        if put.is_ok() {
-            s.fired.lock().unwrap().insert(name.clone());
-            s.stats.fired.fetch_add(1, Ordering::Relaxed);
-            if due.is_some_and(|d| Utc::now() < d) {
-                s.stats.fired_early.fetch_add(1, Ordering::Relaxed);
-            }
+        if s.faults.drop_firings > 0.0 && s.draw() < s.faults.drop_firings {
+            drop_firing(&s, &target, &input).await;
+        } else {
+            fire(&s, &target, &name, input, due).await;
         }
         // ActionAfterCompletion: DELETE.
         if s.schedules.lock().unwrap().get(&name) == Some(&generation) {
@@ -469,6 +462,52 @@ fn arm(s: &Arc<Shared>, name: String, body: &Bytes) {
                 .await;
         }
     });
+}
+
+/// Puts a schedule's event on its bus, as its target.
+async fn fire(s: &Shared, target: &Value, name: &str, input: String, due: Option<DateTime<Utc>>) {
+    let eb = aws_sdk_eventbridge::Client::new(&s.sdk);
+    let params = &target["EventBridgeParameters"];
+    let put = eb
+        .put_events()
+        .entries(
+            aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+                .event_bus_name(target["Arn"].as_str().unwrap_or_default())
+                .source(params["Source"].as_str().unwrap_or_default())
+                .detail_type(params["DetailType"].as_str().unwrap_or_default())
+                .detail(input)
+                .build(),
+        )
+        .send()
+        .await;
+    if put.is_ok() {
+        s.fired.lock().unwrap().insert(name.to_owned());
+        s.stats.fired.fetch_add(1, Ordering::Relaxed);
+        if due.is_some_and(|d| Utc::now() < d) {
+            s.stats.fired_early.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Drops a firing as Scheduler does once its retries are spent: the event to the
+/// schedule's dead-letter queue (the queue named by the ARN's last part), never the bus.
+async fn drop_firing(s: &Shared, target: &Value, input: &str) {
+    let queue = target["DeadLetterConfig"]["Arn"]
+        .as_str()
+        .and_then(|a| a.rsplit(':').next());
+    // Without a dead-letter queue the event is simply gone.
+    if let Some(queue) = queue {
+        let sqs = aws_sdk_sqs::Client::new(&s.sdk);
+        if let Ok(url) = sqs.get_queue_url().queue_name(queue).send().await {
+            let _ = sqs
+                .send_message()
+                .queue_url(url.queue_url().unwrap_or_default())
+                .message_body(input)
+                .send()
+                .await;
+        }
+    }
+    s.stats.dropped.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Appends, when `BATON_TEST_RECORD_CALLS` names a file, one JSON line per IAM action each
