@@ -1219,7 +1219,7 @@ async fn made_schedule(
     let sch = aws_sdk_scheduler::Client::new(&env.sdk);
     let group = &env.server.provisioned.config.schedule_group;
     let deadline = Instant::now() + Duration::from_secs(10);
-    let made = loop {
+    loop {
         match sch
             .get_schedule()
             .name(cta_id)
@@ -1233,8 +1233,7 @@ async fn made_schedule(
             }
             Err(e) => panic!("the CTA's schedule never appeared: {e:?}"),
         }
-    };
-    made
+    }
 }
 
 /// Sleeps until just past the question's `expiresAt`; returns it.
