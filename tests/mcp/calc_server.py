@@ -44,5 +44,13 @@ def whoami(ctx: Context) -> str:
     return request.headers.get("authorization", "(none)") if request else "(no request)"
 
 
+@mcp.tool()
+def charge(cents: int, ctx: Context) -> str:
+    """Charge an amount: answers with the idempotency key the call came with (its `_meta`)."""
+    meta = ctx.request_context.meta
+    extra = (meta.model_extra or {}) if meta else {}
+    return extra.get("io.baton/idempotencyKey", "(none)")
+
+
 if __name__ == "__main__":
     mcp.run(transport="streamable-http")

@@ -1,5 +1,5 @@
 //! Configured tools, deadlines and cost through `baton dev`'s server: an HTTP tool gets
-//! its input with the call id as `Idempotency-Key`, a tool that hangs past its timeout is
+//! its input with the call's idempotency key, a tool that hangs past its timeout is
 //! an error result and the run goes on, a run past `maxWallSeconds` ends failed with an
 //! entry naming the limit, and what the model calls cost is on the run.
 
@@ -97,7 +97,7 @@ async fn http_tools_are_posted_once_per_call_a_hung_one_times_out_and_calls_are_
             .contains("did not finish within its 1 s timeout"),
         "{hung}"
     );
-    // The receiver saw the input, with the tool call's id as the idempotency key.
+    // The receiver saw the input, with the call's idempotency key (the run's and the call's).
     let lookups: Vec<_> = server
         .received_requests()
         .await
@@ -111,7 +111,10 @@ async fn http_tools_are_posted_once_per_call_a_hung_one_times_out_and_calls_are_
             .headers
             .get("idempotency-key")
             .and_then(|v| v.to_str().ok()),
-        tools[0]["id"].as_str()
+        Some(
+            baton_core::engine::idempotency_key(&run_id, tools[0]["seq"].as_u64().unwrap())
+                .as_str()
+        )
     );
     assert_eq!(
         serde_json::from_slice::<Value>(&lookups[0].body).ok(),

@@ -1187,10 +1187,14 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
         }
     }
     assert_eq!(server.invocations_ended(), 0, "no invocation was ended");
-    // One call a run (its key is the model's call id, the same in every run: counted by
-    // request), none repeated.
+    // One call a run, none repeated: a key of its own each.
     let calls = tool.received_requests().await.unwrap_or_default();
     assert_eq!(calls.len(), runs.len(), "each run's call exactly once");
+    let keys: std::collections::HashSet<_> = calls
+        .iter()
+        .filter_map(|r| r.headers.get("idempotency-key")?.to_str().ok())
+        .collect();
+    assert_eq!(keys.len(), runs.len(), "a key per call");
     server.shutdown().await;
 }
 

@@ -16,6 +16,7 @@ mod browser;
 mod console;
 mod contract;
 mod cta_inbox;
+mod edges;
 mod files;
 mod flow;
 mod fork;

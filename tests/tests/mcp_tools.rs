@@ -61,7 +61,8 @@ async fn fastmcp_tools_run_are_gated_and_a_killed_server_is_an_error_result() {
             {"name": "calc__add", "arguments": {"a": 2, "b": 3}},
             {"name": "calc__stats", "arguments": {"values": [1, 2, 3]}},
             {"name": "calc__divide", "arguments": {"a": 1, "b": 0}},
-            {"name": "calc__whoami", "arguments": {}}
+            {"name": "calc__whoami", "arguments": {}},
+            {"name": "calc__charge", "arguments": {"cents": 5}}
         ]},
         {"tool_calls": [{"name": "request_human_feedback",
                          "arguments": {"kind": "approval", "message": "Go on?"}}]},
@@ -128,6 +129,13 @@ async fn fastmcp_tools_run_are_gated_and_a_killed_server_is_an_error_result() {
         "{}",
         whoami[0]
     );
+    // The call's idempotency key reached the server in the request's `_meta`.
+    let charge = of_type(&run, "tool")
+        .into_iter()
+        .find(|e| e["name"] == "calc__charge")
+        .expect("the charge call");
+    let key = baton_core::engine::idempotency_key(&run_id, charge["seq"].as_u64().unwrap());
+    assert_eq!(charge["result"]["output"]["result"], json!(key), "{charge}");
     // The server was killed: the call is an error result the model sees, and the run went on.
     assert_eq!(add[1]["status"], "error", "{}", add[1]);
     assert!(

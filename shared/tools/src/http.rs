@@ -89,7 +89,7 @@ impl Tool for HttpTool {
         let resp = self
             .http
             .post(self.url.clone())
-            .header("idempotency-key", &ctx.call_id)
+            .header("idempotency-key", &ctx.idempotency_key)
             .json(&input)
             .send()
             .await
@@ -162,11 +162,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn posts_the_input_with_the_call_id_as_idempotency_key() {
+    async fn posts_the_input_with_the_calls_idempotency_key() {
         let server = MockServer::start().await;
+        let mut ctx = ctx();
+        ctx.idempotency_key = "call_0123456789abcdef".into();
         Mock::given(method("POST"))
             .and(path("/orders"))
-            .and(header("idempotency-key", "call_7"))
+            .and(header("idempotency-key", "call_0123456789abcdef"))
             .and(header("authorization", "Bearer t0k"))
             .and(body_json(json!({"id": 42})))
             .respond_with(ResponseTemplate::new(200).set_body_json(json!({"status": "shipped"})))
@@ -174,7 +176,7 @@ mod tests {
             .mount(&server)
             .await;
         let out = tool(format!("{}/orders", server.uri()))
-            .execute(&ctx(), json!({"id": 42}))
+            .execute(&ctx, json!({"id": 42}))
             .await;
         assert_eq!(out, Ok(json!({"status": "shipped"})));
     }

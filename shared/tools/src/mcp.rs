@@ -344,6 +344,9 @@ struct McpTool {
     schema: Value,
 }
 
+/// Where a `tools/call` request's `_meta` carries the call's idempotency key.
+pub const IDEMPOTENCY_META_KEY: &str = "io.baton/idempotencyKey";
+
 #[async_trait::async_trait]
 impl Tool for McpTool {
     fn name(&self) -> &str {
@@ -364,11 +367,20 @@ impl Tool for McpTool {
             _ => return Err("MCP tool arguments must be an object".into()),
         };
         let remote = self.remote.clone();
+        // MCP has no idempotency key of its own: the call's goes in the request's `_meta`,
+        // under a key of Baton's (`_meta` keys are namespaced by a reverse-DNS prefix).
+        let mut meta = rmcp::model::MetaObject::new();
+        meta.0.insert(
+            IDEMPOTENCY_META_KEY.into(),
+            Value::String(ctx.idempotency_key.clone()),
+        );
+        let meta = rmcp::model::RequestMetaObject(meta);
         let result = self
             .server
             .with_client(&ctx.scope, |c| {
-                let params =
+                let mut params =
                     CallToolRequestParams::new(remote.clone()).with_arguments(arguments.clone());
+                params.meta = Some(meta.clone());
                 async move { c.call_tool(params).await }
             })
             .await?;

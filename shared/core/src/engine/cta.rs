@@ -57,6 +57,7 @@ pub(super) fn answered(
             0,
             Execution {
                 call_id: call_id.clone(),
+                seq,
                 tool: name,
                 input,
             },
@@ -178,6 +179,7 @@ impl Work<'_> {
             let t = self.tool(s);
             Execution {
                 call_id: t.id.clone(),
+                seq: s,
                 tool: t.name.clone(),
                 input: t.input.clone(),
             }

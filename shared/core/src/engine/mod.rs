@@ -50,6 +50,9 @@ pub use driver::{Decision, IoError, OutOfTime, StepIo, ToolOutput, decide};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Execution {
     pub call_id: String,
+    /// The seq of the call's `tool` entry: with the run's id, what names this call of this
+    /// run ([`idempotency_key`]).
+    pub seq: u64,
     pub tool: String,
     pub input: Value,
 }
@@ -116,6 +119,14 @@ enum Next {
     Commit,
     /// Answer the caller now: ignore the message, or ask for I/O first.
     Now(Step),
+}
+
+/// The idempotency key of the tool call whose `tool` entry is `seq` in run `run_id`: the
+/// same on every retry of that call (a step done again after a crash or a timeout), and
+/// different for every other call, of this run or any other (a fork is a run of its own:
+/// a call it runs again gets a key of its own). Visible ASCII, 37 characters.
+pub fn idempotency_key(run_id: &str, seq: u64) -> String {
+    derive_id("call", run_id, seq)
 }
 
 /// Mints a stable id from a run, a seq and a purpose.

@@ -306,6 +306,7 @@ impl Work<'_> {
                     None => {
                         executions.push(Execution {
                             call_id: id.into(),
+                            seq,
                             tool: name.into(),
                             input,
                         });

@@ -254,6 +254,7 @@ impl StepIo for Thinker<'_> {
             &self.run.agent,
             &call.call_id,
         );
+        ctx.idempotency_key = crate::engine::idempotency_key(&self.run.run_id, call.seq);
         ctx.scope = self.run.scope();
         let result = match catalog.tool(&self.listed, &call.tool) {
             Some(def) => match &def.kind {

@@ -54,8 +54,15 @@ pub struct ToolContext {
     /// The run's owner (the API caller that started the root run).
     pub owner: String,
     pub agent: String,
-    /// The tool call's id, the same on every retry of the step: an idempotency key.
+    /// The tool call's id as the model gave it (or Baton made it, when the model gave none):
+    /// unique within one reply only. Not an idempotency key: see `idempotency_key`.
     pub call_id: String,
+    /// The key a side effect of this call is made once by: derived from the run and the
+    /// call, the same on every retry of this call (a step done again after a crash or an
+    /// invocation's timeout), different for every other call of this run or any other (a
+    /// fork's run of a call again included). Send it where the receiver deduplicates: HTTP
+    /// tools send it as `Idempotency-Key`, MCP tools in `_meta` as `io.baton/idempotencyKey`.
+    pub idempotency_key: String,
     /// The run's sandbox and repository.
     pub scope: crate::scope::Scope,
     widgets: std::sync::Mutex<Vec<Widget>>,
@@ -100,6 +107,16 @@ impl ToolContext {
             owner: owner.into(),
             agent: agent.into(),
             call_id: call_id.into(),
+            // Outside a step (a tool's own tests): one for this run and call id. A step
+            // sets the one derived from the call's entry (`engine::idempotency_key`).
+            idempotency_key: format!(
+                "call_{}",
+                uuid::Uuid::new_v5(
+                    &uuid::Uuid::NAMESPACE_OID,
+                    format!("{run_id}/{call_id}").as_bytes()
+                )
+                .simple()
+            ),
             scope: Default::default(),
             widgets: Default::default(),
             files: Default::default(),
