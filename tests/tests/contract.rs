@@ -1975,7 +1975,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         Err(NotFound(_))
     ));
     assert!(matches!(
-        svc.cancel("bob", &run.run_id).await,
+        svc.cancel("bob", &run.run_id, None).await,
         Err(NotFound(_))
     ));
     assert!(matches!(

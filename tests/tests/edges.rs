@@ -1,6 +1,8 @@
 //! Exactly once at every edge, on both hosts (the dev host over SQLite, the AWS host over
 //! moto): a tool call's idempotency key names one call of one run (three runs and a fork,
-//! a receiver that records the keys).
+//! a receiver that records the keys); the cap of ten waiting follow-ups holds under 100
+//! concurrent posts (one conditional write admits each); a fork gives a follow-up that
+//! waited at its fork point its turn; a cancelled run takes no follow-up nor trigger.
 
 use crate::common;
 
@@ -138,5 +140,168 @@ async fn each_call_of_each_run_and_fork_has_its_own_idempotency_key_on_the_aws_h
     let aws = common::aws::Emulator::start().await;
     let server = aws.dev_host("keys", llm, pay_agents(&tool)).await;
     keys_flow(&Api::new(server.url()), &tool).await;
+    server.shutdown().await;
+}
+
+/// The orchestrator's first reply echoes (an approval gates it, so the run waits there);
+/// each reply after it answers a turn.
+fn gated_echo() -> (String, Arc<baton_core::agent::Catalog>) {
+    let mut replies = vec![json!({"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]})];
+    replies.extend((1..=12).map(|i| json!({"text": format!("reply {i}")})));
+    let script = json!({ "orchestrator": replies }).to_string();
+    let file = serde_json::from_value(json!({
+        "agents": {"orchestrator": {"system": "agent:orchestrator", "tools": ["echo"],
+            "approval": {"echo": "always"}}}
+    }))
+    .unwrap();
+    let catalog = baton_tools::catalog(Some(file), baton_tools::Host::Dev, &|_| None, vec![]);
+    (script, Arc::new(catalog.unwrap()))
+}
+
+/// A run parked on its echo's approval: its id and the question.
+async fn parked(api: &Api) -> (String, Value) {
+    let (code, v) = api.post("/runs", json!({"prompt": "go"})).await;
+    assert_eq!(code, 202, "{v}");
+    let run_id = v["runId"].as_str().unwrap().to_owned();
+    let cta = question_of(api, &run_id).await;
+    (run_id, cta)
+}
+
+/// 100 follow-ups posted at once to a waiting run: ten are admitted, the rest are 409
+/// `queue_full`, and the ten wait as `queued` entries. An eleventh is still refused while
+/// they wait; a cancel drops them, and then every follow-up is 409 `run_ended`.
+async fn cap_flow(api: &Api) {
+    let (run_id, _) = parked(api).await;
+    let path = format!("/runs/{run_id}/messages");
+    let mut posts = tokio::task::JoinSet::new();
+    for i in 0..100 {
+        let (api, path) = (Api::new(api.base.clone()), path.clone());
+        posts.spawn(async move { api.post(&path, json!({"text": format!("more {i}")})).await });
+    }
+    let answers = posts.join_all().await;
+    let admitted = answers.iter().filter(|(c, _)| *c == 202).count();
+    let full = answers
+        .iter()
+        .filter(|(c, v)| *c == 409 && v["error"]["code"] == "queue_full")
+        .count();
+    assert_eq!((admitted, full), (10, 90), "{answers:?}");
+    let run = api
+        .wait("ten waiting follow-ups", async |api: &Api| {
+            let (_, run) = api.get(&format!("/runs/{run_id}")).await;
+            (run["queued"].as_array().map(Vec::len) == Some(10)).then_some(run)
+        })
+        .await;
+    assert_eq!(run["status"], "waiting");
+    let (code, v) = api.post(&path, json!({"text": "one more"})).await;
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (409, Some("queue_full"))
+    );
+
+    let (code, v) = api.post(&format!("/runs/{run_id}/cancel"), json!({})).await;
+    assert_eq!(code, 202, "{v}");
+    let run = api.status(&run_id, "cancelled").await;
+    assert!(
+        run["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["code"] == "queued_dropped"),
+        "{run}"
+    );
+    for body in [
+        json!({"text": "again"}),
+        json!({"trigger": {"name": "nightly"}}),
+    ] {
+        let (code, v) = api.post(&path, body).await;
+        assert_eq!(code, 409, "{v}");
+        assert_eq!(v["error"]["code"], "run_ended", "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("fork"),
+            "{v}"
+        );
+    }
+    let (code, v) = api.post(&format!("/runs/{run_id}/cancel"), json!({})).await;
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (409, Some("run_ended"))
+    );
+}
+
+/// A follow-up posted while the run waits (a `queued` entry), then a fork at the reply
+/// after it: the fork gives the follow-up its turn, as the original did.
+async fn fork_keeps_queued_flow(api: &Api) {
+    let (run_id, cta) = parked(api).await;
+    let (code, v) = api
+        .post(
+            &format!("/runs/{run_id}/messages"),
+            json!({"text": "and then?"}),
+        )
+        .await;
+    assert_eq!((code, v["queued"].as_bool()), (202, Some(true)), "{v}");
+    api.wait("the queued entry", async |api: &Api| {
+        let (_, run) = api.get(&format!("/runs/{run_id}")).await;
+        (run["queued"].as_array().map(Vec::len) == Some(1)).then_some(run)
+    })
+    .await;
+    approve(api, &cta).await;
+    let original = api
+        .wait("both turns", async |api: &Api| {
+            let (_, run) = api.get(&format!("/runs/{run_id}")).await;
+            (run["status"] == "completed" && run["result"] == "reply 2").then_some(run)
+        })
+        .await;
+    let timeline = original["timeline"].as_array().unwrap();
+    let queued_at = timeline.iter().position(|e| e["type"] == "queued").unwrap();
+    let at = timeline[queued_at..]
+        .iter()
+        .find(|e| e["type"] == "assistant")
+        .and_then(|e| e["seq"].as_u64())
+        .unwrap();
+    let (code, v) = api
+        .post(&format!("/runs/{run_id}/fork"), json!({"atSeq": at}))
+        .await;
+    assert_eq!(code, 202, "{v}");
+    let fork_id = v["runId"].as_str().unwrap().to_owned();
+    let fork = api
+        .wait("the fork's follow-up turn", async |api: &Api| {
+            let (_, run) = api.get(&format!("/runs/{fork_id}")).await;
+            (run["status"] == "completed" && run["result"] == "reply 2").then_some(run)
+        })
+        .await;
+    let users: Vec<_> = fork["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "user")
+        .map(|e| e["text"].clone())
+        .collect();
+    assert_eq!(users, vec![json!("go"), json!("and then?")], "{fork}");
+    assert_eq!(fork["queued"].as_array().map_or(0, Vec::len), 0, "{fork}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_ups_are_capped_where_admitted_kept_by_forks_and_refused_once_ended_on_the_dev_host()
+{
+    let (script, catalog) = gated_echo();
+    let (_model, llm) = common::mock_openai::start(&script).await;
+    let dir = tempfile::tempdir().unwrap();
+    let h = common::start(dir.path(), llm, catalog, Arc::new(SystemClock)).await;
+    let api = Api::new(h.server.url());
+    cap_flow(&api).await;
+    fork_keeps_queued_flow(&api).await;
+    h.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_ups_are_capped_where_admitted_kept_by_forks_and_refused_once_ended_on_the_aws_host()
+{
+    let (script, catalog) = gated_echo();
+    let (_model, llm) = common::mock_openai::start(&script).await;
+    let aws = common::aws::Emulator::start().await;
+    let server = aws.dev_host("cap", llm, catalog).await;
+    let api = Api::new(server.url());
+    cap_flow(&api).await;
+    fork_keeps_queued_flow(&api).await;
     server.shutdown().await;
 }

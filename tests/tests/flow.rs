@@ -629,13 +629,17 @@ async fn cancelling_a_parked_run_cancels_its_ctas_and_children() {
         (code, v["error"]["code"].as_str()),
         (409, Some("run_ended"))
     );
-    let (code, _) = h
+    // A cancel is final: a follow-up is refused, saying how to go on.
+    let (code, v) = h
         .post(
             &format!("/runs/{run_id}/messages"),
             json!({"text": "again"}),
         )
         .await;
-    assert_eq!(code, 202, "a finished run takes a follow-up");
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (409, Some("run_ended"))
+    );
     h.server.shutdown().await;
 }
 

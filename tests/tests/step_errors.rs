@@ -110,6 +110,17 @@ impl Store for Refusing {
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
         self.inner.clear_outbox(run_id, version).await
     }
+    async fn admit_follow_up(
+        &self,
+        run_id: &str,
+        message_id: &str,
+        cap: usize,
+    ) -> Result<bool, PortError> {
+        self.inner.admit_follow_up(run_id, message_id, cap).await
+    }
+    async fn release_follow_ups(&self, run_id: &str, ids: &[String]) -> Result<(), PortError> {
+        self.inner.release_follow_ups(run_id, ids).await
+    }
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
         self.inner.get_cta(cta_id).await
     }

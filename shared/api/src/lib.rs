@@ -436,8 +436,10 @@ async fn cancel_run(
     State(s): State<AppState>,
     Extension(Caller(owner)): Extension<Caller>,
     Id(run_id): Id,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let run = s.service.cancel(&owner, &run_id).await?;
+    let key = idempotency_key(&headers)?;
+    let run = s.service.cancel(&owner, &run_id, key.as_deref()).await?;
     Ok(accepted(bodies::RequestAccepted {
         run_id: run.run_id,
         status: run.status,

@@ -232,6 +232,25 @@ pub fn fork(
         .rposition(|e| matches!(e.body, EntryBody::Assistant { .. }))
         .map_or(0, |i| i as u64 + 1);
     run.next_seq = entries.len() as u64;
+    // Follow-ups that waited at the fork point (a `queued` entry whose turn had not begun
+    // by then) wait in the fork too: each gets its turn when the one before it ends.
+    let begun: std::collections::HashSet<&str> = timeline[..=at]
+        .iter()
+        .filter_map(|e| match &e.body {
+            EntryBody::User {
+                message_id: Some(m),
+                ..
+            } => Some(m.as_str()),
+            _ => None,
+        })
+        .collect();
+    run.queued = entries
+        .iter()
+        .filter(|e| {
+            matches!(&e.body, EntryBody::Queued { message_id, .. } if !begun.contains(message_id.as_str()))
+        })
+        .map(|e| e.seq)
+        .collect();
     Ok(Fork {
         run,
         entries,

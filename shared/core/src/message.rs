@@ -146,6 +146,12 @@ pub enum Effect {
     CancelTimer {
         timer_id: String,
     },
+    /// Follow-ups of run `run_id` that no longer wait (their turn started, or they were
+    /// refused or dropped): their places under the cap are free again.
+    ReleaseFollowUps {
+        run_id: String,
+        message_ids: Vec<String>,
+    },
 }
 
 /// How the id of a run's own timer starts (a CTA's expiry timer is named by the CTA id).

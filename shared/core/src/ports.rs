@@ -186,6 +186,27 @@ pub trait Store: Send + Sync {
         stale: DateTime<Utc>,
     ) -> Result<bool, PortError>;
 
+    /// Admits the follow-up `message_id` to run `run_id`'s waiting follow-ups, beside the
+    /// run item and without moving its version, with one conditional write: true if it is
+    /// admitted (fewer than `cap` wait, or it is already among them: a client's retry),
+    /// false if `cap` already wait. A follow-up waits from its admission until the run
+    /// takes it up ([`Effect::ReleaseFollowUps`] after the commit that starts its turn,
+    /// refuses it or drops it).
+    async fn admit_follow_up(
+        &self,
+        run_id: &str,
+        message_id: &str,
+        cap: usize,
+    ) -> Result<bool, PortError>;
+
+    /// Releases follow-ups from run `run_id`'s waiting ones (those not among them, or a
+    /// run no longer stored, are no error).
+    async fn release_follow_ups(
+        &self,
+        run_id: &str,
+        message_ids: &[String],
+    ) -> Result<(), PortError>;
+
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError>;
 
     /// Moves a CTA out of `pending` with one conditional write: the first wins. An answer or

@@ -34,6 +34,12 @@ impl RunStatus {
         )
     }
 
+    /// Ended for good: failed, expired or cancelled. Such a run takes no follow-up (fork it,
+    /// or start a new one); only a completed run's next turn starts with one.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Failed | Self::Expired | Self::Cancelled)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Queued => "queued",

@@ -1096,6 +1096,48 @@ fn a_follow_up_message_starts_a_new_turn_on_the_same_timeline() {
 }
 
 #[test]
+fn a_follow_up_that_reaches_a_cancelled_run_is_refused_there_and_the_run_stays_ended() {
+    // The API refuses a follow-up to a run that ended for good; one it admitted just
+    // before a cancel won the run's queue reaches a cancelled run: the writer refuses it.
+    let mut s = Sim::new();
+    s.script(
+        "asker",
+        vec![
+            feedback(json!({"kind": "text", "prompt": "?"})),
+            text("never"),
+        ],
+    );
+    let id = s.create("asker", "ask");
+    s.run_all();
+    s.send(
+        &id,
+        Input::Cancel {
+            reason: "stop".into(),
+        },
+    );
+    s.run_all();
+    let before = s.run(&id).thinks;
+    let msg = Input::UserMessage {
+        text: "are you there?".into(),
+        message_id: "m9".into(),
+        reply_to: None,
+        options: Default::default(),
+    };
+    assert_eq!(s.send(&id, msg), Outcome::Done);
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Cancelled, "a cancel is final");
+    assert_eq!(run.thinks, before, "no model call");
+    let tl = &s.runs[&id].1;
+    assert!(
+        tl.iter().any(
+            |e| matches!(&e.body, EntryBody::Notice { code, .. } if code == "follow_up_refused")
+        ),
+        "{tl:?}"
+    );
+}
+
+#[test]
 fn a_message_to_an_active_run_waits_as_a_queued_entry() {
     let mut s = Sim::new();
     s.script(

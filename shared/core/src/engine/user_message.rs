@@ -24,6 +24,19 @@ pub(super) fn apply(
     if seen {
         return Next::Now(Step::Ignore("message already applied".into()));
     }
+    if reply_to.is_none() && w.run.status.is_final() {
+        // Ended for good: the follow-up is refused, and the timeline says so (the API
+        // refuses it first; this is the write that holds when a cancel won the race).
+        w.push(EntryBody::Notice {
+            code: "follow_up_refused".into(),
+            message: format!(
+                "a follow-up came after the run ended ({}): fork the run or start a new one",
+                w.run.status.as_str()
+            ),
+        });
+        w.release_follow_ups(vec![message_id.to_owned()]);
+        return Next::Commit;
+    }
     if let Some(link) = reply_to
         && w.run.parent.as_ref().map(|p| &p.run_id) != Some(&link.run_id)
     {
@@ -51,8 +64,9 @@ pub(super) fn apply(
         );
         return Next::Commit;
     }
-    if let Some(link) = reply_to {
-        w.run.parent = Some(link.clone());
+    match reply_to {
+        Some(link) => w.run.parent = Some(link.clone()),
+        None => w.release_follow_ups(vec![message_id.to_owned()]),
     }
     w.begin_turn(text, message_id, options.clone());
     Next::Think
@@ -79,16 +93,29 @@ impl Work<'_> {
     }
 
     /// When a turn has ended: the oldest waiting follow-up starts the next one (thinking in
-    /// a step of its own). A cancel drops them instead, and says so.
+    /// a step of its own). A run that ended for good (cancelled, failed, expired) drops
+    /// them instead, and says so.
     pub(super) fn next_queued_turn(&mut self) {
         if self.run.queued.is_empty() {
             return;
         }
-        if self.run.status == RunStatus::Cancelled {
-            let n = std::mem::take(&mut self.run.queued).len();
+        if self.run.status.is_final() {
+            let dropped = std::mem::take(&mut self.run.queued);
+            let ids = dropped
+                .iter()
+                .filter_map(|s| match &self.entry(*s).body {
+                    EntryBody::Queued { message_id, .. } => Some(message_id.clone()),
+                    _ => None,
+                })
+                .collect();
+            self.release_follow_ups(ids);
+            let n = dropped.len();
             self.push(EntryBody::Notice {
                 code: "queued_dropped".into(),
-                message: format!("{n} waiting follow-up message(s) dropped with the cancel"),
+                message: format!(
+                    "{n} waiting follow-up message(s) dropped: the run ended ({})",
+                    self.run.status.as_str()
+                ),
             });
             return;
         }
@@ -101,8 +128,20 @@ impl Work<'_> {
         else {
             return;
         };
+        self.release_follow_ups(vec![message_id.clone()]);
         self.begin_turn(&text, &message_id, options);
         self.send_continue();
+    }
+
+    /// Frees the places of follow-ups that no longer wait (see `Store::admit_follow_up`),
+    /// once this step commits.
+    pub(super) fn release_follow_ups(&mut self, message_ids: Vec<String>) {
+        if !message_ids.is_empty() {
+            self.effects.push(crate::message::Effect::ReleaseFollowUps {
+                run_id: self.run.run_id.clone(),
+                message_ids,
+            });
+        }
     }
 }
 

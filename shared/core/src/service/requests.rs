@@ -342,14 +342,8 @@ impl Service {
             trigger,
         };
         let run = self.owned_run(owner, run_id).await?;
-        if run.queued.len() >= crate::run::MAX_QUEUED {
-            return Err(ServiceError::Conflict {
-                code: "queue_full",
-                message: format!(
-                    "{} follow-up messages already wait for this run's turn to end",
-                    run.queued.len()
-                ),
-            });
+        if run.status.is_final() {
+            return Err(ended(&run));
         }
         let message_id = match idempotency_key {
             Some(key) => {
@@ -359,6 +353,23 @@ impl Service {
             }
             None => format!("msg_{}", uuid::Uuid::new_v4().simple()),
         };
+        // The cap holds where the message is admitted: one conditional write, which any
+        // number of concurrent posts race for (a read of `run.queued` could not: only the
+        // run's writer updates it, after the messages have been taken).
+        let cap = crate::run::MAX_QUEUED;
+        if !self
+            .deps
+            .store
+            .admit_follow_up(run_id, &message_id, cap)
+            .await?
+        {
+            return Err(ServiceError::Conflict {
+                code: "queue_full",
+                message: format!(
+                    "{cap} follow-up messages already wait for this run's turn; post again once it has taken some up"
+                ),
+            });
+        }
         // On a finished run, the first follow-up to claim its next turn starts it; the others
         // wait. A claim whose message never reached the queue (its request died in between)
         // stops counting after a step's longest budget.
@@ -373,25 +384,43 @@ impl Service {
         } else {
             true
         };
-        self.deps
+        let sent = self
+            .deps
             .queue
             .send(&[StepMessage {
                 run_id: run_id.into(),
                 id: message_id.clone(),
                 input: Input::UserMessage {
                     text,
-                    message_id,
+                    message_id: message_id.clone(),
                     reply_to: None,
                     options,
                 },
             }])
-            .await?;
+            .await;
+        if let Err(e) = sent {
+            // Not sent: its place is free again (best effort; the error is what counts).
+            let _ = self
+                .deps
+                .store
+                .release_follow_ups(run_id, &[message_id])
+                .await;
+            return Err(e.into());
+        }
         crate::failpoint::hit("message.after_queue")?;
         Ok((run, queued))
     }
 
-    /// Queues a cancellation; the run's writer cancels its CTAs and children.
-    pub async fn cancel(&self, owner: &str, run_id: &str) -> Result<Run, ServiceError> {
+    /// Queues a cancellation; the run's writer cancels its CTAs and children. Each cancel's
+    /// message has an id of its own (from the request's `Idempotency-Key`, when it has one,
+    /// so that a client's retry is one cancel): a queue that deduplicates by id never drops
+    /// a later cancel as a repeat of an earlier one.
+    pub async fn cancel(
+        &self,
+        owner: &str,
+        run_id: &str,
+        idempotency_key: Option<&str>,
+    ) -> Result<Run, ServiceError> {
         let run = self.owned_run(owner, run_id).await?;
         if run.status.is_terminal() {
             return Err(ServiceError::Conflict {
@@ -399,11 +428,18 @@ impl Service {
                 message: format!("run already ended ({})", run.status.as_str()),
             });
         }
+        let id = match idempotency_key {
+            Some(key) => {
+                let name = format!("{}/{owner}/{run_id}/cancel/{key}", key.len());
+                uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, name.as_bytes())
+            }
+            None => uuid::Uuid::new_v4(),
+        };
         self.deps
             .queue
             .send(&[StepMessage {
                 run_id: run_id.into(),
-                id: format!("{run_id}:cancel"),
+                id: format!("{run_id}:cancel:{}", id.simple()),
                 input: Input::Cancel {
                     reason: "cancelled by the user".into(),
                 },
@@ -489,5 +525,17 @@ fn turn_text(
             Ok((text, Some(name)))
         }
         _ => invalid("give exactly one of `text` and `trigger`".into()),
+    }
+}
+
+/// The refusal of a follow-up to a run that ended for good, saying how to go on.
+fn ended(run: &Run) -> ServiceError {
+    ServiceError::Conflict {
+        code: "run_ended",
+        message: format!(
+            "the run ended ({}) and takes no follow-up: fork it (POST /runs/{}/fork) or start a new run (POST /runs)",
+            run.status.as_str(),
+            run.run_id
+        ),
     }
 }

@@ -131,6 +131,24 @@ impl Service {
                 Decision::Commit(t) => t,
                 Decision::Ignore(reason) => {
                     debug!(run_id = %run.run_id, message = %msg.id, %reason, "ignored");
+                    // A follow-up applied before and posted again (a client's retry, after
+                    // its first post was taken up) was admitted again: free its place,
+                    // unless the first still waits (its place is that one's).
+                    if let Input::UserMessage {
+                        message_id,
+                        reply_to: None,
+                        ..
+                    } = &msg.input
+                        && !timeline.iter().any(|e| {
+                            run.queued.contains(&e.seq)
+                                && matches!(&e.body, crate::timeline::EntryBody::Queued { message_id: m, .. } if m == message_id)
+                        })
+                    {
+                        self.deps
+                            .store
+                            .release_follow_ups(&run.run_id, std::slice::from_ref(message_id))
+                            .await?;
+                    }
                     self.cache_put(&run.run_id, run.version, base, timeline, bytes, head);
                     return Ok(Handled::Ignored(reason));
                 }
@@ -417,6 +435,15 @@ impl Service {
                 Effect::CancelTimer { timer_id } => {
                     self.deps.scheduler.unschedule(timer_id).await?;
                     failpoint::hit("effect.after_unschedule")?;
+                }
+                Effect::ReleaseFollowUps {
+                    run_id,
+                    message_ids,
+                } => {
+                    self.deps
+                        .store
+                        .release_follow_ups(run_id, message_ids)
+                        .await?;
                 }
                 Effect::CancelCta { cta_id } => {
                     let now = self.deps.clock.now();

@@ -493,6 +493,59 @@ impl Store for LocalStore {
         .await
     }
 
+    async fn admit_follow_up(
+        &self,
+        run_id: &str,
+        message_id: &str,
+        cap: usize,
+    ) -> Result<bool, PortError> {
+        let (run_id, message_id) = (run_id.to_owned(), message_id.to_owned());
+        self.write(true, move |c| {
+            let (waiting, this): (i64, i64) = c
+                .query_row(
+                    "SELECT COUNT(*), COUNT(*) FILTER (WHERE message_id = ?2)
+                     FROM follow_ups WHERE run_id = ?1",
+                    params![run_id, message_id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .map_err(sql)?;
+            if this > 0 {
+                return Ok(true);
+            }
+            if waiting >= cap as i64 {
+                return Ok(false);
+            }
+            c.execute(
+                "INSERT INTO follow_ups (run_id, message_id) VALUES (?1, ?2)",
+                params![run_id, message_id],
+            )
+            .map_err(sql)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn release_follow_ups(
+        &self,
+        run_id: &str,
+        message_ids: &[String],
+    ) -> Result<(), PortError> {
+        if message_ids.is_empty() {
+            return Ok(());
+        }
+        let (run_id, ids) = (run_id.to_owned(), message_ids.to_vec());
+        self.write(false, move |c| {
+            let mut del = c
+                .prepare_cached("DELETE FROM follow_ups WHERE run_id = ?1 AND message_id = ?2")
+                .map_err(sql)?;
+            for id in &ids {
+                del.execute(params![run_id, id]).map_err(sql)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
         let cta_id = cta_id.to_owned();
         self.read(move |c| {

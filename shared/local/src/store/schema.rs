@@ -58,6 +58,12 @@ CREATE TABLE IF NOT EXISTS timers (
     run_id TEXT NOT NULL,
     at_ms  INTEGER NOT NULL
 ) WITHOUT ROWID;
+-- The follow-ups admitted to a run's waiting ones and not yet taken up (the cap's count).
+CREATE TABLE IF NOT EXISTS follow_ups (
+    run_id     TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    PRIMARY KEY (run_id, message_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
