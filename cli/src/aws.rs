@@ -95,19 +95,20 @@ pub async fn dev(
                  BATON_LINK_KEY (at least 32 characters), which is not set"
             ),
         },
+        links: config
+            .link_key
+            .clone()
+            .map(|key| (key, config.public_url.clone())),
     })
     .await?;
     if let Some(traces) = traces {
         server.trace_with(Arc::new(traces));
     }
-    match &config.link_key {
-        Some(key) => server
-            .set_up_links(key, config.public_url.as_deref())
-            .map_err(|e| anyhow::anyhow!("BATON_LINK_KEY: {e}"))?,
-        None => println!(
+    if config.link_key.is_none() {
+        println!(
             "baton dev --aws: one-time answer links are off: set BATON_LINK_KEY (at least 32 \
              characters) to sign them"
-        ),
+        );
     }
     println!(
         "baton dev --aws: listening on {} (table {}, bus {})",

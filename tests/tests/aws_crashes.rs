@@ -60,6 +60,7 @@ async fn host_timed(
         function_timeout: timeout,
         steps_at_once: None,
         live: None,
+        links: None,
     })
     .await
     .unwrap();

@@ -70,6 +70,7 @@ async fn start_env_faulty(
         function_timeout: None,
         steps_at_once: None,
         live: None,
+        links: None,
     })
     .await
     .unwrap();
@@ -1166,6 +1167,7 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
         // ten runs take five rounds of a model call each.
         steps_at_once: Some(2),
         live: None,
+        links: None,
     })
     .await
     .unwrap();

@@ -714,6 +714,7 @@ async fn baton_dev_aws_makes_one_time_links_when_given_a_key() {
         function_timeout: None,
         steps_at_once: None,
         live: None,
+        links: None,
     })
     .await
     .unwrap();

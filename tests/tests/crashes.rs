@@ -912,3 +912,61 @@ async fn a_crash_mid_stream_leaves_no_streamed_text_in_the_timeline() {
     assert_eq!(shown, reply);
     failpoint::reset();
 }
+
+/// Ready before serving: a host held in its start, its port bound but links not yet set
+/// up, answers no request (the kernel holds the connection); once it goes on, the request
+/// made meanwhile finds links on. (Before, `baton dev` served first and set links up after:
+/// a link asked for at that instant was a 409 `links_off`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starting_host_serves_nothing_until_it_is_set_up() {
+    let _serial = SERIAL.lock().await;
+    failpoint::reset();
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"{"orchestrator": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "?"}}]}]}"#;
+    let h = start_scripted(dir.path(), script).await;
+    h.create_run(json!({"prompt": "ask"})).await;
+    let cta = h.wait_pending(1).await[0]["ctaId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    h.server.shutdown().await;
+
+    let port = common::python::free_port();
+    let gate = failpoint::pause("host.before_links", 0);
+    let data_dir = dir.path().to_path_buf();
+    let starting = tokio::spawn(baton_dev::LocalServer::start(baton_dev::LocalOptions {
+        data_dir,
+        addr: format!("127.0.0.1:{port}").parse().unwrap(),
+        token: Some(TOKEN.into()),
+        llm: scripted(script),
+        catalog: catalog(None),
+        clock: Arc::new(SystemClock),
+        worker: Default::default(),
+        link_key: None,
+        public_url: None,
+        cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
+    }));
+    tokio::time::timeout(Duration::from_secs(30), gate.reached())
+        .await
+        .expect("the start reached its links");
+    let url = format!("http://127.0.0.1:{port}/ctas/{cta}/link");
+    let asking = tokio::spawn(async move {
+        let r = reqwest::Client::new()
+            .post(url)
+            .bearer_auth(TOKEN)
+            .json(&json!({}))
+            .send()
+            .await
+            .expect("the bound port takes the connection");
+        let code = r.status().as_u16();
+        (code, r.json::<Value>().await.unwrap_or(Value::Null))
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!asking.is_finished(), "answered before links were set up");
+    gate.release();
+    let server = starting.await.unwrap().unwrap();
+    let (code, v) = asking.await.unwrap();
+    assert_eq!(code, 200, "{v}");
+    server.shutdown().await;
+    failpoint::reset();
+}

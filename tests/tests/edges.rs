@@ -305,3 +305,240 @@ async fn follow_ups_are_capped_where_admitted_kept_by_forks_and_refused_once_end
     fork_keeps_queued_flow(&api).await;
     server.shutdown().await;
 }
+
+/// A POST with the caller's token and the given `Idempotency-Key`.
+async fn post_keyed(api: &Api, path: &str, body: Value, key: &str) -> (u16, Value) {
+    let r = api
+        .http
+        .post(format!("{}{path}", api.base))
+        .bearer_auth(common::TOKEN)
+        .header("Idempotency-Key", key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let code = r.status().as_u16();
+    (code, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The documented contracts where they were loose: bodies are JSON objects, an
+/// `Idempotency-Key` is visible ASCII and scoped to its route, and a one-time link's answer
+/// under 20 concurrent posts is applied once, its winner's posts 202 and the rest 409.
+async fn contract_flow(api: &Api) {
+    // Arrays are not objects, though serde reads a struct from one.
+    let (_, before) = api.get("/runs").await;
+    let (code, v) = api.post("/runs", json!(["go", "orchestrator"])).await;
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (400, Some("invalid_request")),
+        "{v}"
+    );
+    let (_, after) = api.get("/runs").await;
+    assert_eq!(before, after, "no run made");
+    let (run_a, cta) = parked(api).await;
+    let cta_id = cta["ctaId"].as_str().unwrap();
+    let (code, v) = api
+        .post(
+            &format!("/ctas/{cta_id}/response"),
+            json!(["approval", true]),
+        )
+        .await;
+    assert_eq!(code, 400, "{v}");
+    let (_, c) = api.get(&format!("/ctas/{cta_id}")).await;
+    assert_eq!(c["status"], "pending");
+
+    // Keys are visible ASCII.
+    for bad in ["a b", "a\tb"] {
+        let (code, v) = post_keyed(api, "/runs", json!({"prompt": "go"}), bad).await;
+        assert_eq!(code, 400, "{bad:?}: {v}");
+    }
+    // A key is scoped to its route: a run's, a fork's of run A, a fork's of run B.
+    let key = format!("k-{}", uuid::Uuid::new_v4().simple());
+    let (code, made) = post_keyed(api, "/runs", json!({"prompt": "go"}), &key).await;
+    assert_eq!(code, 202, "{made}");
+    let fork_a = format!("/runs/{run_a}/fork");
+    let (code, forked) = post_keyed(api, &fork_a, json!({"atSeq": 0}), &key).await;
+    assert_eq!(code, 202, "{forked}");
+    assert_ne!(forked["runId"], made["runId"], "a fork of its own");
+    assert_eq!(forked["forkedFrom"]["runId"], run_a.as_str());
+    let (_, again) = post_keyed(api, "/runs", json!({"prompt": "go"}), &key).await;
+    assert_eq!(again["runId"], made["runId"], "the same run");
+    let (_, again) = post_keyed(api, &fork_a, json!({"atSeq": 0}), &key).await;
+    assert_eq!(again["runId"], forked["runId"], "the same fork");
+    let run_b = made["runId"].as_str().unwrap();
+    let (code, fork_b) = post_keyed(
+        api,
+        &format!("/runs/{run_b}/fork"),
+        json!({"atSeq": 0}),
+        &key,
+    )
+    .await;
+    assert_eq!(code, 202, "{fork_b}");
+    assert_eq!(fork_b["forkedFrom"]["runId"], run_b, "{fork_b}");
+
+    // One link, 20 answers at once, half of them different: one answer is applied.
+    let (code, link) = api.post(&format!("/ctas/{cta_id}/link"), json!({})).await;
+    assert_eq!(code, 200, "{link}");
+    let token = link["url"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut posts = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let url = format!("{}/links/{token}/response", api.base);
+        posts.spawn(async move {
+            let approved = i % 2 == 0;
+            let r = reqwest::Client::new()
+                .post(url)
+                .json(&json!({"kind": "approval", "approved": approved}))
+                .send()
+                .await
+                .unwrap();
+            let code = r.status().as_u16();
+            (
+                approved,
+                code,
+                r.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        });
+    }
+    let answers = posts.join_all().await;
+    let (_, c) = api.get(&format!("/ctas/{cta_id}")).await;
+    assert_eq!(
+        (c["status"].as_str(), c["responder"].as_str()),
+        (Some("answered"), Some("link"))
+    );
+    let won = c["response"]["approved"].as_bool().unwrap();
+    for (approved, code, v) in &answers {
+        if *approved == won {
+            assert_eq!(*code, 202, "the winning answer, again: {v}");
+        } else {
+            assert_eq!(
+                (*code, v["error"]["code"].as_str()),
+                (409, Some("link_used")),
+                "{v}"
+            );
+        }
+    }
+    let run = api
+        .wait("the answer taken", async |api: &Api| {
+            let (_, run) = api.get(&format!("/runs/{run_a}")).await;
+            (run["status"] == "completed").then_some(run)
+        })
+        .await;
+    let echoes = run["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "tool" && e["name"] == "echo")
+        .count();
+    assert_eq!(echoes, 1, "{run}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_keys_and_link_answers_keep_their_documented_contracts_on_the_dev_host() {
+    let (script, catalog) = gated_echo();
+    let (_model, llm) = common::mock_openai::start(&script).await;
+    let dir = tempfile::tempdir().unwrap();
+    let h = common::start(dir.path(), llm, catalog, Arc::new(SystemClock)).await;
+    contract_flow(&Api::new(h.server.url())).await;
+    h.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_keys_and_link_answers_keep_their_documented_contracts_on_the_aws_host() {
+    let (script, catalog) = gated_echo();
+    let (_model, llm) = common::mock_openai::start(&script).await;
+    let aws = common::aws::Emulator::start().await;
+    let server = aws.dev_host("contract", llm, catalog).await;
+    contract_flow(&Api::new(server.url())).await;
+    server.shutdown().await;
+}
+
+/// Asks for a link to `cta_id` on `port` from before the server is there until it answers:
+/// the first answer the port gives.
+async fn first_link_answer(port: u16, cta_id: String) -> (u16, Value) {
+    let http = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/ctas/{cta_id}/link");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        match http
+            .post(&url)
+            .bearer_auth(common::TOKEN)
+            .json(&json!({}))
+            .send()
+            .await
+        {
+            Ok(r) => {
+                let code = r.status().as_u16();
+                return (code, r.json().await.unwrap_or(Value::Null));
+            }
+            Err(_) => {
+                assert!(std::time::Instant::now() < deadline, "never served");
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        }
+    }
+}
+
+/// Ready before serving: a request at the first instant the port opens finds links (and
+/// everything else) set up, across 20 restarts of the dev host and 5 of the AWS host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_host_serves_its_first_request_with_everything_set_up() {
+    let (script, catalog) = gated_echo();
+    let (_model, llm) = common::mock_openai::start(&script).await;
+    let dir = tempfile::tempdir().unwrap();
+    let h = common::start(
+        dir.path(),
+        llm.clone(),
+        catalog.clone(),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let (_, cta) = parked(&Api::new(h.server.url())).await;
+    let cta_id = cta["ctaId"].as_str().unwrap().to_owned();
+    h.server.shutdown().await;
+    for restart in 0..20 {
+        let port = common::python::free_port();
+        let asking = tokio::spawn(first_link_answer(port, cta_id.clone()));
+        let server = baton_dev::LocalServer::start(baton_dev::LocalOptions {
+            data_dir: dir.path().to_path_buf(),
+            addr: format!("127.0.0.1:{port}").parse().unwrap(),
+            token: Some(common::TOKEN.into()),
+            llm: llm.clone(),
+            catalog: catalog.clone(),
+            clock: Arc::new(SystemClock),
+            worker: Default::default(),
+            link_key: None,
+            public_url: None,
+            cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
+        })
+        .await
+        .unwrap();
+        let (code, v) = asking.await.unwrap();
+        assert_eq!(code, 200, "restart {restart}: {v}");
+        server.shutdown().await;
+    }
+
+    let aws = common::aws::Emulator::start().await;
+    let names = aws.names("ready");
+    let server = aws
+        .dev_host_named(names.clone(), llm.clone(), catalog.clone())
+        .await;
+    let (_, cta) = parked(&Api::new(server.url())).await;
+    let cta_id = cta["ctaId"].as_str().unwrap().to_owned();
+    server.shutdown().await;
+    for restart in 0..5 {
+        let port = common::python::free_port();
+        let asking = tokio::spawn(first_link_answer(port, cta_id.clone()));
+        let server = aws
+            .dev_host_at(names.clone(), llm.clone(), catalog.clone(), port)
+            .await;
+        let (code, v) = asking.await.unwrap();
+        assert_eq!(code, 200, "AWS restart {restart}: {v}");
+        server.shutdown().await;
+    }
+}

@@ -172,6 +172,7 @@ async fn start() -> Env {
         function_timeout: None,
         steps_at_once: None,
         live: Some((standin.config(), grants.clone())),
+        links: None,
     })
     .await
     .unwrap();

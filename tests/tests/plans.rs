@@ -169,6 +169,20 @@ async fn plan_flow(c: &Client) -> Value {
         })
         .await;
     assert_eq!(run["result"], "Report written.");
+    // A fork cannot start at a plan's approval: 409 `not_forkable`, as documented.
+    let at = plan_entry(&run)["seq"].as_u64().unwrap();
+    let (code, v) = c
+        .call(
+            reqwest::Method::POST,
+            &format!("/runs/{run_id}/fork"),
+            Some(json!({"atSeq": at})),
+        )
+        .await;
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (409, Some("not_forkable")),
+        "{v}"
+    );
     let out = plan_entry(&run)["result"]["output"].clone();
     assert_eq!(out["success"], true, "{out:#}");
     assert_eq!(out["steps"][0]["type"], "parallel");

@@ -149,6 +149,14 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 ApiError::invalid(format!("cannot read request body: {}", e.body_text()))
             }
         })?;
+        // An object, as every route's body is: serde would read a struct from an array too
+        // (`["p", "chat"]` as `{prompt, agent}`), which no route documents.
+        let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+        if first.is_some_and(|b| *b != b'{') {
+            return Err(ApiError::invalid(
+                "invalid JSON body: it must be a JSON object (`{...}`)",
+            ));
+        }
         serde_json::from_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))

@@ -189,15 +189,18 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(v) = headers.get("idempotency-key") else {
         return Ok(None);
     };
-    let k = v
-        .to_str()
-        .map_err(|_| ApiError::invalid("Idempotency-Key must be visible ASCII"))?;
+    let k = v.as_bytes();
+    if !k.iter().all(|b| (b'!'..=b'~').contains(b)) {
+        return Err(ApiError::invalid(
+            "Idempotency-Key must be visible ASCII (no spaces or control characters)",
+        ));
+    }
     if k.is_empty() || k.len() > 255 {
         return Err(ApiError::invalid(
             "Idempotency-Key must be 1 to 255 characters",
         ));
     }
-    Ok(Some(k.to_owned()))
+    Ok(Some(String::from_utf8_lossy(k).into_owned()))
 }
 
 fn accepted(body: impl serde::Serialize) -> Response {
@@ -568,16 +571,42 @@ fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
 pub async fn serve(
     app: Router,
     addr: SocketAddr,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<std::io::Result<()>>)> {
-    let listener = listen(addr)?;
-    let addr = listener.local_addr()?;
-    let server = tokio::spawn(async move {
-        axum::serve(wire::JsonListener(listener), app)
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await
-    });
-    Ok((addr, server))
+    let bound = Bound::bind(addr)?;
+    let addr = bound.addr;
+    Ok((addr, bound.serve(app, stop)))
+}
+
+/// A port bound and not yet served: a host learns its address (its links' base) and sets
+/// everything up before the first request is accepted. The kernel queues connections made
+/// meanwhile; none is answered by a service half set up.
+pub struct Bound {
+    pub addr: SocketAddr,
+    listener: tokio::net::TcpListener,
+}
+
+impl Bound {
+    pub fn bind(addr: SocketAddr) -> std::io::Result<Self> {
+        let listener = listen(addr)?;
+        Ok(Self {
+            addr: listener.local_addr()?,
+            listener,
+        })
+    }
+
+    /// Serves `app` until `stop` turns true.
+    pub fn serve(
+        self,
+        app: Router,
+        mut stop: watch::Receiver<bool>,
+    ) -> JoinHandle<std::io::Result<()>> {
+        tokio::spawn(async move {
+            axum::serve(wire::JsonListener(self.listener), app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+        })
+    }
 }

@@ -24,6 +24,7 @@
 //! | `step.before_commit` / `step.after_commit` | around the conditional commit |
 //! | `effect.after_send`, `effect.after_publish`, `effect.after_schedule`, `effect.after_unschedule` | after each kind of effect |
 //! | `step.before_ack` | a step done, its message not yet deleted |
+//! | `host.before_links` | a host starting: its port bound, nothing set up or served yet |
 
 use crate::error::PortError;
 

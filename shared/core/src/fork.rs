@@ -138,7 +138,13 @@ pub fn fork(
                 "entry {at_seq} is a reply: a fork there thinks it again, with no replacement"
             )));
         }
-        (EntryBody::Tool(t), r) if t.cta.is_some() && t.plan.is_none() => {
+        (EntryBody::Tool(t), _) if t.cta.is_some() && t.plan.is_some() => {
+            return Err(Refused::Conflict(format!(
+                "entry {at_seq} is a plan's approval: a fork cannot start there (fork at the \
+                 reply that made the plan, or at the user turn before it)"
+            )));
+        }
+        (EntryBody::Tool(t), r) if t.cta.is_some() => {
             let response = answer(t, at_seq, r)?;
             let cta_id = crate::engine::derive_id("cta", &run.run_id, at_seq);
             let mut asked = t.clone();

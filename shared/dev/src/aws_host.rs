@@ -43,6 +43,10 @@ pub struct AwsDevOptions {
         baton_core::config::LiveConfig,
         baton_core::live::grant::Grants,
     )>,
+    /// One-time answer links (`BATON_LINK_KEY`, at least 32 bytes; `BATON_PUBLIC_URL`, else
+    /// this server's own address), set up before the first request is served; `None`:
+    /// links are off (`POST /ctas/{id}/link` answers 409 `links_off`).
+    pub links: Option<(String, Option<String>)>,
 }
 
 pub struct AwsDevServer {
@@ -204,6 +208,29 @@ impl AwsDevServer {
         for s in &steps {
             s.observe_with(metrics.clone());
         }
+        // Everything is set up before the first request is served and the first message is
+        // taken: the port is bound first (its address is the links' base), then links, the
+        // mappings, and only then the server.
+        let bound = baton_api::Bound::bind(opts.addr).map_err(StartError::Io)?;
+        let addr = bound.addr;
+        // (The crash suite holds a start here, its port bound, to show nothing is served.)
+        let _ = baton_core::failpoint::pass("host.before_links").await;
+        if let Some((key, public_url)) = &opts.links {
+            let base = public_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{addr}"));
+            let links = Links::new(key.as_bytes(), &base).map_err(|e| {
+                StartError::Io(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("BATON_LINK_KEY: {e}"),
+                ))
+            })?;
+            info!(base = %links.base_url, "one-time answer links on");
+            for s in steps.iter().chain([&cta]) {
+                s.set_links(links.clone());
+            }
+            service.set_links(links);
+        }
         let (stop, stop_rx) = watch::channel(false);
         let pump = tokio::spawn(pump.run(stop_rx.clone()));
         let auth: Arc<dyn Authenticator> =
@@ -217,9 +244,7 @@ impl AwsDevServer {
             watchers: watchers.clone(),
         })
         .merge(crate::host::metrics_route(metrics, auth));
-        let (addr, server) = baton_api::serve(app, opts.addr, stop_rx)
-            .await
-            .map_err(StartError::Io)?;
+        let server = bound.serve(app, stop_rx);
         info!(%addr, table = %provisioned.config.table, "baton dev --aws listening");
         Ok(Self {
             addr,

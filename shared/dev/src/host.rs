@@ -115,6 +115,22 @@ impl LocalServer {
         service.set_live(live.clone());
         let metrics = Arc::new(baton_telemetry::Metrics::prometheus());
         service.observe_with(metrics.clone());
+        // Everything is set up before the first request is served and the first step is
+        // taken: the port is bound first (its address is the links' base), then links, the
+        // worker, and only then the server.
+        let bound = baton_api::Bound::bind(opts.addr).map_err(StartError::Io)?;
+        let addr = bound.addr;
+        // (The crash suite holds a start here, its port bound, to show nothing is served.)
+        let _ = baton_core::failpoint::pass("host.before_links").await;
+        let key = match opts.link_key {
+            Some(k) => k,
+            None => link_key(&store).await?,
+        };
+        let base = opts.public_url.unwrap_or_else(|| format!("http://{addr}"));
+        match Links::new(key.as_bytes(), &base) {
+            Ok(links) => service.set_links(links),
+            Err(e) => warn!(error = %e, "one-time answer links are off"),
+        }
         let worker = Worker::new(service.clone(), store.clone(), opts.worker);
         worker.sweep().await?;
         let (stop, stop_rx) = watch::channel(false);
@@ -131,18 +147,7 @@ impl LocalServer {
         })
         .merge(events_route(store.clone(), auth.clone()))
         .merge(metrics_route(metrics, auth));
-        let (addr, server) = baton_api::serve(app, opts.addr, stop_rx)
-            .await
-            .map_err(StartError::Io)?;
-        let key = match opts.link_key {
-            Some(k) => k,
-            None => link_key(&store).await?,
-        };
-        let base = opts.public_url.unwrap_or_else(|| format!("http://{addr}"));
-        match Links::new(key.as_bytes(), &base) {
-            Ok(links) => service.set_links(links),
-            Err(e) => warn!(error = %e, "one-time answer links are off"),
-        }
+        let server = bound.serve(app, stop_rx);
         info!(%addr, data = %opts.data_dir.display(), "baton dev listening");
         Ok(Self {
             addr,

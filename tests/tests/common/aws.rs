@@ -200,11 +200,35 @@ impl Emulator {
         llm: std::sync::Arc<dyn baton_core::llm::Llm>,
         catalog: std::sync::Arc<baton_core::agent::Catalog>,
     ) -> baton_dev::AwsDevServer {
+        self.dev_host_named(self.names(prefix), llm, catalog).await
+    }
+
+    /// [`Emulator::dev_host`] over the resources `names` name (a host started again).
+    pub async fn dev_host_named(
+        &self,
+        names: Names,
+        llm: std::sync::Arc<dyn baton_core::llm::Llm>,
+        catalog: std::sync::Arc<baton_core::agent::Catalog>,
+    ) -> baton_dev::AwsDevServer {
+        self.dev_host_at(names, llm, catalog, 0).await
+    }
+
+    /// [`Emulator::dev_host_named`] on loopback port `port` (0: any free one).
+    pub async fn dev_host_at(
+        &self,
+        names: Names,
+        llm: std::sync::Arc<dyn baton_core::llm::Llm>,
+        catalog: std::sync::Arc<baton_core::agent::Catalog>,
+        port: u16,
+    ) -> baton_dev::AwsDevServer {
         let host = baton_dev::AwsDevServer::start(baton_dev::AwsDevOptions {
             sdk: self.host_sdk().await,
-            names: self.names(prefix),
-            scheduler_role_arn: format!("arn:aws:iam::123456789012:role/{prefix}-scheduler"),
-            addr: "127.0.0.1:0".parse().expect("address"),
+            scheduler_role_arn: format!(
+                "arn:aws:iam::123456789012:role/{}-scheduler",
+                names.prefix
+            ),
+            names,
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
             token: super::TOKEN.into(),
             llm,
             catalog,
@@ -213,6 +237,7 @@ impl Emulator {
             function_timeout: None,
             steps_at_once: None,
             live: None,
+            links: Some(("a-link-key-of-at-least-thirty-two-bytes".into(), None)),
         })
         .await
         .expect("baton dev --aws starts");

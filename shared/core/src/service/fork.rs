@@ -13,7 +13,8 @@ impl Service {
     /// Starts a fork of the owner's run `run_id` at its entry `at_seq` (see [`crate::fork`]).
     /// The fork's history is a copy of the original's entries before it, written with the
     /// fork in one go: nothing of it runs again. With an idempotency key, a retry returns
-    /// the first fork.
+    /// the first fork. A fork's keys are its own: scoped to forks of this run (a space,
+    /// which no key the API takes holds, keeps them apart from `POST /runs`'s).
     pub async fn fork_run(
         &self,
         owner: &str,
@@ -46,10 +47,11 @@ impl Service {
             id: format!("{}:fork", fork.run.run_id),
             input: fork.first,
         })];
+        let key = idempotency_key.map(|k| format!("fork {run_id} {k}"));
         let record = match self
             .deps
             .store
-            .create_run(&fork.run, &fork.entries, &first, idempotency_key)
+            .create_run(&fork.run, &fork.entries, &first, key.as_deref())
             .await?
         {
             Created::Created => RunRecord {
