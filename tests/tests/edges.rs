@@ -542,3 +542,178 @@ async fn a_restarted_host_serves_its_first_request_with_everything_set_up() {
         server.shutdown().await;
     }
 }
+
+/// Two agents whose first replies call an approved `echo` and, deferred behind it, an HTTP
+/// tool: `orchestrator` pays, `ops` ships.
+const WAITERS: &str = r#"{
+  "orchestrator": [
+    {"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}, {"name": "pay", "arguments": {"cents": 5}}]},
+    {"text": "done"}],
+  "ops": [
+    {"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}, {"name": "ship", "arguments": {"to": "x"}}]},
+    {"text": "ops done"}]}"#;
+
+/// The agents file before (`changed: false`) and after a change made while runs waited:
+/// `pay` now needs an approval too; `ops` loses its tools, and `ship` is gone.
+fn waiters_agents(tool: &MockServer, changed: bool) -> Arc<baton_core::agent::Catalog> {
+    let http = |route: &str| {
+        json!({"url": format!("{}/{route}", tool.uri()), "description": route,
+               "schema": {"type": "object"}})
+    };
+    let file = if changed {
+        json!({"tools": {"pay": http("pay")},
+            "agents": {
+                "orchestrator": {"system": "agent:orchestrator", "tools": ["echo", "pay"],
+                    "approval": {"echo": "always", "pay": "always"}},
+                "ops": {"system": "agent:ops", "tools": []}}})
+    } else {
+        json!({"tools": {"pay": http("pay"), "ship": http("ship")},
+            "agents": {
+                "orchestrator": {"system": "agent:orchestrator", "tools": ["echo", "pay"],
+                    "approval": {"echo": "always"}},
+                "ops": {"system": "agent:ops", "tools": ["echo", "ship"],
+                    "approval": {"echo": "always"}}}})
+    };
+    let file = serde_json::from_value(file).unwrap();
+    let catalog = baton_tools::catalog(Some(file), baton_tools::Host::Dev, &|_| None, vec![]);
+    Arc::new(catalog.unwrap())
+}
+
+async fn waiters_server() -> MockServer {
+    let tool = MockServer::start().await;
+    for route in ["/pay", "/ship"] {
+        Mock::given(matchers::method("POST"))
+            .and(matchers::path(route))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"ok": true})))
+            .mount(&tool)
+            .await;
+    }
+    tool
+}
+
+/// Before the change: a run of each agent, parked on its `echo` approval.
+async fn park_waiters(api: &Api) -> [(String, Value); 2] {
+    let mut out = Vec::new();
+    for agent in ["orchestrator", "ops"] {
+        let (code, v) = api
+            .post("/runs", json!({"prompt": "go", "agent": agent}))
+            .await;
+        assert_eq!(code, 202, "{v}");
+        let run_id = v["runId"].as_str().unwrap().to_owned();
+        let cta = question_of(api, &run_id).await;
+        out.push((run_id, cta));
+    }
+    out.try_into().unwrap()
+}
+
+fn tool_entry<'a>(run: &'a Value, name: &str) -> &'a Value {
+    run["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "tool" && e["name"] == name)
+        .unwrap_or_else(|| panic!("no `{name}` call: {run}"))
+}
+
+/// After the change: the deferred `pay` is asked about before it runs (and a fork at the
+/// earlier question asks too); `ops`'s approved `echo` and deferred `ship` are error
+/// results naming why, and nothing is sent to `ship`.
+async fn after_change(api: &Api, tool: &MockServer, waiters: [(String, Value); 2]) {
+    let [(pays, echo_q), (ships, ops_q)] = waiters;
+    approve(api, &echo_q).await;
+    let pay_q = api
+        .wait("the question `pay` now needs", async |api: &Api| {
+            let (_, v) = api
+                .get(&format!("/ctas?status=pending&rootRunId={pays}"))
+                .await;
+            v["ctas"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["gated"]["tool"] == "pay").cloned())
+        })
+        .await;
+    assert_eq!(paid(tool).await, 0, "not paid before it was approved");
+    approve(api, &pay_q).await;
+    let run = api.status(&pays, "completed").await;
+    assert_eq!(
+        tool_entry(&run, "pay")["result"]["status"],
+        "success",
+        "{run}"
+    );
+    assert_eq!(paid(tool).await, 1);
+
+    // A fork at the echo question, answered again: its `pay` runs again, so it asks.
+    let at = tool_entry(&run, "echo")["seq"].as_u64().unwrap();
+    let (code, v) = api
+        .post(
+            &format!("/runs/{pays}/fork"),
+            json!({"atSeq": at, "replacement": {"response": {"kind": "approval", "approved": true}}}),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    let fork = v["runId"].as_str().unwrap().to_owned();
+    let asked = question_of(api, &fork).await;
+    assert_eq!(asked["gated"]["tool"], "pay", "{asked}");
+    assert_eq!(paid(tool).await, 1, "the fork did not pay unasked");
+
+    approve(api, &ops_q).await;
+    let run = api.status(&ships, "completed").await;
+    let echo = &tool_entry(&run, "echo")["result"];
+    assert_eq!(echo["status"], "error", "{run}");
+    assert!(
+        echo["error"]
+            .as_str()
+            .unwrap()
+            .contains("no longer granted to agent `ops`"),
+        "{echo}"
+    );
+    let ship = &tool_entry(&run, "ship")["result"];
+    assert_eq!(ship["status"], "error", "{run}");
+    assert!(
+        ship["error"]
+            .as_str()
+            .unwrap()
+            .contains("`ship` is no longer a tool in the agents file"),
+        "{ship}"
+    );
+    let shipped = tool.received_requests().await.unwrap_or_default();
+    assert!(!shipped.iter().any(|r| r.url.path() == "/ship"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_waited_follows_the_agents_file_as_it_is_when_a_call_runs_on_the_dev_host() {
+    let tool = waiters_server().await;
+    let (_model, llm) = common::mock_openai::start(WAITERS).await;
+    let dir = tempfile::tempdir().unwrap();
+    let before = waiters_agents(&tool, false);
+    let h = common::start(dir.path(), llm.clone(), before, Arc::new(SystemClock)).await;
+    let waiters = park_waiters(&Api::new(h.server.url())).await;
+    h.server.shutdown().await;
+    // Restarted with the changed file.
+    let after = waiters_agents(&tool, true);
+    let h = common::start(dir.path(), llm, after, Arc::new(SystemClock)).await;
+    after_change(&Api::new(h.server.url()), &tool, waiters).await;
+    h.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_waited_follows_the_agents_file_as_it_is_when_a_call_runs_on_the_aws_host() {
+    let tool = waiters_server().await;
+    let (_model, llm) = common::mock_openai::start(WAITERS).await;
+    let aws = common::aws::Emulator::start().await;
+    let names = aws.names("redeploy");
+    let before = waiters_agents(&tool, false);
+    let server = aws.dev_host_named(names.clone(), llm.clone(), before).await;
+    let waiters = park_waiters(&Api::new(server.url())).await;
+    server.shutdown().await;
+    // Redeployed: the functions start again with the changed file.
+    let after = waiters_agents(&tool, true);
+    let server = aws.dev_host_named(names, llm, after).await;
+    after_change(&Api::new(server.url()), &tool, waiters).await;
+    server.shutdown().await;
+}
+
+/// How many times `pay` was called.
+async fn paid(tool: &MockServer) -> usize {
+    let r = tool.received_requests().await.unwrap_or_default();
+    r.iter().filter(|r| r.url.path() == "/pay").count()
+}

@@ -170,7 +170,10 @@ pub fn fork(
                 if later.reply_seq != t.reply_seq {
                     continue;
                 }
-                if later.cta.is_some() || later.child_run_id.is_some() || later.plan.is_some() {
+                // A later call that waited for its own approval runs again like the others:
+                // it is asked about again if its approval policy wants it when it runs.
+                let asked = later.cta.as_ref().is_some_and(|c| !c.gate);
+                if asked || later.child_run_id.is_some() || later.plan.is_some() {
                     return Err(Refused::Conflict(format!(
                         "the same reply's later call `{}` ({}) waits on a person, a subagent or \
                          a plan: a fork at entry {at_seq} cannot take it along",
@@ -186,6 +189,7 @@ pub fn fork(
                             reason: crate::engine::DEFERRED.into(),
                         },
                         duration_ms: None,
+                        cta: None,
                         ..later.clone()
                     }),
                 });

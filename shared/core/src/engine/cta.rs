@@ -41,18 +41,38 @@ pub(super) fn answered(
     }
     // The last approval of a reply settled: the calls deferred behind it run now, in the
     // same step as the approved call (the caller executes them all, then steps again).
+    // Each is checked against the agents file as it is now: the run may have waited days.
+    let approved = matches!(response, CtaResponse::Approval { approved: true, .. });
+    let revoked = if snap.gate && approved && !io.outputs.contains_key(&call_id) {
+        match w.recheck(seq, true) {
+            Recheck::Refused(why) => Some(why),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    if !w.other_gates_pending(cta_id) {
+        for e in w.deferred_calls() {
+            if io.outputs.contains_key(&e.call_id) {
+                continue;
+            }
+            if let Recheck::Refused(why) = w.recheck(e.seq, false) {
+                w.resolve(e.seq, ToolResult::error(why), None);
+            }
+        }
+    }
+    // A call that must now be approved first was asked about: the rest wait for it too.
     let deferred = if w.other_gates_pending(cta_id) {
         Vec::new()
     } else {
         w.deferred_calls()
     };
-    let approved = matches!(response, CtaResponse::Approval { approved: true, .. });
     let mut missing: Vec<Execution> = deferred
         .iter()
         .filter(|e| !io.outputs.contains_key(&e.call_id))
         .cloned()
         .collect();
-    if snap.gate && approved && !io.outputs.contains_key(&call_id) {
+    if snap.gate && approved && revoked.is_none() && !io.outputs.contains_key(&call_id) {
         missing.insert(
             0,
             Execution {
@@ -79,7 +99,10 @@ pub(super) fn answered(
                 w.push_widgets(&call_id, io);
                 to_result(out.clone())
             }
-            None => unreachable!("executed above"),
+            None => match revoked {
+                Some(why) => ToolResult::error(why),
+                None => unreachable!("executed above"),
+            },
         },
         (
             true,
@@ -195,6 +218,56 @@ impl Work<'_> {
     /// Raises a CTA for the call at `seq`. `gated` is what the human is shown they gate;
     /// `gate` says the answer runs the call itself (a tool call's approval), so that the
     /// reply's other calls wait for it.
+    /// Whether the waiting call at `seq` may run now, by the agents file as it is now (the
+    /// run may have waited hours or days, across restarts and redeploys): its agent must
+    /// still exist and grant the tool, and a call no one approved (`approved`: a human
+    /// just did) is asked about if an approval policy now wants it (a CTA is raised for it
+    /// here, and it waits).
+    pub(super) fn recheck(&mut self, seq: u64, approved: bool) -> Recheck {
+        let (call_id, name, input) = {
+            let t = self.tool(seq);
+            (t.id.clone(), t.name.clone(), t.input.clone())
+        };
+        let catalog = self.catalog;
+        let Some(agent) = catalog.agent(&self.run.agent) else {
+            return Recheck::Refused(format!(
+                "not run: agent `{}` is no longer in the agents file",
+                self.run.agent
+            ));
+        };
+        let prepared = agent.granted(self.given);
+        let Some(def) = catalog.tool_for(self.listed, agent, &prepared, &name) else {
+            return Recheck::Refused(gone(catalog, self.listed, &agent.name, &name));
+        };
+        let crate::tools::ToolKind::Exec(tool) = &def.kind else {
+            return Recheck::Run;
+        };
+        let policy = agent.approval.get(&name).filter(|p| p.requires(&input));
+        if approved || (policy.is_none() && !tool.needs_approval(&input)) {
+            return Recheck::Run;
+        }
+        let (shown, _) = super::preview(&input.to_string(), super::PREVIEW_BYTES);
+        let message = format!("Allow `{name}` to run with input {shown}?");
+        let gated = Gated {
+            tool: name.clone(),
+            reason: policy
+                .and_then(|p| p.reason.clone())
+                .or_else(|| tool.approval_reason(&input)),
+            input: super::cap_output(input),
+        };
+        let expiry = agent.cta_expiry;
+        let result = self.raise_cta(
+            seq,
+            &call_id,
+            CtaRequest::Approval { message },
+            Some(gated),
+            true,
+            expiry,
+        );
+        self.tool_mut(seq).result = result;
+        Recheck::Ask
+    }
+
     pub(super) fn raise_cta(
         &mut self,
         seq: u64,
@@ -271,6 +344,40 @@ impl Work<'_> {
         });
         ToolResult::Pending {
             reason: "waiting for a human".into(),
+        }
+    }
+}
+
+/// What a waiting call is to do when it is about to run ([`Work::recheck`]).
+pub(super) enum Recheck {
+    Run,
+    /// Not run: the error result the model sees says why.
+    Refused(String),
+    /// An approval is asked for first.
+    Ask,
+}
+
+/// Why the tool `name` of agent `agent` cannot run now, naming the kind of tool it was.
+fn gone(
+    catalog: &crate::agent::Catalog,
+    listed: &crate::agent::Listed,
+    agent: &str,
+    name: &str,
+) -> String {
+    let changed = "its agents file changed while the run waited";
+    if catalog.tool(listed, name).is_some() {
+        return format!("not run: `{name}` is no longer granted to agent `{agent}` ({changed})");
+    }
+    match (catalog.mcp_server_of(name), name.split_once("__")) {
+        (Some(server), _) => {
+            format!("not run: MCP server `{server}` does not list the tool `{name}` now")
+        }
+        (None, Some((server, _))) => format!(
+            "not run: `{name}` was a tool of MCP server `{server}`, which is no longer in the \
+             agents file ({changed})"
+        ),
+        (None, None) => {
+            format!("not run: `{name}` is no longer a tool in the agents file ({changed})")
         }
     }
 }

@@ -287,10 +287,13 @@ impl StepIo for Thinker<'_> {
                 }
                 _ => Err(format!("`{}` is not an executable tool", call.tool)),
             },
-            None => Err(format!(
-                "`{}` is not available (its MCP server has not listed it)",
-                call.tool
-            )),
+            None => Err(match catalog.mcp_server_of(&call.tool) {
+                Some(server) => format!(
+                    "`{}` is not available (MCP server `{server}` has not listed it)",
+                    call.tool
+                ),
+                None => format!("`{}` is not a tool in the agents file now", call.tool),
+            }),
         };
         let duration_ms = crate::live::millis(started.elapsed());
         if let Some(live) = &live {
