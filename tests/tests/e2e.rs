@@ -25,6 +25,7 @@ mod mcp_tools;
 mod openai_flow;
 mod plans;
 mod races;
+mod releases;
 mod runs_view;
 mod secret_rotation;
 mod step_errors;

@@ -454,3 +454,40 @@ impl Clock for ManualClock {
         *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+/// The format of the data this release writes (runs, timelines, CTAs, outboxes, timers, on
+/// either store). A store records the format it was written in; a release reads every
+/// format from [`OLDEST_STORE_FORMAT`] to this one (a run may wait a year for its answer,
+/// across many upgrades: `tests/fixtures/releases/` holds one store per release, and a
+/// test finishes each one's runs with this code), and refuses to start on a store a newer
+/// release wrote ([`check_store_format`]) rather than misread it.
+///
+/// | format | written by |
+/// |---|---|
+/// | 1 | 0.1.0 |
+pub const STORE_FORMAT: u32 = 1;
+/// The oldest format this release reads.
+pub const OLDEST_STORE_FORMAT: u32 = 1;
+
+/// Whether this release may use a store whose recorded format is `found` (`None`: new,
+/// or written before formats were recorded, which is format 1).
+pub fn check_store_format(found: Option<u32>, store: &str) -> Result<(), PortError> {
+    match found {
+        Some(f) if f > STORE_FORMAT => Err(PortError::broken(
+            format!(
+                "{store} was written by a newer Baton (store format {f}); this release reads \
+                 formats {OLDEST_STORE_FORMAT} to {STORE_FORMAT}: run the release that wrote it, \
+                 or a newer one"
+            ),
+            std::io::Error::other("store format"),
+        )),
+        Some(f) if f < OLDEST_STORE_FORMAT => Err(PortError::broken(
+            format!(
+                "{store} is in store format {f}, older than this release reads \
+                 ({OLDEST_STORE_FORMAT} to {STORE_FORMAT}): upgrade through a release that reads it first"
+            ),
+            std::io::Error::other("store format"),
+        )),
+        _ => Ok(()),
+    }
+}

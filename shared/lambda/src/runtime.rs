@@ -205,6 +205,7 @@ impl Runtime {
             &lookup,
             vec![],
         )?;
+        self.claim_format().await?;
         let service = self.service(llm, catalog)?;
         if let Some(links) = self.links().await? {
             service.set_links(links);
@@ -304,11 +305,27 @@ impl Runtime {
     /// agents file's tools are known by name only (`Catalog::declared`).
     pub async fn request_service(&self) -> Result<Arc<Service>, InitError> {
         let catalog = Catalog::declared(self.agents().await?)?;
+        self.claim_format().await?;
         let service = self.service(Arc::new(NoModel), catalog)?;
         if let Some(links) = self.links().await? {
             service.set_links(links);
         }
         Ok(service)
+    }
+
+    /// The table's store format is this release's, or older: a table a newer release
+    /// wrote fails the cold start, saying so, rather than being misread.
+    async fn claim_format(&self) -> Result<(), InitError> {
+        let cfg = self.config.aws()?;
+        baton_aws::dynamo::DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&self.sdk),
+            &cfg.table,
+            cfg.retention_days,
+            Meter::shared(),
+        )
+        .claim_format()
+        .await
+        .map_err(|e| InitError::Aws(e.to_string()))
     }
 
     fn service(&self, llm: Arc<dyn Llm>, catalog: Catalog) -> Result<Arc<Service>, InitError> {

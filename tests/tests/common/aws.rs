@@ -166,6 +166,19 @@ pub async fn api_call(
     path: &str,
     body: Option<&serde_json::Value>,
 ) -> (u16, serde_json::Value) {
+    api_call_as(super::TOKEN, http, base, retry_busy, method, path, body).await
+}
+
+/// [`api_call`] with the bearer token `token`.
+pub async fn api_call_as(
+    token: &str,
+    http: &reqwest::Client,
+    base: &str,
+    retry_busy: bool,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> (u16, serde_json::Value) {
     static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let key = format!("test-{}-{n}", std::process::id());
@@ -173,7 +186,7 @@ pub async fn api_call(
     loop {
         let mut rb = http
             .request(method.clone(), format!("{base}{path}"))
-            .bearer_auth(super::TOKEN)
+            .bearer_auth(token)
             .header("Idempotency-Key", &key);
         if let Some(b) = body {
             rb = rb.json(b);
@@ -250,6 +263,8 @@ impl Emulator {
 pub struct Api {
     pub base: String,
     pub http: reqwest::Client,
+    /// The bearer token (the tests' own unless set).
+    pub token: String,
 }
 
 impl Api {
@@ -257,6 +272,7 @@ impl Api {
         Self {
             base,
             http: reqwest::Client::new(),
+            token: super::TOKEN.into(),
         }
     }
 
@@ -266,7 +282,16 @@ impl Api {
         path: &str,
         body: Option<serde_json::Value>,
     ) -> (u16, serde_json::Value) {
-        api_call(&self.http, &self.base, true, method, path, body.as_ref()).await
+        api_call_as(
+            &self.token,
+            &self.http,
+            &self.base,
+            true,
+            method,
+            path,
+            body.as_ref(),
+        )
+        .await
     }
 
     pub async fn post(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {

@@ -25,6 +25,48 @@ impl DynamoStore {
         }
     }
 
+    /// Records this release's store format on the table (item `BATON`/`FORMAT`), unless a
+    /// newer release has recorded a newer one: then this release refuses the table (see
+    /// `baton_core::ports::check_store_format`). One conditional write, at a host's start
+    /// (each function's cold start).
+    pub async fn claim_format(&self) -> Result<(), PortError> {
+        use baton_core::ports::{STORE_FORMAT, check_store_format};
+        let claimed = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("PK", s("BATON"))
+            .key("SK", s("FORMAT"))
+            .update_expression("SET fmt = :f")
+            .condition_expression("attribute_not_exists(fmt) OR fmt <= :f")
+            .expression_attribute_values(":f", n(STORE_FORMAT))
+            .return_values_on_condition_check_failure(
+                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+            )
+            .send()
+            .await;
+        match claimed {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let found = e
+                    .as_service_error()
+                    .and_then(|e| match e {
+                        aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c) => c.item(),
+                        _ => None,
+                    })
+                    .and_then(|i| i.get("fmt")?.as_n().ok()?.parse().ok());
+                if e.code() == Some("ConditionalCheckFailedException") {
+                    check_store_format(
+                        Some(found.unwrap_or(u32::MAX)),
+                        &format!("table {}", self.table),
+                    )
+                } else {
+                    Err(map_sdk_err("UpdateItem", e))
+                }
+            }
+        }
+    }
+
     pub(super) fn count_read(&self, bytes: usize, consistent: bool) {
         Meter::count(&self.meter.dynamodb);
         let units = bytes.div_ceil(4096).max(1) as u64;

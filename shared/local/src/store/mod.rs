@@ -180,8 +180,34 @@ impl LocalStore {
              PRAGMA busy_timeout = 5000;",
         )
         .map_err(sql)?;
+        // Before anything is changed: a store a newer release wrote is not ours to touch.
+        let has_meta: bool = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(sql)?
+            > 0;
+        let found: Option<u32> = if has_meta {
+            conn.query_row("SELECT value FROM meta WHERE key = 'format'", [], |r| {
+                r.get::<_, String>(0)
+            })
+            .optional()
+            .map_err(sql)?
+            .map(|v| v.parse().unwrap_or(u32::MAX))
+        } else {
+            None
+        };
+        baton_core::ports::check_store_format(found, &format!("{}", path.display()))?;
         conn.execute_batch(SCHEMA).map_err(sql)?;
         migrate(&conn)?;
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('format', ?1)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [baton_core::ports::STORE_FORMAT.to_string()],
+        )
+        .map_err(sql)?;
         Ok(Self {
             db: Arc::new(Db::new(&path, conn)?),
             sent: Arc::new(Notify::new()),
