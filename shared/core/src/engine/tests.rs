@@ -1138,6 +1138,50 @@ fn a_follow_up_that_reaches_a_cancelled_run_is_refused_there_and_the_run_stays_e
 }
 
 #[test]
+fn failed_and_expired_runs_refuse_follow_ups_and_triggers_and_completed_ones_take_them() {
+    // The state diagram: only `completed` goes on with a follow-up; `failed` and
+    // `expired` are final, as `cancelled` is (above).
+    for (status, takes) in [
+        (RunStatus::Failed, false),
+        (RunStatus::Expired, false),
+        (RunStatus::Completed, true),
+    ] {
+        let mut s = Sim::new();
+        s.script("explore", vec![text("first"), text("second")]);
+        let id = s.create("explore", "one");
+        s.run_all();
+        s.runs.get_mut(&id).unwrap().0.status = status;
+        let msg = Input::UserMessage {
+            text: "again".into(),
+            message_id: "m1".into(),
+            reply_to: None,
+            options: Default::default(),
+        };
+        assert_eq!(s.send(&id, msg), Outcome::Done);
+        s.run_all();
+        let run = s.run(&id);
+        if takes {
+            assert_eq!(
+                (run.status, run.thinks),
+                (RunStatus::Completed, 2),
+                "{status:?}"
+            );
+        } else {
+            assert_eq!(
+                (run.status, run.thinks),
+                (status, 1),
+                "{status:?} stays final"
+            );
+            let tl = &s.runs[&id].1;
+            assert!(
+                tl.iter().any(|e| matches!(&e.body, EntryBody::Notice { code, .. } if code == "follow_up_refused")),
+                "{status:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_message_to_an_active_run_waits_as_a_queued_entry() {
     let mut s = Sim::new();
     s.script(
