@@ -178,8 +178,32 @@ fn the_cli_drives_a_run_through_a_cta_to_completion() {
     assert_eq!(cancel.status.code(), Some(2), "{cancel:?}");
     assert!(String::from_utf8_lossy(&cancel.stderr).contains("run_ended"));
 
-    // A trigger starts a turn no one wrote (the script has no reply for it either); a hidden
-    // message is marked so; bad data is refused before anything is sent.
+    // A failed run is final: a trigger or a message is refused, saying how to go on.
+    for args in [
+        vec!["trigger", run_id.as_str(), "nightly"],
+        vec!["say", run_id.as_str(), "still there?"],
+    ] {
+        let refused = baton(&dev, data.path(), &args);
+        assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(err.contains("run_ended") && err.contains("fork"), "{err}");
+    }
+
+    // On a completed run, a trigger starts a turn no one wrote (the script has no reply for
+    // it, so it fails); a hidden message is marked so; bad data is refused before anything
+    // is sent.
+    let completed = |dev: &Dev| {
+        let out = baton(
+            dev,
+            data.path(),
+            &["run", "Look", "--agent", "explore", "--wait"],
+        );
+        assert!(out.status.success(), "{out:?}");
+        let text = stdout(&out);
+        assert!(text.contains("status completed"), "{text}");
+        text.split_whitespace().nth(1).unwrap().to_owned()
+    };
+    let run_id = completed(&dev);
     let bad = baton(
         &dev,
         data.path(),
@@ -192,16 +216,17 @@ fn the_cli_drives_a_run_through_a_cta_to_completion() {
         &["trigger", &run_id, "nightly", "--payload", r#"{"day": 3}"#],
     );
     assert!(fired.status.success(), "{fired:?}");
-    let trigger = last_turn(&dev, data.path(), &run_id, 3);
+    let trigger = last_turn(&dev, data.path(), &run_id, 2);
     assert_eq!(trigger["trigger"], "nightly", "{trigger}");
     assert!(trigger["text"].as_str().unwrap().contains(r#"{"day":3}"#));
+    let run_id = completed(&dev);
     let hidden = baton(
         &dev,
         data.path(),
         &["say", &run_id, "psst", "--hidden", "--tier", "high"],
     );
     assert!(hidden.status.success(), "{hidden:?}");
-    let said = last_turn(&dev, data.path(), &run_id, 4);
+    let said = last_turn(&dev, data.path(), &run_id, 2);
     assert_eq!(
         (&said["visible"], &said["tier"]),
         (&Value::from(false), &Value::from("high"))
