@@ -18,7 +18,9 @@ export BATON_TEST_AWS_ENDPOINT=$AWS_ENDPOINT_URL
 echo "== LocalStack $AWS_ENDPOINT_URL: a smoke check of each service"
 "${CARGO_TARGET_DIR:-target}/localstack/venv/bin/python" tests/localstack/probe.py
 echo "== LocalStack: the AWS scenarios and the adapters' port contracts"
-cargo test -p baton-tests --test e2e --test crashes -- \
+# `--workspace`: the test command's build, features and all (`-p baton-tests` alone would
+# build the libraries again with that crate's features only).
+cargo test --workspace --test e2e --test crashes -- \
   aws_flow:: aws_crashes:: plans:: files:: contract:: secret_rotation:: \
   --skip aws_flow::ten_runs_in_one_batch
 # CI sets BATON_FREE_TEST_BUILD: the test build's libraries (~1 GB, built with the tests'
