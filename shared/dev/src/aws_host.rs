@@ -78,16 +78,16 @@ impl AwsDevServer {
         use crate::event_source::{Consumer, EventSource, EventSources, Feeds};
         let provisioned =
             baton_aws::provision::ensure(&opts.sdk, &opts.names, &opts.scheduler_role_arn).await?;
+        let meter = baton_aws::sdk::Meter::shared();
         // As each function does at its cold start: a table a newer release wrote is refused.
         baton_aws::dynamo::DynamoStore::new(
             aws_sdk_dynamodb::Client::new(&opts.sdk),
             &provisioned.config.table,
             provisioned.config.retention_days,
-            baton_aws::sdk::Meter::shared(),
+            meter.clone(),
         )
         .claim_format()
         .await?;
-        let meter = baton_aws::sdk::Meter::shared();
         // As on Lambda, each function has its own clients and its own service (caches
         // included); its AWS calls carry its name in their user agent (`app/ApiFunction`;
         // on Lambda, the function's name): a proxy in front of the emulator can tell which

@@ -438,6 +438,13 @@ fn arm(s: &Arc<Shared>, name: String, body: &Bytes) {
     } else {
         at + chrono::Duration::milliseconds(((s.draw() * 118.0 - 59.0) * 1000.0) as i64)
     };
+    // A dropped firing is dropped once its retries are spent: never before the timer's time
+    // (Scheduler retries for up to a day; a second past it stands for that here).
+    let dropped = s.faults.drop_firings > 0.0 && s.draw() < s.faults.drop_firings;
+    let fire_at = match due {
+        Some(d) if dropped => fire_at.max(d + chrono::Duration::seconds(1)),
+        _ => fire_at,
+    };
     let group = req["GroupName"].as_str().unwrap_or("default").to_owned();
     let s = s.clone();
     tokio::spawn(async move {
@@ -447,7 +454,7 @@ fn arm(s: &Arc<Shared>, name: String, body: &Bytes) {
             return; // updated or deleted since
         }
         let input = target["Input"].as_str().unwrap_or("{}").to_owned();
-        if s.faults.drop_firings > 0.0 && s.draw() < s.faults.drop_firings {
+        if dropped {
             drop_firing(&s, &target, &input).await;
         } else {
             fire(&s, &target, &name, input, due).await;

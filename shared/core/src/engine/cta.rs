@@ -215,9 +215,6 @@ impl Work<'_> {
         self.pending_where(|t| t.id == call_id)
     }
 
-    /// Raises a CTA for the call at `seq`. `gated` is what the human is shown they gate;
-    /// `gate` says the answer runs the call itself (a tool call's approval), so that the
-    /// reply's other calls wait for it.
     /// Whether the waiting call at `seq` may run now, by the agents file as it is now (the
     /// run may have waited hours or days, across restarts and redeploys): its agent must
     /// still exist and grant the tool, and a call no one approved (`approved`: a human
@@ -268,6 +265,9 @@ impl Work<'_> {
         Recheck::Ask
     }
 
+    /// Raises a CTA for the call at `seq`. `gated` is what the human is shown they gate;
+    /// `gate` says the answer runs the call itself (a tool call's approval), so that the
+    /// reply's other calls wait for it.
     pub(super) fn raise_cta(
         &mut self,
         seq: u64,

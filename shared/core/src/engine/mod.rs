@@ -17,7 +17,7 @@
 //! | a follow-up user message | `user_message.rs` |
 //! | a CTA answered or expired (and raising one) | `cta.rs` |
 //! | a child run finished (and spawning one) | `children.rs` |
-//! | a plan (`agent_orchestrate`), its children and its step timers | `plan.rs` |
+//! | a plan (`agent_orchestrate`), its children and its step timers | `plan/` |
 //! | cancel, fail (and every end of a run) | `end.rs` |
 //!
 //! `think.rs` is the iteration itself (a model reply, its tool calls dispatched), `work.rs`

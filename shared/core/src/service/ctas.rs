@@ -90,8 +90,24 @@ impl Service {
         response: CtaResponse,
         responder: Option<String>,
     ) -> Result<Cta, ServiceError> {
+        self.answer(owner, cta_id, response, responder, true).await
+    }
+
+    /// [`Service::answer_cta`]; with `again: false`, only the write that settles the CTA is
+    /// accepted (a one-time link answers once: the winning answer posted again is refused).
+    async fn answer(
+        &self,
+        owner: Option<&str>,
+        cta_id: &str,
+        response: CtaResponse,
+        responder: Option<String>,
+        again: bool,
+    ) -> Result<Cta, ServiceError> {
         let cta = self.get_cta(owner, cta_id).await?;
         if cta.status != CtaStatus::Pending {
+            if !again {
+                return Err(self.settled_error(&cta).await);
+            }
             return self
                 .settled_again(cta, &response, responder.as_deref())
                 .await;
@@ -131,6 +147,7 @@ impl Service {
                 info!(cta_id, run_id = %cta.run_id, "CTA answered");
                 Ok(cta)
             }
+            Settled::Lost(cta) if !again => Err(self.settled_error(&cta).await),
             Settled::Lost(cta) => {
                 self.settled_again(cta, &response, responder.as_deref())
                     .await
@@ -329,8 +346,16 @@ impl Service {
         response: CtaResponse,
     ) -> Result<Cta, ServiceError> {
         let cta = self.cta_by_link(token).await?;
+        // One conditional write decides: of any number of posts, only the one whose write
+        // settled the question is accepted; the rest are told the link was used.
         let answered = self
-            .answer_cta(None, &cta.cta_id, response, Some(LINK_RESPONDER.into()))
+            .answer(
+                None,
+                &cta.cta_id,
+                response,
+                Some(LINK_RESPONDER.into()),
+                false,
+            )
             .await;
         match answered {
             // Settled meanwhile (another use of the link, another answer, a cancel, the

@@ -370,6 +370,31 @@ impl Service {
                 ),
             });
         }
+        let sent = self
+            .claim_and_send(&run, message_id.clone(), text, options)
+            .await;
+        if sent.is_err() {
+            // Not sent: its place is free again (best effort; the error is what counts).
+            let _ = self
+                .deps
+                .store
+                .release_follow_ups(run_id, &[message_id])
+                .await;
+        }
+        let queued = sent?;
+        crate::failpoint::hit("message.after_queue")?;
+        Ok((run, queued))
+    }
+
+    /// Sends an admitted follow-up to its run: whether it waits (see `post_message`).
+    async fn claim_and_send(
+        &self,
+        run: &Run,
+        message_id: String,
+        text: String,
+        options: TurnOptions,
+    ) -> Result<bool, ServiceError> {
+        let run_id = run.run_id.as_str();
         // On a finished run, the first follow-up to claim its next turn starts it; the others
         // wait. A claim whose message never reached the queue (its request died in between)
         // stops counting after a step's longest budget.
@@ -384,31 +409,20 @@ impl Service {
         } else {
             true
         };
-        let sent = self
-            .deps
+        self.deps
             .queue
             .send(&[StepMessage {
                 run_id: run_id.into(),
                 id: message_id.clone(),
                 input: Input::UserMessage {
                     text,
-                    message_id: message_id.clone(),
+                    message_id,
                     reply_to: None,
                     options,
                 },
             }])
-            .await;
-        if let Err(e) = sent {
-            // Not sent: its place is free again (best effort; the error is what counts).
-            let _ = self
-                .deps
-                .store
-                .release_follow_ups(run_id, &[message_id])
-                .await;
-            return Err(e.into());
-        }
-        crate::failpoint::hit("message.after_queue")?;
-        Ok((run, queued))
+            .await?;
+        Ok(queued)
     }
 
     /// Queues a cancellation; the run's writer cancels its CTAs and children. Each cancel's
