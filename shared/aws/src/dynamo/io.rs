@@ -40,30 +40,30 @@ impl DynamoStore {
             .update_expression("SET fmt = :f")
             .condition_expression("attribute_not_exists(fmt) OR fmt <= :f")
             .expression_attribute_values(":f", n(STORE_FORMAT))
-            .return_values_on_condition_check_failure(
-                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
-            )
             .send()
             .await;
         match claimed {
             Ok(_) => Ok(()),
-            Err(e) => {
-                let found = e
-                    .as_service_error()
-                    .and_then(|e| match e {
-                        aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c) => c.item(),
-                        _ => None,
-                    })
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => {
+                // A newer format is recorded: say which.
+                let found = self
+                    .client
+                    .get_item()
+                    .table_name(&self.table)
+                    .key("PK", s("BATON"))
+                    .key("SK", s("FORMAT"))
+                    .consistent_read(true)
+                    .send()
+                    .await
+                    .map_err(|e| map_sdk_err("GetItem", e))?
+                    .item()
                     .and_then(|i| i.get("fmt")?.as_n().ok()?.parse().ok());
-                if e.code() == Some("ConditionalCheckFailedException") {
-                    check_store_format(
-                        Some(found.unwrap_or(u32::MAX)),
-                        &format!("table {}", self.table),
-                    )
-                } else {
-                    Err(map_sdk_err("UpdateItem", e))
-                }
+                check_store_format(
+                    Some(found.unwrap_or(u32::MAX)),
+                    &format!("table {}", self.table),
+                )
             }
+            Err(e) => Err(map_sdk_err("UpdateItem", e)),
         }
     }
 
