@@ -208,23 +208,33 @@ async fn the_same_run_on_the_aws_host_exports_the_same_trace_and_metrics() {
 }
 
 /// The counters, as Prometheus reads them (with the server's token; none without it).
+/// A step's counters are added just after its commit, so the run can read as completed a
+/// moment before its last step is counted: the page is read again until it is.
 async fn check_metrics(api: &Api) {
-    let page = api
-        .http
-        .get(format!("{}/metrics", api.base))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("metrics");
-    assert_eq!(page.status(), 200);
-    assert!(
-        page.headers()["content-type"]
-            .to_str()
-            .unwrap_or_default()
-            .starts_with("application/openmetrics-text"),
-    );
-    let samples = parse_metrics(&page.text().await.expect("page"));
     let orch = json!({"agent": "orchestrator", "model": "openai:gpt-4o-mini"});
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let samples = loop {
+        let page = api
+            .http
+            .get(format!("{}/metrics", api.base))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("metrics");
+        assert_eq!(page.status(), 200);
+        assert!(
+            page.headers()["content-type"]
+                .to_str()
+                .unwrap_or_default()
+                .starts_with("application/openmetrics-text"),
+        );
+        let samples = parse_metrics(&page.text().await.expect("page"));
+        let counted = sample(&samples, "baton_input_tokens_total", orch.clone());
+        if counted >= 600.0 || std::time::Instant::now() > deadline {
+            break samples;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     assert_eq!(
         sample(&samples, "baton_input_tokens_total", orch.clone()),
         600.0
