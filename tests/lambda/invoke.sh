@@ -31,7 +31,11 @@ fi
 export AWS_ENDPOINT_URL="$endpoint" AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test \
   AWS_SECRET_ACCESS_KEY=test AWS_EC2_METADATA_DISABLED=true
 source scripts/lib.sh
-cargo build -p baton-cli -p api -p orchestrator -p subagent -p cta -p live
+# The test command's build (its features: `--tests` unifies the test crates' dev-dependencies
+# as `cargo test --workspace` does), so that after it only the five functions are linked
+# here, not their dependencies built a second time with other features. `sam build` (.ci/run)
+# builds each function alone, as it deploys.
+cargo build --workspace --bins --tests
 eval "$("$(target_dir)/debug/baton" bootstrap --prefix baton)"
 # `cargo lambda watch` gives every function one environment: tell the step functions that
 # the sample dead-letter event's queue is their dead-letter queue.

@@ -74,7 +74,7 @@ async fn call(
     path: &str,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let busy = common::aws::faults_from_env().is_some();
+    let busy = common::aws::scenario_faults().is_some();
     let http = reqwest::Client::new();
     api_call(&http, &s.url(), busy, method, path, body.as_ref()).await
 }
@@ -198,7 +198,7 @@ async fn scenario(aws: &Emulator, prefix: &str, fp: &str, skip: u32) -> (Value, 
 #[tokio::test]
 async fn the_crash_points_recover_to_the_fault_free_outcome_over_aws_apis() {
     let _serial = SERIAL.lock().await;
-    let aws = Emulator::start().await;
+    let aws = Emulator::scenario().await;
     let (baseline, _) = scenario(&aws, "base", "", 0).await;
     assert_eq!(baseline["status"], "completed");
     let points = [
@@ -244,7 +244,7 @@ async fn post_all(s: &AwsDevServer, run_id: &str, texts: &[String]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_follow_up_between_two_steps_gets_exactly_one_turn_over_aws_apis() {
     let _serial = SERIAL.lock().await;
-    let aws = Emulator::start().await;
+    let aws = Emulator::scenario().await;
     // A tool step, then a reply; one reply per later turn.
     let script = r#"{"ops": [
         {"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]},
@@ -307,7 +307,7 @@ async fn a_follow_up_between_two_steps_gets_exactly_one_turn_over_aws_apis() {
 async fn an_invocation_past_its_timeout_is_ended_mid_tool_and_its_run_goes_on() {
     let _serial = SERIAL.lock().await;
     failpoint::reset();
-    let aws = Emulator::start().await;
+    let aws = Emulator::scenario().await;
     let script = r#"{"ops": [
         {"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]},
         {"text": "done"}]}"#;

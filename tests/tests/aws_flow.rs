@@ -42,7 +42,7 @@ async fn start_env_catalog(
     duplicate: bool,
     catalog: Arc<baton_core::agent::Catalog>,
 ) -> Env {
-    start_env_faulty(script, duplicate, catalog, common::aws::faults_from_env()).await
+    start_env_faulty(script, duplicate, catalog, common::aws::scenario_faults()).await
 }
 
 /// The environment with the server's AWS clients going through the fault layer with

@@ -56,9 +56,9 @@ struct Client {
 }
 
 impl Client {
-    /// One call; under `BATON_TEST_FAULTS`, a 503 is tried again as a careful client does.
+    /// One call; under the scenario's faults, a 503 is tried again as a careful client does.
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let busy = common::aws::faults_from_env().is_some();
+        let busy = common::aws::scenario_faults().is_some();
         api_call(&self.http, &self.base, busy, method, path, body.as_ref()).await
     }
 
@@ -251,7 +251,7 @@ async fn a_drafted_plan_is_approved_runs_in_two_stages_and_its_question_reaches_
     h.server.shutdown().await;
 
     // The same flow over AWS APIs ends with the same timeline.
-    let aws = Emulator::start().await;
+    let aws = Emulator::scenario().await;
     let s = aws_host(&aws, "plans", SCRIPT).await;
     let c = Client {
         base: s.url(),

@@ -10,6 +10,12 @@
 //!   minute and drops that share of firings to their dead-letter queue (`1`: 10% throttled,
 //!   2% server errors, each schedule's first firing 59 s early, none dropped).
 //!
+//! The AWS scenarios (`aws_flow`, `aws_crashes`, the AWS half of `plans`) start their
+//! emulator with [`Emulator::scenario`]: they meet the faults of `1` unless
+//! `BATON_TEST_FAULTS` says otherwise (`0`: calm), so every run of the test command holds
+//! them to a throttling, failing AWS. Every other test meets faults only when it asks for
+//! them, or when `BATON_TEST_FAULTS` is set.
+//!
 //! The test's own calls (reading what the code wrote) always go straight to the emulator.
 
 use aws_config::SdkConfig;
@@ -32,6 +38,11 @@ impl Emulator {
     /// The emulator the settings above name, with the faults `BATON_TEST_FAULTS` names.
     pub async fn start() -> Emulator {
         Self::start_with(faults_from_env()).await
+    }
+
+    /// The emulator for an AWS scenario: with [`scenario_faults`].
+    pub async fn scenario() -> Emulator {
+        Self::start_with(scenario_faults()).await
     }
 
     /// The emulator the settings name, with these faults (or none) whatever
@@ -104,7 +115,19 @@ impl Emulator {
 /// `BATON_TEST_FAULTS`, read as above; unset, empty or `0` is none. A setting it cannot
 /// read stops the test, saying so.
 pub fn faults_from_env() -> Option<Faults> {
-    let spec = std::env::var("BATON_TEST_FAULTS").unwrap_or_default();
+    parse_faults(&std::env::var("BATON_TEST_FAULTS").unwrap_or_default())
+}
+
+/// The faults an AWS scenario meets: `BATON_TEST_FAULTS`'s when it is set (`0`: none), else
+/// those of `1`.
+pub fn scenario_faults() -> Option<Faults> {
+    match std::env::var("BATON_TEST_FAULTS") {
+        Ok(spec) if !spec.trim().is_empty() => parse_faults(&spec),
+        _ => parse_faults("1"),
+    }
+}
+
+fn parse_faults(spec: &str) -> Option<Faults> {
     let spec = spec.trim();
     if spec.is_empty() || spec == "0" {
         return None;
@@ -144,11 +167,11 @@ pub fn faults_from_env() -> Option<Faults> {
     Some(f)
 }
 
-/// How long a scenario may wait for what it expects: `calm`, or four times that when
-/// `BATON_TEST_FAULTS` is set (a step that meets a throttle the SDK's own retries did not
-/// absorb waits out its backoff, 30 s the first time).
+/// How long a scenario may wait for what it expects: `calm`, or four times that under
+/// [`scenario_faults`] (a step that meets a throttle the SDK's own retries did not absorb
+/// waits out its backoff, 30 s the first time).
 pub fn patience(calm: std::time::Duration) -> std::time::Duration {
-    if faults_from_env().is_some() {
+    if scenario_faults().is_some() {
         calm * 4
     } else {
         calm
