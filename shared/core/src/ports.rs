@@ -465,7 +465,8 @@ impl Clock for ManualClock {
 /// | format | written by |
 /// |---|---|
 /// | 1 | 0.1.0 |
-pub const STORE_FORMAT: u32 = 1;
+/// | 2 | DynamoDB: a run item's `body` and `ob` (outbox) packed as bytes (`baton-codec`), not JSON strings |
+pub const STORE_FORMAT: u32 = 2;
 /// The oldest format this release reads.
 pub const OLDEST_STORE_FORMAT: u32 = 1;
 

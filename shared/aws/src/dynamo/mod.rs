@@ -2,7 +2,7 @@
 //!
 //! | item | PK | SK | attributes |
 //! |---|---|---|---|
-//! | run | `RUN#<runId>` | `META` | `v` (version), `own`, `st`, `body` (the run, JSON, without `metadata` and `context`), `ob` (outbox), `ni` (timeline items written), `ttl`; `GSI2PK` = `OB#<shard>` while a parking outbox waits; `GSI3PK` = `FIN#<shard>` once ended, else `TMR#<shard>` (`GSI3SK` its soonest armed timer) while it has timers |
+//! | run | `RUN#<runId>` | `META` | `v` (version), `own`, `st`, `body` (the run without `metadata` and `context`) and `ob` (outbox), each packed by `baton-codec` (its JSON deflated when smaller; a JSON string in store format 1), `ni` (timeline items written), `ttl`; `GSI2PK` = `OB#<shard>` while a parking outbox waits; `GSI3PK` = `FIN#<shard>` once ended, else `TMR#<shard>` (`GSI3SK` its soonest armed timer) while it has timers |
 //! | timeline segment | `RUN#<runId>` | `T#<first seq:010>` | `n`, `b`: the entries one commit appended, deflated JSON |
 //! | resolution patch | `RUN#<runId>` | `P#<seq:010>` | `b`: an entry resolved in place (a pending result), whole |
 //! | CTA | `CTA#<ctaId>` | `META` | `st`, `own`, `body`, `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `CTA#<status>#<createdAt>#<ctaId>`, `GSI4PK` = `ROOT#<rootRunId>`, `GSI4SK` = `GSI1SK`, `ttl`; `GSI2PK` = `DUE#<shard>` (`GSI2SK` its expiry) while pending, `CR#<shard>` while its resolution is unsent |

@@ -81,3 +81,59 @@ fn item_sizes_follow_dynamodb_rules() {
     let item = Item::from([("PK".into(), s("RUN#a")), ("v".into(), n(12345))]);
     assert_eq!(item_size(&item), 2 + 5 + 1 + 4);
 }
+
+#[test]
+fn a_run_item_packs_its_body_and_outbox_and_format_1_items_still_read() {
+    use baton_core::run::{ExpiryPolicy, NewRun};
+    let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
+    let mut run = Run::new(NewRun {
+        run_id: "run_packed".into(),
+        agent: "orchestrator".into(),
+        owner: "o".into(),
+        parent: None,
+        depth: 0,
+        on_expiry: ExpiryPolicy::End,
+        sandbox_id: None,
+        metadata: Some(serde_json::json!({"team": "a"})),
+        context: None,
+        root_run_id: None,
+        now: at,
+    });
+    run.set_prompt("summarise the repository and ask before you change anything");
+    let outbox = vec![Effect::Publish(baton_core::message::Event {
+        id: "evt_1".into(),
+        detail_type: "run.state".into(),
+        detail: serde_json::json!({"runId": "run_packed", "status": "running"}),
+        time: at,
+    })];
+    let item = store().run_item(&run, &outbox, 1).expect("encodes");
+    // Format 2: bytes, smaller than the JSON format 1 wrote.
+    let (Some(AttributeValue::B(body)), Some(AttributeValue::B(ob))) =
+        (item.get("body"), item.get("ob"))
+    else {
+        panic!("body and outbox are not packed: {item:?}");
+    };
+    let mut lean = run.clone();
+    lean.metadata = None;
+    let json = serde_json::to_string(&lean).expect("json");
+    assert!(
+        body.as_ref().len() < json.len() * 3 / 4,
+        "{} of {}",
+        body.as_ref().len(),
+        json.len()
+    );
+    assert!(!ob.as_ref().is_empty());
+    let back = parse_run(&item).expect("reads format 2");
+    assert_eq!(back.run, lean);
+    assert_eq!(back.outbox, outbox);
+    // A run item format 1 wrote (JSON strings) reads the same.
+    let mut old = item.clone();
+    old.insert("body".into(), s(json));
+    old.insert(
+        "ob".into(),
+        s(serde_json::to_string(&outbox).expect("json")),
+    );
+    let back = parse_run(&old).expect("reads format 1");
+    assert_eq!(back.run, lean);
+    assert_eq!(back.outbox, outbox);
+}
