@@ -933,7 +933,7 @@ struct CrashOnce {
 impl baton_core::ports::Scheduler for CrashOnce {
     async fn schedule(
         &self,
-        cta_id: &str,
+        timer_id: &str,
         run_id: &str,
         at: chrono::DateTime<chrono::Utc>,
     ) -> Result<(), baton_core::error::PortError> {
@@ -943,10 +943,10 @@ impl baton_core::ports::Scheduler for CrashOnce {
                 source: None,
             });
         }
-        self.inner.schedule(cta_id, run_id, at).await
+        self.inner.schedule(timer_id, run_id, at).await
     }
-    async fn unschedule(&self, cta_id: &str) -> Result<(), baton_core::error::PortError> {
-        self.inner.unschedule(cta_id).await
+    async fn unschedule(&self, timer_id: &str) -> Result<(), baton_core::error::PortError> {
+        self.inner.unschedule(timer_id).await
     }
 }
 

@@ -100,17 +100,17 @@ impl Scheduler for SchedulerTimers {
     #[instrument(skip(self))]
     async fn schedule(
         &self,
-        cta_id: &str,
+        timer_id: &str,
         run_id: &str,
         at: DateTime<Utc>,
     ) -> Result<(), PortError> {
         // A run's own timer (a plan step's timeout) is `timer.fired`; any other, a CTA's expiry.
         let due = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        let (detail_type, input) = if cta_id.starts_with(TIMER_PREFIX) {
-            let input = serde_json::json!({"timerId": cta_id, "runId": run_id, "due": due});
+        let (detail_type, input) = if timer_id.starts_with(TIMER_PREFIX) {
+            let input = serde_json::json!({"timerId": timer_id, "runId": run_id, "due": due});
             (TIMER_FIRED, input.to_string())
         } else {
-            let input = serde_json::json!({"ctaId": cta_id, "runId": run_id, "due": due});
+            let input = serde_json::json!({"ctaId": timer_id, "runId": run_id, "due": due});
             ("cta.expired", input.to_string())
         };
         if let Some((bus, clock)) = &self.due
@@ -118,7 +118,7 @@ impl Scheduler for SchedulerTimers {
         {
             // Due already: a schedule for a minute past could never fire.
             let event = Event {
-                id: format!("{cta_id}:due"),
+                id: format!("{timer_id}:due"),
                 detail_type: detail_type.into(),
                 detail: serde_json::from_str(&input)
                     .map_err(|e| PortError::broken("timer input", e))?,
@@ -157,7 +157,7 @@ impl Scheduler for SchedulerTimers {
         let r = self
             .client
             .create_schedule()
-            .name(cta_id)
+            .name(timer_id)
             .group_name(&self.group)
             .schedule_expression(at_expression(at))
             .schedule_expression_timezone("UTC")
@@ -174,7 +174,7 @@ impl Scheduler for SchedulerTimers {
                 Meter::count(&self.meter.scheduler);
                 self.client
                     .update_schedule()
-                    .name(cta_id)
+                    .name(timer_id)
                     .group_name(&self.group)
                     .schedule_expression(at_expression(at))
                     .schedule_expression_timezone("UTC")
@@ -191,12 +191,12 @@ impl Scheduler for SchedulerTimers {
     }
 
     #[instrument(skip(self))]
-    async fn unschedule(&self, cta_id: &str) -> Result<(), PortError> {
+    async fn unschedule(&self, timer_id: &str) -> Result<(), PortError> {
         Meter::count(&self.meter.scheduler);
         match self
             .client
             .delete_schedule()
-            .name(cta_id)
+            .name(timer_id)
             .group_name(&self.group)
             .send()
             .await

@@ -361,17 +361,20 @@ pub trait Bus: Send + Sync {
     async fn publish(&self, events: &[Event]) -> Result<(), PortError>;
 }
 
-/// One-time expiry timers, named by the CTA id. Scheduling an existing name and
+/// One-time timers: CTA expiries and runs' own timers. Scheduling an existing name and
 /// unscheduling a missing one both succeed.
 #[async_trait::async_trait]
 pub trait Scheduler: Send + Sync {
+    /// Sets the one-time timer `timer_id` to fire for `run_id` at `at`: a CTA's expiry (the
+    /// timer is named by the CTA's id) or a run's own timer (its id starts with
+    /// [`crate::message::TIMER_PREFIX`]: a plan step's timeout, a run's deadline).
     async fn schedule(
         &self,
-        cta_id: &str,
+        timer_id: &str,
         run_id: &str,
         at: DateTime<Utc>,
     ) -> Result<(), PortError>;
-    async fn unschedule(&self, cta_id: &str) -> Result<(), PortError>;
+    async fn unschedule(&self, timer_id: &str) -> Result<(), PortError>;
 }
 
 /// A file's bytes and what to serve them as.

@@ -85,6 +85,11 @@ pub struct RunError {
 /// How much of a turn's prompt a run keeps beside it ([`Run::prompt`]).
 pub const PROMPT_PREVIEW_BYTES: usize = 280;
 
+/// A run's `context` (and a trigger's `data`) is at most this long as JSON: it goes with
+/// every model call. (An agent's `contextBytes`, what a model is given of the conversation,
+/// is bounded by [`crate::agent::MAX_CONTEXT_BYTES`].)
+pub const MAX_RUN_CONTEXT_BYTES: usize = 16 * 1024;
+
 /// The run item: everything about a run except its timeline.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]

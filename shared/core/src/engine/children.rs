@@ -325,7 +325,7 @@ impl Work<'_> {
 
 /// A call's own `context` for the runs it starts fits what a run's may hold.
 pub(super) fn given_context(input: &Value) -> Result<(), String> {
-    let max = crate::service::MAX_CONTEXT_BYTES;
+    let max = crate::run::MAX_RUN_CONTEXT_BYTES;
     match input.get("context").map(|c| c.to_string().len()) {
         Some(size) if size > max => Err(format!(
             "`context` is {size} bytes as JSON; at most {max} are allowed"

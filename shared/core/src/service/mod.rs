@@ -171,15 +171,12 @@ impl FollowUp {
 }
 
 /// What started a turn no one wrote: a name (`[A-Za-z0-9._:/-]`, at most 64) and data for
-/// the model (at most [`MAX_CONTEXT_BYTES`] as JSON).
+/// the model (at most [`crate::run::MAX_RUN_CONTEXT_BYTES`] as JSON).
 #[derive(Debug, Clone)]
 pub struct Trigger {
     pub name: String,
     pub data: Option<Value>,
 }
-
-/// A run's `context` is at most this long as JSON: it goes with every model call.
-pub const MAX_CONTEXT_BYTES: usize = 16 * 1024;
 
 /// A run's `metadata` is at most this long as JSON: it is the caller's label for the run,
 /// kept in the run item that every commit rewrites (and DynamoDB bills by the kilobyte).

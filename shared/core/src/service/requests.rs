@@ -5,14 +5,11 @@
 
 use tracing::info;
 
-use super::{
-    CreateRun, FollowUp, MAX_CONTEXT_BYTES, MAX_METADATA_BYTES, RunView, Service, ServiceError,
-    Trigger,
-};
+use super::{CreateRun, FollowUp, MAX_METADATA_BYTES, RunView, Service, ServiceError, Trigger};
 use crate::message::{Effect, Input, StepMessage};
 use crate::ports::{Created, RunPosition, RunQuery, RunRecord};
 use crate::run::RunStatus;
-use crate::run::{NewRun, Run};
+use crate::run::{MAX_RUN_CONTEXT_BYTES, NewRun, Run};
 use crate::timeline::{Entry, EntryBody, TurnOptions};
 
 /// Files up to this size are sent in the API's reply; larger ones, where the store can, by
@@ -86,9 +83,9 @@ impl Service {
                 ));
             }
             let size = context.to_string().len();
-            if size > MAX_CONTEXT_BYTES {
+            if size > MAX_RUN_CONTEXT_BYTES {
                 return Err(ServiceError::Invalid(format!(
-                    "`context` is {size} bytes as JSON; at most {MAX_CONTEXT_BYTES} are allowed \
+                    "`context` is {size} bytes as JSON; at most {MAX_RUN_CONTEXT_BYTES} are allowed \
                      (it is sent with every model call)"
                 )));
             }
@@ -523,9 +520,9 @@ fn turn_text(
                 .filter(|d| !d.is_null())
                 .map(|d| d.to_string())
                 .unwrap_or_default();
-            if data.len() > MAX_CONTEXT_BYTES {
+            if data.len() > MAX_RUN_CONTEXT_BYTES {
                 return invalid(format!(
-                    "`trigger.data` is {} bytes as JSON; at most {MAX_CONTEXT_BYTES} are allowed",
+                    "`trigger.data` is {} bytes as JSON; at most {MAX_RUN_CONTEXT_BYTES} are allowed",
                     data.len()
                 ));
             }

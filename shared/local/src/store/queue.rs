@@ -379,17 +379,17 @@ impl Bus for LocalStore {
 impl Scheduler for LocalStore {
     async fn schedule(
         &self,
-        cta_id: &str,
+        timer_id: &str,
         run_id: &str,
         at: DateTime<Utc>,
     ) -> Result<(), PortError> {
-        let (cta_id, run_id, at) = (cta_id.to_owned(), run_id.to_owned(), at_ms(at));
+        let (timer_id, run_id, at) = (timer_id.to_owned(), run_id.to_owned(), at_ms(at));
         self.write_one(false, move |tx| {
             tx.execute(
                 // Set again (a timer re-armed) is set for the new time, as on AWS.
                 "INSERT INTO timers (name, run_id, at_ms) VALUES (?1, ?2, ?3) \
                  ON CONFLICT(name) DO UPDATE SET run_id = excluded.run_id, at_ms = excluded.at_ms",
-                params![cta_id, run_id, at],
+                params![timer_id, run_id, at],
             )
             .map_err(sql)?;
             Ok(())
@@ -397,10 +397,10 @@ impl Scheduler for LocalStore {
         .await
     }
 
-    async fn unschedule(&self, cta_id: &str) -> Result<(), PortError> {
-        let cta_id = cta_id.to_owned();
+    async fn unschedule(&self, timer_id: &str) -> Result<(), PortError> {
+        let timer_id = timer_id.to_owned();
         self.write_one(false, move |tx| {
-            tx.execute("DELETE FROM timers WHERE name = ?1", [cta_id])
+            tx.execute("DELETE FROM timers WHERE name = ?1", [timer_id])
                 .map_err(sql)?;
             Ok(())
         })
