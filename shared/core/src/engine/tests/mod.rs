@@ -1,0 +1,418 @@
+//! Engine tests: every transition, no I/O. The engine is driven by the same [`decide`] loop
+//! the service uses, with a scripted model; a tiny in-memory world stands in for the store
+//! and the queue (it commits with [`Transition::apply`] and delivers sends and CTA
+//! cancellations) so that multi-run flows read as given/when/then. This file holds that
+//! world and its helpers; each topic has a file of its own.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::sync::Mutex;
+use std::task::{Context, Poll, Waker};
+
+use serde_json::json;
+
+use super::*;
+use crate::agent::{AgentsFile, Catalog, Limits};
+use crate::cta::Cta;
+use crate::cta::{ChoiceOption, CtaRequest, CtaResponse, CtaStatus};
+use crate::llm::{LlmError, LlmReply, ToolCall};
+use crate::message::{ChildOutcome, Effect, Event, Input, StepMessage};
+use crate::run::{ExpiryPolicy, NewRun, Run, RunStatus, Usage};
+use crate::timeline::{Entry, EntryBody, ToolEntry, ToolResult};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_700_000_000, 0).unwrap()
+}
+
+fn catalog_with(limits: Limits) -> Catalog {
+    let file: AgentsFile = serde_json::from_value(json!({"agents": {
+        "worker": {"tools": ["echo"], "approval": {"echo": {"inputMatches": "danger"}}, "maxIterations": 3},
+        "asker": {"tools": ["request_human_feedback", "echo"], "maxToolCallsPerTurn": 20},
+        "deep": {"tools": ["spawn_subagent"]},
+        "mid": {"tools": ["spawn_subagent"]},
+        "quick": {"tools": ["request_human_feedback", "echo"], "ctaExpirySeconds": 60,
+                  "approval": {"echo": "always"}},
+        "timed": {"tools": ["request_human_feedback", "echo"], "maxWallSeconds": 60},
+        "free": {"tools": ["echo"], "approvalBatch": "independent",
+                 "approval": {"echo": {"inputMatches": "danger", "reason": "It says danger."}}},
+        "capped": {"tools": ["echo"], "maxToolCallsPerTurn": 8, "maxIterations": 10},
+        "patient": {"tools": ["spawn_subagent"], "maxWallSeconds": 60},
+        "alpha": {"tools": []},
+        "beta": {"tools": []},
+        "gamma": {"tools": []},
+        "lead": {"tools": ["agent_orchestrate"], "maxWallSeconds": 120},
+        "careful_lead": {"tools": ["agent_orchestrate"],
+                         "approval": {"agent_orchestrate": {"inputMatches": "code"}}}
+    }}))
+    .unwrap();
+    Catalog::new(limits, vec![], Some(file)).unwrap()
+}
+
+fn call(name: &str, args: Value) -> ToolCall {
+    ToolCall {
+        id: String::new(),
+        name: name.into(),
+        arguments: args.to_string(),
+    }
+}
+
+fn calls(calls: Vec<ToolCall>) -> LlmReply {
+    LlmReply {
+        text: None,
+        tool_calls: calls,
+        usage: Usage {
+            input_tokens: 10,
+            output_tokens: 2,
+            total_tokens: 12,
+            cached_input_tokens: 0,
+        },
+        model: Some("openai:gpt-4o-mini".into()),
+        ..Default::default()
+    }
+}
+
+fn text(t: &str) -> LlmReply {
+    LlmReply {
+        text: Some(t.into()),
+        tool_calls: vec![],
+        usage: Usage {
+            input_tokens: 5,
+            output_tokens: 1,
+            total_tokens: 6,
+            cached_input_tokens: 0,
+        },
+        model: Some("openai:gpt-4o-mini".into()),
+        ..Default::default()
+    }
+}
+
+/// Runs a future that never waits (the scripted world answers at once) to completion.
+fn block_on<F: Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("the scripted world never waits"),
+    }
+}
+
+/// The model answers from a script; `echo` is the only tool, and its calls are recorded.
+struct Scripted {
+    agent: String,
+    replies: Vec<LlmReply>,
+    executed: Mutex<Vec<String>>,
+}
+
+impl StepIo for Scripted {
+    fn listed(&self) -> crate::agent::Listed {
+        crate::agent::Listed::default()
+    }
+
+    fn think(
+        &self,
+        think_index: u32,
+        _: &[Entry],
+        _: &crate::agent::Prepared,
+    ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
+        let reply = self
+            .replies
+            .get(think_index as usize)
+            .cloned()
+            .unwrap_or_else(|| panic!("no reply {think_index} for {}", self.agent));
+        std::future::ready(Ok(reply))
+    }
+
+    fn execute(&self, call: Execution) -> impl Future<Output = ToolOutput> + Send {
+        assert_eq!(call.tool, "echo");
+        self.executed
+            .lock()
+            .expect("not poisoned")
+            .push(call.call_id.clone());
+        // Echoing "chart" also returns a widget, as a tool may.
+        let widgets = if call.input["text"] == "chart" {
+            vec![crate::tools::Widget {
+                kind: "table".into(),
+                data: json!({"columns": ["x"], "rows": [[1], [2]]}),
+            }]
+        } else {
+            vec![]
+        };
+        // Echoing "report" also returns a file (stored already, as the service does).
+        let files = if call.input["text"] == "report" {
+            vec![crate::timeline::FileRef {
+                call_id: call.call_id.clone(),
+                file_id: "file_1".into(),
+                name: "report.csv".into(),
+                media_type: "text/csv".into(),
+                size: 2048,
+                summary: "12 rows of sales by region".into(),
+            }]
+        } else {
+            vec![]
+        };
+        std::future::ready(ToolOutput {
+            result: Ok(call.input["text"].clone()),
+            widgets,
+            files,
+            duration_ms: None,
+        })
+    }
+
+    fn settle(
+        &self,
+        _: Vec<String>,
+    ) -> impl Future<Output = Result<HashMap<String, Cta>, crate::error::PortError>> + Send {
+        // The engine tests settle CTAs through the `CancelCta` effect, after the commit.
+        std::future::ready(Ok(HashMap::new()))
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Done,
+    Ignored,
+}
+
+struct Sim {
+    catalog: Catalog,
+    now: DateTime<Utc>,
+    runs: BTreeMap<String, (Run, Vec<Entry>)>,
+    ctas: HashMap<String, Cta>,
+    queue: VecDeque<StepMessage>,
+    effects: Vec<Effect>,
+    script: HashMap<String, Vec<LlmReply>>,
+    executed: Vec<String>,
+}
+
+impl Sim {
+    fn new() -> Self {
+        Self::with(Limits::default())
+    }
+
+    fn with(limits: Limits) -> Self {
+        Self {
+            catalog: catalog_with(limits),
+            now: t0(),
+            runs: BTreeMap::new(),
+            ctas: HashMap::new(),
+            queue: VecDeque::new(),
+            effects: vec![],
+            script: HashMap::new(),
+            executed: vec![],
+        }
+    }
+
+    fn script(&mut self, agent: &str, replies: Vec<LlmReply>) {
+        self.script.insert(agent.into(), replies);
+    }
+
+    fn create(&mut self, agent: &str, prompt: &str) -> String {
+        let id = format!("run_top{}", self.runs.len());
+        let mut run = Run::new(NewRun {
+            run_id: id.clone(),
+            agent: agent.into(),
+            owner: "o".into(),
+            parent: None,
+            depth: 0,
+            on_expiry: ExpiryPolicy::End,
+            sandbox_id: None,
+            metadata: None,
+            context: None,
+            root_run_id: None,
+            now: self.now,
+        });
+        run.next_seq = 1;
+        let first = Entry {
+            seq: 0,
+            at: self.now,
+            body: EntryBody::User {
+                text: prompt.into(),
+                message_id: None,
+                options: Default::default(),
+            },
+        };
+        self.runs.insert(id.clone(), (run, vec![first]));
+        self.queue.push_back(StepMessage {
+            run_id: id.clone(),
+            id: format!("{id}:start"),
+            input: Input::Start,
+        });
+        id
+    }
+
+    fn deliver(&mut self, msg: &StepMessage) -> Outcome {
+        let (run, timeline) = self.runs.get(&msg.run_id).cloned().expect("run exists");
+        let world = Scripted {
+            replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
+            agent: run.agent.clone(),
+            executed: Mutex::new(Vec::new()),
+        };
+        let decision = block_on(decide(
+            &self.catalog,
+            self.now,
+            &run,
+            &timeline,
+            &msg.input,
+            &world,
+        ))
+        .expect("the scripted model never fails to answer");
+        self.executed
+            .extend(world.executed.into_inner().expect("not poisoned"));
+        // The same step on the window a host may hand it decides the same.
+        let from = super::window_start(&run, &msg.input) as usize;
+        let windowed = block_on(decide(
+            &self.catalog,
+            self.now,
+            &run,
+            &timeline[from.min(timeline.len())..],
+            &msg.input,
+            &Scripted {
+                replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
+                agent: run.agent.clone(),
+                executed: Mutex::new(Vec::new()),
+            },
+        ))
+        .expect("the scripted model never fails to answer");
+        assert_eq!(
+            windowed, decision,
+            "{:?} on the window from {from} decides as on the whole timeline",
+            msg.input
+        );
+        let t = match decision {
+            Decision::Ignore(_) => return Outcome::Ignored,
+            Decision::Commit(t) => t,
+        };
+        assert_eq!(
+            t.run.version,
+            run.version + 1,
+            "a commit bumps the version by one"
+        );
+        for e in &t.updated {
+            assert!(
+                matches!(timeline[e.seq as usize].tool(), Some(t) if t.result.is_pending()),
+                "only pending results are resolved"
+            );
+        }
+        for (i, e) in t.appended.iter().enumerate() {
+            assert_eq!(e.seq, (timeline.len() + i) as u64, "seqs are dense");
+        }
+        let mut tl = timeline;
+        t.apply(&mut tl);
+        assert_eq!(t.run.next_seq, tl.len() as u64);
+        self.runs.insert(t.run.run_id.clone(), (t.run.clone(), tl));
+        for c in &t.new_ctas {
+            self.ctas.insert(c.cta_id.clone(), c.clone());
+        }
+        for (child, entries) in &t.new_runs {
+            self.runs
+                .insert(child.run_id.clone(), (child.clone(), entries.clone()));
+        }
+        for e in &t.effects {
+            match e {
+                Effect::Send(m) => self.queue.push_back(m.clone()),
+                Effect::CancelCta { cta_id } => {
+                    if let Some(c) = self
+                        .ctas
+                        .get_mut(cta_id)
+                        .filter(|c| c.status == CtaStatus::Pending)
+                    {
+                        c.status = CtaStatus::Cancelled;
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.effects.extend(t.effects.iter().cloned());
+        Outcome::Done
+    }
+
+    /// Delivers queued messages until none is left.
+    fn run_all(&mut self) {
+        while let Some(m) = self.queue.pop_front() {
+            self.deliver(&m);
+        }
+    }
+
+    fn send(&mut self, run_id: &str, input: Input) -> Outcome {
+        self.deliver(&StepMessage {
+            run_id: run_id.into(),
+            id: "test".into(),
+            input,
+        })
+    }
+
+    /// As the service does: settle the CTA item first, then queue the resolution.
+    fn answer(&mut self, cta_id: &str, response: CtaResponse) {
+        let c = self.ctas.get_mut(cta_id).expect("cta");
+        assert_eq!(c.status, CtaStatus::Pending);
+        c.status = CtaStatus::Answered;
+        let run_id = c.run_id.clone();
+        self.queue.push_back(StepMessage {
+            run_id,
+            id: format!("{cta_id}:answered"),
+            input: Input::CtaAnswered {
+                cta_id: cta_id.into(),
+                response,
+                responder: None,
+            },
+        });
+    }
+
+    fn run(&self, id: &str) -> &Run {
+        &self.runs[id].0
+    }
+
+    fn tools(&self, id: &str) -> Vec<ToolEntry> {
+        self.runs[id]
+            .1
+            .iter()
+            .filter_map(|e| e.tool().cloned())
+            .collect()
+    }
+
+    fn pending_ctas(&self, run_id: &str) -> Vec<Cta> {
+        let mut v: Vec<Cta> = self
+            .ctas
+            .values()
+            .filter(|c| c.run_id == run_id && c.status == CtaStatus::Pending)
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.tool_call_id.cmp(&b.tool_call_id));
+        v
+    }
+
+    fn events(&self, detail_type: &str) -> Vec<Event> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Publish(ev) if ev.detail_type == detail_type => Some(ev.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn children(&self, id: &str) -> Vec<String> {
+        self.tools(id)
+            .into_iter()
+            .filter_map(|t| t.child_run_id)
+            .collect()
+    }
+}
+
+fn feedback(kind: Value) -> LlmReply {
+    calls(vec![call("request_human_feedback", kind)])
+}
+
+fn spawn(agent: &str, prompt: &str) -> ToolCall {
+    call("spawn_subagent", json!({"agent": agent, "prompt": prompt}))
+}
+
+mod approvals;
+mod children;
+mod ctas;
+mod limits;
+mod plans;
+mod plugins;
+mod thinking;
+mod turns;

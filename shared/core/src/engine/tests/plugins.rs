@@ -1,0 +1,231 @@
+//! Plugins and what the model is shown: their tools, context and typed state; widgets and files.
+
+use super::*;
+
+/// A plugin that reads an index (async) for whether `echo` is on, counts its activations
+/// in its state, and says the count in the system prompt. `flip` turns the index over after
+/// each read, as a source that changes while the model thinks.
+struct Skills {
+    on: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    flip: bool,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct SkillState {
+    activations: u32,
+}
+
+#[async_trait::async_trait]
+impl crate::agent::Plugin for Skills {
+    type State = SkillState;
+
+    fn name(&self) -> &str {
+        "skills"
+    }
+
+    async fn prepare(
+        &self,
+        _: &Run,
+        _: &[Entry],
+        state: &mut SkillState,
+    ) -> Result<crate::agent::Prepared, String> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let on = if self.flip {
+            self.on.fetch_xor(true, SeqCst)
+        } else {
+            self.on.load(SeqCst)
+        };
+        state.activations += 1;
+        Ok(crate::agent::Prepared {
+            tools: if on { vec!["echo".into()] } else { vec![] },
+            context: Some(format!("activation {}", state.activations)),
+        })
+    }
+}
+
+#[test]
+fn a_plugin_adds_tools_and_context_and_keeps_typed_state_committed_with_each_think() {
+    let on = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut s = Sim::new();
+    let skills = Skills {
+        on: on.clone(),
+        flip: false,
+    };
+    s.catalog = std::mem::replace(&mut s.catalog, catalog_with(Limits::default()))
+        .with_plugin("deep", skills);
+    let echo = || calls(vec![call("echo", json!({"text": "x"}))]);
+    s.script("deep", vec![echo(), text("ok")]);
+    let id = s.create("deep", "go");
+    s.run_all();
+    // The index said no to echo: the call is refused; the state counted both thinks.
+    assert!(
+        matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("unknown tool"))
+    );
+    assert_eq!(s.run(&id).plugin_state["skills"], json!({"activations": 2}));
+    on.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (run, timeline) = s.runs[&id].clone();
+    let agent = s.catalog.agent("deep").expect("deep");
+    let p = block_on(agent.prepare(&run, &timeline)).expect("prepares");
+    assert_eq!(p.prepared.tools, ["echo"]);
+    assert_eq!(
+        p.states["skills"],
+        json!({"activations": 3}),
+        "from the committed state"
+    );
+    assert!(
+        agent
+            .system_prompt(&run, &p.prepared)
+            .ends_with("activation 3")
+    );
+}
+
+#[test]
+fn what_the_plugins_answered_is_the_steps_input_however_their_source_moves() {
+    // The index turns over right after it is read: the model was offered `echo`, and its
+    // call is checked against that offer, not against a second reading.
+    let on = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut s = Sim::new();
+    let skills = Skills {
+        on: on.clone(),
+        flip: true,
+    };
+    s.catalog = std::mem::replace(&mut s.catalog, catalog_with(Limits::default()))
+        .with_plugin("deep", skills);
+    let id = s.create("deep", "go");
+    let (run, timeline) = s.runs[&id].clone();
+    let world = Scripted {
+        agent: "deep".into(),
+        replies: vec![calls(vec![call("echo", json!({"text": "x"}))])],
+        executed: Mutex::new(Vec::new()),
+    };
+    let decision = block_on(driver::decide(
+        &s.catalog,
+        s.now,
+        &run,
+        &timeline,
+        &Input::Start,
+        &world,
+    ))
+    .expect("decides");
+    assert!(
+        !on.load(std::sync::atomic::Ordering::SeqCst),
+        "the source moved"
+    );
+    assert_eq!(
+        world.executed.lock().expect("not poisoned").len(),
+        1,
+        "echo ran"
+    );
+    let driver::Decision::Commit(t) = decision else {
+        panic!("commits")
+    };
+    assert_eq!(t.run.plugin_state["skills"], json!({"activations": 1}));
+}
+
+#[test]
+fn context_guidance_joins_the_system_prompt_by_the_contexts_type() {
+    let file: AgentsFile = serde_json::from_value(json!({"agents": {"reader": {
+        "system": "You read.", "tools": [],
+        "contextGuidance": {"document": "Quote the document."}
+    }}}))
+    .unwrap();
+    let catalog = Catalog::new(Limits::default(), vec![], Some(file)).unwrap();
+    let agent = catalog.agent("reader").unwrap();
+    let mut run = Run::new(NewRun {
+        run_id: "r".into(),
+        agent: "reader".into(),
+        owner: "o".into(),
+        parent: None,
+        depth: 0,
+        on_expiry: ExpiryPolicy::End,
+        sandbox_id: None,
+        metadata: None,
+        context: Some(json!({"type": "document", "id": "doc-7"})),
+        root_run_id: None,
+        now: t0(),
+    });
+    let none = crate::agent::Prepared::default();
+    let system = agent.system_prompt(&run, &none);
+    assert!(system.starts_with("You read.\n\nQuote the document.\n\nContext (document):"));
+    assert!(system.contains("doc-7"));
+    run.context = Some(json!({"type": "ticket"}));
+    assert!(!agent.system_prompt(&run, &none).contains("Quote"));
+    run.context = None;
+    assert_eq!(agent.system_prompt(&run, &none), "You read.");
+}
+
+#[test]
+fn widgets_are_timeline_entries_the_model_never_sees() {
+    let mut s = Sim::new();
+    s.script(
+        "worker",
+        vec![
+            calls(vec![call("echo", json!({"text": "chart"}))]),
+            text("drawn"),
+        ],
+    );
+    let id = s.create("worker", "draw");
+    s.run_all();
+    let timeline = s.runs[&id].1.clone();
+    let widget = timeline
+        .iter()
+        .find_map(|e| match &e.body {
+            EntryBody::Widget {
+                call_id,
+                kind,
+                data,
+            } => Some((call_id.clone(), kind.clone(), data.clone())),
+            _ => None,
+        })
+        .expect("a widget entry");
+    assert_eq!(widget.0, s.tools(&id)[0].id);
+    assert_eq!(widget.1, "table");
+    assert_eq!(widget.2["rows"][1][0], 2);
+    let seen = crate::llm::project("", &timeline);
+    assert!(
+        !seen.iter().any(|m| format!("{m:?}").contains("rows")),
+        "the model's projection leaves widgets out: {seen:?}"
+    );
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+}
+
+#[test]
+fn a_files_summary_is_all_the_model_sees_of_it() {
+    let mut s = Sim::new();
+    s.script(
+        "worker",
+        vec![
+            calls(vec![call("echo", json!({"text": "report"}))]),
+            text("sent"),
+        ],
+    );
+    let id = s.create("worker", "report");
+    s.run_all();
+    let timeline = s.runs[&id].1.clone();
+    let file = timeline
+        .iter()
+        .find_map(|e| match &e.body {
+            EntryBody::File(f) => Some(f.clone()),
+            _ => None,
+        })
+        .expect("a file entry");
+    assert_eq!(file.call_id, s.tools(&id)[0].id);
+    assert_eq!(
+        (file.name.as_str(), file.size, file.file_id.as_str()),
+        ("report.csv", 2048, "file_1")
+    );
+    let seen = crate::llm::project("", &timeline);
+    let result = seen
+        .iter()
+        .find_map(|m| match m {
+            crate::llm::ChatMessage::Tool { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .expect("the call's result");
+    assert_eq!(
+        result,
+        "report\n[file `report.csv` (text/csv, 2048 bytes): 12 rows of sales by region]"
+    );
+    assert!(!format!("{seen:?}").contains("file_1"), "no id, no bytes");
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+}

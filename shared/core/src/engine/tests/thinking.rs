@@ -1,0 +1,456 @@
+//! The loop: a think, its tool calls, the next think; what a step reads and mints.
+
+use super::*;
+
+#[test]
+fn a_final_answer_completes_the_run_with_usage_and_an_event() {
+    let mut s = Sim::new();
+    s.script("explore", vec![text("found it")]);
+    let id = s.create("explore", "look");
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.result.as_deref(), Some("found it"));
+    assert_eq!(run.usage.total_tokens, 6);
+    assert_eq!((run.thinks, run.version), (1, 1));
+    let done = s.events("run.completed");
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].detail["text"], "found it");
+}
+
+#[test]
+fn ordinary_tools_execute_within_the_step_and_the_run_thinks_again() {
+    let mut s = Sim::new();
+    s.script(
+        "worker",
+        vec![
+            LlmReply {
+                text: Some("let me echo".into()),
+                ..calls(vec![
+                    call("echo", json!({"text": "hi"})),
+                    call("echo", json!({"text": "yo"})),
+                ])
+            },
+            text("done"),
+        ],
+    );
+    let id = s.create("worker", "go");
+    s.run_all();
+    let tools = s.tools(&id);
+    assert_eq!(tools.len(), 2);
+    assert_eq!(
+        tools[0].result,
+        ToolResult::Success {
+            output: json!("hi")
+        }
+    );
+    assert_eq!(
+        tools[1].result,
+        ToolResult::Success {
+            output: json!("yo")
+        }
+    );
+    assert_eq!(
+        tools[0].input,
+        json!({"text": "hi"}),
+        "input is the parsed object"
+    );
+    assert_eq!(s.executed, vec!["call_0_0", "call_0_1"]);
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.usage.total_tokens, 18);
+    let timeline = &s.runs[&id].1;
+    assert!(
+        matches!(&timeline[1].body, EntryBody::Assistant { text: Some(t), .. } if t == "let me echo")
+    );
+}
+
+#[test]
+fn bad_calls_become_error_results_the_model_sees() {
+    // (name, arguments, expected error fragment)
+    let table = [
+        ("echo", "{not json".to_owned(), "not valid JSON"),
+        (
+            "echo",
+            json!({"text": 5}).to_string(),
+            "invalid arguments for `echo`",
+        ),
+        (
+            "echo",
+            json!({}).to_string(),
+            "\"text\" is a required property",
+        ),
+        ("rm_rf", json!({}).to_string(), "unknown tool `rm_rf`"),
+        (
+            "spawn_subagent",
+            json!({"agent": "explore", "prompt": "x"}).to_string(),
+            "unknown tool `spawn_subagent`",
+        ),
+    ];
+    for (name, args, expected) in table {
+        let mut s = Sim::new();
+        s.script(
+            "worker",
+            vec![
+                calls(vec![ToolCall {
+                    id: "c1".into(),
+                    name: name.into(),
+                    arguments: args.clone(),
+                }]),
+                text("ok"),
+            ],
+        );
+        let id = s.create("worker", "go");
+        s.run_all();
+        let t = &s.tools(&id)[0];
+        match &t.result {
+            ToolResult::Error { error } => {
+                assert!(error.contains(expected), "{name} {args}: {error}")
+            }
+            r => panic!("{name} {args}: expected an error, got {r:?}"),
+        }
+        assert_eq!(s.run(&id).status, RunStatus::Completed, "the run recovers");
+        assert!(s.executed.is_empty());
+    }
+}
+
+#[test]
+fn calls_of_one_reply_beyond_the_turns_cap_are_not_run() {
+    let mut s = Sim::new();
+    let many: Vec<ToolCall> = (0..10)
+        .map(|i| call("echo", json!({"text": format!("t{i}")})))
+        .collect();
+    s.script("worker", vec![calls(many), text("ok")]);
+    let id = s.create("worker", "go");
+    s.run_all();
+    let tools = s.tools(&id);
+    assert_eq!(tools.len(), 10);
+    assert!(
+        tools[..8]
+            .iter()
+            .all(|t| matches!(t.result, ToolResult::Success { .. }))
+    );
+    assert!(
+        tools[8..].iter().all(
+            |t| matches!(&t.result, ToolResult::Error { error } if error.contains("limit of 8 tool calls"))
+        )
+    );
+    assert_eq!(s.executed.len(), 8);
+}
+
+#[test]
+fn redelivered_and_stale_messages_do_nothing() {
+    let mut s = Sim::new();
+    s.script(
+        "worker",
+        vec![calls(vec![call("echo", json!({"text": "x"}))]), text("ok")],
+    );
+    let id = s.create("worker", "go");
+    let start = s.queue.pop_front().unwrap();
+    assert_eq!(s.deliver(&start), Outcome::Done);
+    assert_eq!(s.deliver(&start), Outcome::Ignored);
+    let cont = s.queue.pop_front().unwrap();
+    assert_eq!(s.deliver(&cont), Outcome::Done);
+    assert_eq!(s.deliver(&cont), Outcome::Ignored);
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+    let tail = StepMessage {
+        run_id: id.clone(),
+        id: "x".into(),
+        input: Input::ChildFinished {
+            child_run_id: "run_nope".into(),
+            tool_call_id: "call_0_0".into(),
+            outcome: ChildOutcome::Completed {
+                text: "x".into(),
+                step_count: 1,
+                total_usage: Usage::default(),
+            },
+            spent: Default::default(),
+            breakdown: vec![],
+        },
+    };
+    assert_eq!(s.deliver(&tail), Outcome::Ignored);
+    assert_eq!(
+        s.send(
+            &id,
+            Input::Fail {
+                code: "x".into(),
+                message: "y".into()
+            }
+        ),
+        Outcome::Ignored
+    );
+}
+
+#[test]
+fn ids_are_derived_so_a_retried_step_mints_the_same_ones() {
+    assert_eq!(derive_id("cta", "run_a", 3), derive_id("cta", "run_a", 3));
+    assert_ne!(derive_id("cta", "run_a", 3), derive_id("cta", "run_a", 4));
+    assert_ne!(derive_id("cta", "run_a", 3), derive_id("run", "run_a", 3));
+    assert!(derive_id("cta", "run_a", 3).starts_with("cta_"));
+    let choice = CtaRequest::Choice {
+        prompt: "p".into(),
+        options: vec![ChoiceOption {
+            id: "a".into(),
+            label: "A".into(),
+            description: None,
+        }],
+    };
+    assert_eq!(choice.kind(), "choice");
+}
+
+#[test]
+fn a_fatal_model_error_fails_the_run_after_applying_the_input() {
+    let mut s = Sim::new();
+    s.script("orchestrator", vec![calls(vec![spawn("explore", "x")])]);
+    s.script("explore", vec![text("found")]);
+    let id = s.create("orchestrator", "go");
+    let start = s.queue.pop_front().unwrap();
+    s.deliver(&start);
+    let child = s.children(&id)[0].clone();
+    let child_start = s.queue.pop_front().unwrap();
+    s.deliver(&child_start);
+    let finished = s.queue.pop_front().unwrap();
+    // The parent's next think fails for good: the child's result is still recorded.
+    let (run, timeline) = s.runs[&id].clone();
+    let io = Io {
+        model_error: Some("the model refused".into()),
+        ..Io::default()
+    };
+    let Step::Done(t) = step(&s.catalog, s.now, &run, &timeline, &finished.input, &io) else {
+        panic!("expected a transition")
+    };
+    assert_eq!(t.run.status, RunStatus::Failed);
+    assert_eq!(t.run.error.as_ref().unwrap().code, "model_error");
+    let resolved = t.updated[0].tool().unwrap();
+    assert_eq!(resolved.child_run_id.as_deref(), Some(child.as_str()));
+    assert!(
+        matches!(&resolved.result, ToolResult::Success { output } if output["text"] == "found")
+    );
+}
+
+#[test]
+fn oversized_tool_outputs_are_cut_with_a_marker() {
+    let big = "x".repeat(MAX_OUTPUT_BYTES + 10);
+    let mut s = Sim::new();
+    s.script(
+        "worker",
+        vec![calls(vec![call("echo", json!({"text": big}))]), text("ok")],
+    );
+    let id = s.create("worker", "go");
+    s.run_all();
+    match &s.tools(&id)[0].result {
+        ToolResult::Success { output } => {
+            assert_eq!(output["truncated"], true);
+            assert_eq!(output["originalBytes"], MAX_OUTPUT_BYTES + 10);
+            assert!(output["preview"].as_str().unwrap().ends_with(&format!(
+                "[truncated: {MAX_OUTPUT_BYTES} of {} bytes kept]",
+                MAX_OUTPUT_BYTES + 10
+            )));
+        }
+        r => panic!("{r:?}"),
+    }
+    assert!(s.children(&id).is_empty());
+    assert!(derive_id("sub", "run_a", 1).starts_with("sub_"));
+}
+
+/// An MCP server that lists one tool, `calc__ping`, and counts how often it was asked.
+struct Calc(std::sync::atomic::AtomicU32);
+
+struct Ping;
+
+#[async_trait::async_trait]
+impl crate::tools::Tool for Ping {
+    fn name(&self) -> &str {
+        "calc__ping"
+    }
+    fn description(&self) -> &str {
+        "ping"
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn execute(&self, _: &crate::tools::ToolContext, _: Value) -> Result<Value, String> {
+        Ok(json!("pong"))
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::tools::ToolServer for Calc {
+    async fn list(&self) -> Result<Vec<std::sync::Arc<dyn crate::tools::Tool>>, String> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(vec![std::sync::Arc::new(Ping)])
+    }
+}
+
+/// The world of one step whose MCP server gets listed while the step is under way (as a
+/// concurrent step of another run would list it).
+struct ListedMidStep<'a> {
+    catalog: &'a Catalog,
+    listed: crate::agent::Listed,
+}
+
+impl StepIo for ListedMidStep<'_> {
+    fn listed(&self) -> crate::agent::Listed {
+        self.listed.clone()
+    }
+
+    fn think(
+        &self,
+        think_index: u32,
+        _: &[Entry],
+        _: &crate::agent::Prepared,
+    ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
+        let ops = self.catalog.agent("ops").expect("ops");
+        block_on(
+            self.catalog
+                .list_servers(ops, &crate::agent::Prepared::default()),
+        );
+        std::future::ready(Ok(match think_index {
+            0 => calls(vec![call("calc__ping", json!({}))]),
+            _ => text("done"),
+        }))
+    }
+
+    fn execute(&self, call: Execution) -> impl Future<Output = ToolOutput> + Send {
+        assert_eq!(call.tool, "calc__ping", "only the listed tool runs");
+        std::future::ready(ToolOutput::from(Ok(json!("pong"))))
+    }
+
+    fn settle(
+        &self,
+        _: Vec<String>,
+    ) -> impl Future<Output = Result<HashMap<String, Cta>, crate::error::PortError>> + Send {
+        std::future::ready(Ok(HashMap::new()))
+    }
+}
+
+#[test]
+fn a_step_sees_the_tools_listed_when_it_began_and_the_next_step_sees_new_ones() {
+    let server = std::sync::Arc::new(Calc(Default::default()));
+    let file: AgentsFile = serde_json::from_value(
+        json!({"mcpServers": {"calc": {"url": "http://127.0.0.1:9/mcp"}},
+            "agents": {"ops": {"tools": ["mcp:calc"]}}}),
+    )
+    .unwrap();
+    let toolbox = crate::agent::Toolbox {
+        tools: vec![],
+        servers: BTreeMap::from([(
+            "calc".to_owned(),
+            server.clone() as std::sync::Arc<dyn crate::tools::ToolServer>,
+        )]),
+    };
+    let catalog = Catalog::build(Limits::default(), toolbox, Some(file)).unwrap();
+    let start = |id: &str| {
+        let mut run = Run::new(NewRun {
+            run_id: id.into(),
+            agent: "ops".into(),
+            owner: "o".into(),
+            parent: None,
+            depth: 0,
+            on_expiry: ExpiryPolicy::End,
+            sandbox_id: None,
+            metadata: None,
+            context: None,
+            root_run_id: None,
+            now: t0(),
+        });
+        run.next_seq = 1;
+        let first = Entry {
+            seq: 0,
+            at: t0(),
+            body: EntryBody::User {
+                text: "ping it".into(),
+                message_id: None,
+                options: Default::default(),
+            },
+        };
+        (run, vec![first])
+    };
+    let result_of = |world: &ListedMidStep, id: &str| {
+        let (run, timeline) = start(id);
+        let decision = block_on(decide(
+            &catalog,
+            t0(),
+            &run,
+            &timeline,
+            &Input::Start,
+            world,
+        ))
+        .expect("decides");
+        let Decision::Commit(t) = decision else {
+            panic!("commits")
+        };
+        t.appended
+            .iter()
+            .find_map(|e| e.tool().cloned())
+            .expect("a tool entry")
+            .result
+    };
+    // Given a step that began before the server was listed, when the server is listed
+    // during its think, then the step's call is checked against what it began with.
+    let world = ListedMidStep {
+        catalog: &catalog,
+        listed: catalog.listed(),
+    };
+    let first = result_of(&world, "run_a");
+    assert!(
+        matches!(&first, ToolResult::Error { error } if error.contains("unknown tool `calc__ping`")),
+        "{first:?}"
+    );
+    assert_eq!(server.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // The next step takes the listing as it now is.
+    let world = ListedMidStep {
+        catalog: &catalog,
+        listed: catalog.listed(),
+    };
+    let next = result_of(&world, "run_b");
+    assert_eq!(
+        next,
+        ToolResult::Success {
+            output: json!("pong")
+        }
+    );
+}
+
+/// What a step of the loop reads is its batch, however long the run: after twelve tool
+/// iterations, the answer to the question the run waits on needs the entries from the
+/// question's reply on (every step of the loop is also checked to decide alike on its
+/// window and on the whole timeline: `Sim::deliver`). A follow-up reads the whole timeline.
+#[test]
+fn a_steps_window_is_its_batch_whatever_the_runs_length() {
+    let mut s = Sim::new();
+    let mut replies: Vec<LlmReply> = (0..12)
+        .map(|i| calls(vec![call("echo", json!({"text": format!("{i}")}))]))
+        .collect();
+    replies.push(feedback(json!({"kind": "text", "prompt": "Name?"})));
+    replies.push(text("thanks"));
+    s.script("asker", replies);
+    let id = s.create("asker", "ask");
+    s.run_all();
+    let run = s.run(&id).clone();
+    assert_eq!(run.status, RunStatus::Waiting);
+    let timeline = s.runs[&id].1.clone();
+    assert!(timeline.len() > 25, "{} entries", timeline.len());
+    let cta_id = s.ctas.keys().next().unwrap().clone();
+    let answer = Input::CtaAnswered {
+        cta_id,
+        response: CtaResponse::Text { text: "Ada".into() },
+        responder: None,
+    };
+    let from = super::window_start(&run, &answer);
+    assert!(
+        matches!(
+            timeline[from as usize - 1].body,
+            EntryBody::Assistant { .. }
+        ),
+        "the window starts after the last reply"
+    );
+    assert_eq!(timeline.len() as u64 - from, 1, "the question's call alone");
+    let follow_up = Input::UserMessage {
+        text: "again".into(),
+        message_id: "m1".into(),
+        reply_to: None,
+        options: Default::default(),
+    };
+    assert_eq!(super::window_start(&run, &follow_up), 0);
+}

@@ -1,0 +1,251 @@
+//! Turns: follow-up messages, the queue of them, cancellation, ended runs.
+
+use super::*;
+
+#[test]
+fn cancellation_cancels_ctas_and_children_once() {
+    let mut s = Sim::new();
+    s.script(
+        "orchestrator",
+        vec![calls(vec![
+            spawn("explore", "x"),
+            call(
+                "request_human_feedback",
+                json!({"kind": "approval", "message": "?"}),
+            ),
+        ])],
+    );
+    s.script(
+        "explore",
+        vec![feedback(json!({"kind": "text", "prompt": "?"}))],
+    );
+    s.catalog = Catalog::new(
+        Limits::default(),
+        vec![],
+        Some(
+            serde_json::from_value(json!({"agents": {
+        "explore": {"tools": ["request_human_feedback"]}}}))
+            .unwrap(),
+        ),
+    )
+    .unwrap();
+    let id = s.create("orchestrator", "go");
+    s.run_all();
+    let child = s.children(&id)[0].clone();
+    assert_eq!(s.run(&child).status, RunStatus::Waiting);
+    assert_eq!(
+        s.ctas
+            .values()
+            .filter(|c| c.status == CtaStatus::Pending)
+            .count(),
+        2
+    );
+    s.send(
+        &id,
+        Input::Cancel {
+            reason: "stop".into(),
+        },
+    );
+    s.run_all();
+    assert_eq!(s.run(&id).status, RunStatus::Cancelled);
+    assert_eq!(
+        s.run(&child).status,
+        RunStatus::Cancelled,
+        "children are cancelled too"
+    );
+    assert!(s.ctas.values().all(|c| c.status == CtaStatus::Cancelled));
+    assert_eq!(
+        s.send(
+            &id,
+            Input::Cancel {
+                reason: "again".into()
+            }
+        ),
+        Outcome::Ignored
+    );
+    assert_eq!(s.events("run.cancelled").len(), 2);
+}
+
+#[test]
+fn a_follow_up_message_starts_a_new_turn_on_the_same_timeline() {
+    let mut s = Sim::new();
+    s.script("explore", vec![text("first"), text("second")]);
+    let id = s.create("explore", "one");
+    s.run_all();
+    let msg = Input::UserMessage {
+        text: "two".into(),
+        message_id: "m1".into(),
+        reply_to: None,
+        options: Default::default(),
+    };
+    assert_eq!(s.send(&id, msg.clone()), Outcome::Done);
+    let run = s.run(&id);
+    assert_eq!(
+        (run.status, run.thinks, run.turn_thinks),
+        (RunStatus::Completed, 2, 1)
+    );
+    assert_eq!(run.result.as_deref(), Some("second"));
+    let tl = &s.runs[&id].1;
+    assert!(matches!(&tl[2].body, EntryBody::User { text, .. } if text == "two"));
+    assert_eq!(tl.len(), 4);
+    // The same message again is a redelivery.
+    assert_eq!(s.send(&id, msg), Outcome::Ignored);
+}
+
+#[test]
+fn a_follow_up_that_reaches_a_cancelled_run_is_refused_there_and_the_run_stays_ended() {
+    // The API refuses a follow-up to a run that ended for good; one it admitted just
+    // before a cancel won the run's queue reaches a cancelled run: the writer refuses it.
+    let mut s = Sim::new();
+    s.script(
+        "asker",
+        vec![
+            feedback(json!({"kind": "text", "prompt": "?"})),
+            text("never"),
+        ],
+    );
+    let id = s.create("asker", "ask");
+    s.run_all();
+    s.send(
+        &id,
+        Input::Cancel {
+            reason: "stop".into(),
+        },
+    );
+    s.run_all();
+    let before = s.run(&id).thinks;
+    let msg = Input::UserMessage {
+        text: "are you there?".into(),
+        message_id: "m9".into(),
+        reply_to: None,
+        options: Default::default(),
+    };
+    assert_eq!(s.send(&id, msg), Outcome::Done);
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Cancelled, "a cancel is final");
+    assert_eq!(run.thinks, before, "no model call");
+    let tl = &s.runs[&id].1;
+    assert!(
+        tl.iter().any(
+            |e| matches!(&e.body, EntryBody::Notice { code, .. } if code == "follow_up_refused")
+        ),
+        "{tl:?}"
+    );
+}
+
+#[test]
+fn failed_and_expired_runs_refuse_follow_ups_and_triggers_and_completed_ones_take_them() {
+    // The state diagram: only `completed` goes on with a follow-up; `failed` and
+    // `expired` are final, as `cancelled` is (above).
+    for (status, takes) in [
+        (RunStatus::Failed, false),
+        (RunStatus::Expired, false),
+        (RunStatus::Completed, true),
+    ] {
+        let mut s = Sim::new();
+        s.script("explore", vec![text("first"), text("second")]);
+        let id = s.create("explore", "one");
+        s.run_all();
+        s.runs.get_mut(&id).unwrap().0.status = status;
+        let msg = Input::UserMessage {
+            text: "again".into(),
+            message_id: "m1".into(),
+            reply_to: None,
+            options: Default::default(),
+        };
+        assert_eq!(s.send(&id, msg), Outcome::Done);
+        s.run_all();
+        let run = s.run(&id);
+        if takes {
+            assert_eq!(
+                (run.status, run.thinks),
+                (RunStatus::Completed, 2),
+                "{status:?}"
+            );
+        } else {
+            assert_eq!(
+                (run.status, run.thinks),
+                (status, 1),
+                "{status:?} stays final"
+            );
+            let tl = &s.runs[&id].1;
+            assert!(
+                tl.iter().any(|e| matches!(&e.body, EntryBody::Notice { code, .. } if code == "follow_up_refused")),
+                "{status:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_message_to_an_active_run_waits_as_a_queued_entry() {
+    let mut s = Sim::new();
+    s.script(
+        "asker",
+        vec![feedback(json!({"kind": "text", "prompt": "?"}))],
+    );
+    let id = s.create("asker", "ask");
+    s.run_all();
+    let msg = Input::UserMessage {
+        text: "hey".into(),
+        message_id: "m1".into(),
+        reply_to: None,
+        options: Default::default(),
+    };
+    assert_eq!(s.send(&id, msg.clone()), Outcome::Done);
+    let (run, tl) = &s.runs[&id];
+    assert_eq!(run.status, RunStatus::Waiting, "the turn under way goes on");
+    let seq = tl.len() as u64 - 1;
+    assert_eq!(run.queued, vec![seq]);
+    assert!(
+        matches!(&tl[seq as usize].body, EntryBody::Queued { message_id, .. } if message_id == "m1")
+    );
+    // A redelivery queues nothing more.
+    assert_eq!(s.send(&id, msg), Outcome::Ignored);
+    assert_eq!(s.runs[&id].0.queued.len(), 1);
+}
+
+#[test]
+fn a_follow_up_between_a_tool_step_and_the_next_think_gets_its_own_turn() {
+    // Given a run whose first step ran a tool and sent itself a continue,
+    let mut s = Sim::new();
+    s.script(
+        "worker",
+        vec![
+            calls(vec![call("echo", json!({"text": "x"}))]),
+            text("first turn done"),
+            text("second turn done"),
+        ],
+    );
+    let id = s.create("worker", "go");
+    let start = s.queue.pop_front().unwrap();
+    assert_eq!(s.deliver(&start), Outcome::Done);
+    let cont = s.queue.pop_front().unwrap();
+    assert!(matches!(cont.input, Input::Continue { .. }));
+    // when a follow-up is queued before that continue is taken (it moves the version),
+    let msg = Input::UserMessage {
+        text: "and then?".into(),
+        message_id: "m1".into(),
+        reply_to: None,
+        options: Default::default(),
+    };
+    assert_eq!(s.send(&id, msg), Outcome::Done);
+    assert_eq!(s.run(&id).queued.len(), 1);
+    // then the continue still applies: the turn ends, and the follow-up gets its own turn.
+    assert_eq!(s.deliver(&cont), Outcome::Done, "the continue is not stale");
+    // A redelivery of the same continue is.
+    assert_eq!(s.deliver(&cont), Outcome::Ignored);
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.result.as_deref(), Some("second turn done"));
+    assert!(run.queued.is_empty());
+    assert_eq!(run.continue_at, None);
+    let users = s.runs[&id]
+        .1
+        .iter()
+        .filter(|e| matches!(&e.body, EntryBody::User { message_id: Some(m), .. } if m == "m1"))
+        .count();
+    assert_eq!(users, 1, "one turn for the follow-up");
+}
