@@ -30,6 +30,43 @@ pub struct Prepared {
     pub context: Option<String>,
 }
 
+/// Why a plugin could not say what an iteration adds: its own error, not the model's. A
+/// [`PluginError::retry`] sends the step's message back to be tried again (a lookup that
+/// timed out); a [`PluginError::fatal`] one fails the run at once with it (its stored state
+/// no longer reads, its state outgrew what a run keeps, a setting it cannot work with).
+/// Either names the plugin and its agent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("plugin `{plugin}` of agent `{agent}`: {message}")]
+pub struct PluginError {
+    /// The plugin's name (filled in by the agent that asked it).
+    pub plugin: String,
+    /// The agent whose iteration it prepared (filled in likewise).
+    pub agent: String,
+    pub message: String,
+    /// Whether the same step, tried again, may succeed.
+    pub retryable: bool,
+}
+
+impl PluginError {
+    /// An error worth trying the step again for.
+    pub fn retry(message: impl Into<String>) -> Self {
+        Self {
+            plugin: String::new(),
+            agent: String::new(),
+            message: message.into(),
+            retryable: true,
+        }
+    }
+
+    /// An error no retry will mend: the run fails with it.
+    pub fn fatal(message: impl Into<String>) -> Self {
+        Self {
+            retryable: false,
+            ..Self::retry(message)
+        }
+    }
+}
+
 /// A plugin of an agent, with its typed state (`Default` for a run it has not seen).
 #[async_trait::async_trait]
 pub trait Plugin: Send + Sync + 'static {
@@ -37,13 +74,14 @@ pub trait Plugin: Send + Sync + 'static {
     /// Its name among the agent's plugins: its state is kept under it.
     fn name(&self) -> &str;
     /// What it adds to the next iteration of `run` (`timeline` as the step read it). It may
-    /// change `state`; an error fails the step, which is tried again.
+    /// change `state`; an error stops the step, tried again or failing the run as the error
+    /// says ([`PluginError`]).
     async fn prepare(
         &self,
         run: &Run,
         timeline: &[Entry],
         state: &mut Self::State,
-    ) -> Result<Prepared, String>;
+    ) -> Result<Prepared, PluginError>;
 }
 
 /// A [`Plugin`] with its state as JSON, as an agent holds it.
@@ -55,7 +93,7 @@ pub trait Prepare: Send + Sync {
         run: &Run,
         timeline: &[Entry],
         state: Option<&Value>,
-    ) -> Result<(Prepared, Value), String>;
+    ) -> Result<(Prepared, Value), PluginError>;
 }
 
 pub(super) struct Typed<P>(pub(super) P);
@@ -71,14 +109,16 @@ impl<P: Plugin> Prepare for Typed<P> {
         run: &Run,
         timeline: &[Entry],
         state: Option<&Value>,
-    ) -> Result<(Prepared, Value), String> {
+    ) -> Result<(Prepared, Value), PluginError> {
         let mut typed = match state {
-            Some(v) => P::State::deserialize(v)
-                .map_err(|e| format!("its stored state does not read back: {e}"))?,
+            Some(v) => P::State::deserialize(v).map_err(|e| {
+                PluginError::fatal(format!("its stored state does not read back: {e}"))
+            })?,
             None => P::State::default(),
         };
         let prepared = self.0.prepare(run, timeline, &mut typed).await?;
-        let state = serde_json::to_value(&typed).map_err(|e| format!("its state: {e}"))?;
+        let state = serde_json::to_value(&typed)
+            .map_err(|e| PluginError::fatal(format!("its state: {e}")))?;
         Ok((prepared, state))
     }
 }
@@ -93,21 +133,28 @@ pub struct Preparation {
 
 impl AgentDef {
     /// Asks each plugin, in order, what the next iteration of `run` adds.
-    pub async fn prepare(&self, run: &Run, timeline: &[Entry]) -> Result<Preparation, String> {
+    pub async fn prepare(
+        &self,
+        run: &Run,
+        timeline: &[Entry],
+    ) -> Result<Preparation, PluginError> {
         let mut out = Preparation::default();
         for plugin in &self.plugins {
             let name = plugin.name();
+            let named = |e: PluginError| PluginError {
+                plugin: name.to_owned(),
+                agent: self.name.clone(),
+                ..e
+            };
             let (add, state) = plugin
                 .prepare(run, timeline, run.plugin_state.get(name))
                 .await
-                .map_err(|e| format!("plugin `{name}` of agent `{}`: {e}", self.name))?;
+                .map_err(named)?;
             let size = state.to_string().len();
             if size > MAX_PLUGIN_STATE_BYTES {
-                return Err(format!(
-                    "plugin `{name}` of agent `{}`: its state is {size} bytes as JSON; at most \
-                     {MAX_PLUGIN_STATE_BYTES} are kept",
-                    self.name
-                ));
+                return Err(named(PluginError::fatal(format!(
+                    "its state is {size} bytes as JSON; at most {MAX_PLUGIN_STATE_BYTES} are kept"
+                ))));
             }
             out.prepared.tools.extend(add.tools);
             if let Some(text) = add.context {

@@ -79,6 +79,9 @@ pub enum IoError {
     Port(#[from] PortError),
     #[error(transparent)]
     OutOfTime(#[from] OutOfTime),
+    /// A plugin of the agent could not prepare the think: its own error, retryable or not.
+    #[error(transparent)]
+    Plugin(#[from] crate::agent::PluginError),
 }
 
 /// What the step would do next does not fit in the time its host's invocation has left:
@@ -116,12 +119,7 @@ pub async fn decide<W: StepIo>(
             } => {
                 // The plugins answer once, before the think: the step's input from then on.
                 let prepared = match catalog.agent(&run.agent) {
-                    Some(agent) => agent.prepare(run, timeline).await.map_err(|message| {
-                        LlmError::Unavailable {
-                            message,
-                            source: None,
-                        }
-                    })?,
+                    Some(agent) => agent.prepare(run, timeline).await?,
                     None => Preparation::default(),
                 };
                 let reply = world.think(think_index, &changed, &prepared.prepared).await;

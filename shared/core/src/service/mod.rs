@@ -107,6 +107,9 @@ pub enum StepError {
     /// nothing was done, deliver it again to a fresh one.
     #[error("{0}")]
     OutOfTime(String),
+    /// A plugin of the run's agent failed: retried or not as its error says.
+    #[error(transparent)]
+    Plugin(crate::agent::PluginError),
 }
 
 impl StepError {
@@ -116,6 +119,7 @@ impl StepError {
             Self::Port(e) => e.is_retryable(),
             Self::Llm(e) => matches!(e, LlmError::Unavailable { .. }),
             Self::Contended(_) | Self::OutOfTime(_) => true,
+            Self::Plugin(e) => e.retryable,
         }
     }
 
@@ -415,6 +419,14 @@ mod tests {
             ),
             (StepError::Llm(LlmError::fatal("bad key")), false),
             (StepError::Contended("run_1".into()), true),
+            (
+                StepError::Plugin(crate::agent::PluginError::retry("the index timed out")),
+                true,
+            ),
+            (
+                StepError::Plugin(crate::agent::PluginError::fatal("its state does not read")),
+                false,
+            ),
         ];
         for (error, retryable) in table {
             assert_eq!(error.is_retryable(), retryable, "{error}");

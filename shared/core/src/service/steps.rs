@@ -111,6 +111,7 @@ impl Service {
                     engine::IoError::Llm(e) => StepError::Llm(e),
                     engine::IoError::Port(e) => StepError::Port(e),
                     engine::IoError::OutOfTime(e) => StepError::OutOfTime(e.0),
+                    engine::IoError::Plugin(e) => StepError::Plugin(e),
                 })?;
             if let Some(e) = world
                 .crashed

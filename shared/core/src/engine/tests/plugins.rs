@@ -28,7 +28,7 @@ impl crate::agent::Plugin for Skills {
         _: &Run,
         _: &[Entry],
         state: &mut SkillState,
-    ) -> Result<crate::agent::Prepared, String> {
+    ) -> Result<crate::agent::Prepared, crate::agent::PluginError> {
         use std::sync::atomic::Ordering::SeqCst;
         let on = if self.flip {
             self.on.fetch_xor(true, SeqCst)
@@ -228,4 +228,56 @@ fn a_files_summary_is_all_the_model_sees_of_it() {
     );
     assert!(!format!("{seen:?}").contains("file_1"), "no id, no bytes");
     assert_eq!(s.run(&id).status, RunStatus::Completed);
+}
+
+/// A plugin whose source fails: retryably (a lookup that timed out) or not.
+struct Failing {
+    retryable: bool,
+}
+
+#[async_trait::async_trait]
+impl crate::agent::Plugin for Failing {
+    type State = SkillState;
+
+    fn name(&self) -> &str {
+        "index"
+    }
+
+    async fn prepare(
+        &self,
+        _: &Run,
+        _: &[Entry],
+        _: &mut SkillState,
+    ) -> Result<crate::agent::Prepared, crate::agent::PluginError> {
+        Err(if self.retryable {
+            crate::agent::PluginError::retry("the index timed out")
+        } else {
+            crate::agent::PluginError::fatal("the index is not configured")
+        })
+    }
+}
+
+#[test]
+fn a_plugins_error_is_its_own_named_and_retried_only_when_it_says_so() {
+    for retryable in [true, false] {
+        let mut s = Sim::new();
+        s.catalog = std::mem::replace(&mut s.catalog, catalog_with(Limits::default()))
+            .with_plugin("deep", Failing { retryable });
+        s.script("deep", vec![text("never asked")]);
+        let id = s.create("deep", "go");
+        let msg = s.queue.pop_front().expect("the run's start");
+        let (run, timeline) = s.runs[&id].clone();
+        let world = Scripted {
+            replies: vec![text("never asked")],
+            agent: "deep".into(),
+            executed: Mutex::new(Vec::new()),
+        };
+        let got = block_on(decide(&s.catalog, s.now, &run, &timeline, &msg.input, &world));
+        let Err(IoError::Plugin(e)) = got else {
+            panic!("a plugin's failure is not a model outage: {got:?}");
+        };
+        assert_eq!(e.retryable, retryable);
+        assert_eq!((e.plugin.as_str(), e.agent.as_str()), ("index", "deep"));
+        assert!(e.to_string().starts_with("plugin `index` of agent `deep`: the index"));
+    }
 }
