@@ -22,9 +22,7 @@ mod catalog;
 mod plugin;
 
 pub use catalog::{Catalog, HTTP_FETCH, Listed, RELIST_INTERVAL, Toolbox};
-pub use plugin::{
-    MAX_PLUGIN_STATE_BYTES, Plugin, PluginError, Preparation, Prepare, Prepared,
-};
+pub use plugin::{MAX_PLUGIN_STATE_BYTES, Plugin, PluginError, Preparation, Prepare, Prepared};
 
 pub const ORCHESTRATOR: &str = "orchestrator";
 

@@ -133,11 +133,7 @@ pub struct Preparation {
 
 impl AgentDef {
     /// Asks each plugin, in order, what the next iteration of `run` adds.
-    pub async fn prepare(
-        &self,
-        run: &Run,
-        timeline: &[Entry],
-    ) -> Result<Preparation, PluginError> {
+    pub async fn prepare(&self, run: &Run, timeline: &[Entry]) -> Result<Preparation, PluginError> {
         let mut out = Preparation::default();
         for plugin in &self.plugins {
             let name = plugin.name();

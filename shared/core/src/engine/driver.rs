@@ -32,8 +32,13 @@ pub trait StepIo: Sync {
         changed: &[Entry],
         prepared: &Prepared,
     ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send;
-    /// A tool's output; an `Err` is an error result the model sees.
-    fn execute(&self, call: Execution) -> impl Future<Output = ToolOutput> + Send;
+    /// A tool's output (its `result` may be an error the model sees). An `Err` is the step's
+    /// own I/O failing (a file the tool returned could not be stored): the step stops, and
+    /// is tried again, the call with it.
+    fn execute(
+        &self,
+        call: Execution,
+    ) -> impl Future<Output = Result<ToolOutput, PortError>> + Send;
     /// The step is about to execute these calls (for whoever watches the run). An
     /// [`OutOfTime`] stops the step before any of them runs: its host's invocation has no
     /// time left for them (it is delivered again, to a fresh one).
@@ -135,7 +140,7 @@ pub async fn decide<W: StepIo>(
                 world.executing(&calls)?;
                 for call in calls {
                     let id = call.call_id.clone();
-                    let out = world.execute(call).await;
+                    let out = world.execute(call).await?;
                     if !out.widgets.is_empty() {
                         io.widgets.insert(id.clone(), out.widgets);
                     }

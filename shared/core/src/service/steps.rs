@@ -101,7 +101,6 @@ impl Service {
                 head: head.clone(),
                 read: std::sync::OnceLock::new(),
                 listed: self.list_tools(&run).await,
-                crashed: std::sync::Mutex::new(None),
                 deadline,
             };
             let now = self.deps.clock.now();
@@ -113,13 +112,6 @@ impl Service {
                     engine::IoError::OutOfTime(e) => StepError::OutOfTime(e.0),
                     engine::IoError::Plugin(e) => StepError::Plugin(e),
                 })?;
-            if let Some(e) = world
-                .crashed
-                .into_inner()
-                .unwrap_or_else(|p| p.into_inner())
-            {
-                return Err(e.into());
-            }
             // What a think read of the history for the model: cached from now on.
             let (timeline, base, bytes, head) = match world.read.into_inner() {
                 Some(read) => {

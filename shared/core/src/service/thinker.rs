@@ -29,8 +29,6 @@ pub(super) struct Thinker<'a> {
     pub(super) read: std::sync::OnceLock<Read>,
     /// The MCP servers' tools as listed when the step started.
     pub(super) listed: Listed,
-    /// A failpoint that fired where no error can be returned (after a tool's output).
-    pub(super) crashed: std::sync::Mutex<Option<PortError>>,
     /// When the host's invocation ends, if it does: no tool call runs past it.
     pub(super) deadline: Option<super::StepDeadline>,
 }
@@ -231,10 +229,8 @@ impl StepIo for Thinker<'_> {
         Ok(())
     }
 
-    async fn execute(&self, call: Execution) -> ToolOutput {
-        if let Err(e) = failpoint::pass("step.before_tool").await {
-            *self.crashed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-        }
+    async fn execute(&self, call: Execution) -> Result<ToolOutput, PortError> {
+        failpoint::pass("step.before_tool").await?;
         let catalog = &self.service.catalog;
         let live = self
             .service
@@ -305,9 +301,7 @@ impl StepIo for Thinker<'_> {
             });
         }
         // A crash here loses the output; the redelivered step executes the tool again.
-        if let Err(e) = failpoint::hit("step.after_tool") {
-            *self.crashed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-        }
+        failpoint::hit("step.after_tool")?;
         // Files go to the blob store before the step commits the entries that name them (a
         // crash in between leaves bytes no entry names; the retried step puts them again).
         let mut files = Vec::new();
@@ -323,12 +317,9 @@ impl StepIo for Thinker<'_> {
                 bytes: f.bytes,
             };
             let key = format!("{}/{file_id}", self.run.run_id);
-            if let Err(e) = self.service.deps.blobs.put(&key, &blob).await {
-                // The step fails and is retried, the tool with it: no entry names a file
-                // that is not stored.
-                *self.crashed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                break;
-            }
+            // On failure the step fails and is retried, the tool with it: no entry names a
+            // file that is not stored.
+            self.service.deps.blobs.put(&key, &blob).await?;
             files.push(crate::timeline::FileRef {
                 call_id: call.call_id.clone(),
                 file_id,
@@ -338,12 +329,12 @@ impl StepIo for Thinker<'_> {
                 summary: f.summary,
             });
         }
-        ToolOutput {
+        Ok(ToolOutput {
             result,
             widgets: ctx.take_widgets(),
             files,
             duration_ms: Some(duration_ms),
-        }
+        })
     }
 
     async fn settle(

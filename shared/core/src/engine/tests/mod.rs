@@ -123,7 +123,10 @@ impl StepIo for Scripted {
         std::future::ready(Ok(reply))
     }
 
-    fn execute(&self, call: Execution) -> impl Future<Output = ToolOutput> + Send {
+    fn execute(
+        &self,
+        call: Execution,
+    ) -> impl Future<Output = Result<ToolOutput, crate::error::PortError>> + Send {
         assert_eq!(call.tool, "echo");
         self.executed
             .lock()
@@ -151,12 +154,12 @@ impl StepIo for Scripted {
         } else {
             vec![]
         };
-        std::future::ready(ToolOutput {
+        std::future::ready(Ok(ToolOutput {
             result: Ok(call.input["text"].clone()),
             widgets,
             files,
             duration_ms: None,
-        })
+        }))
     }
 
     fn settle(

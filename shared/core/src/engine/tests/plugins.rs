@@ -272,12 +272,17 @@ fn a_plugins_error_is_its_own_named_and_retried_only_when_it_says_so() {
             agent: "deep".into(),
             executed: Mutex::new(Vec::new()),
         };
-        let got = block_on(decide(&s.catalog, s.now, &run, &timeline, &msg.input, &world));
+        let got = block_on(decide(
+            &s.catalog, s.now, &run, &timeline, &msg.input, &world,
+        ));
         let Err(IoError::Plugin(e)) = got else {
             panic!("a plugin's failure is not a model outage: {got:?}");
         };
         assert_eq!(e.retryable, retryable);
         assert_eq!((e.plugin.as_str(), e.agent.as_str()), ("index", "deep"));
-        assert!(e.to_string().starts_with("plugin `index` of agent `deep`: the index"));
+        assert!(
+            e.to_string()
+                .starts_with("plugin `index` of agent `deep`: the index")
+        );
     }
 }

@@ -311,9 +311,12 @@ impl StepIo for ListedMidStep<'_> {
         }))
     }
 
-    fn execute(&self, call: Execution) -> impl Future<Output = ToolOutput> + Send {
+    fn execute(
+        &self,
+        call: Execution,
+    ) -> impl Future<Output = Result<ToolOutput, crate::error::PortError>> + Send {
         assert_eq!(call.tool, "calc__ping", "only the listed tool runs");
-        std::future::ready(ToolOutput::from(Ok(json!("pong"))))
+        std::future::ready(Ok(ToolOutput::from(Ok(json!("pong")))))
     }
 
     fn settle(
