@@ -23,24 +23,36 @@ pub fn budget_for(memory_mb: u64) -> usize {
     usize::try_from(bytes).unwrap_or(DEFAULT_CACHE_BYTES)
 }
 
-struct Slot {
-    version: u64,
-    base: u64,
-    timeline: Vec<Entry>,
-    bytes: usize,
-    timeline_bytes: usize,
-    head: Option<Entry>,
-    used: u64,
+/// What a step holds of a run's timeline: its entries from seq `base` on and, when `base`
+/// is past it and a model is given it, the run's first entry (`head`); `bytes` is about the
+/// memory `entries` take ([`approx_bytes`]). The store's window read, the history a think
+/// reads back and what the cache keeps are each one of these.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Window {
+    pub base: u64,
+    pub entries: Vec<Entry>,
+    pub head: Option<Entry>,
+    pub bytes: usize,
 }
 
-/// A run's timeline as kept: its entries from seq `base` on, at `version`, and its first
-/// entry when `base` is past it and a model is given it.
-pub(super) struct Cached {
-    pub version: u64,
-    pub base: u64,
-    pub timeline: Vec<Entry>,
-    pub bytes: usize,
-    pub head: Option<Entry>,
+impl Window {
+    pub(super) fn new(base: u64, entries: Vec<Entry>, head: Option<Entry>) -> Self {
+        let bytes = approx_bytes(&entries);
+        Self {
+            base,
+            entries,
+            head,
+            bytes,
+        }
+    }
+}
+
+struct Slot {
+    version: u64,
+    window: Window,
+    /// The window's bytes and its `head`'s.
+    bytes: usize,
+    used: u64,
 }
 
 pub(super) struct TimelineCache {
@@ -64,38 +76,22 @@ impl TimelineCache {
         }
     }
 
-    /// Takes a run's timeline out.
-    pub(super) fn take(&mut self, run_id: &str) -> Option<Cached> {
+    /// Takes a run's timeline out, with the run's version it is at.
+    pub(super) fn take(&mut self, run_id: &str) -> Option<(u64, Window)> {
         let slot = self.runs.remove(run_id)?;
         self.bytes -= slot.bytes;
-        Some(Cached {
-            version: slot.version,
-            base: slot.base,
-            timeline: slot.timeline,
-            bytes: slot.timeline_bytes,
-            head: slot.head,
-        })
+        Some((slot.version, slot.window))
     }
 
     /// Keeps a timeline, evicting the least recently used ones to stay within the budget.
     /// A timeline larger than the whole budget is not kept.
-    pub(super) fn put(
-        &mut self,
-        run_id: &str,
-        version: u64,
-        base: u64,
-        timeline: Vec<Entry>,
-        bytes: usize,
-        head: Option<Entry>,
-    ) {
-        // The slot counts its first entry too; `Cached::bytes` is the timeline's alone.
-        let (timeline_bytes, bytes) = (
-            bytes,
-            bytes
-                + head
-                    .as_ref()
-                    .map_or(0, |h| approx_bytes(std::slice::from_ref(h))),
-        );
+    pub(super) fn put(&mut self, run_id: &str, version: u64, window: Window) {
+        // The slot counts its first entry too; `Window::bytes` is the entries' alone.
+        let bytes = window.bytes
+            + window
+                .head
+                .as_ref()
+                .map_or(0, |h| approx_bytes(std::slice::from_ref(h)));
         if let Some(old) = self.runs.remove(run_id) {
             self.bytes -= old.bytes;
         }
@@ -121,11 +117,8 @@ impl TimelineCache {
             run_id.to_owned(),
             Slot {
                 version,
-                base,
-                timeline,
+                window,
                 bytes,
-                timeline_bytes,
-                head,
                 used: self.tick,
             },
         );
@@ -196,29 +189,22 @@ mod tests {
     #[test]
     fn the_budget_is_bytes_and_the_least_recently_used_go_first() {
         let mut c = TimelineCache::new(10_000);
+        let window = |size| Window::new(0, timeline(size), None);
         for (run, size) in [("a", 3_000), ("b", 3_000), ("c", 3_000)] {
-            let t = timeline(size);
-            let n = approx_bytes(&t);
-            c.put(run, 1, 0, t, n, None);
+            c.put(run, 1, window(size));
         }
         assert!(c.bytes() <= 10_000);
         // Touch `a` (take and put back, as a step does): `b` is now the oldest.
-        let a = c.take("a").expect("cached");
-        c.put("a", a.version + 1, a.base, a.timeline, a.bytes, None);
-        let t = timeline(3_000);
-        let n = approx_bytes(&t);
-        c.put("d", 1, 0, t, n, None);
+        let (version, a) = c.take("a").expect("cached");
+        c.put("a", version + 1, a);
+        c.put("d", 1, window(3_000));
         assert!(c.take("b").is_none(), "the least recently used was evicted");
-        assert_eq!(c.take("a").map(|c| c.version), Some(2));
+        assert_eq!(c.take("a").map(|(v, _)| v), Some(2));
         assert!(c.take("c").is_some() && c.take("d").is_some());
         assert_eq!(c.bytes(), 0, "taking everything out leaves nothing counted");
         // One timeline over the whole budget is not kept, and evicts nothing.
-        let t = timeline(1_000);
-        let n = approx_bytes(&t);
-        c.put("small", 1, 0, t, n, None);
-        let t = timeline(20_000);
-        let n = approx_bytes(&t);
-        c.put("huge", 1, 0, t, n, None);
+        c.put("small", 1, window(1_000));
+        c.put("huge", 1, window(20_000));
         assert!(c.take("huge").is_none());
         assert!(c.take("small").is_some());
     }

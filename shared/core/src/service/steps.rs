@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use chrono::{DateTime, Utc};
 use tracing::{debug, info, warn};
 
-use super::cache::approx_bytes;
+use super::cache::{Window, approx_bytes};
 use super::thinker::Thinker;
 use super::{Handled, Service, StepError};
 use crate::agent::Listed;
@@ -79,13 +79,7 @@ impl Service {
     ) -> Result<Handled, StepError> {
         let started = self.deps.clock.now();
         for _ in 0..3 {
-            let Some(Hydrated {
-                record,
-                timeline,
-                base,
-                bytes,
-                head,
-            }) = self.hydrate(&msg.run_id, &msg.input).await?
+            let Some(Hydrated { record, window }) = self.hydrate(&msg.run_id, &msg.input).await?
             else {
                 return self.handle_unknown_run(msg).await;
             };
@@ -96,15 +90,14 @@ impl Service {
             let world = Thinker {
                 service: self,
                 run: &run,
-                timeline: &timeline,
-                base,
-                head: head.clone(),
+                window: &window,
                 read: std::sync::OnceLock::new(),
                 listed: self.list_tools(&run).await,
                 deadline,
             };
             let now = self.deps.clock.now();
-            let decision = engine::decide(&self.catalog, now, &run, &timeline, &msg.input, &world)
+            let timeline = &window.entries;
+            let decision = engine::decide(&self.catalog, now, &run, timeline, &msg.input, &world)
                 .await
                 .map_err(|e| match e {
                     engine::IoError::Llm(e) => StepError::Llm(e),
@@ -113,13 +106,7 @@ impl Service {
                     engine::IoError::Plugin(e) => StepError::Plugin(e),
                 })?;
             // What a think read of the history for the model: cached from now on.
-            let (timeline, base, bytes, head) = match world.read.into_inner() {
-                Some(read) => {
-                    let bytes = approx_bytes(&read.entries);
-                    (read.entries, read.base, bytes, read.head)
-                }
-                None => (timeline, base, bytes, head),
-            };
+            let window = world.read.into_inner().unwrap_or(window);
             let transition = match decision {
                 Decision::Commit(t) => t,
                 Decision::Ignore(reason) => {
@@ -132,7 +119,7 @@ impl Service {
                         reply_to: None,
                         ..
                     } = &msg.input
-                        && !timeline.iter().any(|e| {
+                        && !window.entries.iter().any(|e| {
                             run.queued.contains(&e.seq)
                                 && matches!(&e.body, crate::timeline::EntryBody::Queued { message_id: m, .. } if m == message_id)
                         })
@@ -142,7 +129,7 @@ impl Service {
                             .release_follow_ups(&run.run_id, std::slice::from_ref(message_id))
                             .await?;
                     }
-                    self.cache_put(&run.run_id, run.version, base, timeline, bytes, head);
+                    self.cache_put(&run.run_id, run.version, window);
                     return Ok(Handled::Ignored(reason));
                 }
             };
@@ -165,26 +152,23 @@ impl Service {
             match committed {
                 Ok(()) => {
                     crate::failpoint::pass("step.after_commit").await?;
-                    let mut timeline = timeline;
-                    transition.apply(&mut timeline);
+                    let mut window = window;
+                    transition.apply(&mut window.entries);
                     let (status, version) = (transition.run.status, transition.run.version);
-                    let mut bytes = bytes
-                        + approx_bytes(&transition.appended)
-                        + approx_bytes(&transition.updated);
-                    let (mut base, mut head) = (base, head);
+                    window.bytes +=
+                        approx_bytes(&transition.appended) + approx_bytes(&transition.updated);
                     // Keep what the next step reads: the loop's next window and, for a
                     // model that reads history, as much before it as its budget holds.
-                    let from = self.keep_from(&transition.run, base, &timeline);
-                    if from > base {
-                        let drop = ((from - base) as usize).min(timeline.len());
-                        if base == 0 && self.deps.llm.reads_history() {
-                            head = timeline.first().cloned();
+                    let from = self.keep_from(&transition.run, window.base, &window.entries);
+                    if from > window.base {
+                        let drop = ((from - window.base) as usize).min(window.entries.len());
+                        if window.base == 0 && self.deps.llm.reads_history() {
+                            window.head = window.entries.first().cloned();
                         }
-                        timeline.drain(..drop);
-                        base = from;
-                        bytes = approx_bytes(&timeline);
+                        window.entries.drain(..drop);
+                        window = Window::new(from, window.entries, window.head);
                     }
-                    self.cache_put(&run.run_id, version, base, timeline, bytes, head);
+                    self.cache_put(&run.run_id, version, window);
                     info!(run_id = %run.run_id, version, status = status.as_str(), "step committed");
                     self.report(&run, &msg.input, &transition, started);
                     if !sent {
@@ -476,19 +460,15 @@ impl Service {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take(run_id);
-        if let Some(c) = cached {
-            let Some(rec) = self.deps.store.get_run(run_id).await? else {
+        if let Some((version, window)) = cached {
+            let Some(record) = self.deps.store.get_run(run_id).await? else {
                 return Ok(None);
             };
-            if c.version == rec.run.version && c.base <= engine::window_start(&rec.run, input) {
+            if version == record.run.version
+                && window.base <= engine::window_start(&record.run, input)
+            {
                 self.warm_steps.fetch_add(1, Ordering::Relaxed);
-                return Ok(Some(Hydrated {
-                    record: rec,
-                    timeline: c.timeline,
-                    base: c.base,
-                    bytes: c.bytes,
-                    head: c.head,
-                }));
+                return Ok(Some(Hydrated { record, window }));
             }
         }
         self.cold_steps.fetch_add(1, Ordering::Relaxed);
@@ -497,29 +477,15 @@ impl Service {
         else {
             return Ok(None);
         };
-        let bytes = approx_bytes(&timeline);
-        Ok(Some(Hydrated {
-            record,
-            timeline,
-            base,
-            bytes,
-            head: None,
-        }))
+        let window = Window::new(base, timeline, None);
+        Ok(Some(Hydrated { record, window }))
     }
 
-    fn cache_put(
-        &self,
-        run_id: &str,
-        version: u64,
-        base: u64,
-        timeline: Vec<Entry>,
-        bytes: usize,
-        head: Option<Entry>,
-    ) {
+    fn cache_put(&self, run_id: &str, version: u64, window: Window) {
         self.cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .put(run_id, version, base, timeline, bytes, head);
+            .put(run_id, version, window);
     }
 
     /// The first seq of `timeline` (from `base` on) the run's next step needs: the loop's
@@ -546,14 +512,10 @@ impl Service {
     }
 }
 
-/// What a step starts from: the run, and its timeline from seq `base` on (with the run's
-/// first entry, if a think read it before).
+/// What a step starts from: the run, and what it holds of its timeline.
 struct Hydrated {
     record: RunRecord,
-    timeline: Vec<Entry>,
-    base: u64,
-    bytes: usize,
-    head: Option<Entry>,
+    window: Window,
 }
 
 /// The loop's input, for the window the next step of the loop reads.

@@ -4,6 +4,7 @@
 use tracing::warn;
 
 use super::Service;
+use super::cache::Window;
 use crate::agent::Listed;
 use crate::cta::{Cta, Settlement};
 use crate::engine::{Execution, OutOfTime, StepIo, ToolOutput};
@@ -21,23 +22,14 @@ pub(super) struct Thinker<'a> {
     pub(super) run: &'a Run,
     /// What the step read: the timeline from seq `base` on, and the run's first entry when
     /// `base` is past it (if the cache kept it).
-    pub(super) timeline: &'a [Entry],
-    pub(super) base: u64,
-    pub(super) head: Option<Entry>,
-    /// What a think read before `base` for a model that reads history (with the step's
-    /// timeline after it): cached from then on.
-    pub(super) read: std::sync::OnceLock<Read>,
+    pub(super) window: &'a Window,
+    /// What a think read back before the window for a model that reads history (with the
+    /// window after it): cached from then on.
+    pub(super) read: std::sync::OnceLock<Window>,
     /// The MCP servers' tools as listed when the step started.
     pub(super) listed: Listed,
     /// When the host's invocation ends, if it does: no tool call runs past it.
     pub(super) deadline: Option<super::StepDeadline>,
-}
-
-/// A run's timeline from seq `base` on, and its first entry when `base` is past it.
-pub(super) struct Read {
-    pub base: u64,
-    pub entries: Vec<Entry>,
-    pub head: Option<Entry>,
 }
 
 /// The first read back from a step's timeline, in entries; each next one is twice as long.
@@ -71,18 +63,18 @@ impl Thinker<'_> {
     /// `changed` (what the step resolved or added before thinking) goes over what was read.
     async fn history(&self, changed: &[Entry]) -> Result<Vec<Entry>, PortError> {
         if !self.service.deps.llm.reads_history() {
-            return Ok(over(self.timeline, changed));
+            return Ok(over(&self.window.entries, changed));
         }
         let budget = self.budget();
-        let mut bytes: usize = self.timeline.iter().map(model_bytes).sum();
-        let mut grouped = self.timeline.iter().any(starts_group);
+        let mut bytes: usize = self.window.entries.iter().map(model_bytes).sum();
+        let mut grouped = self.window.entries.iter().any(starts_group);
         // The run's first message is always given, so a step that starts past it reads it
         // too (once: the cache keeps it), even when what it holds is over the budget.
-        let short = bytes <= budget || !grouped || self.head.is_none();
-        if self.read.get().is_none() && self.base > 0 && short {
+        let short = bytes <= budget || !grouped || self.window.head.is_none();
+        if self.read.get().is_none() && self.window.base > 0 && short {
             let store = &self.service.deps.store;
             let run_id = &self.run.run_id;
-            let (mut lo, mut chunk, mut before) = (self.base, FIRST_READ_BACK, Vec::new());
+            let (mut lo, mut chunk, mut before) = (self.window.base, FIRST_READ_BACK, Vec::new());
             while lo > 0 && (bytes <= budget || !grouped) {
                 let from = lo.saturating_sub(chunk);
                 let want = usize::try_from(lo - from).unwrap_or(usize::MAX);
@@ -105,21 +97,17 @@ impl Thinker<'_> {
                 lo = from;
                 chunk = chunk.saturating_mul(2).min(1024);
             }
-            let head = match (&self.head, lo) {
+            let head = match (&self.window.head, lo) {
                 (_, 0) => None,
                 (Some(h), _) => Some(h.clone()),
                 (None, _) => store.entries_after(run_id, None, 1).await?.pop(),
             };
-            before.extend_from_slice(self.timeline);
-            let _ = self.read.set(Read {
-                base: lo,
-                entries: before,
-                head,
-            });
+            before.extend_from_slice(&self.window.entries);
+            let _ = self.read.set(Window::new(lo, before, head));
         }
         let (head, span) = match self.read.get() {
             Some(r) => (r.head.as_ref(), r.entries.as_slice()),
-            None => (self.head.as_ref(), self.timeline),
+            None => (self.window.head.as_ref(), self.window.entries.as_slice()),
         };
         Ok(fit(head, &over(span, changed), budget).into_owned())
     }
@@ -166,7 +154,7 @@ impl StepIo for Thinker<'_> {
         // The seq the reply's entry takes: after what the step read and what it added.
         let seq = changed
             .iter()
-            .chain(self.timeline.last())
+            .chain(self.window.entries.last())
             .map(|e| e.seq + 1)
             .fold(self.run.next_seq, u64::max);
         // A turn that began in this step asks for its own tier (the run read has the last).
