@@ -28,6 +28,7 @@ mod races;
 mod releases;
 mod runs_view;
 mod secret_rotation;
+mod service;
 mod step_errors;
 mod telemetry;
 mod visible_failures;

@@ -52,14 +52,8 @@ impl Env {
     }
 
     async fn wait_for(&self, what: &str, mut f: impl AsyncFnMut(&Env) -> Option<Value>) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(v) = f(self).await {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let (within, every) = (Duration::from_secs(60), Duration::from_millis(50));
+        common::wait_for(what, within, every, async || f(self).await).await
     }
 
     /// A run of the watcher agent, parked on its approval: its id and the CTA's.

@@ -76,14 +76,8 @@ impl Client {
 
     async fn wait<T>(&self, what: &str, mut f: impl AsyncFnMut(&Client) -> Option<T>) -> T {
         // Long enough for a timer that keeps AWS's precision (two minutes after its time).
-        let deadline = Instant::now() + Duration::from_secs(200);
-        loop {
-            if let Some(v) = f(self).await {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let (within, every) = (Duration::from_secs(200), Duration::from_millis(50));
+        common::wait_for(what, within, every, async || f(self).await).await
     }
 
     async fn pending(&self, kind: &str) -> Value {

@@ -331,17 +331,11 @@ impl Api {
         what: &str,
         mut f: impl AsyncFnMut(&Api) -> Option<serde_json::Value>,
     ) -> serde_json::Value {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            if let Some(v) = f(self).await {
-                return v;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "timed out waiting for {what}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
+        let (within, every) = (
+            std::time::Duration::from_secs(60),
+            std::time::Duration::from_millis(100),
+        );
+        super::wait_for(what, within, every, async || f(self).await).await
     }
 
     /// The first question waiting for an answer, once there is one.

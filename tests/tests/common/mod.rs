@@ -23,6 +23,27 @@ use serde_json::{Value, json};
 
 pub const TOKEN: &str = "test-token";
 
+/// Asks `f` every `every` until it answers, for up to `within`; a test that waits longer
+/// fails, naming `what` it waited for. Every harness waits through this one loop.
+pub async fn wait_for<T>(
+    what: &str,
+    within: std::time::Duration,
+    every: std::time::Duration,
+    mut f: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(every).await;
+    }
+}
+
 /// A query for every CTA of an owner (of one status, or all): one page as large as any test.
 pub fn every_cta(status: Option<baton_core::cta::CtaStatus>) -> baton_core::ports::CtaQuery {
     baton_core::ports::CtaQuery {
