@@ -9,6 +9,7 @@ mod apigw;
 mod auth;
 mod bodies;
 mod console;
+mod ctas;
 mod error;
 mod runs;
 use bodies::{CreateRunBody, MessageBody};
@@ -77,10 +78,10 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{run_id}/stream", get(stream::stream_run))
         .route("/runs/{run_id}/watch", post(live::watch_run))
         .route("/runs/{run_id}/files/{file_id}", get(get_file))
-        .route("/ctas", get(list_ctas))
-        .route("/ctas/{cta_id}", get(get_cta))
-        .route("/ctas/{cta_id}/response", post(answer_cta))
-        .route("/ctas/{cta_id}/link", post(mint_link))
+        .route("/ctas", get(ctas::list_ctas))
+        .route("/ctas/{cta_id}", get(ctas::get_cta))
+        .route("/ctas/{cta_id}/response", post(ctas::answer_cta))
+        .route("/ctas/{cta_id}/link", post(ctas::mint_link))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
         .route(
@@ -99,8 +100,8 @@ pub fn router(state: AppState) -> Router {
         .route("/console/live.js", get(console::live_script))
         .route("/console/console.css", get(console::style))
         // A one-time link is its own credential: no sign-in.
-        .route("/links/{token}", get(open_link))
-        .route("/links/{token}/response", post(answer_link))
+        .route("/links/{token}", get(ctas::open_link))
+        .route("/links/{token}/response", post(ctas::answer_link))
         .merge(authed)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
@@ -451,97 +452,6 @@ async fn cancel_run(
         message: "the run ends cancelled, with its pending CTAs and subagents, when its turn \
             in the run's queue comes; if the run ends on its own first, it keeps that outcome \
             and its timeline says the cancel came too late (notice `cancel_too_late`)"
-            .into(),
-    }))
-}
-
-async fn list_ctas(
-    State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
-    Query(q): Query<HashMap<String, String>>,
-) -> Result<Json<bodies::CtaList>, ApiError> {
-    let status = match q.get("status").map(String::as_str) {
-        None | Some("all") => None,
-        Some(v) => Some(CtaStatus::parse(v).ok_or_else(|| {
-            ApiError::invalid("`status` must be one of pending, answered, expired, cancelled, all")
-        })?),
-    };
-    let root = q.get("rootRunId").map(String::as_str);
-    let limit = match parse_num(&q, "limit")? {
-        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        None => DEFAULT_CTA_PAGE,
-    };
-    let cursor = q.get("cursor").map(String::as_str);
-    let (ctas, next) = s
-        .service
-        .list_ctas(&owner, status, root, cursor, limit)
-        .await?;
-    Ok(Json(bodies::CtaList {
-        ctas: ctas.into_iter().map(bodies::owner_view).collect(),
-        next_cursor: next,
-    }))
-}
-
-async fn mint_link(
-    State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
-    Id(cta_id): Id,
-) -> Result<Json<bodies::Link>, ApiError> {
-    let (url, expires_at) = s.service.mint_link(&owner, &cta_id).await?;
-    Ok(Json(bodies::Link {
-        cta_id,
-        url,
-        expires_at,
-    }))
-}
-
-/// What a link's holder sees: the question, its context and its expiry; not whose it is.
-async fn open_link(State(s): State<AppState>, Id(token): Id) -> Result<Response, ApiError> {
-    let cta = s.service.cta_by_link(&token).await?;
-    Ok(Json(bodies::LinkQuestion::from(&cta)).into_response())
-}
-
-async fn answer_link(
-    State(s): State<AppState>,
-    Id(token): Id,
-    JsonBody(body): JsonBody<Value>,
-) -> Result<Response, ApiError> {
-    let response = CtaResponse::from_json(body).map_err(ServiceError::from)?;
-    let cta = s.service.answer_by_link(&token, response).await?;
-    Ok(accepted(bodies::AnswerAccepted {
-        cta_id: cta.cta_id,
-        run_id: None,
-        status: cta.status,
-        message: "answer recorded; this link will not answer again".into(),
-    }))
-}
-
-async fn get_cta(
-    State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
-    Id(cta_id): Id,
-) -> Result<Json<Cta>, ApiError> {
-    let cta = s.service.get_cta(Some(&owner), &cta_id).await?;
-    Ok(Json(bodies::owner_view(cta)))
-}
-
-async fn answer_cta(
-    State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
-    Id(cta_id): Id,
-    JsonBody(body): JsonBody<Value>,
-) -> Result<Response, ApiError> {
-    let response = CtaResponse::from_json(body).map_err(ServiceError::from)?;
-    let cta = s
-        .service
-        .answer_cta(Some(&owner), &cta_id, response, Some(owner.clone()))
-        .await?;
-    Ok(accepted(bodies::AnswerAccepted {
-        cta_id: cta.cta_id,
-        run_id: Some(cta.run_id),
-        status: cta.status,
-        message: "answer recorded; the run takes it in its turn (a run cancelled meanwhile \
-            records the answer and stays cancelled)"
             .into(),
     }))
 }

@@ -38,6 +38,7 @@ mod consumed;
 mod io;
 mod items;
 mod lists;
+mod reads;
 mod sweep;
 
 use io::TransactFailure;
@@ -100,99 +101,6 @@ impl DynamoStore {
             self.write_batch(requests).await?;
         }
         Ok(())
-    }
-
-    /// The timeline items that hold the entries from seq `from` on, read strongly: the
-    /// segments back to the one that holds `from` (newest first, stopping there), and the
-    /// patches from `from` on. Bounded by what is after `from`, not by the run's length.
-    async fn window_items(&self, run_id: &str, from: u64) -> Result<Vec<Item>, PortError> {
-        let pk = run_pk(run_id);
-        let mut items = Vec::new();
-        // Newest first, until the segment that holds `from`: a window is a few segments.
-        self.query_until(&pk, ("T#", "T#~"), false, 4, |item| {
-            let more = match get_s(&item, "SK") {
-                Ok(sk) => sk
-                    .get(2..)
-                    .and_then(|d| d.parse::<u64>().ok())
-                    .is_none_or(|first| first > from),
-                Err(_) => false,
-            };
-            items.push(item);
-            Ok(more)
-        })
-        .await?;
-        items.extend(
-            self.query(&pk, &patch_sk(from), "P#~", true, true, |_| true)
-                .await?,
-        );
-        Ok(items)
-    }
-
-    /// The timeline items that hold `limit` entries from seq `from` on, read strongly and
-    /// in order: the segment that holds `from` (found with a one-item query), the segments
-    /// after it until `limit` entries are covered, and the patches among them. Bounded by
-    /// `limit`, wherever `from` is in the run.
-    async fn page_items(
-        &self,
-        run_id: &str,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<Item>, PortError> {
-        let pk = run_pk(run_id);
-        let holding = self
-            .first_item(&pk, "T#", &seg_sk(from), false)
-            .await?
-            .and_then(|item| {
-                get_s(&item, "SK")
-                    .ok()
-                    .map(|sk| sk.chars().take(12).collect::<String>())
-            });
-        let start = holding.unwrap_or_else(|| "T#".into());
-        let (mut covered, mut parts_left, mut last) = (0u64, 0u64, from);
-        let mut items = Vec::new();
-        self.query_until(&pk, (&start, "T#~"), true, 10, |item| {
-            let sk = get_s(&item, "SK")?;
-            if sk.len() == 12 {
-                // A segment's first (or only) item: `n` entries from its first seq.
-                let first: u64 = sk[2..]
-                    .parse()
-                    .map_err(|e| broken("parse a segment's key", e))?;
-                let n = get_n(&item, "n").unwrap_or(1).max(1);
-                parts_left = get_n(&item, "parts").unwrap_or(1).saturating_sub(1);
-                last = first + n - 1;
-                covered = (last + 1).saturating_sub(from);
-            } else {
-                parts_left = parts_left.saturating_sub(1);
-            }
-            items.push(item);
-            Ok(parts_left > 0 || covered < limit as u64)
-        })
-        .await?;
-        items.extend(
-            self.query(&pk, &patch_sk(from), &patch_sk(last), true, true, |_| true)
-                .await?,
-        );
-        Ok(items)
-    }
-
-    /// The first item of a partition with SK in [lo, hi], in the order asked: one item read.
-    async fn first_item(
-        &self,
-        pk: &str,
-        lo: &str,
-        hi: &str,
-        forward: bool,
-    ) -> Result<Option<Item>, PortError> {
-        let out = self
-            .range(pk, lo, hi)
-            .consistent_read(true)
-            .scan_index_forward(forward)
-            .limit(1)
-            .send()
-            .await
-            .map_err(|e| map_sdk_err("Query", e))?;
-        self.count_read(out.items().iter().map(item_size).sum(), true);
-        Ok(out.items.unwrap_or_default().into_iter().next())
     }
 }
 
