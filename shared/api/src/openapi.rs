@@ -119,7 +119,7 @@ pub fn document(agents: &[&str]) -> Value {
     let token = id("token", "a one-time link's token");
     let idem = json!({"name": "Idempotency-Key", "in": "header", "required": false,
         "description": "1 to 255 visible ASCII characters: a retry with it does nothing twice",
-        "schema": {"type": "string", "minLength": 1, "maxLength": 255}});
+        "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"}});
     let common = [
         ("400", "invalid input"),
         ("401", "no or wrong token"),
