@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::cost::Price;
+use baton_engine::agent::ApprovalBatch;
 
 /// `{"agents": {...}, "mcpServers": {...}, "tools": {...}, "httpFetch": {...},
 /// "prices": {...}, "toolTimeoutSeconds": n}`; every key is optional.
@@ -209,17 +210,6 @@ pub enum FileError {
         #[source]
         source: serde_json::Error,
     },
-}
-
-/// What the other calls of a reply do while one of them waits for approval.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ApprovalBatch {
-    /// They wait too, and run once every approval of the reply is settled (seed 003).
-    #[default]
-    Deferred,
-    /// They run at once.
-    Independent,
 }
 
 impl AgentsFile {

@@ -2,7 +2,7 @@
 //! listed, prices and guardrails. Built once at start-up (`Catalog::build`); a bad agents
 //! file is a start-up error that names the problem.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -10,20 +10,30 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use super::{
-    AgentDef, AgentsFile, CatalogError, Limits, ORCHESTRATOR, Prepared, agent_def, builtin_agents,
+    AgentDef, AgentsFile, Book, CatalogError, Limits, PluginError, Preparation, Prepare, Prepared,
+    Tools, agent_def, builtin_agents, grants, is_subagent, plugin, server_of,
 };
 use crate::cost::Prices;
 use crate::llm::ToolSpec;
 use crate::plan;
-use crate::tools::{self, Tool, ToolDef, ToolServer};
+use crate::run::Run;
+use crate::timeline::Entry;
+use crate::tools::{self, Offered, Tool, ToolDef, ToolServer};
 
-/// Everything the engine needs to know about agents and tools.
+/// Every agent and tool a deployment knows, its plugins and its guardrails: what each step's
+/// [`Book`] is taken from.
 pub struct Catalog {
-    agents: HashMap<String, AgentDef>,
+    agents: Arc<HashMap<String, AgentDef>>,
+    /// Each agent's plugins, asked in order before each of its thinks.
+    plugins: HashMap<String, Vec<Arc<dyn Prepare>>>,
     tools: HashMap<String, Arc<ToolDef>>,
+    /// `tools` as a step is handed them.
+    offered: Arc<Tools>,
     pub limits: Limits,
-    pub prices: Prices,
+    pub prices: Arc<Prices>,
     servers: BTreeMap<String, Server>,
+    /// `servers`' names.
+    server_names: Arc<BTreeSet<String>>,
 }
 
 /// An MCP server and the tools it listed, once it has.
@@ -35,8 +45,20 @@ struct Server {
     tried: Mutex<Option<Instant>>,
 }
 
-/// One MCP server's tools, by name.
-type ServerTools = HashMap<String, Arc<ToolDef>>;
+/// One MCP server's tools, by name: as the catalog holds them, and as a step is handed them.
+struct ServerTools {
+    defs: HashMap<String, Arc<ToolDef>>,
+    offered: Arc<Tools>,
+}
+
+/// Tools by name as a step is handed them.
+fn offered(defs: &HashMap<String, Arc<ToolDef>>) -> Arc<Tools> {
+    Arc::new(
+        defs.iter()
+            .map(|(name, def)| (name.clone(), def.clone() as Arc<dyn Offered>))
+            .collect(),
+    )
+}
 
 /// The MCP servers' tools as listed at one moment ([`Catalog::listed`]): what one step sees,
 /// whatever a server lists while the step is under way, so that every pass of the step
@@ -45,8 +67,8 @@ type ServerTools = HashMap<String, Arc<ToolDef>>;
 pub struct Listed(BTreeMap<String, Arc<ServerTools>>);
 
 impl Listed {
-    fn server(&self, name: &str) -> Option<&ServerTools> {
-        self.0.get(name).map(|t| &**t)
+    fn server(&self, name: &str) -> Option<&HashMap<String, Arc<ToolDef>>> {
+        self.0.get(name).map(|t| &t.defs)
     }
 }
 
@@ -74,15 +96,39 @@ pub struct Toolbox {
     pub servers: BTreeMap<String, Arc<dyn ToolServer>>,
 }
 
-/// `<server>__<tool>`: the server's name, if `name` has that form.
-fn server_of(name: &str) -> Option<&str> {
-    name.split_once("__").map(|(server, _)| server)
-}
-
 impl Catalog {
     /// The MCP server that serves the tool `name`, if one of this catalog's does.
     pub fn mcp_server_of<'a>(&self, name: &'a str) -> Option<&'a str> {
         server_of(name).filter(|s| self.servers.contains_key(*s))
+    }
+
+    /// What a step is handed of this catalog: its agents, its tools and the MCP servers'
+    /// as `listed`, its guardrails and prices. Shares what it holds: cheap to take.
+    pub fn book(&self, listed: &Listed) -> Book {
+        Book {
+            agents: self.agents.clone(),
+            tools: self.offered.clone(),
+            listed: listed
+                .0
+                .iter()
+                .map(|(name, tools)| (name.clone(), tools.offered.clone()))
+                .collect(),
+            servers: self.server_names.clone(),
+            limits: self.limits.clone(),
+            prices: self.prices.clone(),
+        }
+    }
+
+    /// What `agent`'s plugins add to the next iteration of `run` (`timeline` as the step
+    /// read it), with the tools the run was granted.
+    pub async fn prepare(
+        &self,
+        agent: &str,
+        run: &Run,
+        timeline: &[Entry],
+    ) -> Result<Preparation, PluginError> {
+        let plugins = self.plugins.get(agent).map_or(&[][..], Vec::as_slice);
+        plugin::prepare(agent, plugins, run, timeline).await
     }
 
     /// The built-in agents, the built-in tools plus `extra_tools`, and the agents of `file`
@@ -237,6 +283,7 @@ impl Catalog {
                 }
             }
         }
+        let server_names = Arc::new(toolbox.servers.keys().cloned().collect());
         let servers = toolbox
             .servers
             .into_iter()
@@ -250,11 +297,14 @@ impl Catalog {
             })
             .collect();
         Ok(Self {
-            agents: agents.into_iter().collect(),
+            agents: Arc::new(agents.into_iter().collect()),
+            plugins: HashMap::new(),
+            offered: offered(&tools),
             tools,
             limits,
-            prices: Prices::with(&file.prices),
+            prices: Arc::new(Prices::with(&file.prices)),
             servers,
+            server_names,
         })
     }
 
@@ -298,8 +348,9 @@ impl Catalog {
 
     /// Gives `agent` a plugin, asked after those it has (see [`Plugin`]).
     pub fn with_plugin(mut self, agent: &str, plugin: impl super::Plugin) -> Self {
-        if let Some(a) = self.agents.get_mut(agent) {
-            a.plugins.push(Arc::new(super::plugin::Typed(plugin)));
+        if self.agents.contains_key(agent) {
+            let plugins = self.plugins.entry(agent.to_owned()).or_default();
+            plugins.push(Arc::new(plugin::Typed(plugin)));
         }
         self
     }
@@ -386,28 +437,7 @@ impl Catalog {
     /// The tool specs an agent's model is given in an iteration: its own tools, its MCP
     /// servers' as `listed` (see [`Catalog::list_servers`]), and what its plugins added.
     pub fn specs(&self, listed: &Listed, agent: &AgentDef, prepared: &Prepared) -> Vec<ToolSpec> {
-        let mut out = Vec::with_capacity(agent.tools.len() + prepared.tools.len());
-        let mut seen = std::collections::HashSet::new();
-        let mut add = |def: &ToolDef, out: &mut Vec<ToolSpec>| {
-            if seen.insert(def.spec.name.clone()) {
-                out.push(def.spec.clone());
-            }
-        };
-        for t in agent.tools.iter().chain(&prepared.tools) {
-            if let Some(server) = t.strip_prefix("mcp:") {
-                let Some(tools) = listed.server(server) else {
-                    continue;
-                };
-                let mut defs: Vec<&Arc<ToolDef>> = tools.values().collect();
-                defs.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
-                for def in defs {
-                    add(def, &mut out);
-                }
-            } else if let Some(def) = self.tool(listed, t) {
-                add(&def, &mut out);
-            }
-        }
-        out
+        self.book(listed).specs(agent, prepared)
     }
 
     /// Lists the tools of the MCP servers `agent` uses, once per process: a server listed
@@ -473,7 +503,11 @@ impl Catalog {
                         }
                     }
                     info!(server = name, tools = defs.len(), "MCP server listed");
-                    *slot.listed.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(defs));
+                    let tools = ServerTools {
+                        offered: offered(&defs),
+                        defs,
+                    };
+                    *slot.listed.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(tools));
                 }
                 Err(e) => warn!(server = name, error = %e, "MCP server cannot list its tools"),
             }
@@ -528,10 +562,6 @@ impl ToolServer for Declared {
     }
 }
 
-fn is_subagent(name: &str) -> bool {
-    ![ORCHESTRATOR, plan::PLANNER, plan::PLAN_REVIEWER].contains(&name)
-}
-
 /// The agents file's `plans` caps, each within its bounds.
 fn set_plan_limits(
     limits: &mut plan::PlanLimits,
@@ -555,13 +585,4 @@ fn set_plan_limits(
         limits.step_timeout = Some(Duration::from_secs(n));
     }
     Ok(())
-}
-
-/// Whether `agent` lists `tool`, or is granted the MCP server it belongs to.
-fn grants(agent: &AgentDef, tool: &str) -> bool {
-    agent.tools.iter().any(|t| {
-        t == tool
-            || t.strip_prefix("mcp:")
-                .is_some_and(|server| server_of(tool) == Some(server))
-    })
 }

@@ -1,3 +1,8 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
 use super::*;
 use crate::tools::{Tool, ToolServer};
 
@@ -341,7 +346,7 @@ fn a_host_that_runs_no_tools_knows_them_by_name() {
             .contains(&HTTP_FETCH.to_owned())
     );
     let def = c.tool(&c.listed(), "lookup").expect("declared");
-    let tools::ToolKind::Exec(tool) = &def.kind else {
+    let Some(tool) = &def.exec else {
         panic!("an executable tool")
     };
     let ctx = tools::ToolContext::new("r", "o", "ops", "c");

@@ -87,17 +87,19 @@ impl Service {
                 self.perform(&record.run, &record.outbox).await?;
             }
             let run = record.run;
+            let listed = self.list_tools(&run).await;
             let world = Thinker {
                 service: self,
                 run: &run,
                 window: &window,
                 read: std::sync::OnceLock::new(),
-                listed: self.list_tools(&run).await,
+                book: self.catalog.book(&listed),
+                listed,
                 deadline,
             };
             let now = self.deps.clock.now();
             let timeline = &window.entries;
-            let decision = engine::decide(&self.catalog, now, &run, timeline, &msg.input, &world)
+            let decision = engine::decide(now, &run, timeline, &msg.input, &world)
                 .await
                 .map_err(|e| match e {
                     engine::IoError::Llm(e) => StepError::Llm(e),
@@ -208,12 +210,11 @@ impl Service {
         think_index: u32,
         seq: u64,
     ) -> Result<LlmReply, LlmError> {
-        let (listed, run) = (&step.listed, step.run);
-        let agent = self
-            .catalog
+        let (book, run) = (&step.book, step.run);
+        let agent = book
             .agent(&run.agent)
             .ok_or_else(|| LlmError::fatal(format!("agent `{}` is not defined", run.agent)))?;
-        let mut tools = self.catalog.specs(listed, agent, prepared);
+        let mut tools = book.specs(agent, prepared);
         let mut system = agent.system_prompt(run, prepared);
         if run.tools_spent {
             // The turn's tool calls are spent: a final answer, without tools.
@@ -298,11 +299,11 @@ impl Service {
         if let Some((rec, timeline)) = self.deps.store.load(&msg.run_id).await? {
             let now = self.deps.clock.now();
             let io = engine::Io {
-                listed: self.catalog.listed(),
+                book: self.catalog.book(&self.catalog.listed()),
                 ..engine::Io::default()
             };
             if let engine::Step::Ignore(why) =
-                engine::step(&self.catalog, now, &rec.run, &timeline, &msg.input, &io)
+                engine::step(now, &rec.run, &timeline, &msg.input, &io)
             {
                 // What the run committed is performed all the same (idempotent).
                 if !rec.outbox.is_empty() && !sent_by(&rec.outbox, msg) {

@@ -5,7 +5,7 @@ use tracing::warn;
 
 use super::Service;
 use super::cache::Window;
-use crate::agent::Listed;
+use crate::agent::{Book, Listed, PluginError, Preparation};
 use crate::cta::{Cta, Settlement};
 use crate::engine::{Execution, OutOfTime, StepIo, ToolOutput};
 use crate::error::PortError;
@@ -14,7 +14,7 @@ use crate::llm::{LlmError, LlmReply, fit, model_bytes, starts_group};
 use crate::ports::Settled;
 use crate::run::Run;
 use crate::timeline::Entry;
-use crate::tools::{ToolContext, ToolKind};
+use crate::tools::ToolContext;
 
 /// The engine's I/O for one step of one run: the model, and the catalog's tools.
 pub(super) struct Thinker<'a> {
@@ -26,8 +26,10 @@ pub(super) struct Thinker<'a> {
     /// What a think read back before the window for a model that reads history (with the
     /// window after it): cached from then on.
     pub(super) read: std::sync::OnceLock<Window>,
-    /// The MCP servers' tools as listed when the step started.
+    /// The MCP servers' tools as listed when the step started (what a call executes)...
     pub(super) listed: Listed,
+    /// ...and the step's book of agents and tools, taken with it (what the engine checks).
+    pub(super) book: Book,
     /// When the host's invocation ends, if it does: no tool call runs past it.
     pub(super) deadline: Option<super::StepDeadline>,
 }
@@ -128,8 +130,15 @@ fn over(span: &[Entry], changed: &[Entry]) -> Vec<Entry> {
 }
 
 impl StepIo for Thinker<'_> {
-    fn listed(&self) -> Listed {
-        self.listed.clone()
+    fn book(&self) -> Book {
+        self.book.clone()
+    }
+
+    async fn prepare(&self, run: &Run, timeline: &[Entry]) -> Result<Preparation, PluginError> {
+        self.service
+            .catalog
+            .prepare(&run.agent, run, timeline)
+            .await
     }
 
     async fn think(
@@ -241,8 +250,8 @@ impl StepIo for Thinker<'_> {
         ctx.idempotency_key = crate::engine::idempotency_key(&self.run.run_id, call.seq);
         ctx.scope = self.run.scope();
         let result = match catalog.tool(&self.listed, &call.tool) {
-            Some(def) => match &def.kind {
-                ToolKind::Exec(tool) => {
+            Some(def) => match &def.exec {
+                Some(tool) => {
                     let own = def.timeout.unwrap_or(catalog.limits.tool_timeout);
                     // Never past the invocation's deadline: a call cut off there is an
                     // error result the model sees, not an invocation ended under it.
@@ -269,7 +278,7 @@ impl StepIo for Thinker<'_> {
                         }
                     }
                 }
-                _ => Err(format!("`{}` is not an executable tool", call.tool)),
+                None => Err(format!("`{}` is not an executable tool", call.tool)),
             },
             None => Err(match catalog.mcp_server_of(&call.tool) {
                 Some(server) => format!(

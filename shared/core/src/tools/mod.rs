@@ -18,8 +18,7 @@ use serde_json::{Value, json};
 
 use crate::llm::ToolSpec;
 
-pub const SPAWN_SUBAGENT: &str = "spawn_subagent";
-pub const REQUEST_HUMAN_FEEDBACK: &str = "request_human_feedback";
+pub use baton_engine::tools::{Offered, REQUEST_HUMAN_FEEDBACK, SPAWN_SUBAGENT, ToolKind, Widget};
 
 /// A tool a run can call. Its input has been validated against [`Tool::schema`] before
 /// [`Tool::execute`] sees it.
@@ -85,14 +84,6 @@ pub const MAX_FILE_BYTES: usize = 5 * 1024 * 1024;
 pub const MAX_FILES: usize = 4;
 /// A file's summary is at most this long (the model reads it).
 pub const MAX_FILE_SUMMARY_BYTES: usize = 1024;
-
-/// A typed payload for a UI, beside a tool's result: a `widget` timeline entry that the
-/// model never sees. `kind` names how to draw it (`table`, `card`, ...).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Widget {
-    pub kind: String,
-    pub data: Value,
-}
 
 /// A widget's `data` is at most this long as JSON (it is stored in the timeline).
 pub const MAX_WIDGET_BYTES: usize = 32 * 1024;
@@ -228,20 +219,13 @@ pub trait ToolServer: Send + Sync {
     }
 }
 
-/// How the engine dispatches a call.
-#[derive(Clone)]
-pub enum ToolKind {
-    Spawn,
-    Feedback,
-    /// `agent_orchestrate`: the engine runs a plan of child runs.
-    Orchestrate,
-    Exec(Arc<dyn Tool>),
-}
-
-/// A tool as the engine knows it: spec, compiled schema, and how to dispatch it.
+/// A tool as the catalog holds it: spec, compiled schema, how the engine dispatches it, and
+/// its code when it is one a host executes. What a step is handed of it is [`Offered`].
 pub struct ToolDef {
     pub spec: ToolSpec,
     pub kind: ToolKind,
+    /// Its code (`Some` for a [`ToolKind::Exec`] tool).
+    pub exec: Option<Arc<dyn Tool>>,
     /// How long one call may take (`None`: the catalog's default).
     pub timeout: Option<Duration>,
     /// The schema, compiled when first needed: a catalog that runs tools compiles every
@@ -275,6 +259,7 @@ impl ToolDef {
                 parameters: schema,
             },
             kind,
+            exec: None,
             timeout: None,
             validator: OnceLock::new(),
         }
@@ -287,7 +272,8 @@ impl ToolDef {
             tool.schema(),
         );
         let timeout = tool.timeout();
-        let mut def = Self::new(&name, &description, schema, ToolKind::Exec(tool));
+        let mut def = Self::new(&name, &description, schema, ToolKind::Exec);
+        def.exec = Some(tool);
         def.timeout = timeout;
         def
     }
@@ -337,6 +323,28 @@ impl ToolDef {
                 errors.join("; ")
             ))
         }
+    }
+}
+
+impl Offered for ToolDef {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn kind(&self) -> ToolKind {
+        self.kind
+    }
+
+    fn validate(&self, input: &Value) -> Result<(), String> {
+        ToolDef::validate(self, input)
+    }
+
+    fn needs_approval(&self, input: &Value) -> bool {
+        self.exec.as_ref().is_some_and(|t| t.needs_approval(input))
+    }
+
+    fn approval_reason(&self, input: &Value) -> Option<String> {
+        self.exec.as_ref()?.approval_reason(input)
     }
 }
 

@@ -1,7 +1,7 @@
 //! What a run hands its tools beside their input: its sandbox and its repository. A run gets
 //! them at creation (`sandboxId` on `POST /runs`) or from its parent (`spawn_subagent`'s
 //! `sandboxId` and `github`; a subagent has its parent's unless the call gives its own).
-//! Tools see them in [`crate::tools::ToolContext::scope`]; an MCP server's arguments,
+//! Tools see them in `ToolContext::scope` (`baton-core`); an MCP server's arguments,
 //! environment and headers name them as `${run.sandboxId}`, `${run.githubRepo}` and
 //! `${run.githubRef}`. Since they end up in command lines and paths, each is a plain name.
 

@@ -11,10 +11,10 @@ use std::task::{Context, Poll, Waker};
 
 use serde_json::json;
 
-use super::*;
 use crate::agent::{AgentsFile, Catalog, Limits};
 use crate::cta::Cta;
 use crate::cta::{ChoiceOption, CtaRequest, CtaResponse, CtaStatus};
+use crate::engine::*;
 use crate::llm::{LlmError, LlmReply, ToolCall};
 use crate::message::{ChildOutcome, Effect, Event, Input, StepMessage};
 use crate::run::{ExpiryPolicy, NewRun, Run, RunStatus, Usage};
@@ -98,15 +98,25 @@ fn block_on<F: Future>(fut: F) -> F::Output {
 }
 
 /// The model answers from a script; `echo` is the only tool, and its calls are recorded.
-struct Scripted {
+struct Scripted<'a> {
+    catalog: &'a Catalog,
     agent: String,
     replies: Vec<LlmReply>,
     executed: Mutex<Vec<String>>,
 }
 
-impl StepIo for Scripted {
-    fn listed(&self) -> crate::agent::Listed {
-        crate::agent::Listed::default()
+impl StepIo for Scripted<'_> {
+    fn book(&self) -> crate::agent::Book {
+        self.catalog.book(&self.catalog.listed())
+    }
+
+    fn prepare(
+        &self,
+        run: &Run,
+        timeline: &[Entry],
+    ) -> impl Future<Output = Result<crate::agent::Preparation, crate::agent::PluginError>> + Send
+    {
+        self.catalog.prepare(&run.agent, run, timeline)
     }
 
     fn think(
@@ -247,30 +257,24 @@ impl Sim {
     fn deliver(&mut self, msg: &StepMessage) -> Outcome {
         let (run, timeline) = self.runs.get(&msg.run_id).cloned().expect("run exists");
         let world = Scripted {
+            catalog: &self.catalog,
             replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
             agent: run.agent.clone(),
             executed: Mutex::new(Vec::new()),
         };
-        let decision = block_on(decide(
-            &self.catalog,
-            self.now,
-            &run,
-            &timeline,
-            &msg.input,
-            &world,
-        ))
-        .expect("the scripted model never fails to answer");
+        let decision = block_on(decide(self.now, &run, &timeline, &msg.input, &world))
+            .expect("the scripted model never fails to answer");
         self.executed
             .extend(world.executed.into_inner().expect("not poisoned"));
         // The same step on the window a host may hand it decides the same.
-        let from = super::window_start(&run, &msg.input) as usize;
+        let from = window_start(&run, &msg.input) as usize;
         let windowed = block_on(decide(
-            &self.catalog,
             self.now,
             &run,
             &timeline[from.min(timeline.len())..],
             &msg.input,
             &Scripted {
+                catalog: &self.catalog,
                 replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
                 agent: run.agent.clone(),
                 executed: Mutex::new(Vec::new()),

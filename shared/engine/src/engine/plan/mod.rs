@@ -104,7 +104,7 @@ impl Work<'_> {
         call_id: &str,
         input: &Value,
     ) -> ToolResult {
-        let limits = self.catalog.limits.plan;
+        let limits = self.book.limits.plan;
         if self.run.depth + 1 > limits.max_depth {
             return ToolResult::error(format!(
                 "a plan runs its steps as subagents, which may nest at most {} deep; this run \
@@ -178,10 +178,8 @@ impl Work<'_> {
     }
 
     fn parse_plan(&self, raw: &Value) -> Result<Plan, String> {
-        let catalog = self.catalog;
-        Plan::parse(raw, catalog.limits.plan.max_steps, |a| {
-            catalog.is_subagent(a)
-        })
+        let book = self.book;
+        Plan::parse(raw, book.limits.plan.max_steps, |a| book.is_subagent(a))
     }
 
     /// The plan is known: say so, then run it, or have it reviewed first. `Some` is the
@@ -239,9 +237,9 @@ impl Work<'_> {
             reason: Some("the agent drafted this plan for your review before it runs".into()),
         };
         let expiry = self
-            .catalog
+            .book
             .agent(&self.run.agent)
-            .map_or(self.catalog.limits.cta_expiry, |a| a.cta_expiry);
+            .map_or(self.book.limits.cta_expiry, |a| a.cta_expiry);
         let result = self.raise_cta(
             seq,
             call_id,
@@ -329,7 +327,7 @@ impl Work<'_> {
         });
         let mut limit = [state.timeout_ms, a.timeout_ms].into_iter().flatten().min();
         let remaining = self
-            .catalog
+            .book
             .agent(&self.run.agent)
             .and_then(|agent| agent.max_wall)
             .map(|max| max.as_millis() as i64 - self.run.working_time(self.now).num_milliseconds());

@@ -237,7 +237,7 @@ pub struct Cta {
     /// Who answered: the API caller, or the responder a bus event names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub responder: Option<String>,
-    /// What a one-time answer link must name to answer this CTA (see `crate::links`). The
+    /// What a one-time answer link must name to answer this CTA (see `baton_core::links`). The
     /// API never shows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "schemas", schemars(skip))]

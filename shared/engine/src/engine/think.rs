@@ -26,8 +26,8 @@ pub(super) struct Call<'a> {
 impl Work<'_> {
     /// Thinks and dispatches. Returns what the service must fetch first, if anything.
     pub(super) fn think(&mut self, io: &Io) -> Option<Step> {
-        let catalog = self.catalog;
-        let Some(agent) = catalog.agent(&self.run.agent) else {
+        let book = self.book;
+        let Some(agent) = book.agent(&self.run.agent) else {
             let msg = format!(
                 "agent `{}` is not defined in this deployment",
                 self.run.agent
@@ -86,7 +86,7 @@ impl Work<'_> {
         let model = reply.model.clone();
         let cost_usd = model
             .as_deref()
-            .and_then(|m| catalog.prices.cost(m, &reply.usage));
+            .and_then(|m| book.prices.cost(m, &reply.usage));
         self.run.cost_usd += cost_usd.unwrap_or(0.0);
         let line = crate::cost::CostLine {
             operation: agent.operation,
@@ -238,8 +238,7 @@ impl Work<'_> {
         executions: &mut Vec<Execution>,
     ) -> ToolResult {
         let Call { seq, id, name } = call;
-        let catalog = self.catalog;
-        let Some(def) = catalog.tool_for(self.listed, agent, prepared, name) else {
+        let Some(def) = self.book.tool_for(agent, prepared, name) else {
             return ToolResult::error(format!(
                 "unknown tool `{name}`; this agent's tools are: {}",
                 if agent.tools.is_empty() {
@@ -252,7 +251,7 @@ impl Work<'_> {
         if let Err(e) = def.validate(&input) {
             return ToolResult::error(e);
         }
-        match &def.kind {
+        match def.kind() {
             ToolKind::Spawn => self.spawn(seq, id, &input),
             ToolKind::Orchestrate => self.orchestrate(agent, seq, id, &input),
             ToolKind::Feedback => {
@@ -282,15 +281,15 @@ impl Work<'_> {
                     Err(e) => ToolResult::error(format!("invalid CTA request: {e}")),
                 }
             }
-            ToolKind::Exec(tool) => {
+            ToolKind::Exec => {
                 let policy = agent.approval.get(name).filter(|p| p.requires(&input));
-                if policy.is_some() || tool.needs_approval(&input) {
+                if policy.is_some() || def.needs_approval(&input) {
                     let (shown, _) = preview(&input.to_string(), PREVIEW_BYTES);
                     let message = format!("Allow `{name}` to run with input {shown}?");
                     let approval = CtaRequest::Approval { message };
                     let reason = policy
                         .and_then(|p| p.reason.clone())
-                        .or_else(|| tool.approval_reason(&input));
+                        .or_else(|| def.approval_reason(&input));
                     let gated = Gated {
                         tool: name.to_owned(),
                         input: cap_output(input),

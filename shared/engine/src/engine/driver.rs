@@ -1,7 +1,8 @@
 //! The one loop that drives the engine to a decision for one message: step, do the I/O the
-//! step asks for (a model reply, tool outputs), step again with it, until the engine commits
-//! or ignores. The I/O itself is the caller's ([`StepIo`]): the service calls the model and
-//! the tools; the engine tests answer from a script. Nothing here awaits anything but that.
+//! step asks for (the plugins' preparation, a model reply, tool outputs), step again with it,
+//! until the engine commits or ignores. The I/O itself is the caller's ([`StepIo`]): the
+//! service asks the plugins, calls the model and the tools; the engine tests answer from a
+//! script. Nothing here awaits anything but that.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -10,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::{Execution, Io, Step, step};
-use crate::agent::{Catalog, Preparation, Prepared};
+use crate::agent::{Book, PluginError, Preparation, Prepared};
 use crate::cta::Cta;
 use crate::error::PortError;
 use crate::llm::{LlmError, LlmReply};
@@ -20,9 +21,17 @@ use crate::timeline::Entry;
 
 /// The I/O a step may ask for.
 pub trait StepIo: Sync {
-    /// The MCP servers' tools as listed before the step: every pass of the step checks its
-    /// calls against this, however the catalog's listings move meanwhile.
-    fn listed(&self) -> crate::agent::Listed;
+    /// What the step knows of agents and tools, taken before it (the MCP servers' tools as
+    /// listed then): every pass of the step checks its calls against this, however the
+    /// servers' listings move meanwhile.
+    fn book(&self) -> Book;
+    /// What the plugins of `run`'s agent add to its next iteration (`timeline` as the step
+    /// read it), with the tools the run was granted. Asked once, before the step's think.
+    fn prepare(
+        &self,
+        run: &Run,
+        timeline: &[Entry],
+    ) -> impl Future<Output = Result<Preparation, PluginError>> + Send;
     /// The model's reply for the run's `think_index`-th think, given the timeline as the step
     /// read it with `changed` (what the step resolved or added before thinking) over it, and
     /// offered what the agent's plugins `prepared`.
@@ -86,7 +95,7 @@ pub enum IoError {
     OutOfTime(#[from] OutOfTime),
     /// A plugin of the agent could not prepare the think: its own error, retryable or not.
     #[error(transparent)]
-    Plugin(#[from] crate::agent::PluginError),
+    Plugin(#[from] PluginError),
 }
 
 /// What the step would do next does not fit in the time its host's invocation has left:
@@ -105,7 +114,6 @@ pub enum Decision {
 /// Steps until a decision. A fatal model error is handed back to the engine (the run fails
 /// after this message's input is applied); an error worth retrying is returned.
 pub async fn decide<W: StepIo>(
-    catalog: &Catalog,
     now: DateTime<Utc>,
     run: &Run,
     timeline: &[Entry],
@@ -113,18 +121,18 @@ pub async fn decide<W: StepIo>(
     world: &W,
 ) -> Result<Decision, IoError> {
     let mut io = Io {
-        listed: world.listed(),
+        book: world.book(),
         ..Io::default()
     };
     loop {
-        match step(catalog, now, run, timeline, input, &io) {
+        match step(now, run, timeline, input, &io) {
             Step::Think {
                 think_index,
                 changed,
             } => {
                 // The plugins answer once, before the think: the step's input from then on.
-                let prepared = match catalog.agent(&run.agent) {
-                    Some(agent) => agent.prepare(run, timeline).await?,
+                let prepared = match io.book.agent(&run.agent) {
+                    Some(_) => world.prepare(run, timeline).await?,
                     None => Preparation::default(),
                 };
                 let reply = world.think(think_index, &changed, &prepared.prepared).await;

@@ -225,22 +225,22 @@ impl Work<'_> {
             let t = self.tool(seq);
             (t.id.clone(), t.name.clone(), t.input.clone())
         };
-        let catalog = self.catalog;
-        let Some(agent) = catalog.agent(&self.run.agent) else {
+        let book = self.book;
+        let Some(agent) = book.agent(&self.run.agent) else {
             return Recheck::Refused(format!(
                 "not run: agent `{}` is no longer in the agents file",
                 self.run.agent
             ));
         };
         let prepared = agent.granted(self.given);
-        let Some(def) = catalog.tool_for(self.listed, agent, &prepared, &name) else {
-            return Recheck::Refused(gone(catalog, self.listed, &agent.name, &name));
+        let Some(def) = book.tool_for(agent, &prepared, &name) else {
+            return Recheck::Refused(gone(book, &agent.name, &name));
         };
-        let crate::tools::ToolKind::Exec(tool) = &def.kind else {
+        if def.kind() != crate::tools::ToolKind::Exec {
             return Recheck::Run;
-        };
+        }
         let policy = agent.approval.get(&name).filter(|p| p.requires(&input));
-        if approved || (policy.is_none() && !tool.needs_approval(&input)) {
+        if approved || (policy.is_none() && !def.needs_approval(&input)) {
             return Recheck::Run;
         }
         let (shown, _) = super::preview(&input.to_string(), super::PREVIEW_BYTES);
@@ -249,7 +249,7 @@ impl Work<'_> {
             tool: name.clone(),
             reason: policy
                 .and_then(|p| p.reason.clone())
-                .or_else(|| tool.approval_reason(&input)),
+                .or_else(|| def.approval_reason(&input)),
             input: super::cap_output(input),
         };
         let expiry = agent.cta_expiry;
@@ -358,17 +358,12 @@ pub(super) enum Recheck {
 }
 
 /// Why the tool `name` of agent `agent` cannot run now, naming the kind of tool it was.
-fn gone(
-    catalog: &crate::agent::Catalog,
-    listed: &crate::agent::Listed,
-    agent: &str,
-    name: &str,
-) -> String {
+fn gone(book: &crate::agent::Book, agent: &str, name: &str) -> String {
     let changed = "its agents file changed while the run waited";
-    if catalog.tool(listed, name).is_some() {
+    if book.tool(name).is_some() {
         return format!("not run: `{name}` is no longer granted to agent `{agent}` ({changed})");
     }
-    match (catalog.mcp_server_of(name), name.split_once("__")) {
+    match (book.mcp_server_of(name), name.split_once("__")) {
         (Some(server), _) => {
             format!("not run: MCP server `{server}` does not list the tool `{name}` now")
         }

@@ -144,7 +144,7 @@ impl Work<'_> {
     }
 
     pub(super) fn spawn(&mut self, seq: u64, id: &str, input: &Value) -> ToolResult {
-        let limits = &self.catalog.limits;
+        let limits = &self.book.limits;
         if let Some(sub) = input.get("subagentId").and_then(Value::as_str) {
             if self.running_children() >= limits.max_parallel_children {
                 return ToolResult::Pending {
@@ -161,7 +161,7 @@ impl Work<'_> {
         }
         let ask = input.get("askHuman").and_then(Value::as_bool) == Some(true);
         if ask {
-            let may_ask = self.catalog.agent(&self.run.agent).is_some_and(|a| {
+            let may_ask = self.book.agent(&self.run.agent).is_some_and(|a| {
                 a.tools
                     .iter()
                     .chain(&self.run.granted)
@@ -304,7 +304,7 @@ impl Work<'_> {
                 && matches!(&t.result, ToolResult::Pending { reason } if reason == "queued")
         });
         for seq in queued {
-            if self.running_children() >= self.catalog.limits.max_parallel_children {
+            if self.running_children() >= self.book.limits.max_parallel_children {
                 break;
             }
             let (id, input) = {

@@ -65,7 +65,7 @@ fn a_plugin_adds_tools_and_context_and_keeps_typed_state_committed_with_each_thi
     on.store(true, std::sync::atomic::Ordering::SeqCst);
     let (run, timeline) = s.runs[&id].clone();
     let agent = s.catalog.agent("deep").expect("deep");
-    let p = block_on(agent.prepare(&run, &timeline)).expect("prepares");
+    let p = block_on(s.catalog.prepare("deep", &run, &timeline)).expect("prepares");
     assert_eq!(p.prepared.tools, ["echo"]);
     assert_eq!(
         p.states["skills"],
@@ -94,19 +94,13 @@ fn what_the_plugins_answered_is_the_steps_input_however_their_source_moves() {
     let id = s.create("deep", "go");
     let (run, timeline) = s.runs[&id].clone();
     let world = Scripted {
+        catalog: &s.catalog,
         agent: "deep".into(),
         replies: vec![calls(vec![call("echo", json!({"text": "x"}))])],
         executed: Mutex::new(Vec::new()),
     };
-    let decision = block_on(driver::decide(
-        &s.catalog,
-        s.now,
-        &run,
-        &timeline,
-        &Input::Start,
-        &world,
-    ))
-    .expect("decides");
+    let decision =
+        block_on(decide(s.now, &run, &timeline, &Input::Start, &world)).expect("decides");
     assert!(
         !on.load(std::sync::atomic::Ordering::SeqCst),
         "the source moved"
@@ -116,7 +110,7 @@ fn what_the_plugins_answered_is_the_steps_input_however_their_source_moves() {
         1,
         "echo ran"
     );
-    let driver::Decision::Commit(t) = decision else {
+    let Decision::Commit(t) = decision else {
         panic!("commits")
     };
     assert_eq!(t.run.plugin_state["skills"], json!({"activations": 1}));
@@ -268,13 +262,12 @@ fn a_plugins_error_is_its_own_named_and_retried_only_when_it_says_so() {
         let msg = s.queue.pop_front().expect("the run's start");
         let (run, timeline) = s.runs[&id].clone();
         let world = Scripted {
+            catalog: &s.catalog,
             replies: vec![text("never asked")],
             agent: "deep".into(),
             executed: Mutex::new(Vec::new()),
         };
-        let got = block_on(decide(
-            &s.catalog, s.now, &run, &timeline, &msg.input, &world,
-        ));
+        let got = block_on(decide(s.now, &run, &timeline, &msg.input, &world));
         let Err(IoError::Plugin(e)) = got else {
             panic!("a plugin's failure is not a model outage: {got:?}");
         };

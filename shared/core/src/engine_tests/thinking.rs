@@ -213,10 +213,11 @@ fn a_fatal_model_error_fails_the_run_after_applying_the_input() {
     // The parent's next think fails for good: the child's result is still recorded.
     let (run, timeline) = s.runs[&id].clone();
     let io = Io {
+        book: s.catalog.book(&s.catalog.listed()),
         model_error: Some("the model refused".into()),
         ..Io::default()
     };
-    let Step::Done(t) = step(&s.catalog, s.now, &run, &timeline, &finished.input, &io) else {
+    let Step::Done(t) = step(s.now, &run, &timeline, &finished.input, &io) else {
         panic!("expected a transition")
     };
     assert_eq!(t.run.status, RunStatus::Failed);
@@ -290,8 +291,17 @@ struct ListedMidStep<'a> {
 }
 
 impl StepIo for ListedMidStep<'_> {
-    fn listed(&self) -> crate::agent::Listed {
-        self.listed.clone()
+    fn book(&self) -> crate::agent::Book {
+        self.catalog.book(&self.listed)
+    }
+
+    fn prepare(
+        &self,
+        run: &Run,
+        timeline: &[Entry],
+    ) -> impl Future<Output = Result<crate::agent::Preparation, crate::agent::PluginError>> + Send
+    {
+        self.catalog.prepare(&run.agent, run, timeline)
     }
 
     fn think(
@@ -371,15 +381,8 @@ fn a_step_sees_the_tools_listed_when_it_began_and_the_next_step_sees_new_ones() 
     };
     let result_of = |world: &ListedMidStep, id: &str| {
         let (run, timeline) = start(id);
-        let decision = block_on(decide(
-            &catalog,
-            t0(),
-            &run,
-            &timeline,
-            &Input::Start,
-            world,
-        ))
-        .expect("decides");
+        let decision =
+            block_on(decide(t0(), &run, &timeline, &Input::Start, world)).expect("decides");
         let Decision::Commit(t) = decision else {
             panic!("commits")
         };

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::{Next, Step};
-use crate::agent::Catalog;
+use crate::agent::Book;
 use crate::cta::Cta;
 use crate::message::{Effect, Event, Input, StepMessage, Transition};
 use crate::run::{Run, RunStatus};
@@ -17,9 +17,9 @@ use crate::timeline::{CtaSnapshot, Entry, EntryBody, ToolEntry, ToolResult};
 
 /// The step being built: the run as it becomes, and what the commit will hold.
 pub(super) struct Work<'a> {
-    pub(super) catalog: &'a Catalog,
-    /// The MCP servers' tools as the step found them listed.
-    pub(super) listed: &'a crate::agent::Listed,
+    /// What the step knows of agents and tools (the MCP servers' as the step found them
+    /// listed).
+    pub(super) book: &'a Book,
     pub(super) now: DateTime<Utc>,
     pub(super) run: Run,
     /// The run as the step found it (what the model was asked with).
@@ -44,8 +44,7 @@ pub(super) struct Work<'a> {
 
 impl<'a> Work<'a> {
     pub(super) fn new(
-        catalog: &'a Catalog,
-        listed: &'a crate::agent::Listed,
+        book: &'a Book,
         now: DateTime<Utc>,
         run: &'a Run,
         timeline: &'a [Entry],
@@ -59,8 +58,7 @@ impl<'a> Work<'a> {
             .rposition(|e| matches!(e.body, EntryBody::Assistant { .. }))
             .map_or(run.batch_start.min(base), |i| base + i as u64 + 1);
         Self {
-            catalog,
-            listed,
+            book,
             now,
             run: run.clone(),
             given: run,
@@ -296,7 +294,7 @@ impl<'a> Work<'a> {
         if works {
             self.run.working_since = Some(self.now);
         }
-        let max = self.catalog.agent(&self.run.agent).and_then(|a| a.max_wall);
+        let max = self.book.agent(&self.run.agent).and_then(|a| a.max_wall);
         let waits_on_work = works && self.run.status == RunStatus::Waiting;
         match (&self.run.deadline_timer, max) {
             (None, Some(max)) if waits_on_work => {

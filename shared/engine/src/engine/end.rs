@@ -57,7 +57,7 @@ pub(super) fn deadline(w: &mut Work) -> Next {
         return Next::Now(Step::Ignore("run already ended".into()));
     }
     w.run.deadline_timer = None;
-    if let Some(max) = w.catalog.agent(&w.run.agent).and_then(|a| a.max_wall) {
+    if let Some(max) = w.book.agent(&w.run.agent).and_then(|a| a.max_wall) {
         let worked = w.run.working_time(w.now);
         if worked.num_milliseconds() >= max.as_millis() as i64 {
             let msg = format!(

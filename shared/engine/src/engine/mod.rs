@@ -36,7 +36,6 @@ mod work;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use crate::agent::Catalog;
 use crate::cta::{Cta, CtaStatus};
 use crate::llm::LlmReply;
 use crate::message::{Input, Transition};
@@ -78,11 +77,11 @@ pub enum Step {
     Ignore(String),
 }
 
-/// The I/O results gathered so far for this step, and the MCP servers' tools as listed when
-/// it started (`listed`: what a call is checked against, on every pass of the step).
+/// The I/O results gathered so far for this step, and what it knows of agents and tools
+/// (`book`, taken when it started: what a call is checked against, on every pass of it).
 #[derive(Default, Clone)]
 pub struct Io {
-    pub listed: crate::agent::Listed,
+    pub book: crate::agent::Book,
     pub reply: Option<LlmReply>,
     /// The model call failed for good: the run fails, after this step's input is applied.
     pub model_error: Option<String>,
@@ -160,15 +159,8 @@ pub fn window_start(run: &Run, input: &Input) -> u64 {
 
 /// One iteration of one run. See the module docs. `timeline` is the run's whole timeline,
 /// or its entries from [`window_start`] on.
-pub fn step(
-    catalog: &Catalog,
-    now: DateTime<Utc>,
-    run: &Run,
-    timeline: &[Entry],
-    input: &Input,
-    io: &Io,
-) -> Step {
-    let mut w = Work::new(catalog, &io.listed, now, run, timeline, io.settled.as_ref());
+pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io: &Io) -> Step {
+    let mut w = Work::new(&io.book, now, run, timeline, io.settled.as_ref());
     if io.settled.is_none() && ends_run(run, input) {
         let ids: Vec<String> = w
             .pending_seqs(|t| {
@@ -314,6 +306,3 @@ fn cap_output(v: Value) -> Value {
     };
     json!({"truncated": true, "originalBytes": size, "preview": cap_at(text, MAX_OUTPUT_BYTES)})
 }
-
-#[cfg(test)]
-mod tests;
