@@ -28,6 +28,3 @@ pub mod observe;
 pub mod ports;
 pub mod service;
 pub mod tools;
-
-#[cfg(test)]
-mod engine_tests;

@@ -139,23 +139,7 @@ fn qualified(model: &str) -> String {
     format!("{provider}:{id}")
 }
 
-/// Token usage, per model call and summed per run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
-#[serde(rename_all = "camelCase")]
-pub struct Usage {
-    /// Every input token, read from the provider's prompt cache or not.
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub total_tokens: u64,
-    /// The part of `input_tokens` read from the prompt cache (billed at a lower price).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub cached_input_tokens: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
+pub use crate::timeline::Usage;
 
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Self) {

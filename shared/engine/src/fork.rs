@@ -8,22 +8,13 @@
 //! writes the fork (`service/fork.rs`).
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 
 use crate::cta::{CtaResponse, CtaStatus};
 use crate::message::Input;
 use crate::run::{NewRun, Run, RunStatus};
 use crate::timeline::{Entry, EntryBody, Operation, ToolEntry, ToolResult};
 
-/// Where a fork came from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
-#[serde(rename_all = "camelCase")]
-pub struct ForkedFrom {
-    pub run_id: String,
-    /// The entry of that run the fork starts at (its own entry at the same seq replaces it).
-    pub at_seq: u64,
-}
+pub use crate::run::ForkedFrom;
 
 /// What takes the forked entry's place.
 #[derive(Debug, Clone, PartialEq)]

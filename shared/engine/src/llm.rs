@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::run::Usage;
+use crate::timeline::Usage;
 
 /// One message of the chat a model sees.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -87,8 +87,20 @@ pub const PROMPT_PREVIEW_BYTES: usize = 280;
 
 /// A run's `context` (and a trigger's `data`) is at most this long as JSON: it goes with
 /// every model call. (An agent's `contextBytes`, what a model is given of the conversation,
-/// is bounded by [`crate::agent::MAX_CONTEXT_BYTES`].)
+/// is bounded by the agents' `MAX_CONTEXT_BYTES`.)
 pub const MAX_RUN_CONTEXT_BYTES: usize = 16 * 1024;
+
+/// `what` (a run's `context`, a trigger's `data`), as JSON, fits what a run may hold
+/// ([`MAX_RUN_CONTEXT_BYTES`]); the error names it and says by how much it does not.
+pub fn check_context_size(what: &str, value: &serde_json::Value) -> Result<(), String> {
+    let size = value.to_string().len();
+    if size > MAX_RUN_CONTEXT_BYTES {
+        return Err(format!(
+            "`{what}` is {size} bytes as JSON; at most {MAX_RUN_CONTEXT_BYTES} are allowed"
+        ));
+    }
+    Ok(())
+}
 
 /// The run item: everything about a run except its timeline.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -189,7 +201,7 @@ pub struct Run {
     pub next_seq: u64,
     /// The seq the current batch begins at (the entry after the last reply): with the
     /// follow-ups waiting, all that a step of the loop reads of the timeline
-    /// ([`crate::engine::window_start`]). 0 until a step has set it (a run stored before).
+    /// (the engine's `window_start`). 0 until a step has set it (a run stored before).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub batch_start: u64,
     #[serde(default)]
@@ -203,7 +215,7 @@ pub struct Run {
     pub metadata: Option<serde_json::Value>,
     /// The run and entry this one was forked from (`POST /runs/{id}/fork`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub forked_from: Option<crate::fork::ForkedFrom>,
+    pub forked_from: Option<ForkedFrom>,
     /// The last reported `run.state`, so that only changes are published: `thinking`,
     /// `waiting_on_user`, `executing_plan` or `waiting_on_subagents`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -272,7 +284,7 @@ pub struct LastError {
     /// The deliveries of the failing message so far.
     pub attempts: u32,
     pub at: DateTime<Utc>,
-    /// The failing message (its id as first sent: see [`crate::message::requeued`]).
+    /// The failing message (its id as first sent: see `message::requeued`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
     /// How many of its deliveries failed in its own step, not counting those deferred
@@ -414,4 +426,14 @@ fn is_zero(n: &u64) -> bool {
 
 fn is_zero32(n: &u32) -> bool {
     *n == 0
+}
+
+/// Where a fork came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ForkedFrom {
+    pub run_id: String,
+    /// The entry of that run the fork starts at (its own entry at the same seq replaces it).
+    pub at_seq: u64,
 }

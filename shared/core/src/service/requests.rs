@@ -9,7 +9,7 @@ use super::{CreateRun, FollowUp, MAX_METADATA_BYTES, RunView, Service, ServiceEr
 use crate::message::{Effect, Input, StepMessage};
 use crate::ports::{Created, RunPosition, RunQuery, RunRecord};
 use crate::run::RunStatus;
-use crate::run::{MAX_RUN_CONTEXT_BYTES, NewRun, Run};
+use crate::run::{MAX_RUN_CONTEXT_BYTES, NewRun, Run, check_context_size};
 use crate::timeline::{Entry, EntryBody, TurnOptions};
 
 /// Files up to this size are sent in the API's reply; larger ones, where the store can, by
@@ -82,13 +82,9 @@ impl Service {
                         .into(),
                 ));
             }
-            let size = context.to_string().len();
-            if size > MAX_RUN_CONTEXT_BYTES {
-                return Err(ServiceError::Invalid(format!(
-                    "`context` is {size} bytes as JSON; at most {MAX_RUN_CONTEXT_BYTES} are allowed \
-                     (it is sent with every model call)"
-                )));
-            }
+            check_context_size("context", context).map_err(|e| {
+                ServiceError::Invalid(format!("{e} (it is sent with every model call)"))
+            })?;
         }
         if let Some(id) = &req.sandbox_id {
             crate::scope::check_sandbox_id(id).map_err(ServiceError::Invalid)?;

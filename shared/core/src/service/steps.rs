@@ -14,7 +14,6 @@ use crate::cta::Settlement;
 use crate::engine::{self, Decision};
 use crate::error::PortError;
 use crate::failpoint;
-use crate::llm::{ChatRequest, LlmError, LlmReply};
 use crate::message::{ChildOutcome, Effect, Input, StepMessage, outbox_continues};
 use crate::ports::RunRecord;
 use crate::run::{Run, RunStatus};
@@ -197,69 +196,6 @@ impl Service {
                 .await;
         }
         self.catalog.listed()
-    }
-
-    /// The model's reply to a think of `step`'s run at the turn's `tier`: `history` is what
-    /// the model is given, `prepared` what the agent's plugins answered for the step.
-    pub(super) async fn think(
-        &self,
-        step: &super::thinker::Thinker<'_>,
-        prepared: &crate::agent::Prepared,
-        tier: Option<crate::timeline::Tier>,
-        history: &[Entry],
-        think_index: u32,
-        seq: u64,
-    ) -> Result<LlmReply, LlmError> {
-        let (book, run) = (&step.book, step.run);
-        let agent = book
-            .agent(&run.agent)
-            .ok_or_else(|| LlmError::fatal(format!("agent `{}` is not defined", run.agent)))?;
-        let mut tools = book.specs(agent, prepared);
-        let mut system = agent.system_prompt(run, prepared);
-        if run.tools_spent {
-            // The turn's tool calls are spent: a final answer, without tools.
-            warn!(
-                run_id = %run.run_id,
-                limit = agent.max_tool_calls_per_turn,
-                "the turn's tool calls are spent: asking the model for its final answer without tools"
-            );
-            tools.clear();
-            system.push_str(&format!(
-                "\n\nThis turn has made the {} tool calls it may. Answer now, with what you \
-                 have: no tool can be called.",
-                agent.max_tool_calls_per_turn
-            ));
-        }
-        let model = agent.model_for(run.context_type(), tier);
-        let live = self
-            .live_for(run)
-            .map(|l| crate::live::StepLive::new(l.clone(), &run.run_id, seq));
-        if let Some(live) = &live {
-            live.publish(crate::live::LiveKind::State {
-                state: "thinking".into(),
-                detail: serde_json::json!({"model": model, "iteration": think_index}),
-            });
-        }
-        let request = ChatRequest {
-            run_id: &run.run_id,
-            agent: &agent.name,
-            think_index,
-            model,
-            system: &system,
-            tools: &tools,
-            history,
-            deltas: live.as_ref().map(|l| l as &dyn crate::llm::Deltas),
-        };
-        let started = std::time::Instant::now();
-        let reply = self.deps.llm.complete(&request).await.map(|mut r| {
-            r.latency_ms = Some(crate::live::millis(started.elapsed()));
-            r.first_token_ms = live.as_ref().and_then(|l| l.first_piece_ms());
-            r
-        });
-        if let Err(LlmError::Fatal { message, .. }) = &reply {
-            warn!(run_id = %run.run_id, %message, "model call failed for good");
-        }
-        reply
     }
 
     /// A message for a run that does not exist: tell a parent that tried to continue it.

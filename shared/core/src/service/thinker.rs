@@ -10,7 +10,7 @@ use crate::cta::{Cta, Settlement};
 use crate::engine::{Execution, OutOfTime, StepIo, ToolOutput};
 use crate::error::PortError;
 use crate::failpoint;
-use crate::llm::{LlmError, LlmReply, fit, model_bytes, starts_group};
+use crate::llm::{ChatRequest, LlmError, LlmReply, fit, model_bytes, starts_group};
 use crate::ports::Settled;
 use crate::run::Run;
 use crate::timeline::Entry;
@@ -113,6 +113,69 @@ impl Thinker<'_> {
         };
         Ok(fit(head, &over(span, changed), budget).into_owned())
     }
+
+    /// The model's reply to a think of the step's run at the turn's `tier`: `history` is what
+    /// the model is given, `prepared` what the agent's plugins answered for the step.
+    async fn call_model(
+        &self,
+        prepared: &crate::agent::Prepared,
+        tier: Option<crate::timeline::Tier>,
+        history: &[Entry],
+        think_index: u32,
+        seq: u64,
+    ) -> Result<LlmReply, LlmError> {
+        let (book, run) = (&self.book, self.run);
+        let agent = book
+            .agent(&run.agent)
+            .ok_or_else(|| LlmError::fatal(format!("agent `{}` is not defined", run.agent)))?;
+        let mut tools = book.specs(agent, prepared);
+        let mut system = agent.system_prompt(run, prepared);
+        if run.tools_spent {
+            // The turn's tool calls are spent: a final answer, without tools.
+            warn!(
+                run_id = %run.run_id,
+                limit = agent.max_tool_calls_per_turn,
+                "the turn's tool calls are spent: asking the model for its final answer without tools"
+            );
+            tools.clear();
+            system.push_str(&format!(
+                "\n\nThis turn has made the {} tool calls it may. Answer now, with what you \
+                 have: no tool can be called.",
+                agent.max_tool_calls_per_turn
+            ));
+        }
+        let model = agent.model_for(run.context_type(), tier);
+        let live = self
+            .service
+            .live_for(run)
+            .map(|l| crate::live::StepLive::new(l.clone(), &run.run_id, seq));
+        if let Some(live) = &live {
+            live.publish(crate::live::LiveKind::State {
+                state: "thinking".into(),
+                detail: serde_json::json!({"model": model, "iteration": think_index}),
+            });
+        }
+        let request = ChatRequest {
+            run_id: &run.run_id,
+            agent: &agent.name,
+            think_index,
+            model,
+            system: &system,
+            tools: &tools,
+            history,
+            deltas: live.as_ref().map(|l| l as &dyn crate::llm::Deltas),
+        };
+        let started = std::time::Instant::now();
+        let reply = self.service.deps.llm.complete(&request).await.map(|mut r| {
+            r.latency_ms = Some(crate::live::millis(started.elapsed()));
+            r.first_token_ms = live.as_ref().and_then(|l| l.first_piece_ms());
+            r
+        });
+        if let Err(LlmError::Fatal { message, .. }) = &reply {
+            warn!(run_id = %run.run_id, %message, "model call failed for good");
+        }
+        reply
+    }
 }
 
 /// `span` (contiguous, in seq order) with `changed` over it: an entry of the same seq
@@ -176,8 +239,7 @@ impl StepIo for Thinker<'_> {
             })
             .unwrap_or(self.run.tier);
         let reply = self
-            .service
-            .think(self, prepared, tier, &history, think_index, seq)
+            .call_model(prepared, tier, &history, think_index, seq)
             .await?;
         failpoint::hit("step.after_think").map_err(|e| LlmError::Unavailable {
             message: e.to_string(),

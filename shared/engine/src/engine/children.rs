@@ -324,14 +324,10 @@ impl Work<'_> {
 }
 
 /// A call's own `context` for the runs it starts fits what a run's may hold.
-pub(super) fn given_context(input: &Value) -> Result<(), String> {
-    let max = crate::run::MAX_RUN_CONTEXT_BYTES;
-    match input.get("context").map(|c| c.to_string().len()) {
-        Some(size) if size > max => Err(format!(
-            "`context` is {size} bytes as JSON; at most {max} are allowed"
-        )),
-        _ => Ok(()),
-    }
+fn given_context(input: &Value) -> Result<(), String> {
+    input
+        .get("context")
+        .map_or(Ok(()), |c| crate::run::check_context_size("context", c))
 }
 
 /// A call's own `sandboxId` and `github` are plain names (they reach command lines and

@@ -112,7 +112,10 @@ impl Work<'_> {
                 limits.max_depth, self.run.depth
             ));
         }
-        if let Err(e) = super::children::given_context(input) {
+        if let Err(e) = input
+            .get("context")
+            .map_or(Ok(()), |c| crate::run::check_context_size("context", c))
+        {
             return ToolResult::error(e);
         }
         let mut call = Call::read(input);

@@ -4,6 +4,8 @@
 //! cancellations) so that multi-run flows read as given/when/then. This file holds that
 //! world and its helpers; each topic has a file of its own.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::sync::Mutex;
@@ -11,14 +13,14 @@ use std::task::{Context, Poll, Waker};
 
 use serde_json::json;
 
-use crate::agent::{AgentsFile, Catalog, Limits};
-use crate::cta::Cta;
-use crate::cta::{ChoiceOption, CtaRequest, CtaResponse, CtaStatus};
-use crate::engine::*;
-use crate::llm::{LlmError, LlmReply, ToolCall};
-use crate::message::{ChildOutcome, Effect, Event, Input, StepMessage};
-use crate::run::{ExpiryPolicy, NewRun, Run, RunStatus, Usage};
-use crate::timeline::{Entry, EntryBody, ToolEntry, ToolResult};
+use baton_core::agent::{AgentsFile, Catalog, Limits};
+use baton_core::cta::Cta;
+use baton_core::cta::{ChoiceOption, CtaRequest, CtaResponse, CtaStatus};
+use baton_core::engine::*;
+use baton_core::llm::{LlmError, LlmReply, ToolCall};
+use baton_core::message::{ChildOutcome, Effect, Event, Input, StepMessage};
+use baton_core::run::{ExpiryPolicy, NewRun, Run, RunStatus, Usage};
+use baton_core::timeline::{Entry, EntryBody, ToolEntry, ToolResult};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
@@ -106,7 +108,7 @@ struct Scripted<'a> {
 }
 
 impl StepIo for Scripted<'_> {
-    fn book(&self) -> crate::agent::Book {
+    fn book(&self) -> baton_core::agent::Book {
         self.catalog.book(&self.catalog.listed())
     }
 
@@ -114,8 +116,8 @@ impl StepIo for Scripted<'_> {
         &self,
         run: &Run,
         timeline: &[Entry],
-    ) -> impl Future<Output = Result<crate::agent::Preparation, crate::agent::PluginError>> + Send
-    {
+    ) -> impl Future<Output = Result<baton_core::agent::Preparation, baton_core::agent::PluginError>>
+    + Send {
         self.catalog.prepare(&run.agent, run, timeline)
     }
 
@@ -123,7 +125,7 @@ impl StepIo for Scripted<'_> {
         &self,
         think_index: u32,
         _: &[Entry],
-        _: &crate::agent::Prepared,
+        _: &baton_core::agent::Prepared,
     ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
         let reply = self
             .replies
@@ -136,7 +138,7 @@ impl StepIo for Scripted<'_> {
     fn execute(
         &self,
         call: Execution,
-    ) -> impl Future<Output = Result<ToolOutput, crate::error::PortError>> + Send {
+    ) -> impl Future<Output = Result<ToolOutput, baton_core::error::PortError>> + Send {
         assert_eq!(call.tool, "echo");
         self.executed
             .lock()
@@ -144,7 +146,7 @@ impl StepIo for Scripted<'_> {
             .push(call.call_id.clone());
         // Echoing "chart" also returns a widget, as a tool may.
         let widgets = if call.input["text"] == "chart" {
-            vec![crate::tools::Widget {
+            vec![baton_core::tools::Widget {
                 kind: "table".into(),
                 data: json!({"columns": ["x"], "rows": [[1], [2]]}),
             }]
@@ -153,7 +155,7 @@ impl StepIo for Scripted<'_> {
         };
         // Echoing "report" also returns a file (stored already, as the service does).
         let files = if call.input["text"] == "report" {
-            vec![crate::timeline::FileRef {
+            vec![baton_core::timeline::FileRef {
                 call_id: call.call_id.clone(),
                 file_id: "file_1".into(),
                 name: "report.csv".into(),
@@ -175,7 +177,8 @@ impl StepIo for Scripted<'_> {
     fn settle(
         &self,
         _: Vec<String>,
-    ) -> impl Future<Output = Result<HashMap<String, Cta>, crate::error::PortError>> + Send {
+    ) -> impl Future<Output = Result<HashMap<String, Cta>, baton_core::error::PortError>> + Send
+    {
         // The engine tests settle CTAs through the `CancelCta` effect, after the commit.
         std::future::ready(Ok(HashMap::new()))
     }

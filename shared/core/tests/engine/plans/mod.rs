@@ -3,8 +3,8 @@
 //! `review.rs`.
 
 use super::*;
-use crate::plan::{PlanState, StepStatus};
-use crate::timeline::Operation;
+use baton_core::plan::{PlanState, StepStatus};
+use baton_core::timeline::Operation;
 
 fn plan_call(input: Value) -> LlmReply {
     calls(vec![call("agent_orchestrate", input)])

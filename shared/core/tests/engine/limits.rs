@@ -152,7 +152,7 @@ fn every_call_is_priced_and_subagents_report_what_they_spent_once() {
                 ..
             } => {
                 assert_eq!(model.as_deref(), Some("openai:gpt-4o-mini"));
-                assert_eq!(*operation, crate::timeline::Operation::Think);
+                assert_eq!(*operation, baton_core::timeline::Operation::Think);
                 Some(*cost_usd)
             }
             _ => None,

@@ -260,7 +260,7 @@ struct Calc(std::sync::atomic::AtomicU32);
 struct Ping;
 
 #[async_trait::async_trait]
-impl crate::tools::Tool for Ping {
+impl baton_core::tools::Tool for Ping {
     fn name(&self) -> &str {
         "calc__ping"
     }
@@ -270,14 +270,14 @@ impl crate::tools::Tool for Ping {
     fn schema(&self) -> Value {
         json!({"type": "object"})
     }
-    async fn execute(&self, _: &crate::tools::ToolContext, _: Value) -> Result<Value, String> {
+    async fn execute(&self, _: &baton_core::tools::ToolContext, _: Value) -> Result<Value, String> {
         Ok(json!("pong"))
     }
 }
 
 #[async_trait::async_trait]
-impl crate::tools::ToolServer for Calc {
-    async fn list(&self) -> Result<Vec<std::sync::Arc<dyn crate::tools::Tool>>, String> {
+impl baton_core::tools::ToolServer for Calc {
+    async fn list(&self) -> Result<Vec<std::sync::Arc<dyn baton_core::tools::Tool>>, String> {
         self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(vec![std::sync::Arc::new(Ping)])
     }
@@ -287,11 +287,11 @@ impl crate::tools::ToolServer for Calc {
 /// concurrent step of another run would list it).
 struct ListedMidStep<'a> {
     catalog: &'a Catalog,
-    listed: crate::agent::Listed,
+    listed: baton_core::agent::Listed,
 }
 
 impl StepIo for ListedMidStep<'_> {
-    fn book(&self) -> crate::agent::Book {
+    fn book(&self) -> baton_core::agent::Book {
         self.catalog.book(&self.listed)
     }
 
@@ -299,8 +299,8 @@ impl StepIo for ListedMidStep<'_> {
         &self,
         run: &Run,
         timeline: &[Entry],
-    ) -> impl Future<Output = Result<crate::agent::Preparation, crate::agent::PluginError>> + Send
-    {
+    ) -> impl Future<Output = Result<baton_core::agent::Preparation, baton_core::agent::PluginError>>
+    + Send {
         self.catalog.prepare(&run.agent, run, timeline)
     }
 
@@ -308,12 +308,12 @@ impl StepIo for ListedMidStep<'_> {
         &self,
         think_index: u32,
         _: &[Entry],
-        _: &crate::agent::Prepared,
+        _: &baton_core::agent::Prepared,
     ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
         let ops = self.catalog.agent("ops").expect("ops");
         block_on(
             self.catalog
-                .list_servers(ops, &crate::agent::Prepared::default()),
+                .list_servers(ops, &baton_core::agent::Prepared::default()),
         );
         std::future::ready(Ok(match think_index {
             0 => calls(vec![call("calc__ping", json!({}))]),
@@ -324,7 +324,7 @@ impl StepIo for ListedMidStep<'_> {
     fn execute(
         &self,
         call: Execution,
-    ) -> impl Future<Output = Result<ToolOutput, crate::error::PortError>> + Send {
+    ) -> impl Future<Output = Result<ToolOutput, baton_core::error::PortError>> + Send {
         assert_eq!(call.tool, "calc__ping", "only the listed tool runs");
         std::future::ready(Ok(ToolOutput::from(Ok(json!("pong")))))
     }
@@ -332,7 +332,8 @@ impl StepIo for ListedMidStep<'_> {
     fn settle(
         &self,
         _: Vec<String>,
-    ) -> impl Future<Output = Result<HashMap<String, Cta>, crate::error::PortError>> + Send {
+    ) -> impl Future<Output = Result<HashMap<String, Cta>, baton_core::error::PortError>> + Send
+    {
         std::future::ready(Ok(HashMap::new()))
     }
 }
@@ -345,11 +346,11 @@ fn a_step_sees_the_tools_listed_when_it_began_and_the_next_step_sees_new_ones() 
             "agents": {"ops": {"tools": ["mcp:calc"]}}}),
     )
     .unwrap();
-    let toolbox = crate::agent::Toolbox {
+    let toolbox = baton_core::agent::Toolbox {
         tools: vec![],
         servers: BTreeMap::from([(
             "calc".to_owned(),
-            server.clone() as std::sync::Arc<dyn crate::tools::ToolServer>,
+            server.clone() as std::sync::Arc<dyn baton_core::tools::ToolServer>,
         )]),
     };
     let catalog = Catalog::build(Limits::default(), toolbox, Some(file)).unwrap();

@@ -16,7 +16,7 @@ struct SkillState {
 }
 
 #[async_trait::async_trait]
-impl crate::agent::Plugin for Skills {
+impl baton_core::agent::Plugin for Skills {
     type State = SkillState;
 
     fn name(&self) -> &str {
@@ -28,7 +28,7 @@ impl crate::agent::Plugin for Skills {
         _: &Run,
         _: &[Entry],
         state: &mut SkillState,
-    ) -> Result<crate::agent::Prepared, crate::agent::PluginError> {
+    ) -> Result<baton_core::agent::Prepared, baton_core::agent::PluginError> {
         use std::sync::atomic::Ordering::SeqCst;
         let on = if self.flip {
             self.on.fetch_xor(true, SeqCst)
@@ -36,7 +36,7 @@ impl crate::agent::Plugin for Skills {
             self.on.load(SeqCst)
         };
         state.activations += 1;
-        Ok(crate::agent::Prepared {
+        Ok(baton_core::agent::Prepared {
             tools: if on { vec!["echo".into()] } else { vec![] },
             context: Some(format!("activation {}", state.activations)),
         })
@@ -138,7 +138,7 @@ fn context_guidance_joins_the_system_prompt_by_the_contexts_type() {
         root_run_id: None,
         now: t0(),
     });
-    let none = crate::agent::Prepared::default();
+    let none = baton_core::agent::Prepared::default();
     let system = agent.system_prompt(&run, &none);
     assert!(system.starts_with("You read.\n\nQuote the document.\n\nContext (document):"));
     assert!(system.contains("doc-7"));
@@ -175,7 +175,7 @@ fn widgets_are_timeline_entries_the_model_never_sees() {
     assert_eq!(widget.0, s.tools(&id)[0].id);
     assert_eq!(widget.1, "table");
     assert_eq!(widget.2["rows"][1][0], 2);
-    let seen = crate::llm::project("", &timeline);
+    let seen = baton_core::llm::project("", &timeline);
     assert!(
         !seen.iter().any(|m| format!("{m:?}").contains("rows")),
         "the model's projection leaves widgets out: {seen:?}"
@@ -208,11 +208,11 @@ fn a_files_summary_is_all_the_model_sees_of_it() {
         (file.name.as_str(), file.size, file.file_id.as_str()),
         ("report.csv", 2048, "file_1")
     );
-    let seen = crate::llm::project("", &timeline);
+    let seen = baton_core::llm::project("", &timeline);
     let result = seen
         .iter()
         .find_map(|m| match m {
-            crate::llm::ChatMessage::Tool { content, .. } => Some(content.clone()),
+            baton_core::llm::ChatMessage::Tool { content, .. } => Some(content.clone()),
             _ => None,
         })
         .expect("the call's result");
@@ -230,7 +230,7 @@ struct Failing {
 }
 
 #[async_trait::async_trait]
-impl crate::agent::Plugin for Failing {
+impl baton_core::agent::Plugin for Failing {
     type State = SkillState;
 
     fn name(&self) -> &str {
@@ -242,11 +242,11 @@ impl crate::agent::Plugin for Failing {
         _: &Run,
         _: &[Entry],
         _: &mut SkillState,
-    ) -> Result<crate::agent::Prepared, crate::agent::PluginError> {
+    ) -> Result<baton_core::agent::Prepared, baton_core::agent::PluginError> {
         Err(if self.retryable {
-            crate::agent::PluginError::retry("the index timed out")
+            baton_core::agent::PluginError::retry("the index timed out")
         } else {
-            crate::agent::PluginError::fatal("the index is not configured")
+            baton_core::agent::PluginError::fatal("the index is not configured")
         })
     }
 }
