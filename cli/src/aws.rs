@@ -70,7 +70,7 @@ pub async fn dev(
     let prefix = &config.prefix;
     // Traces go to OTEL_EXPORTER_OTLP_ENDPOINT when it is set; none are made otherwise.
     let traces = baton_telemetry::Traces::from_env("baton-dev")?;
-    let mut server = AwsDevServer::start(AwsDevOptions {
+    let server = AwsDevServer::start(AwsDevOptions {
         sdk: sdk_config(&config.sdk).await,
         names: Names::new(prefix),
         scheduler_role_arn: scheduler_role(config, prefix),
@@ -99,11 +99,9 @@ pub async fn dev(
             .link_key
             .clone()
             .map(|key| (key, config.public_url.clone())),
+        traces: traces.map(Arc::new),
     })
     .await?;
-    if let Some(traces) = traces {
-        server.trace_with(Arc::new(traces));
-    }
     if config.link_key.is_none() {
         println!(
             "baton dev --aws: one-time answer links are off: set BATON_LINK_KEY (at least 32 \

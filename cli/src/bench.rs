@@ -22,7 +22,7 @@ use baton_core::timeline::{EntryBody, ToolResult};
 use baton_dev::LOCAL_OWNER;
 use baton_dev::worker::{Worker, WorkerOptions};
 use baton_llm::scripted::{ScriptedCall, ScriptedLlm, ScriptedReply};
-use baton_local::local_service;
+use baton_local::local_deps;
 use baton_local::store::LocalStore;
 use serde_json::json;
 
@@ -231,21 +231,17 @@ fn open(
     telemetry: bool,
 ) -> anyhow::Result<Parts> {
     let store = LocalStore::open(dir)?;
-    let service = local_service(
-        &store,
-        Arc::new(llm.clone()),
-        catalog.clone(),
-        Arc::new(SystemClock),
-    );
-    service.set_cache_bytes(cache_bytes());
+    let deps = local_deps(&store, Arc::new(llm.clone()), Arc::new(SystemClock));
+    let mut service = Service::builder(deps, catalog.clone()).cache_bytes(cache_bytes());
     // As `baton dev` observes its steps: the Prometheus metrics, and traces only when an
     // OTLP endpoint is set (none: no exporter is made).
     if telemetry {
-        service.observe_with(Arc::new(baton_telemetry::Metrics::prometheus()));
+        service = service.observer(Arc::new(baton_telemetry::Metrics::prometheus()));
         if let Some(traces) = baton_telemetry::Traces::from_env("baton-bench")? {
-            service.observe_with(Arc::new(traces));
+            service = service.observer(Arc::new(traces));
         }
     }
+    let service = Arc::new(service.build());
     let opts = WorkerOptions {
         concurrency: 1,
         ..WorkerOptions::default()

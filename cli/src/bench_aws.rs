@@ -9,7 +9,7 @@ use baton_aws::dynamo::DynamoStore;
 use baton_core::agent::{AgentsFile, Catalog, Limits};
 use baton_core::config::Config;
 use baton_core::ports::{Store, SystemClock};
-use baton_core::service::CreateRun;
+use baton_core::service::{CreateRun, Service};
 use baton_dev::LOCAL_OWNER;
 use baton_llm::scripted::{ScriptedCall, ScriptedLlm, ScriptedReply};
 use serde_json::json;
@@ -91,14 +91,8 @@ pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String
     let steps =
         EventSources::queue(&sqs, &p.config.steps_queue_url, Feeds::Steps, orchestrator).await?;
     let container = |meter: Arc<Meter>| {
-        let service = baton_aws::aws_service(
-            &p.config,
-            &sdk,
-            llm.clone(),
-            catalog.clone(),
-            Arc::new(SystemClock),
-            meter,
-        );
+        let deps = baton_aws::aws_deps(&p.config, &sdk, llm.clone(), Arc::new(SystemClock), meter);
+        let service = Arc::new(Service::builder(deps, catalog.clone()).build());
         (
             service.clone(),
             EventSources::new(sqs.clone(), service, vec![steps.clone()]),

@@ -112,6 +112,7 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
         link_key: None,
         public_url: None,
         cache_bytes: cache_bytes(),
+        traces: None,
     })
     .await?;
     let url = server.url();

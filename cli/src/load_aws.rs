@@ -71,6 +71,7 @@ pub async fn run(opts: LoadAws, config: &Config) -> anyhow::Result<String> {
         steps_at_once: config.steps_at_once.map(|n| n as usize),
         live: None,
         links: None,
+        traces: None,
     })
     .await?;
     server.add_pollers(opts.pollers.saturating_sub(1));

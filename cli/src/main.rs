@@ -532,11 +532,9 @@ async fn dev(
         link_key: config.link_key.clone(),
         public_url: config.public_url.clone(),
         cache_bytes: config.cache_bytes(baton_dev::machine_memory_mb()),
+        traces: traces.map(Arc::new),
     })
     .await?;
-    if let Some(traces) = traces {
-        server.trace_with(Arc::new(traces));
-    }
     println!(
         "baton dev: listening on {} (data in {})",
         server.url(),

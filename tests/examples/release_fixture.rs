@@ -69,6 +69,7 @@ async fn main() {
         link_key: None,
         public_url: None,
         cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
+        traces: None,
     })
     .await
     .unwrap();
@@ -100,6 +101,7 @@ async fn main() {
         steps_at_once: None,
         live: None,
         links: None,
+        traces: None,
     })
     .await
     .unwrap();

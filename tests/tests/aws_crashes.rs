@@ -61,6 +61,7 @@ async fn host_timed(
         steps_at_once: None,
         live: None,
         links: None,
+        traces: None,
     })
     .await
     .unwrap();

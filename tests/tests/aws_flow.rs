@@ -71,6 +71,7 @@ async fn start_env_faulty(
         steps_at_once: None,
         live: None,
         links: None,
+        traces: None,
     })
     .await
     .unwrap();
@@ -798,7 +799,7 @@ impl StepsQueue {
         )
         .await
         .unwrap();
-        let service = baton_aws::aws_service(
+        let service = common::aws::aws_service(
             &p.config,
             &sdk,
             llm,
@@ -965,7 +966,7 @@ async fn a_crash_after_a_parking_commit_is_repaired_by_the_sweep() {
     let clock = Arc::new(baton_core::ports::ManualClock::new(chrono::Utc::now()));
     let agents = catalog(None);
     let service = |crash: bool| {
-        let s = baton_aws::aws_service(
+        let s = common::aws::aws_service(
             &p.config,
             &sdk,
             scripted(script),
@@ -981,7 +982,7 @@ async fn a_crash_after_a_parking_commit_is_repaired_by_the_sweep() {
             inner: deps.scheduler.clone(),
             crashed: false.into(),
         });
-        Arc::new(Service::new(deps, agents.clone()))
+        Arc::new(Service::builder(deps, agents.clone()).build())
     };
 
     // The step that parks the run on its question commits, then dies before scheduling
@@ -1132,7 +1133,7 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
     let p = baton_aws::provision::ensure(&sdk, &names, role)
         .await
         .unwrap();
-    let api = baton_aws::aws_service(
+    let api = common::aws::aws_service(
         &p.config,
         &sdk,
         llm.clone(),
@@ -1165,6 +1166,7 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
         steps_at_once: Some(2),
         live: None,
         links: None,
+        traces: None,
     })
     .await
     .unwrap();

@@ -701,11 +701,14 @@ async fn a_link_to_a_settled_question_says_how_it_was_settled() {
 #[tokio::test]
 async fn baton_dev_aws_makes_one_time_links_when_given_a_key() {
     let aws = Emulator::start_with(None).await;
-    let server = AwsDevServer::start(AwsDevOptions {
-        sdk: aws.sdk().await,
+    let sdk = aws.sdk().await;
+    // The same deployment (its table, queues and bus) on one port, started with a link
+    // key or without one.
+    let options = |addr: &str, links: Option<&str>| AwsDevOptions {
+        sdk: sdk.clone(),
         names: aws.names("links"),
         scheduler_role_arn: "arn:aws:iam::123456789012:role/links-scheduler".into(),
-        addr: "127.0.0.1:0".parse().unwrap(),
+        addr: addr.parse().unwrap(),
         token: TOKEN.into(),
         llm: scripted(SCRIPT),
         catalog: catalog(None),
@@ -714,10 +717,12 @@ async fn baton_dev_aws_makes_one_time_links_when_given_a_key() {
         function_timeout: None,
         steps_at_once: None,
         live: None,
-        links: None,
-    })
-    .await
-    .unwrap();
+        links: links.map(|key| (key.to_owned(), None)),
+        traces: None,
+    };
+    let server = AwsDevServer::start(options("127.0.0.1:0", None))
+        .await
+        .unwrap();
     let http = reqwest::Client::new();
     let base = server.url();
     let call = async |method: reqwest::Method, path: &str, body: Option<Value>, auth: bool| {
@@ -771,10 +776,17 @@ async fn baton_dev_aws_makes_one_time_links_when_given_a_key() {
     let message = v["error"]["message"].as_str().unwrap();
     assert!(message.contains("BATON_LINK_KEY"), "{message}");
 
-    // A key too short is refused; with one, links point at this server (no public URL).
-    assert!(server.set_up_links("short", None).is_err());
-    server
-        .set_up_links("a-link-key-of-at-least-thirty-two-bytes", None)
+    // Started again with a key too short, it refuses to start, naming the key; with one,
+    // links point at this server (no public URL).
+    let addr = server.addr.to_string();
+    server.shutdown().await;
+    let Err(refused) = AwsDevServer::start(options(&addr, Some("short"))).await else {
+        panic!("a link key of 5 bytes is refused")
+    };
+    assert!(refused.to_string().contains("BATON_LINK_KEY"), "{refused}");
+    let key = "a-link-key-of-at-least-thirty-two-bytes";
+    let server = AwsDevServer::start(options(&addr, Some(key)))
+        .await
         .unwrap();
     let (code, v) = call(reqwest::Method::POST, &mint, None, true).await;
     assert_eq!(code, 200, "{v}");

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use baton_core::failpoint;
 use baton_core::ports::SystemClock;
-use baton_local::local_service;
 use baton_local::store::LocalStore;
 use common::*;
 use serde_json::{Value, json};
@@ -945,6 +944,7 @@ async fn a_starting_host_serves_nothing_until_it_is_set_up() {
         link_key: None,
         public_url: None,
         cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
+        traces: None,
     }));
     tokio::time::timeout(Duration::from_secs(30), gate.reached())
         .await

@@ -13,7 +13,6 @@ use baton_core::ports::{Clock, ManualClock, Scheduler, Store, SystemClock};
 use baton_core::service::{CreateRun, Service};
 use baton_dev::worker::{Worker, WorkerOptions};
 use baton_lambda::handle_cta_inbox;
-use baton_local::local_service;
 use baton_local::store::LocalStore;
 use common::*;
 use serde_json::{Value, json};

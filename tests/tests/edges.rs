@@ -514,6 +514,7 @@ async fn a_restarted_host_serves_its_first_request_with_everything_set_up() {
             link_key: None,
             public_url: None,
             cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
+            traces: None,
         })
         .await
         .unwrap();

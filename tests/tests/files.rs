@@ -143,6 +143,7 @@ async fn a_tools_files_and_widgets_reach_the_timeline_and_the_owner_on_both_host
         steps_at_once: None,
         live: None,
         links: None,
+        traces: None,
     })
     .await
     .unwrap();
@@ -250,6 +251,7 @@ async fn a_5_mb_file_downloads_in_the_reply_locally_and_from_s3_by_a_redirect_on
         steps_at_once: None,
         live: None,
         links: None,
+        traces: None,
     })
     .await
     .unwrap();

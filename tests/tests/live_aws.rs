@@ -167,6 +167,7 @@ async fn start() -> Env {
         steps_at_once: None,
         live: Some((standin.config(), grants.clone())),
         links: None,
+        traces: None,
     })
     .await
     .unwrap();

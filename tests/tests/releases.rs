@@ -115,6 +115,7 @@ fn local_options(dir: &Path, f: &Fixture) -> baton_dev::LocalOptions {
         link_key: None,
         public_url: None,
         cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
+        traces: None,
     }
 }
 
@@ -255,6 +256,7 @@ async fn every_releases_dynamodb_data_is_read_and_its_waiting_runs_finish_and_a_
             steps_at_once: None,
             live: None,
             links: None,
+            traces: None,
         })
         .await;
         let Err(e) = started else {

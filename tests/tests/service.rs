@@ -56,12 +56,13 @@ fn service(local: &LocalStore, queue: Arc<dyn Queue>, script: &str) -> Service {
         clock: Arc::new(SystemClock),
         sending_store: None,
     };
-    Service::new(
+    Service::builder(
         deps,
         catalog(Some(
             serde_json::json!({"agents": {"worker": {"tools": ["echo"]}}}),
         )),
     )
+    .build()
 }
 
 const ECHO_TWICE: &str = r#"{"worker": [
@@ -277,7 +278,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         sending_store: Some(Arc::new(local.clone())),
     };
     let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"], "approval": {"echo": "always"}}}});
-    let svc = Arc::new(Service::new(deps, catalog(Some(agents))));
+    let svc = Arc::new(Service::builder(deps, catalog(Some(agents))).build());
     let req = baton_core::service::CreateRun {
         prompt: "go".into(),
         agent: Some("worker".into()),
@@ -358,13 +359,11 @@ async fn a_cold_step_reads_its_window_whatever_the_runs_length() {
         let script = serde_json::json!({"worker": replies}).to_string();
         let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"],
             "maxIterations": iterations + 1, "maxToolCallsPerTurn": iterations + 1}}});
-        let svc = baton_local::local_service(
-            &local,
-            scripted(&script),
-            catalog(Some(agents)),
-            Arc::new(SystemClock),
-        );
-        svc.set_cache_bytes(0);
+        let deps = baton_local::local_deps(&local, scripted(&script), Arc::new(SystemClock));
+        let svc = Service::builder(deps, catalog(Some(agents)))
+            .cache_bytes(0)
+            .build();
+        let svc = Arc::new(svc);
         let req = baton_core::service::CreateRun {
             prompt: "go".into(),
             agent: Some("worker".into()),
@@ -475,13 +474,11 @@ async fn a_follow_up_reaches_the_model_in_the_step_that_adds_it() {
         let dir = tempfile::tempdir().unwrap();
         let local = LocalStore::open(dir.path()).unwrap();
         let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"]}}});
-        let svc = baton_local::local_service(
-            &local,
-            Arc::new(llm),
-            catalog(Some(agents)),
-            Arc::new(SystemClock),
-        );
-        svc.set_cache_bytes(cache);
+        let deps = baton_local::local_deps(&local, Arc::new(llm), Arc::new(SystemClock));
+        let svc = Service::builder(deps, catalog(Some(agents)))
+            .cache_bytes(cache)
+            .build();
+        let svc = Arc::new(svc);
         let req = baton_core::service::CreateRun {
             prompt: "go".into(),
             agent: Some("worker".into()),
@@ -609,28 +606,23 @@ mod budgeted {
                 ))
             }
         };
-        let svc = match aws {
-            None => baton_local::local_service(
-                &local,
-                Arc::new(llm),
-                catalog(Some(agents)),
-                Arc::new(SystemClock),
-            ),
-            Some(_) => {
-                let deps = Deps {
-                    store: store.clone(),
-                    queue: Arc::new(local.clone()),
-                    bus: Arc::new(local.clone()),
-                    scheduler: Arc::new(local.clone()),
-                    blobs: Arc::new(baton_local::blobs::FileBlobs::new(dir.path())),
-                    llm: Arc::new(llm),
-                    clock: Arc::new(SystemClock),
-                    sending_store: None,
-                };
-                Arc::new(Service::new(deps, catalog(Some(agents))))
-            }
+        let deps = match aws {
+            None => baton_local::local_deps(&local, Arc::new(llm), Arc::new(SystemClock)),
+            Some(_) => Deps {
+                store: store.clone(),
+                queue: Arc::new(local.clone()),
+                bus: Arc::new(local.clone()),
+                scheduler: Arc::new(local.clone()),
+                blobs: Arc::new(baton_local::blobs::FileBlobs::new(dir.path())),
+                llm: Arc::new(llm),
+                clock: Arc::new(SystemClock),
+                sending_store: None,
+            },
         };
-        svc.set_cache_bytes(cache_bytes);
+        let svc = Service::builder(deps, catalog(Some(agents)))
+            .cache_bytes(cache_bytes)
+            .build();
+        let svc = Arc::new(svc);
         let req = baton_core::service::CreateRun {
             prompt: "go".into(),
             agent: Some("worker".into()),

@@ -214,7 +214,7 @@ fn service_with(
         sending_store: None,
     };
     let catalog = catalog(Some(json!({"agents": {"worker": {"tools": ["echo"]}}})));
-    (Arc::new(Service::new(deps, catalog)), store)
+    (Arc::new(Service::builder(deps, catalog).build()), store)
 }
 
 async fn create(svc: &Service) -> String {
@@ -340,7 +340,7 @@ async fn a_stale_dead_letter_does_not_fail_a_live_run() {
     let dir = tempfile::tempdir().unwrap();
     let local = LocalStore::open(dir.path()).unwrap();
     // Every echo waits for a human: the run stays live, parked on the approval.
-    let svc = baton_local::local_service(
+    let svc = common::local_service(
         &local,
         scripted(
             r#"{"worker": [{"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]}, {"text": "done"}]}"#,
@@ -429,7 +429,7 @@ async fn a_slow_model_call_holds_back_only_its_own_run_in_a_lambda_batch() {
     // call must not keep the other run's step from running meanwhile.
     let dir = tempfile::tempdir().unwrap();
     let local = LocalStore::open(dir.path()).unwrap();
-    let svc = baton_local::local_service(
+    let svc = common::local_service(
         &local,
         Arc::new(Gate {
             fast_called: tokio::sync::watch::channel(false).0,
@@ -530,7 +530,7 @@ async fn a_long_sweep_tick_does_not_hold_back_the_answers_in_its_batch() {
     });
     let mut deps = slow.deps().clone();
     deps.bus = bus.clone();
-    let svc = Service::new(deps, catalog(Some(json!({"agents": {}}))));
+    let svc = Service::builder(deps, catalog(Some(json!({"agents": {}})))).build();
     let record = |id: &str, detail_type: &str, detail: serde_json::Value| json!({"messageId": id, "body": json!({"detail-type": detail_type, "detail": detail}).to_string()});
     let event: SqsEvent = serde_json::from_value(json!({"Records": [
         record("tick", baton_core::service::SWEEP_EVENT, json!({})),

@@ -166,15 +166,15 @@ async fn a_run_with_a_subagent_an_mcp_tool_and_a_question_exports_one_linked_tra
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start(dir.path());
     let (catalog, script) = agents_and_script();
-    let h = common::start(
+    let traces = baton_telemetry::Traces::to(&receiver.url, "baton-test").expect("exporter");
+    let mut options = common::local_options(
         dir.path(),
         scripted(&script.to_string()),
         Arc::new(catalog),
         Arc::new(SystemClock),
-    )
-    .await;
-    let traces = baton_telemetry::Traces::to(&receiver.url, "baton-test").expect("exporter");
-    h.server.trace_with(Arc::new(traces));
+    );
+    options.traces = Some(Arc::new(traces));
+    let h = common::start_from(options).await;
     let api = Api::new(h.server.url());
     let (run_id, child) = drive(&api).await;
     check_metrics(&api).await;
@@ -191,15 +191,17 @@ async fn the_same_run_on_the_aws_host_exports_the_same_trace_and_metrics() {
     let receiver = Receiver::start(dir.path());
     let (catalog, script) = agents_and_script();
     let aws = common::aws::Emulator::start().await;
-    let mut server = aws
-        .dev_host(
-            "telemetry",
+    let traces = baton_telemetry::Traces::to(&receiver.url, "baton-test").expect("exporter");
+    let mut options = aws
+        .dev_options(
+            aws.names("telemetry"),
             scripted(&script.to_string()),
             Arc::new(catalog),
+            0,
         )
         .await;
-    let traces = baton_telemetry::Traces::to(&receiver.url, "baton-test").expect("exporter");
-    server.trace_with(Arc::new(traces));
+    options.traces = Some(Arc::new(traces));
+    let server = aws.dev_host_from(options).await;
     let api = Api::new(server.url());
     let (run_id, child) = drive(&api).await;
     check_metrics(&api).await;

@@ -13,7 +13,7 @@
 //! | `appsync` | `AppSyncLive`: live events to an AppSync Events API (feature `live`) |
 //! | `channel` | a subscription to a run's channel there (feature `subscribe`) |
 //!
-//! [`aws_service`] wires them into the core's service. The hosts that run it are elsewhere:
+//! [`aws_deps`] hands them to the core's service as its ports. The hosts that run it are elsewhere:
 //! the Lambda functions (`baton-lambda`) and `baton dev --aws` (`baton-dev`).
 
 #[cfg(feature = "live")]
@@ -31,11 +31,10 @@ pub mod watch;
 
 use std::sync::Arc;
 
-use baton_core::agent::Catalog;
 use baton_core::config::AwsConfig;
 use baton_core::llm::Llm;
 use baton_core::ports::Clock;
-use baton_core::service::{Deps, Service};
+use baton_core::service::Deps;
 
 use crate::dynamo::DynamoStore;
 use crate::eventbridge::EventBridgeBus;
@@ -43,21 +42,22 @@ use crate::scheduler::SchedulerTimers;
 use crate::sdk::Meter;
 use crate::sqs::SqsQueue;
 
-/// Builds the service over DynamoDB, SQS, EventBridge and Scheduler from one SDK config.
-pub fn aws_service(
+/// The ports over DynamoDB, SQS, EventBridge, Scheduler and S3 from one SDK config (with
+/// the host's model and clock): what a host builds its service with
+/// (`Service::builder`).
+pub fn aws_deps(
     cfg: &AwsConfig,
     sdk: &aws_config::SdkConfig,
     llm: Arc<dyn Llm>,
-    catalog: Arc<Catalog>,
     clock: Arc<dyn Clock>,
     meter: Arc<Meter>,
-) -> Arc<Service> {
+) -> Deps {
     let bus: Arc<dyn baton_core::ports::Bus> = Arc::new(EventBridgeBus::new(
         aws_sdk_eventbridge::Client::new(sdk),
         &cfg.bus_name,
         meter.clone(),
     ));
-    let deps = Deps {
+    Deps {
         store: Arc::new(DynamoStore::new(
             aws_sdk_dynamodb::Client::new(sdk),
             &cfg.table,
@@ -89,6 +89,5 @@ pub fn aws_service(
         llm,
         clock,
         sending_store: None,
-    };
-    Arc::new(Service::new(deps, catalog))
+    }
 }

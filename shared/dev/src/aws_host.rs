@@ -8,7 +8,7 @@ use std::sync::Arc;
 use baton_api::{AppState, Authenticator, BearerToken};
 use baton_core::agent::Catalog;
 use baton_core::error::PortError;
-use baton_core::links::{Links, ShortKey};
+use baton_core::links::Links;
 use baton_core::llm::Llm;
 use baton_core::ports::Clock;
 use baton_core::service::Service;
@@ -45,8 +45,12 @@ pub struct AwsDevOptions {
     )>,
     /// One-time answer links (`BATON_LINK_KEY`, at least 32 bytes; `BATON_PUBLIC_URL`, else
     /// this server's own address), set up before the first request is served; `None`:
-    /// links are off (`POST /ctas/{id}/link` answers 409 `links_off`).
+    /// links are off (`POST /ctas/{id}/link` answers 409 `links_off`). A key shorter than
+    /// 32 bytes fails the start.
     pub links: Option<(String, Option<String>)>,
+    /// Where the step functions' spans are exported (`OTEL_EXPORTER_OTLP_ENDPOINT`), as
+    /// `baton dev` does.
+    pub traces: Option<Arc<baton_telemetry::Traces>>,
 }
 
 pub struct AwsDevServer {
@@ -55,7 +59,7 @@ pub struct AwsDevServer {
     /// The `api` function's service (the others share its table, queues and bus).
     pub service: Arc<Service>,
     /// The step functions' services (`orchestrator`, `subagent`), observed by one set of
-    /// counters (`GET /metrics`) and, with [`AwsDevServer::trace_with`], one exporter.
+    /// counters (`GET /metrics`) and, with [`AwsDevOptions::traces`], one exporter.
     steps: [Arc<Service>; 2],
     /// The `cta` function's service (answers from the bus, expiries, the sweep).
     cta: Arc<Service>,
@@ -88,29 +92,107 @@ impl AwsDevServer {
         )
         .claim_format()
         .await?;
+        // Everything is set up before the first request is served and the first message is
+        // taken: the port is bound first (its address is the links' base), then each
+        // function's service is built with its links, live channel and observers, then the
+        // mappings, and only then the server.
+        let bound = baton_api::Bound::bind(opts.addr).map_err(StartError::Io)?;
+        let addr = bound.addr;
+        // (The crash suite holds a start here, its port bound, to show nothing is served.)
+        let _ = baton_core::failpoint::pass("host.before_links").await;
+        let links = match &opts.links {
+            None => None,
+            Some((key, public_url)) => {
+                let base = public_url
+                    .clone()
+                    .unwrap_or_else(|| format!("http://{addr}"));
+                let links = Links::new(key.as_bytes(), &base).map_err(|e| {
+                    StartError::Io(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("BATON_LINK_KEY: {e}"),
+                    ))
+                })?;
+                info!(base = %links.base_url, "one-time answer links on");
+                Some(links)
+            }
+        };
+        // The step functions' live events reach the API's streams in this process, or go
+        // through the live channel as on AWS.
+        let step_functions = ["OrchestratorFunction", "SubagentFunction"];
+        let mut step_live: Vec<Option<Arc<dyn baton_core::live::Live>>> = Vec::new();
+        let (live, watchers) = match &opts.live {
+            None => {
+                let hub = baton_api::live::Hub::new();
+                step_live = vec![Some(hub.clone()), Some(hub.clone())];
+                (Some(hub), None)
+            }
+            Some((live, grants)) => {
+                for name in step_functions {
+                    let sdk = as_function(&opts.sdk, name);
+                    let (Some(credentials), Some(region)) =
+                        (sdk.credentials_provider(), sdk.region())
+                    else {
+                        return Err(StartError::Io(std::io::Error::other(
+                            "the live channel needs credentials and a region",
+                        )));
+                    };
+                    step_live.push(Some(baton_aws::appsync::AppSyncLive::start(
+                        baton_aws::appsync::Publisher {
+                            url: live.publish_url.clone(),
+                            region: region.to_string(),
+                            credentials,
+                        },
+                    )));
+                }
+                let sdk = as_function(&opts.sdk, "ApiFunction");
+                let watchers: Arc<dyn baton_core::live::grant::Watchers> =
+                    Arc::new(baton_aws::watch::AppSyncWatchers {
+                        store: baton_aws::dynamo::DynamoStore::new(
+                            aws_sdk_dynamodb::Client::new(&sdk),
+                            &provisioned.config.table,
+                            provisioned.config.retention_days,
+                            meter.clone(),
+                        ),
+                        grants: grants.clone(),
+                        live: live.clone(),
+                    });
+                (None, Some(watchers))
+            }
+        };
+        // On Lambda each step function writes EMF lines; here, as `baton dev`, counters.
+        let metrics = Arc::new(baton_telemetry::Metrics::prometheus());
         // As on Lambda, each function has its own clients and its own service (caches
         // included); its AWS calls carry its name in their user agent (`app/ApiFunction`;
         // on Lambda, the function's name): a proxy in front of the emulator can tell which
         // function called what (the tests check that against the function's IAM policy).
-        let function = |name: &str| {
+        let function = |name: &str, live: Option<Arc<dyn baton_core::live::Live>>| {
             let sdk = as_function(&opts.sdk, name);
-            let service = baton_aws::aws_service(
+            let deps = baton_aws::aws_deps(
                 &provisioned.config,
                 &sdk,
                 opts.llm.clone(),
-                opts.catalog.clone(),
                 opts.clock.clone(),
                 meter.clone(),
             );
+            let mut service = Service::builder(deps, opts.catalog.clone())
+                .links(links.clone())
+                .live(live);
+            if step_functions.contains(&name) {
+                service = service.observer(metrics.clone());
+                if let Some(traces) = &opts.traces {
+                    service = service.observer(traces.clone());
+                }
+            }
             Consumer {
                 sqs: aws_sdk_sqs::Client::new(&sdk),
-                service,
+                service: Arc::new(service.build()),
             }
         };
-        let api = function("ApiFunction");
-        let orchestrator = function("OrchestratorFunction");
-        let subagent = function("SubagentFunction");
-        let cta = function("CtaFunction");
+        let mut step_live = step_live.into_iter();
+        let api = function("ApiFunction", None);
+        let orchestrator = function(step_functions[0], step_live.next().flatten());
+        let subagent = function(step_functions[1], step_live.next().flatten());
+        let cta = function("CtaFunction", None);
         // Each function as the template deploys it (its timeout, memory and mappings).
         let mut functions = crate::functions::Functions::deployed()?;
         if let Some(t) = opts.function_timeout {
@@ -165,83 +247,13 @@ impl AwsDevServer {
         let pump = sources.clone();
         let service = api.service;
         let steps = [orchestrator.service, subagent.service];
-        // The step functions' live events reach the API's streams in this process, or go
-        // through the live channel as on AWS.
-        let (live, watchers) = match opts.live {
-            None => {
-                let hub = baton_api::live::Hub::new();
-                for s in &steps {
-                    s.set_live(hub.clone());
-                }
-                (Some(hub), None)
-            }
-            Some((live, grants)) => {
-                for (s, name) in steps
-                    .iter()
-                    .zip(["OrchestratorFunction", "SubagentFunction"])
-                {
-                    let sdk = as_function(&opts.sdk, name);
-                    let (Some(credentials), Some(region)) =
-                        (sdk.credentials_provider(), sdk.region())
-                    else {
-                        return Err(StartError::Io(std::io::Error::other(
-                            "the live channel needs credentials and a region",
-                        )));
-                    };
-                    s.set_live(baton_aws::appsync::AppSyncLive::start(
-                        baton_aws::appsync::Publisher {
-                            url: live.publish_url.clone(),
-                            region: region.to_string(),
-                            credentials,
-                        },
-                    ));
-                }
-                let sdk = as_function(&opts.sdk, "ApiFunction");
-                let watchers: Arc<dyn baton_core::live::grant::Watchers> =
-                    Arc::new(baton_aws::watch::AppSyncWatchers {
-                        store: baton_aws::dynamo::DynamoStore::new(
-                            aws_sdk_dynamodb::Client::new(&sdk),
-                            &provisioned.config.table,
-                            provisioned.config.retention_days,
-                            meter.clone(),
-                        ),
-                        grants,
-                        live,
-                    });
-                (None, Some(watchers))
-            }
-        };
         let cta = cta.service;
-        // On Lambda each step function writes EMF lines; here, as `baton dev`, counters.
-        let metrics = Arc::new(baton_telemetry::Metrics::prometheus());
-        for s in &steps {
-            s.observe_with(metrics.clone());
-        }
-        // Everything is set up before the first request is served and the first message is
-        // taken: the port is bound first (its address is the links' base), then links, the
-        // mappings, and only then the server.
-        let bound = baton_api::Bound::bind(opts.addr).map_err(StartError::Io)?;
-        let addr = bound.addr;
-        // (The crash suite holds a start here, its port bound, to show nothing is served.)
-        let _ = baton_core::failpoint::pass("host.before_links").await;
-        if let Some((key, public_url)) = &opts.links {
-            let base = public_url
-                .clone()
-                .unwrap_or_else(|| format!("http://{addr}"));
-            let links = Links::new(key.as_bytes(), &base).map_err(|e| {
-                StartError::Io(std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!("BATON_LINK_KEY: {e}"),
-                ))
-            })?;
-            info!(base = %links.base_url, "one-time answer links on");
-            for s in steps.iter().chain([&cta]) {
-                s.set_links(links.clone());
-            }
-            service.set_links(links);
-        }
         let (stop, stop_rx) = watch::channel(false);
         let pump = tokio::spawn(pump.run(stop_rx.clone()));
+        let exports = opts
+            .traces
+            .map(|t| vec![crate::host::export_spans(t, stop_rx.clone())])
+            .unwrap_or_default();
         let auth: Arc<dyn Authenticator> =
             Arc::new(BearerToken::new(opts.token.clone(), LOCAL_OWNER));
         let app = baton_api::router(AppState {
@@ -269,17 +281,8 @@ impl AwsDevServer {
             pump,
             sources,
             pollers: Vec::new(),
-            exports: Vec::new(),
+            exports,
         })
-    }
-
-    /// Exports the step functions' spans through `traces` from now on, as `baton dev` does.
-    pub fn trace_with(&mut self, traces: Arc<baton_telemetry::Traces>) {
-        for s in &self.steps {
-            s.observe_with(traces.clone());
-        }
-        self.exports
-            .push(crate::host::export_spans(traces, self.stop.subscribe()));
     }
 
     /// Polls each step queue with `n` more pollers, as Lambda's event source mappings scale
@@ -314,20 +317,6 @@ impl AwsDevServer {
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
-    }
-
-    /// Turns on one-time answer links, as `baton dev` does: signed with `key`
-    /// (`BATON_LINK_KEY`, at least 32 bytes), under `public_url` (`BATON_PUBLIC_URL`), else
-    /// this server's own address. Until then `POST /ctas/{id}/link` answers 409 `links_off`.
-    pub fn set_up_links(&self, key: &str, public_url: Option<&str>) -> Result<(), ShortKey> {
-        let base = public_url.map_or_else(|| self.url(), str::to_owned);
-        let links = Links::new(key.as_bytes(), &base)?;
-        info!(base = %links.base_url, "one-time answer links on");
-        for s in self.steps.iter().chain([&self.cta]) {
-            s.set_links(links.clone());
-        }
-        self.service.set_links(links);
-        Ok(())
     }
 
     /// The sweep, as its scheduled rule has the `cta` function run it: performs the

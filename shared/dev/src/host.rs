@@ -20,7 +20,7 @@ use baton_core::ports::Clock;
 use baton_core::service::Service;
 
 use crate::worker::{Worker, WorkerOptions};
-use baton_local::{LocalStore, local_service};
+use baton_local::{LocalStore, local_deps};
 
 /// The owner of every run in local mode (one shared token, one user).
 pub const LOCAL_OWNER: &str = "local";
@@ -42,6 +42,9 @@ pub struct LocalOptions {
     /// How many bytes of recently stepped timelines the worker keeps in memory
     /// (`Config::cache_bytes` with [`machine_memory_mb`]).
     pub cache_bytes: usize,
+    /// Where committed steps' spans are exported (`OTEL_EXPORTER_OTLP_ENDPOINT`): every
+    /// [`TRACE_FLUSH_EVERY`], and what is left when the server stops.
+    pub traces: Option<Arc<baton_telemetry::Traces>>,
 }
 
 /// The machine's memory, in MB (Linux's `/proc/meminfo`; `None` elsewhere).
@@ -69,8 +72,8 @@ pub struct LocalServer {
     stop: watch::Sender<bool>,
     server: JoinHandle<std::io::Result<()>>,
     worker: JoinHandle<()>,
-    /// The tasks that export spans, each flushing what is left when the server stops.
-    exports: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    /// The task that exports spans, flushing what is left when the server stops.
+    exports: Option<JoinHandle<()>>,
 }
 
 /// How often `baton dev` sends the spans its steps recorded (with `OTEL_EXPORTER_OTLP_ENDPOINT`).
@@ -109,15 +112,9 @@ impl LocalServer {
             },
         };
         write_private(&token_path(&opts.data_dir), &token).map_err(StartError::Io)?;
-        let service = local_service(&store, opts.llm, opts.catalog, opts.clock);
-        service.set_cache_bytes(opts.cache_bytes);
-        let live = baton_api::live::Hub::new();
-        service.set_live(live.clone());
-        let metrics = Arc::new(baton_telemetry::Metrics::prometheus());
-        service.observe_with(metrics.clone());
         // Everything is set up before the first request is served and the first step is
-        // taken: the port is bound first (its address is the links' base), then links, the
-        // worker, and only then the server.
+        // taken: the port is bound first (its address is the links' base), then the service
+        // is built with its links, then the worker, and only then the server.
         let bound = baton_api::Bound::bind(opts.addr).map_err(StartError::Io)?;
         let addr = bound.addr;
         // (The crash suite holds a start here, its port bound, to show nothing is served.)
@@ -127,13 +124,24 @@ impl LocalServer {
             None => link_key(&store).await?,
         };
         let base = opts.public_url.unwrap_or_else(|| format!("http://{addr}"));
-        match Links::new(key.as_bytes(), &base) {
-            Ok(links) => service.set_links(links),
-            Err(e) => warn!(error = %e, "one-time answer links are off"),
+        let links = Links::new(key.as_bytes(), &base)
+            .inspect_err(|e| warn!(error = %e, "one-time answer links are off"))
+            .ok();
+        let live = baton_api::live::Hub::new();
+        let metrics = Arc::new(baton_telemetry::Metrics::prometheus());
+        let mut service = Service::builder(local_deps(&store, opts.llm, opts.clock), opts.catalog)
+            .cache_bytes(opts.cache_bytes)
+            .live(Some(live.clone()))
+            .links(links)
+            .observer(metrics.clone());
+        if let Some(traces) = &opts.traces {
+            service = service.observer(traces.clone());
         }
+        let service = Arc::new(service.build());
         let worker = Worker::new(service.clone(), store.clone(), opts.worker);
         worker.sweep().await?;
         let (stop, stop_rx) = watch::channel(false);
+        let exports = opts.traces.map(|t| export_spans(t, stop_rx.clone()));
         let worker = tokio::spawn(worker.run(stop_rx.clone()));
 
         let auth: Arc<dyn Authenticator> = Arc::new(BearerToken::new(token.clone(), LOCAL_OWNER));
@@ -158,7 +166,7 @@ impl LocalServer {
             stop,
             server,
             worker,
-            exports: std::sync::Mutex::new(Vec::new()),
+            exports,
         })
     }
 
@@ -166,24 +174,12 @@ impl LocalServer {
         format!("http://{}", self.addr)
     }
 
-    /// Exports committed steps' spans through `traces` from now on: every
-    /// [`TRACE_FLUSH_EVERY`], and what is left when the server stops.
-    pub fn trace_with(&self, traces: Arc<baton_telemetry::Traces>) {
-        self.service.observe_with(traces.clone());
-        let task = export_spans(traces, self.stop.subscribe());
-        self.exports
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(task);
-    }
-
     /// Stops serving and working, and waits for both to finish.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.server.await;
         let _ = self.worker.await;
-        let exports = std::mem::take(&mut *self.exports.lock().unwrap_or_else(|e| e.into_inner()));
-        for task in exports {
+        if let Some(task) = self.exports {
             let _ = task.await;
         }
     }

@@ -14,7 +14,7 @@ use baton_core::links::{Links, ShortKey};
 use baton_core::live::grant::{Grants, Watchers};
 use baton_core::llm::{KeySource, Llm, LlmError, NoModel};
 use baton_core::ports::SystemClock;
-use baton_core::service::Service;
+use baton_core::service::{Service, ServiceBuilder};
 use serde_json::Value;
 
 /// Why a function could not start. Each names what to fix.
@@ -192,11 +192,17 @@ impl Runtime {
         }))
     }
 
-    /// The service of the step functions, thinking with `llm`: its catalog runs tools, so
+    /// The service of the step functions, thinking with `llm`, sending what steps do to
+    /// `live` and reporting committed steps to `observers`: its catalog runs tools, so
     /// `${VAR}` in the agents file's headers is read from the model secret's fields, then the
     /// environment.
     #[cfg(feature = "steps")]
-    pub async fn step_service(&self, llm: Arc<dyn Llm>) -> Result<Arc<Service>, InitError> {
+    pub async fn step_service(
+        &self,
+        llm: Arc<dyn Llm>,
+        live: Option<Arc<dyn baton_core::live::Live>>,
+        observers: Vec<Arc<dyn baton_core::observe::Observer>>,
+    ) -> Result<Arc<Service>, InitError> {
         let secrets = self.secrets().await?;
         let lookup = |k: &str| secrets.get(k).cloned().or_else(|| std::env::var(k).ok());
         let catalog = baton_tools::catalog(
@@ -206,11 +212,11 @@ impl Runtime {
             vec![],
         )?;
         self.claim_format().await?;
-        let service = self.service(llm, catalog)?;
-        if let Some(links) = self.links().await? {
-            service.set_links(links);
-        }
-        Ok(service)
+        let service = observers
+            .into_iter()
+            .fold(self.service(llm, catalog).await?, |b, o| b.observer(o))
+            .live(live);
+        Ok(Arc::new(service.build()))
     }
 
     /// One-time answer links, when `BATON_PUBLIC_URL` is set (the template's `PublicUrl`),
@@ -306,11 +312,8 @@ impl Runtime {
     pub async fn request_service(&self) -> Result<Arc<Service>, InitError> {
         let catalog = Catalog::declared(self.agents().await?)?;
         self.claim_format().await?;
-        let service = self.service(Arc::new(NoModel), catalog)?;
-        if let Some(links) = self.links().await? {
-            service.set_links(links);
-        }
-        Ok(service)
+        let service = self.service(Arc::new(NoModel), catalog).await?;
+        Ok(Arc::new(service.build()))
     }
 
     /// The table's store format is this release's, or older: a table a newer release
@@ -328,18 +331,24 @@ impl Runtime {
         .map_err(|e| InitError::Aws(e.to_string()))
     }
 
-    fn service(&self, llm: Arc<dyn Llm>, catalog: Catalog) -> Result<Arc<Service>, InitError> {
-        let service = baton_aws::aws_service(
+    /// What every function's service is built with: the AWS ports, the catalog, links (if
+    /// `BATON_PUBLIC_URL` is set) and the timeline cache's budget.
+    async fn service(
+        &self,
+        llm: Arc<dyn Llm>,
+        catalog: Catalog,
+    ) -> Result<ServiceBuilder, InitError> {
+        let deps = baton_aws::aws_deps(
             self.config.aws()?,
             &self.sdk,
             llm,
-            Arc::new(catalog),
             Arc::new(SystemClock),
             Meter::shared(),
         );
-        // A quarter of the function's memory (`MemorySize`), unless BATON_CACHE_MB says.
-        service.set_cache_bytes(self.config.cache_bytes(None));
-        Ok(service)
+        Ok(Service::builder(deps, Arc::new(catalog))
+            .links(self.links().await?)
+            // A quarter of the function's memory (`MemorySize`), unless BATON_CACHE_MB says.
+            .cache_bytes(self.config.cache_bytes(None)))
     }
 }
 

@@ -59,21 +59,18 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
             runtime.config.cache_bytes(None),
         ),
     };
-    let service = runtime.step_service(llm).await?;
     // One EMF line per committed step in the function's log (CloudWatch makes them
     // metrics); spans to OTEL_EXPORTER_OTLP_ENDPOINT when it is set, sent before each
     // invocation returns.
-    service.observe_with(Arc::new(baton_telemetry::Metrics::emf(
-        &runtime.config.metrics_namespace,
-    )));
     let traces = baton_telemetry::Traces::from_env("baton")?.map(Arc::new);
-    if let Some(t) = &traces {
-        service.observe_with(t.clone());
-    }
+    let mut observers: Vec<Arc<dyn baton_core::observe::Observer>> = vec![Arc::new(
+        baton_telemetry::Metrics::emf(&runtime.config.metrics_namespace),
+    )];
+    observers.extend(traces.clone().map(|t| t as _));
     let live = runtime.live()?;
-    if let Some(live) = &live {
-        service.set_live(live.clone());
-    }
+    let service = runtime
+        .step_service(llm, live.clone().map(|l| l as _), observers)
+        .await?;
     let handler = Arc::new(StepsHandler {
         service,
         dead_letters,

@@ -5,28 +5,23 @@
 //! | [`store`] | `LocalStore`: every port in one SQLite file, durable on disk |
 //! | [`blobs`] | `FileBlobs`: tool files beside it |
 //!
-//! [`local_service`] wires them into the core's service; `baton dev` (`baton-dev`) hosts it.
+//! [`local_deps`] hands them to the core's service as its ports; `baton dev` (`baton-dev`) hosts it.
 
 pub mod blobs;
 pub mod store;
 
 use std::sync::Arc;
 
-use baton_core::agent::Catalog;
 use baton_core::llm::Llm;
 use baton_core::ports::Clock;
-use baton_core::service::{Deps, Service};
+use baton_core::service::Deps;
 
 pub use store::LocalStore;
 
-/// Builds the service over the embedded store.
-pub fn local_service(
-    store: &LocalStore,
-    llm: Arc<dyn Llm>,
-    catalog: Arc<Catalog>,
-    clock: Arc<dyn Clock>,
-) -> Arc<Service> {
-    let deps = Deps {
+/// The ports over the embedded store (with the host's model and clock): what a host builds
+/// its service with (`Service::builder`).
+pub fn local_deps(store: &LocalStore, llm: Arc<dyn Llm>, clock: Arc<dyn Clock>) -> Deps {
+    Deps {
         store: Arc::new(store.clone()),
         queue: Arc::new(store.clone()),
         bus: Arc::new(store.clone()),
@@ -37,6 +32,5 @@ pub fn local_service(
         llm,
         clock,
         sending_store: Some(Arc::new(store.clone())),
-    };
-    Arc::new(Service::new(deps, catalog))
+    }
 }

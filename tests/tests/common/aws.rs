@@ -257,7 +257,20 @@ impl Emulator {
         catalog: std::sync::Arc<baton_core::agent::Catalog>,
         port: u16,
     ) -> baton_dev::AwsDevServer {
-        let host = baton_dev::AwsDevServer::start(baton_dev::AwsDevOptions {
+        let options = self.dev_options(names, llm, catalog, port).await;
+        self.dev_host_from(options).await
+    }
+
+    /// How the tests start `baton dev --aws` over the resources `names` name, on loopback
+    /// port `port` (0: any free one), with the test token and a link key.
+    pub async fn dev_options(
+        &self,
+        names: Names,
+        llm: std::sync::Arc<dyn baton_core::llm::Llm>,
+        catalog: std::sync::Arc<baton_core::agent::Catalog>,
+        port: u16,
+    ) -> baton_dev::AwsDevOptions {
+        baton_dev::AwsDevOptions {
             sdk: self.host_sdk().await,
             scheduler_role_arn: format!(
                 "arn:aws:iam::123456789012:role/{}-scheduler",
@@ -274,9 +287,18 @@ impl Emulator {
             steps_at_once: None,
             live: None,
             links: Some(("a-link-key-of-at-least-thirty-two-bytes".into(), None)),
-        })
-        .await
-        .expect("baton dev --aws starts");
+            traces: None,
+        }
+    }
+
+    /// `baton dev --aws` started with `options`, its faults then turned on.
+    pub async fn dev_host_from(
+        &self,
+        options: baton_dev::AwsDevOptions,
+    ) -> baton_dev::AwsDevServer {
+        let host = baton_dev::AwsDevServer::start(options)
+            .await
+            .expect("baton dev --aws starts");
         self.turn_on();
         host
     }
@@ -356,4 +378,18 @@ impl Api {
         })
         .await
     }
+}
+
+/// A service over the AWS adapters, as a function builds one (without its links, live
+/// channel or observers).
+pub fn aws_service(
+    cfg: &baton_core::config::AwsConfig,
+    sdk: &aws_config::SdkConfig,
+    llm: std::sync::Arc<dyn baton_core::llm::Llm>,
+    catalog: std::sync::Arc<baton_core::agent::Catalog>,
+    clock: std::sync::Arc<dyn baton_core::ports::Clock>,
+    meter: std::sync::Arc<baton_aws::sdk::Meter>,
+) -> std::sync::Arc<baton_core::service::Service> {
+    let deps = baton_aws::aws_deps(cfg, sdk, llm, clock, meter);
+    std::sync::Arc::new(baton_core::service::Service::builder(deps, catalog).build())
 }

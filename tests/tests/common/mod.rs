@@ -102,7 +102,29 @@ pub async fn start_with(
     clock: Arc<dyn Clock>,
     duplicate: bool,
 ) -> Harness {
-    let server = LocalServer::start(LocalOptions {
+    let mut options = local_options(dir, llm, catalog, clock);
+    options.worker.duplicate = duplicate;
+    start_from(options).await
+}
+
+/// A [`Harness`] over `baton dev` started with `options`.
+pub async fn start_from(options: LocalOptions) -> Harness {
+    let server = LocalServer::start(options).await.expect("server starts");
+    Harness {
+        server,
+        http: reqwest::Client::new(),
+    }
+}
+
+/// How the tests start `baton dev`: in `dir`, on any free port, with the test token and a
+/// worker whose timers tick every 50 ms.
+pub fn local_options(
+    dir: &Path,
+    llm: Arc<dyn Llm>,
+    catalog: Arc<Catalog>,
+    clock: Arc<dyn Clock>,
+) -> LocalOptions {
+    LocalOptions {
         data_dir: dir.to_path_buf(),
         addr: "127.0.0.1:0".parse().expect("addr"),
         token: Some(TOKEN.into()),
@@ -111,18 +133,12 @@ pub async fn start_with(
         clock,
         worker: WorkerOptions {
             timer_interval: Duration::from_millis(50),
-            duplicate,
             ..WorkerOptions::default()
         },
         link_key: None,
         public_url: None,
         cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
-    })
-    .await
-    .expect("server starts");
-    Harness {
-        server,
-        http: reqwest::Client::new(),
+        traces: None,
     }
 }
 
@@ -347,4 +363,16 @@ pub fn noise(seed: u64, len: usize) -> String {
             char::from(b'a' + (x % 26) as u8)
         })
         .collect()
+}
+
+/// A service over the embedded store, as `baton dev` builds one (without its links, live
+/// channel or observers).
+pub fn local_service(
+    store: &baton_local::LocalStore,
+    llm: Arc<dyn Llm>,
+    catalog: Arc<Catalog>,
+    clock: Arc<dyn Clock>,
+) -> Arc<baton_core::service::Service> {
+    let deps = baton_local::local_deps(store, llm, clock);
+    Arc::new(baton_core::service::Service::builder(deps, catalog).build())
 }

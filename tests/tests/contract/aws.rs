@@ -484,7 +484,7 @@ async fn the_sweep_purges_a_thousand_finished_runs_tick_by_tick_within_its_budge
         clock: Arc::new(SystemClock),
         sending_store: None,
     };
-    let svc = Service::new(deps, catalog(None));
+    let svc = Service::builder(deps, catalog(None)).build();
     let budget = std::time::Duration::from_secs(2);
     let mut ticks = Vec::new();
     loop {

@@ -194,12 +194,53 @@ pub struct Service {
     /// Steps that found their timeline cached (warm) or had to load it (cold).
     warm_steps: AtomicU64,
     cold_steps: AtomicU64,
-    /// One-time answer links, once the host has set them up.
-    links: std::sync::OnceLock<crate::links::Links>,
-    /// The host's channel to the runs' watchers, once it has set one up.
-    live: std::sync::OnceLock<Arc<dyn crate::live::Live>>,
+    /// One-time answer links, if the host has them.
+    links: Option<crate::links::Links>,
+    /// The host's channel to the runs' watchers, if it has one.
+    live: Option<Arc<dyn crate::live::Live>>,
     /// What the host traces and measures committed steps with.
-    observers: std::sync::RwLock<Vec<Arc<dyn crate::observe::Observer>>>,
+    observers: Vec<Arc<dyn crate::observe::Observer>>,
+}
+
+/// How a host builds its service: its ports and catalog, then what it has besides (links,
+/// a live channel, observers, a cache budget), then [`ServiceBuilder::build`]. The one way
+/// a service is made: everything it works with is given before its first request.
+pub struct ServiceBuilder {
+    service: Service,
+}
+
+impl ServiceBuilder {
+    /// One-time answer links: `POST /ctas/{id}/link` mints them, and each `cta.request`
+    /// event carries one (`None`: off, the default).
+    pub fn links(mut self, links: Option<crate::links::Links>) -> Self {
+        self.service.links = links;
+        self
+    }
+
+    /// Where what steps do before they commit goes (streamed replies, tool calls starting
+    /// and ending), for whoever watches a run (`None`: nowhere, the default).
+    pub fn live(mut self, live: Option<Arc<dyn crate::live::Live>>) -> Self {
+        self.service.live = live;
+        self
+    }
+
+    /// Hands every committed step's report to `observer` too (traces, metrics).
+    pub fn observer(mut self, observer: Arc<dyn crate::observe::Observer>) -> Self {
+        self.service.observers.push(observer);
+        self
+    }
+
+    /// Keeps at most `bytes` of recently stepped timelines in memory (default
+    /// [`DEFAULT_CACHE_BYTES`]; 0 keeps none, and every step reads its window from the
+    /// store).
+    pub fn cache_bytes(mut self, bytes: usize) -> Self {
+        self.service.cache = Mutex::new(cache::TimelineCache::new(bytes));
+        self
+    }
+
+    pub fn build(self) -> Service {
+        self.service
+    }
 }
 
 /// What `GET /runs/{id}` shows: the run and the start of its timeline.
@@ -215,25 +256,20 @@ pub struct RunView {
 }
 
 impl Service {
-    pub fn new(deps: Deps, catalog: Arc<Catalog>) -> Self {
-        Self {
-            deps,
-            catalog,
-            cache: Mutex::new(cache::TimelineCache::new(DEFAULT_CACHE_BYTES)),
-            warm_steps: AtomicU64::new(0),
-            cold_steps: AtomicU64::new(0),
-            links: std::sync::OnceLock::new(),
-            live: std::sync::OnceLock::new(),
-            observers: std::sync::RwLock::new(Vec::new()),
+    /// A service over `deps` with `catalog`: add what the host has, then build.
+    pub fn builder(deps: Deps, catalog: Arc<Catalog>) -> ServiceBuilder {
+        ServiceBuilder {
+            service: Self {
+                deps,
+                catalog,
+                cache: Mutex::new(cache::TimelineCache::new(DEFAULT_CACHE_BYTES)),
+                warm_steps: AtomicU64::new(0),
+                cold_steps: AtomicU64::new(0),
+                links: None,
+                live: None,
+                observers: Vec::new(),
+            },
         }
-    }
-
-    /// Hands every committed step's report to `observer` from now on (traces, metrics).
-    pub fn observe_with(&self, observer: Arc<dyn crate::observe::Observer>) {
-        self.observers
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(observer);
     }
 
     /// Tells the observers what a step of `before` that committed `t` did.
@@ -244,7 +280,7 @@ impl Service {
         t: &crate::message::Transition,
         started: chrono::DateTime<chrono::Utc>,
     ) {
-        let observers = self.observers.read().unwrap_or_else(|e| e.into_inner());
+        let observers = &self.observers;
         if observers.is_empty() {
             return;
         }
@@ -265,7 +301,7 @@ impl Service {
         error: &StepError,
         started: chrono::DateTime<chrono::Utc>,
     ) {
-        let observers = self.observers.read().unwrap_or_else(|e| e.into_inner());
+        let observers = &self.observers;
         if observers.is_empty() {
             return;
         }
@@ -285,25 +321,13 @@ impl Service {
         }
     }
 
-    /// Turns on one-time answer links (once; a second call changes nothing): `POST
-    /// /ctas/{id}/link` mints them, and each `cta.request` event carries one.
-    pub fn set_links(&self, links: crate::links::Links) {
-        let _ = self.links.set(links);
-    }
-
     pub fn links(&self) -> Option<&crate::links::Links> {
-        self.links.get()
-    }
-
-    /// Sends what steps do before they commit (streamed replies, tool calls starting and
-    /// ending) to `live` (once; a second call changes nothing).
-    pub fn set_live(&self, live: Arc<dyn crate::live::Live>) {
-        let _ = self.live.set(live);
+        self.links.as_ref()
     }
 
     /// The live channel, if the host has one and someone may be watching `run`.
     pub(crate) fn live_for(&self, run: &crate::run::Run) -> Option<&Arc<dyn crate::live::Live>> {
-        self.live.get().filter(|l| l.watched(run))
+        self.live.as_ref().filter(|l| l.watched(run))
     }
 
     /// How many steps found their timeline cached, and how many loaded it from the store.
@@ -320,12 +344,6 @@ impl Service {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .budget()
-    }
-
-    /// Keeps at most `bytes` of recently stepped timelines in memory from now on (default
-    /// 64 MiB; 0 keeps none, and every step reads its window from the store).
-    pub fn set_cache_bytes(&self, bytes: usize) {
-        *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = cache::TimelineCache::new(bytes);
     }
 
     pub fn catalog(&self) -> &Catalog {
