@@ -21,8 +21,8 @@ fn scheduler_role(config: &Config, prefix: &str) -> String {
 }
 
 /// Creates the resources and returns the environment the functions read, as `export` lines.
-pub async fn bootstrap(prefix: &str, config: &Config) -> anyhow::Result<String> {
-    let sdk = sdk_config(&config.sdk).await;
+pub async fn bootstrap(prefix: &str, config: &crate::Settings) -> anyhow::Result<String> {
+    let sdk = sdk_config(&config.aws.sdk).await;
     let p = provision::ensure(&sdk, &Names::new(prefix), &scheduler_role(config, prefix)).await?;
     let c = &p.config;
     Ok([
@@ -54,9 +54,9 @@ pub async fn dev(
     token: Option<String>,
     script: Option<PathBuf>,
     agents: Option<PathBuf>,
-    config: &Config,
+    config: &crate::Settings,
 ) -> anyhow::Result<()> {
-    if config.sdk.endpoint.is_none() {
+    if config.aws.sdk.endpoint.is_none() {
         eprintln!(
             "baton dev --aws: AWS_ENDPOINT_URL is not set; using your AWS account (--yes-real-aws)"
         );
@@ -71,7 +71,7 @@ pub async fn dev(
     // Traces go to OTEL_EXPORTER_OTLP_ENDPOINT when it is set; none are made otherwise.
     let traces = baton_telemetry::Traces::from_env("baton-dev")?;
     let server = AwsDevServer::start(AwsDevOptions {
-        sdk: sdk_config(&config.sdk).await,
+        sdk: sdk_config(&config.aws.sdk).await,
         names: Names::new(prefix),
         scheduler_role_arn: scheduler_role(config, prefix),
         addr,
@@ -84,7 +84,7 @@ pub async fn dev(
             .dev_function_timeout_s
             .map(|s| std::time::Duration::from_secs(s.into())),
         steps_at_once: config.steps_at_once.map(|n| n as usize),
-        live: match (&config.live, &config.link_key) {
+        live: match (&config.aws.live, &config.link_key) {
             (None, _) => None,
             (Some(live), Some(key)) => Some((
                 live.clone(),

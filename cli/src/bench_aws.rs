@@ -7,7 +7,6 @@ use std::sync::Arc;
 use anyhow::{Context, bail, ensure};
 use baton_aws::dynamo::DynamoStore;
 use baton_core::agent::{AgentsFile, Catalog, Limits};
-use baton_core::config::Config;
 use baton_core::ports::{Store, SystemClock};
 use baton_core::service::{CreateRun, Service};
 use baton_dev::LOCAL_OWNER;
@@ -35,16 +34,16 @@ pub const PRICE_LAMBDA_GB_S: f64 = 0.000_016_666_7;
 /// `AWS_ENDPOINT_URL` with the real adapters: requests and DynamoDB capacity units (derived
 /// from item sizes by DynamoDB's rules), warm (a container that stepped the run before) and
 /// cold (a fresh container), at histories of about 10, 100, 1,000 and 10,000 entries.
-pub async fn run_aws(max_history: u64, config: &Config) -> anyhow::Result<String> {
+pub async fn run_aws(max_history: u64, config: &crate::Settings) -> anyhow::Result<String> {
     use baton_aws::provision::{self, Names};
     use baton_aws::sdk::{Meter, Usage};
     use baton_dev::event_source::{EventSources, Feeds};
 
     ensure!(
-        config.sdk.endpoint.is_some(),
+        config.aws.sdk.endpoint.is_some(),
         "set AWS_ENDPOINT_URL to an emulator (moto or LocalStack)"
     );
-    let sdk = baton_aws::sdk::sdk_config(&config.sdk).await;
+    let sdk = baton_aws::sdk::sdk_config(&config.aws.sdk).await;
     let names = Names::new(format!(
         "bench-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]

@@ -21,7 +21,6 @@ use anyhow::{Context, ensure};
 use baton_aws::dynamo::DynamoStore;
 use baton_aws::provision::Names;
 use baton_aws::sdk::Meter;
-use baton_core::config::Config;
 use baton_core::cta::{Cta, CtaRequest, CtaStatus};
 use baton_core::ports::{Store, SystemClock};
 use baton_core::run::{NewRun, Run, RunStatus};
@@ -46,12 +45,12 @@ pub struct LoadAws {
     pub pollers: usize,
 }
 
-pub async fn run(opts: LoadAws, config: &Config) -> anyhow::Result<String> {
+pub async fn run(opts: LoadAws, config: &crate::Settings) -> anyhow::Result<String> {
     ensure!(
-        config.sdk.endpoint.is_some(),
+        config.aws.sdk.endpoint.is_some(),
         "set AWS_ENDPOINT_URL to an emulator (moto or LocalStack)"
     );
-    let sdk = baton_aws::sdk::sdk_config(&config.sdk).await;
+    let sdk = baton_aws::sdk::sdk_config(&config.aws.sdk).await;
     let names = Names::new(format!(
         "load-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]

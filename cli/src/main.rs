@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use baton_aws::settings::AwsSettings;
 use baton_core::agent::Catalog;
 use baton_core::config::Config;
 use baton_core::cost::split_model;
@@ -244,9 +245,28 @@ fn refuse(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// The environment, read once, by the commands that use it (a client command does not).
-fn config() -> Result<Config, ExitCode> {
-    Config::from_env().map_err(refuse)
+/// The environment, read once, by the commands that use it (a client command does not):
+/// every host's settings ([`Config`], which a `Settings` derefs to) and an AWS host's.
+fn config() -> Result<Settings, ExitCode> {
+    Ok(Settings {
+        config: Config::from_env().map_err(refuse)?,
+        aws: AwsSettings::from_env().map_err(refuse)?,
+    })
+}
+
+/// What the commands read from the environment.
+pub(crate) struct Settings {
+    config: Config,
+    /// The SDK's endpoint, the live channel, a deployment's resources.
+    pub aws: AwsSettings,
+}
+
+impl std::ops::Deref for Settings {
+    type Target = Config;
+
+    fn deref(&self) -> &Config {
+        &self.config
+    }
 }
 
 #[tokio::main]
@@ -272,7 +292,7 @@ async fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            if config.sdk.endpoint.is_none() && !yes_real_aws {
+            if config.aws.sdk.endpoint.is_none() && !yes_real_aws {
                 return refuse(
                     "AWS_ENDPOINT_URL is not set, so --aws would create tables, queues and a bus \
                      in your real AWS account. Point AWS_ENDPOINT_URL at an emulator (moto, \
@@ -304,7 +324,7 @@ async fn main() -> ExitCode {
                 },
                 None => baton_dev::functions::TEMPLATE.to_owned(),
             };
-            let sdk = baton_aws::sdk::sdk_config(&config.sdk).await;
+            let sdk = baton_aws::sdk::sdk_config(&config.aws.sdk).await;
             match preflight::check(&sdk, &text, &params, &stack_name).await {
                 Ok(report) => {
                     for line in &report.lines {
@@ -434,7 +454,7 @@ async fn main() -> ExitCode {
 pub(crate) async fn model_and_agents(
     script: Option<&std::path::Path>,
     agents: Option<&std::path::Path>,
-    config: &Config,
+    config: &Settings,
 ) -> anyhow::Result<(Arc<dyn Llm>, Arc<Catalog>)> {
     let catalog = Arc::new(baton_tools::load_catalog(
         agents,
@@ -453,7 +473,7 @@ pub(crate) async fn model_and_agents(
             // model is Bedrock's, so that `baton dev` never waits on an AWS lookup otherwise.
             let bedrock = match providers.contains("bedrock") {
                 true => Some(aws_sdk_bedrockruntime::config::Builder::from(
-                    &baton_aws::sdk::sdk_config(&config.sdk).await,
+                    &baton_aws::sdk::sdk_config(&config.aws.sdk).await,
                 )),
                 false => None,
             };
@@ -516,7 +536,7 @@ async fn dev(
     token: Option<String>,
     script: Option<PathBuf>,
     agents: Option<PathBuf>,
-    config: &Config,
+    config: &Settings,
 ) -> anyhow::Result<()> {
     let (llm, catalog) = model_and_agents(script.as_deref(), agents.as_deref(), config).await?;
     // Traces go to OTEL_EXPORTER_OTLP_ENDPOINT when it is set; none are made otherwise.

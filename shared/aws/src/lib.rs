@@ -8,6 +8,7 @@
 //! | [`scheduler`] | `SchedulerTimers`: one-time CTA expiry schedules |
 //! | [`s3`] | `S3Blobs`: tool files in a bucket |
 //! | [`sdk`] | one SDK config, error mapping, the request meter |
+//! | [`settings`] | what an AWS host reads from the environment: resources, SDK, live channel |
 //! | [`provision`] | creates what `template.yaml` declares, on an emulator |
 //! | [`watch`] | `AppSyncWatchers`: watches of runs granted (a lease and a token) |
 //! | `appsync` | `AppSyncLive`: live events to an AppSync Events API (feature `live`) |
@@ -26,12 +27,13 @@ pub mod provision;
 pub mod s3;
 pub mod scheduler;
 pub mod sdk;
+pub mod settings;
 pub mod sqs;
 pub mod watch;
 
 use std::sync::Arc;
 
-use baton_core::config::AwsConfig;
+use crate::settings::AwsConfig;
 use baton_core::llm::Llm;
 use baton_core::ports::Clock;
 use baton_core::service::Deps;

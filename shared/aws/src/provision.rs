@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 
-use baton_core::config::AwsConfig;
+use crate::settings::AwsConfig;
 
 use crate::dynamo::{GSI1, GSI2, GSI3, GSI4};
 use crate::sdk::map_sdk_err;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
-use baton_core::config::SdkEnv;
+use crate::settings::SdkEnv;
 use baton_core::error::PortError;
 
 /// Loads the one SDK config every client is built from. `AWS_ENDPOINT_URL` (honoured by the

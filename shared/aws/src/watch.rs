@@ -2,7 +2,7 @@
 //! to its watchers (the `LIVE` item its steps read with the run) and signs a token for the
 //! run's channel on the AppSync Events API, which the `live` function checks.
 
-use baton_core::config::LiveConfig;
+use crate::settings::LiveConfig;
 use baton_core::error::PortError;
 use baton_core::live::grant::{GRANT_SECONDS, Grants, Operation, Watch, Watchers, channel, origin};
 use chrono::{DateTime, Duration, Utc};

@@ -1,5 +1,7 @@
-//! Configuration: every environment variable Baton reads, read here and only here, once at
-//! start-up, validated with errors that name the variable.
+//! Configuration: the environment variables every host reads, once at start-up, validated
+//! with errors that name the variable. What only an AWS deployment reads (its resources,
+//! the SDK's endpoint, the live channel) is `baton-aws`'s (`baton_aws::settings`), read the
+//! same way ([`var`], [`number`]).
 //!
 //! The names match `template.yaml` exactly. Parsing takes a lookup function, so it is pure
 //! and tested without touching the process environment; [`Config::from_env`] is the one
@@ -73,53 +75,6 @@ impl std::fmt::Debug for ModelConfig {
     }
 }
 
-/// How the AWS SDK is pointed: `AWS_ENDPOINT_URL` (an emulator such as LocalStack or moto)
-/// and whether credentials and a region are set, so an emulator gets defaults instead of an
-/// instance-metadata lookup.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SdkEnv {
-    pub endpoint: Option<String>,
-    pub credentials_set: bool,
-    pub region_set: bool,
-    /// `AWS_LAMBDA_FUNCTION_NAME`: said in every AWS call's user agent (`app/<name>`), so
-    /// CloudTrail shows which function made it.
-    pub function_name: Option<String>,
-}
-
-/// The AWS resources a deployment uses, as `template.yaml` passes them to every function.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AwsConfig {
-    pub table: String,
-    pub steps_queue_url: String,
-    pub subagent_queue_url: String,
-    pub bus_name: String,
-    pub bus_arn: String,
-    pub schedule_group: String,
-    pub scheduler_role_arn: String,
-    /// `BATON_BUCKET`: where the files tools return are kept.
-    pub bucket: String,
-    /// How long finished runs and resolved CTAs are kept (DynamoDB TTL).
-    pub retention_days: u32,
-    /// The dead-letter queue the consuming function also reads (step functions only):
-    /// records from it end their run as failed.
-    pub dead_letter_queue_arn: Option<String>,
-    /// `BATON_TIMERS_DLQ_ARN`: where Scheduler sends a timer's event it could not deliver
-    /// (template.yaml's `TimersDeadLetterQueue`, alarmed).
-    pub timers_dead_letter_arn: Option<String>,
-}
-
-impl AwsConfig {
-    /// The step functions' dead-letter queue, which they must know to tell its records apart.
-    pub fn dead_letter_queue_arn(&self) -> Result<&str, ConfigError> {
-        self.dead_letter_queue_arn
-            .as_deref()
-            .ok_or(ConfigError::Missing {
-                var: "BATON_DEAD_LETTER_QUEUE_ARN",
-                hint: "the step functions' dead-letter queue, see template.yaml",
-            })
-    }
-}
-
 /// Everything read from the environment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -133,7 +88,6 @@ pub struct Config {
     /// `AgentsS3Uri`), for one past Lambda's 4 KB environment: read once per container at
     /// start-up, in place of `BATON_AGENTS_JSON`.
     pub agents_s3_uri: Option<String>,
-    pub sdk: SdkEnv,
     /// `BATON_PREFIX`: the name prefix of resources `baton bootstrap` and `baton dev --aws`
     /// create (default `baton`).
     pub prefix: String,
@@ -162,54 +116,10 @@ pub struct Config {
     /// at most this many seconds in (each function's own timeout from `template.yaml`
     /// otherwise), to see what Lambda does to a step that runs out of time.
     pub dev_function_timeout_s: Option<u32>,
-    /// The live channel on AWS (an AppSync Events API), when its domains are set.
-    pub live: Option<LiveConfig>,
     /// `BATON_METRICS_NAMESPACE`: the CloudWatch namespace of the step functions' metrics
     /// (default `Baton`; the template gives each stack its own, `Baton/<stack>`).
     pub metrics_namespace: String,
-    aws: Result<AwsConfig, ConfigError>,
 }
-
-/// Where the live channel is: `BATON_LIVE_HTTP_DOMAIN` and `BATON_LIVE_REALTIME_DOMAIN` (the
-/// template's `LiveApi.Dns.Http` and `.Dns.Realtime`). A domain alone means `https://` and
-/// `wss://`; a value with a scheme is taken as the base URL (a local stand-in's).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveConfig {
-    /// Where events are published: `<base>/event`.
-    pub publish_url: String,
-    /// Where watchers connect: `<base>/event/realtime`.
-    pub realtime_url: String,
-    /// The HTTP domain (with its port, if any): the `host` a watcher's authorization names.
-    pub http_host: String,
-}
-
-impl LiveConfig {
-    fn parse(http: &str, realtime: &str) -> Self {
-        let base = |v: &str, scheme: &str| {
-            let v = v.trim_end_matches('/');
-            if v.contains("://") {
-                v.to_owned()
-            } else {
-                format!("{scheme}://{v}")
-            }
-        };
-        let http_base = base(http, "https");
-        let http_host = http_base
-            .split_once("://")
-            .map_or(http_base.as_str(), |(_, rest)| rest)
-            .split('/')
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        Self {
-            publish_url: format!("{http_base}/event"),
-            realtime_url: format!("{}/event/realtime", base(realtime, "wss")),
-            http_host,
-        }
-    }
-}
-
-const AWS_HINT: &str = "template.yaml sets it on every function";
 
 /// `BATON_AGENTS_S3_URI`, checked: `s3://bucket/key`.
 fn agents_s3_uri(v: Option<String>) -> Result<Option<String>, ConfigError> {
@@ -230,6 +140,39 @@ fn agents_s3_uri(v: Option<String>) -> Result<Option<String>, ConfigError> {
             }
         }
         None => Ok(None),
+    }
+}
+
+/// A variable as Baton reads it from `get`: trimmed, and unset when blank.
+pub fn var(get: &impl Fn(&str) -> Option<String>, k: &str) -> Option<String> {
+    get(k)
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+/// A whole-number variable of at least `min`, `default` when unset; set but not such a
+/// number, an error naming it.
+pub fn number(
+    get: &impl Fn(&str) -> Option<String>,
+    k: &'static str,
+    default: u32,
+    min: u32,
+) -> Result<u32, ConfigError> {
+    match var(get, k) {
+        None => Ok(default),
+        Some(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n >= min)
+            .ok_or(ConfigError::Invalid {
+                var: k,
+                value: v,
+                expected: if min == 0 {
+                    "a whole number"
+                } else {
+                    "a whole number of at least 1"
+                },
+            }),
     }
 }
 
@@ -255,30 +198,8 @@ impl Config {
     /// Parses configuration from `get` (a variable's value, if set). Empty values count as
     /// unset. A value that is set but invalid is an error even where a default exists.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let var = |k: &str| {
-            get(k)
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
-        let number = |k: &'static str, default: u32, min: u32| -> Result<u32, ConfigError> {
-            match var(k) {
-                None => Ok(default),
-                Some(v) => {
-                    v.parse::<u32>()
-                        .ok()
-                        .filter(|n| *n >= min)
-                        .ok_or(ConfigError::Invalid {
-                            var: k,
-                            value: v,
-                            expected: if min == 0 {
-                                "a whole number"
-                            } else {
-                                "a whole number of at least 1"
-                            },
-                        })
-                }
-            }
-        };
+        let var = |k: &str| var(&get, k);
+        let number = |k: &'static str, default: u32, min: u32| number(&get, k, default, min);
         let base_url = var("OPENAI_BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".into());
         if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
             return Err(ConfigError::Invalid {
@@ -309,7 +230,6 @@ impl Config {
             anthropic_api_key: var("ANTHROPIC_API_KEY"),
             max_output_tokens: number("BATON_MAX_OUTPUT_TOKENS", 4096, 1)?,
         };
-        let retention_days = number("BATON_RETENTION_DAYS", 90, 1)?;
         let link_key = var("BATON_LINK_KEY");
         if let Some(k) = &link_key
             && k.len() < crate::links::MIN_KEY_BYTES
@@ -339,38 +259,11 @@ impl Config {
                            not starting with `AWS/`",
             });
         }
-        let required = |k: &'static str| {
-            var(k).ok_or(ConfigError::Missing {
-                var: k,
-                hint: AWS_HINT,
-            })
-        };
-        let aws = (|| {
-            Ok(AwsConfig {
-                table: required("BATON_TABLE")?,
-                steps_queue_url: required("BATON_STEPS_QUEUE_URL")?,
-                subagent_queue_url: required("BATON_SUBAGENT_QUEUE_URL")?,
-                bus_name: required("BATON_BUS_NAME")?,
-                bus_arn: required("BATON_BUS_ARN")?,
-                schedule_group: required("BATON_SCHEDULE_GROUP")?,
-                scheduler_role_arn: required("BATON_SCHEDULER_ROLE_ARN")?,
-                bucket: required("BATON_BUCKET")?,
-                retention_days,
-                dead_letter_queue_arn: var("BATON_DEAD_LETTER_QUEUE_ARN"),
-                timers_dead_letter_arn: var("BATON_TIMERS_DLQ_ARN"),
-            })
-        })();
         Ok(Self {
             model,
             agents_file: var("BATON_AGENTS_FILE").map(PathBuf::from),
             agents_json: var("BATON_AGENTS_JSON"),
             agents_s3_uri: agents_s3_uri(var("BATON_AGENTS_S3_URI"))?,
-            sdk: SdkEnv {
-                endpoint: var("AWS_ENDPOINT_URL"),
-                credentials_set: var("AWS_ACCESS_KEY_ID").is_some() || var("AWS_PROFILE").is_some(),
-                region_set: var("AWS_REGION").is_some() || var("AWS_DEFAULT_REGION").is_some(),
-                function_name: var("AWS_LAMBDA_FUNCTION_NAME"),
-            },
             prefix: var("BATON_PREFIX").unwrap_or_else(|| "baton".into()),
             scheduler_role_arn: var("BATON_SCHEDULER_ROLE_ARN"),
             link_key,
@@ -399,26 +292,6 @@ impl Config {
                 Some(_) => Some(number("BATON_DEV_FUNCTION_TIMEOUT_S", 900, 1)?),
                 None => None,
             },
-            live: match (
-                var("BATON_LIVE_HTTP_DOMAIN"),
-                var("BATON_LIVE_REALTIME_DOMAIN"),
-            ) {
-                (Some(http), Some(realtime)) => Some(LiveConfig::parse(&http, &realtime)),
-                (None, None) => None,
-                (Some(_), None) => {
-                    return Err(ConfigError::Missing {
-                        var: "BATON_LIVE_REALTIME_DOMAIN",
-                        hint: "BATON_LIVE_HTTP_DOMAIN is set: the live channel needs both",
-                    });
-                }
-                (None, Some(_)) => {
-                    return Err(ConfigError::Missing {
-                        var: "BATON_LIVE_HTTP_DOMAIN",
-                        hint: "BATON_LIVE_REALTIME_DOMAIN is set: the live channel needs both",
-                    });
-                }
-            },
-            aws,
         })
     }
 
@@ -430,20 +303,6 @@ impl Config {
             (Some(mb), _) => usize::try_from(mb.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX),
             (None, Some(memory)) => crate::service::budget_for(memory),
             (None, None) => crate::service::DEFAULT_CACHE_BYTES,
-        }
-    }
-
-    /// The deployment's AWS resources; an error names the first missing variable. Required
-    /// by the Lambda functions, unused by `baton dev`.
-    pub fn aws(&self) -> Result<&AwsConfig, ConfigError> {
-        self.aws.as_ref().map_err(Clone::clone)
-    }
-
-    /// How long finished runs are kept, also when no deployment is configured.
-    pub fn retention_days(&self) -> u32 {
-        match &self.aws {
-            Ok(a) => a.retention_days,
-            Err(_) => 90,
         }
     }
 }

@@ -40,7 +40,7 @@ pub struct AwsDevOptions {
     /// The live channel as on AWS (an AppSync Events API, or a stand-in of one), with the
     /// signer of its watch tokens; `None` keeps live events in this process.
     pub live: Option<(
-        baton_core::config::LiveConfig,
+        baton_aws::settings::LiveConfig,
         baton_core::live::grant::Grants,
     )>,
     /// One-time answer links (`BATON_LINK_KEY`, at least 32 bytes; `BATON_PUBLIC_URL`, else

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use baton_aws::dynamo::DynamoStore;
 use baton_aws::sdk::{Meter, StaticKeys, lambda_sdk_config, map_sdk_err};
+use baton_aws::settings::AwsSettings;
 use baton_aws::watch::AppSyncWatchers;
 use baton_core::agent::{Catalog, CatalogError, FileError};
 use baton_core::config::{Config, ConfigError, ModelConfig};
@@ -74,6 +75,9 @@ impl std::fmt::Debug for InitError {
 /// config that every client is built from.
 pub struct Runtime {
     pub config: Config,
+    /// What only an AWS host reads: the deployment's resources, the SDK's endpoint, the
+    /// live channel.
+    pub settings: AwsSettings,
     pub sdk: aws_config::SdkConfig,
     /// The model secret's fields, read once per container (the models and the tools'
     /// headers both need them at start-up).
@@ -89,7 +93,8 @@ impl Runtime {
     /// Reads the environment (see `template.yaml`) and loads the SDK config.
     pub async fn from_env() -> Result<Self, InitError> {
         let config = Config::from_env()?;
-        config.aws()?;
+        let settings = AwsSettings::from_env()?;
+        settings.aws()?;
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let keys = match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
             (Some(access_key_id), Some(secret_access_key)) => Some(StaticKeys {
@@ -100,9 +105,10 @@ impl Runtime {
             _ => None,
         };
         let region = var("AWS_REGION").or_else(|| var("AWS_DEFAULT_REGION"));
-        let sdk = lambda_sdk_config(&config.sdk, keys, region).map_err(InitError::Aws)?;
+        let sdk = lambda_sdk_config(&settings.sdk, keys, region).map_err(InitError::Aws)?;
         Ok(Self {
             config,
+            settings,
             sdk,
             secrets: tokio::sync::OnceCell::new(),
             link_key: tokio::sync::OnceCell::new(),
@@ -268,10 +274,10 @@ impl Runtime {
 
     /// Grants of watches on the live channel, when it is configured (the `api` function).
     pub async fn watchers(&self) -> Result<Option<Arc<dyn Watchers>>, InitError> {
-        let Some(live) = &self.config.live else {
+        let Some(live) = &self.settings.live else {
             return Ok(None);
         };
-        let aws = self.config.aws()?;
+        let aws = self.settings.aws()?;
         Ok(Some(Arc::new(AppSyncWatchers {
             store: DynamoStore::new(
                 aws_sdk_dynamodb::Client::new(&self.sdk),
@@ -287,7 +293,7 @@ impl Runtime {
     /// The live channel's publisher, when it is configured (the step functions).
     #[cfg(feature = "steps")]
     pub fn live(&self) -> Result<Option<Arc<baton_aws::appsync::AppSyncLive>>, InitError> {
-        let Some(live) = &self.config.live else {
+        let Some(live) = &self.settings.live else {
             return Ok(None);
         };
         let credentials = self
@@ -319,7 +325,7 @@ impl Runtime {
     /// The table's store format is this release's, or older: a table a newer release
     /// wrote fails the cold start, saying so, rather than being misread.
     async fn claim_format(&self) -> Result<(), InitError> {
-        let cfg = self.config.aws()?;
+        let cfg = self.settings.aws()?;
         baton_aws::dynamo::DynamoStore::new(
             aws_sdk_dynamodb::Client::new(&self.sdk),
             &cfg.table,
@@ -339,7 +345,7 @@ impl Runtime {
         catalog: Catalog,
     ) -> Result<ServiceBuilder, InitError> {
         let deps = baton_aws::aws_deps(
-            self.config.aws()?,
+            self.settings.aws()?,
             &self.sdk,
             llm,
             Arc::new(SystemClock),

@@ -48,7 +48,7 @@ const TRACES_FLUSH: Duration = Duration::from_secs(1);
 /// The `orchestrator` and `subagent` functions: steps from their queue (and its dead-letter
 /// queue, `BATON_DEAD_LETTER_QUEUE_ARN`), thinking with `llm`, until Lambda stops them.
 pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda_runtime::Error> {
-    let aws = runtime.config.aws()?;
+    let aws = runtime.settings.aws()?;
     let dead_letters = vec![aws.dead_letter_queue_arn()?.to_owned()];
     let queues = [aws.steps_queue_url.clone(), aws.subagent_queue_url.clone()];
     let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);

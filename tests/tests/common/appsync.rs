@@ -103,8 +103,8 @@ impl StandIn {
     }
 
     /// The live channel's settings for a host publishing here.
-    pub fn config(&self) -> baton_core::config::LiveConfig {
-        baton_core::config::LiveConfig {
+    pub fn config(&self) -> baton_aws::settings::LiveConfig {
+        baton_aws::settings::LiveConfig {
             publish_url: format!("{}/event", self.url),
             realtime_url: format!("{}/event/realtime", self.url.replace("http://", "ws://")),
             http_host: self.api.host.clone(),

@@ -383,7 +383,7 @@ impl Api {
 /// A service over the AWS adapters, as a function builds one (without its links, live
 /// channel or observers).
 pub fn aws_service(
-    cfg: &baton_core::config::AwsConfig,
+    cfg: &baton_aws::settings::AwsConfig,
     sdk: &aws_config::SdkConfig,
     llm: std::sync::Arc<dyn baton_core::llm::Llm>,
     catalog: std::sync::Arc<baton_core::agent::Catalog>,

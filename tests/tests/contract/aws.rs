@@ -160,7 +160,7 @@ async fn a_page_of_a_10000_entry_timeline_reads_only_that_page_on_dynamodb() {
 #[tokio::test]
 async fn the_functions_sdk_config_works_from_lambdas_environment_alone() {
     use baton_aws::sdk::{StaticKeys, lambda_sdk_config};
-    use baton_core::config::SdkEnv;
+    use baton_aws::settings::SdkEnv;
     let aws = Emulator::start_with(None).await;
     let env = SdkEnv {
         endpoint: Some(aws.url.clone()),

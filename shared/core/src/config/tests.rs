@@ -11,59 +11,6 @@ fn parse(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
     Config::from_lookup(|k| map.get(k).cloned())
 }
 
-const AWS: &[(&str, &str)] = &[
-    ("BATON_TABLE", "t"),
-    ("BATON_STEPS_QUEUE_URL", "q1"),
-    ("BATON_SUBAGENT_QUEUE_URL", "q2"),
-    ("BATON_BUS_NAME", "b"),
-    ("BATON_BUS_ARN", "arn:b"),
-    ("BATON_SCHEDULE_GROUP", "g"),
-    ("BATON_SCHEDULER_ROLE_ARN", "arn:r"),
-    ("BATON_BUCKET", "files"),
-];
-
-#[test]
-fn the_live_channel_is_set_by_both_domains_or_neither() {
-    let aws = parse(&[
-        (
-            "BATON_LIVE_HTTP_DOMAIN",
-            "abc.appsync-api.us-east-1.amazonaws.com",
-        ),
-        (
-            "BATON_LIVE_REALTIME_DOMAIN",
-            "abc.appsync-realtime-api.us-east-1.amazonaws.com",
-        ),
-    ])
-    .expect("parses");
-    assert_eq!(
-        aws.live,
-        Some(LiveConfig {
-            publish_url: "https://abc.appsync-api.us-east-1.amazonaws.com/event".into(),
-            realtime_url: "wss://abc.appsync-realtime-api.us-east-1.amazonaws.com/event/realtime"
-                .into(),
-            http_host: "abc.appsync-api.us-east-1.amazonaws.com".into(),
-        })
-    );
-    let local = parse(&[
-        ("BATON_LIVE_HTTP_DOMAIN", "http://127.0.0.1:4510/"),
-        ("BATON_LIVE_REALTIME_DOMAIN", "ws://127.0.0.1:4510"),
-    ])
-    .expect("parses")
-    .live
-    .expect("set");
-    assert_eq!(local.publish_url, "http://127.0.0.1:4510/event");
-    assert_eq!(local.realtime_url, "ws://127.0.0.1:4510/event/realtime");
-    assert_eq!(local.http_host, "127.0.0.1:4510");
-    assert_eq!(parse(&[]).expect("parses").live, None);
-    let half = parse(&[("BATON_LIVE_HTTP_DOMAIN", "x")])
-        .map(|_| ())
-        .expect_err("refused");
-    assert!(
-        half.to_string().contains("BATON_LIVE_REALTIME_DOMAIN"),
-        "{half}"
-    );
-}
-
 #[test]
 fn the_metrics_namespace_is_a_cloudwatch_one() {
     assert_eq!(parse(&[]).expect("parses").metrics_namespace, "Baton");
@@ -106,34 +53,6 @@ fn defaults_apply_when_nothing_is_set() {
     assert_eq!(c.model.max_retries, 4);
     assert_eq!(c.model.timeout_secs, 120);
     assert_eq!(c.prefix, "baton");
-    assert_eq!(c.retention_days(), 90);
-    assert_eq!(c.sdk, SdkEnv::default());
-    let err = c.aws().expect_err("no deployment");
-    assert!(err.to_string().contains("BATON_TABLE"), "{err}");
-}
-
-#[test]
-fn a_deployment_is_read_whole_and_names_what_is_missing() {
-    let mut vars = AWS.to_vec();
-    vars.push(("BATON_RETENTION_DAYS", "7"));
-    vars.push(("BATON_DEAD_LETTER_QUEUE_ARN", "arn:dlq"));
-    let c = parse(&vars).expect("parses");
-    let aws = c.aws().expect("complete");
-    assert_eq!(aws.table, "t");
-    assert_eq!(aws.retention_days, 7);
-    assert_eq!(aws.dead_letter_queue_arn().expect("set"), "arn:dlq");
-    for missing in AWS.iter().map(|(k, _)| *k) {
-        let vars: Vec<_> = AWS.iter().copied().filter(|(k, _)| *k != missing).collect();
-        let err = parse(&vars).expect("parses").aws().expect_err(missing);
-        assert!(err.to_string().contains(missing), "{err}");
-    }
-    let err = parse(AWS)
-        .expect("parses")
-        .aws()
-        .expect("complete")
-        .dead_letter_queue_arn()
-        .expect_err("unset");
-    assert!(err.to_string().contains("BATON_DEAD_LETTER_QUEUE_ARN"));
 }
 
 #[test]
@@ -141,8 +60,6 @@ fn invalid_values_are_refused_by_name() {
     let cases = [
         ("BATON_LLM_MAX_RETRIES", "many"),
         ("BATON_LLM_TIMEOUT_SECONDS", "0"),
-        ("BATON_RETENTION_DAYS", "0"),
-        ("BATON_RETENTION_DAYS", "-3"),
         ("OPENAI_BASE_URL", "localhost:8080"),
         ("ANTHROPIC_BASE_URL", "api.anthropic.com"),
         ("BATON_MAX_OUTPUT_TOKENS", "0"),
@@ -160,15 +77,11 @@ fn blank_values_count_as_unset_and_secrets_are_not_printed() {
         ("BATON_MODEL", "  "),
         ("OPENAI_API_KEY", "sk-secret"),
         ("ANTHROPIC_API_KEY", "sk-ant-secret"),
-        ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"),
-        ("AWS_REGION", "eu-west-1"),
     ])
     .expect("parses");
     assert_eq!(c.model.model, "gpt-4o-mini");
     assert!(!format!("{c:?}").contains("sk-secret"));
     assert!(!format!("{c:?}").contains("sk-ant-secret"));
-    assert_eq!(c.sdk.endpoint.as_deref(), Some("http://127.0.0.1:5000"));
-    assert!(c.sdk.region_set && !c.sdk.credentials_set);
 }
 
 #[test]
