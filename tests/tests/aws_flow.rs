@@ -10,18 +10,18 @@ use std::time::{Duration, Instant};
 
 use baton_core::ports::SystemClock;
 use baton_dev::{AwsDevOptions, AwsDevServer};
-use common::aws::Emulator;
+use common::aws::{Api, Emulator};
 use common::fault::Faults;
 use common::*;
 use serde_json::{Value, json};
 
 struct Env {
     server: AwsDevServer,
-    http: reqwest::Client,
+    /// The server's API, as a careful client calls it: under the fault layer a 503 ("the
+    /// service is busy; try again") is tried again with the same `Idempotency-Key`, and a
+    /// wait is longer, since the layer's refusals send steps to their backoff.
+    api: Api,
     sdk: aws_config::SdkConfig,
-    /// How long a wait may take: longer under the fault layer, whose refusals send steps to
-    /// their backoff.
-    patience: Duration,
     /// The emulator, and the fault layer the server's clients go through if any (the
     /// test's own calls go to the emulator directly, as a user's would not meet the
     /// server's throttles).
@@ -29,25 +29,11 @@ struct Env {
     _mock: wiremock::MockServer,
 }
 
-async fn start_env(script: &str, duplicate: bool) -> Env {
-    start_env_with(script, duplicate, common::mock_openai::named_agents()).await
-}
-
-async fn start_env_with(script: &str, duplicate: bool, agents: Value) -> Env {
-    start_env_catalog(script, duplicate, catalog(Some(agents))).await
-}
-
-async fn start_env_catalog(
-    script: &str,
-    duplicate: bool,
-    catalog: Arc<baton_core::agent::Catalog>,
-) -> Env {
-    start_env_faulty(script, duplicate, catalog, common::aws::scenario_faults()).await
-}
-
-/// The environment with the server's AWS clients going through the fault layer with
-/// `faults` (none: straight to the emulator), turned on once the resources exist.
-async fn start_env_faulty(
+/// `baton dev --aws` over a fresh emulator, thinking from `script` (a mock OpenAI server),
+/// its AWS clients going through the fault layer with `faults` (none: straight to the
+/// emulator), turned on once the resources exist; every message delivered twice when
+/// `duplicate`.
+async fn start_env(
     script: &str,
     duplicate: bool,
     catalog: Arc<baton_core::agent::Catalog>,
@@ -55,93 +41,50 @@ async fn start_env_faulty(
 ) -> Env {
     let aws = Emulator::start_with(faults).await;
     let sdk = aws.sdk().await;
-    let server_sdk = aws.host_sdk().await;
     let (mock, llm) = common::mock_openai::start(script).await;
-    let server = AwsDevServer::start(AwsDevOptions {
-        sdk: server_sdk,
-        names: aws.names("flow"),
-        scheduler_role_arn: "arn:aws:iam::123456789012:role/flow-scheduler".into(),
-        addr: "127.0.0.1:0".parse().unwrap(),
-        token: TOKEN.into(),
-        llm,
-        catalog,
-        clock: Arc::new(SystemClock),
-        duplicate,
-        function_timeout: None,
-        steps_at_once: None,
-        live: None,
-        links: None,
-        traces: None,
-    })
-    .await
-    .unwrap();
-    aws.turn_on();
+    let mut options = aws.dev_options(aws.names("flow"), llm, catalog, 0).await;
+    options.duplicate = duplicate;
+    options.links = None;
+    let server = aws.dev_host_from(options).await;
+    let mut api = Api::new(server.url());
+    api.retry_busy = aws.faulty();
+    api.patience = Duration::from_secs(if aws.faulty() { 240 } else { 60 });
     Env {
         server,
-        http: reqwest::Client::new(),
+        api,
         sdk,
-        patience: Duration::from_secs(if aws.faulty() { 240 } else { 60 }),
         aws,
         _mock: mock,
     }
 }
 
+/// The scenarios' agents, as the mock model's scripts name them.
+fn named_agents() -> Arc<baton_core::agent::Catalog> {
+    catalog(Some(common::mock_openai::named_agents()))
+}
+
 impl Env {
-    /// One API call. Under the fault layer, as a careful client does: a 503 ("the service
-    /// is busy; try again") is tried again, with the same `Idempotency-Key`, so a retried
-    /// request never does its work twice.
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let base = self.server.url();
-        let busy = self.aws.faulty();
-        common::aws::api_call(&self.http, &base, busy, method, path, body.as_ref()).await
-    }
-
-    async fn wait_for(&self, what: &str, mut f: impl AsyncFnMut(&Env) -> Option<Value>) -> Value {
-        let every = Duration::from_millis(100);
-        common::wait_for(what, self.patience, every, async || f(self).await).await
-    }
-
-    async fn pending_cta(&self, kind: &str) -> Value {
-        self.wait_for(kind, async |env: &Env| {
-            let (_, v) = env
-                .call(reqwest::Method::GET, "/ctas?status=pending", None)
-                .await;
-            v["ctas"]
-                .as_array()
-                .and_then(|c| c.iter().find(|c| c["kind"] == kind).cloned())
-        })
-        .await
-    }
-
-    async fn run_status(&self, run_id: &str, status: &str) -> Value {
-        self.wait_for(status, async |env: &Env| {
-            let (_, run) = env
-                .call(reqwest::Method::GET, &format!("/runs/{run_id}"), None)
-                .await;
-            (run["status"] == status).then_some(run)
-        })
-        .await
-    }
-
     /// Waits until the CTA inbox queue holds nothing, visible or in flight.
     async fn inbox_drained(&self) {
         let sqs = aws_sdk_sqs::Client::new(&self.sdk);
         let url = self.server.provisioned.cta_inbox_url.clone();
-        self.wait_for("the inbox to drain", async |_: &Env| {
-            let attrs = sqs
-                .get_queue_attributes()
-                .queue_url(&url)
-                .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
-                .send()
-                .await
-                .unwrap();
-            let a = attrs.attributes().unwrap();
-            let n = |k| a.get(&k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            use aws_sdk_sqs::types::QueueAttributeName as Q;
-            (n(Q::ApproximateNumberOfMessages) + n(Q::ApproximateNumberOfMessagesNotVisible) == 0)
-                .then_some(Value::Null)
-        })
-        .await;
+        self.api
+            .wait("the inbox to drain", async |_: &Api| {
+                let attrs = sqs
+                    .get_queue_attributes()
+                    .queue_url(&url)
+                    .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
+                    .send()
+                    .await
+                    .unwrap();
+                let a = attrs.attributes().unwrap();
+                let n = |k| a.get(&k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                use aws_sdk_sqs::types::QueueAttributeName as Q;
+                (n(Q::ApproximateNumberOfMessages) + n(Q::ApproximateNumberOfMessagesNotVisible)
+                    == 0)
+                    .then_some(Value::Null)
+            })
+            .await;
         // The handler may still be committing what it received.
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -168,12 +111,22 @@ impl Env {
 
 /// Runs the full flow: approval answered through the API, choice answered on the bus.
 async fn full_flow(duplicate: bool) -> Value {
-    full_flow_in(start_env(&examples("full-flow.json"), duplicate).await).await
+    full_flow_in(
+        start_env(
+            &examples("full-flow.json"),
+            duplicate,
+            named_agents(),
+            common::aws::scenario_faults(),
+        )
+        .await,
+    )
+    .await
 }
 
 /// The full flow in `env` (started with `examples/full-flow.json`).
 async fn full_flow_in(env: Env) -> Value {
     let (code, v) = env
+        .api
         .call(
             reqwest::Method::POST,
             "/runs",
@@ -183,8 +136,9 @@ async fn full_flow_in(env: Env) -> Value {
     assert_eq!(code, 202, "{v}");
     let run_id = v["runId"].as_str().unwrap().to_owned();
 
-    let approval = env.pending_cta("approval").await;
+    let approval = env.api.pending("approval").await;
     let (code, v) = env
+        .api
         .call(
             reqwest::Method::POST,
             &format!("/ctas/{}/response", approval["ctaId"].as_str().unwrap()),
@@ -193,14 +147,14 @@ async fn full_flow_in(env: Env) -> Value {
         .await;
     assert_eq!(code, 202, "{v}");
 
-    let choice = env.pending_cta("choice").await;
+    let choice = env.api.pending("choice").await;
     env.put_event(
         "cta.response",
         json!({"ctaId": choice["ctaId"], "kind": "choice", "selectedId": "prod"}),
     )
     .await;
 
-    let run = env.run_status(&run_id, "completed").await;
+    let run = env.api.status(&run_id, "completed").await;
     assert_eq!(run["result"], "Shipped to the chosen target.");
     let types: Vec<&str> = run["timeline"]
         .as_array()
@@ -243,6 +197,7 @@ async fn full_flow_in(env: Env) -> Value {
     );
     // The answered CTAs are settled; a second answer on the bus is dropped, on the API a 409.
     let (code, _) = env
+        .api
         .call(
             reqwest::Method::POST,
             &format!("/ctas/{}/response", choice["ctaId"].as_str().unwrap()),
@@ -294,10 +249,10 @@ async fn the_full_flow_completes_alike_under_throttling_and_server_errors() {
         latency: Duration::from_millis(20),
         ..Faults::default()
     };
-    let env = start_env_faulty(
+    let env = start_env(
         &examples("full-flow.json"),
         false,
-        catalog(Some(common::mock_openai::named_agents())),
+        named_agents(),
         Some(faults),
     )
     .await;
@@ -331,7 +286,7 @@ async fn five_second_question(faults: Option<Faults>) -> (Env, String, Value) {
     let script = r#"{"orchestrator": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "Name?"}}]}]}"#;
     let mut agents = common::mock_openai::named_agents();
     agents["agents"]["orchestrator"]["ctaExpirySeconds"] = json!(5);
-    let env = start_env_faulty(script, false, catalog(Some(agents)), faults).await;
+    let env = start_env(script, false, catalog(Some(agents)), faults).await;
     let (run_id, cta) = env.ask().await;
     (env, run_id, cta)
 }
@@ -340,6 +295,7 @@ impl Env {
     /// A run that asks the 5 s question: its id, and the question once it is pending.
     async fn ask(&self) -> (String, Value) {
         let (_, v) = self
+            .api
             .call(
                 reqwest::Method::POST,
                 "/runs",
@@ -347,7 +303,7 @@ impl Env {
             )
             .await;
         let run_id = v["runId"].as_str().unwrap().to_owned();
-        let cta = self.pending_cta("text").await;
+        let cta = self.api.pending("text").await;
         (run_id, cta)
     }
 }
@@ -362,9 +318,10 @@ async fn a_cta_whose_schedule_fires_59_s_early_still_expires_within_two_minutes(
         ..Faults::default()
     };
     let (env, run_id, cta) = five_second_question(Some(faults)).await;
-    let run = env.run_status(&run_id, "expired").await;
+    let run = env.api.status(&run_id, "expired").await;
     assert_eq!(run["error"]["code"], "cta_expired");
     let (_, c) = env
+        .api
         .call(
             reqwest::Method::GET,
             &format!("/ctas/{}", cta["ctaId"].as_str().unwrap()),
@@ -461,6 +418,7 @@ async fn a_five_second_cta_is_scheduled_on_the_minute_re_arms_an_early_expiry_an
     env.put_event("cta.expired", input.clone()).await;
     env.inbox_drained().await;
     let (_, c) = env
+        .api
         .call(reqwest::Method::GET, &format!("/ctas/{cta_id}"), None)
         .await;
     assert_eq!(c["status"], "pending", "{c}");
@@ -478,11 +436,12 @@ async fn a_five_second_cta_is_scheduled_on_the_minute_re_arms_an_early_expiry_an
     let wait = (expires - chrono::Utc::now()).to_std().unwrap_or_default();
     tokio::time::sleep(wait).await;
     env.put_event("cta.expired", input).await;
-    let run = env.run_status(&run_id, "expired").await;
+    let run = env.api.status(&run_id, "expired").await;
     assert_eq!(run["error"]["code"], "cta_expired");
 
     // Too late: 410 through the API, dropped from the bus.
     let (code, v) = env
+        .api
         .call(
             reqwest::Method::POST,
             &format!("/ctas/{cta_id}/response"),
@@ -497,10 +456,12 @@ async fn a_five_second_cta_is_scheduled_on_the_minute_re_arms_an_early_expiry_an
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (_, c2) = env
+        .api
         .call(reqwest::Method::GET, &format!("/ctas/{cta_id}"), None)
         .await;
     assert_eq!(c2["status"], "expired");
     let (_, after) = env
+        .api
         .call(reqwest::Method::GET, &format!("/runs/{run_id}"), None)
         .await;
     assert_eq!(after["status"], "expired");
@@ -551,8 +512,9 @@ async fn a_1_mb_tool_output_and_a_300_kb_answer_complete_and_read_back_whole() {
         )
         .unwrap(),
     );
-    let env = start_env_catalog(&script, false, catalog).await;
+    let env = start_env(&script, false, catalog, common::aws::scenario_faults()).await;
     let (_, v) = env
+        .api
         .call(
             reqwest::Method::POST,
             "/runs",
@@ -560,7 +522,7 @@ async fn a_1_mb_tool_output_and_a_300_kb_answer_complete_and_read_back_whole() {
         )
         .await;
     let run_id = v["runId"].as_str().unwrap().to_owned();
-    let run = env.run_status(&run_id, "completed").await;
+    let run = env.api.status(&run_id, "completed").await;
 
     // The whole answer, read back through the API; the tool output capped with a marker.
     assert_eq!(run["result"].as_str().map(str::len), Some(300_000));
@@ -1310,12 +1272,13 @@ async fn a_dropped_expiry_and_one_performed_late_still_expire_their_questions() 
         "the dropped expiry, dead-lettered"
     );
     let (_, pending) = env
+        .api
         .call(reqwest::Method::GET, &format!("/ctas/{cta_id}"), None)
         .await;
     assert_eq!(pending["status"], "pending", "nothing expired it yet");
     let repaired = env.server.sweep(chrono::Duration::zero()).await.unwrap();
     assert!(repaired >= 1, "the sweep expired it");
-    let run = env.run_status(&run_id, "expired").await;
+    let run = env.api.status(&run_id, "expired").await;
     assert_eq!(run["error"]["code"], "cta_expired");
 
     env.server.shutdown().await;
@@ -1342,7 +1305,7 @@ async fn a_dropped_expiry_and_one_performed_late_still_expire_their_questions() 
         .send()
         .await;
     assert!(made.is_err(), "no schedule made in the past: {made:?}");
-    let run = env.run_status(&late_run, "expired").await;
+    let run = env.api.status(&late_run, "expired").await;
     assert_eq!(run["error"]["code"], "cta_expired");
     env.server.shutdown().await;
 }

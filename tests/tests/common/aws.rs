@@ -310,6 +310,10 @@ pub struct Api {
     pub http: reqwest::Client,
     /// The bearer token (the tests' own unless set).
     pub token: String,
+    /// Whether a 503 is tried again (as a careful client does under the fault layer).
+    pub retry_busy: bool,
+    /// How long a wait may take.
+    pub patience: std::time::Duration,
 }
 
 impl Api {
@@ -318,6 +322,8 @@ impl Api {
             base,
             http: reqwest::Client::new(),
             token: super::TOKEN.into(),
+            retry_busy: true,
+            patience: std::time::Duration::from_secs(60),
         }
     }
 
@@ -331,7 +337,7 @@ impl Api {
             &self.token,
             &self.http,
             &self.base,
-            true,
+            self.retry_busy,
             method,
             path,
             body.as_ref(),
@@ -347,17 +353,25 @@ impl Api {
         self.call(reqwest::Method::GET, path, None).await
     }
 
-    /// Asks `f` every 100 ms until it answers, for up to a minute.
+    /// Asks `f` every 100 ms until it answers, for up to [`Api::patience`].
     pub async fn wait(
         &self,
         what: &str,
         mut f: impl AsyncFnMut(&Api) -> Option<serde_json::Value>,
     ) -> serde_json::Value {
-        let (within, every) = (
-            std::time::Duration::from_secs(60),
-            std::time::Duration::from_millis(100),
-        );
-        super::wait_for(what, within, every, async || f(self).await).await
+        let every = std::time::Duration::from_millis(100);
+        super::wait_for(what, self.patience, every, async || f(self).await).await
+    }
+
+    /// The first question of `kind` waiting for an answer, once there is one.
+    pub async fn pending(&self, kind: &str) -> serde_json::Value {
+        self.wait(kind, async |api: &Api| {
+            let (_, v) = api.get("/ctas?status=pending").await;
+            v["ctas"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["kind"] == kind).cloned())
+        })
+        .await
     }
 
     /// The first question waiting for an answer, once there is one.
