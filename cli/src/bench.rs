@@ -190,9 +190,9 @@ pub(crate) async fn verify(store: &LocalStore, run_id: &str, n: u64) -> anyhow::
         "run {run_id}: {successes} of {n} echo results are right"
     );
     ensure!(
-        rec.run.thinks as u64 == n + 1,
+        rec.run.counters.thinks as u64 == n + 1,
         "run {run_id} thought {} times",
-        rec.run.thinks
+        rec.run.counters.thinks
     );
     Ok(())
 }

@@ -237,8 +237,8 @@ pub(crate) struct TreeNode {
 impl From<Run> for TreeNode {
     fn from(run: Run) -> Self {
         // A run working now counts its turn so far.
-        let worked_ms = run.worked_ms
-            + run.working_since.map_or(0, |t| {
+        let worked_ms = run.clock.worked_ms
+            + run.clock.working_since.map_or(0, |t| {
                 u64::try_from((run.updated_at - t).num_milliseconds()).unwrap_or(0)
             });
         Self {
@@ -249,8 +249,8 @@ impl From<Run> for TreeNode {
             state: run.state,
             parent: run.parent,
             prompt: run.prompt,
-            cost_usd: run.cost_usd,
-            usage: run.usage,
+            cost_usd: run.spend.cost_usd,
+            usage: run.spend.usage,
             worked_ms,
             created_at: run.created_at,
             updated_at: run.updated_at,

@@ -247,9 +247,9 @@ async fn get_run(
     // What the run and its subagents spent together; `reported` is the engine's own ledger.
     let total = view.run.total();
     let mut run = view.run;
-    run.reported = Default::default();
+    run.spend.reported = Default::default();
     // The deadline's timer is the engine's too (its working time, `workedMs`, is shown).
-    run.deadline_timer = None;
+    run.clock.deadline_timer = None;
     // The run item holds a preview of a long answer; the whole one is in the timeline.
     if let Some(EntryBody::Assistant { text: Some(t), .. }) = view.result_entry.map(|e| e.body) {
         run.result = Some(t);

@@ -258,7 +258,7 @@ fn run_event(run: &Run) -> serde_json::Value {
     let mut v = json!({
         "runId": run.run_id, "status": run.status, "state": run.state,
         "stateDetail": run.state_detail,
-        "version": run.version, "usage": run.usage, "costUsd": run.cost_usd,
+        "version": run.version, "usage": run.spend.usage, "costUsd": run.spend.cost_usd,
         "total": run.total(),
     });
     if let Some(e) = &run.error {

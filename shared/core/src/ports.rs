@@ -44,7 +44,8 @@ pub fn due_timers(runs: &[crate::run::Run], before: DateTime<Utc>, limit: usize)
         .iter()
         .filter(|r| !r.status.is_terminal())
         .flat_map(|r| {
-            r.timers
+            r.clock
+                .timers
                 .iter()
                 .filter(|(_, at)| **at < before)
                 .map(|(id, at)| DueTimer {
@@ -236,7 +237,7 @@ pub trait Store: Send + Sync {
     ) -> Result<Vec<Cta>, PortError>;
 
     /// Timers of runs not ended that were due before `before` and have not fired (a run's
-    /// [`crate::run::Run::timers`]), at most `limit`: their schedules were lost, so the sweep
+    /// [`crate::run::Clocks::timers`]), at most `limit`: their schedules were lost, so the sweep
     /// fires them.
     async fn overdue_timers(
         &self,

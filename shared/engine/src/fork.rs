@@ -186,8 +186,8 @@ pub fn fork(
                 });
             }
             run.status = RunStatus::Waiting;
-            run.working_since = None;
-            run.waiting_since = Some(now);
+            run.clock.working_since = None;
+            run.clock.waiting_since = Some(now);
             run.state = Some("waiting_on_user".into());
             run.state_detail = Some(serde_json::json!({ "ctaIds": [cta_id] }));
             Input::CtaAnswered {
@@ -222,9 +222,9 @@ pub fn fork(
             }
         )
     };
-    run.thinks = entries.iter().filter(think).count() as u32;
-    run.turn_thinks = entries[turn..].iter().filter(think).count() as u32;
-    run.turn_tool_calls = entries[turn..]
+    run.counters.thinks = entries.iter().filter(think).count() as u32;
+    run.counters.turn_thinks = entries[turn..].iter().filter(think).count() as u32;
+    run.counters.turn_tool_calls = entries[turn..]
         .iter()
         .filter(|e| e.tool().is_some())
         .count() as u32;

@@ -127,19 +127,9 @@ pub struct Run {
     /// `request_human_feedback`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub granted: Vec<String>,
-    /// This run's own model calls' tokens.
-    pub usage: Usage,
-    /// What this run's own model calls cost, in US dollars (models without a price count 0).
-    #[serde(default)]
-    pub cost_usd: f64,
-    /// What its subagents (and theirs) spent, as far as they have reported.
-    #[serde(default)]
-    pub children: Spent,
-    /// What this run has reported to its parent so far (a continued subagent reports only
-    /// what it spent since). The engine's own ledger: the API does not show it.
-    #[serde(default, skip_serializing_if = "Spent::is_zero")]
-    #[cfg_attr(feature = "schemas", schemars(skip))]
-    pub reported: Spent,
+    /// What it has spent: its own model calls, and what its subagents reported.
+    #[serde(flatten)]
+    pub spend: Spending,
     /// The model tier its current turn asked for (a subagent's is its parent's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<crate::timeline::Tier>,
@@ -147,56 +137,18 @@ pub struct Run {
     /// steps, and inherited by their subagents (none outside plans).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execution_mode: Option<crate::plan::ExecutionMode>,
-    /// What its model calls and its subagents' cost, by operation, model, context type and
-    /// execution mode.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cost_breakdown: Vec<crate::cost::CostLine>,
-    /// The part of `cost_breakdown` already reported to its parent (the engine's ledger).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[cfg_attr(feature = "schemas", schemars(skip))]
-    pub reported_breakdown: Vec<crate::cost::CostLine>,
     /// Its agent's plugins' state, by plugin, as the last step that thought left it.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub plugin_state: std::collections::BTreeMap<String, serde_json::Value>,
     /// The document or object this run works on (`{"type": ..., ...}`), given at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<serde_json::Value>,
-    /// Time spent waiting for humans, in ms.
-    #[serde(default)]
-    pub human_wait_ms: u64,
-    /// How long the run has worked, in ms, up to `working_since` (what `maxWallSeconds`
-    /// bounds): its turns, from their first step to their end, less any time it or one of
-    /// its subagents waited for a human. Idle time between turns is not work.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub worked_ms: u64,
-    /// Since when the run works, while it does (its clock runs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub working_since: Option<DateTime<Utc>>,
-    /// The timer armed to end the run at its deadline while it waits on work (subagents,
-    /// a plan, tools), when its agent has `maxWallSeconds`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "schemas", schemars(skip))]
-    pub deadline_timer: Option<String>,
-    /// The run's timers armed and not yet fired nor cancelled (its deadline's, its plan
-    /// steps' timeouts), with when each is due: the stores index the soonest, so that the
-    /// sweep fires one whose schedule was lost.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    #[cfg_attr(feature = "schemas", schemars(skip))]
-    pub timers: std::collections::BTreeMap<String, DateTime<Utc>>,
-    /// Since when the run waits for a human, while it does.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub waiting_since: Option<DateTime<Utc>>,
-    /// Model calls over the whole run (the scripted model indexes its replies by it).
-    pub thinks: u32,
-    /// Model calls in the current turn (the iteration cap applies to it).
-    pub turn_thinks: u32,
-    /// Tool calls the model made in the current turn (`maxToolCallsPerTurn` applies to it).
-    #[serde(default, skip_serializing_if = "is_zero32")]
-    pub turn_tool_calls: u32,
-    /// The turn's tool calls are spent: its next think is asked for a final answer, without
-    /// tools.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub tools_spent: bool,
+    /// Its clocks: how long it worked and waited for humans, and the timers it armed.
+    #[serde(flatten)]
+    pub clock: Clocks,
+    /// Its model and tool calls, over the run and in the current turn.
+    #[serde(flatten)]
+    pub counters: Counters,
     /// The seq the next timeline entry gets.
     pub next_seq: u64,
     /// The seq the current batch begins at (the entry after the last reply): with the
@@ -263,6 +215,87 @@ pub struct Run {
     pub watched_until: Option<i64>,
 }
 
+/// What a run has spent ([`Run::spend`]): its own model calls' tokens and cost, what its
+/// subagents reported, and the engine's ledger of what it reported to its parent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Spending {
+    /// This run's own model calls' tokens.
+    pub usage: Usage,
+    /// What this run's own model calls cost, in US dollars (models without a price count 0).
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// What its subagents (and theirs) spent, as far as they have reported.
+    #[serde(default)]
+    pub children: Spent,
+    /// What this run has reported to its parent so far (a continued subagent reports only
+    /// what it spent since). The engine's own ledger: the API does not show it.
+    #[serde(default, skip_serializing_if = "Spent::is_zero")]
+    #[cfg_attr(feature = "schemas", schemars(skip))]
+    pub reported: Spent,
+    /// What its model calls and its subagents' cost, by operation, model, context type and
+    /// execution mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cost_breakdown: Vec<crate::cost::CostLine>,
+    /// The part of `cost_breakdown` already reported to its parent (the engine's ledger).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "schemas", schemars(skip))]
+    pub reported_breakdown: Vec<crate::cost::CostLine>,
+}
+
+/// A run's clocks ([`Run::clock`]): its work and its waits for humans, in ms, and the timers
+/// it has armed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Clocks {
+    /// Time spent waiting for humans, in ms.
+    #[serde(default)]
+    pub human_wait_ms: u64,
+    /// How long the run has worked, in ms, up to `working_since` (what `maxWallSeconds`
+    /// bounds): its turns, from their first step to their end, less any time it or one of
+    /// its subagents waited for a human. Idle time between turns is not work.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub worked_ms: u64,
+    /// Since when the run works, while it does (its clock runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_since: Option<DateTime<Utc>>,
+    /// The timer armed to end the run at its deadline while it waits on work (subagents,
+    /// a plan, tools), when its agent has `maxWallSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schemas", schemars(skip))]
+    pub deadline_timer: Option<String>,
+    /// The run's timers armed and not yet fired nor cancelled (its deadline's, its plan
+    /// steps' timeouts), with when each is due: the stores index the soonest, so that the
+    /// sweep fires one whose schedule was lost.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[cfg_attr(feature = "schemas", schemars(skip))]
+    pub timers: std::collections::BTreeMap<String, DateTime<Utc>>,
+    /// Since when the run waits for a human, while it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_since: Option<DateTime<Utc>>,
+}
+
+/// A run's counters ([`Run::counters`]): model and tool calls, over the run and in its
+/// current turn (what the iteration and tool-call caps apply to).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Counters {
+    /// Model calls over the whole run (the scripted model indexes its replies by it).
+    pub thinks: u32,
+    /// Model calls in the current turn (the iteration cap applies to it).
+    pub turn_thinks: u32,
+    /// Tool calls the model made in the current turn (`maxToolCallsPerTurn` applies to it).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub turn_tool_calls: u32,
+    /// The turn's tool calls are spent: its next think is asked for a final answer, without
+    /// tools.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tools_spent: bool,
+}
+
 /// A CTA a subagent (or one of its own) waits on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
@@ -316,24 +349,27 @@ impl Run {
     /// What this run and its subagents spent.
     pub fn total(&self) -> Spent {
         let mut total = self.own();
-        total += self.children;
+        total += self.spend.children;
         total
     }
 
     /// What this run's own model calls spent.
     pub fn own(&self) -> Spent {
         Spent {
-            usage: self.usage,
-            cost_usd: self.cost_usd,
+            usage: self.spend.usage,
+            cost_usd: self.spend.cost_usd,
         }
     }
 
-    /// How long this run has worked at `now` (see [`Run::worked_ms`]).
+    /// How long this run has worked at `now` (see [`Clocks::worked_ms`]).
     pub fn working_time(&self, now: DateTime<Utc>) -> chrono::Duration {
-        let running = self.working_since.map_or(chrono::Duration::zero(), |t| {
-            (now - t).max(chrono::Duration::zero())
-        });
-        chrono::Duration::milliseconds(self.worked_ms as i64) + running
+        let running = self
+            .clock
+            .working_since
+            .map_or(chrono::Duration::zero(), |t| {
+                (now - t).max(chrono::Duration::zero())
+            });
+        chrono::Duration::milliseconds(self.clock.worked_ms as i64) + running
     }
 
     /// The `type` of the context it works on, if it has one.
@@ -375,27 +411,17 @@ impl Run {
             root_run_id: n.root_run_id,
             waiting_ctas: Vec::new(),
             granted: Vec::new(),
-            usage: Usage::default(),
-            cost_usd: 0.0,
-            children: Spent::default(),
-            reported: Spent::default(),
+            spend: Spending::default(),
             context: n.context,
             tier: None,
             plugin_state: Default::default(),
             execution_mode: None,
-            cost_breakdown: Vec::new(),
-            reported_breakdown: Vec::new(),
-            human_wait_ms: 0,
-            worked_ms: 0,
-            // Queued, it works: its clock runs from its creation.
-            working_since: Some(n.now),
-            deadline_timer: None,
-            timers: Default::default(),
-            waiting_since: None,
-            thinks: 0,
-            turn_thinks: 0,
-            turn_tool_calls: 0,
-            tools_spent: false,
+            clock: Clocks {
+                // Queued, it works: its clock runs from its creation.
+                working_since: Some(n.now),
+                ..Clocks::default()
+            },
+            counters: Counters::default(),
             next_seq: 0,
             batch_start: 0,
             on_expiry: n.on_expiry,
@@ -436,4 +462,52 @@ pub struct ForkedFrom {
     pub run_id: String,
     /// The entry of that run the fork starts at (its own entry at the same seq replaces it).
     pub at_seq: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The run's groups of fields are a shape in the code only: the stored item (and the
+    /// API's JSON) keeps every field at the top, as before the groups, and reads back whole.
+    #[test]
+    fn a_runs_groups_are_flat_in_its_json_and_read_back_whole() {
+        let now = DateTime::from_timestamp(1_700_000_000, 0).unwrap_or_default();
+        let mut run = Run::new(NewRun {
+            run_id: "run_1".into(),
+            agent: "worker".into(),
+            owner: "o".into(),
+            parent: None,
+            depth: 0,
+            on_expiry: ExpiryPolicy::End,
+            sandbox_id: None,
+            metadata: None,
+            context: None,
+            root_run_id: None,
+            now,
+        });
+        run.spend.cost_usd = 0.25;
+        run.spend.usage.input_tokens = 7;
+        run.clock.worked_ms = 1_500;
+        run.clock.timers.insert("timer_1".into(), now);
+        run.counters.thinks = 3;
+        run.counters.tools_spent = true;
+        let json = serde_json::to_value(&run).unwrap_or_default();
+        for key in [
+            "usage",
+            "costUsd",
+            "workedMs",
+            "workingSince",
+            "timers",
+            "thinks",
+        ] {
+            assert!(json.get(key).is_some(), "`{key}` at the top: {json}");
+        }
+        assert_eq!(json["toolsSpent"], true);
+        for group in ["spend", "clock", "counters"] {
+            assert!(json.get(group).is_none(), "no `{group}` key: {json}");
+        }
+        let back: Run = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, run);
+    }
 }

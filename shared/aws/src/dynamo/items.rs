@@ -169,7 +169,7 @@ impl DynamoStore {
             );
             item.insert("GSI3PK".into(), s(format!("FIN#{}", shard(&run.run_id))));
             item.insert("GSI3SK".into(), s(sweep_sk(run.updated_at, &run.run_id)));
-        } else if let Some(soonest) = run.timers.values().min() {
+        } else if let Some(soonest) = run.clock.timers.values().min() {
             // A run with timers armed is indexed by its soonest, for the sweep, which fires
             // one whose schedule was lost (GSI3 too: a run is in one of the two at most).
             item.insert("GSI3PK".into(), s(format!("TMR#{}", shard(&run.run_id))));

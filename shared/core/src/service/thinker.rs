@@ -130,7 +130,7 @@ impl Thinker<'_> {
             .ok_or_else(|| LlmError::fatal(format!("agent `{}` is not defined", run.agent)))?;
         let mut tools = book.specs(agent, prepared);
         let mut system = agent.system_prompt(run, prepared);
-        if run.tools_spent {
+        if run.counters.tools_spent {
             // The turn's tool calls are spent: a final answer, without tools.
             warn!(
                 run_id = %run.run_id,

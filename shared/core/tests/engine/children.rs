@@ -37,7 +37,7 @@ fn fan_in_waits_for_every_subagent_and_cta_of_the_batch() {
     // when both children finish, the run still waits for the human,
     s.run_all();
     assert_eq!(s.run(&id).status, RunStatus::Waiting);
-    assert_eq!(s.run(&id).thinks, 1);
+    assert_eq!(s.run(&id).counters.thinks, 1);
     let tools = s.tools(&id);
     assert_eq!(
         tools[0].result,
@@ -64,7 +64,7 @@ fn fan_in_waits_for_every_subagent_and_cta_of_the_batch() {
     );
     s.run_all();
     assert_eq!(s.run(&id).status, RunStatus::Completed);
-    assert_eq!(s.run(&id).thinks, 2);
+    assert_eq!(s.run(&id).counters.thinks, 2);
 }
 
 #[test]
@@ -199,7 +199,7 @@ fn a_parent_can_continue_its_finished_subagent_by_id() {
     assert!(
         matches!(&tools[1].result, ToolResult::Success { output } if output["text"] == "second look" && output["stepCount"] == 2)
     );
-    assert_eq!(s.run(&child).thinks, 2);
+    assert_eq!(s.run(&child).counters.thinks, 2);
     assert_eq!(
         s.run(&child).parent.as_ref().unwrap().tool_call_id,
         tools[1].id
@@ -229,7 +229,7 @@ fn a_run_cannot_continue_someone_elses_subagent() {
         matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("no such subagent"))
     );
     assert_eq!(
-        s.run(&victim).thinks,
+        s.run(&victim).counters.thinks,
         1,
         "the other run did not take a turn"
     );

@@ -20,7 +20,7 @@ fn the_iteration_cap_force_completes_with_a_recorded_reason() {
     s.run_all();
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Completed);
-    assert_eq!(run.thinks, 3, "worker's maxIterations is 3");
+    assert_eq!(run.counters.thinks, 3, "worker's maxIterations is 3");
     assert_eq!(run.error.as_ref().map(|e| e.code.as_str()), None);
     assert!(
         matches!(&s.runs[&id].1.last().unwrap().body, EntryBody::Notice { code, .. } if code == "max_iterations")
@@ -47,7 +47,10 @@ fn the_tool_call_cap_counts_the_turn_and_ends_it_with_a_final_answer() {
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Completed);
     assert_eq!(run.result.as_deref(), Some("Here is what I found."));
-    assert_eq!((run.turn_tool_calls, run.tools_spent), (8, true));
+    assert_eq!(
+        (run.counters.turn_tool_calls, run.counters.tools_spent),
+        (8, true)
+    );
     assert_eq!(s.executed.len(), 8, "eight calls ran");
     let timeline = &s.runs[&id].1;
     let not_run: Vec<&ToolEntry> = timeline
@@ -90,7 +93,10 @@ fn the_tool_call_cap_counts_the_turn_and_ends_it_with_a_final_answer() {
     s.run_all();
     let run = s.run(&id);
     assert_eq!(run.result.as_deref(), Some("again"));
-    assert_eq!((run.turn_tool_calls, run.tools_spent), (2, false));
+    assert_eq!(
+        (run.counters.turn_tool_calls, run.counters.tools_spent),
+        (2, false)
+    );
 }
 
 #[test]
@@ -130,16 +136,20 @@ fn every_call_is_priced_and_subagents_report_what_they_spent_once() {
     let price = |input: f64, output: f64| (input * 0.15 + output * 0.60) / 1e6;
     let near = |a: f64, b: f64| (a - b).abs() < 1e-12;
     let kid = s.run(&child);
-    assert!(near(kid.cost_usd, price(10.0, 2.0)), "{}", kid.cost_usd);
+    assert!(
+        near(kid.spend.cost_usd, price(10.0, 2.0)),
+        "{}",
+        kid.spend.cost_usd
+    );
     let parent = s.run(&id);
     assert!(
-        near(parent.cost_usd, price(25.0, 5.0)),
+        near(parent.spend.cost_usd, price(25.0, 5.0)),
         "{}",
-        parent.cost_usd
+        parent.spend.cost_usd
     );
     // The child finished twice; each time it reported only what it spent since.
-    assert_eq!(parent.children.usage.input_tokens, 10);
-    assert!(near(parent.children.cost_usd, kid.cost_usd));
+    assert_eq!(parent.spend.children.usage.input_tokens, 10);
+    assert!(near(parent.spend.children.cost_usd, kid.spend.cost_usd));
     assert_eq!(parent.total().usage.total_tokens, 30 + 12);
     let replies: Vec<Option<f64>> = s.runs[&id]
         .1
@@ -197,7 +207,7 @@ fn a_run_past_its_wall_time_fails_naming_the_limit_and_human_waits_do_not_count(
     let answered = s.queue.pop_front().unwrap();
     s.deliver(&answered);
     assert_eq!(s.run(&id).status, RunStatus::Running, "thought and echoed");
-    assert_eq!(s.run(&id).human_wait_ms, 10 * 24 * 3600 * 1000);
+    assert_eq!(s.run(&id).clock.human_wait_ms, 10 * 24 * 3600 * 1000);
     // Then it works past its 60 s: the next iteration ends it.
     s.now += chrono::Duration::seconds(61);
     s.run_all();
@@ -289,7 +299,7 @@ fn a_subagents_wait_for_a_human_is_not_its_parents_work() {
         (1, 1),
         "{armed:?} {cancelled:?}"
     );
-    assert_eq!(s.run(&id).working_since, None);
+    assert_eq!(s.run(&id).clock.working_since, None);
     // Three days later the human answers: the parent goes on and completes.
     s.now += chrono::Duration::days(3);
     let cta = s.pending_ctas(&child)[0].cta_id.clone();

@@ -11,8 +11,8 @@ fn a_final_answer_completes_the_run_with_usage_and_an_event() {
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Completed);
     assert_eq!(run.result.as_deref(), Some("found it"));
-    assert_eq!(run.usage.total_tokens, 6);
-    assert_eq!((run.thinks, run.version), (1, 1));
+    assert_eq!(run.spend.usage.total_tokens, 6);
+    assert_eq!((run.counters.thinks, run.version), (1, 1));
     let done = s.events("run.completed");
     assert_eq!(done.len(), 1);
     assert_eq!(done[0].detail["text"], "found it");
@@ -58,7 +58,7 @@ fn ordinary_tools_execute_within_the_step_and_the_run_thinks_again() {
     assert_eq!(s.executed, vec!["call_0_0", "call_0_1"]);
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Completed);
-    assert_eq!(run.usage.total_tokens, 18);
+    assert_eq!(run.spend.usage.total_tokens, 18);
     let timeline = &s.runs[&id].1;
     assert!(
         matches!(&timeline[1].body, EntryBody::Assistant { text: Some(t), .. } if t == "let me echo")

@@ -81,7 +81,7 @@ fn a_follow_up_message_starts_a_new_turn_on_the_same_timeline() {
     assert_eq!(s.send(&id, msg.clone()), Outcome::Done);
     let run = s.run(&id);
     assert_eq!(
-        (run.status, run.thinks, run.turn_thinks),
+        (run.status, run.counters.thinks, run.counters.turn_thinks),
         (RunStatus::Completed, 2, 1)
     );
     assert_eq!(run.result.as_deref(), Some("second"));
@@ -113,7 +113,7 @@ fn a_follow_up_that_reaches_a_cancelled_run_is_refused_there_and_the_run_stays_e
         },
     );
     s.run_all();
-    let before = s.run(&id).thinks;
+    let before = s.run(&id).counters.thinks;
     let msg = Input::UserMessage {
         text: "are you there?".into(),
         message_id: "m9".into(),
@@ -124,7 +124,7 @@ fn a_follow_up_that_reaches_a_cancelled_run_is_refused_there_and_the_run_stays_e
     s.run_all();
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Cancelled, "a cancel is final");
-    assert_eq!(run.thinks, before, "no model call");
+    assert_eq!(run.counters.thinks, before, "no model call");
     let tl = &s.runs[&id].1;
     assert!(
         tl.iter().any(
@@ -159,13 +159,13 @@ fn failed_and_expired_runs_refuse_follow_ups_and_triggers_and_completed_ones_tak
         let run = s.run(&id);
         if takes {
             assert_eq!(
-                (run.status, run.thinks),
+                (run.status, run.counters.thinks),
                 (RunStatus::Completed, 2),
                 "{status:?}"
             );
         } else {
             assert_eq!(
-                (run.status, run.thinks),
+                (run.status, run.counters.thinks),
                 (status, 1),
                 "{status:?} stays final"
             );

@@ -104,9 +104,9 @@ pub(super) fn finished(
             "no pending result waits for child {child_run_id}"
         )));
     };
-    w.run.children += spent;
+    w.run.spend.children += spent;
     for line in breakdown {
-        crate::cost::add_line(&mut w.run.cost_breakdown, line.clone());
+        crate::cost::add_line(&mut w.run.spend.cost_breakdown, line.clone());
     }
     // Whatever its tree still waited on is over with it.
     w.run

@@ -56,7 +56,7 @@ pub(super) fn deadline(w: &mut Work) -> Next {
     if w.run.status.is_terminal() {
         return Next::Now(Step::Ignore("run already ended".into()));
     }
-    w.run.deadline_timer = None;
+    w.run.clock.deadline_timer = None;
     if let Some(max) = w.book.agent(&w.run.agent).and_then(|a| a.max_wall) {
         let worked = w.run.working_time(w.now);
         if worked.num_milliseconds() >= max.as_millis() as i64 {
@@ -140,8 +140,8 @@ impl Work<'_> {
             let mut detail = json!({
                 "runId": run_id,
                 "text": self.run.result.clone().unwrap_or_default(),
-                "usage": self.run.usage,
-                "costUsd": self.run.cost_usd,
+                "usage": self.run.spend.usage,
+                "costUsd": self.run.spend.cost_usd,
                 "total": self.run.total(),
             });
             if self.run.result_truncated {
@@ -168,8 +168,8 @@ impl Work<'_> {
                 message: message.into(),
             });
             self.publish(&format!("run.{}", status.as_str()), json!({
-                "runId": run_id, "error": {"code": code, "message": message}, "usage": self.run.usage,
-                "costUsd": self.run.cost_usd, "total": self.run.total(),
+                "runId": run_id, "error": {"code": code, "message": message}, "usage": self.run.spend.usage,
+                "costUsd": self.run.spend.cost_usd, "total": self.run.total(),
             }));
         }
         if let Some(parent) = self.run.parent.clone() {
@@ -179,8 +179,8 @@ impl Work<'_> {
                 let text = self.final_text.clone().or_else(|| self.run.result.clone());
                 ChildOutcome::Completed {
                     text: cap_at(text.unwrap_or_default(), MAX_OUTPUT_BYTES),
-                    step_count: self.run.thinks,
-                    total_usage: self.run.usage,
+                    step_count: self.run.counters.thinks,
+                    total_usage: self.run.spend.usage,
                 }
             } else {
                 ChildOutcome::Ended {
@@ -189,11 +189,13 @@ impl Work<'_> {
                 }
             };
             // What it spent since it last reported (a continued subagent reports again).
-            let spent = self.run.total() - self.run.reported;
-            self.run.reported = self.run.total();
-            let breakdown =
-                crate::cost::lines_since(&self.run.cost_breakdown, &self.run.reported_breakdown);
-            self.run.reported_breakdown = self.run.cost_breakdown.clone();
+            let spent = self.run.total() - self.run.spend.reported;
+            self.run.spend.reported = self.run.total();
+            let breakdown = crate::cost::lines_since(
+                &self.run.spend.cost_breakdown,
+                &self.run.spend.reported_breakdown,
+            );
+            self.run.spend.reported_breakdown = self.run.spend.cost_breakdown.clone();
             self.send(
                 &parent.run_id,
                 "finished",

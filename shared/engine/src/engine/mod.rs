@@ -216,12 +216,12 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
             cta_id,
         } => children::resumed(&mut w, child_run_id, cta_id),
         Input::Cancel { reason } => end::cancel(&mut w, reason),
-        Input::Timer { timer_id } if w.run.deadline_timer.as_deref() == Some(timer_id) => {
-            w.run.timers.remove(timer_id);
+        Input::Timer { timer_id } if w.run.clock.deadline_timer.as_deref() == Some(timer_id) => {
+            w.run.clock.timers.remove(timer_id);
             end::deadline(&mut w)
         }
         Input::Timer { timer_id } => {
-            w.run.timers.remove(timer_id);
+            w.run.clock.timers.remove(timer_id);
             plan::timer(&mut w, timer_id)
         }
         Input::Fail { code, message } => end::fail(&mut w, code, message),

@@ -35,7 +35,7 @@ impl Work<'_> {
             self.end(RunStatus::Failed, "unknown_agent", &msg);
             return None;
         };
-        if self.run.turn_thinks >= agent.max_iterations {
+        if self.run.counters.turn_thinks >= agent.max_iterations {
             let msg = format!(
                 "stopped after {} iterations, the limit for agent `{}`",
                 agent.max_iterations, agent.name
@@ -72,22 +72,22 @@ impl Work<'_> {
                 .cloned()
                 .collect();
             return Some(Step::Think {
-                think_index: self.run.thinks,
+                think_index: self.run.counters.thinks,
                 changed,
             });
         };
-        self.run.thinks += 1;
-        self.run.turn_thinks += 1;
+        self.run.counters.thinks += 1;
+        self.run.counters.turn_thinks += 1;
         // The plugins' state after their answer commits with the step that thought.
         if let Some(p) = &io.prepared {
             self.run.plugin_state.extend(p.states.clone());
         }
-        self.run.usage += reply.usage;
+        self.run.spend.usage += reply.usage;
         let model = reply.model.clone();
         let cost_usd = model
             .as_deref()
             .and_then(|m| book.prices.cost(m, &reply.usage));
-        self.run.cost_usd += cost_usd.unwrap_or(0.0);
+        self.run.spend.cost_usd += cost_usd.unwrap_or(0.0);
         let line = crate::cost::CostLine {
             operation: agent.operation,
             model: model.clone(),
@@ -97,7 +97,7 @@ impl Work<'_> {
             usage: reply.usage,
             cost_usd: cost_usd.unwrap_or(0.0),
         };
-        crate::cost::add_line(&mut self.run.cost_breakdown, line);
+        crate::cost::add_line(&mut self.run.spend.cost_breakdown, line);
         let text = reply.text.clone().map(|t| cap_at(t, MAX_REPLY_BYTES));
         let reply_seq = self.push(EntryBody::Assistant {
             text: text.clone(),
@@ -113,7 +113,7 @@ impl Work<'_> {
             self.end(RunStatus::Completed, "", "");
             return None;
         }
-        if self.run.tools_spent {
+        if self.run.counters.tools_spent {
             // Asked for a final answer without tools, it called tools again.
             let msg = format!(
                 "the model kept calling tools after this turn's {} tool calls \
@@ -133,7 +133,7 @@ impl Work<'_> {
             .map_or_else(|| agent.granted(self.given), |p| p.prepared.clone());
         for (i, call) in reply.tool_calls.iter().enumerate() {
             let mut id = if call.id.is_empty() {
-                format!("call_{}_{i}", self.run.thinks - 1)
+                format!("call_{}_{i}", self.run.counters.thinks - 1)
             } else {
                 call.id.clone()
             };
@@ -164,17 +164,17 @@ impl Work<'_> {
                 duration_ms: None,
             }));
             let max = agent.max_tool_calls_per_turn;
-            let result = if self.run.turn_tool_calls >= max {
+            let result = if self.run.counters.turn_tool_calls >= max {
                 capped += 1;
                 ToolResult::error(format!(
                     "not run: this turn's limit of {max} tool calls is reached; answer with what \
                      you have"
                 ))
             } else if let Err(e) = parsed {
-                self.run.turn_tool_calls += 1;
+                self.run.counters.turn_tool_calls += 1;
                 ToolResult::error(format!("arguments are not valid JSON: {e}"))
             } else {
-                self.run.turn_tool_calls += 1;
+                self.run.counters.turn_tool_calls += 1;
                 let call = Call {
                     seq,
                     id: &id,
@@ -191,7 +191,7 @@ impl Work<'_> {
             let msg = format!(
                 "{capped} tool call(s) not run: the turn asked for {} and agent `{}` may make {} \
                  (maxToolCallsPerTurn); the model is asked for its final answer without tools",
-                self.run.turn_tool_calls + capped,
+                self.run.counters.turn_tool_calls + capped,
                 agent.name,
                 agent.max_tool_calls_per_turn,
             );
@@ -202,7 +202,7 @@ impl Work<'_> {
             let event =
                 json!({"runId": self.run.run_id, "code": "tool_call_limit", "message": msg});
             self.publish("run.error", event);
-            self.run.tools_spent = true;
+            self.run.counters.tools_spent = true;
         }
         // A call of this reply waits for approval: the others wait with it (unless the
         // agent says its calls are independent), and run when the approvals are settled.

@@ -83,9 +83,9 @@ impl Work<'_> {
         });
         self.run.set_prompt(text);
         self.run.status = RunStatus::Running;
-        self.run.turn_thinks = 0;
-        self.run.turn_tool_calls = 0;
-        self.run.tools_spent = false;
+        self.run.counters.turn_thinks = 0;
+        self.run.counters.turn_tool_calls = 0;
+        self.run.counters.tools_spent = false;
         self.run.result = None;
         self.run.result_seq = None;
         self.run.result_truncated = false;

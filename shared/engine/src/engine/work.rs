@@ -237,7 +237,7 @@ impl<'a> Work<'a> {
         match self.run.status {
             RunStatus::Running | RunStatus::Queued => (
                 Some("thinking"),
-                Some(json!({"iteration": self.run.thinks})),
+                Some(json!({"iteration": self.run.counters.thinks})),
             ),
             RunStatus::Waiting => {
                 let pending: Vec<&ToolEntry> = self
@@ -281,8 +281,8 @@ impl<'a> Work<'a> {
     /// waits, a timer is armed for its deadline (`maxWallSeconds`), which a step would
     /// otherwise only check before a think.
     fn clock(&mut self, state: Option<&str>) {
-        if let Some(since) = self.run.working_since.take() {
-            self.run.worked_ms += (self.now - since).num_milliseconds().max(0) as u64;
+        if let Some(since) = self.run.clock.working_since.take() {
+            self.run.clock.worked_ms += (self.now - since).num_milliseconds().max(0) as u64;
         }
         let works = match self.run.status {
             RunStatus::Queued | RunStatus::Running => true,
@@ -292,20 +292,20 @@ impl<'a> Work<'a> {
             _ => false,
         };
         if works {
-            self.run.working_since = Some(self.now);
+            self.run.clock.working_since = Some(self.now);
         }
         let max = self.book.agent(&self.run.agent).and_then(|a| a.max_wall);
         let waits_on_work = works && self.run.status == RunStatus::Waiting;
-        match (&self.run.deadline_timer, max) {
+        match (&self.run.clock.deadline_timer, max) {
             (None, Some(max)) if waits_on_work => {
-                let left = max.as_millis() as i64 - self.run.worked_ms as i64;
+                let left = max.as_millis() as i64 - self.run.clock.worked_ms as i64;
                 let at = self.now + chrono::Duration::milliseconds(left.max(1000));
                 let timer_id = format!(
                     "{}deadline_{}",
                     crate::message::TIMER_PREFIX,
                     super::derive_id("dl", &self.run.run_id, self.run.version)
                 );
-                self.run.deadline_timer = Some(timer_id.clone());
+                self.run.clock.deadline_timer = Some(timer_id.clone());
                 self.effects.push(Effect::Timer {
                     timer_id,
                     run_id: self.run.run_id.clone(),
@@ -314,7 +314,7 @@ impl<'a> Work<'a> {
             }
             (Some(_), _) if !waits_on_work => {
                 // Working again (a think checks the deadline itself), paused, or ended.
-                if let Some(timer_id) = self.run.deadline_timer.take() {
+                if let Some(timer_id) = self.run.clock.deadline_timer.take() {
                     self.effects.push(Effect::CancelTimer { timer_id });
                 }
             }
@@ -346,9 +346,9 @@ impl<'a> Work<'a> {
         }
         // Time waiting for a human is kept apart.
         if state == Some("waiting_on_user") {
-            self.run.waiting_since.get_or_insert(self.now);
-        } else if let Some(since) = self.run.waiting_since.take() {
-            self.run.human_wait_ms += (self.now - since).num_milliseconds().max(0) as u64;
+            self.run.clock.waiting_since.get_or_insert(self.now);
+        } else if let Some(since) = self.run.clock.waiting_since.take() {
+            self.run.clock.human_wait_ms += (self.now - since).num_milliseconds().max(0) as u64;
         }
         self.clock(state);
         self.run.state = state.map(str::to_owned);
@@ -361,16 +361,16 @@ impl<'a> Work<'a> {
         for e in &self.effects {
             match e {
                 Effect::Timer { timer_id, at, .. } => {
-                    self.run.timers.insert(timer_id.clone(), *at);
+                    self.run.clock.timers.insert(timer_id.clone(), *at);
                 }
                 Effect::CancelTimer { timer_id } => {
-                    self.run.timers.remove(timer_id);
+                    self.run.clock.timers.remove(timer_id);
                 }
                 _ => {}
             }
         }
         if self.run.status.is_terminal() {
-            self.run.timers.clear();
+            self.run.clock.timers.clear();
         }
         self.run.version += 1;
         self.run.batch_start = self.batch_start;

@@ -66,7 +66,7 @@ fn a_planner_that_fails_validation_twice_fails_the_call_with_the_error() {
         retry.starts_with("That plan is not valid: the reply is not JSON"),
         "{retry}"
     );
-    assert_eq!(s.run(&planner).thinks, 2);
+    assert_eq!(s.run(&planner).counters.thinks, 2);
     assert_eq!(s.run(&id).status, RunStatus::Completed);
     assert!(s.events("plan.created").is_empty());
 }

@@ -68,7 +68,7 @@ fn sequential_steps_pass_results_and_bindings_along() {
     assert_eq!(counts, [1, 2, 2, 1]);
     assert_eq!(s.events("plan.step.completed")[1].detail["stepId"], "use");
     // The children's spending is the parent's too.
-    assert_eq!(s.run(&id).children.usage.total_tokens, 12);
+    assert_eq!(s.run(&id).spend.children.usage.total_tokens, 12);
 }
 
 #[test]
@@ -500,10 +500,10 @@ fn a_run_holds_the_timers_it_armed_until_they_fire_or_are_cancelled() {
     // The slow step's child never answers.
     s.queue.clear();
     let first = state(&s, &id).steps["slow"].timer_id.clone().unwrap();
-    let armed: Vec<&String> = s.run(&id).timers.keys().collect();
+    let armed: Vec<&String> = s.run(&id).clock.timers.keys().collect();
     assert_eq!(armed, [&first]);
     assert_eq!(
-        s.run(&id).timers[&first],
+        s.run(&id).clock.timers[&first],
         t0() + chrono::Duration::seconds(5)
     );
     s.now = t0() + chrono::Duration::seconds(5);
@@ -512,13 +512,17 @@ fn a_run_holds_the_timers_it_armed_until_they_fire_or_are_cancelled() {
     };
     assert_eq!(s.send(&id, fire), Outcome::Done);
     let next = state(&s, &id).steps["next"].timer_id.clone().unwrap();
-    assert!(!s.run(&id).timers.contains_key(&first), "fired: gone");
+    assert!(!s.run(&id).clock.timers.contains_key(&first), "fired: gone");
     assert!(
-        s.run(&id).timers.contains_key(&next),
+        s.run(&id).clock.timers.contains_key(&next),
         "the next step's armed"
     );
     s.run_all();
     // The next step ended in time (its timer cancelled) and the run completed: none left.
     assert_eq!(s.run(&id).status, RunStatus::Completed);
-    assert!(s.run(&id).timers.is_empty(), "{:?}", s.run(&id).timers);
+    assert!(
+        s.run(&id).clock.timers.is_empty(),
+        "{:?}",
+        s.run(&id).clock.timers
+    );
 }
