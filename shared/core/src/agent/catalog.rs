@@ -346,7 +346,7 @@ impl Catalog {
         Self::assemble(Limits::default(), toolbox, Some(file))
     }
 
-    /// Gives `agent` a plugin, asked after those it has (see [`Plugin`]).
+    /// Gives `agent` a plugin, asked after those it has (see [`super::Plugin`]).
     pub fn with_plugin(mut self, agent: &str, plugin: impl super::Plugin) -> Self {
         if self.agents.contains_key(agent) {
             let plugins = self.plugins.entry(agent.to_owned()).or_default();

@@ -1,9 +1,11 @@
 //! The service: the only place that loads a run, calls the engine, commits with a version
 //! check, and performs the committed effects through the ports.
 //!
-//! Hosts (the local dev server, the Lambda functions) call one method each: the HTTP API
-//! calls the request methods (`requests.rs`), queue consumers call [`Service::handle`]
-//! (`steps.rs`), timers call [`Service::expire_cta`].
+//! A host builds its service once, with everything it works with ([`Service::builder`]),
+//! then calls one method each: the HTTP API calls the request methods (`requests.rs`), queue
+//! consumers call [`Service::consume`] (`consume.rs`, which steps through
+//! [`Service::handle`] in `steps.rs` and answers with the one [`Verdict`] a host maps to its
+//! queue's terms), timers call [`Service::fire_timer`].
 
 mod cache;
 mod consume;

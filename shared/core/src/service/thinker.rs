@@ -1,5 +1,6 @@
-//! The engine's I/O for one step of one run ([`StepIo`]): the model (given as much of the
-//! conversation as its context budget holds), the catalog's tools, and the settling of CTAs.
+//! The engine's I/O for one step of one run ([`StepIo`]): the agent's plugins, the model
+//! (given as much of the conversation as its context budget holds), the catalog's tools,
+//! and the settling of CTAs.
 
 use tracing::warn;
 
@@ -16,7 +17,7 @@ use crate::run::Run;
 use crate::timeline::Entry;
 use crate::tools::ToolContext;
 
-/// The engine's I/O for one step of one run: the model, and the catalog's tools.
+/// The engine's I/O for one step of one run: the plugins, the model, the catalog's tools.
 pub(super) struct Thinker<'a> {
     pub(super) service: &'a Service,
     pub(super) run: &'a Run,
@@ -26,9 +27,10 @@ pub(super) struct Thinker<'a> {
     /// What a think read back before the window for a model that reads history (with the
     /// window after it): cached from then on.
     pub(super) read: std::sync::OnceLock<Window>,
-    /// The MCP servers' tools as listed when the step started (what a call executes)...
+    /// The MCP servers' tools as listed when the step started: what a call executes.
     pub(super) listed: Listed,
-    /// ...and the step's book of agents and tools, taken with it (what the engine checks).
+    /// The step's book of agents and tools, taken from `listed`: what the engine checks
+    /// a call against.
     pub(super) book: Book,
     /// When the host's invocation ends, if it does: no tool call runs past it.
     pub(super) deadline: Option<super::StepDeadline>,
