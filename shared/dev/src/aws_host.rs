@@ -119,14 +119,15 @@ impl AwsDevServer {
         // The step functions' live events reach the API's streams in this process, or go
         // through the live channel as on AWS.
         let step_functions = ["OrchestratorFunction", "SubagentFunction"];
-        let mut step_live: Vec<Option<Arc<dyn baton_core::live::Live>>> = Vec::new();
-        let (live, watchers) = match &opts.live {
+        let (step_live, live, watchers) = match &opts.live {
             None => {
                 let hub = baton_api::live::Hub::new();
-                step_live = vec![Some(hub.clone()), Some(hub.clone())];
-                (Some(hub), None)
+                let step_live: Vec<Arc<dyn baton_core::live::Live>> =
+                    vec![hub.clone(), hub.clone()];
+                (step_live, Some(hub), None)
             }
             Some((live, grants)) => {
+                let mut step_live: Vec<Arc<dyn baton_core::live::Live>> = Vec::new();
                 for name in step_functions {
                     let sdk = as_function(&opts.sdk, name);
                     let (Some(credentials), Some(region)) =
@@ -136,13 +137,13 @@ impl AwsDevServer {
                             "the live channel needs credentials and a region",
                         )));
                     };
-                    step_live.push(Some(baton_aws::appsync::AppSyncLive::start(
+                    step_live.push(baton_aws::appsync::AppSyncLive::start(
                         baton_aws::appsync::Publisher {
                             url: live.publish_url.clone(),
                             region: region.to_string(),
                             credentials,
                         },
-                    )));
+                    ));
                 }
                 let sdk = as_function(&opts.sdk, "ApiFunction");
                 let watchers: Arc<dyn baton_core::live::grant::Watchers> =
@@ -156,7 +157,7 @@ impl AwsDevServer {
                         grants: grants.clone(),
                         live: live.clone(),
                     });
-                (None, Some(watchers))
+                (step_live, None, Some(watchers))
             }
         };
         // On Lambda each step function writes EMF lines; here, as `baton dev`, counters.
@@ -190,8 +191,8 @@ impl AwsDevServer {
         };
         let mut step_live = step_live.into_iter();
         let api = function("ApiFunction", None);
-        let orchestrator = function(step_functions[0], step_live.next().flatten());
-        let subagent = function(step_functions[1], step_live.next().flatten());
+        let orchestrator = function(step_functions[0], step_live.next());
+        let subagent = function(step_functions[1], step_live.next());
         let cta = function("CtaFunction", None);
         // Each function as the template deploys it (its timeout, memory and mappings).
         let mut functions = crate::functions::Functions::deployed()?;
