@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-functions=(api cta live orchestrator subagent)
+functions=(api events live orchestrator subagent)
 for f in "${functions[@]}"; do
   # "name version|features" of each third-party crate (workspace members carry a path).
   cargo tree -p "$f" -e normal --prefix none -f '{p}|{f}' --target x86_64-unknown-linux-gnu \

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 label=${1:?usage: scripts/lambda-profiles.sh LABEL [TARGET_DIR]}
 dir=${2:-$(mktemp -d)}
-functions=(api orchestrator subagent cta)
+functions=(api orchestrator subagent events)
 args=()
 for f in "${functions[@]}"; do args+=(-p "$f"); done
 if [[ ! -s "$dir/build.secs" ]]; then # a finished build is measured again, not rebuilt

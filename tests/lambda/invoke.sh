@@ -103,8 +103,8 @@ check "orchestrator: the failed step's span, sent before the invocation returned
   "any(s['name'] == 'step orchestrator' and s['status'] == 'STATUS_CODE_ERROR' and s['attributes']['baton.run.id'] == '$run_id' and s['attributes']['error.type'] == 'step_failed' and s['attributes']['baton.step.input'] == 'start' and s['resource'].get('cloud.platform') == 'aws_lambda' for s in r)"
 r=$(invoke subagent tests/events/subagent-steps-batch.json)
 check "subagent (unknown run) acknowledged" "$r" 'r["batchItemFailures"] == []'
-r=$(invoke cta tests/events/cta-inbox-batch.json)
-check "cta (unknown and invalid events rejected, not retried)" "$r" 'r["batchItemFailures"] == []'
+r=$(invoke events tests/events/cta-inbox-batch.json)
+check "events (unknown and invalid events rejected, not retried)" "$r" 'r["batchItemFailures"] == []'
 # A dead-lettered step whose deliveries failed in its own step (the run's start, four times
 # now) ends its run as failed. (One whose deliveries were mostly deferred behind other
 # records would go back to its queue: tests/tests/contract.rs.)

@@ -13,7 +13,7 @@ hands them over, deleting what succeeded. The work is the heaviest a deployment 
 - every turn, 8 calls (the most a reply may make) of an HTTP tool answering 1 MB (kept as
   64 KB each) with a 64 KB text beside them, until each run's history passes its context
   budget and all of them together pass the step functions' timeline cache; then each run
-  asks for an approval, is answered through the `cta` function, and ends with a 256 KB answer;
+  asks for an approval, is answered through the `events` function, and ends with a 256 KB answer;
 - the `api` function pages every run's timeline (4 MB pages), the runs and the CTAs.
 
 Then it reads each process's peak resident memory (VmHWM) and fails if one passes 90% of its
@@ -264,7 +264,7 @@ def main():
                BATON_AGENTS_JSON=json.dumps(agents), BATON_MODEL="openai:gpt-4o-mini")
     env.pop("BATON_AGENTS_FILE", None)
     fns = {name: Function(name, os.path.join(bins, name), env, sizes[name])
-           for name in ("api", "orchestrator", "cta")}
+           for name in ("api", "orchestrator", "events")}
     try:
         started = time.time()
         pad = 256 * 1024 - 4096 - 16 * 1024 - 2048
@@ -287,8 +287,8 @@ def main():
                                             "resources": [], "detail": {"ctaId": c["ctaId"],
                                                                         "kind": "approval", "approved": True}})}
                        for c in ctas["ctas"][at:at + 10]]
-            if fns["cta"].invoke({"Records": answers})["batchItemFailures"]:
-                sys.exit("the cta function failed an answer")
+            if fns["events"].invoke({"Records": answers})["batchItemFailures"]:
+                sys.exit("the events function failed an answer")
         batches += drain(sqs, e["BATON_STEPS_QUEUE_URL"], fns["orchestrator"])
         for run_id in runs:
             run, _ = call(fns["api"], "GET", f"/runs/{run_id}")

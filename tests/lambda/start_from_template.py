@@ -40,8 +40,8 @@ FUNCTIONS = {
                              lambda r: r.get("batchItemFailures") == []),
     "SubagentFunction": ("subagent", "tests/events/subagent-steps-batch.json",
                          lambda r: r.get("batchItemFailures") == []),
-    "CtaFunction": ("cta", "tests/events/cta-inbox-batch.json",
-                    lambda r: r.get("batchItemFailures") == []),
+    "EventsFunction": ("events", "tests/events/cta-inbox-batch.json",
+                      lambda r: r.get("batchItemFailures") == []),
     # AppSync asking the live channel's authorizer: a watch token of run_live, signed with
     # the link key below, for its own channel (allowed, not cached).
     "LiveFunction": ("live", None, lambda r: r == {"isAuthorized": True, "ttlOverride": 0}),

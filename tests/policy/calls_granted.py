@@ -28,7 +28,7 @@ from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
 
 ACCOUNT, REGION, STACK = "123456789012", "us-east-1", "baton"
-FUNCTIONS = ["ApiFunction", "OrchestratorFunction", "SubagentFunction", "CtaFunction"]
+FUNCTIONS = ["ApiFunction", "OrchestratorFunction", "SubagentFunction", "EventsFunction"]
 
 # The sample stack's resources: what `Ref` and `GetAtt` give, as CloudFormation would.
 QUEUES = {

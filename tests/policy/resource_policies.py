@@ -31,7 +31,7 @@ BUS = f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{STACK}-bus"
 ARNS = {
     "SchedulerRole": SCHEDULER_ROLE,
     **{f"{f}Role": f"arn:aws:iam::{ACCOUNT}:role/{STACK}-{f}Role-ABC123"
-       for f in ["ApiFunction", "OrchestratorFunction", "SubagentFunction", "CtaFunction"]},
+       for f in ["ApiFunction", "OrchestratorFunction", "SubagentFunction", "EventsFunction"]},
     **{r: f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{STACK}-bus/{STACK}-{r}-ABC123"
        for r in ["CtaResponseRule", "CtaExpiredRule"]},
     "SweepSchedule": f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{STACK}-SweepSchedule-ABC123",
@@ -175,7 +175,7 @@ def queue_cases(template):
         ([""], "SweepQueuePolicy", rule("SweepSchedule", sweep), "allow"),
         ([""], "SweepQueuePolicy", rule("CtaResponseRule", sweep), "deny"),
         ([""], "SweepQueuePolicy", user(mallory, sweep), "deny"),
-        ([""], "SweepQueuePolicy", user(ARNS["CtaFunctionRole"], sweep), "deny"),
+        ([""], "SweepQueuePolicy", user(ARNS["EventsFunctionRole"], sweep), "deny"),
         ([ops], "SweepQueuePolicy", user(ops, sweep), same_account),
         ([""], "CtaInboxQueuePolicy", user(mallory, inbox), "deny"),
         ([""], "CtaInboxQueuePolicy", user(ARNS["ApiFunctionRole"], inbox), "deny"),
@@ -184,7 +184,7 @@ def queue_cases(template):
         ([ops], "CtaInboxQueuePolicy", user(ops, inbox), same_account),
         ([ops], "CtaInboxQueuePolicy", user(mallory, inbox), "deny"),
         ([""], "StepQueuesPolicy", user(ARNS["ApiFunctionRole"], steps), same_account),
-        ([""], "StepQueuesPolicy", user(ARNS["CtaFunctionRole"], steps), same_account),
+        ([""], "StepQueuesPolicy", user(ARNS["EventsFunctionRole"], steps), same_account),
         ([""], "StepQueuesPolicy", user(ARNS["OrchestratorFunctionRole"], sub), same_account),
         ([""], "StepQueuesPolicy", user(ARNS["SubagentFunctionRole"], steps), same_account),
         ([""], "StepQueuesPolicy", user(mallory, steps), "deny"),

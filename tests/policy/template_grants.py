@@ -121,7 +121,7 @@ def main():
                       f"{' via profile' if context else ''}: "
                       f"{'allowed' if got else 'denied'}, expected {'allowed' if expected else 'denied'}")
     # The agents file in S3: its object alone, for the four functions that read it.
-    readers = ["ApiFunction", "OrchestratorFunction", "SubagentFunction", "CtaFunction"]
+    readers = ["ApiFunction", "OrchestratorFunction", "SubagentFunction", "EventsFunction"]
     uri_object = "cfg-bucket/baton/agents.json"
     decisions = len(cases) * len(ACTIONS) * len(STEP_FUNCTIONS)
     for uri, arn, expected in [
@@ -138,7 +138,7 @@ def main():
     # Each SQS-fed function, in its own queues alone (SAM's managed policy allows any).
     feeds = {"OrchestratorFunction": ["StepsQueue", "StepsDeadLetterQueue"],
              "SubagentFunction": ["SubagentStepsQueue", "SubagentStepsDeadLetterQueue"],
-             "CtaFunction": ["CtaInboxQueue", "SweepQueue"]}
+             "EventsFunction": ["CtaInboxQueue", "SweepQueue"]}
     queues = ["StepsQueue", "StepsDeadLetterQueue", "SubagentStepsQueue",
               "SubagentStepsDeadLetterQueue", "CtaInboxQueue", "SweepQueue"]
     with_managed = roles(template(), list(feeds))

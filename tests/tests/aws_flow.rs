@@ -990,13 +990,13 @@ async fn a_crash_after_a_parking_commit_is_repaired_by_the_sweep() {
         "awsRegion": "us-east-1"}]}))
     .unwrap();
     let healthy = service(false);
-    let resp = baton_lambda::handle_cta_inbox(&healthy, tick.clone()).await;
+    let resp = baton_lambda::handle_events(&healthy, tick.clone()).await;
     assert!(resp.batch_item_failures.is_empty());
     assert!(get().await.is_err(), "not yet: the outbox is seconds old");
 
     // Five minutes on, the tick performs the outbox: the timer exists, the outbox is done.
     clock.advance(chrono::Duration::minutes(6));
-    let resp = baton_lambda::handle_cta_inbox(&healthy, tick).await;
+    let resp = baton_lambda::handle_events(&healthy, tick).await;
     assert!(resp.batch_item_failures.is_empty());
     let s = get().await.unwrap();
     assert_eq!(

@@ -294,7 +294,7 @@ async fn ten_thousand_generated_requests_and_events_get_clear_refusals_and_chang
                 "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:x-cta-inbox",
                 "awsRegion": "us-east-1"}]}))
                 .unwrap();
-                let resp = handle.block_on(baton_lambda::handle_cta_inbox(&service, ev));
+                let resp = handle.block_on(baton_lambda::handle_events(&service, ev));
                 prop_assert!(
                     resp.batch_item_failures.is_empty(),
                     "retried for ever: {body}"

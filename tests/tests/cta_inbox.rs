@@ -1,4 +1,4 @@
-//! The `cta` function's handler, on the embedded adapters: answers and expiries that arrive
+//! The `events` function's handler, on the embedded adapters: answers and expiries that arrive
 //! on the bus. An answer may name its responder (recorded beside it); a redelivery of the
 //! answer that won is a no-op, not a rejection; an expiry before `expiresAt` is refused.
 
@@ -12,7 +12,7 @@ use baton_core::cta::{Cta, CtaStatus};
 use baton_core::ports::{Clock, ManualClock, Scheduler, Store, SystemClock};
 use baton_core::service::{CreateRun, Service};
 use baton_dev::worker::{Worker, WorkerOptions};
-use baton_lambda::handle_cta_inbox;
+use baton_lambda::handle_events;
 use baton_local::store::LocalStore;
 use common::*;
 use serde_json::{Value, json};
@@ -81,7 +81,7 @@ impl Env {
             "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:baton-cta-inbox",
             "awsRegion": "us-east-1"}]}))
         .unwrap();
-        let resp = handle_cta_inbox(&self.service, event).await;
+        let resp = handle_events(&self.service, event).await;
         assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
         self.worker.drain().await.unwrap();
         self.local.events_after(0, 1000).await.unwrap()[before..]

@@ -483,7 +483,7 @@ async fn a_slow_model_call_holds_back_only_its_own_run_in_a_lambda_batch() {
 
 /// A sweep tick keeps to its budget however many finished runs wait to be purged: it purges
 /// `PURGE_CHUNK` runs at a time and starts no new chunk once its time is spent, leaving the
-/// rest to the next tick (it shares the `cta` function's 30 s with answers).
+/// rest to the next tick (it shares the `events` function's 30 s with answers).
 #[tokio::test]
 async fn a_sweep_tick_keeps_to_its_budget_with_endless_runs_to_purge() {
     let dir = tempfile::tempdir().unwrap();
@@ -502,7 +502,7 @@ async fn a_sweep_tick_keeps_to_its_budget_with_endless_runs_to_purge() {
 }
 
 /// A sweep tick that takes its whole budget does not hold back the answers delivered in
-/// its batch: the `cta` function handles a batch's records at once (its queue keeps no
+/// its batch: the `events` function handles a batch's records at once (its queue keeps no
 /// order). Here the answer names no CTA, so it is refused at once, which the bus shows.
 #[tokio::test]
 async fn a_long_sweep_tick_does_not_hold_back_the_answers_in_its_batch() {
@@ -538,7 +538,7 @@ async fn a_long_sweep_tick_does_not_hold_back_the_answers_in_its_batch() {
     ]}))
     .unwrap();
     let started = std::time::Instant::now();
-    let resp = baton_lambda::handle_cta_inbox(&svc, event).await;
+    let resp = baton_lambda::handle_events(&svc, event).await;
     let took = started.elapsed();
     assert!(resp.batch_item_failures.is_empty(), "nothing to retry");
     assert!(store.purges.load(Ordering::SeqCst) >= 2, "the tick purged");

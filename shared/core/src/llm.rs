@@ -85,7 +85,7 @@ pub trait KeySource: Send + Sync {
     async fn fetch(&self) -> Result<Option<String>, crate::error::PortError>;
 }
 
-/// The model of a host that never thinks (the `api` and `cta` functions): every call is a
+/// The model of a host that never thinks (the `api` and `events` functions): every call is a
 /// fatal error, so a misrouted step fails loudly instead of hanging.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoModel;

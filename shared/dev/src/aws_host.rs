@@ -61,8 +61,8 @@ pub struct AwsDevServer {
     /// The step functions' services (`orchestrator`, `subagent`), observed by one set of
     /// counters (`GET /metrics`) and, with [`AwsDevOptions::traces`], one exporter.
     steps: [Arc<Service>; 2],
-    /// The `cta` function's service (answers from the bus, expiries, the sweep).
-    cta: Arc<Service>,
+    /// The `events` function's service (answers from the bus, expiries, timers, the sweep).
+    events: Arc<Service>,
     /// The grants of watches on the live channel, when it is outside the process (the
     /// `api` function's, for a router served as API Gateway serves it).
     pub watchers: Option<Arc<dyn baton_core::live::grant::Watchers>>,
@@ -193,7 +193,7 @@ impl AwsDevServer {
         let api = function("ApiFunction", None);
         let orchestrator = function(step_functions[0], step_live.next());
         let subagent = function(step_functions[1], step_live.next());
-        let cta = function("CtaFunction", None);
+        let events = function("EventsFunction", None);
         // Each function as the template deploys it (its timeout, memory and mappings).
         let mut functions = crate::functions::Functions::deployed()?;
         if let Some(t) = opts.function_timeout {
@@ -217,7 +217,7 @@ impl AwsDevServer {
             (
                 provisioned.cta_inbox_url.as_str(),
                 Feeds::CtaInbox,
-                &cta,
+                &events,
                 "CtaInboxQueue",
             ),
         ] {
@@ -248,7 +248,7 @@ impl AwsDevServer {
         let pump = sources.clone();
         let service = api.service;
         let steps = [orchestrator.service, subagent.service];
-        let cta = cta.service;
+        let events = events.service;
         let (stop, stop_rx) = watch::channel(false);
         let pump = tokio::spawn(pump.run(stop_rx.clone()));
         let exports = opts
@@ -273,7 +273,7 @@ impl AwsDevServer {
             token: opts.token,
             service,
             steps,
-            cta,
+            events,
             watchers,
             provisioned,
             meter,
@@ -320,10 +320,10 @@ impl AwsDevServer {
         format!("http://{}", self.addr)
     }
 
-    /// The sweep, as its scheduled rule has the `cta` function run it: performs the
+    /// The sweep, as its scheduled rule has the `events` function run it: performs the
     /// outboxes outstanding for longer than `older_than`.
     pub async fn sweep(&self, older_than: chrono::Duration) -> Result<usize, PortError> {
-        self.cta.sweep(older_than).await
+        self.events.sweep(older_than).await
     }
 
     pub async fn shutdown(self) {

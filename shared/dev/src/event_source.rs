@@ -28,7 +28,7 @@ use baton_core::error::PortError;
 use baton_core::service::{Service, StepDeadline, budget_for};
 
 use baton_aws::sdk::map_sdk_err;
-use baton_lambda::{handle_cta_inbox, handle_steps, release, steps_at_once};
+use baton_lambda::{handle_events, handle_steps, release, steps_at_once};
 
 pub use crate::functions::Function;
 
@@ -42,7 +42,7 @@ pub enum Feeds {
     Steps,
     /// `orchestrator` / `subagent`, reading their dead-letter queues.
     DeadLetters,
-    /// `cta`.
+    /// `events`.
     CtaInbox,
 }
 
@@ -416,7 +416,7 @@ impl EventSources {
                     handle_steps(service, &self.dead_letters, event, Some(deadline), at_once).await;
                 (out.response, out.again)
             }
-            Feeds::CtaInbox => (handle_cta_inbox(service, event).await, Vec::new()),
+            Feeds::CtaInbox => (handle_events(service, event).await, Vec::new()),
         }
     }
 

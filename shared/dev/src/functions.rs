@@ -204,17 +204,17 @@ mod tests {
             f.fed_by("SubagentStepsQueue").unwrap().name,
             "SubagentFunction"
         );
-        let cta = f.fed_by("CtaInboxQueue").unwrap();
+        let events = f.fed_by("CtaInboxQueue").unwrap();
         assert_eq!(
-            (cta.name.as_str(), cta.timeout),
-            ("CtaFunction", Duration::from_secs(30))
+            (events.name.as_str(), events.timeout),
+            ("EventsFunction", Duration::from_secs(30))
         );
         assert!(f.fed_by("NoSuchQueue").is_err());
         // The steps mapping and the dead letters' for each step function; the inbox and
-        // the sweep for `cta`.
+        // the sweep for `events`.
         let asked = f.mapped_concurrency();
         assert_eq!(asked.get("OrchestratorFunction"), Some(&52));
-        assert_eq!(asked.get("CtaFunction"), Some(&52));
+        assert_eq!(asked.get("EventsFunction"), Some(&52));
     }
 
     #[test]

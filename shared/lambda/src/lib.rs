@@ -6,21 +6,21 @@
 //! |---|---|
 //! | [`runtime`] | start-up: configuration, secrets, model clients, the service |
 //! | [`steps`] | the step functions' SQS batches: order per run, deadline, deferral |
-//! | [`inbox`] | the `cta` function's inbox batches |
+//! | [`events`] | the `events` function's batches: the inbox queue and the sweep's ticks |
 //! | [`live`] | the `live` function: the live channel's authorizer |
 //!
 //! The adapters are `baton-aws`'s; the policy for each message is the service's
 //! (`Service::consume`, `Service::inbox_event`). `baton dev --aws` runs these same handlers
 //! in-process (`baton-dev`).
 
-pub mod inbox;
+pub mod events;
 pub mod live;
 pub mod runtime;
 pub mod steps;
 
 use aws_lambda_events::event::sqs::BatchItemFailure;
 
-pub use inbox::{SWEEP_AFTER, handle_cta_inbox, run_cta_inbox};
+pub use events::{SWEEP_AFTER, handle_events, run_events};
 pub use live::run_live_authorizer;
 pub use runtime::{InitError, Runtime, SecretKey, secret_fields};
 #[cfg(feature = "steps")]

@@ -313,7 +313,7 @@ impl Runtime {
         )))
     }
 
-    /// The service of the `api` and `cta` functions, which never think nor run a tool: the
+    /// The service of the `api` and `events` functions, which never think nor run a tool: the
     /// agents file's tools are known by name only (`Catalog::declared`).
     pub async fn request_service(&self) -> Result<Arc<Service>, InitError> {
         let catalog = Catalog::declared(self.agents().await?)?;

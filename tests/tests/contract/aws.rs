@@ -164,7 +164,7 @@ async fn the_functions_sdk_config_works_from_lambdas_environment_alone() {
     let aws = Emulator::start_with(None).await;
     let env = SdkEnv {
         endpoint: Some(aws.url.clone()),
-        function_name: Some("CtaFunction".into()),
+        function_name: Some("EventsFunction".into()),
         ..SdkEnv::default()
     };
     let keys = StaticKeys {

@@ -316,7 +316,7 @@ impl Catalog {
         Self::new(Limits::default(), vec![], file)
     }
 
-    /// The catalog of a host that never runs a tool (the `api` and `cta` functions): the
+    /// The catalog of a host that never runs a tool (the `api` and `events` functions): the
     /// file's HTTP tools, `http_fetch` and MCP servers are declared by name, so its agents
     /// check out, but no client is built; a call to one is an error saying where tools run.
     pub fn declared(file: Option<AgentsFile>) -> Result<Self, CatalogError> {

@@ -6,7 +6,7 @@ use tracing::{info, warn};
 use super::Service;
 use crate::error::PortError;
 
-/// How long one sweep tick starts new work: the `cta` function that runs it has 30 s, and
+/// How long one sweep tick starts new work: the `events` function that runs it has 30 s, and
 /// the answers in its batch must not wait long behind it. What is left waits for the next
 /// tick (every 5 minutes).
 pub const SWEEP_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);

@@ -230,7 +230,7 @@ pub struct ToolDef {
     pub timeout: Option<Duration>,
     /// The schema, compiled when first needed: a catalog that runs tools compiles every
     /// schema when it is built ([`ToolDef::check`]); one that only knows tools by name (the
-    /// `api` and `cta` functions) never does, and does not link a validator.
+    /// `api` and `events` functions) never does, and does not link a validator.
     validator: OnceLock<Result<jsonschema::Validator, String>>,
 }
 

@@ -1,5 +1,5 @@
-//! The `cta` function: answers, expiries, plan timers and the sweep's tick, from the inbox
-//! queue.
+//! The `events` function: answers, expiries, plan timers and the sweep's tick, from the inbox
+//! queue and the sweep's.
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use baton_core::service::{Service, ServiceError};
@@ -10,12 +10,13 @@ use tracing::{Instrument, error, info_span, warn};
 
 use crate::{Runtime, failure};
 
-/// The `cta` function: answers and expiries from the inbox queue, until Lambda stops it.
-pub async fn run_cta_inbox(runtime: Runtime) -> Result<(), lambda_runtime::Error> {
+/// The `events` function: answers, expiries and timers from the inbox queue and the sweep's
+/// ticks from its own, until Lambda stops it.
+pub async fn run_events(runtime: Runtime) -> Result<(), lambda_runtime::Error> {
     let service = runtime.request_service().await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let service = service.clone();
-        async move { Ok::<_, lambda_runtime::Error>(handle_cta_inbox(&service, event.payload).await) }
+        async move { Ok::<_, lambda_runtime::Error>(handle_events(&service, event.payload).await) }
     }))
     .await
 }
@@ -24,7 +25,7 @@ pub async fn run_cta_inbox(runtime: Runtime) -> Result<(), lambda_runtime::Error
 /// may still be performing it (a step's effects take milliseconds; its retries, minutes).
 pub const SWEEP_AFTER: chrono::Duration = chrono::Duration::minutes(5);
 
-/// The `cta` function: the inbox queue's events — `cta.response` and `cta.expired` from the
+/// The `events` function: the inbox queue's events — `cta.response` and `cta.expired` from the
 /// bus, plan steps' `timer.fired`, the sweep's tick — each handed to
 /// [`Service::inbox_event`]. An invalid or late one is refused (and published as
 /// `cta.rejected`) and dropped, never blocking the queue; backend errors are retried.
@@ -32,7 +33,7 @@ pub const SWEEP_AFTER: chrono::Duration = chrono::Duration::minutes(5);
 /// The records of a batch are handled at once: the queue is a standard one, which keeps no
 /// order, and a sweep tick (which may take its whole budget) must not hold back the answers
 /// delivered beside it.
-pub async fn handle_cta_inbox(service: &Service, event: SqsEvent) -> SqsBatchResponse {
+pub async fn handle_events(service: &Service, event: SqsEvent) -> SqsBatchResponse {
     let mut resp = SqsBatchResponse::default();
     resp.batch_item_failures = stream::iter(event.records)
         .map(|rec| handle_record(service, rec))
@@ -58,7 +59,7 @@ async fn handle_record(service: &Service, rec: SqsMessage) -> Option<BatchItemFa
     };
     let detail_type = envelope["detail-type"].as_str().unwrap_or_default();
     let detail = &envelope["detail"];
-    let span = info_span!("cta", message_id = %id, cta_id = %detail["ctaId"].as_str().unwrap_or_default(), detail_type = %detail_type);
+    let span = info_span!("event", message_id = %id, cta_id = %detail["ctaId"].as_str().unwrap_or_default(), detail_type = %detail_type);
     let outcome = service
         .inbox_event(&id, detail_type, detail, SWEEP_AFTER)
         .instrument(span)
