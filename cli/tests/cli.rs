@@ -494,30 +494,22 @@ fn dev_aws_without_an_emulator_refuses_unless_told_it_is_real() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("BATON_LLM_MAX_RETRIES"));
 }
 
-/// moto's server on a free port (CI installs it; a machine without it fails here, loudly).
-struct Moto(Child, u16);
+// moto's server, started as the workspace's scenario tests start it: the `moto_server` on
+// `PATH`, else the one their virtualenv under `target/` gets from PyPI (no set-up step).
+#[path = "../../tests/tests/common/moto.rs"]
+mod moto;
+#[allow(dead_code)]
+#[path = "../../tests/tests/common/python.rs"]
+mod python;
 
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn moto() -> Moto {
-    let port = free_port();
-    let child = Command::new("moto_server")
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start moto_server ({e})"));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "moto_server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Moto(child, port)
+/// The target directory these tests were built in (the test binary is
+/// `<target>/<profile>/deps/<name>`): where `python.rs` keeps its virtualenv.
+fn target_dir() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    exe.ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
 }
 
 /// Sends SIGTERM, as a process manager or `kill` does, and waits for the exit.
@@ -542,7 +534,7 @@ fn terminate(dev: &mut Dev) -> std::process::ExitStatus {
 
 #[test]
 fn sigterm_stops_both_dev_servers_gracefully_and_a_parked_run_resumes_at_once() {
-    let moto = moto();
+    let moto = moto::Moto::start();
     let data = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/orchestrator.json");
     let start = |aws: bool| {
@@ -553,7 +545,7 @@ fn sigterm_stops_both_dev_servers_gracefully_and_a_parked_run_resumes_at_once() 
             .arg("--script")
             .arg(&script)
             .env("BATON_TOKEN", "t0k")
-            .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{}", moto.1))
+            .env("AWS_ENDPOINT_URL", &moto.url)
             .env("AWS_REGION", "us-east-1")
             .env("AWS_ACCESS_KEY_ID", "test")
             .env("AWS_SECRET_ACCESS_KEY", "test")

@@ -10,22 +10,15 @@ use std::time::{Duration, Instant};
 
 use baton_core::ports::SystemClock;
 use baton_dev::{AwsDevOptions, AwsDevServer};
-use common::aws::{Api, Emulator};
+use common::aws::Emulator;
 use common::fault::Faults;
+use common::host::{AwsHost, TestHost};
 use common::*;
 use serde_json::{Value, json};
 
+/// `baton dev --aws` over its own emulator, thinking from a mock OpenAI server.
 struct Env {
-    server: AwsDevServer,
-    /// The server's API, as a careful client calls it: under the fault layer a 503 ("the
-    /// service is busy; try again") is tried again with the same `Idempotency-Key`, and a
-    /// wait is longer, since the layer's refusals send steps to their backoff.
-    api: Api,
-    sdk: aws_config::SdkConfig,
-    /// The emulator, and the fault layer the server's clients go through if any (the
-    /// test's own calls go to the emulator directly, as a user's would not meet the
-    /// server's throttles).
-    aws: Emulator,
+    host: AwsHost,
     _mock: wiremock::MockServer,
 }
 
@@ -39,21 +32,13 @@ async fn start_env(
     catalog: Arc<baton_core::agent::Catalog>,
     faults: Option<Faults>,
 ) -> Env {
-    let aws = Emulator::start_with(faults).await;
-    let sdk = aws.sdk().await;
+    let aws = Arc::new(Emulator::start_with(faults).await);
     let (mock, llm) = common::mock_openai::start(script).await;
     let mut options = aws.dev_options(aws.names("flow"), llm, catalog, 0).await;
     options.duplicate = duplicate;
     options.links = None;
-    let server = aws.dev_host_from(options).await;
-    let mut api = Api::new(server.url());
-    api.retry_busy = aws.faulty();
-    api.patience = Duration::from_secs(if aws.faulty() { 240 } else { 60 });
     Env {
-        server,
-        api,
-        sdk,
-        aws,
+        host: AwsHost::start(aws, options).await,
         _mock: mock,
     }
 }
@@ -61,52 +46,6 @@ async fn start_env(
 /// The scenarios' agents, as the mock model's scripts name them.
 fn named_agents() -> Arc<baton_core::agent::Catalog> {
     catalog(Some(common::mock_openai::named_agents()))
-}
-
-impl Env {
-    /// Waits until the CTA inbox queue holds nothing, visible or in flight.
-    async fn inbox_drained(&self) {
-        let sqs = aws_sdk_sqs::Client::new(&self.sdk);
-        let url = self.server.provisioned.cta_inbox_url.clone();
-        self.api
-            .wait("the inbox to drain", async |_: &Api| {
-                let attrs = sqs
-                    .get_queue_attributes()
-                    .queue_url(&url)
-                    .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
-                    .send()
-                    .await
-                    .unwrap();
-                let a = attrs.attributes().unwrap();
-                let n = |k| a.get(&k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-                use aws_sdk_sqs::types::QueueAttributeName as Q;
-                (n(Q::ApproximateNumberOfMessages) + n(Q::ApproximateNumberOfMessagesNotVisible)
-                    == 0)
-                    .then_some(Value::Null)
-            })
-            .await;
-        // The handler may still be committing what it received.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-
-    /// Posts an event to the Baton bus, as a user's own system would.
-    async fn put_event(&self, detail_type: &str, detail: Value) {
-        let eb = aws_sdk_eventbridge::Client::new(&self.sdk);
-        let out = eb
-            .put_events()
-            .entries(
-                aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
-                    .event_bus_name(&self.server.provisioned.config.bus_name)
-                    .source("my.app")
-                    .detail_type(detail_type)
-                    .detail(detail.to_string())
-                    .build(),
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(out.failed_entry_count(), 0);
-    }
 }
 
 /// Runs the full flow: approval answered through the API, choice answered on the bus.
@@ -124,9 +63,10 @@ async fn full_flow(duplicate: bool) -> Value {
 }
 
 /// The full flow in `env` (started with `examples/full-flow.json`).
-async fn full_flow_in(env: Env) -> Value {
+async fn full_flow_in(mut env: Env) -> Value {
     let (code, v) = env
-        .api
+        .host
+        .api()
         .call(
             reqwest::Method::POST,
             "/runs",
@@ -136,9 +76,10 @@ async fn full_flow_in(env: Env) -> Value {
     assert_eq!(code, 202, "{v}");
     let run_id = v["runId"].as_str().unwrap().to_owned();
 
-    let approval = env.api.pending("approval").await;
+    let approval = env.host.api().pending("approval").await;
     let (code, v) = env
-        .api
+        .host
+        .api()
         .call(
             reqwest::Method::POST,
             &format!("/ctas/{}/response", approval["ctaId"].as_str().unwrap()),
@@ -147,14 +88,15 @@ async fn full_flow_in(env: Env) -> Value {
         .await;
     assert_eq!(code, 202, "{v}");
 
-    let choice = env.api.pending("choice").await;
-    env.put_event(
-        "cta.response",
-        json!({"ctaId": choice["ctaId"], "kind": "choice", "selectedId": "prod"}),
-    )
-    .await;
+    let choice = env.host.api().pending("choice").await;
+    env.host
+        .put_event(
+            "cta.response",
+            json!({"ctaId": choice["ctaId"], "kind": "choice", "selectedId": "prod"}),
+        )
+        .await;
 
-    let run = env.api.status(&run_id, "completed").await;
+    let run = env.host.api().status(&run_id, "completed").await;
     assert_eq!(run["result"], "Shipped to the chosen target.");
     let types: Vec<&str> = run["timeline"]
         .as_array()
@@ -197,7 +139,8 @@ async fn full_flow_in(env: Env) -> Value {
     );
     // The answered CTAs are settled; a second answer on the bus is dropped, on the API a 409.
     let (code, _) = env
-        .api
+        .host
+        .api()
         .call(
             reqwest::Method::POST,
             &format!("/ctas/{}/response", choice["ctaId"].as_str().unwrap()),
@@ -209,7 +152,7 @@ async fn full_flow_in(env: Env) -> Value {
     for e in &mut shape {
         e.as_object_mut().unwrap().remove("at");
     }
-    env.server.shutdown().await;
+    env.host.stop().await;
     json!({"timeline": shape, "version": run["version"]})
 }
 
@@ -256,7 +199,7 @@ async fn the_full_flow_completes_alike_under_throttling_and_server_errors() {
         Some(faults),
     )
     .await;
-    let stats = env.aws.faulty.as_ref().unwrap().stats.clone();
+    let stats = env.host.aws.faulty.as_ref().unwrap().stats.clone();
     let started = Instant::now();
     let stormy = full_flow_in(env).await;
     assert_eq!(mask(&calm), mask(&stormy), "the same timeline under faults");
@@ -295,7 +238,8 @@ impl Env {
     /// A run that asks the 5 s question: its id, and the question once it is pending.
     async fn ask(&self) -> (String, Value) {
         let (_, v) = self
-            .api
+            .host
+            .api()
             .call(
                 reqwest::Method::POST,
                 "/runs",
@@ -303,7 +247,7 @@ impl Env {
             )
             .await;
         let run_id = v["runId"].as_str().unwrap().to_owned();
-        let cta = self.api.pending("text").await;
+        let cta = self.host.api().pending("text").await;
         (run_id, cta)
     }
 }
@@ -317,11 +261,12 @@ async fn a_cta_whose_schedule_fires_59_s_early_still_expires_within_two_minutes(
         early_first_firing: true,
         ..Faults::default()
     };
-    let (env, run_id, cta) = five_second_question(Some(faults)).await;
-    let run = env.api.status(&run_id, "expired").await;
+    let (mut env, run_id, cta) = five_second_question(Some(faults)).await;
+    let run = env.host.api().status(&run_id, "expired").await;
     assert_eq!(run["error"]["code"], "cta_expired");
     let (_, c) = env
-        .api
+        .host
+        .api()
         .call(
             reqwest::Method::GET,
             &format!("/ctas/{}", cta["ctaId"].as_str().unwrap()),
@@ -339,18 +284,18 @@ async fn a_cta_whose_schedule_fires_59_s_early_still_expires_within_two_minutes(
         late >= chrono::Duration::zero() && late <= chrono::Duration::seconds(120),
         "expired {late} after its time"
     );
-    let stats = &env.aws.faulty.as_ref().unwrap().stats;
+    let stats = &env.host.aws.faulty.as_ref().unwrap().stats;
     assert!(
         stats.fired_early.load(std::sync::atomic::Ordering::Relaxed) >= 1,
         "the scheduler fired early at least once"
     );
-    env.server.shutdown().await;
+    env.host.stop().await;
 }
 
 #[tokio::test]
 async fn a_five_second_cta_is_scheduled_on_the_minute_re_arms_an_early_expiry_and_expires_on_time()
 {
-    let (env, run_id, cta) = five_second_question(None).await;
+    let (mut env, run_id, cta) = five_second_question(None).await;
     let cta_id = cta["ctaId"].as_str().unwrap().to_owned();
     let expires = chrono::DateTime::parse_from_rfc3339(cta["expiresAt"].as_str().unwrap())
         .unwrap()
@@ -358,8 +303,8 @@ async fn a_five_second_cta_is_scheduled_on_the_minute_re_arms_an_early_expiry_an
 
     // The stored schedule: named by the CTA, at() the whole minute at or after its expiry
     // (Scheduler fires anywhere in that minute), onto the bus, deleting itself.
-    let c = &env.server.provisioned.config;
-    let sch = aws_sdk_scheduler::Client::new(&env.sdk);
+    let c = &env.host.server().provisioned.config;
+    let sch = aws_sdk_scheduler::Client::new(&env.host.sdk);
     // The CTA is stored with the step's commit; its schedule is an effect performed after
     // it, so a loaded machine can show the one before the other.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -415,10 +360,11 @@ async fn a_five_second_cta_is_scheduled_on_the_minute_re_arms_an_early_expiry_an
         .send()
         .await
         .unwrap();
-    env.put_event("cta.expired", input.clone()).await;
-    env.inbox_drained().await;
+    env.host.put_event("cta.expired", input.clone()).await;
+    env.host.inbox_drained().await;
     let (_, c) = env
-        .api
+        .host
+        .api()
         .call(reqwest::Method::GET, &format!("/ctas/{cta_id}"), None)
         .await;
     assert_eq!(c["status"], "pending", "{c}");
@@ -426,7 +372,7 @@ async fn a_five_second_cta_is_scheduled_on_the_minute_re_arms_an_early_expiry_an
     let again = sch
         .get_schedule()
         .name(&cta_id)
-        .group_name(&env.server.provisioned.config.schedule_group)
+        .group_name(&env.host.server().provisioned.config.schedule_group)
         .send()
         .await
         .expect("the expiry is scheduled again");
@@ -435,13 +381,14 @@ async fn a_five_second_cta_is_scheduled_on_the_minute_re_arms_an_early_expiry_an
     // At its time, as the schedule would fire it, it ends the run.
     let wait = (expires - chrono::Utc::now()).to_std().unwrap_or_default();
     tokio::time::sleep(wait).await;
-    env.put_event("cta.expired", input).await;
-    let run = env.api.status(&run_id, "expired").await;
+    env.host.put_event("cta.expired", input).await;
+    let run = env.host.api().status(&run_id, "expired").await;
     assert_eq!(run["error"]["code"], "cta_expired");
 
     // Too late: 410 through the API, dropped from the bus.
     let (code, v) = env
-        .api
+        .host
+        .api()
         .call(
             reqwest::Method::POST,
             &format!("/ctas/{cta_id}/response"),
@@ -449,23 +396,26 @@ async fn a_five_second_cta_is_scheduled_on_the_minute_re_arms_an_early_expiry_an
         )
         .await;
     assert_eq!(code, 410, "{v}");
-    env.put_event(
-        "cta.response",
-        json!({"ctaId": cta_id, "kind": "text", "text": "Ada"}),
-    )
-    .await;
+    env.host
+        .put_event(
+            "cta.response",
+            json!({"ctaId": cta_id, "kind": "text", "text": "Ada"}),
+        )
+        .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (_, c2) = env
-        .api
+        .host
+        .api()
         .call(reqwest::Method::GET, &format!("/ctas/{cta_id}"), None)
         .await;
     assert_eq!(c2["status"], "expired");
     let (_, after) = env
-        .api
+        .host
+        .api()
         .call(reqwest::Method::GET, &format!("/runs/{run_id}"), None)
         .await;
     assert_eq!(after["status"], "expired");
-    env.server.shutdown().await;
+    env.host.stop().await;
 }
 
 /// A tool whose output is as large as it is asked to be.
@@ -512,9 +462,10 @@ async fn a_1_mb_tool_output_and_a_300_kb_answer_complete_and_read_back_whole() {
         )
         .unwrap(),
     );
-    let env = start_env(&script, false, catalog, common::aws::scenario_faults()).await;
+    let mut env = start_env(&script, false, catalog, common::aws::scenario_faults()).await;
     let (_, v) = env
-        .api
+        .host
+        .api()
         .call(
             reqwest::Method::POST,
             "/runs",
@@ -522,7 +473,7 @@ async fn a_1_mb_tool_output_and_a_300_kb_answer_complete_and_read_back_whole() {
         )
         .await;
     let run_id = v["runId"].as_str().unwrap().to_owned();
-    let run = env.api.status(&run_id, "completed").await;
+    let run = env.host.api().status(&run_id, "completed").await;
 
     // The whole answer, read back through the API; the tool output capped with a marker.
     assert_eq!(run["result"].as_str().map(str::len), Some(300_000));
@@ -542,10 +493,10 @@ async fn a_1_mb_tool_output_and_a_300_kb_answer_complete_and_read_back_whole() {
     assert_eq!(last["text"].as_str().map(str::len), Some(300_000));
 
     // The run item holds a preview, far under DynamoDB's 400 KB.
-    let ddb = aws_sdk_dynamodb::Client::new(&env.sdk);
+    let ddb = aws_sdk_dynamodb::Client::new(&env.host.sdk);
     let item = ddb
         .get_item()
-        .table_name(&env.server.provisioned.config.table)
+        .table_name(&env.host.server().provisioned.config.table)
         .key(
             "PK",
             aws_sdk_dynamodb::types::AttributeValue::S(format!("RUN#{run_id}")),
@@ -568,8 +519,8 @@ async fn a_1_mb_tool_output_and_a_300_kb_answer_complete_and_read_back_whole() {
     );
 
     // Nothing was dead-lettered.
-    let sqs = aws_sdk_sqs::Client::new(&env.sdk);
-    for dlq in &env.server.provisioned.dead_letters {
+    let sqs = aws_sdk_sqs::Client::new(&env.host.sdk);
+    for dlq in &env.host.server().provisioned.dead_letters {
         let attrs = sqs
             .get_queue_attributes()
             .queue_url(&dlq.url)
@@ -582,7 +533,7 @@ async fn a_1_mb_tool_output_and_a_300_kb_answer_complete_and_read_back_whole() {
             .clone();
         assert_eq!(n, "0", "{}", dlq.url);
     }
-    env.server.shutdown().await;
+    env.host.stop().await;
 }
 
 /// The scripted model, slowed down: each think takes `delay`, and says it may take up to
@@ -1168,10 +1119,10 @@ async fn dropped_schedule(
     cta_id: &str,
 ) -> aws_sdk_scheduler::operation::get_schedule::GetScheduleOutput {
     let made = made_schedule(env, cta_id).await;
-    aws_sdk_scheduler::Client::new(&env.sdk)
+    aws_sdk_scheduler::Client::new(&env.host.sdk)
         .delete_schedule()
         .name(cta_id)
-        .group_name(&env.server.provisioned.config.schedule_group)
+        .group_name(&env.host.server().provisioned.config.schedule_group)
         .send()
         .await
         .unwrap();
@@ -1183,8 +1134,8 @@ async fn made_schedule(
     env: &Env,
     cta_id: &str,
 ) -> aws_sdk_scheduler::operation::get_schedule::GetScheduleOutput {
-    let sch = aws_sdk_scheduler::Client::new(&env.sdk);
-    let group = &env.server.provisioned.config.schedule_group;
+    let sch = aws_sdk_scheduler::Client::new(&env.host.sdk);
+    let group = &env.host.server().provisioned.config.schedule_group;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match sch
@@ -1224,8 +1175,8 @@ async fn a_dropped_expiry_and_one_performed_late_still_expire_their_questions() 
         drop_firings: 1.0,
         ..Faults::default()
     };
-    let (env, run_id, cta) = five_second_question(Some(faults)).await;
-    let c = env.server.provisioned.config.clone();
+    let (mut env, run_id, cta) = five_second_question(Some(faults)).await;
+    let c = env.host.server().provisioned.config.clone();
     let cta_id = cta["ctaId"].as_str().unwrap().to_owned();
     let s = made_schedule(&env, &cta_id).await;
     let target = s.target().unwrap();
@@ -1240,13 +1191,13 @@ async fn a_dropped_expiry_and_one_performed_late_still_expire_their_questions() 
 
     // Dropped: at its time (within the minute after `expiresAt`) the firing goes to the
     // dead-letter queue, and the question is still open. The sweep's tick expires it.
-    let stats = env.aws.faulty.as_ref().unwrap().stats.clone();
+    let stats = env.host.aws.faulty.as_ref().unwrap().stats.clone();
     let deadline = Instant::now() + Duration::from_secs(150);
     while stats.dropped.load(std::sync::atomic::Ordering::Relaxed) == 0 {
         assert!(Instant::now() < deadline, "the firing was never dropped");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let sqs = aws_sdk_sqs::Client::new(&env.sdk);
+    let sqs = aws_sdk_sqs::Client::new(&env.host.sdk);
     let dlq_name = dlq.unwrap().rsplit(':').next().unwrap();
     let url = sqs
         .get_queue_url()
@@ -1272,40 +1223,47 @@ async fn a_dropped_expiry_and_one_performed_late_still_expire_their_questions() 
         "the dropped expiry, dead-lettered"
     );
     let (_, pending) = env
-        .api
+        .host
+        .api()
         .call(reqwest::Method::GET, &format!("/ctas/{cta_id}"), None)
         .await;
     assert_eq!(pending["status"], "pending", "nothing expired it yet");
-    let repaired = env.server.sweep(chrono::Duration::zero()).await.unwrap();
+    let repaired = env
+        .host
+        .server()
+        .sweep(chrono::Duration::zero())
+        .await
+        .unwrap();
     assert!(repaired >= 1, "the sweep expired it");
-    let run = env.api.status(&run_id, "expired").await;
+    let run = env.host.api().status(&run_id, "expired").await;
     assert_eq!(run["error"]["code"], "cta_expired");
 
-    env.server.shutdown().await;
+    env.host.stop().await;
 
     // Late: a question whose expiry is performed only once it is due (on a host whose
     // firings are not dropped: its schedule is deleted, as an outbox not yet performed has
     // made none).
-    let (env, late_run, cta) = five_second_question(None).await;
-    let c = env.server.provisioned.config.clone();
+    let (mut env, late_run, cta) = five_second_question(None).await;
+    let c = env.host.server().provisioned.config.clone();
     let late_cta = cta["ctaId"].as_str().unwrap().to_owned();
     dropped_schedule(&env, &late_cta).await;
     let expires = past_expiry(&cta).await;
-    env.server
+    env.host
+        .server()
         .service
         .deps()
         .scheduler
         .schedule(&late_cta, &late_run, expires)
         .await
         .unwrap();
-    let made = aws_sdk_scheduler::Client::new(&env.sdk)
+    let made = aws_sdk_scheduler::Client::new(&env.host.sdk)
         .get_schedule()
         .name(&late_cta)
         .group_name(&c.schedule_group)
         .send()
         .await;
     assert!(made.is_err(), "no schedule made in the past: {made:?}");
-    let run = env.api.status(&late_run, "expired").await;
+    let run = env.host.api().status(&late_run, "expired").await;
     assert_eq!(run["error"]["code"], "cta_expired");
-    env.server.shutdown().await;
+    env.host.stop().await;
 }

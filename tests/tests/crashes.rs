@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use baton_core::failpoint;
 use baton_core::ports::SystemClock;
 use baton_local::store::LocalStore;
+use common::host::{Crash, LocalHost, TestHost};
 use common::*;
 use serde_json::{Value, json};
 
@@ -92,107 +93,41 @@ fn ops() -> Arc<baton_core::agent::Catalog> {
     ))
 }
 
-async fn start_ops(dir: &Path, duplicate: bool) -> Harness {
-    start_with(
-        dir,
-        scripted(SCRIPT),
-        ops(),
-        Arc::new(SystemClock),
-        duplicate,
-    )
-    .await
+/// `baton dev` on `dir` thinking from `script`, every message handled twice when
+/// `duplicate`: restarted on the same directory after a crash.
+async fn local_host(
+    dir: &Path,
+    script: &str,
+    catalog: Arc<baton_core::agent::Catalog>,
+    duplicate: bool,
+) -> LocalHost {
+    let mut options = local_options(dir, scripted(script), catalog, Arc::new(SystemClock));
+    options.worker.duplicate = duplicate;
+    LocalHost::start(options).await
+}
+
+/// The scenario's host: [`ops`] thinking from [`SCRIPT`].
+async fn ops_host(dir: &Path, duplicate: bool) -> LocalHost {
+    local_host(dir, SCRIPT, ops(), duplicate).await
 }
 
 /// The plan example's host: a drafted plan, approved, runs two steps at once, then one.
-async fn start_plan(dir: &Path, duplicate: bool) -> Harness {
-    start_with(
-        dir,
-        scripted(&examples("plan.json")),
-        catalog(None),
-        Arc::new(SystemClock),
-        duplicate,
-    )
-    .await
+async fn plan_host(dir: &Path) -> LocalHost {
+    local_host(dir, &examples("plan.json"), catalog(None), false).await
 }
 
-/// A server that can be crashed (stopped with its in-flight work abandoned) and started
-/// again on the same data directory.
-struct Host<'a> {
-    dir: &'a Path,
-    h: Option<Harness>,
-    restarts: u32,
-    duplicate: bool,
-    plan: bool,
-}
-
-impl<'a> Host<'a> {
-    async fn start(dir: &'a Path, duplicate: bool) -> Host<'a> {
-        let h = start_ops(dir, duplicate).await;
-        Host {
-            dir,
-            h: Some(h),
-            restarts: 0,
-            duplicate,
-            plan: false,
-        }
-    }
-
-    async fn start_plan(dir: &'a Path) -> Host<'a> {
-        let h = start_plan(dir, false).await;
-        Host {
-            dir,
-            h: Some(h),
-            restarts: 0,
-            duplicate: false,
-            plan: true,
-        }
-    }
-
-    fn h(&self) -> &Harness {
-        self.h.as_ref().expect("running")
-    }
-
-    async fn restart(&mut self) {
-        if let Some(h) = self.h.take() {
-            h.server.shutdown().await;
-        }
-        self.h = Some(if self.plan {
-            start_plan(self.dir, self.duplicate).await
-        } else {
-            start_ops(self.dir, self.duplicate).await
-        });
-        self.restarts += 1;
-    }
-
-    /// Restarts once the armed failpoint has fired (a crash there), then polls the run
-    /// until `done` says so.
-    async fn until(&mut self, fp: &str, run_id: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if failpoint::fired(fp) && self.restarts == 0 {
-                self.restart().await;
-            }
-            let (code, run) = self.h().get(&format!("/runs/{run_id}")).await;
-            assert_eq!(code, 200, "{run}");
-            if done(&run) && (failpoint::fired(fp) == (self.restarts > 0)) {
-                return run;
-            }
-            assert!(Instant::now() < deadline, "{fp}: stuck: {run:#}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Sends a request; if it hit the armed failpoint (the process "died" before replying),
-    /// restarts, and does not retry: the restart alone must repair what was written.
-    async fn request(&mut self, fp: &str, path: &str, body: Value) -> u16 {
-        let (code, v) = self.h().post(path, body).await;
-        if code == 503 {
-            assert!(failpoint::fired(fp), "{fp}: {v}");
-            self.restart().await;
-        } else {
-            assert_eq!(code, 202, "{fp}: {v}");
-        }
-        code
+/// Lets what the host still holds land (a crash in the last step's tail, after its commit,
+/// shows only now: restarts then too).
+async fn drain(crash: &mut Crash<LocalHost>) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while crash.host.h().server.store.queue_depth().await.unwrap() > 0 {
+        crash.restart_if_fired().await;
+        assert!(
+            Instant::now() < deadline,
+            "{}: the queue never drained",
+            crash.fp
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -204,72 +139,39 @@ async fn scenario(fp: &str, skip: u32, cancel: bool) -> (Outcome, bool) {
 async fn scenario_with(fp: &str, skip: u32, cancel: bool, duplicate: bool) -> (Outcome, bool) {
     failpoint::reset();
     let dir = tempfile::tempdir().unwrap();
-    let mut host = Host::start(dir.path(), duplicate).await;
-    if !fp.is_empty() {
-        failpoint::arm(fp, skip);
-    }
-    // Create with an idempotency key: a client that got no reply asks again with it.
-    let (code, v) = host
-        .h()
-        .call(
-            reqwest::Method::POST,
-            "/runs",
-            Some(json!({"prompt": "go", "agent": "ops"})),
-        )
-        .await;
-    let run_id = if code == 202 {
-        v["runId"].as_str().unwrap().to_owned()
-    } else {
-        assert!(failpoint::fired(fp), "{code} {v}");
-        host.restart().await;
-        // The restart alone started the run: find it through its CTA or its end.
-        let ctas = host.h().wait_pending(1).await;
-        ctas[0]["runId"].as_str().unwrap().to_owned()
-    };
+    let mut crash = Crash::arm(ops_host(dir.path(), duplicate).await, fp, skip);
+    let run_id = crash.create(json!({"prompt": "go", "agent": "ops"})).await;
     let parked = |r: &Value| r["status"] == "waiting" && r["state"] == "waiting_on_user";
-    host.until(fp, &run_id, |r| parked(r)).await;
-    let cta = host.h().wait_pending(1).await[0]["ctaId"]
+    crash.until(&run_id, |r| parked(r)).await;
+    let cta = crash.api().pending_cta().await["ctaId"]
         .as_str()
         .unwrap()
         .to_owned();
     if cancel {
-        host.request(fp, &format!("/runs/{run_id}/cancel"), json!({}))
+        crash
+            .request(&format!("/runs/{run_id}/cancel"), json!({}))
             .await;
-        host.until(fp, &run_id, |r| r["status"] == "cancelled")
-            .await;
+        crash.until(&run_id, |r| r["status"] == "cancelled").await;
     } else {
-        host.request(
-            fp,
-            &format!("/ctas/{cta}/response"),
-            json!({"kind": "approval", "approved": true}),
-        )
-        .await;
-        host.until(fp, &run_id, |r| r["status"] == "completed")
+        let approve = json!({"kind": "approval", "approved": true});
+        crash
+            .request(&format!("/ctas/{cta}/response"), approve)
             .await;
-        host.request(
-            fp,
-            &format!("/runs/{run_id}/messages"),
-            json!({"text": "more"}),
-        )
-        .await;
-        host.until(fp, &run_id, |r| {
-            r["status"] == "completed" && r["result"] == "and again"
-        })
-        .await;
+        crash.until(&run_id, |r| r["status"] == "completed").await;
+        crash
+            .request(&format!("/runs/{run_id}/messages"), json!({"text": "more"}))
+            .await;
+        crash
+            .until(&run_id, |r| {
+                r["status"] == "completed" && r["result"] == "and again"
+            })
+            .await;
     }
-    // Let any effect still under way land (a crash in the last step's tail, after its
-    // commit, shows only now: restart then too), then read what a user can see.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while host.h().server.store.queue_depth().await.unwrap() > 0 {
-        if failpoint::fired(fp) && host.restarts == 0 {
-            host.restart().await;
-        }
-        assert!(Instant::now() < deadline, "{fp}: the queue never drained");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let fired = failpoint::fired(fp);
+    // Then read what a user can see.
+    drain(&mut crash).await;
+    let fired = crash.fired();
     failpoint::reset();
-    let h = host.h();
+    let h = crash.host.h();
     let (_, run) = h.get(&format!("/runs/{run_id}")).await;
     let by_type = events_by_type(h).await;
     let (_, ctas) = h.get("/ctas?status=all").await;
@@ -288,7 +190,7 @@ async fn scenario_with(fp: &str, skip: u32, cancel: bool, duplicate: bool) -> (O
             .map(|c| normalize(c, &run_id))
             .collect(),
     };
-    host.h.take().unwrap().server.shutdown().await;
+    crash.host.stop().await;
     (outcome, fired)
 }
 
@@ -344,24 +246,19 @@ async fn a_fork_whose_answer_was_not_sent_before_a_crash_is_answered_by_the_swee
     let _serial = SERIAL.lock().await;
     failpoint::reset();
     let dir = tempfile::tempdir().unwrap();
-    let mut host = Host::start(dir.path(), false).await;
-    let (code, v) = host
-        .h()
-        .post("/runs", json!({"prompt": "go", "agent": "ops"}))
+    let host = ops_host(dir.path(), false).await;
+    let api = host.api();
+    let v = api
+        .post_ok("/runs", json!({"prompt": "go", "agent": "ops"}))
         .await;
-    assert_eq!(code, 202, "{v}");
     let run_id = v["runId"].as_str().unwrap().to_owned();
-    let cta = host.h().wait_pending(1).await[0]["ctaId"]
+    let cta = api.pending_cta().await["ctaId"]
         .as_str()
         .unwrap()
         .to_owned();
     let answer = json!({"kind": "approval", "approved": true});
-    let (code, v) = host
-        .h()
-        .post(&format!("/ctas/{cta}/response"), answer)
-        .await;
-    assert_eq!(code, 202, "{v}");
-    let done = host.h().wait_status(&run_id, &["completed"]).await;
+    api.post_ok(&format!("/ctas/{cta}/response"), answer).await;
+    let done = api.status(&run_id, "completed").await;
     let at = done["timeline"]
         .as_array()
         .unwrap()
@@ -371,13 +268,12 @@ async fn a_fork_whose_answer_was_not_sent_before_a_crash_is_answered_by_the_swee
         .clone();
     // The fork is written, then the process dies before its first message (the answer) is
     // sent; the restart's sweep sends it, and the fork completes.
-    let fp = "fork.after_insert";
-    failpoint::arm(fp, 0);
-    let code = host
-        .request(fp, &format!("/runs/{run_id}/fork"), json!({"atSeq": at}))
+    let mut crash = Crash::arm(host, "fork.after_insert", 0);
+    let code = crash
+        .request(&format!("/runs/{run_id}/fork"), json!({"atSeq": at}))
         .await;
     assert_eq!(code, 503);
-    let (_, runs) = host.h().get("/runs").await;
+    let runs = crash.api().get_ok("/runs").await;
     let fork = runs["runs"]
         .as_array()
         .unwrap()
@@ -387,11 +283,11 @@ async fn a_fork_whose_answer_was_not_sent_before_a_crash_is_answered_by_the_swee
         .as_str()
         .unwrap()
         .to_owned();
-    let forked = host.until(fp, &fork, |r| r["status"] == "completed").await;
+    let forked = crash.until(&fork, |r| r["status"] == "completed").await;
     assert_eq!(forked["result"], "shipped");
     assert_eq!(forked["forkedFrom"]["runId"], run_id.as_str());
     failpoint::reset();
-    host.h.take().unwrap().server.shutdown().await;
+    crash.host.stop().await;
 }
 
 #[tokio::test]
@@ -500,45 +396,23 @@ async fn drive_example(name: &str, duplicate: bool) -> Outcome {
 async fn plan_scenario(fp: &str, skip: u32) -> (Outcome, Vec<Value>, bool) {
     failpoint::reset();
     let dir = tempfile::tempdir().unwrap();
-    let mut host = Host::start_plan(dir.path()).await;
-    failpoint::arm(fp, skip);
-    let (code, v) = host.h().post("/runs", json!({"prompt": "go"})).await;
-    let run_id = if code == 202 {
-        v["runId"].as_str().unwrap().to_owned()
-    } else {
-        // The process died in the create's effects; the restart alone starts the run.
-        assert!(failpoint::fired(fp), "{fp}: {code} {v}");
-        host.restart().await;
-        host.h().wait_pending(1).await[0]["runId"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
+    let mut crash = Crash::arm(plan_host(dir.path()).await, fp, skip);
+    let run_id = crash.create(json!({"prompt": "go"})).await;
     let drafted = |r: &Value| r["status"] == "waiting" && r["state"] == "waiting_on_user";
-    host.until(fp, &run_id, |r| drafted(r)).await;
-    let cta = host.h().wait_pending(1).await[0]["ctaId"]
+    crash.until(&run_id, |r| drafted(r)).await;
+    let cta = crash.api().pending_cta().await["ctaId"]
         .as_str()
         .unwrap()
         .to_owned();
-    host.request(
-        fp,
-        &format!("/ctas/{cta}/response"),
-        json!({"kind": "approval", "approved": true}),
-    )
-    .await;
-    host.until(fp, &run_id, |r| r["status"] == "completed")
+    let approve = json!({"kind": "approval", "approved": true});
+    crash
+        .request(&format!("/ctas/{cta}/response"), approve)
         .await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while host.h().server.store.queue_depth().await.unwrap() > 0 {
-        if failpoint::fired(fp) && host.restarts == 0 {
-            host.restart().await;
-        }
-        assert!(Instant::now() < deadline, "{fp}: the queue never drained");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let fired = failpoint::fired(fp);
+    crash.until(&run_id, |r| r["status"] == "completed").await;
+    drain(&mut crash).await;
+    let fired = crash.fired();
     failpoint::reset();
-    let h = host.h();
+    let h = crash.host.h();
     let (_, run) = h.get(&format!("/runs/{run_id}")).await;
     let plan = run["timeline"]
         .as_array()
@@ -576,7 +450,7 @@ async fn plan_scenario(fp: &str, skip: u32) -> (Outcome, Vec<Value>, bool) {
             .map(|c| normalize(c, &run_id))
             .collect(),
     };
-    host.h.take().unwrap().server.shutdown().await;
+    crash.host.stop().await;
     (outcome, children, fired)
 }
 

@@ -23,24 +23,26 @@ const ASK: &str = r#"{"asker": [
 
 static DELIVERIES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-struct Env {
+/// The `events` function's handler over the embedded adapters (a handler, not a host: the
+/// scenarios' hosts are `common::host`'s), with the worker that steps its runs.
+struct Inbox {
     local: LocalStore,
     service: Arc<Service>,
     worker: Worker,
     _dir: tempfile::TempDir,
 }
 
-fn env() -> Env {
+fn env() -> Inbox {
     env_at(Arc::new(SystemClock))
 }
 
-fn env_at(clock: Arc<dyn Clock>) -> Env {
+fn env_at(clock: Arc<dyn Clock>) -> Inbox {
     let dir = tempfile::tempdir().unwrap();
     let local = LocalStore::open(dir.path()).unwrap();
     let agents = json!({"agents": {"asker": {"tools": ["request_human_feedback"]}}});
     let service = local_service(&local, scripted(ASK), catalog(Some(agents)), clock);
     let worker = Worker::new(service.clone(), local.clone(), WorkerOptions::default());
-    Env {
+    Inbox {
         local,
         service,
         worker,
@@ -48,7 +50,7 @@ fn env_at(clock: Arc<dyn Clock>) -> Env {
     }
 }
 
-impl Env {
+impl Inbox {
     /// Starts a run and steps it until its question is pending.
     async fn parked(&self) -> Cta {
         let req = CreateRun {

@@ -12,10 +12,9 @@ use std::time::{Duration, Instant};
 
 use aws_credential_types::provider::ProvideCredentials;
 use baton_core::live::grant::{Grants, Watch, channel};
-use baton_core::ports::SystemClock;
-use baton_dev::{AwsDevOptions, AwsDevServer};
 use common::appsync::StandIn;
 use common::aws::Emulator;
+use common::host::{AwsHost, TestHost};
 use common::*;
 use reqwest::Method;
 // (`browser` is common's.)
@@ -30,25 +29,16 @@ const SCRIPT: &str = r#"{"watcher": [
   {"tool_calls": [{"name": "report", "arguments": {"waitMs": 4000}}]},
   {"text": "All clear: nothing failed overnight, the nightly build is green, the backups ran, and the disk has room to spare for another week of logs."}]}"#;
 
+/// `baton dev --aws` whose live channel is the AppSync stand-in.
 struct Env {
-    server: AwsDevServer,
+    host: AwsHost,
     standin: StandIn,
     grants: Grants,
-    http: reqwest::Client,
-    _aws: Emulator,
 }
 
 impl Env {
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        common::aws::api_call(
-            &self.http,
-            &self.server.url(),
-            false,
-            method,
-            path,
-            body.as_ref(),
-        )
-        .await
+        self.host.api().call(method, path, body).await
     }
 
     async fn wait_for(&self, what: &str, mut f: impl AsyncFnMut(&Env) -> Option<Value>) -> Value {
@@ -117,12 +107,12 @@ impl Env {
         ),
     ) {
         let app = baton_api::router(baton_api::AppState {
-            service: self.server.service.clone(),
+            service: self.host.server().service.clone(),
             auth: Arc::new(baton_api::BearerToken::new(TOKEN, "local")),
             streams: false,
             stop: None,
             live: None,
-            watchers: self.server.watchers.clone(),
+            watchers: self.host.server().watchers.clone(),
         });
         let (stop, rx) = tokio::sync::watch::channel(false);
         let (addr, served) = baton_api::serve(app, "127.0.0.1:0".parse().unwrap(), rx)
@@ -153,31 +143,21 @@ async fn start() -> Env {
     let standin = StandIn::start(grants.clone(), keys).await;
     let agents = json!({"agents": {"watcher": {"tools": ["request_human_feedback", "echo"]},
                                    "slow": {"tools": ["request_human_feedback", "report"]}}});
-    let server = AwsDevServer::start(AwsDevOptions {
-        sdk,
-        names: aws.names("live"),
-        scheduler_role_arn: "arn:aws:iam::123456789012:role/live-scheduler".into(),
-        addr: "127.0.0.1:0".parse().unwrap(),
-        token: TOKEN.into(),
-        llm: scripted(SCRIPT),
-        catalog: catalog_with_report(agents),
-        clock: Arc::new(SystemClock),
-        duplicate: false,
-        function_timeout: None,
-        steps_at_once: None,
-        live: Some((standin.config(), grants.clone())),
-        links: None,
-        traces: None,
-    })
-    .await
-    .unwrap();
-    aws.turn_on();
+    let aws = Arc::new(aws);
+    let mut options = aws
+        .dev_options(
+            aws.names("live"),
+            scripted(SCRIPT),
+            catalog_with_report(agents),
+            0,
+        )
+        .await;
+    options.live = Some((standin.config(), grants.clone()));
+    options.links = None;
     Env {
-        server,
+        host: AwsHost::start(aws, options).await,
         standin,
         grants,
-        http: reqwest::Client::new(),
-        _aws: aws,
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use baton_core::ports::SystemClock;
 use baton_dev::AwsDevServer;
-use common::aws::{Emulator, api_call};
+use common::aws::{Api, Emulator};
 use common::fault::Faults;
 use common::*;
 use serde_json::{Value, json};
@@ -50,45 +50,15 @@ async fn aws_host(aws: &Emulator, prefix: &str, script: &str) -> AwsDevServer {
         .await
 }
 
-struct Client {
-    base: String,
-    http: reqwest::Client,
-}
-
-impl Client {
-    /// One call; under the scenario's faults, a 503 is tried again as a careful client does.
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let busy = common::aws::scenario_faults().is_some();
-        api_call(&self.http, &self.base, busy, method, path, body.as_ref()).await
-    }
-
-    async fn get(&self, path: &str) -> Value {
-        let (code, v) = self.call(reqwest::Method::GET, path, None).await;
-        assert_eq!(code, 200, "{path}: {v}");
-        v
-    }
-
-    async fn post(&self, path: &str, body: Value) -> Value {
-        let (code, v) = self.call(reqwest::Method::POST, path, Some(body)).await;
-        assert_eq!(code, 202, "{path}: {v}");
-        v
-    }
-
-    async fn wait<T>(&self, what: &str, mut f: impl AsyncFnMut(&Client) -> Option<T>) -> T {
-        // Long enough for a timer that keeps AWS's precision (two minutes after its time).
-        let (within, every) = (Duration::from_secs(200), Duration::from_millis(50));
-        common::wait_for(what, within, every, async || f(self).await).await
-    }
-
-    async fn pending(&self, kind: &str) -> Value {
-        self.wait(kind, async |c: &Client| {
-            let v = c.get("/ctas?status=pending").await;
-            v["ctas"]
-                .as_array()
-                .and_then(|a| a.iter().find(|c| c["kind"] == kind).cloned())
-        })
-        .await
-    }
+/// A client of either host's API at `base`: under the scenario's faults a 503 is tried again
+/// as a careful client does; a wait is long enough for a timer that keeps AWS's precision
+/// (two minutes after its time).
+fn client(base: String) -> Api {
+    let mut api = Api::new(base);
+    api.retry_busy = common::aws::scenario_faults().is_some();
+    api.patience = Duration::from_secs(200);
+    api.every = Duration::from_millis(50);
+    api
 }
 
 /// The plan call's timeline entry.
@@ -100,8 +70,10 @@ fn plan_entry(run: &Value) -> Value {
         .expect("the plan call")
 }
 
-async fn plan_flow(c: &Client) -> Value {
-    let run_id = c.post("/runs", json!({"prompt": "Write the report"})).await["runId"]
+async fn plan_flow(c: &Api) -> Value {
+    let run_id = c
+        .post_ok("/runs", json!({"prompt": "Write the report"}))
+        .await["runId"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -114,11 +86,11 @@ async fn plan_flow(c: &Client) -> Value {
         approval["gated"]["input"]["plan"]["steps"][1]["id"],
         "report"
     );
-    let run = c.get(&format!("/runs/{run_id}")).await;
+    let run = c.get_ok(&format!("/runs/{run_id}")).await;
     assert_eq!(run["state"], "waiting_on_user", "{run:#}");
     assert_eq!(plan_entry(&run)["plan"]["phase"], "awaiting_approval");
     assert!(plan_entry(&run)["plan"]["steps"]["api"]["childRunId"].is_null());
-    c.post(
+    c.post_ok(
         &format!("/ctas/{}/response", approval["ctaId"].as_str().unwrap()),
         json!({"kind": "approval", "approved": true}),
     )
@@ -129,12 +101,12 @@ async fn plan_flow(c: &Client) -> Value {
     assert_eq!(question["prompt"], "Which format?");
     assert_eq!(question["rootRunId"], run_id.as_str());
     let under = c
-        .get(&format!("/ctas?status=pending&rootRunId={run_id}"))
+        .get_ok(&format!("/ctas?status=pending&rootRunId={run_id}"))
         .await;
     assert_eq!(under["ctas"][0]["ctaId"], question["ctaId"]);
     let run = c
-        .wait("the root to hear the question", async |c: &Client| {
-            let run = c.get(&format!("/runs/{run_id}")).await;
+        .wait("the root to hear the question", async |c: &Api| {
+            let run = c.get_ok(&format!("/runs/{run_id}")).await;
             (run["waitingCtas"][0]["ctaId"] == question["ctaId"]).then_some(run)
         })
         .await;
@@ -150,15 +122,15 @@ async fn plan_flow(c: &Client) -> Value {
                 && n["message"].as_str().unwrap().contains("Which format?")),
         "{run:#}"
     );
-    c.post(
+    c.post_ok(
         &format!("/ctas/{}/response", question["ctaId"].as_str().unwrap()),
         json!({"kind": "text", "text": "markdown"}),
     )
     .await;
 
     let run = c
-        .wait("the run to complete", async |c: &Client| {
-            let run = c.get(&format!("/runs/{run_id}")).await;
+        .wait("the run to complete", async |c: &Api| {
+            let run = c.get_ok(&format!("/runs/{run_id}")).await;
             (run["status"] == "completed").then_some(run)
         })
         .await;
@@ -191,7 +163,7 @@ async fn plan_flow(c: &Client) -> Value {
     // The last step's child run started from both results, and every step's child is a run
     // of its own, finished, under the root.
     let report = out["steps"][1]["exec_id"].as_str().unwrap();
-    let child = c.get(&format!("/runs/{report}")).await;
+    let child = c.get_ok(&format!("/runs/{report}")).await;
     assert_eq!(
         child["timeline"][0]["text"], "Merge: API ok | tests ok",
         "{child:#}"
@@ -201,7 +173,7 @@ async fn plan_flow(c: &Client) -> Value {
         out["steps"][0]["children"][1]["exec_id"].as_str().unwrap(),
         report,
     ] {
-        let child = c.get(&format!("/runs/{exec}")).await;
+        let child = c.get_ok(&format!("/runs/{exec}")).await;
         assert_eq!(child["status"], "completed", "{child:#}");
         assert_eq!(child["rootRunId"], run_id.as_str());
     }
@@ -221,10 +193,7 @@ async fn a_drafted_plan_is_approved_runs_in_two_stages_and_its_question_reaches_
         Arc::new(SystemClock),
     )
     .await;
-    let c = Client {
-        base: h.url(""),
-        http: reqwest::Client::new(),
-    };
+    let c = client(h.url(""));
     let local = plan_flow(&c).await;
     // The plan's events, in the order a UI would show them.
     let (_, events) = h.get("/events?limit=1000").await;
@@ -247,10 +216,7 @@ async fn a_drafted_plan_is_approved_runs_in_two_stages_and_its_question_reaches_
     // The same flow over AWS APIs ends with the same timeline.
     let aws = Emulator::scenario().await;
     let s = aws_host(&aws, "plans", SCRIPT).await;
-    let c = Client {
-        base: s.url(),
-        http: reqwest::Client::new(),
-    };
+    let c = client(s.url());
     let aws = plan_flow(&c).await;
     assert_eq!(aws, local);
     s.shutdown().await;
@@ -269,10 +235,10 @@ const TIMEOUT_SCRIPT: &str = r#"{
 
 /// Checks the end of the timed-out plan: the step failed as timed out, its child cancelled
 /// (its question with it), and the orchestrator went on.
-async fn timed_out(c: &Client, run_id: &str) {
+async fn timed_out(c: &Api, run_id: &str) {
     let run = c
-        .wait("the run to complete", async |c: &Client| {
-            let run = c.get(&format!("/runs/{run_id}")).await;
+        .wait("the run to complete", async |c: &Api| {
+            let run = c.get_ok(&format!("/runs/{run_id}")).await;
             (run["status"] == "completed").then_some(run)
         })
         .await;
@@ -282,8 +248,8 @@ async fn timed_out(c: &Client, run_id: &str) {
     assert!(step["error"].as_str().unwrap().starts_with("timed out"));
     let child = step["exec_id"].as_str().unwrap().to_owned();
     let child = c
-        .wait("the step's child to be cancelled", async |c: &Client| {
-            let run = c.get(&format!("/runs/{child}")).await;
+        .wait("the step's child to be cancelled", async |c: &Api| {
+            let run = c.get_ok(&format!("/runs/{child}")).await;
             (run["status"] == "cancelled").then_some(run)
         })
         .await;
@@ -302,11 +268,8 @@ async fn a_step_past_its_timeout_is_stopped_by_a_real_timer_on_both_hosts() {
         Arc::new(SystemClock),
     )
     .await;
-    let c = Client {
-        base: h.url(""),
-        http: reqwest::Client::new(),
-    };
-    let run_id = c.post("/runs", json!({"prompt": "go"})).await["runId"]
+    let c = client(h.url(""));
+    let run_id = c.post_ok("/runs", json!({"prompt": "go"})).await["runId"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -319,16 +282,13 @@ async fn a_step_past_its_timeout_is_stopped_by_a_real_timer_on_both_hosts() {
     let aws = Emulator::start_with(None).await;
     let sdk = aws.sdk().await;
     let s = aws_host(&aws, "plantimer", TIMEOUT_SCRIPT).await;
-    let c = Client {
-        base: s.url(),
-        http: reqwest::Client::new(),
-    };
-    let run_id = c.post("/runs", json!({"prompt": "go"})).await["runId"]
+    let c = client(s.url());
+    let run_id = c.post_ok("/runs", json!({"prompt": "go"})).await["runId"]
         .as_str()
         .unwrap()
         .to_owned();
     c.pending("text").await;
-    let run = c.get(&format!("/runs/{run_id}")).await;
+    let run = c.get_ok(&format!("/runs/{run_id}")).await;
     let timer = plan_entry(&run)["plan"]["steps"]["ask"]["timerId"]
         .as_str()
         .unwrap()
@@ -395,7 +355,7 @@ async fn a_step_past_its_timeout_is_stopped_by_a_real_timer_on_both_hosts() {
         }
     };
     assert_eq!(again.schedule_expression(), schedule.schedule_expression());
-    let run = c.get(&format!("/runs/{run_id}")).await;
+    let run = c.get_ok(&format!("/runs/{run_id}")).await;
     assert_eq!(run["status"], "waiting", "an early timer changed nothing");
     tokio::time::sleep(Duration::from_millis(3000)).await;
     fire().await;
@@ -414,12 +374,9 @@ async fn a_plan_step_timer_fired_59_s_early_still_stops_the_step_within_two_minu
     }))
     .await;
     let s = aws_host(&aws, "earlytimer", TIMEOUT_SCRIPT).await;
-    let c = Client {
-        base: s.url(),
-        http: reqwest::Client::new(),
-    };
+    let c = client(s.url());
     let started = Instant::now();
-    let run_id = c.post("/runs", json!({"prompt": "go"})).await["runId"]
+    let run_id = c.post_ok("/runs", json!({"prompt": "go"})).await["runId"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -450,16 +407,13 @@ async fn a_plan_step_timer_whose_schedule_was_lost_is_fired_by_the_sweep() {
     let aws = Emulator::start_with(None).await;
     let sdk = aws.sdk().await;
     let s = aws_host(&aws, "losttimer", TIMEOUT_SCRIPT).await;
-    let c = Client {
-        base: s.url(),
-        http: reqwest::Client::new(),
-    };
-    let run_id = c.post("/runs", json!({"prompt": "go"})).await["runId"]
+    let c = client(s.url());
+    let run_id = c.post_ok("/runs", json!({"prompt": "go"})).await["runId"]
         .as_str()
         .unwrap()
         .to_owned();
     c.pending("text").await;
-    let run = c.get(&format!("/runs/{run_id}")).await;
+    let run = c.get_ok(&format!("/runs/{run_id}")).await;
     let step = &plan_entry(&run)["plan"]["steps"]["ask"];
     let timer = step["timerId"].as_str().unwrap().to_owned();
     let due: chrono::DateTime<chrono::Utc> = step["deadline"].as_str().unwrap().parse().unwrap();
@@ -473,7 +427,7 @@ async fn a_plan_step_timer_whose_schedule_was_lost_is_fired_by_the_sweep() {
     // Before its time the sweep leaves it; after, it fires it.
     s.sweep(chrono::Duration::zero()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let run = c.get(&format!("/runs/{run_id}")).await;
+    let run = c.get_ok(&format!("/runs/{run_id}")).await;
     assert_eq!(run["status"], "waiting", "not yet due: {run}");
     let wait = (due - chrono::Utc::now()).to_std().unwrap_or_default();
     tokio::time::sleep(wait + Duration::from_millis(100)).await;

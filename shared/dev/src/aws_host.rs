@@ -20,6 +20,7 @@ use crate::host::{LOCAL_OWNER, StartError};
 
 /// `baton dev --aws`: the same API and in-process event source mappings, over AWS APIs (an emulator at
 /// `AWS_ENDPOINT_URL`, or an account). Resources are created on start if missing.
+#[derive(Clone)]
 pub struct AwsDevOptions {
     pub sdk: aws_config::SdkConfig,
     pub names: baton_aws::provision::Names,

@@ -25,6 +25,7 @@ use baton_local::{LocalStore, local_deps};
 /// The owner of every run in local mode (one shared token, one user).
 pub const LOCAL_OWNER: &str = "local";
 
+#[derive(Clone)]
 pub struct LocalOptions {
     pub data_dir: PathBuf,
     pub addr: SocketAddr,

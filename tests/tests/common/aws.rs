@@ -22,7 +22,7 @@ use aws_config::SdkConfig;
 use baton_aws::provision::Names;
 
 use super::fault::{Faults, FaultyAws};
-use super::moto::{Moto, sdk_for};
+use super::moto::Moto;
 
 pub struct Emulator {
     /// The emulator itself.
@@ -110,6 +110,18 @@ impl Emulator {
         let unique = uuid::Uuid::new_v4().simple().to_string();
         Names::new(format!("{prefix}-{}", &unique[..10]))
     }
+}
+
+/// An SDK config for an emulator at `url` (moto, or the fault layer in front of it).
+pub async fn sdk_for(url: &str) -> SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(url)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "test", "test", None, None, "moto",
+        ))
+        .load()
+        .await
 }
 
 /// `BATON_TEST_FAULTS`, read as above; unset, empty or `0` is none. A setting it cannot
@@ -305,6 +317,7 @@ impl Emulator {
 }
 
 /// A client of either host's API, with the test token (a 503 tried again, see [`api_call`]).
+#[derive(Clone)]
 pub struct Api {
     pub base: String,
     pub http: reqwest::Client,
@@ -314,6 +327,8 @@ pub struct Api {
     pub retry_busy: bool,
     /// How long a wait may take.
     pub patience: std::time::Duration,
+    /// How often a wait asks again.
+    pub every: std::time::Duration,
 }
 
 impl Api {
@@ -324,6 +339,7 @@ impl Api {
             token: super::TOKEN.into(),
             retry_busy: true,
             patience: std::time::Duration::from_secs(60),
+            every: std::time::Duration::from_millis(100),
         }
     }
 
@@ -353,14 +369,23 @@ impl Api {
         self.call(reqwest::Method::GET, path, None).await
     }
 
-    /// Asks `f` every 100 ms until it answers, for up to [`Api::patience`].
-    pub async fn wait(
-        &self,
-        what: &str,
-        mut f: impl AsyncFnMut(&Api) -> Option<serde_json::Value>,
-    ) -> serde_json::Value {
-        let every = std::time::Duration::from_millis(100);
-        super::wait_for(what, self.patience, every, async || f(self).await).await
+    /// Asks `f` every [`Api::every`] until it answers, for up to [`Api::patience`].
+    pub async fn wait<T>(&self, what: &str, mut f: impl AsyncFnMut(&Api) -> Option<T>) -> T {
+        super::wait_for(what, self.patience, self.every, async || f(self).await).await
+    }
+
+    /// A GET that must answer 200; its body.
+    pub async fn get_ok(&self, path: &str) -> serde_json::Value {
+        let (code, v) = self.get(path).await;
+        assert_eq!(code, 200, "GET {path}: {v}");
+        v
+    }
+
+    /// A POST that must be accepted (202); its body.
+    pub async fn post_ok(&self, path: &str, body: serde_json::Value) -> serde_json::Value {
+        let (code, v) = self.post(path, body).await;
+        assert_eq!(code, 202, "POST {path}: {v}");
+        v
     }
 
     /// The first question of `kind` waiting for an answer, once there is one.

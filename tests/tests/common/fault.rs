@@ -104,7 +104,7 @@ impl Drop for FaultyAws {
 impl FaultyAws {
     /// The layer on a free loopback port, in front of the emulator at `upstream_url`.
     pub async fn start(upstream_url: &str, faults: Faults) -> FaultyAws {
-        let sdk = super::moto::sdk_for(upstream_url).await;
+        let sdk = super::aws::sdk_for(upstream_url).await;
         let stats = Arc::new(Stats::default());
         let shared = Arc::new(Shared {
             faults,
@@ -146,7 +146,7 @@ impl FaultyAws {
 
     /// An SDK config whose every client goes through this layer.
     pub async fn sdk(&self) -> aws_config::SdkConfig {
-        super::moto::sdk_for(&self.url).await
+        super::aws::sdk_for(&self.url).await
     }
 }
 

@@ -5,6 +5,7 @@ pub mod appsync;
 pub mod aws;
 pub mod browser;
 pub mod fault;
+pub mod host;
 pub mod mock_openai;
 pub mod moto;
 pub mod python;

@@ -6,8 +6,6 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use aws_config::SdkConfig;
-
 /// `moto_server` from `PATH`, else from the tests' virtualenv.
 fn moto_server() -> std::path::PathBuf {
     let on_path = std::env::var_os("PATH").and_then(|paths| {
@@ -56,21 +54,4 @@ impl Moto {
             url: format!("http://127.0.0.1:{port}"),
         }
     }
-
-    /// One SDK config for every client, pointed at this server.
-    pub async fn sdk(&self) -> SdkConfig {
-        sdk_for(&self.url).await
-    }
-}
-
-/// An SDK config for an emulator at `url` (moto, or the fault layer in front of it).
-pub async fn sdk_for(url: &str) -> SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(url)
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-            "test", "test", None, None, "moto",
-        ))
-        .load()
-        .await
 }
