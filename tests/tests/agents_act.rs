@@ -133,6 +133,49 @@ async fn http_tools_are_posted_once_per_call_a_hung_one_times_out_and_calls_are_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_tool_reaches_the_calling_runs_sandbox_and_one_without_gets_an_error_naming_it() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/sandboxes/sb-9/exec"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"exit": 0})))
+        .mount(&server)
+        .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exec = json!({"url": format!("{}/sandboxes/${{run.sandboxId}}/exec", server.uri()),
+                      "description": "Runs a command in the run's sandbox.",
+                      "schema": {"type": "object"}});
+    let file = json!({"tools": {"exec": exec}, "agents": {"ops": {"tools": ["exec"]}}});
+    let script = json!({"ops": [
+        {"tool_calls": [{"name": "exec", "arguments": {"cmd": "ls"}}]},
+        {"text": "done"},
+        {"tool_calls": [{"name": "exec", "arguments": {"cmd": "ls"}}]},
+        {"text": "done"}
+    ]});
+    let h = start(dir.path(), file, script).await;
+    let with = h
+        .create_run(json!({"prompt": "list", "agent": "ops", "sandboxId": "sb-9"}))
+        .await;
+    let run = h.wait_status(&with, &["completed"]).await;
+    assert_eq!(
+        of_type(&run, "tool")[0]["result"]["output"],
+        json!({"exit": 0})
+    );
+    let without = h
+        .create_run(json!({"prompt": "list", "agent": "ops"}))
+        .await;
+    let run = h.wait_status(&without, &["completed"]).await;
+    let result = &of_type(&run, "tool")[0]["result"];
+    assert_eq!(result["status"], "error", "{result}");
+    let error = result["error"].as_str().unwrap_or_default();
+    assert!(error.contains("${run.sandboxId}"), "{error}");
+    // Only the run with a sandbox reached the receiver.
+    let received = server.received_requests().await.unwrap_or_default();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].url.path(), "/sandboxes/sb-9/exec");
+    h.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_past_its_deadline_ends_failed_with_an_entry_naming_the_limit() {
     let server = tool_server().await;
     let dir = tempfile::tempdir().expect("tempdir");

@@ -1,13 +1,21 @@
 //! An HTTP tool: `{"url", "description", "schema", "timeoutSeconds", "headers"}` in the
 //! agents file. Baton POSTs the validated input as JSON with `Idempotency-Key` set to the
-//! tool call's id, which is the same on every retry of the step, so a receiver can make a
-//! retried call safe. A 2xx JSON body is the result; anything else is an error result that
-//! says what came back.
+//! call's key (derived from the run and the call: the same on every retry of the step, unique
+//! to the call), so a receiver can make a retried call safe. A 2xx JSON body is the result;
+//! anything else is an error result that says what came back.
+//!
+//! `${VAR}` in the URL and headers is read once, at start-up; `${run.sandboxId}`,
+//! `${run.githubRepo}` and `${run.githubRef}` are the calling run's, filled in at each call
+//! (a run without the value gets an error result naming it).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use baton_core::agents_file::{HttpToolSpec, expand};
+use baton_core::scope::RUN_VARS;
 use baton_core::tools::{Tool, ToolContext};
+
+use crate::mcp::{expand_env, expand_run};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
@@ -18,7 +26,11 @@ pub struct HttpTool {
     name: String,
     description: String,
     schema: Value,
-    url: reqwest::Url,
+    /// The URL, `${VAR}` filled in, `${run.…}` not yet.
+    url: String,
+    /// The headers that name a run variable, `${VAR}` filled in (the others are the
+    /// client's defaults).
+    run_headers: Vec<(HeaderName, String)>,
     timeout: Option<Duration>,
     http: reqwest::Client,
 }
@@ -29,15 +41,30 @@ impl HttpTool {
         spec: &HttpToolSpec,
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
-        let url = reqwest::Url::parse(&spec.url)
+        let url = expand_env(&spec.url, lookup).map_err(|e| format!("`url`: {e}"))?;
+        // Checked with a stand-in for each run variable: a run's own values are plain names.
+        let sample = expand(&url, &|k| RUN_VARS.contains(&k).then(|| "x".to_owned()))?;
+        let parsed = reqwest::Url::parse(&sample)
             .map_err(|e| format!("`url` {:?} is not a URL: {e}", spec.url))?;
-        if !matches!(url.scheme(), "http" | "https") {
+        if !matches!(parsed.scheme(), "http" | "https") {
             return Err(format!("`url` {:?} must be http:// or https://", spec.url));
         }
         if spec.timeout_seconds == Some(0) {
             return Err("`timeoutSeconds` must be at least 1".into());
         }
-        let headers = headers(&spec.headers, lookup)?;
+        let (per_run, fixed): (BTreeMap<_, _>, BTreeMap<_, _>) = spec
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .partition(|(_, v)| RUN_VARS.iter().any(|r| v.contains(&format!("${{{r}}}"))));
+        let mut run_headers = Vec::new();
+        for (k, v) in per_run {
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| format!("`{k}` is not a valid header name"))?;
+            let value = expand_env(&v, lookup).map_err(|e| format!("header `{k}`: {e}"))?;
+            run_headers.push((name, value));
+        }
+        let headers = headers(&fixed, lookup)?;
         let http = reqwest::Client::builder()
             .default_headers(headers)
             .build()
@@ -47,6 +74,7 @@ impl HttpTool {
             description: spec.description.clone(),
             schema: spec.schema.clone(),
             url,
+            run_headers,
             timeout: spec.timeout_seconds.map(Duration::from_secs),
             http,
         })
@@ -55,7 +83,7 @@ impl HttpTool {
 
 /// Header names and values, `${VAR}` expanded; a bad one is named.
 pub fn headers(
-    spec: &std::collections::BTreeMap<String, String>,
+    spec: &BTreeMap<String, String>,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<HeaderMap, String> {
     let mut map = HeaderMap::new();
@@ -85,11 +113,22 @@ impl Tool for HttpTool {
         self.timeout
     }
     async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String> {
-        let host = self.url.host_str().unwrap_or_default().to_owned();
-        let resp = self
+        let name = &self.name;
+        let url = expand_run(&self.url, &ctx.scope).map_err(|e| format!("`{name}`: `url`: {e}"))?;
+        let url = reqwest::Url::parse(&url).map_err(|e| format!("`{name}`: {url:?}: {e}"))?;
+        let host = url.host_str().unwrap_or_default().to_owned();
+        let mut request = self
             .http
-            .post(self.url.clone())
-            .header("idempotency-key", &ctx.idempotency_key)
+            .post(url)
+            .header("idempotency-key", &ctx.idempotency_key);
+        for (header, value) in &self.run_headers {
+            let value = expand_run(value, &ctx.scope)
+                .map_err(|e| format!("`{name}`: header `{header}`: {e}"))?;
+            let value = HeaderValue::from_str(&value)
+                .map_err(|_| format!("`{name}`: header `{header}` cannot carry {value:?}"))?;
+            request = request.header(header, value);
+        }
+        let resp = request
             .json(&input)
             .send()
             .await
@@ -209,6 +248,51 @@ mod tests {
         assert!(err.contains("cannot reach 127.0.0.1"), "{err}");
     }
 
+    #[tokio::test]
+    async fn the_url_and_headers_name_the_calling_runs_sandbox_and_repository() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/sandboxes/sb-7/exec"))
+            .and(header("x-repo", "acme/shop@main"))
+            .and(header("authorization", "Bearer t0k"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"ok": true})))
+            .expect(1)
+            .mount(&server)
+            .await;
+        let spec: HttpToolSpec = serde_json::from_value(json!({
+            "url": format!("{}/sandboxes/${{run.sandboxId}}/exec", server.uri()),
+            "description": "Runs a command in the run's sandbox.",
+            "schema": {"type": "object"},
+            "headers": {"Authorization": "Bearer ${TOKEN}",
+                        "X-Repo": "${run.githubRepo}@${run.githubRef}"}
+        }))
+        .expect("spec");
+        let tool =
+            HttpTool::new("exec", &spec, &|k| (k == "TOKEN").then(|| "t0k".into())).expect("tool");
+        let mut ctx = ctx();
+        ctx.scope.sandbox_id = Some("sb-7".into());
+        ctx.scope.github = Some(baton_core::scope::GithubRepo {
+            repo: "acme/shop".into(),
+            git_ref: Some("main".into()),
+        });
+        assert_eq!(tool.execute(&ctx, json!({})).await, Ok(json!({"ok": true})));
+        // A run without a sandbox: an error result that names what is missing, no request.
+        let err = tool
+            .execute(&self::ctx(), json!({}))
+            .await
+            .expect_err("no sandbox");
+        assert!(
+            err.contains("`exec`") && err.contains("${run.sandboxId}"),
+            "{err}"
+        );
+        // One with a sandbox but no repository: the header names what it lacks.
+        let mut ctx = self::ctx();
+        ctx.scope.sandbox_id = Some("sb-7".into());
+        let err = tool.execute(&ctx, json!({})).await.expect_err("no repo");
+        assert!(err.contains("X-Repo") || err.contains("x-repo"), "{err}");
+        assert!(err.contains("${run.githubRepo}"), "{err}");
+    }
+
     #[test]
     fn bad_specs_are_named() {
         let spec = |v: Value| serde_json::from_value::<HttpToolSpec>(v).expect("spec");
@@ -218,5 +302,10 @@ mod tests {
         let unset = json!({"url": "http://x", "description": "d", "schema": {},
                            "headers": {"X-Key": "${MISSING}"}});
         assert!(HttpTool::new("t", &spec(unset), &none).is_err_and(|e| e.contains("MISSING")));
+        // Only the run's own variables wait for a run; an unknown one is named at start-up.
+        let unknown = json!({"url": "http://x/${run.sandbox}", "description": "d", "schema": {}});
+        assert!(
+            HttpTool::new("t", &spec(unknown), &none).is_err_and(|e| e.contains("run.sandbox"))
+        );
     }
 }

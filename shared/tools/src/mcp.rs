@@ -64,7 +64,10 @@ struct Inner {
 pub struct McpServer(Arc<Inner>);
 
 /// `${VAR}` from `lookup`, leaving `${run.…}` for each run to fill.
-fn expand_env(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+pub(crate) fn expand_env(
+    text: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, String> {
     expand(text, &|k| {
         if RUN_VARS.contains(&k) {
             Some(format!("${{{k}}}"))
@@ -75,7 +78,7 @@ fn expand_env(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Str
 }
 
 /// `${run.…}` from `scope` (what the environment filled in is left as it is).
-fn expand_run(text: &str, scope: &Scope) -> Result<String, String> {
+pub(crate) fn expand_run(text: &str, scope: &Scope) -> Result<String, String> {
     expand(text, &|k| match RUN_VARS.contains(&k) {
         true => scope.var(k).map(str::to_owned),
         false => Some(format!("${{{k}}}")),
