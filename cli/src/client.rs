@@ -179,6 +179,8 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
         Command::Run {
             prompt,
             agent,
+            sandbox,
+            github,
             wait,
             follow,
             timeout,
@@ -191,6 +193,15 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
             let mut body = json!({"prompt": prompt});
             if let Some(a) = agent {
                 body["agent"] = json!(a);
+            }
+            if let Some(s) = sandbox {
+                body["sandboxId"] = json!(s);
+            }
+            if let Some(g) = github {
+                body["github"] = match g.split_once('@') {
+                    Some((repo, r)) => json!({"repo": repo, "ref": r}),
+                    None => json!({"repo": g}),
+                };
             }
             let created = api.call(Method::POST, "/runs", Some(body)).await?;
             let run_id = created["runId"].as_str().unwrap_or_default().to_owned();
@@ -547,6 +558,18 @@ fn render_run(r: &Value) -> String {
                     outcome
                 )
             }
+            "widget" => format!(
+                "widget {}: {}",
+                e["kind"].as_str().unwrap_or(""),
+                short(&e["data"], 80)
+            ),
+            "file" => format!(
+                "file {} ({}, {} bytes): {}",
+                e["name"].as_str().unwrap_or(""),
+                e["mediaType"].as_str().unwrap_or(""),
+                e["size"],
+                short(&e["summary"], 80)
+            ),
             t => format!(
                 "{t}: {} {}",
                 e["code"].as_str().unwrap_or(""),

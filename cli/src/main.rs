@@ -111,6 +111,12 @@ enum Command {
         prompt: String,
         #[arg(long)]
         agent: Option<String>,
+        /// The run's sandbox (its tools and subagents work there).
+        #[arg(long)]
+        sandbox: Option<String>,
+        /// The GitHub repository the run works on: `owner/name`, or `owner/name@ref`.
+        #[arg(long)]
+        github: Option<String>,
         /// Wait until the run finishes or parks on a CTA, then show it; its state changes
         /// (and a retrying step's last error) go to stderr as they happen. Exit codes:
         /// 0 completed or waiting for a human, 3 failed/expired/cancelled, 4 still going
@@ -450,7 +456,9 @@ async fn main() -> ExitCode {
 
 /// The agents and the model `baton dev` runs with: scripted, or every provider routed by
 /// `provider:model-id`. The agents file is `--agents`, else `BATON_AGENTS_FILE`; its MCP
-/// servers, HTTP tools and `httpFetch` are built here (stdio servers allowed: this is dev).
+/// servers, HTTP tools and `httpFetch` are built here (stdio servers allowed: this is dev),
+/// beside the deployment's own tools, plugins and agents (`baton-deployment`), as every
+/// Lambda function has them.
 pub(crate) async fn model_and_agents(
     script: Option<&std::path::Path>,
     agents: Option<&std::path::Path>,
@@ -460,6 +468,7 @@ pub(crate) async fn model_and_agents(
         agents,
         config,
         baton_tools::Host::Dev,
+        &baton_deployment::extensions(),
     )?);
     let llm: Arc<dyn Llm> = match script {
         Some(path) => {

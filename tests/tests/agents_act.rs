@@ -17,8 +17,13 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 async fn start(dir: &std::path::Path, file: Value, script: Value) -> Harness {
     let file: AgentsFile = serde_json::from_value(file).expect("agents file");
-    let catalog = baton_tools::catalog(Some(file), baton_tools::Host::Dev, &|_| None, vec![])
-        .expect("catalog");
+    let catalog = baton_tools::catalog(
+        Some(file),
+        baton_tools::Host::Dev,
+        &|_| None,
+        &Default::default(),
+    )
+    .expect("catalog");
     common::start(
         dir,
         scripted(&script.to_string()),
@@ -254,8 +259,13 @@ fn the_readmes_example_agents_file_builds_and_lambda_refuses_its_stdio_server() 
     let text = common::examples("agents.json");
     let file = || AgentsFile::parse(&text, "examples/agents.json").expect("parses");
     let vars = |k: &str| matches!(k, "CALC_TOKEN" | "ORDERS_KEY").then(|| "x".to_owned());
-    let catalog = baton_tools::catalog(Some(file()), baton_tools::Host::Dev, &vars, vec![])
-        .expect("builds under baton dev");
+    let catalog = baton_tools::catalog(
+        Some(file()),
+        baton_tools::Host::Dev,
+        &vars,
+        &Default::default(),
+    )
+    .expect("builds under baton dev");
     let explore = catalog.agent("explore").expect("explore");
     assert!(
         explore.tools.iter().any(|t| t == "http_fetch"),
@@ -280,15 +290,25 @@ fn the_readmes_example_agents_file_builds_and_lambda_refuses_its_stdio_server() 
         "{}",
         planner.system
     );
-    let err = baton_tools::catalog(Some(file()), baton_tools::Host::Lambda, &vars, vec![])
-        .expect_err("stdio on Lambda");
+    let err = baton_tools::catalog(
+        Some(file()),
+        baton_tools::Host::Lambda,
+        &vars,
+        &Default::default(),
+    )
+    .expect_err("stdio on Lambda");
     assert!(
         err.to_string().contains("mcpServers.clock")
             && err.to_string().contains("only `baton dev`"),
         "{err}"
     );
-    let err = baton_tools::catalog(Some(file()), baton_tools::Host::Dev, &|_| None, vec![])
-        .expect_err("unset variable");
+    let err = baton_tools::catalog(
+        Some(file()),
+        baton_tools::Host::Dev,
+        &|_| None,
+        &Default::default(),
+    )
+    .expect_err("unset variable");
     assert!(err.to_string().contains("is not set"), "{err}");
 }
 

@@ -1035,7 +1035,13 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
         "agents": {"ops": {"tools": ["count"]}}});
     let file: baton_core::agent::AgentsFile = serde_json::from_value(file).unwrap();
     let catalog = Arc::new(
-        baton_tools::catalog(Some(file), baton_tools::Host::Dev, &|_| None, vec![]).unwrap(),
+        baton_tools::catalog(
+            Some(file),
+            baton_tools::Host::Dev,
+            &|_| None,
+            &Default::default(),
+        )
+        .unwrap(),
     );
 
     // The ten runs' first steps wait in the queue before the mappings start: one batch.

@@ -46,6 +46,7 @@ async fn a_message_in_flight_when_its_process_died_is_taken_at_once_after_a_rest
                 prompt: "go".into(),
                 agent: None,
                 sandbox_id: None,
+                github: None,
                 metadata: None,
                 context: None,
                 on_expiry: Default::default(),

@@ -26,7 +26,12 @@ fn pay_agents(tool: &MockServer) -> Arc<baton_core::agent::Catalog> {
             "approval": {"pay": "always"}}}
     }))
     .unwrap();
-    let catalog = baton_tools::catalog(Some(file), baton_tools::Host::Dev, &|_| None, vec![]);
+    let catalog = baton_tools::catalog(
+        Some(file),
+        baton_tools::Host::Dev,
+        &|_| None,
+        &Default::default(),
+    );
     Arc::new(catalog.unwrap())
 }
 
@@ -154,7 +159,12 @@ fn gated_echo() -> (String, Arc<baton_core::agent::Catalog>) {
             "approval": {"echo": "always"}}}
     }))
     .unwrap();
-    let catalog = baton_tools::catalog(Some(file), baton_tools::Host::Dev, &|_| None, vec![]);
+    let catalog = baton_tools::catalog(
+        Some(file),
+        baton_tools::Host::Dev,
+        &|_| None,
+        &Default::default(),
+    );
     (script, Arc::new(catalog.unwrap()))
 }
 
@@ -575,7 +585,12 @@ fn waiters_agents(tool: &MockServer, changed: bool) -> Arc<baton_core::agent::Ca
                     "approval": {"echo": "always"}}}})
     };
     let file = serde_json::from_value(file).unwrap();
-    let catalog = baton_tools::catalog(Some(file), baton_tools::Host::Dev, &|_| None, vec![]);
+    let catalog = baton_tools::catalog(
+        Some(file),
+        baton_tools::Host::Dev,
+        &|_| None,
+        &Default::default(),
+    );
     Arc::new(catalog.unwrap())
 }
 

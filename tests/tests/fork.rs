@@ -40,7 +40,12 @@ fn agents(tool: &MockServer) -> Arc<baton_core::agent::Catalog> {
         }
     }))
     .unwrap();
-    let catalog = baton_tools::catalog(Some(file), baton_tools::Host::Dev, &|_| None, vec![]);
+    let catalog = baton_tools::catalog(
+        Some(file),
+        baton_tools::Host::Dev,
+        &|_| None,
+        &Default::default(),
+    );
     Arc::new(catalog.unwrap())
 }
 

@@ -20,7 +20,13 @@ fn catalog(
 ) -> Arc<baton_core::agent::Catalog> {
     let file: AgentsFile = serde_json::from_value(file).expect("agents file");
     Arc::new(
-        baton_tools::catalog(Some(file), baton_tools::Host::Dev, lookup, vec![]).expect("catalog"),
+        baton_tools::catalog(
+            Some(file),
+            baton_tools::Host::Dev,
+            lookup,
+            &Default::default(),
+        )
+        .expect("catalog"),
     )
 }
 
@@ -273,7 +279,13 @@ async fn explore_reads_and_code_changes_a_repository_through_published_mcp_serve
     let root = sandboxes.path().display().to_string();
     let lookup = |k: &str| (k == "BATON_SANDBOXES").then(|| root.clone());
     let catalog = Arc::new(
-        baton_tools::catalog(Some(file), baton_tools::Host::Dev, &lookup, vec![]).expect("catalog"),
+        baton_tools::catalog(
+            Some(file),
+            baton_tools::Host::Dev,
+            &lookup,
+            &Default::default(),
+        )
+        .expect("catalog"),
     );
     let repo_path = repo.display().to_string();
     let readme = repo.join("README.md").display().to_string();

@@ -122,8 +122,13 @@ fn agents_and_script() -> (baton_core::agent::Catalog, Value) {
         }
     }))
     .expect("agents file");
-    let catalog = baton_tools::catalog(Some(file), baton_tools::Host::Dev, &|_| None, vec![])
-        .expect("catalog");
+    let catalog = baton_tools::catalog(
+        Some(file),
+        baton_tools::Host::Dev,
+        &|_| None,
+        &Default::default(),
+    )
+    .expect("catalog");
     let script = json!({
         "orchestrator": [
             {"tool_calls": [

@@ -11,7 +11,9 @@ use baton_lambda::{Runtime, init_tracing};
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     init_tracing();
-    let runtime = Runtime::from_env().await?;
+    let runtime = Runtime::from_env()
+        .await?
+        .with_extensions(baton_deployment::extensions());
     let service = runtime.request_service().await?;
     let auth = Arc::new(ApiGatewayJwt::from_env());
     // API Gateway buffers responses: the console polls the timeline, and watches a run live

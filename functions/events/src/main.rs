@@ -9,5 +9,10 @@ use baton_lambda::{Runtime, init_tracing, run_events};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     init_tracing();
-    run_events(Runtime::from_env().await?).await
+    run_events(
+        Runtime::from_env()
+            .await?
+            .with_extensions(baton_deployment::extensions()),
+    )
+    .await
 }

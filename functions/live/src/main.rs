@@ -8,5 +8,10 @@ use baton_lambda::{Runtime, init_tracing, run_live_authorizer};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     init_tracing();
-    run_live_authorizer(Runtime::from_env().await?).await
+    run_live_authorizer(
+        Runtime::from_env()
+            .await?
+            .with_extensions(baton_deployment::extensions()),
+    )
+    .await
 }

@@ -16,6 +16,10 @@ pub(crate) struct CreateRunBody {
     pub(crate) prompt: String,
     #[serde(default)]
     pub(crate) sandbox_id: Option<String>,
+    /// The repository the run works on, `{repo: "owner/name", ref?}`: its subagents inherit
+    /// it, its tools read it (`${run.githubRepo}`, `${run.githubRef}`).
+    #[serde(default)]
+    pub(crate) github: Option<baton_core::scope::GithubRepo>,
     #[serde(default)]
     pub(crate) agent: Option<String>,
     #[serde(default)]

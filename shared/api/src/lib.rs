@@ -134,6 +134,7 @@ async fn create_run(
         prompt: body.prompt,
         agent: body.agent,
         sandbox_id: body.sandbox_id,
+        github: body.github,
         metadata: body.metadata,
         context: body.context,
         on_expiry: body.on_expiry.unwrap_or_default(),

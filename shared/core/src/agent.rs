@@ -18,9 +18,11 @@ use crate::timeline::Operation;
 use crate::tools;
 
 mod catalog;
+mod extensions;
 mod plugin;
 
 pub use catalog::{Catalog, HTTP_FETCH, Listed, RELIST_INTERVAL, Toolbox};
+pub use extensions::Extensions;
 pub use plugin::{Plugin, Prepare};
 
 /// A problem with the agent definitions, reported at start-up.

@@ -63,7 +63,7 @@ pub struct PlansSpec {
     pub reviewer_model: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AgentSpec {
     /// What it is for, as a planner is told (default: none).
@@ -115,14 +115,14 @@ pub struct AgentSpec {
 }
 
 /// `"always"`, or `{"inputMatches"?: regex, "reason"?: text}` (always, without a regex).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum ApprovalSpec {
     Keyword(AlwaysKeyword),
     Rule(ApprovalRule),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ApprovalRule {
     #[serde(default)]
@@ -132,7 +132,7 @@ pub struct ApprovalRule {
     pub reason: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AlwaysKeyword {
     Always,

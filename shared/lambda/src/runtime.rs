@@ -8,7 +8,7 @@ use baton_aws::dynamo::DynamoStore;
 use baton_aws::sdk::{Meter, StaticKeys, lambda_sdk_config, map_sdk_err};
 use baton_aws::settings::AwsSettings;
 use baton_aws::watch::AppSyncWatchers;
-use baton_core::agent::{Catalog, CatalogError, FileError};
+use baton_core::agent::{Catalog, CatalogError, Extensions, FileError};
 use baton_core::config::{Config, ConfigError, ModelConfig};
 use baton_core::error::PortError;
 use baton_core::links::{Links, ShortKey};
@@ -87,9 +87,19 @@ pub struct Runtime {
     /// The agents file's text from S3 (`BATON_AGENTS_S3_URI`), read once per container by
     /// the functions that need it (not the live channel's authorizer).
     agents_text: tokio::sync::OnceCell<Option<String>>,
+    /// The deployment's own Rust tools, plugins and agents (`baton-deployment`'s), added to
+    /// every catalog this runtime builds.
+    extensions: Extensions,
 }
 
 impl Runtime {
+    /// This runtime with the deployment's own tools, plugins and agents: every function's
+    /// `main` gives it `baton_deployment::extensions()`.
+    pub fn with_extensions(mut self, extensions: Extensions) -> Self {
+        self.extensions = extensions;
+        self
+    }
+
     /// Reads the environment (see `template.yaml`) and loads the SDK config.
     pub async fn from_env() -> Result<Self, InitError> {
         let config = Config::from_env()?;
@@ -113,6 +123,7 @@ impl Runtime {
             secrets: tokio::sync::OnceCell::new(),
             link_key: tokio::sync::OnceCell::new(),
             agents_text: tokio::sync::OnceCell::new(),
+            extensions: Extensions::default(),
         })
     }
 
@@ -179,7 +190,7 @@ impl Runtime {
     #[cfg(feature = "steps")]
     pub async fn models(&self) -> Result<baton_llm::Models, InitError> {
         let model = self.model().await?;
-        let catalog = Catalog::declared(self.agents().await?)?;
+        let catalog = Catalog::declared(self.agents().await?, &self.extensions)?;
         let bedrock = aws_sdk_bedrockruntime::config::Builder::from(&self.sdk);
         Ok(baton_llm::Models::for_providers(
             &model,
@@ -215,7 +226,7 @@ impl Runtime {
             self.agents().await?,
             baton_tools::Host::Lambda,
             &lookup,
-            vec![],
+            &self.extensions,
         )?;
         self.claim_format().await?;
         let service = observers
@@ -316,7 +327,7 @@ impl Runtime {
     /// The service of the `api` and `events` functions, which never think nor run a tool: the
     /// agents file's tools are known by name only (`Catalog::declared`).
     pub async fn request_service(&self) -> Result<Arc<Service>, InitError> {
-        let catalog = Catalog::declared(self.agents().await?)?;
+        let catalog = Catalog::declared(self.agents().await?, &self.extensions)?;
         self.claim_format().await?;
         let service = self.service(Arc::new(NoModel), catalog).await?;
         Ok(Arc::new(service.build()))

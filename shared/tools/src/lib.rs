@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use baton_core::agent::{AgentsFile, Catalog, CatalogError, Limits, Toolbox};
-use baton_core::tools::{Tool, ToolServer};
+use baton_core::agent::{AgentsFile, Catalog, CatalogError, Extensions, Limits, Toolbox};
+use baton_core::tools::ToolServer;
 
 /// Where the catalog will run: stdio MCP servers start a process, which only `baton dev`
 /// may do (a Lambda function has no such process to start, and no state to keep it in).
@@ -25,18 +25,19 @@ pub enum Host {
 }
 
 /// The catalog of an agents file (or the built-ins alone), with its MCP servers, HTTP tools
-/// and `http_fetch` built, and `extra` Rust tools beside them. `${VAR}` in headers and in a
+/// and `http_fetch` built, and the deployment's own tools, plugins and agents (`ext`) beside
+/// them. `${VAR}` in headers and in a
 /// stdio server's environment is read through `lookup`. A problem is a start-up error
 /// naming it; a server that is down is not (its tools are listed when it answers).
 pub fn catalog(
     file: Option<AgentsFile>,
     host: Host,
     lookup: &dyn Fn(&str) -> Option<String>,
-    extra: Vec<Arc<dyn Tool>>,
+    ext: &Extensions,
 ) -> Result<Catalog, CatalogError> {
-    let file = file.unwrap_or_default();
+    let file = ext.agents_into(file).unwrap_or_default();
     let mut toolbox = Toolbox {
-        tools: extra,
+        tools: ext.tools(),
         servers: BTreeMap::new(),
     };
     for (name, spec) in &file.tools {
@@ -65,19 +66,20 @@ pub fn catalog(
             .servers
             .insert(name.clone(), Arc::new(server) as Arc<dyn ToolServer>);
     }
-    Catalog::build(Limits::default(), toolbox, Some(file))
+    Ok(ext.plugins_onto(Catalog::build(Limits::default(), toolbox, Some(file))?))
 }
 
 /// [`catalog`] of the agents file at `path`, else of `config`'s (`BATON_AGENTS_FILE`,
-/// `BATON_AGENTS_JSON`), with the process environment.
+/// `BATON_AGENTS_JSON`), with the process environment and the deployment's `ext`.
 pub fn load_catalog(
     path: Option<&Path>,
     config: &baton_core::config::Config,
     host: Host,
+    ext: &Extensions,
 ) -> Result<Catalog, CatalogError> {
     let file = match path {
         Some(p) => Some(AgentsFile::load(p)?),
         None => config.agents()?,
     };
-    catalog(file, host, &|k| std::env::var(k).ok(), vec![])
+    catalog(file, host, &|k| std::env::var(k).ok(), ext)
 }

@@ -319,11 +319,19 @@ impl Catalog {
     /// The catalog of a host that never runs a tool (the `api` and `events` functions): the
     /// file's HTTP tools, `http_fetch` and MCP servers are declared by name, so its agents
     /// check out, but no client is built; a call to one is an error saying where tools run.
-    pub fn declared(file: Option<AgentsFile>) -> Result<Self, CatalogError> {
-        let Some(file) = file else {
-            return Self::assemble(Limits::default(), Toolbox::default(), None);
+    /// The deployment's own Rust tools (`ext`) are there as they are: they are only run
+    /// where a step runs them.
+    pub fn declared(
+        file: Option<AgentsFile>,
+        ext: &super::Extensions,
+    ) -> Result<Self, CatalogError> {
+        let mut toolbox = Toolbox {
+            tools: ext.tools(),
+            ..Toolbox::default()
         };
-        let mut toolbox = Toolbox::default();
+        let Some(file) = ext.agents_into(file) else {
+            return Ok(ext.plugins_onto(Self::assemble(Limits::default(), toolbox, None)?));
+        };
         for (name, spec) in &file.tools {
             toolbox.tools.push(Arc::new(Declared {
                 name: name.clone(),
@@ -343,14 +351,21 @@ impl Catalog {
                 .servers
                 .insert(name.clone(), Arc::new(Declared::server(name)));
         }
-        Self::assemble(Limits::default(), toolbox, Some(file))
+        Ok(ext.plugins_onto(Self::assemble(Limits::default(), toolbox, Some(file))?))
     }
 
     /// Gives `agent` a plugin, asked after those it has (see [`super::Plugin`]).
-    pub fn with_plugin(mut self, agent: &str, plugin: impl super::Plugin) -> Self {
+    pub fn with_plugin(self, agent: &str, plugin: impl super::Plugin) -> Self {
+        self.with_prepare(agent, Arc::new(plugin::Typed(plugin)))
+    }
+
+    /// [`Catalog::with_plugin`], of a plugin already typed away.
+    pub(super) fn with_prepare(mut self, agent: &str, plugin: Arc<dyn super::Prepare>) -> Self {
         if self.agents.contains_key(agent) {
-            let plugins = self.plugins.entry(agent.to_owned()).or_default();
-            plugins.push(Arc::new(plugin::Typed(plugin)));
+            self.plugins
+                .entry(agent.to_owned())
+                .or_default()
+                .push(plugin);
         }
         self
     }

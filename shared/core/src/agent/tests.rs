@@ -337,7 +337,7 @@ fn a_host_that_runs_no_tools_knows_them_by_name() {
             "httpFetch": {"allowHosts": ["docs.rs"]},
             "agents": {"ops": {"tools": ["lookup", "mcp:calc", "calc__add"]}}}"#,
     );
-    let c = Catalog::declared(Some(f)).expect("builds without clients");
+    let c = Catalog::declared(Some(f), &Extensions::default()).expect("builds without clients");
     assert!(c.agent("ops").is_some());
     assert!(
         c.agent("explore")
@@ -355,4 +355,54 @@ fn a_host_that_runs_no_tools_knows_them_by_name() {
         .expect("runtime")
         .block_on(tool.execute(&ctx, serde_json::json!({})));
     assert!(out.is_err_and(|e| e.contains("runs only where steps run")));
+}
+
+/// A tool that answers what it was given.
+struct Mirror;
+
+#[async_trait::async_trait]
+impl crate::tools::Tool for Mirror {
+    fn name(&self) -> &str {
+        "mirror"
+    }
+    fn description(&self) -> &str {
+        "Answers its input."
+    }
+    fn schema(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object"})
+    }
+    async fn execute(
+        &self,
+        _: &crate::tools::ToolContext,
+        input: serde_json::Value,
+    ) -> Result<serde_json::Value, String> {
+        Ok(input)
+    }
+}
+
+#[test]
+fn a_deployments_extensions_reach_every_hosts_catalog_and_the_file_wins_a_name() {
+    let ext = Extensions::new().tool(Mirror).agent(
+        "mirror_agent",
+        serde_json::from_str(r#"{"system": "code's", "tools": ["mirror"]}"#).expect("spec"),
+    );
+    let listing = r#"{"agents": {"ops": {"tools": ["mirror"]},
+                                 "mirror_agent": {"system": "the file's", "tools": ["mirror"]}}}"#;
+    // The functions that never run a tool know the extension's tool, so the file's agent
+    // that lists it checks out; without the extensions it is a start-up error naming it.
+    let declared = Catalog::declared(Some(file(listing)), &ext).expect("declared");
+    assert!(declared.tool(&declared.listed(), "mirror").is_some());
+    assert_eq!(
+        declared.agent("mirror_agent").expect("agent").system,
+        "the file's"
+    );
+    let err = Catalog::declared(Some(file(listing)), &Extensions::default()).unwrap_err();
+    assert!(err.to_string().contains("mirror"), "{err}");
+    // With no file, the code's own agent is there.
+    let alone = Catalog::declared(None, &ext).expect("declared");
+    assert_eq!(alone.agent("mirror_agent").expect("agent").system, "code's");
+    assert_eq!(
+        alone.agent("mirror_agent").expect("agent").tools,
+        ["mirror"]
+    );
 }

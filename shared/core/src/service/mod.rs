@@ -145,6 +145,8 @@ pub struct CreateRun {
     pub prompt: String,
     pub agent: Option<String>,
     pub sandbox_id: Option<String>,
+    /// The repository the run works on (its tools read it in their context's scope).
+    pub github: Option<crate::scope::GithubRepo>,
     pub metadata: Option<Value>,
     /// What the run works on: an object with a string `type` (see `contextGuidance`).
     pub context: Option<Value>,

@@ -89,6 +89,9 @@ impl Service {
         if let Some(id) = &req.sandbox_id {
             crate::scope::check_sandbox_id(id).map_err(ServiceError::Invalid)?;
         }
+        if let Some(github) = &req.github {
+            crate::scope::check_github(github).map_err(ServiceError::Invalid)?;
+        }
         if let Some(metadata) = &req.metadata {
             let size = metadata.to_string().len();
             if size > MAX_METADATA_BYTES {
@@ -118,6 +121,7 @@ impl Service {
             root_run_id: None,
             now,
         });
+        run.github = req.github;
         run.next_seq = 1;
         run.set_prompt(&req.prompt);
         run.tier = req.options.tier;

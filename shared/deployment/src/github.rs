@@ -1,0 +1,320 @@
+//! `github_read`: a file or a directory of the calling run's GitHub repository (its
+//! `github: {repo, ref?}`), read through GitHub's REST API (`GET /repos/{repo}/contents/{path}`).
+//!
+//! - The API is `GITHUB_API_URL` (GitHub's own variable; `https://api.github.com` unset, a
+//!   GitHub Enterprise server's `/api/v3` otherwise), with `GITHUB_TOKEN` as a bearer token
+//!   when set (a private repository needs one).
+//! - A path that may hold secrets (`.env*`, anything under `.github/` or `secrets/`, `*.pem`,
+//!   `*.key`) is read only once a human approves the call.
+//! - A file's text is the result (its first 64 KiB; the model is told when there is more)
+//!   and the whole file is kept beside it, as a file of the run; a card says what was read.
+//!   A directory is a table of its entries.
+
+use std::time::Duration;
+
+use base64::Engine;
+use baton_sdk::{Tool, ToolContext, Value, async_trait, json};
+
+/// The most of a file's text the model is given.
+pub const MAX_TEXT_BYTES: usize = 64 * 1024;
+
+/// GitHub's contents API answers files of at most this size with their content.
+const MAX_FILE_BYTES: usize = 1024 * 1024;
+
+/// Reads the run's repository (see the module's documentation).
+pub struct RepoFiles {
+    api: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl RepoFiles {
+    /// Against `api` (GitHub's REST API's base URL), with `token` if any.
+    pub fn new(api: &str, token: Option<String>) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(20))
+            .user_agent("baton-github-read")
+            .build()
+            .unwrap_or_default();
+        Self {
+            api: api.trim_end_matches('/').to_owned(),
+            token,
+            http,
+        }
+    }
+
+    /// Against `GITHUB_API_URL` (default `https://api.github.com`), with `GITHUB_TOKEN`.
+    pub fn from_env() -> Self {
+        let api = std::env::var("GITHUB_API_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "https://api.github.com".into());
+        let token = std::env::var("GITHUB_TOKEN").ok().filter(|t| !t.is_empty());
+        Self::new(&api, token)
+    }
+}
+
+/// Whether `path` may hold secrets (a human approves reading it).
+pub fn sensitive(path: &str) -> bool {
+    let path = path.trim_start_matches('/');
+    let file = path.rsplit('/').next().unwrap_or(path);
+    path.starts_with(".github/")
+        || path.starts_with("secrets/")
+        || path.contains("/secrets/")
+        || file.starts_with(".env")
+        || file.ends_with(".pem")
+        || file.ends_with(".key")
+}
+
+#[async_trait]
+impl Tool for RepoFiles {
+    fn name(&self) -> &str {
+        "github_read"
+    }
+
+    fn description(&self) -> &str {
+        "Read a file, or list a directory, of the run's GitHub repository at its ref. \
+         `path` is relative to the repository's root (\"\" for the root)."
+    }
+
+    fn schema(&self) -> Value {
+        json!({"type": "object",
+               "properties": {"path": {"type": "string", "maxLength": 1024}},
+               "required": ["path"], "additionalProperties": false})
+    }
+
+    fn needs_approval(&self, input: &Value) -> bool {
+        input["path"].as_str().is_some_and(sensitive)
+    }
+
+    fn approval_reason(&self, input: &Value) -> Option<String> {
+        let path = input["path"].as_str()?;
+        sensitive(path).then(|| format!("`{path}` may hold secrets"))
+    }
+
+    async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String> {
+        let github = ctx.scope.github.as_ref().ok_or(
+            "this run has no GitHub repository: start it (or its parent's spawn_subagent call) \
+             with `github: {repo, ref}`",
+        )?;
+        let path = input["path"].as_str().ok_or("`path` is a string")?;
+        let path = path.trim_matches('/');
+        if path.split('/').any(|s| s == "..") {
+            return Err(format!(
+                "`{path}`: `..` is not a path within the repository"
+            ));
+        }
+        let mut url = format!("{}/repos/{}/contents/{path}", self.api, github.repo);
+        if let Some(r) = &github.git_ref {
+            url.push_str(&format!("?ref={r}"));
+        }
+        let mut request = self
+            .http
+            .get(&url)
+            .header("accept", "application/vnd.github+json")
+            .header("x-github-api-version", "2022-11-28");
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let at = format!(
+            "{}@{}",
+            github.repo,
+            github.git_ref.as_deref().unwrap_or("HEAD")
+        );
+        let resp = request
+            .send()
+            .await
+            .map_err(|e| format!("GitHub did not answer for `{path}` in {at}: {e}"))?;
+        let status = resp.status();
+        let body: Value = resp
+            .json()
+            .await
+            .map_err(|e| format!("GitHub answered {status} without JSON: {e}"))?;
+        if !status.is_success() {
+            let why = body["message"].as_str().unwrap_or("no message");
+            return Err(format!(
+                "GitHub answered {status} for `{path}` in {at}: {why}"
+            ));
+        }
+        if let Some(entries) = body.as_array() {
+            let rows: Vec<Value> = entries
+                .iter()
+                .map(|e| json!([e["name"], e["type"], e["size"]]))
+                .collect();
+            ctx.widget(
+                "table",
+                json!({"columns": ["name", "type", "size"], "rows": rows}),
+            )?;
+            let names: Vec<&Value> = entries.iter().map(|e| &e["name"]).collect();
+            return Ok(json!({"path": path, "ref": at, "entries": names}));
+        }
+        if body["type"] != "file" {
+            return Err(format!(
+                "`{path}` in {at} is a {}, not a file",
+                body["type"]
+            ));
+        }
+        let size = body["size"].as_u64().unwrap_or(0) as usize;
+        if size > MAX_FILE_BYTES || body["encoding"] != "base64" {
+            return Err(format!(
+                "`{path}` in {at} is {size} bytes: larger than the contents API returns"
+            ));
+        }
+        let packed: String = body["content"]
+            .as_str()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(packed)
+            .map_err(|e| format!("GitHub sent `{path}` in a form that does not decode: {e}"))?;
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let summary = format!("`{path}` of {at}, {} bytes", bytes.len());
+        ctx.widget(
+            "card",
+            json!({"path": path, "ref": at, "bytes": bytes.len(), "sha": body["sha"]}),
+        )?;
+        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_TEXT_BYTES)]).into_owned();
+        let cut = bytes.len() > MAX_TEXT_BYTES;
+        ctx.file(name, media_type(name), bytes, &summary)?;
+        Ok(json!({"path": path, "ref": at, "text": text, "truncated": cut}))
+    }
+}
+
+/// The media type a file is kept as, by its extension.
+fn media_type(name: &str) -> &'static str {
+    match name.rsplit_once('.').map(|(_, e)| e) {
+        Some("md") => "text/markdown",
+        Some("json") => "application/json",
+        Some("csv") => "text/csv",
+        Some("html") => "text/html",
+        Some("png") => "image/png",
+        Some("rs" | "py" | "js" | "ts" | "toml" | "yaml" | "yml" | "txt" | "sh") => "text/plain",
+        _ => "application/octet-stream",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_sdk::GithubRepo;
+    use wiremock::matchers::{header, method, path, query_param};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    fn ctx(git_ref: Option<&str>) -> ToolContext {
+        let mut ctx = ToolContext::new("run_1", "o", "explore", "call_1");
+        ctx.scope.github = Some(GithubRepo {
+            repo: "acme/shop".into(),
+            git_ref: git_ref.map(str::to_owned),
+        });
+        ctx
+    }
+
+    /// A stand-in of GitHub's contents API, as GitHub documents its answers.
+    async fn github() -> MockServer {
+        let server = MockServer::start().await;
+        let readme = base64::engine::general_purpose::STANDARD.encode("# Shop\nSells things.\n");
+        // GitHub wraps the base64 at 60 columns.
+        let wrapped = format!("{}\n{}", &readme[..20], &readme[20..]);
+        Mock::given(method("GET"))
+            .and(path("/repos/acme/shop/contents/README.md"))
+            .and(query_param("ref", "main"))
+            .and(header("authorization", "Bearer t0k"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+                "type": "file", "encoding": "base64", "size": 21, "name": "README.md",
+                "path": "README.md", "sha": "3d21ec53a331a6f037a91c368710b99387d012c1",
+                "content": wrapped})))
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path("/repos/acme/shop/contents/src"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!([
+                {"type": "file", "name": "main.rs", "path": "src/main.rs", "size": 120},
+                {"type": "dir", "name": "api", "path": "src/api", "size": 0}])))
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path("/repos/acme/shop/contents/nope"))
+            .respond_with(ResponseTemplate::new(404).set_body_json(json!({
+                "message": "Not Found",
+                "documentation_url": "https://docs.github.com/rest/repos/contents#get-repository-content"})))
+            .mount(&server)
+            .await;
+        server
+    }
+
+    #[tokio::test]
+    async fn a_file_is_its_text_with_a_card_and_the_whole_file_beside_it() {
+        let server = github().await;
+        let tool = RepoFiles::new(&server.uri(), Some("t0k".into()));
+        let ctx = ctx(Some("main"));
+        let out = tool
+            .execute(&ctx, json!({"path": "README.md"}))
+            .await
+            .expect("read");
+        assert_eq!(out["text"], "# Shop\nSells things.\n");
+        assert_eq!(out["ref"], "acme/shop@main");
+        assert_eq!(out["truncated"], false);
+        let (widgets, files) = (ctx.take_widgets(), ctx.take_files());
+        assert_eq!(widgets.len(), 1);
+        assert_eq!(widgets[0].kind, "card");
+        assert_eq!(widgets[0].data["bytes"], 21);
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].name, "README.md");
+        assert_eq!(files[0].media_type, "text/markdown");
+        assert_eq!(files[0].bytes, b"# Shop\nSells things.\n");
+    }
+
+    #[tokio::test]
+    async fn a_directory_is_a_table_and_errors_say_what_github_answered() {
+        let server = github().await;
+        let tool = RepoFiles::new(&server.uri(), None);
+        let ctx = ctx(None);
+        let out = tool
+            .execute(&ctx, json!({"path": "/src/"}))
+            .await
+            .expect("list");
+        assert_eq!(out["entries"], json!(["main.rs", "api"]));
+        assert_eq!(out["ref"], "acme/shop@HEAD");
+        let widgets = ctx.take_widgets();
+        assert_eq!(widgets[0].kind, "table");
+        assert_eq!(widgets[0].data["rows"][1], json!(["api", "dir", 0]));
+        let err = tool
+            .execute(&ctx, json!({"path": "nope"}))
+            .await
+            .unwrap_err();
+        assert!(err.contains("404") && err.contains("Not Found"), "{err}");
+        let err = tool
+            .execute(&ctx, json!({"path": "a/../../etc"}))
+            .await
+            .unwrap_err();
+        assert!(err.contains(".."), "{err}");
+        let no_repo = ToolContext::new("run_1", "o", "explore", "call_1");
+        let err = tool
+            .execute(&no_repo, json!({"path": "x"}))
+            .await
+            .unwrap_err();
+        assert!(err.contains("no GitHub repository"), "{err}");
+    }
+
+    #[test]
+    fn paths_that_may_hold_secrets_need_an_approval() {
+        let tool = RepoFiles::new("http://127.0.0.1:9", None);
+        for p in [
+            ".env",
+            "app/.env.local",
+            ".github/workflows/ci.yml",
+            "secrets/db",
+            "tls/server.pem",
+        ] {
+            assert!(tool.needs_approval(&json!({"path": p})), "{p}");
+            assert!(
+                tool.approval_reason(&json!({"path": p}))
+                    .is_some_and(|r| r.contains(p))
+            );
+        }
+        for p in ["README.md", "src/env.rs", "docs/secrets.md"] {
+            assert!(!tool.needs_approval(&json!({"path": p})), "{p}");
+        }
+    }
+}

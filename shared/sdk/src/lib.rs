@@ -1,0 +1,150 @@
+//! Build on Baton in Rust: give your agents your own tools — Rust functions that talk to your
+//! database, your API, your repositories — and plugins that shape each of their iterations,
+//! then deploy them with the rest of Baton.
+//!
+//! This crate is what such code depends on; it holds nothing of its own, only the types of
+//! Baton's core a tool or plugin author needs, under one name. Where they go is the
+//! workspace's `baton-deployment` crate (`shared/deployment`): its `extensions()` returns
+//! the deployment's [`Extensions`], which every host adds to its catalog — the five Lambda
+//! functions, `baton dev` and `baton dev --aws` alike — so a tool added there is in every
+//! host and in what `sam build` packages, with no edit anywhere else.
+//!
+//! # A tool
+//!
+//! A [`Tool`] has a name, a description and a JSON schema for its input (what the model is
+//! shown), may ask for a human's approval depending on its input, and runs with a
+//! [`ToolContext`]: the run, the call's idempotency key, the run's sandbox and repository
+//! ([`Scope`]), and where it puts widgets and files beside its result. An `Err` is an error
+//! result the model sees; the run goes on.
+//!
+//! ```
+//! use baton_sdk::{Tool, ToolContext, Value, async_trait, json};
+//!
+//! /// Looks an order up (here from a table; yours would ask your API).
+//! struct Orders;
+//!
+//! #[async_trait]
+//! impl Tool for Orders {
+//!     fn name(&self) -> &str {
+//!         "order_status"
+//!     }
+//!     fn description(&self) -> &str {
+//!         "The status of an order, by its number."
+//!     }
+//!     fn schema(&self) -> Value {
+//!         json!({"type": "object", "properties": {"order": {"type": "integer"}},
+//!                "required": ["order"], "additionalProperties": false})
+//!     }
+//!     /// Orders past 1000 are someone else's: a human says yes first.
+//!     fn needs_approval(&self, input: &Value) -> bool {
+//!         input["order"].as_u64().is_some_and(|n| n > 1000)
+//!     }
+//!     async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String> {
+//!         let order = input["order"].as_u64().ok_or("`order` is a number")?;
+//!         // A card in the console beside the result, and a file the run keeps.
+//!         ctx.widget("card", json!({"order": order, "status": "shipped"}))?;
+//!         ctx.file("receipt.txt", "text/plain", b"paid".to_vec(), "the receipt")?;
+//!         Ok(json!({"order": order, "status": "shipped"}))
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let ctx = ToolContext::new("run_1", "owner", "support", "call_1");
+//! let out = Orders.execute(&ctx, json!({"order": 42})).await;
+//! assert_eq!(out, Ok(json!({"order": 42, "status": "shipped"})));
+//! assert!(Orders.needs_approval(&json!({"order": 4242})));
+//! # }
+//! ```
+//!
+//! # A plugin
+//!
+//! A [`Plugin`] is asked before each think of the agents it is given to. It keeps typed
+//! state per run (committed with the step that thought), and answers with [`Prepared`]:
+//! tools the agent may also call in this iteration and text added to its system prompt. Its
+//! errors are its own ([`PluginError`]): retried, or failing the run, as it says.
+//!
+//! ```
+//! use baton_sdk::{Entry, Plugin, PluginError, Prepared, Run, async_trait};
+//! use serde::{Deserialize, Serialize};
+//!
+//! /// Reminds the agent of the house style once it has thought three times.
+//! struct Style;
+//!
+//! #[derive(Default, Serialize, Deserialize)]
+//! struct Seen {
+//!     iterations: u32,
+//! }
+//!
+//! #[async_trait]
+//! impl Plugin for Style {
+//!     type State = Seen;
+//!     fn name(&self) -> &str {
+//!         "style"
+//!     }
+//!     async fn prepare(
+//!         &self,
+//!         _run: &Run,
+//!         _timeline: &[Entry],
+//!         seen: &mut Seen,
+//!     ) -> Result<Prepared, PluginError> {
+//!         seen.iterations += 1;
+//!         Ok(Prepared {
+//!             context: (seen.iterations > 3).then(|| "Answer in one paragraph.".to_owned()),
+//!             ..Prepared::default()
+//!         })
+//!     }
+//! }
+//! # let _ = Style;
+//! ```
+//!
+//! # The deployment's extensions, and the catalog they reach
+//!
+//! [`Extensions`] gathers the tools, the plugins (each for one agent) and the agents the
+//! code ships; the agents file adds to them (its agent of the same name wins). Every host
+//! builds its [`Catalog`] with them: an agent reaches a Rust tool by listing its name.
+//!
+//! ```
+//! use baton_sdk::{AgentsFile, Catalog, Extensions, Limits, Tool, ToolContext, Value};
+//! use baton_sdk::{async_trait, json, serde_json};
+//!
+//! struct Ping;
+//!
+//! #[async_trait]
+//! impl Tool for Ping {
+//!     fn name(&self) -> &str { "ping" }
+//!     fn description(&self) -> &str { "Answers pong." }
+//!     fn schema(&self) -> Value { json!({"type": "object"}) }
+//!     async fn execute(&self, _: &ToolContext, _: Value) -> Result<Value, String> {
+//!         Ok(json!("pong"))
+//!     }
+//! }
+//!
+//! let agent = serde_json::from_value(json!({"system": "You check things.", "tools": ["ping"]}))
+//!     .expect("an agent");
+//! let ext = Extensions::new().tool(Ping).agent("checker", agent);
+//! // What the hosts do with it (the Lambda functions, `baton dev`): the agents file, if
+//! // any, with the extensions' agents, and their tools beside the file's.
+//! let file: Option<AgentsFile> = None;
+//! let catalog = Catalog::new(Limits::default(), ext.tools(), ext.agents_into(file))
+//!     .expect("a catalog");
+//! let checker = catalog.agent("checker").expect("the agent");
+//! assert_eq!(checker.tools, ["ping"]);
+//! // A tool no agent lists is not offered; one an agent lists but no one provides is a
+//! // start-up error that names it.
+//! let missing = serde_json::from_value(json!({"system": "s", "tools": ["pong"]})).unwrap();
+//! let bad = Extensions::new().agent("other", missing);
+//! let err = Catalog::new(Limits::default(), bad.tools(), bad.agents_into(None)).unwrap_err();
+//! assert!(err.to_string().contains("pong"), "{err}");
+//! ```
+
+pub use async_trait::async_trait;
+pub use serde_json::{self, Value, json};
+
+pub use baton_core::agent::{
+    AgentSpec, AgentsFile, Catalog, CatalogError, Extensions, Limits, Plugin, PluginError, Prepared,
+};
+pub use baton_core::run::Run;
+pub use baton_core::scope::{GithubRepo, Scope};
+pub use baton_core::timeline::Entry;
+pub use baton_core::tools::{FileOutput, Tool, ToolContext};
