@@ -70,7 +70,7 @@ enum Command {
         /// with your AWS credentials); the models are listed at start-up.
         #[arg(long)]
         script: Option<PathBuf>,
-        /// Extra agents: {"agents": {"<name>": {"system", "tools", "approval", "maxIterations"}}}.
+        /// Extra agents: {"agents": {"NAME": {"system", "tools", "approval", "maxIterations"}}}.
         #[arg(long)]
         agents: Option<PathBuf>,
         /// Run over AWS APIs instead of the embedded store: DynamoDB, SQS, EventBridge and

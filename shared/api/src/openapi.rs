@@ -1,6 +1,6 @@
 //! `GET /openapi.json`: the API's OpenAPI 3.1 document. The schemas are generated from the
 //! types the router parses and serializes (`schemars` on the core's `Run`, `Entry`, `Cta`,
-//! `CtaResponse`… and on the bodies of [`crate::bodies`]), so they cannot drift from them;
+//! `CtaResponse`… and on the bodies of `bodies.rs`), so they cannot drift from them;
 //! CI fuzzes the served API against it (schemathesis) for 5xx and non-conformance.
 
 use schemars::{JsonSchema, SchemaGenerator, generate::SchemaSettings};

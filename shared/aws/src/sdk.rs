@@ -221,7 +221,7 @@ const ENTRY_ATTEMPTS: u32 = 4;
 /// A batch call that may do part of its work (`SendMessageBatch`'s failed entries,
 /// `PutEvents`' failed entries, `BatchWriteItem`'s unprocessed items): `send` is called with
 /// the entries still to do and returns those it left undone; they are sent again after a
-/// backoff (100, 200, 400 ms), at most [`ENTRY_ATTEMPTS`] calls in all. An error of `send`
+/// backoff (100, 200, 400 ms), at most `ENTRY_ATTEMPTS` calls in all. An error of `send`
 /// (a refused entry, a failed call) ends it.
 pub async fn retry_failed_entries<T, F, Fut>(
     what: &str,

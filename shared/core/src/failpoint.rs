@@ -4,7 +4,7 @@
 //! do), where a test arms a point and the next pass through it fails as a crash would:
 //! the call returns an error, so nothing after it happens, and the caller gives up the
 //! way it does when the process dies (a step's message is retried, an API request gets an
-//! error). A test may instead [`pause`] a point that async code passes through ([`pass`]):
+//! error). A test may instead `pause` a point that async code passes through ([`pass`]):
 //! the next pass waits there until the test releases it, so the test can act between two
 //! writes (post a follow-up right after a commit, say). Without the feature, [`hit`] is an empty
 //! function.

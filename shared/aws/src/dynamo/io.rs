@@ -4,7 +4,7 @@
 use super::*;
 
 impl DynamoStore {
-    /// The store of `table`, over `client` with [`super::consumed::ConsumedUnits`] added.
+    /// The store of `table`, over `client` with `super::consumed::ConsumedUnits` added.
     pub fn new(
         client: Client,
         table: impl Into<String>,
