@@ -526,3 +526,57 @@ async fn a_trigger_starts_a_turn_no_one_wrote_and_a_hidden_one_is_kept_marked() 
     assert_eq!(run["result"], "three");
     h.server.shutdown().await;
 }
+
+/// The deployment's own extensions (`baton-deployment`) on `baton dev`, as every host builds
+/// them: `repo_assistant` starts with `activate_skill` alone; `github_read` is refused until
+/// it turns the `github` skill on; the tool then reads the skills plugin's state (a second
+/// activation says so); the plugin's state is the run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_turned_on_by_a_tool_adds_its_tools_and_the_tool_reads_the_plugins_state() {
+    use base64::Engine;
+    let github = MockServer::start().await;
+    let readme = base64::engine::general_purpose::STANDARD.encode("# Shop\n");
+    Mock::given(method("GET"))
+        .and(path("/repos/acme/shop/contents/README.md"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "type": "file", "encoding": "base64", "size": 7, "sha": "abc", "content": readme})))
+        .mount(&github)
+        .await;
+    let repo = baton_deployment::github::RepoFiles::new(&github.uri(), None);
+    let ext = baton_deployment::extensions_with(repo);
+    let catalog =
+        baton_tools::catalog(None, baton_tools::Host::Dev, &|_| None, &ext).expect("catalog");
+    let read = json!({"tool_calls": [{"name": "github_read", "arguments": {"path": "README.md"}}]});
+    let activate =
+        json!({"tool_calls": [{"name": "activate_skill", "arguments": {"name": "github"}}]});
+    let script = json!({"repo_assistant": [read, activate, activate, read, {"text": "done"}]});
+    let dir = tempfile::tempdir().expect("tempdir");
+    let h = common::start(
+        dir.path(),
+        scripted(&script.to_string()),
+        Arc::new(catalog),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let run_id = h
+        .create_run(
+            json!({"prompt": "What is in the README?", "agent": "repo_assistant",
+                           "github": {"repo": "acme/shop", "ref": "main"}}),
+        )
+        .await;
+    let run = h.wait_status(&run_id, &["completed"]).await;
+    let tools = of_type(&run, "tool");
+    assert_eq!(tools.len(), 4, "{run:#}");
+    // Before the skill: not offered, so refused.
+    assert_eq!(tools[0]["result"]["status"], "error", "{run:#}");
+    assert_eq!(
+        tools[1]["result"]["output"]["activated"], "github",
+        "{run:#}"
+    );
+    // The tool read the plugin's state: the skill was already on.
+    assert_eq!(tools[2]["result"]["output"]["already"], "github", "{run:#}");
+    assert_eq!(tools[3]["result"]["status"], "success", "{run:#}");
+    assert_eq!(tools[3]["result"]["output"]["text"], "# Shop\n");
+    assert_eq!(run["pluginState"]["skills"]["active"], json!(["github"]));
+    h.server.shutdown().await;
+}

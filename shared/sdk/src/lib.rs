@@ -14,7 +14,8 @@
 //! A [`Tool`] has a name, a description and a JSON schema for its input (what the model is
 //! shown), may ask for a human's approval depending on its input, and runs with a
 //! [`ToolContext`]: the run, the call's idempotency key, the run's sandbox and repository
-//! ([`Scope`]), and where it puts widgets and files beside its result. An `Err` is an error
+//! ([`Scope`]), its agent's plugins' states ([`ToolContext::plugin_state`]: a tool reads the
+//! state its plugin keeps), and where it puts widgets and files beside its result. An `Err` is an error
 //! result the model sees; the run goes on.
 //!
 //! ```
@@ -146,5 +147,5 @@ pub use baton_core::agent::{
 };
 pub use baton_core::run::Run;
 pub use baton_core::scope::{GithubRepo, Scope};
-pub use baton_core::timeline::Entry;
+pub use baton_core::timeline::{Entry, EntryBody, ToolEntry, ToolResult};
 pub use baton_core::tools::{FileOutput, Tool, ToolContext};

@@ -95,6 +95,7 @@ impl Service {
                 book: self.catalog.book(&listed),
                 listed,
                 deadline,
+                plugin_states: Default::default(),
             };
             let now = self.deps.clock.now();
             let timeline = &window.entries;

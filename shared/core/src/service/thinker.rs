@@ -2,6 +2,8 @@
 //! (given as much of the conversation as its context budget holds), the catalog's tools,
 //! and the settling of CTAs.
 
+use std::collections::BTreeMap;
+
 use tracing::warn;
 
 use super::Service;
@@ -34,6 +36,8 @@ pub(super) struct Thinker<'a> {
     pub(super) book: Book,
     /// When the host's invocation ends, if it does: no tool call runs past it.
     pub(super) deadline: Option<super::StepDeadline>,
+    /// The plugins' states as this step last prepared them: what its tools read.
+    pub(super) plugin_states: std::sync::Mutex<Option<BTreeMap<String, serde_json::Value>>>,
 }
 
 /// The first read back from a step's timeline, in entries; each next one is twice as long.
@@ -200,10 +204,15 @@ impl StepIo for Thinker<'_> {
     }
 
     async fn prepare(&self, run: &Run, timeline: &[Entry]) -> Result<Preparation, PluginError> {
-        self.service
+        let preparation = self
+            .service
             .catalog
             .prepare(&run.agent, run, timeline)
-            .await
+            .await?;
+        let mut states = run.plugin_state.clone();
+        states.extend(preparation.states.clone());
+        *self.plugin_states.lock().unwrap_or_else(|e| e.into_inner()) = Some(states);
+        Ok(preparation)
     }
 
     async fn think(
@@ -313,6 +322,12 @@ impl StepIo for Thinker<'_> {
         );
         ctx.idempotency_key = crate::engine::idempotency_key(&self.run.run_id, call.seq);
         ctx.scope = self.run.scope();
+        ctx.plugin_states = self
+            .plugin_states
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_else(|| self.run.plugin_state.clone());
         let result = match catalog.tool(&self.listed, &call.tool) {
             Some(def) => match &def.exec {
                 Some(tool) => {

@@ -64,6 +64,10 @@ pub struct ToolContext {
     pub idempotency_key: String,
     /// The run's sandbox and repository.
     pub scope: crate::scope::Scope,
+    /// The agent's plugins' states (a plugin's name → its state as JSON), as this step's
+    /// plugins left them before the model chose this call: read one with
+    /// [`ToolContext::plugin_state`].
+    pub plugin_states: std::collections::BTreeMap<String, Value>,
     widgets: std::sync::Mutex<Vec<Widget>>,
     files: std::sync::Mutex<Vec<FileOutput>>,
 }
@@ -109,6 +113,7 @@ impl ToolContext {
                 .simple()
             ),
             scope: Default::default(),
+            plugin_states: Default::default(),
             widgets: Default::default(),
             files: Default::default(),
         }
@@ -198,6 +203,21 @@ impl ToolContext {
     /// The widgets added so far.
     pub fn take_widgets(&self) -> Vec<Widget> {
         std::mem::take(&mut *self.widgets.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The state of the agent's plugin `plugin`, typed as the plugin keeps it (its
+    /// `Plugin::State`): the default when the plugin has none for this run yet. Read-only: a
+    /// plugin's state changes where it is prepared, and commits with the step. A state that
+    /// does not read as `S` is an error naming the plugin (the model sees it).
+    pub fn plugin_state<S: serde::de::DeserializeOwned + Default>(
+        &self,
+        plugin: &str,
+    ) -> Result<S, String> {
+        match self.plugin_states.get(plugin) {
+            None => Ok(S::default()),
+            Some(v) => serde_json::from_value(v.clone())
+                .map_err(|e| format!("plugin `{plugin}`'s state does not read: {e}")),
+        }
     }
 }
 
