@@ -6,7 +6,7 @@ usage: calc_server.py PORT
 
 import sys
 
-from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.fastmcp import Context, FastMCP, Image
 from pydantic import BaseModel
 
 mcp = FastMCP("calc", host="127.0.0.1", port=int(sys.argv[1]))
@@ -50,6 +50,16 @@ def charge(cents: int, ctx: Context) -> str:
     meta = ctx.request_context.meta
     extra = (meta.model_extra or {}) if meta else {}
     return extra.get("io.baton/idempotencyKey", "(none)")
+
+
+# The first bytes of a PNG file, then the tool's own: what the client keeps is checked.
+CHART_PNG = b"\x89PNG\r\n\x1a\n" + b"baton-test-chart"
+
+
+@mcp.tool()
+def chart() -> Image:
+    """A chart of the figures, as a PNG image."""
+    return Image(data=CHART_PNG, format="png")
 
 
 if __name__ == "__main__":

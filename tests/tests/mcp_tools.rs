@@ -68,7 +68,8 @@ async fn fastmcp_tools_run_are_gated_and_a_killed_server_is_an_error_result() {
             {"name": "calc__stats", "arguments": {"values": [1, 2, 3]}},
             {"name": "calc__divide", "arguments": {"a": 1, "b": 0}},
             {"name": "calc__whoami", "arguments": {}},
-            {"name": "calc__charge", "arguments": {"cents": 5}}
+            {"name": "calc__charge", "arguments": {"cents": 5}},
+            {"name": "calc__chart", "arguments": {}}
         ]},
         {"tool_calls": [{"name": "request_human_feedback",
                          "arguments": {"kind": "approval", "message": "Go on?"}}]},
@@ -142,6 +143,28 @@ async fn fastmcp_tools_run_are_gated_and_a_killed_server_is_an_error_result() {
         .expect("the charge call");
     let key = baton_core::engine::idempotency_key(&run_id, charge["seq"].as_u64().unwrap());
     assert_eq!(charge["result"]["output"]["result"], json!(key), "{charge}");
+    // The image the tool returned is a file of the run; the model read its summary.
+    let chart = &results(&run, "calc__chart")[0];
+    assert!(
+        chart["output"]
+            .as_str()
+            .unwrap_or("")
+            .contains("kept as the file `chart-image-1.png`"),
+        "{chart}"
+    );
+    let file = of_type(&run, "file")
+        .into_iter()
+        .find(|f| f["name"] == "chart-image-1.png")
+        .expect("the image kept as a file");
+    assert_eq!(file["mediaType"], "image/png");
+    let (code, bytes) = h
+        .get(&format!(
+            "/runs/{run_id}/files/{}",
+            file["fileId"].as_str().expect("fileId")
+        ))
+        .await;
+    assert_eq!(code, 200);
+    assert!(bytes.to_string().contains("baton-test-chart"), "{bytes}");
     // The server was killed: the call is an error result the model sees, and the run went on.
     assert_eq!(add[1]["status"], "error", "{}", add[1]);
     assert!(

@@ -4,6 +4,8 @@
 //! to the call), so a receiver can make a retried call safe. A 2xx JSON body is the result;
 //! anything else is an error result that says what came back.
 //!
+//! An answer of [`OUTPUTS_MEDIA_TYPE`] carries widgets and files beside its result.
+//!
 //! `${VAR}` in the URL and headers is read once, at start-up; `${run.sandboxId}`,
 //! `${run.githubRepo}` and `${run.githubRef}` are the calling run's, filled in at each call
 //! (a run without the value gets an error result naming it).
@@ -134,20 +136,83 @@ impl Tool for HttpTool {
             .await
             .map_err(|e| format!("`{}`: cannot reach {host}: {}", self.name, root(&e)))?;
         let status = resp.status();
-        let body = read_capped(resp, MAX_REPLY_BYTES)
+        let outputs = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.starts_with(OUTPUTS_MEDIA_TYPE));
+        let max = if outputs {
+            MAX_OUTPUTS_BYTES
+        } else {
+            MAX_REPLY_BYTES
+        };
+        let body = read_capped(resp, max)
             .await
             .map_err(|e| format!("`{}`: {e}", self.name))?;
         if !status.is_success() {
             let text: String = String::from_utf8_lossy(&body).chars().take(500).collect();
             return Err(format!("`{}` answered HTTP {status}: {text}", self.name));
         }
-        serde_json::from_slice(&body).map_err(|e| {
+        let body: Value = serde_json::from_slice(&body).map_err(|e| {
             format!(
                 "`{}` answered {status} with a body that is not JSON: {e}",
                 self.name
             )
-        })
+        })?;
+        if !outputs {
+            return Ok(body);
+        }
+        let outputs: Outputs = serde_json::from_value(body).map_err(|e| {
+            format!("`{name}` answered `{OUTPUTS_MEDIA_TYPE}` that does not read: {e}")
+        })?;
+        for w in outputs.widgets {
+            ctx.widget(&w.kind, w.data)
+                .map_err(|e| format!("`{name}`: widget `{}`: {e}", w.kind))?;
+        }
+        for f in outputs.files {
+            use base64::Engine;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(f.content_base64.trim())
+                .map_err(|e| format!("`{name}`: file `{}` is not base64: {e}", f.name))?;
+            ctx.file(&f.name, &f.media_type, bytes, &f.summary)
+                .map_err(|e| format!("`{name}`: file `{}`: {e}", f.name))?;
+        }
+        Ok(outputs.result)
     }
+}
+
+/// The media type of an answer that carries widgets and files beside its result:
+/// `{"result": any, "widgets"?: [{"kind", "data"}], "files"?: [{"name", "mediaType",
+/// "contentBase64", "summary"}]}`. Any other JSON answer is the result itself.
+pub const OUTPUTS_MEDIA_TYPE: &str = "application/vnd.baton.tool-result+json";
+
+/// The most of such an answer read: four files of 5 MB, as base64, and the rest.
+pub const MAX_OUTPUTS_BYTES: usize = 28 * 1024 * 1024;
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Outputs {
+    result: Value,
+    #[serde(default)]
+    widgets: Vec<OutputWidget>,
+    #[serde(default)]
+    files: Vec<OutputFile>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutputWidget {
+    kind: String,
+    data: Value,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct OutputFile {
+    name: String,
+    media_type: String,
+    content_base64: String,
+    summary: String,
 }
 
 /// A body read to at most `max` bytes; more is an error.
@@ -291,6 +356,61 @@ mod tests {
         let err = tool.execute(&ctx, json!({})).await.expect_err("no repo");
         assert!(err.contains("X-Repo") || err.contains("x-repo"), "{err}");
         assert!(err.contains("${run.githubRepo}"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_answer_of_baton_s_media_type_returns_widgets_and_files_beside_its_result() {
+        let server = MockServer::start().await;
+        let report = json!({
+            "result": {"total": 42},
+            "widgets": [{"kind": "card", "data": {"total": 42}}],
+            "files": [{"name": "sales.csv", "mediaType": "text/csv",
+                       "contentBase64": "cmVnaW9uLHNhbGVzCmV1LDEyCg==", "summary": "1 region"}]});
+        Mock::given(path("/report"))
+            .respond_with(
+                ResponseTemplate::new(200).set_body_raw(report.to_string(), OUTPUTS_MEDIA_TYPE),
+            )
+            .mount(&server)
+            .await;
+        // The same body as plain JSON is the result itself.
+        Mock::given(path("/plain"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"files": []})))
+            .mount(&server)
+            .await;
+        Mock::given(path("/bad"))
+            .respond_with(
+                ResponseTemplate::new(200).set_body_raw(
+                    json!({"result": 1, "files": [{"name": "x", "mediaType": "text/plain",
+                        "contentBase64": "%%%", "summary": "s"}]})
+                    .to_string(),
+                    OUTPUTS_MEDIA_TYPE,
+                ),
+            )
+            .mount(&server)
+            .await;
+        let ctx = ctx();
+        let out = tool(format!("{}/report", server.uri()))
+            .execute(&ctx, json!({}))
+            .await;
+        assert_eq!(out, Ok(json!({"total": 42})));
+        let widgets = ctx.take_widgets();
+        assert_eq!(
+            (widgets[0].kind.as_str(), &widgets[0].data),
+            ("card", &json!({"total": 42}))
+        );
+        let files = ctx.take_files();
+        assert_eq!(files[0].name, "sales.csv");
+        assert_eq!(files[0].bytes, b"region,sales\neu,12\n");
+        assert_eq!(files[0].summary, "1 region");
+        let plain = tool(format!("{}/plain", server.uri()))
+            .execute(&ctx, json!({}))
+            .await;
+        assert_eq!(plain, Ok(json!({"files": []})));
+        let err = tool(format!("{}/bad", server.uri()))
+            .execute(&ctx, json!({}))
+            .await
+            .expect_err("not base64");
+        assert!(err.contains("`x` is not base64"), "{err}");
     }
 
     #[test]

@@ -387,20 +387,46 @@ impl Tool for McpTool {
                 async move { c.call_tool(params).await }
             })
             .await?;
-        output(result)
+        output(ctx, &self.remote, result)
+    }
+}
+
+/// An image or audio clip a tool returned, kept as a file of the run (its bytes in the blob
+/// store, the model told its summary); what the model reads in its place.
+fn keep(ctx: &ToolContext, tool: &str, n: usize, kind: &str, data: &str, mime: &str) -> String {
+    use base64::Engine;
+    let ext = mime.rsplit('/').next().unwrap_or("bin");
+    let name = format!("{tool}-{kind}-{n}.{ext}");
+    let kept = base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .map_err(|e| format!("its data is not base64: {e}"))
+        .and_then(|bytes| {
+            let what = if kind == "image" {
+                "an image"
+            } else {
+                "an audio clip"
+            };
+            let summary = format!("{what} ({mime}, {} bytes) `{tool}` returned", bytes.len());
+            ctx.file(&name, mime, bytes, &summary).map(|()| summary)
+        });
+    match kept {
+        Ok(summary) => format!("[{summary}: kept as the file `{name}`]"),
+        Err(why) => format!("[{kind}: {mime}, not kept: {why}]"),
     }
 }
 
 /// A tool result from MCP's: structured content if the server gave it, else the text
-/// content; `isError` makes it an error result with that text.
-fn output(r: CallToolResult) -> Result<Value, String> {
+/// content; `isError` makes it an error result with that text. Images and audio clips are
+/// kept as files of the run, the text naming each.
+fn output(ctx: &ToolContext, tool: &str, r: CallToolResult) -> Result<Value, String> {
     let text: Vec<String> = r
         .content
         .iter()
-        .map(|c| match c {
+        .enumerate()
+        .map(|(n, c)| match c {
             ContentBlock::Text(t) => t.text.clone(),
-            ContentBlock::Image(i) => format!("[image: {}]", i.mime_type),
-            ContentBlock::Audio(a) => format!("[audio: {}]", a.mime_type),
+            ContentBlock::Image(i) => keep(ctx, tool, n + 1, "image", &i.data, &i.mime_type),
+            ContentBlock::Audio(a) => keep(ctx, tool, n + 1, "audio", &a.data, &a.mime_type),
             ContentBlock::Resource(_) => "[embedded resource]".to_owned(),
             ContentBlock::ResourceLink(l) => format!("[resource: {}]", l.uri),
             _ => "[content of a kind Baton does not show]".to_owned(),
@@ -423,6 +449,36 @@ fn output(r: CallToolResult) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn images_are_kept_as_files_and_the_model_reads_their_summary() {
+        use base64::Engine;
+        use rmcp::model::ContentBlock as Content;
+        let png = [0x89, b'P', b'N', b'G', 1, 2, 3];
+        let data = base64::engine::general_purpose::STANDARD.encode(png);
+        let ctx = ToolContext::new("run_1", "o", "ops", "call_1");
+        let result = CallToolResult::success(vec![
+            Content::text("the chart:"),
+            Content::image(data, "image/png"),
+            Content::image("not base64!", "image/png"),
+        ]);
+        let out = output(&ctx, "chart", result).expect("a result");
+        let text = out.as_str().expect("text");
+        assert!(
+            text.starts_with("the chart:\n[an image (image/png, 7 bytes)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kept as the file `chart-image-2.png`"),
+            "{text}"
+        );
+        assert!(text.contains("not kept: its data is not base64"), "{text}");
+        let files = ctx.take_files();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].name, "chart-image-2.png");
+        assert_eq!(files[0].media_type, "image/png");
+        assert_eq!(files[0].bytes, png);
+    }
 
     #[test]
     fn run_variables_wait_for_the_run_and_the_rest_comes_from_the_environment() {
