@@ -405,3 +405,147 @@ async fn explore_reads_and_code_changes_a_repository_through_published_mcp_serve
     );
     h.server.shutdown().await;
 }
+
+/// `examples/sandbox-agents.json` on the AWS host (`baton dev --aws`: the step functions' own
+/// handlers over an emulator, with the catalog a Lambda function builds, which refuses stdio
+/// servers): explore and code reach their sandbox over the network — the reference
+/// filesystem server (npm) and mcp-server-git (PyPI) behind `mcp-proxy` (PyPI), one named
+/// server per sandbox — explore reads a throwaway repository and code changes it after an
+/// approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_aws_host_explore_and_code_work_in_a_sandbox_reached_over_http() {
+    use common::host::{AwsHost, TestHost};
+    let node = common::browser::npm_ci(
+        "mcp/node",
+        "mcp-node",
+        "@modelcontextprotocol/server-filesystem",
+    );
+    let sandboxes = tempfile::tempdir().expect("sandboxes");
+    let repo = sandboxes.path().join("sb-1");
+    std::fs::create_dir_all(&repo).expect("repo dir");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README.md"), "hello\n").expect("readme");
+    git(&repo, &["add", "README.md"]);
+    git(&repo, &["commit", "-q", "-m", "First commit"]);
+    // The sandbox host: the servers of sandbox sb-1, each rooted in its repository.
+    let repo_path = repo.display().to_string();
+    let fs = node
+        .join(".bin/mcp-server-filesystem")
+        .display()
+        .to_string();
+    let git_server = venv_bin().join("mcp-server-git").display().to_string();
+    let proxy = common::python::McpProxy::start(&[
+        ("sb-1-fs".into(), format!("{fs} {repo_path}")),
+        (
+            "sb-1-git".into(),
+            format!("{git_server} --repository {repo_path}"),
+        ),
+    ]);
+
+    let file = AgentsFile::parse(
+        &common::examples("sandbox-agents.json"),
+        "examples/sandbox-agents.json",
+    )
+    .expect("parses");
+    let vars = |k: &str| match k {
+        "BATON_SANDBOX_URL" => Some(proxy.url.clone()),
+        "BATON_SANDBOX_TOKEN" => Some("sandbox-t0k".into()),
+        _ => None,
+    };
+    let catalog = Arc::new(
+        baton_tools::catalog(
+            Some(file),
+            baton_tools::Host::Lambda,
+            &vars,
+            &Default::default(),
+        )
+        .expect("a catalog a Lambda function builds"),
+    );
+    let readme = repo.join("README.md").display().to_string();
+    let script = json!({
+        "orchestrator": [
+            {"tool_calls": [{"name": "spawn_subagent", "arguments":
+                {"agent": "explore", "prompt": "What does the README say?", "sandboxId": "sb-1"}}]},
+            {"tool_calls": [{"name": "spawn_subagent", "arguments":
+                {"agent": "code", "prompt": "Change the README.", "sandboxId": "sb-1"}}]},
+            {"text": "read and changed"}
+        ],
+        "explore": [
+            {"tool_calls": [
+                {"name": "fs__read_text_file", "arguments": {"path": readme}},
+                {"name": "git__git_log", "arguments": {"repo_path": repo_path}}]},
+            {"text": "it says hello"}
+        ],
+        "code": [
+            {"tool_calls": [{"name": "fs__write_file",
+                             "arguments": {"path": readme, "content": "hello, changed\n"}}]},
+            {"tool_calls": [{"name": "git__git_add",
+                             "arguments": {"repo_path": repo_path, "files": ["README.md"]}}]},
+            {"tool_calls": [{"name": "git__git_commit",
+                             "arguments": {"repo_path": repo_path, "message": "Change the README"}}]},
+            {"text": "committed"}
+        ]
+    });
+    let aws = Arc::new(common::aws::Emulator::start().await);
+    let options = aws
+        .dev_options(
+            aws.names("sandbox"),
+            scripted(&script.to_string()),
+            catalog,
+            0,
+        )
+        .await;
+    let mut host = AwsHost::start(aws.clone(), options).await;
+    let api = host.api().clone();
+    let v = api
+        .post_ok("/runs", json!({"prompt": "update the README"}))
+        .await;
+    let run_id = v["runId"].as_str().expect("runId").to_owned();
+    // The write waits for a human: nothing is written until they approve.
+    let cta = api.pending("approval").await;
+    assert_eq!(cta["gated"]["tool"], "fs__write_file", "{cta:#}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README.md")).expect("readme"),
+        "hello\n"
+    );
+    let path = format!("/ctas/{}/response", cta["ctaId"].as_str().expect("ctaId"));
+    api.post_ok(&path, json!({"kind": "approval", "approved": true}))
+        .await;
+    let run = api.status(&run_id, "completed").await;
+    assert_eq!(run["result"], "read and changed", "{run:#}");
+
+    let tools = of_type(&run, "tool");
+    let child = |i: usize| tools[i]["childRunId"].as_str().expect("child").to_owned();
+    let explore = api.get_ok(&format!("/runs/{}", child(0))).await;
+    let read = results(&explore, "fs__read_text_file");
+    assert_eq!(read[0]["status"], "success", "{explore:#}");
+    assert!(
+        read[0]["output"].to_string().contains("hello"),
+        "{}",
+        read[0]
+    );
+    let log = results(&explore, "git__git_log");
+    assert!(
+        log[0]["output"].to_string().contains("First commit"),
+        "{}",
+        log[0]
+    );
+    let code = api.get_ok(&format!("/runs/{}", child(1))).await;
+    for name in ["fs__write_file", "git__git_add", "git__git_commit"] {
+        assert_eq!(
+            results(&code, name)[0]["status"],
+            "success",
+            "{name}: {code:#}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README.md")).expect("readme"),
+        "hello, changed\n"
+    );
+    let history = git(&repo, &["log", "--format=%s"]);
+    assert_eq!(
+        history.lines().collect::<Vec<_>>(),
+        ["Change the README", "First commit"]
+    );
+    host.stop().await;
+}

@@ -105,9 +105,12 @@ impl McpServer {
             return Err("`timeoutSeconds` must be at least 1".into());
         }
         let transport = match (&spec.url, &spec.command) {
-            (Some(url), None) => {
-                let parsed = reqwest::Url::parse(url)
-                    .map_err(|e| format!("`url` {url:?} is not a URL: {e}"))?;
+            (Some(spec_url), None) => {
+                // `${VAR}` now; `${run.…}` per run scope, like the headers.
+                let url = expand_env(spec_url, lookup).map_err(|e| format!("`url`: {e}"))?;
+                let sample = expand(&url, &|k| RUN_VARS.contains(&k).then(|| "x".to_owned()))?;
+                let parsed = reqwest::Url::parse(&sample)
+                    .map_err(|e| format!("`url` {spec_url:?} is not a URL: {e}"))?;
                 if !matches!(parsed.scheme(), "http" | "https") {
                     return Err(format!("`url` {url:?} must be http:// or https://"));
                 }
@@ -134,10 +137,7 @@ impl McpServer {
                     .map(|(k, v)| Ok((k.clone(), expand_run(v, &filled)?)))
                     .collect();
                 crate::http::headers(&checked?, &|_| None)?;
-                Transport::Http {
-                    url: url.clone(),
-                    headers,
-                }
+                Transport::Http { url, headers }
             }
             (None, Some(command)) => {
                 if host == Host::Lambda {
@@ -174,7 +174,9 @@ impl McpServer {
             }
         };
         let texts: Vec<&str> = match &transport {
-            Transport::Http { headers, .. } => headers.iter().map(|(_, v)| v.as_str()).collect(),
+            Transport::Http { url, headers } => std::iter::once(url.as_str())
+                .chain(headers.iter().map(|(_, v)| v.as_str()))
+                .collect(),
             Transport::Stdio { args, env, .. } => args
                 .iter()
                 .chain(env.values())
@@ -230,6 +232,7 @@ impl Inner {
                     .default_headers(headers)
                     .build()
                     .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+                let url = expand_run(url, scope)?;
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
                 let transport = StreamableHttpClientTransport::with_client(http, config);
                 tokio::time::timeout(CONNECT_TIMEOUT, ().serve(transport))
@@ -449,6 +452,31 @@ fn output(ctx: &ToolContext, tool: &str, r: CallToolResult) -> Result<Value, Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_http_servers_url_may_name_the_runs_sandbox() {
+        let spec: McpServerSpec = serde_json::from_value(serde_json::json!({
+            "url": "${SANDBOX_HOST}/servers/${run.sandboxId}-fs/mcp"}))
+        .expect("spec");
+        let host = |k: &str| (k == "SANDBOX_HOST").then(|| "http://127.0.0.1:9".to_owned());
+        let server = McpServer::new("fs", &spec, Host::Lambda, &host).expect("server");
+        assert_eq!(server.0.vars, ["run.sandboxId"]);
+        let Transport::Http { url, .. } = &server.0.transport else {
+            panic!("an HTTP server")
+        };
+        assert_eq!(url, "http://127.0.0.1:9/servers/${run.sandboxId}-fs/mcp");
+        let err = server.0.key(&Scope::default()).expect_err("no sandbox");
+        assert!(err.contains("run.sandboxId"), "{err}");
+        // An unset variable, or a URL that is none, is named at start-up.
+        let err = McpServer::new("fs", &spec, Host::Lambda, &|_| None)
+            .err()
+            .expect("unset");
+        assert!(err.contains("SANDBOX_HOST"), "{err}");
+        let bad: McpServerSpec =
+            serde_json::from_value(serde_json::json!({"url": "ftp://x/${run.sandboxId}"}))
+                .expect("spec");
+        assert!(McpServer::new("fs", &bad, Host::Lambda, &|_| None).is_err());
+    }
 
     #[test]
     fn images_are_kept_as_files_and_the_model_reads_their_summary() {

@@ -20,6 +20,7 @@ const REQUIREMENTS: &[&str] = &[
     "opentelemetry-proto==1.45.2",
     "protobuf>=5.29,<8",
     "prometheus-client",
+    "mcp-proxy==0.13.0",
 ];
 
 /// The virtualenv's `bin` directory, created and filled once (across test processes: the
@@ -93,6 +94,49 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("free port")
+}
+
+/// A sandbox host as `examples/sandbox-agents.json` expects one: `mcp-proxy` (from PyPI) on a
+/// free port, serving each of `servers` (`(name, command line)`: stdio MCP servers) over
+/// streamable HTTP at `/servers/<name>/mcp`; killed when dropped.
+pub struct McpProxy {
+    child: Child,
+    pub url: String,
+}
+
+impl McpProxy {
+    pub fn start(servers: &[(String, String)]) -> Self {
+        let port = free_port();
+        let mut cmd = Command::new(venv_bin().join("mcp-proxy"));
+        cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()]);
+        for (name, command) in servers {
+            cmd.args(["--named-server", name, command]);
+        }
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start mcp-proxy");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "mcp-proxy did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+}
+
+impl Drop for McpProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// `tests/mcp/calc_server.py` (FastMCP over streamable HTTP) on a free port; killed when
