@@ -36,6 +36,11 @@ pub enum CatalogError {
         tool: String,
         known: String,
     },
+    #[error(
+        "two tools are named `{0}` (among the built-in ones, the deployment's Rust tools, the \
+         agents file's HTTP tools and `httpFetch`): rename one"
+    )]
+    DuplicateTool(String),
     #[error("agent `{agent}` sets an approval policy for `{tool}`, which is not one of its tools")]
     ApprovalForMissingTool { agent: String, tool: String },
     #[error("agent `{agent}`: approval regex for `{tool}` is invalid: {source}")]

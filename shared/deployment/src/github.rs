@@ -54,10 +54,40 @@ impl RepoFiles {
     }
 }
 
-/// Whether `path` may hold secrets (a human approves reading it).
+/// `path` as a path within the repository: its segments between `/`s (none: the root),
+/// each a plain name. `.`, `..`, an empty segment and `\`, `%`, `?`, `#` or a control
+/// character are refused: a URL parser would read them as another path (or query), and
+/// [`sensitive`] must see the path GitHub is asked for.
+pub fn segments(path: &str) -> Result<Vec<&str>, String> {
+    let trimmed = path.trim_matches('/');
+    if trimmed.is_empty() {
+        return Ok(Vec::new());
+    }
+    trimmed
+        .split('/')
+        .map(|s| {
+            let plain = !s.is_empty()
+                && s != "."
+                && s != ".."
+                && !s
+                    .chars()
+                    .any(|c| matches!(c, '\\' | '%' | '?' | '#') || c.is_control());
+            plain
+                .then_some(s)
+                .ok_or_else(|| format!("`{path}` is not a path within the repository (`{s}`)"))
+        })
+        .collect()
+}
+
+/// Whether `path` may hold secrets (a human approves reading it). A path that is not one
+/// within the repository ([`segments`]) is refused when read, asked about or not.
 pub fn sensitive(path: &str) -> bool {
-    let path = path.trim_start_matches('/');
-    let file = path.rsplit('/').next().unwrap_or(path);
+    let Ok(segments) = segments(path) else {
+        return false;
+    };
+    let path = segments.join("/");
+    let path = path.as_str();
+    let file = segments.last().copied().unwrap_or_default();
     path.starts_with(".github/")
         || path.starts_with("secrets/")
         || path.contains("/secrets/")
@@ -97,20 +127,26 @@ impl Tool for RepoFiles {
             "this run has no GitHub repository: start it (or its parent's spawn_subagent call) \
              with `github: {repo, ref}`",
         )?;
-        let path = input["path"].as_str().ok_or("`path` is a string")?;
-        let path = path.trim_matches('/');
-        if path.split('/').any(|s| s == "..") {
-            return Err(format!(
-                "`{path}`: `..` is not a path within the repository"
-            ));
-        }
-        let mut url = format!("{}/repos/{}/contents/{path}", self.api, github.repo);
+        let asked = input["path"].as_str().ok_or("`path` is a string")?;
+        let parts = segments(asked)?;
+        let path = parts.join("/");
+        let path = path.as_str();
+        // Built segment by segment (each percent-encoded as it needs), never by splicing text.
+        let mut url = reqwest::Url::parse(&self.api)
+            .map_err(|e| format!("GITHUB_API_URL {:?} is not a URL: {e}", self.api))?;
+        url.path_segments_mut()
+            .map_err(|()| format!("GITHUB_API_URL {:?} cannot have a path", self.api))?
+            .pop_if_empty()
+            .push("repos")
+            .extend(github.repo.split('/'))
+            .push("contents")
+            .extend(&parts);
         if let Some(r) = &github.git_ref {
-            url.push_str(&format!("?ref={r}"));
+            url.query_pairs_mut().append_pair("ref", r);
         }
         let mut request = self
             .http
-            .get(&url)
+            .get(url)
             .header("accept", "application/vnd.github+json")
             .header("x-github-api-version", "2022-11-28");
         if let Some(token) = &self.token {
@@ -284,11 +320,23 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.contains("404") && err.contains("Not Found"), "{err}");
-        let err = tool
-            .execute(&ctx, json!({"path": "a/../../etc"}))
-            .await
-            .unwrap_err();
-        assert!(err.contains(".."), "{err}");
+        // Paths a URL parser would read as another repository's, or as a query: refused
+        // before any request.
+        for p in [
+            "a/../../etc",
+            "..\\..\\other\\private\\contents\\x",
+            "%2e%2e/%2e%2e/other/private/contents/x",
+            "./.github/x",
+            "a?ref=evil",
+            "a#b",
+            "a//b",
+        ] {
+            let err = tool.execute(&ctx, json!({"path": p})).await.unwrap_err();
+            assert!(
+                err.contains("not a path within the repository"),
+                "{p}: {err}"
+            );
+        }
         let no_repo = ToolContext::new("run_1", "o", "explore", "call_1");
         let err = tool
             .execute(&no_repo, json!({"path": "x"}))

@@ -83,16 +83,20 @@ impl Plugin for Skills {
         state: &mut SkillState,
     ) -> Result<Prepared, PluginError> {
         // The activations recorded since the last look: a successful `activate_skill` call.
-        for entry in timeline.iter().filter(|e| e.seq >= state.read_to) {
-            if let Some(name) = activated(entry)
-                && self.get(&name).is_some()
-                && !state.active.contains(&name)
-            {
-                state.active.push(name);
+        // It stops at one still pending (an approval, or a call the step runs after this
+        // think): read again next time, once it has its result.
+        let from = state.read_to;
+        for entry in timeline.iter().filter(|e| e.seq >= from) {
+            match activated(entry) {
+                Activation::Pending => break,
+                Activation::Of(name)
+                    if self.get(&name).is_some() && !state.active.contains(&name) =>
+                {
+                    state.active.push(name);
+                }
+                _ => {}
             }
-        }
-        if let Some(last) = timeline.last() {
-            state.read_to = state.read_to.max(last.seq + 1);
+            state.read_to = entry.seq + 1;
         }
         let mut tools = vec![ACTIVATE.to_owned()];
         let mut context = Vec::new();
@@ -129,14 +133,27 @@ impl Plugin for Skills {
     }
 }
 
-/// The skill a timeline entry turned on, if it is a successful `activate_skill` call.
-fn activated(entry: &Entry) -> Option<String> {
+/// What a timeline entry says of an activation.
+enum Activation {
+    /// An `activate_skill` call that has no result yet.
+    Pending,
+    /// A successful one, of this skill.
+    Of(String),
+    /// Anything else.
+    None,
+}
+
+fn activated(entry: &Entry) -> Activation {
     match &entry.body {
         EntryBody::Tool(call) if call.name == ACTIVATE => match &call.result {
-            ToolResult::Success { output } => output["activated"].as_str().map(str::to_owned),
-            _ => None,
+            ToolResult::Pending { .. } => Activation::Pending,
+            ToolResult::Success { output } => match output["activated"].as_str() {
+                Some(name) => Activation::Of(name.to_owned()),
+                None => Activation::None,
+            },
+            ToolResult::Error { .. } => Activation::None,
         },
-        _ => None,
+        _ => Activation::None,
     }
 }
 

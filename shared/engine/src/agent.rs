@@ -199,10 +199,11 @@ impl Default for Limits {
 }
 
 impl AgentDef {
-    /// What an iteration adds before its plugins answer: the tools the run was granted.
+    /// What an iteration adds before its plugins answer: the tools the run was granted, and
+    /// those its plugins offered its last reply that called tools (see `Run::offered`).
     pub fn granted(&self, run: &Run) -> Prepared {
         Prepared {
-            tools: run.granted.clone(),
+            tools: run.granted.iter().chain(&run.offered).cloned().collect(),
             context: None,
         }
     }

@@ -127,6 +127,11 @@ pub struct Run {
     /// `request_human_feedback`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub granted: Vec<String>,
+    /// The tools its plugins offered its last reply that called tools: a call of that reply
+    /// that waits (for an approval, or behind another call's) is checked against them when it
+    /// may run, as the model was offered them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offered: Vec<String>,
     /// What it has spent: its own model calls, and what its subagents reported.
     #[serde(flatten)]
     pub spend: Spending,
@@ -411,6 +416,7 @@ impl Run {
             root_run_id: n.root_run_id,
             waiting_ctas: Vec::new(),
             granted: Vec::new(),
+            offered: Vec::new(),
             spend: Spending::default(),
             context: n.context,
             tier: None,

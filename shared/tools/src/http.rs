@@ -117,7 +117,9 @@ impl Tool for HttpTool {
     async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String> {
         let name = &self.name;
         let url = expand_run(&self.url, &ctx.scope).map_err(|e| format!("`{name}`: `url`: {e}"))?;
-        let url = reqwest::Url::parse(&url).map_err(|e| format!("`{name}`: {url:?}: {e}"))?;
+        // (The URL is not shown: a `${VAR}` in it may be a secret.)
+        let url = reqwest::Url::parse(&url)
+            .map_err(|e| format!("`{name}`: its url, filled in for this run, is not a URL: {e}"))?;
         let host = url.host_str().unwrap_or_default().to_owned();
         let mut request = self
             .http
@@ -165,8 +167,12 @@ impl Tool for HttpTool {
         let outputs: Outputs = serde_json::from_value(body).map_err(|e| {
             format!("`{name}` answered `{OUTPUTS_MEDIA_TYPE}` that does not read: {e}")
         })?;
+        // All of them checked first, on a scratch context: an answer one of whose outputs is
+        // refused is an error result with none of them kept.
+        let scratch = ToolContext::default();
         for w in outputs.widgets {
-            ctx.widget(&w.kind, w.data)
+            scratch
+                .widget(&w.kind, w.data)
                 .map_err(|e| format!("`{name}`: widget `{}`: {e}", w.kind))?;
         }
         for f in outputs.files {
@@ -174,8 +180,15 @@ impl Tool for HttpTool {
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(f.content_base64.trim())
                 .map_err(|e| format!("`{name}`: file `{}` is not base64: {e}", f.name))?;
-            ctx.file(&f.name, &f.media_type, bytes, &f.summary)
+            scratch
+                .file(&f.name, &f.media_type, bytes, &f.summary)
                 .map_err(|e| format!("`{name}`: file `{}`: {e}", f.name))?;
+        }
+        for w in scratch.take_widgets() {
+            ctx.widget(&w.kind, w.data)?;
+        }
+        for f in scratch.take_files() {
+            ctx.file(&f.name, &f.media_type, f.bytes, &f.summary)?;
         }
         Ok(outputs.result)
     }
@@ -380,7 +393,8 @@ mod tests {
         Mock::given(path("/bad"))
             .respond_with(
                 ResponseTemplate::new(200).set_body_raw(
-                    json!({"result": 1, "files": [{"name": "x", "mediaType": "text/plain",
+                    json!({"result": 1, "widgets": [{"kind": "card", "data": {}}],
+                           "files": [{"name": "x", "mediaType": "text/plain",
                         "contentBase64": "%%%", "summary": "s"}]})
                     .to_string(),
                     OUTPUTS_MEDIA_TYPE,
@@ -411,6 +425,8 @@ mod tests {
             .await
             .expect_err("not base64");
         assert!(err.contains("`x` is not base64"), "{err}");
+        // Its widget, before the refused file, was not kept either.
+        assert!(ctx.take_widgets().is_empty());
     }
 
     #[test]

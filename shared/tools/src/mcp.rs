@@ -32,7 +32,11 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 
 enum Transport {
     Http {
+        /// The URL, `${VAR}` filled in, `${run.…}` not yet.
         url: String,
+        /// The URL as the agents file writes it: what messages show (a `${VAR}` may be a
+        /// secret).
+        shown: String,
         /// Header names and values, `${VAR}` expanded, `${run.…}` not yet.
         headers: Vec<(String, String)>,
     },
@@ -137,7 +141,11 @@ impl McpServer {
                     .map(|(k, v)| Ok((k.clone(), expand_run(v, &filled)?)))
                     .collect();
                 crate::http::headers(&checked?, &|_| None)?;
-                Transport::Http { url, headers }
+                Transport::Http {
+                    url,
+                    shown: spec_url.clone(),
+                    headers,
+                }
             }
             (None, Some(command)) => {
                 if host == Host::Lambda {
@@ -174,7 +182,7 @@ impl McpServer {
             }
         };
         let texts: Vec<&str> = match &transport {
-            Transport::Http { url, headers } => std::iter::once(url.as_str())
+            Transport::Http { url, headers, .. } => std::iter::once(url.as_str())
                 .chain(headers.iter().map(|(_, v)| v.as_str()))
                 .collect(),
             Transport::Stdio { args, env, .. } => args
@@ -200,7 +208,7 @@ impl McpServer {
 impl Inner {
     fn describe(&self) -> String {
         match &self.transport {
-            Transport::Http { url, .. } => format!("MCP server `{}` at {url}", self.name),
+            Transport::Http { shown, .. } => format!("MCP server `{}` at {shown}", self.name),
             Transport::Stdio { command, .. } => format!("MCP server `{}` ({command})", self.name),
         }
     }
@@ -222,7 +230,7 @@ impl Inner {
 
     async fn open(&self, scope: &Scope) -> Result<Client, String> {
         let started = match &self.transport {
-            Transport::Http { url, headers } => {
+            Transport::Http { url, headers, .. } => {
                 let filled: Result<BTreeMap<_, _>, String> = headers
                     .iter()
                     .map(|(k, v)| Ok((k.clone(), expand_run(v, scope)?)))

@@ -251,7 +251,10 @@ impl Catalog {
         executable.extend(toolbox.tools);
         for t in executable {
             let def = ToolDef::from_tool(t);
-            tools.insert(def.spec.name.clone(), Arc::new(def));
+            let name = def.spec.name.clone();
+            if tools.insert(name.clone(), Arc::new(def)).is_some() {
+                return Err(CatalogError::DuplicateTool(name));
+            }
         }
 
         for a in agents.values() {

@@ -406,3 +406,21 @@ fn a_deployments_extensions_reach_every_hosts_catalog_and_the_file_wins_a_name()
         ["mirror"]
     );
 }
+
+#[test]
+fn two_tools_of_one_name_are_a_start_up_error_naming_it() {
+    let twice = Extensions::new().tool(Mirror).tool(Mirror);
+    let err = Catalog::declared(None, &twice).unwrap_err();
+    assert!(
+        matches!(&err, CatalogError::DuplicateTool(name) if name == "mirror"),
+        "{err}"
+    );
+    let http = file(
+        r#"{"tools": {"mirror": {"url": "http://x", "description": "d", "schema": {"type": "object"}}}}"#,
+    );
+    let err = Catalog::declared(Some(http), &Extensions::new().tool(Mirror)).unwrap_err();
+    assert!(
+        err.to_string().contains("two tools are named `mirror`"),
+        "{err}"
+    );
+}

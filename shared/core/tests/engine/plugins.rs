@@ -279,3 +279,88 @@ fn a_plugins_error_is_its_own_named_and_retried_only_when_it_says_so() {
         );
     }
 }
+
+/// A tool that always asks a human first.
+struct Guarded;
+
+#[async_trait::async_trait]
+impl baton_core::tools::Tool for Guarded {
+    fn name(&self) -> &str {
+        "guarded"
+    }
+    fn description(&self) -> &str {
+        "Does something a human approves first."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn needs_approval(&self, _: &Value) -> bool {
+        true
+    }
+    async fn execute(&self, _: &baton_core::tools::ToolContext, _: Value) -> Result<Value, String> {
+        Ok(json!("done"))
+    }
+}
+
+/// A plugin that offers one tool, always.
+struct Offers(&'static str);
+
+#[async_trait::async_trait]
+impl baton_core::agent::Plugin for Offers {
+    type State = ();
+    fn name(&self) -> &str {
+        "offers"
+    }
+    async fn prepare(
+        &self,
+        _: &Run,
+        _: &[Entry],
+        _: &mut (),
+    ) -> Result<baton_core::agent::Prepared, baton_core::agent::PluginError> {
+        Ok(baton_core::agent::Prepared {
+            tools: vec![self.0.into()],
+            context: None,
+        })
+    }
+}
+
+#[test]
+fn a_call_of_a_tool_a_plugin_offered_runs_once_a_human_approves_it() {
+    // The tool is the plugin's offer alone (the agent lists none): the approval is answered
+    // in a later step, which thinks no more, and the call is checked against the offer the
+    // model had.
+    let file: AgentsFile =
+        serde_json::from_value(json!({"agents": {"skilled": {"tools": []}}})).unwrap();
+    let tools: Vec<std::sync::Arc<dyn baton_core::tools::Tool>> =
+        vec![std::sync::Arc::new(Guarded)];
+    let mut s = Sim::new();
+    s.catalog = Catalog::new(Limits::default(), tools, Some(file))
+        .unwrap()
+        .with_plugin("skilled", Offers("guarded"));
+    s.script(
+        "skilled",
+        vec![
+            calls(vec![call("guarded", json!({"text": "done"}))]),
+            text("ok"),
+        ],
+    );
+    let id = s.create("skilled", "go");
+    s.run_all();
+    let ctas = s.pending_ctas(&id);
+    assert_eq!(ctas.len(), 1, "the call waits for a human");
+    s.answer(
+        &ctas[0].cta_id,
+        CtaResponse::Approval {
+            approved: true,
+            reason: None,
+        },
+    );
+    s.run_all();
+    assert_eq!(
+        s.tools(&id)[0].result,
+        ToolResult::Success {
+            output: json!("done")
+        }
+    );
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+}

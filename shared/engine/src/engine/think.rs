@@ -131,6 +131,13 @@ impl Work<'_> {
             .prepared
             .as_ref()
             .map_or_else(|| agent.granted(self.given), |p| p.prepared.clone());
+        // Kept for the calls of this reply that will wait: they are checked against it then.
+        self.run.offered = prepared
+            .tools
+            .iter()
+            .filter(|t| !self.run.granted.contains(t))
+            .cloned()
+            .collect();
         for (i, call) in reply.tool_calls.iter().enumerate() {
             let mut id = if call.id.is_empty() {
                 format!("call_{}_{i}", self.run.counters.thinks - 1)
