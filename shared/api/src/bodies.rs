@@ -14,7 +14,9 @@ use serde_json::Value;
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct CreateRunBody {
     pub(crate) prompt: String,
+    /// 1 to 64 letters, digits, `-` and `_`.
     #[serde(default)]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]{1,64}$"))]
     pub(crate) sandbox_id: Option<String>,
     /// The repository the run works on, `{repo: "owner/name", ref?}`: its subagents inherit
     /// it, its tools read it (`${run.githubRepo}`, `${run.githubRef}`).

@@ -11,9 +11,23 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 pub struct GithubRepo {
-    /// `owner/name`.
+    /// `owner/name` (what [`check_github`] takes).
+    #[cfg_attr(
+        feature = "schemas",
+        schemars(regex(
+            pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,38}/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}$"
+        ))
+    )]
     pub repo: String,
+    /// A branch, tag or commit.
     #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "schemas",
+        schemars(
+            regex(pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*(/[A-Za-z0-9_-][A-Za-z0-9_.-]*)*$"),
+            length(max = 200)
+        )
+    )]
     pub git_ref: Option<String>,
 }
 
