@@ -18,6 +18,7 @@ use crate::timeline::Operation;
 use crate::tools;
 
 mod catalog;
+mod declared;
 mod extensions;
 mod plugin;
 

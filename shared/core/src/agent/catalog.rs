@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use tracing::{info, warn};
 
 use super::{
@@ -161,7 +160,7 @@ impl Catalog {
     }
 
     /// The catalog, its tools' schemas not compiled ([`Catalog::declared`] never needs them).
-    fn assemble(
+    pub(super) fn assemble(
         mut limits: Limits,
         toolbox: Toolbox,
         file: Option<AgentsFile>,
@@ -317,44 +316,6 @@ impl Catalog {
     pub fn load(agents_file: Option<&std::path::Path>) -> Result<Self, CatalogError> {
         let file = agents_file.map(AgentsFile::load).transpose()?;
         Self::new(Limits::default(), vec![], file)
-    }
-
-    /// The catalog of a host that never runs a tool (the `api` and `events` functions): the
-    /// file's HTTP tools, `http_fetch` and MCP servers are declared by name, so its agents
-    /// check out, but no client is built; a call to one is an error saying where tools run.
-    /// The deployment's own Rust tools (`ext`) are there as they are: they are only run
-    /// where a step runs them.
-    pub fn declared(
-        file: Option<AgentsFile>,
-        ext: &super::Extensions,
-    ) -> Result<Self, CatalogError> {
-        let mut toolbox = Toolbox {
-            tools: ext.tools(),
-            ..Toolbox::default()
-        };
-        let Some(file) = ext.agents_into(file) else {
-            return Ok(ext.plugins_onto(Self::assemble(Limits::default(), toolbox, None)?));
-        };
-        for (name, spec) in &file.tools {
-            toolbox.tools.push(Arc::new(Declared {
-                name: name.clone(),
-                description: spec.description.clone(),
-                schema: spec.schema.clone(),
-            }));
-        }
-        if file.http_fetch.is_some() {
-            toolbox.tools.push(Arc::new(Declared {
-                name: HTTP_FETCH.into(),
-                description: "Fetch a page by URL.".into(),
-                schema: serde_json::json!({"type": "object"}),
-            }));
-        }
-        for name in file.mcp_servers.keys() {
-            toolbox
-                .servers
-                .insert(name.clone(), Arc::new(Declared::server(name)));
-        }
-        Ok(ext.plugins_onto(Self::assemble(Limits::default(), toolbox, Some(file))?))
     }
 
     /// Gives `agent` a plugin, asked after those it has (see [`super::Plugin`]).
@@ -530,53 +491,6 @@ impl Catalog {
                 Err(e) => warn!(server = name, error = %e, "MCP server cannot list its tools"),
             }
         }
-    }
-}
-
-/// A tool or MCP server a host knows by name only (see [`Catalog::declared`]).
-struct Declared {
-    name: String,
-    description: String,
-    schema: Value,
-}
-
-impl Declared {
-    fn server(name: &str) -> Self {
-        Self {
-            name: name.into(),
-            description: String::new(),
-            schema: Value::Null,
-        }
-    }
-
-    fn refusal(&self) -> String {
-        format!(
-            "`{}` runs only where steps run (baton dev, the orchestrator and subagent functions)",
-            self.name
-        )
-    }
-}
-
-#[async_trait::async_trait]
-impl Tool for Declared {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn description(&self) -> &str {
-        &self.description
-    }
-    fn schema(&self) -> Value {
-        self.schema.clone()
-    }
-    async fn execute(&self, _: &tools::ToolContext, _: Value) -> Result<Value, String> {
-        Err(self.refusal())
-    }
-}
-
-#[async_trait::async_trait]
-impl ToolServer for Declared {
-    async fn list(&self) -> Result<Vec<Arc<dyn Tool>>, String> {
-        Err(self.refusal())
     }
 }
 
