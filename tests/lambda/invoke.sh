@@ -7,8 +7,21 @@
 # cargo-lambda and moto on PATH (.ci/run installs both); on moto, measures each function's
 # memory at its worst case (tests/lambda/memory.py). Exits non-zero on the first wrong
 # answer.
+#
+#   tests/lambda/invoke.sh                 everything above
+#   tests/lambda/invoke.sh --memory-only   on moto, only the memory measurement (CI runs the
+#                                          invocations against LocalStack: tests/localstack/run.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+memory_only=false
+case "${1:-}" in
+  "") ;;
+  --memory-only) memory_only=true ;;
+  *) echo "usage: tests/lambda/invoke.sh [--memory-only]" >&2; exit 2 ;;
+esac
+if $memory_only && [ -n "${BATON_TEST_AWS_ENDPOINT:-}" ]; then
+  echo "--memory-only measures on moto: unset BATON_TEST_AWS_ENDPOINT" >&2; exit 2
+fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.2; done; echo "nothing on port $1" >&2; return 1; }
@@ -43,6 +56,15 @@ BATON_DEAD_LETTER_QUEUE_ARN=$(python3 -c 'import json; print(json.load(open("tes
 export BATON_DEAD_LETTER_QUEUE_ARN
 # A model endpoint that refuses connections, tried once: a step that must think fails.
 export OPENAI_BASE_URL="http://127.0.0.1:$(free_port)/v1" BATON_LLM_MAX_RETRIES=0 RUST_LOG=warn
+
+memory() { # each function's most resident memory at its worst case (see below)
+  MEMORY_LOG_DIR="$work" python3 tests/lambda/memory.py "$(target_dir)/debug" ||
+    { tail -20 "$work"/memory-*.log >&2; exit 1; }
+}
+if $memory_only; then
+  memory
+  exit 0
+fi
 
 # Traces: every function sends its spans to a test receiver that decodes them with the
 # official protobuf definitions (tests/otlp/receiver.py), before each invocation returns.
@@ -134,6 +156,5 @@ python3 tests/lambda/start_from_template.py "$(target_dir)/debug" "${BATON_TEMPL
 # Each function's most resident memory at its worst case (the largest context budget, 20
 # runs past the timeline cache, 6 MB API replies), against its MemorySize. Once, on moto.
 if [ -z "${BATON_TEST_AWS_ENDPOINT:-}" ]; then
-  MEMORY_LOG_DIR="$work" python3 tests/lambda/memory.py "$(target_dir)/debug" ||
-    { tail -20 "$work"/memory-*.log >&2; exit 1; }
+  memory
 fi
