@@ -304,6 +304,7 @@ async fn seed_ctas(store: &DynamoStore, ctas: usize) -> anyhow::Result<Vec<Strin
                 request: CtaRequest::Approval {
                     message: format!("May I go on with step {i}?"),
                 },
+                default: None,
                 status: CtaStatus::Pending,
                 response: None,
                 gate: false,

@@ -11,7 +11,11 @@ CloudFormation runs), resolves each role's statements for a sample stack named `
 maps each recorded resource to that stack's (by the suffix of its name: the tests name
 resources as the template does, under another prefix), and decides each call by IAM's
 rules for identity policies: allowed if a statement of the role allows the action on the
-resource (`*` and `?` wildcards), unless one denies it.
+resource (`*` and `?` wildcards), unless one denies it. An event a function puts on the bus
+is also decided by the bus's resource policy, for the entry's detail-type, as
+tests/policy/resource_policies.py decides it (the bus keeps `cta.expired`, `timer.fired` and
+`cta.response` to the principals it names: an event of those a function puts is refused on
+AWS, and accepted by both emulators).
 
     python3 tests/policy/calls_granted.py <recorded calls (JSON lines)> [template.yaml]
 
@@ -26,6 +30,9 @@ import sys
 
 from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import resource_policies  # noqa: E402  (beside this file)
 
 ACCOUNT, REGION, STACK = "123456789012", "us-east-1", "baton"
 FUNCTIONS = ["ApiFunction", "OrchestratorFunction", "SubagentFunction", "EventsFunction"]
@@ -236,7 +243,9 @@ def main():
     path = sys.argv[2] if len(sys.argv) > 2 else "template.yaml"
     os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
     with open(path) as f:
-        template = yaml_parse(f.read())
+        text = f.read()
+    template = yaml_parse(text)
+    bus_policy = resource_policies.policy(yaml_parse(text), [""])
     for name, res in template["Resources"].items():
         if res.get("Type") == "AWS::Serverless::Function":
             res["Properties"]["CodeUri"] = f"s3://packaged-code/{name}.zip"
@@ -261,14 +270,24 @@ def main():
             denied.append(f"{function}: not a function of the template ({action} {resource})")
             continue
         arn = arn_of(resource)
-        key = (function, action, arn)
+        # An event's detail-type counts too: the bus's policy may decide one and not another.
+        key = (function, action, arn, resource if action == "events:PutEvents" else "")
         if key in seen:
             continue
         seen[key] = allowed(roles[function], action, arn)
         if not seen[key]:
             denied.append(f"{function}: {action} on {arn} is not granted")
+        if action == "events:PutEvents":
+            detail_type = resource.split("/", 2)[2] if resource.count("/") >= 2 else "?"
+            role = resource_policies.ARNS[f"{function}Role"]
+            request = {"principal": role, "aws:PrincipalArn": role, "action": action,
+                       "resource": resource_policies.BUS, "events:detail-type": detail_type}
+            if resource_policies.decide(bus_policy, request) == "deny":
+                seen[key] = False
+                denied.append(f"{function}: a `{detail_type}` event is refused by the bus's "
+                              f"resource policy")
     for function in FUNCTIONS:
-        actions = sorted({a for (f, a, _) in seen if f == function})
+        actions = sorted({a for (f, a, _, _) in seen if f == function})
         print(f"{function:22} {len(actions):2} actions: {', '.join(actions)}")
     for line in denied:
         print(f"DENIED {line}")

@@ -234,6 +234,84 @@ async fn five_second_question(faults: Option<Faults>) -> (Env, String, Value) {
     (env, run_id, cta)
 }
 
+/// Over AWS's APIs (DynamoDB, SQS, EventBridge, Scheduler): a run that expires questions
+/// into their defaults (`onExpiry: "default"` on `POST /runs`) asks a 5 s approval with one,
+/// hears nothing, is given its default by the schedule's expiry and completes; the bus is
+/// told (`cta.defaulted`: the calls it made are checked against the bus's policy in CI).
+#[tokio::test]
+async fn a_question_with_a_default_expires_into_it_over_aws_apis() {
+    let script = r#"{"orchestrator": [
+        {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval",
+            "message": "Ship it?", "default": {"approved": true, "reason": "ship by default"}}}]},
+        {"text": "Shipped."}]}"#;
+    let mut agents = common::mock_openai::named_agents();
+    agents["agents"]["orchestrator"]["ctaExpirySeconds"] = json!(5);
+    let faults = common::aws::scenario_faults();
+    let mut env = start_env(script, false, catalog(Some(agents)), faults).await;
+    let api = env.host.api();
+    let (code, v) = api
+        .call(
+            reqwest::Method::POST,
+            "/runs",
+            Some(json!({"prompt": "ship", "onExpiry": "default"})),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    let run_id = v["runId"].as_str().unwrap().to_owned();
+    let cta = api.pending("approval").await;
+    assert_eq!(cta["default"]["approved"], true);
+
+    // The emulator does not fire schedules: at the question's time, its schedule's event
+    // is put on the bus as the schedule would put it.
+    let expires = chrono::DateTime::parse_from_rfc3339(cta["expiresAt"].as_str().unwrap())
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let wait = (expires - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(50)).await;
+    let due = expires.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let fire = json!({"ctaId": cta["ctaId"], "runId": run_id, "due": due});
+    env.host.put_event("cta.expired", fire).await;
+    let path = format!("/runs/{run_id}");
+    let run = api
+        .wait("the run to end", async |api: &common::aws::Api| {
+            let (_, run) = api.get(&path).await;
+            let ended = ["completed", "expired", "failed"].contains(&run["status"].as_str()?);
+            ended.then_some(run)
+        })
+        .await;
+    assert_eq!(run["status"], "completed", "{run:#}");
+    assert_eq!(run["result"], "Shipped.");
+    let (_, timeline) = api
+        .call(
+            reqwest::Method::GET,
+            &format!("/runs/{run_id}/timeline"),
+            None,
+        )
+        .await;
+    let tool = timeline["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "tool")
+        .expect("the question's entry");
+    assert_eq!(tool["cta"]["status"], "expired", "{tool}");
+    assert_eq!(tool["cta"]["defaulted"], true);
+    assert_eq!(tool["result"]["output"]["approved"], true);
+    assert_eq!(tool["result"]["output"]["default"], true);
+    let (_, c) = api
+        .call(
+            reqwest::Method::GET,
+            &format!("/ctas/{}", cta["ctaId"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(c["status"], "expired");
+    env.host.inbox_drained().await;
+    let run = env.host.api().get_ok(&path).await;
+    assert_eq!(run["status"], "completed", "{run:#}");
+    env.host.stop().await;
+}
+
 impl Env {
     /// A run that asks the 5 s question: its id, and the question once it is pending.
     async fn ask(&self) -> (String, Value) {

@@ -95,6 +95,11 @@ fn cta(run: &Run, id: &str) -> Cta {
         request: CtaRequest::Approval {
             message: "ok?".into(),
         },
+        // Kept by every store with the question.
+        default: Some(CtaResponse::Approval {
+            approved: false,
+            reason: Some("no answer".into()),
+        }),
         status: CtaStatus::Pending,
         response: None,
         gate: false,

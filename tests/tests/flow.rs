@@ -275,6 +275,61 @@ async fn an_unanswered_cta_expires_and_ends_the_run() {
     h.server.shutdown().await;
 }
 
+/// An agent whose runs expire questions into their defaults (`onExpiry: "default"` in the
+/// agents file): the question the model asked with a default takes it at expiry, the run
+/// goes on, and what it was given, and why, is in its timeline and on the question.
+#[tokio::test]
+async fn a_question_with_a_default_expires_into_it_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+    let script = r#"{"orchestrator": [
+        {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "choice",
+            "prompt": "Which region?", "options": [{"id": "eu", "label": "EU"},
+            {"id": "us", "label": "US"}], "default": {"selectedId": "eu"}}}]},
+        {"text": "Deployed to the EU."}]}"#;
+    let agents = json!({"agents": {"orchestrator": {"tools": ["request_human_feedback"],
+        "onExpiry": "default"}}});
+    let h = start(
+        dir.path(),
+        scripted(script),
+        catalog(Some(agents)),
+        clock.clone(),
+    )
+    .await;
+    let run_id = h.create_run(json!({"prompt": "deploy"})).await;
+    let (_, run) = h.get(&format!("/runs/{run_id}")).await;
+    assert_eq!(run["onExpiry"], "default", "the agent's policy: {run}");
+    let cta = h.wait_pending(1).await.remove(0);
+    let cta_id = cta["ctaId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        cta["default"],
+        json!({"kind": "choice", "selectedId": "eu"})
+    );
+
+    clock.advance(chrono::Duration::days(30) + chrono::Duration::seconds(1));
+    let run = h.wait_status(&run_id, &["completed"]).await;
+    assert_eq!(run["result"], "Deployed to the EU.");
+    let tool = of_type(&run, "tool")[0];
+    assert_eq!(tool["result"]["status"], "success", "{tool}");
+    assert_eq!(tool["result"]["output"]["selectedId"], "eu");
+    assert_eq!(tool["result"]["output"]["default"], true);
+    assert_eq!(tool["cta"]["status"], "expired");
+    assert_eq!(tool["cta"]["defaulted"], true);
+    assert_eq!(tool["cta"]["response"]["selectedId"], "eu");
+    let (code, c) = h.get(&format!("/ctas/{cta_id}")).await;
+    assert_eq!((code, c["status"].as_str()), (200, Some("expired")));
+
+    // A run may say otherwise: this one ends at its question's expiry, default or not.
+    let run_id = h
+        .create_run(json!({"prompt": "deploy", "onExpiry": "end"}))
+        .await;
+    h.wait_pending(1).await;
+    clock.advance(chrono::Duration::days(30) + chrono::Duration::seconds(1));
+    let run = h.wait_status(&run_id, &["expired"]).await;
+    assert_eq!(run["error"]["code"], "cta_expired");
+    h.server.shutdown().await;
+}
+
 #[tokio::test]
 async fn answers_are_validated_and_only_the_first_wins() {
     let dir = tempfile::tempdir().unwrap();

@@ -210,6 +210,7 @@ async function inbox(params) {
         el("span", {}, timeLeft(cta.expiresAt))),
       cta.runPrompt ? el("p", {}, el("span", { class: "kind" }, "Prompt "), cta.runPrompt) : null,
       context(cta),
+      fallback(cta),
       answerForm(cta, postAnswer(cta))));
     if (cursor) list.lastChild.remove(); else list.replaceChildren();
     list.append(...cards);
@@ -220,6 +221,21 @@ async function inbox(params) {
     }
   };
   await page(null);
+}
+
+// What a question with a default takes if no one answers in time (when its run expires
+// questions into their defaults).
+function fallback(cta) {
+  const d = cta.default;
+  if (!d) return null;
+  let said;
+  if (d.kind === "approval") said = (d.approved ? "approved" : "rejected") + (d.reason ? ` (${d.reason})` : "");
+  else if (d.kind === "text") said = `“${d.text}”`;
+  else {
+    const o = (cta.options || []).find((o) => o.id === d.selectedId);
+    said = o ? o.label : d.selectedId;
+  }
+  return el("p", { class: "meta" }, el("span", { class: "kind" }, "If unanswered "), said);
 }
 
 // Downloads a run's file: the route needs the token, so the page fetches it and hands the
@@ -431,6 +447,7 @@ async function linkPage(tokenText) {
   box.replaceChildren(...kids(el("h2", {}, question(body)),
     el("p", { class: "meta" }, badge(body.kind), el("span", {}, timeLeft(body.expiresAt))),
     context(body),
+    fallback(body),
     answerForm(body, (answer) => api(path + "/response", { method: "POST", body: answer, auth: false }))));
 }
 

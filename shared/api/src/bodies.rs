@@ -300,6 +300,10 @@ pub(crate) struct LinkQuestion<'a> {
     pub(crate) cta_id: &'a str,
     #[serde(flatten)]
     pub(crate) request: &'a CtaRequest,
+    /// The answer it takes if none comes in time (when its run expires questions into
+    /// their defaults).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) default: Option<&'a CtaResponse>,
     pub(crate) status: CtaStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) response: Option<&'a CtaResponse>,
@@ -317,6 +321,7 @@ impl<'a> From<&'a Cta> for LinkQuestion<'a> {
         Self {
             cta_id: &cta.cta_id,
             request: &cta.request,
+            default: cta.default.as_ref(),
             status: cta.status,
             response: cta.response.as_ref(),
             gate: cta.gate,

@@ -137,7 +137,7 @@ async fn create_run(
         github: body.github,
         metadata: body.metadata,
         context: body.context,
-        on_expiry: body.on_expiry.unwrap_or_default(),
+        on_expiry: body.on_expiry,
         options: TurnOptions {
             tier: body.tier,
             visible: body.visible.unwrap_or(true),

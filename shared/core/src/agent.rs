@@ -95,6 +95,7 @@ fn builtin_agents(limits: &Limits, fetch: bool) -> Vec<AgentDef> {
         max_iterations: limits.max_iterations,
         max_tool_calls_per_turn: limits.max_tool_calls,
         cta_expiry: limits.cta_expiry,
+        on_expiry: None,
         max_wall: None,
         context_bytes: limits.context_bytes,
         context_guidance: BTreeMap::new(),
@@ -242,6 +243,7 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
         cta_expiry: spec
             .cta_expiry_seconds
             .map_or(limits.cta_expiry, Duration::from_secs),
+        on_expiry: spec.on_expiry,
         max_wall: spec.max_wall_seconds.map(Duration::from_secs),
         context_bytes: spec.context_bytes.unwrap_or(limits.context_bytes),
         context_guidance: spec.context_guidance,

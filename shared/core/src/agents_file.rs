@@ -98,6 +98,11 @@ pub struct AgentSpec {
     /// Seconds this agent's CTAs wait for an answer (default 30 days; 1 to one year).
     #[serde(default)]
     pub cta_expiry_seconds: Option<u64>,
+    /// What its runs do when a question expires unanswered, unless `POST /runs` says:
+    /// `end` (default), `continue`, or `default` (the question takes the `default` it was
+    /// asked with). Its subagents do as their own agent says, else as their parent.
+    #[serde(default)]
+    pub on_expiry: Option<baton_engine::run::ExpiryPolicy>,
     /// The longest a run of this agent may work: its clock stops while it or a subagent
     /// waits for a human, and between turns. Past it, the run ends failed with
     /// `deadline_exceeded` (at its next think, or by a timer while it waits on subagents).

@@ -76,6 +76,9 @@ pub struct AgentDef {
     pub max_tool_calls_per_turn: u32,
     /// How long this agent's CTAs wait for an answer (a call may ask for less).
     pub cta_expiry: Duration,
+    /// What its runs do when a question expires, unless the run (or, for a subagent, its
+    /// parent) says otherwise.
+    pub on_expiry: Option<crate::run::ExpiryPolicy>,
     /// How long a run may work (its clock stops for humans and between turns).
     pub max_wall: Option<Duration>,
     /// How much of a run's history its model is given, in bytes of text

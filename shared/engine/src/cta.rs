@@ -195,6 +195,31 @@ impl CtaResponse {
         }
     }
 
+    /// A question's `default` as the model gives it: its kind's answer, with or without
+    /// `kind` (`{"approved": true}`, `{"text": "…"}`, `{"selectedId": "…"}`), checked
+    /// against the question as an answer is.
+    pub fn default_for(request: &CtaRequest, value: serde_json::Value) -> Result<Self, CtaInvalid> {
+        let mut value = value;
+        match value.as_object_mut() {
+            Some(o) => {
+                o.entry("kind")
+                    .or_insert_with(|| serde_json::Value::from(request.kind()));
+            }
+            None => {
+                return Err(CtaInvalid(format!(
+                    "`default` must be an object, the answer a `{}` question takes",
+                    request.kind()
+                )));
+            }
+        }
+        let response = Self::from_json(value)
+            .map_err(|e| CtaInvalid(format!("`default` is no answer to this question: {}", e.0)))?;
+        response
+            .validate_against(request)
+            .map_err(|e| CtaInvalid(format!("`default` does not answer this question: {e}")))?;
+        Ok(response)
+    }
+
     /// The tool result the model sees for this answer.
     pub fn to_output(&self) -> serde_json::Value {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
@@ -221,6 +246,10 @@ pub struct Cta {
     pub owner: String,
     #[serde(flatten)]
     pub request: CtaRequest,
+    /// The answer the question takes if none comes before it expires, when the asking
+    /// run's `onExpiry` is `default` (the model gave it with the question).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<CtaResponse>,
     pub status: CtaStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response: Option<CtaResponse>,
@@ -452,6 +481,7 @@ mod tests {
             tool_call_id: "t1".into(),
             owner: "o".into(),
             request: choice(),
+            default: None,
             status: CtaStatus::Pending,
             response: None,
             gate: false,

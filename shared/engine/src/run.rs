@@ -63,6 +63,10 @@ pub enum ExpiryPolicy {
     End,
     /// Give the model an error result and let it carry on.
     Continue,
+    /// Answer the question with the default it was asked with (`request_human_feedback`'s
+    /// `default`) and carry on; a question without one (or a tool call's approval) ends
+    /// the run as [`ExpiryPolicy::End`] does.
+    Default,
 }
 
 /// The parent a subagent run reports to.

@@ -216,9 +216,16 @@ pub struct CtaSnapshot {
     pub cta_id: String,
     #[serde(flatten)]
     pub request: CtaRequest,
+    /// The answer it takes at expiry, under `onExpiry: "default"` ([`crate::cta::Cta::default`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<CtaResponse>,
     pub status: CtaStatus,
+    /// Its answer: a human's, or (status `expired`, `defaulted`) its default, given at expiry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response: Option<CtaResponse>,
+    /// True when `response` is the default, applied when the question expired unanswered.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub defaulted: bool,
     /// Who answered, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub responder: Option<String>,

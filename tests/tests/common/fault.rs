@@ -520,7 +520,7 @@ async fn drop_firing(s: &Shared, target: &Value, input: &str) {
 /// Appends, when `BATON_TEST_RECORD_CALLS` names a file, one JSON line per IAM action each
 /// request asks of a function's role: `{"function", "action", "resource"}`, the resource
 /// as the tail of its ARN (`table/<name>/index/<index>`, `queue/<name>`,
-/// `schedule/<group>/<name>`, `object/<bucket>/<key>`…). The function is the one the
+/// `schedule/<group>/<name>`, `object/<bucket>/<key>`…; `event-bus/<name>/<detail-type>`). The function is the one the
 /// user agent names (`app/OrchestratorFunction`); a request that names none (creating the
 /// resources, the test's own reads) is not the functions' and is not recorded.
 /// `tests/policy/calls_granted.py` checks each line against the function's policies.
@@ -610,8 +610,13 @@ fn actions(
             .into_iter()
             .flatten()
             .map(|e| {
+                // With the entry's detail-type: the bus's own policy decides some by it.
                 let bus = last(e["EventBusName"].as_str().unwrap_or("default"));
-                (format!("events:{op}"), format!("event-bus/{bus}"))
+                let detail_type = e["DetailType"].as_str().unwrap_or("?");
+                (
+                    format!("events:{op}"),
+                    format!("event-bus/{bus}/{detail_type}"),
+                )
             })
             .collect(),
         "secretsmanager" => vec![(

@@ -150,7 +150,8 @@ pub struct CreateRun {
     pub metadata: Option<Value>,
     /// What the run works on: an object with a string `type` (see `contextGuidance`).
     pub context: Option<Value>,
-    pub on_expiry: ExpiryPolicy,
+    /// What it does when a question expires (none: as its agent says, else `end`).
+    pub on_expiry: Option<ExpiryPolicy>,
     /// Its first turn's model tier and visibility (a trigger starts only follow-ups).
     pub options: TurnOptions,
 }

@@ -101,12 +101,13 @@ impl Service {
                 )));
             }
         }
-        if self.catalog.agent(&agent).is_none() {
+        let Some(def) = self.catalog.agent(&agent) else {
             return Err(ServiceError::Invalid(format!(
                 "unknown agent `{agent}`; known agents: {}",
                 self.catalog.agent_names().join(", ")
             )));
-        }
+        };
+        let on_expiry = req.on_expiry.or(def.on_expiry).unwrap_or_default();
         let now = self.deps.clock.now();
         let mut run = Run::new(NewRun {
             run_id: format!("run_{}", uuid::Uuid::new_v4().simple()),
@@ -114,7 +115,7 @@ impl Service {
             owner: owner.to_owned(),
             parent: None,
             depth: 0,
-            on_expiry: req.on_expiry,
+            on_expiry,
             sandbox_id: req.sandbox_id,
             metadata: req.metadata,
             context: req.context,

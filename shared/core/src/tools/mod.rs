@@ -459,6 +459,13 @@ pub fn agent_orchestrate(agents: &[String]) -> ToolDef {
 pub fn request_human_feedback() -> ToolDef {
     let text = json!({"type": "string", "minLength": 1});
     let expires = json!({"type": "integer", "minimum": 1});
+    // A default is its kind's answer (its `kind` may be left out).
+    let default = |kind: &str, props: Value, required: &[&str]| {
+        let mut props = props;
+        props["kind"] = json!({"const": kind});
+        json!({"type": "object", "properties": props, "required": required,
+            "additionalProperties": false})
+    };
     ToolDef::new(
         REQUEST_HUMAN_FEEDBACK,
         "Ask a human and wait for the answer (it may take days). kind `approval` takes \
@@ -466,16 +473,22 @@ pub fn request_human_feedback() -> ToolDef {
          `placeholder`, and `required: true` to refuse a blank answer) and answers {text}; kind \
          `choice` takes `prompt` and `options` [{id, label, description?}] and answers \
          {selectedId}. `expiresInSeconds` may shorten how long \
-         the question waits (never past this agent's limit).",
+         the question waits (never past this agent's limit). `default` (an answer of the \
+         question's kind) is the answer it takes if none comes in time, when the run expires \
+         questions into their defaults; such an answer says `default: true`.",
         json!({
             "type": "object",
             "oneOf": [
                 {"properties": {"kind": {"const": "approval"}, "message": text,
-                    "expiresInSeconds": expires},
+                    "expiresInSeconds": expires,
+                    "default": default("approval",
+                        json!({"approved": {"type": "boolean"}, "reason": {"type": "string"}}),
+                        &["approved"])},
                  "required": ["kind", "message"], "additionalProperties": false},
                 {"properties": {"kind": {"const": "text"}, "prompt": text,
                     "placeholder": {"type": "string"}, "required": {"type": "boolean"},
-                    "expiresInSeconds": expires},
+                    "expiresInSeconds": expires,
+                    "default": default("text", json!({"text": {"type": "string"}}), &["text"])},
                  "required": ["kind", "prompt"], "additionalProperties": false},
                 {"properties": {"kind": {"const": "choice"}, "prompt": text,
                     "options": {"type": "array", "minItems": 1, "items": {
@@ -483,7 +496,8 @@ pub fn request_human_feedback() -> ToolDef {
                         "properties": {"id": text, "label": {"type": "string"},
                             "description": {"type": "string"}},
                         "required": ["id", "label"], "additionalProperties": false}},
-                    "expiresInSeconds": expires},
+                    "expiresInSeconds": expires,
+                    "default": default("choice", json!({"selectedId": text}), &["selectedId"])},
                  "required": ["kind", "prompt", "options"], "additionalProperties": false}
             ]
         }),
@@ -540,6 +554,33 @@ mod tests {
                 false,
             ),
             (&feedback, json!({"kind": "vote", "prompt": "p"}), false),
+            (
+                &feedback,
+                json!({"kind": "approval", "message": "ok?", "default": {"approved": true}}),
+                true,
+            ),
+            (
+                &feedback,
+                json!({"kind": "text", "prompt": "p", "default": {"kind": "text", "text": "x"}}),
+                true,
+            ),
+            // A default of another kind, or not of its kind's shape.
+            (
+                &feedback,
+                json!({"kind": "text", "prompt": "p", "default": {"approved": true}}),
+                false,
+            ),
+            (
+                &feedback,
+                json!({"kind": "approval", "message": "ok?", "default": {"kind": "text", "approved": true}}),
+                false,
+            ),
+            (
+                &feedback,
+                json!({"kind": "choice", "prompt": "p", "options": [{"id": "a", "label": "A"}],
+                    "default": "a"}),
+                false,
+            ),
         ];
         for (tool, input, ok) in table {
             assert_eq!(

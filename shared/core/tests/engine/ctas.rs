@@ -360,3 +360,155 @@ fn an_oversized_question_is_an_error_the_model_sees() {
         ToolResult::Error { error } if error.contains("bytes; ask in at most")));
     assert_eq!(s.run(&id).status, RunStatus::Completed);
 }
+
+#[test]
+fn under_on_expiry_default_a_question_expires_into_its_default_and_the_run_goes_on() {
+    let choice = json!({"kind": "choice", "prompt": "Which?",
+        "options": [{"id": "a", "label": "A"}, {"id": "b", "label": "B"}]});
+    // (the question, its default as the model gives it, the answer it becomes)
+    let table = [
+        (
+            json!({"kind": "approval", "message": "Deploy?"}),
+            json!({"approved": false, "reason": "nobody said yes"}),
+            CtaResponse::Approval {
+                approved: false,
+                reason: Some("nobody said yes".into()),
+            },
+        ),
+        (
+            json!({"kind": "text", "prompt": "Name?"}),
+            json!({"kind": "text", "text": "Ada"}),
+            CtaResponse::Text { text: "Ada".into() },
+        ),
+        (
+            choice,
+            json!({"selectedId": "b"}),
+            CtaResponse::Choice {
+                selected_id: "b".into(),
+            },
+        ),
+    ];
+    for (question, default, answer) in table {
+        let mut asked = question.clone();
+        asked["default"] = default;
+        let mut s = Sim::new();
+        s.script("asker", vec![feedback(asked), text("went on")]);
+        let id = s.create("asker", "ask");
+        s.runs.get_mut(&id).unwrap().0.on_expiry = ExpiryPolicy::Default;
+        s.run_all();
+        let cta = s.pending_ctas(&id).remove(0);
+        // The question carries its default: stored, and in its request event.
+        assert_eq!(cta.default.as_ref(), Some(&answer), "{question}");
+        let asked = &s.events("cta.request")[0];
+        assert_eq!(asked.detail["default"], json!(answer));
+
+        s.ctas.get_mut(&cta.cta_id).unwrap().status = CtaStatus::Expired;
+        s.send(
+            &id,
+            Input::CtaExpired {
+                cta_id: cta.cta_id.clone(),
+            },
+        );
+        s.run_all();
+        let run = s.run(&id);
+        assert_eq!(run.status, RunStatus::Completed, "{question}");
+        assert_eq!(run.result.as_deref(), Some("went on"));
+        let tool = &s.tools(&id)[0];
+        // The model was given the default, saying it is one.
+        let ToolResult::Success { output } = &tool.result else {
+            panic!("{question}: {:?}", tool.result);
+        };
+        assert_eq!(output["default"], true);
+        assert_eq!(output["kind"], question["kind"]);
+        assert!(output["note"].as_str().unwrap().contains("expired"));
+        // The timeline keeps it as the answer, given at expiry.
+        let snap = tool.cta.as_ref().unwrap();
+        assert_eq!(snap.status, CtaStatus::Expired);
+        assert!(snap.defaulted);
+        assert_eq!(snap.response.as_ref(), Some(&answer));
+        // The bus is told which default was applied.
+        let told = s.events("cta.defaulted");
+        assert_eq!(told.len(), 1, "{question}");
+        assert_eq!(told[0].detail["ctaId"], cta.cta_id.as_str());
+        assert_eq!(told[0].detail["default"], json!(answer));
+        assert!(s.effects.contains(&Effect::Unschedule {
+            cta_id: cta.cta_id.clone()
+        }));
+    }
+}
+
+#[test]
+fn a_default_applies_only_under_on_expiry_default_and_only_to_a_question_that_has_one() {
+    // (the run's policy, the question, how the run ends)
+    let with = json!({"kind": "text", "prompt": "Name?", "default": {"text": "Ada"}});
+    let without = json!({"kind": "text", "prompt": "Name?"});
+    let table = [
+        (ExpiryPolicy::End, with.clone(), RunStatus::Expired),
+        (ExpiryPolicy::Default, without, RunStatus::Expired),
+        (ExpiryPolicy::Continue, with, RunStatus::Completed),
+    ];
+    for (policy, question, ends) in table {
+        let mut s = Sim::new();
+        s.script("asker", vec![feedback(question.clone()), text("went on")]);
+        let id = s.create("asker", "ask");
+        s.runs.get_mut(&id).unwrap().0.on_expiry = policy;
+        s.run_all();
+        let cta = s.pending_ctas(&id).remove(0);
+        s.ctas.get_mut(&cta.cta_id).unwrap().status = CtaStatus::Expired;
+        s.send(&id, Input::CtaExpired { cta_id: cta.cta_id });
+        s.run_all();
+        assert_eq!(s.run(&id).status, ends, "{policy:?} {question}");
+        let tool = &s.tools(&id)[0];
+        assert!(
+            matches!(&tool.result, ToolResult::Error { error } if error.contains("expired")),
+            "{policy:?} {question}: {:?}",
+            tool.result
+        );
+        assert!(!tool.cta.as_ref().unwrap().defaulted);
+        assert!(s.events("cta.defaulted").is_empty());
+    }
+
+    // A tool call's approval has no default: under `default` its expiry ends the run.
+    let mut s = Sim::new();
+    s.script(
+        "quick",
+        vec![calls(vec![call("echo", json!({"text": "gated"}))])],
+    );
+    let id = s.create("quick", "go");
+    s.runs.get_mut(&id).unwrap().0.on_expiry = ExpiryPolicy::Default;
+    s.run_all();
+    let cta = s.pending_ctas(&id).remove(0);
+    assert!(cta.gate);
+    s.ctas.get_mut(&cta.cta_id).unwrap().status = CtaStatus::Expired;
+    s.send(&id, Input::CtaExpired { cta_id: cta.cta_id });
+    assert_eq!(s.run(&id).status, RunStatus::Expired);
+}
+
+#[test]
+fn a_default_that_does_not_answer_its_question_is_refused_to_the_model() {
+    let options = json!([{"id": "a", "label": "A"}]);
+    let table = [
+        (
+            json!({"kind": "choice", "prompt": "p", "options": options, "default": {"selectedId": "z"}}),
+            "not one of the options",
+        ),
+        (
+            json!({"kind": "text", "prompt": "p", "required": true, "default": {"text": " "}}),
+            "blank",
+        ),
+    ];
+    for (question, why) in table {
+        let mut s = Sim::new();
+        s.script("asker", vec![feedback(question.clone()), text("ok")]);
+        let id = s.create("asker", "ask");
+        s.run_all();
+        assert!(s.pending_ctas(&id).is_empty(), "{question}");
+        let tool = &s.tools(&id)[0];
+        assert!(
+            matches!(&tool.result, ToolResult::Error { error }
+                if error.contains("`default`") && error.contains(why)),
+            "{question}: {:?}",
+            tool.result
+        );
+    }
+}

@@ -242,7 +242,12 @@ impl Work<'_> {
                 tool_call_id: call_id,
             }),
             depth: self.run.depth + 1,
-            on_expiry: self.run.on_expiry,
+            // Its own agent's policy, else its parent's.
+            on_expiry: self
+                .book
+                .agent(agent)
+                .and_then(|a| a.on_expiry)
+                .unwrap_or(self.run.on_expiry),
             sandbox_id: self.run.sandbox_id.clone(),
             metadata: None,
             context,

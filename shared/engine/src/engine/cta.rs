@@ -130,8 +130,22 @@ pub(super) fn answered(
     w.after_resolution()
 }
 
-/// `CtaExpired`: the pending result becomes an error; by the run's policy it then ends as
-/// `expired` (the default) or thinks on with the error.
+/// Whether the expiry of `cta_id` ends its run: by the run's `onExpiry`, and under
+/// `default`, when the question has no default to take (a tool call's approval never has).
+pub(super) fn expiry_ends_run(w: &Work, cta_id: &str) -> bool {
+    match w.run.on_expiry {
+        ExpiryPolicy::End => true,
+        ExpiryPolicy::Continue => false,
+        ExpiryPolicy::Default => w
+            .pending_cta(cta_id)
+            .and_then(|seq| w.tool(seq).cta.as_ref())
+            .is_none_or(|c| c.gate || c.default.is_none()),
+    }
+}
+
+/// `CtaExpired`: by the run's policy, the pending result becomes an error and the run ends
+/// as `expired` (the default) or thinks on with the error; or (`default`) the question takes
+/// the default it was asked with, as if answered then, and the run goes on.
 pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
     let Some(seq) = w.pending_cta(cta_id) else {
         return Next::Now(Step::Ignore(format!(
@@ -146,6 +160,13 @@ pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
         snap.expires_at.to_rfc3339()
     );
     snap.status = CtaStatus::Expired;
+    let applies = match (w.run.on_expiry, &snap.default, snap.gate) {
+        (ExpiryPolicy::Default, Some(default), false) => Some(default.clone()),
+        _ => None,
+    };
+    if let Some(default) = applies {
+        return expired_into_default(w, seq, snap, default, &message);
+    }
     let gate = snap.gate;
     w.resolve(seq, ToolResult::error(message.clone()), Some(snap));
     if gate && !w.other_gates_pending(cta_id) {
@@ -161,10 +182,6 @@ pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
         cta_id: cta_id.to_owned(),
     });
     match w.run.on_expiry {
-        ExpiryPolicy::End => {
-            w.end(RunStatus::Expired, "cta_expired", &message);
-            Next::Commit
-        }
         ExpiryPolicy::Continue => {
             w.push(EntryBody::Notice {
                 code: "cta_expired".into(),
@@ -172,8 +189,49 @@ pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
             });
             w.after_resolution()
         }
+        ExpiryPolicy::End | ExpiryPolicy::Default => {
+            w.end(RunStatus::Expired, "cta_expired", &message);
+            Next::Commit
+        }
     }
 }
+
+/// The question at `seq` expired unanswered and takes its default: the model is given the
+/// default as the answer, saying it is one; the timeline keeps it as the CTA's response,
+/// `defaulted`; the bus is told ([`DEFAULT_APPLIED`], with the default it applied).
+fn expired_into_default(
+    w: &mut Work,
+    seq: u64,
+    mut snap: crate::timeline::CtaSnapshot,
+    default: CtaResponse,
+    message: &str,
+) -> Next {
+    let cta_id = snap.cta_id.clone();
+    let mut output = default.to_output();
+    output["default"] = json!(true);
+    output["note"] = json!(format!("{message}: this is the question's default answer"));
+    snap.response = Some(default.clone());
+    snap.defaulted = true;
+    let expires_at = snap.expires_at;
+    w.resolve(seq, ToolResult::Success { output }, Some(snap));
+    w.tell_parent_resumed(&cta_id);
+    w.effects.push(Effect::Unschedule {
+        cta_id: cta_id.clone(),
+    });
+    let detail = json!({
+        "ctaId": cta_id,
+        "runId": w.run.run_id,
+        "expiresAt": expires_at,
+        "default": default,
+    });
+    w.publish(DEFAULT_APPLIED, detail);
+    w.after_resolution()
+}
+
+/// The detail-type of the event that says a question expired into its default. Not
+/// `cta.expired`: on AWS that is the scheduler's alone (the bus's policy refuses it from
+/// anyone else, so that no one forges an expiry), and it is the CTA inbox's timer.
+pub const DEFAULT_APPLIED: &str = "cta.defaulted";
 
 impl Work<'_> {
     /// The pending call whose CTA `cta_id` still waits (an approved plan's call stays
@@ -252,31 +310,21 @@ impl Work<'_> {
                 .or_else(|| def.approval_reason(&input)),
             input: super::cap_output(input),
         };
-        let expiry = agent.cta_expiry;
-        let result = self.raise_cta(
-            seq,
-            &call_id,
-            CtaRequest::Approval { message },
-            Some(gated),
-            true,
-            expiry,
-        );
+        let ask = Ask::gate(CtaRequest::Approval { message }, gated, agent.cta_expiry);
+        let result = self.raise_cta(seq, &call_id, ask);
         self.tool_mut(seq).result = result;
         Recheck::Ask
     }
 
-    /// Raises a CTA for the call at `seq`. `gated` is what the human is shown they gate;
-    /// `gate` says the answer runs the call itself (a tool call's approval), so that the
-    /// reply's other calls wait for it.
-    pub(super) fn raise_cta(
-        &mut self,
-        seq: u64,
-        call_id: &str,
-        request: CtaRequest,
-        gated: Option<Gated>,
-        gate: bool,
-        expiry: Duration,
-    ) -> ToolResult {
+    /// Raises a CTA for the call at `seq`, asking `ask`.
+    pub(super) fn raise_cta(&mut self, seq: u64, call_id: &str, ask: Ask) -> ToolResult {
+        let Ask {
+            request,
+            default,
+            gated,
+            gate,
+            expiry,
+        } = ask;
         let cta_id = derive_id("cta", &self.run.run_id, seq);
         let expires_at =
             self.now + chrono::Duration::from_std(expiry).unwrap_or(chrono::Duration::days(30));
@@ -299,6 +347,7 @@ impl Work<'_> {
             tool_call_id: call_id.into(),
             owner: self.run.owner.clone(),
             request: request.clone(),
+            default: default.clone(),
             status: CtaStatus::Pending,
             response: None,
             gate,
@@ -319,6 +368,9 @@ impl Work<'_> {
         {
             d.extend(r);
         }
+        if let Some(d) = &default {
+            detail["default"] = json!(d);
+        }
         if let Some(g) = &gated {
             detail["tool"] = json!(g.tool);
             detail["input"] = g.input.clone();
@@ -336,14 +388,42 @@ impl Work<'_> {
         self.tool_mut(seq).cta = Some(CtaSnapshot {
             cta_id,
             request,
+            default,
             status: CtaStatus::Pending,
             response: None,
+            defaulted: false,
             responder: None,
             expires_at,
             gate,
         });
         ToolResult::Pending {
             reason: "waiting for a human".into(),
+        }
+    }
+}
+
+/// A question to raise ([`Work::raise_cta`]).
+pub(super) struct Ask {
+    pub request: CtaRequest,
+    /// The answer it takes at expiry under `onExpiry: "default"`.
+    pub default: Option<CtaResponse>,
+    /// What the human is shown they gate.
+    pub gated: Option<Gated>,
+    /// The answer runs the call itself (a tool call's approval), so that the reply's other
+    /// calls wait for it.
+    pub gate: bool,
+    pub expiry: Duration,
+}
+
+impl Ask {
+    /// A tool call's approval: the answer runs (or refuses) the call.
+    pub fn gate(request: CtaRequest, gated: Gated, expiry: Duration) -> Self {
+        Self {
+            request,
+            default: None,
+            gated: Some(gated),
+            gate: true,
+            expiry,
         }
     }
 }

@@ -162,7 +162,7 @@ pub fn window_start(run: &Run, input: &Input) -> u64 {
 /// or its entries from [`window_start`] on.
 pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io: &Io) -> Step {
     let mut w = Work::new(&io.book, now, run, timeline, io.settled.as_ref());
-    if io.settled.is_none() && ends_run(run, input) {
+    if io.settled.is_none() && ends_run(&w, run, input) {
         let ids: Vec<String> = w
             .pending_seqs(|t| {
                 t.cta
@@ -237,10 +237,10 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
 }
 
 /// Whether `input` ends an active run whatever else happens (so its pending CTAs end too).
-fn ends_run(run: &Run, input: &Input) -> bool {
+fn ends_run(w: &Work, run: &Run, input: &Input) -> bool {
     match input {
         Input::Cancel { .. } | Input::Fail { .. } => !run.status.is_terminal(),
-        Input::CtaExpired { .. } => run.on_expiry == crate::run::ExpiryPolicy::End,
+        Input::CtaExpired { cta_id } => cta::expiry_ends_run(w, cta_id),
         _ => false,
     }
 }

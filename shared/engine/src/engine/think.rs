@@ -10,8 +10,8 @@ use super::{
     cap_output, preview, to_result,
 };
 use crate::agent::{AgentDef, ApprovalBatch, Prepared};
-use crate::cta::CtaRequest;
 use crate::cta::Gated;
+use crate::cta::{CtaRequest, CtaResponse};
 use crate::run::RunStatus;
 use crate::timeline::{EntryBody, ToolEntry, ToolResult};
 use crate::tools::ToolKind;
@@ -235,6 +235,48 @@ impl Work<'_> {
         None
     }
 
+    /// `request_human_feedback`: the question, checked, raised as a CTA. `expiresInSeconds`
+    /// may shorten the wait, never lengthen it past the agent's; `default` must answer the
+    /// question as a human would.
+    fn ask_human(&mut self, agent: &AgentDef, seq: u64, id: &str, mut input: Value) -> ToolResult {
+        let fields = input.as_object_mut();
+        let (asked, default) = match fields {
+            Some(o) => (o.remove("expiresInSeconds"), o.remove("default")),
+            None => (None, None),
+        };
+        let expiry = asked
+            .and_then(|v| v.as_u64())
+            .map(Duration::from_secs)
+            .map_or(agent.cta_expiry, |d| d.min(agent.cta_expiry));
+        let request = match serde_json::from_value::<CtaRequest>(input) {
+            Ok(req) => req,
+            Err(e) => return ToolResult::error(format!("invalid CTA request: {e}")),
+        };
+        if let Err(e) = request.validate() {
+            return ToolResult::error(e.to_string());
+        }
+        let default = match default.map(|d| CtaResponse::default_for(&request, d)) {
+            None => None,
+            Some(Ok(d)) => Some(d),
+            Some(Err(e)) => return ToolResult::error(e.to_string()),
+        };
+        let size = serde_json::to_string(&(&request, &default)).map_or(usize::MAX, |s| s.len());
+        if size > MAX_CTA_REQUEST_BYTES {
+            return ToolResult::error(format!(
+                "the question is {size} bytes; ask in at most {MAX_CTA_REQUEST_BYTES} (a human \
+                 has to read it)"
+            ));
+        }
+        let ask = super::cta::Ask {
+            request,
+            default,
+            gated: None,
+            gate: false,
+            expiry,
+        };
+        self.raise_cta(seq, id, ask)
+    }
+
     pub(super) fn dispatch(
         &mut self,
         agent: &AgentDef,
@@ -261,33 +303,7 @@ impl Work<'_> {
         match def.kind() {
             ToolKind::Spawn => self.spawn(seq, id, &input),
             ToolKind::Orchestrate => self.orchestrate(agent, seq, id, &input),
-            ToolKind::Feedback => {
-                // `expiresInSeconds` may shorten the wait, never lengthen it past the agent's.
-                let mut input = input;
-                let asked = input
-                    .as_object_mut()
-                    .and_then(|o| o.remove("expiresInSeconds"))
-                    .and_then(|v| v.as_u64());
-                let expiry = asked
-                    .map(Duration::from_secs)
-                    .map_or(agent.cta_expiry, |d| d.min(agent.cta_expiry));
-                match serde_json::from_value::<CtaRequest>(input) {
-                    Ok(req) => match req.validate() {
-                        Ok(()) => {
-                            let size = serde_json::to_string(&req).map_or(usize::MAX, |s| s.len());
-                            if size > MAX_CTA_REQUEST_BYTES {
-                                return ToolResult::error(format!(
-                                    "the question is {size} bytes; ask in at most \
-                                     {MAX_CTA_REQUEST_BYTES} (a human has to read it)"
-                                ));
-                            }
-                            self.raise_cta(seq, id, req, None, false, expiry)
-                        }
-                        Err(e) => ToolResult::error(e.to_string()),
-                    },
-                    Err(e) => ToolResult::error(format!("invalid CTA request: {e}")),
-                }
-            }
+            ToolKind::Feedback => self.ask_human(agent, seq, id, input),
             ToolKind::Exec => {
                 let policy = agent.approval.get(name).filter(|p| p.requires(&input));
                 if policy.is_some() || def.needs_approval(&input) {
@@ -302,7 +318,8 @@ impl Work<'_> {
                         input: cap_output(input),
                         reason,
                     };
-                    return self.raise_cta(seq, id, approval, Some(gated), true, agent.cta_expiry);
+                    let ask = super::cta::Ask::gate(approval, gated, agent.cta_expiry);
+                    return self.raise_cta(seq, id, ask);
                 }
                 match io.outputs.get(id) {
                     Some(out) => {

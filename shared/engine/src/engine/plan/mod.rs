@@ -243,14 +243,14 @@ impl Work<'_> {
             .book
             .agent(&self.run.agent)
             .map_or(self.book.limits.cta_expiry, |a| a.cta_expiry);
-        let result = self.raise_cta(
-            seq,
-            call_id,
-            CtaRequest::Approval { message },
-            Some(gated),
-            false,
+        let ask = super::cta::Ask {
+            request: CtaRequest::Approval { message },
+            default: None,
+            gated: Some(gated),
+            gate: false,
             expiry,
-        );
+        };
+        let result = self.raise_cta(seq, call_id, ask);
         let cta_id = self.tool(seq).cta.as_ref().map(|c| c.cta_id.clone());
         self.publish(
             "plan.ready_for_review",
