@@ -100,6 +100,7 @@ pub async fn dev(
             .clone()
             .map(|key| (key, config.public_url.clone())),
         traces: traces.map(Arc::new),
+        max_active_runs_per_owner: config.max_active_runs_per_owner,
     })
     .await?;
     if config.link_key.is_none() {

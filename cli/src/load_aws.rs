@@ -71,6 +71,7 @@ pub async fn run(opts: LoadAws, config: &crate::Settings) -> anyhow::Result<Stri
         live: None,
         links: None,
         traces: None,
+        max_active_runs_per_owner: None,
     })
     .await?;
     server.add_pollers(opts.pollers.saturating_sub(1));
@@ -287,7 +288,7 @@ async fn seed_ctas(store: &DynamoStore, ctas: usize) -> anyhow::Result<Vec<Strin
                 options: Default::default(),
             },
         };
-        store.create_run(&run, &[first], &[], None).await?;
+        store.create_run(&run, &[first], &[], None, None).await?;
         roots.push(run);
     }
     let all: Vec<Cta> = (0..ctas)

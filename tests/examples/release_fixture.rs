@@ -70,6 +70,7 @@ async fn main() {
         public_url: None,
         cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
         traces: None,
+        max_active_runs_per_owner: None,
     })
     .await
     .unwrap();
@@ -102,6 +103,7 @@ async fn main() {
         live: None,
         links: None,
         traces: None,
+        max_active_runs_per_owner: None,
     })
     .await
     .unwrap();

@@ -138,6 +138,7 @@ fn next(run: &Run, effects: Vec<Effect>) -> Transition {
         new_ctas: vec![],
         new_runs: vec![],
         effects,
+        release_slot: false,
     }
 }
 
@@ -146,14 +147,14 @@ async fn store_contract(store: Arc<dyn Store>) {
     let (run, first) = new_run("run_c1", "alice");
     assert_eq!(
         store
-            .create_run(&run, &first, &[], Some("k"))
+            .create_run(&run, &first, &[], Some("k"), None)
             .await
             .unwrap(),
         Created::Created
     );
     let (other, _) = new_run("run_c2", "alice");
     match store
-        .create_run(&other, &first, &[], Some("k"))
+        .create_run(&other, &first, &[], Some("k"), None)
         .await
         .unwrap()
     {
@@ -163,7 +164,7 @@ async fn store_contract(store: Arc<dyn Store>) {
     let (bob, _) = new_run("run_c3", "bob");
     assert_eq!(
         store
-            .create_run(&bob, &first, &[], Some("k"))
+            .create_run(&bob, &first, &[], Some("k"), None)
             .await
             .unwrap(),
         Created::Created,
@@ -190,7 +191,10 @@ async fn store_contract(store: Arc<dyn Store>) {
         })
         .collect();
     long.next_seq = history.len() as u64;
-    store.create_run(&long, &history, &[], None).await.unwrap();
+    store
+        .create_run(&long, &history, &[], None, None)
+        .await
+        .unwrap();
     let (rec, tl) = store.load("run_c_long").await.unwrap().unwrap();
     assert_eq!(rec.run, long);
     assert_eq!(tl, history);
@@ -237,7 +241,7 @@ async fn store_contract(store: Arc<dyn Store>) {
     // cut-off, until it is cleared; a continuing outbox proves itself and is never listed.
     let (parked, parked_tl) = new_run("run_sw", "alice");
     store
-        .create_run(&parked, &parked_tl, &[], None)
+        .create_run(&parked, &parked_tl, &[], None, None)
         .await
         .unwrap();
     let event = Effect::Publish(Event {
@@ -377,7 +381,10 @@ async fn store_contract(store: Arc<dyn Store>) {
 
     // A commit larger than one DynamoDB item (8 incompressible ~60 KB results) round-trips.
     let (big, first) = new_run("run_big", "alice");
-    store.create_run(&big, &first, &[], None).await.unwrap();
+    store
+        .create_run(&big, &first, &[], None, None)
+        .await
+        .unwrap();
     let mut t = next(&big, vec![]);
     t.appended.clear();
     t.run.next_seq = 1;
@@ -434,7 +441,7 @@ async fn store_contract(store: Arc<dyn Store>) {
     // A retrying step's failure is kept beside the run, read back with it, and cleared by
     // the next commit; it never moves the version.
     let (r, first) = new_run("run_fail", "alice");
-    store.create_run(&r, &first, &[], None).await.unwrap();
+    store.create_run(&r, &first, &[], None, None).await.unwrap();
     let failure = baton_core::run::LastError {
         message: "cannot reach the model".into(),
         attempts: 2,
@@ -577,7 +584,10 @@ async fn run_pages_contract(store: Arc<dyn Store>) {
         let (mut run, first) = new_run(&format!("run_ls_{i}"), "lia");
         run.created_at = at + chrono::Duration::seconds(i);
         run.metadata = Some(serde_json::json!({"i": i}));
-        store.create_run(&run, &first, &[], None).await.unwrap();
+        store
+            .create_run(&run, &first, &[], None, None)
+            .await
+            .unwrap();
         if i == 3 {
             let t = next(&run, vec![]);
             store.commit(run.version, &t).await.unwrap();
@@ -591,10 +601,16 @@ async fn run_pages_contract(store: Arc<dyn Store>) {
     child.root_run_id = Some("run_ls_6".into());
     child.depth = 1;
     child.created_at = at + chrono::Duration::seconds(30);
-    store.create_run(&child, &first, &[], None).await.unwrap();
+    store
+        .create_run(&child, &first, &[], None, None)
+        .await
+        .unwrap();
     let (mut other, first) = new_run("run_ls_other", "mo");
     other.created_at = at + chrono::Duration::seconds(40);
-    store.create_run(&other, &first, &[], None).await.unwrap();
+    store
+        .create_run(&other, &first, &[], None, None)
+        .await
+        .unwrap();
 
     let mut ids = Vec::new();
     let mut after = None;
@@ -657,7 +673,7 @@ async fn run_pages_contract(store: Arc<dyn Store>) {
     grandchild.depth = 2;
     grandchild.created_at = at + chrono::Duration::seconds(31);
     store
-        .create_run(&grandchild, &first, &[], None)
+        .create_run(&grandchild, &first, &[], None, None)
         .await
         .unwrap();
     let (mut elsewhere, first) = new_run("run_ls_elsewhere", "lia");
@@ -668,7 +684,7 @@ async fn run_pages_contract(store: Arc<dyn Store>) {
     elsewhere.root_run_id = Some("run_ls_5".into());
     elsewhere.depth = 1;
     store
-        .create_run(&elsewhere, &first, &[], None)
+        .create_run(&elsewhere, &first, &[], None, None)
         .await
         .unwrap();
     let under = store.list_descendants("run_ls_6", None, 1).await.unwrap();
@@ -702,15 +718,27 @@ async fn run_pages_contract(store: Arc<dyn Store>) {
 async fn cta_pages_contract(store: Arc<dyn Store>) {
     let at = Utc::now() - chrono::Duration::hours(1);
     let (root_a, first) = new_run("run_pg_a", "paula");
-    store.create_run(&root_a, &first, &[], None).await.unwrap();
+    store
+        .create_run(&root_a, &first, &[], None, None)
+        .await
+        .unwrap();
     let (mut child, first) = new_run("run_pg_c", "paula");
     child.root_run_id = Some("run_pg_a".into());
     child.depth = 1;
-    store.create_run(&child, &first, &[], None).await.unwrap();
+    store
+        .create_run(&child, &first, &[], None, None)
+        .await
+        .unwrap();
     let (root_b, first) = new_run("run_pg_b", "paula");
-    store.create_run(&root_b, &first, &[], None).await.unwrap();
+    store
+        .create_run(&root_b, &first, &[], None, None)
+        .await
+        .unwrap();
     let (other, first) = new_run("run_pg_o", "oscar");
-    store.create_run(&other, &first, &[], None).await.unwrap();
+    store
+        .create_run(&other, &first, &[], None, None)
+        .await
+        .unwrap();
     // Raised in time order, interleaved across the runs: a_*, then c_*, then b_*.
     raise_ctas(&*store, root_a, "pa", 70, at).await;
     raise_ctas(&*store, child, "pc", 40, at + chrono::Duration::seconds(1)).await;
@@ -922,7 +950,10 @@ async fn the_embedded_store_commits_sends_with_the_step_and_acks_with_the_next_r
     let dir = tempfile::tempdir().unwrap();
     let local = LocalStore::open(dir.path()).unwrap();
     let (run, first) = new_run("run_e1", "alice");
-    local.create_run(&run, &first, &[], None).await.unwrap();
+    local
+        .create_run(&run, &first, &[], None, None)
+        .await
+        .unwrap();
     let sends = vec![
         Effect::Send(msg("run_e1", "e1")),
         Effect::Send(msg("run_child", "c1")),

@@ -24,6 +24,7 @@ mod live_aws;
 mod mcp_tools;
 mod openai_flow;
 mod plans;
+mod quotas;
 mod races;
 mod releases;
 mod runs_view;

@@ -1210,7 +1210,10 @@ async fn every_page_of_a_run_fits_lambdas_6_mb_reply_however_its_text_escapes() 
             })
             .collect();
         run.next_seq = entries.len() as u64;
-        store.create_run(&run, &entries, &[], None).await.unwrap();
+        store
+            .create_run(&run, &entries, &[], None, None)
+            .await
+            .unwrap();
     }
     let h = start_scripted(dir.path(), r#"{"orchestrator": []}"#).await;
     let enveloped = |body: &str| serde_json::to_string(body).unwrap().len();

@@ -116,6 +116,7 @@ fn local_options(dir: &Path, f: &Fixture) -> baton_dev::LocalOptions {
         public_url: None,
         cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
         traces: None,
+        max_active_runs_per_owner: None,
     }
 }
 
@@ -257,6 +258,7 @@ async fn every_releases_dynamodb_data_is_read_and_its_waiting_runs_finish_and_a_
             live: None,
             links: None,
             traces: None,
+            max_active_runs_per_owner: None,
         })
         .await;
         let Err(e) = started else {

@@ -43,8 +43,15 @@ impl Store for Refusing {
         entries: &[Entry],
         outbox: &[Effect],
         key: Option<&str>,
+        slot: Option<u32>,
     ) -> Result<Created, PortError> {
-        self.inner.create_run(run, entries, outbox, key).await
+        self.inner.create_run(run, entries, outbox, key, slot).await
+    }
+    async fn take_slot(&self, run_id: &str, owner: &str, limit: u32) -> Result<(), PortError> {
+        self.inner.take_slot(run_id, owner, limit).await
+    }
+    async fn active_runs(&self, owner: &str) -> Result<u64, PortError> {
+        self.inner.active_runs(owner).await
     }
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
         self.inner.get_run(run_id).await

@@ -16,12 +16,14 @@ use tracing::error;
 
 use crate::MAX_BODY_BYTES;
 
-/// An API error: status, stable code, human message.
+/// An API error: status, stable code, human message (and a quota's figures).
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// `quota_exceeded`: the limit, and the owner's figure against it.
+    pub quota: Option<(u64, u64)>,
 }
 
 impl ApiError {
@@ -30,6 +32,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            quota: None,
         }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -59,6 +62,12 @@ pub struct ErrorDetail {
     pub code: String,
     /// For people.
     pub message: String,
+    /// `quota_exceeded`: the owner's limit…
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// …and its figure against it when the request was refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current: Option<u64>,
 }
 
 impl ErrorBody {
@@ -67,6 +76,8 @@ impl ErrorBody {
             error: ErrorDetail {
                 code: code.to_owned(),
                 message: message.into(),
+                limit: None,
+                current: None,
             },
         }
     }
@@ -80,7 +91,12 @@ impl ErrorBody {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(ErrorBody::new(self.code, self.message))).into_response()
+        let mut body = ErrorBody::new(self.code, self.message);
+        if let Some((limit, current)) = self.quota {
+            body.error.limit = Some(limit);
+            body.error.current = Some(current);
+        }
+        (self.status, Json(body)).into_response()
     }
 }
 
@@ -111,6 +127,21 @@ impl From<ServiceError> for ApiError {
 
 impl From<PortError> for ApiError {
     fn from(e: PortError) -> Self {
+        if let PortError::QuotaExceeded { limit, current } = e {
+            // The caller's own limit, not the backend's trouble: said as it is.
+            return Self {
+                quota: Some((limit, current)),
+                ..Self::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "quota_exceeded",
+                    format!(
+                        "you have {current} runs under way and may have at most {limit} \
+                         (BATON_MAX_ACTIVE_RUNS_PER_OWNER): start this one when one of them \
+                         has ended"
+                    ),
+                )
+            };
+        }
         error!(error = %e, source = ?std::error::Error::source(&e), "backend error");
         if e.is_storage_full() {
             // Said as it is: the one who can free the space is the one who reads this.

@@ -119,6 +119,9 @@ pub struct Config {
     /// `BATON_METRICS_NAMESPACE`: the CloudWatch namespace of the step functions' metrics
     /// (default `Baton`; the template gives each stack its own, `Baton/<stack>`).
     pub metrics_namespace: String,
+    /// `BATON_MAX_ACTIVE_RUNS_PER_OWNER`: how many top-level runs not yet ended an owner
+    /// may have (unset or 0: no limit).
+    pub max_active_runs_per_owner: Option<u32>,
 }
 
 /// `BATON_AGENTS_S3_URI`, checked: `s3://bucket/key`.
@@ -292,6 +295,8 @@ impl Config {
                 Some(_) => Some(number("BATON_DEV_FUNCTION_TIMEOUT_S", 900, 1)?),
                 None => None,
             },
+            max_active_runs_per_owner: Some(number("BATON_MAX_ACTIVE_RUNS_PER_OWNER", 0, 0)?)
+                .filter(|n| *n > 0),
         })
     }
 

@@ -72,13 +72,27 @@ pub struct DueTimer {
 pub trait Store: Send + Sync {
     /// Creates a run with its first entries and outbox. With an idempotency key, a second
     /// create by the same owner with the same key creates nothing and returns the first run.
+    /// With `slot`, the (top-level) run takes one of its owner's active-run slots in the same
+    /// write, refused ([`PortError::QuotaExceeded`], nothing written) when the owner holds
+    /// `slot` of them already: any number of concurrent creates race for them, and at most
+    /// `slot` win.
     async fn create_run(
         &self,
         run: &Run,
         entries: &[Entry],
         outbox: &[Effect],
         idempotency_key: Option<&str>,
+        slot: Option<u32>,
     ) -> Result<Created, PortError>;
+
+    /// Has the ended top-level run `run_id` of `owner` take one of its owner's active-run
+    /// slots again (a follow-up starts its next turn), with one conditional write: refused
+    /// ([`PortError::QuotaExceeded`]) when `limit` are held; nothing to do when the run holds
+    /// one already. The commit that ends the run gives it back ([`Transition::release_slot`]).
+    async fn take_slot(&self, run_id: &str, owner: &str, limit: u32) -> Result<(), PortError>;
+
+    /// How many active-run slots `owner` holds.
+    async fn active_runs(&self, owner: &str) -> Result<u64, PortError>;
 
     /// The run item alone (cheap).
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError>;

@@ -24,6 +24,10 @@ pub enum PortError {
         #[source]
         source: Option<BoxError>,
     },
+    /// A quota's conditional write refused: the owner already has `limit` active runs
+    /// (`current`, as read after the refusal). Nothing was written.
+    #[error("{limit} active runs is this owner's limit (it has {current})")]
+    QuotaExceeded { limit: u64, current: u64 },
     /// Stored data or a request is broken; retrying will not help.
     #[error("{message}")]
     Broken {

@@ -169,6 +169,9 @@ pub struct Transition {
     /// Child runs to create in the same commit, with their first entries.
     pub new_runs: Vec<(Run, Vec<Entry>)>,
     pub effects: Vec<Effect>,
+    /// The run ended holding an active-run slot ([`Run::active_slot`]): the commit gives it
+    /// back to its owner's count.
+    pub release_slot: bool,
 }
 
 /// Whether an outbox ends with the run's own next message. Such an outbox proves itself:

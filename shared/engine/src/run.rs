@@ -222,6 +222,14 @@ pub struct Run {
     #[serde(skip)]
     #[cfg_attr(feature = "schemas", schemars(skip))]
     pub watched_until: Option<i64>,
+    /// The top-level run holds one of its owner's active-run slots
+    /// (`BATON_MAX_ACTIVE_RUNS_PER_OWNER`): taken when it was created or a follow-up
+    /// started it again, given back by the commit that ends it. Not part of the run's
+    /// record: the store keeps it beside the run item, taken and given back with its
+    /// owner's count in one write.
+    #[serde(skip)]
+    #[cfg_attr(feature = "schemas", schemars(skip))]
+    pub active_slot: bool,
 }
 
 /// What a run has spent ([`Run::spend`]): its own model calls' tokens and cost, what its
@@ -449,6 +457,7 @@ impl Run {
             continue_at: None,
             last_error: None,
             watched_until: None,
+            active_slot: false,
             prompt: None,
             created_at: n.now,
             updated_at: n.now,

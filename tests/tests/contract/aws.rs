@@ -89,7 +89,10 @@ async fn a_page_of_a_10000_entry_timeline_reads_only_that_page_on_dynamodb() {
         _aws, meter, store, ..
     } = table("pages").await;
     let (mut run, first) = new_run("run_pages", "dana");
-    store.create_run(&run, &first, &[], None).await.unwrap();
+    store
+        .create_run(&run, &first, &[], None, None)
+        .await
+        .unwrap();
     // 200 bytes that pack to about 120 (as text of a real run does, more or less).
     let text = |seq: u64| -> String {
         let mut x = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -184,7 +187,10 @@ async fn the_functions_sdk_config_works_from_lambdas_environment_alone() {
         Meter::shared(),
     );
     let (run, first) = new_run("run_lean", "lee");
-    store.create_run(&run, &first, &[], None).await.unwrap();
+    store
+        .create_run(&run, &first, &[], None, None)
+        .await
+        .unwrap();
     assert_eq!(store.get_run("run_lean").await.unwrap().unwrap().run, run);
     // Without keys, an emulator's defaults; without either, a clear refusal.
     assert!(lambda_sdk_config(&env, None, None).is_ok());
@@ -211,7 +217,10 @@ async fn a_page_of_an_owners_runs_is_two_requests_on_dynamodb() {
     for i in 0..300 {
         let (mut run, first) = new_run(&format!("run_many_{i:03}"), "nell");
         run.created_at = at + chrono::Duration::milliseconds(i * 10);
-        store.create_run(&run, &first, &[], None).await.unwrap();
+        store
+            .create_run(&run, &first, &[], None, None)
+            .await
+            .unwrap();
     }
     let mut after = None;
     let mut seen = Vec::new();
@@ -255,7 +264,10 @@ async fn a_listing_whose_run_is_gone_does_not_end_a_list_on_dynamodb() {
     for i in 0..5 {
         let (mut run, first) = new_run(&format!("run_or_{i}"), "otto");
         run.created_at = at + chrono::Duration::seconds(i);
-        store.create_run(&run, &first, &[], None).await.unwrap();
+        store
+            .create_run(&run, &first, &[], None, None)
+            .await
+            .unwrap();
     }
     for i in 0..4 {
         let (mut child, first) = new_run(&format!("run_or_child_{i}"), "otto");
@@ -266,7 +278,10 @@ async fn a_listing_whose_run_is_gone_does_not_end_a_list_on_dynamodb() {
         child.root_run_id = Some("run_or_4".into());
         child.depth = 1;
         child.created_at = at + chrono::Duration::seconds(10 + i);
-        store.create_run(&child, &first, &[], None).await.unwrap();
+        store
+            .create_run(&child, &first, &[], None, None)
+            .await
+            .unwrap();
     }
     // Two top-level runs and two subagents, side by side: their listings left alone.
     for id in ["run_or_2", "run_or_1", "run_or_child_1", "run_or_child_2"] {
@@ -341,7 +356,10 @@ async fn metadata_and_context_stay_out_of_the_item_each_commit_rewrites_on_dynam
             run.metadata = Some(metadata.clone());
             run.context = Some(context.clone());
         }
-        store.create_run(&run, &first, &[], None).await.unwrap();
+        store
+            .create_run(&run, &first, &[], None, None)
+            .await
+            .unwrap();
         let before = meter.snapshot();
         for _ in 0..3 {
             let t = next(&run, vec![]);
@@ -449,7 +467,10 @@ async fn the_sweep_purges_a_thousand_finished_runs_tick_by_tick_within_its_budge
         // time), with its timeline.
         let (mut run, first) = new_run(&format!("run_done_{i}"), "erin");
         run.status = RunStatus::Completed;
-        store.create_run(&run, &first, &[], None).await.unwrap();
+        store
+            .create_run(&run, &first, &[], None, None)
+            .await
+            .unwrap();
     }
     let items = || async {
         let mut n = 0;
@@ -530,7 +551,10 @@ async fn a_page_of_10000_pending_ctas_is_one_query_on_dynamodb() {
         _aws, meter, store, ..
     } = table("ctapages").await;
     let (run, first) = new_run("run_many", "mia");
-    store.create_run(&run, &first, &[], None).await.unwrap();
+    store
+        .create_run(&run, &first, &[], None, None)
+        .await
+        .unwrap();
     let at = Utc::now() - chrono::Duration::hours(1);
     // Loaded in bulk: 112 commits of 90 would take moto minutes (it copies the table for
     // each transaction).
@@ -658,7 +682,7 @@ async fn the_aws_adapters_pass_the_port_contracts_on_an_emulator() {
     let store = DynamoStore::new(ddb.clone(), &c.table, 90, meter.clone());
     let (live, first) = new_run("run_ttl", "carol");
     store
-        .create_run(&live, &first, &[], Some("key-1"))
+        .create_run(&live, &first, &[], Some("key-1"), None)
         .await
         .unwrap();
     assert_eq!(

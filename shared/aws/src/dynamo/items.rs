@@ -2,7 +2,7 @@
 //! come back, and an item's size by DynamoDB's rules. No requests here.
 
 use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use baton_core::cta::{Cta, CtaStatus};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, outbox_continues};
@@ -72,6 +72,10 @@ pub(super) fn cta_root_pk(root_run_id: &str) -> String {
 /// (`RUN#…`).
 pub(super) fn owner_pk(owner: &str) -> String {
     format!("OWNER#{owner}")
+}
+/// An owner's quota item: `active`, the active-run slots its top-level runs hold.
+pub(super) fn quota_pk(owner: &str) -> String {
+    format!("QUOTA#{owner}")
 }
 
 /// A top-level run's sort key in GSI1: by creation time (fixed width, so that it sorts).
@@ -222,6 +226,7 @@ impl DynamoStore {
         outbox: &[Effect],
         added: usize,
         expected: u64,
+        release_slot: bool,
     ) -> Result<(TransactWriteItem, usize), PortError> {
         let item = self.run_item(run, outbox, added)?;
         let size = item_size(&item);
@@ -252,6 +257,10 @@ impl DynamoStore {
                 removes.push(format!("#{k}"));
                 update = update.expression_attribute_names(format!("#{k}"), k);
             }
+        }
+        if release_slot {
+            removes.push("#slot".into());
+            update = update.expression_attribute_names("#slot", "slot");
         }
         let mut expr = format!("SET {}", sets.join(", "));
         if !removes.is_empty() {
@@ -351,6 +360,29 @@ impl DynamoStore {
         Ok(item)
     }
 
+    /// Adds `by` to the active-run slots `owner` holds: with `limit`, only while fewer
+    /// than `limit` are held (a conditional write: concurrent takes cannot pass it).
+    pub(super) fn slot_count(
+        &self,
+        owner: &str,
+        by: i64,
+        limit: Option<u32>,
+    ) -> Result<TransactWriteItem, PortError> {
+        let mut u = Update::builder()
+            .table_name(&self.table)
+            .key("PK", s(quota_pk(owner)))
+            .key("SK", s("META"))
+            .update_expression("ADD active :by")
+            .expression_attribute_values(":by", n(by));
+        if let Some(limit) = limit {
+            u = u
+                .condition_expression("attribute_not_exists(active) OR active < :max")
+                .expression_attribute_values(":max", n(limit));
+        }
+        let update = u.build().map_err(|e| broken("build update", e))?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
     pub(super) fn put(
         &self,
         item: Item,
@@ -430,6 +462,7 @@ pub(super) fn parse_run(item: &Item) -> Result<RunRecord, PortError> {
     if let Some(AttributeValue::N(wu)) = item.get("wu") {
         run.watched_until = wu.parse().ok();
     }
+    run.active_slot = item.contains_key("slot");
     if let Some(AttributeValue::S(f)) = item.get("lerr") {
         run.last_error = Some(serde_json::from_str(f).map_err(|e| broken("decode failure", e))?);
     }

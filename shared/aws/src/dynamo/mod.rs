@@ -104,6 +104,17 @@ impl DynamoStore {
     }
 }
 
+impl DynamoStore {
+    /// The refusal of a slot: the limit, and the count as read now (best effort).
+    async fn quota_exceeded(&self, owner: &str, limit: u32) -> PortError {
+        let current = self.active_runs(owner).await.unwrap_or(u64::from(limit));
+        PortError::QuotaExceeded {
+            limit: limit.into(),
+            current,
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl Store for DynamoStore {
     #[instrument(skip_all, fields(run_id = %run.run_id))]
@@ -113,6 +124,7 @@ impl Store for DynamoStore {
         entries: &[Entry],
         outbox: &[Effect],
         idempotency_key: Option<&str>,
+        slot: Option<u32>,
     ) -> Result<Created, PortError> {
         let segments = if entries.is_empty() {
             Vec::new()
@@ -125,6 +137,9 @@ impl Store for DynamoStore {
             // crash before it was sent must not leave the run queued for good.
             item.insert("GSI2PK".into(), s(sweep_pk(&run.run_id)));
             item.insert("GSI2SK".into(), s(sweep_sk(run.updated_at, &run.run_id)));
+        }
+        if slot.is_some() {
+            item.insert("slot".into(), n(1));
         }
         let mut items = vec![self.put(item, Some("attribute_not_exists(PK)"))?];
         items.push(self.put(self.info_item(run)?, None)?);
@@ -153,8 +168,21 @@ impl Store for DynamoStore {
             items.push(self.put(idem, Some("attribute_not_exists(PK)"))?);
         }
         let idem_index = items.len() - 1;
+        let slot_index = items.len();
+        if let Some(limit) = slot {
+            items.push(self.slot_count(&run.owner, 1, Some(limit))?);
+        }
         match self.transact(items, None).await {
             Ok(()) => Ok(Created::Created),
+            Err(TransactFailure::Condition(failed))
+                if slot.is_some()
+                    && failed.contains(&slot_index)
+                    && !(idempotency_key.is_some() && failed.contains(&idem_index)) =>
+            {
+                Err(self
+                    .quota_exceeded(&run.owner, slot.unwrap_or_default())
+                    .await)
+            }
             Err(TransactFailure::Condition(failed))
                 if idempotency_key.is_some() && failed.contains(&idem_index) =>
             {
@@ -293,9 +321,19 @@ impl Store for DynamoStore {
         for e in &t.updated {
             timeline_items.push(self.patch_item(run_id, e)?);
         }
-        let (run_write, run_size) =
-            self.run_update(&t.run, &t.effects, timeline_items.len(), expected_version)?;
+        let (run_write, run_size) = self.run_update(
+            &t.run,
+            &t.effects,
+            timeline_items.len(),
+            expected_version,
+            t.release_slot,
+        )?;
         let mut items = vec![run_write];
+        if t.release_slot {
+            // Given back with the commit that ends the run: once, as the commit is
+            // conditional on the run's version.
+            items.push(self.slot_count(&t.run.owner, -1, None)?);
+        }
         for item in timeline_items {
             items.push(self.put(item, None)?);
         }
@@ -373,6 +411,37 @@ impl Store for DynamoStore {
             &[(":f", s(f))],
         )
         .await
+    }
+
+    async fn take_slot(&self, run_id: &str, owner: &str, limit: u32) -> Result<(), PortError> {
+        let mark = aws_sdk_dynamodb::types::Update::builder()
+            .table_name(&self.table)
+            .key("PK", s(run_pk(run_id)))
+            .key("SK", s("META"))
+            .update_expression("SET slot = :one")
+            .condition_expression("attribute_exists(PK) AND attribute_not_exists(slot)")
+            .expression_attribute_values(":one", n(1))
+            .build()
+            .map_err(|e| PortError::broken("build update", e))?;
+        let items = vec![
+            TransactWriteItem::builder().update(mark).build(),
+            self.slot_count(owner, 1, Some(limit))?,
+        ];
+        match self.transact(items, None).await {
+            Ok(()) => Ok(()),
+            // The run holds one already (or is gone: its follow-up finds that out).
+            Err(TransactFailure::Condition(failed)) if failed.contains(&0) => Ok(()),
+            Err(TransactFailure::Condition(_)) => Err(self.quota_exceeded(owner, limit).await),
+            Err(TransactFailure::Port(e)) => Err(e),
+        }
+    }
+
+    async fn active_runs(&self, owner: &str) -> Result<u64, PortError> {
+        let item = self.get_item(quota_pk(owner)).await?;
+        Ok(match item.as_ref().and_then(|i| i.get("active")) {
+            Some(AttributeValue::N(v)) => v.parse::<i64>().unwrap_or(0).max(0) as u64,
+            _ => 0,
+        })
     }
 
     async fn claim_turn(

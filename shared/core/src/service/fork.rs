@@ -48,16 +48,16 @@ impl Service {
             input: fork.first,
         })];
         let key = idempotency_key.map(|k| format!("fork {run_id} {k}"));
+        let slot = self.max_active_runs;
+        let mut run = fork.run;
+        run.active_slot = slot.is_some();
         let record = match self
             .deps
             .store
-            .create_run(&fork.run, &fork.entries, &first, key.as_deref())
+            .create_run(&run, &fork.entries, &first, key.as_deref(), slot)
             .await?
         {
-            Created::Created => RunRecord {
-                run: fork.run,
-                outbox: first,
-            },
+            Created::Created => RunRecord { run, outbox: first },
             Created::Existing(rec) => *rec,
         };
         crate::failpoint::hit("fork.after_insert")?;

@@ -205,6 +205,8 @@ pub struct Service {
     live: Option<Arc<dyn crate::live::Live>>,
     /// What the host traces and measures committed steps with.
     observers: Vec<Arc<dyn crate::observe::Observer>>,
+    /// How many top-level runs not yet ended an owner may have (none: no limit).
+    max_active_runs: Option<u32>,
 }
 
 /// How a host builds its service: its ports and catalog, then what it has besides (links,
@@ -243,6 +245,14 @@ impl ServiceBuilder {
         self
     }
 
+    /// At most `limit` top-level runs not yet ended per owner (`None`: no limit, the
+    /// default): `POST /runs`, forks and follow-ups that would start an ended run again
+    /// past it are refused, by the store's conditional writes.
+    pub fn max_active_runs_per_owner(mut self, limit: Option<u32>) -> Self {
+        self.service.max_active_runs = limit.filter(|n| *n > 0);
+        self
+    }
+
     pub fn build(self) -> Service {
         self.service
     }
@@ -273,6 +283,7 @@ impl Service {
                 links: None,
                 live: None,
                 observers: Vec::new(),
+                max_active_runs: None,
             },
         }
     }

@@ -140,10 +140,12 @@ impl Service {
             id: format!("{}:start", run.run_id),
             input: Input::Start,
         })];
+        let slot = self.max_active_runs;
+        run.active_slot = slot.is_some();
         let record = match self
             .deps
             .store
-            .create_run(&run, &[first], &start, idempotency_key)
+            .create_run(&run, &[first], &start, idempotency_key, slot)
             .await?
         {
             Created::Created => RunRecord { run, outbox: start },
@@ -396,6 +398,14 @@ impl Service {
         // On a finished run, the first follow-up to claim its next turn starts it; the others
         // wait. A claim whose message never reached the queue (its request died in between)
         // stops counting after a step's longest budget.
+        if run.status.is_terminal()
+            && run.parent.is_none()
+            && let Some(limit) = self.max_active_runs
+        {
+            // Its next turn makes it active again: it takes a slot first (one it holds
+            // already does), or the follow-up is refused and waits for nothing.
+            self.deps.store.take_slot(run_id, &run.owner, limit).await?;
+        }
         let queued = if run.status.is_terminal() {
             let now = self.deps.clock.now();
             let stale = now - chrono::Duration::minutes(15);

@@ -372,6 +372,11 @@ impl<'a> Work<'a> {
         if self.run.status.is_terminal() {
             self.run.clock.timers.clear();
         }
+        // An ended run gives its active-run slot back, with this commit.
+        let release_slot = self.run.active_slot && self.run.status.is_terminal();
+        if release_slot {
+            self.run.active_slot = false;
+        }
         self.run.version += 1;
         self.run.batch_start = self.batch_start;
         self.run.updated_at = self.now;
@@ -384,6 +389,7 @@ impl<'a> Work<'a> {
             new_ctas: self.new_ctas,
             new_runs: self.new_runs,
             effects: self.effects,
+            release_slot,
         }))
     }
 }

@@ -55,6 +55,7 @@ impl LocalStore {
             .map(|(run, entries)| NewRun::encode(run, entries))
             .collect::<Result<Vec<_>, _>>()?;
         let expected = expected_version as i64;
+        let release_slot = t.release_slot;
         // Its one expected failure, a version conflict, comes before it changes anything.
         self.db
             .write(true, Undo::CheckFirst, move |c| {
@@ -71,6 +72,11 @@ impl LocalStore {
                     })
                     .map_err(sql)?
                     .ok_or(PortError::Conflict)?;
+                if release_slot {
+                    c.prepare_cached("DELETE FROM active_slots WHERE run_id = ?1")
+                        .and_then(|mut s| s.execute([&run_id]))
+                        .map_err(sql)?;
+                }
                 insert_entries(c, key, &appended)?;
                 let mut upd = c
                     .prepare_cached("UPDATE entries SET body = ?1 WHERE run_key = ?2 AND seq = ?3")

@@ -158,6 +158,7 @@ impl Store for LocalStore {
         entries: &[Entry],
         outbox: &[Effect],
         idempotency_key: Option<&str>,
+        slot: Option<u32>,
     ) -> Result<Created, PortError> {
         let new = NewRun::encode(run, entries)?;
         let outbox = outbox_json(outbox)?;
@@ -166,15 +167,18 @@ impl Store for LocalStore {
             if let Some(key) = &key {
                 let existing: Option<RunRow> = c
                     .query_row(
-                        "SELECT body, outbox, failure FROM runs WHERE owner = ?1 AND idem_key = ?2",
+                        &format!("SELECT {RUN_ROW} FROM runs WHERE owner = ?1 AND idem_key = ?2"),
                         params![new.owner, key],
-                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
                     )
                     .optional()
                     .map_err(sql)?;
                 if let Some(row) = existing {
                     return Ok(Created::Existing(Box::new(record(row)?)));
                 }
+            }
+            if let Some(limit) = slot {
+                rows::take_slot(c, &new.run_id, &new.owner, limit)?;
             }
             c.execute(
                 "INSERT INTO runs (run_id, owner, version, body, outbox, idem_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -332,6 +336,29 @@ impl Store for LocalStore {
             Ok(())
         })
         .await
+    }
+
+    async fn take_slot(&self, run_id: &str, owner: &str, limit: u32) -> Result<(), PortError> {
+        let (run_id, owner) = (run_id.to_owned(), owner.to_owned());
+        self.write(true, move |c| {
+            let held: bool = c
+                .query_row(
+                    "SELECT EXISTS (SELECT 1 FROM active_slots WHERE run_id = ?1)",
+                    [&run_id],
+                    |r| r.get(0),
+                )
+                .map_err(sql)?;
+            if held {
+                return Ok(());
+            }
+            rows::take_slot(c, &run_id, &owner, limit)
+        })
+        .await
+    }
+
+    async fn active_runs(&self, owner: &str) -> Result<u64, PortError> {
+        let owner = owner.to_owned();
+        self.read(move |c| rows::slots_held(c, &owner)).await
     }
 
     async fn claim_turn(

@@ -31,6 +31,35 @@ pub(super) fn encode_entries(entries: &[Entry]) -> Result<Vec<(i64, Vec<u8>)>, P
     entries.iter().map(encode_entry).collect()
 }
 
+/// How many active-run slots `owner` holds.
+pub(super) fn slots_held(c: &Connection, owner: &str) -> Result<u64, PortError> {
+    c.prepare_cached("SELECT COUNT(*) FROM active_slots WHERE owner = ?1")
+        .and_then(|mut s| s.query_row([owner], |r| r.get::<_, i64>(0)))
+        .map(|n| n.max(0) as u64)
+        .map_err(sql)
+}
+
+/// Takes an active-run slot for `run_id` of `owner` unless `limit` are held (within the
+/// caller's write: SQLite's writes are one at a time, so the count is exact).
+pub(super) fn take_slot(
+    c: &Connection,
+    run_id: &str,
+    owner: &str,
+    limit: u32,
+) -> Result<(), PortError> {
+    let held = slots_held(c, owner)?;
+    if held >= u64::from(limit) {
+        return Err(PortError::QuotaExceeded {
+            limit: limit.into(),
+            current: held,
+        });
+    }
+    c.prepare_cached("INSERT INTO active_slots (run_id, owner) VALUES (?1, ?2)")
+        .and_then(|mut s| s.execute(params![run_id, owner]))
+        .map_err(sql)?;
+    Ok(())
+}
+
 /// Columns added since the first release, added to data directories made before them.
 pub(super) fn migrate(conn: &Connection) -> Result<(), PortError> {
     for (table, column, decl) in [
@@ -56,11 +85,17 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), PortError> {
     Ok(())
 }
 
-pub(super) type RunRow = (String, Option<String>, Option<String>);
+/// A run's row: its body, outbox and last failure, and whether it holds an active-run slot.
+pub(super) type RunRow = (String, Option<String>, Option<String>, bool);
 
-pub(super) fn record((body, outbox, failure): RunRow) -> Result<RunRecord, PortError> {
+/// What a [`RunRow`] is read with (the run's table is `runs`).
+pub(super) const RUN_ROW: &str = "body, outbox, failure, \
+     EXISTS (SELECT 1 FROM active_slots a WHERE a.run_id = runs.run_id)";
+
+pub(super) fn record((body, outbox, failure, slot): RunRow) -> Result<RunRecord, PortError> {
     let mut run: Run = from_json(&body)?;
     run.last_error = failure.map(|f| from_json(&f)).transpose()?;
+    run.active_slot = slot;
     Ok(RunRecord {
         run,
         outbox: match outbox {
@@ -71,10 +106,12 @@ pub(super) fn record((body, outbox, failure): RunRow) -> Result<RunRecord, PortE
 }
 
 pub(super) fn run_row(c: &Connection, run_id: &str) -> Result<Option<RunRow>, PortError> {
-    c.prepare_cached("SELECT body, outbox, failure FROM runs WHERE run_id = ?1")
+    c.prepare_cached(&format!("SELECT {RUN_ROW} FROM runs WHERE run_id = ?1"))
         .and_then(|mut s| {
-            s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()
+            s.query_row([run_id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .optional()
         })
         .map_err(sql)
 }

@@ -64,6 +64,13 @@ CREATE TABLE IF NOT EXISTS follow_ups (
     message_id TEXT NOT NULL,
     PRIMARY KEY (run_id, message_id)
 ) WITHOUT ROWID;
+-- The active-run slots top-level runs hold (BATON_MAX_ACTIVE_RUNS_PER_OWNER): an owner's
+-- count is its rows, taken and given back in the writes that start and end its runs.
+CREATE TABLE IF NOT EXISTS active_slots (
+    run_id TEXT PRIMARY KEY,
+    owner  TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS active_slots_owner ON active_slots (owner);
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL

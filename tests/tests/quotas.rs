@@ -1,0 +1,163 @@
+//! Quotas per owner, on both hosts: at most `BATON_MAX_ACTIVE_RUNS_PER_OWNER` top-level runs
+//! not yet ended, held where the slots are written (one SQLite transaction; a DynamoDB
+//! transaction with a conditional counter), so that a burst of requests cannot pass it.
+
+use crate::common;
+
+use std::sync::Arc;
+
+use common::aws::{Api, Emulator};
+use common::host::{AwsHost, LocalHost, TestHost};
+use serde_json::{Value, json};
+
+/// Every run asks a question first (and waits, active), then ends; a follow-up is answered.
+const ASK: &str = r#"{"orchestrator": [
+    {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "go?"}}]},
+    {"text": "done"},
+    {"text": "again"}]}"#;
+
+const LIMIT: u32 = 10;
+
+#[tokio::test]
+async fn fifty_posts_against_a_quota_of_ten_start_ten_on_the_embedded_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::local_options(
+        dir.path(),
+        common::scripted(ASK),
+        common::catalog(None),
+        Arc::new(baton_core::ports::SystemClock),
+    );
+    options.max_active_runs_per_owner = Some(LIMIT);
+    let mut host = LocalHost::start(options).await;
+    active_runs_are_bounded(&host).await;
+    host.stop().await;
+}
+
+#[tokio::test]
+async fn fifty_posts_against_a_quota_of_ten_start_ten_over_aws_apis() {
+    let aws = Arc::new(Emulator::start_with(common::aws::scenario_faults()).await);
+    let (_mock, llm) = common::mock_openai::start(ASK).await;
+    let catalog = common::catalog(Some(common::mock_openai::named_agents()));
+    let mut options = aws.dev_options(aws.names("quota"), llm, catalog, 0).await;
+    options.max_active_runs_per_owner = Some(LIMIT);
+    let mut host = AwsHost::start(aws, options).await;
+    active_runs_are_bounded(&host).await;
+    host.stop().await;
+}
+
+/// 50 concurrent `POST /runs` against a quota of 10: exactly 10 start, the rest are 429s
+/// that say the limit and the figure and create nothing. A run that ends gives its slot
+/// back; a follow-up that would start an ended run again takes one, or is refused.
+async fn active_runs_are_bounded(host: &impl TestHost) {
+    let api = host.api();
+    let mut posts = tokio::task::JoinSet::new();
+    for i in 0..50 {
+        let api = api.clone();
+        posts.spawn(async move {
+            api.post("/runs", json!({"prompt": format!("run {i}")}))
+                .await
+        });
+    }
+    let answers = posts.join_all().await;
+    let started: Vec<String> = answers
+        .iter()
+        .filter(|(code, _)| *code == 202)
+        .map(|(_, v)| v["runId"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(started.len(), LIMIT as usize, "{answers:?}");
+    for (code, v) in answers.iter().filter(|(code, _)| *code != 202) {
+        assert_eq!(*code, 429, "{v}");
+        assert_eq!(v["error"]["code"], "quota_exceeded", "{v}");
+        assert_eq!(v["error"]["limit"], LIMIT, "{v}");
+        assert_eq!(v["error"]["current"], LIMIT, "{v}");
+    }
+    assert_eq!(
+        listed(api).await,
+        LIMIT as usize,
+        "only the accepted runs exist"
+    );
+
+    // Each parks on its question: still active, so one more is refused.
+    for _ in 0..LIMIT {
+        pending(api, None).await;
+    }
+    let (code, v) = api.post("/runs", json!({"prompt": "one more"})).await;
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (429, Some("quota_exceeded")),
+        "{v}"
+    );
+
+    // One ends (its question answered): its slot is free again, and taken.
+    let first = &started[0];
+    answer(api, first).await;
+    api.status(first, "completed").await;
+    let next = api
+        .post_ok("/runs", json!({"prompt": "the freed slot"}))
+        .await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // A follow-up would start the ended run again: refused while ten are active, and it
+    // changes nothing.
+    let before = api.get_ok(&format!("/runs/{first}")).await;
+    let (code, v) = api
+        .post(
+            &format!("/runs/{first}/messages"),
+            json!({"text": "once more"}),
+        )
+        .await;
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (429, Some("quota_exceeded")),
+        "{v}"
+    );
+    let after = api.get_ok(&format!("/runs/{first}")).await;
+    assert_eq!(after["status"], "completed");
+    assert_eq!(after["timeline"], before["timeline"], "nothing was queued");
+
+    // Once another ends (cancelled), the follow-up starts its turn.
+    api.post_ok(&format!("/runs/{next}/cancel"), json!({}))
+        .await;
+    api.status(&next, "cancelled").await;
+    api.post_ok(
+        &format!("/runs/{first}/messages"),
+        json!({"text": "once more"}),
+    )
+    .await;
+    let again = api
+        .wait("the follow-up's turn", async |api: &Api| {
+            let run = api.get_ok(&format!("/runs/{first}")).await;
+            (run["status"] == "completed" && run["result"] == "again").then_some(run)
+        })
+        .await;
+    assert_eq!(again["result"], "again");
+}
+
+/// How many top-level runs the owner has.
+async fn listed(api: &Api) -> usize {
+    let page = api.get_ok("/runs?limit=100").await;
+    page["runs"].as_array().map_or(0, Vec::len)
+}
+
+/// A pending question (of `run_id`, if given), once there is one.
+async fn pending(api: &Api, run_id: Option<&str>) -> Value {
+    api.wait("a pending question", async |api: &Api| {
+        let page = api.get_ok("/ctas?status=pending&limit=100").await;
+        page["ctas"].as_array().and_then(|c| {
+            c.iter()
+                .find(|c| run_id.is_none_or(|r| c["runId"] == r))
+                .cloned()
+        })
+    })
+    .await
+}
+
+/// Approves `run_id`'s question.
+async fn answer(api: &Api, run_id: &str) {
+    let cta = pending(api, Some(run_id)).await;
+    let path = format!("/ctas/{}/response", cta["ctaId"].as_str().unwrap());
+    api.post_ok(&path, json!({"kind": "approval", "approved": true}))
+        .await;
+}
