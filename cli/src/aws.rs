@@ -100,7 +100,10 @@ pub async fn dev(
             .clone()
             .map(|key| (key, config.public_url.clone())),
         traces: traces.map(Arc::new),
-        max_active_runs_per_owner: config.max_active_runs_per_owner,
+        quotas: baton_core::service::Quotas {
+            active_runs: config.max_active_runs_per_owner,
+            daily_cost_usd: config.max_daily_cost_usd_per_owner,
+        },
     })
     .await?;
     if config.link_key.is_none() {

@@ -113,7 +113,7 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
         public_url: None,
         cache_bytes: cache_bytes(),
         traces: None,
-        max_active_runs_per_owner: None,
+        quotas: Default::default(),
     })
     .await?;
     let url = server.url();

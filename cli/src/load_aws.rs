@@ -71,7 +71,7 @@ pub async fn run(opts: LoadAws, config: &crate::Settings) -> anyhow::Result<Stri
         live: None,
         links: None,
         traces: None,
-        max_active_runs_per_owner: None,
+        quotas: Default::default(),
     })
     .await?;
     server.add_pollers(opts.pollers.saturating_sub(1));

@@ -562,7 +562,10 @@ async fn dev(
         public_url: config.public_url.clone(),
         cache_bytes: config.cache_bytes(baton_dev::machine_memory_mb()),
         traces: traces.map(Arc::new),
-        max_active_runs_per_owner: config.max_active_runs_per_owner,
+        quotas: baton_core::service::Quotas {
+            active_runs: config.max_active_runs_per_owner,
+            daily_cost_usd: config.max_daily_cost_usd_per_owner,
+        },
     })
     .await?;
     println!(

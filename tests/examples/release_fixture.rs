@@ -70,7 +70,7 @@ async fn main() {
         public_url: None,
         cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
         traces: None,
-        max_active_runs_per_owner: None,
+        quotas: Default::default(),
     })
     .await
     .unwrap();
@@ -103,7 +103,7 @@ async fn main() {
         live: None,
         links: None,
         traces: None,
-        max_active_runs_per_owner: None,
+        quotas: Default::default(),
     })
     .await
     .unwrap();

@@ -1164,7 +1164,7 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
         live: None,
         links: None,
         traces: None,
-        max_active_runs_per_owner: None,
+        quotas: Default::default(),
     })
     .await
     .unwrap();

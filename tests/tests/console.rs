@@ -719,7 +719,7 @@ async fn baton_dev_aws_makes_one_time_links_when_given_a_key() {
         live: None,
         links: links.map(|key| (key.to_owned(), None)),
         traces: None,
-        max_active_runs_per_owner: None,
+        quotas: Default::default(),
     };
     let server = AwsDevServer::start(options("127.0.0.1:0", None))
         .await

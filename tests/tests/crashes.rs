@@ -820,7 +820,7 @@ async fn a_starting_host_serves_nothing_until_it_is_set_up() {
         public_url: None,
         cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
         traces: None,
-        max_active_runs_per_owner: None,
+        quotas: Default::default(),
     }));
     tokio::time::timeout(Duration::from_secs(30), gate.reached())
         .await

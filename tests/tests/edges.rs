@@ -525,7 +525,7 @@ async fn a_restarted_host_serves_its_first_request_with_everything_set_up() {
             public_url: None,
             cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
             traces: None,
-            max_active_runs_per_owner: None,
+            quotas: Default::default(),
         })
         .await
         .unwrap();

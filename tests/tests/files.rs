@@ -144,7 +144,7 @@ async fn a_tools_files_and_widgets_reach_the_timeline_and_the_owner_on_both_host
         live: None,
         links: None,
         traces: None,
-        max_active_runs_per_owner: None,
+        quotas: Default::default(),
     })
     .await
     .unwrap();
@@ -253,7 +253,7 @@ async fn a_5_mb_file_downloads_in_the_reply_locally_and_from_s3_by_a_redirect_on
         live: None,
         links: None,
         traces: None,
-        max_active_runs_per_owner: None,
+        quotas: Default::default(),
     })
     .await
     .unwrap();

@@ -27,21 +27,17 @@ async fn fifty_posts_against_a_quota_of_ten_start_ten_on_the_embedded_host() {
         common::catalog(None),
         Arc::new(baton_core::ports::SystemClock),
     );
-    options.max_active_runs_per_owner = Some(LIMIT);
+    options.quotas.active_runs = Some(LIMIT);
     let mut host = LocalHost::start(options).await;
     active_runs_are_bounded(&host).await;
-    host.stop().await;
-}
-
-#[tokio::test]
-async fn fifty_posts_against_a_quota_of_ten_start_ten_over_aws_apis() {
-    let aws = Arc::new(Emulator::start_with(common::aws::scenario_faults()).await);
-    let (_mock, llm) = common::mock_openai::start(ASK).await;
-    let catalog = common::catalog(Some(common::mock_openai::named_agents()));
-    let mut options = aws.dev_options(aws.names("quota"), llm, catalog, 0).await;
-    options.max_active_runs_per_owner = Some(LIMIT);
-    let mut host = AwsHost::start(aws, options).await;
-    active_runs_are_bounded(&host).await;
+    // `baton dev`'s token holder is its operator: it reads any owner's figures.
+    let other = host.api().get_ok("/usage?owner=someone-else").await;
+    assert_eq!(other["owner"], "someone-else");
+    assert_eq!(
+        other["activeRuns"],
+        json!({"current": 0, "limit": LIMIT}),
+        "{other}"
+    );
     host.stop().await;
 }
 
@@ -160,4 +156,151 @@ async fn answer(api: &Api, run_id: &str) {
     let path = format!("/ctas/{}/response", cta["ctaId"].as_str().unwrap());
     api.post_ok(&path, json!({"kind": "approval", "approved": true}))
         .await;
+}
+
+/// The priced model: gpt-4o-mini, at $0.60 a million output tokens.
+fn priced_agents() -> Value {
+    json!({"agents": {"orchestrator": {"system": "agent:orchestrator",
+        "model": "gpt-4o-mini", "tools": []}}})
+}
+
+/// Each run's one reply costs $0.60 (a million output tokens of gpt-4o-mini).
+const PRICED: &str = r#"{"orchestrator": [
+    {"text": "done", "usage": {"inputTokens": 0, "outputTokens": 1000000, "totalTokens": 1000000}},
+    {"text": "again", "usage": {"inputTokens": 0, "outputTokens": 1000000, "totalTokens": 1000000}}]}"#;
+
+#[tokio::test]
+async fn a_day_s_allowance_spent_refuses_new_runs_until_midnight_on_the_embedded_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::local_options(
+        dir.path(),
+        common::scripted(PRICED),
+        common::catalog(Some(priced_agents())),
+        Arc::new(baton_core::ports::SystemClock),
+    );
+    options.quotas.daily_cost_usd = Some(1.0);
+    let mut host = LocalHost::start(options).await;
+    daily_cost_is_bounded(host.api()).await;
+    host.stop().await;
+}
+
+/// $1.00 a day: two runs of $0.60 start (the first left $0.40), the third does not — a
+/// 429 with the allowance, the day's spending and `Retry-After` until midnight UTC — nor a
+/// follow-up that would start an ended run; and nothing is written.
+async fn daily_cost_is_bounded(api: &Api) {
+    let first = api.post_ok("/runs", json!({"prompt": "one"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    api.status(&first, "completed").await;
+    let second = api.post_ok("/runs", json!({"prompt": "two"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    api.status(&second, "completed").await;
+
+    let (code, v, retry_after) = post_with_headers(api, "/runs", json!({"prompt": "three"})).await;
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (429, Some("quota_exceeded")),
+        "{v}"
+    );
+    assert_eq!(v["error"]["limit"], 1.0, "{v}");
+    let spent = v["error"]["current"].as_f64().unwrap();
+    assert!((spent - 1.2).abs() < 1e-9, "{v}");
+    let wait: i64 = retry_after.expect("Retry-After").parse().unwrap();
+    let now = chrono::Utc::now();
+    let midnight = now
+        .date_naive()
+        .succ_opt()
+        .unwrap()
+        .and_hms_opt(0, 0, 0)
+        .unwrap()
+        .and_utc();
+    assert!(
+        (wait - (midnight - now).num_seconds()).abs() <= 5,
+        "Retry-After {wait}"
+    );
+    assert_eq!(listed(api).await, 2, "nothing was created");
+    let usage = api.get_ok("/usage").await;
+    assert_eq!(usage["dailyCostUsd"]["limit"], 1.0, "{usage}");
+    assert!(
+        (usage["dailyCostUsd"]["current"].as_f64().unwrap() - 1.2).abs() < 1e-9,
+        "{usage}"
+    );
+    assert!(
+        usage.get("activeRuns").is_none(),
+        "no active-runs quota is set: {usage}"
+    );
+
+    let (code, v) = api
+        .post(&format!("/runs/{first}/messages"), json!({"text": "more"}))
+        .await;
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (429, Some("quota_exceeded")),
+        "{v}"
+    );
+    let run = api.get_ok(&format!("/runs/{first}")).await;
+    assert_eq!(run["status"], "completed");
+    assert_eq!(run["result"], "done", "no turn started");
+}
+
+/// A POST's status, body and `Retry-After` (a 503 of the fault layer tried again).
+async fn post_with_headers(api: &Api, path: &str, body: Value) -> (u16, Value, Option<String>) {
+    let mut tries = 0;
+    let r = loop {
+        let r = reqwest::Client::new()
+            .post(format!("{}{path}", api.base))
+            .bearer_auth(&api.token)
+            .header("Idempotency-Key", "quota-three")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        tries += 1;
+        if r.status().as_u16() != 503 || tries == 5 {
+            break r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let code = r.status().as_u16();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    (code, r.json().await.unwrap_or(Value::Null), retry)
+}
+
+/// Over AWS's APIs: `baton dev --aws` on moto (or LocalStack's DynamoDB Local, in CI).
+mod aws {
+    use super::*;
+
+    /// Over the fault layer even when calm: it gives moto's DynamoDB the write isolation
+    /// DynamoDB has (`common::fault`); on LocalStack, DynamoDB Local has its own.
+    #[tokio::test]
+    async fn fifty_posts_against_a_quota_of_ten_start_ten() {
+        let faults = common::aws::scenario_faults().unwrap_or_default();
+        let aws = Arc::new(Emulator::start_with(Some(faults)).await);
+        let (_mock, llm) = common::mock_openai::start(ASK).await;
+        let catalog = common::catalog(Some(common::mock_openai::named_agents()));
+        let mut options = aws.dev_options(aws.names("quota"), llm, catalog, 0).await;
+        options.quotas.active_runs = Some(LIMIT);
+        let mut host = AwsHost::start(aws, options).await;
+        active_runs_are_bounded(&host).await;
+        host.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_day_s_allowance_spent_refuses_new_runs_until_midnight() {
+        let aws = Arc::new(Emulator::start_with(common::aws::scenario_faults()).await);
+        let (_mock, llm) = common::mock_openai::start(PRICED).await;
+        let catalog = common::catalog(Some(priced_agents()));
+        let mut options = aws.dev_options(aws.names("spend"), llm, catalog, 0).await;
+        options.quotas.daily_cost_usd = Some(1.0);
+        let mut host = AwsHost::start(aws, options).await;
+        daily_cost_is_bounded(host.api()).await;
+        host.stop().await;
+    }
 }

@@ -116,7 +116,7 @@ fn local_options(dir: &Path, f: &Fixture) -> baton_dev::LocalOptions {
         public_url: None,
         cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
         traces: None,
-        max_active_runs_per_owner: None,
+        quotas: Default::default(),
     }
 }
 
@@ -258,7 +258,7 @@ async fn every_releases_dynamodb_data_is_read_and_its_waiting_runs_finish_and_a_
             live: None,
             links: None,
             traces: None,
-            max_active_runs_per_owner: None,
+            quotas: Default::default(),
         })
         .await;
         let Err(e) = started else {

@@ -43,12 +43,22 @@ impl Store for Refusing {
         entries: &[Entry],
         outbox: &[Effect],
         key: Option<&str>,
-        slot: Option<u32>,
+        admission: Option<&baton_core::ports::Admission>,
     ) -> Result<Created, PortError> {
-        self.inner.create_run(run, entries, outbox, key, slot).await
+        self.inner
+            .create_run(run, entries, outbox, key, admission)
+            .await
     }
-    async fn take_slot(&self, run_id: &str, owner: &str, limit: u32) -> Result<(), PortError> {
-        self.inner.take_slot(run_id, owner, limit).await
+    async fn readmit(
+        &self,
+        run_id: &str,
+        owner: &str,
+        admission: &baton_core::ports::Admission,
+    ) -> Result<(), PortError> {
+        self.inner.readmit(run_id, owner, admission).await
+    }
+    async fn spent_on(&self, owner: &str, day: chrono::NaiveDate) -> Result<f64, PortError> {
+        self.inner.spent_on(owner, day).await
     }
     async fn active_runs(&self, owner: &str) -> Result<u64, PortError> {
         self.inner.active_runs(owner).await

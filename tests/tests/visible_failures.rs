@@ -50,7 +50,7 @@ async fn an_unreachable_model_shows_as_the_last_error_and_then_as_the_failure() 
         public_url: None,
         cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
         traces: None,
-        max_active_runs_per_owner: None,
+        quotas: Default::default(),
     })
     .await
     .unwrap();

@@ -167,6 +167,51 @@ pub(crate) struct RunList {
     pub(crate) next_cursor: Option<String>,
 }
 
+/// `GET /usage`: an owner's figures against its quotas (each present while its quota is set).
+#[derive(JsonSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct UsageBody {
+    pub(crate) owner: String,
+    /// Top-level runs not yet ended, and how many may be (`BATON_MAX_ACTIVE_RUNS_PER_OWNER`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) active_runs: Option<Figure<u64>>,
+    /// What its runs' model calls cost today (UTC), and what they may
+    /// (`BATON_MAX_DAILY_COST_USD_PER_OWNER`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) daily_cost_usd: Option<Figure<f64>>,
+    /// The UTC day `dailyCostUsd` is of.
+    pub(crate) day: chrono::NaiveDate,
+}
+
+/// A figure against its limit.
+#[derive(JsonSchema, Serialize)]
+pub(crate) struct Figure<T> {
+    pub(crate) current: T,
+    pub(crate) limit: T,
+}
+
+impl UsageBody {
+    pub(crate) fn new(owner: String, u: baton_core::service::Usage) -> Self {
+        Self {
+            owner,
+            active_runs: u
+                .quotas
+                .active_runs
+                .zip(u.active_runs)
+                .map(|(limit, current)| Figure {
+                    current,
+                    limit: limit.into(),
+                }),
+            daily_cost_usd: u
+                .quotas
+                .daily_cost_usd
+                .zip(u.spent_usd)
+                .map(|(limit, current)| Figure { current, limit }),
+            day: u.day,
+        }
+    }
+}
+
 /// A run in a list: what it is, where it stands and what it and its subagents spent.
 #[derive(JsonSchema, Serialize)]
 #[serde(rename_all = "camelCase")]

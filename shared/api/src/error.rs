@@ -23,7 +23,9 @@ pub struct ApiError {
     pub code: &'static str,
     pub message: String,
     /// `quota_exceeded`: the limit, and the owner's figure against it.
-    pub quota: Option<(u64, u64)>,
+    pub quota: Option<Box<(serde_json::Value, serde_json::Value)>>,
+    /// `Retry-After`, in seconds, when it is known when the request may succeed.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -33,6 +35,7 @@ impl ApiError {
             code,
             message: message.into(),
             quota: None,
+            retry_after: None,
         }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -62,12 +65,12 @@ pub struct ErrorDetail {
     pub code: String,
     /// For people.
     pub message: String,
-    /// `quota_exceeded`: the owner's limit…
+    /// `quota_exceeded`: the owner's limit (active runs, or US dollars a day)…
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u64>,
+    pub limit: Option<serde_json::Value>,
     /// …and its figure against it when the request was refused.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub current: Option<u64>,
+    pub current: Option<serde_json::Value>,
 }
 
 impl ErrorBody {
@@ -92,11 +95,17 @@ impl ErrorBody {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut body = ErrorBody::new(self.code, self.message);
-        if let Some((limit, current)) = self.quota {
+        if let Some((limit, current)) = self.quota.map(|q| *q) {
             body.error.limit = Some(limit);
             body.error.current = Some(current);
         }
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 
@@ -127,20 +136,49 @@ impl From<ServiceError> for ApiError {
 
 impl From<PortError> for ApiError {
     fn from(e: PortError) -> Self {
-        if let PortError::QuotaExceeded { limit, current } = e {
-            // The caller's own limit, not the backend's trouble: said as it is.
-            return Self {
-                quota: Some((limit, current)),
-                ..Self::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "quota_exceeded",
-                    format!(
-                        "you have {current} runs under way and may have at most {limit} \
-                         (BATON_MAX_ACTIVE_RUNS_PER_OWNER): start this one when one of them \
-                         has ended"
-                    ),
-                )
-            };
+        match e {
+            // The caller's own limits, not the backend's trouble: said as they are.
+            PortError::QuotaExceeded { limit, current } => {
+                return Self {
+                    quota: Some(Box::new((limit.into(), current.into()))),
+                    ..Self::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "quota_exceeded",
+                        format!(
+                            "you have {current} runs under way and may have at most {limit} \
+                             (BATON_MAX_ACTIVE_RUNS_PER_OWNER): start this one when one of \
+                             them has ended"
+                        ),
+                    )
+                };
+            }
+            PortError::DailyCostExceeded {
+                limit_usd,
+                spent_usd,
+            } => {
+                // Until the next UTC day, when the allowance starts again.
+                let now = chrono::Utc::now();
+                let midnight = now
+                    .date_naive()
+                    .succ_opt()
+                    .and_then(|d| d.and_hms_opt(0, 0, 0))
+                    .map_or(now, |t| t.and_utc());
+                let wait = (midnight - now).num_seconds().max(1) as u64;
+                return Self {
+                    quota: Some(Box::new((limit_usd.into(), spent_usd.into()))),
+                    retry_after: Some(wait),
+                    ..Self::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "quota_exceeded",
+                        format!(
+                            "your runs have spent ${spent_usd:.4} today (UTC) of the ${limit_usd:.4} \
+                             a day allowed (BATON_MAX_DAILY_COST_USD_PER_OWNER): try again \
+                             after midnight UTC"
+                        ),
+                    )
+                };
+            }
+            _ => {}
         }
         error!(error = %e, source = ?std::error::Error::source(&e), "backend error");
         if e.is_storage_full() {

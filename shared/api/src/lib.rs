@@ -78,6 +78,7 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{run_id}/stream", get(stream::stream_run))
         .route("/runs/{run_id}/watch", post(live::watch_run))
         .route("/runs/{run_id}/files/{file_id}", get(get_file))
+        .route("/usage", get(runs::usage))
         .route("/ctas", get(ctas::list_ctas))
         .route("/ctas/{cta_id}", get(ctas::get_cta))
         .route("/ctas/{cta_id}/response", post(ctas::answer_cta))

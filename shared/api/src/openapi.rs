@@ -11,6 +11,7 @@ use baton_core::cta::{Cta, CtaResponse};
 use crate::bodies::{
     AnswerAccepted, CreateRunBody, CtaList, ForkAccepted, ForkBody, Health, Link, LinkQuestion,
     MessageBody, RequestAccepted, RunAccepted, RunList, RunPage, RunTreeBody, TimelinePage,
+    UsageBody,
 };
 use crate::error::ErrorBody;
 
@@ -140,6 +141,7 @@ pub fn document(agents: &[&str]) -> Value {
     let ctas = schema::<CtaList>(&mut g);
     let runs = schema::<RunList>(&mut g);
     let tree = schema::<RunTreeBody>(&mut g);
+    let usage = schema::<UsageBody>(&mut g);
     let cta = schema::<Cta>(&mut g);
     let response = schema::<CtaResponse>(&mut g);
     let answered = schema::<AnswerAccepted>(&mut g);
@@ -155,7 +157,7 @@ pub fn document(agents: &[&str]) -> Value {
             "requestBody": {"required": true, "content": json_body(create)},
             "responses": ok("202", "created; its first step is queued", run_accepted,
                 &[("400", "invalid input"), ("401", "no or wrong token"), ("413", "body over 256 KiB"),
-                  ("429", "`quota_exceeded`: the caller has as many runs under way as it may (`limit`, `current`)")])},
+                  ("429", "`quota_exceeded`: the caller has as many runs under way as it may, or its runs spent today's allowance (`limit`, `current`; `Retry-After`)")])},
             "get": {"summary": "your runs (top-level), newest first",
             "description": "A page reads `limit` runs created in [`since`, `until`) and keeps those of `status` and `agent`: it may hold fewer, or none, and still have a `nextCursor`.",
             "parameters": [
@@ -175,6 +177,11 @@ pub fn document(agents: &[&str]) -> Value {
             "responses": ok("200", "a page of runs; `nextCursor` when more may follow", runs,
                 &[("400", "invalid input"), ("401", "no or wrong token"), ("403", "another owner's runs, asked by a caller who is not an operator"),
                   ("404", "a cursor no page gave")])}},
+        "/usage": {"get": {"summary": "your figures against your quotas: runs under way, and what your runs spent today (UTC)",
+            "parameters": [{"name": "owner", "in": "query", "required": false, "schema": {"type": "string"},
+                "description": "another owner's (an operator's read)"}],
+            "responses": ok("200", "the figures; each present while its quota is set", usage,
+                &[("401", "no or wrong token"), ("403", "another owner's figures, asked by a caller who is not an operator")])}},
         "/runs/{runId}/tree": {"get": {"summary": "a run and the runs under it (subagents, a plan's steps' runs), with their status, cost and time",
             "parameters": [run_id.clone()],
             "responses": ok("200", "the tree, oldest first, each run's parent before it", tree, &common)}},
@@ -191,7 +198,7 @@ pub fn document(agents: &[&str]) -> Value {
             "requestBody": {"required": true, "content": json_body(message)},
             "responses": ok("202", "queued", accepted.clone(),
                 &[("400", "invalid input"), ("401", "no or wrong token"), ("404", "no such run"), ("409", "ten follow-ups already wait"),
-                  ("429", "`quota_exceeded`: the run had ended, and the caller has as many runs under way as it may")])}},
+                  ("429", "`quota_exceeded`: the run had ended, and the caller has as many runs under way as it may or spent today's allowance")])}},
         "/runs/{runId}/fork": {"post": {"summary": "a new run whose history is this one's up to an entry, which it replaces",
             "description": "`atSeq` names a `user` turn (its `replacement.text`, or the same text), an `assistant` reply (thought again) or a question, a `tool` entry with a `cta` (its `replacement.response`, or the answer given). The entries before it are copied as recorded: no model or tool call before it runs again.",
             "parameters": [run_id.clone(), idem.clone()],
@@ -199,7 +206,7 @@ pub fn document(agents: &[&str]) -> Value {
             "responses": ok("202", "the fork is created; its first step is queued", fork_accepted,
                 &[("400", "invalid input"), ("401", "no or wrong token"), ("404", "no such run"),
                   ("409", "the request does not fit the run's entries (`fork_mismatch`), the history before the entry still waits, or the run is a subagent (`not_forkable`)"),
-                  ("429", "`quota_exceeded`: the caller has as many runs under way as it may")])}},
+                  ("429", "`quota_exceeded`: the caller has as many runs under way as it may, or spent today's allowance")])}},
         "/runs/{runId}/cancel": {"post": {"summary": "cancel a run",
             "parameters": [run_id.clone()],
             "responses": ok("202", "the cancel takes its turn", accepted,

@@ -40,6 +40,21 @@ pub(crate) async fn list_runs(
     }))
 }
 
+/// `GET /usage`: the caller's figures against its quotas; an operator's `?owner=`, another's.
+pub(crate) async fn usage(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<bodies::UsageBody>, ApiError> {
+    let owner = match q.get("owner").filter(|o| **o != caller.0) {
+        Some(other) if s.auth.is_operator(&caller) => other.clone(),
+        Some(_) => return Err(forbidden()),
+        None => caller.0,
+    };
+    let usage = s.service.usage(&owner).await?;
+    Ok(Json(bodies::UsageBody::new(owner, usage)))
+}
+
 /// `read` of `run_id` as the caller, its owner; and, for an operator, when the run is not
 /// the caller's, as whoever's it is (one more read, only then). Returns what was read and
 /// the owner it was read as.
@@ -64,7 +79,7 @@ fn forbidden() -> ApiError {
     ApiError::new(
         StatusCode::FORBIDDEN,
         "forbidden",
-        "only an operator (BATON_OPERATORS) reads another owner's runs",
+        "only an operator (BATON_OPERATORS) reads another owner's runs and figures",
     )
 }
 

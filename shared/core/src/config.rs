@@ -122,6 +122,9 @@ pub struct Config {
     /// `BATON_MAX_ACTIVE_RUNS_PER_OWNER`: how many top-level runs not yet ended an owner
     /// may have (unset or 0: no limit).
     pub max_active_runs_per_owner: Option<u32>,
+    /// `BATON_MAX_DAILY_COST_USD_PER_OWNER`: what an owner's runs may spend on model calls
+    /// in a UTC day before it may start no more that day (unset or 0: no limit).
+    pub max_daily_cost_usd_per_owner: Option<f64>,
 }
 
 /// `BATON_AGENTS_S3_URI`, checked: `s3://bucket/key`.
@@ -297,6 +300,19 @@ impl Config {
             },
             max_active_runs_per_owner: Some(number("BATON_MAX_ACTIVE_RUNS_PER_OWNER", 0, 0)?)
                 .filter(|n| *n > 0),
+            max_daily_cost_usd_per_owner: match var("BATON_MAX_DAILY_COST_USD_PER_OWNER") {
+                Some(v) => match v.parse::<f64>() {
+                    Ok(usd) if usd.is_finite() && usd >= 0.0 => Some(usd).filter(|u| *u > 0.0),
+                    _ => {
+                        return Err(ConfigError::Invalid {
+                            var: "BATON_MAX_DAILY_COST_USD_PER_OWNER",
+                            value: v,
+                            expected: "an amount of US dollars, 0 or more (0: no limit)",
+                        });
+                    }
+                },
+                None => None,
+            },
         })
     }
 

@@ -72,27 +72,36 @@ pub struct DueTimer {
 pub trait Store: Send + Sync {
     /// Creates a run with its first entries and outbox. With an idempotency key, a second
     /// create by the same owner with the same key creates nothing and returns the first run.
-    /// With `slot`, the (top-level) run takes one of its owner's active-run slots in the same
-    /// write, refused ([`PortError::QuotaExceeded`], nothing written) when the owner holds
-    /// `slot` of them already: any number of concurrent creates race for them, and at most
-    /// `slot` win.
+    /// With an `admission`, the (top-level) run is admitted by its owner's quotas in the same
+    /// write, or refused ([`PortError::QuotaExceeded`], [`PortError::DailyCostExceeded`]) with
+    /// nothing written: any number of concurrent creates race for the slots, and at most the
+    /// limit win.
     async fn create_run(
         &self,
         run: &Run,
         entries: &[Entry],
         outbox: &[Effect],
         idempotency_key: Option<&str>,
-        slot: Option<u32>,
+        admission: Option<&Admission>,
     ) -> Result<Created, PortError>;
 
-    /// Has the ended top-level run `run_id` of `owner` take one of its owner's active-run
-    /// slots again (a follow-up starts its next turn), with one conditional write: refused
-    /// ([`PortError::QuotaExceeded`]) when `limit` are held; nothing to do when the run holds
-    /// one already. The commit that ends the run gives it back ([`Transition::release_slot`]).
-    async fn take_slot(&self, run_id: &str, owner: &str, limit: u32) -> Result<(), PortError>;
+    /// Admits the ended top-level run `run_id` of `owner` again (a follow-up starts its next
+    /// turn), with one conditional write: it takes an active-run slot (none when it holds
+    /// one already) while its owner holds fewer than the limit and has spent less than its
+    /// day's allowance, or is refused as [`Store::create_run`] is. The commit that ends the
+    /// run gives the slot back ([`Transition::release_slot`]).
+    async fn readmit(
+        &self,
+        run_id: &str,
+        owner: &str,
+        admission: &Admission,
+    ) -> Result<(), PortError>;
 
     /// How many active-run slots `owner` holds.
     async fn active_runs(&self, owner: &str) -> Result<u64, PortError>;
+
+    /// What `owner`'s runs' own model calls cost on UTC day `day`, in US dollars.
+    async fn spent_on(&self, owner: &str, day: chrono::NaiveDate) -> Result<f64, PortError>;
 
     /// The run item alone (cheap).
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError>;
@@ -265,6 +274,29 @@ pub trait Store: Send + Sync {
     /// A page of an owner's CTAs: at most `query.limit`, in [`CtaPosition`] order, after
     /// `query.after`. A bounded number of reads, whatever the number of CTAs.
     async fn list_ctas(&self, owner: &str, query: &CtaQuery) -> Result<Vec<Cta>, PortError>;
+}
+
+/// What a top-level run must fit in to start (or start again): its owner's quotas.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Admission {
+    /// It takes one of the owner's active-run slots, of which there are this many.
+    pub active_runs: Option<u32>,
+    /// Its owner spent less than `limit_usd` on UTC day `day`.
+    pub daily_cost: Option<DailyCost>,
+}
+
+/// [`Admission::daily_cost`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DailyCost {
+    pub limit_usd: f64,
+    pub day: chrono::NaiveDate,
+}
+
+impl Admission {
+    /// Whether it asks anything of the store.
+    pub fn is_open(&self) -> bool {
+        self.active_runs.is_none() && self.daily_cost.is_none()
+    }
 }
 
 /// Which CTAs [`Store::list_ctas`] reads.

@@ -22,9 +22,9 @@ use crate::host::{LOCAL_OWNER, StartError};
 /// `AWS_ENDPOINT_URL`, or an account). Resources are created on start if missing.
 #[derive(Clone)]
 pub struct AwsDevOptions {
-    /// `BATON_MAX_ACTIVE_RUNS_PER_OWNER`: how many top-level runs not yet ended an owner
-    /// may have (`None`: no limit).
-    pub max_active_runs_per_owner: Option<u32>,
+    /// Each owner's quotas (`BATON_MAX_ACTIVE_RUNS_PER_OWNER`,
+    /// `BATON_MAX_DAILY_COST_USD_PER_OWNER`).
+    pub quotas: baton_core::service::Quotas,
     pub sdk: aws_config::SdkConfig,
     pub names: baton_aws::provision::Names,
     pub scheduler_role_arn: String,
@@ -180,7 +180,7 @@ impl AwsDevServer {
                 meter.clone(),
             );
             let mut service = Service::builder(deps, opts.catalog.clone())
-                .max_active_runs_per_owner(opts.max_active_runs_per_owner)
+                .quotas(opts.quotas)
                 .links(links.clone())
                 .live(live);
             if step_functions.contains(&name) {

@@ -46,9 +46,9 @@ pub struct LocalOptions {
     /// Where committed steps' spans are exported (`OTEL_EXPORTER_OTLP_ENDPOINT`): every
     /// [`TRACE_FLUSH_EVERY`], and what is left when the server stops.
     pub traces: Option<Arc<baton_telemetry::Traces>>,
-    /// `BATON_MAX_ACTIVE_RUNS_PER_OWNER`: how many top-level runs not yet ended an owner
-    /// may have (`None`: no limit).
-    pub max_active_runs_per_owner: Option<u32>,
+    /// Each owner's quotas (`BATON_MAX_ACTIVE_RUNS_PER_OWNER`,
+    /// `BATON_MAX_DAILY_COST_USD_PER_OWNER`).
+    pub quotas: baton_core::service::Quotas,
 }
 
 /// The machine's memory, in MB (Linux's `/proc/meminfo`; `None` elsewhere).
@@ -135,7 +135,7 @@ impl LocalServer {
         let metrics = Arc::new(baton_telemetry::Metrics::prometheus());
         let mut service = Service::builder(local_deps(&store, opts.llm, opts.clock), opts.catalog)
             .cache_bytes(opts.cache_bytes)
-            .max_active_runs_per_owner(opts.max_active_runs_per_owner)
+            .quotas(opts.quotas)
             .live(Some(live.clone()))
             .links(links)
             .observer(metrics.clone());

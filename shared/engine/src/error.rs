@@ -28,6 +28,10 @@ pub enum PortError {
     /// (`current`, as read after the refusal). Nothing was written.
     #[error("{limit} active runs is this owner's limit (it has {current})")]
     QuotaExceeded { limit: u64, current: u64 },
+    /// The owner has spent its day's allowance (`spent_usd` of `limit_usd`, this UTC day).
+    /// Nothing was written.
+    #[error("this owner spent ${spent_usd:.4} of its ${limit_usd:.4} today")]
+    DailyCostExceeded { limit_usd: f64, spent_usd: f64 },
     /// Stored data or a request is broken; retrying will not help.
     #[error("{message}")]
     Broken {

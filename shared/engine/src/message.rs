@@ -172,6 +172,9 @@ pub struct Transition {
     /// The run ended holding an active-run slot ([`Run::active_slot`]): the commit gives it
     /// back to its owner's count.
     pub release_slot: bool,
+    /// What this step's own model calls cost, in US dollars: the store adds it to the run's
+    /// owner's spending of the commit's UTC day (`BATON_MAX_DAILY_COST_USD_PER_OWNER`).
+    pub spent_usd: f64,
 }
 
 /// Whether an outbox ends with the run's own next message. Such an outbox proves itself:

@@ -363,7 +363,7 @@ impl Runtime {
             Meter::shared(),
         );
         Ok(Service::builder(deps, Arc::new(catalog))
-            .max_active_runs_per_owner(self.config.max_active_runs_per_owner)
+            .quotas(baton_core::service::Quotas::of(&self.config))
             .links(self.links().await?)
             // A quarter of the function's memory (`MemorySize`), unless BATON_CACHE_MB says.
             .cache_bytes(self.config.cache_bytes(None)))

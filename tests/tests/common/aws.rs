@@ -300,7 +300,7 @@ impl Emulator {
             live: None,
             links: Some(("a-link-key-of-at-least-thirty-two-bytes".into(), None)),
             traces: None,
-            max_active_runs_per_owner: None,
+            quotas: Default::default(),
         }
     }
 

@@ -13,6 +13,11 @@
 //! header); EventBridge's per-entry `ThrottlingException` in a 200 `PutEvents` answer;
 //! Scheduler's 429 `ThrottlingException`; S3's 503 `SlowDown`. A refused request is not
 //! forwarded: like AWS, a throttled call changes nothing.
+//!
+//! It also gives moto's DynamoDB the isolation DynamoDB has: moto applies a transaction item
+//! by item and, when one fails, puts back the whole table as it was when the transaction
+//! began — undoing what any concurrent write did meanwhile (50 concurrent creates against a
+//! conditional counter let 11 through). The layer forwards DynamoDB's writes one at a time.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,6 +91,8 @@ struct Shared {
     sdk: aws_config::SdkConfig,
     /// `BATON_TEST_RECORD_CALLS`: where each function's calls are recorded ([`record`]).
     record: Option<std::path::PathBuf>,
+    /// Held while a DynamoDB write is forwarded (see the module's doc).
+    dynamo_writes: tokio::sync::Mutex<()>,
 }
 
 pub struct FaultyAws {
@@ -117,6 +124,7 @@ impl FaultyAws {
             fired: Mutex::new(Default::default()),
             sdk,
             record: std::env::var_os("BATON_TEST_RECORD_CALLS").map(Into::into),
+            dynamo_writes: tokio::sync::Mutex::new(()),
         });
         let app = axum::Router::new()
             .fallback(handle)
@@ -370,6 +378,14 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
             fwd = fwd.header(k, v);
         }
     }
+    let writes = matches!(
+        op.as_str(),
+        "TransactWriteItems" | "PutItem" | "UpdateItem" | "DeleteItem" | "BatchWriteItem"
+    );
+    let one_at_a_time = match service == "dynamodb" && writes {
+        true => Some(s.dynamo_writes.lock().await),
+        false => None,
+    };
     let answer = match fwd.send().await {
         Ok(a) => a,
         Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
@@ -377,6 +393,7 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
     let status = answer.status();
     let headers = answer.headers().clone();
     let bytes = answer.bytes().await.unwrap_or_default();
+    drop(one_at_a_time);
     if service == "scheduler" && status.is_success() {
         let name = parts
             .uri

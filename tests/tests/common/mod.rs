@@ -140,7 +140,7 @@ pub fn local_options(
         public_url: None,
         cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
         traces: None,
-        max_active_runs_per_owner: None,
+        quotas: Default::default(),
     }
 }
 

@@ -2,7 +2,7 @@
 //! come back, and an item's size by DynamoDB's rules. No requests here.
 
 use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem, Update};
 use baton_core::cta::{Cta, CtaStatus};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, outbox_continues};
@@ -76,6 +76,10 @@ pub(super) fn owner_pk(owner: &str) -> String {
 /// An owner's quota item: `active`, the active-run slots its top-level runs hold.
 pub(super) fn quota_pk(owner: &str) -> String {
     format!("QUOTA#{owner}")
+}
+/// What an owner's runs spent on a UTC day: `usd`.
+pub(super) fn spend_pk(owner: &str, day: chrono::NaiveDate) -> String {
+    format!("SPEND#{day}#{owner}")
 }
 
 /// A top-level run's sort key in GSI1: by creation time (fixed width, so that it sorts).
@@ -381,6 +385,47 @@ impl DynamoStore {
         }
         let update = u.build().map_err(|e| broken("build update", e))?;
         Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// Adds `usd` to what `owner`'s runs spent on `day` (kept two days past it).
+    pub(super) fn spend_add(
+        &self,
+        owner: &str,
+        day: chrono::NaiveDate,
+        usd: f64,
+    ) -> Result<TransactWriteItem, PortError> {
+        let expires = day
+            .and_hms_opt(0, 0, 0)
+            .map_or(0, |t| t.and_utc().timestamp() + 3 * 86_400);
+        let update = Update::builder()
+            .table_name(&self.table)
+            .key("PK", s(spend_pk(owner, day)))
+            .key("SK", s("META"))
+            .update_expression("ADD usd :usd SET #ttl = :ttl")
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":usd", n(usd))
+            .expression_attribute_values(":ttl", n(expires))
+            .build()
+            .map_err(|e| broken("build update", e))?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// Holds only while `owner`'s runs spent less than `limit_usd` on `day`.
+    pub(super) fn spend_below(
+        &self,
+        owner: &str,
+        day: chrono::NaiveDate,
+        limit_usd: f64,
+    ) -> Result<TransactWriteItem, PortError> {
+        let check = ConditionCheck::builder()
+            .table_name(&self.table)
+            .key("PK", s(spend_pk(owner, day)))
+            .key("SK", s("META"))
+            .condition_expression("attribute_not_exists(usd) OR usd < :max")
+            .expression_attribute_values(":max", n(limit_usd))
+            .build()
+            .map_err(|e| broken("build condition check", e))?;
+        Ok(TransactWriteItem::builder().condition_check(check).build())
     }
 
     pub(super) fn put(

@@ -105,13 +105,41 @@ impl DynamoStore {
 }
 
 impl DynamoStore {
-    /// The refusal of a slot: the limit, and the count as read now (best effort).
-    async fn quota_exceeded(&self, owner: &str, limit: u32) -> PortError {
-        let current = self.active_runs(owner).await.unwrap_or(u64::from(limit));
-        PortError::QuotaExceeded {
-            limit: limit.into(),
-            current,
+    /// The conditional writes that admit a run of `owner` by `a`: a slot taken, the day's
+    /// spending below its allowance.
+    fn admission_items(
+        &self,
+        owner: &str,
+        a: &baton_core::ports::Admission,
+    ) -> Result<Vec<TransactWriteItem>, PortError> {
+        let mut items = Vec::new();
+        if let Some(limit) = a.active_runs {
+            items.push(self.slot_count(owner, 1, Some(limit))?);
         }
+        if let Some(cost) = &a.daily_cost {
+            items.push(self.spend_below(owner, cost.day, cost.limit_usd)?);
+        }
+        Ok(items)
+    }
+
+    /// Why `a` refused a run of `owner`, with the figures as read now (best effort): the
+    /// day's spending if it is past its allowance, else the slots.
+    async fn refusal(&self, owner: &str, a: &baton_core::ports::Admission) -> PortError {
+        if let Some(cost) = &a.daily_cost {
+            let spent = self
+                .spent_on(owner, cost.day)
+                .await
+                .unwrap_or(cost.limit_usd);
+            if spent >= cost.limit_usd || a.active_runs.is_none() {
+                return PortError::DailyCostExceeded {
+                    limit_usd: cost.limit_usd,
+                    spent_usd: spent,
+                };
+            }
+        }
+        let limit = u64::from(a.active_runs.unwrap_or_default());
+        let current = self.active_runs(owner).await.unwrap_or(limit);
+        PortError::QuotaExceeded { limit, current }
     }
 }
 
@@ -124,8 +152,9 @@ impl Store for DynamoStore {
         entries: &[Entry],
         outbox: &[Effect],
         idempotency_key: Option<&str>,
-        slot: Option<u32>,
+        admission: Option<&baton_core::ports::Admission>,
     ) -> Result<Created, PortError> {
+        let admission = admission.copied().unwrap_or_default();
         let segments = if entries.is_empty() {
             Vec::new()
         } else {
@@ -138,7 +167,7 @@ impl Store for DynamoStore {
             item.insert("GSI2PK".into(), s(sweep_pk(&run.run_id)));
             item.insert("GSI2SK".into(), s(sweep_sk(run.updated_at, &run.run_id)));
         }
-        if slot.is_some() {
+        if admission.active_runs.is_some() {
             item.insert("slot".into(), n(1));
         }
         let mut items = vec![self.put(item, Some("attribute_not_exists(PK)"))?];
@@ -168,20 +197,15 @@ impl Store for DynamoStore {
             items.push(self.put(idem, Some("attribute_not_exists(PK)"))?);
         }
         let idem_index = items.len() - 1;
-        let slot_index = items.len();
-        if let Some(limit) = slot {
-            items.push(self.slot_count(&run.owner, 1, Some(limit))?);
-        }
+        let admitting = items.len();
+        items.extend(self.admission_items(&run.owner, &admission)?);
         match self.transact(items, None).await {
             Ok(()) => Ok(Created::Created),
             Err(TransactFailure::Condition(failed))
-                if slot.is_some()
-                    && failed.contains(&slot_index)
+                if failed.iter().any(|i| *i >= admitting)
                     && !(idempotency_key.is_some() && failed.contains(&idem_index)) =>
             {
-                Err(self
-                    .quota_exceeded(&run.owner, slot.unwrap_or_default())
-                    .await)
+                Err(self.refusal(&run.owner, &admission).await)
             }
             Err(TransactFailure::Condition(failed))
                 if idempotency_key.is_some() && failed.contains(&idem_index) =>
@@ -334,6 +358,10 @@ impl Store for DynamoStore {
             // conditional on the run's version.
             items.push(self.slot_count(&t.run.owner, -1, None)?);
         }
+        if t.spent_usd > 0.0 {
+            let day = t.run.updated_at.date_naive();
+            items.push(self.spend_add(&t.run.owner, day, t.spent_usd)?);
+        }
         for item in timeline_items {
             items.push(self.put(item, None)?);
         }
@@ -413,27 +441,46 @@ impl Store for DynamoStore {
         .await
     }
 
-    async fn take_slot(&self, run_id: &str, owner: &str, limit: u32) -> Result<(), PortError> {
-        let mark = aws_sdk_dynamodb::types::Update::builder()
-            .table_name(&self.table)
-            .key("PK", s(run_pk(run_id)))
-            .key("SK", s("META"))
-            .update_expression("SET slot = :one")
-            .condition_expression("attribute_exists(PK) AND attribute_not_exists(slot)")
-            .expression_attribute_values(":one", n(1))
-            .build()
-            .map_err(|e| PortError::broken("build update", e))?;
-        let items = vec![
-            TransactWriteItem::builder().update(mark).build(),
-            self.slot_count(owner, 1, Some(limit))?,
-        ];
+    async fn readmit(
+        &self,
+        run_id: &str,
+        owner: &str,
+        admission: &baton_core::ports::Admission,
+    ) -> Result<(), PortError> {
+        let mut items = Vec::new();
+        if admission.active_runs.is_some() {
+            let mark = aws_sdk_dynamodb::types::Update::builder()
+                .table_name(&self.table)
+                .key("PK", s(run_pk(run_id)))
+                .key("SK", s("META"))
+                .update_expression("SET slot = :one")
+                .condition_expression("attribute_exists(PK) AND attribute_not_exists(slot)")
+                .expression_attribute_values(":one", n(1))
+                .build()
+                .map_err(|e| PortError::broken("build update", e))?;
+            items.push(TransactWriteItem::builder().update(mark).build());
+        }
+        let marked = !items.is_empty();
+        items.extend(self.admission_items(owner, admission)?);
+        if items.is_empty() {
+            return Ok(());
+        }
         match self.transact(items, None).await {
             Ok(()) => Ok(()),
-            // The run holds one already (or is gone: its follow-up finds that out).
-            Err(TransactFailure::Condition(failed)) if failed.contains(&0) => Ok(()),
-            Err(TransactFailure::Condition(_)) => Err(self.quota_exceeded(owner, limit).await),
+            // The run holds a slot already: admitted (or it is gone: its follow-up finds
+            // that out).
+            Err(TransactFailure::Condition(failed)) if marked && failed.contains(&0) => Ok(()),
+            Err(TransactFailure::Condition(_)) => Err(self.refusal(owner, admission).await),
             Err(TransactFailure::Port(e)) => Err(e),
         }
+    }
+
+    async fn spent_on(&self, owner: &str, day: chrono::NaiveDate) -> Result<f64, PortError> {
+        let item = self.get_item(spend_pk(owner, day)).await?;
+        Ok(match item.as_ref().and_then(|i| i.get("usd")) {
+            Some(AttributeValue::N(v)) => v.parse::<f64>().unwrap_or(0.0),
+            _ => 0.0,
+        })
     }
 
     async fn active_runs(&self, owner: &str) -> Result<u64, PortError> {

@@ -48,13 +48,19 @@ impl Service {
             input: fork.first,
         })];
         let key = idempotency_key.map(|k| format!("fork {run_id} {k}"));
-        let slot = self.max_active_runs;
+        let admission = self.admission();
         let mut run = fork.run;
-        run.active_slot = slot.is_some();
+        run.active_slot = admission.is_some_and(|a| a.active_runs.is_some());
         let record = match self
             .deps
             .store
-            .create_run(&run, &fork.entries, &first, key.as_deref(), slot)
+            .create_run(
+                &run,
+                &fork.entries,
+                &first,
+                key.as_deref(),
+                admission.as_ref(),
+            )
             .await?
         {
             Created::Created => RunRecord { run, outbox: first },

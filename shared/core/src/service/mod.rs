@@ -205,8 +205,30 @@ pub struct Service {
     live: Option<Arc<dyn crate::live::Live>>,
     /// What the host traces and measures committed steps with.
     observers: Vec<Arc<dyn crate::observe::Observer>>,
-    /// How many top-level runs not yet ended an owner may have (none: no limit).
-    max_active_runs: Option<u32>,
+    /// Its owners' quotas.
+    quotas: Quotas,
+}
+
+/// What each owner may have under way and spend ([`ServiceBuilder::quotas`]): past either,
+/// `POST /runs`, forks and follow-ups that would start an ended run are refused, by the
+/// store's conditional writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Quotas {
+    /// `BATON_MAX_ACTIVE_RUNS_PER_OWNER`: top-level runs not yet ended (none: no limit).
+    pub active_runs: Option<u32>,
+    /// `BATON_MAX_DAILY_COST_USD_PER_OWNER`: what an owner's runs' model calls may cost in a
+    /// UTC day before it may start no more that day (none: no limit).
+    pub daily_cost_usd: Option<f64>,
+}
+
+impl Quotas {
+    /// As the configuration sets them.
+    pub fn of(config: &crate::config::Config) -> Self {
+        Self {
+            active_runs: config.max_active_runs_per_owner,
+            daily_cost_usd: config.max_daily_cost_usd_per_owner,
+        }
+    }
 }
 
 /// How a host builds its service: its ports and catalog, then what it has besides (links,
@@ -245,11 +267,12 @@ impl ServiceBuilder {
         self
     }
 
-    /// At most `limit` top-level runs not yet ended per owner (`None`: no limit, the
-    /// default): `POST /runs`, forks and follow-ups that would start an ended run again
-    /// past it are refused, by the store's conditional writes.
-    pub fn max_active_runs_per_owner(mut self, limit: Option<u32>) -> Self {
-        self.service.max_active_runs = limit.filter(|n| *n > 0);
+    /// Each owner's quotas (default: none).
+    pub fn quotas(mut self, quotas: Quotas) -> Self {
+        self.service.quotas = Quotas {
+            active_runs: quotas.active_runs.filter(|n| *n > 0),
+            daily_cost_usd: quotas.daily_cost_usd.filter(|n| *n > 0.0),
+        };
         self
     }
 
@@ -270,6 +293,39 @@ pub struct RunView {
     pub result_entry: Option<Entry>,
 }
 
+/// An owner's figures against its quotas ([`Service::usage`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Usage {
+    pub quotas: Quotas,
+    /// Its top-level runs not yet ended (kept while an active-runs quota is set).
+    pub active_runs: Option<u64>,
+    /// The UTC day, and what its runs' model calls cost that day (kept while a daily
+    /// allowance is set).
+    pub day: chrono::NaiveDate,
+    pub spent_usd: Option<f64>,
+}
+
+impl Service {
+    /// `owner`'s figures against the quotas (`GET /usage`).
+    pub async fn usage(&self, owner: &str) -> Result<Usage, ServiceError> {
+        let day = self.deps.clock.now().date_naive();
+        let active_runs = match self.quotas.active_runs {
+            Some(_) => Some(self.deps.store.active_runs(owner).await?),
+            None => None,
+        };
+        let spent_usd = match self.quotas.daily_cost_usd {
+            Some(_) => Some(self.deps.store.spent_on(owner, day).await?),
+            None => None,
+        };
+        Ok(Usage {
+            quotas: self.quotas,
+            active_runs,
+            day,
+            spent_usd,
+        })
+    }
+}
+
 impl Service {
     /// A service over `deps` with `catalog`: add what the host has, then build.
     pub fn builder(deps: Deps, catalog: Arc<Catalog>) -> ServiceBuilder {
@@ -283,9 +339,24 @@ impl Service {
                 links: None,
                 live: None,
                 observers: Vec::new(),
-                max_active_runs: None,
+                quotas: Quotas::default(),
             },
         }
+    }
+
+    /// What a top-level run starting now must fit in (`None`: no quota is set).
+    fn admission(&self) -> Option<crate::ports::Admission> {
+        let a = crate::ports::Admission {
+            active_runs: self.quotas.active_runs,
+            daily_cost: self
+                .quotas
+                .daily_cost_usd
+                .map(|limit_usd| crate::ports::DailyCost {
+                    limit_usd,
+                    day: self.deps.clock.now().date_naive(),
+                }),
+        };
+        (!a.is_open()).then_some(a)
     }
 
     /// Tells the observers what a step of `before` that committed `t` did.

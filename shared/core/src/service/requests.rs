@@ -140,12 +140,12 @@ impl Service {
             id: format!("{}:start", run.run_id),
             input: Input::Start,
         })];
-        let slot = self.max_active_runs;
-        run.active_slot = slot.is_some();
+        let admission = self.admission();
+        run.active_slot = admission.is_some_and(|a| a.active_runs.is_some());
         let record = match self
             .deps
             .store
-            .create_run(&run, &[first], &start, idempotency_key, slot)
+            .create_run(&run, &[first], &start, idempotency_key, admission.as_ref())
             .await?
         {
             Created::Created => RunRecord { run, outbox: start },
@@ -400,11 +400,14 @@ impl Service {
         // stops counting after a step's longest budget.
         if run.status.is_terminal()
             && run.parent.is_none()
-            && let Some(limit) = self.max_active_runs
+            && let Some(admission) = self.admission()
         {
-            // Its next turn makes it active again: it takes a slot first (one it holds
-            // already does), or the follow-up is refused and waits for nothing.
-            self.deps.store.take_slot(run_id, &run.owner, limit).await?;
+            // Its next turn makes it active again: it is admitted by its owner's quotas
+            // first (takes a slot, unless it holds one), or the follow-up is refused.
+            self.deps
+                .store
+                .readmit(run_id, &run.owner, &admission)
+                .await?;
         }
         let queued = if run.status.is_terminal() {
             let now = self.deps.clock.now();

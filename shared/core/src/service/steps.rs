@@ -109,7 +109,7 @@ impl Service {
                 })?;
             // What a think read of the history for the model: cached from now on.
             let window = world.read.into_inner().unwrap_or(window);
-            let transition = match decision {
+            let mut transition = match decision {
                 Decision::Commit(t) => t,
                 Decision::Ignore(reason) => {
                     debug!(run_id = %run.run_id, message = %msg.id, %reason, "ignored");
@@ -135,6 +135,11 @@ impl Service {
                     return Ok(Handled::Ignored(reason));
                 }
             };
+            if self.quotas.daily_cost_usd.is_none() {
+                // No daily allowance to hold: the owner's spending of the day is not kept
+                // (one item per owner, which every think of theirs would write).
+                transition.spent_usd = 0.0;
+            }
             crate::failpoint::hit("step.before_commit")?;
             // Where the store is the queue, a step that only sends messages (an agent's
             // next turn, a child's start) sends them with its commit: nothing is left to

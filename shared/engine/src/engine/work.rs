@@ -372,6 +372,8 @@ impl<'a> Work<'a> {
         if self.run.status.is_terminal() {
             self.run.clock.timers.clear();
         }
+        // What this step's own model calls cost: added to its owner's spending of the day.
+        let spent_usd = (self.run.spend.cost_usd - self.given.spend.cost_usd).max(0.0);
         // An ended run gives its active-run slot back, with this commit.
         let release_slot = self.run.active_slot && self.run.status.is_terminal();
         if release_slot {
@@ -390,6 +392,7 @@ impl<'a> Work<'a> {
             new_runs: self.new_runs,
             effects: self.effects,
             release_slot,
+            spent_usd,
         }))
     }
 }

@@ -56,6 +56,9 @@ impl LocalStore {
             .collect::<Result<Vec<_>, _>>()?;
         let expected = expected_version as i64;
         let release_slot = t.release_slot;
+        let owner = t.run.owner.clone();
+        let spent =
+            (t.spent_usd > 0.0).then(|| (t.run.updated_at.date_naive().to_string(), t.spent_usd));
         // Its one expected failure, a version conflict, comes before it changes anything.
         self.db
             .write(true, Undo::CheckFirst, move |c| {
@@ -76,6 +79,9 @@ impl LocalStore {
                     c.prepare_cached("DELETE FROM active_slots WHERE run_id = ?1")
                         .and_then(|mut s| s.execute([&run_id]))
                         .map_err(sql)?;
+                }
+                if let Some((day, usd)) = &spent {
+                    super::rows::add_spend(c, &owner, day, *usd)?;
                 }
                 insert_entries(c, key, &appended)?;
                 let mut upd = c

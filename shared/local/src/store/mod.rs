@@ -158,9 +158,10 @@ impl Store for LocalStore {
         entries: &[Entry],
         outbox: &[Effect],
         idempotency_key: Option<&str>,
-        slot: Option<u32>,
+        admission: Option<&baton_core::ports::Admission>,
     ) -> Result<Created, PortError> {
         let new = NewRun::encode(run, entries)?;
+        let admission = admission.copied();
         let outbox = outbox_json(outbox)?;
         let key = idempotency_key.map(str::to_owned);
         self.write(true, move |c| {
@@ -177,8 +178,8 @@ impl Store for LocalStore {
                     return Ok(Created::Existing(Box::new(record(row)?)));
                 }
             }
-            if let Some(limit) = slot {
-                rows::take_slot(c, &new.run_id, &new.owner, limit)?;
+            if let Some(a) = &admission {
+                rows::admit(c, &new.run_id, &new.owner, a)?;
             }
             c.execute(
                 "INSERT INTO runs (run_id, owner, version, body, outbox, idem_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -338,8 +339,13 @@ impl Store for LocalStore {
         .await
     }
 
-    async fn take_slot(&self, run_id: &str, owner: &str, limit: u32) -> Result<(), PortError> {
-        let (run_id, owner) = (run_id.to_owned(), owner.to_owned());
+    async fn readmit(
+        &self,
+        run_id: &str,
+        owner: &str,
+        admission: &baton_core::ports::Admission,
+    ) -> Result<(), PortError> {
+        let (run_id, owner, admission) = (run_id.to_owned(), owner.to_owned(), *admission);
         self.write(true, move |c| {
             let held: bool = c
                 .query_row(
@@ -349,11 +355,18 @@ impl Store for LocalStore {
                 )
                 .map_err(sql)?;
             if held {
+                // Admitted already (a follow-up's claim whose turn has not started).
                 return Ok(());
             }
-            rows::take_slot(c, &run_id, &owner, limit)
+            rows::admit(c, &run_id, &owner, &admission)
         })
         .await
+    }
+
+    async fn spent_on(&self, owner: &str, day: chrono::NaiveDate) -> Result<f64, PortError> {
+        let owner = owner.to_owned();
+        self.read(move |c| rows::spent_on(c, &owner, &day.to_string()))
+            .await
     }
 
     async fn active_runs(&self, owner: &str) -> Result<u64, PortError> {

@@ -41,12 +41,7 @@ pub(super) fn slots_held(c: &Connection, owner: &str) -> Result<u64, PortError> 
 
 /// Takes an active-run slot for `run_id` of `owner` unless `limit` are held (within the
 /// caller's write: SQLite's writes are one at a time, so the count is exact).
-pub(super) fn take_slot(
-    c: &Connection,
-    run_id: &str,
-    owner: &str,
-    limit: u32,
-) -> Result<(), PortError> {
+fn take_slot(c: &Connection, run_id: &str, owner: &str, limit: u32) -> Result<(), PortError> {
     let held = slots_held(c, owner)?;
     if held >= u64::from(limit) {
         return Err(PortError::QuotaExceeded {
@@ -58,6 +53,52 @@ pub(super) fn take_slot(
         .and_then(|mut s| s.execute(params![run_id, owner]))
         .map_err(sql)?;
     Ok(())
+}
+
+/// What `owner`'s runs spent on UTC day `day`.
+pub(super) fn spent_on(c: &Connection, owner: &str, day: &str) -> Result<f64, PortError> {
+    c.prepare_cached("SELECT usd FROM owner_spend WHERE owner = ?1 AND day = ?2")
+        .and_then(|mut s| {
+            s.query_row(params![owner, day], |r| r.get::<_, f64>(0))
+                .optional()
+        })
+        .map(|v| v.unwrap_or(0.0))
+        .map_err(sql)
+}
+
+/// Adds `usd` to what `owner`'s runs spent on UTC day `day`.
+pub(super) fn add_spend(c: &Connection, owner: &str, day: &str, usd: f64) -> Result<(), PortError> {
+    c.prepare_cached(
+        "INSERT INTO owner_spend (owner, day, usd) VALUES (?1, ?2, ?3)
+         ON CONFLICT (owner, day) DO UPDATE SET usd = usd + excluded.usd",
+    )
+    .and_then(|mut s| s.execute(params![owner, day, usd]))
+    .map_err(sql)?;
+    Ok(())
+}
+
+/// Admits run `run_id` of `owner` by `a` (within the caller's write, so exactly): its
+/// owner spent less than the day's allowance, and it takes an active-run slot unless
+/// `limit` are held.
+pub(super) fn admit(
+    c: &Connection,
+    run_id: &str,
+    owner: &str,
+    a: &baton_core::ports::Admission,
+) -> Result<(), PortError> {
+    if let Some(cost) = &a.daily_cost {
+        let spent = spent_on(c, owner, &cost.day.to_string())?;
+        if spent >= cost.limit_usd {
+            return Err(PortError::DailyCostExceeded {
+                limit_usd: cost.limit_usd,
+                spent_usd: spent,
+            });
+        }
+    }
+    match a.active_runs {
+        Some(limit) => take_slot(c, run_id, owner, limit),
+        None => Ok(()),
+    }
 }
 
 /// Columns added since the first release, added to data directories made before them.

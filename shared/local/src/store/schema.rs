@@ -71,6 +71,13 @@ CREATE TABLE IF NOT EXISTS active_slots (
     owner  TEXT NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS active_slots_owner ON active_slots (owner);
+-- What each owner's runs' own model calls cost, by UTC day (BATON_MAX_DAILY_COST_USD_PER_OWNER).
+CREATE TABLE IF NOT EXISTS owner_spend (
+    owner TEXT NOT NULL,
+    day   TEXT NOT NULL,
+    usd   REAL NOT NULL,
+    PRIMARY KEY (owner, day)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
