@@ -128,3 +128,34 @@ fn the_agents_file_may_come_from_s3_and_the_dev_function_timeout_is_a_number() {
         );
     }
 }
+
+#[test]
+fn quotas_are_off_unless_set_above_zero_and_bad_values_are_named() {
+    let none = parse(&[]).expect("parses");
+    assert_eq!(none.max_active_runs_per_owner, None);
+    assert_eq!(none.max_daily_cost_usd_per_owner, None);
+    let zero = parse(&[
+        ("BATON_MAX_ACTIVE_RUNS_PER_OWNER", "0"),
+        ("BATON_MAX_DAILY_COST_USD_PER_OWNER", "0"),
+    ])
+    .expect("parses");
+    assert_eq!(zero.max_active_runs_per_owner, None, "0 is no limit");
+    assert_eq!(zero.max_daily_cost_usd_per_owner, None, "0 is no limit");
+    let set = parse(&[
+        ("BATON_MAX_ACTIVE_RUNS_PER_OWNER", "10"),
+        ("BATON_MAX_DAILY_COST_USD_PER_OWNER", "2.5"),
+    ])
+    .expect("parses");
+    assert_eq!(set.max_active_runs_per_owner, Some(10));
+    assert_eq!(set.max_daily_cost_usd_per_owner, Some(2.5));
+    for (var, bad) in [
+        ("BATON_MAX_ACTIVE_RUNS_PER_OWNER", "-1"),
+        ("BATON_MAX_ACTIVE_RUNS_PER_OWNER", "ten"),
+        ("BATON_MAX_DAILY_COST_USD_PER_OWNER", "-0.5"),
+        ("BATON_MAX_DAILY_COST_USD_PER_OWNER", "NaN"),
+        ("BATON_MAX_DAILY_COST_USD_PER_OWNER", "inf"),
+    ] {
+        let e = parse(&[(var, bad)]).map(|_| ()).expect_err(bad);
+        assert!(e.to_string().contains(var), "{e}");
+    }
+}
