@@ -139,6 +139,7 @@ fn next(run: &Run, effects: Vec<Effect>) -> Transition {
         new_runs: vec![],
         effects,
         release_slot: false,
+        take_slot: false,
         spent_usd: 0.0,
     }
 }

@@ -117,11 +117,9 @@ async fn active_runs_are_bounded(host: &impl TestHost) {
     api.post_ok(&format!("/runs/{next}/cancel"), json!({}))
         .await;
     api.status(&next, "cancelled").await;
-    api.post_ok(
-        &format!("/runs/{first}/messages"),
-        json!({"text": "once more"}),
-    )
-    .await;
+    let path = format!("/runs/{first}/messages");
+    let (code, v, _) = post_with_headers(api, &path, json!({"text": "once more"}), "more-1").await;
+    assert_eq!(code, 202, "{v}");
     let again = api
         .wait("the follow-up's turn", async |api: &Api| {
             let run = api.get_ok(&format!("/runs/{first}")).await;
@@ -129,6 +127,31 @@ async fn active_runs_are_bounded(host: &impl TestHost) {
         })
         .await;
     assert_eq!(again["result"], "again");
+    // Its turn ended: its slot is back. Nine remain (the nine still asking).
+    active_is(api, LIMIT - 1).await;
+
+    // The same follow-up again (a client's retry, same key) starts nothing: the slot taken
+    // for it is given back.
+    let (code, v, _) = post_with_headers(api, &path, json!({"text": "once more"}), "more-1").await;
+    assert_eq!(code, 202, "{v}");
+    active_is(api, LIMIT - 1).await;
+    let run = api.get_ok(&format!("/runs/{first}")).await;
+    assert_eq!(
+        (run["status"].as_str(), run["result"].as_str()),
+        (Some("completed"), Some("again"))
+    );
+}
+
+/// Waits until the owner's active-run figure is `n`, and checks it stays so a moment.
+async fn active_is(api: &Api, n: u32) {
+    api.wait(&format!("{n} active runs"), async |api: &Api| {
+        let usage = api.get_ok("/usage").await;
+        (usage["activeRuns"]["current"] == n).then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let usage = api.get_ok("/usage").await;
+    assert_eq!(usage["activeRuns"]["current"], n, "{usage}");
 }
 
 /// How many top-level runs the owner has.
@@ -199,7 +222,8 @@ async fn daily_cost_is_bounded(api: &Api) {
         .to_owned();
     api.status(&second, "completed").await;
 
-    let (code, v, retry_after) = post_with_headers(api, "/runs", json!({"prompt": "three"})).await;
+    let (code, v, retry_after) =
+        post_with_headers(api, "/runs", json!({"prompt": "three"}), "quota-three").await;
     assert_eq!(
         (code, v["error"]["code"].as_str()),
         (429, Some("quota_exceeded")),
@@ -246,14 +270,20 @@ async fn daily_cost_is_bounded(api: &Api) {
     assert_eq!(run["result"], "done", "no turn started");
 }
 
-/// A POST's status, body and `Retry-After` (a 503 of the fault layer tried again).
-async fn post_with_headers(api: &Api, path: &str, body: Value) -> (u16, Value, Option<String>) {
+/// A POST with `key` as its `Idempotency-Key`: its status, body and `Retry-After` (a 503
+/// of the fault layer tried again).
+async fn post_with_headers(
+    api: &Api,
+    path: &str,
+    body: Value,
+    key: &str,
+) -> (u16, Value, Option<String>) {
     let mut tries = 0;
     let r = loop {
         let r = reqwest::Client::new()
             .post(format!("{}{path}", api.base))
             .bearer_auth(&api.token)
-            .header("Idempotency-Key", "quota-three")
+            .header("Idempotency-Key", key)
             .json(&body)
             .send()
             .await

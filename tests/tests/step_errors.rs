@@ -57,6 +57,9 @@ impl Store for Refusing {
     ) -> Result<(), PortError> {
         self.inner.readmit(run_id, owner, admission).await
     }
+    async fn give_back_slot(&self, run_id: &str, owner: &str, v: u64) -> Result<(), PortError> {
+        self.inner.give_back_slot(run_id, owner, v).await
+    }
     async fn spent_on(&self, owner: &str, day: chrono::NaiveDate) -> Result<f64, PortError> {
         self.inner.spent_on(owner, day).await
     }

@@ -97,6 +97,16 @@ pub trait Store: Send + Sync {
         admission: &Admission,
     ) -> Result<(), PortError>;
 
+    /// Gives back the active-run slot of the ended run `run_id` of `owner` if it holds one
+    /// and is still at `version` (a follow-up that took it starts no turn); nothing
+    /// otherwise.
+    async fn give_back_slot(
+        &self,
+        run_id: &str,
+        owner: &str,
+        version: u64,
+    ) -> Result<(), PortError>;
+
     /// How many active-run slots `owner` holds.
     async fn active_runs(&self, owner: &str) -> Result<u64, PortError>;
 

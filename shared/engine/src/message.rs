@@ -172,6 +172,9 @@ pub struct Transition {
     /// The run ended holding an active-run slot ([`Run::active_slot`]): the commit gives it
     /// back to its owner's count.
     pub release_slot: bool,
+    /// The top-level run starts again without an active-run slot (a follow-up that waited
+    /// while it ran): the commit takes one, whatever the limit (it was admitted then).
+    pub take_slot: bool,
     /// What this step's own model calls cost, in US dollars: the store adds it to the run's
     /// owner's spending of the commit's UTC day (`BATON_MAX_DAILY_COST_USD_PER_OWNER`).
     pub spent_usd: f64,

@@ -8,8 +8,8 @@
 //!
 //! Each service fails in its own words, as its documentation and its SDK's deserializers
 //! have them: DynamoDB `ThrottlingException` / `ProvisionedThroughputExceededException`,
-//! `TransactionCanceledException` with `ThrottlingError` reasons for a transaction, and
-//! `InternalServerError`; SQS `RequestThrottled` (awsJson with the query-compatible error
+//! `TransactionCanceledException` with `ThrottlingError` or `TransactionConflict` reasons for
+//! a transaction, and `InternalServerError`; SQS `RequestThrottled` (awsJson with the query-compatible error
 //! header); EventBridge's per-entry `ThrottlingException` in a 200 `PutEvents` answer;
 //! Scheduler's 429 `ThrottlingException`; S3's 503 `SlowDown`. A refused request is not
 //! forwarded: like AWS, a throttled call changes nothing.
@@ -225,14 +225,26 @@ fn throttled(service: &str, op: &str, body: &[u8]) -> Response {
     match service {
         "dynamodb" if op == "TransactWriteItems" => {
             let n = req["TransactItems"].as_array().map_or(1, Vec::len);
+            // Half of them as a conflict with another transaction on the same item (what an
+            // owner's shared counters meet), which the store sends again itself.
+            let conflict = body.len().is_multiple_of(2);
             let mut reasons = vec![json!({"Code": "None"}); n];
-            reasons[0] = json!({"Code": "ThrottlingError", "Message": "Throughput exceeds the current capacity of your table or index."});
+            reasons[0] = if conflict {
+                json!({"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"})
+            } else {
+                json!({"Code": "ThrottlingError", "Message": "Throughput exceeds the current capacity of your table or index."})
+            };
+            let why = if conflict {
+                "TransactionConflict"
+            } else {
+                "ThrottlingError"
+            };
             json_error(
                 StatusCode::BAD_REQUEST,
                 "application/x-amz-json-1.0",
                 json!({
                 "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
-                "message": "Transaction cancelled, please refer cancellation reasons for specific reasons [ThrottlingError]",
+                "message": format!("Transaction cancelled, please refer cancellation reasons for specific reasons [{why}]"),
                 "CancellationReasons": reasons}),
                 &[],
             )

@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// How many times a transaction cancelled only by a conflict with another is sent again
+/// ([`DynamoStore::transact`]) before its caller is told.
+const TRANSACTION_CONFLICT_RETRIES: u32 = 3;
+
 impl DynamoStore {
     /// The store of `table`, over `client` with `super::consumed::ConsumedUnits` added.
     pub fn new(
@@ -107,13 +111,35 @@ impl DynamoStore {
             .filter_map(|i| i.put().map(|p| p.item()))
             .collect();
         self.count_write(&sized, true);
-        let r = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .set_client_request_token(token)
-            .send()
-            .await;
+        // A transaction cancelled only because another touched one of its items at once
+        // (an owner's counter or day's spending, which its runs' commits share) wrote
+        // nothing: it is sent again here, a few times, rather than failing its step (whose
+        // model call would run again).
+        let mut conflicts = 0;
+        let r = loop {
+            let r = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items.clone()))
+                .set_client_request_token(token.clone())
+                .send()
+                .await;
+            let conflicted = matches!(
+                r.as_ref().map_err(|e| e.as_service_error()),
+                Err(Some(TransactWriteItemsError::TransactionCanceledException(ex)))
+                    if ex.cancellation_reasons().iter().any(|r| r.code() == Some("TransactionConflict"))
+                        && ex.cancellation_reasons().iter().all(|r| {
+                            matches!(r.code(), None | Some("None" | "TransactionConflict"))
+                        })
+            );
+            if conflicted && conflicts < TRANSACTION_CONFLICT_RETRIES {
+                conflicts += 1;
+                let jitter = u64::from(uuid::Uuid::new_v4().as_bytes()[0]) % 40;
+                tokio::time::sleep(std::time::Duration::from_millis(10 + jitter)).await;
+                continue;
+            }
+            break r;
+        };
         match r {
             Ok(_) => Ok(()),
             Err(e) => match e.as_service_error() {

@@ -231,6 +231,7 @@ impl DynamoStore {
         added: usize,
         expected: u64,
         release_slot: bool,
+        take_slot: bool,
     ) -> Result<(TransactWriteItem, usize), PortError> {
         let item = self.run_item(run, outbox, added)?;
         let size = item_size(&item);
@@ -265,6 +266,11 @@ impl DynamoStore {
         if release_slot {
             removes.push("#slot".into());
             update = update.expression_attribute_names("#slot", "slot");
+        } else if take_slot {
+            sets.push("#slot = :slot".into());
+            update = update
+                .expression_attribute_names("#slot", "slot")
+                .expression_attribute_values(":slot", n(1));
         }
         let mut expr = format!("SET {}", sets.join(", "));
         if !removes.is_empty() {

@@ -122,6 +122,25 @@ impl DynamoStore {
         Ok(items)
     }
 
+    /// Whether `a` would refuse a run of `owner` as the figures read now.
+    async fn refused_now(
+        &self,
+        owner: &str,
+        a: &baton_core::ports::Admission,
+    ) -> Result<bool, PortError> {
+        if let Some(limit) = a.active_runs
+            && self.active_runs(owner).await? >= u64::from(limit)
+        {
+            return Ok(true);
+        }
+        if let Some(cost) = &a.daily_cost
+            && self.spent_on(owner, cost.day).await? >= cost.limit_usd
+        {
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
     /// Why `a` refused a run of `owner`, with the figures as read now (best effort): the
     /// day's spending if it is past its allowance, else the slots.
     async fn refusal(&self, owner: &str, a: &baton_core::ports::Admission) -> PortError {
@@ -177,6 +196,12 @@ impl Store for DynamoStore {
         // that names them is written.
         let bytes: usize = segments.iter().map(item_size).sum();
         if segments.len() > CREATE_SEGMENTS || bytes > CREATE_SEGMENT_BYTES {
+            // Not written ahead for a run its quotas refuse already (the transaction below
+            // still decides: this read only spares a refused fork's history being left
+            // behind).
+            if !admission.is_open() && self.refused_now(&run.owner, &admission).await? {
+                return Err(self.refusal(&run.owner, &admission).await);
+            }
             self.put_ahead(segments).await?;
         } else {
             for seg in segments {
@@ -351,12 +376,17 @@ impl Store for DynamoStore {
             timeline_items.len(),
             expected_version,
             t.release_slot,
+            t.take_slot,
         )?;
         let mut items = vec![run_write];
         if t.release_slot {
             // Given back with the commit that ends the run: once, as the commit is
             // conditional on the run's version.
             items.push(self.slot_count(&t.run.owner, -1, None)?);
+        }
+        if t.take_slot {
+            // Taken whatever the limit: its turn was admitted while the run was active.
+            items.push(self.slot_count(&t.run.owner, 1, None)?);
         }
         if t.spent_usd > 0.0 {
             let day = t.run.updated_at.date_naive();
@@ -471,6 +501,32 @@ impl Store for DynamoStore {
             // that out).
             Err(TransactFailure::Condition(failed)) if marked && failed.contains(&0) => Ok(()),
             Err(TransactFailure::Condition(_)) => Err(self.refusal(owner, admission).await),
+            Err(TransactFailure::Port(e)) => Err(e),
+        }
+    }
+
+    async fn give_back_slot(
+        &self,
+        run_id: &str,
+        owner: &str,
+        version: u64,
+    ) -> Result<(), PortError> {
+        let unmark = aws_sdk_dynamodb::types::Update::builder()
+            .table_name(&self.table)
+            .key("PK", s(run_pk(run_id)))
+            .key("SK", s("META"))
+            .update_expression("REMOVE slot")
+            .condition_expression("attribute_exists(slot) AND v = :v")
+            .expression_attribute_values(":v", n(version))
+            .build()
+            .map_err(|e| PortError::broken("build update", e))?;
+        let items = vec![
+            TransactWriteItem::builder().update(unmark).build(),
+            self.slot_count(owner, -1, None)?,
+        ];
+        match self.transact(items, None).await {
+            // No slot, or the run moved on (a turn started, and holds it): nothing to do.
+            Ok(()) | Err(TransactFailure::Condition(_)) => Ok(()),
             Err(TransactFailure::Port(e)) => Err(e),
         }
     }

@@ -374,12 +374,20 @@ impl Service {
             .claim_and_send(&run, message_id.clone(), text, options)
             .await;
         if sent.is_err() {
-            // Not sent: its place is free again (best effort; the error is what counts).
+            // Not sent: its place is free again, and so is a slot taken for its turn if the
+            // run has not moved since (best effort; the error is what counts).
             let _ = self
                 .deps
                 .store
                 .release_follow_ups(run_id, &[message_id])
                 .await;
+            if run.status.is_terminal() && self.quotas.active_runs.is_some() {
+                let _ = self
+                    .deps
+                    .store
+                    .give_back_slot(run_id, &run.owner, run.version)
+                    .await;
+            }
         }
         let queued = sent?;
         crate::failpoint::hit("message.after_queue")?;

@@ -131,10 +131,29 @@ impl Service {
                             .release_follow_ups(&run.run_id, std::slice::from_ref(message_id))
                             .await?;
                     }
+                    // A follow-up that finds an ended run and starts nothing (a retry of one
+                    // applied before) gives back the slot taken for its turn.
+                    if matches!(msg.input, Input::UserMessage { .. })
+                        && run.status.is_terminal()
+                        && run.active_slot
+                    {
+                        self.deps
+                            .store
+                            .give_back_slot(&run.run_id, &run.owner, run.version)
+                            .await?;
+                    }
                     self.cache_put(&run.run_id, run.version, window);
                     return Ok(Handled::Ignored(reason));
                 }
             };
+            if self.quotas.active_runs.is_none() {
+                // No active-run quota: no count is kept (a slot taken before is still
+                // given back when its run ends).
+                if transition.take_slot {
+                    transition.take_slot = false;
+                    transition.run.active_slot = false;
+                }
+            }
             if self.quotas.daily_cost_usd.is_none() {
                 // No daily allowance to hold: the owner's spending of the day is not kept
                 // (one item per owner, which every think of theirs would write).

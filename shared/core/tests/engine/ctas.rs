@@ -454,6 +454,10 @@ fn a_default_applies_only_under_on_expiry_default_and_only_to_a_question_that_ha
         s.runs.get_mut(&id).unwrap().0.on_expiry = policy;
         s.run_all();
         let cta = s.pending_ctas(&id).remove(0);
+        // A default that will never be given is not shown as the question's.
+        if policy != ExpiryPolicy::Default {
+            assert_eq!(cta.default, None, "{policy:?}");
+        }
         s.ctas.get_mut(&cta.cta_id).unwrap().status = CtaStatus::Expired;
         s.send(&id, Input::CtaExpired { cta_id: cta.cta_id });
         s.run_all();
@@ -511,4 +515,36 @@ fn a_default_that_does_not_answer_its_question_is_refused_to_the_model() {
             tool.result
         );
     }
+}
+
+#[test]
+fn an_expiry_delivered_again_after_its_default_was_taken_changes_nothing() {
+    // The run takes the first question's default, then asks a second; the first's expiry
+    // comes again (a redelivery, the sweep): the second question stays open.
+    let mut s = Sim::new();
+    s.script(
+        "asker",
+        vec![
+            feedback(json!({"kind": "text", "prompt": "a?", "default": {"text": "x"}})),
+            feedback(json!({"kind": "text", "prompt": "b?"})),
+            text("done"),
+        ],
+    );
+    let id = s.create("asker", "ask");
+    s.runs.get_mut(&id).unwrap().0.on_expiry = ExpiryPolicy::Default;
+    s.run_all();
+    let first = s.pending_ctas(&id).remove(0).cta_id;
+    s.ctas.get_mut(&first).unwrap().status = CtaStatus::Expired;
+    let expired = Input::CtaExpired {
+        cta_id: first.clone(),
+    };
+    s.send(&id, expired.clone());
+    s.run_all();
+    let second = s.pending_ctas(&id);
+    assert_eq!(second.len(), 1, "the second question is asked");
+    s.settle_asked.clear();
+    assert_eq!(s.send(&id, expired), Outcome::Ignored);
+    assert!(s.settle_asked.is_empty(), "{:?}", s.settle_asked);
+    assert_eq!(s.run(&id).status, RunStatus::Waiting);
+    assert_eq!(s.ctas[&second[0].cta_id].status, CtaStatus::Pending);
 }

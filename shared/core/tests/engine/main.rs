@@ -105,6 +105,7 @@ struct Scripted<'a> {
     agent: String,
     replies: Vec<LlmReply>,
     executed: Mutex<Vec<String>>,
+    settled: Mutex<Vec<String>>,
 }
 
 impl StepIo for Scripted<'_> {
@@ -181,10 +182,12 @@ impl StepIo for Scripted<'_> {
 
     fn settle(
         &self,
-        _: Vec<String>,
+        ids: Vec<String>,
     ) -> impl Future<Output = Result<HashMap<String, Cta>, baton_core::error::PortError>> + Send
     {
-        // The engine tests settle CTAs through the `CancelCta` effect, after the commit.
+        // The engine tests settle CTAs through the `CancelCta` effect, after the commit; what
+        // a step asked to settle first is kept, for the tests to see.
+        self.settled.lock().expect("not poisoned").extend(ids);
         std::future::ready(Ok(HashMap::new()))
     }
 }
@@ -204,6 +207,8 @@ struct Sim {
     effects: Vec<Effect>,
     script: HashMap<String, Vec<LlmReply>>,
     executed: Vec<String>,
+    /// The CTAs steps asked the store to settle before they stepped on (`Step::Settle`).
+    settle_asked: Vec<String>,
 }
 
 impl Sim {
@@ -221,6 +226,7 @@ impl Sim {
             effects: vec![],
             script: HashMap::new(),
             executed: vec![],
+            settle_asked: vec![],
         }
     }
 
@@ -269,11 +275,14 @@ impl Sim {
             replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
             agent: run.agent.clone(),
             executed: Mutex::new(Vec::new()),
+            settled: Mutex::new(Vec::new()),
         };
         let decision = block_on(decide(self.now, &run, &timeline, &msg.input, &world))
             .expect("the scripted model never fails to answer");
         self.executed
             .extend(world.executed.into_inner().expect("not poisoned"));
+        self.settle_asked
+            .extend(world.settled.into_inner().expect("not poisoned"));
         // The same step on the window a host may hand it decides the same.
         let from = window_start(&run, &msg.input) as usize;
         let windowed = block_on(decide(
@@ -286,6 +295,7 @@ impl Sim {
                 replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
                 agent: run.agent.clone(),
                 executed: Mutex::new(Vec::new()),
+                settled: Mutex::new(Vec::new()),
             },
         ))
         .expect("the scripted model never fails to answer");

@@ -98,6 +98,7 @@ fn what_the_plugins_answered_is_the_steps_input_however_their_source_moves() {
         agent: "deep".into(),
         replies: vec![calls(vec![call("echo", json!({"text": "x"}))])],
         executed: Mutex::new(Vec::new()),
+        settled: Mutex::new(Vec::new()),
     };
     let decision =
         block_on(decide(s.now, &run, &timeline, &Input::Start, &world)).expect("decides");
@@ -266,6 +267,7 @@ fn a_plugins_error_is_its_own_named_and_retried_only_when_it_says_so() {
             replies: vec![text("never asked")],
             agent: "deep".into(),
             executed: Mutex::new(Vec::new()),
+            settled: Mutex::new(Vec::new()),
         };
         let got = block_on(decide(s.now, &run, &timeline, &msg.input, &world));
         let Err(IoError::Plugin(e)) = got else {

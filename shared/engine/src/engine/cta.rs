@@ -132,14 +132,19 @@ pub(super) fn answered(
 
 /// Whether the expiry of `cta_id` ends its run: by the run's `onExpiry`, and under
 /// `default`, when the question has no default to take (a tool call's approval never has).
+/// An expiry of a question no longer pending ends nothing (a duplicate, after it expired
+/// into its default or was answered): the step ignores it.
 pub(super) fn expiry_ends_run(w: &Work, cta_id: &str) -> bool {
+    let Some(snap) = w
+        .pending_cta(cta_id)
+        .and_then(|seq| w.tool(seq).cta.as_ref())
+    else {
+        return false;
+    };
     match w.run.on_expiry {
         ExpiryPolicy::End => true,
         ExpiryPolicy::Continue => false,
-        ExpiryPolicy::Default => w
-            .pending_cta(cta_id)
-            .and_then(|seq| w.tool(seq).cta.as_ref())
-            .is_none_or(|c| c.gate || c.default.is_none()),
+        ExpiryPolicy::Default => snap.gate || snap.default.is_none(),
     }
 }
 
@@ -325,6 +330,9 @@ impl Work<'_> {
             gate,
             expiry,
         } = ask;
+        // A default is the question's only where the run takes defaults at expiry: no one is
+        // told of an answer that will never be given.
+        let default = default.filter(|_| self.run.on_expiry == ExpiryPolicy::Default);
         let cta_id = derive_id("cta", &self.run.run_id, seq);
         let expires_at =
             self.now + chrono::Duration::from_std(expiry).unwrap_or(chrono::Duration::days(30));

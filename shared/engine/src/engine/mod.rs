@@ -226,14 +226,37 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
         }
         Input::Fail { code, message } => end::fail(&mut w, code, message),
     };
-    match next {
+    let step = match next {
         Next::Now(step) => step,
         Next::Think => match w.think(io) {
             Some(need) => need,
             None => w.done(),
         },
         Next::Commit => w.done(),
+    };
+    slots(run, input, step)
+}
+
+/// What a commit does with its run's active-run slot ([`Run::active_slot`]): a run that
+/// ends gives it back, and so does a follow-up that found the run ended and left it so
+/// (the slot was taken for its turn); any other commit of an ended run keeps a slot a
+/// follow-up took for a turn still to come. A top-level run that starts again without one
+/// (a follow-up that waited while it ran) takes one: it counts while it is active.
+fn slots(before: &Run, input: &Input, mut step: Step) -> Step {
+    if let Step::Done(t) = &mut step {
+        let was_active = !before.status.is_terminal();
+        let is_active = !t.run.status.is_terminal();
+        let follow_up = matches!(input, Input::UserMessage { .. });
+        if t.release_slot && !was_active && !follow_up {
+            t.release_slot = false;
+            t.run.active_slot = true;
+        }
+        t.take_slot = !was_active && is_active && !before.active_slot && t.run.parent.is_none();
+        if t.take_slot {
+            t.run.active_slot = true;
+        }
     }
+    step
 }
 
 /// Whether `input` ends an active run whatever else happens (so its pending CTAs end too).

@@ -392,6 +392,7 @@ impl<'a> Work<'a> {
             new_runs: self.new_runs,
             effects: self.effects,
             release_slot,
+            take_slot: false,
             spent_usd,
         }))
     }

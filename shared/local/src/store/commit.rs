@@ -56,6 +56,7 @@ impl LocalStore {
             .collect::<Result<Vec<_>, _>>()?;
         let expected = expected_version as i64;
         let release_slot = t.release_slot;
+        let take_slot = t.take_slot;
         let owner = t.run.owner.clone();
         let spent =
             (t.spent_usd > 0.0).then(|| (t.run.updated_at.date_naive().to_string(), t.spent_usd));
@@ -79,6 +80,13 @@ impl LocalStore {
                     c.prepare_cached("DELETE FROM active_slots WHERE run_id = ?1")
                         .and_then(|mut s| s.execute([&run_id]))
                         .map_err(sql)?;
+                }
+                if take_slot {
+                    c.prepare_cached(
+                        "INSERT OR IGNORE INTO active_slots (run_id, owner) VALUES (?1, ?2)",
+                    )
+                    .and_then(|mut s| s.execute(params![run_id, owner]))
+                    .map_err(sql)?;
                 }
                 if let Some((day, usd)) = &spent {
                     super::rows::add_spend(c, &owner, day, *usd)?;

@@ -363,6 +363,26 @@ impl Store for LocalStore {
         .await
     }
 
+    async fn give_back_slot(
+        &self,
+        run_id: &str,
+        _owner: &str,
+        version: u64,
+    ) -> Result<(), PortError> {
+        let run_id = run_id.to_owned();
+        let version = version as i64;
+        self.write_one(true, move |c| {
+            c.prepare_cached(
+                "DELETE FROM active_slots WHERE run_id = ?1
+                 AND EXISTS (SELECT 1 FROM runs WHERE run_id = ?1 AND version = ?2)",
+            )
+            .and_then(|mut s| s.execute(params![run_id, version]))
+            .map_err(sql)?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn spent_on(&self, owner: &str, day: chrono::NaiveDate) -> Result<f64, PortError> {
         let owner = owner.to_owned();
         self.read(move |c| rows::spent_on(c, &owner, &day.to_string()))
