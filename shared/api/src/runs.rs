@@ -21,12 +21,7 @@ pub(crate) async fn list_runs(
     Extension(caller): Extension<Caller>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<bodies::RunList>, ApiError> {
-    // Another owner's runs: an operator's to read.
-    let owner = match q.get("owner").filter(|o| **o != caller.0) {
-        Some(other) if s.auth.is_operator(&caller) => other.clone(),
-        Some(_) => return Err(forbidden()),
-        None => caller.0,
-    };
+    let owner = owner_asked(&s, caller, &q)?;
     let limit = match parse_num(&q, "limit")? {
         Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
         None => DEFAULT_RUN_PAGE,
@@ -46,11 +41,7 @@ pub(crate) async fn usage(
     Extension(caller): Extension<Caller>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<bodies::UsageBody>, ApiError> {
-    let owner = match q.get("owner").filter(|o| **o != caller.0) {
-        Some(other) if s.auth.is_operator(&caller) => other.clone(),
-        Some(_) => return Err(forbidden()),
-        None => caller.0,
-    };
+    let owner = owner_asked(&s, caller, &q)?;
     let usage = s.service.usage(&owner).await?;
     Ok(Json(bodies::UsageBody::new(owner, usage)))
 }
@@ -72,6 +63,20 @@ pub(crate) async fn read_as<T, F: Future<Output = Result<T, ServiceError>>>(
             }
         }
         read => Ok((read?, caller.0.clone())),
+    }
+}
+
+/// The owner whose runs or figures a read is of: `?owner=`, another's only for an operator,
+/// else the caller.
+fn owner_asked(
+    s: &AppState,
+    caller: Caller,
+    q: &HashMap<String, String>,
+) -> Result<String, ApiError> {
+    match q.get("owner").filter(|o| **o != caller.0) {
+        Some(other) if s.auth.is_operator(&caller) => Ok(other.clone()),
+        Some(_) => Err(forbidden()),
+        None => Ok(caller.0),
     }
 }
 
