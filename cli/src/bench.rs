@@ -365,6 +365,7 @@ pub async fn run(
                 Some(LOCAL_OWNER),
                 &ctas[0].cta_id,
                 CtaResponse::Approval {
+                    raise_usd: None,
                     approved: true,
                     reason: None,
                 },

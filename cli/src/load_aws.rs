@@ -295,6 +295,7 @@ async fn seed_ctas(store: &DynamoStore, ctas: usize) -> anyhow::Result<Vec<Strin
         .map(|i| {
             let run = &roots[i % roots.len()];
             Cta {
+                budget: None,
                 cta_id: format!("cta_load_{i:05}"),
                 run_id: run.run_id.clone(),
                 root_run_id: Some(run.run_id.clone()),

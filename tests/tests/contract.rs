@@ -85,6 +85,7 @@ fn msg(run: &str, id: &str) -> StepMessage {
 
 fn cta(run: &Run, id: &str) -> Cta {
     Cta {
+        budget: None,
         cta_id: id.into(),
         run_id: run.run_id.clone(),
         root_run_id: None,
@@ -97,6 +98,7 @@ fn cta(run: &Run, id: &str) -> Cta {
         },
         // Kept by every store with the question.
         default: Some(CtaResponse::Approval {
+            raise_usd: None,
             approved: false,
             reason: Some("no answer".into()),
         }),
@@ -132,6 +134,7 @@ fn next(run: &Run, effects: Vec<Effect>) -> Transition {
     };
     r.next_seq += 1;
     Transition {
+        budget_raise: None,
         run: r,
         appended: vec![entry],
         updated: vec![],
@@ -337,6 +340,7 @@ async fn store_contract(store: Arc<dyn Store>) {
 
     // Settling a CTA: the first write wins, later ones lose and see the winner.
     let answer = CtaResponse::Approval {
+        raise_usd: None,
         approved: true,
         reason: None,
     };
@@ -753,6 +757,7 @@ async fn cta_pages_contract(store: Arc<dyn Store>) {
                 &format!("pa_{i:05}"),
                 &Settlement::Answered {
                     response: CtaResponse::Approval {
+                        raise_usd: None,
                         approved: true,
                         reason: None,
                     },

@@ -324,6 +324,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         Err(NotFound(_))
     ));
     let answer = CtaResponse::Approval {
+        raise_usd: None,
         approved: true,
         reason: None,
     };

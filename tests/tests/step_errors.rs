@@ -66,6 +66,12 @@ impl Store for Refusing {
     async fn active_runs(&self, owner: &str) -> Result<u64, PortError> {
         self.inner.active_runs(owner).await
     }
+    async fn ledger(
+        &self,
+        root_run_id: &str,
+    ) -> Result<Option<baton_core::budget::Ledger>, PortError> {
+        self.inner.ledger(root_run_id).await
+    }
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
         self.inner.get_run(run_id).await
     }

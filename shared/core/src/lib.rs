@@ -15,7 +15,9 @@
 //! are crates beside this one; this crate knows none of them. Of tokio it uses only the
 //! timer, to bound a tool call (the hosts run the runtime).
 
-pub use baton_engine::{cost, cta, engine, error, fork, message, plan, run, scope, timeline};
+pub use baton_engine::{
+    budget, cost, cta, engine, error, fork, message, plan, run, scope, timeline,
+};
 
 pub mod agent;
 pub mod agents_file;

@@ -113,6 +113,12 @@ pub trait Store: Send + Sync {
     /// What `owner`'s runs' own model calls cost on UTC day `day`, in US dollars.
     async fn spent_on(&self, owner: &str, day: chrono::NaiveDate) -> Result<f64, PortError>;
 
+    /// The ledger of the budgeted run tree under top-level run `root_run_id`
+    /// ([`crate::budget`]): created with that run, added to by every commit of the tree
+    /// ([`Transition::spent_usd`], [`Transition::budget_raise`]). `None` for a tree without a
+    /// budget.
+    async fn ledger(&self, root_run_id: &str) -> Result<Option<crate::budget::Ledger>, PortError>;
+
     /// The run item alone (cheap).
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError>;
 

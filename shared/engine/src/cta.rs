@@ -41,7 +41,7 @@ pub enum CtaRequest {
 }
 
 /// What the human answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum CtaResponse {
@@ -49,6 +49,10 @@ pub enum CtaResponse {
         approved: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// Approving a budget question: raise the budget by this much (US dollars) instead
+        /// of what it asked for.
+        #[serde(rename = "raiseUsd", default, skip_serializing_if = "Option::is_none")]
+        raise_usd: Option<f64>,
     },
     Text {
         text: String,
@@ -174,6 +178,21 @@ impl CtaResponse {
                     "this question needs an answer: `text` is blank".into(),
                 ))
             }
+            (
+                CtaRequest::Approval { .. },
+                CtaResponse::Approval {
+                    approved,
+                    raise_usd: Some(usd),
+                    ..
+                },
+            ) => {
+                if !approved {
+                    return Err(CtaInvalid(
+                        "`raiseUsd` goes with an approval (`approved: true`)".into(),
+                    ));
+                }
+                crate::budget::check_amount("raiseUsd", *usd).map_err(CtaInvalid)
+            }
             (CtaRequest::Approval { .. }, CtaResponse::Approval { .. })
             | (CtaRequest::Text { .. }, CtaResponse::Text { .. }) => Ok(()),
             (CtaRequest::Choice { options, .. }, CtaResponse::Choice { selected_id }) => {
@@ -259,6 +278,10 @@ pub struct Cta {
     /// The gated call: the tool, its input, and the policy's reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gated: Option<Gated>,
+    /// A budget question's figures: approving raises the run tree's budget
+    /// ([`crate::budget`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::BudgetAsk>,
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -285,7 +308,7 @@ pub struct Gated {
 }
 
 /// How a CTA leaves `pending`, by one conditional write: the first one wins.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Settlement {
     Answered {
         response: CtaResponse,
@@ -486,6 +509,7 @@ mod tests {
             response: None,
             gate: false,
             gated: None,
+            budget: None,
             created_at: now,
             expires_at: now,
             resolved_at: None,

@@ -92,6 +92,8 @@ pub fn fork(
         now,
     });
     run.github = original.github.clone();
+    // A fork is a tree of its own: the same budget, nothing of it spent yet.
+    run.budget = original.budget;
     run.forked_from = Some(ForkedFrom {
         run_id: original.run_id.clone(),
         at_seq,

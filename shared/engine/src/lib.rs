@@ -16,6 +16,7 @@
 //! async runtime, no HTTP, no schema compiler and no hashing keys among its dependencies.
 
 pub mod agent;
+pub mod budget;
 pub mod cost;
 pub mod cta;
 pub mod engine;

@@ -178,6 +178,9 @@ pub struct Transition {
     /// What this step's own model calls cost, in US dollars: the store adds it to the run's
     /// owner's spending of the commit's UTC day (`BATON_MAX_DAILY_COST_USD_PER_OWNER`).
     pub spent_usd: f64,
+    /// A raise of the run tree's budget a human approved in this step: the store adds it to
+    /// the tree's ledger, as it adds `spent_usd` for a budgeted run ([`crate::budget`]).
+    pub budget_raise: Option<crate::budget::Raise>,
 }
 
 /// Whether an outbox ends with the run's own next message. Such an outbox proves itself:

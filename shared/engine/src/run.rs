@@ -139,6 +139,10 @@ pub struct Run {
     /// What it has spent: its own model calls, and what its subagents reported.
     #[serde(flatten)]
     pub spend: Spending,
+    /// Its tree's budget (its top-level run's, given to each run under it): the tree's
+    /// spending is kept by the store ([`crate::budget::Ledger`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::Budget>,
     /// The model tier its current turn asked for (a subagent's is its parent's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<crate::timeline::Tier>,
@@ -430,6 +434,7 @@ impl Run {
             granted: Vec::new(),
             offered: Vec::new(),
             spend: Spending::default(),
+            budget: None,
             context: n.context,
             tier: None,
             plugin_state: Default::default(),

@@ -233,6 +233,9 @@ pub struct CtaSnapshot {
     /// True when the engine raised it to gate a tool call.
     #[serde(default)]
     pub gate: bool,
+    /// The figures a budget question asks about ([`crate::budget`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::BudgetAsk>,
 }
 
 impl Entry {

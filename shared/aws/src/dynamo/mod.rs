@@ -34,6 +34,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
 use chrono::{DateTime, Utc};
 use tracing::instrument;
 
+mod budget;
 mod consumed;
 mod io;
 mod items;
@@ -134,6 +135,9 @@ impl Store for DynamoStore {
         }
         let mut items = vec![self.put(item, Some("attribute_not_exists(PK)"))?];
         items.push(self.put(self.info_item(run)?, None)?);
+        if let Some(b) = run.budget.filter(|_| run.parent.is_none()) {
+            items.push(self.ledger_put(&run.run_id, b)?);
+        }
         // A fork's copied history may not fit one transaction (100 items, 4 MB): its
         // segments are then written first, under a run id no one reads until the run item
         // that names them is written.
@@ -190,6 +194,13 @@ impl Store for DynamoStore {
             Err(TransactFailure::Condition(_)) => Err(PortError::Conflict),
             Err(TransactFailure::Port(e)) => Err(e),
         }
+    }
+
+    async fn ledger(
+        &self,
+        root_run_id: &str,
+    ) -> Result<Option<baton_core::budget::Ledger>, PortError> {
+        self.read_ledger(root_run_id).await
     }
 
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
@@ -334,6 +345,12 @@ impl Store for DynamoStore {
         if t.spent_usd > 0.0 {
             let day = t.run.updated_at.date_naive();
             items.push(self.spend_add(&t.run.owner, day, t.spent_usd)?);
+        }
+        if let Some(b) = t.run.budget
+            && (t.spent_usd > 0.0 || t.budget_raise.is_some())
+        {
+            // Once, as the commit is conditional on the run's version.
+            items.push(self.ledger_add(t.run.root(), b, t.spent_usd, t.budget_raise.as_ref())?);
         }
         for item in timeline_items {
             items.push(self.put(item, None)?);

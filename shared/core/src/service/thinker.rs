@@ -199,6 +199,10 @@ fn over(span: &[Entry], changed: &[Entry]) -> Vec<Entry> {
 }
 
 impl StepIo for Thinker<'_> {
+    async fn ledger(&self, root_run_id: &str) -> Result<Option<crate::budget::Ledger>, PortError> {
+        self.service.deps.store.ledger(root_run_id).await
+    }
+
     fn book(&self) -> Book {
         self.book.clone()
     }

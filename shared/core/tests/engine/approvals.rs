@@ -59,6 +59,7 @@ fn approval_gated_tools_run_only_when_approved() {
         s.answer(
             &ctas[0].cta_id,
             CtaResponse::Approval {
+                raise_usd: None,
                 approved,
                 reason: reason.map(Into::into),
             },
@@ -119,6 +120,7 @@ fn an_approval_carries_its_reason_tool_and_input_and_independent_calls_run_at_on
     s.answer(
         &cta.cta_id,
         CtaResponse::Approval {
+            raise_usd: None,
             approved: true,
             reason: None,
         },
@@ -148,6 +150,7 @@ fn deferred_calls_wait_for_every_approval_of_the_reply() {
     s.answer(
         &ctas[0].cta_id,
         CtaResponse::Approval {
+            raise_usd: None,
             approved: true,
             reason: None,
         },
@@ -164,6 +167,7 @@ fn deferred_calls_wait_for_every_approval_of_the_reply() {
     s.answer(
         &ctas[1].cta_id,
         CtaResponse::Approval {
+            raise_usd: None,
             approved: true,
             reason: None,
         },

@@ -346,6 +346,7 @@ fn an_orchestrator_may_let_a_built_in_subagent_ask_the_human() {
     s.answer(
         &cta.cta_id,
         CtaResponse::Approval {
+            raise_usd: None,
             approved: true,
             reason: None,
         },

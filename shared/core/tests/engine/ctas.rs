@@ -9,6 +9,7 @@ fn each_cta_kind_parks_the_run_and_resumes_with_the_answer() {
         (
             json!({"kind": "approval", "message": "Proceed?"}),
             CtaResponse::Approval {
+                raise_usd: None,
                 approved: true,
                 reason: None,
             },
@@ -81,6 +82,7 @@ fn an_invalid_response_changes_nothing() {
         (
             json!({"kind": "text", "prompt": "?"}),
             CtaResponse::Approval {
+                raise_usd: None,
                 approved: true,
                 reason: None,
             },
@@ -181,6 +183,7 @@ fn expiry_ends_the_run_by_default_and_cancels_the_rest() {
             Input::CtaAnswered {
                 cta_id: ctas[1].cta_id.clone(),
                 response: CtaResponse::Approval {
+                    raise_usd: None,
                     approved: true,
                     reason: None
                 },
@@ -371,6 +374,7 @@ fn under_on_expiry_default_a_question_expires_into_its_default_and_the_run_goes_
             json!({"kind": "approval", "message": "Deploy?"}),
             json!({"approved": false, "reason": "nobody said yes"}),
             CtaResponse::Approval {
+                raise_usd: None,
                 approved: false,
                 reason: Some("nobody said yes".into()),
             },

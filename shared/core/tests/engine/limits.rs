@@ -200,6 +200,7 @@ fn a_run_past_its_wall_time_fails_naming_the_limit_and_human_waits_do_not_count(
     s.answer(
         &cta,
         CtaResponse::Approval {
+            raise_usd: None,
             approved: true,
             reason: None,
         },
@@ -306,6 +307,7 @@ fn a_subagents_wait_for_a_human_is_not_its_parents_work() {
     s.answer(
         &cta,
         CtaResponse::Approval {
+            raise_usd: None,
             approved: true,
             reason: None,
         },

@@ -106,6 +106,8 @@ struct Scripted<'a> {
     replies: Vec<LlmReply>,
     executed: Mutex<Vec<String>>,
     settled: Mutex<Vec<String>>,
+    /// The run tree's budget ledger, as the store would hold it.
+    ledger: Option<baton_core::budget::Ledger>,
 }
 
 impl StepIo for Scripted<'_> {
@@ -180,6 +182,15 @@ impl StepIo for Scripted<'_> {
         }))
     }
 
+    fn ledger(
+        &self,
+        _: &str,
+    ) -> impl Future<
+        Output = Result<Option<baton_core::budget::Ledger>, baton_core::error::PortError>,
+    > + Send {
+        std::future::ready(Ok(self.ledger.clone()))
+    }
+
     fn settle(
         &self,
         ids: Vec<String>,
@@ -209,6 +220,8 @@ struct Sim {
     executed: Vec<String>,
     /// The CTAs steps asked the store to settle before they stepped on (`Step::Settle`).
     settle_asked: Vec<String>,
+    /// Budgeted trees' ledgers, by top-level run, kept as the stores keep them.
+    ledgers: HashMap<String, baton_core::budget::Ledger>,
 }
 
 impl Sim {
@@ -227,6 +240,7 @@ impl Sim {
             script: HashMap::new(),
             executed: vec![],
             settle_asked: vec![],
+            ledgers: HashMap::new(),
         }
     }
 
@@ -276,6 +290,7 @@ impl Sim {
             agent: run.agent.clone(),
             executed: Mutex::new(Vec::new()),
             settled: Mutex::new(Vec::new()),
+            ledger: self.ledgers.get(run.root()).cloned(),
         };
         let decision = block_on(decide(self.now, &run, &timeline, &msg.input, &world))
             .expect("the scripted model never fails to answer");
@@ -296,6 +311,7 @@ impl Sim {
                 agent: run.agent.clone(),
                 executed: Mutex::new(Vec::new()),
                 settled: Mutex::new(Vec::new()),
+                ledger: self.ledgers.get(run.root()).cloned(),
             },
         ))
         .expect("the scripted model never fails to answer");
@@ -321,6 +337,19 @@ impl Sim {
         }
         for (i, e) in t.appended.iter().enumerate() {
             assert_eq!(e.seq, (timeline.len() + i) as u64, "seqs are dense");
+        }
+        // As the stores do in the commit: the tree's ledger takes the step's spending and
+        // raise.
+        if let Some(b) = t.run.budget {
+            let l = self
+                .ledgers
+                .entry(t.run.root().to_owned())
+                .or_insert_with(|| baton_core::budget::Ledger::new(b));
+            l.spent_usd += t.spent_usd;
+            if let Some(r) = &t.budget_raise {
+                l.budget_usd += r.by_usd;
+                l.raises.push(r.clone());
+            }
         }
         let mut tl = timeline;
         t.apply(&mut tl);
@@ -434,6 +463,7 @@ fn spawn(agent: &str, prompt: &str) -> ToolCall {
 }
 
 mod approvals;
+mod budgets;
 mod children;
 mod ctas;
 mod limits;

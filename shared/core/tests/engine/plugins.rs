@@ -99,6 +99,7 @@ fn what_the_plugins_answered_is_the_steps_input_however_their_source_moves() {
         replies: vec![calls(vec![call("echo", json!({"text": "x"}))])],
         executed: Mutex::new(Vec::new()),
         settled: Mutex::new(Vec::new()),
+        ledger: None,
     };
     let decision =
         block_on(decide(s.now, &run, &timeline, &Input::Start, &world)).expect("decides");
@@ -268,6 +269,7 @@ fn a_plugins_error_is_its_own_named_and_retried_only_when_it_says_so() {
             agent: "deep".into(),
             executed: Mutex::new(Vec::new()),
             settled: Mutex::new(Vec::new()),
+            ledger: None,
         };
         let got = block_on(decide(s.now, &run, &timeline, &msg.input, &world));
         let Err(IoError::Plugin(e)) = got else {
@@ -353,6 +355,7 @@ fn a_call_of_a_tool_a_plugin_offered_runs_once_a_human_approves_it() {
     s.answer(
         &ctas[0].cta_id,
         CtaResponse::Approval {
+            raise_usd: None,
             approved: true,
             reason: None,
         },

@@ -291,6 +291,15 @@ struct ListedMidStep<'a> {
 }
 
 impl StepIo for ListedMidStep<'_> {
+    fn ledger(
+        &self,
+        _: &str,
+    ) -> impl Future<
+        Output = Result<Option<baton_core::budget::Ledger>, baton_core::error::PortError>,
+    > + Send {
+        std::future::ready(Ok(None))
+    }
+
     fn book(&self) -> baton_core::agent::Book {
         self.catalog.book(&self.listed)
     }

@@ -267,6 +267,7 @@ impl Work<'_> {
         child.next_seq = 1;
         child.granted = granted;
         child.tier = self.run.tier;
+        child.budget = self.run.budget;
         child.github = self.run.github.clone();
         child.execution_mode = mode.or(self.run.execution_mode);
         self.new_runs.push((child, vec![first]));

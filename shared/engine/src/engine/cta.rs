@@ -39,6 +39,9 @@ pub(super) fn answered(
     if w.tool(seq).plan.is_some() {
         return super::plan::answered(w, seq, snap, response, responder);
     }
+    if snap.budget.is_some() {
+        return super::budget::answered(w, seq, snap, response, responder);
+    }
     // The last approval of a reply settled: the calls deferred behind it run now, in the
     // same step as the approved call (the caller executes them all, then steps again).
     // Each is checked against the agents file as it is now: the run may have waited days.
@@ -109,6 +112,7 @@ pub(super) fn answered(
             CtaResponse::Approval {
                 approved: false,
                 reason,
+                ..
             },
         ) => ToolResult::error(match reason {
             Some(r) if !r.trim().is_empty() => format!("a human rejected this call: {r}"),
@@ -141,6 +145,9 @@ pub(super) fn expiry_ends_run(w: &Work, cta_id: &str) -> bool {
     else {
         return false;
     };
+    if snap.budget.is_some() {
+        return true;
+    }
     match w.run.on_expiry {
         ExpiryPolicy::End => true,
         ExpiryPolicy::Continue => false,
@@ -160,6 +167,9 @@ pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
     let Some(mut snap) = w.tool(seq).cta.clone() else {
         return Next::Now(Step::Ignore("not a CTA".into()));
     };
+    if snap.budget.is_some() {
+        return super::budget::expired(w, seq, snap);
+    }
     let message = format!(
         "no answer came before the CTA expired at {}",
         snap.expires_at.to_rfc3339()
@@ -329,6 +339,7 @@ impl Work<'_> {
             gated,
             gate,
             expiry,
+            budget,
         } = ask;
         // A default is the question's only where the run takes defaults at expiry: no one is
         // told of an answer that will never be given.
@@ -360,6 +371,7 @@ impl Work<'_> {
             response: None,
             gate,
             gated: gated.clone(),
+            budget,
             created_at: self.now,
             expires_at,
             resolved_at: None,
@@ -378,6 +390,9 @@ impl Work<'_> {
         }
         if let Some(d) = &default {
             detail["default"] = json!(d);
+        }
+        if let Some(b) = &budget {
+            detail["budget"] = json!(b);
         }
         if let Some(g) = &gated {
             detail["tool"] = json!(g.tool);
@@ -403,6 +418,7 @@ impl Work<'_> {
             responder: None,
             expires_at,
             gate,
+            budget,
         });
         ToolResult::Pending {
             reason: "waiting for a human".into(),
@@ -421,6 +437,8 @@ pub(super) struct Ask {
     /// calls wait for it.
     pub gate: bool,
     pub expiry: Duration,
+    /// A budget question's figures ([`crate::budget`]).
+    pub budget: Option<crate::budget::BudgetAsk>,
 }
 
 impl Ask {
@@ -432,6 +450,7 @@ impl Ask {
             gated: Some(gated),
             gate: true,
             expiry,
+            budget: None,
         }
     }
 }

@@ -54,6 +54,12 @@ pub trait StepIo: Sync {
     fn executing(&self, _calls: &[Execution]) -> Result<(), OutOfTime> {
         Ok(())
     }
+    /// The ledger of the run tree under top-level run `root_run_id` ([`crate::budget`]), as
+    /// the store holds it now (`None`: none kept).
+    fn ledger(
+        &self,
+        root_run_id: &str,
+    ) -> impl Future<Output = Result<Option<crate::budget::Ledger>, PortError>> + Send;
     /// Settles these CTAs as cancelled where they are still pending (the first write wins)
     /// and returns their records as they then are, by id.
     fn settle(
@@ -144,6 +150,17 @@ pub async fn decide<W: StepIo>(
                 }
             }
             Step::Settle(ids) => io.settled = Some(world.settle(ids).await?),
+            Step::ReadBudget => {
+                let kept = world.ledger(run.root()).await?;
+                // A tree with no ledger kept (one lost, or stored before budgets): its own
+                // budget, nothing known spent.
+                io.budget = Some(kept.unwrap_or_else(|| {
+                    crate::budget::Ledger::new(
+                        run.budget
+                            .unwrap_or(crate::budget::Budget { budget_usd: 0.0 }),
+                    )
+                }));
+            }
             Step::Execute(calls) => {
                 world.executing(&calls)?;
                 for call in calls {

@@ -17,6 +17,7 @@
 //! | start, continue | `start.rs` |
 //! | a follow-up user message | `user_message.rs` |
 //! | a CTA answered or expired (and raising one) | `cta.rs` |
+//! | a budget question (raised before a think, answered, expired) | `budget.rs` |
 //! | a child run finished (and spawning one) | `children.rs` |
 //! | a plan (`agent_orchestrate`), its children and its step timers | `plan/` |
 //! | cancel, fail (and every end of a run) | `end.rs` |
@@ -24,6 +25,7 @@
 //! `think.rs` is the iteration itself (a model reply, its tool calls dispatched), `work.rs`
 //! the step under construction, `driver.rs` the loop.
 
+mod budget;
 mod children;
 mod cta;
 mod driver;
@@ -72,6 +74,9 @@ pub enum Step {
     /// the CTA records as they then are: the run is about to end, and the timeline must
     /// say what each CTA record says, even if an answer won the race.
     Settle(Vec<String>),
+    /// Read the run tree's budget ledger ([`Io::budget`]) and step again: the run is
+    /// budgeted and about to think.
+    ReadBudget,
     /// Commit this.
     Done(Box<Transition>),
     /// Nothing to do: the message is stale or a redelivery.
@@ -97,6 +102,8 @@ pub struct Io {
     pub settled: Option<std::collections::HashMap<String, Cta>>,
     /// What the agent's plugins answered before the step's think (`None` until then).
     pub prepared: Option<crate::agent::Preparation>,
+    /// The run tree's budget ledger, read before a budgeted run thinks (`None` until then).
+    pub budget: Option<crate::budget::Ledger>,
 }
 
 /// The first `max` bytes of `s` (on a char boundary), and whether it was cut.

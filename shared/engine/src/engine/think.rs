@@ -62,6 +62,11 @@ impl Work<'_> {
             self.end(RunStatus::Failed, "model_error", error);
             return None;
         }
+        if io.reply.is_none()
+            && let Some(asked) = self.check_budget(agent, io)
+        {
+            return asked;
+        }
         let Some(reply) = &io.reply else {
             // What this step changed before its think (an answer resolving a call, a
             // follow-up's message) is part of what the model must be given.
@@ -273,6 +278,7 @@ impl Work<'_> {
             gated: None,
             gate: false,
             expiry,
+            budget: None,
         };
         self.raise_cta(seq, id, ask)
     }

@@ -40,6 +40,8 @@ pub(super) struct Work<'a> {
     pub(super) batch_start: u64,
     /// The pending CTAs' records, when the run is ending (see `Step::Settle`).
     pub(super) settled: Option<&'a HashMap<String, Cta>>,
+    /// The raise of its tree's budget a human approved in this step.
+    pub(super) raise: Option<crate::budget::Raise>,
 }
 
 impl<'a> Work<'a> {
@@ -72,6 +74,7 @@ impl<'a> Work<'a> {
             final_text: None,
             batch_start,
             settled,
+            raise: None,
         }
     }
 
@@ -394,6 +397,7 @@ impl<'a> Work<'a> {
             release_slot,
             take_slot: false,
             spent_usd,
+            budget_raise: self.raise,
         }))
     }
 }

@@ -19,6 +19,8 @@ pub fn model_bytes(entry: &Entry) -> usize {
     match &entry.body {
         EntryBody::User { text, .. } => text.len(),
         EntryBody::Assistant { text, .. } => text.as_ref().map_or(0, String::len),
+        // A budget question is the owner's, not the model's.
+        EntryBody::Tool(t) if t.name == crate::budget::ENTRY => 0,
         EntryBody::Tool(t) => {
             t.id.len()
                 + t.name.len()
@@ -155,6 +157,7 @@ pub fn project(system: &str, timeline: &[Entry]) -> Vec<ChatMessage> {
                     tool_calls: Vec::new(),
                 });
             }
+            EntryBody::Tool(t) if t.name == crate::budget::ENTRY => {}
             EntryBody::Tool(t) => {
                 if let Some(ChatMessage::Assistant { tool_calls, .. }) = out.last_mut() {
                     tool_calls.push(ToolCall {

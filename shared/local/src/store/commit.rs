@@ -60,6 +60,19 @@ impl LocalStore {
         let owner = t.run.owner.clone();
         let spent =
             (t.spent_usd > 0.0).then(|| (t.run.updated_at.date_naive().to_string(), t.spent_usd));
+        // A budgeted tree's ledger takes this step's spending and raise.
+        let ledger = t
+            .run
+            .budget
+            .filter(|_| t.spent_usd > 0.0 || t.budget_raise.is_some())
+            .map(|b| {
+                (
+                    t.run.root().to_owned(),
+                    b,
+                    t.spent_usd,
+                    t.budget_raise.clone(),
+                )
+            });
         // Its one expected failure, a version conflict, comes before it changes anything.
         self.db
             .write(true, Undo::CheckFirst, move |c| {
@@ -90,6 +103,9 @@ impl LocalStore {
                 }
                 if let Some((day, usd)) = &spent {
                     super::rows::add_spend(c, &owner, day, *usd)?;
+                }
+                if let Some((root, budget, usd, raise)) = &ledger {
+                    super::rows::add_to_ledger(c, root, *budget, *usd, raise.as_ref())?;
                 }
                 insert_entries(c, key, &appended)?;
                 let mut upd = c

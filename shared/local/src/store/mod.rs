@@ -161,6 +161,11 @@ impl Store for LocalStore {
         admission: Option<&baton_core::ports::Admission>,
     ) -> Result<Created, PortError> {
         let new = NewRun::encode(run, entries)?;
+        // A budgeted tree's ledger is created with its top-level run.
+        let ledger = run
+            .budget
+            .filter(|_| run.parent.is_none())
+            .map(baton_core::budget::Ledger::new);
         let admission = admission.copied();
         let outbox = outbox_json(outbox)?;
         let key = idempotency_key.map(str::to_owned);
@@ -187,6 +192,9 @@ impl Store for LocalStore {
             )
             .map_err(sql)?;
             insert_entries(c, c.last_insert_rowid(), &new.entries)?;
+            if let Some(l) = &ledger {
+                rows::put_ledger(c, &new.run_id, l)?;
+            }
             Ok(Created::Created)
         })
         .await
@@ -387,6 +395,14 @@ impl Store for LocalStore {
         let owner = owner.to_owned();
         self.read(move |c| rows::spent_on(c, &owner, &day.to_string()))
             .await
+    }
+
+    async fn ledger(
+        &self,
+        root_run_id: &str,
+    ) -> Result<Option<baton_core::budget::Ledger>, PortError> {
+        let root = root_run_id.to_owned();
+        self.read(move |c| rows::ledger(c, &root)).await
     }
 
     async fn active_runs(&self, owner: &str) -> Result<u64, PortError> {

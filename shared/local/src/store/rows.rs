@@ -208,3 +208,54 @@ impl NewRun {
         })
     }
 }
+
+/// The ledger of the run tree under `root_run_id`, if it is budgeted.
+pub(super) fn ledger(
+    c: &Connection,
+    root_run_id: &str,
+) -> Result<Option<baton_core::budget::Ledger>, PortError> {
+    let body: Option<String> = c
+        .prepare_cached("SELECT ledger FROM budgets WHERE root_run_id = ?1")
+        .and_then(|mut s| s.query_row([root_run_id], |r| r.get(0)).optional())
+        .map_err(sql)?;
+    body.map(|b| {
+        serde_json::from_str(&b)
+            .map_err(|e| PortError::broken(format!("budget ledger of {root_run_id}"), e))
+    })
+    .transpose()
+}
+
+/// Writes the ledger of the run tree under `root_run_id` (within the caller's write).
+pub(super) fn put_ledger(
+    c: &Connection,
+    root_run_id: &str,
+    ledger: &baton_core::budget::Ledger,
+) -> Result<(), PortError> {
+    let body = super::to_json(ledger)?;
+    c.prepare_cached(
+        "INSERT INTO budgets (root_run_id, ledger) VALUES (?1, ?2)
+         ON CONFLICT (root_run_id) DO UPDATE SET ledger = excluded.ledger",
+    )
+    .and_then(|mut s| s.execute(params![root_run_id, body]))
+    .map_err(sql)?;
+    Ok(())
+}
+
+/// Adds a commit's spending and raise to its tree's ledger (within the commit's write, so
+/// each once).
+pub(super) fn add_to_ledger(
+    c: &Connection,
+    root_run_id: &str,
+    budget: baton_core::budget::Budget,
+    spent_usd: f64,
+    raise: Option<&baton_core::budget::Raise>,
+) -> Result<(), PortError> {
+    let mut ledger =
+        ledger(c, root_run_id)?.unwrap_or_else(|| baton_core::budget::Ledger::new(budget));
+    ledger.spent_usd += spent_usd;
+    if let Some(r) = raise {
+        ledger.budget_usd += r.by_usd;
+        ledger.raises.push(r.clone());
+    }
+    put_ledger(c, root_run_id, &ledger)
+}

@@ -78,6 +78,12 @@ CREATE TABLE IF NOT EXISTS owner_spend (
     usd   REAL NOT NULL,
     PRIMARY KEY (owner, day)
 ) WITHOUT ROWID;
+-- Each budgeted run tree's ledger (its budget with every raise, what its runs spent), as
+-- JSON, by its top-level run: added to in the commits of the tree's steps.
+CREATE TABLE IF NOT EXISTS budgets (
+    root_run_id TEXT PRIMARY KEY,
+    ledger      TEXT NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL

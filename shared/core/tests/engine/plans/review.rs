@@ -133,6 +133,7 @@ fn a_draft_plan_waits_for_a_humans_approval_then_runs() {
     s.answer(
         &cta.cta_id,
         CtaResponse::Approval {
+            raise_usd: None,
             approved: true,
             reason: None,
         },
@@ -161,6 +162,7 @@ fn a_rejected_draft_gives_the_model_the_reason_and_runs_nothing() {
     s.answer(
         &cta.cta_id,
         CtaResponse::Approval {
+            raise_usd: None,
             approved: false,
             reason: Some("too risky".into()),
         },

@@ -249,6 +249,7 @@ impl Work<'_> {
             gated: Some(gated),
             gate: false,
             expiry,
+            budget: None,
         };
         let result = self.raise_cta(seq, call_id, ask);
         let cta_id = self.tool(seq).cta.as_ref().map(|c| c.cta_id.clone());
