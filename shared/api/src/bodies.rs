@@ -31,6 +31,11 @@ pub(crate) struct CreateRunBody {
     pub(crate) context: Option<Value>,
     #[serde(default)]
     pub(crate) on_expiry: Option<ExpiryPolicy>,
+    /// What the run may spend with its subagents and plan steps, in US dollars, before its
+    /// owner is asked whether it may spend more; above zero, at most its agent's
+    /// `maxCostUsd` (which applies when this is absent).
+    #[serde(default)]
+    pub(crate) budget_usd: Option<f64>,
     /// The model tier of its first turn (the agent's `modelByTier` says which model).
     #[serde(default)]
     pub(crate) tier: Option<Tier>,
@@ -150,6 +155,10 @@ pub(crate) struct RunPage<'a> {
     #[serde(flatten)]
     pub(crate) run: Run,
     pub(crate) total: Spent,
+    /// Its tree's budget, when it has one: what the tree (its top-level run, every
+    /// subagent and plan step) may spend and has spent, and each raise its owner approved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) budget: Option<BudgetBody>,
     pub(crate) timeline: &'a [Entry],
     /// The cursor to page on with `/timeline?after=`, when there is more.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -402,4 +411,28 @@ pub(crate) struct Link {
 #[derive(JsonSchema, Serialize)]
 pub(crate) struct Health {
     pub(crate) status: String,
+}
+
+/// A run tree's budget on `GET /runs/{runId}`.
+#[derive(JsonSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct BudgetBody {
+    /// What the tree may spend now: its first budget with every raise, in US dollars.
+    pub(crate) budget_usd: f64,
+    /// What its runs' own model calls have cost so far.
+    pub(crate) spent_usd: f64,
+    /// Its first budget: what a budget question asks for by default.
+    pub(crate) step_usd: f64,
+    pub(crate) raises: Vec<baton_core::budget::Raise>,
+}
+
+impl BudgetBody {
+    pub(crate) fn new(step: baton_core::budget::Budget, l: baton_core::budget::Ledger) -> Self {
+        Self {
+            budget_usd: l.budget_usd,
+            spent_usd: l.spent_usd,
+            step_usd: step.budget_usd,
+            raises: l.raises,
+        }
+    }
 }

@@ -139,6 +139,7 @@ async fn create_run(
         metadata: body.metadata,
         context: body.context,
         on_expiry: body.on_expiry,
+        budget_usd: body.budget_usd,
         options: TurnOptions {
             tier: body.tier,
             visible: body.visible.unwrap_or(true),
@@ -250,6 +251,12 @@ async fn get_run(
     let total = view.run.total();
     let mut run = view.run;
     run.spend.reported = Default::default();
+    // The budget is shown with its tree's figures, apart.
+    let budget = run
+        .budget
+        .take()
+        .zip(view.ledger)
+        .map(|(b, l)| bodies::BudgetBody::new(b, l));
     // The deadline's timer is the engine's too (its working time, `workedMs`, is shown).
     run.clock.deadline_timer = None;
     // The run item holds a preview of a long answer; the whole one is in the timeline.
@@ -265,6 +272,7 @@ async fn get_run(
     Ok(Json(bodies::RunPage {
         run,
         total,
+        budget,
         timeline: &view.entries[..n],
         timeline_next,
     })

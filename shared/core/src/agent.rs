@@ -67,6 +67,8 @@ pub enum CatalogError {
     BadCtaExpiry { agent: String, seconds: u64 },
     #[error("agent `{agent}`: maxWallSeconds must be at least 1")]
     ZeroWall { agent: String },
+    #[error("agent `{agent}`: {message}")]
+    Budget { agent: String, message: String },
     #[error("mcpServers.{server}: {message}")]
     Server { server: String, message: String },
     #[error("tools.{tool}: {message}")]
@@ -97,6 +99,7 @@ fn builtin_agents(limits: &Limits, fetch: bool) -> Vec<AgentDef> {
         cta_expiry: limits.cta_expiry,
         on_expiry: None,
         max_wall: None,
+        max_cost_usd: None,
         context_bytes: limits.context_bytes,
         context_guidance: BTreeMap::new(),
         operation: Operation::Think,
@@ -188,6 +191,14 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
     if spec.max_wall_seconds == Some(0) {
         return Err(CatalogError::ZeroWall { agent: name });
     }
+    if let Some(usd) = spec.max_cost_usd
+        && let Err(message) = crate::budget::check_amount("maxCostUsd", usd)
+    {
+        return Err(CatalogError::Budget {
+            agent: name,
+            message,
+        });
+    }
     if let Some(bytes) = spec.context_bytes
         && !(MIN_CONTEXT_BYTES..=MAX_CONTEXT_BYTES).contains(&bytes)
     {
@@ -245,6 +256,7 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
             .map_or(limits.cta_expiry, Duration::from_secs),
         on_expiry: spec.on_expiry,
         max_wall: spec.max_wall_seconds.map(Duration::from_secs),
+        max_cost_usd: spec.max_cost_usd,
         context_bytes: spec.context_bytes.unwrap_or(limits.context_bytes),
         context_guidance: spec.context_guidance,
         name,

@@ -108,6 +108,11 @@ pub struct AgentSpec {
     /// `deadline_exceeded` (at its next think, or by a timer while it waits on subagents).
     #[serde(default)]
     pub max_wall_seconds: Option<u64>,
+    /// What a top-level run of this agent may spend, with its subagents and plan steps, in
+    /// US dollars, before its owner is asked whether it may spend more (and the most a
+    /// run's own `budgetUsd` may be). Above zero; none: unbounded.
+    #[serde(default)]
+    pub max_cost_usd: Option<f64>,
     /// How much of a run's history the model is given, in bytes of text (default 400,000,
     /// about 100,000 tokens; at least 1,000): the run's first message and the newest
     /// messages that fit, with a note saying what was left out. A step reads about this

@@ -92,6 +92,10 @@ pub struct StepReport {
     pub ctas_answered: Vec<u64>,
     /// How long each CTA that expired in this step waited, in ms.
     pub ctas_expired: Vec<u64>,
+    /// Budget questions the step raised (its tree had spent its budget).
+    pub budget_questions: u32,
+    /// What a raise approved in this step added to its tree's budget, in US dollars.
+    pub budget_raised_usd: f64,
 }
 
 /// A step that failed before it committed (a model or a store that did not answer): nothing
@@ -154,6 +158,8 @@ impl StepReport {
             ctas_opened: t.new_ctas.len() as u32,
             ctas_answered: Vec::new(),
             ctas_expired: Vec::new(),
+            budget_questions: t.new_ctas.iter().filter(|c| c.budget.is_some()).count() as u32,
+            budget_raised_usd: t.budget_raise.as_ref().map_or(0.0, |r| r.by_usd),
         };
         for e in t.appended.iter().chain(&t.updated) {
             match &e.body {
@@ -187,6 +193,10 @@ impl StepReport {
                         }
                         Some(CtaStatus::Expired) => r.ctas_expired.push(waited),
                         _ => {}
+                    }
+                    // A budget question is no tool call.
+                    if tool.name == crate::budget::ENTRY {
+                        continue;
                     }
                     let outcome = match &tool.result {
                         ToolResult::Pending { .. } => continue,

@@ -81,6 +81,9 @@ pub struct AgentDef {
     pub on_expiry: Option<crate::run::ExpiryPolicy>,
     /// How long a run may work (its clock stops for humans and between turns).
     pub max_wall: Option<Duration>,
+    /// What a top-level run of it may spend (with its tree) before its owner is asked
+    /// ([`crate::budget`]).
+    pub max_cost_usd: Option<f64>,
     /// How much of a run's history its model is given, in bytes of text
     /// ([`crate::llm::fit`]): the newest groups that fit, after the first message.
     pub context_bytes: usize,
@@ -99,6 +102,7 @@ impl std::fmt::Debug for AgentDef {
             .field("tools", &self.tools)
             .field("max_iterations", &self.max_iterations)
             .field("max_wall", &self.max_wall)
+            .field("max_cost_usd", &self.max_cost_usd)
             .finish()
     }
 }

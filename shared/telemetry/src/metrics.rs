@@ -77,6 +77,15 @@ struct StepRecord {
     /// that is sent back, or finds its run moved on, ends nothing and is not counted).
     #[metrics(unit = Count)]
     runs_dead_lettered: u64,
+    /// Questions asking whether a run tree past its budget may spend more.
+    #[metrics(unit = Count)]
+    budget_questions: u64,
+    /// What approved raises added to run trees' budgets.
+    #[metrics(name = "BudgetRaisedUSD")]
+    budget_raised_usd: f64,
+    /// Runs ended because more budget was refused or not given in time.
+    #[metrics(unit = Count)]
+    runs_budget_exhausted: u64,
 }
 
 /// A step that failed and will be tried again, as one EMF record (`Agent` dimension).
@@ -126,6 +135,8 @@ pub struct Metrics {
     ctas: Family<AgentKind, Counter>,
     cta_wait_seconds: Family<AgentModel, Histogram, fn() -> Histogram>,
     runs: Family<AgentKind, Counter>,
+    budget: Family<AgentKind, Counter>,
+    budget_raised: Family<Agent, Counter<f64, std::sync::atomic::AtomicU64>>,
     models: Mutex<BTreeSet<String>>,
     emf: Option<Mutex<(Emf, Sink)>>,
 }
@@ -233,6 +244,18 @@ impl Metrics {
         );
         let runs = Family::<AgentKind, Counter>::default();
         registry.register("runs_ended", "Runs ended, by outcome (kind)", runs.clone());
+        let budget = Family::<AgentKind, Counter>::default();
+        registry.register(
+            "budget",
+            "Budgets: questions asked past a budget, runs ended budget_exhausted (kind)",
+            budget.clone(),
+        );
+        let budget_raised = Family::<Agent, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "budget_raised_usd",
+            "What approved raises added to run trees' budgets, in US dollars",
+            budget_raised.clone(),
+        );
         Self {
             registry,
             steps,
@@ -247,6 +270,8 @@ impl Metrics {
             ctas,
             cta_wait_seconds,
             runs,
+            budget,
+            budget_raised,
             models: Mutex::new(BTreeSet::new()),
             emf: sink.map(|(namespace, s)| {
                 Mutex::new((Emf::builder(namespace.into(), vec![vec![]]).build(), s))
@@ -386,6 +411,22 @@ impl Observer for Metrics {
         if r.ended_run {
             self.runs.get_or_create(&kind(r.status.as_str())).inc();
         }
+        let exhausted = r.ended_run
+            && r.status == RunStatus::Failed
+            && r.error_code.as_deref() == Some(baton_core::budget::EXHAUSTED);
+        self.budget
+            .get_or_create(&kind("asked"))
+            .inc_by(u64::from(r.budget_questions));
+        if exhausted {
+            self.budget.get_or_create(&kind("exhausted")).inc();
+        }
+        if r.budget_raised_usd > 0.0 {
+            self.budget_raised
+                .get_or_create(&Agent {
+                    agent: r.agent.clone(),
+                })
+                .inc_by(r.budget_raised_usd);
+        }
         self.write_emf(StepRecord {
             timestamp: r.ended.into(),
             agent: r.agent.clone(),
@@ -414,6 +455,9 @@ impl Observer for Metrics {
                     && r.status == RunStatus::Failed
                     && r.error_code.as_deref() == Some(baton_core::service::DEAD_LETTER_CODE),
             ),
+            budget_questions: u64::from(r.budget_questions),
+            budget_raised_usd: r.budget_raised_usd,
+            runs_budget_exhausted: u64::from(exhausted),
         });
     }
 

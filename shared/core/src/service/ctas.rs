@@ -120,6 +120,16 @@ impl Service {
                 code: "answer_mismatch",
                 message: e.to_string(),
             })?;
+        if let CtaResponse::Approval {
+            raise_usd: Some(_), ..
+        } = &response
+            && cta.budget.is_none()
+        {
+            return Err(ServiceError::Conflict {
+                code: "answer_mismatch",
+                message: "`raiseUsd` answers a budget question only; this CTA is not one".into(),
+            });
+        }
         let now = self.deps.clock.now();
         if now >= cta.expires_at {
             self.expire_cta(cta_id).await?;

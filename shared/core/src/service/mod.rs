@@ -152,6 +152,9 @@ pub struct CreateRun {
     pub context: Option<Value>,
     /// What it does when a question expires (none: as its agent says, else `end`).
     pub on_expiry: Option<ExpiryPolicy>,
+    /// What it may spend, with its subagents and plan steps, before its owner is asked
+    /// (none: its agent's `maxCostUsd`, if set; never above it).
+    pub budget_usd: Option<f64>,
     /// Its first turn's model tier and visibility (a trigger starts only follow-ups).
     pub options: TurnOptions,
 }
@@ -291,6 +294,8 @@ pub struct RunView {
     pub more: bool,
     /// The entry holding the whole final answer when `run.result` is only its preview.
     pub result_entry: Option<Entry>,
+    /// Its tree's budget ledger, when it is budgeted.
+    pub ledger: Option<crate::budget::Ledger>,
 }
 
 /// An owner's figures against its quotas ([`Service::usage`]).

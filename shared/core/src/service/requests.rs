@@ -108,6 +108,18 @@ impl Service {
             )));
         };
         let on_expiry = req.on_expiry.or(def.on_expiry).unwrap_or_default();
+        let budget = match (req.budget_usd, def.max_cost_usd) {
+            (Some(usd), max) => {
+                crate::budget::check_amount("budgetUsd", usd).map_err(ServiceError::Invalid)?;
+                if let Some(max) = max.filter(|m| usd > *m) {
+                    return Err(ServiceError::Invalid(format!(
+                        "`budgetUsd` is {usd}; agent `{agent}` allows at most {max}                          (its maxCostUsd)"
+                    )));
+                }
+                Some(usd)
+            }
+            (None, max) => max,
+        };
         let now = self.deps.clock.now();
         let mut run = Run::new(NewRun {
             run_id: format!("run_{}", uuid::Uuid::new_v4().simple()),
@@ -123,6 +135,7 @@ impl Service {
             now,
         });
         run.github = req.github;
+        run.budget = budget.map(|budget_usd| crate::budget::Budget { budget_usd });
         run.next_seq = 1;
         run.set_prompt(&req.prompt);
         run.tier = req.options.tier;
@@ -301,11 +314,21 @@ impl Service {
             _ => None,
         };
         let more = run.next_seq > entries.len() as u64;
+        let ledger = match run.budget {
+            Some(b) => Some(
+                store
+                    .ledger(run.root())
+                    .await?
+                    .unwrap_or_else(|| crate::budget::Ledger::new(b)),
+            ),
+            None => None,
+        };
         Ok(RunView {
             run,
             entries,
             more,
             result_entry,
+            ledger,
         })
     }
 

@@ -65,6 +65,8 @@ fn report() -> StepReport {
         ctas_opened: 0,
         ctas_answered: vec![7_200_000],
         ctas_expired: vec![],
+        budget_questions: 0,
+        budget_raised_usd: 0.0,
     }
 }
 
@@ -292,5 +294,42 @@ fn a_run_ended_by_a_dead_letter_is_counted_and_no_other_failure_is() {
     assert!(
         alarm.contains("Namespace: !Sub Baton/${AWS::StackName}"),
         "{alarm}"
+    );
+}
+
+#[test]
+fn budget_questions_raises_and_exhausted_runs_are_counted() {
+    let m = Metrics::emf_in_memory();
+    let mut asked = report();
+    asked.ended_run = false;
+    asked.status = RunStatus::Waiting;
+    asked.budget_questions = 1;
+    m.step(&asked);
+    let mut raised = asked.clone();
+    raised.budget_questions = 0;
+    raised.budget_raised_usd = 2.5;
+    m.step(&raised);
+    let mut exhausted = report();
+    exhausted.status = RunStatus::Failed;
+    exhausted.error_code = Some("budget_exhausted".into());
+    m.step(&exhausted);
+    let lines = emf_lines(&m);
+    let figure =
+        |name: &str| -> Vec<f64> { lines.iter().map(|l| l[name].as_f64().unwrap()).collect() };
+    assert_eq!(figure("BudgetQuestions"), [1.0, 0.0, 0.0]);
+    assert_eq!(figure("BudgetRaisedUSD"), [0.0, 2.5, 0.0]);
+    assert_eq!(figure("RunsBudgetExhausted"), [0.0, 0.0, 1.0]);
+    let text = m.prometheus_text();
+    assert!(
+        text.contains("baton_budget_total{agent=\"orchestrator\",kind=\"asked\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("baton_budget_total{agent=\"orchestrator\",kind=\"exhausted\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("baton_budget_raised_usd_total{agent=\"orchestrator\"} 2.5"),
+        "{text}"
     );
 }
