@@ -134,6 +134,7 @@ fn next(run: &Run, effects: Vec<Effect>) -> Transition {
     };
     r.next_seq += 1;
     Transition {
+        daily_spend: false,
         budget_raise: None,
         run: r,
         appended: vec![entry],

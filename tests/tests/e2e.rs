@@ -13,6 +13,7 @@ mod agents_act;
 mod aws_flow;
 mod bad_input;
 mod browser;
+mod budgets;
 mod console;
 mod contract;
 mod cta_inbox;

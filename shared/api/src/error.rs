@@ -226,8 +226,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 "invalid JSON body: it must be a JSON object (`{...}`)",
             ));
         }
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
-            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
+        // The error names the field it is about (`budgetUsd: invalid type: …`).
+        let mut de = serde_json::Deserializer::from_slice(&bytes);
+        let value = serde_path_to_error::deserialize(&mut de)
+            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?;
+        de.end()
+            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?;
+        Ok(JsonBody(value))
     }
 }

@@ -103,6 +103,9 @@ pub enum ChildOutcome {
     Ended {
         status: RunStatus,
         error: String,
+        /// Its error's code (absent from messages sent before it was kept).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
     },
 }
 
@@ -175,9 +178,14 @@ pub struct Transition {
     /// The top-level run starts again without an active-run slot (a follow-up that waited
     /// while it ran): the commit takes one, whatever the limit (it was admitted then).
     pub take_slot: bool,
-    /// What this step's own model calls cost, in US dollars: the store adds it to the run's
-    /// owner's spending of the commit's UTC day (`BATON_MAX_DAILY_COST_USD_PER_OWNER`).
+    /// What this step's own model calls cost, in US dollars: the store adds it to a
+    /// budgeted tree's ledger, and with `daily_spend` to the run's owner's spending of the
+    /// commit's UTC day.
     pub spent_usd: f64,
+    /// The owner's spending of the day is kept (`BATON_MAX_DAILY_COST_USD_PER_OWNER` is set:
+    /// the host says so; else it is not written, one item per owner that every think of
+    /// theirs would write).
+    pub daily_spend: bool,
     /// A raise of the run tree's budget a human approved in this step: the store adds it to
     /// the tree's ledger, as it adds `spent_usd` for a budgeted run ([`crate::budget`]).
     pub budget_raise: Option<crate::budget::Raise>,

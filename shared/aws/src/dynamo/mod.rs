@@ -342,7 +342,7 @@ impl Store for DynamoStore {
             // Taken whatever the limit: its turn was admitted while the run was active.
             items.push(self.slot_count(&t.run.owner, 1, None)?);
         }
-        if t.spent_usd > 0.0 {
+        if t.daily_spend && t.spent_usd > 0.0 {
             let day = t.run.updated_at.date_naive();
             items.push(self.spend_add(&t.run.owner, day, t.spent_usd)?);
         }

@@ -154,11 +154,9 @@ impl Service {
                     transition.run.active_slot = false;
                 }
             }
-            if self.quotas.daily_cost_usd.is_none() {
-                // No daily allowance to hold: the owner's spending of the day is not kept
-                // (one item per owner, which every think of theirs would write).
-                transition.spent_usd = 0.0;
-            }
+            // With no daily allowance to hold, the owner's spending of the day is not kept
+            // (one item per owner, which every think of theirs would write).
+            transition.daily_spend = self.quotas.daily_cost_usd.is_some();
             crate::failpoint::hit("step.before_commit")?;
             // Where the store is the queue, a step that only sends messages (an agent's
             // next turn, a child's start) sends them with its commit: nothing is left to
@@ -239,6 +237,7 @@ impl Service {
                         child_run_id: msg.run_id.clone(),
                         tool_call_id: link.tool_call_id.clone(),
                         outcome: ChildOutcome::Ended {
+                            code: None,
                             status: RunStatus::Failed,
                             error: "there is no subagent with this id".into(),
                         },

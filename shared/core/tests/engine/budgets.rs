@@ -192,3 +192,40 @@ fn an_unbudgeted_run_never_reads_a_ledger() {
     assert_eq!(s.run(&id).status, RunStatus::Completed);
     assert!(s.ledgers.is_empty());
 }
+
+#[test]
+fn a_refused_subagent_question_ends_the_whole_tree() {
+    let mut s = Sim::new();
+    s.script(
+        "deep",
+        vec![calls(vec![
+            spawn("worker", "work"),
+            spawn("worker", "more"),
+        ])],
+    );
+    s.script("worker", vec![echo("a"), echo("b")]);
+    // The parent's think spends the budget: both subagents ask before their first.
+    let id = budgeted(&mut s, "deep", 1e-6);
+    s.run_all();
+    let kids = s.children(&id);
+    assert_eq!(kids.len(), 2);
+    let asked = s.pending_ctas(&kids[0])[0].cta_id.clone();
+    assert_eq!(s.pending_ctas(&kids[1]).len(), 1);
+    s.answer(
+        &asked,
+        CtaResponse::Approval {
+            approved: false,
+            reason: None,
+            raise_usd: None,
+        },
+    );
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.error.as_ref().unwrap().code, EXHAUSTED);
+    // The other subagent is cancelled with its tree, and its question with it.
+    assert_eq!(s.run(&kids[1]).status, RunStatus::Cancelled);
+    assert!(s.pending_ctas(&kids[1]).is_empty());
+    assert_eq!(s.run(&kids[0]).counters.thinks, 0);
+    assert_eq!(s.run(&kids[1]).counters.thinks, 0);
+}

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use super::{Next, Step, Work, derive_id};
 use crate::cost::Spent;
 use crate::message::{ChildOutcome, Effect, Input, StepMessage};
-use crate::run::{NewRun, ParentLink, Run, WaitingCta};
+use crate::run::{NewRun, ParentLink, Run, RunStatus, WaitingCta};
 use crate::timeline::{Entry, EntryBody, ToolResult};
 use crate::tools::{REQUEST_HUMAN_FEEDBACK, SPAWN_SUBAGENT};
 
@@ -112,6 +112,16 @@ pub(super) fn finished(
     w.run
         .waiting_ctas
         .retain(|c| c.child_run_id != child_run_id);
+    // Its owner refused the tree more budget: the tree ends, not only this subagent.
+    if let Some(message) = exhausted(outcome) {
+        let message = format!("subagent {child_run_id}: {message}");
+        // A plan's call is left to the end, which abandons the plan.
+        if w.tool(seq).plan.is_none() {
+            w.resolve(seq, ToolResult::error(message.clone()), None);
+        }
+        w.end(RunStatus::Failed, crate::budget::EXHAUSTED, &message);
+        return Next::Commit;
+    }
     if w.tool(seq).plan.is_some() {
         return super::plan::child_finished(w, seq, child_run_id, outcome);
     }
@@ -128,7 +138,7 @@ pub(super) fn finished(
                 "totalUsage": total_usage,
             }),
         },
-        ChildOutcome::Ended { status, error } => ToolResult::error(format!(
+        ChildOutcome::Ended { status, error, .. } => ToolResult::error(format!(
             "subagent {child_run_id} {}: {error}",
             status.as_str()
         )),
@@ -136,6 +146,19 @@ pub(super) fn finished(
     w.resolve(seq, result, None);
     w.start_queued_children();
     w.after_resolution()
+}
+
+/// A child's end that ends its whole tree: more budget was refused it (or not given in
+/// time). Its error, if so.
+pub(super) fn exhausted(outcome: &ChildOutcome) -> Option<&str> {
+    match outcome {
+        ChildOutcome::Ended {
+            code: Some(code),
+            error,
+            ..
+        } if code == crate::budget::EXHAUSTED => Some(error),
+        _ => None,
+    }
 }
 
 impl Work<'_> {

@@ -186,6 +186,7 @@ impl Work<'_> {
                 ChildOutcome::Ended {
                     status,
                     error: message.into(),
+                    code: Some(code.to_owned()).filter(|c| !c.is_empty()),
                 }
             };
             // What it spent since it last reported (a continued subagent reports again).

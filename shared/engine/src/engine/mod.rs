@@ -271,6 +271,9 @@ fn ends_run(w: &Work, run: &Run, input: &Input) -> bool {
     match input {
         Input::Cancel { .. } | Input::Fail { .. } => !run.status.is_terminal(),
         Input::CtaExpired { cta_id } => cta::expiry_ends_run(w, cta_id),
+        Input::ChildFinished { outcome, .. } => {
+            !run.status.is_terminal() && children::exhausted(outcome).is_some()
+        }
         _ => false,
     }
 }

@@ -153,6 +153,7 @@ fn refuse(w: &mut Work, link: &ParentLink, tag: &str, error: &str) {
         outcome: ChildOutcome::Ended {
             status: w.run.status,
             error: error.into(),
+            code: None,
         },
         spent: Default::default(),
         breakdown: vec![],

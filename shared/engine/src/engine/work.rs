@@ -397,6 +397,7 @@ impl<'a> Work<'a> {
             release_slot,
             take_slot: false,
             spent_usd,
+            daily_spend: false,
             budget_raise: self.raise,
         }))
     }

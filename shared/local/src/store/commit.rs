@@ -58,8 +58,8 @@ impl LocalStore {
         let release_slot = t.release_slot;
         let take_slot = t.take_slot;
         let owner = t.run.owner.clone();
-        let spent =
-            (t.spent_usd > 0.0).then(|| (t.run.updated_at.date_naive().to_string(), t.spent_usd));
+        let spent = (t.daily_spend && t.spent_usd > 0.0)
+            .then(|| (t.run.updated_at.date_naive().to_string(), t.spent_usd));
         // A budgeted tree's ledger takes this step's spending and raise.
         let ledger = t
             .run

@@ -75,7 +75,7 @@ pub(in crate::engine) fn child_finished(
                 }
             }
         }
-        ChildOutcome::Ended { status, error } => {
+        ChildOutcome::Ended { status, error, .. } => {
             let why = format!("subagent {child} {}: {error}", status.as_str());
             w.stop_step(&call_id, &mut state, a, StepStatus::Failed, why, false);
         }
@@ -99,7 +99,7 @@ fn helper_finished(
     };
     let text = match outcome {
         ChildOutcome::Completed { text, .. } => text,
-        ChildOutcome::Ended { status, error } => {
+        ChildOutcome::Ended { status, error, .. } => {
             state.helper = None;
             return Some(ToolResult::error(format!(
                 "the {who} ({child}) {}: {error}",
