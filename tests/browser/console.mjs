@@ -116,6 +116,21 @@ try {
   await page.getByRole("list", { name: "Timeline" }).getByText("The plan ran.").waitFor({ timeout: 15000 });
   step("a plan shown under way, then done");
 
+  // A run past its budget: its question says the figures; the answer raises by its own
+  // amount, and the run's page shows the budget raised.
+  await page.goto(cfg.base + "/console#/runs/" + cfg.budget.run);
+  await page.getByText("Budget: spent $0.6000 of $0.5000 · approving adds $0.5000")
+    .waitFor({ timeout: 15000 });
+  await page.getByLabel("Raise by, in US dollars (optional)").fill("2");
+  await page.getByRole("button", { name: "Approve" }).click();
+  await page.getByRole("status").filter({ hasText: "Accepted" }).waitFor();
+  await page.getByRole("list", { name: "Timeline" }).getByText("Within budget.")
+    .waitFor({ timeout: 15000 });
+  await page.reload();
+  await page.getByText("Budget: spent $1.2000 of $2.5000 (raised 1×, by $2.0000)")
+    .waitFor({ timeout: 15000 });
+  step("a budget question answered with a raise");
+
   // Where the server does not stream (API Gateway), the same page polls the timeline cursor.
   const poll = await browser.newPage({ viewport: { width: 1280, height: 860 } });
   await poll.goto(cfg.polling.base + "/console#/runs/" + cfg.polling.run);

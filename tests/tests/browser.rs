@@ -51,6 +51,10 @@ const SCRIPT: &str = r#"{
     {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Checks look fine?"}}]},
     {"text": "Checked."}],
   "shipper": [{"text": "Shipped."}],
+  "spender": [
+    {"tool_calls": [{"name": "report", "arguments": {}}],
+     "usage": {"inputTokens": 0, "outputTokens": 1000000, "totalTokens": 1000000}},
+    {"text": "Within budget.", "usage": {"inputTokens": 0, "outputTokens": 1000000, "totalTokens": 1000000}}],
   "hotfix": [
     {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Deploy the hotfix now?"}}]},
     {"text": "Hotfix deployed."}]
@@ -66,7 +70,9 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
                                    "reporter": {"tools": ["report"]},
                                    "checker": {"tools": ["request_human_feedback", "report"]},
                                    "planner_run": {"tools": ["agent_orchestrate"]},
-                                   "asker": asks, "shipper": {"tools": []}}});
+                                   "asker": asks, "shipper": {"tools": []},
+                                   "spender": {"tools": ["report"], "model": "gpt-4o-mini",
+                                               "maxCostUsd": 0.5}}});
     let h = start(
         dir.path(),
         scripted(SCRIPT),
@@ -144,6 +150,10 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     let plan = h
         .create_run(json!({"prompt": "release plan", "agent": "planner_run"}))
         .await;
+    // Its first reply ($0.60 of gpt-4o-mini) spends its $0.50: it asks before its second.
+    let spender = h
+        .create_run(json!({"prompt": "sales report", "agent": "spender"}))
+        .await;
     let cfg = json!({
         "base": h.url(""),
         "token": TOKEN,
@@ -153,6 +163,7 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
         "polling": {"base": format!("http://{poll_addr}"), "run": poller},
         "slow": {"run": checker},
         "plan": {"run": plan},
+        "budget": {"run": spender},
         "link": link,
         "tampered": {"url": tampered, "says": "This link is not valid"},
         "expired": {"url": expired, "says": "This link has expired"},
@@ -189,6 +200,9 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
     assert_eq!(run["result"], "The plan ran.");
     let (_, run) = h.get(&format!("/runs/{checker}")).await;
     assert_eq!(run["result"], "Report done.");
+    let (_, run) = h.get(&format!("/runs/{spender}")).await;
+    assert_eq!(run["result"], "Within budget.");
+    assert_eq!(run["budget"]["raises"][0]["byUsd"], 2.0, "{run}");
     let (_, timeline) = h.get(&format!("/runs/{checker}/timeline")).await;
     let report = timeline["entries"]
         .as_array()

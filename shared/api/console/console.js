@@ -99,8 +99,14 @@ function answerForm(cta, send, announce) {
   const id = cta.ctaId;
   if (cta.kind === "approval") {
     const reason = el("textarea", { id: "reason-" + id, name: "reason" });
+    // A budget question: approving raises the budget by what it asks, or by this.
+    const raise = cta.budget ? el("input", {
+      id: "raise-" + id, name: "raiseUsd", type: "number", min: "0.0001", step: "any",
+      placeholder: String(cta.budget.askUsd),
+    }) : null;
     form.append(
       el("label", { for: "reason-" + id }, "Reason (optional)"), reason,
+      ...(raise ? [el("label", { for: "raise-" + id }, "Raise by, in US dollars (optional)"), raise] : []),
       el("button", { type: "submit", value: "approve" }, "Approve"),
       el("button", { type: "submit", value: "reject", class: "reject" }, "Reject"),
     );
@@ -109,6 +115,7 @@ function answerForm(cta, send, announce) {
       const approved = (ev.submitter && ev.submitter.value) !== "reject";
       const answer = { kind: "approval", approved };
       if (reason.value.trim()) answer.reason = reason.value.trim();
+      if (approved && raise && raise.value) answer.raiseUsd = Number(raise.value);
       finish(answer);
     });
   } else if (cta.kind === "text") {
@@ -149,7 +156,14 @@ function context(cta) {
       cta.gated.reason ? " — " + cta.gated.reason : ""));
     parts.push(json(cta.gated.input));
   }
+  if (cta.budget) parts.push(budgetAsked(cta.budget));
   return parts;
+}
+
+// A budget question's figures.
+function budgetAsked(b) {
+  return el("p", { class: "meta" }, "Budget: spent ", money(b.spentUsd), " of ",
+    money(b.budgetUsd), " · approving adds ", money(b.askUsd));
 }
 
 function postAnswer(cta) {
@@ -298,6 +312,7 @@ function entryItem(e, announce, runId) {
       if (e.cta) {
         const c = e.cta;
         li.append(el("p", {}, "Asks: ", el("strong", {}, question(c)), " ", badge(c.status)));
+        if (c.budget) li.append(budgetAsked(c.budget));
         if (c.response) li.append(el("p", {}, "Answer: "), json(c.response));
         if (c.status === "pending") li.append(answerForm(c, postAnswer(c), announce));
       }
@@ -409,6 +424,10 @@ async function runPage(runId) {
         r.parent ? el("a", { href: "#/runs/" + encodeURIComponent(r.parent.runId) }, "parent run") : null),
       el("p", {}, "Tokens: ", String((r.usage || {}).totalTokens || 0),
         " · cost ", money(r.costUsd), r.total ? " · with subagents " + money(r.total.costUsd) : ""),
+      r.budget ? el("p", { class: "budget" }, "Budget: spent ", money(r.budget.spentUsd), " of ",
+        money(r.budget.budgetUsd),
+        r.budget.raises.length ? ` (raised ${r.budget.raises.length}×, by ` +
+          r.budget.raises.map((x) => money(x.byUsd)).join(", ") + ")" : "") : null,
       r.result ? el("p", {}, el("strong", {}, "Result: "), r.result) : null,
       r.error ? el("p", { class: "outcome bad" }, r.error.code + ": " + r.error.message) : null));
   };
