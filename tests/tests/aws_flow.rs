@@ -1098,6 +1098,7 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
         .await;
     let llm = Arc::new(
         baton_llm::openai::OpenAiLlm::new(baton_llm::openai::OpenAiConfig {
+            max_tokens: None,
             base_url: format!("{}/v1", provider.uri()),
             api_key: Some("sk-mock".into()),
             model: "mock".into(),

@@ -123,6 +123,8 @@ fn next(run: &Run, effects: Vec<Effect>) -> Transition {
         seq: r.next_seq,
         at: Utc::now(),
         body: EntryBody::Assistant {
+            stop_reason: None,
+            truncated: false,
             text: Some("x".repeat(3000)),
             usage: Usage::default(),
             model: None,

@@ -60,6 +60,7 @@ async fn a_run_over_the_openai_wire_format_completes() {
         .mount(&mock)
         .await;
     let llm = OpenAiLlm::new(OpenAiConfig {
+        max_tokens: None,
         base_url: format!("{}/v1", mock.uri()),
         api_key: Some("sk-local".into()),
         model: "mock-model".into(),

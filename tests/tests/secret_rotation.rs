@@ -56,6 +56,7 @@ async fn a_rotated_secret_is_read_again_after_a_401_at_most_once_a_minute() {
         arn: arn.clone(),
     };
     let llm = OpenAiLlm::new(OpenAiConfig {
+        max_tokens: None,
         base_url: format!("{}/v1", provider.uri()),
         api_key: Some("sk-old".into()),
         model: "m".into(),
@@ -69,6 +70,7 @@ async fn a_rotated_secret_is_read_again_after_a_401_at_most_once_a_minute() {
     .unwrap()
     .with_key_source(Some(Arc::new(source)));
     let request = ChatRequest {
+        max_output_tokens: None,
         run_id: "run_1",
         agent: "explore",
         think_index: 0,

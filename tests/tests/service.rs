@@ -647,6 +647,7 @@ mod budgeted {
     /// The OpenAI-compatible client, pointed at `server`, without retries.
     pub fn openai(server: &wiremock::MockServer) -> baton_llm::openai::OpenAiLlm {
         baton_llm::openai::OpenAiLlm::new(baton_llm::openai::OpenAiConfig {
+            max_tokens: None,
             base_url: format!("{}/v1", server.uri()),
             api_key: Some("sk-mock".into()),
             model: "mock".into(),

@@ -22,6 +22,7 @@ async fn an_unreachable_model_shows_as_the_last_error_and_then_as_the_failure() 
     let base_url = format!("http://127.0.0.1:{port}/v1");
     let llm = Arc::new(
         OpenAiLlm::new(OpenAiConfig {
+            max_tokens: None,
             base_url: base_url.clone(),
             api_key: None,
             model: "m".into(),

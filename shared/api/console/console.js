@@ -289,6 +289,10 @@ function entryItem(e, announce, runId) {
       head.append(" · " + (e.operation || "think") + (e.model ? " · " + e.model : "") +
         (e.costUsd ? " · " + money(e.costUsd) : ""));
       if (e.text) li.append(el("p", {}, e.text));
+      if (e.truncated) {
+        li.append(el("p", { class: "outcome bad" },
+          "Cut at the model's output limit (" + (e.stopReason || "length") + ")"));
+      }
       break;
     case "tool": {
       head.append(" · ", el("code", {}, e.name), " ", badge(e.result.status),

@@ -68,7 +68,7 @@ pub enum CatalogError {
     #[error("agent `{agent}`: maxWallSeconds must be at least 1")]
     ZeroWall { agent: String },
     #[error("agent `{agent}`: {message}")]
-    Budget { agent: String, message: String },
+    Invalid { agent: String, message: String },
     #[error("mcpServers.{server}: {message}")]
     Server { server: String, message: String },
     #[error("tools.{tool}: {message}")]
@@ -100,6 +100,7 @@ fn builtin_agents(limits: &Limits, fetch: bool) -> Vec<AgentDef> {
         on_expiry: None,
         max_wall: None,
         max_cost_usd: None,
+        max_output_tokens: None,
         context_bytes: limits.context_bytes,
         context_guidance: BTreeMap::new(),
         operation: Operation::Think,
@@ -191,10 +192,16 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
     if spec.max_wall_seconds == Some(0) {
         return Err(CatalogError::ZeroWall { agent: name });
     }
+    if spec.max_output_tokens == Some(0) {
+        return Err(CatalogError::Invalid {
+            agent: name,
+            message: "maxOutputTokens must be at least 1".into(),
+        });
+    }
     if let Some(usd) = spec.max_cost_usd
         && let Err(message) = crate::budget::check_amount("maxCostUsd", usd)
     {
-        return Err(CatalogError::Budget {
+        return Err(CatalogError::Invalid {
             agent: name,
             message,
         });
@@ -257,6 +264,7 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
         on_expiry: spec.on_expiry,
         max_wall: spec.max_wall_seconds.map(Duration::from_secs),
         max_cost_usd: spec.max_cost_usd,
+        max_output_tokens: spec.max_output_tokens,
         context_bytes: spec.context_bytes.unwrap_or(limits.context_bytes),
         context_guidance: spec.context_guidance,
         name,

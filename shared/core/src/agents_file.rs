@@ -113,6 +113,11 @@ pub struct AgentSpec {
     /// run's own `budgetUsd` may be). Above zero; none: unbounded.
     #[serde(default)]
     pub max_cost_usd: Option<f64>,
+    /// The most tokens one model reply of this agent may have (sent to every provider;
+    /// default `BATON_MAX_OUTPUT_TOKENS`, 4096). A reply cut there is marked `truncated` on
+    /// its entry, and the model is asked again.
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
     /// How much of a run's history the model is given, in bytes of text (default 400,000,
     /// about 100,000 tokens; at least 1,000): the run's first message and the newest
     /// messages that fit, with a note saying what was left out. A step reads about this

@@ -28,6 +28,9 @@ pub struct ChatRequest<'a> {
     /// Where the reply goes as it streams, when someone watches the run: a provider that
     /// can stream does, and still returns the whole reply. `None`: no one watches.
     pub deltas: Option<&'a dyn Deltas>,
+    /// The most tokens the reply may have (the agent's `maxOutputTokens`); none: the
+    /// provider's configured `BATON_MAX_OUTPUT_TOKENS`.
+    pub max_output_tokens: Option<u32>,
 }
 
 /// The receiver of a reply as it streams ([`ChatRequest::deltas`]). What it is given is a

@@ -84,6 +84,8 @@ pub struct AgentDef {
     /// What a top-level run of it may spend (with its tree) before its owner is asked
     /// ([`crate::budget`]).
     pub max_cost_usd: Option<f64>,
+    /// The most tokens one model reply may have (none: the provider's configured limit).
+    pub max_output_tokens: Option<u32>,
     /// How much of a run's history its model is given, in bytes of text
     /// ([`crate::llm::fit`]): the newest groups that fit, after the first message.
     pub context_bytes: usize,

@@ -55,6 +55,10 @@ pub struct LlmReply {
     /// The model that answered, `provider:model-id` (for its price).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The reply stopped at its output limit: the provider's reason (`length`,
+    /// `max_tokens`). Its text is cut, and so may be its last tool call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut: Option<String>,
     /// How long the call took, and until its first streamed piece (set by the service, not
     /// by providers).
     #[serde(skip)]
@@ -151,6 +155,8 @@ mod tests {
                 seq: 1,
                 at: at(),
                 body: EntryBody::Assistant {
+                    stop_reason: None,
+                    truncated: false,
                     text: None,
                     usage: Usage::default(),
                     model: None,
@@ -174,6 +180,8 @@ mod tests {
                 seq: 5,
                 at: at(),
                 body: EntryBody::Assistant {
+                    stop_reason: None,
+                    truncated: false,
                     text: Some("done".into()),
                     usage: Usage::default(),
                     model: None,
@@ -222,6 +230,8 @@ mod tests {
         };
         for n in 0..turns {
             push(EntryBody::Assistant {
+                stop_reason: None,
+                truncated: false,
                 text: Some(format!("round {n}")),
                 usage: Usage::default(),
                 model: None,

@@ -139,9 +139,15 @@ pub struct Run {
     /// What it has spent: its own model calls, and what its subagents reported.
     #[serde(flatten)]
     pub spend: Spending,
-    /// Its tree's budget (its top-level run's, given to each run under it): the tree's
-    /// spending is kept by the store ([`crate::budget::Ledger`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its tree's first budget (its top-level run's, given to each run under it), also
+    /// each budget question's step; the tree's spending and raises are kept by the store
+    /// ([`crate::budget::Ledger`]). `budgetStep` in JSON: `GET /runs/{id}` shows the tree's
+    /// figures as `budget`.
+    #[serde(
+        rename = "budgetStep",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub budget: Option<crate::budget::Budget>,
     /// The model tier its current turn asked for (a subagent's is its parent's).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -111,6 +111,16 @@ pub enum EntryBody {
             skip_serializing_if = "Option::is_none"
         )]
         first_token_ms: Option<u64>,
+        /// The reply stopped at its output limit (`maxOutputTokens`): its text is cut, and
+        /// a tool call it was writing is not run. `stopReason` is the provider's reason.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        truncated: bool,
+        #[serde(
+            rename = "stopReason",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
+        stop_reason: Option<String>,
     },
     Tool(ToolEntry),
     /// Something the run did on its own: a guardrail, an expiry, a cancellation.

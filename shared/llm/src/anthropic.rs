@@ -110,7 +110,7 @@ impl AnthropicLlm {
             .collect();
         let mut body = json!({
             "model": model,
-            "max_tokens": self.cfg.max_tokens,
+            "max_tokens": req.max_output_tokens.unwrap_or(self.cfg.max_tokens),
             "messages": messages,
         });
         if !system.is_empty() {
@@ -307,6 +307,9 @@ fn reply(
             cached_input_tokens: u.cache_read_input_tokens,
         },
         model: Some(format!("anthropic:{model}")),
+        cut: stop_reason
+            .filter(|r| *r == "max_tokens")
+            .map(str::to_owned),
         ..Default::default()
     })
 }
@@ -380,6 +383,30 @@ mod tests {
             "usage": {"input_tokens": 20, "output_tokens": 9,
                       "cache_read_input_tokens": 100, "cache_creation_input_tokens": 0}
         })
+    }
+
+    /// The request's limit is sent as `max_tokens`; `stop_reason: max_tokens` marks the
+    /// reply cut.
+    #[tokio::test]
+    async fn the_output_limit_is_sent_and_a_reply_cut_there_is_marked() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(json!({"max_tokens": 64})))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+                "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                "content": [{"type": "text", "text": "The answer is"}],
+                "stop_reason": "max_tokens",
+                "usage": {"input_tokens": 20, "output_tokens": 64}
+            })))
+            .expect(1)
+            .mount(&server)
+            .await;
+        let (h, t) = (history(), tools());
+        let mut req = request(&h, &t, Some("claude-sonnet-4-5"));
+        req.max_output_tokens = Some(64);
+        let reply = client(&server).complete(&req).await.expect("reply");
+        assert_eq!(reply.cut.as_deref(), Some("max_tokens"));
+        assert_eq!(reply.text.as_deref(), Some("The answer is"));
     }
 
     #[tokio::test]

@@ -71,9 +71,11 @@ impl BedrockLlm {
         Self { client, cfg }
     }
 
-    fn inference(&self) -> InferenceConfiguration {
+    /// The reply's limit: the request's, else the configured one.
+    fn inference(&self, limit: Option<u32>) -> InferenceConfiguration {
+        let limit = limit.unwrap_or(self.cfg.max_tokens);
         InferenceConfiguration::builder()
-            .max_tokens(self.cfg.max_tokens.min(i32::MAX as u32) as i32)
+            .max_tokens(limit.min(i32::MAX as u32) as i32)
             .build()
     }
 
@@ -84,6 +86,7 @@ impl BedrockLlm {
         messages: &[Message],
         tools: Option<&ToolConfiguration>,
         deltas: Option<&dyn Deltas>,
+        limit: Option<u32>,
     ) -> Attempt<LlmReply> {
         if let Some(deltas) = deltas {
             deltas.start();
@@ -93,7 +96,7 @@ impl BedrockLlm {
                 .model_id(model)
                 .set_system(Some(system.to_vec()))
                 .set_messages(Some(messages.to_vec()))
-                .inference_config(self.inference());
+                .inference_config(self.inference(limit));
             if let Some(tools) = tools {
                 call = call.tool_config(tools.clone());
             }
@@ -108,7 +111,7 @@ impl BedrockLlm {
             .model_id(model)
             .set_system(Some(system.to_vec()))
             .set_messages(Some(messages.to_vec()))
-            .inference_config(self.inference());
+            .inference_config(self.inference(limit));
         if let Some(tools) = tools {
             call = call.tool_config(tools.clone());
         }
@@ -232,6 +235,7 @@ fn assemble(
         tool_calls,
         usage,
         model: Some(format!("bedrock:{model}")),
+        cut: (stop_reason == "max_tokens").then(|| stop_reason.to_owned()),
         ..Default::default()
     })
 }
@@ -385,7 +389,14 @@ impl Llm for BedrockLlm {
             LlmError::fatal_from(format!("cannot build the Bedrock request: {e}"), e)
         })?;
         with_retries(self.cfg.max_retries, &self.cfg.backoff, || {
-            self.attempt(model, &system, &messages, tools.as_ref(), req.deltas)
+            self.attempt(
+                model,
+                &system,
+                &messages,
+                tools.as_ref(),
+                req.deltas,
+                req.max_output_tokens,
+            )
         })
         .await
     }

@@ -29,6 +29,9 @@ pub struct OpenAiConfig {
     pub backoff: Backoff,
     /// One HTTP attempt's timeout.
     pub timeout: Duration,
+    /// The most tokens a reply may have when the request says none
+    /// (`BATON_MAX_OUTPUT_TOKENS`); none: no limit is sent.
+    pub max_tokens: Option<u32>,
 }
 
 impl std::fmt::Debug for OpenAiConfig {
@@ -53,6 +56,7 @@ impl OpenAiConfig {
             max_retries: model.max_retries,
             backoff: Backoff::default(),
             timeout: Duration::from_secs(u64::from(model.timeout_secs)),
+            max_tokens: Some(model.max_output_tokens),
         }
     }
 }
@@ -66,6 +70,10 @@ pub struct OpenAiLlm {
     /// Where to read the key again after a 401 (a rotated secret), and when it last was.
     source: Option<Arc<dyn KeySource>>,
     refreshed: Mutex<Option<Instant>>,
+    /// The endpoint takes the output limit as `max_completion_tokens` (OpenAI's own API:
+    /// its newer models refuse `max_tokens`), not `max_tokens` (compatible servers: vLLM,
+    /// llama.cpp, Ollama). Guessed from the URL, and switched when the endpoint refuses one.
+    completion_tokens: std::sync::atomic::AtomicBool,
 }
 
 /// A key is read again at most this often, however many 401s come.
@@ -78,6 +86,13 @@ impl OpenAiLlm {
             .build()
             .map_err(|e| LlmError::fatal_from(format!("cannot build the HTTP client: {e}"), e))?;
         let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
+        let cfg_is_openai = |url: &str| {
+            reqwest::Url::parse(url).is_ok_and(|u| {
+                u.host_str()
+                    .is_some_and(|h| h == "api.openai.com" || h.ends_with(".openai.azure.com"))
+            })
+        };
+        let completion_tokens = std::sync::atomic::AtomicBool::new(cfg_is_openai(&url));
         Ok(Self {
             http,
             key: RwLock::new(cfg.api_key.clone()),
@@ -85,6 +100,7 @@ impl OpenAiLlm {
             url,
             source: None,
             refreshed: Mutex::new(None),
+            completion_tokens,
         })
     }
 
@@ -121,6 +137,42 @@ impl OpenAiLlm {
                 None
             }
         }
+    }
+
+    /// The name the endpoint takes the output limit by.
+    fn limit_param(&self) -> &'static str {
+        if self
+            .completion_tokens
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        }
+    }
+
+    /// After a 400 that names the limit's parameter: whether the other name is worth a
+    /// try (it is switched to, for this call and the next).
+    fn switch_limit_param(&self, refusal: &str) -> bool {
+        let sent = self.limit_param();
+        let other = if sent == "max_tokens" {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        // "Unsupported parameter: 'max_tokens' … Use 'max_completion_tokens' instead", or a
+        // server that does not know `max_completion_tokens`.
+        let names_sent = refusal.contains(&format!("'{sent}'"))
+            || refusal.contains(&format!("\"{sent}\""))
+            || refusal.contains(&format!("`{sent}`"));
+        if !names_sent {
+            return false;
+        }
+        self.completion_tokens.store(
+            other == "max_completion_tokens",
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        true
     }
 
     fn body(&self, req: &ChatRequest<'_>) -> Value {
@@ -164,6 +216,9 @@ impl OpenAiLlm {
             body["stream"] = json!(true);
             body["stream_options"] = json!({"include_usage": true});
         }
+        if let Some(limit) = req.max_output_tokens.or(self.cfg.max_tokens) {
+            body[self.limit_param()] = json!(limit);
+        }
         if !req.tools.is_empty() {
             body["tools"] = req
                 .tools
@@ -188,6 +243,8 @@ struct Completion {
 #[derive(Deserialize)]
 struct Choice {
     message: ApiMessage,
+    #[serde(default)]
+    finish_reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -264,13 +321,15 @@ fn parse(body: &[u8], model: &str) -> Result<LlmReply, LlmError> {
             arguments: t.function.arguments,
         })
         .collect();
-    reply(choice.message.content, tool_calls, usage, model)
+    let finish = choice.finish_reason.as_deref();
+    reply(choice.message.content, tool_calls, usage, finish, model)
 }
 
 pub(super) fn reply(
     text: Option<String>,
     tool_calls: Vec<ToolCall>,
     usage: Usage,
+    finish_reason: Option<&str>,
     model: &str,
 ) -> Result<LlmReply, LlmError> {
     let text = text.filter(|t| !t.is_empty());
@@ -284,6 +343,7 @@ pub(super) fn reply(
         tool_calls,
         usage,
         model: Some(format!("openai:{model}")),
+        cut: finish_reason.filter(|r| *r == "length").map(str::to_owned),
         ..Default::default()
     })
 }
@@ -296,10 +356,11 @@ impl Llm for OpenAiLlm {
     }
 
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<LlmReply, LlmError> {
-        let body = self.body(request);
+        let mut body = self.body(request);
         let model = request.model.unwrap_or(&self.cfg.model);
         let mut attempt = 0;
         let mut key_refreshed = false;
+        let mut limit_switched = false;
         loop {
             if let Some(d) = request.deltas {
                 d.start();
@@ -366,6 +427,19 @@ impl Llm for OpenAiLlm {
                             key_refreshed = true;
                             continue;
                         }
+                        // The output limit under the other name this endpoint takes.
+                        if status.as_u16() == 400
+                            && !limit_switched
+                            && self.switch_limit_param(&String::from_utf8_lossy(&bytes))
+                        {
+                            limit_switched = true;
+                            info!(
+                                param = self.limit_param(),
+                                "the endpoint takes the output limit by another name"
+                            );
+                            body = self.body(request);
+                            continue;
+                        }
                         return Err(LlmError::fatal(format!(
                             "the model provider refused the request: {why}"
                         )));
@@ -402,6 +476,7 @@ mod tests {
 
     pub(super) fn client(server: &MockServer, retries: u32) -> OpenAiLlm {
         OpenAiLlm::new(OpenAiConfig {
+            max_tokens: None,
             base_url: format!("{}/v1", server.uri()),
             api_key: Some("sk-test".into()),
             model: "test-model".into(),
@@ -424,6 +499,7 @@ mod tests {
     async fn call(llm: &OpenAiLlm) -> Result<LlmReply, LlmError> {
         let (h, t) = (history(), tools());
         llm.complete(&ChatRequest {
+            max_output_tokens: None,
             run_id: "r",
             agent: "a",
             think_index: 1,
@@ -477,6 +553,85 @@ mod tests {
         );
         assert_eq!(reply.model.as_deref(), Some("openai:test-model"));
         assert_eq!(reply.text, None);
+    }
+
+    /// The output limit the request gives, under `max_tokens` (a compatible server's name);
+    /// a reply that stopped there is marked cut.
+    #[tokio::test]
+    async fn the_output_limit_is_sent_and_a_reply_cut_there_is_marked() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(json!({"max_tokens": 77})))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+                "choices": [{"message": {"role": "assistant", "content": "The answer is"},
+                             "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 11, "completion_tokens": 77}
+            })))
+            .expect(1)
+            .mount(&server)
+            .await;
+        let (h, t) = (history(), tools());
+        let mut req = crate::testkit::request(&h, &t, None);
+        req.max_output_tokens = Some(77);
+        let reply = client(&server, 0).complete(&req).await.expect("reply");
+        assert_eq!(reply.cut.as_deref(), Some("length"));
+        assert_eq!(reply.text.as_deref(), Some("The answer is"));
+        // A whole reply is not.
+        assert_eq!(call_default_limit(&server).await, None);
+    }
+
+    /// With no limit in the request, the configured one (`BATON_MAX_OUTPUT_TOKENS`).
+    async fn call_default_limit(server: &MockServer) -> Option<String> {
+        server.reset().await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(json!({"max_tokens": 4096})))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+                "choices": [{"message": {"role": "assistant", "content": "Whole."},
+                             "finish_reason": "stop"}]
+            })))
+            .expect(1)
+            .mount(server)
+            .await;
+        let mut llm = client(server, 0);
+        llm.cfg.max_tokens = Some(4096);
+        call(&llm).await.expect("reply").cut
+    }
+
+    /// An endpoint that refuses `max_tokens` and names `max_completion_tokens` (OpenAI's
+    /// newer models) gets the limit by that name, in the same call and the next.
+    #[tokio::test]
+    async fn an_endpoint_that_refuses_max_tokens_gets_max_completion_tokens() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(json!({"max_tokens": 50})))
+            .respond_with(ResponseTemplate::new(400).set_body_json(json!({"error": {
+                "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+                "type": "invalid_request_error", "param": "max_tokens",
+                "code": "unsupported_parameter"}})))
+            .expect(1)
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(json!({"max_completion_tokens": 50})))
+            .respond_with(ResponseTemplate::new(200).set_body_json(ok_body()))
+            .expect(2)
+            .mount(&server)
+            .await;
+        let llm = client(&server, 0);
+        let (h, t) = (history(), tools());
+        let mut req = crate::testkit::request(&h, &t, None);
+        req.max_output_tokens = Some(50);
+        for _ in 0..2 {
+            let reply = llm.complete(&req).await.expect("reply");
+            assert_eq!(reply.tool_calls.len(), 1);
+        }
+        // OpenAI's own API is asked by that name from the start.
+        let openai = OpenAiLlm::new(OpenAiConfig {
+            base_url: "https://api.openai.com/v1".into(),
+            ..llm.cfg.clone()
+        })
+        .expect("client");
+        assert_eq!(openai.limit_param(), "max_completion_tokens");
     }
 
     #[tokio::test]

@@ -149,6 +149,7 @@ mod tests {
             let models = &models;
             async move {
                 let req = ChatRequest {
+                    max_output_tokens: None,
                     run_id: "r",
                     agent: "a",
                     think_index: 0,

@@ -182,6 +182,7 @@ mod tests {
 
     fn request<'a>(agent: &'a str, think_index: u32) -> ChatRequest<'a> {
         ChatRequest {
+            max_output_tokens: None,
             run_id: "r",
             agent,
             think_index,

@@ -21,6 +21,8 @@ pub fn history() -> Vec<Entry> {
             seq: 1,
             at,
             body: EntryBody::Assistant {
+                stop_reason: None,
+                truncated: false,
                 text: None,
                 usage: Usage::default(),
                 model: None,
@@ -71,6 +73,7 @@ pub fn request<'a>(
         tools,
         history,
         deltas: None,
+        max_output_tokens: None,
     }
 }
 

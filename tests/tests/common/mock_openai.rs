@@ -115,6 +115,7 @@ pub async fn start(script: &str) -> (MockServer, Arc<OpenAiLlm>) {
         .mount(&server)
         .await;
     let llm = OpenAiLlm::new(OpenAiConfig {
+        max_tokens: None,
         base_url: format!("{}/v1", server.uri()),
         api_key: Some("sk-mock".into()),
         model: "mock".into(),

@@ -170,6 +170,7 @@ impl Thinker<'_> {
             tools: &tools,
             history,
             deltas: live.as_ref().map(|l| l as &dyn crate::llm::Deltas),
+            max_output_tokens: agent.max_output_tokens,
         };
         let started = std::time::Instant::now();
         let reply = self.service.deps.llm.complete(&request).await.map(|mut r| {

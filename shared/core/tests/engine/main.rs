@@ -466,6 +466,7 @@ mod approvals;
 mod budgets;
 mod children;
 mod ctas;
+mod cut_replies;
 mod limits;
 mod plans;
 mod plugins;

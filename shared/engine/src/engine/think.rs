@@ -112,7 +112,32 @@ impl Work<'_> {
             operation: agent.operation,
             latency_ms: reply.latency_ms,
             first_token_ms: reply.first_token_ms,
+            truncated: reply.cut.is_some(),
+            stop_reason: reply.cut.clone(),
         });
+        if reply.tool_calls.is_empty()
+            && let Some(reason) = &reply.cut
+        {
+            // A cut text is no answer: the model is asked again (within the turn's
+            // iterations), told why, and the turn's result is the reply that fits.
+            let note = format!(
+                "[Baton: your last reply was cut off at its output limit (the provider said \
+                 `{reason}`) and was not delivered. Answer again, complete and shorter, so \
+                 that it fits.]"
+            );
+            self.push(EntryBody::User {
+                text: note,
+                message_id: None,
+                options: crate::timeline::TurnOptions {
+                    tier: self.run.tier,
+                    visible: false,
+                    trigger: None,
+                },
+            });
+            self.run.status = RunStatus::Running;
+            self.send_continue();
+            return None;
+        }
         if reply.tool_calls.is_empty() {
             self.set_result(text.unwrap_or_default(), Some(reply_seq));
             self.end(RunStatus::Completed, "", "");
@@ -176,7 +201,15 @@ impl Work<'_> {
                 duration_ms: None,
             }));
             let max = agent.max_tool_calls_per_turn;
-            let result = if self.run.counters.turn_tool_calls >= max {
+            let cut_off = reply.cut.is_some() && i + 1 == reply.tool_calls.len();
+            let result = if cut_off {
+                // The call the reply was writing when it was cut: its input may be whole
+                // by chance, but it is not what the model meant to send.
+                ToolResult::error(
+                    "not run: the reply was cut off at its output limit while writing this \
+                     call; call it again (with a shorter input) if you still need it",
+                )
+            } else if self.run.counters.turn_tool_calls >= max {
                 capped += 1;
                 ToolResult::error(format!(
                     "not run: this turn's limit of {max} tool calls is reached; answer with what \

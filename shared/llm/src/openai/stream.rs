@@ -23,6 +23,8 @@ struct Chunk {
 struct ChunkChoice {
     #[serde(default)]
     delta: ChunkDelta,
+    #[serde(default)]
+    finish_reason: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -61,6 +63,7 @@ pub(super) async fn read_stream(
 ) -> Result<Result<LlmReply, LlmError>, String> {
     let mut reader = crate::sse::SseReader::default();
     let (mut text, mut calls, mut usage) = (String::new(), Vec::<ToolCall>::new(), None);
+    let mut finish = None::<String>;
     let mut done = false;
     loop {
         let (events, ended) = match resp.chunk().await {
@@ -89,6 +92,9 @@ pub(super) async fn read_stream(
                 usage = Some(u.into_usage());
             }
             for choice in chunk.choices {
+                if choice.finish_reason.is_some() {
+                    finish = choice.finish_reason;
+                }
                 if let Some(piece) = choice.delta.content.filter(|p| !p.is_empty()) {
                     deltas.text(&piece);
                     text.push_str(&piece);
@@ -128,7 +134,13 @@ pub(super) async fn read_stream(
         }
     }
     let text = (!text.is_empty()).then_some(text);
-    Ok(reply(text, calls, usage.unwrap_or_default(), model))
+    Ok(reply(
+        text,
+        calls,
+        usage.unwrap_or_default(),
+        finish.as_deref(),
+        model,
+    ))
 }
 
 #[cfg(test)]
@@ -178,6 +190,7 @@ mod tests {
     ) -> Result<baton_core::llm::LlmReply, LlmError> {
         let (h, t) = (history(), tools());
         llm.complete(&ChatRequest {
+            max_output_tokens: None,
             run_id: "r",
             agent: "a",
             think_index: 1,
@@ -188,6 +201,31 @@ mod tests {
             deltas: Some(deltas),
         })
         .await
+    }
+
+    /// A streamed reply that stopped at its limit is marked cut, as a whole one is.
+    #[tokio::test]
+    async fn a_streamed_reply_cut_at_its_limit_is_marked() {
+        let server = MockServer::start().await;
+        let delta = |d: Value, f: Value| json!({"id": "c1", "choices": [{"index": 0, "delta": d, "finish_reason": f}]});
+        let chunks = [
+            delta(
+                json!({"role": "assistant", "content": "The answer"}),
+                Value::Null,
+            ),
+            delta(json!({"content": " is"}), Value::Null),
+            delta(json!({}), json!("length")),
+            json!({"id": "c1", "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 3}}),
+        ];
+        Mock::given(method("POST"))
+            .respond_with(sse(&chunks, true))
+            .expect(1)
+            .mount(&server)
+            .await;
+        let seen = Recorder::default();
+        let reply = call(&client(&server, 0), &seen).await.expect("reply");
+        assert_eq!(reply.text.as_deref(), Some("The answer is"));
+        assert_eq!(reply.cut.as_deref(), Some("length"));
     }
 
     #[tokio::test]
