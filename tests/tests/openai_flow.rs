@@ -131,3 +131,38 @@ impl Respond for ModelRef {
         self.0.respond(req)
     }
 }
+
+/// An agent's `maxOutputTokens` reaches an OpenAI-compatible server (the mock stops a reply
+/// there, as a real one does): the cut reply is marked on its entry and not taken as the
+/// answer; asked again, the model answers within the limit.
+#[tokio::test]
+async fn a_reply_cut_at_the_agent_s_output_limit_is_marked_and_asked_again() {
+    const SCRIPT: &str = r#"{"orchestrator": [
+        {"text": "Here is a very long answer that rambles on and on well past any limit"},
+        {"text": "Forty-two, briefly."}]}"#;
+    let (_mock, llm) = crate::common::mock_openai::start(SCRIPT).await;
+    let agents = json!({"agents": {"orchestrator": {"system": "agent:orchestrator",
+        "tools": [], "maxOutputTokens": 5}}});
+    let dir = tempfile::tempdir().unwrap();
+    let h = crate::common::start(
+        dir.path(),
+        llm,
+        crate::common::catalog(Some(agents)),
+        Arc::new(baton_core::ports::SystemClock),
+    )
+    .await;
+    let id = h.create_run(json!({"prompt": "the answer?"})).await;
+    h.wait_status(&id, &["completed"]).await;
+    let (_, run) = h.get(&format!("/runs/{id}")).await;
+    assert_eq!(run["result"], "Forty-two, briefly.", "{run}");
+    let timeline = run["timeline"].as_array().unwrap();
+    let cut = &timeline[1];
+    assert_eq!(cut["type"], "assistant", "{run}");
+    assert_eq!(cut["text"], "Here is a very long", "{run}");
+    assert_eq!(cut["truncated"], true, "{run}");
+    assert_eq!(cut["stopReason"], "length", "{run}");
+    assert_eq!(timeline[2]["type"], "user", "{run}");
+    assert_eq!(timeline[2]["visible"], false, "{run}");
+    assert!(timeline[3].get("truncated").is_none(), "{run}");
+    h.server.shutdown().await;
+}

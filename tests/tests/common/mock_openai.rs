@@ -1,7 +1,9 @@
 //! A mock OpenAI-compatible server on loopback that plays a script file over the real wire
 //! format: the agent comes from the system prompt (`agent:<name>`), the reply index from the
 //! number of assistant messages in the request (a reply that is a list branches on the last
-//! tool message: see `respond`).
+//! tool message: see `respond`). Like a real server it stops a reply at the request's
+//! output limit (`max_tokens`, or `max_completion_tokens`; a word is a token here) and says
+//! so with `finish_reason: "length"`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -92,16 +94,33 @@ impl Respond for Replay {
                 "function": {"name": c["name"], "arguments": c["arguments"].to_string()}})
             })
             .collect();
-        let mut message = json!({"role": "assistant", "content": reply.get("text").cloned().unwrap_or(Value::Null)});
-        if !calls.is_empty() {
+        let mut text = reply.get("text").cloned().unwrap_or(Value::Null);
+        let limit = body["max_tokens"]
+            .as_u64()
+            .or(body["max_completion_tokens"].as_u64());
+        let mut finish = if calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        };
+        if let (Some(limit), Some(t)) = (limit, text.as_str()) {
+            let words: Vec<&str> = t.split_whitespace().collect();
+            if words.len() as u64 > limit {
+                text = json!(words[..limit as usize].join(" "));
+                finish = "length";
+            }
+        }
+        let mut message = json!({"role": "assistant", "content": text});
+        if !calls.is_empty() && finish != "length" {
             message["tool_calls"] = Value::Array(calls);
         }
         let u = &reply["usage"];
         let usage = json!({"prompt_tokens": u["inputTokens"].as_u64().unwrap_or(0),
             "completion_tokens": u["outputTokens"].as_u64().unwrap_or(0),
             "total_tokens": u["totalTokens"].as_u64().unwrap_or(0)});
-        ResponseTemplate::new(200)
-            .set_body_json(json!({"choices": [{"message": message}], "usage": usage}))
+        ResponseTemplate::new(200).set_body_json(
+            json!({"choices": [{"message": message, "finish_reason": finish}], "usage": usage}),
+        )
     }
 }
 
