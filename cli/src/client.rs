@@ -203,6 +203,10 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
                     None => json!({"repo": g}),
                 };
             }
+            if follow {
+                // Watched from its creation: its first reply streams here too.
+                body["watch"] = json!(true);
+            }
             let created = api.call(Method::POST, "/runs", Some(body)).await?;
             let run_id = created["runId"].as_str().unwrap_or_default().to_owned();
             if follow {

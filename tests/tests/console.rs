@@ -857,3 +857,45 @@ async fn the_openapi_document_is_served_and_names_this_deployments_agents() {
     }
     h.server.shutdown().await;
 }
+
+/// `POST /runs` with `watch: true` (as `baton run --follow` and the console's "start a
+/// run" send it): the run counts as watched from its creation, so the first reply of the
+/// run streams to the stream opened right after — not only the replies after it.
+#[tokio::test]
+async fn a_run_started_to_be_watched_streams_its_first_reply() {
+    const FIRST: &str = "Good morning: the build is green, the queue is empty, the canary held all night and nothing failed.";
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({"greeter": [{"text": FIRST}]}).to_string();
+    let agents = json!({"agents": {"greeter": {"tools": []}}});
+    let h = start(
+        dir.path(),
+        scripted(&script),
+        catalog(Some(agents)),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let run_id = h
+        .create_run(json!({"prompt": "morning?", "agent": "greeter", "watch": true}))
+        .await;
+    let mut resp = h.follow(&run_id).await;
+    let (mut buf, mut seen) = (String::new(), Vec::new());
+    read_until(&mut resp, &mut buf, &mut seen, |s| {
+        s.iter()
+            .any(|e| e.event == "run" && e.data["status"] == "completed")
+    })
+    .await;
+    let entry = seen
+        .iter()
+        .position(|e| e.event == "entry" && e.data["type"] == "assistant")
+        .unwrap_or_else(|| panic!("no reply entry: {seen:#?}"));
+    let seq = seen[entry].data["seq"].as_u64().unwrap();
+    let (streamed, last) = streamed(&seen, seq);
+    // Streamed from its first piece on, less what came before the stream opened.
+    assert!(!streamed.is_empty(), "the first reply streamed: {seen:#?}");
+    assert!(FIRST.ends_with(&streamed), "{streamed:?}");
+    assert!(
+        last.unwrap() < entry,
+        "deltas before their entry: {seen:#?}"
+    );
+    h.server.shutdown().await;
+}

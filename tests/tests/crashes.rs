@@ -43,6 +43,7 @@ async fn a_message_in_flight_when_its_process_died_is_taken_at_once_after_a_rest
         .create_run(
             "local",
             baton_core::service::CreateRun {
+                watch: false,
                 budget_usd: None,
                 prompt: "go".into(),
                 agent: None,

@@ -24,6 +24,7 @@ const SCRIPT: &str = r#"{"watcher": [
   {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Look?"}}]},
   {"text": "Checking the logs first.", "tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]},
   {"text": "All clear: nothing failed overnight, the nightly build is green, the backups ran, and the disk has room to spare for another week of logs."}],
+ "greeter": [{"text": "Good morning: the build is green and nothing failed overnight."}],
  "slow": [
   {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Look?"}}]},
   {"tool_calls": [{"name": "report", "arguments": {"waitMs": 4000}}]},
@@ -142,6 +143,7 @@ async fn start() -> Env {
     let grants = Grants::new(&[5; 32]).unwrap();
     let standin = StandIn::start(grants.clone(), keys).await;
     let agents = json!({"agents": {"watcher": {"tools": ["request_human_feedback", "echo"]},
+                                   "greeter": {"tools": []},
                                    "slow": {"tools": ["request_human_feedback", "report"]}}});
     let aws = Arc::new(aws);
     let mut options = aws
@@ -392,4 +394,40 @@ async fn baton_watch_takes_its_live_view_from_the_aws_channel() {
     assert_eq!(text.matches(&reply).count(), 1, "{said}");
     assert!(!text.contains("[as committed]"), "{said}");
     assert!(text.contains("status completed"), "{said}");
+}
+
+/// A run started with `watch: true` is leased to its watchers in the request that creates
+/// it, before its first step: that step publishes its reply's pieces on the channel, so a
+/// watcher who subscribes as it starts sees the first reply stream (a run started without
+/// it publishes nothing until someone asks to watch).
+#[tokio::test]
+async fn a_run_started_to_be_watched_publishes_its_first_reply_on_the_aws_channel() {
+    let mut env = start().await;
+    let mut ids = Vec::new();
+    for watch in [true, false] {
+        let body = json!({"prompt": "morning?", "agent": "greeter", "watch": watch});
+        let (status, run) = env.call(Method::POST, "/runs", Some(body)).await;
+        assert_eq!(status, 202, "{run}");
+        ids.push(run["runId"].as_str().unwrap().to_owned());
+    }
+    let (watched, quiet) = (ids[0].clone(), ids[1].clone());
+    for run_id in [&watched, &quiet] {
+        env.wait_for("the run to complete", async |env: &Env| {
+            env.completed(run_id).await.then_some(Value::Null)
+        })
+        .await;
+    }
+    let deltas: String = env
+        .standin
+        .published(&channel(&watched))
+        .iter()
+        .filter(|p| p.event["type"] == "delta" && p.event["seq"] == 1)
+        .map(|p| p.event["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        deltas, "Good morning: the build is green and nothing failed overnight.",
+        "the first reply, whole, on the channel"
+    );
+    assert!(env.standin.published(&channel(&quiet)).is_empty());
+    env.host.stop().await;
 }

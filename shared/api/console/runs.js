@@ -78,7 +78,9 @@ function startForm(said, agents) {
     el("button", { type: "submit" }, "Start"));
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    const body = { prompt: prompt.value };
+    // The run's page opens on it at once: watched from its creation, its first reply
+    // streams there.
+    const body = { prompt: prompt.value, watch: true };
     if (agent.value.trim()) body.agent = agent.value.trim();
     const r = await api("/runs", { method: "POST", body });
     if (r.status === 202) location.hash = "#/runs/" + encodeURIComponent(r.body.runId);
@@ -254,7 +256,7 @@ function runSide(runId, plans, announce) {
     el("label", { for: "follow-up" }, "Follow-up message"), text, el("button", { type: "submit" }, "Send follow-up"));
   follow.addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    const r = await api(`/runs/${encodeURIComponent(runId)}/messages`, { method: "POST", body: { text: text.value } });
+    const r = await api(`/runs/${encodeURIComponent(runId)}/messages`, { method: "POST", body: { text: text.value, watch: true } });
     if (r.status === 202) text.value = "";
     announce(r.status === 202 ? "ok" : "bad", r.status === 202 ? "Sent: the run takes it in its turn." : "Not sent: " + problem(r.status, r.body));
   });

@@ -36,6 +36,10 @@ pub(crate) struct CreateRunBody {
     /// `maxCostUsd` (which applies when this is absent).
     #[serde(default)]
     pub(crate) budget_usd: Option<f64>,
+    /// You will watch the run (`POST /runs/{runId}/watch`, or its stream): it counts as
+    /// watched from its creation, so that its first reply streams to you.
+    #[serde(default)]
+    pub(crate) watch: Option<bool>,
     /// The model tier of its first turn (the agent's `modelByTier` says which model).
     #[serde(default)]
     pub(crate) tier: Option<Tier>,
@@ -57,6 +61,9 @@ pub(crate) struct MessageBody {
     pub(crate) tier: Option<Tier>,
     #[serde(default)]
     pub(crate) visible: Option<bool>,
+    /// You will watch the turn: its reply streams to you from its first piece.
+    #[serde(default)]
+    pub(crate) watch: Option<bool>,
 }
 
 impl MessageBody {
@@ -69,6 +76,7 @@ impl MessageBody {
             }),
             tier: self.tier,
             visible: self.visible.unwrap_or(true),
+            watch: self.watch.unwrap_or(false),
         }
     }
 }

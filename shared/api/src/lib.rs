@@ -140,6 +140,7 @@ async fn create_run(
         context: body.context,
         on_expiry: body.on_expiry,
         budget_usd: body.budget_usd,
+        watch: body.watch.unwrap_or(false),
         options: TurnOptions {
             tier: body.tier,
             visible: body.visible.unwrap_or(true),

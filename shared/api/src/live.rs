@@ -26,6 +26,9 @@ const BACKLOG: usize = 1024;
 #[derive(Default)]
 pub struct Hub {
     runs: Mutex<HashMap<String, broadcast::Sender<Arc<LiveEvent>>>>,
+    /// Runs someone said they will watch, until when (unix ms): watched before their
+    /// stream opens ([`Live::expect`]).
+    expected: Mutex<HashMap<String, i64>>,
 }
 
 impl Hub {
@@ -46,9 +49,20 @@ impl Hub {
 
 impl Live for Hub {
     fn watched(&self, run: &baton_core::run::Run) -> bool {
-        let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
-        runs.get(&run.run_id)
-            .is_some_and(|tx| tx.receiver_count() > 0)
+        let streamed = {
+            let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+            runs.get(&run.run_id)
+                .is_some_and(|tx| tx.receiver_count() > 0)
+        };
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut expected = self.expected.lock().unwrap_or_else(|e| e.into_inner());
+        expected.retain(|_, until| *until > now);
+        streamed || expected.contains_key(&run.run_id)
+    }
+
+    fn expect(&self, run_id: &str, until: chrono::DateTime<chrono::Utc>) {
+        let mut expected = self.expected.lock().unwrap_or_else(|e| e.into_inner());
+        expected.insert(run_id.to_owned(), until.timestamp_millis());
     }
 
     fn publish(&self, event: LiveEvent) {

@@ -119,6 +119,17 @@ pub trait Store: Send + Sync {
     /// budget.
     async fn ledger(&self, root_run_id: &str) -> Result<Option<crate::budget::Ledger>, PortError>;
 
+    /// Leases `run_id` to watchers until `until`, where the store keeps the lease its steps
+    /// read with the run (DynamoDB: the `LIVE` item; see `Live::watched`). A host whose
+    /// watchers are in its own process keeps none (it knows them: `Live::expect`).
+    async fn lease_watch(
+        &self,
+        _run_id: &str,
+        _until: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), PortError> {
+        Ok(())
+    }
+
     /// The run item alone (cheap).
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError>;
 

@@ -203,6 +203,10 @@ impl Store for DynamoStore {
         self.read_ledger(root_run_id).await
     }
 
+    async fn lease_watch(&self, run_id: &str, until: DateTime<Utc>) -> Result<(), PortError> {
+        DynamoStore::lease_watch(self, run_id, until).await
+    }
+
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
         self.get_run_item(run_id)
             .await?

@@ -75,6 +75,12 @@ pub trait Live: Send + Sync {
     /// nothing for this.
     fn watched(&self, run: &crate::run::Run) -> bool;
 
+    /// Someone said they will watch `run_id` (`POST /runs` or a follow-up with `watch`):
+    /// until `until`, count it watched even before their stream opens, so that a reply
+    /// written meanwhile streams (they get what is written once they are there). A channel
+    /// whose watchers lease runs in the store (AWS) needs nothing here.
+    fn expect(&self, _run_id: &str, _until: chrono::DateTime<chrono::Utc>) {}
+
     /// Hands an event over. Never blocks and never fails: a channel that cannot keep up
     /// drops events (the timeline is the record).
     fn publish(&self, event: LiveEvent);

@@ -155,6 +155,9 @@ pub struct CreateRun {
     /// What it may spend, with its subagents and plan steps, before its owner is asked
     /// (none: its agent's `maxCostUsd`, if set; never above it).
     pub budget_usd: Option<f64>,
+    /// The caller will watch the run (`baton run --follow`, the console): it counts as
+    /// watched from its creation, so that its first reply streams.
+    pub watch: bool,
     /// Its first turn's model tier and visibility (a trigger starts only follow-ups).
     pub options: TurnOptions,
 }
@@ -168,6 +171,9 @@ pub struct FollowUp {
     pub tier: Option<crate::timeline::Tier>,
     /// False: the turn is kept (the model sees it) but a conversation view leaves it out.
     pub visible: bool,
+    /// The caller will watch the turn: it counts as watched from now, so that its reply
+    /// streams.
+    pub watch: bool,
 }
 
 impl FollowUp {
@@ -178,6 +184,7 @@ impl FollowUp {
             trigger: None,
             tier: None,
             visible: true,
+            watch: false,
         }
     }
 }

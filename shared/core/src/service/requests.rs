@@ -165,9 +165,26 @@ impl Service {
             Created::Existing(rec) => *rec,
         };
         crate::failpoint::hit("create.after_insert")?;
+        if req.watch {
+            self.expect_watcher(&record.run.run_id).await?;
+        }
         self.perform(&record.run, &record.outbox).await?;
         info!(run_id = %record.run.run_id, agent = %record.run.agent, "run created");
         Ok(record.run)
+    }
+
+    /// Someone will watch `run_id`: leased to watchers (where the store keeps leases) and
+    /// expected by the live channel, for as long as a watch grant lasts, before the message
+    /// that starts its turn is sent (so that the turn's first reply streams).
+    async fn expect_watcher(&self, run_id: &str) -> Result<(), ServiceError> {
+        let until =
+            self.deps.clock.now() + chrono::Duration::seconds(crate::live::grant::GRANT_SECONDS);
+        // The API function on AWS has no channel of its own; its steps read the lease.
+        self.deps.store.lease_watch(run_id, until).await?;
+        if let Some(live) = &self.live {
+            live.expect(run_id, until);
+        }
+        Ok(())
     }
 
     /// Who started a run, if it exists (for an operator's reads).
@@ -392,6 +409,9 @@ impl Service {
                     "{cap} follow-up messages already wait for this run's turn; post again once it has taken some up"
                 ),
             });
+        }
+        if message.watch {
+            self.expect_watcher(run_id).await?;
         }
         let sent = self
             .claim_and_send(&run, message_id.clone(), text, options)
