@@ -140,7 +140,7 @@ async fn a_reply_cut_at_the_agent_s_output_limit_is_marked_and_asked_again() {
     const SCRIPT: &str = r#"{"orchestrator": [
         {"text": "Here is a very long answer that rambles on and on well past any limit"},
         {"text": "Forty-two, briefly."}]}"#;
-    let (_mock, llm) = crate::common::mock_openai::start(SCRIPT).await;
+    let (mock, llm) = crate::common::mock_openai::start(SCRIPT).await;
     let agents = json!({"agents": {"orchestrator": {"system": "agent:orchestrator",
         "tools": [], "maxOutputTokens": 5}}});
     let dir = tempfile::tempdir().unwrap();
@@ -164,5 +164,11 @@ async fn a_reply_cut_at_the_agent_s_output_limit_is_marked_and_asked_again() {
     assert_eq!(timeline[2]["type"], "user", "{run}");
     assert_eq!(timeline[2]["visible"], false, "{run}");
     assert!(timeline[3].get("truncated").is_none(), "{run}");
+    // Offered no tools, the model is told so (seed 001).
+    let asked = mock.received_requests().await.unwrap_or_default();
+    let body: Value = serde_json::from_slice(&asked[0].body).unwrap();
+    let system = body["messages"][0]["content"].as_str().unwrap();
+    assert!(system.contains("You have no tools"), "{system}");
+    assert!(body.get("tools").is_none(), "{body}");
     h.server.shutdown().await;
 }

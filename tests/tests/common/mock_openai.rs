@@ -56,7 +56,11 @@ impl Respond for Replay {
             .first()
             .and_then(|m| m["content"].as_str())
             .unwrap_or_default();
-        let agent = system.strip_prefix("agent:").unwrap_or_default();
+        // `agent:<name>`, and whatever Baton adds after it.
+        let agent = system
+            .strip_prefix("agent:")
+            .and_then(|a| a.split_whitespace().next())
+            .unwrap_or_default();
         let index = messages.iter().filter(|m| m["role"] == "assistant").count();
         let Some(reply) = self.0.get(agent).and_then(|r| r.get(index)) else {
             return ResponseTemplate::new(400)

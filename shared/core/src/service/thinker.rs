@@ -149,6 +149,9 @@ impl Thinker<'_> {
                  have: no tool can be called.",
                 agent.max_tool_calls_per_turn
             ));
+        } else if tools.is_empty() {
+            // Said, so that the model does not answer with a call nobody offered it.
+            system.push_str(NO_TOOLS);
         }
         let model = agent.model_for(run.context_type(), tier);
         let live = self
@@ -184,6 +187,10 @@ impl Thinker<'_> {
         reply
     }
 }
+
+/// What a model offered no tools is told, after its system prompt.
+pub const NO_TOOLS: &str = "\n\nYou have no tools in this conversation: answer from what you \
+     know and what you are given.";
 
 /// `span` (contiguous, in seq order) with `changed` over it: an entry of the same seq
 /// replaced, a later one added. (An entry before `span` is not given anyway.)

@@ -470,3 +470,29 @@ fn a_steps_window_is_its_batch_whatever_the_runs_length() {
     };
     assert_eq!(super::window_start(&run, &follow_up), 0);
 }
+
+#[test]
+fn run_state_events_carry_the_context_type_the_run_works_on() {
+    let mut s = Sim::new();
+    // Each asks a question: it waits on its user (a state, published).
+    let ask = feedback(json!({"kind": "text", "prompt": "Which?"}));
+    s.script("asker", vec![ask]);
+    let id = s.create("asker", "summarize");
+    s.runs.get_mut(&id).unwrap().0.context = Some(json!({"type": "ticket", "id": "T-1"}));
+    let plain = s.create("asker", "hello");
+    s.run_all();
+    let states = s.events("run.state");
+    let of = |run: &str| {
+        states
+            .iter()
+            .filter(|e| e.detail["runId"] == run)
+            .collect::<Vec<_>>()
+    };
+    assert!(!of(&id).is_empty());
+    assert!(of(&id).iter().all(|e| e.detail["contextType"] == "ticket"));
+    assert!(
+        of(&plain)
+            .iter()
+            .all(|e| e.detail.get("contextType").is_none())
+    );
+}

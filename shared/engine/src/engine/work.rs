@@ -345,6 +345,10 @@ impl<'a> Work<'a> {
             if let Some(d) = &detail {
                 event["detail"] = d.clone();
             }
+            // What the run works on, for consumers that route by it (seed 003).
+            if let Some(t) = self.run.context_type() {
+                event["contextType"] = json!(t);
+            }
             self.publish("run.state", event);
         }
         // Time waiting for a human is kept apart.
