@@ -160,12 +160,10 @@ impl OpenAiLlm {
         } else {
             "max_tokens"
         };
-        // "Unsupported parameter: 'max_tokens' … Use 'max_completion_tokens' instead", or a
-        // server that does not know `max_completion_tokens`.
-        let names_sent = refusal.contains(&format!("'{sent}'"))
-            || refusal.contains(&format!("\"{sent}\""))
-            || refusal.contains(&format!("`{sent}`"));
-        if !names_sent {
+        // "Unsupported parameter: 'max_tokens' … Use 'max_completion_tokens' instead", or
+        // "Unrecognized request argument supplied: max_completion_tokens" (an older API
+        // version). Neither name holds the other.
+        if !refusal.contains(sent) {
             return false;
         }
         self.completion_tokens.store(
@@ -632,6 +630,16 @@ mod tests {
         })
         .expect("client");
         assert_eq!(openai.limit_param(), "max_completion_tokens");
+        // An older API version that does not know that name gets `max_tokens` back.
+        assert!(
+            openai.switch_limit_param(
+                "Unrecognized request argument supplied: max_completion_tokens"
+            )
+        );
+        assert_eq!(openai.limit_param(), "max_tokens");
+        // A 400 about something else switches nothing.
+        assert!(!openai.switch_limit_param("messages: too long"));
+        assert_eq!(openai.limit_param(), "max_tokens");
     }
 
     #[tokio::test]
