@@ -23,6 +23,7 @@ echo "== LocalStack: the AWS scenarios and the adapters' port contracts"
 # the scenarios under the fault layer; here they meet LocalStack's own pace.
 BATON_TEST_FAULTS=0 cargo test --workspace --test e2e --test crashes -- \
   aws_flow:: aws_crashes:: plans:: files:: contract:: service:: secret_rotation:: quotas::aws:: \
+  budgets::aws:: \
   --skip aws_flow::ten_runs_in_one_batch
 echo "== LocalStack: the Lambda invoke tests (tests/lambda/invoke.sh)"
 tests/lambda/invoke.sh
