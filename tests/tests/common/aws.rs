@@ -29,6 +29,9 @@ pub struct Emulator {
     pub url: String,
     /// The fault layer in front of it, if the test or `BATON_TEST_FAULTS` asked for one.
     pub faulty: Option<FaultyAws>,
+    /// Without faults, the layer all the same, with none: DynamoDB's per-item isolation,
+    /// which moto lacks (`fault.rs`).
+    isolated: Option<FaultyAws>,
     /// Whether other tests share this emulator (its resources need names of their own).
     shared: bool,
     _moto: Option<Moto>,
@@ -59,9 +62,14 @@ impl Emulator {
             Some(f) => Some(FaultyAws::start(&url, f).await),
             None => None,
         };
+        let isolated = match faulty {
+            Some(_) => None,
+            None => Some(FaultyAws::start(&url, Faults::isolation_only()).await),
+        };
         Emulator {
             url,
             faulty,
+            isolated,
             shared,
             _moto: moto,
         }
@@ -72,9 +80,9 @@ impl Emulator {
         sdk_for(&self.url).await
     }
 
-    /// For the code under test: through the fault layer, if there is one.
+    /// For the code under test: through the fault layer (with no faults, if none).
     pub async fn host_sdk(&self) -> SdkConfig {
-        match &self.faulty {
+        match self.faulty.as_ref().or(self.isolated.as_ref()) {
             Some(f) => f.sdk().await,
             None => self.sdk().await,
         }

@@ -17,7 +17,11 @@
 //! It also gives moto's DynamoDB the isolation DynamoDB has: moto applies a transaction item
 //! by item and, when one fails, puts back the whole table as it was when the transaction
 //! began — undoing what any concurrent write did meanwhile (50 concurrent creates against a
-//! conditional counter let 11 through). The layer forwards DynamoDB's writes one at a time.
+//! conditional counter let 11 through), and checks a conditional `PutItem`'s condition apart
+//! from its write, so two concurrent conditional answers to one CTA both succeeded (a
+//! one-time link answered twice, 202 and 202). The layer forwards DynamoDB's writes one at a
+//! time; every test's AWS host goes through it ([`Faults::isolation_only`] when the test
+//! asks for no faults).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,7 +50,21 @@ pub struct Faults {
     /// A firing is dropped: its event goes to the schedule's dead-letter queue, never to
     /// the bus.
     pub drop_firings: f64,
+    /// Schedules fire as Scheduler fires them (off: they are only stored, as by the
+    /// emulators, and a test fires what it needs by hand).
+    pub fire_schedules: bool,
     pub seed: u64,
+}
+
+impl Faults {
+    /// No faults and no firings: only what every test needs between the code and moto,
+    /// DynamoDB's isolation of each item's writes (see the module's doc).
+    pub fn isolation_only() -> Self {
+        Self {
+            fire_schedules: false,
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for Faults {
@@ -57,6 +75,7 @@ impl Default for Faults {
             latency: Duration::ZERO,
             early_first_firing: false,
             drop_firings: 0.0,
+            fire_schedules: true,
             seed: 7,
         }
     }
@@ -415,7 +434,7 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
             .unwrap_or_default()
             .to_owned();
         match op.as_str() {
-            "CreateSchedule" | "UpdateSchedule" => arm(&s, name, &body),
+            "CreateSchedule" | "UpdateSchedule" if s.faults.fire_schedules => arm(&s, name, &body),
             "DeleteSchedule" => {
                 *s.schedules.lock().unwrap().entry(name).or_default() += 1;
             }
