@@ -471,11 +471,15 @@ impl Service {
         } else {
             true
         };
+        // The queue's id names the message and the run's version it was posted at: a
+        // retry (same `Idempotency-Key`) posted after the first one's turn has ended is
+        // not a duplicate to the queue (SQS FIFO drops one for five minutes), so it reaches
+        // the run, which applies nothing twice and gives back the slot taken for it.
         self.deps
             .queue
             .send(&[StepMessage {
                 run_id: run_id.into(),
-                id: message_id.clone(),
+                id: format!("{message_id}.{}", run.version),
                 input: Input::UserMessage {
                     text,
                     message_id,
