@@ -121,6 +121,8 @@ pub async fn run_aws(max_history: u64, config: &crate::Settings) -> anyhow::Resu
         write_units: b.write_units - a.write_units,
         consumed_read_units: b.consumed_read_units - a.consumed_read_units,
         consumed_write_units: b.consumed_write_units - a.consumed_write_units,
+        consumed_transact_write_units: b.consumed_transact_write_units
+            - a.consumed_transact_write_units,
     };
     let cost = |u: &Usage| {
         u.write_units as f64 * PRICE_WRITE_UNIT

@@ -233,6 +233,11 @@ pub async fn run(opts: LoadAws, config: &crate::Settings) -> anyhow::Result<Stri
             per_step(used.consumed_read_units - meter_start.consumed_read_units),
         "dynamodb_consumed_write_units_per_step":
             per_step(used.consumed_write_units - meter_start.consumed_write_units),
+        // Of those, what transactions' answers named: DynamoDB bills a transaction's writes
+        // twice, DynamoDB Local reports them once (add this to its report for AWS's bill).
+        "dynamodb_consumed_write_units_per_step_in_transactions": per_step(
+            used.consumed_transact_write_units - meter_start.consumed_transact_write_units
+        ),
         "dynamodb_usd_per_million_steps_as_consumed": per_million(
             (used.consumed_read_units - meter_start.consumed_read_units) * PRICE_READ_UNIT
                 + (used.consumed_write_units - meter_start.consumed_write_units)

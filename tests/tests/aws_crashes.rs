@@ -118,6 +118,68 @@ async fn the_crash_points_recover_to_the_fault_free_outcome_over_aws_apis() {
     }
 }
 
+/// A crash between a run item's tail copied to its segment and the commit that drops it
+/// from the item (store format 3: `baton-aws`'s `dynamo/tail.rs`) loses and repeats
+/// nothing: a run of eight echo calls, whose entries fill the tail twice over,
+/// crashed at the first and at the second copy, ends as the run without a crash did.
+#[tokio::test]
+async fn a_crash_between_a_tail_copy_and_its_commit_recovers_over_aws_apis() {
+    let _serial = SERIAL.lock().await;
+    let aws = Arc::new(Emulator::scenario().await);
+    // Text that deflate cannot shrink much, so that the tail fills in a few steps.
+    let text = |seed: u64| -> String {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..400)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (b'a' + (x % 26) as u8) as char
+            })
+            .collect()
+    };
+    let mut turns: Vec<Value> = (0..8)
+        .map(|i| json!({"tool_calls": [{"name": "echo", "arguments": {"text": text(i)}}]}))
+        .collect();
+    turns.push(json!({"text": "echoed"}));
+    let script = json!({"ops": turns}).to_string();
+    let outcome = async |prefix: &str, fp: &str, skip: u32| -> (Value, bool) {
+        failpoint::reset();
+        let host = host(&aws, &aws.names(prefix), &script, None).await;
+        let mut crash = Crash::arm(host, fp, skip);
+        let run_id = crash.create(json!({"prompt": "go", "agent": "ops"})).await;
+        loop {
+            let run = crash.until(&run_id, |r| r["status"] == "completed").await;
+            let out = json!({
+                "timeline": normalize(&run["timeline"], &run_id),
+                "status": run["status"],
+            });
+            crash.host.stop().await;
+            if crash.restart_if_fired().await {
+                continue;
+            }
+            let fired = failpoint::fired(fp);
+            failpoint::reset();
+            return (out, fired);
+        }
+    };
+    let (baseline, _) = outcome("tail-base", "", 0).await;
+    assert_eq!(baseline["status"], "completed");
+    let echoes = baseline["timeline"]
+        .as_array()
+        .map_or(0, |t| t.iter().filter(|e| e["name"] == "echo").count());
+    assert_eq!(echoes, 8, "{baseline}");
+    for skip in [0, 1] {
+        let (crashed, fired) =
+            outcome(&format!("tail-{skip}"), "store.after_tail_copy", skip).await;
+        assert!(fired, "store.after_tail_copy#{skip} was never reached");
+        assert_eq!(
+            crashed, baseline,
+            "after a crash at store.after_tail_copy#{skip}"
+        );
+    }
+}
+
 /// Posts each of `texts` as a follow-up to `run_id`, all at once.
 async fn post_all(api: &Api, run_id: &str, texts: &[String]) {
     let path = format!("/runs/{run_id}/messages");

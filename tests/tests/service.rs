@@ -405,8 +405,8 @@ async fn a_cold_step_reads_its_window_whatever_the_runs_length() {
 /// what the budget holds: the first message (with a note saying what is left out) and the
 /// newest rounds. Warm or cold, on either store, the same messages turn by turn, each
 /// exactly what the stored timeline gives (`llm::fit`, rebuilt here from the whole of it);
-/// and a cold step reads about the budget, not the history: as much per step at 200 (160)
-/// rounds as at 80 (entries on the embedded store; read units on DynamoDB).
+/// and a cold step reads about the budget, not the history: as much per step at 200 rounds
+/// as at 80 (entries on the embedded store), at 320 as at 160 (read units on DynamoDB).
 #[tokio::test]
 async fn a_run_past_its_context_budget_gives_the_model_what_fits_and_reads_only_that() {
     const SIZES: (usize, usize) = (budgeted::BUDGET, budgeted::TEXT);
@@ -432,20 +432,27 @@ async fn a_run_past_its_context_budget_gives_the_model_what_fits_and_reads_only_
          rounds, {short:.1} at 80"
     );
 
-    // The same on DynamoDB (moto), every step cold.
+    // The same on DynamoDB (moto), every step cold. The averages compared are over runs
+    // mostly past the budget (160 and 320 rounds): a step whose conversation still fits
+    // reads less, and with store format 3 a step's fixed reads are small enough that the
+    // rise to the budget showed in an average over 80 rounds (10.0 read units against 12.5
+    // at 160; then 12.3 at 320). Where the tail's copies fall moves a run's figure by up to
+    // a seventh (10.7 to 12.5 at 160, seen): entry sizes vary with their timestamps'
+    // digits. A step that read the history would read twice as much at 320.
     let aws = crate::common::aws::Emulator::start_with(None).await;
-    let (on_dynamo, short, _) = budgeted::conversation(0, 80, Some(&aws), SIZES).await;
+    let (on_dynamo, _, _) = budgeted::conversation(0, 80, Some(&aws), SIZES).await;
     budgeted::same(
         &on_dynamo,
         &warm,
         "DynamoDB, cold, and the embedded store, warm",
     );
-    let (_, long, _) = budgeted::conversation(0, 160, Some(&aws), SIZES).await;
-    eprintln!("DynamoDB read units per cold step: {short:.1} at 80 rounds, {long:.1} at 160");
+    let (_, short, _) = budgeted::conversation(0, 160, Some(&aws), SIZES).await;
+    let (_, long, _) = budgeted::conversation(0, 320, Some(&aws), SIZES).await;
+    eprintln!("DynamoDB read units per cold step: {short:.1} at 160 rounds, {long:.1} at 320");
     assert!(
-        long <= short * 1.2,
-        "a cold step reads what the budget holds on DynamoDB too: {long:.1} read units at 160 \
-         rounds, {short:.1} at 80"
+        long <= short * 1.3,
+        "a cold step reads what the budget holds on DynamoDB too: {long:.1} read units at 320 \
+         rounds, {short:.1} at 160"
     );
 }
 

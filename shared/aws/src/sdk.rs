@@ -117,6 +117,8 @@ pub struct Meter {
     /// included), in thousandths of a unit.
     pub consumed_read_milli: AtomicU64,
     pub consumed_write_milli: AtomicU64,
+    /// The share of [`Meter::consumed_write_milli`] that `TransactWriteItems` answers named.
+    pub consumed_transact_write_milli: AtomicU64,
 }
 
 /// A snapshot of a [`Meter`].
@@ -131,6 +133,8 @@ pub struct Usage {
     /// As DynamoDB reported them ([`Meter::consumed_read_milli`]).
     pub consumed_read_units: f64,
     pub consumed_write_units: f64,
+    /// Of those, the units transactions' answers named.
+    pub consumed_transact_write_units: f64,
 }
 
 impl Meter {
@@ -147,6 +151,10 @@ impl Meter {
             write_units: self.write_units.load(Ordering::Relaxed),
             consumed_read_units: self.consumed_read_milli.load(Ordering::Relaxed) as f64 / 1e3,
             consumed_write_units: self.consumed_write_milli.load(Ordering::Relaxed) as f64 / 1e3,
+            consumed_transact_write_units: self
+                .consumed_transact_write_milli
+                .load(Ordering::Relaxed) as f64
+                / 1e3,
         }
     }
     pub(crate) fn count(counter: &AtomicU64) {

@@ -22,6 +22,7 @@
 //! | `step.before_tool` | a step about to run a tool |
 //! | `step.after_tool` | a tool's output in hand, nothing committed |
 //! | `step.before_commit` / `step.after_commit` | around the conditional commit |
+//! | `store.after_tail_copy` | DynamoDB: a run item's tail copied to its segment, the commit that drops it not yet written |
 //! | `effect.after_send`, `effect.after_publish`, `effect.after_schedule`, `effect.after_unschedule` | after each kind of effect |
 //! | `step.before_ack` | a step done, its message not yet deleted |
 //! | `host.before_links` | a host starting: its port bound, nothing set up or served yet |

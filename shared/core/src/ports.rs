@@ -543,7 +543,8 @@ impl Clock for ManualClock {
 /// |---|---|
 /// | 1 | 0.1.0 |
 /// | 2 | DynamoDB: a run item's `body` and `ob` (outbox) packed as bytes (`baton-codec`), not JSON strings |
-pub const STORE_FORMAT: u32 = 2;
+/// | 3 | DynamoDB: a run item's tail (`tl`, `tf`) holds its latest commits' entries until a segment takes them |
+pub const STORE_FORMAT: u32 = 3;
 /// The oldest format this release reads.
 pub const OLDEST_STORE_FORMAT: u32 = 1;
 

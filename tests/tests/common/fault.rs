@@ -53,6 +53,9 @@ pub struct Faults {
     /// Schedules fire as Scheduler fires them (off: they are only stored, as by the
     /// emulators, and a test fires what it needs by hand).
     pub fire_schedules: bool,
+    /// A DynamoDB write that succeeded is answered as a 500 all the same: applied, its
+    /// answer lost on the way back (the SDK sends it again).
+    pub lost_answers: f64,
     pub seed: u64,
 }
 
@@ -76,6 +79,7 @@ impl Default for Faults {
             early_first_firing: false,
             drop_firings: 0.0,
             fire_schedules: true,
+            lost_answers: 0.0,
             seed: 7,
         }
     }
@@ -91,6 +95,8 @@ pub struct Stats {
     pub fired_early: AtomicU64,
     /// Firings dropped (sent to the dead-letter queue instead).
     pub dropped: AtomicU64,
+    /// DynamoDB writes applied whose answers were lost ([`Faults::lost_answers`]).
+    pub lost: AtomicU64,
     /// Refusals by operation (`dynamodb.TransactWriteItems`…).
     pub refused: Mutex<HashMap<String, u64>>,
 }
@@ -425,6 +431,16 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
     let headers = answer.headers().clone();
     let bytes = answer.bytes().await.unwrap_or_default();
     drop(one_at_a_time);
+    if service == "dynamodb"
+        && writes
+        && status.is_success()
+        && s.on.load(Ordering::SeqCst)
+        && s.faults.lost_answers > 0.0
+        && s.draw() < s.faults.lost_answers
+    {
+        s.stats.lost.fetch_add(1, Ordering::Relaxed);
+        return server_error(service);
+    }
     if service == "scheduler" && status.is_success() {
         let name = parts
             .uri

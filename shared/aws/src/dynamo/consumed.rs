@@ -104,7 +104,14 @@ impl Intercept for ConsumedUnits {
         } else if let Some(o) = out.downcast_ref::<UpdateItemOutput>() {
             self.add(o.consumed_capacity(), true);
         } else if let Some(o) = out.downcast_ref::<TransactWriteItemsOutput>() {
+            let before = self.0.consumed_write_milli.load(Ordering::Relaxed);
             self.add(o.consumed_capacity(), true);
+            // Apart too: DynamoDB bills a transaction's writes twice, and DynamoDB Local
+            // reports them once, so what AWS would bill is the report plus this.
+            let added = self.0.consumed_write_milli.load(Ordering::Relaxed) - before;
+            self.0
+                .consumed_transact_write_milli
+                .fetch_add(added, Ordering::Relaxed);
         } else if let Some(o) = out.downcast_ref::<BatchWriteItemOutput>() {
             self.add(o.consumed_capacity(), true);
         }

@@ -26,6 +26,7 @@ impl DynamoStore {
             table: table.into(),
             retention: chrono::Duration::days(retention_days.into()),
             meter,
+            tails: Default::default(),
         }
     }
 
@@ -300,6 +301,10 @@ impl DynamoStore {
             }
         }
         let has_info = info.is_some();
+        if let Some(meta) = &meta {
+            // What a commit at this version appends to, or copies out.
+            self.tails.keep(run_id, super::tail::Tail::of(meta));
+        }
         Ok(meta.map(|mut meta| {
             for (k, v) in info.into_iter().flatten() {
                 if k == "md" || k == "cx" {

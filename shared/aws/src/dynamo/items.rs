@@ -221,25 +221,25 @@ impl DynamoStore {
         Ok(item)
     }
 
-    /// The commit's write of the run item: every attribute set afresh, the outbox and TTL
-    /// removed when absent, the timeline item count raised by `added`, all conditional on
-    /// the version.
+    /// The commit's write of the run item `item` ([`Self::run_item`], with its tail): every
+    /// attribute set afresh, the outbox, TTL and tail removed when absent, the timeline item
+    /// count raised by the item's `ni`, all conditional on the version.
     pub(super) fn run_update(
         &self,
-        run: &Run,
-        outbox: &[Effect],
-        added: usize,
+        item: Item,
         expected: u64,
         release_slot: bool,
         take_slot: bool,
-    ) -> Result<(TransactWriteItem, usize), PortError> {
-        let item = self.run_item(run, outbox, added)?;
-        let size = item_size(&item);
+    ) -> Result<Update, PortError> {
+        let run_pk = match item.get("PK") {
+            Some(AttributeValue::S(pk)) => pk.clone(),
+            _ => return Err(broken("run item", std::io::Error::other("no key"))),
+        };
         let mut sets = Vec::new();
         let mut removes = Vec::new();
         let mut update = aws_sdk_dynamodb::types::Update::builder()
             .table_name(&self.table)
-            .key("PK", s(run_pk(&run.run_id)))
+            .key("PK", s(run_pk))
             .key("SK", s("META"))
             .condition_expression("v = :ev")
             .expression_attribute_values(":ev", n(expected));
@@ -256,7 +256,7 @@ impl DynamoStore {
             }
         }
         for k in [
-            "ob", "lerr", "tc", "tcat", "ttl", "GSI2PK", "GSI2SK", "GSI3PK", "GSI3SK",
+            "ob", "lerr", "tc", "tcat", "ttl", "GSI2PK", "GSI2SK", "GSI3PK", "GSI3SK", "tl", "tf",
         ] {
             if !sets.iter().any(|x| x.starts_with(&format!("#{k} "))) {
                 removes.push(format!("#{k}"));
@@ -277,11 +277,10 @@ impl DynamoStore {
             expr.push_str(&format!(" REMOVE {}", removes.join(", ")));
         }
         expr.push_str(" ADD ni :ni");
-        let update = update
+        update
             .update_expression(expr)
             .build()
-            .map_err(|e| broken("build update", e))?;
-        Ok((TransactWriteItem::builder().update(update).build(), size))
+            .map_err(|e| broken("build update", e))
     }
 
     /// The segment items for entries appended by one commit: one item, or several when they
@@ -528,9 +527,15 @@ pub(super) fn parse_cta(item: &Item) -> Result<Cta, PortError> {
     serde_json::from_str(get_s(item, "body")?).map_err(|e| broken("decode CTA", e))
 }
 
-/// Segments (and patches over them) into entries, in seq order.
-pub(super) fn assemble(items: &[Item], next_seq: u64) -> Result<Vec<Entry>, PortError> {
-    let mut entries = Vec::new();
+/// Segments (and patches over them) into entries, in seq order, with the run item's
+/// `tail` (the newest entries, which a segment may repeat: a copy of the tail whose commit
+/// did not happen) taken over any segment's.
+pub(super) fn assemble(
+    items: &[Item],
+    tail: &[Entry],
+    next_seq: u64,
+) -> Result<Vec<Entry>, PortError> {
+    let mut entries = std::collections::BTreeMap::new();
     let mut patches = Vec::new();
     // Segments stored in parts, by their first item's key: (part index, bytes).
     let mut parted: std::collections::BTreeMap<&str, Vec<(usize, &[u8])>> = Default::default();
@@ -550,7 +555,7 @@ pub(super) fn assemble(items: &[Item], next_seq: u64) -> Result<Vec<Entry>, Port
             } else {
                 let seg: Vec<Entry> = baton_codec::decode(get_b(item, "b")?)
                     .map_err(|e| broken("decode segment", e))?;
-                entries.extend(seg);
+                entries.extend(seg.into_iter().map(|e| (e.seq, e)));
             }
         } else if sk.starts_with("P#") {
             patches.push(
@@ -567,19 +572,24 @@ pub(super) fn assemble(items: &[Item], next_seq: u64) -> Result<Vec<Entry>, Port
             .collect();
         let seg: Vec<Entry> =
             baton_codec::decode(&blob).map_err(|e| broken("decode a segment in parts", e))?;
-        entries.extend(seg);
+        entries.extend(seg.into_iter().map(|e| (e.seq, e)));
     }
-    entries.sort_by_key(|e| e.seq);
-    entries.retain(|e| e.seq < next_seq);
-    let first = entries.first().map_or(0, |e| e.seq);
     for p in patches {
-        if let Some(slot) = p
-            .seq
-            .checked_sub(first)
-            .and_then(|i| entries.get_mut(i as usize))
-        {
+        if let Some(slot) = entries.get_mut(&p.seq) {
             *slot = p;
         }
     }
-    Ok(entries)
+    entries.extend(tail.iter().map(|e| (e.seq, e.clone())));
+    Ok(entries
+        .into_values()
+        .take_while(|e| e.seq < next_seq)
+        .collect())
+}
+
+/// Whether `entries` run without a gap to the last seq before `next_seq`.
+pub(super) fn whole(entries: &[Entry], next_seq: u64) -> bool {
+    entries.windows(2).all(|w| w[1].seq == w[0].seq + 1)
+        && entries
+            .last()
+            .map_or(next_seq == 0, |e| e.seq + 1 == next_seq)
 }

@@ -2,25 +2,29 @@
 //!
 //! | item | PK | SK | attributes |
 //! |---|---|---|---|
-//! | run | `RUN#<runId>` | `META` | `v` (version), `own`, `st`, `body` (the run without `metadata` and `context`) and `ob` (outbox), each packed by `baton-codec` (its JSON deflated when smaller; a JSON string in store format 1), `ni` (timeline items written), `ttl`; `GSI2PK` = `OB#<shard>` while a parking outbox waits; `GSI3PK` = `FIN#<shard>` once ended, else `TMR#<shard>` (`GSI3SK` its soonest armed timer) while it has timers |
-//! | timeline segment | `RUN#<runId>` | `T#<first seq:010>` | `n`, `b`: the entries one commit appended, deflated JSON |
+//! | run | `RUN#<runId>` | `META` | `v` (version), `own`, `st`, `body` (the run without `metadata` and `context`) and `ob` (outbox), each packed by `baton-codec` (its JSON deflated when smaller; a JSON string in store format 1), `ni` (timeline items written), `tl` and `tf` (the tail: the latest commits' entries, packed, and the first one's seq), `ct` (the token of the commit that wrote it), `ttl`; `GSI2PK` = `OB#<shard>` while a parking outbox waits; `GSI3PK` = `FIN#<shard>` once ended, else `TMR#<shard>` (`GSI3SK` its soonest armed timer) while it has timers |
+//! | timeline segment | `RUN#<runId>` | `T#<first seq:010>` | `n`, `b`: the entries one commit appended, or a tail copied out of the run item (`tv`: the version it was copied at), deflated JSON |
 //! | resolution patch | `RUN#<runId>` | `P#<seq:010>` | `b`: an entry resolved in place (a pending result), whole |
 //! | CTA | `CTA#<ctaId>` | `META` | `st`, `own`, `body`, `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `CTA#<status>#<createdAt>#<ctaId>`, `GSI4PK` = `ROOT#<rootRunId>`, `GSI4SK` = `GSI1SK`, `ttl`; `GSI2PK` = `DUE#<shard>` (`GSI2SK` its expiry) while pending, `CR#<shard>` while its resolution is unsent |
 //! | run info | `RUN#<runId>` | `INFO` | `md` (`metadata`), `cx` (`context`); a top-level run's also `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `RUN#<createdAt>#<runId>` (its owner's list of runs); a subagent's `GSI4PK` = `ROOT#<rootRunId>`, `GSI4SK` = `RUN#<createdAt>#<runId>` (the runs under its top-level run). Written once with the run, read with the run item by one query of [`INFO`, `META`] |
 //! | watch lease | `RUN#<runId>` | `LIVE` | `wu` (until when someone watches the run live, unix ms), `ttl`. Written by the API when it grants a watch; read with the run item by the same query |
 //! | idempotency key | `IDEM#<len>#<owner>#<key>` | `META` | `runId` |
 //!
-//! One commit is one `TransactWriteItems`, conditional on the run's version: the run item
-//! (with the outbox), one segment for everything the step appended, a patch per resolved
-//! entry, new CTAs and child runs. A step of the common kind writes two items, which keeps
-//! it at four write units. A step re-hydrates its window alone (`load_window`): the run
-//! item, then, strongly consistent, the segments newest first back to the one holding the
+//! One commit is one conditional write on the run's version. A step of the common kind
+//! (a think and its tool calls) writes the run item alone: its entries join the item's tail
+//! (`tail.rs`), one `UpdateItem`, one or two write units. A commit that writes more (a
+//! patch outside the tail, new CTAs and child runs, quota and budget counters, entries too
+//! large for the tail) is one `TransactWriteItems` of the run item and those items. A tail
+//! that is full is first copied to its own segment. A step re-hydrates its window alone
+//! (`load_window`): the run item, whose tail often holds the whole window, else, strongly
+//! consistent, the segments newest first back to the one holding the
 //! window's first seq, plus the patches after it, so a cold step reads what its window
 //! holds, not the run's history. A page of the timeline (`entries_after`) reads the segments
 //! that hold it, in order. Queries that stop early ask for pages of a few items: DynamoDB
 //! bills a page for every item it reads, up to 1 MB. A whole timeline (`load`) is one paged `Query` (a history over
-//! 1 MB works), eventually consistent: timeline items are immutable and counted in `ni`, so
-//! a stale read is detected and redone consistently. The GSI holds only CTAs, so the run
+//! 1 MB works), eventually consistent: timeline items are written once (a tail's copy grows
+//! until the tail moves on) and counted in `ni`, so a stale read is detected (a short count,
+//! a gap in the seqs) and redone consistently. The GSI holds only CTAs, so the run
 //! item, rewritten at every step, costs no index writes.
 
 use std::collections::HashMap;
@@ -35,6 +39,7 @@ use chrono::{DateTime, Utc};
 use tracing::instrument;
 
 mod budget;
+mod commit;
 mod consumed;
 mod io;
 mod items;
@@ -42,6 +47,7 @@ mod lists;
 mod quota;
 mod reads;
 mod sweep;
+mod tail;
 
 use io::TransactFailure;
 use items::*;
@@ -81,6 +87,8 @@ pub struct DynamoStore {
     table: String,
     retention: chrono::Duration,
     meter: Arc<Meter>,
+    /// The run items' tails it read lately (see `tail.rs`).
+    tails: tail::Tails,
 }
 
 impl DynamoStore {
@@ -227,27 +235,9 @@ impl Store for DynamoStore {
         self.descendants_page(root_run_id, after, limit).await
     }
 
-    /// The run item with a strongly consistent read, the timeline with an eventually
-    /// consistent one (half the read units). Timeline items are immutable once written and
-    /// the run item counts them (`ni`), so a stale read shows as a short count: then the
-    /// timeline is read again, consistently.
     #[instrument(skip(self))]
     async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
-        let Some(meta) = self.step_run_item(run_id).await? else {
-            return Ok(None);
-        };
-        let rec = parse_run(&meta)?;
-        let expected = match meta.get("ni") {
-            Some(AttributeValue::N(x)) => x.parse::<usize>().ok(),
-            _ => None,
-        };
-        let pk = run_pk(run_id);
-        let mut items = self.query(&pk, "P#", "T#~", true, false, |_| true).await?;
-        if Some(items.len()) != expected {
-            items = self.query(&pk, "P#", "T#~", true, true, |_| true).await?;
-        }
-        let entries = assemble(&items, rec.run.next_seq)?;
-        Ok(Some((rec, entries)))
+        self.load_timeline(run_id).await
     }
 
     async fn load_from(
@@ -262,11 +252,9 @@ impl Store for DynamoStore {
             return Ok(None);
         };
         let rec = parse_run(&meta)?;
-        // Read after the run item, strongly: entries of a later commit are past `next_seq`
-        // (dropped); a later patch makes the step's commit fail on its version, not succeed.
-        let items = self.window_items(run_id, from).await?;
-        let mut entries = assemble(&items, rec.run.next_seq)?;
-        entries.retain(|e| e.seq >= from);
+        let entries = self
+            .window_after(run_id, &meta, from, rec.run.next_seq)
+            .await?;
         Ok(Some((rec, entries)))
     }
 
@@ -289,9 +277,9 @@ impl Store for DynamoStore {
                 .await?
                 .map(|(rec, entries)| (rec, entries, 0)));
         }
-        let items = self.window_items(run_id, from).await?;
-        let mut entries = assemble(&items, rec.run.next_seq)?;
-        entries.retain(|e| e.seq >= from);
+        let entries = self
+            .window_after(run_id, &meta, from, rec.run.next_seq)
+            .await?;
         Ok(Some((rec, entries, from)))
     }
 
@@ -301,105 +289,12 @@ impl Store for DynamoStore {
         after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Entry>, PortError> {
-        let Some(from) = after.map_or(Some(0), |a| a.checked_add(1)) else {
-            return Ok(Vec::new()); // past every seq
-        };
-        // The run item first: entries a later commit appends are past its `next_seq`.
-        let Some(rec) = self.get_run(run_id).await? else {
-            return Ok(Vec::new());
-        };
-        if limit == 0 || from >= rec.run.next_seq {
-            return Ok(Vec::new());
-        }
-        let items = self.page_items(run_id, from, limit).await?;
-        let mut entries = assemble(&items, rec.run.next_seq)?;
-        entries.retain(|e| e.seq >= from);
-        entries.truncate(limit);
-        Ok(entries)
+        self.page_after(run_id, after, limit).await
     }
 
     #[instrument(skip_all, fields(run_id = %t.run.run_id, version = t.run.version))]
     async fn commit(&self, expected_version: u64, t: &Transition) -> Result<(), PortError> {
-        let run_id = &t.run.run_id;
-        let mut timeline_items = Vec::new();
-        if !t.appended.is_empty() {
-            timeline_items.extend(self.segment_items(run_id, &t.appended)?);
-        }
-        for e in &t.updated {
-            timeline_items.push(self.patch_item(run_id, e)?);
-        }
-        let (run_write, run_size) = self.run_update(
-            &t.run,
-            &t.effects,
-            timeline_items.len(),
-            expected_version,
-            t.release_slot,
-            t.take_slot,
-        )?;
-        let mut items = vec![run_write];
-        if t.release_slot {
-            // Given back with the commit that ends the run: once, as the commit is
-            // conditional on the run's version.
-            items.push(self.slot_count(&t.run.owner, -1, None)?);
-        }
-        if t.take_slot {
-            // Taken whatever the limit: its turn was admitted while the run was active.
-            items.push(self.slot_count(&t.run.owner, 1, None)?);
-        }
-        if t.daily_spend && t.spent_usd > 0.0 {
-            let day = t.run.updated_at.date_naive();
-            items.push(self.spend_add(&t.run.owner, day, t.spent_usd)?);
-        }
-        if let Some(b) = t.run.budget
-            && (t.spent_usd > 0.0 || t.budget_raise.is_some())
-        {
-            // Once, as the commit is conditional on the run's version.
-            items.push(self.ledger_add(t.run.root(), b, t.spent_usd, t.budget_raise.as_ref())?);
-        }
-        for item in timeline_items {
-            items.push(self.put(item, None)?);
-        }
-        for c in &t.new_ctas {
-            items.push(self.put(self.cta_item(c)?, Some("attribute_not_exists(PK)"))?);
-        }
-        let mut infos = Vec::new();
-        for (child, entries) in &t.new_runs {
-            let segments = self.segment_items(&child.run_id, entries)?;
-            items.push(self.put(
-                self.run_item(child, &[], segments.len())?,
-                Some("attribute_not_exists(PK)"),
-            )?);
-            infos.push(self.info_item(child)?);
-            for seg in segments {
-                items.push(self.put(seg, None)?);
-            }
-        }
-        // A child's `INFO` item (its place in its tree) goes with the commit when it fits;
-        // when a plan starts many steps at once, they are written first (an `INFO` item
-        // whose run item never comes is skipped by the lists, which read the run items).
-        if items.len() + infos.len() <= MAX_TRANSACT_ITEMS {
-            for info in infos {
-                items.push(self.put(info, None)?);
-            }
-        } else {
-            self.put_ahead(infos).await?;
-        }
-        self.meter.write_units.fetch_add(
-            2 * run_size.div_ceil(1024).max(1) as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        // The same (run, version) always sends the same token: a retried commit is not a conflict.
-        let token = uuid::Uuid::new_v5(
-            &uuid::Uuid::NAMESPACE_OID,
-            format!("{run_id}/{expected_version}").as_bytes(),
-        )
-        .simple()
-        .to_string();
-        match self.transact(items, Some(token)).await {
-            Ok(()) => Ok(()),
-            Err(TransactFailure::Condition(_)) => Err(PortError::Conflict),
-            Err(TransactFailure::Port(e)) => Err(e),
-        }
+        self.commit_step(expected_version, t).await
     }
 
     async fn stale_outboxes(

@@ -6,6 +6,94 @@ use super::items::*;
 use super::*;
 
 impl DynamoStore {
+    /// [`Store::load`]: the run item with a strongly consistent read, the timeline with an
+    /// eventually consistent one (half the read units). Timeline items are written once (a copy of
+    /// the tail grows until the tail moves on) and the run item counts them (`ni`), so a
+    /// stale read shows as a short count or a gap in the seqs: then the timeline is read
+    /// again, consistently.
+    pub(super) async fn load_timeline(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
+        let Some(meta) = self.step_run_item(run_id).await? else {
+            return Ok(None);
+        };
+        let rec = parse_run(&meta)?;
+        let tail = tail::Tail::of(&meta);
+        let (copy, tail_entries) = (tail.segment_key(), tail.entries()?);
+        let expected = get_n(&meta, "ni");
+        let counted = |items: &[Item]| {
+            items
+                .iter()
+                .filter(|i| get_s(i, "SK").ok() != copy.as_deref())
+                .count() as u64
+        };
+        let pk = run_pk(run_id);
+        let items = self.query(&pk, "P#", "T#~", true, false, |_| true).await?;
+        if Some(counted(&items)) == expected {
+            let entries = assemble(&items, &tail_entries, rec.run.next_seq)?;
+            if whole(&entries, rec.run.next_seq) {
+                return Ok(Some((rec, entries)));
+            }
+        }
+        let items = self.query(&pk, "P#", "T#~", true, true, |_| true).await?;
+        let entries = assemble(&items, &tail_entries, rec.run.next_seq)?;
+        Ok(Some((rec, entries)))
+    }
+
+    /// [`Store::entries_after`]: up to `limit` entries after seq `after`.
+    pub(super) async fn page_after(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, PortError> {
+        let Some(from) = after.map_or(Some(0), |a| a.checked_add(1)) else {
+            return Ok(Vec::new()); // past every seq
+        };
+        // The run item first: entries a later commit appends are past its `next_seq`.
+        let Some(meta) = self.get_run_item(run_id).await? else {
+            return Ok(Vec::new());
+        };
+        let rec = parse_run(&meta)?;
+        if limit == 0 || from >= rec.run.next_seq {
+            return Ok(Vec::new());
+        }
+        let tail = tail::Tail::of(&meta);
+        let tail_entries = tail.entries()?;
+        let items = if !tail_entries.is_empty() && from >= tail.first {
+            Vec::new() // all of it in the run item's tail
+        } else {
+            self.page_items(run_id, from, limit).await?
+        };
+        let mut entries = assemble(&items, &tail_entries, rec.run.next_seq)?;
+        entries.retain(|e| e.seq >= from);
+        entries.truncate(limit);
+        Ok(entries)
+    }
+
+    /// The entries from seq `from` on of the run whose item (read just before, strongly) is
+    /// `meta`: from its tail alone when the tail reaches back to `from`, else with
+    /// [`Self::window_items`].
+    pub(super) async fn window_after(
+        &self,
+        run_id: &str,
+        meta: &Item,
+        from: u64,
+        next_seq: u64,
+    ) -> Result<Vec<Entry>, PortError> {
+        let tail = super::tail::Tail::of(meta);
+        let tail_entries = tail.entries()?;
+        let items = if !tail_entries.is_empty() && from >= tail.first {
+            Vec::new()
+        } else {
+            self.window_items(run_id, from).await?
+        };
+        let mut entries = assemble(&items, &tail_entries, next_seq)?;
+        entries.retain(|e| e.seq >= from);
+        Ok(entries)
+    }
+
     /// The timeline items that hold the entries from seq `from` on, read strongly: the
     /// segments back to the one that holds `from` (newest first, stopping there), and the
     /// patches from `from` on. Bounded by what is after `from`, not by the run's length.

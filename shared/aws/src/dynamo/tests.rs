@@ -8,7 +8,7 @@ fn store() -> DynamoStore {
     DynamoStore::new(Client::from_conf(conf), "t", 90, Meter::shared())
 }
 
-fn noise(seed: u64, len: usize) -> String {
+pub(super) fn noise(seed: u64, len: usize) -> String {
     let mut x = seed | 1;
     (0..len)
         .map(|_| {
@@ -42,7 +42,7 @@ fn large_commits_split_into_items_under_the_limit() {
         .map(|i| get_s(i, "SK").map(|_| 1).unwrap_or(0))
         .sum();
     assert_eq!(total, items.len());
-    let back = assemble(&items, 9).expect("assembles");
+    let back = assemble(&items, &[], 9).expect("assembles");
     assert_eq!(back, entries);
     // A small commit stays one item; one entry over the limit is a clear error.
     assert_eq!(
@@ -70,7 +70,7 @@ fn large_commits_split_into_items_under_the_limit() {
     assert!(parts.iter().all(|i| item_size(i) < 400 * 1024));
     let mut all = items.clone();
     all.extend(parts);
-    let back = assemble(&all, 10).expect("assembles");
+    let back = assemble(&all, &[], 10).expect("assembles");
     assert_eq!(back.len(), 9);
     assert_eq!(back[8], huge);
     assert_eq!(back[..8], entries[..]);
