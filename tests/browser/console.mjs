@@ -107,6 +107,10 @@ try {
   await page.goto(cfg.base + "/console#/runs/" + cfg.plan.run);
   await page.getByText("executing_plan · 0/2 steps").waitFor({ timeout: 15000 });
   await page.getByRole("table", { name: "Plan steps" }).waitFor();
+  // The reviewer's verdict and notes, on the plan's call.
+  const review = page.getByLabel("Plan review");
+  await review.getByText("The plan reviewer approved the plan").waitFor();
+  assert.ok((await review.textContent()).includes("Checks come first: good."), await review.textContent());
   await page.screenshot({ path: cfg.shots + "/plan.png", fullPage: true });
   // Its first step's question answered on that step's own run page, the plan goes on.
   await page.getByRole("table", { name: "Plan steps" }).getByRole("link").first().click();
@@ -114,7 +118,7 @@ try {
   await page.getByRole("status").filter({ hasText: "Accepted" }).waitFor();
   await page.goto(cfg.base + "/console#/runs/" + cfg.plan.run);
   await page.getByRole("list", { name: "Timeline" }).getByText("The plan ran.").waitFor({ timeout: 15000 });
-  step("a plan shown under way, then done");
+  step("a plan shown with its reviewer's verdict, under way, then done");
 
   // A run past its budget: its question says the figures; the answer raises by its own
   // amount, and the run's page shows the budget raised.

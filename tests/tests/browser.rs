@@ -43,10 +43,12 @@ const SCRIPT: &str = r#"{
     {"tool_calls": [{"name": "report", "arguments": {"waitMs": 1500}}]},
     {"text": "Report done."}],
   "planner_run": [
-    {"tool_calls": [{"name": "agent_orchestrate", "arguments": {"plan": {"steps": [
+    {"tool_calls": [{"name": "agent_orchestrate", "arguments": {"execution_mode": "agent_review",
+      "plan": {"steps": [
       {"id": "check", "agent": "asker", "prompt": "check the release"},
       {"id": "ship", "agent": "shipper", "prompt": "ship it"}]}}}]},
     {"text": "The plan ran."}],
+  "plan_reviewer": [{"text": "{\"approved\": true, \"notes\": \"Checks come first: good.\"}"}],
   "asker": [
     {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Checks look fine?"}}]},
     {"text": "Checked."}],

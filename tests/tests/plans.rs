@@ -197,13 +197,32 @@ async fn a_drafted_plan_is_approved_runs_in_two_stages_and_its_question_reaches_
     let local = plan_flow(&c).await;
     // The plan's events, in the order a UI would show them.
     let (_, events) = h.get("/events?limit=1000").await;
-    let types: Vec<&str> = events["events"]
-        .as_array()
-        .unwrap()
+    let all = events["events"].as_array().unwrap();
+    let types: Vec<&str> = all
         .iter()
         .filter_map(|e| e["detailType"].as_str())
-        .filter(|t| t.starts_with("plan."))
+        .filter(|t| t.starts_with("plan.") && *t != "plan.phase")
         .collect();
+    // Each move of the plan's state machine, on the bus (and so in traces and metrics).
+    let phases: Vec<String> = all
+        .iter()
+        .filter(|e| e["detailType"] == "plan.phase")
+        .map(|e| {
+            format!(
+                "{} -> {}",
+                e["detail"]["from"].as_str().unwrap_or("-"),
+                e["detail"]["to"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            "- -> \"awaiting_approval\"",
+            "awaiting_approval -> \"running\"",
+            "running -> \"ended\""
+        ]
+    );
     assert_eq!(
         types.iter().filter(|t| **t == "plan.step.started").count(),
         3
@@ -219,6 +238,87 @@ async fn a_drafted_plan_is_approved_runs_in_two_stages_and_its_question_reaches_
     let c = client(s.url());
     let aws = plan_flow(&c).await;
     assert_eq!(aws, local);
+    s.shutdown().await;
+}
+
+/// A drafted plan confirmed in the conversation (seed 001): the person writes "looks good,
+/// run it" instead of answering the plan's question; the question is withdrawn, the model
+/// reads its plan back with the follow-up, and runs it. On both hosts.
+const CONFIRM_SCRIPT: &str = r#"{
+  "orchestrator": [
+    {"tool_calls": [{"name": "agent_orchestrate", "arguments": {"execution_mode": "draft_only",
+      "plan": {"steps": [{"id": "api", "agent": "explore", "prompt": "Read the API"}]}}}]},
+    {"tool_calls": [{"name": "agent_orchestrate", "arguments": {"execution_mode": "auto_execute",
+      "plan": {"steps": [{"id": "api", "agent": "explore", "prompt": "Read the API"}]}}}]},
+    {"text": "Ran it."}
+  ],
+  "explore": [{"text": "API ok"}]
+}"#;
+
+async fn confirmed_in_conversation(c: &Api) -> Value {
+    let run_id = c
+        .post_ok("/runs", json!({"prompt": "Look at the API"}))
+        .await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cta = c.pending("approval").await;
+    let waiting = c.get_ok(&format!("/runs/{run_id}")).await;
+    assert_eq!(waiting["stateDetail"]["draftPlans"], true, "{waiting}");
+    let posted = c
+        .post_ok(
+            &format!("/runs/{run_id}/messages"),
+            json!({"text": "looks good, run it"}),
+        )
+        .await;
+    assert_eq!(posted["queued"], false, "taken at once: {posted}");
+    let done = c.status(&run_id, "completed").await;
+    assert_eq!(done["result"], "Ran it.");
+    let cta = c
+        .get_ok(&format!("/ctas/{}", cta["ctaId"].as_str().unwrap()))
+        .await;
+    assert_eq!(
+        cta["status"], "cancelled",
+        "the question was withdrawn: {cta}"
+    );
+    let plans: Vec<Value> = of_type(&done, "tool")
+        .into_iter()
+        .filter(|t| t["name"] == "agent_orchestrate")
+        .cloned()
+        .collect();
+    assert_eq!(plans.len(), 2, "{done}");
+    assert_eq!(plans[0]["result"]["output"]["status"], "held_for_review");
+    assert_eq!(plans[0]["plan"]["review"]["by"], "conversation");
+    assert_eq!(
+        plans[1]["result"]["output"]["steps"][0]["outputs"],
+        "API ok"
+    );
+    assert!(
+        of_type(&done, "user")
+            .iter()
+            .any(|u| u["text"] == "looks good, run it"),
+        "{done}"
+    );
+    assert!(of_type(&done, "queued").is_empty(), "{done}");
+    normalize(&done["timeline"], &run_id)
+}
+
+#[tokio::test]
+async fn a_drafted_plan_confirmed_in_the_conversation_runs_on_both_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(
+        dir.path(),
+        scripted(CONFIRM_SCRIPT),
+        catalog(Some(agents())),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let local = confirmed_in_conversation(&client(h.url(""))).await;
+    h.server.shutdown().await;
+    let aws = Emulator::scenario().await;
+    let s = aws_host(&aws, "confirm", CONFIRM_SCRIPT).await;
+    let on_aws = confirmed_in_conversation(&client(s.url())).await;
+    assert_eq!(on_aws, local);
     s.shutdown().await;
 }
 

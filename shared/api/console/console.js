@@ -148,6 +148,20 @@ function answerForm(cta, send, announce) {
 
 function question(cta) { return cta.message || cta.prompt || ""; }
 
+// How a plan's review came out: the reviewer's verdict and notes, a person's, or an answer
+// given in the conversation.
+function planReview(r) {
+  const who = { agent: "The plan reviewer", human: "A person", conversation: "The person, in the conversation," }[r.by] || r.by;
+  const said = { approved: "approved the plan", sent_back: "sent the plan back", rejected: "rejected the plan",
+    answered_in_conversation: "answered instead of the question; the agent read it" }[r.outcome] || r.outcome;
+  const p = el("p", { class: "review", "aria-label": "Plan review" }, "Review: ", el("strong", {}, who + " " + said));
+  if (r.notes) p.append(" — ", el("q", {}, r.notes));
+  if (r.reviewerRunId) {
+    p.append(" (", el("a", { href: "#/runs/" + encodeURIComponent(r.reviewerRunId) }, "the review"), ")");
+  }
+  return p;
+}
+
 // What the human should know besides the question: the gated call, the placeholder.
 function context(cta) {
   const parts = [];
@@ -313,6 +327,7 @@ function entryItem(e, announce, runId) {
           el("thead", {}, el("tr", {}, el("th", {}, "step"), el("th", {}, "status"), el("th", {}, "run"), el("th", {}, "error"))),
           el("tbody", {}, rows)));
       }
+      if (e.plan && e.plan.review) li.append(planReview(e.plan.review));
       if (e.cta) {
         const c = e.cta;
         li.append(el("p", {}, "Asks: ", el("strong", {}, question(c)), " ", badge(c.status)));

@@ -96,6 +96,15 @@ pub struct StepReport {
     pub budget_questions: u32,
     /// What a raise approved in this step added to its tree's budget, in US dollars.
     pub budget_raised_usd: f64,
+    /// The moves of its plans' state machines (`plan.phase`): `(from, to)`, `-` when a
+    /// plan began and `ended` when it ended.
+    pub plan_phases: Vec<(String, String)>,
+    /// The reviews its plans had (`plan.reviewed`): `(by, outcome)`, by `agent`, `human` or
+    /// `conversation`; outcome `approved`, `sent_back`, `rejected` or
+    /// `answered_in_conversation`.
+    pub plan_reviews: Vec<(String, String)>,
+    /// The guardrails that refused a call of the step (`run.refused`): `depth`.
+    pub refusals: Vec<String>,
 }
 
 /// A step that failed before it committed (a model or a store that did not answer): nothing
@@ -160,7 +169,32 @@ impl StepReport {
             ctas_expired: Vec::new(),
             budget_questions: t.new_ctas.iter().filter(|c| c.budget.is_some()).count() as u32,
             budget_raised_usd: t.budget_raise.as_ref().map_or(0.0, |r| r.by_usd),
+            plan_phases: Vec::new(),
+            plan_reviews: Vec::new(),
+            refusals: Vec::new(),
         };
+        for e in &t.effects {
+            let crate::message::Effect::Publish(ev) = e else {
+                continue;
+            };
+            let field = |k: &str| ev.detail[k].as_str().unwrap_or("-").to_owned();
+            match ev.detail_type.as_str() {
+                crate::plan::PHASE_EVENT => r.plan_phases.push((field("from"), field("to"))),
+                "plan.reviewed" => {
+                    let by = field("by");
+                    let approved = ev.detail["approved"].as_bool();
+                    let outcome = match (by.as_str(), approved) {
+                        (_, Some(true)) => "approved",
+                        ("agent", _) => "sent_back",
+                        ("human", _) => "rejected",
+                        _ => "answered_in_conversation",
+                    };
+                    r.plan_reviews.push((by, outcome.to_owned()));
+                }
+                "run.refused" => r.refusals.push(field("guardrail")),
+                _ => {}
+            }
+        }
         for e in t.appended.iter().chain(&t.updated) {
             match &e.body {
                 EntryBody::Assistant {

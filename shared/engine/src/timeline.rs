@@ -213,6 +213,9 @@ impl ToolResult {
     pub fn is_pending(&self) -> bool {
         matches!(self, Self::Pending { .. })
     }
+    pub fn is_error(&self) -> bool {
+        matches!(self, Self::Error { .. })
+    }
     pub fn error(msg: impl Into<String>) -> Self {
         Self::Error { error: msg.into() }
     }

@@ -86,6 +86,23 @@ struct StepRecord {
     /// Runs ended because more budget was refused or not given in time.
     #[metrics(unit = Count)]
     runs_budget_exhausted: u64,
+    /// Plan reviews by outcome (seed 001: to see draft mode overused): approved by the
+    /// reviewer or a person, sent back by the reviewer, rejected by a person, answered in
+    /// the conversation.
+    #[metrics(unit = Count)]
+    plan_reviews_approved: u64,
+    #[metrics(unit = Count)]
+    plan_reviews_sent_back: u64,
+    #[metrics(unit = Count)]
+    plan_reviews_rejected: u64,
+    #[metrics(unit = Count)]
+    plan_reviews_in_conversation: u64,
+    /// Moves of plans' state machines.
+    #[metrics(unit = Count)]
+    plan_phase_changes: u64,
+    /// Calls refused for nesting past the depth cap (subagents, plans).
+    #[metrics(unit = Count)]
+    depth_refusals: u64,
 }
 
 /// A step that failed and will be tried again, as one EMF record (`Agent` dimension).
@@ -115,6 +132,20 @@ struct AgentKind {
     kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PlanReview {
+    agent: String,
+    by: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PlanPhase {
+    agent: String,
+    from: String,
+    to: String,
+}
+
 /// Where EMF lines go: the process's standard output (Lambda's log), or a buffer (tests).
 enum Sink {
     Stdout,
@@ -137,6 +168,9 @@ pub struct Metrics {
     runs: Family<AgentKind, Counter>,
     budget: Family<AgentKind, Counter>,
     budget_raised: Family<Agent, Counter<f64, std::sync::atomic::AtomicU64>>,
+    plan_reviews: Family<PlanReview, Counter>,
+    plan_phases: Family<PlanPhase, Counter>,
+    refusals: Family<AgentKind, Counter>,
     models: Mutex<BTreeSet<String>>,
     emf: Option<Mutex<(Emf, Sink)>>,
 }
@@ -256,6 +290,24 @@ impl Metrics {
             "What approved raises added to run trees' budgets, in US dollars",
             budget_raised.clone(),
         );
+        let plan_reviews = Family::<PlanReview, Counter>::default();
+        registry.register(
+            "plan_reviews",
+            "Plans reviewed, by who reviewed (agent, human, conversation) and outcome",
+            plan_reviews.clone(),
+        );
+        let plan_phases = Family::<PlanPhase, Counter>::default();
+        registry.register(
+            "plan_phase_changes",
+            "Moves of plans' state machines (from - when a plan began, to ended when it ended)",
+            plan_phases.clone(),
+        );
+        let refusals = Family::<AgentKind, Counter>::default();
+        registry.register(
+            "refusals",
+            "Calls a guardrail refused, by guardrail (kind: depth)",
+            refusals.clone(),
+        );
         Self {
             registry,
             steps,
@@ -272,6 +324,9 @@ impl Metrics {
             runs,
             budget,
             budget_raised,
+            plan_reviews,
+            plan_phases,
+            refusals,
             models: Mutex::new(BTreeSet::new()),
             emf: sink.map(|(namespace, s)| {
                 Mutex::new((Emf::builder(namespace.into(), vec![vec![]]).build(), s))
@@ -427,6 +482,28 @@ impl Observer for Metrics {
                 })
                 .inc_by(r.budget_raised_usd);
         }
+        for (by, outcome) in &r.plan_reviews {
+            self.plan_reviews
+                .get_or_create(&PlanReview {
+                    agent: r.agent.clone(),
+                    by: by.clone(),
+                    outcome: outcome.clone(),
+                })
+                .inc();
+        }
+        for (from, to) in &r.plan_phases {
+            self.plan_phases
+                .get_or_create(&PlanPhase {
+                    agent: r.agent.clone(),
+                    from: from.clone(),
+                    to: to.clone(),
+                })
+                .inc();
+        }
+        for guardrail in &r.refusals {
+            self.refusals.get_or_create(&kind(guardrail)).inc();
+        }
+        let reviews = |o: &str| r.plan_reviews.iter().filter(|(_, x)| x == o).count() as u64;
         self.write_emf(StepRecord {
             timestamp: r.ended.into(),
             agent: r.agent.clone(),
@@ -458,6 +535,12 @@ impl Observer for Metrics {
             budget_questions: u64::from(r.budget_questions),
             budget_raised_usd: r.budget_raised_usd,
             runs_budget_exhausted: u64::from(exhausted),
+            plan_reviews_approved: reviews("approved"),
+            plan_reviews_sent_back: reviews("sent_back"),
+            plan_reviews_rejected: reviews("rejected"),
+            plan_reviews_in_conversation: reviews("answered_in_conversation"),
+            plan_phase_changes: r.plan_phases.len() as u64,
+            depth_refusals: r.refusals.iter().filter(|g| *g == "depth").count() as u64,
         });
     }
 

@@ -265,6 +265,39 @@ impl Observer for Traces {
             (Some(e), true) => Status::error(e.clone()),
             _ => Status::Unset,
         };
+        let mut step_attributes = vec![
+            KeyValue::new("baton.run.id", r.run_id.clone()),
+            KeyValue::new("baton.step.seq", int(r.seq)),
+            KeyValue::new("baton.step.version", int(r.version)),
+            KeyValue::new("baton.step.attempt", i64::from(r.attempt)),
+            KeyValue::new("baton.step.input", r.input),
+            KeyValue::new("baton.run.status", r.status.as_str()),
+            KeyValue::new("gen_ai.agent.name", r.agent.clone()),
+            KeyValue::new("gen_ai.conversation.id", r.run_id.clone()),
+        ];
+        // What the step's plans did: each move of their state machines, each review.
+        let joined = |pairs: &[(String, String)], sep: &str| {
+            pairs
+                .iter()
+                .map(|(a, b)| format!("{a}{sep}{b}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        if !r.plan_phases.is_empty() {
+            step_attributes.push(KeyValue::new(
+                "baton.plan.phases",
+                joined(&r.plan_phases, "->"),
+            ));
+        }
+        if !r.plan_reviews.is_empty() {
+            step_attributes.push(KeyValue::new(
+                "baton.plan.reviews",
+                joined(&r.plan_reviews, ":"),
+            ));
+        }
+        if !r.refusals.is_empty() {
+            step_attributes.push(KeyValue::new("baton.refusals", r.refusals.join(",")));
+        }
         self.span(
             trace,
             step,
@@ -273,16 +306,7 @@ impl Observer for Traces {
             format!("step {}", r.agent),
             SpanKind::Internal,
             (start, end),
-            vec![
-                KeyValue::new("baton.run.id", r.run_id.clone()),
-                KeyValue::new("baton.step.seq", int(r.seq)),
-                KeyValue::new("baton.step.version", int(r.version)),
-                KeyValue::new("baton.step.attempt", i64::from(r.attempt)),
-                KeyValue::new("baton.step.input", r.input),
-                KeyValue::new("baton.run.status", r.status.as_str()),
-                KeyValue::new("gen_ai.agent.name", r.agent.clone()),
-                KeyValue::new("gen_ai.conversation.id", r.run_id.clone()),
-            ],
+            step_attributes,
             parent_link(r.parent.as_ref()),
             status.clone(),
         );

@@ -460,6 +460,13 @@ impl Service {
                 .readmit(run_id, &run.owner, &admission)
                 .await?;
         }
+        // A run waiting on drafted plans alone takes a follow-up at once, as the
+        // answer to them (`baton-engine`'s `engine/plan/held.rs`).
+        let answers_drafts = run.state.as_deref() == Some("waiting_on_user")
+            && run
+                .state_detail
+                .as_ref()
+                .is_some_and(|d| d["draftPlans"] == serde_json::json!(true));
         let queued = if run.status.is_terminal() {
             let now = self.deps.clock.now();
             let stale = now - chrono::Duration::minutes(15);
@@ -469,7 +476,7 @@ impl Service {
                 .claim_turn(run_id, &message_id, now, stale)
                 .await?
         } else {
-            true
+            !answers_drafts
         };
         // The queue's id names the message and the run's version it was posted at: a
         // retry (same `Idempotency-Key`) posted after the first one's turn has ended is

@@ -139,6 +139,12 @@ fn subagents_nest_at_most_three_deep() {
         matches!(&s.tools(&cur)[0].result, ToolResult::Error { error } if error.contains("at most 3 deep"))
     );
     assert_eq!(s.run(&id).status, RunStatus::Completed);
+    // The refusal is counted: an event on the bus, which the metrics read.
+    let refused = s.events("run.refused");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].detail["guardrail"], "depth");
+    assert_eq!(refused[0].detail["tool"], "spawn_subagent");
+    assert_eq!(refused[0].detail["runId"], cur.as_str());
 }
 
 #[test]

@@ -106,6 +106,8 @@ struct Scripted<'a> {
     replies: Vec<LlmReply>,
     executed: Mutex<Vec<String>>,
     settled: Mutex<Vec<String>>,
+    /// The CTA records as the store holds them when the step starts.
+    ctas: HashMap<String, Cta>,
     /// The run tree's budget ledger, as the store would hold it.
     ledger: Option<baton_core::budget::Ledger>,
 }
@@ -196,10 +198,21 @@ impl StepIo for Scripted<'_> {
         ids: Vec<String>,
     ) -> impl Future<Output = Result<HashMap<String, Cta>, baton_core::error::PortError>> + Send
     {
-        // The engine tests settle CTAs through the `CancelCta` effect, after the commit; what
-        // a step asked to settle first is kept, for the tests to see.
+        // As a store settles them: a pending CTA is cancelled (its first write), any other
+        // stays as it is; what a step asked to settle is kept, for the tests to see (and
+        // the simulation writes the cancellations after the step).
+        let records = ids
+            .iter()
+            .filter_map(|id| {
+                let mut c = self.ctas.get(id)?.clone();
+                if c.status == CtaStatus::Pending {
+                    c.status = CtaStatus::Cancelled;
+                }
+                Some((id.clone(), c))
+            })
+            .collect();
         self.settled.lock().expect("not poisoned").extend(ids);
-        std::future::ready(Ok(HashMap::new()))
+        std::future::ready(Ok(records))
     }
 }
 
@@ -290,14 +303,24 @@ impl Sim {
             agent: run.agent.clone(),
             executed: Mutex::new(Vec::new()),
             settled: Mutex::new(Vec::new()),
+            ctas: self.ctas.clone(),
             ledger: self.ledgers.get(run.root()).cloned(),
         };
         let decision = block_on(decide(self.now, &run, &timeline, &msg.input, &world))
             .expect("the scripted model never fails to answer");
         self.executed
             .extend(world.executed.into_inner().expect("not poisoned"));
-        self.settle_asked
-            .extend(world.settled.into_inner().expect("not poisoned"));
+        let settled = world.settled.into_inner().expect("not poisoned");
+        for id in &settled {
+            if let Some(c) = self
+                .ctas
+                .get_mut(id)
+                .filter(|c| c.status == CtaStatus::Pending)
+            {
+                c.status = CtaStatus::Cancelled;
+            }
+        }
+        self.settle_asked.extend(settled);
         // The same step on the window a host may hand it decides the same.
         let from = window_start(&run, &msg.input) as usize;
         let windowed = block_on(decide(
@@ -311,6 +334,7 @@ impl Sim {
                 agent: run.agent.clone(),
                 executed: Mutex::new(Vec::new()),
                 settled: Mutex::new(Vec::new()),
+                ctas: self.ctas.clone(),
                 ledger: self.ledgers.get(run.root()).cloned(),
             },
         ))

@@ -99,6 +99,7 @@ fn what_the_plugins_answered_is_the_steps_input_however_their_source_moves() {
         replies: vec![calls(vec![call("echo", json!({"text": "x"}))])],
         executed: Mutex::new(Vec::new()),
         settled: Mutex::new(Vec::new()),
+        ctas: Default::default(),
         ledger: None,
     };
     let decision =
@@ -269,6 +270,7 @@ fn a_plugins_error_is_its_own_named_and_retried_only_when_it_says_so() {
             agent: "deep".into(),
             executed: Mutex::new(Vec::new()),
             settled: Mutex::new(Vec::new()),
+            ctas: Default::default(),
             ledger: None,
         };
         let got = block_on(decide(s.now, &run, &timeline, &msg.input, &world));

@@ -197,6 +197,7 @@ impl Work<'_> {
             }
         }
         if self.run.depth + 1 > limits.max_depth {
+            self.refused_depth(crate::tools::SPAWN_SUBAGENT, limits.max_depth);
             return ToolResult::error(format!(
                 "subagents may nest at most {} deep; do this work yourself or answer",
                 limits.max_depth

@@ -183,6 +183,17 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
             return Step::Settle(ids);
         }
     }
+    if io.settled.is_none()
+        && matches!(input, Input::UserMessage { reply_to: None, .. })
+        && !run.status.is_terminal()
+    {
+        // A follow-up while the run waits on drafts alone answers them in the conversation
+        // (`plan/held.rs`): their questions are withdrawn first, the first write winning.
+        let ids = w.conversational_drafts();
+        if !ids.is_empty() {
+            return Step::Settle(ids);
+        }
+    }
     let next = match input {
         Input::Start => start::start(&mut w),
         Input::Continue { version } => start::resume(&mut w, *version),

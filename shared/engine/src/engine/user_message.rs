@@ -44,6 +44,17 @@ pub(super) fn apply(
         refuse(w, link, "refused", "this run has no such subagent");
         return Next::Commit;
     }
+    if !w.run.status.is_terminal()
+        && reply_to.is_none()
+        && let Some(settled) = w.settled
+        && w.hand_back_drafts(settled)
+    {
+        // The drafts it waited on are the model's again (`plan/held.rs`): the follow-up
+        // is the person's answer, and the model's next turn.
+        w.release_follow_ups(vec![message_id.to_owned()]);
+        w.begin_turn(text, message_id, options.clone());
+        return Next::Think;
+    }
     if !w.run.status.is_terminal() {
         let Some(link) = reply_to else {
             // A follow-up while a turn is under way waits for it to end.

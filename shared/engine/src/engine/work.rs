@@ -255,7 +255,12 @@ impl<'a> Work<'a> {
                     .map(|c| c.cta_id.as_str())
                     .collect();
                 if !ctas.is_empty() {
-                    return (Some("waiting_on_user"), Some(json!({"ctaIds": ctas})));
+                    let mut detail = json!({"ctaIds": ctas});
+                    // Drafts alone: a follow-up answers them in the conversation.
+                    if !self.conversational_drafts().is_empty() {
+                        detail["draftPlans"] = json!(true);
+                    }
+                    return (Some("waiting_on_user"), Some(detail));
                 }
                 if let Some(t) = pending.iter().find(|t| t.plan.is_some()) {
                     let steps = t.plan.as_ref().map(|p| &p.steps);

@@ -15,7 +15,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub use state::{ExecutionMode, Phase, PlanState, StepRun, StepStatus, parse_review, strip_fence};
+pub use state::{
+    ExecutionMode, Phase, PlanState, Review, StepRun, StepStatus, parse_review, strip_fence,
+};
 pub use template::{Ref, Root, Template};
 
 /// The built-in tool that runs a plan.
@@ -24,6 +26,9 @@ pub const AGENT_ORCHESTRATE: &str = "agent_orchestrate";
 pub const PLANNER: &str = "planner";
 /// The internal agent that reviews a plan before it runs (operation `review`).
 pub const PLAN_REVIEWER: &str = "plan_reviewer";
+/// The bus event a plan call's every change of phase puts out: `{runId, callId, from, to}`
+/// (`from` null when it begins, `to` `ended` with `success` when it ends).
+pub const PHASE_EVENT: &str = "plan.phase";
 
 /// A plan: steps run in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

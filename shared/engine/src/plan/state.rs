@@ -127,6 +127,47 @@ pub struct PlanState {
     /// When the call was made (a plan's duration counts from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<DateTime<Utc>>,
+    /// Drafted because an approval policy on `agent_orchestrate` matched the call (not
+    /// because the model asked for a draft): only an answer to its approval question runs
+    /// it, never the conversation.
+    #[serde(
+        rename = "heldByPolicy",
+        default,
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub held_by_policy: bool,
+    /// How its review came out: the reviewer agent's verdict and notes, or a person's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<Review>,
+}
+
+/// The verdict on a plan before it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Review {
+    /// `agent` (the `plan_reviewer`), `human` (its approval question answered) or
+    /// `conversation` (the person wrote while the draft waited).
+    pub by: String,
+    /// `approved`, `sent_back` (the reviewer asked for changes), `rejected` (a person said
+    /// no) or `answered_in_conversation` (the model reads what the person wrote).
+    pub outcome: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    /// The reviewer's child run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reviewer_run_id: Option<String>,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Planning => "planning",
+            Phase::Reviewing => "reviewing",
+            Phase::AwaitingApproval => "awaiting_approval",
+            Phase::Running => "running",
+        }
+    }
 }
 
 impl PlanState {

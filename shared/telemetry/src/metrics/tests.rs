@@ -67,6 +67,9 @@ fn report() -> StepReport {
         ctas_expired: vec![],
         budget_questions: 0,
         budget_raised_usd: 0.0,
+        plan_phases: vec![],
+        plan_reviews: vec![],
+        refusals: vec![],
     }
 }
 
@@ -332,4 +335,44 @@ fn budget_questions_raises_and_exhausted_runs_are_counted() {
         text.contains("baton_budget_raised_usd_total{agent=\"orchestrator\"} 2.5"),
         "{text}"
     );
+}
+
+#[test]
+fn plan_reviews_phases_and_depth_refusals_are_counted() {
+    let m = Metrics::emf_in_memory();
+    let mut reviewed = report();
+    reviewed.ended_run = false;
+    reviewed.status = RunStatus::Waiting;
+    reviewed.plan_reviews = vec![
+        ("agent".into(), "sent_back".into()),
+        ("human".into(), "approved".into()),
+    ];
+    reviewed.plan_phases = vec![
+        ("-".into(), "awaiting_approval".into()),
+        ("awaiting_approval".into(), "running".into()),
+    ];
+    m.step(&reviewed);
+    let mut refused = reviewed.clone();
+    refused.plan_reviews = vec![("conversation".into(), "answered_in_conversation".into())];
+    refused.plan_phases = vec![];
+    refused.refusals = vec!["depth".into()];
+    m.step(&refused);
+    let lines = emf_lines(&m);
+    let figure =
+        |name: &str| -> Vec<f64> { lines.iter().map(|l| l[name].as_f64().unwrap()).collect() };
+    assert_eq!(figure("PlanReviewsSentBack"), [1.0, 0.0]);
+    assert_eq!(figure("PlanReviewsApproved"), [1.0, 0.0]);
+    assert_eq!(figure("PlanReviewsRejected"), [0.0, 0.0]);
+    assert_eq!(figure("PlanReviewsInConversation"), [0.0, 1.0]);
+    assert_eq!(figure("PlanPhaseChanges"), [2.0, 0.0]);
+    assert_eq!(figure("DepthRefusals"), [0.0, 1.0]);
+    let text = m.prometheus_text();
+    for line in [
+        "baton_plan_reviews_total{agent=\"orchestrator\",by=\"agent\",outcome=\"sent_back\"} 1",
+        "baton_plan_reviews_total{agent=\"orchestrator\",by=\"conversation\",outcome=\"answered_in_conversation\"} 1",
+        "baton_plan_phase_changes_total{agent=\"orchestrator\",from=\"-\",to=\"awaiting_approval\"} 1",
+        "baton_refusals_total{agent=\"orchestrator\",kind=\"depth\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
 }

@@ -69,5 +69,6 @@ fn sent(s: &Sim, to: &str, pred: impl Fn(&Input) -> bool) -> usize {
         .count()
 }
 
+mod conversation;
 mod review;
 mod running;

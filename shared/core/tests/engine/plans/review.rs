@@ -100,6 +100,10 @@ fn recursion_is_refused_past_the_plan_depth() {
     );
     assert_eq!(output(&s, &id)["steps"][0]["outputs"], "lead gave up");
     assert_eq!(s.runs.len(), 2, "no grandchild was started");
+    let refused = s.events("run.refused");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].detail["tool"], "agent_orchestrate");
+    assert_eq!(refused[0].detail["maxDepth"], 1);
 }
 
 #[test]

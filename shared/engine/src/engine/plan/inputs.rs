@@ -159,9 +159,16 @@ fn helper_finished(
     w.publish(
         "plan.reviewed",
         json!({"runId": w.run.run_id, "callId": call_id, "approved": approved, "notes": notes,
-               "reviewerRunId": child}),
+               "reviewerRunId": child, "by": "agent"}),
     );
+    state.review = Some(plan::Review {
+        by: "agent".into(),
+        outcome: if approved { "approved" } else { "sent_back" }.into(),
+        notes: Some(notes.clone()),
+        reviewer_run_id: Some(child.into()),
+    });
     if approved {
+        w.phase_changed(call_id, Some(state.phase), Some(Phase::Running), None);
         state.phase = Phase::Running;
         return w.advance(seq, call_id, state);
     }
@@ -190,8 +197,25 @@ pub(in crate::engine) fn answered(
     w.tool_mut(seq).cta = Some(snap);
     w.tell_parent_resumed(&cta_id);
     w.effects.push(Effect::Unschedule { cta_id });
+    if let CtaResponse::Approval {
+        approved, reason, ..
+    } = response
+    {
+        w.publish(
+            "plan.reviewed",
+            json!({"runId": w.run.run_id, "callId": call_id, "approved": approved,
+                   "notes": reason, "by": "human"}),
+        );
+        state.review = Some(plan::Review {
+            by: "human".into(),
+            outcome: if *approved { "approved" } else { "rejected" }.into(),
+            notes: reason.clone().filter(|r| !r.trim().is_empty()),
+            reviewer_run_id: None,
+        });
+    }
     let result = match response {
         CtaResponse::Approval { approved: true, .. } => {
+            w.phase_changed(&call_id, Some(state.phase), Some(Phase::Running), None);
             state.phase = Phase::Running;
             w.advance(seq, &call_id, &mut state)
         }

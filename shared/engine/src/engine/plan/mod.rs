@@ -9,6 +9,7 @@
 //!
 //! [`ToolEntry::plan`]: crate::timeline::ToolEntry
 
+mod held;
 mod inputs;
 
 use serde_json::{Map, Value, json};
@@ -106,6 +107,7 @@ impl Work<'_> {
     ) -> ToolResult {
         let limits = self.book.limits.plan;
         if self.run.depth + 1 > limits.max_depth {
+            self.refused_depth(plan::AGENT_ORCHESTRATE, limits.max_depth);
             return ToolResult::error(format!(
                 "a plan runs its steps as subagents, which may nest at most {} deep; this run \
                  is at depth {}: do this work yourself",
@@ -120,11 +122,11 @@ impl Work<'_> {
         }
         let mut call = Call::read(input);
         // An approval policy on the tool drafts the plan for a human, whatever the call says.
-        if agent
+        let held_by_policy = agent
             .approval
             .get(plan::AGENT_ORCHESTRATE)
-            .is_some_and(|p| p.requires(input))
-        {
+            .is_some_and(|p| p.requires(input));
+        if held_by_policy {
             call.mode = ExecutionMode::DraftOnly;
         }
         let step_timeout = limits.step_timeout.map(|d| d.as_millis() as u64);
@@ -143,6 +145,8 @@ impl Work<'_> {
             attempts: 0,
             steps: Default::default(),
             started_at: Some(self.now),
+            held_by_policy,
+            review: None,
         };
         let result = match (call.plan, call.prompt) {
             (Some(raw), _) => match self.parse_plan(&raw) {
@@ -165,6 +169,7 @@ impl Work<'_> {
                     ));
                 }
                 self.new_child(&child, seq, plan::PLANNER, text, vec![], Some(state.mode));
+                self.phase_changed(call_id, None, Some(Phase::Planning), None);
                 state.planner_run_id = Some(child.clone());
                 state.helper = Some(child);
                 state.attempts = 1;
@@ -174,10 +179,48 @@ impl Work<'_> {
             }
             (None, None) => return ToolResult::error("give `plan` or `prompt`"),
         };
+        if let Some(r) = result.as_ref().filter(|r| !r.is_pending()) {
+            self.phase_changed(call_id, Some(state.phase), None, Some(!r.is_error()));
+        }
         self.tool_mut(seq).plan = Some(Box::new(state));
         result.unwrap_or_else(|| ToolResult::Pending {
             reason: "running the plan".into(),
         })
+    }
+
+    /// Says on the bus that plan call `call_id` moved from phase `from` to `to` (`None`:
+    /// it began, or it ended, with `success`), for traces, metrics and UIs.
+    pub(in crate::engine) fn phase_changed(
+        &mut self,
+        call_id: &str,
+        from: Option<Phase>,
+        to: Option<Phase>,
+        success: Option<bool>,
+    ) {
+        let mut detail = json!({"runId": self.run.run_id, "callId": call_id,
+            "from": from.map(Phase::as_str), "to": to.map_or("ended", Phase::as_str)});
+        if let Some(ok) = success {
+            detail["success"] = json!(ok);
+        }
+        self.publish(plan::PHASE_EVENT, detail);
+    }
+
+    /// Moves `state` to phase `to`, saying so.
+    fn enter(&mut self, call_id: &str, state: &mut PlanState, to: Phase) {
+        // A plan the call gave begins where the planner's would have ended.
+        let from = (state.planner_run_id.is_some() || state.phase != Phase::Planning)
+            .then_some(state.phase);
+        self.phase_changed(call_id, from, Some(to), None);
+        state.phase = to;
+    }
+
+    /// Says on the bus that a guardrail refused a call: a subagent past the depth cap.
+    pub(in crate::engine) fn refused_depth(&mut self, tool: &str, max_depth: u32) {
+        self.publish(
+            "run.refused",
+            json!({"runId": self.run.run_id, "guardrail": "depth", "tool": tool,
+                   "depth": self.run.depth, "maxDepth": max_depth}),
+        );
     }
 
     fn parse_plan(&self, raw: &Value) -> Result<Plan, String> {
@@ -201,15 +244,15 @@ impl Work<'_> {
         state.set_plan(plan);
         match state.mode {
             ExecutionMode::AutoExecute => {
-                state.phase = Phase::Running;
+                self.enter(call_id, state, Phase::Running);
                 self.advance(seq, call_id, state)
             }
             ExecutionMode::DraftOnly => {
-                state.phase = Phase::AwaitingApproval;
+                self.enter(call_id, state, Phase::AwaitingApproval);
                 Some(self.draft(seq, call_id, state))
             }
             ExecutionMode::AgentReview => {
-                state.phase = Phase::Reviewing;
+                self.enter(call_id, state, Phase::Reviewing);
                 let child = tagged("sub", &self.run.run_id, seq, "review");
                 let text = reviewer_prompt(state);
                 self.new_child(
@@ -469,6 +512,10 @@ impl Work<'_> {
 
     /// Puts the state back and resolves the call if `result` is final.
     fn settle_plan(&mut self, seq: u64, state: PlanState, result: Option<ToolResult>) -> Next {
+        if let Some(r) = result.as_ref().filter(|r| !r.is_pending()) {
+            let call_id = self.tool(seq).id.clone();
+            self.phase_changed(&call_id, Some(state.phase), None, Some(!r.is_error()));
+        }
         self.tool_mut(seq).plan = Some(Box::new(state));
         match result {
             Some(r) if !r.is_pending() => {
