@@ -167,7 +167,8 @@ pub(crate) fn script(n: u64, pause_at: Option<u64>) -> anyhow::Result<(ScriptedL
 }
 
 /// Checks that a finished benchmark run lost nothing: every iteration's echo result is in
-/// its timeline, and it thought once per iteration plus once to answer.
+/// its timeline, and it thought once per iteration plus once to answer (the prompt, two
+/// entries an iteration, the answer, the turn's usage).
 pub(crate) async fn verify(store: &LocalStore, run_id: &str, n: u64) -> anyhow::Result<()> {
     let (rec, timeline) = store.load(run_id).await?.context("the run vanished")?;
     ensure!(
@@ -176,10 +177,10 @@ pub(crate) async fn verify(store: &LocalStore, run_id: &str, n: u64) -> anyhow::
         rec.run.status
     );
     ensure!(
-        timeline.len() as u64 == 2 * n + 2,
+        timeline.len() as u64 == 2 * n + 3,
         "run {run_id}: the timeline has {} entries, expected {}",
         timeline.len(),
-        2 * n + 2
+        2 * n + 3
     );
     let successes = timeline
         .iter()

@@ -168,7 +168,9 @@ fn the_cli_drives_a_run_through_a_cta_to_completion() {
                     .contains("no reply 3"),
                 "{run:#}"
             );
-            assert_eq!(run["timeline"][7]["text"], "and now?");
+            // The first turn's usage closes it; the follow-up's turn starts after.
+            assert_eq!(run["timeline"][7]["type"], "usage", "{run:#}");
+            assert_eq!(run["timeline"][8]["text"], "and now?");
             break;
         }
         assert!(Instant::now() < deadline, "{run:#}");

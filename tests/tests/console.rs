@@ -171,11 +171,16 @@ async fn a_run_streams_its_timeline_live_and_resumes_from_its_cursor() {
     assert_eq!(entries(&seen, 3)[0]["text"], "Hello, Ada.");
     let done = seen.iter().rev().find(|e| e.event == "run").unwrap();
     assert_eq!(done.data["result"], "Hello, Ada.");
-    assert_eq!(done.id, "3");
+    assert_eq!(
+        entries(&seen, 4)[0]["type"],
+        "usage",
+        "the turn's usage, last"
+    );
+    assert_eq!(done.id, "4");
 
     // Resuming from a cursor sends only what comes after it, then the run, and ends.
     let again = read_to_end(open("", Some("2")).await.unwrap()).await;
-    assert_eq!(seqs(&again), [3]);
+    assert_eq!(seqs(&again), [3, 4]);
     assert_eq!(again.last().unwrap().event, "run");
 
     // Someone else's run, a bad cursor or a bad `follow` is refused with JSON.
@@ -391,8 +396,8 @@ async fn a_finished_runs_stream_resumes_from_any_event_with_no_gap_and_no_repeat
     let n = tail["next"].as_u64().unwrap() + 1;
     assert_eq!(
         n,
-        MANY as u64 + 4,
-        "the prompt, the reply, its calls, the tool-call cap's error, the answer"
+        MANY as u64 + 5,
+        "the prompt, the reply, its calls, the tool-call cap's error, the answer, the turn's usage"
     );
     let open = |last: Option<&str>| {
         let mut rb = h

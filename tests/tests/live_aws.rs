@@ -25,6 +25,12 @@ const SCRIPT: &str = r#"{"watcher": [
   {"text": "Checking the logs first.", "tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]},
   {"text": "All clear: nothing failed overnight, the nightly build is green, the backups ran, and the disk has room to spare for another week of logs."}],
  "greeter": [{"text": "Good morning: the build is green and nothing failed overnight."}],
+ "ticker": [
+  {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Go?"}}]},
+  {"tool_calls": [{"name": "report", "arguments": {"waitMs": 2500}}]},
+  {"tool_calls": [{"name": "report", "arguments": {"waitMs": 2500}}]},
+  {"tool_calls": [{"name": "report", "arguments": {"waitMs": 2500}}]},
+  {"text": "Three reports, all in."}],
  "slow": [
   {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Look?"}}]},
   {"tool_calls": [{"name": "report", "arguments": {"waitMs": 4000}}]},
@@ -122,6 +128,42 @@ impl Env {
         (addr, (stop, served))
     }
 
+    /// [`Env::as_api_function`], counting the reads of a timeline (`GET …/timeline`).
+    async fn as_counted_api_function(
+        &self,
+    ) -> (
+        std::net::SocketAddr,
+        Arc<std::sync::atomic::AtomicU32>,
+        (
+            tokio::sync::watch::Sender<bool>,
+            tokio::task::JoinHandle<std::io::Result<()>>,
+        ),
+    ) {
+        let reads = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counted = reads.clone();
+        let app = baton_api::router(baton_api::AppState {
+            service: self.host.server().service.clone(),
+            auth: Arc::new(baton_api::BearerToken::new(TOKEN, "local")),
+            streams: false,
+            stop: None,
+            live: None,
+            watchers: self.host.server().watchers.clone(),
+        })
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                if req.uri().path().ends_with("/timeline") {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                next.run(req)
+            },
+        ));
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let (addr, served) = baton_api::serve(app, "127.0.0.1:0".parse().unwrap(), rx)
+            .await
+            .unwrap();
+        (addr, reads, (stop, served))
+    }
+
     async fn timeline(&self, run_id: &str) -> Vec<Value> {
         let (status, page) = self
             .call(Method::GET, &format!("/runs/{run_id}/timeline"), None)
@@ -144,6 +186,7 @@ async fn start() -> Env {
     let standin = StandIn::start(grants.clone(), keys).await;
     let agents = json!({"agents": {"watcher": {"tools": ["request_human_feedback", "echo"]},
                                    "greeter": {"tools": []},
+                                   "ticker": {"tools": ["request_human_feedback", "report"]},
                                    "slow": {"tools": ["request_human_feedback", "report"]}}});
     let aws = Arc::new(aws);
     let mut options = aws
@@ -429,5 +472,70 @@ async fn a_run_started_to_be_watched_publishes_its_first_reply_on_the_aws_channe
         "the first reply, whole, on the channel"
     );
     assert!(env.standin.published(&channel(&quiet)).is_empty());
+    env.host.stop().await;
+}
+
+/// Behind API Gateway nothing streams the timeline, so a watched run's steps publish what
+/// they committed on the live channel (`committed`), entries and all, and `baton watch`
+/// shows them. (It still polls each second until the first `committed` event comes: the
+/// grant does not yet say the channel carries them; the reads are counted and printed.)
+#[tokio::test]
+async fn committed_entries_reach_a_watcher_on_the_aws_channel() {
+    let bin = common::target_dir().join("debug/baton");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo test --workspace`",
+        bin.display()
+    );
+    let mut env = start().await;
+    let (run_id, cta) = env.parked_run_of("ticker").await;
+    let (addr, reads, _served) = env.as_counted_api_function().await;
+    env.approve(&cta).await;
+    let watch = tokio::process::Command::new(&bin)
+        .args(["watch", &run_id])
+        .env("BATON_ENDPOINT", format!("http://{addr}"))
+        .env("BATON_TOKEN", TOKEN)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("baton watch starts");
+    let out = tokio::time::timeout(Duration::from_secs(60), watch.wait_with_output())
+        .await
+        .expect("baton watch ends")
+        .expect("its output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let said = format!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    // Every report's result shown, once, then the answer and the outcome.
+    assert_eq!(text.matches("  report = ").count(), 3, "{said}");
+    assert_eq!(text.matches("Three reports, all in.").count(), 1, "{said}");
+    assert!(text.contains("status completed"), "{said}");
+
+    // The steps published their commits, entries and all, on the run's channel.
+    let committed: Vec<_> = env
+        .standin
+        .published(&channel(&run_id))
+        .into_iter()
+        .filter(|p| p.event["type"] == "committed")
+        .collect();
+    // (The step already under way when the watch began read the run before its lease.)
+    assert!(committed.len() >= 2, "{} committed events", committed.len());
+    for p in &committed {
+        let entries = p.event["entries"].as_array().expect("its entries");
+        assert!(!entries.is_empty(), "{}", p.event);
+        assert!(p.event["version"].as_u64().is_some() && p.event["status"].is_string());
+    }
+    let tools = committed
+        .iter()
+        .flat_map(|p| p.event["entries"].as_array().cloned().unwrap_or_default())
+        .filter(|e| e["type"] == "tool" && e["result"]["status"] == "success")
+        .count();
+    assert!(
+        tools >= 2,
+        "the reports' results came on the channel: {committed:?}"
+    );
+    let reads = reads.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("{reads} reads of the timeline over a 7.5 s run");
     env.host.stop().await;
 }

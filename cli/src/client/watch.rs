@@ -1,10 +1,12 @@
 //! `baton watch <runId>` and `baton run --follow`: a run as it happens, in a terminal. The
 //! model's reply word by word as it streams, each tool call as it starts and ends, the run's
 //! entries as they commit; then the outcome. On a host that streams (`baton dev`, `baton dev
-//! --aws`) it follows `GET /runs/{id}/stream`. Behind API Gateway (a 501) it polls
-//! `GET /runs/{id}/timeline?after=` for the entries, and takes the live view from the
-//! deployment's live channel (`POST /runs/{id}/watch` grants a subscription to it, renewed
-//! while it watches); without one, it shows committed entries only.
+//! --aws`) it follows `GET /runs/{id}/stream`. Behind API Gateway (a 501) it takes the live
+//! view from the deployment's live channel (`POST /runs/{id}/watch` grants a subscription to
+//! it, renewed while it watches), and with it each step's committed entries (`committed`),
+//! reading `GET /runs/{id}/timeline?after=` only to catch up (when the channel connects
+//! again, after a step too large for its event) and every 30 s; without a channel it polls
+//! the timeline every second and shows committed entries only.
 //!
 //! Exit codes: 0 the run completed; 3 it failed, expired or was cancelled; 5 it waits for a
 //! human's answer (the questions are printed, with how to answer them).
@@ -128,6 +130,11 @@ impl View {
                 e["code"].as_str().unwrap_or(""),
                 e["message"].as_str().unwrap_or("")
             ),
+            "usage" => format!(
+                "[turn used {} tokens, ${:.4}]\n",
+                e["usage"]["totalTokens"].as_u64().unwrap_or(0),
+                e["costUsd"].as_f64().unwrap_or(0.0)
+            ),
             _ => String::new(),
         };
         format!("{end}{line}")
@@ -249,20 +256,34 @@ impl Channel {
     }
 }
 
-/// Shows what the live channel sends for `wait`, renewing its grant when due. A step's
-/// first event comes back unshown: what committed before the step (polled, a second
-/// behind the channel) is to be shown first.
+/// What the live channel said while a watch listened.
+enum Heard {
+    /// Nothing (the wait ran out).
+    Nothing,
+    /// The first live event of a new step, unshown: what committed before the step
+    /// (polled, a second behind the channel) is to be shown first. Only while the channel
+    /// carries no committed entries.
+    Held(Value),
+    /// A step committed: its entries are shown; its `{status, state}`.
+    Committed(Value),
+    /// The timeline must be read after the cursor: the channel connected again, or a
+    /// step's entries were too large to come with its `committed` event.
+    CatchUp,
+}
+
+/// Shows what the live channel sends for `wait`, renewing its grant when due.
 async fn live_for(
     api: &Api,
     id: &str,
     channel: &mut Option<Channel>,
     view: &mut View,
     wait: Duration,
-) -> Option<Value> {
+    cursor: &mut Cursor,
+) -> Heard {
     let until = tokio::time::Instant::now() + wait;
     let Some(ch) = channel else {
         tokio::time::sleep_until(until).await;
-        return None;
+        return Heard::Nothing;
     };
     if tokio::time::Instant::now() >= ch.renew {
         // The lease and the grant go on; a refusal only ends the live view when it lapses.
@@ -274,12 +295,24 @@ async fn live_for(
     loop {
         tokio::select! {
             e = ch.sub.next() => match e {
+                Some(e) if e["type"] == "committed" => {
+                    cursor.pushed = true;
+                    if e["truncated"] == true {
+                        return Heard::CatchUp;
+                    }
+                    for x in e["entries"].as_array().into_iter().flatten() {
+                        emit(&view.entry(x));
+                        cursor.settle(x);
+                    }
+                    return Heard::Committed(e);
+                }
                 Some(e) => {
                     let seq = e["seq"].as_u64();
-                    if seq.is_some() && seq != view.live_seq {
+                    if !cursor.pushed && seq.is_some() && seq != view.live_seq {
                         view.live_seq = seq;
-                        return Some(e);
+                        return Heard::Held(e);
                     }
+                    view.live_seq = seq;
                     emit(&view.live(e["type"].as_str().unwrap_or(""), &e));
                 }
                 None => {
@@ -289,47 +322,94 @@ async fn live_for(
                     eprintln!("baton watch: the live channel closed; connecting again");
                     *channel = Channel::open(api, id).await;
                     tokio::time::sleep_until(until).await;
-                    return None;
+                    return Heard::CatchUp;
                 }
             },
-            () = tokio::time::sleep_until(until) => return None,
+            () = tokio::time::sleep_until(until) => return Heard::Nothing,
         }
     }
 }
 
-/// Without a stream: the committed entries, polled, and the live channel if there is one.
+/// Where a polling watch is in the timeline: the last seq before any entry that may still
+/// change (a pending result), and whether the live channel carries committed entries.
+#[derive(Default)]
+struct Cursor {
+    after: Option<u64>,
+    open: bool,
+    pushed: bool,
+}
+
+impl Cursor {
+    fn settle(&mut self, e: &Value) {
+        self.open |= e["result"]["status"] == "pending";
+        let next = self.after.map_or(0, |a| a + 1);
+        if !self.open && e["seq"].as_u64() == Some(next) {
+            self.after = Some(next);
+        }
+    }
+}
+
+/// How long a watch whose channel carries committed entries waits between reads of the
+/// timeline (a safety net: it reads it at once when the channel connects again).
+const PUSHED_POLL: Duration = Duration::from_secs(30);
+
+/// Without a stream: the committed entries, polled — or, while the live channel carries
+/// them, pushed — and the live channel's view if there is one.
 async fn poll(api: &Api, id: &str, view: &mut View) -> Result<Outcome, Failure> {
-    let mut after: Option<u64> = None;
+    let mut cursor = Cursor::default();
     let mut channel = Channel::open(api, id).await;
     // A live event held until the entries before it are shown.
     let mut held: Option<Value> = None;
+    let mut read = true;
     loop {
-        let path = match after {
-            Some(a) => format!("/runs/{id}/timeline?after={a}"),
-            None => format!("/runs/{id}/timeline"),
-        };
-        let page = api.call(Method::GET, &path, None).await?;
-        // The cursor stops before a result still pending (it is read again).
-        let mut settled = true;
-        for e in page["entries"].as_array().into_iter().flatten() {
-            emit(&view.entry(e));
-            settled &= e["result"]["status"] != "pending";
-            if settled {
-                after = e["seq"].as_u64().or(after);
+        let mut full = false;
+        if read {
+            let path = match cursor.after {
+                Some(a) => format!("/runs/{id}/timeline?after={a}"),
+                None => format!("/runs/{id}/timeline"),
+            };
+            let page = api.call(Method::GET, &path, None).await?;
+            cursor.open = false;
+            for e in page["entries"].as_array().into_iter().flatten() {
+                emit(&view.entry(e));
+                cursor.settle(e);
             }
+            full = page["entries"].as_array().is_some_and(|e| e.len() >= 1000);
         }
-        let full = page["entries"].as_array().is_some_and(|e| e.len() >= 1000);
         if let Some(e) = held.take() {
             emit(&view.live(e["type"].as_str().unwrap_or(""), &e));
         }
-        if !full {
-            let run = api.call(Method::GET, &format!("/runs/{id}"), None).await?;
-            if let Some(o) = outcome(&run)
-                && let Some(o) = finish(api, view, id, o).await?
-            {
-                return Ok(o);
+        if full {
+            continue;
+        }
+        let run = api.call(Method::GET, &format!("/runs/{id}"), None).await?;
+        if let Some(o) = outcome(&run)
+            && let Some(o) = finish(api, view, id, o).await?
+        {
+            return Ok(o);
+        }
+        // Listen: while the channel carries committed entries, until the next safety read;
+        // else a second, then the timeline again.
+        read = true;
+        let started = tokio::time::Instant::now();
+        loop {
+            let wait = if cursor.pushed && channel.is_some() {
+                PUSHED_POLL.saturating_sub(started.elapsed())
+            } else {
+                Duration::from_secs(1)
+            };
+            match live_for(api, id, &mut channel, view, wait, &mut cursor).await {
+                Heard::Held(e) => held = Some(e),
+                Heard::Committed(e) => {
+                    if outcome(&e).is_none() {
+                        continue;
+                    }
+                    // It may have ended or parked: the run says (the timeline is not read).
+                    read = false;
+                }
+                Heard::Nothing | Heard::CatchUp => {}
             }
-            held = live_for(api, id, &mut channel, view, Duration::from_secs(1)).await;
+            break;
         }
     }
 }

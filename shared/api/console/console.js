@@ -341,6 +341,11 @@ function entryItem(e, announce, runId) {
       head.append(" · " + e.kind);
       li.append(widget(e.kind, e.data));
       break;
+    case "usage":
+      li.append(el("p", { "aria-label": "Turn usage" }, "The turn from #" + e.turnSeq + " used " +
+        e.usage.totalTokens + " tokens (" + e.usage.inputTokens + " in, " + e.usage.outputTokens +
+        " out), " + money(e.costUsd) + ", its subagents included"));
+      break;
     case "file": {
       const link = el("a", { href: "#", class: "file" }, "Download " + e.name);
       link.addEventListener("click", (ev) => { ev.preventDefault(); download(runId, e); });

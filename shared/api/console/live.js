@@ -62,36 +62,59 @@ async function follow(runId, signal, put, state, live, onLive) {
   }
   if (signal.aborted) return;
   // Polling: entries after the cursor (the last seq before any that may still change); what
-  // a step shows before it commits, from the deployment's live channel if it has one.
+  // a step shows before it commits, and what it committed, from the deployment's live
+  // channel if it has one. While the channel holds and carries committed entries, the
+  // timeline is read only to catch up (at each subscription, after an event too large to
+  // carry its entries) and once every 30 s; else every 1.5 s.
   live.textContent = "Live (polling)";
-  watchChannel(runId, signal, onLive, live);
   let after = null;
+  let open = false; // an entry after the cursor may still change (a pending result)
+  const channel = { subscribed: false, pushes: false, wake: () => {} };
+  const settle = (e) => {
+    if (e.type === "tool" && e.result.status === "pending") open = true;
+    if (!open && (after === null ? e.seq === 0 : e.seq === after + 1)) after = e.seq;
+  };
+  const committed = async (e) => {
+    channel.pushes = true;
+    if (e.truncated) return channel.wake();
+    for (const x of e.entries) {
+      put(x);
+      settle(x);
+    }
+    const run = await api(path, { signal }).catch(() => null);
+    if (run && run.status === 200) state(run.body);
+  };
+  watchChannel(runId, signal, onLive, live, channel, committed);
   while (!signal.aborted) {
     const q = path + "/timeline" + (after === null ? "" : "?after=" + after);
     const { status, body } = await api(q, { signal }).catch(() => ({ status: 0 }));
     if (status === 200) {
-      let settled = after;
-      let open = false;
+      open = false;
       for (const e of body.entries) {
         put(e);
-        if (e.type === "tool" && e.result.status === "pending") open = true;
-        if (!open) settled = e.seq;
+        settle(e);
       }
-      after = settled;
       const run = await api(path, { signal }).catch(() => null);
       if (run && run.status === 200) state(run.body);
     }
-    await new Promise((ok) => setTimeout(ok, 1500));
+    const wait = channel.subscribed && channel.pushes ? 30000 : 1500;
+    await new Promise((ok) => {
+      const t = setTimeout(ok, wait);
+      channel.wake = () => { clearTimeout(t); ok(); };
+    });
   }
 }
 
 // The run's live channel on AWS (AppSync Events). A connection that closes (AppSync ends
 // each within a day; networks drop) is made again with a fresh grant, after 1 s, doubling
-// to 30 s while none subscribes; committed entries come by polling meanwhile.
-async function watchChannel(runId, signal, onLive, live) {
+// to 30 s while none subscribes; committed entries come by polling meanwhile, and by the
+// channel (`committed` events) while it holds.
+async function watchChannel(runId, signal, onLive, live, channel, committed) {
   let wait = 1000;
   while (!signal.aborted) {
-    const subscribed = await watchOnce(runId, signal, onLive, live);
+    const subscribed = await watchOnce(runId, signal, onLive, live, channel, committed);
+    channel.subscribed = false;
+    channel.wake(); // polling again, at once
     if (subscribed === null || signal.aborted) return;
     wait = subscribed ? 1000 : Math.min(wait * 2, 30000);
     live.textContent = "Live (polling)";
@@ -104,7 +127,7 @@ async function watchChannel(runId, signal, onLive, live) {
 // `aws-appsync-event-ws` and `header-<authorization>`, `connection_init` → `connection_ack`,
 // `subscribe` → `subscribe_success`, then `data`. Null when the deployment has no channel,
 // else, once closed, whether it had subscribed.
-async function watchOnce(runId, signal, onLive, live) {
+async function watchOnce(runId, signal, onLive, live, channel, committed) {
   const path = `/runs/${encodeURIComponent(runId)}/watch`;
   const grant = await api(path, { method: "POST", signal }).catch(() => ({ status: 0 }));
   if (grant.status === 0 || grant.status >= 500) return false;
@@ -130,13 +153,15 @@ async function watchOnce(runId, signal, onLive, live) {
       ws.send(JSON.stringify({ type: "subscribe", id, channel: w.channel, authorization: auth }));
     } else if (v.type === "subscribe_success") {
       subscribed = true;
+      channel.subscribed = true;
+      channel.wake(); // catch up from the cursor: what committed while it was away
       live.textContent = "Live (streaming)";
     } else if (v.type === "data" && v.id === id) {
       for (const text of Array.isArray(v.event) ? v.event : [v.event]) {
-        try {
-          const e = JSON.parse(text);
-          onLive(e.type, e);
-        } catch (_) { /* not an event of ours */ }
+        let e;
+        try { e = JSON.parse(text); } catch (_) { continue; /* not an event of ours */ }
+        if (e.type === "committed") committed(e);
+        else onLive(e.type, e);
       }
     }
   };

@@ -11,6 +11,9 @@
 //! watcher catches up from. A step's end waits for what it queued at most
 //! [`AppSyncLive::drain`]'s bound, so that Lambda does not freeze the sender mid-request.
 //!
+//! While a run is watched its steps also publish what they committed (`committed`), so
+//! that watchers, which cannot stream the timeline through API Gateway, need not poll it.
+//!
 //! A run nobody watches costs nothing here: [`AppSyncLive::watched`] reads the watch lease
 //! the run was read with (the `LIVE` item, see [`crate::dynamo`]), so its steps neither
 //! stream their model calls nor publish.
@@ -101,6 +104,10 @@ impl Live for AppSyncLive {
     fn watched(&self, run: &Run) -> bool {
         run.watched_until
             .is_some_and(|until| until > chrono::Utc::now().timestamp_millis())
+    }
+
+    fn carries_committed(&self) -> bool {
+        true
     }
 
     fn publish(&self, event: LiveEvent) {

@@ -85,7 +85,7 @@ pub fn aws_deps(
                 &cfg.scheduler_role_arn,
                 meter,
             )
-            .delivering_due(bus, clock.clone())
+            .not_in_the_past(clock.clone())
             .dead_letters(cfg.timers_dead_letter_arn.clone()),
         ),
         llm,

@@ -14,8 +14,11 @@
 //! schedule that is gone ("not found") is success.
 //!
 //! A timer is never created in the past: one already due when its effect is performed (an
-//! outbox performed late, by a redelivery or the sweep) is not scheduled, its event is put on
-//! the bus at once. Each schedule retries its target (for a day, 185 times, Scheduler's most)
+//! outbox performed late, by a redelivery or the sweep) is scheduled for the first whole
+//! minute at least [`LATE_LEAD`] on, so it fires within about a minute. Its event is not put
+//! on the bus by the function instead: the bus's policy refuses `cta.expired` and
+//! `timer.fired` from anyone but the scheduler's role, so that no one forges an expiry. Each
+//! schedule retries its target (for a day, 185 times, Scheduler's most)
 //! and then sends the event to the timers' dead-letter queue (`BATON_TIMERS_DLQ_ARN`), which
 //! is alarmed; a question whose expiry was lost all the same is expired by the sweep.
 use std::sync::Arc;
@@ -31,8 +34,8 @@ use tracing::instrument;
 
 use crate::sdk::{Meter, map_sdk_err};
 use baton_core::error::PortError;
-use baton_core::message::{Event, TIMER_PREFIX};
-use baton_core::ports::{Bus, Clock, Scheduler};
+use baton_core::message::TIMER_PREFIX;
+use baton_core::ports::{Clock, Scheduler};
 
 /// The detail-type of a run's own timer firing (`{timerId, runId}`).
 pub use baton_core::message::TIMER_FIRED;
@@ -43,8 +46,8 @@ pub struct SchedulerTimers {
     bus_arn: String,
     role_arn: String,
     meter: Arc<Meter>,
-    /// Where a timer already due goes at once, and the clock that says it is.
-    due: Option<(Arc<dyn Bus>, Arc<dyn Clock>)>,
+    /// The clock that says a timer is already due ([`SchedulerTimers::not_in_the_past`]).
+    clock: Option<Arc<dyn Clock>>,
     /// The timers' dead-letter queue (`BATON_TIMERS_DLQ_ARN`).
     dead_letters: Option<String>,
 }
@@ -52,6 +55,11 @@ pub struct SchedulerTimers {
 /// How long Scheduler keeps trying to deliver a fired schedule's event, and how often.
 pub const RETRY_MAX_AGE_S: i32 = 86_400;
 pub const RETRY_MAX_ATTEMPTS: i32 = 185;
+
+/// How far ahead of now a timer already due is scheduled, at the least: a schedule's time is
+/// checked when Scheduler receives it, so it is not set for a moment a slow request could
+/// reach after it has passed.
+pub const LATE_LEAD: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 
 /// `at(yyyy-mm-ddThh:mm:00)`, in UTC: the first whole minute at or after `at`, so that a
 /// schedule, fired anywhere in its minute, never fires before `at`.
@@ -76,15 +84,14 @@ impl SchedulerTimers {
             bus_arn: bus_arn.into(),
             role_arn: role_arn.into(),
             meter,
-            due: None,
+            clock: None,
             dead_letters: None,
         }
     }
 
-    /// A timer already due is put on `bus` at once (as its schedule would put it), never
-    /// scheduled in the past.
-    pub fn delivering_due(mut self, bus: Arc<dyn Bus>, clock: Arc<dyn Clock>) -> Self {
-        self.due = Some((bus, clock));
+    /// A timer already due by `clock` is scheduled [`LATE_LEAD`] on, never in the past.
+    pub fn not_in_the_past(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
         self
     }
 
@@ -113,19 +120,11 @@ impl Scheduler for SchedulerTimers {
             let input = serde_json::json!({"ctaId": timer_id, "runId": run_id, "due": due});
             ("cta.expired", input.to_string())
         };
-        if let Some((bus, clock)) = &self.due
-            && at <= clock.now()
-        {
-            // Due already: a schedule for a minute past could never fire.
-            let event = Event {
-                id: format!("{timer_id}:due"),
-                detail_type: detail_type.into(),
-                detail: serde_json::from_str(&input)
-                    .map_err(|e| PortError::broken("timer input", e))?,
-                time: clock.now(),
-            };
-            return bus.publish(&[event]).await;
-        }
+        // Due already: a schedule for a minute past could never fire.
+        let at = match &self.clock {
+            Some(clock) => at.max(clock.now() + LATE_LEAD),
+            None => at,
+        };
         let retry = RetryPolicy::builder()
             .maximum_event_age_in_seconds(RETRY_MAX_AGE_S)
             .maximum_retry_attempts(RETRY_MAX_ATTEMPTS)

@@ -325,6 +325,12 @@ impl AwsDevServer {
         format!("http://{}", self.addr)
     }
 
+    /// The `events` function's service: the one that performs an outbox late (a test acts
+    /// as it, with its role's grants).
+    pub fn events_service(&self) -> &Arc<Service> {
+        &self.events
+    }
+
     /// The sweep, as its scheduled rule has the `events` function run it: performs the
     /// outboxes outstanding for longer than `older_than`.
     pub async fn sweep(&self, older_than: chrono::Duration) -> Result<usize, PortError> {

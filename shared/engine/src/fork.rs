@@ -301,6 +301,7 @@ fn describe(body: &EntryBody) -> String {
         EntryBody::Error { .. } => "an error".into(),
         EntryBody::Widget { .. } => "a widget".into(),
         EntryBody::File(_) => "a file".into(),
+        EntryBody::Usage { .. } => "a turn's usage".into(),
         EntryBody::User { .. } | EntryBody::Assistant { .. } => "forkable".into(),
     }
 }

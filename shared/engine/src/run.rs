@@ -269,6 +269,13 @@ pub struct Spending {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "schemas", schemars(skip))]
     pub reported_breakdown: Vec<crate::cost::CostLine>,
+    /// The turn under way: the seq of the `user` entry that began it, and what the run
+    /// (with its subagents) had spent then. When the turn ends, a `usage` entry says what
+    /// it spent.
+    #[serde(rename = "turnSeq", default)]
+    pub turn_seq: u64,
+    #[serde(rename = "turnStart", default, skip_serializing_if = "Spent::is_zero")]
+    pub turn_start: Spent,
 }
 
 /// A run's clocks ([`Run::clock`]): its work and its waits for humans, in ms, and the timers

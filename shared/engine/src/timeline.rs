@@ -146,6 +146,16 @@ pub enum EntryBody {
     /// AWS, the data folder locally), served by `GET /runs/{id}/files/{fileId}`. The model
     /// sees its summary alone.
     File(FileRef),
+    /// What a turn spent, written as it ends (seed 003): the prompt or follow-up at
+    /// `turnSeq` and everything it caused, the run's own model calls and its subagents'.
+    /// The model never sees it.
+    Usage {
+        #[serde(rename = "turnSeq")]
+        turn_seq: u64,
+        usage: crate::cost::Usage,
+        #[serde(rename = "costUsd")]
+        cost_usd: f64,
+    },
 }
 
 /// A stored file, as the timeline names it.

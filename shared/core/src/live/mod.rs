@@ -66,6 +66,48 @@ pub enum LiveKind {
     /// (`{tools}`). (What a run waits on once a step commits is its `state` and
     /// `stateDetail`.)
     State { state: String, detail: Value },
+    /// What a step committed, on a channel that carries it ([`Live::carries_committed`]):
+    /// the entries it appended and resolved, in seq order, and the run's status and state
+    /// after it. `truncated`: the entries were too large for one event and are left out; a
+    /// watcher reads the timeline after its cursor instead.
+    #[serde(rename_all = "camelCase")]
+    Committed {
+        entries: Vec<crate::timeline::Entry>,
+        version: u64,
+        status: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        state: Option<String>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        truncated: bool,
+    },
+}
+
+/// The most a `committed` event's entries take, as JSON: AppSync Events takes events of up
+/// to 240 KB.
+pub const COMMITTED_BYTES: usize = 64 * 1024;
+
+/// The `committed` event of a step of `run` that committed `t`.
+pub fn committed(t: &crate::message::Transition) -> LiveEvent {
+    let mut entries: Vec<crate::timeline::Entry> =
+        t.updated.iter().chain(&t.appended).cloned().collect();
+    entries.sort_by_key(|e| e.seq);
+    let size = serde_json::to_string(&entries).map_or(usize::MAX, |s| s.len());
+    let truncated = size > COMMITTED_BYTES;
+    if truncated {
+        entries.clear();
+    }
+    LiveEvent {
+        run_id: t.run.run_id.clone(),
+        seq: t.run.next_seq,
+        attempt: format!("commit.{}", t.run.version),
+        kind: LiveKind::Committed {
+            entries,
+            version: t.run.version,
+            status: t.run.status.as_str().to_owned(),
+            state: t.run.state.clone(),
+            truncated,
+        },
+    }
 }
 
 /// Where live events go: the host's channel to its watchers.
@@ -84,6 +126,13 @@ pub trait Live: Send + Sync {
     /// Hands an event over. Never blocks and never fails: a channel that cannot keep up
     /// drops events (the timeline is the record).
     fn publish(&self, event: LiveEvent);
+
+    /// Whether a watched run's steps also publish what they committed ([`committed`]): a
+    /// channel whose watchers cannot stream the timeline from the host (AWS, where API
+    /// Gateway does not stream) takes them, so they need not poll. By default, no.
+    fn carries_committed(&self) -> bool {
+        false
+    }
 }
 
 pub mod grant;

@@ -155,6 +155,7 @@ pub(super) fn approx_bytes(entries: &[Entry]) -> usize {
                 EntryBody::Notice { message, .. } | EntryBody::Error { message, .. } => {
                     message.len()
                 }
+                EntryBody::Usage { .. } => 64,
                 EntryBody::Tool(t) => {
                     t.name.len()
                         + value(&t.input)

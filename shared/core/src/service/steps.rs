@@ -194,6 +194,13 @@ impl Service {
                     }
                     self.cache_put(&run.run_id, version, window);
                     info!(run_id = %run.run_id, version, status = status.as_str(), "step committed");
+                    // Watchers that cannot stream the timeline are handed what committed.
+                    if let Some(live) = self
+                        .live_for(&transition.run)
+                        .filter(|l| l.carries_committed())
+                    {
+                        live.publish(crate::live::committed(&transition));
+                    }
                     self.report(&run, &msg.input, &transition, started);
                     if !sent {
                         self.perform(&transition.run, &transition.effects).await?;

@@ -168,7 +168,7 @@ fn a_failed_child_is_an_error_result_for_its_parent() {
     );
     assert_eq!(s.run(&child).status, RunStatus::Failed);
     assert!(
-        matches!(&s.runs[&child].1.last().unwrap().body, EntryBody::Error { code, .. } if code == "model_error")
+        matches!(&before_usage(&s.runs[&child].1).body, EntryBody::Error { code, .. } if code == "model_error")
     );
     assert_eq!(s.events("run.failed").len(), 1);
     s.run_all();

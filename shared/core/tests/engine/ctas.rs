@@ -315,10 +315,10 @@ fn a_long_answer_is_whole_in_the_timeline_and_a_preview_everywhere_else() {
     let child = s.children(&id)[0].clone();
     let (run, timeline) = &s.runs[&child];
     // The reply entry holds it all; the run item a preview and where the rest is.
-    assert!(matches!(&timeline.last().unwrap().body,
+    assert!(matches!(&before_usage(timeline).body,
         EntryBody::Assistant { text: Some(t), .. } if t.len() == long.len()));
     assert!(run.result_truncated);
-    assert_eq!(run.result_seq, Some(timeline.len() as u64 - 1));
+    assert_eq!(run.result_seq, Some(timeline.len() as u64 - 2));
     assert_eq!(run.result.as_ref().unwrap().len(), PREVIEW_BYTES);
     // So does the event.
     let done = s

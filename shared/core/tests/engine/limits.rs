@@ -23,7 +23,7 @@ fn the_iteration_cap_force_completes_with_a_recorded_reason() {
     assert_eq!(run.counters.thinks, 3, "worker's maxIterations is 3");
     assert_eq!(run.error.as_ref().map(|e| e.code.as_str()), None);
     assert!(
-        matches!(&s.runs[&id].1.last().unwrap().body, EntryBody::Notice { code, .. } if code == "max_iterations")
+        matches!(&before_usage(&s.runs[&id].1).body, EntryBody::Notice { code, .. } if code == "max_iterations")
     );
     assert!(run.result.as_deref().unwrap().contains("3 iterations"));
 }

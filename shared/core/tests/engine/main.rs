@@ -90,6 +90,17 @@ fn text(t: &str) -> LlmReply {
     }
 }
 
+/// The entry before a timeline's last, which must be the `usage` of the turn that ended.
+fn before_usage(timeline: &[Entry]) -> &Entry {
+    let n = timeline.len();
+    assert!(
+        matches!(timeline[n - 1].body, EntryBody::Usage { .. }),
+        "the turn's usage closes the timeline: {:?}",
+        timeline[n - 1]
+    );
+    &timeline[n - 2]
+}
+
 /// Runs a future that never waits (the scripted world answers at once) to completion.
 fn block_on<F: Future>(fut: F) -> F::Output {
     let mut fut = std::pin::pin!(fut);

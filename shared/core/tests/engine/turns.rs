@@ -86,8 +86,17 @@ fn a_follow_up_message_starts_a_new_turn_on_the_same_timeline() {
     );
     assert_eq!(run.result.as_deref(), Some("second"));
     let tl = &s.runs[&id].1;
-    assert!(matches!(&tl[2].body, EntryBody::User { text, .. } if text == "two"));
-    assert_eq!(tl.len(), 4);
+    // Each turn ends with what it spent: its prompt's seq, its one reply's tokens.
+    let usage = |e: &Entry| match &e.body {
+        EntryBody::Usage {
+            turn_seq, usage, ..
+        } => Some((*turn_seq, usage.total_tokens)),
+        _ => None,
+    };
+    assert_eq!(usage(&tl[2]), Some((0, 6)));
+    assert!(matches!(&tl[3].body, EntryBody::User { text, .. } if text == "two"));
+    assert_eq!(usage(&tl[5]), Some((3, 6)));
+    assert_eq!(tl.len(), 6);
     // The same message again is a redelivery.
     assert_eq!(s.send(&id, msg), Outcome::Ignored);
 }
@@ -248,4 +257,44 @@ fn a_follow_up_between_a_tool_step_and_the_next_think_gets_its_own_turn() {
         .filter(|e| matches!(&e.body, EntryBody::User { message_id: Some(m), .. } if m == "m1"))
         .count();
     assert_eq!(users, 1, "one turn for the follow-up");
+}
+
+#[test]
+fn a_turns_usage_counts_what_its_subagents_spent() {
+    let mut s = Sim::new();
+    s.script(
+        "orchestrator",
+        vec![calls(vec![spawn("explore", "look")]), text("seen")],
+    );
+    s.script("explore", vec![text("found")]);
+    let id = s.create("orchestrator", "go");
+    s.run_all();
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+    let tl = &s.runs[&id].1;
+    let EntryBody::Usage {
+        turn_seq,
+        usage,
+        cost_usd,
+    } = &tl.last().unwrap().body
+    else {
+        panic!("{:?}", tl.last());
+    };
+    // The parent's two replies (the spawn's and the answer) and the subagent's one.
+    let own: u64 = tl
+        .iter()
+        .filter_map(|e| match &e.body {
+            EntryBody::Assistant { usage, .. } => Some(usage.total_tokens),
+            _ => None,
+        })
+        .sum();
+    let child = s.children(&id)[0].clone();
+    let child_total = s.run(&child).total();
+    assert_eq!(*turn_seq, 0);
+    assert_eq!(usage.total_tokens, own + child_total.usage.total_tokens);
+    assert!(child_total.usage.total_tokens > 0);
+    let total = s.run(&id).total();
+    assert!(
+        (cost_usd - total.cost_usd).abs() < 1e-12,
+        "{cost_usd} vs {total:?}"
+    );
 }

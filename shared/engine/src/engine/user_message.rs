@@ -87,11 +87,14 @@ impl Work<'_> {
     /// Starts a new turn of a finished run with a user message (or a trigger's).
     pub(super) fn begin_turn(&mut self, text: &str, message_id: &str, options: TurnOptions) {
         self.run.tier = options.tier;
-        self.push(EntryBody::User {
+        let seq = self.push(EntryBody::User {
             text: text.to_owned(),
             message_id: Some(message_id.to_owned()),
             options,
         });
+        // What this turn spends is counted from here (`usage` entry, when it ends).
+        self.run.spend.turn_seq = seq;
+        self.run.spend.turn_start = self.run.total();
         self.run.set_prompt(text);
         self.run.status = RunStatus::Running;
         self.run.counters.turn_thinks = 0;

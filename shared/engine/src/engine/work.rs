@@ -384,6 +384,17 @@ impl<'a> Work<'a> {
         if self.run.status.is_terminal() {
             self.run.clock.timers.clear();
         }
+        let began = self.run.spend.turn_seq != self.given.spend.turn_seq;
+        if self.run.status.is_terminal() && (!self.given.status.is_terminal() || began) {
+            // The turn ended (begun in this step, or before it): what it spent, with its
+            // subagents.
+            let spent = self.run.total() - self.run.spend.turn_start;
+            self.push(EntryBody::Usage {
+                turn_seq: self.run.spend.turn_seq,
+                usage: spent.usage,
+                cost_usd: spent.cost_usd,
+            });
+        }
         // What this step's own model calls cost: added to its owner's spending of the day.
         let spent_usd = (self.run.spend.cost_usd - self.given.spend.cost_usd).max(0.0);
         // An ended run gives its active-run slot back, with this commit.

@@ -35,7 +35,8 @@ pub fn model_bytes(entry: &Entry) -> usize {
         EntryBody::Notice { .. }
         | EntryBody::Error { .. }
         | EntryBody::Queued { .. }
-        | EntryBody::Widget { .. } => 0,
+        | EntryBody::Widget { .. }
+        | EntryBody::Usage { .. } => 0,
     }
 }
 
@@ -200,7 +201,8 @@ pub fn project(system: &str, timeline: &[Entry]) -> Vec<ChatMessage> {
             EntryBody::Notice { .. }
             | EntryBody::Error { .. }
             | EntryBody::Queued { .. }
-            | EntryBody::Widget { .. } => {}
+            | EntryBody::Widget { .. }
+            | EntryBody::Usage { .. } => {}
         }
     }
     flush(&mut out, &mut results);
