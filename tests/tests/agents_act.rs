@@ -199,12 +199,17 @@ async fn a_run_past_its_deadline_ends_failed_with_an_entry_naming_the_limit() {
         .await;
     let run = h.wait_status(&run_id, &["failed"]).await;
     assert_eq!(run["error"]["code"], "deadline_exceeded", "{run:#}");
+    // The error, then what the failed turn spent.
+    let types: Vec<&str> = run["timeline"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|e| e["type"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(types[types.len().saturating_sub(2)..], ["error", "usage"]);
     let last = run["timeline"]
         .as_array()
-        .and_then(|t| t.last())
+        .and_then(|t| t.iter().rfind(|e| e["type"] == "error"))
         .cloned()
         .unwrap_or_default();
-    assert_eq!(last["type"], "error");
     assert!(
         last["message"]
             .as_str()

@@ -121,7 +121,8 @@ async fn a_tools_files_and_widgets_reach_the_timeline_and_the_owner_on_both_host
             "widget",
             "widget",
             "file",
-            "assistant"
+            "assistant",
+            "usage"
         ]
     );
     h.server.shutdown().await;

@@ -54,7 +54,8 @@ async fn the_example_script_runs_to_completed_with_its_full_timeline() {
             "tool",
             "assistant",
             "tool",
-            "assistant"
+            "assistant",
+            "usage"
         ]
     );
     let seqs: Vec<u64> = run["timeline"]
@@ -63,7 +64,7 @@ async fn the_example_script_runs_to_completed_with_its_full_timeline() {
         .iter()
         .map(|e| e["seq"].as_u64().unwrap())
         .collect();
-    assert_eq!(seqs, (0..7).collect::<Vec<_>>());
+    assert_eq!(seqs, (0..8).collect::<Vec<_>>());
     let tools = of_type(&run, "tool");
     for t in &tools[..2] {
         assert_eq!(t["name"], "spawn_subagent");
@@ -626,9 +627,10 @@ async fn a_follow_up_message_starts_a_new_turn_and_timeline_paging_works() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| e["text"].as_str().unwrap())
+        .map(|e| e["text"].as_str().or(e["type"].as_str()).unwrap())
         .collect();
-    assert_eq!(texts, ["one", "first", "two", "second"]);
+    // Each turn ends with what it spent.
+    assert_eq!(texts, ["one", "first", "usage", "two", "second", "usage"]);
 
     let (code, page) = h.get(&format!("/runs/{run_id}/timeline?after=1")).await;
     assert_eq!(code, 200);
@@ -638,9 +640,9 @@ async fn a_follow_up_message_starts_a_new_turn_and_timeline_paging_works() {
         .iter()
         .map(|e| e["seq"].as_u64().unwrap())
         .collect();
-    assert_eq!(seqs, [2, 3]);
-    assert_eq!(page["next"], 3);
-    let (_, page) = h.get(&format!("/runs/{run_id}/timeline?after=3")).await;
+    assert_eq!(seqs, [2, 3, 4, 5]);
+    assert_eq!(page["next"], 5);
+    let (_, page) = h.get(&format!("/runs/{run_id}/timeline?after=5")).await;
     assert!(page["entries"].as_array().unwrap().is_empty());
     let (code, _) = h.get(&format!("/runs/{run_id}/timeline?after=-1")).await;
     assert_eq!(code, 400);
@@ -864,11 +866,11 @@ async fn a_retried_follow_up_with_an_idempotency_key_is_one_turn() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| e["text"].as_str().unwrap())
+        .map(|e| e["text"].as_str().or(e["type"].as_str()).unwrap())
         .collect();
     assert_eq!(
         texts,
-        ["one", "first", "two", "second"],
+        ["one", "first", "usage", "two", "second", "usage"],
         "one turn, not three"
     );
     assert_eq!(run["status"], "completed");
@@ -934,7 +936,7 @@ async fn odd_cursors_paths_and_methods_get_json_errors_or_nothing() {
 #[tokio::test]
 async fn a_long_run_shows_its_first_hundred_entries_and_pages_on_from_there() {
     let dir = tempfile::tempdir().unwrap();
-    // 60 echo calls, then an answer: 2 + 2 × 60 = 122 entries.
+    // 60 echo calls, then an answer and the turn's usage: 3 + 2 × 60 = 123 entries.
     let mut replies: Vec<Value> = (0..60)
         .map(|i| json!({"tool_calls": [{"name": "echo", "arguments": {"text": format!("call {i}")}}]}))
         .collect();
@@ -968,9 +970,9 @@ async fn a_long_run_shows_its_first_hundred_entries_and_pages_on_from_there() {
         .await;
     assert_eq!(code, 200, "{rest}");
     let rest = rest["entries"].as_array().unwrap();
-    assert_eq!(rest.len(), 22);
+    assert_eq!(rest.len(), 23);
     assert_eq!(rest[0]["seq"], 100);
-    assert_eq!(rest[21]["seq"], 121);
+    assert_eq!(rest[22]["seq"], 122);
 
     // A short run has no cursor: its whole timeline is there.
     let short = h

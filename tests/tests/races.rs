@@ -228,7 +228,8 @@ async fn concurrent_follow_ups_each_get_a_turn() {
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let run = loop {
-        let run = settled(&h, &run_id).await;
+        settled(&h, &run_id).await;
+        let run = h.whole(&run_id).await;
         if of_type(&run, "user").len() == sent.len() {
             break run;
         }

@@ -143,8 +143,8 @@ async fn the_outbox_is_replayed_after_a_crash_between_commit_and_effects() {
     assert_eq!(rec.run.status, RunStatus::Completed);
     assert_eq!(
         tl.len(),
-        6,
-        "user, 2 × (assistant + tool), final assistant: no duplicates"
+        7,
+        "user, 2 × (assistant + tool), final assistant, usage: no duplicates"
     );
 }
 
@@ -220,8 +220,10 @@ async fn a_dead_lettered_message_ends_its_run_as_failed() {
     let (rec, tl) = local.load(&run_id).await.unwrap().unwrap();
     assert_eq!(rec.run.status, RunStatus::Failed);
     assert_eq!(rec.run.error.unwrap().code, "dead_letter");
+    // The error, then what the failed turn spent.
+    assert!(matches!(tl.last().unwrap().body, EntryBody::Usage { .. }));
     assert!(
-        matches!(&tl.last().unwrap().body, EntryBody::Error { message, .. } if message.contains("failed 5 times") && message.contains("the model is unreachable"))
+        matches!(&tl[tl.len() - 2].body, EntryBody::Error { message, .. } if message.contains("failed 5 times") && message.contains("the model is unreachable"))
     );
 }
 

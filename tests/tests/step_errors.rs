@@ -261,8 +261,10 @@ async fn assert_failed_at_once(local: &LocalStore, run_id: &str, store: &Refusin
         error.message.contains("Item size has exceeded"),
         "{error:?}"
     );
+    // The error, then what the failed turn spent.
+    assert!(matches!(tl.last().unwrap().body, EntryBody::Usage { .. }));
     assert!(matches!(
-        &tl.last().unwrap().body,
+        &tl[tl.len() - 2].body,
         EntryBody::Error { message, .. } if message.contains("Item size has exceeded")
     ));
     assert_eq!(

@@ -215,6 +215,26 @@ impl Harness {
         }
     }
 
+    /// The run with its whole timeline, paged past the 100 entries `GET /runs/{id}` holds.
+    pub async fn whole(&self, run_id: &str) -> Value {
+        let (code, mut run) = self.get(&format!("/runs/{run_id}")).await;
+        assert_eq!(code, 200, "{run}");
+        let mut next = run["timelineNext"].as_u64();
+        while let Some(after) = next {
+            let (code, page) = self
+                .get(&format!("/runs/{run_id}/timeline?after={after}&limit=100"))
+                .await;
+            assert_eq!(code, 200, "{page}");
+            let entries = page["entries"].as_array().cloned().expect("entries");
+            next = page["next"].as_u64().filter(|_| !entries.is_empty());
+            run["timeline"]
+                .as_array_mut()
+                .expect("timeline")
+                .extend(entries);
+        }
+        run
+    }
+
     pub async fn pending_ctas(&self) -> Vec<Value> {
         let (code, v) = self.get("/ctas?status=pending").await;
         assert_eq!(code, 200, "{v}");
