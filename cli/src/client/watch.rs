@@ -228,6 +228,8 @@ struct Channel {
     sub: baton_aws::channel::Subscription,
     renew: tokio::time::Instant,
     every: Duration,
+    /// The grant says the run's steps publish what they commit.
+    carries: bool,
 }
 
 impl Channel {
@@ -246,6 +248,7 @@ impl Channel {
                     sub,
                     renew: tokio::time::Instant::now() + every,
                     every,
+                    carries: watch.committed,
                 })
             }
             Err(e) => {
@@ -297,7 +300,10 @@ async fn live_for(
             e = ch.sub.next() => match e {
                 Some(e) if e["type"] == "committed" => {
                     cursor.pushed = true;
-                    if e["truncated"] == true {
+                    // Too large to carry its entries, or past what is shown (a commit
+                    // before it was not published): the timeline has them.
+                    let next = cursor.seen.map_or(0, |s| s + 1);
+                    if e["truncated"] == true || e["from"].as_u64().is_some_and(|f| f > next) {
                         return Heard::CatchUp;
                     }
                     for x in e["entries"].as_array().into_iter().flatten() {
@@ -310,6 +316,10 @@ async fn live_for(
                     let seq = e["seq"].as_u64();
                     if !cursor.pushed && seq.is_some() && seq != view.live_seq {
                         view.live_seq = seq;
+                        // A step that publishes this will publish its commit too: after
+                        // the read that shows what committed before it (a step under way
+                        // when the watch began may not have), the channel has the rest.
+                        cursor.pushed = ch.carries;
                         return Heard::Held(e);
                     }
                     view.live_seq = seq;
@@ -321,6 +331,8 @@ async fn live_for(
                     // one, the watch goes on with entries as they commit).
                     eprintln!("baton watch: the live channel closed; connecting again");
                     *channel = Channel::open(api, id).await;
+                    // Until a step is heard from on the new subscription.
+                    cursor.pushed = false;
                     tokio::time::sleep_until(until).await;
                     return Heard::CatchUp;
                 }
@@ -331,16 +343,19 @@ async fn live_for(
 }
 
 /// Where a polling watch is in the timeline: the last seq before any entry that may still
-/// change (a pending result), and whether the live channel carries committed entries.
+/// change (a pending result), the last seq shown, and whether the live channel now carries
+/// every commit.
 #[derive(Default)]
 struct Cursor {
     after: Option<u64>,
     open: bool,
+    seen: Option<u64>,
     pushed: bool,
 }
 
 impl Cursor {
     fn settle(&mut self, e: &Value) {
+        self.seen = self.seen.max(e["seq"].as_u64());
         self.open |= e["result"]["status"] == "pending";
         let next = self.after.map_or(0, |a| a + 1);
         if !self.open && e["seq"].as_u64() == Some(next) {

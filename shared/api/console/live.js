@@ -63,20 +63,24 @@ async function follow(runId, signal, put, state, live, onLive) {
   if (signal.aborted) return;
   // Polling: entries after the cursor (the last seq before any that may still change); what
   // a step shows before it commits, and what it committed, from the deployment's live
-  // channel if it has one. While the channel holds and carries committed entries, the
-  // timeline is read only to catch up (at each subscription, after an event too large to
-  // carry its entries) and once every 30 s; else every 1.5 s.
+  // channel if it has one. While the channel holds and carries every commit (its grant says
+  // steps publish them, and a step has been heard from since it subscribed: one under way
+  // before may not publish), the timeline is read only to catch up (at each subscription,
+  // after an event too large to carry its entries or one past what is shown) and once
+  // every 30 s; else every 1.5 s.
   live.textContent = "Live (polling)";
   let after = null;
+  let seen = -1; // the last seq shown
   let open = false; // an entry after the cursor may still change (a pending result)
   const channel = { subscribed: false, pushes: false, wake: () => {} };
   const settle = (e) => {
+    seen = Math.max(seen, e.seq);
     if (e.type === "tool" && e.result.status === "pending") open = true;
     if (!open && (after === null ? e.seq === 0 : e.seq === after + 1)) after = e.seq;
   };
   const committed = async (e) => {
     channel.pushes = true;
-    if (e.truncated) return channel.wake();
+    if (e.truncated || e.from > seen + 1) return channel.wake();
     for (const x of e.entries) {
       put(x);
       settle(x);
@@ -154,6 +158,7 @@ async function watchOnce(runId, signal, onLive, live, channel, committed) {
     } else if (v.type === "subscribe_success") {
       subscribed = true;
       channel.subscribed = true;
+      channel.pushes = false; // until a step is heard from on this subscription
       channel.wake(); // catch up from the cursor: what committed while it was away
       live.textContent = "Live (streaming)";
     } else if (v.type === "data" && v.id === id) {
@@ -161,7 +166,14 @@ async function watchOnce(runId, signal, onLive, live, channel, committed) {
         let e;
         try { e = JSON.parse(text); } catch (_) { continue; /* not an event of ours */ }
         if (e.type === "committed") committed(e);
-        else onLive(e.type, e);
+        else {
+          if (w.committed && !channel.pushes) {
+            // This step will publish its commit; one under way before it may not have.
+            channel.pushes = true;
+            channel.wake();
+          }
+          onLive(e.type, e);
+        }
       }
     }
   };

@@ -14,8 +14,9 @@
 //! schedule that is gone ("not found") is success.
 //!
 //! A timer is never created in the past: one already due when its effect is performed (an
-//! outbox performed late, by a redelivery or the sweep) is scheduled for the first whole
-//! minute at least [`LATE_LEAD`] on, so it fires within about a minute. Its event is not put
+//! outbox performed late, by a redelivery or the sweep), or whose minute is less than
+//! [`LATE_LEAD`] away, is scheduled for the first whole minute at least that far on, so it
+//! fires within about a minute. Its event is not put
 //! on the bus by the function instead: the bus's policy refuses `cta.expired` and
 //! `timer.fired` from anyone but the scheduler's role, so that no one forges an expiry. Each
 //! schedule retries its target (for a day, 185 times, Scheduler's most)
@@ -56,18 +57,33 @@ pub struct SchedulerTimers {
 pub const RETRY_MAX_AGE_S: i32 = 86_400;
 pub const RETRY_MAX_ATTEMPTS: i32 = 185;
 
-/// How far ahead of now a timer already due is scheduled, at the least: a schedule's time is
-/// checked when Scheduler receives it, so it is not set for a moment a slow request could
-/// reach after it has passed.
-pub const LATE_LEAD: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
+/// How far ahead of now a schedule is set, at the least: a schedule's time is checked when
+/// Scheduler receives it, so it is not set for a moment a slow request could reach after it
+/// has passed. A timer whose minute is nearer (one already due, performed late) is set for
+/// the first whole minute past now and this.
+pub const LATE_LEAD: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
 
-/// `at(yyyy-mm-ddThh:mm:00)`, in UTC: the first whole minute at or after `at`, so that a
-/// schedule, fired anywhere in its minute, never fires before `at`.
-pub fn at_expression(at: DateTime<Utc>) -> String {
+/// The first whole minute at or after `at`: when a schedule for `at` is set, so that it,
+/// fired anywhere in its minute, never fires before `at`.
+pub fn minute_at(at: DateTime<Utc>) -> DateTime<Utc> {
     let secs = at.timestamp() + i64::from(at.timestamp_subsec_nanos() > 0);
     let minute = secs.div_euclid(60) * 60 + if secs.rem_euclid(60) > 0 { 60 } else { 0 };
-    let t = DateTime::from_timestamp(minute, 0).unwrap_or(at);
-    format!("at({})", t.format("%Y-%m-%dT%H:%M:%S"))
+    DateTime::from_timestamp(minute, 0).unwrap_or(at)
+}
+
+/// When a timer due `at` is scheduled for if it is made at `now`: `at`, unless its minute is
+/// less than [`LATE_LEAD`] on (or past), then that far on (its minute is the one after).
+pub fn schedule_for(at: DateTime<Utc>, now: DateTime<Utc>) -> DateTime<Utc> {
+    if minute_at(at) < now + LATE_LEAD {
+        now + LATE_LEAD
+    } else {
+        at
+    }
+}
+
+/// `at(yyyy-mm-ddThh:mm:00)`, in UTC: [`minute_at`] of `at`.
+pub fn at_expression(at: DateTime<Utc>) -> String {
+    format!("at({})", minute_at(at).format("%Y-%m-%dT%H:%M:%S"))
 }
 
 impl SchedulerTimers {
@@ -120,9 +136,9 @@ impl Scheduler for SchedulerTimers {
             let input = serde_json::json!({"ctaId": timer_id, "runId": run_id, "due": due});
             ("cta.expired", input.to_string())
         };
-        // Due already: a schedule for a minute past could never fire.
+        // Due already (or its minute too near): a schedule for a minute past could never fire.
         let at = match &self.clock {
-            Some(clock) => at.max(clock.now() + LATE_LEAD),
+            Some(clock) => schedule_for(at, clock.now()),
             None => at,
         };
         let retry = RetryPolicy::builder()
@@ -233,5 +249,26 @@ mod tests {
             at_expression(t("2026-11-24T23:59:59Z")),
             "at(2026-11-25T00:00:00)"
         );
+    }
+
+    #[test]
+    fn a_timer_is_never_set_for_a_minute_too_near_or_past() {
+        let now = t("2026-11-24T10:00:50Z");
+        // Due later, or soon but in a minute far enough on: as it is.
+        for at in ["2026-11-24T10:05:00Z", "2026-11-24T10:00:53Z"] {
+            assert_eq!(schedule_for(t(at), now), t(at));
+        }
+        // Its minute under 2 s away, or past: the first minute at least 2 s on.
+        let late = t("2026-11-24T10:00:59Z");
+        assert_eq!(
+            at_expression(schedule_for(late, t("2026-11-24T10:00:58.500Z"))),
+            "at(2026-11-24T10:02:00)"
+        );
+        for due in ["2026-11-24T10:00:40Z", "2026-11-24T09:00:00Z"] {
+            assert_eq!(
+                at_expression(schedule_for(t(due), now)),
+                "at(2026-11-24T10:01:00)"
+            );
+        }
     }
 }

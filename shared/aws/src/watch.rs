@@ -30,6 +30,7 @@ impl Watchers for AppSyncWatchers {
             expires_at,
             // A minute to spare before the token and the lease end.
             renew_after_seconds: GRANT_SECONDS - 60,
+            committed: true,
         })
     }
 

@@ -59,6 +59,8 @@ struct Api {
     delivered: Arc<std::sync::atomic::AtomicU32>,
     /// Closes every connection (as AppSync does at a connection's time limit).
     closing: broadcast::Sender<()>,
+    /// How many of the next `committed` events are accepted and never delivered.
+    losing: Arc<std::sync::atomic::AtomicU32>,
 }
 
 pub struct StandIn {
@@ -86,6 +88,7 @@ impl StandIn {
             cached: Arc::default(),
             delivered: Arc::default(),
             closing: broadcast::channel(16).0,
+            losing: Arc::default(),
         };
         let app = Router::new()
             .route("/event", post(publish))
@@ -130,6 +133,14 @@ impl StandIn {
     /// Closes every WebSocket connection, as AppSync does at a connection's time limit.
     pub fn close_connections(&self) {
         let _ = self.api.closing.send(());
+    }
+
+    /// Accepts the next `n` `committed` events and delivers none of them (a delivery is
+    /// best effort: a watcher must notice what it missed).
+    pub fn lose_committed(&self, n: u32) {
+        self.api
+            .losing
+            .store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// How often the authorizer was asked for `operation`.
@@ -195,10 +206,22 @@ async fn publish(State(api): State<Api>, headers: HeaderMap, body: Bytes) -> Res
     for (index, (text, event)) in parsed.into_iter().enumerate() {
         api.published.lock().expect("lock").push(Published {
             channel: channel.clone(),
-            event,
+            event: event.clone(),
             at: Instant::now(),
         });
-        let _ = api.fanout.send((channel.clone(), text));
+        // Delivery is best effort: a test may have the next `committed` events lost.
+        let lost = event["type"] == "committed"
+            && api
+                .losing
+                .fetch_update(
+                    std::sync::atomic::Ordering::Relaxed,
+                    std::sync::atomic::Ordering::Relaxed,
+                    |n| n.checked_sub(1),
+                )
+                .is_ok();
+        if !lost {
+            let _ = api.fanout.send((channel.clone(), text));
+        }
         successful.push(json!({"identifier": uuid::Uuid::new_v4().to_string(), "index": index}));
     }
     Json(json!({"failed": [], "successful": successful})).into_response()

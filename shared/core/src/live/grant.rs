@@ -47,6 +47,12 @@ pub struct Watch {
     pub token: String,
     pub expires_at: chrono::DateTime<chrono::Utc>,
     pub renew_after_seconds: i64,
+    /// The run's steps also publish what they commit (`committed` events), so a watcher
+    /// need not poll the timeline while its subscription holds: it reads it to catch up
+    /// (when it subscribes, and when an event is too large to carry its entries or begins
+    /// past what it has).
+    #[serde(default)]
+    pub committed: bool,
 }
 
 /// Grants watches of runs (the host's live channel, where it is outside the process).

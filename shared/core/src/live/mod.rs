@@ -68,10 +68,13 @@ pub enum LiveKind {
     State { state: String, detail: Value },
     /// What a step committed, on a channel that carries it ([`Live::carries_committed`]):
     /// the entries it appended and resolved, in seq order, and the run's status and state
-    /// after it. `truncated`: the entries were too large for one event and are left out; a
-    /// watcher reads the timeline after its cursor instead.
+    /// after it. `from`: the first seq it appended (the run's next seq, if none), so a
+    /// watcher whose entries stop short of it missed a commit (one no step published) and
+    /// reads the timeline after its cursor. `truncated`: the entries were too large for one
+    /// event and are left out; a watcher reads the timeline after its cursor instead.
     #[serde(rename_all = "camelCase")]
     Committed {
+        from: u64,
         entries: Vec<crate::timeline::Entry>,
         version: u64,
         status: String,
@@ -101,6 +104,7 @@ pub fn committed(t: &crate::message::Transition) -> LiveEvent {
         seq: t.run.next_seq,
         attempt: format!("commit.{}", t.run.version),
         kind: LiveKind::Committed {
+            from: t.run.next_seq.saturating_sub(t.appended.len() as u64),
             entries,
             version: t.run.version,
             status: t.run.status.as_str().to_owned(),
