@@ -362,16 +362,28 @@ async fn the_console_watches_a_run_through_the_aws_channel_in_a_real_browser() {
     assert!(streamed.iter().any(|p| p.event["type"] == "delta"));
 }
 
-#[tokio::test]
-async fn baton_watch_takes_its_live_view_from_the_aws_channel() {
-    // The `baton` binary the workspace's tests built (`cargo test --workspace` builds it for
-    // the CLI's own tests).
+/// `baton watch RUN_ID` against the API at `addr`: the binary the workspace's tests built
+/// (`cargo test --workspace` builds it for the CLI's own tests).
+fn baton_watch(addr: std::net::SocketAddr, run_id: &str) -> tokio::process::Child {
     let bin = common::target_dir().join("debug/baton");
     assert!(
         bin.exists(),
         "{} is missing: run `cargo test --workspace` (or `cargo build -p baton-cli`) first",
         bin.display()
     );
+    tokio::process::Command::new(&bin)
+        .args(["watch", run_id])
+        .env("BATON_ENDPOINT", format!("http://{addr}"))
+        .env("BATON_TOKEN", TOKEN)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("baton watch starts")
+}
+
+#[tokio::test]
+async fn baton_watch_takes_its_live_view_from_the_aws_channel() {
     let env = start().await;
     // A run whose tool takes 4 s after the answer: watch subscribes meanwhile, and the reply
     // after it streams to its channel.
@@ -380,15 +392,7 @@ async fn baton_watch_takes_its_live_view_from_the_aws_channel() {
     // Answered, then watched: the run goes on, and watch follows it to its end (a parked
     // run would have it print the question and exit 5 at once).
     env.approve(&cta).await;
-    let watch = tokio::process::Command::new(&bin)
-        .args(["watch", &run_id])
-        .env("BATON_ENDPOINT", format!("http://{addr}"))
-        .env("BATON_TOKEN", TOKEN)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("baton watch starts");
+    let watch = baton_watch(addr, &run_id);
     // Subscribed while the tool runs: the channel then closes its connection (AppSync's
     // time limit), and watch connects and subscribes again before the reply streams.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -467,16 +471,9 @@ async fn a_run_started_to_be_watched_publishes_its_first_reply_on_the_aws_channe
 
 /// Behind API Gateway nothing streams the timeline, so a watched run's steps publish what
 /// they committed on the live channel (`committed`), entries and all, and `baton watch`
-/// shows them. (It still polls each second until the first `committed` event comes: the
-/// grant does not yet say the channel carries them; the reads are counted and printed.)
+/// shows them, reading the timeline only until a step is heard from and to catch up.
 #[tokio::test]
 async fn committed_entries_reach_a_watcher_on_the_aws_channel() {
-    let bin = common::target_dir().join("debug/baton");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo test --workspace`",
-        bin.display()
-    );
     let mut env = start().await;
     let (run_id, cta) = env.parked_run_of("ticker").await;
     let (addr, reads, _served) = env.as_counted_api_function().await;
@@ -485,15 +482,7 @@ async fn committed_entries_reach_a_watcher_on_the_aws_channel() {
     env.standin.lose_committed(1);
     env.approve(&cta).await;
     let began = std::time::Instant::now();
-    let watch = tokio::process::Command::new(&bin)
-        .args(["watch", &run_id])
-        .env("BATON_ENDPOINT", format!("http://{addr}"))
-        .env("BATON_TOKEN", TOKEN)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("baton watch starts");
+    let watch = baton_watch(addr, &run_id);
     let out = tokio::time::timeout(Duration::from_secs(60), watch.wait_with_output())
         .await
         .expect("baton watch ends")

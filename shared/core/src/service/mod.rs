@@ -10,6 +10,7 @@
 mod cache;
 mod consume;
 mod ctas;
+mod follow_ups;
 mod fork;
 mod requests;
 mod steps;
