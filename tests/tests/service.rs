@@ -148,6 +148,55 @@ async fn the_outbox_is_replayed_after_a_crash_between_commit_and_effects() {
     );
 }
 
+/// A create retried with its idempotency key, after the run's first step committed but
+/// before its effects went out, performs only what the create committed (the start message,
+/// once more, which the step ignores): the step's own outbox is the step's, or the sweep's,
+/// to perform, with grants the API function does not have.
+#[tokio::test]
+async fn a_retried_create_performs_none_of_its_runs_later_effects() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalStore::open(dir.path()).unwrap();
+    let svc = service(&local, Arc::new(local.clone()), ECHO_TWICE);
+    let req = || baton_core::service::CreateRun {
+        prompt: "go".into(),
+        agent: Some("worker".into()),
+        ..Default::default()
+    };
+    let run_id = svc
+        .create_run("local", req(), Some("k1"))
+        .await
+        .unwrap()
+        .run_id;
+    let start = Pump::receive(&local, 1).await.remove(0);
+    let flaky = service(
+        &local,
+        Arc::new(FlakyQueue {
+            inner: local.clone(),
+            failures: AtomicU32::new(1),
+        }),
+        ECHO_TWICE,
+    );
+    assert!(flaky.handle(&start.1).await.is_err());
+    Pump::ack(&local, start.0).await;
+    let rec = local.get_run(&run_id).await.unwrap().unwrap();
+    assert!(
+        rec.outbox
+            .iter()
+            .any(|e| matches!(e, Effect::Send(m) if m.input == Input::Continue { version: 1 })),
+        "the step's next message is outstanding: {:?}",
+        rec.outbox
+    );
+
+    let again = svc.create_run("local", req(), Some("k1")).await.unwrap();
+    assert_eq!(again.run_id, run_id, "the same run");
+    let sent = Pump::receive(&local, 10).await;
+    assert!(
+        sent.iter()
+            .all(|(_, m)| m.input != Input::Continue { version: 1 }),
+        "the create sent the step's message: {sent:?}"
+    );
+}
+
 #[tokio::test]
 async fn every_message_delivered_twice_gives_the_same_timeline() {
     // Run the same script once normally and once with each message handled twice.

@@ -64,7 +64,7 @@ impl Service {
             .await?
         {
             Created::Created => RunRecord { run, outbox: first },
-            Created::Existing(rec) => *rec,
+            Created::Existing(rec) => super::requests::retried(*rec, "fork"),
         };
         crate::failpoint::hit("fork.after_insert")?;
         self.perform(&record.run, &record.outbox).await?;

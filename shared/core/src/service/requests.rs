@@ -162,7 +162,7 @@ impl Service {
             .await?
         {
             Created::Created => RunRecord { run, outbox: start },
-            Created::Existing(rec) => *rec,
+            Created::Existing(rec) => retried(*rec, "start"),
         };
         crate::failpoint::hit("create.after_insert")?;
         if req.watch {
@@ -435,4 +435,15 @@ impl Service {
         }
         Err(missing())
     }
+}
+
+/// The run a retried create found, with only what the create itself committed left to
+/// perform: the message that starts the run (`<run_id>:<first>`), while its outbox still
+/// holds it. The rest of that outbox is a step's (its questions' timers, its events): the
+/// step or the sweep performs it, with grants the API function does not have.
+pub(super) fn retried(mut rec: RunRecord, first: &str) -> RunRecord {
+    let id = format!("{}:{first}", rec.run.run_id);
+    rec.outbox
+        .retain(|e| matches!(e, Effect::Send(m) if m.id == id));
+    rec
 }
