@@ -14,61 +14,13 @@ use baton_api::{AppState, BearerToken};
 use baton_core::ports::{ManualClock, SystemClock};
 use baton_dev::{AwsDevOptions, AwsDevServer};
 use common::aws::Emulator;
+use common::sse::*;
 use common::*;
 use serde_json::{Value, json};
 
 const SCRIPT: &str = r#"{"orchestrator": [
   {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "Name?"}}]},
   {"text": "Hello, Ada."}]}"#;
-
-/// One SSE event.
-#[derive(Debug)]
-struct Sse {
-    event: String,
-    id: String,
-    data: Value,
-}
-
-/// Moves the whole frames in `buf` to `seen`.
-fn frames(buf: &mut String, seen: &mut Vec<Sse>) {
-    while let Some(cut) = buf.find("\n\n") {
-        let frame: String = buf.drain(..cut + 2).collect();
-        let (mut event, mut id, mut data) = (String::new(), String::new(), String::new());
-        for line in frame.lines() {
-            if let Some(v) = line.strip_prefix("event:") {
-                event = v.trim().into();
-            } else if let Some(v) = line.strip_prefix("id:") {
-                id = v.trim().into();
-            } else if let Some(v) = line.strip_prefix("data:") {
-                data.push_str(v.trim());
-            }
-        }
-        if !data.is_empty() {
-            let data = serde_json::from_str(&data).unwrap();
-            seen.push(Sse { event, id, data });
-        }
-    }
-}
-
-/// Reads a stream's events until `done` says stop (or 20 s pass).
-async fn read_until(
-    resp: &mut reqwest::Response,
-    buf: &mut String,
-    seen: &mut Vec<Sse>,
-    done: impl Fn(&[Sse]) -> bool,
-) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done(seen) {
-        assert!(Instant::now() < deadline, "stream stalled: {seen:#?}");
-        let chunk = tokio::time::timeout(Duration::from_secs(20), resp.chunk())
-            .await
-            .unwrap()
-            .unwrap()
-            .expect("the stream stays open");
-        buf.push_str(std::str::from_utf8(&chunk).unwrap());
-        frames(buf, seen);
-    }
-}
 
 /// Reads a stream to its end: it must end by itself within 20 s.
 async fn read_to_end(mut resp: reqwest::Response) -> Vec<Sse> {
@@ -237,19 +189,6 @@ const LIVE_SCRIPT: &str = r#"{"watcher": [
   {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Look?"}}]},
   {"text": "Checking the logs first.", "tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]},
   {"text": "All clear: nothing failed overnight."}]}"#;
-
-/// The text of the `delta` events of `seq`, joined, and where the last of them came.
-fn streamed(seen: &[Sse], seq: u64) -> (String, Option<usize>) {
-    let mut text = String::new();
-    let mut last = None;
-    for (i, e) in seen.iter().enumerate() {
-        if e.event == "delta" && e.data["seq"] == seq {
-            text.push_str(e.data["text"].as_str().unwrap());
-            last = Some(i);
-        }
-    }
-    (text, last)
-}
 
 #[tokio::test]
 async fn a_watched_run_streams_its_reply_and_its_tools_before_they_commit() {

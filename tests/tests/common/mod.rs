@@ -9,6 +9,7 @@ pub mod host;
 pub mod mock_openai;
 pub mod moto;
 pub mod python;
+pub mod sse;
 
 use std::path::Path;
 use std::sync::Arc;
