@@ -75,6 +75,7 @@ async fn llama() -> Llama {
         .port();
     let template = Path::new(env!("CARGO_MANIFEST_DIR")).join("llama/tools.jinja");
     let log = target_dir().join(format!("llama/server-{port}.log"));
+    let out = std::fs::File::create(&log).unwrap();
     // Its shared libraries are beside it (their build directory, which its RUNPATH names,
     // is gone).
     let libs = server.parent().unwrap();
@@ -89,10 +90,8 @@ async fn llama() -> Llama {
         .args(["--temp", "0", "--seed", "1", "-r", "<|im_end|>"])
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(Stdio::from(
-            std::fs::File::options().append(true).open(&log).unwrap(),
-        ))
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
         .spawn()
         .unwrap_or_else(|e| panic!("{} does not start: {e}", server.display()));
     let llama = Llama {

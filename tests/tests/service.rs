@@ -65,6 +65,16 @@ fn service(local: &LocalStore, queue: Arc<dyn Queue>, script: &str) -> Service {
     .build()
 }
 
+/// The service over `local` whose first send fails: it "crashes" between a commit and the
+/// effects it committed.
+fn crashing_once(local: &LocalStore) -> Service {
+    let queue = FlakyQueue {
+        inner: local.clone(),
+        failures: AtomicU32::new(1),
+    };
+    service(local, Arc::new(queue), ECHO_TWICE)
+}
+
 const ECHO_TWICE: &str = r#"{"worker": [
     {"tool_calls": [{"name": "echo", "arguments": {"text": "one"}}]},
     {"tool_calls": [{"name": "echo", "arguments": {"text": "two"}}]},
@@ -88,14 +98,7 @@ async fn the_outbox_is_replayed_after_a_crash_between_commit_and_effects() {
     let start = Pump::receive(&local, 1).await.remove(0);
 
     // The step commits, then "crashes" before its next-step message is sent.
-    let flaky = service(
-        &local,
-        Arc::new(FlakyQueue {
-            inner: local.clone(),
-            failures: AtomicU32::new(1),
-        }),
-        ECHO_TWICE,
-    );
+    let flaky = crashing_once(&local);
     assert!(matches!(
         flaky.handle(&start.1).await,
         Err(StepError::Port(_))
@@ -125,14 +128,7 @@ async fn the_outbox_is_replayed_after_a_crash_between_commit_and_effects() {
     assert_eq!(next[0].1.input, Input::Continue { version: 1 });
 
     // The start-up sweep repairs the same gap when no redelivery comes.
-    let crash = service(
-        &local,
-        Arc::new(FlakyQueue {
-            inner: local.clone(),
-            failures: AtomicU32::new(1),
-        }),
-        ECHO_TWICE,
-    );
+    let crash = crashing_once(&local);
     assert!(crash.handle(&next[0].1).await.is_err());
     Pump::ack(&local, next[0].0.clone()).await;
     assert!(Pump::receive(&local, 10).await.is_empty());
@@ -168,14 +164,7 @@ async fn a_retried_create_performs_none_of_its_runs_later_effects() {
         .unwrap()
         .run_id;
     let start = Pump::receive(&local, 1).await.remove(0);
-    let flaky = service(
-        &local,
-        Arc::new(FlakyQueue {
-            inner: local.clone(),
-            failures: AtomicU32::new(1),
-        }),
-        ECHO_TWICE,
-    );
+    let flaky = crashing_once(&local);
     assert!(flaky.handle(&start.1).await.is_err());
     Pump::ack(&local, start.0).await;
     let rec = local.get_run(&run_id).await.unwrap().unwrap();
