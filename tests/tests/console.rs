@@ -254,16 +254,25 @@ async fn a_watched_run_streams_its_reply_and_its_tools_before_they_commit() {
         );
     }
     // The model's tool call, as it wrote it; the call starting, then finishing, before its
-    // entry came with the result.
+    // entry came with the result. (Its entry was committed with the reply first, due to
+    // run; the stream reads commits every 250 ms, so it may show after the live events.)
     let call = at(&|e: &Sse| e.event == "tool_call_delta" && e.data["name"] == "echo").unwrap();
+    let due = at(&|e: &Sse| {
+        e.event == "entry"
+            && e.data["name"] == "echo"
+            && e.data["result"] == json!({"status": "pending", "reason": "executing"})
+    })
+    .unwrap_or_else(|| panic!("no due echo entry: {seen:#?}"));
+    assert_eq!(seen[due].data["effects"], "none");
     let started = at(&|e: &Sse| e.event == "tool_started")
         .unwrap_or_else(|| panic!("no tool_started: {seen:#?}"));
     let finished = at(&|e: &Sse| e.event == "tool_finished").expect("tool_finished");
-    let tool_entry =
-        at(&|e: &Sse| e.event == "entry" && e.data["type"] == "tool" && e.data["name"] == "echo")
-            .unwrap_or_else(|| panic!("no echo entry: {seen:#?}"));
+    let tool_entry = at(&|e: &Sse| {
+        e.event == "entry" && e.data["name"] == "echo" && e.data["result"]["status"] == "success"
+    })
+    .unwrap_or_else(|| panic!("no echo entry: {seen:#?}"));
     assert!(
-        call < started && started < finished && finished < tool_entry,
+        call < started && started < finished && finished < tool_entry && due < tool_entry,
         "{seen:#?}"
     );
     assert_eq!(seen[started].data["tool"], "echo");

@@ -7,6 +7,7 @@
 mod common;
 
 mod aws_crashes;
+mod calls_once;
 mod crashes;
 
 /// Held by each test that arms a failpoint, for its whole length.

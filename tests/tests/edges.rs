@@ -76,6 +76,8 @@ fn expected_key(run: &Value) -> String {
     baton_core::engine::idempotency_key(
         run["runId"].as_str().unwrap(),
         pay["seq"].as_u64().unwrap(),
+        pay["id"].as_str().unwrap(),
+        &pay["input"],
     )
 }
 

@@ -141,7 +141,12 @@ async fn fastmcp_tools_run_are_gated_and_a_killed_server_is_an_error_result() {
         .into_iter()
         .find(|e| e["name"] == "calc__charge")
         .expect("the charge call");
-    let key = baton_core::engine::idempotency_key(&run_id, charge["seq"].as_u64().unwrap());
+    let key = baton_core::engine::idempotency_key(
+        &run_id,
+        charge["seq"].as_u64().unwrap(),
+        charge["id"].as_str().unwrap(),
+        &charge["input"],
+    );
     assert_eq!(charge["result"]["output"]["result"], json!(key), "{charge}");
     // The image the tool returned is a file of the run; the model read its summary.
     let chart = &results(&run, "calc__chart")[0];

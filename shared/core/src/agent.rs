@@ -94,6 +94,7 @@ fn builtin_agents(limits: &Limits, fetch: bool) -> Vec<AgentDef> {
         tools: tools.iter().map(|t| t.to_string()).collect(),
         approval: HashMap::new(),
         approval_batch: ApprovalBatch::default(),
+        on_unknown_outcome: Default::default(),
         max_iterations: limits.max_iterations,
         max_tool_calls_per_turn: limits.max_tool_calls,
         cta_expiry: limits.cta_expiry,
@@ -254,6 +255,7 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
         tools: spec.tools,
         approval,
         approval_batch: spec.approval_batch.unwrap_or_default(),
+        on_unknown_outcome: spec.on_unknown_outcome.unwrap_or_default(),
         max_iterations: spec.max_iterations.unwrap_or(limits.max_iterations),
         max_tool_calls_per_turn: spec
             .max_tool_calls_per_turn

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::cost::Price;
 use baton_engine::agent::ApprovalBatch;
+pub use baton_engine::tools::Effects;
 
 /// `{"agents": {...}, "mcpServers": {...}, "tools": {...}, "httpFetch": {...},
 /// "prices": {...}, "toolTimeoutSeconds": n}`; every key is optional.
@@ -88,6 +89,11 @@ pub struct AgentSpec {
     /// tool calls wait too; `independent`: they run at once.
     #[serde(default)]
     pub approval_batch: Option<ApprovalBatch>,
+    /// What its runs do with a tool call of `"effects": "once"` that was started and cut off
+    /// before its result was recorded (its process died): `error` (default: the model is
+    /// told its outcome is unknown) or `ask` (a person approves running it again).
+    #[serde(default)]
+    pub on_unknown_outcome: Option<baton_engine::agent::UnknownOutcome>,
     #[serde(default)]
     pub max_iterations: Option<u32>,
     /// Tool calls a turn may make (default 8), over all its replies. Past it, the calls are
@@ -180,10 +186,19 @@ pub struct McpServerSpec {
     /// included, as if they listed `mcp:<name>`.
     #[serde(default)]
     pub agents: Vec<String>,
+    /// How a call of its tools may touch the world: `none`, `idempotent` or `once` (the
+    /// default: Baton cannot know what a server's tool does, so none runs twice).
+    #[serde(default)]
+    pub effects: Option<Effects>,
+    /// The effects of some of its tools, by the tool's name on the server (`get_time`, not
+    /// `clock__get_time`), over `effects`.
+    #[serde(default)]
+    pub tool_effects: BTreeMap<String, Effects>,
 }
 
-/// A tool served by an HTTP endpoint: Baton POSTs the validated input as JSON, with an
-/// `Idempotency-Key` equal to the tool call's id; a 2xx JSON body is the result.
+/// A tool served by an HTTP endpoint: Baton POSTs the validated input as JSON, with the
+/// call's `Idempotency-Key` (derived from the run and the committed call: the same on every
+/// run of that call); a 2xx JSON body is the result.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct HttpToolSpec {
@@ -191,6 +206,10 @@ pub struct HttpToolSpec {
     pub description: String,
     /// The JSON schema of the input object.
     pub schema: Value,
+    /// How a call may touch the world: `idempotent` (the default: the endpoint is sent the
+    /// call's key and is trusted to deduplicate on it), `none` or `once`.
+    #[serde(default)]
+    pub effects: Option<Effects>,
     #[serde(default)]
     pub timeout_seconds: Option<u64>,
     /// `${VAR}` is expanded as for MCP servers.

@@ -18,10 +18,11 @@
 //! | `message.after_queue` | a follow-up message queued, the reply not yet sent |
 //! | `cancel.after_queue` | a cancel queued, the reply not yet sent |
 //! | `step.before_think` | a step about to call the model |
-//! | `step.after_think` | the model replied, nothing committed |
+//! | `step.after_think` | a reply committed with its calls, none of them run |
 //! | `step.before_tool` | a step about to run a tool |
-//! | `step.after_tool` | a tool's output in hand, nothing committed |
-//! | `step.before_commit` / `step.after_commit` | around the conditional commit |
+//! | `step.after_tool` | a tool's output in hand, not committed |
+//! | `step.before_commit` / `step.after_commit` | around each conditional commit (a reply in hand and not committed: before it) |
+//! | `step.after_checkpoint` | a checkpoint committed (a reply, a call's start or output) and performed, the step not done |
 //! | `store.after_tail_copy` | DynamoDB: a run item's tail copied to its segment, the commit that drops it not yet written |
 //! | `effect.after_send`, `effect.after_publish`, `effect.after_schedule`, `effect.after_unschedule` | after each kind of effect |
 //! | `step.before_ack` | a step done, its message not yet deleted |

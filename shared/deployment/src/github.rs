@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use base64::Engine;
-use baton_sdk::{Tool, ToolContext, Value, async_trait, json};
+use baton_sdk::{Effects, Tool, ToolContext, Value, async_trait, json};
 
 /// The most of a file's text the model is given.
 pub const MAX_TEXT_BYTES: usize = 64 * 1024;
@@ -107,6 +107,9 @@ impl Tool for RepoFiles {
          `path` is relative to the repository's root (\"\" for the root)."
     }
 
+    fn effects(&self) -> Effects {
+        Effects::None
+    }
     fn schema(&self) -> Value {
         json!({"type": "object",
                "properties": {"path": {"type": "string", "maxLength": 1024}},

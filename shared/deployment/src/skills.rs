@@ -13,8 +13,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use baton_sdk::{
-    Entry, EntryBody, Plugin, PluginError, Prepared, Run, Tool, ToolContext, ToolResult, Value,
-    async_trait, json,
+    Effects, Entry, EntryBody, Plugin, PluginError, Prepared, Run, Tool, ToolContext, ToolResult,
+    Value, async_trait, json,
 };
 use serde::{Deserialize, Serialize};
 
@@ -168,6 +168,10 @@ impl Tool for ActivateSkill {
 
     fn description(&self) -> &str {
         "Turn a skill on: its instructions and tools are yours from your next step on."
+    }
+
+    fn effects(&self) -> Effects {
+        Effects::None
     }
 
     fn schema(&self) -> Value {

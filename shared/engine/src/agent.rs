@@ -54,6 +54,19 @@ pub enum ApprovalBatch {
     Independent,
 }
 
+/// What a run does with a `once` call whose outcome is unknown: it was started and its
+/// process stopped before its result was recorded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownOutcome {
+    /// The model is given an `outcome_unknown` error result, and decides.
+    #[default]
+    Error,
+    /// A person is asked whether to run it again (an approval that shows the call and its
+    /// input); approved, it runs under the same key, rejected, the model is told.
+    Ask,
+}
+
 /// An agent as the engine runs it: its prompt, models, tools, approval policy and limits
 /// (its plugins are the host's: they answer before each think, through the step's I/O).
 #[derive(Clone)]
@@ -71,6 +84,8 @@ pub struct AgentDef {
     pub tools: Vec<String>,
     pub approval: HashMap<String, Approval>,
     pub approval_batch: ApprovalBatch,
+    /// What its runs do with a `once` call cut off while it ran.
+    pub on_unknown_outcome: UnknownOutcome,
     pub max_iterations: u32,
     /// Tool calls a turn may make, over all its replies.
     pub max_tool_calls_per_turn: u32,

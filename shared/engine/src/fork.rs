@@ -183,6 +183,8 @@ pub fn fork(
                         },
                         duration_ms: None,
                         cta: None,
+                        // Not started by the fork: it runs there as a call of its own.
+                        started: 0,
                         ..later.clone()
                     }),
                 });

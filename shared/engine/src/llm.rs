@@ -139,6 +139,8 @@ mod tests {
                 child_run_id: None,
                 plan: None,
                 duration_ms: None,
+                effects: None,
+                started: 0,
             }),
         };
         let timeline = vec![
@@ -253,6 +255,8 @@ mod tests {
                 child_run_id: None,
                 plan: None,
                 duration_ms: None,
+                effects: None,
+                started: 0,
             }));
             if n % 3 == 0 {
                 push(EntryBody::Notice {

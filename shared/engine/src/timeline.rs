@@ -208,7 +208,31 @@ pub struct ToolEntry {
     /// How long the tool ran, for a tool this step ran (not a question, a subagent, a plan).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
+    /// How a call its host runs may touch the world, as its tool declared when the reply
+    /// was committed (absent for the engine's own tools, and in entries from before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effects: Option<crate::tools::Effects>,
+    /// How many times a `once` call was marked started, each in a committed write before it
+    /// ran. Found started with no result by a step that did not mark it, it was cut off (its
+    /// process died while it ran): its outcome is unknown.
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub started: u32,
 }
+
+fn is_zero32(n: &u32) -> bool {
+    *n == 0
+}
+
+impl ToolEntry {
+    /// Whether the call is committed and due to run: its reply (or its approval) is
+    /// committed, and its host has not recorded its output yet.
+    pub fn is_due(&self) -> bool {
+        matches!(&self.result, ToolResult::Pending { reason } if reason == EXECUTING)
+    }
+}
+
+/// The pending reason of a call committed to run (see [`ToolEntry::is_due`]).
+pub const EXECUTING: &str = "executing";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
@@ -270,6 +294,20 @@ impl Entry {
     }
 }
 
+/// `span` (contiguous, in seq order) with `changed` over it: an entry of the same seq
+/// replaced, a later one added (one before `span` is left out).
+pub fn overlay(span: &[Entry], changed: &[Entry]) -> Vec<Entry> {
+    let mut out = span.to_vec();
+    let from = span.first().map_or(0, |e| e.seq);
+    for e in changed.iter().filter(|e| e.seq >= from) {
+        match out.binary_search_by_key(&e.seq, |x| x.seq) {
+            Ok(i) => out[i] = e.clone(),
+            Err(i) => out.insert(i, e.clone()),
+        }
+    }
+    out
+}
+
 /// The entries of the current batch: the tool entries after the last assistant entry.
 pub fn current_batch(timeline: &[Entry]) -> &[Entry] {
     let start = timeline
@@ -305,6 +343,8 @@ mod tests {
                 child_run_id: None,
                 plan: None,
                 duration_ms: None,
+                effects: None,
+                started: 0,
             }),
         };
         let v = serde_json::to_value(&e).expect("serializes");

@@ -1,7 +1,9 @@
 //! Tools as the engine sees them: names it dispatches itself, how it dispatches a call
-//! ([`ToolKind`]), what a tool may add beside its result ([`Widget`]), and [`Offered`]: a
-//! tool's spec and its host's checks of a call's input. The tools' code is the host's.
+//! ([`ToolKind`]), how a call may touch the world ([`Effects`]), what a tool may add beside
+//! its result ([`Widget`]), and [`Offered`]: a tool's spec and its host's checks of a call's
+//! input. The tools' code is the host's.
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::llm::ToolSpec;
@@ -22,6 +24,41 @@ pub enum ToolKind {
     Exec,
 }
 
+/// How a call of a tool may touch the world: what a crash around it may do, and so how
+/// often its output is committed. A call's effects are recorded on its `tool` entry when its
+/// reply is committed, and it is run as they say from then on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Effects {
+    /// Reads or computes, and changes nothing: run again after a crash, its output rides in
+    /// the run's next commit (a loop of such calls commits once an iteration).
+    None,
+    /// Changes the world, and is safe to repeat under its idempotency key: run again after
+    /// a crash under the same key; its output is committed before anything else runs.
+    Idempotent,
+    /// Must not run twice: marked started in a committed write before it runs, its output
+    /// committed before anything else runs. Found started with no output after a crash, it
+    /// is not run again: its outcome is unknown, and the model (or a person) is told.
+    Once,
+}
+
+impl Effects {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effects::None => "none",
+            Effects::Idempotent => "idempotent",
+            Effects::Once => "once",
+        }
+    }
+}
+
+impl std::fmt::Display for Effects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A tool as a step may call it: what the model is told, how the engine dispatches a call,
 /// and the checks of a call's input its host made ready (the schema compiled, the tool's own
 /// approval rule).
@@ -38,6 +75,10 @@ pub trait Offered: Send + Sync {
     /// Why a call with this input needs approval, for the human.
     fn approval_reason(&self, _input: &Value) -> Option<String> {
         None
+    }
+    /// How a call may touch the world. What a host does not know must not run twice.
+    fn effects(&self) -> Effects {
+        Effects::Once
     }
 }
 

@@ -45,6 +45,8 @@ pub fn history() -> Vec<Entry> {
                 child_run_id: None,
                 plan: None,
                 duration_ms: None,
+                effects: None,
+                started: 0,
             }),
         },
     ]

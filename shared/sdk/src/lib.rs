@@ -148,4 +148,4 @@ pub use baton_core::agent::{
 pub use baton_core::run::Run;
 pub use baton_core::scope::{GithubRepo, Scope};
 pub use baton_core::timeline::{Entry, EntryBody, ToolEntry, ToolResult};
-pub use baton_core::tools::{FileOutput, Tool, ToolContext};
+pub use baton_core::tools::{Effects, FileOutput, Tool, ToolContext};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use baton_core::agent::HTTP_FETCH;
 use baton_core::agents_file::HttpFetchSpec;
-use baton_core::tools::{Tool, ToolContext};
+use baton_core::tools::{Effects, Tool, ToolContext};
 use serde_json::{Value, json};
 
 use crate::http::root;
@@ -99,6 +99,9 @@ impl Tool for HttpFetch {
     fn timeout(&self) -> Option<Duration> {
         // The request's own timeout ends it first, with a clearer message.
         Some(self.timeout + Duration::from_secs(5))
+    }
+    fn effects(&self) -> Effects {
+        Effects::None
     }
     async fn execute(&self, _: &ToolContext, input: Value) -> Result<Value, String> {
         let raw = input["url"].as_str().unwrap_or_default();

@@ -1,7 +1,8 @@
-//! An HTTP tool: `{"url", "description", "schema", "timeoutSeconds", "headers"}` in the
-//! agents file. Baton POSTs the validated input as JSON with `Idempotency-Key` set to the
-//! call's key (derived from the run and the call: the same on every retry of the step, unique
-//! to the call), so a receiver can make a retried call safe. A 2xx JSON body is the result;
+//! An HTTP tool: `{"url", "description", "schema", "timeoutSeconds", "headers", "effects"}`
+//! in the agents file. Baton POSTs the validated input as JSON with `Idempotency-Key` set to
+//! the call's key (derived from the run and the committed call: the same on every run of
+//! that call, unique to it), so a receiver can make a repeated call safe: its effects are
+//! `idempotent` unless the file says otherwise. A 2xx JSON body is the result;
 //! anything else is an error result that says what came back.
 //!
 //! An answer of [`OUTPUTS_MEDIA_TYPE`] carries widgets and files beside its result.
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use baton_core::agents_file::{HttpToolSpec, expand};
 use baton_core::scope::RUN_VARS;
-use baton_core::tools::{Tool, ToolContext};
+use baton_core::tools::{Effects, Tool, ToolContext};
 
 use crate::mcp::{expand_env, expand_run};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -34,6 +35,7 @@ pub struct HttpTool {
     /// client's defaults).
     run_headers: Vec<(HeaderName, String)>,
     timeout: Option<Duration>,
+    effects: Effects,
     http: reqwest::Client,
 }
 
@@ -78,6 +80,8 @@ impl HttpTool {
             url,
             run_headers,
             timeout: spec.timeout_seconds.map(Duration::from_secs),
+            // It is sent the call's key: a receiver that deduplicates on it makes a repeat safe.
+            effects: spec.effects.unwrap_or(Effects::Idempotent),
             http,
         })
     }
@@ -113,6 +117,9 @@ impl Tool for HttpTool {
     }
     fn timeout(&self) -> Option<Duration> {
         self.timeout
+    }
+    fn effects(&self) -> Effects {
+        self.effects
     }
     async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String> {
         let name = &self.name;

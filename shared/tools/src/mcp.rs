@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use baton_core::agents_file::{McpServerSpec, expand};
 use baton_core::scope::{RUN_VARS, Scope};
-use baton_core::tools::{Tool, ToolContext, ToolServer};
+use baton_core::tools::{Effects, Tool, ToolContext, ToolServer};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -57,6 +57,9 @@ struct Inner {
     name: String,
     transport: Transport,
     timeout: Option<Duration>,
+    /// Its tools' effects (`once` unless the agents file says), and some tools' own.
+    effects: Effects,
+    tool_effects: std::collections::BTreeMap<String, Effects>,
     /// The run variables its configuration names ([`RUN_VARS`]): it connects once per run
     /// scope (their values); none, once for every run.
     vars: Vec<&'static str>,
@@ -199,6 +202,8 @@ impl McpServer {
             name: name.to_owned(),
             transport,
             timeout: spec.timeout_seconds.map(Duration::from_secs),
+            effects: spec.effects.unwrap_or(Effects::Once),
+            tool_effects: spec.tool_effects.clone(),
             vars,
             clients: tokio::sync::Mutex::new(Vec::new()),
         })))
@@ -333,8 +338,14 @@ impl ToolServer for McpServer {
         Ok(tools
             .into_iter()
             .map(|t| {
+                let effects = inner
+                    .tool_effects
+                    .get(t.name.as_ref())
+                    .copied()
+                    .unwrap_or(inner.effects);
                 let tool: Arc<dyn Tool> = Arc::new(McpTool {
                     server: self.0.clone(),
+                    effects,
                     name: format!("{}__{}", inner.name, t.name),
                     remote: t.name.to_string(),
                     description: t
@@ -352,6 +363,7 @@ impl ToolServer for McpServer {
 /// One tool of an MCP server, as the model sees it: `<server>__<tool>`.
 struct McpTool {
     server: Arc<Inner>,
+    effects: Effects,
     name: String,
     remote: String,
     description: String,
@@ -374,6 +386,9 @@ impl Tool for McpTool {
     }
     fn timeout(&self) -> Option<Duration> {
         self.server.timeout
+    }
+    fn effects(&self) -> Effects {
+        self.effects
     }
     async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String> {
         let arguments = match input {

@@ -81,6 +81,10 @@ impl Tool for Declared {
     fn schema(&self) -> Value {
         self.schema.clone()
     }
+    fn effects(&self) -> crate::tools::Effects {
+        // It refuses every call: nothing happens, twice or once.
+        crate::tools::Effects::None
+    }
     async fn execute(&self, _: &ToolContext, _: Value) -> Result<Value, String> {
         Err(self.refusal())
     }

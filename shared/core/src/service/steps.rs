@@ -71,18 +71,32 @@ impl Service {
         self.step(&fail, None).await
     }
 
+    /// One delivery of `msg`: decide, commit, perform; decide again from each checkpoint the
+    /// engine commits on the way ([`Decision::Checkpoint`]: a reply before its calls run, a
+    /// call's start or output before the next), with the I/O gathered so far; re-hydrate and
+    /// decide again after a conflict, keeping a reply its run has not committed.
     async fn step(
         &self,
         msg: &StepMessage,
         deadline: Option<super::StepDeadline>,
     ) -> Result<Handled, StepError> {
         let started = self.deps.clock.now();
-        for _ in 0..3 {
-            let Some(Hydrated { record, window }) = self.hydrate(&msg.run_id, &msg.input).await?
-            else {
-                return self.handle_unknown_run(msg).await;
+        let mut io: Option<engine::Io> = None;
+        // What this delivery's last checkpoint committed: the next decision starts there.
+        let mut held: Option<Hydrated> = None;
+        let mut last: Option<(RunStatus, u64)> = None;
+        let mut conflicts = 0;
+        loop {
+            let fresh = held.is_none();
+            let hydrated = match held.take() {
+                Some(h) => h,
+                None => match self.hydrate(&msg.run_id, &msg.input).await? {
+                    Some(h) => h,
+                    None => return self.handle_unknown_run(msg).await,
+                },
             };
-            if !record.outbox.is_empty() && !sent_by(&record.outbox, msg) {
+            let Hydrated { record, window } = hydrated;
+            if fresh && !record.outbox.is_empty() && !sent_by(&record.outbox, msg) {
                 self.perform(&record.run, &record.outbox).await?;
             }
             let run = record.run;
@@ -97,9 +111,11 @@ impl Service {
                 deadline,
                 plugin_states: Default::default(),
             };
+            // The step's book (the MCP servers' listings) is taken once, by its first pass.
+            let io = io.get_or_insert_with(|| engine::Io::new(world.book.clone()));
             let now = self.deps.clock.now();
             let timeline = &window.entries;
-            let decision = engine::decide(now, &run, timeline, &msg.input, &world)
+            let decision = engine::decide(now, &run, timeline, &msg.input, &world, io)
                 .await
                 .map_err(|e| match e {
                     engine::IoError::Llm(e) => StepError::Llm(e),
@@ -109,41 +125,16 @@ impl Service {
                 })?;
             // What a think read of the history for the model: cached from now on.
             let window = world.read.into_inner().unwrap_or(window);
-            let mut transition = match decision {
-                Decision::Commit(t) => t,
+            let (mut transition, marked) = match decision {
+                Decision::Commit(t) => (t, None),
+                Decision::Checkpoint(t, marked) => (t, Some(marked)),
                 Decision::Ignore(reason) => {
-                    debug!(run_id = %run.run_id, message = %msg.id, %reason, "ignored");
-                    // A follow-up applied before and posted again (a client's retry, after
-                    // its first post was taken up) was admitted again: free its place,
-                    // unless the first still waits (its place is that one's).
-                    if let Input::UserMessage {
-                        message_id,
-                        reply_to: None,
-                        ..
-                    } = &msg.input
-                        && !window.entries.iter().any(|e| {
-                            run.queued.contains(&e.seq)
-                                && matches!(&e.body, crate::timeline::EntryBody::Queued { message_id: m, .. } if m == message_id)
-                        })
-                    {
-                        self.deps
-                            .store
-                            .release_follow_ups(&run.run_id, std::slice::from_ref(message_id))
-                            .await?;
+                    if let Some((status, version)) = last {
+                        // Stale once its own checkpoint took it: what committed stands.
+                        self.cache_put(&run.run_id, run.version, window);
+                        return Ok(Handled::Committed { status, version });
                     }
-                    // A follow-up that finds an ended run and starts nothing (a retry of one
-                    // applied before) gives back the slot taken for its turn.
-                    if matches!(msg.input, Input::UserMessage { .. })
-                        && run.status.is_terminal()
-                        && run.active_slot
-                    {
-                        self.deps
-                            .store
-                            .give_back_slot(&run.run_id, &run.owner, run.version)
-                            .await?;
-                    }
-                    self.cache_put(&run.run_id, run.version, window);
-                    return Ok(Handled::Ignored(reason));
+                    return self.ignored(msg, &run, window, reason).await;
                 }
             };
             if self.quotas.active_runs.is_none() {
@@ -175,25 +166,21 @@ impl Service {
             };
             match committed {
                 Ok(()) => {
+                    if transition
+                        .appended
+                        .iter()
+                        .any(|e| matches!(e.body, crate::timeline::EntryBody::Assistant { .. }))
+                    {
+                        // A reply is in, with its calls: no failure asks for it again.
+                        crate::failpoint::pass("step.after_think").await?;
+                    }
                     crate::failpoint::pass("step.after_commit").await?;
                     let mut window = window;
                     transition.apply(&mut window.entries);
                     let (status, version) = (transition.run.status, transition.run.version);
                     window.bytes +=
                         approx_bytes(&transition.appended) + approx_bytes(&transition.updated);
-                    // Keep what the next step reads: the loop's next window and, for a
-                    // model that reads history, as much before it as its budget holds.
-                    let from = self.keep_from(&transition.run, window.base, &window.entries);
-                    if from > window.base {
-                        let drop = ((from - window.base) as usize).min(window.entries.len());
-                        if window.base == 0 && self.deps.llm.reads_history() {
-                            window.head = window.entries.first().cloned();
-                        }
-                        window.entries.drain(..drop);
-                        window = Window::new(from, window.entries, window.head);
-                    }
-                    self.cache_put(&run.run_id, version, window);
-                    info!(run_id = %run.run_id, version, status = status.as_str(), "step committed");
+                    info!(run_id = %run.run_id, version, status = status.as_str(), checkpoint = marked.is_some(), "step committed");
                     // Watchers that cannot stream the timeline are handed what committed.
                     if let Some(live) = self
                         .live_for(&transition.run)
@@ -202,19 +189,99 @@ impl Service {
                         live.publish(crate::live::committed(&transition));
                     }
                     self.report(&run, &msg.input, &transition, started);
+                    let transition = *transition;
+                    let Some(marked) = marked else {
+                        let window = self.kept(&transition.run, window);
+                        self.cache_put(&run.run_id, version, window);
+                        if !sent {
+                            self.perform(&transition.run, &transition.effects).await?;
+                        }
+                        return Ok(Handled::Committed { status, version });
+                    };
+                    // A checkpoint: its effects now (the next commit replaces its outbox,
+                    // so none is cleared), then on from what it committed.
                     if !sent {
-                        self.perform(&transition.run, &transition.effects).await?;
+                        self.perform_only(&transition.run, &transition.effects)
+                            .await?;
                     }
-                    return Ok(Handled::Committed { status, version });
+                    io.marked.extend(marked);
+                    crate::failpoint::pass("step.after_checkpoint").await?;
+                    last = Some((status, version));
+                    held = Some(Hydrated {
+                        record: RunRecord {
+                            run: transition.run,
+                            outbox: transition.effects,
+                        },
+                        window,
+                    });
                 }
                 Err(PortError::Conflict) => {
                     debug!(run_id = %run.run_id, "version moved; re-hydrating");
-                    continue;
+                    conflicts += 1;
+                    if conflicts >= 3 {
+                        return Err(StepError::Contended(msg.run_id.clone()));
+                    }
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(StepError::Contended(msg.run_id.clone()))
+    }
+
+    /// A message the engine ignored (stale, or a redelivery): what it leaves behind.
+    async fn ignored(
+        &self,
+        msg: &StepMessage,
+        run: &Run,
+        window: Window,
+        reason: String,
+    ) -> Result<Handled, StepError> {
+        debug!(run_id = %run.run_id, message = %msg.id, %reason, "ignored");
+        // A follow-up applied before and posted again (a client's retry, after its first
+        // post was taken up) was admitted again: free its place, unless the first still
+        // waits (its place is that one's).
+        if let Input::UserMessage {
+            message_id,
+            reply_to: None,
+            ..
+        } = &msg.input
+            && !window.entries.iter().any(|e| {
+                run.queued.contains(&e.seq)
+                    && matches!(&e.body, crate::timeline::EntryBody::Queued { message_id: m, .. } if m == message_id)
+            })
+        {
+            self.deps
+                .store
+                .release_follow_ups(&run.run_id, std::slice::from_ref(message_id))
+                .await?;
+        }
+        // A follow-up that finds an ended run and starts nothing (a retry of one applied
+        // before) gives back the slot taken for its turn.
+        if matches!(msg.input, Input::UserMessage { .. })
+            && run.status.is_terminal()
+            && run.active_slot
+        {
+            self.deps
+                .store
+                .give_back_slot(&run.run_id, &run.owner, run.version)
+                .await?;
+        }
+        self.cache_put(&run.run_id, run.version, window);
+        Ok(Handled::Ignored(reason))
+    }
+
+    /// What of `window` (after a commit of `run`) the run's next step reads: the loop's next
+    /// window and, for a model that reads history, as much before it as its budget holds.
+    fn kept(&self, run: &Run, mut window: Window) -> Window {
+        let from = self.keep_from(run, window.base, &window.entries);
+        if from > window.base {
+            let drop = ((from - window.base) as usize).min(window.entries.len());
+            if window.base == 0 && self.deps.llm.reads_history() {
+                window.head = window.entries.first().cloned();
+            }
+            window.entries.drain(..drop);
+            window = Window::new(from, window.entries, window.head);
+        }
+        window
     }
 
     /// Lists the MCP servers the run's agent uses (those not listed yet), then takes the
@@ -352,6 +419,20 @@ impl Service {
         if effects.is_empty() {
             return Ok(());
         }
+        let continues = self.perform_only(run, effects).await?;
+        if continues {
+            Ok(())
+        } else {
+            self.deps.store.clear_outbox(&run.run_id, run.version).await
+        }
+    }
+
+    /// Performs committed effects (each idempotent), leaving the outbox as it is; whether it
+    /// ends with the run's own next message (then it never needs clearing).
+    async fn perform_only(&self, run: &Run, effects: &[Effect]) -> Result<bool, PortError> {
+        if effects.is_empty() {
+            return Ok(true);
+        }
         let mut sends = Vec::new();
         let mut events = Vec::new();
         for e in effects {
@@ -411,11 +492,7 @@ impl Service {
             self.deps.queue.send(&sends).await?;
             failpoint::hit("effect.after_send")?;
         }
-        if continues {
-            Ok(())
-        } else {
-            self.deps.store.clear_outbox(&run.run_id, run.version).await
-        }
+        Ok(continues)
     }
 
     /// The run and what a step for `input` reads of its timeline: the cached timeline when

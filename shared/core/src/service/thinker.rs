@@ -16,8 +16,8 @@ use crate::failpoint;
 use crate::llm::{ChatRequest, LlmError, LlmReply, fit, model_bytes, starts_group};
 use crate::ports::Settled;
 use crate::run::Run;
-use crate::timeline::Entry;
-use crate::tools::ToolContext;
+use crate::timeline::{Entry, overlay};
+use crate::tools::{Effects, ToolContext};
 
 /// The engine's I/O for one step of one run: the plugins, the model, the catalog's tools.
 pub(super) struct Thinker<'a> {
@@ -71,7 +71,7 @@ impl Thinker<'_> {
     /// `changed` (what the step resolved or added before thinking) goes over what was read.
     async fn history(&self, changed: &[Entry]) -> Result<Vec<Entry>, PortError> {
         if !self.service.deps.llm.reads_history() {
-            return Ok(over(&self.window.entries, changed));
+            return Ok(overlay(&self.window.entries, changed));
         }
         let budget = self.budget();
         let mut bytes: usize = self.window.entries.iter().map(model_bytes).sum();
@@ -117,7 +117,7 @@ impl Thinker<'_> {
             Some(r) => (r.head.as_ref(), r.entries.as_slice()),
             None => (self.window.head.as_ref(), self.window.entries.as_slice()),
         };
-        Ok(fit(head, &over(span, changed), budget).into_owned())
+        Ok(fit(head, &overlay(span, changed), budget).into_owned())
     }
 
     /// The model's reply to a think of the step's run at the turn's `tier`: `history` is what
@@ -192,20 +192,6 @@ impl Thinker<'_> {
 pub const NO_TOOLS: &str = "\n\nYou have no tools in this conversation: answer from what you \
      know and what you are given.";
 
-/// `span` (contiguous, in seq order) with `changed` over it: an entry of the same seq
-/// replaced, a later one added. (An entry before `span` is not given anyway.)
-fn over(span: &[Entry], changed: &[Entry]) -> Vec<Entry> {
-    let mut out = span.to_vec();
-    let from = span.first().map_or(0, |e| e.seq);
-    for e in changed.iter().filter(|e| e.seq >= from) {
-        match out.binary_search_by_key(&e.seq, |x| x.seq) {
-            Ok(i) => out[i] = e.clone(),
-            Err(i) => out.insert(i, e.clone()),
-        }
-    }
-    out
-}
-
 impl StepIo for Thinker<'_> {
     async fn ledger(&self, root_run_id: &str) -> Result<Option<crate::budget::Ledger>, PortError> {
         self.service.deps.store.ledger(root_run_id).await
@@ -261,44 +247,11 @@ impl StepIo for Thinker<'_> {
                 _ => None,
             })
             .unwrap_or(self.run.tier);
-        let reply = self
-            .call_model(prepared, tier, &history, think_index, seq)
-            .await?;
-        failpoint::hit("step.after_think").map_err(|e| LlmError::Unavailable {
-            message: e.to_string(),
-            source: None,
-        })?;
-        Ok(reply)
+        self.call_model(prepared, tier, &history, think_index, seq)
+            .await
     }
 
-    /// In an invocation that ends ([`super::StepDeadline`]), the calls run only if they all
-    /// fit, each to its timeout, in the time left; else the step stops before any runs and
-    /// is deferred to a fresh invocation, which has the time (a reply's calls are never cut
-    /// off half-done, and never run twice because an invocation ended under them). Calls
-    /// that would not fit even in a fresh invocation, after its think, run now, each cut
-    /// off at the invocation's deadline at the latest ([`StepIo::execute`]).
-    fn executing(&self, calls: &[Execution]) -> Result<(), OutOfTime> {
-        if let Some(d) = &self.deadline {
-            let need: std::time::Duration = calls.iter().map(|c| self.tool_limit(&c.tool)).sum();
-            let left = d.left();
-            let could = d.window.saturating_sub(self.service.longest_think());
-            if need > left && need <= could {
-                return Err(OutOfTime(format!(
-                    "{} tool call(s) need up to {:.1} s and the invocation has {:.1} s left",
-                    calls.len(),
-                    need.as_secs_f64(),
-                    left.as_secs_f64()
-                )));
-            }
-            if need > left {
-                warn!(
-                    run_id = %self.run.run_id,
-                    need_s = need.as_secs_f64(),
-                    window_s = d.window.as_secs_f64(),
-                    "the reply's tool calls may take longer than the function's timeout allows: each is cut off at the invocation's deadline"
-                );
-            }
-        }
+    fn executing(&self, calls: &[Execution]) {
         if let Some(live) = self.service.live_for(self.run) {
             let tools: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
             crate::live::StepLive::new(live.clone(), &self.run.run_id, self.run.next_seq).publish(
@@ -308,7 +261,55 @@ impl StepIo for Thinker<'_> {
                 },
             );
         }
+    }
+
+    /// In an invocation that ends ([`super::StepDeadline`]), a call runs only if it fits, to
+    /// its timeout, in the time left; else the step stops before it, commits what ran, and
+    /// is delivered again to a fresh invocation, which runs the calls still due before
+    /// anything else (a call is never cut off half-done because an invocation ended under
+    /// it). A call that would not fit even in a fresh invocation runs now, cut off at the
+    /// invocation's deadline at the latest ([`StepIo::execute`]).
+    fn fits(&self, call: &Execution) -> Result<(), OutOfTime> {
+        let Some(d) = &self.deadline else {
+            return Ok(());
+        };
+        let need = self.tool_limit(&call.tool);
+        let left = d.left();
+        if need <= left {
+            return Ok(());
+        }
+        if need <= d.window {
+            return Err(OutOfTime(format!(
+                "`{}` needs up to {:.1} s and the invocation has {:.1} s left",
+                call.tool,
+                need.as_secs_f64(),
+                left.as_secs_f64()
+            )));
+        }
+        warn!(
+            run_id = %self.run.run_id,
+            tool = %call.tool,
+            need_s = need.as_secs_f64(),
+            window_s = d.window.as_secs_f64(),
+            "the tool's timeout is longer than the function's allows: it is cut off at the invocation's deadline"
+        );
         Ok(())
+    }
+
+    /// A model call, every attempt of it timing out, fits in what the invocation has left.
+    fn think_fits(&self) -> Result<(), OutOfTime> {
+        let Some(d) = &self.deadline else {
+            return Ok(());
+        };
+        let (need, left) = (self.service.longest_think(), d.left());
+        if need <= left || need > d.window {
+            return Ok(());
+        }
+        Err(OutOfTime(format!(
+            "a model call needs up to {:.1} s and the invocation has {:.1} s left",
+            need.as_secs_f64(),
+            left.as_secs_f64()
+        )))
     }
 
     async fn execute(&self, call: Execution) -> Result<ToolOutput, PortError> {
@@ -332,7 +333,7 @@ impl StepIo for Thinker<'_> {
             &self.run.agent,
             &call.call_id,
         );
-        ctx.idempotency_key = crate::engine::idempotency_key(&self.run.run_id, call.seq);
+        ctx.idempotency_key = call.key.clone();
         ctx.scope = self.run.scope();
         ctx.plugin_states = self
             .plugin_states
@@ -352,12 +353,20 @@ impl StepIo for Thinker<'_> {
                         Ok(out) => out,
                         Err(_) if limit < own => {
                             warn!(run_id = %self.run.run_id, tool = %call.tool, "tool cut off at the invocation's deadline");
-                            Err(format!(
-                                "`{}` did not finish in the {:.1} s its function's invocation had left (its own timeout is {} s)",
+                            let cut = format!(
+                                "`{}` did not finish in the {:.1} s its function's invocation had left (its own timeout is {} s, longer than the function's)",
                                 call.tool,
                                 limit.as_secs_f64(),
                                 own.as_secs_f64()
-                            ))
+                            );
+                            Err(match call.effects {
+                                // It may have taken effect: no one can say.
+                                Effects::Once => format!(
+                                    "{}: {cut}; it may or may not have taken effect",
+                                    crate::engine::OUTCOME_UNKNOWN
+                                ),
+                                _ => cut,
+                            })
                         }
                         Err(_) => {
                             warn!(run_id = %self.run.run_id, tool = %call.tool, "tool timed out");
@@ -388,7 +397,8 @@ impl StepIo for Thinker<'_> {
                 ok: result.is_ok(),
             });
         }
-        // A crash here loses the output; the redelivered step executes the tool again.
+        // A crash here loses the output: a call with effects was committed to run (and a
+        // `once` call marked started) before it ran, and the redelivery knows it.
         failpoint::hit("step.after_tool")?;
         // Files go to the blob store before the step commits the entries that name them (a
         // crash in between leaves bytes no entry names; the retried step puts them again).

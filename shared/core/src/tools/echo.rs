@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext};
+use super::{Effects, Tool, ToolContext};
 
 pub struct Echo;
 
@@ -21,6 +21,9 @@ impl Tool for Echo {
             "required": ["text"],
             "additionalProperties": false
         })
+    }
+    fn effects(&self) -> Effects {
+        Effects::None
     }
     async fn execute(&self, _: &ToolContext, input: Value) -> Result<Value, String> {
         match input.get("text") {

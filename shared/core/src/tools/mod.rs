@@ -20,7 +20,9 @@ use serde_json::Value;
 
 use crate::llm::ToolSpec;
 
-pub use baton_engine::tools::{Offered, REQUEST_HUMAN_FEEDBACK, SPAWN_SUBAGENT, ToolKind, Widget};
+pub use baton_engine::tools::{
+    Effects, Offered, REQUEST_HUMAN_FEEDBACK, SPAWN_SUBAGENT, ToolKind, Widget,
+};
 
 /// A tool a run can call. Its input has been validated against [`Tool::schema`] before
 /// [`Tool::execute`] sees it.
@@ -44,6 +46,14 @@ pub trait Tool: Send + Sync {
     fn timeout(&self) -> Option<Duration> {
         None
     }
+    /// How a call may touch the world, which says how a crash around it is repaired:
+    /// [`Effects::None`] (reads or computes: run again), [`Effects::Idempotent`] (run again
+    /// under the same [`ToolContext::idempotency_key`]) or [`Effects::Once`] (never run
+    /// twice: after a crash that cut it off, the model or a person is told its outcome is
+    /// unknown). The default is `Once`: say less only of a tool that is.
+    fn effects(&self) -> Effects {
+        Effects::Once
+    }
     /// Runs the tool. An `Err` becomes an error result the model sees.
     async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String>;
 }
@@ -59,10 +69,11 @@ pub struct ToolContext {
     /// unique within one reply only. Not an idempotency key: see `idempotency_key`.
     pub call_id: String,
     /// The key a side effect of this call is made once by: derived from the run and the
-    /// call, the same on every retry of this call (a step done again after a crash or an
-    /// invocation's timeout), different for every other call of this run or any other (a
-    /// fork's run of a call again included). Send it where the receiver deduplicates: HTTP
-    /// tools send it as `Idempotency-Key`, MCP tools in `_meta` as `io.baton/idempotencyKey`.
+    /// committed call (its entry, its id in the reply, its input), the same on every run of
+    /// this call (after a crash or an invocation's timeout, or a person's "run it again"),
+    /// different for every other call of this run or any other (a fork's run of a call
+    /// again included). Send it where the receiver deduplicates: HTTP tools send it as
+    /// `Idempotency-Key`, MCP tools in `_meta` as `io.baton/idempotencyKey`.
     pub idempotency_key: String,
     /// The run's sandbox and repository.
     pub scope: crate::scope::Scope,
@@ -250,6 +261,8 @@ pub struct ToolDef {
     pub exec: Option<Arc<dyn Tool>>,
     /// How long one call may take (`None`: the catalog's default).
     pub timeout: Option<Duration>,
+    /// How a call may touch the world (the engine's own tools run none: `None` here).
+    pub effects: Effects,
     /// The schema, compiled when first needed: a catalog that runs tools compiles every
     /// schema when it is built ([`ToolDef::check`]); one that only knows tools by name (the
     /// `api` and `events` functions) never does, and does not link a validator.
@@ -283,6 +296,7 @@ impl ToolDef {
             kind,
             exec: None,
             timeout: None,
+            effects: Effects::None,
             validator: OnceLock::new(),
         }
     }
@@ -294,9 +308,11 @@ impl ToolDef {
             tool.schema(),
         );
         let timeout = tool.timeout();
+        let effects = tool.effects();
         let mut def = Self::new(&name, &description, schema, ToolKind::Exec);
         def.exec = Some(tool);
         def.timeout = timeout;
+        def.effects = effects;
         def
     }
 
@@ -367,6 +383,10 @@ impl Offered for ToolDef {
 
     fn approval_reason(&self, input: &Value) -> Option<String> {
         self.exec.as_ref()?.approval_reason(input)
+    }
+
+    fn effects(&self) -> Effects {
+        self.effects
     }
 }
 

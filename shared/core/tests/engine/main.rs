@@ -18,9 +18,10 @@ use baton_core::cta::Cta;
 use baton_core::cta::{ChoiceOption, CtaRequest, CtaResponse, CtaStatus};
 use baton_core::engine::*;
 use baton_core::llm::{LlmError, LlmReply, ToolCall};
-use baton_core::message::{ChildOutcome, Effect, Event, Input, StepMessage};
+use baton_core::message::{ChildOutcome, Effect, Event, Input, StepMessage, Transition};
 use baton_core::run::{ExpiryPolicy, NewRun, Run, RunStatus, Usage};
 use baton_core::timeline::{Entry, EntryBody, ToolEntry, ToolResult};
+use baton_core::tools::Effects;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
@@ -46,10 +47,43 @@ fn catalog_with(limits: Limits) -> Catalog {
         "gamma": {"tools": []},
         "lead": {"tools": ["agent_orchestrate"], "maxWallSeconds": 120},
         "careful_lead": {"tools": ["agent_orchestrate"],
-                         "approval": {"agent_orchestrate": {"inputMatches": "code"}}}
+                         "approval": {"agent_orchestrate": {"inputMatches": "code"}}},
+        "payer": {"tools": ["echo", "book", "pay"], "maxToolCallsPerTurn": 20},
+        "careful_payer": {"tools": ["echo", "book", "pay"], "onUnknownOutcome": "ask"}
     }}))
     .unwrap();
-    Catalog::new(limits, vec![], Some(file)).unwrap()
+    let tools: Vec<std::sync::Arc<dyn baton_core::tools::Tool>> = vec![
+        std::sync::Arc::new(Effectful("book", Effects::Idempotent)),
+        std::sync::Arc::new(Effectful("pay", Effects::Once)),
+    ];
+    Catalog::new(limits, tools, Some(file)).unwrap()
+}
+
+/// A tool with effects (`book`: idempotent, `pay`: once): the scripted world runs it as
+/// it runs `echo`.
+struct Effectful(&'static str, Effects);
+
+#[async_trait::async_trait]
+impl baton_core::tools::Tool for Effectful {
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn description(&self) -> &str {
+        "changes the world"
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn effects(&self) -> Effects {
+        self.1
+    }
+    async fn execute(
+        &self,
+        _: &baton_core::tools::ToolContext,
+        input: Value,
+    ) -> Result<Value, String> {
+        Ok(input)
+    }
 }
 
 fn call(name: &str, args: Value) -> ToolCall {
@@ -115,7 +149,13 @@ struct Scripted<'a> {
     catalog: &'a Catalog,
     agent: String,
     replies: Vec<LlmReply>,
+    /// The ids of the calls run, each with the key it ran under.
     executed: Mutex<Vec<String>>,
+    keys: Mutex<Vec<String>>,
+    /// The thinks the model was asked for, by index.
+    asked: Mutex<Vec<u32>>,
+    /// A tool whose calls do not fit in what the invocation has left.
+    no_time_for: Option<String>,
     settled: Mutex<Vec<String>>,
     /// The CTA records as the store holds them when the step starts.
     ctas: HashMap<String, Cta>,
@@ -143,6 +183,7 @@ impl StepIo for Scripted<'_> {
         _: &[Entry],
         _: &baton_core::agent::Prepared,
     ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
+        self.asked.lock().expect("not poisoned").push(think_index);
         let reply = self
             .replies
             .get(think_index as usize)
@@ -157,7 +198,7 @@ impl StepIo for Scripted<'_> {
     ) -> impl Future<Output = Result<ToolOutput, baton_core::error::PortError>> + Send {
         // `echo`, or a test's tool that answers as it does (`plugins.rs`'s `guarded`).
         assert!(
-            matches!(call.tool.as_str(), "echo" | "guarded"),
+            matches!(call.tool.as_str(), "echo" | "guarded" | "book" | "pay"),
             "{}",
             call.tool
         );
@@ -165,6 +206,13 @@ impl StepIo for Scripted<'_> {
             .lock()
             .expect("not poisoned")
             .push(call.call_id.clone());
+        self.keys
+            .lock()
+            .expect("not poisoned")
+            .push(call.key.clone());
+        if call.tool != "echo" && call.tool != "guarded" {
+            return std::future::ready(Ok(ToolOutput::from(Ok(call.input.clone()))));
+        }
         // Echoing "chart" also returns a widget, as a tool may.
         let widgets = if call.input["text"] == "chart" {
             vec![baton_core::tools::Widget {
@@ -193,6 +241,13 @@ impl StepIo for Scripted<'_> {
             files,
             duration_ms: None,
         }))
+    }
+
+    fn fits(&self, call: &Execution) -> Result<(), OutOfTime> {
+        match &self.no_time_for {
+            Some(tool) if *tool == call.tool => Err(OutOfTime(format!("no time for {tool}"))),
+            _ => Ok(()),
+        }
     }
 
     fn ledger(
@@ -231,6 +286,10 @@ impl StepIo for Scripted<'_> {
 enum Outcome {
     Done,
     Ignored,
+    /// Its process died mid-delivery (`Sim::deliver_cut`): it is back in the queue.
+    Crashed,
+    /// Its invocation had no time for its next call: it is back in the queue.
+    Deferred,
 }
 
 struct Sim {
@@ -246,6 +305,15 @@ struct Sim {
     settle_asked: Vec<String>,
     /// Budgeted trees' ledgers, by top-level run, kept as the stores keep them.
     ledgers: HashMap<String, baton_core::budget::Ledger>,
+    /// Every commit so far, and how many of them were checkpoints.
+    commits: usize,
+    checkpoints: usize,
+    /// The keys the calls ran under, in order.
+    keys: Vec<String>,
+    /// The thinks the model was asked for, by index, in order.
+    asked: Vec<u32>,
+    /// A tool whose calls do not fit in the invocation (see `Scripted::fits`).
+    no_time_for: Option<String>,
 }
 
 impl Sim {
@@ -265,6 +333,11 @@ impl Sim {
             executed: vec![],
             settle_asked: vec![],
             ledgers: HashMap::new(),
+            commits: 0,
+            checkpoints: 0,
+            keys: vec![],
+            asked: vec![],
+            no_time_for: None,
         }
     }
 
@@ -307,58 +380,121 @@ impl Sim {
     }
 
     fn deliver(&mut self, msg: &StepMessage) -> Outcome {
-        let (run, timeline) = self.runs.get(&msg.run_id).cloned().expect("run exists");
-        let world = Scripted {
-            catalog: &self.catalog,
-            replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
-            agent: run.agent.clone(),
-            executed: Mutex::new(Vec::new()),
-            settled: Mutex::new(Vec::new()),
-            ctas: self.ctas.clone(),
-            ledger: self.ledgers.get(run.root()).cloned(),
-        };
-        let decision = block_on(decide(self.now, &run, &timeline, &msg.input, &world))
-            .expect("the scripted model never fails to answer");
-        self.executed
-            .extend(world.executed.into_inner().expect("not poisoned"));
-        let settled = world.settled.into_inner().expect("not poisoned");
-        for id in &settled {
-            if let Some(c) = self
-                .ctas
-                .get_mut(id)
-                .filter(|c| c.status == CtaStatus::Pending)
-            {
-                c.status = CtaStatus::Cancelled;
-            }
-        }
-        self.settle_asked.extend(settled);
-        // The same step on the window a host may hand it decides the same.
-        let from = window_start(&run, &msg.input) as usize;
-        let windowed = block_on(decide(
-            self.now,
-            &run,
-            &timeline[from.min(timeline.len())..],
-            &msg.input,
-            &Scripted {
+        self.deliver_cut(msg, usize::MAX)
+    }
+
+    /// Delivers `msg` as a process that dies after its `commits`-th commit does: what it
+    /// ran after that commit is lost with it, and the message is delivered again later.
+    fn deliver_cut(&mut self, msg: &StepMessage, commits: usize) -> Outcome {
+        let mut io = Io::new(self.catalog.book(&self.catalog.listed()));
+        let mut made = 0;
+        let mut windowed_io = Io::new(self.catalog.book(&self.catalog.listed()));
+        let mut outcome = Outcome::Ignored;
+        loop {
+            let (run, timeline) = self.runs.get(&msg.run_id).cloned().expect("run exists");
+            let world = Scripted {
                 catalog: &self.catalog,
                 replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
                 agent: run.agent.clone(),
                 executed: Mutex::new(Vec::new()),
+                keys: Mutex::new(Vec::new()),
+                asked: Mutex::new(Vec::new()),
+                no_time_for: self.no_time_for.clone(),
                 settled: Mutex::new(Vec::new()),
                 ctas: self.ctas.clone(),
                 ledger: self.ledgers.get(run.root()).cloned(),
-            },
-        ))
-        .expect("the scripted model never fails to answer");
-        assert_eq!(
-            windowed, decision,
-            "{:?} on the window from {from} decides as on the whole timeline",
-            msg.input
-        );
-        let t = match decision {
-            Decision::Ignore(_) => return Outcome::Ignored,
-            Decision::Commit(t) => t,
-        };
+            };
+            let decided = block_on(decide(
+                self.now, &run, &timeline, &msg.input, &world, &mut io,
+            ));
+            self.asked
+                .extend(world.asked.lock().expect("not poisoned").drain(..));
+            let decision = match decided {
+                Err(IoError::OutOfTime(_)) => {
+                    // Delivered again at once, to an invocation with the time.
+                    self.executed
+                        .extend(world.executed.into_inner().expect("not poisoned"));
+                    self.keys
+                        .extend(world.keys.into_inner().expect("not poisoned"));
+                    self.queue.push_front(msg.clone());
+                    return Outcome::Deferred;
+                }
+                other => other.expect("the scripted model never fails to answer"),
+            };
+            self.executed
+                .extend(world.executed.into_inner().expect("not poisoned"));
+            self.keys
+                .extend(world.keys.into_inner().expect("not poisoned"));
+            let settled = world.settled.into_inner().expect("not poisoned");
+            for id in &settled {
+                if let Some(c) = self
+                    .ctas
+                    .get_mut(id)
+                    .filter(|c| c.status == CtaStatus::Pending)
+                {
+                    c.status = CtaStatus::Cancelled;
+                }
+            }
+            self.settle_asked.extend(settled);
+            // The same step on the window a host may hand it decides the same.
+            let from = window_start(&run, &msg.input) as usize;
+            let windowed = block_on(decide(
+                self.now,
+                &run,
+                &timeline[from.min(timeline.len())..],
+                &msg.input,
+                &self.world(&run),
+                &mut windowed_io,
+            ))
+            .expect("the scripted model never fails to answer");
+            assert_eq!(
+                windowed, decision,
+                "{:?} on the window from {from} decides as on the whole timeline",
+                msg.input
+            );
+            let (t, marked) = match decision {
+                Decision::Ignore(_) => return outcome,
+                Decision::Commit(t) => (t, None),
+                Decision::Checkpoint(t, marked) => (t, Some(marked)),
+            };
+            if made == commits {
+                // The process died before this commit: its message is delivered again.
+                self.queue.push_front(msg.clone());
+                return Outcome::Crashed;
+            }
+            made += 1;
+            self.commit(&run, timeline, &t);
+            outcome = Outcome::Done;
+            match marked {
+                None => return outcome,
+                Some(marked) => {
+                    // A checkpoint: decided again from what it committed.
+                    self.checkpoints += 1;
+                    io.marked.extend(marked.iter().copied());
+                    windowed_io.marked.extend(marked);
+                }
+            }
+        }
+    }
+
+    /// The scripted world for a step of `run`.
+    fn world(&self, run: &Run) -> Scripted<'_> {
+        Scripted {
+            catalog: &self.catalog,
+            replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
+            agent: run.agent.clone(),
+            executed: Mutex::new(Vec::new()),
+            keys: Mutex::new(Vec::new()),
+            asked: Mutex::new(Vec::new()),
+            no_time_for: self.no_time_for.clone(),
+            settled: Mutex::new(Vec::new()),
+            ctas: self.ctas.clone(),
+            ledger: self.ledgers.get(run.root()).cloned(),
+        }
+    }
+
+    /// Commits `t`, a step of `run` (whose timeline was `timeline`), as the stores do.
+    fn commit(&mut self, run: &Run, timeline: Vec<Entry>, t: &Transition) {
         assert_eq!(
             t.run.version,
             run.version + 1,
@@ -413,7 +549,7 @@ impl Sim {
             }
         }
         self.effects.extend(t.effects.iter().cloned());
-        Outcome::Done
+        self.commits += 1;
     }
 
     /// Delivers queued messages until none is left.
@@ -499,6 +635,7 @@ fn spawn(agent: &str, prompt: &str) -> ToolCall {
 
 mod approvals;
 mod budgets;
+mod calls;
 mod children;
 mod ctas;
 mod cut_replies;

@@ -98,24 +98,33 @@ fn what_the_plugins_answered_is_the_steps_input_however_their_source_moves() {
         agent: "deep".into(),
         replies: vec![calls(vec![call("echo", json!({"text": "x"}))])],
         executed: Mutex::new(Vec::new()),
+        keys: Mutex::new(Vec::new()),
+        asked: Mutex::new(Vec::new()),
+        no_time_for: None,
         settled: Mutex::new(Vec::new()),
         ctas: Default::default(),
         ledger: None,
     };
-    let decision =
-        block_on(decide(s.now, &run, &timeline, &Input::Start, &world)).expect("decides");
+    let decision = block_on(decide(
+        s.now,
+        &run,
+        &timeline,
+        &Input::Start,
+        &world,
+        &mut Io::new(world.book()),
+    ))
+    .expect("decides");
     assert!(
         !on.load(std::sync::atomic::Ordering::SeqCst),
         "the source moved"
     );
-    assert_eq!(
-        world.executed.lock().expect("not poisoned").len(),
-        1,
-        "echo ran"
-    );
+    // The call is accepted: committed with its reply, due to run before the next think.
     let Decision::Commit(t) = decision else {
         panic!("commits")
     };
+    let echo = t.appended.iter().find_map(|e| e.tool()).expect("the call");
+    assert!(echo.is_due(), "{echo:?}");
+    assert!(world.executed.lock().expect("not poisoned").is_empty());
     assert_eq!(t.run.plugin_state["skills"], json!({"activations": 1}));
 }
 
@@ -269,11 +278,21 @@ fn a_plugins_error_is_its_own_named_and_retried_only_when_it_says_so() {
             replies: vec![text("never asked")],
             agent: "deep".into(),
             executed: Mutex::new(Vec::new()),
+            keys: Mutex::new(Vec::new()),
+            asked: Mutex::new(Vec::new()),
+            no_time_for: None,
             settled: Mutex::new(Vec::new()),
             ctas: Default::default(),
             ledger: None,
         };
-        let got = block_on(decide(s.now, &run, &timeline, &msg.input, &world));
+        let got = block_on(decide(
+            s.now,
+            &run,
+            &timeline,
+            &msg.input,
+            &world,
+            &mut Io::new(world.book()),
+        ));
         let Err(IoError::Plugin(e)) = got else {
             panic!("a plugin's failure is not a model outage: {got:?}");
         };

@@ -389,14 +389,27 @@ fn a_step_sees_the_tools_listed_when_it_began_and_the_next_step_sees_new_ones() 
         };
         (run, vec![first])
     };
+    // The call's result once the step is done: an MCP tool's calls run once, so the reply
+    // commits first (a checkpoint), and the call runs from there.
     let result_of = |world: &ListedMidStep, id: &str| {
-        let (run, timeline) = start(id);
-        let decision =
-            block_on(decide(t0(), &run, &timeline, &Input::Start, world)).expect("decides");
-        let Decision::Commit(t) = decision else {
-            panic!("commits")
-        };
-        t.appended
+        let (mut run, mut timeline) = start(id);
+        let mut io = Io::new(world.book());
+        loop {
+            let decision = block_on(decide(t0(), &run, &timeline, &Input::Start, world, &mut io))
+                .expect("decides");
+            let (t, marked) = match decision {
+                Decision::Commit(t) => (t, None),
+                Decision::Checkpoint(t, marked) => (t, Some(marked)),
+                Decision::Ignore(why) => panic!("commits: {why}"),
+            };
+            t.apply(&mut timeline);
+            run = t.run;
+            match marked {
+                Some(marked) => io.marked.extend(marked),
+                None => break,
+            }
+        }
+        timeline
             .iter()
             .find_map(|e| e.tool().cloned())
             .expect("a tool entry")

@@ -46,6 +46,8 @@ impl Work<'_> {
             child_run_id: None,
             plan: None,
             duration_ms: None,
+            effects: None,
+            started: 0,
         }));
         let message = format!(
             "This run has spent ${:.4} of its ${:.4} budget (with its subagents). Allow it to \

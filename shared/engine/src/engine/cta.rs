@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Execution, Io, Next, Step, Work, derive_id, to_result};
+use super::{Execution, Next, Step, Work, derive_id};
 use crate::cta::{Cta, CtaRequest, CtaResponse, CtaStatus, Gated};
 use crate::message::{Effect, Input};
 use crate::run::{ExpiryPolicy, RunStatus};
@@ -19,18 +19,13 @@ pub(super) fn answered(
     cta_id: &str,
     response: &CtaResponse,
     responder: Option<&str>,
-    io: &Io,
 ) -> Next {
     let Some(seq) = w.pending_cta(cta_id) else {
         return Next::Now(Step::Ignore(format!(
             "no pending result waits for CTA {cta_id}"
         )));
     };
-    let (call_id, name, input, snap) = {
-        let t = w.tool(seq);
-        (t.id.clone(), t.name.clone(), t.input.clone(), t.cta.clone())
-    };
-    let Some(mut snap) = snap else {
+    let Some(mut snap) = w.tool(seq).cta.clone() else {
         return Next::Now(Step::Ignore("not a CTA".into()));
     };
     if let Err(e) = response.validate_against(&snap.request) {
@@ -42,11 +37,11 @@ pub(super) fn answered(
     if snap.budget.is_some() {
         return super::budget::answered(w, seq, snap, response, responder);
     }
-    // The last approval of a reply settled: the calls deferred behind it run now, in the
-    // same step as the approved call (the caller executes them all, then steps again).
-    // Each is checked against the agents file as it is now: the run may have waited days.
+    // The last approval of a reply settled: the calls deferred behind it are due now, with
+    // the approved call, and run in this step (`calls.rs`). Each is checked against the
+    // agents file as it is now: the run may have waited days.
     let approved = matches!(response, CtaResponse::Approval { approved: true, .. });
-    let revoked = if snap.gate && approved && !io.outputs.contains_key(&call_id) {
+    let revoked = if snap.gate && approved {
         match w.recheck(seq, true) {
             Recheck::Refused(why) => Some(why),
             _ => None,
@@ -56,56 +51,26 @@ pub(super) fn answered(
     };
     if !w.other_gates_pending(cta_id) {
         for e in w.deferred_calls() {
-            if io.outputs.contains_key(&e.call_id) {
-                continue;
-            }
             if let Recheck::Refused(why) = w.recheck(e.seq, false) {
                 w.resolve(e.seq, ToolResult::error(why), None);
             }
         }
     }
     // A call that must now be approved first was asked about: the rest wait for it too.
-    let deferred = if w.other_gates_pending(cta_id) {
-        Vec::new()
-    } else {
-        w.deferred_calls()
-    };
-    let mut missing: Vec<Execution> = deferred
-        .iter()
-        .filter(|e| !io.outputs.contains_key(&e.call_id))
-        .cloned()
-        .collect();
-    if snap.gate && approved && revoked.is_none() && !io.outputs.contains_key(&call_id) {
-        missing.insert(
-            0,
-            Execution {
-                call_id: call_id.clone(),
-                seq,
-                tool: name,
-                input,
-            },
-        );
-    }
-    if !missing.is_empty() {
-        return Next::Now(Step::Execute(missing));
-    }
-    for e in &deferred {
-        if let (Some(s), Some(out)) = (w.pending_call(&e.call_id), io.outputs.get(&e.call_id)) {
-            w.push_widgets(&e.call_id, io);
-            w.resolve(s, to_result(out.clone()), None);
-            w.time_call(s, io);
+    if !w.other_gates_pending(cta_id) {
+        for e in w.deferred_calls() {
+            w.make_due(e.seq);
         }
     }
+    // A call cut off while it ran, asked about: a person says whether it runs again.
+    let cut_off = w.tool(seq).started > 0;
     let result = match (snap.gate, response) {
-        (true, CtaResponse::Approval { approved: true, .. }) => match io.outputs.get(&call_id) {
-            Some(out) => {
-                w.push_widgets(&call_id, io);
-                to_result(out.clone())
+        (true, CtaResponse::Approval { approved: true, .. }) => match revoked {
+            Some(why) => ToolResult::error(why),
+            None => {
+                w.make_due(seq);
+                w.tool(seq).result.clone()
             }
-            None => match revoked {
-                Some(why) => ToolResult::error(why),
-                None => unreachable!("executed above"),
-            },
         },
         (
             true,
@@ -114,10 +79,20 @@ pub(super) fn answered(
                 reason,
                 ..
             },
-        ) => ToolResult::error(match reason {
-            Some(r) if !r.trim().is_empty() => format!("a human rejected this call: {r}"),
-            _ => "a human rejected this call".to_owned(),
-        }),
+        ) => {
+            let said = match reason {
+                Some(r) if !r.trim().is_empty() => format!("a human rejected this call: {r}"),
+                _ => "a human rejected this call".to_owned(),
+            };
+            ToolResult::error(if cut_off {
+                format!(
+                    "{}: it was started and cut off before its result was recorded, and {said}                      again",
+                    super::calls::OUTCOME_UNKNOWN
+                )
+            } else {
+                said
+            })
+        }
         _ => ToolResult::Success {
             output: response.to_output(),
         },
@@ -126,7 +101,6 @@ pub(super) fn answered(
     snap.response = Some(response.clone());
     snap.responder = responder.map(str::to_owned);
     w.resolve(seq, result, Some(snap));
-    w.time_call(seq, io);
     w.tell_parent_resumed(cta_id);
     w.effects.push(Effect::Unschedule {
         cta_id: cta_id.to_owned(),
@@ -271,15 +245,7 @@ impl Work<'_> {
             |t| matches!(&t.result, ToolResult::Pending { reason } if reason == super::DEFERRED),
         )
         .into_iter()
-        .map(|s| {
-            let t = self.tool(s);
-            Execution {
-                call_id: t.id.clone(),
-                seq: s,
-                tool: t.name.clone(),
-                input: t.input.clone(),
-            }
-        })
+        .map(|s| self.execution(s))
         .collect()
     }
 

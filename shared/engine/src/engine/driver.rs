@@ -1,6 +1,6 @@
 //! The one loop that drives the engine to a decision for one message: step, do the I/O the
 //! step asks for (the plugins' preparation, a model reply, tool outputs), step again with it,
-//! until the engine commits or ignores. The I/O itself is the caller's ([`StepIo`]): the
+//! until the engine commits, commits a checkpoint (and is driven again from it), or ignores. The I/O itself is the caller's ([`StepIo`]): the
 //! service asks the plugins, calls the model and the tools; the engine tests answer from a
 //! script. Nothing here awaits anything but that.
 
@@ -17,7 +17,7 @@ use crate::error::PortError;
 use crate::llm::{LlmError, LlmReply};
 use crate::message::{Input, Transition};
 use crate::run::Run;
-use crate::timeline::Entry;
+use crate::timeline::{Entry, overlay};
 
 /// The I/O a step may ask for.
 pub trait StepIo: Sync {
@@ -48,10 +48,17 @@ pub trait StepIo: Sync {
         &self,
         call: Execution,
     ) -> impl Future<Output = Result<ToolOutput, PortError>> + Send;
-    /// The step is about to execute these calls (for whoever watches the run). An
-    /// [`OutOfTime`] stops the step before any of them runs: its host's invocation has no
-    /// time left for them (it is delivered again, to a fresh one).
-    fn executing(&self, _calls: &[Execution]) -> Result<(), OutOfTime> {
+    /// The step is about to execute these calls (for whoever watches the run).
+    fn executing(&self, _calls: &[Execution]) {}
+    /// Whether `call` fits in the time its host's invocation has left. An [`OutOfTime`]
+    /// stops the step before it runs: what the step has in hand is committed, and the
+    /// message is delivered again, to an invocation with the time.
+    fn fits(&self, _call: &Execution) -> Result<(), OutOfTime> {
+        Ok(())
+    }
+    /// Whether a model call fits in the time the invocation has left: if not, the step
+    /// stops before it thinks (an output it has in hand changes nothing, and runs again).
+    fn think_fits(&self) -> Result<(), OutOfTime> {
         Ok(())
     }
     /// The ledger of the run tree under top-level run `root_run_id` ([`crate::budget`]), as
@@ -113,38 +120,49 @@ pub struct OutOfTime(pub String);
 /// What the engine decided for a message, once its I/O is done.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
+    /// Commit this: the message is handled.
     Commit(Box<Transition>),
+    /// Commit this, then decide again from what it committed, with the same message and
+    /// I/O ([`Step::Checkpoint`]); once it is in, the calls in `marked` are this delivery's
+    /// to run ([`Io::marked`]).
+    Checkpoint(Box<Transition>, Vec<u64>),
     Ignore(String),
 }
 
-/// Steps until a decision. A fatal model error is handed back to the engine (the run fails
-/// after this message's input is applied); an error worth retrying is returned.
+/// Steps until a decision, gathering the I/O in `io` (which the caller keeps from one
+/// decision of a message to the next: its checkpoints, and its retries after a conflict).
+/// A fatal model error is handed back to the engine (the run fails after this message's
+/// input is applied); an error worth retrying is returned.
 pub async fn decide<W: StepIo>(
     now: DateTime<Utc>,
     run: &Run,
     timeline: &[Entry],
     input: &Input,
     world: &W,
+    io: &mut Io,
 ) -> Result<Decision, IoError> {
-    let mut io = Io {
-        book: world.book(),
-        ..Io::default()
-    };
     loop {
-        match step(now, run, timeline, input, &io) {
+        match step(now, run, timeline, input, io) {
             Step::Think {
                 think_index,
                 changed,
             } => {
+                world.think_fits()?;
                 // The plugins answer once, before the think: the step's input from then on.
+                // They read the timeline as the model will: with what the step changed (the
+                // calls it ran, the message it applied).
                 let prepared = match io.book.agent(&run.agent) {
-                    Some(_) => world.prepare(run, timeline).await?,
+                    Some(_) if changed.is_empty() => world.prepare(run, timeline).await?,
+                    Some(_) => world.prepare(run, &overlay(timeline, &changed)).await?,
                     None => Preparation::default(),
                 };
                 let reply = world.think(think_index, &changed, &prepared.prepared).await;
                 io.prepared = Some(prepared);
                 match reply {
-                    Ok(reply) => io.reply = Some(reply),
+                    Ok(reply) => {
+                        io.reply = Some(reply);
+                        io.think_index = Some(think_index);
+                    }
                     Err(LlmError::Fatal { message, .. }) => io.model_error = Some(message),
                     Err(e) => return Err(e.into()),
                 }
@@ -162,21 +180,35 @@ pub async fn decide<W: StepIo>(
                 }));
             }
             Step::Execute(calls) => {
-                world.executing(&calls)?;
+                world.executing(&calls);
                 for call in calls {
-                    let id = call.call_id.clone();
+                    if let Err(late) = world.fits(&call) {
+                        // What ran is committed, and the rest is left for a fresh invocation.
+                        io.out_of_time = Some(late);
+                        break;
+                    }
+                    let seq = call.seq;
                     let out = world.execute(call).await?;
                     if !out.widgets.is_empty() {
-                        io.widgets.insert(id.clone(), out.widgets);
+                        io.widgets.insert(seq, out.widgets);
                     }
                     if !out.files.is_empty() {
-                        io.files.insert(id.clone(), out.files);
+                        io.files.insert(seq, out.files);
                     }
                     if let Some(ms) = out.duration_ms {
-                        io.durations.insert(id.clone(), ms);
+                        io.durations.insert(seq, ms);
                     }
-                    io.outputs.insert(id, out.result);
+                    io.outputs.insert(seq, out.result);
                 }
+            }
+            Step::Defer => {
+                let late = io.out_of_time.take().unwrap_or_else(|| {
+                    OutOfTime("the invocation has no time left for the next call".into())
+                });
+                return Err(late.into());
+            }
+            Step::Checkpoint { transition, marked } => {
+                return Ok(Decision::Checkpoint(transition, marked));
             }
             Step::Done(t) => return Ok(Decision::Commit(t)),
             Step::Ignore(reason) => return Ok(Decision::Ignore(reason)),

@@ -121,11 +121,18 @@ impl Work<'_> {
                     },
                 }));
             }
-            self.resolve(
-                seq,
-                ToolResult::error(format!("not completed: {why}")),
-                snap,
-            );
+            let error = if t.is_due() && t.started > 0 {
+                // A `once` call started and cut off: no one knows whether it took effect.
+                format!(
+                    "{}: it was started and cut off before its result was recorded ({why})",
+                    super::calls::OUTCOME_UNKNOWN
+                )
+            } else if t.is_due() {
+                format!("not run: {why}")
+            } else {
+                format!("not completed: {why}")
+            };
+            self.resolve(seq, ToolResult::error(error), snap);
         }
         self.run.status = status;
         let run_id = self.run.run_id.clone();

@@ -22,10 +22,12 @@
 //! | a plan (`agent_orchestrate`), its children and its step timers | `plan/` |
 //! | cancel, fail (and every end of a run) | `end.rs` |
 //!
-//! `think.rs` is the iteration itself (a model reply, its tool calls dispatched), `work.rs`
+//! `think.rs` is the iteration itself (a model reply, its tool calls dispatched), `calls.rs`
+//! the calls committed and not yet run (a reply is committed before its calls run), `work.rs`
 //! the step under construction, `driver.rs` the loop.
 
 mod budget;
+mod calls;
 mod children;
 mod cta;
 mod driver;
@@ -46,17 +48,22 @@ use crate::run::Run;
 use crate::timeline::{Entry, ToolResult};
 use work::Work;
 
+pub use calls::OUTCOME_UNKNOWN;
 pub use driver::{Decision, IoError, OutOfTime, StepIo, ToolOutput, decide};
 
-/// A tool the caller must execute for the engine.
+/// A tool the caller must execute for the engine: a call whose reply (or approval) is
+/// committed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Execution {
     pub call_id: String,
-    /// The seq of the call's `tool` entry: with the run's id, what names this call of this
-    /// run ([`idempotency_key`]).
+    /// The seq of the call's `tool` entry: what names this call of this run.
     pub seq: u64,
     pub tool: String,
     pub input: Value,
+    /// How it may touch the world, as recorded on its entry.
+    pub effects: crate::tools::Effects,
+    /// The key its side effects are made once by ([`idempotency_key`]).
+    pub key: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -68,8 +75,21 @@ pub enum Step {
         think_index: u32,
         changed: Vec<Entry>,
     },
-    /// Execute these tools and step again with their outputs.
+    /// Execute these committed calls, in order, and step again with their outputs.
     Execute(Vec<Execution>),
+    /// Commit this now, then step again from what it committed with the I/O gathered so
+    /// far (the same message): a reply is committed before its calls run, an `idempotent` or
+    /// `once` call's output before anything else runs, and a `once` call's start before it
+    /// runs. `marked`: the seqs of the `once` calls this commit marks started; once it is
+    /// in, this delivery may run them ([`Io::marked`]).
+    Checkpoint {
+        transition: Box<Transition>,
+        marked: Vec<u64>,
+    },
+    /// The calls due next do not fit in the time the host's invocation has left
+    /// ([`Io::out_of_time`]), and nothing is in hand to commit: stop; the message is
+    /// delivered again, to an invocation with the time.
+    Defer,
     /// Settle these pending CTAs as cancelled (the first write wins) and step again with
     /// the CTA records as they then are: the run is about to end, and the timeline must
     /// say what each CTA record says, even if an answer won the race.
@@ -88,16 +108,28 @@ pub enum Step {
 #[derive(Default, Clone)]
 pub struct Io {
     pub book: crate::agent::Book,
+    /// The model's reply to the run's `think_index`-th think.
     pub reply: Option<LlmReply>,
+    /// Which think `reply` answers: a reply is used only by the think it answers (a step
+    /// stepped again after a conflict keeps a reply its run has not committed).
+    pub think_index: Option<u32>,
     /// The model call failed for good: the run fails, after this step's input is applied.
     pub model_error: Option<String>,
-    pub outputs: std::collections::HashMap<String, Result<Value, String>>,
-    /// The widgets each executed call added beside its output, by call id.
-    pub widgets: std::collections::HashMap<String, Vec<crate::tools::Widget>>,
-    /// The files each executed call returned (stored already), by call id.
-    pub files: std::collections::HashMap<String, Vec<crate::timeline::FileRef>>,
-    /// How long each tool call executed this step ran, by call id.
-    pub durations: std::collections::HashMap<String, u64>,
+    /// The outputs of the calls this delivery ran, by the seq of the call's entry.
+    pub outputs: std::collections::HashMap<u64, Result<Value, String>>,
+    /// The widgets each executed call added beside its output, by the call's seq.
+    pub widgets: std::collections::HashMap<u64, Vec<crate::tools::Widget>>,
+    /// The files each executed call returned (stored already), by the call's seq.
+    pub files: std::collections::HashMap<u64, Vec<crate::timeline::FileRef>>,
+    /// How long each tool call executed this step ran, by the call's seq.
+    pub durations: std::collections::HashMap<u64, u64>,
+    /// The `once` calls this delivery marked started, each in a commit of its own
+    /// ([`Step::Checkpoint`]): they may run. A call found started and not in here was cut
+    /// off by a crash: its outcome is unknown.
+    pub marked: std::collections::HashSet<u64>,
+    /// The calls the engine asked to run next do not fit in the time the host's invocation
+    /// has left: what is in hand is committed, and the step stops ([`Step::Defer`]).
+    pub out_of_time: Option<OutOfTime>,
     /// The CTA records after [`Step::Settle`] (`None` until then), by CTA id.
     pub settled: Option<std::collections::HashMap<String, Cta>>,
     /// What the agent's plugins answered before the step's think (`None` until then).
@@ -118,22 +150,37 @@ fn preview(s: &str, max: usize) -> (String, bool) {
     (s[..end].to_owned(), true)
 }
 
+impl Io {
+    /// The I/O of a step that knows `book`, before any of it is done.
+    pub fn new(book: crate::agent::Book) -> Io {
+        Io {
+            book,
+            ..Io::default()
+        }
+    }
+}
+
 /// What an input's handler decided.
 enum Next {
     /// Think (or dispatch the last reply's calls), then commit.
     Think,
     /// Commit what the handler did, without thinking.
     Commit,
+    /// Run the calls the handler made due (an approval settled), then think or commit.
+    RunDue,
     /// Answer the caller now: ignore the message, or ask for I/O first.
     Now(Step),
 }
 
-/// The idempotency key of the tool call whose `tool` entry is `seq` in run `run_id`: the
-/// same on every retry of that call (a step done again after a crash or a timeout), and
-/// different for every other call, of this run or any other (a fork is a run of its own:
-/// a call it runs again gets a key of its own). Visible ASCII, 37 characters.
-pub fn idempotency_key(run_id: &str, seq: u64) -> String {
-    derive_id("call", run_id, seq)
+/// The idempotency key of a committed tool call: derived from its run, its `tool` entry's
+/// seq, the call's id in the committed reply and its input. The same on every run of that
+/// call (after a crash, a timeout, a person's "run it again"), and different for every
+/// other call, of this run or any other (a fork is a run of its own: a call it runs again
+/// gets a key of its own, and so does a call with another input at the same place).
+/// Visible ASCII, 37 characters.
+pub fn idempotency_key(run_id: &str, seq: u64, call_id: &str, input: &Value) -> String {
+    let name = format!("{run_id}/{seq}/{call_id}/{input}");
+    derive_id("call", &name, seq)
 }
 
 /// Mints a stable id from a run, a seq and a purpose.
@@ -169,7 +216,8 @@ pub fn window_start(run: &Run, input: &Input) -> u64 {
 /// or its entries from [`window_start`] on.
 pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io: &Io) -> Step {
     let mut w = Work::new(&io.book, now, run, timeline, io.settled.as_ref());
-    if io.settled.is_none() && ends_run(&w, run, input) {
+    let ending = ends_run(&w, run, input);
+    if io.settled.is_none() && ending {
         let ids: Vec<String> = w
             .pending_seqs(|t| {
                 t.cta
@@ -194,6 +242,16 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
             return Step::Settle(ids);
         }
     }
+    // The calls committed and not yet run come first, whatever the input (a delivery after
+    // a crash or a deferral finds them so): each runs, or is known to have been cut off.
+    // An input that ends the run ends them too.
+    if !ending
+        && !run.status.is_terminal()
+        && !w.left_to_continue(input)
+        && let Some(need) = w.run_due(io)
+    {
+        return slots(run, input, w.step_for(need));
+    }
     let next = match input {
         Input::Start => start::start(&mut w),
         Input::Continue { version } => start::resume(&mut w, *version),
@@ -207,7 +265,7 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
             cta_id,
             response,
             responder,
-        } => cta::answered(&mut w, cta_id, response, responder.as_deref(), io),
+        } => cta::answered(&mut w, cta_id, response, responder.as_deref()),
         Input::CtaExpired { cta_id } => cta::expired(&mut w, cta_id),
         Input::ChildFinished {
             child_run_id,
@@ -244,6 +302,19 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
         }
         Input::Fail { code, message } => end::fail(&mut w, code, message),
     };
+    // An input already applied (the message delivered again after a crash, or stepped again
+    // after a checkpoint of its own) is stale; what the step ran of the due calls stands.
+    let next = match next {
+        Next::Now(Step::Ignore(_)) if w.ran_due => w.carry_on(),
+        next => next,
+    };
+    let next = match next {
+        Next::RunDue => match w.run_due(io) {
+            Some(need) => return slots(run, input, w.step_for(need)),
+            None => w.after_resolution(),
+        },
+        next => next,
+    };
     let step = match next {
         Next::Now(step) => step,
         Next::Think => match w.think(io) {
@@ -251,6 +322,7 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
             None => w.done(),
         },
         Next::Commit => w.done(),
+        Next::RunDue => unreachable!("no call is due once they have run"),
     };
     slots(run, input, step)
 }
@@ -261,7 +333,12 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
 /// follow-up took for a turn still to come. A top-level run that starts again without one
 /// (a follow-up that waited while it ran) takes one: it counts while it is active.
 fn slots(before: &Run, input: &Input, mut step: Step) -> Step {
-    if let Step::Done(t) = &mut step {
+    if let Step::Done(t)
+    | Step::Checkpoint {
+        transition: t,
+        marked: _,
+    } = &mut step
+    {
         let was_active = !before.status.is_terminal();
         let is_active = !t.run.status.is_terminal();
         let follow_up = matches!(input, Input::UserMessage { .. });

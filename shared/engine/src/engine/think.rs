@@ -7,14 +7,14 @@ use serde_json::{Value, json};
 
 use super::{
     Execution, Io, MAX_CTA_REQUEST_BYTES, MAX_REPLY_BYTES, PREVIEW_BYTES, Step, Work, cap_at,
-    cap_output, preview, to_result,
+    cap_output, preview,
 };
 use crate::agent::{AgentDef, ApprovalBatch, Prepared};
 use crate::cta::Gated;
 use crate::cta::{CtaRequest, CtaResponse};
 use crate::run::RunStatus;
-use crate::timeline::{EntryBody, ToolEntry, ToolResult};
-use crate::tools::ToolKind;
+use crate::timeline::{EXECUTING, EntryBody, ToolEntry, ToolResult};
+use crate::tools::{Effects, ToolKind};
 
 /// One tool call of a reply, as dispatch needs it.
 pub(super) struct Call<'a> {
@@ -27,6 +27,13 @@ impl Work<'_> {
     /// Thinks and dispatches. Returns what the service must fetch first, if anything.
     pub(super) fn think(&mut self, io: &Io) -> Option<Step> {
         let book = self.book;
+        if self.unsaved_effects {
+            // An output with effects is committed before the next think: this step commits
+            // it, and the run thinks in its next delivery.
+            self.run.status = RunStatus::Running;
+            self.send_continue();
+            return None;
+        }
         let Some(agent) = book.agent(&self.run.agent) else {
             let msg = format!(
                 "agent `{}` is not defined in this deployment",
@@ -62,12 +69,18 @@ impl Work<'_> {
             self.end(RunStatus::Failed, "model_error", error);
             return None;
         }
-        if io.reply.is_none()
+        // The reply to this think, if the step has it (one to another think is not this
+        // one's: the step was stepped again after a conflict and its run had moved on).
+        let reply = io
+            .reply
+            .as_ref()
+            .filter(|_| io.think_index == Some(self.run.counters.thinks));
+        if reply.is_none()
             && let Some(asked) = self.check_budget(agent, io)
         {
             return asked;
         }
-        let Some(reply) = &io.reply else {
+        let Some(reply) = reply else {
             // What this step changed before its think (an answer resolving a call, a
             // follow-up's message) is part of what the model must be given.
             let changed = self
@@ -199,6 +212,8 @@ impl Work<'_> {
                 child_run_id: None,
                 plan: None,
                 duration_ms: None,
+                effects: None,
+                started: 0,
             }));
             let max = agent.max_tool_calls_per_turn;
             let cut_off = reply.cut.is_some() && i + 1 == reply.tool_calls.len();
@@ -225,7 +240,7 @@ impl Work<'_> {
                     id: &id,
                     name: &call.name,
                 };
-                self.dispatch(agent, &prepared, call, input, io, &mut executions)
+                self.dispatch(agent, &prepared, call, input, &mut executions)
             };
             self.tool_mut(seq).result = result;
             self.time_call(seq, io);
@@ -254,15 +269,22 @@ impl Work<'_> {
         let gated = self.new_ctas.iter().any(|c| c.gate);
         if gated && agent.approval_batch == ApprovalBatch::Deferred {
             for e in executions.drain(..) {
-                if let Some(s) = self.pending_call(&e.call_id) {
-                    self.tool_mut(s).result = ToolResult::Pending {
-                        reason: super::DEFERRED.into(),
-                    };
-                }
+                self.tool_mut(e.seq).result = ToolResult::Pending {
+                    reason: super::DEFERRED.into(),
+                };
             }
         }
         if !executions.is_empty() {
-            return Some(Step::Execute(executions));
+            // The reply is committed with its calls due before any of them runs. Calls that
+            // change nothing run in the run's next delivery, before it thinks, and their
+            // outputs ride in its commit; the others run once this commit is in.
+            self.run.status = RunStatus::Running;
+            if executions.iter().all(|e| e.effects == Effects::None) {
+                self.send_continue();
+            } else {
+                self.checkpoint(io);
+            }
+            return None;
         }
         if self.pending_where(|_| true).is_some() {
             self.run.status = RunStatus::Waiting;
@@ -322,7 +344,6 @@ impl Work<'_> {
         prepared: &Prepared,
         call: Call<'_>,
         input: Value,
-        io: &Io,
         executions: &mut Vec<Execution>,
     ) -> ToolResult {
         let Call { seq, id, name } = call;
@@ -338,6 +359,9 @@ impl Work<'_> {
         };
         if let Err(e) = def.validate(&input) {
             return ToolResult::error(e);
+        }
+        if def.kind() == ToolKind::Exec {
+            self.tool_mut(seq).effects = Some(def.effects());
         }
         match def.kind() {
             ToolKind::Spawn => self.spawn(seq, id, &input),
@@ -360,22 +384,10 @@ impl Work<'_> {
                     let ask = super::cta::Ask::gate(approval, gated, agent.cta_expiry);
                     return self.raise_cta(seq, id, ask);
                 }
-                match io.outputs.get(id) {
-                    Some(out) => {
-                        self.push_widgets(id, io);
-                        to_result(out.clone())
-                    }
-                    None => {
-                        executions.push(Execution {
-                            call_id: id.into(),
-                            seq,
-                            tool: name.into(),
-                            input,
-                        });
-                        ToolResult::Pending {
-                            reason: "executing".into(),
-                        }
-                    }
+                // Run once its reply is committed (`calls.rs`).
+                executions.push(self.execution(seq));
+                ToolResult::Pending {
+                    reason: EXECUTING.into(),
                 }
             }
         }

@@ -42,6 +42,16 @@ pub(super) struct Work<'a> {
     pub(super) settled: Option<&'a HashMap<String, Cta>>,
     /// The raise of its tree's budget a human approved in this step.
     pub(super) raise: Option<crate::budget::Raise>,
+    /// This step resolved calls that were due (committed before it): it has work to
+    /// commit, whatever its input says.
+    pub(super) ran_due: bool,
+    /// This step holds the output of an `idempotent` or `once` call it has not committed:
+    /// committed before anything else runs or thinks.
+    pub(super) unsaved_effects: bool,
+    /// Commit this step as a checkpoint and step again from it ([`Step::Checkpoint`]).
+    pub(super) go_on: bool,
+    /// The `once` calls this step's commit marks started.
+    pub(super) marked: Vec<u64>,
 }
 
 impl<'a> Work<'a> {
@@ -75,6 +85,10 @@ impl<'a> Work<'a> {
             batch_start,
             settled,
             raise: None,
+            ran_due: false,
+            unsaved_effects: false,
+            go_on: false,
+            marked: Vec::new(),
         }
     }
 
@@ -146,20 +160,21 @@ impl<'a> Work<'a> {
     pub(super) fn time_call(&mut self, seq: u64, io: &super::Io) {
         let t = self.tool_mut(seq);
         if !t.result.is_pending() {
-            t.duration_ms = io.durations.get(&t.id).copied().or(t.duration_ms);
+            t.duration_ms = io.durations.get(&seq).copied().or(t.duration_ms);
         }
     }
 
-    /// The widgets and files call `call_id` added beside its output, as entries after it.
-    pub(super) fn push_widgets(&mut self, call_id: &str, io: &super::Io) {
-        for w in io.widgets.get(call_id).into_iter().flatten() {
+    /// The widgets and files the call at `seq` added beside its output, as entries after it.
+    pub(super) fn push_widgets(&mut self, seq: u64, io: &super::Io) {
+        let call_id = self.tool(seq).id.clone();
+        for w in io.widgets.get(&seq).into_iter().flatten() {
             self.push(EntryBody::Widget {
-                call_id: call_id.to_owned(),
+                call_id: call_id.clone(),
                 kind: w.kind.clone(),
                 data: w.data.clone(),
             });
         }
-        for f in io.files.get(call_id).into_iter().flatten() {
+        for f in io.files.get(&seq).into_iter().flatten() {
             self.push(EntryBody::File(f.clone()));
         }
     }
@@ -330,8 +345,12 @@ impl<'a> Work<'a> {
         }
     }
 
-    /// After a pending result resolved: think if the batch is complete, else keep waiting.
+    /// After a pending result resolved: run the calls that are due, think if the batch is
+    /// complete, else keep waiting.
     pub(super) fn after_resolution(&mut self) -> Next {
+        if self.pending_where(|t| t.is_due()).is_some() {
+            return Next::RunDue;
+        }
         if self.pending_where(|_| true).is_some() {
             self.run.status = RunStatus::Waiting;
             Next::Commit
@@ -339,6 +358,28 @@ impl<'a> Work<'a> {
             self.run.status = RunStatus::Running;
             Next::Think
         }
+    }
+
+    /// What a step whose own input was stale commits after running the due calls: the run
+    /// waits on what is still pending, or thinks in its next delivery (a delivery thinks
+    /// only for its own input).
+    pub(super) fn carry_on(&mut self) -> Next {
+        if self.pending_where(|_| true).is_some() {
+            self.run.status = RunStatus::Waiting;
+        } else {
+            self.run.status = RunStatus::Running;
+            self.send_continue();
+        }
+        Next::Commit
+    }
+
+    /// Whether this step has anything to commit: entries, questions, runs or effects.
+    pub(super) fn has_changes(&self) -> bool {
+        !self.appended.is_empty()
+            || !self.updated.is_empty()
+            || !self.new_ctas.is_empty()
+            || !self.new_runs.is_empty()
+            || !self.effects.is_empty()
     }
 
     pub(super) fn done(mut self) -> Step {
@@ -407,7 +448,7 @@ impl<'a> Work<'a> {
         self.run.updated_at = self.now;
         // A step committed: whatever failed before is behind the run.
         self.run.last_error = None;
-        Step::Done(Box::new(Transition {
+        let transition = Box::new(Transition {
             run: self.run,
             appended: self.appended,
             updated: self.updated.into_values().collect(),
@@ -419,6 +460,14 @@ impl<'a> Work<'a> {
             spent_usd,
             daily_spend: false,
             budget_raise: self.raise,
-        }))
+        });
+        if self.go_on {
+            Step::Checkpoint {
+                transition,
+                marked: self.marked,
+            }
+        } else {
+            Step::Done(transition)
+        }
     }
 }
