@@ -9,6 +9,7 @@ use baton_aws::dynamo::DynamoStore;
 use baton_core::agent::{AgentsFile, Catalog, Limits};
 use baton_core::ports::{Store, SystemClock};
 use baton_core::service::{CreateRun, Service};
+use baton_core::tools::{Effects, Tool};
 use baton_dev::LOCAL_OWNER;
 use baton_llm::scripted::{ScriptedCall, ScriptedLlm, ScriptedReply};
 use serde_json::json;
@@ -34,7 +35,11 @@ pub const PRICE_LAMBDA_GB_S: f64 = 0.000_016_666_7;
 /// `AWS_ENDPOINT_URL` with the real adapters: requests and DynamoDB capacity units (derived
 /// from item sizes by DynamoDB's rules), warm (a container that stepped the run before) and
 /// cold (a fresh container), at histories of about 10, 100, 1,000 and 10,000 entries.
-pub async fn run_aws(max_history: u64, config: &crate::Settings) -> anyhow::Result<String> {
+pub async fn run_aws(
+    max_history: u64,
+    effects: Effects,
+    config: &crate::Settings,
+) -> anyhow::Result<String> {
     use baton_aws::provision::{self, Names};
     use baton_aws::sdk::{Meter, Usage};
     use baton_dev::event_source::{EventSources, Feeds};
@@ -55,11 +60,16 @@ pub async fn run_aws(max_history: u64, config: &crate::Settings) -> anyhow::Resu
     )
     .await?;
     let iterations = max_history / 2 + 1;
+    // The iteration's call: the built-in `echo` (`none`), or an echo that says it has effects.
+    let tool = match effects {
+        Effects::None => "echo".to_owned(),
+        other => format!("echo_{other}"),
+    };
     let replies: Vec<ScriptedReply> = (0..iterations)
         .map(|i| ScriptedReply {
             text: None,
             tool_calls: vec![ScriptedCall {
-                name: "echo".into(),
+                name: tool.clone(),
                 arguments: json!({"text": payload(i, false)}),
             }],
             usage: None,
@@ -81,10 +91,14 @@ pub async fn run_aws(max_history: u64, config: &crate::Settings) -> anyhow::Resu
         ("fleet".to_owned(), fleet),
     ]))?);
     let file: AgentsFile = serde_json::from_value(json!({"agents": {
-        "bench": {"tools": ["echo"], "maxIterations": iterations + 1,
+        "bench": {"tools": [tool], "maxIterations": iterations + 1,
                   "maxToolCallsPerTurn": iterations + 1},
-        "fleet": {"tools": ["echo"]}}}))?;
-    let catalog = Arc::new(Catalog::new(Limits::default(), vec![], Some(file))?);
+        "fleet": {"tools": [tool]}}}))?;
+    let extra: Vec<Arc<dyn Tool>> = match effects {
+        Effects::None => vec![],
+        _ => vec![Arc::new(EchoWith(tool.clone(), effects))],
+    };
+    let catalog = Arc::new(Catalog::new(Limits::default(), extra, Some(file))?);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let orchestrator = baton_dev::functions::Functions::deployed()?.fed_by("StepsQueue")?;
     let steps =
@@ -233,6 +247,7 @@ pub async fn run_aws(max_history: u64, config: &crate::Settings) -> anyhow::Resu
         "usd_per_million_parking_commits": 2.0 * PRICE_WRITE_UNIT * 1e6,
     });
     Ok(json!({
+        "tool_effects": effects,
         "aws": samples,
         "sweep": sweep,
         "shared_workers": {"runs": FLEET_RUNS, "workers": FLEET_WORKERS,
@@ -250,4 +265,32 @@ async fn parts_history(store: &DynamoStore, run_id: &str) -> anyhow::Result<u64>
     // step of a long run.
     let rec = store.get_run(run_id).await?.context("the run vanished")?;
     Ok(rec.run.next_seq)
+}
+
+/// `echo` under another name, declaring `effects`: what an iteration whose call has effects
+/// writes (its reply committed before the call runs, its output before the next think, a
+/// `once` call's start before it runs).
+struct EchoWith(String, Effects);
+
+#[async_trait::async_trait]
+impl Tool for EchoWith {
+    fn name(&self) -> &str {
+        &self.0
+    }
+    fn description(&self) -> &str {
+        baton_core::tools::Echo.description()
+    }
+    fn schema(&self) -> serde_json::Value {
+        baton_core::tools::Echo.schema()
+    }
+    fn effects(&self) -> Effects {
+        self.1
+    }
+    async fn execute(
+        &self,
+        ctx: &baton_core::tools::ToolContext,
+        input: serde_json::Value,
+    ) -> Result<serde_json::Value, String> {
+        baton_core::tools::Echo.execute(ctx, input).await
+    }
 }

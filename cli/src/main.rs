@@ -229,6 +229,11 @@ enum Command {
         #[arg(long, default_value = "dev", value_parser = ["dev", "none"],
               conflicts_with_all = ["runs", "aws"])]
         telemetry: String,
+        /// With --aws (one run): the effects the iteration's tool declares, `none` (`echo`),
+        /// `idempotent` or `once`: what an iteration writes for each kind of tool.
+        #[arg(long, default_value = "none", value_parser = ["none", "idempotent", "once"],
+              requires = "aws", conflicts_with = "runs")]
+        effects: String,
     },
 }
 
@@ -394,6 +399,7 @@ async fn main() -> ExitCode {
             ctas,
             pollers,
             telemetry,
+            effects,
         } => {
             if iterations < 2 {
                 return refuse("--iterations must be at least 2");
@@ -426,7 +432,12 @@ async fn main() -> ExitCode {
                     Ok(c) => c,
                     Err(code) => return code,
                 };
-                bench_aws::run_aws(iterations, &config).await
+                let effects = match effects.as_str() {
+                    "idempotent" => baton_core::tools::Effects::Idempotent,
+                    "once" => baton_core::tools::Effects::Once,
+                    _ => baton_core::tools::Effects::None,
+                };
+                bench_aws::run_aws(iterations, effects, &config).await
             } else {
                 bench::run(
                     iterations,

@@ -734,15 +734,16 @@ async fn a_crash_mid_stream_leaves_no_streamed_text_in_the_timeline() {
         move |seen: &[(String, Value)]| seen.iter().any(|(e, d)| e == "run" && d["status"] == s)
     };
     stream_until(&mut resp, &mut reader, &mut seen, status_is("waiting")).await;
-    // The model streams its reply, and the process dies before the step commits it.
-    failpoint::arm("step.after_think", 0);
+    // The model streams its reply, and the process dies before the step commits it (the
+    // one write between a reply and its commit: the model is asked again).
+    failpoint::arm("step.before_commit", 0);
     h.post(
         &format!("/ctas/{cta}/response"),
         json!({"kind": "approval", "approved": true}),
     )
     .await;
     stream_until(&mut resp, &mut reader, &mut seen, status_is("completed")).await;
-    assert!(failpoint::fired("step.after_think"));
+    assert!(failpoint::fired("step.before_commit"));
     let reply = "The answer is forty-two, as computed.";
     // The timeline holds the reply once, as committed: nothing of the lost attempt.
     let (_, run) = h.get(&format!("/runs/{run_id}")).await;

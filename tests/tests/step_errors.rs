@@ -30,6 +30,8 @@ use serde_json::json;
 struct Refusing {
     inner: LocalStore,
     retryable: bool,
+    /// Commits still to refuse as a throttle would (then they go through).
+    throttle: AtomicU32,
     refused: AtomicU32,
     slow_purge: bool,
     purges: AtomicU32,
@@ -101,6 +103,17 @@ impl Store for Refusing {
         let poisoned = serde_json::to_string(&t.appended)
             .unwrap()
             .contains("poison");
+        let throttled = self
+            .throttle
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if throttled {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(PortError::Unavailable {
+                message: "ThrottlingException: rate exceeded".into(),
+                source: None,
+            });
+        }
         if self.retryable || poisoned {
             self.refused.fetch_add(1, Ordering::SeqCst);
             return Err(if self.retryable {
@@ -223,6 +236,7 @@ fn service_with(
     let store = Arc::new(Refusing {
         inner: local.clone(),
         retryable,
+        throttle: AtomicU32::new(0),
         refused: AtomicU32::new(0),
         slow_purge,
         purges: AtomicU32::new(0),
@@ -277,6 +291,73 @@ async fn assert_failed_at_once(local: &LocalStore, run_id: &str, store: &Refusin
         0,
         "nothing left to retry"
     );
+}
+
+/// The model, counted.
+struct Counted(Arc<dyn baton_core::llm::Llm>, AtomicU32);
+
+#[async_trait::async_trait]
+impl baton_core::llm::Llm for Counted {
+    async fn complete(
+        &self,
+        request: &baton_core::llm::ChatRequest<'_>,
+    ) -> Result<baton_core::llm::LlmReply, baton_core::llm::LlmError> {
+        self.1.fetch_add(1, Ordering::SeqCst);
+        self.0.complete(request).await
+    }
+    fn reads_history(&self) -> bool {
+        self.0.reads_history()
+    }
+}
+
+/// A throttle on the commit of a reply (past the SDK's own retries) does not throw the
+/// reply away: the commit is tried again with it in hand, and the model is asked once.
+#[tokio::test]
+async fn a_reply_whose_commit_is_throttled_is_not_asked_for_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalStore::open(dir.path()).unwrap();
+    let store = Arc::new(Refusing {
+        inner: local.clone(),
+        retryable: false,
+        throttle: AtomicU32::new(0),
+        refused: AtomicU32::new(0),
+        slow_purge: false,
+        purges: AtomicU32::new(0),
+    });
+    let script = r#"{"worker": [
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "x"}}]},
+        {"text": "done"}]}"#;
+    let model = Arc::new(Counted(scripted(script), AtomicU32::new(0)));
+    let deps = Deps {
+        store: store.clone(),
+        queue: Arc::new(local.clone()),
+        bus: Arc::new(local.clone()),
+        scheduler: Arc::new(local.clone()),
+        blobs: Arc::new(baton_local::blobs::FileBlobs::new(dir.path())),
+        llm: model.clone(),
+        clock: Arc::new(SystemClock),
+        sending_store: None,
+    };
+    let catalog = catalog(Some(json!({"agents": {"worker": {"tools": ["echo"]}}})));
+    let svc = Arc::new(Service::builder(deps, catalog).build());
+    let run_id = create(&svc).await;
+    // The first reply's commit is throttled three times.
+    store.throttle.store(3, Ordering::SeqCst);
+    let msg = StepMessage {
+        run_id: run_id.clone(),
+        id: format!("{run_id}:start"),
+        input: baton_core::message::Input::Start,
+    };
+    svc.handle(&msg)
+        .await
+        .expect("committed, the reply in hand");
+    assert_eq!(store.refused.load(Ordering::SeqCst), 3);
+    assert_eq!(model.1.load(Ordering::SeqCst), 1);
+    let worker = Worker::new(svc.clone(), local.clone(), WorkerOptions::default());
+    worker.drain().await.unwrap();
+    let rec = local.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(rec.run.status, RunStatus::Completed);
+    assert_eq!(model.1.load(Ordering::SeqCst), 2, "one call per reply");
 }
 
 #[tokio::test]
@@ -358,7 +439,8 @@ async fn the_lambda_handler_acknowledges_a_terminal_error_and_retries_the_rest()
         .map(|f| f.item_identifier.as_str())
         .collect();
     assert_eq!(failed, ["m1", "m2"]);
-    assert_eq!(store.refused.load(Ordering::SeqCst), 1);
+    // The commit held a reply: tried four more times in the step, the reply in hand.
+    assert_eq!(store.refused.load(Ordering::SeqCst), 5);
     let rec = local.get_run(&run_id).await.unwrap().unwrap();
     assert_eq!(rec.run.status, RunStatus::Queued, "nothing changed");
 }

@@ -159,6 +159,13 @@ pub fn hit(_name: &str) -> Result<(), PortError> {
     Ok(())
 }
 
+/// Whether `e` is a failpoint's crash: what fails so stands for a dead process, which tries
+/// nothing again.
+pub fn is_crash(e: &PortError) -> bool {
+    cfg!(feature = "failpoints")
+        && matches!(e, PortError::Unavailable { message, source: None } if message.starts_with("failpoint `"))
+}
+
 /// Arms `name` to fail on its `skip + 1`-th pass from now.
 #[cfg(feature = "failpoints")]
 pub fn arm(name: &str, skip: u32) {

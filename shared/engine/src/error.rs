@@ -61,6 +61,12 @@ impl PortError {
         )
     }
 
+    /// Whether the backend is unavailable for now (a throttle, an outage, a timeout): the
+    /// same write may go through if sent again.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
+    }
+
     /// Whether the store's disk is full (see [`PortError::StorageFull`]).
     pub fn is_storage_full(&self) -> bool {
         matches!(self, Self::StorageFull { .. })

@@ -12,14 +12,17 @@
 //! # A tool
 //!
 //! A [`Tool`] has a name, a description and a JSON schema for its input (what the model is
-//! shown), may ask for a human's approval depending on its input, and runs with a
+//! shown), may ask for a human's approval depending on its input, says how a call may touch
+//! the world ([`Effects`]: `None` for a read, `Idempotent` for a change safe to repeat under
+//! its key, `Once`, the default, for one that must not run twice — what a crash around it
+//! then does), and runs with a
 //! [`ToolContext`]: the run, the call's idempotency key, the run's sandbox and repository
 //! ([`Scope`]), its agent's plugins' states ([`ToolContext::plugin_state`]: a tool reads the
 //! state its plugin keeps), and where it puts widgets and files beside its result. An `Err` is an error
 //! result the model sees; the run goes on.
 //!
 //! ```
-//! use baton_sdk::{Tool, ToolContext, Value, async_trait, json};
+//! use baton_sdk::{Effects, Tool, ToolContext, Value, async_trait, json};
 //!
 //! /// Looks an order up (here from a table; yours would ask your API).
 //! struct Orders;
@@ -40,6 +43,10 @@
 //!     fn needs_approval(&self, input: &Value) -> bool {
 //!         input["order"].as_u64().is_some_and(|n| n > 1000)
 //!     }
+//!     /// It only reads: after a crash it runs again, and its output rides in the next commit.
+//!     fn effects(&self) -> Effects {
+//!         Effects::None
+//!     }
 //!     async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String> {
 //!         let order = input["order"].as_u64().ok_or("`order` is a number")?;
 //!         // A card in the console beside the result, and a file the run keeps.
@@ -55,6 +62,7 @@
 //! let out = Orders.execute(&ctx, json!({"order": 42})).await;
 //! assert_eq!(out, Ok(json!({"order": 42, "status": "shipped"})));
 //! assert!(Orders.needs_approval(&json!({"order": 4242})));
+//! assert_eq!(Orders.effects(), Effects::None);
 //! # }
 //! ```
 //!

@@ -19,6 +19,12 @@ use crate::ports::RunRecord;
 use crate::run::{Run, RunStatus};
 use crate::timeline::Entry;
 
+/// How many more times a commit holding a model's reply is tried when the store is
+/// unavailable for a moment (a throttle past the SDK's own retries, an outage), and the first
+/// wait (doubling): the reply is not thrown away for want of a write that may go through.
+const REPLY_COMMIT_RETRIES: u32 = 4;
+const REPLY_COMMIT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A dead-lettered step message ends its run once this many of its deliveries failed in
 /// its own step (the queues' `maxReceiveCount` is 8).
 pub const GIVE_UP_AFTER_FAILURES: u32 = 4;
@@ -160,9 +166,35 @@ impl Service {
                         .all(|e| matches!(e, Effect::Send(_)))
             });
             let sent = sending.is_some();
-            let committed = match sending {
-                Some(store) => store.commit_sending(run.version, &transition).await,
-                None => self.deps.store.commit(run.version, &transition).await,
+            // A reply is paid for: a commit of one that the store turns away for now (a
+            // throttle, an outage) is tried again here, the reply in hand, while the
+            // invocation has the time.
+            let paid = transition
+                .appended
+                .iter()
+                .any(|e| matches!(e.body, crate::timeline::EntryBody::Assistant { .. }));
+            let mut tries = 0;
+            let committed = loop {
+                let committed = match sending {
+                    Some(store) => store.commit_sending(run.version, &transition).await,
+                    None => self.deps.store.commit(run.version, &transition).await,
+                };
+                let wait = REPLY_COMMIT_BACKOFF * 2u32.pow(tries);
+                let time = deadline.is_none_or(|d| d.left() > wait + REPLY_COMMIT_BACKOFF);
+                match committed {
+                    Err(e)
+                        if paid
+                            && time
+                            && tries < REPLY_COMMIT_RETRIES
+                            && e.is_unavailable()
+                            && !failpoint::is_crash(&e) =>
+                    {
+                        warn!(run_id = %run.run_id, error = %e, "a reply's commit failed; trying again with the reply in hand");
+                        tries += 1;
+                        tokio::time::sleep(wait).await;
+                    }
+                    committed => break committed,
+                }
             };
             match committed {
                 Ok(()) => {
