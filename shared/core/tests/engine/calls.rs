@@ -268,6 +268,44 @@ fn a_redelivered_message_leaves_calls_that_change_nothing_to_the_next_think() {
 }
 
 #[test]
+fn a_reply_that_also_asks_a_person_waits_for_the_answer_once_its_calls_ran() {
+    // Given a reply that asks a question beside a call of each kind,
+    for first in [
+        call("echo", json!({"text": "a"})),
+        book("table"),
+        pay("deposit"),
+    ] {
+        let name = first.name.clone();
+        let mut s = Sim::new();
+        let ask = call(
+            "request_human_feedback",
+            json!({"kind": "approval", "message": "go on?"}),
+        );
+        s.script("asking_payer", vec![calls(vec![first, ask]), text("ok")]);
+        let id = s.create("asking_payer", "go");
+        s.run_all();
+        // then the call runs, and the run waits for the answer without thinking again,
+        assert_eq!(s.run(&id).status, RunStatus::Waiting, "{name}");
+        assert_eq!(s.asked, [0], "{name}");
+        assert_eq!(s.executed.len(), 1, "{name}");
+        assert!(!s.tools(&id)[0].result.is_pending(), "{name}");
+        // and thinks once it has it.
+        let cta = s.pending_ctas(&id).remove(0);
+        s.answer(
+            &cta.cta_id,
+            CtaResponse::Approval {
+                approved: true,
+                reason: None,
+                raise_usd: None,
+            },
+        );
+        s.run_all();
+        assert_eq!(s.run(&id).status, RunStatus::Completed, "{name}");
+        assert_eq!(s.asked, [0, 1], "{name}");
+    }
+}
+
+#[test]
 fn keys_derive_from_the_run_and_the_committed_call() {
     let key = |run: &str, seq: u64, id: &str, input: Value| idempotency_key(run, seq, id, &input);
     let k = key("run_a", 3, "call_1", json!({"amount": 5}));

@@ -49,7 +49,8 @@ fn catalog_with(limits: Limits) -> Catalog {
         "careful_lead": {"tools": ["agent_orchestrate"],
                          "approval": {"agent_orchestrate": {"inputMatches": "code"}}},
         "payer": {"tools": ["echo", "book", "pay"], "maxToolCallsPerTurn": 20},
-        "careful_payer": {"tools": ["echo", "book", "pay"], "onUnknownOutcome": "ask"}
+        "careful_payer": {"tools": ["echo", "book", "pay"], "onUnknownOutcome": "ask"},
+        "asking_payer": {"tools": ["echo", "book", "pay", "request_human_feedback"]}
     }}))
     .unwrap();
     let tools: Vec<std::sync::Arc<dyn baton_core::tools::Tool>> = vec![

@@ -28,5 +28,7 @@ pub(super) fn resume(w: &mut Work, version: u64) -> Next {
         )));
     }
     w.run.continue_at = None;
-    Next::Think
+    // The calls a reply left to this think have run (`calls.rs`): the rest of its batch (a
+    // question, a subagent) may still wait.
+    w.after_resolution()
 }
