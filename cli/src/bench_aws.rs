@@ -157,6 +157,9 @@ pub async fn run_aws(
         })
     };
     let mut samples = Vec::new();
+    // Every step of the run the warm container takes: the mean, over the tail's whole cycle
+    // (an entry joins the run item's tail, or the tail is copied out), not one step's.
+    let (first, mut warm_steps) = (meter.snapshot(), 0u64);
     let mut targets: Vec<u64> = [10u64, 100, 1000, 10_000]
         .into_iter()
         .filter(|h| *h <= max_history)
@@ -168,6 +171,7 @@ pub async fn run_aws(
             // Warm: the container that committed the last step checks only the run item.
             let before = meter.snapshot();
             ensure!(warm.pump_once().await? == 1, "expected one step message");
+            warm_steps += 1;
             let warm_use = delta(before, meter.snapshot());
             // Cold: a fresh container reads the run item and its step's window.
             let cold_meter = Meter::shared();
@@ -184,7 +188,17 @@ pub async fn run_aws(
         if warm.pump_once().await? == 0 {
             bail!("the run stopped before reaching the history sizes");
         }
+        warm_steps += 1;
     }
+    let all = delta(first, meter.snapshot());
+    let per_step = |n: f64| (n / warm_steps.max(1) as f64 * 100.0).round() / 100.0;
+    let mean = json!({
+        "steps": warm_steps,
+        "write_units": per_step(all.write_units as f64),
+        "read_units": per_step(all.read_units),
+        "dynamodb_requests": per_step(all.dynamodb_requests as f64),
+        "usd_per_million_iterations": (cost(&all) / warm_steps.max(1) as f64 * 1e8).round() / 100.0,
+    });
 
     // 100 runs on 10 containers. Lambda keeps no FIFO group on one container: each batch
     // goes to whichever is free (here, one picked at random), so most steps find another
@@ -249,6 +263,7 @@ pub async fn run_aws(
     Ok(json!({
         "tool_effects": effects,
         "aws": samples,
+        "warm_mean": mean,
         "sweep": sweep,
         "shared_workers": {"runs": FLEET_RUNS, "workers": FLEET_WORKERS,
             "steps_per_run": FLEET_STEPS, "warm_steps": warm_steps, "cold_steps": cold_steps,

@@ -164,11 +164,31 @@ pub(super) fn plan(
             ..Plan::default()
         });
     }
+    // A commit that resolves entries of the tail (a reply's calls, committed due with it)
+    // splits it at the first of them: what comes before is copied out as committed, and the
+    // rest, resolved, starts the new tail with the appended entries. No patch, so no
+    // transaction: a loop of calls that ride in the next commit writes the run item alone.
+    if let Some(split) = kept
+        .iter()
+        .position(|e| updated.iter().any(|u| u.seq == e.seq))
+        .filter(|&i| i > 0)
+    {
+        let rest = encode(&joined[split..])?;
+        if fits(rest.len()) {
+            let prefix = &kept[..split];
+            return Ok(Plan {
+                copy: Some(copy_item(run_id, old, &encode(prefix)?, prefix.len())),
+                tail: Some((joined[split].seq, rest)),
+                patches: outside,
+                ..Plan::default()
+            });
+        }
+    }
     // The tail as committed is copied out; what this commit resolved in it is a patch over
     // the copy.
     let mut plan = Plan::default();
     if !kept.is_empty() {
-        plan.copy = Some(copy_item(run_id, old, kept.len()));
+        plan.copy = Some(copy_item(run_id, old, &old.bytes, kept.len()));
         plan.patches = updated.to_vec();
     } else {
         plan.patches = outside;
@@ -184,14 +204,15 @@ pub(super) fn plan(
     Ok(plan)
 }
 
-/// The segment a committed tail is copied to: `T#<tf>`, with the version it was read at.
-fn copy_item(run_id: &str, tail: &Tail, entries: usize) -> Item {
+/// The segment a committed tail (or its first `entries`, packed as `bytes`) is copied to:
+/// `T#<tf>`, with the version it was read at.
+fn copy_item(run_id: &str, tail: &Tail, bytes: &[u8], entries: usize) -> Item {
     Item::from([
         ("PK".into(), s(run_pk(run_id))),
         ("SK".into(), s(seg_sk(tail.first))),
         ("n".into(), n(entries)),
         ("tv".into(), n(tail.version)),
-        ("b".into(), AttributeValue::B(Blob::new(tail.bytes.clone()))),
+        ("b".into(), AttributeValue::B(Blob::new(bytes.to_vec()))),
     ])
 }
 
@@ -269,11 +290,12 @@ mod tests {
         let (a, b, c) = (noise(1, 200), noise(2, 200), noise(3, 300));
         let old = tail(7, 1500, &[entry(4, &a), entry(5, &b)]);
         // What this commit resolves in the old tail is a patch over its copy, not a
-        // change to what the copy writes (that is committed already).
+        // change to what the copy writes (that is committed already), when the tail cannot
+        // be split there (what follows, resolved, would not fit a run item).
         let mut resolved = entry(5, &b);
         resolved.body = EntryBody::Notice {
             code: "resolved".into(),
-            message: "in place".into(),
+            message: noise(5, 4000),
         };
         let plan = plan(
             "r",
@@ -294,6 +316,38 @@ mod tests {
         assert_eq!(copied, vec![entry(4, &a), entry(5, &b)]);
         assert_eq!(plan.patches, vec![resolved]);
         assert_eq!(decoded(&plan), vec![entry(6, &c)]);
+    }
+
+    #[test]
+    fn a_full_tail_whose_entry_is_resolved_is_split_there_with_no_patch() {
+        let (a, b, c, d) = (noise(1, 400), noise(2, 900), noise(3, 400), noise(4, 900));
+        // A reply (4) and its call (5), committed due; this commit resolves the call and
+        // appends the next reply (6) and call (7).
+        let old = tail(7, 1500, &[entry(4, &a), entry(5, &b)]);
+        let resolved = entry(5, &format!("{b} done"));
+        let plan = plan(
+            "r",
+            &old,
+            &[entry(6, &c), entry(7, &d)],
+            std::slice::from_ref(&resolved),
+            1500,
+        )
+        .expect("plans");
+        let copy = plan.copy.as_ref().expect("the reply copied out");
+        assert_eq!(copy.get("SK"), Some(&s("T#0000000004")));
+        assert_eq!((get_n(copy, "tv"), get_n(copy, "n")), (Some(7), Some(1)));
+        let copied: Vec<Entry> = match copy.get("b") {
+            Some(AttributeValue::B(b)) => baton_codec::decode(b.as_ref()).expect("decodes"),
+            _ => panic!("no bytes"),
+        };
+        assert_eq!(copied, vec![entry(4, &a)], "as committed");
+        assert!(plan.patches.is_empty() && plan.segments.is_empty());
+        assert_eq!(plan.tail.as_ref().map(|t| t.0), Some(5));
+        assert_eq!(
+            decoded(&plan),
+            vec![resolved, entry(6, &c), entry(7, &d)],
+            "the resolved call starts the new tail"
+        );
     }
 
     #[test]

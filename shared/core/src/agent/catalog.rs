@@ -120,6 +120,11 @@ impl Catalog {
 
     /// What `agent`'s plugins add to the next iteration of `run` (`timeline` as the step
     /// read it), with the tools the run was granted.
+    /// Whether `agent` has plugins.
+    pub fn has_plugins(&self, agent: &str) -> bool {
+        self.plugins.get(agent).is_some_and(|p| !p.is_empty())
+    }
+
     pub async fn prepare(
         &self,
         agent: &str,

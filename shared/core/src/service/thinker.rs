@@ -201,12 +201,19 @@ impl StepIo for Thinker<'_> {
         self.book.clone()
     }
 
-    async fn prepare(&self, run: &Run, timeline: &[Entry]) -> Result<Preparation, PluginError> {
-        let preparation = self
-            .service
-            .catalog
-            .prepare(&run.agent, run, timeline)
-            .await?;
+    async fn prepare(
+        &self,
+        run: &Run,
+        timeline: &[Entry],
+        changed: &[Entry],
+    ) -> Result<Preparation, PluginError> {
+        let catalog = &self.service.catalog;
+        // A plugin reads what the step changed over what it read (copied only for one).
+        let seen = match changed.is_empty() || !catalog.has_plugins(&run.agent) {
+            true => std::borrow::Cow::Borrowed(timeline),
+            false => std::borrow::Cow::Owned(overlay(timeline, changed)),
+        };
+        let preparation = catalog.prepare(&run.agent, run, &seen).await?;
         let mut states = run.plugin_state.clone();
         states.extend(preparation.states.clone());
         *self.plugin_states.lock().unwrap_or_else(|e| e.into_inner()) = Some(states);

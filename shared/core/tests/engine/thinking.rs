@@ -308,9 +308,11 @@ impl StepIo for ListedMidStep<'_> {
         &self,
         run: &Run,
         timeline: &[Entry],
+        changed: &[Entry],
     ) -> impl Future<Output = Result<baton_core::agent::Preparation, baton_core::agent::PluginError>>
     + Send {
-        self.catalog.prepare(&run.agent, run, timeline)
+        let seen = baton_core::timeline::overlay(timeline, changed);
+        async move { self.catalog.prepare(&run.agent, run, &seen).await }
     }
 
     fn think(

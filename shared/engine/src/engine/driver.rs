@@ -17,7 +17,7 @@ use crate::error::PortError;
 use crate::llm::{LlmError, LlmReply};
 use crate::message::{Input, Transition};
 use crate::run::Run;
-use crate::timeline::{Entry, overlay};
+use crate::timeline::Entry;
 
 /// The I/O a step may ask for.
 pub trait StepIo: Sync {
@@ -25,12 +25,15 @@ pub trait StepIo: Sync {
     /// listed then): every pass of the step checks its calls against this, however the
     /// servers' listings move meanwhile.
     fn book(&self) -> Book;
-    /// What the plugins of `run`'s agent add to its next iteration (`timeline` as the step
-    /// read it), with the tools the run was granted. Asked once, before the step's think.
+    /// What the plugins of `run`'s agent add to its next iteration, with the tools the run
+    /// was granted. Asked once, before the step's think. They read the timeline as the model
+    /// will: `timeline` as the step read it, with `changed` (the calls the step ran, the
+    /// message it applied) over it ([`crate::timeline::overlay`]).
     fn prepare(
         &self,
         run: &Run,
         timeline: &[Entry],
+        changed: &[Entry],
     ) -> impl Future<Output = Result<Preparation, PluginError>> + Send;
     /// The model's reply for the run's `think_index`-th think, given the timeline as the step
     /// read it with `changed` (what the step resolved or added before thinking) over it, and
@@ -149,11 +152,8 @@ pub async fn decide<W: StepIo>(
             } => {
                 world.think_fits()?;
                 // The plugins answer once, before the think: the step's input from then on.
-                // They read the timeline as the model will: with what the step changed (the
-                // calls it ran, the message it applied).
                 let prepared = match io.book.agent(&run.agent) {
-                    Some(_) if changed.is_empty() => world.prepare(run, timeline).await?,
-                    Some(_) => world.prepare(run, &overlay(timeline, &changed)).await?,
+                    Some(_) => world.prepare(run, timeline, &changed).await?,
                     None => Preparation::default(),
                 };
                 let reply = world.think(think_index, &changed, &prepared.prepared).await;

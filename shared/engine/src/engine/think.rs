@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{
-    Execution, Io, MAX_CTA_REQUEST_BYTES, MAX_REPLY_BYTES, PREVIEW_BYTES, Step, Work, cap_at,
-    cap_output, preview,
+    Io, MAX_CTA_REQUEST_BYTES, MAX_REPLY_BYTES, PREVIEW_BYTES, Step, Work, cap_at, cap_output,
+    preview,
 };
 use crate::agent::{AgentDef, ApprovalBatch, Prepared};
 use crate::cta::Gated;
@@ -167,7 +167,8 @@ impl Work<'_> {
             return None;
         }
         let mut capped = 0;
-        let mut executions = Vec::new();
+        // The calls its host runs, by seq, with their effects.
+        let mut executions: Vec<(u64, Effects)> = Vec::new();
         let mut ids = std::collections::HashSet::new();
         // What the model was offered: the plugins' answer for this step.
         let prepared = io
@@ -268,8 +269,8 @@ impl Work<'_> {
         // agent says its calls are independent), and run when the approvals are settled.
         let gated = self.new_ctas.iter().any(|c| c.gate);
         if gated && agent.approval_batch == ApprovalBatch::Deferred {
-            for e in executions.drain(..) {
-                self.tool_mut(e.seq).result = ToolResult::Pending {
+            for (seq, _) in executions.drain(..) {
+                self.tool_mut(seq).result = ToolResult::Pending {
                     reason: super::DEFERRED.into(),
                 };
             }
@@ -279,7 +280,7 @@ impl Work<'_> {
             // change nothing run in the run's next delivery, before it thinks, and their
             // outputs ride in its commit; the others run once this commit is in.
             self.run.status = RunStatus::Running;
-            if executions.iter().all(|e| e.effects == Effects::None) {
+            if executions.iter().all(|(_, e)| *e == Effects::None) {
                 self.send_continue();
             } else {
                 self.checkpoint(io);
@@ -344,7 +345,7 @@ impl Work<'_> {
         prepared: &Prepared,
         call: Call<'_>,
         input: Value,
-        executions: &mut Vec<Execution>,
+        executions: &mut Vec<(u64, Effects)>,
     ) -> ToolResult {
         let Call { seq, id, name } = call;
         let Some(def) = self.book.tool_for(agent, prepared, name) else {
@@ -385,7 +386,7 @@ impl Work<'_> {
                     return self.raise_cta(seq, id, ask);
                 }
                 // Run once its reply is committed (`calls.rs`).
-                executions.push(self.execution(seq));
+                executions.push((seq, def.effects()));
                 ToolResult::Pending {
                     reason: EXECUTING.into(),
                 }
