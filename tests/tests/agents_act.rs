@@ -117,7 +117,7 @@ async fn http_tools_are_posted_once_per_call_a_hung_one_times_out_and_calls_are_
             .get("idempotency-key")
             .and_then(|v| v.to_str().ok()),
         Some(
-            baton_core::engine::idempotency_key(
+            baton_core::tools::idempotency_key(
                 &run_id,
                 tools[0]["seq"].as_u64().unwrap(),
                 tools[0]["id"].as_str().unwrap(),

@@ -73,7 +73,7 @@ fn expected_key(run: &Value) -> String {
         .iter()
         .find(|e| e["type"] == "tool" && e["name"] == "pay" && e["result"]["status"] == "success")
         .unwrap_or_else(|| panic!("a paid call: {run}"));
-    baton_core::engine::idempotency_key(
+    baton_core::tools::idempotency_key(
         run["runId"].as_str().unwrap(),
         pay["seq"].as_u64().unwrap(),
         pay["id"].as_str().unwrap(),

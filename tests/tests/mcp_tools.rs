@@ -141,7 +141,7 @@ async fn fastmcp_tools_run_are_gated_and_a_killed_server_is_an_error_result() {
         .into_iter()
         .find(|e| e["name"] == "calc__charge")
         .expect("the charge call");
-    let key = baton_core::engine::idempotency_key(
+    let key = baton_core::tools::idempotency_key(
         &run_id,
         charge["seq"].as_u64().unwrap(),
         charge["id"].as_str().unwrap(),

@@ -87,15 +87,16 @@ impl Service {
         deadline: Option<super::StepDeadline>,
     ) -> Result<Handled, StepError> {
         let started = self.deps.clock.now();
-        let mut io: Option<engine::Io> = None;
+        // Boxed, as what a checkpoint holds: the step's future stays small to move.
+        let mut io: Option<Box<engine::Io>> = None;
         // What this delivery's last checkpoint committed: the next decision starts there.
-        let mut held: Option<Hydrated> = None;
+        let mut held: Option<Box<Hydrated>> = None;
         let mut last: Option<(RunStatus, u64)> = None;
         let mut conflicts = 0;
         loop {
             let fresh = held.is_none();
             let hydrated = match held.take() {
-                Some(h) => h,
+                Some(h) => *h,
                 None => match self.hydrate(&msg.run_id, &msg.input).await? {
                     Some(h) => h,
                     None => return self.handle_unknown_run(msg).await,
@@ -118,7 +119,7 @@ impl Service {
                 plugin_states: Default::default(),
             };
             // The step's book (the MCP servers' listings) is taken once, by its first pass.
-            let io = io.get_or_insert_with(|| engine::Io::new(world.book.clone()));
+            let io = io.get_or_insert_with(|| Box::new(engine::Io::new(world.book.clone())));
             let now = self.deps.clock.now();
             let timeline = &window.entries;
             let decision = engine::decide(now, &run, timeline, &msg.input, &world, io)
@@ -239,13 +240,13 @@ impl Service {
                     io.marked.extend(marked);
                     crate::failpoint::pass("step.after_checkpoint").await?;
                     last = Some((status, version));
-                    held = Some(Hydrated {
+                    held = Some(Box::new(Hydrated {
                         record: RunRecord {
                             run: transition.run,
                             outbox: transition.effects,
                         },
                         window,
-                    });
+                    }));
                 }
                 Err(PortError::Conflict) => {
                     debug!(run_id = %run.run_id, "version moved; re-hydrating");

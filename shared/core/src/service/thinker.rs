@@ -340,7 +340,8 @@ impl StepIo for Thinker<'_> {
             &self.run.agent,
             &call.call_id,
         );
-        ctx.idempotency_key = call.key.clone();
+        ctx.idempotency_key =
+            crate::tools::idempotency_key(&self.run.run_id, call.seq, &call.call_id, &call.input);
         ctx.scope = self.run.scope();
         ctx.plugin_states = self
             .plugin_states

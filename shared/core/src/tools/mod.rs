@@ -58,6 +58,44 @@ pub trait Tool: Send + Sync {
     async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String>;
 }
 
+/// The idempotency key of a committed tool call: derived from its run, its `tool` entry's
+/// seq, the call's id in the committed reply and its input. The same on every run of that
+/// call (after a crash, a timeout, a person's "run it again"), and different for every
+/// other call, of this run or any other (a fork is a run of its own: a call it runs again
+/// gets a key of its own, and so does a call with another input at the same place).
+/// `call_` and 32 hex digits of their SHA-256.
+pub fn idempotency_key(run_id: &str, seq: u64, call_id: &str, input: &Value) -> String {
+    use sha2::Digest;
+    /// Feeds what is written to it to the hash: the input is hashed as it is serialized.
+    struct Hashing<'a>(&'a mut sha2::Sha256);
+    impl std::io::Write for Hashing<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.update(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut hash = sha2::Sha256::new();
+    // Each part's length first: no two different calls write the same bytes.
+    for part in [run_id.as_bytes(), call_id.as_bytes()] {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part);
+    }
+    hash.update(seq.to_le_bytes());
+    // A `Value` always serializes (its map keys are strings).
+    let _ = serde_json::to_writer(Hashing(&mut hash), input);
+    let digest = hash.finalize();
+    let mut key = String::with_capacity(37);
+    key.push_str("call_");
+    for b in &digest[..16] {
+        key.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+        key.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
+    }
+    key
+}
+
 /// What a tool knows of the call it serves, and where it puts its side outputs.
 #[derive(Debug, Default)]
 pub struct ToolContext {

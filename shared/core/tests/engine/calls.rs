@@ -307,7 +307,9 @@ fn a_reply_that_also_asks_a_person_waits_for_the_answer_once_its_calls_ran() {
 
 #[test]
 fn keys_derive_from_the_run_and_the_committed_call() {
-    let key = |run: &str, seq: u64, id: &str, input: Value| idempotency_key(run, seq, id, &input);
+    let key = |run: &str, seq: u64, id: &str, input: Value| {
+        baton_core::tools::idempotency_key(run, seq, id, &input)
+    };
     let k = key("run_a", 3, "call_1", json!({"amount": 5}));
     assert_eq!(k, key("run_a", 3, "call_1", json!({"amount": 5})), "a redo");
     assert_eq!(k.len(), 37);

@@ -148,6 +148,8 @@ fn block_on<F: Future>(fut: F) -> F::Output {
 /// The model answers from a script; `echo` is the only tool, and its calls are recorded.
 struct Scripted<'a> {
     catalog: &'a Catalog,
+    /// The run it steps (the calls' keys are its).
+    run_id: String,
     agent: String,
     replies: Vec<LlmReply>,
     /// The ids of the calls run, each with the key it ran under.
@@ -209,10 +211,9 @@ impl StepIo for Scripted<'_> {
             .lock()
             .expect("not poisoned")
             .push(call.call_id.clone());
-        self.keys
-            .lock()
-            .expect("not poisoned")
-            .push(call.key.clone());
+        let key =
+            baton_core::tools::idempotency_key(&self.run_id, call.seq, &call.call_id, &call.input);
+        self.keys.lock().expect("not poisoned").push(key);
         if call.tool != "echo" && call.tool != "guarded" {
             return std::future::ready(Ok(ToolOutput::from(Ok(call.input.clone()))));
         }
@@ -399,6 +400,7 @@ impl Sim {
                 catalog: &self.catalog,
                 replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
                 agent: run.agent.clone(),
+                run_id: run.run_id.clone(),
                 executed: Mutex::new(Vec::new()),
                 keys: Mutex::new(Vec::new()),
                 asked: Mutex::new(Vec::new()),
@@ -486,6 +488,7 @@ impl Sim {
             catalog: &self.catalog,
             replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
             agent: run.agent.clone(),
+            run_id: run.run_id.clone(),
             executed: Mutex::new(Vec::new()),
             keys: Mutex::new(Vec::new()),
             asked: Mutex::new(Vec::new()),

@@ -95,6 +95,7 @@ fn what_the_plugins_answered_is_the_steps_input_however_their_source_moves() {
     let (run, timeline) = s.runs[&id].clone();
     let world = Scripted {
         catalog: &s.catalog,
+        run_id: id.clone(),
         agent: "deep".into(),
         replies: vec![calls(vec![call("echo", json!({"text": "x"}))])],
         executed: Mutex::new(Vec::new()),
@@ -275,6 +276,7 @@ fn a_plugins_error_is_its_own_named_and_retried_only_when_it_says_so() {
         let (run, timeline) = s.runs[&id].clone();
         let world = Scripted {
             catalog: &s.catalog,
+            run_id: id.clone(),
             replies: vec![text("never asked")],
             agent: "deep".into(),
             executed: Mutex::new(Vec::new()),

@@ -1,7 +1,7 @@
 //! The calls committed and not yet run. A reply is committed with the calls it asks for
 //! before any of them runs, so that no failure after it (a crash, a Lambda timeout, a
 //! conflict) asks the model for it again; each call then runs as its effects say
-//! ([`Effects`]), its idempotency key derived from the committed call:
+//! ([`Effects`]), its idempotency key derived by its host from the committed call:
 //!
 //! - `none`: its output rides in the step's commit. A reply whose calls are all `none` is
 //!   committed with them due, and its run's next delivery runs them before it thinks: a
@@ -18,7 +18,7 @@
 //! are known cut off, before the input is applied.
 
 use super::cta::Ask;
-use super::{Execution, Io, Work, idempotency_key, preview, to_result};
+use super::{Execution, Io, Work, preview, to_result};
 use crate::agent::UnknownOutcome;
 use crate::cta::{CtaRequest, Gated};
 use crate::timeline::{EXECUTING, ToolResult};
@@ -68,7 +68,6 @@ impl Work<'_> {
             tool: t.name.clone(),
             input: t.input.clone(),
             effects: t.effects.unwrap_or(Effects::Once),
-            key: idempotency_key(&self.run.run_id, seq, &t.id, &t.input),
         }
     }
 

@@ -62,8 +62,6 @@ pub struct Execution {
     pub input: Value,
     /// How it may touch the world, as recorded on its entry.
     pub effects: crate::tools::Effects,
-    /// The key its side effects are made once by ([`idempotency_key`]).
-    pub key: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -170,17 +168,6 @@ enum Next {
     RunDue,
     /// Answer the caller now: ignore the message, or ask for I/O first.
     Now(Step),
-}
-
-/// The idempotency key of a committed tool call: derived from its run, its `tool` entry's
-/// seq, the call's id in the committed reply and its input. The same on every run of that
-/// call (after a crash, a timeout, a person's "run it again"), and different for every
-/// other call, of this run or any other (a fork is a run of its own: a call it runs again
-/// gets a key of its own, and so does a call with another input at the same place).
-/// Visible ASCII, 37 characters.
-pub fn idempotency_key(run_id: &str, seq: u64, call_id: &str, input: &Value) -> String {
-    let name = format!("{run_id}/{seq}/{call_id}/{input}");
-    derive_id("call", &name, seq)
 }
 
 /// Mints a stable id from a run, a seq and a purpose.

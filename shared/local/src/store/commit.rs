@@ -123,8 +123,16 @@ impl LocalStore {
                 }
                 for child in &children {
                     c.execute(
-                        "INSERT INTO runs (run_id, owner, version, body) VALUES (?1, ?2, ?3, ?4)",
-                        params![child.run_id, child.owner, child.version, child.body],
+                        "INSERT INTO runs (run_id, owner, version, body, parent, root)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        params![
+                            child.run_id,
+                            child.owner,
+                            child.version,
+                            child.body,
+                            child.parent,
+                            child.root
+                        ],
                     )
                     .map_err(sql)?;
                     insert_entries(c, c.last_insert_rowid(), &child.entries)?;

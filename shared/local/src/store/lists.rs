@@ -1,5 +1,5 @@
-//! The store's lists: an owner's top-level runs (newest first, on `runs_by_owner`), the runs
-//! under a top-level run (`runs_by_root`) and CTAs (by owner or top-level run, by status then
+//! The store's lists: an owner's top-level runs (newest first, on `runs_top_by_owner`), the
+//! runs under a top-level run (`runs_under_root`) and CTAs (by owner or top-level run, by status then
 //! age), a page at a time.
 
 use baton_core::cta::{Cta, CtaStatus};
@@ -19,12 +19,12 @@ impl LocalStore {
         let (since, until) = (time(q.since), time(q.until));
         let limit = q.limit;
         let runs = self.read(move |c| {
-            // Newest first by run_key (the order runs were created in), on `runs_by_owner`;
+            // Newest first by run_key (the order runs were created in), on `runs_top_by_owner`;
             // the span compares instants (`julianday`), not the texts' varying precision.
             let mut stmt = c
                 .prepare_cached(
                     "SELECT body FROM runs
-                     WHERE owner = ?1 AND json_extract(body, '$.parent') IS NULL
+                     WHERE owner = ?1 AND parent IS NULL
                        AND (?2 IS NULL OR run_key < (SELECT run_key FROM runs WHERE run_id = ?2))
                        AND (?3 IS NULL OR julianday(json_extract(body, '$.createdAt')) >= julianday(?3))
                        AND (?4 IS NULL OR julianday(json_extract(body, '$.createdAt')) < julianday(?4))
@@ -43,7 +43,7 @@ impl LocalStore {
         Ok(page(runs, limit))
     }
 
-    /// Oldest first by run_key, on `runs_by_root`.
+    /// Oldest first by run_key, on `runs_under_root`.
     pub(super) async fn descendants_page(
         &self,
         root_run_id: &str,
@@ -57,8 +57,7 @@ impl LocalStore {
                 let mut stmt = c
                     .prepare_cached(
                         "SELECT body FROM runs
-                     WHERE json_extract(body, '$.rootRunId') IS NOT NULL
-                       AND json_extract(body, '$.rootRunId') = ?1
+                     WHERE root = ?1
                        AND (?2 IS NULL OR run_key > (SELECT run_key FROM runs WHERE run_id = ?2))
                      ORDER BY run_key LIMIT ?3",
                     )

@@ -187,8 +187,18 @@ impl Store for LocalStore {
                 rows::admit(c, &new.run_id, &new.owner, a)?;
             }
             c.execute(
-                "INSERT INTO runs (run_id, owner, version, body, outbox, idem_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![new.run_id, new.owner, new.version, new.body, outbox, key],
+                "INSERT INTO runs (run_id, owner, version, body, outbox, idem_key, parent, root)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    new.run_id,
+                    new.owner,
+                    new.version,
+                    new.body,
+                    outbox,
+                    key,
+                    new.parent,
+                    new.root
+                ],
             )
             .map_err(sql)?;
             insert_entries(c, c.last_insert_rowid(), &new.entries)?;

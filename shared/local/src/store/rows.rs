@@ -109,6 +109,11 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), PortError> {
         // A follow-up's claim on a finished run's next turn, and when (ms since the epoch).
         ("runs", "claim", "TEXT"),
         ("runs", "claim_at", "INTEGER"),
+        // A run's parent and top-level run, which the lists' indexes read (they read them
+        // from the body before, and every commit, which rewrites the body, parsed it for
+        // them). Filled in from the body when added.
+        ("runs", "parent", "TEXT"),
+        ("runs", "root", "TEXT"),
     ] {
         let exists: bool = conn
             .query_row(
@@ -121,8 +126,28 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), PortError> {
         if !exists {
             conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))
                 .map_err(sql)?;
+            let from = match column {
+                "parent" => Some("$.parent.runId"),
+                "root" => Some("$.rootRunId"),
+                _ => None,
+            };
+            if let Some(path) = from {
+                conn.execute(
+                    &format!("UPDATE runs SET {column} = json_extract(body, ?1)"),
+                    [path],
+                )
+                .map_err(sql)?;
+            }
         }
     }
+    // The lists' indexes on those columns (the ones on the body's fields go).
+    conn.execute_batch(
+        "DROP INDEX IF EXISTS runs_by_owner;
+         DROP INDEX IF EXISTS runs_by_root;
+         CREATE INDEX IF NOT EXISTS runs_top_by_owner ON runs (owner, run_key) WHERE parent IS NULL;
+         CREATE INDEX IF NOT EXISTS runs_under_root ON runs (root, run_key) WHERE root IS NOT NULL;",
+    )
+    .map_err(sql)?;
     Ok(())
 }
 
@@ -194,6 +219,10 @@ pub(super) struct NewRun {
     pub(super) owner: String,
     pub(super) version: i64,
     pub(super) body: String,
+    /// Its parent's id and its top-level run's (none for a top-level run): columns of their
+    /// own, so that the lists' indexes need not read the body a commit rewrites.
+    pub(super) parent: Option<String>,
+    pub(super) root: Option<String>,
     pub(super) entries: Vec<(i64, Vec<u8>)>,
 }
 
@@ -204,6 +233,8 @@ impl NewRun {
             owner: run.owner.clone(),
             version: run.version as i64,
             body: to_json(run)?,
+            parent: run.parent.as_ref().map(|p| p.run_id.clone()),
+            root: run.root_run_id.clone(),
             entries: encode_entries(entries)?,
         })
     }

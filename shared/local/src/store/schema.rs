@@ -12,12 +12,9 @@ CREATE TABLE IF NOT EXISTS runs (
     idem_key TEXT,
     UNIQUE (owner, idem_key)
 );
--- An owner's top-level runs, newest first (what `list_runs` pages).
-CREATE INDEX IF NOT EXISTS runs_by_owner ON runs (owner, run_key)
-    WHERE json_extract(body, '$.parent') IS NULL;
--- The runs under a top-level run, oldest first (what `list_descendants` pages).
-CREATE INDEX IF NOT EXISTS runs_by_root ON runs (json_extract(body, '$.rootRunId'), run_key)
-    WHERE json_extract(body, '$.rootRunId') IS NOT NULL;
+-- An owner's top-level runs, newest first (what `list_runs` pages), and the runs under a
+-- top-level run, oldest first (what `list_descendants` pages): on the columns `parent` and
+-- `root`, which `migrate` adds (`rows.rs`).
 CREATE TABLE IF NOT EXISTS entries (
     run_key INTEGER NOT NULL,
     seq     INTEGER NOT NULL,
