@@ -39,6 +39,12 @@ impl DynamoStore {
         // (the request sent again), the item says whose write it was.
         let token = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
         run_item.insert("ct".into(), s(&token));
+        // The tail this commit leaves, kept for the run's next commit (a step that commits
+        // twice, its reply then its calls' outputs, reads the run item once).
+        let left = plan
+            .tail
+            .as_ref()
+            .map_or((0, Vec::new()), |(first, bytes)| (*first, bytes.clone()));
         if let Some((first, bytes)) = plan.tail {
             run_item.insert("tf".into(), n(first));
             run_item.insert(
@@ -96,12 +102,25 @@ impl DynamoStore {
         } else {
             self.put_ahead(infos).await?;
         }
+        let keep = |tails: &super::tail::Tails| {
+            let (first, bytes) = left;
+            tails.keep(
+                run_id,
+                super::tail::Tail {
+                    version: t.run.version,
+                    first,
+                    bytes,
+                    item_bytes: run_size,
+                },
+            );
+        };
         if items.is_empty() {
             // The run item is the whole commit: no transaction, billed once.
             // Billed by the larger of the item before and after.
-            return self
-                .update_run(&run_write, run_size.max(old.item_bytes), &token)
-                .await;
+            self.update_run(&run_write, run_size.max(old.item_bytes), &token)
+                .await?;
+            keep(&self.tails);
+            return Ok(());
         }
         items.insert(0, TransactWriteItem::builder().update(run_write).build());
         self.meter.write_units.fetch_add(
@@ -116,7 +135,10 @@ impl DynamoStore {
         .simple()
         .to_string();
         match self.transact(items, Some(token)).await {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                keep(&self.tails);
+                Ok(())
+            }
             Err(TransactFailure::Condition(_)) => Err(PortError::Conflict),
             Err(TransactFailure::Port(e)) => Err(e),
         }
