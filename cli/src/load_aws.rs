@@ -319,6 +319,7 @@ async fn seed_ctas(store: &DynamoStore, ctas: usize) -> anyhow::Result<Vec<Strin
                 created_at: now + chrono::Duration::milliseconds(i as i64),
                 expires_at: now + chrono::Duration::days(30),
                 resolved_at: None,
+                defaulted: false,
                 responder: None,
                 link_nonce: None,
             }

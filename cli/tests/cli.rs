@@ -337,6 +337,43 @@ fn baton_watch_follows_a_run_and_exits_with_its_outcome() {
 }
 
 #[test]
+fn a_second_server_on_one_data_directory_refuses_naming_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = start_dev(dir.path());
+    let second = Command::new(BIN)
+        .args([
+            "dev",
+            "--addr",
+            &format!("127.0.0.1:{}", free_port()),
+            "--data",
+        ])
+        .arg(dir.path())
+        .env_remove("BATON_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!second.status.success(), "the second server started");
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        said.contains("in use by another Baton server")
+            && said.contains(&format!("process {}", first.child.id())),
+        "{said}"
+    );
+    // The first still serves; once it is gone (killed: the OS lets go of its lock), another
+    // starts on the same directory.
+    let health = Command::new(BIN)
+        .args(["runs", "--endpoint", &first.endpoint, "--data"])
+        .arg(dir.path())
+        .env_remove("BATON_TOKEN")
+        .env_remove("BATON_ENDPOINT")
+        .output()
+        .unwrap();
+    assert!(health.status.success(), "{health:?}");
+    drop(first);
+    let again = start_dev(dir.path());
+    drop(again);
+}
+
+#[test]
 fn bad_input_and_refused_requests_exit_with_code_2() {
     let data = tempfile::tempdir().unwrap();
     let dev = start_dev(data.path());

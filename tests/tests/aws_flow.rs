@@ -312,6 +312,8 @@ async fn a_question_with_a_default_expires_into_it_over_aws_apis() {
         )
         .await;
     assert_eq!(c["status"], "expired");
+    assert_eq!(c["defaulted"], true, "{c}");
+    assert_eq!(c["response"], tool["cta"]["response"], "{c}");
     env.host.inbox_drained().await;
     let run = env.host.api().get_ok(&path).await;
     assert_eq!(run["status"], "completed", "{run:#}");

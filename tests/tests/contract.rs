@@ -109,6 +109,7 @@ fn cta(run: &Run, id: &str) -> Cta {
         created_at: Utc::now(),
         expires_at: Utc::now() + chrono::Duration::days(30),
         resolved_at: None,
+        defaulted: false,
         responder: None,
         link_nonce: Some("lnk_contract".into()),
     }

@@ -256,6 +256,11 @@ async fn an_unanswered_cta_expires_and_ends_the_run() {
     assert_eq!(tool["cta"]["status"], "expired");
     let (code, c) = h.get(&format!("/ctas/{cta_id}")).await;
     assert_eq!((code, c["status"].as_str()), (200, Some("expired")));
+    // No default: its record has no answer.
+    assert!(
+        c.get("defaulted").is_none() && c.get("response").is_none(),
+        "{c}"
+    );
     assert_eq!(
         h.server.store.timer(&cta_id).await.unwrap(),
         None,
@@ -319,15 +324,29 @@ async fn a_question_with_a_default_expires_into_it_and_the_run_goes_on() {
     assert_eq!(tool["cta"]["response"]["selectedId"], "eu");
     let (code, c) = h.get(&format!("/ctas/{cta_id}")).await;
     assert_eq!((code, c["status"].as_str()), (200, Some("expired")));
+    // The question's record says what its timeline's copy says.
+    assert_eq!(c["defaulted"], true, "{c}");
+    assert_eq!(c["response"], tool["cta"]["response"], "{c}");
+    let (_, listed) = h.get("/ctas?status=expired").await;
+    assert_eq!(listed["ctas"][0]["defaulted"], true, "{listed}");
 
     // A run may say otherwise: this one ends at its question's expiry, default or not.
     let run_id = h
         .create_run(json!({"prompt": "deploy", "onExpiry": "end"}))
         .await;
-    h.wait_pending(1).await;
+    let cta_id = h.wait_pending(1).await[0]["ctaId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     clock.advance(chrono::Duration::days(30) + chrono::Duration::seconds(1));
     let run = h.wait_status(&run_id, &["expired"]).await;
     assert_eq!(run["error"]["code"], "cta_expired");
+    let (_, c) = h.get(&format!("/ctas/{cta_id}")).await;
+    assert_eq!(c["status"], "expired");
+    assert!(
+        c.get("defaulted").is_none() && c.get("response").is_none(),
+        "{c}"
+    );
     h.server.shutdown().await;
 }
 

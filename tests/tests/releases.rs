@@ -140,21 +140,35 @@ async fn a_sqlite_store_a_newer_release_wrote_is_refused_at_start() {
     let data = tempfile::tempdir().unwrap();
     let db = data.path().join("baton.db");
     std::fs::copy(f.dir.join("baton.db"), &db).unwrap();
+    let set_format = |value: &str| {
+        let sql = format!("UPDATE meta SET value = '{value}' WHERE key = 'format'");
+        let out = std::process::Command::new("python3")
+            .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); c.commit()"])
+            .arg(&db)
+            .arg(&sql)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
     let newer = baton_core::ports::STORE_FORMAT + 1;
-    let sql = format!("UPDATE meta SET value = '{newer}' WHERE key = 'format'");
-    let out = std::process::Command::new("python3")
-        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); c.commit()"])
-        .arg(&db)
-        .arg(&sql)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    set_format(&newer.to_string());
     let Err(e) = baton_dev::LocalServer::start(local_options(data.path(), &f)).await else {
         panic!("a store of format {newer} was opened");
     };
     let e = e.to_string();
     assert!(
         e.contains(&format!("newer Baton (store format {newer})")),
+        "{e}"
+    );
+    // A format that is no number is said as found, not read as a newer one.
+    set_format("3.x");
+    let Err(e) = baton_dev::LocalServer::start(local_options(data.path(), &f)).await else {
+        panic!("a store of format 3.x was opened");
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("records its store format as \"3.x\", which is not a format number")
+            && !e.contains("newer"),
         "{e}"
     );
 }

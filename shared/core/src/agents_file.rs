@@ -215,6 +215,25 @@ pub struct HttpToolSpec {
     /// `${VAR}` is expanded as for MCP servers.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Which redirects a call follows: within its URL's origin (the default), or to any
+    /// origin, sent none of the tool's headers nor its key there.
+    #[serde(default)]
+    pub redirects: Redirects,
+}
+
+/// Which redirects an HTTP tool follows. A redirect to another origin (scheme, host and
+/// port) would carry the tool's headers — its secrets — and its key to a host the agents
+/// file never named: by default it is not followed, and the call is an error result
+/// naming where it pointed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Redirects {
+    /// Only to the same scheme, host and port, with the tool's headers.
+    #[default]
+    SameOrigin,
+    /// Also to another origin, sent none of the tool's headers, per-run headers or
+    /// `Idempotency-Key` from there on.
+    Any,
 }
 
 /// `http_fetch`: GET a page from one of `allowHosts` (exact host names, or `*.example.com`).

@@ -548,6 +548,21 @@ pub const STORE_FORMAT: u32 = 3;
 /// The oldest format this release reads.
 pub const OLDEST_STORE_FORMAT: u32 = 1;
 
+/// The store format `raw` records, or an error that says what was found instead (a store
+/// no Baton wrote, or a damaged one, is not read as some format it is not).
+pub fn parse_store_format(raw: &str, store: &str) -> Result<u32, PortError> {
+    raw.trim().parse().map_err(|_| {
+        PortError::broken(
+            format!(
+                "{store} records its store format as {raw:?}, which is not a format number: \
+                 a Baton store records a whole number ({OLDEST_STORE_FORMAT} to {STORE_FORMAT} \
+                 for this release); it was damaged, or no Baton wrote it"
+            ),
+            std::io::Error::other("store format"),
+        )
+    })
+}
+
 /// Whether this release may use a store whose recorded format is `found` (`None`: new,
 /// or written before formats were recorded, which is format 1).
 pub fn check_store_format(found: Option<u32>, store: &str) -> Result<(), PortError> {

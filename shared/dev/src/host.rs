@@ -78,6 +78,8 @@ pub struct LocalServer {
     worker: JoinHandle<()>,
     /// The task that exports spans, flushing what is left when the server stops.
     exports: Option<JoinHandle<()>>,
+    /// The data directory's lock, held while this server lives ([`lock_data_dir`]).
+    _lock: std::fs::File,
 }
 
 /// How often `baton dev` sends the spans its steps recorded (with `OTEL_EXPORTER_OTLP_ENDPOINT`).
@@ -103,6 +105,8 @@ pub fn token_path(data_dir: &std::path::Path) -> PathBuf {
 
 impl LocalServer {
     pub async fn start(opts: LocalOptions) -> Result<Self, StartError> {
+        // Before the store is opened (and perhaps migrated): one server per data directory.
+        let lock = lock_data_dir(&opts.data_dir)?;
         let store = LocalStore::open(&opts.data_dir)?;
         let (token, token_created) = match opts.token {
             Some(t) if !t.trim().is_empty() => (t, false),
@@ -172,6 +176,7 @@ impl LocalServer {
             server,
             worker,
             exports,
+            _lock: lock,
         })
     }
 
@@ -313,6 +318,51 @@ pub enum StartError {
     Io(#[source] std::io::Error),
     #[error(transparent)]
     Template(#[from] crate::functions::TemplateError),
+    /// Another server holds the data directory.
+    #[error("{0}")]
+    Busy(String),
+}
+
+/// The name of the lock file in a data directory.
+pub const LOCK_FILE: &str = "baton.lock";
+
+/// Takes the data directory's exclusive lock (`baton.lock`, the holder's process id in it),
+/// held until the returned file is dropped or the process ends, however it ends (the OS lets
+/// go of it). Two servers on one directory would each take the queue's messages and run the
+/// same tool calls again: a second one refuses to start, naming the first.
+pub fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, StartError> {
+    use std::io::{Read, Seek, Write};
+    std::fs::create_dir_all(dir).map_err(StartError::Io)?;
+    let path = dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(StartError::Io)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = match holder.trim() {
+                "" => "another process".to_owned(),
+                pid => format!("process {pid}"),
+            };
+            return Err(StartError::Busy(format!(
+                "the data directory {} is in use by another Baton server ({holder}): one \
+                 server per data directory; stop that one, or give this one another --data",
+                dir.display()
+            )));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(StartError::Io(e)),
+    }
+    file.set_len(0).map_err(StartError::Io)?;
+    file.rewind().map_err(StartError::Io)?;
+    file.write_all(std::process::id().to_string().as_bytes())
+        .map_err(StartError::Io)?;
+    Ok(file)
 }
 
 /// The data dir's own link key: made once (two v4 UUIDs' random bits) and kept in the store,

@@ -289,6 +289,9 @@ pub struct Cta {
     /// Who answered: the API caller, or the responder a bus event names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub responder: Option<String>,
+    /// It expired into its `default`, which is its `response` (as the timeline's copy says).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub defaulted: bool,
     /// What a one-time answer link must name to answer this CTA (see `baton_core::links`). The
     /// API never shows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -339,6 +342,16 @@ impl Cta {
         {
             self.response = Some(response.clone());
             self.responder = responder.clone();
+        }
+        // A question with a default has one only when its run expires questions into their
+        // defaults (the engine keeps none otherwise), and the engine applies it then: the
+        // record says so as the timeline does. (An approval that gates a call, or a budget's,
+        // ends otherwise.)
+        if let (Settlement::Expired, Some(default), false, None) =
+            (settlement, &self.default, self.gate, &self.budget)
+        {
+            self.response = Some(default.clone());
+            self.defaulted = true;
         }
         self.resolved_at = Some(at);
     }
@@ -513,6 +526,7 @@ mod tests {
             created_at: now,
             expires_at: now,
             resolved_at: None,
+            defaulted: false,
             responder: None,
             link_nonce: None,
         };

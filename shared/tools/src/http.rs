@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use baton_core::agents_file::{HttpToolSpec, expand};
+use baton_core::agents_file::{HttpToolSpec, Redirects, expand};
 use baton_core::scope::RUN_VARS;
 use baton_core::tools::{Effects, Tool, ToolContext};
 
@@ -34,10 +34,17 @@ pub struct HttpTool {
     /// The headers that name a run variable, `${VAR}` filled in (the others are the
     /// client's defaults).
     run_headers: Vec<(HeaderName, String)>,
+    /// The headers that do not (sent to the tool's origin only).
+    fixed_headers: HeaderMap,
     timeout: Option<Duration>,
     effects: Effects,
+    redirects: Redirects,
+    /// Follows no redirect itself: [`HttpTool::execute`] decides each.
     http: reqwest::Client,
 }
+
+/// The most redirects a call follows.
+const MAX_REDIRECTS: usize = 5;
 
 impl HttpTool {
     pub fn new(
@@ -68,9 +75,9 @@ impl HttpTool {
             let value = expand_env(&v, lookup).map_err(|e| format!("header `{k}`: {e}"))?;
             run_headers.push((name, value));
         }
-        let headers = headers(&fixed, lookup)?;
+        let fixed_headers = headers(&fixed, lookup)?;
         let http = reqwest::Client::builder()
-            .default_headers(headers)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         Ok(Self {
@@ -79,9 +86,11 @@ impl HttpTool {
             schema: spec.schema.clone(),
             url,
             run_headers,
+            fixed_headers,
             timeout: spec.timeout_seconds.map(Duration::from_secs),
             // It is sent the call's key: a receiver that deduplicates on it makes a repeat safe.
             effects: spec.effects.unwrap_or(Effects::Idempotent),
+            redirects: spec.redirects,
             http,
         })
     }
@@ -102,6 +111,71 @@ pub fn headers(
         map.insert(name, value);
     }
     Ok(map)
+}
+
+impl HttpTool {
+    /// POSTs `input` to `url` with `headers`, following redirects as the tool allows: within
+    /// the URL's origin as sent; to another origin only when its `redirects` is `any`, and
+    /// then with none of `headers` (its secrets, per-run values and key stay with the origin
+    /// the agents file named). A 303, or a 301 or 302 (as browsers do), goes on as a GET
+    /// without the body; a 307 or 308 repeats the POST.
+    async fn send(
+        &self,
+        mut url: reqwest::Url,
+        mut headers: HeaderMap,
+        input: &Value,
+    ) -> Result<reqwest::Response, String> {
+        let name = &self.name;
+        let mut post = true;
+        for _ in 0..=MAX_REDIRECTS {
+            let host = url.host_str().unwrap_or_default().to_owned();
+            let request = if post {
+                self.http.post(url.clone()).json(input)
+            } else {
+                self.http.get(url.clone())
+            };
+            let resp = request
+                .headers(headers.clone())
+                .send()
+                .await
+                .map_err(|e| format!("`{name}`: cannot reach {host}: {}", root(&e)))?;
+            let status = resp.status();
+            let location = resp
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok());
+            let (true, Some(location)) = (status.is_redirection(), location) else {
+                return Ok(resp);
+            };
+            let next = url.join(location).map_err(|e| {
+                format!("`{name}` answered HTTP {status} with a Location that is not a URL: {e}")
+            })?;
+            if !matches!(next.scheme(), "http" | "https") {
+                return Err(format!(
+                    "`{name}` answered HTTP {status} to a {} URL: not followed",
+                    next.scheme()
+                ));
+            }
+            if next.origin() != url.origin() {
+                let to = next.origin().ascii_serialization();
+                if self.redirects != Redirects::Any {
+                    return Err(format!(
+                        "`{name}` answered HTTP {status} to another origin ({to}): not followed \
+                         (an HTTP tool follows redirects within its URL's origin unless its \
+                         `redirects` is \"any\")"
+                    ));
+                }
+                headers.clear();
+            }
+            if status.as_u16() != 307 && status.as_u16() != 308 {
+                post = false;
+            }
+            url = next;
+        }
+        Err(format!(
+            "`{name}`: more than {MAX_REDIRECTS} redirects: not followed"
+        ))
+    }
 }
 
 #[async_trait::async_trait]
@@ -127,23 +201,20 @@ impl Tool for HttpTool {
         // (The URL is not shown: a `${VAR}` in it may be a secret.)
         let url = reqwest::Url::parse(&url)
             .map_err(|e| format!("`{name}`: its url, filled in for this run, is not a URL: {e}"))?;
-        let host = url.host_str().unwrap_or_default().to_owned();
-        let mut request = self
-            .http
-            .post(url)
-            .header("idempotency-key", &ctx.idempotency_key);
+        let mut sent = self.fixed_headers.clone();
+        sent.insert(
+            HeaderName::from_static("idempotency-key"),
+            HeaderValue::from_str(&ctx.idempotency_key)
+                .map_err(|_| format!("`{name}`: its idempotency key cannot be a header"))?,
+        );
         for (header, value) in &self.run_headers {
             let value = expand_run(value, &ctx.scope)
                 .map_err(|e| format!("`{name}`: header `{header}`: {e}"))?;
             let value = HeaderValue::from_str(&value)
                 .map_err(|_| format!("`{name}`: header `{header}` cannot carry {value:?}"))?;
-            request = request.header(header, value);
+            sent.insert(header.clone(), value);
         }
-        let resp = request
-            .json(&input)
-            .send()
-            .await
-            .map_err(|e| format!("`{}`: cannot reach {host}: {}", self.name, root(&e)))?;
+        let resp = self.send(url, sent, &input).await?;
         let status = resp.status();
         let outputs = resp
             .headers()
@@ -450,5 +521,140 @@ mod tests {
         assert!(
             HttpTool::new("t", &spec(unknown), &none).is_err_and(|e| e.contains("run.sandbox"))
         );
+    }
+
+    /// A tool whose URL is on `server`, with a secret header and a per-run one, following
+    /// `redirects`.
+    fn redirecting(server: &MockServer, redirects: &str) -> HttpTool {
+        let spec: HttpToolSpec = serde_json::from_value(json!({
+            "url": format!("{}/pay", server.uri()), "description": "Pays.",
+            "schema": {"type": "object"}, "redirects": redirects,
+            "headers": {"X-Api-Key": "${KEY}", "X-Sandbox": "${run.sandboxId}"}
+        }))
+        .expect("spec");
+        HttpTool::new("pay", &spec, &|k| (k == "KEY").then(|| "s3cret".into())).expect("tool")
+    }
+
+    fn scoped() -> ToolContext {
+        let mut ctx = ctx();
+        ctx.idempotency_key = "call_0123456789abcdef".into();
+        ctx.scope.sandbox_id = Some("sb-1".into());
+        ctx
+    }
+
+    /// What `server` was sent: each request's path, and whether it carried any of the
+    /// tool's headers or a body.
+    async fn seen(server: &MockServer) -> Vec<(String, bool, bool)> {
+        let requests = server.received_requests().await.unwrap_or_default();
+        requests
+            .iter()
+            .map(|r| {
+                let carried = ["x-api-key", "x-sandbox", "idempotency-key"]
+                    .iter()
+                    .any(|h| r.headers.contains_key(*h));
+                (r.url.path().to_owned(), carried, !r.body.is_empty())
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_redirect_to_another_origin_is_not_followed_and_carries_no_secret() {
+        // Two loopback servers: the tool's, and another port (another origin).
+        let (ours, other) = (MockServer::start().await, MockServer::start().await);
+        Mock::given(path("/pay"))
+            .respond_with(
+                ResponseTemplate::new(307)
+                    .insert_header("location", format!("{}/steal", other.uri()).as_str()),
+            )
+            .mount(&ours)
+            .await;
+        Mock::given(path("/steal"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"paid": "elsewhere"})))
+            .mount(&other)
+            .await;
+        for status in [301, 302, 303, 307, 308] {
+            ours.reset().await;
+            Mock::given(path("/pay"))
+                .respond_with(
+                    ResponseTemplate::new(status)
+                        .insert_header("location", format!("{}/steal", other.uri()).as_str()),
+                )
+                .mount(&ours)
+                .await;
+            let err = redirecting(&ours, "sameOrigin")
+                .execute(&scoped(), json!({"amount": 5}))
+                .await
+                .expect_err("not followed");
+            assert!(
+                err.contains("another origin") && err.contains(&other.uri()),
+                "{status}: {err}"
+            );
+            assert!(!err.contains("s3cret"), "{err}");
+        }
+        assert_eq!(
+            seen(&other).await,
+            vec![],
+            "the other origin was sent nothing"
+        );
+
+        // Allowed: followed, with none of the tool's headers nor its key; a 307 keeps the
+        // body (HTTP says so), a 303 does not.
+        for (status, body) in [(307, true), (303, false)] {
+            other.reset().await;
+            Mock::given(path("/steal"))
+                .respond_with(ResponseTemplate::new(200).set_body_json(json!({"paid": "there"})))
+                .mount(&other)
+                .await;
+            ours.reset().await;
+            Mock::given(path("/pay"))
+                .respond_with(
+                    ResponseTemplate::new(status)
+                        .insert_header("location", format!("{}/steal", other.uri()).as_str()),
+                )
+                .mount(&ours)
+                .await;
+            let out = redirecting(&ours, "any")
+                .execute(&scoped(), json!({"amount": 5}))
+                .await;
+            assert_eq!(out, Ok(json!({"paid": "there"})), "{status}");
+            assert_eq!(
+                seen(&other).await,
+                vec![("/steal".into(), false, body)],
+                "{status}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_redirect_within_the_origin_keeps_the_tools_headers() {
+        let server = MockServer::start().await;
+        Mock::given(path("/pay"))
+            .respond_with(ResponseTemplate::new(308).insert_header("location", "/v2/pay"))
+            .mount(&server)
+            .await;
+        Mock::given(path("/v2/pay"))
+            .and(header("x-api-key", "s3cret"))
+            .and(header("x-sandbox", "sb-1"))
+            .and(header("idempotency-key", "call_0123456789abcdef"))
+            .and(body_json(json!({"amount": 5})))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"paid": true})))
+            .expect(1)
+            .mount(&server)
+            .await;
+        let out = redirecting(&server, "sameOrigin")
+            .execute(&scoped(), json!({"amount": 5}))
+            .await;
+        assert_eq!(out, Ok(json!({"paid": true})));
+        // A loop is cut off.
+        server.reset().await;
+        Mock::given(path("/pay"))
+            .respond_with(ResponseTemplate::new(302).insert_header("location", "/pay"))
+            .mount(&server)
+            .await;
+        let err = redirecting(&server, "sameOrigin")
+            .execute(&scoped(), json!({}))
+            .await
+            .expect_err("loop");
+        assert!(err.contains("more than 5 redirects"), "{err}");
     }
 }

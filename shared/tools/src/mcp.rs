@@ -241,8 +241,10 @@ impl Inner {
                     .map(|(k, v)| Ok((k.clone(), expand_run(v, scope)?)))
                     .collect();
                 let headers = crate::http::headers(&filled?, &|_| None)?;
+                let refused = Arc::new(std::sync::Mutex::new(None));
                 let http = reqwest::Client::builder()
                     .default_headers(headers)
+                    .redirect(same_origin_only(refused.clone()))
                     .build()
                     .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
                 let url = expand_run(url, scope)?;
@@ -251,7 +253,13 @@ impl Inner {
                 tokio::time::timeout(CONNECT_TIMEOUT, ().serve(transport))
                     .await
                     .map_err(|_| "no answer to the handshake in time".to_owned())?
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| {
+                        // The transport's error does not carry the policy's reason: say it.
+                        match refused.lock().ok().and_then(|r| r.clone()) {
+                            Some(why) => why,
+                            None => e.to_string(),
+                        }
+                    })
             }
             Transport::Stdio { command, args, env } => {
                 let mut cmd = tokio::process::Command::new(command);
@@ -472,6 +480,32 @@ fn output(ctx: &ToolContext, tool: &str, r: CallToolResult) -> Result<Value, Str
     })
 }
 
+/// An MCP server over HTTP is followed only within its URL's origin (scheme, host and
+/// port): a redirect elsewhere would take the server's headers — its secrets — and the
+/// calls' inputs to a host the agents file never named, so it fails the connection or call
+/// instead, naming where it pointed.
+/// What it refused is kept in `refused` (the MCP transport's error does not carry it).
+fn same_origin_only(refused: Arc<std::sync::Mutex<Option<String>>>) -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(move |attempt| {
+        let from = attempt.previous().first().map(|u| u.origin());
+        let why = if attempt.previous().len() > 5 {
+            "more than 5 redirects: not followed".to_owned()
+        } else if from.is_some_and(|o| o != attempt.url().origin()) {
+            let to = attempt.url().origin().ascii_serialization();
+            format!(
+                "redirected to another origin ({to}): not followed (an MCP server is followed \
+                 only within its URL's origin)"
+            )
+        } else {
+            return attempt.follow();
+        };
+        if let Ok(mut slot) = refused.lock() {
+            *slot = Some(why.clone());
+        }
+        attempt.error(why)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -499,6 +533,36 @@ mod tests {
             serde_json::from_value(serde_json::json!({"url": "ftp://x/${run.sandboxId}"}))
                 .expect("spec");
         assert!(McpServer::new("fs", &bad, Host::Lambda, &|_| None).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_server_that_redirects_to_another_origin_is_not_followed() {
+        use wiremock::matchers::path;
+        use wiremock::{Mock, MockServer, ResponseTemplate};
+        // Two loopback servers: the one the file names, and another port.
+        let (named, other) = (MockServer::start().await, MockServer::start().await);
+        Mock::given(path("/mcp"))
+            .respond_with(
+                ResponseTemplate::new(307)
+                    .insert_header("location", format!("{}/mcp", other.uri()).as_str()),
+            )
+            .mount(&named)
+            .await;
+        let spec: McpServerSpec = serde_json::from_value(serde_json::json!({
+            "url": format!("{}/mcp", named.uri()), "headers": {"X-Api-Key": "${KEY}"}}))
+        .expect("spec");
+        let key = |k: &str| (k == "KEY").then(|| "s3cret".to_owned());
+        let server = McpServer::new("pay", &spec, Host::Lambda, &key).expect("server");
+        let Err(err) = server.0.open(&Scope::default()).await else {
+            panic!("connected through a redirect to another origin");
+        };
+        assert!(err.contains("another origin"), "{err}");
+        let sent = other.received_requests().await.unwrap_or_default();
+        assert!(
+            sent.is_empty(),
+            "the other origin was sent {} requests",
+            sent.len()
+        );
     }
 
     #[test]

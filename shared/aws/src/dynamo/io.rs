@@ -62,11 +62,13 @@ impl DynamoStore {
                     .await
                     .map_err(|e| map_sdk_err("GetItem", e))?
                     .item()
-                    .and_then(|i| i.get("fmt")?.as_n().ok()?.parse().ok());
-                check_store_format(
-                    Some(found.unwrap_or(u32::MAX)),
-                    &format!("table {}", self.table),
-                )
+                    .and_then(|i| i.get("fmt")?.as_n().ok().cloned());
+                let store = format!("table {}", self.table);
+                let found = baton_core::ports::parse_store_format(
+                    found.as_deref().unwrap_or("(none)"),
+                    &store,
+                )?;
+                check_store_format(Some(found), &store)
             }
             Err(e) => Err(map_sdk_err("UpdateItem", e)),
         }

@@ -341,6 +341,7 @@ impl Work<'_> {
             created_at: self.now,
             expires_at,
             resolved_at: None,
+            defaulted: false,
             responder: None,
             link_nonce: Some(derive_id("lnk", &self.run.run_id, seq)),
         };

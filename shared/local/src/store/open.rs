@@ -43,17 +43,23 @@ impl LocalStore {
             )
             .map_err(sql)?
             > 0;
-        let found: Option<u32> = if has_meta {
+        let store = format!("{}", path.display());
+        let raw: Option<String> = if has_meta {
             conn.query_row("SELECT value FROM meta WHERE key = 'format'", [], |r| {
                 r.get::<_, String>(0)
             })
             .optional()
             .map_err(sql)?
-            .map(|v| v.parse().unwrap_or(u32::MAX))
         } else {
             None
         };
-        baton_core::ports::check_store_format(found, &format!("{}", path.display()))?;
+        // No format recorded: a new store, or one written before formats were (format 1),
+        // which the migrations below bring up to this release's.
+        let found = match raw {
+            Some(raw) => Some(baton_core::ports::parse_store_format(&raw, &store)?),
+            None => None,
+        };
+        baton_core::ports::check_store_format(found, &store)?;
         conn.execute_batch(SCHEMA).map_err(sql)?;
         migrate(&conn)?;
         conn.execute(
