@@ -53,6 +53,52 @@ async fn a_run_past_its_budget_asks_is_raised_and_completes_or_ends_on_the_embed
     host.stop().await;
 }
 
+#[tokio::test]
+async fn a_ledger_that_does_not_read_back_leaves_the_run_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = common::local_options(
+        dir.path(),
+        common::scripted(SCRIPT),
+        common::catalog(Some(agents())),
+        Arc::new(baton_core::ports::SystemClock),
+    );
+    let mut host = LocalHost::start(options).await;
+    let api = host.api();
+    let run = api.post_ok("/runs", json!({"prompt": "go"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    question(api, &run).await;
+    // A ledger as an infinite budget was once stored: JSON's `null` for the number.
+    let sql = r#"UPDATE budgets SET ledger = '{"budgetUsd": null, "spentUsd": 1.2}'"#;
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys; c=sqlite3.connect(sys.argv[1], timeout=10); \
+             c.execute(sys.argv[2]); c.commit()",
+        ])
+        .arg(dir.path().join("baton.db"))
+        .arg(sql)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let (code, v) = api.get(&format!("/runs/{run}")).await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["status"], "waiting", "{v}");
+    assert!(
+        v["timeline"].as_array().is_some_and(|t| !t.is_empty()),
+        "{v}"
+    );
+    assert!(v.get("budget").is_none(), "{v}");
+    assert!(
+        v["budgetError"]
+            .as_str()
+            .is_some_and(|e| e.contains("budget ledger of")),
+        "{v}"
+    );
+    host.stop().await;
+}
+
 /// The budget question of the tree under `run_id` (its own, or a subagent's), once it is
 /// asked.
 async fn question(api: &Api, run_id: &str) -> Value {
@@ -107,6 +153,23 @@ async fn budgets_ask(api: &Api) {
         )
         .await;
     assert_eq!(code, 409, "{v}");
+    // A raise past a million dollars is refused (two of 1.7e308 once made a budget
+    // infinite, and every read of the tree fail), and changes nothing.
+    for raise in [json!(1.7e308), json!(2_000_000), json!(1e300)] {
+        let answer = json!({"kind": "approval", "approved": true, "raiseUsd": raise});
+        let (code, v) = api.post(&path, answer).await;
+        assert_eq!(code, 400, "{raise}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("at most 1000000")),
+            "{v}"
+        );
+    }
+    let still = api
+        .get_ok(&format!("/ctas/{}", cta["ctaId"].as_str().unwrap()))
+        .await;
+    assert_eq!(still["status"], "pending", "{still}");
     // Approved with the ask, it thinks again and completes.
     api.post_ok(&path, json!({"kind": "approval", "approved": true}))
         .await;

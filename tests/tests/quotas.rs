@@ -272,6 +272,59 @@ async fn daily_cost_is_bounded(api: &Api) {
     assert_eq!(run["result"], "done", "no turn started");
 }
 
+/// A run of three thinks of $0.60 each, with `echo` between them.
+const LOOPING: &str = r#"{"orchestrator": [
+    {"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}],
+     "usage": {"inputTokens": 0, "outputTokens": 1000000, "totalTokens": 1000000}},
+    {"tool_calls": [{"name": "echo", "arguments": {"text": "b"}}],
+     "usage": {"inputTokens": 0, "outputTokens": 1000000, "totalTokens": 1000000}},
+    {"text": "done", "usage": {"inputTokens": 0, "outputTokens": 1000000, "totalTokens": 1000000}}]}"#;
+
+fn looping_agents() -> Value {
+    json!({"agents": {"orchestrator": {"system": "agent:orchestrator",
+        "model": "gpt-4o-mini", "tools": ["echo"]}}})
+}
+
+#[tokio::test]
+async fn a_run_under_way_stops_at_the_think_past_the_day_s_allowance_on_the_embedded_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::local_options(
+        dir.path(),
+        common::scripted(LOOPING),
+        common::catalog(Some(looping_agents())),
+        Arc::new(baton_core::ports::SystemClock),
+    );
+    options.quotas.daily_cost_usd = Some(1.0);
+    let mut host = LocalHost::start(options).await;
+    spending_is_bounded(host.api()).await;
+    host.stop().await;
+}
+
+/// $1.00 a day, and a run admitted with nothing spent that would spend $1.80: its first
+/// two thinks ($1.20) pass, its third does not start — the run ends `failed`,
+/// `quota_exceeded` — so the day's spending stops at the calls that were under way.
+async fn spending_is_bounded(api: &Api) {
+    let run = api.post_ok("/runs", json!({"prompt": "loop"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let failed = api.status(&run, "failed").await;
+    assert_eq!(failed["error"]["code"], "quota_exceeded", "{failed}");
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("of the $1.0000 a day allows")),
+        "{failed}"
+    );
+    assert_eq!(
+        failed["thinks"], 2,
+        "the third think never started: {failed}"
+    );
+    let usage = api.get_ok("/usage").await;
+    let spent = usage["dailyCostUsd"]["current"].as_f64().unwrap();
+    assert!((spent - 1.2).abs() < 1e-9, "{usage}");
+}
+
 /// A POST with `key` as its `Idempotency-Key`: its status, body and `Retry-After` (a 503
 /// of the fault layer tried again).
 async fn post_with_headers(
@@ -333,6 +386,20 @@ mod aws {
         options.quotas.daily_cost_usd = Some(1.0);
         let mut host = AwsHost::start(aws, options).await;
         daily_cost_is_bounded(host.api()).await;
+        host.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_run_under_way_stops_at_the_think_past_the_day_s_allowance() {
+        let aws = Arc::new(Emulator::start_with(common::aws::scenario_faults()).await);
+        let (_mock, llm) = common::mock_openai::start(LOOPING).await;
+        let catalog = common::catalog(Some(looping_agents()));
+        let mut options = aws
+            .dev_options(aws.names("spending"), llm, catalog, 0)
+            .await;
+        options.quotas.daily_cost_usd = Some(1.0);
+        let mut host = AwsHost::start(aws, options).await;
+        spending_is_bounded(host.api()).await;
         host.stop().await;
     }
 }

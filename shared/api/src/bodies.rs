@@ -168,6 +168,10 @@ pub(crate) struct RunPage<'a> {
     /// subagent and plan step) may spend and has spent, and each raise its owner approved.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) budget: Option<BudgetBody>,
+    /// Why its tree's budget is not shown: the stored ledger does not read back (the run
+    /// and its timeline are shown all the same).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) budget_error: Option<String>,
     pub(crate) timeline: &'a [Entry],
     /// The cursor to page on with `/timeline?after=`, when there is more.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -253,10 +253,18 @@ async fn get_run(
     let mut run = view.run;
     run.spend.reported = Default::default();
     // The budget is shown with its tree's figures, apart.
+    let (ledger, budget_error) = match view.ledger {
+        Some(Ok(l)) => (Some(l), None),
+        Some(Err(e)) => (
+            None,
+            Some(format!("the budget's ledger cannot be read: {e}")),
+        ),
+        None => (None, None),
+    };
     let budget = run
         .budget
         .take()
-        .zip(view.ledger)
+        .zip(ledger)
         .map(|(b, l)| bodies::BudgetBody::new(b, l));
     // The deadline's timer is the engine's too (its working time, `workedMs`, is shown).
     run.clock.deadline_timer = None;
@@ -274,6 +282,7 @@ async fn get_run(
         run,
         total,
         budget,
+        budget_error,
         timeline: &view.entries[..n],
         timeline_next,
     })

@@ -59,6 +59,8 @@ pub enum CatalogError {
     ContextBudget { agent: String, bytes: usize },
     #[error("agent `{0}`: maxIterations must be at least 1")]
     ZeroIterations(String),
+    #[error("{0}")]
+    BadPrice(String),
     #[error("agent `{0}`: maxToolCallsPerTurn must be at least 1")]
     ZeroToolCalls(String),
     #[error(

@@ -83,14 +83,21 @@ pub const EXHAUSTED: &str = "budget_exhausted";
 /// The name of a budget question's timeline entry (a `tool` entry the model never sees).
 pub const ENTRY: &str = "baton_budget";
 
+/// The largest amount of money Baton takes anywhere it enters — a run's `budgetUsd`, an
+/// agent's `maxCostUsd`, an answer's `raiseUsd`, a daily quota: one million US dollars. A
+/// figure past it is a mistake or an attack (two raises of 1.7e308 once made a tree's
+/// budget infinite, which JSON cannot carry); bounded inputs keep every sum of them finite
+/// and within what DynamoDB's numbers hold.
+pub const MAX_USD: f64 = 1_000_000.0;
+
 /// Checks a budget as a caller gives it (a run's `budgetUsd`, an agent's `maxCostUsd`, an
-/// answer's `raiseUsd`): a finite amount above zero.
+/// answer's `raiseUsd`): a finite amount above zero, at most [`MAX_USD`].
 pub fn check_amount(what: &str, usd: f64) -> Result<(), String> {
-    if usd.is_finite() && usd > 0.0 {
+    if usd.is_finite() && usd > 0.0 && usd <= MAX_USD {
         Ok(())
     } else {
         Err(format!(
-            "`{what}` must be an amount in US dollars above zero, not {usd}"
+            "`{what}` must be an amount in US dollars above zero and at most {MAX_USD}, not {usd}"
         ))
     }
 }

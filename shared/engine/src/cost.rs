@@ -20,7 +20,33 @@ pub struct Price {
     pub cached_input: Option<f64>,
 }
 
+/// The most a price may be, in US dollars per million tokens: far above any model's list
+/// price (the dearest, o1-pro's output, is $600), and low enough that no run's cost can
+/// leave what a number holds.
+pub const MAX_PRICE_PER_MILLION: f64 = 10_000.0;
+
 impl Price {
+    /// Checks a price as an agents file gives it: each figure finite, 0 or more, at most
+    /// [`MAX_PRICE_PER_MILLION`] (a negative price once made a run "cost" -$31,000).
+    pub fn check(&self, model: &str) -> Result<(), String> {
+        let figures = [
+            ("input", Some(self.input)),
+            ("output", Some(self.output)),
+            ("cachedInput", self.cached_input),
+        ];
+        for (name, usd) in figures {
+            if let Some(usd) = usd
+                && !(usd.is_finite() && (0.0..=MAX_PRICE_PER_MILLION).contains(&usd))
+            {
+                return Err(format!(
+                    "price of `{model}`: `{name}` must be US dollars per million tokens from 0 \
+                     to {MAX_PRICE_PER_MILLION}, not {usd}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// What `usage` costs, in US dollars. `input_tokens` counts cached input too.
     pub fn cost(&self, usage: &Usage) -> f64 {
         let cached = usage.cached_input_tokens.min(usage.input_tokens);

@@ -67,7 +67,17 @@ impl CtaResponse {
     /// A response as a caller sends it (an API body, a bus answer's fields), or why it is
     /// not one.
     pub fn from_json(value: serde_json::Value) -> Result<Self, InvalidResponse> {
-        serde_json::from_value(value).map_err(InvalidResponse)
+        let response: Self = serde_json::from_value(value).map_err(InvalidResponse)?;
+        // An amount out of bounds is no answer, whatever it answers.
+        if let Self::Approval {
+            raise_usd: Some(usd),
+            ..
+        } = &response
+        {
+            crate::budget::check_amount("raiseUsd", *usd)
+                .map_err(|e| InvalidResponse(serde::de::Error::custom(e)))?;
+        }
+        Ok(response)
     }
 }
 
@@ -165,6 +175,20 @@ impl CtaResponse {
             Self::Approval { .. } => "approval",
             Self::Text { .. } => "text",
             Self::Choice { .. } => "choice",
+        }
+    }
+
+    /// A `raiseUsd` answers a budget question only (`budget`: this one is): an answer to
+    /// any other that carries one is refused, through the API and in a fork's replacement
+    /// alike.
+    pub fn check_raise(&self, budget: bool) -> Result<(), String> {
+        match self {
+            Self::Approval {
+                raise_usd: Some(_), ..
+            } if !budget => {
+                Err("`raiseUsd` answers a budget question only; this CTA is not one".into())
+            }
+            _ => Ok(()),
         }
     }
 
@@ -378,6 +402,24 @@ mod tests {
                 },
             ],
         }
+    }
+
+    #[test]
+    fn a_raise_answers_a_budget_question_only() {
+        let raise = CtaResponse::from_json(json!({"kind": "approval", "approved": true,
+            "raiseUsd": 5}))
+        .expect("an answer");
+        assert_eq!(raise.check_raise(true), Ok(()));
+        let err = raise.check_raise(false).expect_err("not a budget question");
+        assert!(err.contains("budget question only"), "{err}");
+        let plain = CtaResponse::from_json(json!({"kind": "approval", "approved": true}))
+            .expect("an answer");
+        assert_eq!(plain.check_raise(false), Ok(()));
+        // Past a million dollars, a raise is no answer at all.
+        let err = CtaResponse::from_json(json!({"kind": "approval", "approved": true,
+            "raiseUsd": 1.7e308}))
+        .expect_err("too large");
+        assert!(err.to_string().contains("at most 1000000"), "{err}");
     }
 
     #[test]

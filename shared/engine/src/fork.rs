@@ -291,6 +291,9 @@ fn answer(t: &ToolEntry, at_seq: u64, r: Option<Replacement>) -> Result<CtaRespo
     response
         .validate_against(&snap.request)
         .map_err(|e| Refused::Mismatch(format!("`replacement.response`: {e}")))?;
+    response
+        .check_raise(snap.budget.is_some())
+        .map_err(|e| Refused::Mismatch(format!("`replacement.response`: {e}")))?;
     Ok(response)
 }
 

@@ -171,6 +171,9 @@ impl Catalog {
         file: Option<AgentsFile>,
     ) -> Result<Self, CatalogError> {
         let file = file.unwrap_or_default();
+        for (model, price) in &file.prices {
+            price.check(model).map_err(CatalogError::BadPrice)?;
+        }
         match file.tool_timeout_seconds {
             Some(0) => return Err(CatalogError::ZeroTimeout),
             Some(s) => limits.tool_timeout = Duration::from_secs(s),

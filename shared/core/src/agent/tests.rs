@@ -158,6 +158,20 @@ fn bad_agent_files_are_clear_start_up_errors() {
             r#"{"agents": {"a": {"tools": [], "contextBytes": 4000001}}}"#,
             "contextBytes is 4000001",
         ),
+        // Money is bounded where it enters: a negative price once made a run "cost"
+        // -$31,000, and an agent's budget past a million dollars is a typo or an attack.
+        (
+            r#"{"prices": {"openai:m": {"input": -1000, "output": 1}}}"#,
+            "price of `openai:m`: `input` must be US dollars per million tokens from 0",
+        ),
+        (
+            r#"{"prices": {"openai:m": {"input": 1, "output": 1, "cachedInput": 1e9}}}"#,
+            "`cachedInput` must be",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "maxCostUsd": 1e300}}}"#,
+            "at most 1000000",
+        ),
     ];
     for (json, expected) in cases {
         let err = Catalog::new(Limits::default(), vec![], Some(file(json))).expect_err(json);

@@ -120,16 +120,12 @@ impl Service {
                 code: "answer_mismatch",
                 message: e.to_string(),
             })?;
-        if let CtaResponse::Approval {
-            raise_usd: Some(_), ..
-        } = &response
-            && cta.budget.is_none()
-        {
-            return Err(ServiceError::Conflict {
+        response
+            .check_raise(cta.budget.is_some())
+            .map_err(|message| ServiceError::Conflict {
                 code: "answer_mismatch",
-                message: "`raiseUsd` answers a budget question only; this CTA is not one".into(),
-            });
-        }
+                message,
+            })?;
         let now = self.deps.clock.now();
         if now >= cta.expires_at {
             self.expire_cta(cta_id).await?;

@@ -302,8 +302,9 @@ pub struct RunView {
     pub more: bool,
     /// The entry holding the whole final answer when `run.result` is only its preview.
     pub result_entry: Option<Entry>,
-    /// Its tree's budget ledger, when it is budgeted.
-    pub ledger: Option<crate::budget::Ledger>,
+    /// Its tree's budget ledger, when it is budgeted; or why the stored one cannot be read
+    /// (the rest of the run is shown all the same).
+    pub ledger: Option<Result<crate::budget::Ledger, String>>,
 }
 
 /// An owner's figures against its quotas ([`Service::usage`]).

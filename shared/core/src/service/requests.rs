@@ -331,13 +331,21 @@ impl Service {
             _ => None,
         };
         let more = run.next_seq > entries.len() as u64;
+        // A ledger that does not read back is reported beside the run, not in its place: a
+        // run's reads never fail on one stored figure.
         let ledger = match run.budget {
-            Some(b) => Some(
-                store
-                    .ledger(run.root())
-                    .await?
-                    .unwrap_or_else(|| crate::budget::Ledger::new(b)),
-            ),
+            Some(b) => Some(match store.ledger(run.root()).await {
+                Ok(l) => Ok(l.unwrap_or_else(|| crate::budget::Ledger::new(b))),
+                Err(e @ crate::error::PortError::Broken { .. }) => {
+                    let why = match std::error::Error::source(&e) {
+                        Some(cause) => format!("{e}: {cause}"),
+                        None => e.to_string(),
+                    };
+                    tracing::error!(run_id, error = %why, "budget ledger unreadable");
+                    Err(why)
+                }
+                Err(e) => return Err(e.into()),
+            }),
             None => None,
         };
         Ok(RunView {

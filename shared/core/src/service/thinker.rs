@@ -197,6 +197,18 @@ impl StepIo for Thinker<'_> {
         self.service.deps.store.ledger(root_run_id).await
     }
 
+    async fn day_spend(&self, owner: &str) -> Result<Option<crate::engine::DaySpend>, PortError> {
+        let Some(limit_usd) = self.service.quotas.daily_cost_usd else {
+            return Ok(None);
+        };
+        let day = self.service.deps.clock.now().date_naive();
+        let spent_usd = self.service.deps.store.spent_on(owner, day).await?;
+        Ok(Some(crate::engine::DaySpend {
+            spent_usd,
+            limit_usd,
+        }))
+    }
+
     fn book(&self) -> Book {
         self.book.clone()
     }

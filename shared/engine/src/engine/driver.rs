@@ -70,6 +70,14 @@ pub trait StepIo: Sync {
         &self,
         root_run_id: &str,
     ) -> impl Future<Output = Result<Option<crate::budget::Ledger>, PortError>> + Send;
+    /// `owner`'s spending of the UTC day against its daily allowance, as the store holds it
+    /// now (`None`: no allowance is set, and nothing is read).
+    fn day_spend(
+        &self,
+        _owner: &str,
+    ) -> impl Future<Output = Result<Option<super::DaySpend>, PortError>> + Send {
+        std::future::ready(Ok(None))
+    }
     /// Settles these CTAs as cancelled where they are still pending (the first write wins)
     /// and returns their records as they then are, by id.
     fn settle(
@@ -168,6 +176,7 @@ pub async fn decide<W: StepIo>(
                 }
             }
             Step::Settle(ids) => io.settled = Some(world.settle(ids).await?),
+            Step::ReadDaySpend => io.day_spend = Some(world.day_spend(&run.owner).await?),
             Step::ReadBudget => {
                 let kept = world.ledger(run.root()).await?;
                 // A tree with no ledger kept (one lost, or stored before budgets): its own

@@ -35,6 +35,7 @@ mod end;
 mod plan;
 mod start;
 mod think;
+pub use think::QUOTA_EXCEEDED;
 mod user_message;
 mod work;
 
@@ -95,6 +96,9 @@ pub enum Step {
     /// Read the run tree's budget ledger ([`Io::budget`]) and step again: the run is
     /// budgeted and about to think.
     ReadBudget,
+    /// Read the owner's spending of the day ([`Io::day_spend`]) and step again: the run is
+    /// about to think.
+    ReadDaySpend,
     /// Commit this.
     Done(Box<Transition>),
     /// Nothing to do: the message is stale or a redelivery.
@@ -134,6 +138,17 @@ pub struct Io {
     pub prepared: Option<crate::agent::Preparation>,
     /// The run tree's budget ledger, read before a budgeted run thinks (`None` until then).
     pub budget: Option<crate::budget::Ledger>,
+    /// The owner's spending of the day against its daily allowance, read before the run
+    /// thinks (`None` until then; `Some(None)`: no allowance is set).
+    pub day_spend: Option<Option<DaySpend>>,
+}
+
+/// An owner's spending of the UTC day, and what its daily allowance is
+/// (`BATON_MAX_DAILY_COST_USD_PER_OWNER`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DaySpend {
+    pub spent_usd: f64,
+    pub limit_usd: f64,
 }
 
 /// The first `max` bytes of `s` (on a char boundary), and whether it was cut.

@@ -16,6 +16,10 @@ use crate::run::RunStatus;
 use crate::timeline::{EXECUTING, EntryBody, ToolEntry, ToolResult};
 use crate::tools::{Effects, ToolKind};
 
+/// The code a run ends `failed` with when its owner's daily allowance is spent before its
+/// next model call.
+pub const QUOTA_EXCEEDED: &str = "quota_exceeded";
+
 /// One tool call of a reply, as dispatch needs it.
 pub(super) struct Call<'a> {
     pub(super) seq: u64,
@@ -79,6 +83,25 @@ impl Work<'_> {
             && let Some(asked) = self.check_budget(agent, io)
         {
             return asked;
+        }
+        if reply.is_none() {
+            // The owner's allowance of the day is checked where money is spent: before each
+            // model call, not only when a run is admitted. Past it, the run ends; calls
+            // already under way (other runs' thinks) finish, which bounds the overshoot.
+            match io.day_spend {
+                None => return Some(Step::ReadDaySpend),
+                Some(Some(day)) if day.spent_usd >= day.limit_usd => {
+                    let msg = format!(
+                        "its owner has spent ${:.4} of the ${:.4} a day allows \
+                         (BATON_MAX_DAILY_COST_USD_PER_OWNER) on model calls: the run stopped \
+                         before its next one; the allowance starts again at midnight UTC",
+                        day.spent_usd, day.limit_usd
+                    );
+                    self.end(RunStatus::Failed, QUOTA_EXCEEDED, &msg);
+                    return None;
+                }
+                Some(_) => {}
+            }
         }
         let Some(reply) = reply else {
             // What this step changed before its think (an answer resolving a call, a
