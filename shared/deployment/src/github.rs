@@ -4,8 +4,13 @@
 //! - The API is `GITHUB_API_URL` (GitHub's own variable; `https://api.github.com` unset, a
 //!   GitHub Enterprise server's `/api/v3` otherwise), with `GITHUB_TOKEN` as a bearer token
 //!   when set (a private repository needs one).
-//! - A path that may hold secrets (`.env*`, anything under `.github/` or `secrets/`, `*.pem`,
-//!   `*.key`) is read only once a human approves the call.
+//! - A path that may hold secrets (`.env*`, `.github` or `secrets` and anything under them,
+//!   `*.pem`, `*.key`; in any case) is read only once a human approves the call, and a
+//!   symbolic link GitHub resolves to such a path is not read through (the model is told to
+//!   ask for the target, which is then approved or not).
+//! - GitHub's reply is read to at most [`MAX_REPLY_BYTES`]; a directory's listing gives the
+//!   model at most [`MAX_LISTED`] names and its table at most what a widget holds, saying
+//!   how many there were.
 //! - A file's text is the result (its first 64 KiB; the model is told when there is more)
 //!   and the whole file is kept beside it, as a file of the run; a card says what was read.
 //!   A directory is a table of its entries.
@@ -13,13 +18,24 @@
 use std::time::Duration;
 
 use base64::Engine;
-use baton_sdk::{Effects, Tool, ToolContext, Value, async_trait, json};
+use baton_sdk::{Effects, Tool, ToolContext, Value, async_trait, json, serde_json};
 
 /// The most of a file's text the model is given.
 pub const MAX_TEXT_BYTES: usize = 64 * 1024;
 
 /// GitHub's contents API answers files of at most this size with their content.
 const MAX_FILE_BYTES: usize = 1024 * 1024;
+
+/// The most of GitHub's reply read: a 1 MB file as base64 in JSON, or a directory's listing
+/// (GitHub lists at most 1,000 entries, each about 600 bytes of JSON). A larger reply is an
+/// error, found without holding it.
+pub const MAX_REPLY_BYTES: usize = 4 * 1024 * 1024;
+
+/// The most names of a directory the model is given.
+pub const MAX_LISTED: usize = 1000;
+
+/// The most bytes of a directory's table (a widget holds 32 KB with its envelope).
+const MAX_TABLE_BYTES: usize = 30 * 1024;
 
 /// Reads the run's repository (see the module's documentation).
 pub struct RepoFiles {
@@ -81,19 +97,38 @@ pub fn segments(path: &str) -> Result<Vec<&str>, String> {
 
 /// Whether `path` may hold secrets (a human approves reading it). A path that is not one
 /// within the repository ([`segments`]) is refused when read, asked about or not.
+/// Names are compared in any case: `.ENV` and `Secrets/` hold what `.env` and `secrets/` do
+/// (and on a case-insensitive checkout they are the same files).
 pub fn sensitive(path: &str) -> bool {
     let Ok(segments) = segments(path) else {
         return false;
     };
-    let path = segments.join("/");
-    let path = path.as_str();
-    let file = segments.last().copied().unwrap_or_default();
-    path.starts_with(".github/")
-        || path.starts_with("secrets/")
-        || path.contains("/secrets/")
+    let lower: Vec<String> = segments.iter().map(|s| s.to_lowercase()).collect();
+    let file = lower.last().map(String::as_str).unwrap_or_default();
+    lower.first().is_some_and(|s| s == ".github")
+        || lower.iter().any(|s| s == "secrets")
         || file.starts_with(".env")
         || file.ends_with(".pem")
         || file.ends_with(".key")
+}
+
+/// A reply's body, read to at most `max` bytes: a larger one is an error, found as it
+/// arrives (it is never held whole).
+async fn read_capped(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| format!("GitHub's reply broke off: {e}"))?
+    {
+        if body.len() + chunk.len() > max {
+            return Err(format!(
+                "GitHub's reply is larger than {max} bytes: not read"
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 #[async_trait]
@@ -165,9 +200,10 @@ impl Tool for RepoFiles {
             .await
             .map_err(|e| format!("GitHub did not answer for `{path}` in {at}: {e}"))?;
         let status = resp.status();
-        let body: Value = resp
-            .json()
+        let body = read_capped(resp, MAX_REPLY_BYTES)
             .await
+            .map_err(|e| format!("`{path}` in {at}: {e}"))?;
+        let body: Value = serde_json::from_slice(&body)
             .map_err(|e| format!("GitHub answered {status} without JSON: {e}"))?;
         if !status.is_success() {
             let why = body["message"].as_str().unwrap_or("no message");
@@ -176,16 +212,53 @@ impl Tool for RepoFiles {
             ));
         }
         if let Some(entries) = body.as_array() {
-            let rows: Vec<Value> = entries
+            let mut rows = Vec::new();
+            let mut bytes = 0;
+            for e in entries {
+                let row = json!([e["name"], e["type"], e["size"]]);
+                bytes += row.to_string().len() + 1;
+                if bytes > MAX_TABLE_BYTES {
+                    break;
+                }
+                rows.push(row);
+            }
+            let mut table = json!({"columns": ["name", "type", "size"], "rows": rows});
+            if rows_cut(&table, entries.len()) {
+                table["note"] = json!(format!(
+                    "the first {} of {} entries",
+                    table["rows"].as_array().map_or(0, Vec::len),
+                    entries.len()
+                ));
+            }
+            ctx.widget("table", table)?;
+            let names: Vec<&Value> = entries
                 .iter()
-                .map(|e| json!([e["name"], e["type"], e["size"]]))
+                .take(MAX_LISTED)
+                .map(|e| &e["name"])
                 .collect();
-            ctx.widget(
-                "table",
-                json!({"columns": ["name", "type", "size"], "rows": rows}),
-            )?;
-            let names: Vec<&Value> = entries.iter().map(|e| &e["name"]).collect();
-            return Ok(json!({"path": path, "ref": at, "entries": names}));
+            let mut out = json!({"path": path, "ref": at, "entries": names});
+            if entries.len() > MAX_LISTED {
+                out["truncated"] = json!(true);
+                out["note"] = json!(format!(
+                    "the first {MAX_LISTED} of {} entries: read a subdirectory for the rest",
+                    entries.len()
+                ));
+            }
+            return Ok(out);
+        }
+        // GitHub answers a symbolic link to a file with that file: its `path` is the
+        // target's. One that may hold secrets is read only when asked for by its own path,
+        // which is approved (or not) as such.
+        let resolved = body["path"].as_str().unwrap_or(path);
+        if resolved != path && sensitive(resolved) && !sensitive(path) {
+            return Err(format!(
+                "`{path}` in {at} is a link to `{resolved}`, which may hold secrets: not read \
+                 through the link (ask for `{resolved}` itself, which a human approves)"
+            ));
+        }
+        if body["type"] == "symlink" {
+            let target = body["target"].as_str().unwrap_or_default();
+            return Ok(json!({"path": path, "ref": at, "symlink": target}));
         }
         if body["type"] != "file" {
             return Err(format!(
@@ -218,6 +291,11 @@ impl Tool for RepoFiles {
         ctx.file(name, media_type(name), bytes, &summary)?;
         Ok(json!({"path": path, "ref": at, "text": text, "truncated": cut}))
     }
+}
+
+/// Whether a table holds fewer rows than there were entries.
+fn rows_cut(table: &Value, entries: usize) -> bool {
+    table["rows"].as_array().map_or(0, Vec::len) < entries
 }
 
 /// The media type a file is kept as, by its extension.
@@ -367,5 +445,85 @@ mod tests {
         for p in ["README.md", "src/env.rs", "docs/secrets.md"] {
             assert!(!tool.needs_approval(&json!({"path": p})), "{p}");
         }
+        // In any case, and the directories themselves (a listing names what they hold).
+        for p in [
+            ".ENV",
+            "App/.Env.Local",
+            "Secrets/db",
+            "SECRETS",
+            ".github",
+            ".GitHub/x",
+            "deploy/secrets",
+            "TLS/SERVER.PEM",
+        ] {
+            assert!(tool.needs_approval(&json!({"path": p})), "{p}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_link_to_a_secret_is_not_read_through_and_a_huge_listing_is_cut() {
+        let server = MockServer::start().await;
+        // GitHub answers a symbolic link to a file with the file: its `path` is the target.
+        let env = base64::engine::general_purpose::STANDARD.encode("DB_PASSWORD=hunter2\n");
+        Mock::given(path("/repos/acme/shop/contents/config/app.txt"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+                "type": "file", "encoding": "base64", "size": 20, "name": ".env",
+                "path": ".env", "sha": "x", "content": env})))
+            .mount(&server)
+            .await;
+        let entries: Vec<Value> = (0..10_000)
+            .map(|i| {
+                json!({"type": "file", "name": format!("file-{i:05}.txt"),
+                "path": format!("big/file-{i:05}.txt"), "size": i})
+            })
+            .collect();
+        Mock::given(path("/repos/acme/shop/contents/big"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!(entries)))
+            .mount(&server)
+            .await;
+        Mock::given(path("/repos/acme/shop/contents/huge.bin"))
+            .respond_with(
+                ResponseTemplate::new(200).set_body_string("x".repeat(MAX_REPLY_BYTES + 1)),
+            )
+            .mount(&server)
+            .await;
+        let tool = RepoFiles::new(&server.uri(), None);
+        let ctx = ctx(None);
+        let err = tool
+            .execute(&ctx, json!({"path": "config/app.txt"}))
+            .await
+            .unwrap_err();
+        assert!(
+            err.contains("a link to `.env`") && !err.contains("hunter2"),
+            "{err}"
+        );
+        assert!(ctx.take_files().is_empty() && ctx.take_widgets().is_empty());
+
+        let out = tool
+            .execute(&ctx, json!({"path": "big"}))
+            .await
+            .expect("a listing");
+        assert_eq!(out["entries"].as_array().map(Vec::len), Some(MAX_LISTED));
+        assert_eq!(out["truncated"], true);
+        assert!(
+            out["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("of 10000 entries")),
+            "{out}"
+        );
+        let widgets = ctx.take_widgets();
+        assert_eq!(widgets.len(), 1, "the table fits a widget");
+        assert!(widgets[0].data.to_string().len() <= 32 * 1024);
+        assert!(
+            widgets[0].data["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("of 10000"))
+        );
+
+        let err = tool
+            .execute(&ctx, json!({"path": "huge.bin"}))
+            .await
+            .unwrap_err();
+        assert!(err.contains("larger than"), "{err}");
     }
 }
