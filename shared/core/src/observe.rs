@@ -264,6 +264,8 @@ pub(crate) fn input_name(input: &Input) -> &'static str {
         Input::ChildFinished { .. } => "child_finished",
         Input::ChildWaiting { .. } => "child_waiting",
         Input::ChildResumed { .. } => "child_resumed",
+        Input::BudgetSpent { .. } => "budget_spent",
+        Input::BudgetRaised => "budget_raised",
         Input::Cancel { .. } => "cancel",
         Input::Timer { .. } => "timer",
         Input::Fail { .. } => "fail",

@@ -77,6 +77,15 @@ pub enum Input {
         child_run_id: String,
         cta_id: String,
     },
+    /// To a budgeted top-level run: `run_id`, of its tree, found the tree's budget spent
+    /// and waits; the top-level run asks its owner (once for the tree), or tells it the
+    /// budget was raised meanwhile.
+    BudgetSpent {
+        run_id: String,
+    },
+    /// To a run that waits for its tree's budget: it was raised; think on (the budget is
+    /// read again first).
+    BudgetRaised,
     Cancel {
         reason: String,
     },

@@ -127,6 +127,14 @@ pub struct Run {
     /// CTAs pending in this run's subagents (at any depth), as their notices told it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waiting_ctas: Vec<WaitingCta>,
+    /// On a top-level run: the runs of its tree that found its budget spent and wait for
+    /// the tree's one budget question, which this run asks; each is told once it is raised.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budget_waiters: Vec<String>,
+    /// A run under a top-level run that found its tree's budget spent: it waits for the
+    /// tree's one budget question (asked by its top-level run) instead of asking its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub budget_parked: bool,
     /// Tools its parent granted this run beside its agent's (`askHuman`:
     /// `request_human_feedback`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -444,6 +452,8 @@ impl Run {
             depth: n.depth,
             root_run_id: n.root_run_id,
             waiting_ctas: Vec::new(),
+            budget_waiters: Vec::new(),
+            budget_parked: false,
             granted: Vec::new(),
             offered: Vec::new(),
             spend: Spending::default(),

@@ -59,17 +59,19 @@ fn a_run_that_spent_its_budget_asks_before_thinking_and_thinks_on_when_raised() 
         s.events("run.state").last().unwrap().detail["state"],
         "waiting_on_user"
     );
-    // Approved, the budget is raised by the ask in the commit that takes the answer, and
-    // the run thinks on to its answer.
+    // Approved, the budget is raised in the commit that takes the answer — by the ask and
+    // what the tree spent past its budget (0.4e-6), so that one answer is enough — and the
+    // run thinks on to its answer.
     s.answer(&ctas[0].cta_id, approve(None));
     s.run_all();
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Completed);
     assert_eq!(run.result.as_deref(), Some("done"));
     let ledger = &s.ledgers[&id];
-    assert!(near(ledger.budget_usd, 1e-5));
+    let over = 2.0 * CALLS_USD - 5e-6;
+    assert!(near(ledger.budget_usd, 1e-5 + over));
     assert_eq!(ledger.raises.len(), 1);
-    assert!(near(ledger.raises[0].by_usd, 5e-6));
+    assert!(near(ledger.raises[0].by_usd, 5e-6 + over));
     assert_eq!(ledger.raises[0].cta_id, ctas[0].cta_id);
     assert!(near(ledger.spent_usd, run.spend.cost_usd));
     let timeline = &s.runs[&id].1;
@@ -127,7 +129,7 @@ fn a_refused_or_unanswered_budget_question_ends_the_run_failed() {
 }
 
 #[test]
-fn a_subagent_counts_toward_its_root_at_once_and_asks_itself() {
+fn a_subagent_counts_toward_its_root_at_once_and_its_root_asks() {
     let mut s = Sim::new();
     s.script(
         "deep",
@@ -136,34 +138,34 @@ fn a_subagent_counts_toward_its_root_at_once_and_asks_itself() {
     s.script("worker", vec![echo("a"), echo("b"), text("worked")]);
     let id = budgeted(&mut s, "deep", 6e-6);
     s.run_all();
-    // The parent's think and the child's two spent 8.1e-6: the child asks before its third.
+    // The parent's think and the child's two spent 8.1e-6: the child does not think a
+    // third time; it waits, and the tree's top-level run asks its owner.
     let kid = s.children(&id)[0].clone();
     assert_eq!(s.run(&kid).budget, Some(Budget { budget_usd: 6e-6 }));
     assert_eq!(s.run(&kid).status, RunStatus::Waiting);
+    assert!(s.run(&kid).budget_parked);
+    assert_eq!(s.run(&kid).state.as_deref(), Some("waiting_on_user"));
     assert_eq!(s.run(&kid).counters.thinks, 2);
-    let cta = s.pending_ctas(&kid)[0].clone();
-    assert!(near(cta.budget.unwrap().spent_usd, 3.0 * CALLS_USD));
-    assert_eq!(cta.root_run_id.as_deref(), Some(id.as_str()));
-    // Its parent (and so the inbox of its tree) knows the question waits.
     assert!(
-        s.run(&id)
-            .waiting_ctas
-            .iter()
-            .any(|w| w.cta_id == cta.cta_id)
+        s.pending_ctas(&kid).is_empty(),
+        "the child asks nothing itself"
     );
-    // An answer may raise by an amount of its own.
+    let cta = s.pending_ctas(&id)[0].clone();
+    assert!(near(cta.budget.unwrap().spent_usd, 3.0 * CALLS_USD));
+    assert_eq!(s.run(&id).budget_waiters, vec![kid.clone()]);
+    // An answer may raise by an amount of its own (with what was spent past the budget).
     s.answer(&cta.cta_id, approve(Some(1e-5)));
     s.run_all();
     assert_eq!(s.run(&kid).status, RunStatus::Completed);
     assert_eq!(s.run(&id).status, RunStatus::Completed);
     let ledger = &s.ledgers[&id];
-    assert!(near(ledger.budget_usd, 1.6e-5));
-    assert_eq!(ledger.raises[0].run_id, kid);
+    assert!(near(ledger.budget_usd, 1e-5 + 3.0 * CALLS_USD));
+    assert_eq!(ledger.raises[0].run_id, id);
     assert!(near(
         ledger.spent_usd,
         s.run(&id).spend.cost_usd + s.run(&kid).spend.cost_usd
     ));
-    assert!(s.run(&id).waiting_ctas.is_empty());
+    assert!(s.run(&id).budget_waiters.is_empty());
 }
 
 #[test]
@@ -194,6 +196,73 @@ fn an_unbudgeted_run_never_reads_a_ledger() {
 }
 
 #[test]
+fn a_tree_asks_once_however_many_runs_find_its_budget_spent() {
+    let mut s = Sim::new();
+    s.script(
+        "deep",
+        vec![
+            calls(vec![
+                spawn("worker", "one"),
+                spawn("worker", "two"),
+                spawn("worker", "three"),
+                spawn("worker", "four"),
+            ]),
+            text("all done"),
+        ],
+    );
+    s.script("worker", vec![echo("a"), text("worked")]);
+    // The parent's think spends the budget: all four subagents find it spent before their
+    // first think, and one question is asked, on the top-level run.
+    let id = budgeted(&mut s, "deep", 1e-6);
+    s.run_all();
+    let kids = s.children(&id);
+    assert_eq!(kids.len(), 4);
+    for k in &kids {
+        assert!(s.run(k).budget_parked, "{k} waits");
+        assert!(s.pending_ctas(k).is_empty(), "{k} asks nothing");
+        assert_eq!(s.run(k).counters.thinks, 0);
+    }
+    let ctas = s.pending_ctas(&id);
+    assert_eq!(ctas.len(), 1, "one question for the tree");
+    let mut waiters = s.run(&id).budget_waiters.clone();
+    waiters.sort();
+    let mut sorted = kids.clone();
+    sorted.sort();
+    assert_eq!(waiters, sorted);
+    // A run's message delivered again (or a late one) adds no question.
+    let version = s.run(&id).version;
+    s.send(
+        &id,
+        Input::BudgetSpent {
+            run_id: kids[0].clone(),
+        },
+    );
+    assert_eq!(s.pending_ctas(&id).len(), 1);
+    assert_eq!(s.run(&id).budget_waiters.len(), 4);
+    assert_eq!(s.run(&id).version, version, "nothing committed");
+    assert_eq!(s.events("cta.request").len(), 1);
+    // One approval of the ask ($1e-6) covers the $0.7e-6 spent past the budget too: the
+    // four think on, and the tree asks again only once they have spent the raise.
+    s.answer(&ctas[0].cta_id, approve(Some(1e-4)));
+    s.run_all();
+    assert_eq!(
+        s.run(&id).status,
+        RunStatus::Completed,
+        "{:?}",
+        s.run(&id).error
+    );
+    for k in &kids {
+        assert_eq!(s.run(k).status, RunStatus::Completed);
+    }
+    assert_eq!(s.events("cta.request").len(), 1, "asked once");
+    assert_eq!(s.ledgers[&id].raises.len(), 1);
+    // A raise told to a run that no longer waits changes nothing.
+    let version = s.run(&kids[0]).version;
+    s.send(&kids[0], Input::BudgetRaised);
+    assert_eq!(s.run(&kids[0]).version, version);
+}
+
+#[test]
 fn a_refused_subagent_question_ends_the_whole_tree() {
     let mut s = Sim::new();
     s.script(
@@ -204,13 +273,13 @@ fn a_refused_subagent_question_ends_the_whole_tree() {
         ])],
     );
     s.script("worker", vec![echo("a"), echo("b")]);
-    // The parent's think spends the budget: both subagents ask before their first.
+    // The parent's think spends the budget: both subagents wait before their first, and
+    // the top-level run asks.
     let id = budgeted(&mut s, "deep", 1e-6);
     s.run_all();
     let kids = s.children(&id);
     assert_eq!(kids.len(), 2);
-    let asked = s.pending_ctas(&kids[0])[0].cta_id.clone();
-    assert_eq!(s.pending_ctas(&kids[1]).len(), 1);
+    let asked = s.pending_ctas(&id)[0].cta_id.clone();
     s.answer(
         &asked,
         CtaResponse::Approval {
@@ -223,9 +292,9 @@ fn a_refused_subagent_question_ends_the_whole_tree() {
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Failed);
     assert_eq!(run.error.as_ref().unwrap().code, EXHAUSTED);
-    // The other subagent is cancelled with its tree, and its question with it.
+    // The subagents are cancelled with their tree.
+    assert_eq!(s.run(&kids[0]).status, RunStatus::Cancelled);
     assert_eq!(s.run(&kids[1]).status, RunStatus::Cancelled);
-    assert!(s.pending_ctas(&kids[1]).is_empty());
     assert_eq!(s.run(&kids[0]).counters.thinks, 0);
     assert_eq!(s.run(&kids[1]).counters.thinks, 0);
 }

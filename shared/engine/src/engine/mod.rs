@@ -210,6 +210,8 @@ pub fn window_start(run: &Run, input: &Input) -> u64 {
         | Input::ChildFinished { .. }
         | Input::ChildWaiting { .. }
         | Input::ChildResumed { .. }
+        | Input::BudgetSpent { .. }
+        | Input::BudgetRaised
         | Input::Timer { .. } => run.queued.iter().copied().fold(run.batch_start, u64::min),
     }
 }
@@ -218,6 +220,7 @@ pub fn window_start(run: &Run, input: &Input) -> u64 {
 /// or its entries from [`window_start`] on.
 pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io: &Io) -> Step {
     let mut w = Work::new(&io.book, now, run, timeline, io.settled.as_ref());
+    w.ledger = io.budget.clone();
     let ending = ends_run(&w, run, input);
     if io.settled.is_none() && ending {
         let ids: Vec<String> = w
@@ -293,6 +296,8 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
             child_run_id,
             cta_id,
         } => children::resumed(&mut w, child_run_id, cta_id),
+        Input::BudgetSpent { run_id } => budget::spent(&mut w, run_id),
+        Input::BudgetRaised => budget::raised(&mut w),
         Input::Cancel { reason } => end::cancel(&mut w, reason),
         Input::Timer { timer_id } if w.run.clock.deadline_timer.as_deref() == Some(timer_id) => {
             w.run.clock.timers.remove(timer_id);

@@ -42,6 +42,8 @@ pub(super) struct Work<'a> {
     pub(super) settled: Option<&'a HashMap<String, Cta>>,
     /// The raise of its tree's budget a human approved in this step.
     pub(super) raise: Option<crate::budget::Raise>,
+    /// Its tree's budget ledger, once this step has read it ([`Step::ReadBudget`]).
+    pub(super) ledger: Option<crate::budget::Ledger>,
     /// This step resolved calls that were due (committed before it): it has work to
     /// commit, whatever its input says.
     pub(super) ran_due: bool,
@@ -85,6 +87,7 @@ impl<'a> Work<'a> {
             batch_start,
             settled,
             raise: None,
+            ledger: None,
             ran_due: false,
             unsaved_effects: false,
             go_on: false,
@@ -256,6 +259,11 @@ impl<'a> Work<'a> {
             RunStatus::Running | RunStatus::Queued => (
                 Some("thinking"),
                 Some(json!({"iteration": self.run.counters.thinks})),
+            ),
+            RunStatus::Waiting if self.run.budget_parked => (
+                // Its tree's budget question, which its top-level run asks: a human's.
+                Some("waiting_on_user"),
+                Some(json!({"ctaIds": [], "budgetQuestionOf": self.run.root()})),
             ),
             RunStatus::Waiting => {
                 let pending: Vec<&ToolEntry> = self
