@@ -89,7 +89,13 @@ fn the_cli_drives_a_run_through_a_cta_to_completion() {
         let dev = start_dev(&made);
         drop(dev);
         assert_eq!(mode(&made), 0o700);
-        for f in ["token", "baton.db", "baton.db-wal", "baton.db-shm"] {
+        for f in [
+            "token",
+            "baton.lock",
+            "baton.db",
+            "baton.db-wal",
+            "baton.db-shm",
+        ] {
             let path = made.join(f);
             if f == "token" || path.exists() {
                 assert_eq!(mode(&path), 0o600, "{f}");

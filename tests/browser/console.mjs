@@ -121,9 +121,10 @@ try {
   step("a plan shown with its reviewer's verdict, under way, then done");
 
   // A run past its budget: its question says the figures; the answer raises by its own
-  // amount, and the run's page shows the budget raised.
+  // amount beyond what was spent ($0.10 past the budget), and the run's page shows the
+  // budget raised.
   await page.goto(cfg.base + "/console#/runs/" + cfg.budget.run);
-  await page.getByText("Budget: spent $0.6000 of $0.5000 · approving adds $0.5000")
+  await page.getByText("Budget: spent $0.6000 of $0.5000 · approving adds $0.5000 beyond what it has spent")
     .waitFor({ timeout: 15000 });
   await page.getByLabel("Raise by, in US dollars (optional)").fill("2");
   await page.getByRole("button", { name: "Approve" }).click();
@@ -131,7 +132,7 @@ try {
   await page.getByRole("list", { name: "Timeline" }).getByText("Within budget.")
     .waitFor({ timeout: 15000 });
   await page.reload();
-  await page.getByText("Budget: spent $1.2000 of $2.5000 (raised 1×, by $2.0000)")
+  await page.getByText("Budget: spent $1.2000 of $2.6000 (raised 1×, by $2.1000)")
     .waitFor({ timeout: 15000 });
   step("a budget question answered with a raise");
 

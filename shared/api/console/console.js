@@ -177,7 +177,7 @@ function context(cta) {
 // A budget question's figures.
 function budgetAsked(b) {
   return el("p", { class: "meta" }, "Budget: spent ", money(b.spentUsd), " of ",
-    money(b.budgetUsd), " · approving adds ", money(b.askUsd));
+    money(b.budgetUsd), " · approving adds ", money(b.askUsd), " beyond what it has spent");
 }
 
 function postAnswer(cta) {

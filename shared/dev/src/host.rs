@@ -332,15 +332,10 @@ pub const LOCK_FILE: &str = "baton.lock";
 /// same tool calls again: a second one refuses to start, naming the first.
 pub fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, StartError> {
     use std::io::{Read, Seek, Write};
-    std::fs::create_dir_all(dir).map_err(StartError::Io)?;
-    let path = dir.join(LOCK_FILE);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(StartError::Io)?;
+    // For its user's eyes only, as everything the directory holds.
+    baton_local::store::create_private(dir).map_err(StartError::Io)?;
+    let mut file =
+        baton_local::store::create_private_file(&dir.join(LOCK_FILE)).map_err(StartError::Io)?;
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {

@@ -73,7 +73,8 @@ pub struct Raise {
 pub struct BudgetAsk {
     pub spent_usd: f64,
     pub budget_usd: f64,
-    /// What approving adds, unless the answer carries its own `raiseUsd`.
+    /// What approving adds beyond what the tree has spent by then, unless the answer
+    /// carries its own `raiseUsd`.
     pub ask_usd: f64,
 }
 

@@ -86,7 +86,7 @@ impl Work<'_> {
         }));
         let message = format!(
             "This run has spent ${:.4} of its ${:.4} budget (with its subagents). Allow it to \
-             spend ${:.4} more?",
+             spend ${:.4} more, beyond what it has spent?",
             ask.spent_usd, ask.budget_usd, ask.ask_usd
         );
         let question = Ask {

@@ -127,7 +127,7 @@ pub const DISK_FULL: &str = "the disk holding the data directory is full: nothin
      free some space and try again (runs under way carry on by themselves once it is free)";
 
 /// Creates `dir` (and its parents) readable by its user only, if it does not exist.
-fn create_private(dir: &Path) -> std::io::Result<()> {
+pub fn create_private(dir: &Path) -> std::io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
