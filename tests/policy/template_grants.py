@@ -14,6 +14,9 @@ and decides each call by IAM's rules for identity policies, conditions included:
 - a profile id: InvokeModel and InvokeModelWithResponseStream on the profile, and on its
   foundation model in three Regions through the profile, are allowed; the same foundation
   model called directly (no profile), and another model through another profile, are not;
+- a global profile id (the stack's default): the profile, and its foundation model through
+  it in any Region and in the Region-less ARN IAM checks a global profile's calls on, are
+  allowed; the model called directly, and another profile, are not;
 - a foundation model id: both actions on the model, in the stack's Region, are allowed.
 
 And with `AgentsS3Uri` set, each function that reads the agents file may get that object and
@@ -92,6 +95,8 @@ def main():
         return t
 
     profile_id = f"us.{MODEL}"
+    global_id = f"global.{MODEL}"
+    global_profile = f"arn:aws:bedrock:{REGION}:{ACCOUNT}:inference-profile/{global_id}"
     profile = f"arn:aws:bedrock:{REGION}:{ACCOUNT}:inference-profile/{profile_id}"
     other = f"arn:aws:bedrock:{REGION}:{ACCOUNT}:inference-profile/us.anthropic.other-v1:0"
     model_in = lambda region, m=MODEL: f"arn:aws:bedrock:{region}::foundation-model/{m}"  # noqa: E731
@@ -106,6 +111,13 @@ def main():
         (profile_id, other, {}, False),
         (MODEL, model_in(REGION), {}, True),
         (MODEL, model_in(REGION, "anthropic.other-v1:0"), {}, False),
+        # A global profile (the stack's default) routes to any commercial Region, and IAM
+        # checks its foundation model with no Region in the ARN at all.
+        (global_id, global_profile, {}, True),
+        (global_id, model_in(""), {"bedrock:InferenceProfileArn": global_profile}, True),
+        (global_id, model_in("eu-west-1"), {"bedrock:InferenceProfileArn": global_profile}, True),
+        (global_id, model_in(""), {}, False),
+        (global_id, profile, {}, False),
     ]
     failures = 0
     by_model = {}

@@ -250,8 +250,9 @@ pub struct ServiceBuilder {
 }
 
 impl ServiceBuilder {
-    /// One-time answer links: `POST /ctas/{id}/link` mints them, and each `cta.request`
-    /// event carries one (`None`: off, the default).
+    /// One-time answer links: `POST /ctas/{id}/link` mints them (`None`: off, the default).
+    /// No `cta.request` event carries one: a link is a bearer credential, and the bus is
+    /// read by whoever its rules let in.
     pub fn links(mut self, links: Option<crate::links::Links>) -> Self {
         self.service.links = links;
         self
