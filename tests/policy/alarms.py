@@ -5,6 +5,7 @@ each can reach a person.
 Every function has an `Errors` and a `Throttles` alarm (a throttled step function's records
 wait out a 90-minute visibility timeout, spending receives); the table has read and write
 throttle alarms; timers have `InvocationDroppedCount` and their dead-letter queue's depth;
+failed steps (batch item failures, which no `Errors` alarm sees) have a rate alarm;
 and every alarm notifies the `AlarmEmail` topic when that is set, else `AlarmTopicArn`.
 
     python3 tests/policy/alarms.py [template.yaml]
@@ -40,6 +41,12 @@ def main():
         problems.append("CtaScheduleGroup: no InvocationDroppedCount alarm")
     if not watching("ApproximateNumberOfMessagesVisible", "TimersDeadLetterQueue"):
         problems.append("TimersDeadLetterQueue: no depth alarm")
+    # Failed steps are batch item failures, not function errors: an alarm on their rate.
+    rate = [n for n, a in alarms.items()
+            if any(m.get("MetricStat", {}).get("Metric", {}).get("MetricName") == "StepFailures"
+                   for m in a.get("Metrics", []))]
+    if not rate:
+        problems.append("StepFailures: no alarm on the rate of failed steps")
     want = {"Fn::If": ["HasAlarmEmail", [{"Ref": "AlarmEmailTopic"}],
                        {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}],
                                    {"Ref": "AWS::NoValue"}]}]}
