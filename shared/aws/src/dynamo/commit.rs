@@ -39,12 +39,6 @@ impl DynamoStore {
         // (the request sent again), the item says whose write it was.
         let token = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
         run_item.insert("ct".into(), s(&token));
-        // The tail this commit leaves, kept for the run's next commit (a step that commits
-        // twice, its reply then its calls' outputs, reads the run item once).
-        let left = plan
-            .tail
-            .as_ref()
-            .map_or((0, Vec::new()), |(first, bytes)| (*first, bytes.clone()));
         if let Some((first, bytes)) = plan.tail {
             run_item.insert("tf".into(), n(first));
             run_item.insert(
@@ -102,26 +96,22 @@ impl DynamoStore {
         } else {
             self.put_ahead(infos).await?;
         }
-        let keep = |tails: &super::tail::Tails| {
-            let (first, bytes) = left;
-            tails.keep(
-                run_id,
-                super::tail::Tail {
-                    version: t.run.version,
-                    first,
-                    bytes,
-                    item_bytes: run_size,
-                },
-            );
-        };
         if items.is_empty() {
             // The run item is the whole commit: no transaction, billed once.
             // Billed by the larger of the item before and after.
-            self.update_run(&run_write, run_size.max(old.item_bytes), &token)
+            let written = self
+                .update_run(&run_write, run_size.max(old.item_bytes), &token)
                 .await?;
-            keep(&self.tails);
+            // Kept as a read would find it (the whole item, the attributes this commit does
+            // not write included), so that the run's next commit plans as a fresh read's
+            // would: a warm and a cold step make the same writes.
+            match written {
+                Some(item) => self.tails.keep(run_id, super::tail::Tail::of(&item)),
+                None => self.tails.forget(run_id),
+            }
             return Ok(());
         }
+
         items.insert(0, TransactWriteItem::builder().update(run_write).build());
         self.meter.write_units.fetch_add(
             2 * run_size.div_ceil(1024).max(1) as u64,
@@ -136,7 +126,8 @@ impl DynamoStore {
         .to_string();
         match self.transact(items, Some(token)).await {
             Ok(()) => {
-                keep(&self.tails);
+                // A transaction answers no item: the next commit reads the run item again.
+                self.tails.forget(run_id);
                 Ok(())
             }
             Err(TransactFailure::Condition(_)) => Err(PortError::Conflict),
@@ -150,14 +141,15 @@ impl DynamoStore {
     /// found is this call's own write (the SDK sent the request again after an answer was
     /// lost on the way back): a transaction's `ClientRequestToken` makes its retry succeed,
     /// and the token does the same here.
+    /// Answers the item as written, when DynamoDB says it (`None` otherwise).
     pub(super) async fn update_run(
         &self,
         update: &aws_sdk_dynamodb::types::Update,
         size: usize,
         token: &str,
-    ) -> Result<(), PortError> {
+    ) -> Result<Option<Item>, PortError> {
         use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-        use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+        use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
         Meter::count(&self.meter.dynamodb);
         self.meter.write_units.fetch_add(
             size.div_ceil(1024).max(1) as u64,
@@ -173,10 +165,12 @@ impl DynamoStore {
             .set_expression_attribute_names(update.expression_attribute_names().cloned())
             .set_expression_attribute_values(update.expression_attribute_values().cloned())
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            // The item as written (free: it is the write's own answer).
+            .return_values(ReturnValue::AllNew)
             .send()
             .await;
         match r {
-            Ok(_) => Ok(()),
+            Ok(out) => Ok(out.attributes().cloned()),
             Err(e) => match e.as_service_error() {
                 Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
                     let ours = c
@@ -184,7 +178,8 @@ impl DynamoStore {
                         .and_then(|i| i.get("ct"))
                         .is_some_and(|ct| ct == &s(token));
                     if ours {
-                        Ok(())
+                        // Our own write, found: the item as it is.
+                        Ok(c.item().cloned())
                     } else {
                         Err(PortError::Conflict)
                     }

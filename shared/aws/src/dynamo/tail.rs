@@ -94,6 +94,12 @@ impl Tails {
         map.insert(run_id.to_owned(), tail);
     }
 
+    /// Keeps no tail of `run_id`: its next commit reads the run item.
+    pub(super) fn forget(&self, run_id: &str) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(run_id);
+    }
+
     /// The tail read at `version`, if that is the one kept.
     pub(super) fn at(&self, run_id: &str, version: u64) -> Option<Tail> {
         let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
