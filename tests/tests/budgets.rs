@@ -39,16 +39,21 @@ fn near(v: &Value, x: f64) -> bool {
     v.as_f64().is_some_and(|f| (f - x).abs() < 1e-9)
 }
 
-#[tokio::test]
-async fn a_run_past_its_budget_asks_is_raised_and_completes_or_ends_on_the_embedded_host() {
-    let dir = tempfile::tempdir().unwrap();
+/// `baton dev`'s host on `dir`, with the scripted model and the priced agents.
+async fn embedded(dir: &std::path::Path) -> LocalHost {
     let options = common::local_options(
-        dir.path(),
+        dir,
         common::scripted(SCRIPT),
         common::catalog(Some(agents())),
         Arc::new(baton_core::ports::SystemClock),
     );
-    let mut host = LocalHost::start(options).await;
+    LocalHost::start(options).await
+}
+
+#[tokio::test]
+async fn a_run_past_its_budget_asks_is_raised_and_completes_or_ends_on_the_embedded_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = embedded(dir.path()).await;
     budgets_ask(host.api()).await;
     host.stop().await;
 }
@@ -56,13 +61,7 @@ async fn a_run_past_its_budget_asks_is_raised_and_completes_or_ends_on_the_embed
 #[tokio::test]
 async fn a_ledger_that_does_not_read_back_leaves_the_run_readable() {
     let dir = tempfile::tempdir().unwrap();
-    let options = common::local_options(
-        dir.path(),
-        common::scripted(SCRIPT),
-        common::catalog(Some(agents())),
-        Arc::new(baton_core::ports::SystemClock),
-    );
-    let mut host = LocalHost::start(options).await;
+    let mut host = embedded(dir.path()).await;
     let api = host.api();
     let run = api.post_ok("/runs", json!({"prompt": "go"})).await["runId"]
         .as_str()

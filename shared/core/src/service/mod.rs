@@ -12,6 +12,7 @@ mod consume;
 mod ctas;
 mod follow_ups;
 mod fork;
+mod outbox;
 mod requests;
 mod steps;
 mod sweep;
