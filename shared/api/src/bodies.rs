@@ -35,7 +35,7 @@ pub(crate) struct CreateRunBody {
     /// owner is asked whether it may spend more; above zero, at most its agent's
     /// `maxCostUsd` (which applies when this is absent).
     #[serde(default)]
-    #[schemars(extend("exclusiveMinimum" = 0))]
+    #[schemars(extend("exclusiveMinimum" = 0, "maximum" = 1_000_000))]
     pub(crate) budget_usd: Option<f64>,
     /// You will watch the run (`POST /runs/{runId}/watch`, or its stream): it counts as
     /// watched from its creation, so that its first reply streams to you.

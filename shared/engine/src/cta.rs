@@ -50,8 +50,12 @@ pub enum CtaResponse {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
         /// Approving a budget question: raise the budget by this much (US dollars) instead
-        /// of what it asked for.
+        /// of what it asked for: above zero, at most one million.
         #[serde(rename = "raiseUsd", default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(
+            feature = "schemas",
+            schemars(extend("exclusiveMinimum" = 0, "maximum" = 1_000_000))
+        )]
         raise_usd: Option<f64>,
     },
     Text {
