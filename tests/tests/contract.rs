@@ -18,7 +18,7 @@ use baton_core::run::{NewRun, Run, RunStatus, Usage};
 use baton_core::service::{Deps, Service};
 use baton_core::timeline::{Entry, EntryBody};
 use baton_local::store::LocalStore;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use common::*;
 
 /// The receive side of a queue, as a test drives it.
@@ -147,6 +147,7 @@ fn next(run: &Run, effects: Vec<Effect>) -> Transition {
         effects,
         release_slot: false,
         take_slot: false,
+        slot_limit: None,
         spent_usd: 0.0,
     }
 }
@@ -522,6 +523,61 @@ async fn store_contract(store: Arc<dyn Store>) {
             .await
             .unwrap()
     );
+
+    // A run's waiting follow-ups: `cap` places, a retry no new one. A follow-up its run
+    // holds in its queue keeps its place however old; one that never reached the run
+    // (admitted before `stale`, not held) gives it back when a follow-up needs it.
+    let (fu, first) = new_run("run_fu", "alice");
+    store
+        .create_run(&fu, &first, &[], None, None)
+        .await
+        .unwrap();
+    let (t0, quarter) = (Utc::now(), chrono::Duration::minutes(15));
+    let admit = |id: &'static str, at: DateTime<Utc>| {
+        let store = store.clone();
+        async move {
+            store
+                .admit_follow_up("run_fu", id, 3, at, at - quarter)
+                .await
+                .unwrap()
+        }
+    };
+    for id in ["msg_1", "msg_2", "msg_3", "msg_1"] {
+        assert!(admit(id, t0).await, "{id}");
+    }
+    assert!(
+        !admit("msg_4", t0).await,
+        "three wait: the fourth is refused"
+    );
+    store
+        .hold_follow_ups("run_fu", &["msg_1".into()])
+        .await
+        .unwrap();
+    let later = t0 + chrono::Duration::minutes(20);
+    assert!(
+        admit("msg_4", later).await,
+        "the places of the two that never reached the run are given back"
+    );
+    assert!(admit("msg_5", later).await);
+    assert!(
+        !admit("msg_6", later).await,
+        "the held one and two fresh ones wait"
+    );
+    store
+        .release_follow_ups("run_fu", &["msg_1".into(), "msg_none".into()])
+        .await
+        .unwrap();
+    assert!(admit("msg_6", later).await, "a released place is free");
+    assert!(
+        !store
+            .admit_follow_up("run_missing", "msg_1", 3, t0, t0 - quarter)
+            .await
+            .unwrap()
+    );
+    store
+        .hold_follow_ups("run_missing", &["msg_1".into()])
+        .await
+        .unwrap();
 
     // An answer's resolution stays outstanding until cleared; a cancel has none.
     let before = Utc::now() + chrono::Duration::seconds(5);

@@ -9,6 +9,7 @@ mod common;
 mod aws_crashes;
 mod calls_once;
 mod crashes;
+mod follow_up_crashes;
 
 /// Held by each test that arms a failpoint, for its whole length.
 static FAILPOINTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -51,17 +51,6 @@ impl Store for Refusing {
             .create_run(run, entries, outbox, key, admission)
             .await
     }
-    async fn readmit(
-        &self,
-        run_id: &str,
-        owner: &str,
-        admission: &baton_core::ports::Admission,
-    ) -> Result<(), PortError> {
-        self.inner.readmit(run_id, owner, admission).await
-    }
-    async fn give_back_slot(&self, run_id: &str, owner: &str, v: u64) -> Result<(), PortError> {
-        self.inner.give_back_slot(run_id, owner, v).await
-    }
     async fn spent_on(&self, owner: &str, day: chrono::NaiveDate) -> Result<f64, PortError> {
         self.inner.spent_on(owner, day).await
     }
@@ -154,11 +143,18 @@ impl Store for Refusing {
         run_id: &str,
         message_id: &str,
         cap: usize,
+        at: DateTime<Utc>,
+        stale: DateTime<Utc>,
     ) -> Result<bool, PortError> {
-        self.inner.admit_follow_up(run_id, message_id, cap).await
+        self.inner
+            .admit_follow_up(run_id, message_id, cap, at, stale)
+            .await
     }
     async fn release_follow_ups(&self, run_id: &str, ids: &[String]) -> Result<(), PortError> {
         self.inner.release_follow_ups(run_id, ids).await
+    }
+    async fn hold_follow_ups(&self, run_id: &str, ids: &[String]) -> Result<(), PortError> {
+        self.inner.hold_follow_ups(run_id, ids).await
     }
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
         self.inner.get_cta(cta_id).await

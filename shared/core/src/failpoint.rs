@@ -15,6 +15,8 @@
 //! | `fork.after_insert` | a fork created, its first message (an answer, or its start) not yet sent |
 //! | `answer.after_settle` | an answer written on the CTA, not yet sent to the run |
 //! | `resolution.after_send` | a resolution sent, the CTA's outbox not yet cleared |
+//! | `message.after_admit` | a follow-up admitted under its run's cap, not yet sent |
+//! | `message.after_claim` | a follow-up's claim on an ended run's next turn written, the follow-up not yet sent |
 //! | `message.after_queue` | a follow-up message queued, the reply not yet sent |
 //! | `cancel.after_queue` | a cancel queued, the reply not yet sent |
 //! | `step.before_think` | a step about to call the model |

@@ -85,28 +85,6 @@ pub trait Store: Send + Sync {
         admission: Option<&Admission>,
     ) -> Result<Created, PortError>;
 
-    /// Admits the ended top-level run `run_id` of `owner` again (a follow-up starts its next
-    /// turn), with one conditional write: it takes an active-run slot (none when it holds
-    /// one already) while its owner holds fewer than the limit and has spent less than its
-    /// day's allowance, or is refused as [`Store::create_run`] is. The commit that ends the
-    /// run gives the slot back ([`Transition::release_slot`]).
-    async fn readmit(
-        &self,
-        run_id: &str,
-        owner: &str,
-        admission: &Admission,
-    ) -> Result<(), PortError>;
-
-    /// Gives back the active-run slot of the ended run `run_id` of `owner` if it holds one
-    /// and is still at `version` (a follow-up that took it starts no turn); nothing
-    /// otherwise.
-    async fn give_back_slot(
-        &self,
-        run_id: &str,
-        owner: &str,
-        version: u64,
-    ) -> Result<(), PortError>;
-
     /// How many active-run slots `owner` holds.
     async fn active_runs(&self, owner: &str) -> Result<u64, PortError>;
 
@@ -237,18 +215,28 @@ pub trait Store: Send + Sync {
         stale: DateTime<Utc>,
     ) -> Result<bool, PortError>;
 
-    /// Admits the follow-up `message_id` to run `run_id`'s waiting follow-ups, beside the
-    /// run item and without moving its version, with one conditional write: true if it is
-    /// admitted (fewer than `cap` wait, or it is already among them: a client's retry),
-    /// false if `cap` already wait. A follow-up waits from its admission until the run
-    /// takes it up ([`Effect::ReleaseFollowUps`] after the commit that starts its turn,
-    /// refuses it or drops it).
+    /// Admits the follow-up `message_id` to run `run_id`'s waiting follow-ups at `at`,
+    /// beside the run item and without moving its version, with one conditional write:
+    /// true if it is admitted (fewer than `cap` wait, or it is already among them: a
+    /// client's retry), false if `cap` already wait. A follow-up waits from its admission
+    /// until the run takes it up ([`Effect::ReleaseFollowUps`] after the commit that starts
+    /// its turn, refuses it or drops it); while it waits in the run's queue
+    /// ([`Store::hold_follow_ups`]) its place holds, however long. One admitted before
+    /// `stale` that the run does not hold never reached it (its request died before it
+    /// was sent): its place is given back when a follow-up needs it.
     async fn admit_follow_up(
         &self,
         run_id: &str,
         message_id: &str,
         cap: usize,
+        at: DateTime<Utc>,
+        stale: DateTime<Utc>,
     ) -> Result<bool, PortError>;
+
+    /// Marks follow-ups of run `run_id` as waiting in its queue ([`Effect::HoldFollowUps`]):
+    /// their places hold until released, whatever their age (those no longer admitted, or
+    /// a run no longer stored, are no error).
+    async fn hold_follow_ups(&self, run_id: &str, message_ids: &[String]) -> Result<(), PortError>;
 
     /// Releases follow-ups from run `run_id`'s waiting ones (those not among them, or a
     /// run no longer stored, are no error).

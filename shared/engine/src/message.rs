@@ -164,6 +164,12 @@ pub enum Effect {
         run_id: String,
         message_ids: Vec<String>,
     },
+    /// Follow-ups of run `run_id` that wait in its queue (a turn was under way when they
+    /// came): their places hold, however long they wait, until released.
+    HoldFollowUps {
+        run_id: String,
+        message_ids: Vec<String>,
+    },
 }
 
 /// How the id of a run's own timer starts (a CTA's expiry timer is named by the CTA id).
@@ -184,9 +190,13 @@ pub struct Transition {
     /// The run ended holding an active-run slot ([`Run::active_slot`]): the commit gives it
     /// back to its owner's count.
     pub release_slot: bool,
-    /// The top-level run starts again without an active-run slot (a follow-up that waited
-    /// while it ran): the commit takes one, whatever the limit (it was admitted then).
+    /// The top-level run starts again without an active-run slot: the commit takes one.
     pub take_slot: bool,
+    /// With `take_slot`, the most its owner may hold (the host's quota, set for a follow-up
+    /// that starts an ended run's next turn): the commit takes the slot only while its
+    /// owner holds fewer, and is refused otherwise (`PortError::QuotaExceeded`). `None`:
+    /// whatever the limit.
+    pub slot_limit: Option<u32>,
     /// What this step's own model calls cost, in US dollars: the store adds it to a
     /// budgeted tree's ledger, and with `daily_spend` to the run's owner's spending of the
     /// commit's UTC day.

@@ -54,9 +54,14 @@ impl DynamoStore {
             // conditional on the run's version.
             items.push(self.slot_count(&t.run.owner, -1, None)?);
         }
+        // Where the slot count is, once the run item goes first (a failed condition there
+        // is the owner's limit, not a conflict).
+        let mut slot_at = None;
         if t.take_slot {
-            // Taken whatever the limit: its turn was admitted while the run was active.
-            items.push(self.slot_count(&t.run.owner, 1, None)?);
+            // With the commit that starts the turn: while one is free, for a follow-up's
+            // (`slot_limit`); whatever the limit otherwise.
+            slot_at = Some(items.len() + 1);
+            items.push(self.slot_count(&t.run.owner, 1, t.slot_limit)?);
         }
         if t.daily_spend && t.spent_usd > 0.0 {
             let day = t.run.updated_at.date_naive();
@@ -129,6 +134,14 @@ impl DynamoStore {
                 // A transaction answers no item: the next commit reads the run item again.
                 self.tails.forget(run_id);
                 Ok(())
+            }
+            Err(TransactFailure::Condition(failed))
+                if slot_at.is_some_and(|i| failed == [i])
+                    && let Some(limit) = t.slot_limit =>
+            {
+                let limit = u64::from(limit);
+                let current = self.slots_held(&t.run.owner).await.unwrap_or(limit);
+                Err(PortError::QuotaExceeded { limit, current })
             }
             Err(TransactFailure::Condition(_)) => Err(PortError::Conflict),
             Err(TransactFailure::Port(e)) => Err(e),

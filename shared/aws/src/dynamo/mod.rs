@@ -41,6 +41,7 @@ use tracing::instrument;
 mod budget;
 mod commit;
 mod consumed;
+mod follow_ups;
 mod io;
 mod items;
 mod lists;
@@ -330,24 +331,6 @@ impl Store for DynamoStore {
         .await
     }
 
-    async fn readmit(
-        &self,
-        run_id: &str,
-        owner: &str,
-        admission: &baton_core::ports::Admission,
-    ) -> Result<(), PortError> {
-        self.readmit_run(run_id, owner, admission).await
-    }
-
-    async fn give_back_slot(
-        &self,
-        run_id: &str,
-        owner: &str,
-        version: u64,
-    ) -> Result<(), PortError> {
-        self.give_back(run_id, owner, version).await
-    }
-
     async fn spent_on(&self, owner: &str, day: chrono::NaiveDate) -> Result<f64, PortError> {
         self.spent_that_day(owner, day).await
     }
@@ -389,38 +372,15 @@ impl Store for DynamoStore {
         }
     }
 
-    /// The run item's `fq`: a string set of the follow-ups admitted and not yet taken up,
-    /// added to only while it holds fewer than `cap` (or holds this one already).
     async fn admit_follow_up(
         &self,
         run_id: &str,
         message_id: &str,
         cap: usize,
+        at: DateTime<Utc>,
+        stale: DateTime<Utc>,
     ) -> Result<bool, PortError> {
-        Meter::count(&self.meter.dynamodb);
-        self.meter
-            .write_units
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let admitted = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("PK", s(run_pk(run_id)))
-            .key("SK", s("META"))
-            .update_expression("ADD fq :one")
-            .condition_expression(
-                "attribute_exists(PK) AND (attribute_not_exists(fq) OR size(fq) < :cap OR contains(fq, :m))",
-            )
-            .expression_attribute_values(":one", AttributeValue::Ss(vec![message_id.to_owned()]))
-            .expression_attribute_values(":m", s(message_id))
-            .expression_attribute_values(":cap", n(cap as i64))
-            .send()
-            .await;
-        match admitted {
-            Ok(_) => Ok(true),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(false),
-            Err(e) => Err(map_sdk_err("UpdateItem", e)),
-        }
+        self.admit(run_id, message_id, cap, at, stale).await
     }
 
     async fn release_follow_ups(
@@ -428,30 +388,12 @@ impl Store for DynamoStore {
         run_id: &str,
         message_ids: &[String],
     ) -> Result<(), PortError> {
-        if message_ids.is_empty() {
-            return Ok(());
-        }
-        Meter::count(&self.meter.dynamodb);
-        self.meter
-            .write_units
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let released = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("PK", s(run_pk(run_id)))
-            .key("SK", s("META"))
-            .update_expression("DELETE fq :ids")
-            .condition_expression("attribute_exists(fq)")
-            .expression_attribute_values(":ids", AttributeValue::Ss(message_ids.to_vec()))
-            .send()
-            .await;
-        match released {
-            // None wait (or the run is gone): nothing to free.
-            Ok(_) => Ok(()),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
-            Err(e) => Err(map_sdk_err("UpdateItem", e)),
-        }
+        self.places(run_id, message_ids, None).await
+    }
+
+    async fn hold_follow_ups(&self, run_id: &str, message_ids: &[String]) -> Result<(), PortError> {
+        self.places(run_id, message_ids, Some(AttributeValue::Null(true)))
+            .await
     }
 
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {

@@ -61,66 +61,6 @@ impl DynamoStore {
         PortError::QuotaExceeded { limit, current }
     }
 
-    pub(super) async fn readmit_run(
-        &self,
-        run_id: &str,
-        owner: &str,
-        admission: &baton_core::ports::Admission,
-    ) -> Result<(), PortError> {
-        let mut items = Vec::new();
-        if admission.active_runs.is_some() {
-            let mark = aws_sdk_dynamodb::types::Update::builder()
-                .table_name(&self.table)
-                .key("PK", s(run_pk(run_id)))
-                .key("SK", s("META"))
-                .update_expression("SET slot = :one")
-                .condition_expression("attribute_exists(PK) AND attribute_not_exists(slot)")
-                .expression_attribute_values(":one", n(1))
-                .build()
-                .map_err(|e| PortError::broken("build update", e))?;
-            items.push(TransactWriteItem::builder().update(mark).build());
-        }
-        let marked = !items.is_empty();
-        items.extend(self.admission_items(owner, admission)?);
-        if items.is_empty() {
-            return Ok(());
-        }
-        match self.transact(items, None).await {
-            Ok(()) => Ok(()),
-            // The run holds a slot already: admitted (or it is gone: its follow-up finds
-            // that out).
-            Err(TransactFailure::Condition(failed)) if marked && failed.contains(&0) => Ok(()),
-            Err(TransactFailure::Condition(_)) => Err(self.refusal(owner, admission).await),
-            Err(TransactFailure::Port(e)) => Err(e),
-        }
-    }
-
-    pub(super) async fn give_back(
-        &self,
-        run_id: &str,
-        owner: &str,
-        version: u64,
-    ) -> Result<(), PortError> {
-        let unmark = aws_sdk_dynamodb::types::Update::builder()
-            .table_name(&self.table)
-            .key("PK", s(run_pk(run_id)))
-            .key("SK", s("META"))
-            .update_expression("REMOVE slot")
-            .condition_expression("attribute_exists(slot) AND v = :v")
-            .expression_attribute_values(":v", n(version))
-            .build()
-            .map_err(|e| PortError::broken("build update", e))?;
-        let items = vec![
-            TransactWriteItem::builder().update(unmark).build(),
-            self.slot_count(owner, -1, None)?,
-        ];
-        match self.transact(items, None).await {
-            // No slot, or the run moved on (a turn started, and holds it): nothing to do.
-            Ok(()) | Err(TransactFailure::Condition(_)) => Ok(()),
-            Err(TransactFailure::Port(e)) => Err(e),
-        }
-    }
-
     pub(super) async fn spent_that_day(
         &self,
         owner: &str,

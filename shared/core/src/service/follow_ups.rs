@@ -6,6 +6,11 @@ use crate::message::{Input, StepMessage};
 use crate::run::{MAX_RUN_CONTEXT_BYTES, Run};
 use crate::timeline::TurnOptions;
 
+/// How long after its admission a follow-up that its run does not hold gives back its
+/// place under the cap: its request died before sending it (the send comes within the
+/// request, and its run takes it up within seconds of it).
+pub const UNSENT_AFTER: chrono::Duration = chrono::Duration::minutes(15);
+
 impl Service {
     /// Queues a follow-up user turn. On a finished run it starts the next turn; while a
     /// turn is under way, or when another follow-up has claimed the finished run's next
@@ -43,10 +48,11 @@ impl Service {
         // number of concurrent posts race for (a read of `run.queued` could not: only the
         // run's writer updates it, after the messages have been taken).
         let cap = crate::run::MAX_QUEUED;
+        let now = self.deps.clock.now();
         if !self
             .deps
             .store
-            .admit_follow_up(run_id, &message_id, cap)
+            .admit_follow_up(run_id, &message_id, cap, now, now - UNSENT_AFTER)
             .await?
         {
             return Err(ServiceError::Conflict {
@@ -56,6 +62,9 @@ impl Service {
                 ),
             });
         }
+        // Should the process die from here to the send, the place is given back by the rule
+        // above: a follow-up the run does not hold, admitted `UNSENT_AFTER` ago.
+        crate::failpoint::hit("message.after_admit")?;
         if message.watch {
             self.expect_watcher(run_id).await?;
         }
@@ -63,24 +72,49 @@ impl Service {
             .claim_and_send(&run, message_id.clone(), text, options)
             .await;
         if sent.is_err() {
-            // Not sent: its place is free again, and so is a slot taken for its turn if the
-            // run has not moved since (best effort; the error is what counts).
+            // Not sent: its place is free again (best effort; the error is what counts).
             let _ = self
                 .deps
                 .store
                 .release_follow_ups(run_id, &[message_id])
                 .await;
-            if run.status.is_terminal() && self.quotas.active_runs.is_some() {
-                let _ = self
-                    .deps
-                    .store
-                    .give_back_slot(run_id, &run.owner, run.version)
-                    .await;
-            }
         }
         let queued = sent?;
         crate::failpoint::hit("message.after_queue")?;
         Ok((run, queued))
+    }
+
+    /// Whether `a` admits a run of `owner` as its figures read now: the day's spending under
+    /// its allowance, a free active-run slot; refused as [`Store::create_run`] refuses.
+    ///
+    /// [`Store::create_run`]: crate::ports::Store::create_run
+    async fn admissible_now(
+        &self,
+        owner: &str,
+        a: &crate::ports::Admission,
+    ) -> Result<(), ServiceError> {
+        let store = &self.deps.store;
+        if let Some(cost) = &a.daily_cost {
+            let spent_usd = store.spent_on(owner, cost.day).await?;
+            if spent_usd >= cost.limit_usd {
+                return Err(crate::error::PortError::DailyCostExceeded {
+                    limit_usd: cost.limit_usd,
+                    spent_usd,
+                }
+                .into());
+            }
+        }
+        if let Some(limit) = a.active_runs {
+            let current = store.active_runs(owner).await?;
+            if current >= u64::from(limit) {
+                return Err(crate::error::PortError::QuotaExceeded {
+                    limit: limit.into(),
+                    current,
+                }
+                .into());
+            }
+        }
+        Ok(())
     }
 
     /// Sends an admitted follow-up to its run: whether it waits (see `post_message`).
@@ -99,12 +133,12 @@ impl Service {
             && run.parent.is_none()
             && let Some(admission) = self.admission()
         {
-            // Its next turn makes it active again: it is admitted by its owner's quotas
-            // first (takes a slot, unless it holds one), or the follow-up is refused.
-            self.deps
-                .store
-                .readmit(run_id, &run.owner, &admission)
-                .await?;
+            // Its next turn makes it active again: refused now if its owner's quotas would
+            // refuse a run as they read now. What holds is the commit that starts the turn,
+            // which takes the active-run slot only while one is free (and refuses the
+            // follow-up in the timeline otherwise): nothing is taken before the send, so
+            // nothing is left held should the request die before it.
+            self.admissible_now(&run.owner, &admission).await?;
         }
         // A run waiting on drafted plans alone takes a follow-up at once, as the
         // answer to them (`baton-engine`'s `engine/plan/held.rs`).
@@ -116,11 +150,13 @@ impl Service {
         let queued = if run.status.is_terminal() {
             let now = self.deps.clock.now();
             let stale = now - chrono::Duration::minutes(15);
-            !self
+            let claimed = self
                 .deps
                 .store
                 .claim_turn(run_id, &message_id, now, stale)
-                .await?
+                .await?;
+            crate::failpoint::pass("message.after_claim").await?;
+            !claimed
         } else {
             !answers_drafts
         };

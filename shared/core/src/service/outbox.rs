@@ -70,6 +70,12 @@ impl Service {
                         .release_follow_ups(run_id, message_ids)
                         .await?;
                 }
+                Effect::HoldFollowUps {
+                    run_id,
+                    message_ids,
+                } => {
+                    self.deps.store.hold_follow_ups(run_id, message_ids).await?;
+                }
                 Effect::CancelCta { cta_id } => {
                     let now = self.deps.clock.now();
                     self.deps

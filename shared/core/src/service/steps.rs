@@ -118,7 +118,12 @@ impl Service {
                 plugin_states: Default::default(),
             };
             // The step's book (the MCP servers' listings) is taken once, by its first pass.
-            let io = io.get_or_insert_with(|| Box::new(engine::Io::new(world.book.clone())));
+            let io = io.get_or_insert_with(|| {
+                Box::new(engine::Io {
+                    slot_limited: self.quotas.active_runs.is_some(),
+                    ..engine::Io::new(world.book.clone())
+                })
+            });
             let now = self.deps.clock.now();
             let timeline = &window.entries;
             let decision = engine::decide(now, &run, timeline, &msg.input, &world, io)
@@ -150,6 +155,13 @@ impl Service {
                     transition.take_slot = false;
                     transition.run.active_slot = false;
                 }
+            }
+            // A follow-up that starts an ended run's next turn takes its active-run slot in
+            // this commit, while one is free (refused otherwise: decided again below).
+            if transition.take_slot
+                && matches!(msg.input, Input::UserMessage { reply_to: None, .. })
+            {
+                transition.slot_limit = self.quotas.active_runs;
             }
             // With no daily allowance to hold, the owner's spending of the day is not kept
             // (one item per owner, which every think of theirs would write).
@@ -247,7 +259,17 @@ impl Service {
                         window,
                     }));
                 }
+                Err(PortError::QuotaExceeded { limit, current })
+                    if transition.slot_limit.is_some() && io.turn_refused.is_none() =>
+                {
+                    // No slot for the follow-up's turn: decided again, refusing it.
+                    debug!(run_id = %run.run_id, limit, current, "no active-run slot for a follow-up's turn");
+                    io.turn_refused = Some(format!(
+                        "its owner already has {current} active runs, the most allowed ({limit}); post it again once one has ended"
+                    ));
+                }
                 Err(PortError::Conflict) => {
+                    io.turn_refused = None;
                     debug!(run_id = %run.run_id, "version moved; re-hydrating");
                     conflicts += 1;
                     if conflicts >= 3 {
@@ -284,17 +306,6 @@ impl Service {
             self.deps
                 .store
                 .release_follow_ups(&run.run_id, std::slice::from_ref(message_id))
-                .await?;
-        }
-        // A follow-up that finds an ended run and starts nothing (a retry of one applied
-        // before) gives back the slot taken for its turn.
-        if matches!(msg.input, Input::UserMessage { .. })
-            && run.status.is_terminal()
-            && run.active_slot
-        {
-            self.deps
-                .store
-                .give_back_slot(&run.run_id, &run.owner, run.version)
                 .await?;
         }
         self.cache_put(&run.run_id, run.version, window);

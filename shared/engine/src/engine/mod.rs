@@ -141,6 +141,15 @@ pub struct Io {
     /// The owner's spending of the day against its daily allowance, read before the run
     /// thinks (`None` until then; `Some(None)`: no allowance is set).
     pub day_spend: Option<Option<DaySpend>>,
+    /// The host refused the turn a follow-up would start on this ended run (its commit
+    /// found the owner's active-run slots all taken), and why: the follow-up is refused,
+    /// and the timeline says so.
+    pub turn_refused: Option<String>,
+    /// The host limits how many active runs an owner holds: a follow-up that starts an
+    /// ended top-level run's next turn is committed first (the commit takes the run's
+    /// active-run slot, or is refused before anything is paid for), and its turn thinks in
+    /// a step of its own.
+    pub slot_limited: bool,
 }
 
 /// An owner's spending of the UTC day, and what its daily allowance is
@@ -255,7 +264,7 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
         && !w.left_to_continue(input)
         && let Some(need) = w.run_due(io)
     {
-        return slots(run, input, w.step_for(need));
+        return slots(run, w.step_for(need));
     }
     let next = match input {
         Input::Start => start::start(&mut w),
@@ -265,7 +274,17 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
             message_id,
             reply_to,
             options,
-        } => user_message::apply(&mut w, text, message_id, reply_to.as_ref(), options),
+        } => user_message::apply(
+            &mut w,
+            text,
+            message_id,
+            reply_to.as_ref(),
+            options,
+            user_message::Slot {
+                limited: io.slot_limited,
+                refused: io.turn_refused.as_deref(),
+            },
+        ),
         Input::CtaAnswered {
             cta_id,
             response,
@@ -317,7 +336,7 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
     };
     let next = match next {
         Next::RunDue => match w.run_due(io) {
-            Some(need) => return slots(run, input, w.step_for(need)),
+            Some(need) => return slots(run, w.step_for(need)),
             None => w.after_resolution(),
         },
         next => next,
@@ -331,15 +350,14 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
         Next::Commit => w.done(),
         Next::RunDue => unreachable!("no call is due once they have run"),
     };
-    slots(run, input, step)
+    slots(run, step)
 }
 
 /// What a commit does with its run's active-run slot ([`Run::active_slot`]): a run that
-/// ends gives it back, and so does a follow-up that found the run ended and left it so
-/// (the slot was taken for its turn); any other commit of an ended run keeps a slot a
-/// follow-up took for a turn still to come. A top-level run that starts again without one
-/// (a follow-up that waited while it ran) takes one: it counts while it is active.
-fn slots(before: &Run, input: &Input, mut step: Step) -> Step {
+/// ends gives it back (`Work::done`, and an ended run holds none); a top-level run that
+/// starts again without one (a follow-up starts its next turn) takes one, in the commit
+/// that starts the turn: it counts while it is active, and only then.
+fn slots(before: &Run, mut step: Step) -> Step {
     if let Step::Done(t)
     | Step::Checkpoint {
         transition: t,
@@ -348,11 +366,6 @@ fn slots(before: &Run, input: &Input, mut step: Step) -> Step {
     {
         let was_active = !before.status.is_terminal();
         let is_active = !t.run.status.is_terminal();
-        let follow_up = matches!(input, Input::UserMessage { .. });
-        if t.release_slot && !was_active && !follow_up {
-            t.release_slot = false;
-            t.run.active_slot = true;
-        }
         t.take_slot = !was_active && is_active && !before.active_slot && t.run.parent.is_none();
         if t.take_slot {
             t.run.active_slot = true;

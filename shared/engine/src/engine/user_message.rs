@@ -12,6 +12,7 @@ pub(super) fn apply(
     message_id: &str,
     reply_to: Option<&ParentLink>,
     options: &TurnOptions,
+    slot: Slot,
 ) -> Next {
     let seen = w.timeline.iter().rev().any(|e| match &e.body {
         EntryBody::User {
@@ -64,6 +65,11 @@ pub(super) fn apply(
                 options: options.clone(),
             });
             w.run.queued.push(seq);
+            // Its place holds while it waits here, however long the turn takes.
+            w.effects.push(crate::message::Effect::HoldFollowUps {
+                run_id: w.run.run_id.clone(),
+                message_ids: vec![message_id.to_owned()],
+            });
             return Next::Commit;
         };
         // A parent tried to continue a busy subagent: tell it, change nothing else.
@@ -75,12 +81,36 @@ pub(super) fn apply(
         );
         return Next::Commit;
     }
+    if let (None, Some(why)) = (reply_to, slot.refused) {
+        // Its turn would have made the run active again, and the commit that started it
+        // found no active-run slot for its owner: the run stays as it ended.
+        w.push(EntryBody::Notice {
+            code: "follow_up_refused".into(),
+            message: format!("a follow-up was refused: {why}"),
+        });
+        w.release_follow_ups(vec![message_id.to_owned()]);
+        return Next::Commit;
+    }
     match reply_to {
         Some(link) => w.run.parent = Some(link.clone()),
         None => w.release_follow_ups(vec![message_id.to_owned()]),
     }
     w.begin_turn(text, message_id, options.clone());
+    if slot.limited && reply_to.is_none() && w.run.parent.is_none() {
+        // The commit that starts the turn takes the run's active-run slot, or is refused
+        // (and this decided again, `slot.refused`): before the model is paid for.
+        w.send_continue();
+        return Next::Commit;
+    }
     Next::Think
+}
+
+/// What the host says of the active-run slot a follow-up's turn takes.
+pub(super) struct Slot<'a> {
+    /// Owners' active runs are limited: the turn's slot is taken in a commit of its own.
+    pub(super) limited: bool,
+    /// The commit that would have taken it was refused, and why.
+    pub(super) refused: Option<&'a str>,
 }
 
 impl Work<'_> {

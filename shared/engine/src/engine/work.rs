@@ -465,6 +465,7 @@ impl<'a> Work<'a> {
             effects: self.effects,
             release_slot,
             take_slot: false,
+            slot_limit: None,
             spent_usd,
             daily_spend: false,
             budget_raise: self.raise,

@@ -57,6 +57,7 @@ impl LocalStore {
         let expected = expected_version as i64;
         let release_slot = t.release_slot;
         let take_slot = t.take_slot;
+        let slot_limit = t.slot_limit;
         let owner = t.run.owner.clone();
         let spent = (t.daily_spend && t.spent_usd > 0.0)
             .then(|| (t.run.updated_at.date_naive().to_string(), t.spent_usd));
@@ -76,6 +77,24 @@ impl LocalStore {
         // Its one expected failure, a version conflict, comes before it changes anything.
         self.db
             .write(true, Undo::CheckFirst, move |c| {
+                if take_slot && let Some(limit) = slot_limit {
+                    // A follow-up's turn takes a slot while one is free: refused before
+                    // anything changes (a version conflict first, as the update says it).
+                    let version: Option<i64> = c
+                        .prepare_cached("SELECT version FROM runs WHERE run_id = ?1")
+                        .and_then(|mut s| s.query_row([&run_id], |r| r.get(0)).optional())
+                        .map_err(sql)?;
+                    if version != Some(expected) {
+                        return Err(PortError::Conflict);
+                    }
+                    let current = super::rows::slots_held(c, &owner)?;
+                    if current >= u64::from(limit) {
+                        return Err(PortError::QuotaExceeded {
+                            limit: limit.into(),
+                            current,
+                        });
+                    }
+                }
                 let key: i64 = c
                     .prepare_cached(
                         "UPDATE runs SET version = ?1, body = ?2, outbox = ?3, failure = NULL,

@@ -144,6 +144,29 @@ pub fn create_private_file(path: &Path) -> std::io::Result<std::fs::File> {
     options.open(path)
 }
 
+impl LocalStore {
+    /// Runs `statement` (`?1` the run, `?2` a message id) for each of `message_ids`.
+    async fn follow_ups(
+        &self,
+        run_id: &str,
+        message_ids: &[String],
+        statement: &'static str,
+    ) -> Result<(), PortError> {
+        if message_ids.is_empty() {
+            return Ok(());
+        }
+        let (run_id, ids) = (run_id.to_owned(), message_ids.to_vec());
+        self.write(false, move |c| {
+            let mut each = c.prepare_cached(statement).map_err(sql)?;
+            for id in &ids {
+                each.execute(params![run_id, id]).map_err(sql)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+}
+
 pub(super) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -357,50 +380,6 @@ impl Store for LocalStore {
         .await
     }
 
-    async fn readmit(
-        &self,
-        run_id: &str,
-        owner: &str,
-        admission: &baton_core::ports::Admission,
-    ) -> Result<(), PortError> {
-        let (run_id, owner, admission) = (run_id.to_owned(), owner.to_owned(), *admission);
-        self.write(true, move |c| {
-            let held: bool = c
-                .query_row(
-                    "SELECT EXISTS (SELECT 1 FROM active_slots WHERE run_id = ?1)",
-                    [&run_id],
-                    |r| r.get(0),
-                )
-                .map_err(sql)?;
-            if held {
-                // Admitted already (a follow-up's claim whose turn has not started).
-                return Ok(());
-            }
-            rows::admit(c, &run_id, &owner, &admission)
-        })
-        .await
-    }
-
-    async fn give_back_slot(
-        &self,
-        run_id: &str,
-        _owner: &str,
-        version: u64,
-    ) -> Result<(), PortError> {
-        let run_id = run_id.to_owned();
-        let version = version as i64;
-        self.write_one(true, move |c| {
-            c.prepare_cached(
-                "DELETE FROM active_slots WHERE run_id = ?1
-                 AND EXISTS (SELECT 1 FROM runs WHERE run_id = ?1 AND version = ?2)",
-            )
-            .and_then(|mut s| s.execute(params![run_id, version]))
-            .map_err(sql)?;
-            Ok(())
-        })
-        .await
-    }
-
     async fn spent_on(&self, owner: &str, day: chrono::NaiveDate) -> Result<f64, PortError> {
         let owner = owner.to_owned();
         self.read(move |c| rows::spent_on(c, &owner, &day.to_string()))
@@ -447,9 +426,19 @@ impl Store for LocalStore {
         run_id: &str,
         message_id: &str,
         cap: usize,
+        at: DateTime<Utc>,
+        stale: DateTime<Utc>,
     ) -> Result<bool, PortError> {
         let (run_id, message_id) = (run_id.to_owned(), message_id.to_owned());
+        let (at, stale) = (at.timestamp_millis(), stale.timestamp_millis());
         self.write(true, move |c| {
+            let stored: bool = c
+                .prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = ?1)")
+                .and_then(|mut s| s.query_row([&run_id], |r| r.get(0)))
+                .map_err(sql)?;
+            if !stored {
+                return Ok(false);
+            }
             let (waiting, this): (i64, i64) = c
                 .query_row(
                     "SELECT COUNT(*), COUNT(*) FILTER (WHERE message_id = ?2)
@@ -462,11 +451,19 @@ impl Store for LocalStore {
                 return Ok(true);
             }
             if waiting >= cap as i64 {
-                return Ok(false);
+                // Full: the places of follow-ups that never reached the run (admitted
+                // before `stale`, not held in its queue) are given back first.
+                let freed = c
+                    .prepare_cached("DELETE FROM follow_ups WHERE run_id = ?1 AND at_ms < ?2")
+                    .and_then(|mut s| s.execute(params![run_id, stale]))
+                    .map_err(sql)?;
+                if waiting - freed as i64 >= cap as i64 {
+                    return Ok(false);
+                }
             }
             c.execute(
-                "INSERT INTO follow_ups (run_id, message_id) VALUES (?1, ?2)",
-                params![run_id, message_id],
+                "INSERT INTO follow_ups (run_id, message_id, at_ms) VALUES (?1, ?2, ?3)",
+                params![run_id, message_id, at],
             )
             .map_err(sql)?;
             Ok(true)
@@ -479,19 +476,21 @@ impl Store for LocalStore {
         run_id: &str,
         message_ids: &[String],
     ) -> Result<(), PortError> {
-        if message_ids.is_empty() {
-            return Ok(());
-        }
-        let (run_id, ids) = (run_id.to_owned(), message_ids.to_vec());
-        self.write(false, move |c| {
-            let mut del = c
-                .prepare_cached("DELETE FROM follow_ups WHERE run_id = ?1 AND message_id = ?2")
-                .map_err(sql)?;
-            for id in &ids {
-                del.execute(params![run_id, id]).map_err(sql)?;
-            }
-            Ok(())
-        })
+        self.follow_ups(
+            run_id,
+            message_ids,
+            "DELETE FROM follow_ups WHERE run_id = ?1 AND message_id = ?2",
+        )
+        .await
+    }
+
+    async fn hold_follow_ups(&self, run_id: &str, message_ids: &[String]) -> Result<(), PortError> {
+        // Held: no admission time, so never given back as one that never reached the run.
+        self.follow_ups(
+            run_id,
+            message_ids,
+            "UPDATE follow_ups SET at_ms = NULL WHERE run_id = ?1 AND message_id = ?2",
+        )
         .await
     }
 

@@ -114,6 +114,9 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), PortError> {
         // them). Filled in from the body when added.
         ("runs", "parent", "TEXT"),
         ("runs", "root", "TEXT"),
+        // When a follow-up was admitted (NULL: its run holds it, as those admitted before
+        // it are taken to be).
+        ("follow_ups", "at_ms", "INTEGER"),
     ] {
         let exists: bool = conn
             .query_row(

@@ -55,7 +55,9 @@ CREATE TABLE IF NOT EXISTS timers (
     run_id TEXT NOT NULL,
     at_ms  INTEGER NOT NULL
 ) WITHOUT ROWID;
--- The follow-ups admitted to a run's waiting ones and not yet taken up (the cap's count).
+-- The follow-ups admitted to a run's waiting ones and not yet taken up (the cap's count):
+-- `at_ms` when each was admitted, NULL once the run holds it in its queue (`at_ms`, which
+-- `migrate` adds to a data directory made before it).
 CREATE TABLE IF NOT EXISTS follow_ups (
     run_id     TEXT NOT NULL,
     message_id TEXT NOT NULL,
