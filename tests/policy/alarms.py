@@ -16,6 +16,48 @@ import sys
 from samtranslator.yaml_helper import yaml_parse
 
 
+def rule_holds(v, params):
+    """A CloudFormation rule's condition or assertion, for these parameters (the functions
+    rules may use that the template does)."""
+    (k, a), = v.items()
+    if k == "Ref":
+        return params[a]
+    if k == "Fn::Equals":
+        x, y = (rule_holds(e, params) if isinstance(e, dict) else e for e in a)
+        return x == y
+    if k == "Fn::Not":
+        return not rule_holds(a[0], params)
+    if k == "Fn::Or":
+        return any(rule_holds(e, params) for e in a)
+    if k == "Fn::And":
+        return all(rule_holds(e, params) for e in a)
+    raise SystemExit(f"{k}: a rule function this check does not know")
+
+
+def refused_without_a_recipient(t):
+    """A deploy whose alarms would reach nobody is refused by a rule (unless its owner says
+    so with AlarmsNotifyNobody); one with an address or a topic is not."""
+    problems = []
+    cases = [
+        ({"AlarmEmail": "", "AlarmTopicArn": "", "AlarmsNotifyNobody": "false"}, False),
+        ({"AlarmEmail": "ops@example.com", "AlarmTopicArn": "", "AlarmsNotifyNobody": "false"}, True),
+        ({"AlarmEmail": "", "AlarmTopicArn": "arn:aws:sns:us-east-1:1:t", "AlarmsNotifyNobody": "false"}, True),
+        ({"AlarmEmail": "", "AlarmTopicArn": "", "AlarmsNotifyNobody": "true"}, True),
+    ]
+    defaults = {k: p.get("Default") for k, p in t["Parameters"].items()}
+    if defaults.get("AlarmsNotifyNobody") != "false":
+        problems.append("AlarmsNotifyNobody: a deploy should be refused by default")
+    for params, deploys in cases:
+        holds = True
+        for name, rule in t.get("Rules", {}).items():
+            if rule_holds(rule.get("RuleCondition", {"Fn::Equals": [1, 1]}), params):
+                for a in rule["Assertions"]:
+                    holds = holds and rule_holds(a["Assert"], params)
+        if holds != deploys:
+            problems.append(f"a deploy with {params} is {'refused' if deploys else 'not refused'}")
+    return problems
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "template.yaml"
     with open(path) as f:
@@ -56,6 +98,7 @@ def main():
     topic = res.get("AlarmEmailTopic", {}).get("Properties", {})
     if topic.get("Subscription") != [{"Protocol": "email", "Endpoint": {"Ref": "AlarmEmail"}}]:
         problems.append("AlarmEmailTopic: no e-mail subscription to AlarmEmail")
+    problems += refused_without_a_recipient(t)
     for p in problems:
         print(f"MISSING {p}")
     print(f"{len(alarms)} alarms: {'all covered' if not problems else f'{len(problems)} problems'}")

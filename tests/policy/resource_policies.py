@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Checks the resource policies in template.yaml by IAM's documented evaluation rules, for
 the requests that matter: who may put `cta.response`, `cta.expired` and `timer.fired`
-events on the bus, alone or mixed with others in one PutEvents; and who may send straight
-into the CTA inbox and the step queues (only the rules, and the functions, and any
-`QueueOperators`).
+events on the bus, and Baton's own notifications (`run.*`, `plan.*`, `cta.request`, ...),
+alone or mixed with others in one PutEvents; and who may send straight
+into the CTA inbox, its dead letters and the step queues (only the rules, and the
+functions, and any `QueueOperators`); and that every bus rule's target has a dead-letter
+queue, alarmed.
 
 An emulator does not enforce resource policies, so this evaluates the policy itself: the
 template's intrinsics are resolved for a sample stack, then each request is decided as IAM
@@ -36,7 +38,8 @@ ARNS = {
        for r in ["CtaResponseRule", "CtaExpiredRule"]},
     "SweepSchedule": f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{STACK}-SweepSchedule-ABC123",
     **{q: f"arn:aws:sqs:{REGION}:{ACCOUNT}:{STACK}-{q}"
-       for q in ["CtaInboxQueue", "StepsQueue", "SubagentStepsQueue", "SweepQueue"]},
+       for q in ["CtaInboxQueue", "StepsQueue", "SubagentStepsQueue", "SweepQueue",
+                 "CtaInboxDeadLetterQueue"]},
 }
 
 
@@ -114,6 +117,8 @@ def matches(statement, request):
                     ok = len(have) == 1 and have[0] in values
                 elif op == "ForAnyValue:StringEquals":
                     ok = any(h in values for h in listify(have))
+                elif op == "ForAnyValue:StringLike":
+                    ok = any(fnmatch.fnmatchcase(h, v) for h in listify(have) for v in values)
                 elif op == "ArnEquals":
                     ok = have in values
                 elif op == "ArnNotEquals":
@@ -156,7 +161,7 @@ def queue_cases(template):
     mallory = f"arn:aws:iam::{ACCOUNT}:user/mallory"
     ops = f"arn:aws:iam::{ACCOUNT}:role/ops-replay"
     inbox, steps, sub = ARNS["CtaInboxQueue"], ARNS["StepsQueue"], ARNS["SubagentStepsQueue"]
-    sweep = ARNS["SweepQueue"]
+    sweep, dead = ARNS["SweepQueue"], ARNS["CtaInboxDeadLetterQueue"]
 
     def user(principal, queue):
         return {"principal": principal, "aws:PrincipalArn": principal,
@@ -191,6 +196,15 @@ def queue_cases(template):
         ([""], "StepQueuesPolicy", user(mallory, sub), "deny"),
         ([""], "StepQueuesPolicy", user(SCHEDULER_ROLE, steps), "deny"),
         ([ops], "StepQueuesPolicy", user(ops, steps), same_account),
+        # The inbox's dead letters are replayed into it: only what a rule could not deliver.
+        ([""], "CtaInboxDeadLetterQueuePolicy", rule("CtaResponseRule", dead), "allow"),
+        ([""], "CtaInboxDeadLetterQueuePolicy", rule("CtaExpiredRule", dead), "allow"),
+        ([""], "CtaInboxDeadLetterQueuePolicy", rule("SweepSchedule", dead), "allow"),
+        ([""], "CtaInboxDeadLetterQueuePolicy", {**rule("CtaResponseRule", dead),
+                                                 "aws:SourceArn": f"arn:aws:events:{REGION}:{ACCOUNT}:rule/other"}, "deny"),
+        ([""], "CtaInboxDeadLetterQueuePolicy", user(mallory, dead), "deny"),
+        ([""], "CtaInboxDeadLetterQueuePolicy", user(ARNS["EventsFunctionRole"], dead), "deny"),
+        ([ops], "CtaInboxDeadLetterQueuePolicy", user(ops, dead), same_account),
     ]
     failed = 0
     for operators, resource, request, want in cases:
@@ -207,6 +221,42 @@ def queue_cases(template):
         print(f"{'ok  ' if ok else 'FAIL'} SendMessage {request['resource'].split(':')[-1]:24} by "
               f"{who.split(':')[-1]:40} (operators {','.join(o.split(':')[-1] for o in operators) or '-'}): {got}")
     return len(cases), failed
+
+
+def rule_targets(template):
+    """Every bus rule's target has a dead-letter queue its rule may send to (by that queue's
+    policy) and an alarm watches: nothing the bus cannot deliver is dropped unseen."""
+    resources = template["Resources"]
+    alarmed = {a["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
+               for a in resources.values()
+               if a["Type"] == "AWS::CloudWatch::Alarm"
+               and a["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"}
+    policies = {r["Properties"]["Queues"][0]["Ref"]: name for name, r in resources.items()
+                if r["Type"] == "AWS::SQS::QueuePolicy"}
+    n = failed = 0
+    for name, r in resources.items():
+        if r["Type"] != "AWS::Events::Rule":
+            continue
+        for target in r["Properties"]["Targets"]:
+            n += 1
+            dlq = target.get("DeadLetterConfig", {}).get("Arn", {}).get("Fn::GetAtt", [None])[0]
+            problems = []
+            if dlq is None:
+                problems.append("no dead-letter queue")
+            else:
+                if dlq not in alarmed:
+                    problems.append(f"no alarm on {dlq}")
+                request = {"service": "events.amazonaws.com", "aws:SourceArn": ARNS[name],
+                           "action": "sqs:SendMessage", "resource": ARNS[dlq]}
+                statements = resolved(template, policies.get(dlq, ""), {})
+                if decide(statements, request) != "allow":
+                    problems.append(f"{dlq}'s policy does not let the rule send")
+            if not target.get("RetryPolicy"):
+                problems.append("no retry policy")
+            failed += bool(problems)
+            print(f"{'FAIL' if problems else 'ok  '} {name} -> {target['Id']}: "
+                  f"{'; '.join(problems) or 'dead letters to ' + dlq + ', alarmed'}")
+    return n, failed
 
 
 def main():
@@ -228,7 +278,7 @@ def main():
         ([""], SCHEDULER_ROLE, "cta.expired", "allow"),    # the real one
         ([""], someone, "timer.fired", "deny"),            # a forged plan step timeout
         ([""], SCHEDULER_ROLE, "timer.fired", "allow"),    # the real one
-        ([""], someone, "run.state", "allow"),             # other events: the account's
+        ([""], someone, "my.event", "allow"),              # other events: the account's
         ([app], app, "cta.response", "allow"),             # a listed responder
         ([app], someone, "cta.response", "deny"),          # anyone else
         ([app], SCHEDULER_ROLE, "cta.response", "deny"),   # the scheduler only expires
@@ -238,8 +288,20 @@ def main():
         ([""], someone, ["run.state", "cta.response"], "deny"),
         ([""], someone, ["run.state", "cta.expired"], "deny"),
         ([""], someone, ["timer.fired", "run.state"], "deny"),
-        ([app], app, ["run.state", "cta.response"], "allow"),
-        ([""], someone, ["run.state", "run.completed"], "allow"),
+        ([app], app, ["my.event", "cta.response"], "allow"),
+        # Baton's own notifications: only the functions that step runs put them.
+        ([""], someone, "run.completed", "deny"),
+        ([""], app, "cta.request", "deny"),
+        ([""], app, "plan.step.completed", "deny"),
+        ([""], someone, ["my.event", "run.state"], "deny"),
+        ([app], app, "cta.defaulted", "deny"),
+        ([""], ARNS["OrchestratorFunctionRole"], "run.completed", "allow"),
+        ([""], ARNS["SubagentFunctionRole"], ["run.state", "cta.request"], "allow"),
+        ([""], ARNS["EventsFunctionRole"], "cta.rejected", "allow"),
+        ([""], ARNS["ApiFunctionRole"], "run.state", "deny"),
+        ([""], ARNS["OrchestratorFunctionRole"], "cta.response", "deny"),
+        # Anything else is the account's.
+        ([""], app, "my.event", "allow"),
     ]
     failed = 0
     for responders, principal, detail_type, want in cases:
@@ -251,7 +313,9 @@ def main():
               f"(responders {','.join(r.split(':')[-1] for r in responders) or '-'}): {got}")
     n, queue_failed = queue_cases(template)
     failed += queue_failed
-    total = len(cases) + n
+    n_rules, rules_failed = rule_targets(template)
+    failed += rules_failed
+    total = len(cases) + n + n_rules
     print(f"{total - failed} passed, {failed} failed")
     return 1 if failed else 0
 
