@@ -578,6 +578,30 @@ async fn store_contract(store: Arc<dyn Store>) {
         .hold_follow_ups("run_missing", &["msg_1".into()])
         .await
         .unwrap();
+    // The first places of a run, taken at once: each admitted (the map the first makes).
+    let (fu2, first) = new_run("run_fu2", "alice");
+    store
+        .create_run(&fu2, &first, &[], None, None)
+        .await
+        .unwrap();
+    let mut posts = tokio::task::JoinSet::new();
+    for i in 0..5 {
+        let store = store.clone();
+        posts.spawn(async move {
+            let id = format!("msg_at_once_{i}");
+            store
+                .admit_follow_up("run_fu2", &id, 5, t0, t0 - quarter)
+                .await
+        });
+    }
+    let at_once = posts.join_all().await;
+    assert!(at_once.iter().all(|r| matches!(r, Ok(true))), "{at_once:?}");
+    assert!(
+        !store
+            .admit_follow_up("run_fu2", "msg_sixth", 5, t0, t0 - quarter)
+            .await
+            .unwrap()
+    );
 
     // An answer's resolution stays outstanding until cleared; a cancel has none.
     let before = Utc::now() + chrono::Duration::seconds(5);

@@ -62,6 +62,11 @@ impl DynamoStore {
                 .await?;
                 continue;
             };
+            if places.len() < cap || places.contains_key(message_id) {
+                // Not refused as read: the map changed in between (its first entry made by
+                // a concurrent post, a place released). Tried again.
+                continue;
+            }
             let stale_ms = stale.timestamp_millis();
             let unsent: Vec<(&String, &AttributeValue)> = places
                 .iter()
