@@ -80,6 +80,7 @@ pub async fn dev(
         catalog,
         clock: Arc::new(SystemClock),
         duplicate: false,
+        functions: None,
         function_timeout: config
             .dev_function_timeout_s
             .map(|s| std::time::Duration::from_secs(s.into())),

@@ -66,6 +66,7 @@ pub async fn run(opts: LoadAws, config: &crate::Settings) -> anyhow::Result<Stri
         catalog,
         clock: Arc::new(SystemClock),
         duplicate: false,
+        functions: None,
         function_timeout: None,
         steps_at_once: config.steps_at_once.map(|n| n as usize),
         live: None,

@@ -98,6 +98,7 @@ async fn main() {
         catalog,
         clock: Arc::new(SystemClock),
         duplicate: false,
+        functions: None,
         function_timeout: None,
         steps_at_once: None,
         live: None,

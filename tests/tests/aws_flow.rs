@@ -1171,6 +1171,7 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
         catalog,
         clock: Arc::new(SystemClock),
         duplicate: false,
+        functions: None,
         function_timeout: Some(timeout),
         // Two at once, the fewest a function steps (a 128 MB one's, or BATON_STEPS_AT_ONCE):
         // ten runs take five rounds of a model call each.
@@ -1386,4 +1387,70 @@ async fn a_dropped_expiry_and_one_performed_late_still_expire_their_questions() 
     let run = api.status(&late_run, "expired").await;
     assert_eq!(run["error"]["code"], "cta_expired");
     env.host.stop().await;
+}
+
+/// Lambda stops a chain of invocations through SQS past about 16 hops, unless the function
+/// may loop (`RecursiveLoop: Allow`), and a run's steps are such a chain: each sends its
+/// run's next message to the queue that invoked it. The stand-in counts the hops as Lambda
+/// does (`baton_dev::loops`): a run of 40 tool steps completes with the functions as the
+/// template deploys them, and stops partway, not completed, when they may not loop.
+#[tokio::test]
+async fn a_forty_step_run_goes_on_only_where_its_functions_may_loop() {
+    let aws = Arc::new(Emulator::start().await);
+    let mut replies: Vec<Value> = (0..39)
+        .map(|i| json!({"tool_calls": [{"name": "echo", "arguments": {"text": format!("step {i}")}}]}))
+        .collect();
+    replies.push(json!({"text": "forty"}));
+    let script = json!({"ops": replies}).to_string();
+    let agents = json!({"agents": {"ops": {"tools": ["echo"], "maxIterations": 60, "maxToolCallsPerTurn": 60}}});
+    let terminate =
+        baton_dev::functions::TEMPLATE.replace("RecursiveLoop: Allow", "RecursiveLoop: Terminate");
+    assert_ne!(terminate, baton_dev::functions::TEMPLATE);
+    for (prefix, template, allowed) in [
+        ("loops", baton_dev::functions::TEMPLATE.to_owned(), true),
+        ("noloops", terminate, false),
+    ] {
+        let mut options = aws
+            .dev_options(
+                aws.names(prefix),
+                scripted(&script),
+                catalog(Some(agents.clone())),
+                0,
+            )
+            .await;
+        options.functions = Some(baton_dev::functions::Functions::parse(&template).unwrap());
+        let server = aws.dev_host_from(options).await;
+        let mut api = common::aws::Api::new(server.url());
+        api.patience = Duration::from_secs(240);
+        let run = api
+            .post_ok("/runs", json!({"prompt": "go", "agent": "ops"}))
+            .await["runId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let path = format!("/runs/{run}");
+        if allowed {
+            let done = api.status(&run, "completed").await;
+            assert_eq!(done["result"], "forty");
+            assert_eq!(server.loops_stopped(), 0);
+        } else {
+            api.wait("Lambda to stop the loop", async |_: &common::aws::Api| {
+                (server.loops_stopped() > 0).then_some(())
+            })
+            .await;
+            let stopped = api.get_ok(&path).await;
+            assert_ne!(stopped["status"], "completed", "{stopped}");
+            let tools = stopped["timeline"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["type"] == "tool")
+                .count();
+            assert!(
+                (1..39).contains(&tools),
+                "{tools} tool steps before the stop"
+            );
+        }
+        server.shutdown().await;
+    }
 }

@@ -667,6 +667,7 @@ async fn baton_dev_aws_makes_one_time_links_when_given_a_key() {
         catalog: catalog(None),
         clock: Arc::new(SystemClock),
         duplicate: false,
+        functions: None,
         function_timeout: None,
         steps_at_once: None,
         live: None,

@@ -267,6 +267,7 @@ async fn every_releases_dynamodb_data_is_read_and_its_waiting_runs_finish_and_a_
             catalog: f.catalog.clone(),
             clock: Arc::new(SystemClock),
             duplicate: false,
+            functions: None,
             function_timeout: None,
             steps_at_once: None,
             live: None,

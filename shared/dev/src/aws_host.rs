@@ -35,6 +35,9 @@ pub struct AwsDevOptions {
     pub clock: Arc<dyn Clock>,
     /// Deliver every message twice (to prove duplicates change nothing).
     pub duplicate: bool,
+    /// The functions as a stack's template gives them (their timeouts, memory, mappings and
+    /// whether they may loop); `None`: as this build's `template.yaml` deploys them.
+    pub functions: Option<crate::functions::Functions>,
     /// Every function's timeout shortened to at most this (`BATON_DEV_FUNCTION_TIMEOUT_S`);
     /// `None`: each function's own, from `template.yaml`.
     pub function_timeout: Option<std::time::Duration>,
@@ -170,15 +173,19 @@ impl AwsDevServer {
         // included); its AWS calls carry its name in their user agent (`app/ApiFunction`;
         // on Lambda, the function's name): a proxy in front of the emulator can tell which
         // function called what (the tests check that against the function's IAM policy).
+        // What each function sends, counted along its chain of invocations (Lambda's
+        // recursive loop detection: `loops.rs`).
+        let lineage = crate::loops::Lineage::default();
         let function = |name: &str, live: Option<Arc<dyn baton_core::live::Live>>| {
             let sdk = as_function(&opts.sdk, name);
-            let deps = baton_aws::aws_deps(
+            let mut deps = baton_aws::aws_deps(
                 &provisioned.config,
                 &sdk,
                 opts.llm.clone(),
                 opts.clock.clone(),
                 meter.clone(),
             );
+            deps.queue = lineage.counting(deps.queue);
             let mut service = Service::builder(deps, opts.catalog.clone())
                 .quotas(opts.quotas)
                 .links(links.clone())
@@ -200,7 +207,10 @@ impl AwsDevServer {
         let subagent = function(step_functions[1], step_live.next());
         let events = function("EventsFunction", None);
         // Each function as the template deploys it (its timeout, memory and mappings).
-        let mut functions = crate::functions::Functions::deployed()?;
+        let mut functions = match opts.functions.clone() {
+            Some(f) => f,
+            None => crate::functions::Functions::deployed()?,
+        };
         if let Some(t) = opts.function_timeout {
             functions = functions.timeouts_at_most(t);
         }
@@ -248,6 +258,7 @@ impl AwsDevServer {
             queues.push((source, by.clone()));
         }
         let sources = EventSources::each(queues)
+            .counting_hops(lineage)
             .duplicating(opts.duplicate)
             .stepping_at_once(opts.steps_at_once);
         let pump = sources.clone();
@@ -304,6 +315,11 @@ impl AwsDevServer {
     /// How many invocations were ended at their function's timeout so far.
     pub fn invocations_ended(&self) -> u64 {
         self.sources.invocations_ended()
+    }
+
+    /// How many invocations Lambda's recursive loop detection would have stopped so far.
+    pub fn loops_stopped(&self) -> u64 {
+        self.sources.loops_stopped()
     }
 
     /// What the functions' invocations so far would be billed on Lambda, with their

@@ -11,7 +11,9 @@
 //! runs at once as its memory holds; and one still running at its function's timeout is
 //! ended there, as Lambda ends it: its future is dropped mid-step, nothing of its batch is
 //! deleted or released, and the whole batch comes back after the queue's visibility
-//! timeout, each record's receive count raised.
+//! timeout, each record's receive count raised. And as Lambda's recursive loop detection
+//! does, a function that may not loop is not invoked with a record past about 16 hops of
+//! a chain of invocations through SQS ([`crate::loops`]): the record stays in its queue.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,6 +68,10 @@ pub struct EventSources {
     queues: Vec<(EventSource, Consumer, Arc<Semaphore>)>,
     /// Invocations ended at their function's timeout, so far.
     ended: Arc<AtomicU64>,
+    /// Each message's hops along its chain of invocations, as the functions sent them.
+    lineage: crate::loops::Lineage,
+    /// Invocations Lambda's recursive loop detection would have stopped, so far.
+    loops_stopped: Arc<AtomicU64>,
     /// What Lambda would bill, and the mappings' own SQS requests.
     billing: Arc<Billing>,
     /// The ARNs of the queues that feed [`Feeds::DeadLetters`].
@@ -146,6 +152,8 @@ impl EventSources {
         Self {
             queues,
             ended: Arc::default(),
+            lineage: Default::default(),
+            loops_stopped: Arc::default(),
             billing: Arc::default(),
             dead_letters,
             duplicate: false,
@@ -157,6 +165,18 @@ impl EventSources {
     /// How many invocations were ended at their function's timeout so far.
     pub fn invocations_ended(&self) -> u64 {
         self.ended.load(Ordering::SeqCst)
+    }
+
+    /// The functions' messages counted along their chains by `lineage` (the one their
+    /// queue clients count with: [`crate::loops::Lineage::counting`]).
+    pub fn counting_hops(mut self, lineage: crate::loops::Lineage) -> Self {
+        self.lineage = lineage;
+        self
+    }
+
+    /// How many invocations Lambda's recursive loop detection would have stopped so far.
+    pub fn loops_stopped(&self) -> u64 {
+        self.loops_stopped.load(Ordering::SeqCst)
     }
 
     /// What the invocations so far would be billed.
@@ -178,6 +198,8 @@ impl EventSources {
                 out.push(Self {
                     queues: vec![q.clone()],
                     ended: self.ended.clone(),
+                    lineage: self.lineage.clone(),
+                    loops_stopped: self.loops_stopped.clone(),
                     billing: self.billing.clone(),
                     dead_letters: self.dead_letters.clone(),
                     duplicate: self.duplicate,
@@ -304,13 +326,32 @@ impl EventSources {
             .collect();
         let event: SqsEvent = serde_json::from_value(json!({"Records": records}))
             .map_err(|e| PortError::broken("build SqsEvent", e))?;
+        // How far along its chain of invocations this one is: its furthest record's.
+        let hops = messages
+            .iter()
+            .map(|m| self.lineage.of(m.body().unwrap_or_default()))
+            .max()
+            .unwrap_or(0);
+        if hops > crate::loops::MAX_HOPS && !q.function.loops_allowed {
+            // Lambda stops the loop: the function is not invoked, and its batch comes
+            // back after the queue's visibility timeout (to be stopped again).
+            self.loops_stopped.fetch_add(1, Ordering::SeqCst);
+            warn!(
+                function = %q.function.name,
+                hops,
+                records = messages.len(),
+                "recursive loop detected: Lambda stops invoking a function whose RecursiveLoop is not Allow"
+            );
+            return Ok(());
+        }
         let invocations = if self.duplicate { 2 } else { 1 };
         let mut resp = SqsBatchResponse::default();
         let mut later = Vec::new();
         for _ in 0..invocations {
             let f = &q.function;
             let ends = Instant::now() + f.timeout;
-            let call = self.call(service, q, event.clone(), ends);
+            let call =
+                crate::loops::Lineage::invoked(hops, self.call(service, q, event.clone(), ends));
             let started = Instant::now();
             let outcome = tokio::time::timeout_at(ends.into(), call).await;
             let ms =

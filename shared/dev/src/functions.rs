@@ -28,6 +28,9 @@ pub struct Function {
     pub batch_size: u32,
     /// The mapping's `ScalingConfig.MaximumConcurrency`: the most invocations of it at once.
     pub max_concurrency: usize,
+    /// `RecursiveLoop: Allow`: Lambda goes on invoking it however long its chain of
+    /// invocations through SQS ([`crate::loops`]); otherwise it stops past about 16 hops.
+    pub loops_allowed: bool,
 }
 
 /// Lambda's defaults where the template says nothing.
@@ -117,6 +120,10 @@ impl Functions {
             };
             let timeout = own_or_global("Timeout")?.unwrap_or(DEFAULT_TIMEOUT_S);
             let memory_mb = own_or_global("MemorySize")?.unwrap_or(DEFAULT_MEMORY_MB);
+            let loops_allowed = props["RecursiveLoop"]
+                .as_str()
+                .or(globals["RecursiveLoop"].as_str())
+                == Some("Allow");
             let Some(events) = props["Events"].as_hash() else {
                 continue;
             };
@@ -145,6 +152,7 @@ impl Functions {
                         max_concurrency: concurrency
                             .and_then(|c| usize::try_from(c).ok())
                             .unwrap_or(UNBOUNDED),
+                        loops_allowed,
                     },
                 );
             }
@@ -193,6 +201,10 @@ mod tests {
         // From Globals, since the function names none.
         assert_eq!(steps.memory_mb, 256);
         assert_eq!(steps.batch_size, 10);
+        assert!(
+            steps.loops_allowed,
+            "a run's steps are a loop through its queue"
+        );
         // `!Ref StepsMaxConcurrency`, at its default.
         assert_eq!(steps.max_concurrency, 50);
         let dead = f.fed_by("StepsDeadLetterQueue").unwrap();

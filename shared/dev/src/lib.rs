@@ -12,6 +12,7 @@ pub mod aws_host;
 pub mod event_source;
 pub mod functions;
 pub mod host;
+pub mod loops;
 pub mod worker;
 
 pub use aws_host::{AwsDevOptions, AwsDevServer};

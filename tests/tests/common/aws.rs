@@ -303,6 +303,7 @@ impl Emulator {
             catalog,
             clock: std::sync::Arc::new(baton_core::ports::SystemClock),
             duplicate: false,
+            functions: None,
             function_timeout: None,
             steps_at_once: None,
             live: None,
