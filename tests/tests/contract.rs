@@ -459,6 +459,7 @@ async fn store_contract(store: Arc<dyn Store>) {
         at: chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
         message_id: Some("run_fail:start".into()),
         failures: 2,
+        provider: true,
     };
     store.record_failure("run_fail", &failure).await.unwrap();
     let rec = store.get_run("run_fail").await.unwrap().unwrap();

@@ -308,6 +308,55 @@ async fn a_dead_letter_whose_deliveries_were_deferred_goes_back_to_its_queue() {
     );
 }
 
+/// A model provider that is down fails no run: a dead letter whose last failure was the
+/// provider's goes back to its queue round after round (each round's deliveries all
+/// failed, more than the four a run's own failures end it after), up to
+/// `MAX_OUTAGE_REQUEUES` rounds; then its run ends, naming the cause. (A failure of the
+/// run's own ends it after its first round: `a_dead_lettered_message_ends_its_run_as_failed`.)
+#[tokio::test]
+async fn a_dead_letter_of_a_provider_outage_goes_back_until_the_outage_bound() {
+    use baton_core::service::MAX_OUTAGE_REQUEUES;
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalStore::open(dir.path()).unwrap();
+    let svc = service(&local, Arc::new(local.clone()), ECHO_TWICE);
+    let run_id = start_worker_run(&svc).await;
+    let (receipt, start) = Pump::receive(&local, 1).await.remove(0);
+    Pump::ack(&local, receipt).await;
+    let down = || {
+        StepError::Llm(baton_core::llm::LlmError::Unavailable {
+            message: "503 Service Unavailable".into(),
+            source: None,
+        })
+    };
+    let mut dead = start.clone();
+    for round in 1..=3 {
+        for n in 1..=8 {
+            svc.note_failure(&dead, n, &down(), Utc::now()).await;
+        }
+        let handled = svc.dead_letter(&dead, "failed 8 times").await.unwrap();
+        assert!(
+            matches!(handled, Handled::Ignored(ref why) if why.contains("model provider")),
+            "{handled:?}"
+        );
+        let rec = local.get_run(&run_id).await.unwrap().unwrap();
+        assert_eq!(rec.run.status, RunStatus::Queued, "not failed");
+        assert!(rec.run.last_error.unwrap().provider);
+        let (receipt, again) = Pump::receive(&local, 1).await.remove(0);
+        assert_eq!(again.id, format!("{}#r{round}", start.id));
+        Pump::ack(&local, receipt).await;
+        dead = again;
+    }
+    // Its last round: the run ends, with the provider's error as the cause.
+    dead.id = format!("{}#r{MAX_OUTAGE_REQUEUES}", start.id);
+    svc.note_failure(&dead, 8, &down(), Utc::now()).await;
+    svc.dead_letter(&dead, "failed 8 times").await.unwrap();
+    let rec = local.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(rec.run.status, RunStatus::Failed);
+    let error = rec.run.error.unwrap();
+    assert_eq!(error.code, "dead_letter");
+    assert!(error.message.contains("503"), "{}", error.message);
+}
+
 #[tokio::test]
 async fn a_caller_sees_only_its_own_runs_and_ctas() {
     let dir = tempfile::tempdir().unwrap();

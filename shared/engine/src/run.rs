@@ -366,6 +366,11 @@ pub struct LastError {
     /// behind others (which SQS counts as receives all the same).
     #[serde(default)]
     pub failures: u32,
+    /// The failure was the model provider's (unreachable, overloaded, a 5xx, after the
+    /// client's own retries), not the run's: while the provider is down, its step message
+    /// is not given up on (`Service::dead_letter`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub provider: bool,
 }
 
 /// At most this many follow-up messages wait for a busy run; more are refused.

@@ -22,7 +22,7 @@ pub use cache::{DEFAULT_CACHE_BYTES, budget_for};
 pub use consume::{Delivery, SWEEP_EVENT, StepDeadline, Verdict};
 pub use ctas::{CTA_PAGE_BYTES, LINK_RESPONDER, MAX_CTA_PAGE};
 pub use requests::{MAX_RUN_PAGE, MAX_TREE_RUNS, RUN_PAGE_BYTES, RunFilter, RunTree};
-pub use steps::DEAD_LETTER_CODE;
+pub use steps::{DEAD_LETTER_CODE, MAX_OUTAGE_REQUEUES};
 pub use sweep::{PURGE_CHUNK, SWEEP_BUDGET};
 
 /// The bytes a JSON document takes as the body string of Lambda's reply (a JSON document

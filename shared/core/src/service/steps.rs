@@ -31,6 +31,10 @@ pub const GIVE_UP_AFTER_FAILURES: u32 = 4;
 pub const DEAD_LETTER_CODE: &str = "dead_letter";
 /// How many times a dead letter whose deliveries mostly never started is sent back.
 pub const MAX_REQUEUES: u32 = 2;
+/// How many times a dead letter whose last failure was the model provider's is sent back
+/// (a provider outage): on AWS each round is about 45 minutes of retries (8 receives), so
+/// about three days of outage before its run fails.
+pub const MAX_OUTAGE_REQUEUES: u32 = 96;
 
 impl Service {
     /// Handles one step message: re-hydrate, step, commit, perform the effects.
@@ -403,6 +407,24 @@ impl Service {
             .as_ref()
             .filter(|l| l.message_id.as_deref() == Some(id))
             .map_or(0, |l| l.failures);
+        // A provider outage is no fault of the run's: while its last failure is the model
+        // provider's, the message goes back to wait for it, round after round of retries
+        // (each round's first delivery takes a step at once if the provider answers).
+        let outage = last
+            .as_ref()
+            .is_some_and(|l| l.provider && l.message_id.as_deref() == Some(id));
+        if outage && requeues < MAX_OUTAGE_REQUEUES {
+            let again = StepMessage {
+                id: format!("{id}#r{}", requeues + 1),
+                ..msg.clone()
+            };
+            self.deps.queue.send(std::slice::from_ref(&again)).await?;
+            warn!(run_id = %msg.run_id, message = %msg.id, requeues, "dead letter sent back to its queue: the model provider is failing, not the run");
+            return Ok(Handled::Ignored(format!(
+                "sent back to its queue: the model provider is failing ({} of {MAX_OUTAGE_REQUEUES} rounds)",
+                requeues + 1
+            )));
+        }
         if own < GIVE_UP_AFTER_FAILURES && requeues < MAX_REQUEUES {
             let again = StepMessage {
                 id: format!("{id}#r{}", requeues + 1),
@@ -451,6 +473,10 @@ impl Service {
             at: self.deps.clock.now(),
             message_id: Some(id.to_owned()),
             failures,
+            provider: matches!(
+                error,
+                StepError::Llm(crate::llm::LlmError::Unavailable { .. })
+            ),
         };
         if let Err(e) = self.deps.store.record_failure(&msg.run_id, &failure).await {
             warn!(run_id = %msg.run_id, error = %e, "recording the step's failure failed");
