@@ -49,6 +49,22 @@ def main():
         for cause in e.causes:
             print(f"{path}: SAM transform: {cause.message}", file=sys.stderr)
         return 1
+    # Every trigger invokes a function's alias (AutoPublishAlias), so that a deploy is rolled
+    # back by moving the aliases: a queue's mapping or a permission on the unqualified
+    # function would keep invoking the new code.
+    aliases = {n for n, r in translated["Resources"].items() if r["Type"] == "AWS::Lambda::Alias"}
+    unaliased = []
+    for name, r in translated["Resources"].items():
+        if r["Type"] in ("AWS::Lambda::EventSourceMapping", "AWS::Lambda::Permission"):
+            target = r["Properties"]["FunctionName"]
+            if not (isinstance(target, dict) and target.get("Ref") in aliases):
+                unaliased.append(f"{name} ({r['Type']}) invokes {target}, not an alias")
+    functions = [n for n, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"]
+    if len(aliases) != len(functions) or unaliased:
+        for u in unaliased:
+            print(f"{path}: {u}", file=sys.stderr)
+        print(f"{path}: {len(aliases)} aliases for {len(functions)} functions", file=sys.stderr)
+        return 1
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as out:
         json.dump(translated, out, indent=1)
     print(f"translated {path} -> {out.name} ({len(translated['Resources'])} resources)")
