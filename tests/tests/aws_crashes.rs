@@ -296,3 +296,52 @@ async fn an_invocation_past_its_timeout_is_ended_mid_tool_and_its_run_goes_on() 
     host.stop().await;
     failpoint::reset();
 }
+
+/// A crashed invocation hides its batch for minutes, not the queue's visibility timeout: the
+/// step functions hold their records hidden a little at a time while they work
+/// (`baton_lambda::holding`: twice a 3 s timeout here, at most two minutes on AWS), so a
+/// batch whose invocation ended at its timeout comes back within that, on a queue whose own
+/// visibility timeout (120 s here, 90 minutes on AWS) would have hidden it far longer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_invocation_hides_its_batch_for_its_hold_not_the_queue_timeout() {
+    let _serial = SERIAL.lock().await;
+    failpoint::reset();
+    let aws = Arc::new(Emulator::start_with(None).await);
+    let script = r#"{"ops": [
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]},
+        {"text": "done"}]}"#;
+    let mut names = aws.names("held");
+    names.visibility_timeout = 120;
+    let agents = json!({"agents": {"ops": {"tools": ["echo", "request_human_feedback"]}}});
+    let mut options = aws
+        .dev_options(names, scripted(script), catalog(Some(agents)), 0)
+        .await;
+    options.function_timeout = Some(Duration::from_secs(3));
+    options.links = None;
+    let mut host = AwsHost::start(aws.clone(), options).await;
+    let api = host.api().clone();
+    let gate = failpoint::pause("step.before_tool", 0);
+    let run_id = start_run(&api).await;
+    tokio::time::timeout(Duration::from_secs(30), gate.reached())
+        .await
+        .expect("the step reached its tool call");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while host.server().invocations_ended() == 0 {
+        assert!(Instant::now() < deadline, "the invocation was never ended");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ended = Instant::now();
+    gate.release();
+    let run = api.status(&run_id, "completed").await;
+    assert_eq!(run["result"], "done");
+    let back = ended.elapsed();
+    assert!(
+        back < Duration::from_secs(30),
+        "the batch came back {back:?} after its invocation ended"
+    );
+    // Its hold cost requests: one at each invocation's start, at least.
+    let billed = host.server().billed();
+    assert!(billed.mapping_sqs_requests > 0);
+    host.stop().await;
+    failpoint::reset();
+}

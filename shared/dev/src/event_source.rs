@@ -30,7 +30,7 @@ use baton_core::error::PortError;
 use baton_core::service::{Service, StepDeadline, budget_for};
 
 use baton_aws::sdk::map_sdk_err;
-use baton_lambda::{handle_events, handle_steps, release, steps_at_once};
+use baton_lambda::{handle_events, handle_steps, hold_for, holding, release, steps_at_once};
 
 pub use crate::functions::Function;
 
@@ -350,8 +350,10 @@ impl EventSources {
         for _ in 0..invocations {
             let f = &q.function;
             let ends = Instant::now() + f.timeout;
-            let call =
-                crate::loops::Lineage::invoked(hops, self.call(service, q, event.clone(), ends));
+            let call = crate::loops::Lineage::invoked(
+                hops,
+                self.call(sqs, service, q, event.clone(), ends),
+            );
             let started = Instant::now();
             let outcome = tokio::time::timeout_at(ends.into(), call).await;
             let ms =
@@ -441,6 +443,7 @@ impl EventSources {
     /// it failed is due again.
     async fn call(
         &self,
+        sqs: &aws_sdk_sqs::Client,
         service: &Service,
         q: &EventSource,
         event: SqsEvent,
@@ -453,8 +456,17 @@ impl EventSources {
                 let at_once = self
                     .at_once
                     .unwrap_or_else(|| steps_at_once(Some(f.memory_mb), budget_for(f.memory_mb)));
-                let out =
-                    handle_steps(service, &self.dead_letters, event, Some(deadline), at_once).await;
+                // As the step functions do: the batch held while they work ([`holding`]).
+                let records = event.records.clone();
+                let out = holding(
+                    sqs,
+                    &[q.url.as_str()],
+                    &records,
+                    hold_for(f.timeout),
+                    &self.billing.visibility_changes,
+                    handle_steps(service, &self.dead_letters, event, Some(deadline), at_once),
+                )
+                .await;
                 (out.response, out.again)
             }
             Feeds::CtaInbox => (handle_events(service, event).await, Vec::new()),

@@ -93,8 +93,19 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
                 traces,
             } = &*handler;
             let deadline = invocation_deadline(event.context.deadline);
-            let out = handle_steps(service, dead_letters, event.payload, deadline, *at_once).await;
             let urls = queues.each_ref().map(String::as_str);
+            // Should this invocation crash, its records come back within HOLD.
+            let hold = hold_for(deadline.as_ref().map_or(HOLD, StepDeadline::left));
+            let records = event.payload.records.clone();
+            let out = holding(
+                sqs,
+                &urls,
+                &records,
+                hold,
+                &std::sync::atomic::AtomicU64::new(0),
+                handle_steps(service, dead_letters, event.payload, deadline, *at_once),
+            )
+            .await;
             release(sqs, &urls, &out.again).await;
             if let Some(live) = live {
                 live.drain(LIVE_DRAIN).await;
@@ -314,6 +325,90 @@ async fn handle_group(
         }
     }
     out
+}
+
+/// The longest a record of a crashed invocation stays hidden (an out-of-memory kill, a panic,
+/// a timeout): each record is held for this long at a time while its invocation runs, and
+/// held again every half of it ([`holding`]), so that a crash hides a run for at most this,
+/// not the queue's 90-minute visibility timeout.
+pub const HOLD: Duration = Duration::from_secs(120);
+
+/// How long the records of an invocation of a function that times out after `timeout` are
+/// held at a time: [`HOLD`], or twice a shorter timeout.
+pub fn hold_for(timeout: Duration) -> Duration {
+    HOLD.min(timeout.saturating_mul(2))
+        .max(Duration::from_secs(2))
+}
+
+/// Runs `work` (an invocation's steps) while holding `records` hidden for `hold` at a time,
+/// renewed every half of it (`ChangeMessageVisibilityBatch`: one request per queue at the
+/// start, and one more each renewal of a long invocation). Each request is counted in
+/// `requests`.
+pub async fn holding<T>(
+    sqs: &aws_sdk_sqs::Client,
+    queue_urls: &[&str],
+    records: &[SqsMessage],
+    hold: Duration,
+    requests: &std::sync::atomic::AtomicU64,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    let renew = async {
+        loop {
+            hold_once(sqs, queue_urls, records, hold, requests).await;
+            tokio::time::sleep(hold / 2).await;
+        }
+    };
+    tokio::select! {
+        biased;
+        out = work => out,
+        () = renew => unreachable!("the renewals never end"),
+    }
+}
+
+/// One hold of `records` (see [`holding`]), a request per queue. A failure leaves a record
+/// to the queue's own visibility timeout: logged, not fatal.
+async fn hold_once(
+    sqs: &aws_sdk_sqs::Client,
+    queue_urls: &[&str],
+    records: &[SqsMessage],
+    hold: Duration,
+    requests: &std::sync::atomic::AtomicU64,
+) {
+    for url in queue_urls {
+        let name = url.rsplit('/').next().unwrap_or_default();
+        let entries: Vec<_> = records
+            .iter()
+            .filter(|r| {
+                r.event_source_arn
+                    .as_deref()
+                    .and_then(|a| a.rsplit(':').next())
+                    == Some(name)
+            })
+            .filter_map(|r| r.receipt_handle.as_deref())
+            .enumerate()
+            .filter_map(|(i, receipt)| {
+                aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(receipt)
+                    .visibility_timeout(hold.as_secs() as i32)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        if entries.is_empty() {
+            continue;
+        }
+        requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Err(e) = sqs
+            .change_message_visibility_batch()
+            .queue_url(*url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+        {
+            warn!(error = %map_sdk_err("ChangeMessageVisibilityBatch", e), "a batch's records wait their queue's visibility timeout should the invocation crash");
+        }
+    }
 }
 
 /// Makes each record visible again after its delay (`ChangeMessageVisibility`), so that its
