@@ -291,6 +291,51 @@ pub(crate) fn peak_rss_mb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// What this process has written so far (Linux: `/proc/self/io`; zeros elsewhere): bytes it
+/// caused to be sent to storage (`write_bytes`: the database, its WAL and checkpoints, once
+/// the kernel writes them back), bytes passed to write calls (`wchar`: sockets and pipes
+/// too), and write calls (`syscw`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct DiskIo {
+    write_bytes: u64,
+    wchar: u64,
+    syscw: u64,
+}
+
+impl DiskIo {
+    pub(crate) fn now() -> Self {
+        let Ok(text) = std::fs::read_to_string("/proc/self/io") else {
+            return Self::default();
+        };
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        Self {
+            write_bytes: field("write_bytes"),
+            wchar: field("wchar"),
+            syscw: field("syscw"),
+        }
+    }
+
+    /// What was written since `self`, per step of `steps` (its syncs flushed first, so
+    /// that what the kernel holds counts).
+    pub(crate) fn per_step_since(&self, steps: usize) -> serde_json::Value {
+        let _ = std::process::Command::new("sync").status();
+        let now = Self::now();
+        let per = |a: u64, b: u64| {
+            ((a.saturating_sub(b)) as f64 / steps.max(1) as f64 * 10.0).round() / 10.0
+        };
+        json!({
+            "bytes_to_storage_per_step": per(now.write_bytes, self.write_bytes),
+            "bytes_to_write_calls_per_step": per(now.wchar, self.wchar),
+            "write_calls_per_step": per(now.syscw, self.syscw),
+        })
+    }
+}
+
 /// CPU time this process has used, user and system, in seconds (Linux: `/proc/self/stat`,
 /// counted in ticks of 10 ms).
 pub(crate) fn cpu_s() -> f64 {
@@ -340,6 +385,7 @@ pub async fn run(
         .run_id;
     let mut times = Vec::with_capacity(n as usize + 2);
     let (started, cpu_started, steal) = (Instant::now(), cpu_s(), Steal::start());
+    let io = DiskIo::now();
     let mut reads = Reads::default();
     let mut status = drive(&parts, &run_id, &mut times).await?;
     if variant_b {
@@ -382,6 +428,8 @@ pub async fn run(
     }
 
     verify(&parts.store, &run_id, n).await?;
+    // What the steps wrote (before the checkpoint below, which is the bench's, not theirs).
+    let written = io.per_step_since(times.len());
 
     let db_bytes = parts.store.checkpoint().await?;
     let tenth = (times.len() / 10).max(1);
@@ -400,6 +448,7 @@ pub async fn run(
         "db_bytes": db_bytes,
         "peak_rss_mb": (peak_rss_mb() * 10.0).round() / 10.0,
         "bytes_per_iteration": db_bytes / n,
+        "written": written,
         "first_tenth_ms": (mean_ms(&times[..tenth]) * 1e4).round() / 1e4,
         "last_tenth_ms": (mean_ms(&times[times.len() - tenth..]) * 1e4).round() / 1e4,
         "disk_sync": disk_sync,

@@ -122,6 +122,7 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
         .build()?;
 
     let (started, cpu_started, steal) = (Instant::now(), cpu_s(), Steal::start());
+    let io = crate::bench::DiskIo::now();
     let mut creating = JoinSet::new();
     for _ in 0..runs {
         let (client, url) = (client.clone(), url.clone());
@@ -167,6 +168,7 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
     let steps = times.take();
     let steps_done = steps.len();
     let (warm, cold) = server.service.cache_use();
+    let written = io.per_step_since(steps.len());
     let writes = server.store.write_stats();
     let reads = server.store.read_stats();
 
@@ -194,6 +196,9 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
         "writes": writes.jobs,
         "write_transactions": writes.batches,
         "fsyncs": writes.synced,
+        "fsyncs_per_step": (writes.synced as f64 / steps_done.max(1) as f64 * 1000.0).round() / 1000.0,
+        // Over the whole process: the API's sockets count in the write calls too.
+        "written": written,
         "steps_per_fsync": (steps_done as f64 / writes.synced.max(1) as f64 * 10.0).round() / 10.0,
         "steps_with_cached_timeline": warm,
         "steps_loading_timeline": cold,
