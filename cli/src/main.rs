@@ -6,6 +6,7 @@ mod bench_aws;
 mod client;
 mod load;
 mod load_aws;
+mod parked;
 mod preflight;
 
 /// mimalloc, not the system's: with many runs stepping on a few threads, glibc's malloc
@@ -217,6 +218,11 @@ enum Command {
         /// source mappings, with --ctas questions waiting.
         #[arg(long, conflicts_with = "variant")]
         runs: Option<usize>,
+        /// Park this many runs on a question each (one `baton dev`, in this process): the
+        /// memory they hold parked, an inbox page's latency among them, then every one
+        /// answered in a shuffled order and checked complete, once.
+        #[arg(long, conflicts_with_all = ["variant", "runs", "aws"])]
+        parked: Option<usize>,
         /// With --aws --runs: this many questions waiting meanwhile (loaded in bulk), which
         /// the inbox pages through.
         #[arg(long, requires_all = ["runs", "aws"], default_value_t = 0)]
@@ -396,6 +402,7 @@ async fn main() -> ExitCode {
             variant,
             aws,
             runs,
+            parked,
             ctas,
             pollers,
             telemetry,
@@ -406,6 +413,9 @@ async fn main() -> ExitCode {
             }
             if runs.is_some_and(|r| !(1..=10_000).contains(&r)) {
                 return refuse("--runs must be between 1 and 10000");
+            }
+            if parked.is_some_and(|p| !(1..=1_000_000).contains(&p)) {
+                return refuse("--parked must be between 1 and 1000000");
             }
             if ctas > 100_000 {
                 return refuse("--ctas must be at most 100000");
@@ -425,6 +435,8 @@ async fn main() -> ExitCode {
                     pollers,
                 };
                 load_aws::run(opts, &config).await
+            } else if let Some(parked) = parked {
+                parked::run(parked, iterations, cli.data).await
             } else if let Some(runs) = runs {
                 load::run(runs, iterations, cli.data).await
             } else if aws {

@@ -446,6 +446,8 @@ fn the_benchmark_prints_one_json_line_for_both_variants() {
     }
     for bad in [
         &["bench", "--iterations", "0"][..],
+        &["bench", "--iterations", "2", "--parked", "0"],
+        &["bench", "--iterations", "2", "--parked", "5", "--runs", "5"],
         &["bench", "--iterations", "20", "--telemetry", "otlp"],
         &[
             "bench",
@@ -488,6 +490,17 @@ fn assert_machine_figures(v: &Value) {
         matches!((p50, p90), (Some(a), Some(b)) if a >= 0.0 && a <= b),
         "disk_sync in {v}"
     );
+}
+
+/// Parked runs: each parks on its question, holds little while it waits, and completes
+/// once when answered (the benchmark checks every run, and fails otherwise).
+#[test]
+fn two_hundred_parked_runs_are_answered_in_any_order_and_complete_once() {
+    let v = bench_report(&["--parked", "200", "--iterations", "2"]);
+    assert_eq!(v["all_completed_once"], true, "{v}");
+    assert_eq!(v["parked"], 200);
+    assert_eq!(v["inbox_first_page"]["count"], 20, "{v}");
+    assert!(v["rss_mb_parked"].as_f64().unwrap() > 0.0, "{v}");
 }
 
 #[test]
