@@ -280,11 +280,17 @@ pub(crate) fn cache_bytes() -> usize {
 }
 
 pub(crate) fn peak_rss_mb() -> f64 {
+    status_mb("VmHWM:")
+}
+
+/// A memory figure of this process in MB, by its `/proc/self/status` key (Linux; 0
+/// elsewhere).
+pub(crate) fn status_mb(key: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(key))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<f64>().ok())
         })

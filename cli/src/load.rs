@@ -64,6 +64,31 @@ pub(crate) async fn create(
     Ok((id.to_owned(), elapsed))
 }
 
+/// `baton dev` on loopback over `dir`, as the local benchmarks start it: `llm` and
+/// `catalog`, the benchmarks' token, the machine's cache, no quotas, links or traces.
+pub(crate) async fn start_server(
+    dir: &std::path::Path,
+    llm: baton_llm::scripted::ScriptedLlm,
+    catalog: Arc<baton_core::agent::Catalog>,
+    worker: WorkerOptions,
+) -> anyhow::Result<LocalServer> {
+    Ok(LocalServer::start(LocalOptions {
+        data_dir: dir.to_path_buf(),
+        addr: ([127, 0, 0, 1], 0).into(),
+        token: Some(TOKEN.into()),
+        llm: Arc::new(llm),
+        catalog,
+        clock: Arc::new(SystemClock),
+        worker,
+        link_key: None,
+        public_url: None,
+        cache_bytes: cache_bytes(),
+        traces: None,
+        quotas: Default::default(),
+    })
+    .await?)
+}
+
 /// Reads runs and timelines one request at a time until `stop`; returns each latency.
 async fn probe(
     client: reqwest::Client,
@@ -97,25 +122,12 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
     let (llm, catalog) = script(n, None)?;
     let disk_sync = disk_sync_ms(&dir)?;
     let times = StepTimes::default();
-    let server = LocalServer::start(LocalOptions {
-        data_dir: dir.clone(),
-        addr: ([127, 0, 0, 1], 0).into(),
-        token: Some(TOKEN.into()),
-        llm: Arc::new(llm),
-        catalog,
-        clock: Arc::new(SystemClock),
-        worker: WorkerOptions {
-            concurrency: runs.clamp(8, 512),
-            step_times: Some(times.clone()),
-            ..WorkerOptions::default()
-        },
-        link_key: None,
-        public_url: None,
-        cache_bytes: cache_bytes(),
-        traces: None,
-        quotas: Default::default(),
-    })
-    .await?;
+    let worker = WorkerOptions {
+        concurrency: runs.clamp(8, 512),
+        step_times: Some(times.clone()),
+        ..WorkerOptions::default()
+    };
+    let server = start_server(&dir, llm, catalog, worker).await?;
     let url = server.url();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(runs.min(256))

@@ -5,60 +5,38 @@
 //! each run completes, once, with nothing lost.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use baton_core::cta::{CtaResponse, CtaStatus};
-use baton_core::ports::{Store, SystemClock};
+use baton_core::ports::Store;
 use baton_core::run::RunStatus;
 use baton_core::service::{CreateRun, MAX_CTA_PAGE};
+use baton_dev::LOCAL_OWNER;
 use baton_dev::worker::WorkerOptions;
-use baton_dev::{LOCAL_OWNER, LocalOptions, LocalServer};
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use crate::bench::{bench_dir, cache_bytes, peak_rss_mb, script, verify};
+use crate::bench::{bench_dir, peak_rss_mb, script, verify};
 use crate::load::summary;
 
 /// Requests in flight at once while creating and answering.
 const AT_ONCE: usize = 64;
 
-/// This process's resident memory now, in MB (Linux: `/proc/self/status`, `VmRSS`).
+/// This process's resident memory now, in MB.
 fn rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+    crate::bench::status_mb("VmRSS:")
 }
 
 pub async fn run(parked: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<String> {
     let (dir, remove) = bench_dir(data)?;
     // Each run's first iteration asks for approval: it parks there.
     let (llm, catalog) = script(n, Some(0))?;
-    let server = LocalServer::start(LocalOptions {
-        data_dir: dir.clone(),
-        addr: ([127, 0, 0, 1], 0).into(),
-        token: Some(crate::load::TOKEN.into()),
-        llm: Arc::new(llm),
-        catalog,
-        clock: Arc::new(SystemClock),
-        worker: WorkerOptions {
-            concurrency: AT_ONCE,
-            ..WorkerOptions::default()
-        },
-        link_key: None,
-        public_url: None,
-        cache_bytes: cache_bytes(),
-        traces: None,
-        quotas: Default::default(),
-    })
-    .await?;
+    let worker = WorkerOptions {
+        concurrency: AT_ONCE,
+        ..WorkerOptions::default()
+    };
+    let server = crate::load::start_server(&dir, llm, catalog, worker).await?;
     let service = server.service.clone();
     let rss_before = rss_mb();
     let started = Instant::now();
