@@ -24,8 +24,8 @@ const SCRIPT: &str = r#"{"ops": [
 use crate::FAILPOINTS as SERIAL;
 
 /// `baton dev --aws` over the resources `names` names, thinking from `script`, each
-/// function's invocations ended at most `timeout` in; restarted over the same resources
-/// after a crash.
+/// function's invocations ended at most `timeout` in ([`CRASHED_BACK`]'s when none);
+/// restarted over the same resources after a crash.
 async fn host(
     aws: &Arc<Emulator>,
     names: &Names,
@@ -33,16 +33,21 @@ async fn host(
     timeout: Option<Duration>,
 ) -> AwsHost {
     let mut names = names.clone();
-    // A message a crash leaves in flight comes back after this, not after 30 s.
+    // A message received but not yet held comes back after this, not after 30 s.
     names.visibility_timeout = 2;
     let agents = json!({"agents": {"ops": {"tools": ["echo", "request_human_feedback"]}}});
     let mut options = aws
         .dev_options(names, scripted(script), catalog(Some(agents)), 0)
         .await;
-    options.function_timeout = timeout;
+    options.function_timeout = Some(timeout.unwrap_or(CRASHED_BACK));
     options.links = None;
     AwsHost::start(aws.clone(), options).await
 }
+
+/// The functions' timeout in these tests: a crashed invocation's records stay hidden for
+/// twice it (`baton_lambda::hold_for`), as they would on AWS, so that a crash is recovered
+/// from within the API's patience, not after the 120 s a function of 60 s or more holds.
+const CRASHED_BACK: Duration = Duration::from_secs(10);
 
 /// Starts a run of `ops`; its id.
 async fn start_run(api: &Api) -> String {
