@@ -925,140 +925,162 @@ async fn a_step_that_fails_retryably_is_due_again_after_its_backoff_not_the_visi
     assert_eq!(run.status, baton_core::run::RunStatus::Completed);
 }
 
-/// The scheduler, failing its first `schedule`: a crash between a commit and its effects.
-struct CrashOnce {
-    inner: Arc<dyn baton_core::ports::Scheduler>,
-    crashed: std::sync::atomic::AtomicBool,
-}
-
-#[async_trait::async_trait]
-impl baton_core::ports::Scheduler for CrashOnce {
-    async fn schedule(
-        &self,
-        timer_id: &str,
-        run_id: &str,
-        at: chrono::DateTime<chrono::Utc>,
-    ) -> Result<(), baton_core::error::PortError> {
-        if !self.crashed.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return Err(baton_core::error::PortError::Unavailable {
-                message: "the process died here".into(),
-                source: None,
-            });
-        }
-        self.inner.schedule(timer_id, run_id, at).await
-    }
-    async fn unschedule(&self, timer_id: &str) -> Result<(), baton_core::error::PortError> {
-        self.inner.unschedule(timer_id).await
-    }
-}
-
+/// A Scheduler outage (the fault layer answers its every request with a 500) holds back
+/// neither a question nor its run: the question reaches its inbox and is answered, and the
+/// run completes; the expiry timer and its removal are owed, kept in the run's outbox for
+/// the sweep. A tick during the outage repairs nothing and says so (the alarm's metric);
+/// the first tick after it performs them, in their order, and the outbox is done.
 #[tokio::test]
-async fn a_crash_after_a_parking_commit_is_repaired_by_the_sweep() {
-    use aws_lambda_events::event::sqs::SqsEvent;
-    use baton_core::service::{CreateRun, Service};
-
-    let aws = Emulator::start_with(None).await;
-    let sdk = aws.sdk().await;
-    let p = baton_aws::provision::ensure(
-        &sdk,
-        &aws.names("sweep"),
-        "arn:aws:iam::123456789012:role/s",
-    )
-    .await
-    .unwrap();
-    let script = r#"{"orchestrator": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "Name?"}}]}]}"#;
-    let clock = Arc::new(baton_core::ports::ManualClock::new(chrono::Utc::now()));
-    let agents = catalog(None);
-    let service = |crash: bool| {
-        let s = common::aws::aws_service(
-            &p.config,
-            &sdk,
+async fn a_scheduler_outage_holds_back_neither_a_question_nor_its_run() {
+    let aws = Arc::new(Emulator::start_with(None).await);
+    let script = r#"{"ops": [
+        {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "ship?"}}]},
+        {"text": "shipped"}]}"#;
+    let agents = json!({"agents": {"ops": {"tools": ["request_human_feedback"]}}});
+    let options = aws
+        .dev_options(
+            aws.names("outage"),
             scripted(script),
-            agents.clone(),
-            clock.clone(),
-            baton_aws::sdk::Meter::shared(),
-        );
-        if !crash {
-            return s;
-        }
-        let mut deps = s.deps().clone();
-        deps.scheduler = Arc::new(CrashOnce {
-            inner: deps.scheduler.clone(),
-            crashed: false.into(),
-        });
-        Arc::new(Service::builder(deps, agents.clone()).build())
-    };
+            catalog(Some(agents)),
+            0,
+        )
+        .await;
+    let host = AwsHost::start(aws.clone(), options).await;
+    let api = host.api().clone();
+    aws.outage("scheduler", true);
+    let run_id = api
+        .post_ok("/runs", json!({"prompt": "go", "agent": "ops"}))
+        .await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    api.status(&run_id, "waiting").await;
+    let cta = api.pending_cta().await["ctaId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let approve = json!({"kind": "approval", "approved": true});
+    api.post_ok(&format!("/ctas/{cta}/response"), approve).await;
+    let run = api.status(&run_id, "completed").await;
+    assert_eq!(run["result"], "shipped");
 
-    // The step that parks the run on its question commits, then dies before scheduling
-    // the expiry; its message is gone (acknowledged, or dead-lettered as stale).
-    let crashing = service(true);
-    let req = CreateRun {
-        prompt: "ask".into(),
-        ..Default::default()
+    // The run reads as completed as its last commit lands; its effects follow: the
+    // outbox is narrowed to what failed once they are tried.
+    let store = host.server().events_service().deps().store.clone();
+    let kinds = |outbox: &[baton_core::message::Effect]| -> Vec<Value> {
+        outbox
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap()["type"].clone())
+            .collect()
     };
-    let run_id = crashing.create_run("o", req, None).await.unwrap().run_id;
-    let start = baton_core::message::StepMessage {
-        run_id: run_id.clone(),
-        id: format!("{run_id}:start"),
-        input: baton_core::message::Input::Start,
-    };
-    assert!(crashing.handle(&start).await.is_err(), "the crash");
-    let store = crashing.deps().store.clone();
-    let rec = store.get_run(&run_id).await.unwrap().unwrap();
-    assert_eq!(rec.run.status, baton_core::run::RunStatus::Waiting);
-    assert!(!rec.outbox.is_empty(), "committed, not performed");
-    let cta_id = store.list_ctas("o", &every_cta(None)).await.unwrap()[0]
-        .cta_id
-        .clone();
-    let sch = aws_sdk_scheduler::Client::new(&sdk);
-    let get = async || {
-        sch.get_schedule()
-            .name(&cta_id)
-            .group_name(&p.config.schedule_group)
+    let owed = api
+        .wait("the outbox narrowed to what failed", async |_| {
+            let outbox = store.get_run(&run_id).await.unwrap().unwrap().outbox;
+            (kinds(&outbox) == [json!("schedule"), json!("unschedule")]).then_some(outbox)
+        })
+        .await;
+    let metrics = async || {
+        let page = api
+            .http
+            .get(format!("{}/metrics", api.base))
+            .bearer_auth(&api.token)
             .send()
             .await
+            .unwrap();
+        assert_eq!(page.status(), 200);
+        page.text().await.unwrap()
     };
+    let page = metrics().await;
     assert!(
-        get().await.is_err(),
-        "no expiry timer: the question would wait forever"
+        page.contains(r#"baton_effect_failures_total{kind="schedule"}"#),
+        "{page}"
     );
 
-    // The sweep's tick, as the scheduled rule puts it on the CTA inbox. Too soon, it
-    // leaves a step that may still be performing its effects alone.
-    let tick: SqsEvent = serde_json::from_value(json!({"Records": [{
-        "messageId": "tick-1", "receiptHandle": "r", "attributes": {}, "messageAttributes": {},
-        "body": json!({"detail-type": "baton.sweep", "detail": {}}).to_string(),
-        "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:sweep-cta-inbox",
-        "awsRegion": "us-east-1"}]}))
-    .unwrap();
-    let healthy = service(false);
-    let resp = baton_lambda::handle_events(&healthy, tick.clone()).await;
-    assert!(resp.batch_item_failures.is_empty());
-    assert!(get().await.is_err(), "not yet: the outbox is seconds old");
-
-    // Five minutes on, the tick performs the outbox: the timer exists, the outbox is done.
-    clock.advance(chrono::Duration::minutes(6));
-    let resp = baton_lambda::handle_events(&healthy, tick).await;
-    assert!(resp.batch_item_failures.is_empty());
-    let s = get().await.unwrap();
-    assert_eq!(
-        s.target()
-            .unwrap()
-            .event_bridge_parameters()
-            .unwrap()
-            .detail_type(),
-        "cta.expired"
-    );
-    let rec = store.get_run(&run_id).await.unwrap().unwrap();
-    assert!(rec.outbox.is_empty(), "cleared");
+    // A tick during the outage: nothing repaired, and the failure counted.
+    host.sweep().await;
+    assert_eq!(store.get_run(&run_id).await.unwrap().unwrap().outbox, owed);
     assert!(
-        store
-            .stale_outboxes(baton_core::ports::Clock::now(&*clock), 10)
+        metrics()
             .await
-            .unwrap()
-            .is_empty(),
-        "nothing left to sweep"
+            .contains("baton_outbox_repair_failures_total 1"),
+        "a tick that repaired nothing says so"
     );
+
+    // Scheduler back: the next tick performs what is owed; no timer is left.
+    aws.outage("scheduler", false);
+    host.sweep().await;
+    let rec = store.get_run(&run_id).await.unwrap().unwrap();
+    assert!(rec.outbox.is_empty(), "{:?}", rec.outbox);
+    let sch = aws_sdk_scheduler::Client::new(&aws.sdk().await);
+    let left = sch
+        .get_schedule()
+        .name(&cta)
+        .group_name(&aws.names("outage").schedule_group())
+        .send()
+        .await;
+    assert!(left.is_err(), "the answered question's timer is gone");
+    assert!(
+        metrics()
+            .await
+            .contains("baton_outbox_repair_failures_total 1"),
+        "the repair that worked counts no failure"
+    );
+}
+
+/// A bus outage holds back no step of a run that goes on: each step's `run.state` event
+/// fails, its run's next message goes all the same (marked owed), and that step publishes
+/// them again before it thinks, carrying what still fails into its own commit. The run
+/// completes during the outage owing only events, which the first tick after it publishes.
+#[tokio::test]
+async fn a_bus_outage_holds_back_no_step_and_its_events_are_published_after() {
+    let aws = Arc::new(Emulator::start_with(None).await);
+    let script = r#"{"ops": [
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]},
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "b"}}]},
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "c"}}]},
+        {"text": "done"}]}"#;
+    let agents = json!({"agents": {"ops": {"tools": ["echo"]}}});
+    let options = aws
+        .dev_options(aws.names("busout"), scripted(script), catalog(Some(agents)), 0)
+        .await;
+    let host = AwsHost::start(aws.clone(), options).await;
+    let api = host.api().clone();
+    aws.outage("events", true);
+    let run_id = api
+        .post_ok("/runs", json!({"prompt": "go", "agent": "ops"}))
+        .await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = api.status(&run_id, "completed").await;
+    assert_eq!(run["result"], "done");
+    let store = host.server().events_service().deps().store.clone();
+    let owed = api
+        .wait("the last outbox narrowed to what failed", async |_| {
+            let outbox = store.get_run(&run_id).await.unwrap().unwrap().outbox;
+            let types: Vec<Value> = outbox
+                .iter()
+                .map(|e| serde_json::to_value(e).unwrap()["type"].clone())
+                .collect();
+            let only_events = types.iter().all(|t| t == "publish");
+            let completed = outbox.iter().any(|e| {
+                matches!(e, baton_core::message::Effect::Publish(ev) if ev.detail_type == "run.completed")
+            });
+            (only_events && completed).then_some(outbox)
+        })
+        .await;
+    // The first step's `thinking` event is owed still: carried by each step after it, none
+    // of which it held back.
+    let first = format!("{run_id}:1:0");
+    assert!(
+        owed.iter().any(|e| matches!(e, baton_core::message::Effect::Publish(ev) if ev.id == first && ev.detail_type == "run.state")),
+        "{owed:?}"
+    );
+
+    aws.outage("events", false);
+    host.sweep().await;
+    let rec = store.get_run(&run_id).await.unwrap().unwrap();
+    assert!(rec.outbox.is_empty(), "{:?}", rec.outbox);
 }
 
 /// A provider as slow as a busy one: each call takes `delay`. A conversation without a tool

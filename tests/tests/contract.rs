@@ -80,6 +80,7 @@ fn msg(run: &str, id: &str) -> StepMessage {
         run_id: run.into(),
         id: id.into(),
         input: Input::Continue { version: 0 },
+        owed: false,
     }
 }
 

@@ -138,6 +138,15 @@ impl Store for Refusing {
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
         self.inner.clear_outbox(run_id, version).await
     }
+    async fn keep_outbox(
+        &self,
+        run_id: &str,
+        version: u64,
+        owed: &[baton_core::message::Effect],
+        at: DateTime<Utc>,
+    ) -> Result<(), PortError> {
+        self.inner.keep_outbox(run_id, version, owed, at).await
+    }
     async fn admit_follow_up(
         &self,
         run_id: &str,
@@ -343,6 +352,7 @@ async fn a_reply_whose_commit_is_throttled_is_not_asked_for_again() {
         run_id: run_id.clone(),
         id: format!("{run_id}:start"),
         input: baton_core::message::Input::Start,
+        owed: false,
     };
     svc.handle(&msg)
         .await

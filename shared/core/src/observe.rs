@@ -125,6 +125,18 @@ pub struct StepFailure {
     pub error: String,
 }
 
+/// Effects of a commit that failed after it: owed, performed again by the run's next step or
+/// by the sweep.
+#[derive(Debug, Clone)]
+pub struct EffectsFailed {
+    pub run_id: String,
+    pub agent: String,
+    /// Each owed effect's kind (`send`, `publish`, `schedule`, `timer`, ...).
+    pub kinds: Vec<&'static str>,
+    pub error: String,
+    pub at: DateTime<Utc>,
+}
+
 /// A host's use of step reports (tracing, metrics). Called after the commit (or the
 /// failure), on the step's task: it must not block (record, and send later).
 pub trait Observer: Send + Sync {
@@ -132,6 +144,13 @@ pub trait Observer: Send + Sync {
 
     /// A step that failed and will be tried again. By default, nothing.
     fn step_failed(&self, _failure: &StepFailure) {}
+
+    /// Effects of a commit that failed after it (owed). By default, nothing.
+    fn effects_failed(&self, _failed: &EffectsFailed) {}
+
+    /// A sweep tick that could not repair `run_id`'s outbox (its effects still fail: only
+    /// the next tick tries again). By default, nothing.
+    fn repair_failed(&self, _run_id: &str, _error: &str) {}
 }
 
 impl StepReport {

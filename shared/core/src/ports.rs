@@ -198,6 +198,18 @@ pub trait Store: Send + Sync {
     /// Marks the outbox of `version` performed (does nothing if the run moved past it).
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError>;
 
+    /// Narrows the outbox of `version` to `owed`, what a perform of it left undone (an
+    /// effect that failed, then the run's own next message marked owed), and indexes it for
+    /// the sweep as of `at` whether or not it continues (does nothing if the run moved past
+    /// `version`).
+    async fn keep_outbox(
+        &self,
+        run_id: &str,
+        version: u64,
+        owed: &[Effect],
+        at: DateTime<Utc>,
+    ) -> Result<(), PortError>;
+
     /// Records, beside the run item and without moving its version, the last failure of
     /// a step being retried; read back as `Run::last_error` until the next commit clears it.
     async fn record_failure(&self, run_id: &str, failure: &LastError) -> Result<(), PortError>;

@@ -186,15 +186,18 @@ impl AwsDevServer {
                 meter.clone(),
             );
             deps.queue = lineage.counting(deps.queue);
+            // Every function counts: the step functions their steps, every one the effects
+            // that failed after a commit, the events function the outboxes a sweep could
+            // not repair (on Lambda, EMF lines: `baton-lambda`'s `OutboxMetrics`).
             let mut service = Service::builder(deps, opts.catalog.clone())
                 .quotas(opts.quotas)
                 .links(links.clone())
-                .live(live);
-            if step_functions.contains(&name) {
-                service = service.observer(metrics.clone());
-                if let Some(traces) = &opts.traces {
-                    service = service.observer(traces.clone());
-                }
+                .live(live)
+                .observer(metrics.clone());
+            if step_functions.contains(&name)
+                && let Some(traces) = &opts.traces
+            {
+                service = service.observer(traces.clone());
             }
             Consumer {
                 sqs: aws_sdk_sqs::Client::new(&sdk),

@@ -106,6 +106,7 @@ mod tests {
             run_id: "run_1".into(),
             id: id.into(),
             input: baton_core::message::Input::Start,
+            owed: false,
         }
     }
 

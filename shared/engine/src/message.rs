@@ -20,6 +20,11 @@ pub struct StepMessage {
     /// Deduplication id: the same effect always sends the same id.
     pub id: String,
     pub input: Input,
+    /// Sent from an outbox that a failed effect left owing ([`outbox_owes`]): its step
+    /// performs that outbox's other effects again before it thinks, and carries what still
+    /// fails into its own commit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub owed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -218,6 +223,15 @@ pub fn outbox_continues(run_id: &str, outbox: &[Effect]) -> bool {
     outbox
         .iter()
         .any(|e| matches!(e, Effect::Send(m) if m.run_id == run_id))
+}
+
+/// Whether `outbox` is what a perform left of it when an effect failed: the effects still
+/// owed, then the run's own next message marked [`StepMessage::owed`]. It waits for the
+/// sweep as a parking outbox does, though it continues.
+pub fn outbox_owes(run_id: &str, outbox: &[Effect]) -> bool {
+    outbox
+        .iter()
+        .any(|e| matches!(e, Effect::Send(m) if m.run_id == run_id && m.owed))
 }
 
 impl Transition {

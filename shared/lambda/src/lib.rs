@@ -8,6 +8,7 @@
 //! | [`steps`] | the step functions' SQS batches: order per run, deadline, deferral |
 //! | [`events`] | the `events` function's batches: the inbox queue and the sweep's ticks |
 //! | [`live`] | the `live` function: the live channel's authorizer |
+//! | [`outbox_metrics`] | effects that failed after their commit, as EMF lines (every function) |
 //!
 //! The adapters are `baton-aws`'s; the policy for each message is the service's
 //! (`Service::consume`, `Service::inbox_event`). `baton dev --aws` runs these same handlers
@@ -15,6 +16,7 @@
 
 pub mod events;
 pub mod live;
+pub mod outbox_metrics;
 pub mod runtime;
 pub mod steps;
 

@@ -362,7 +362,9 @@ impl Runtime {
             Arc::new(SystemClock),
             Meter::shared(),
         );
+        let outbox = crate::outbox_metrics::OutboxMetrics::new(&self.config.metrics_namespace);
         Ok(Service::builder(deps, Arc::new(catalog))
+            .observer(Arc::new(outbox))
             .quotas(baton_core::service::Quotas::of(&self.config))
             .links(self.links().await?)
             // A quarter of the function's memory (`MemorySize`), unless BATON_CACHE_MB says.

@@ -12,7 +12,7 @@ use std::io::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use baton_core::observe::{Observer, Outcome, StepFailure, StepReport};
+use baton_core::observe::{EffectsFailed, Observer, Outcome, StepFailure, StepReport};
 use baton_core::run::RunStatus;
 use metrique::emf::Emf;
 use metrique::unit::Count;
@@ -116,6 +116,11 @@ struct FailureRecord {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Kind {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Agent {
     agent: String,
 }
@@ -171,6 +176,8 @@ pub struct Metrics {
     plan_reviews: Family<PlanReview, Counter>,
     plan_phases: Family<PlanPhase, Counter>,
     refusals: Family<AgentKind, Counter>,
+    effect_failures: Family<Kind, Counter>,
+    repair_failures: Counter,
     models: Mutex<BTreeSet<String>>,
     emf: Option<Mutex<(Emf, Sink)>>,
 }
@@ -308,6 +315,18 @@ impl Metrics {
             "Calls a guardrail refused, by guardrail (kind: depth)",
             refusals.clone(),
         );
+        let effect_failures = Family::<Kind, Counter>::default();
+        registry.register(
+            "effect_failures",
+            "Effects that failed after their commit, by kind (owed: performed again later)",
+            effect_failures.clone(),
+        );
+        let repair_failures = Counter::default();
+        registry.register(
+            "outbox_repair_failures",
+            "Outboxes a sweep could not repair (their effects still failed)",
+            repair_failures.clone(),
+        );
         Self {
             registry,
             steps,
@@ -327,6 +346,8 @@ impl Metrics {
             plan_reviews,
             plan_phases,
             refusals,
+            effect_failures,
+            repair_failures,
             models: Mutex::new(BTreeSet::new()),
             emf: sink.map(|(namespace, s)| {
                 Mutex::new((Emf::builder(namespace.into(), vec![vec![]]).build(), s))
@@ -542,6 +563,22 @@ impl Observer for Metrics {
             plan_phase_changes: r.plan_phases.len() as u64,
             depth_refusals: r.refusals.iter().filter(|g| *g == "depth").count() as u64,
         });
+    }
+
+    fn effects_failed(&self, f: &EffectsFailed) {
+        for kind in &f.kinds {
+            self.effect_failures
+                .get_or_create(&Kind {
+                    kind: (*kind).to_owned(),
+                })
+                .inc();
+        }
+    }
+
+    /// (On Lambda, `baton-lambda`'s `OutboxMetrics` writes these two as EMF, in every
+    /// function: these counters are `baton dev`'s `GET /metrics`.)
+    fn repair_failed(&self, _run_id: &str, _error: &str) {
+        self.repair_failures.inc();
     }
 
     fn step_failed(&self, f: &StepFailure) {

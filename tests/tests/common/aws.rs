@@ -88,6 +88,14 @@ impl Emulator {
         }
     }
 
+    /// Starts or ends an outage of `service` for the code under test
+    /// ([`FaultyAws::outage`]).
+    pub fn outage(&self, service: &'static str, down: bool) {
+        if let Some(f) = self.faulty.as_ref().or(self.isolated.as_ref()) {
+            f.outage(service, down);
+        }
+    }
+
     /// Turns the faults on, once the resources exist (creating them is CloudFormation's
     /// job on AWS, not the code's).
     pub fn turn_on(&self) {

@@ -118,6 +118,8 @@ struct Shared {
     record: Option<std::path::PathBuf>,
     /// Held while a DynamoDB write is forwarded (see the module's doc).
     dynamo_writes: tokio::sync::Mutex<()>,
+    /// Services in an outage: every request to them answered as their 5xx ([`FaultyAws::outage`]).
+    down: Mutex<std::collections::HashSet<&'static str>>,
 }
 
 pub struct FaultyAws {
@@ -150,6 +152,7 @@ impl FaultyAws {
             sdk,
             record: std::env::var_os("BATON_TEST_RECORD_CALLS").map(Into::into),
             dynamo_writes: tokio::sync::Mutex::new(()),
+            down: Mutex::new(Default::default()),
         });
         let app = axum::Router::new()
             .fallback(handle)
@@ -170,6 +173,18 @@ impl FaultyAws {
     /// Turns the faults on (the scheduler fires either way).
     pub fn turn_on(&self) {
         self.shared.on.store(true, Ordering::SeqCst);
+    }
+
+    /// Starts (`true`) or ends an outage of `service` (`scheduler`, `events`, `sqs`,
+    /// `dynamodb`): while it lasts, each of its requests is answered as its 5xx, whether
+    /// or not the faults are on.
+    pub fn outage(&self, service: &'static str, down: bool) {
+        let mut set = self.shared.down.lock().unwrap();
+        if down {
+            set.insert(service);
+        } else {
+            set.remove(service);
+        }
     }
 
     /// Turns them off, while a test sets up again (a restarted host's resources).
@@ -393,6 +408,11 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
     } else {
         1.0
     };
+    if s.down.lock().unwrap().contains(service) {
+        s.stats.server_errors.fetch_add(1, Ordering::Relaxed);
+        s.refused(&format!("{service}.{op}"));
+        return server_error(service);
+    }
     if roll < s.faults.throttle {
         s.stats.throttled.fetch_add(1, Ordering::Relaxed);
         s.refused(&format!("{service}.{op}"));

@@ -320,6 +320,27 @@ impl Store for DynamoStore {
         .await
     }
 
+    async fn keep_outbox(
+        &self,
+        run_id: &str,
+        version: u64,
+        owed: &[Effect],
+        at: DateTime<Utc>,
+    ) -> Result<(), PortError> {
+        self.update_meta(
+            run_pk(run_id),
+            "SET ob = :ob, GSI2PK = :pk, GSI2SK = :sk",
+            "v = :v",
+            &[
+                (":ob", packed(owed, "outbox")?),
+                (":pk", s(sweep_pk(run_id))),
+                (":sk", s(sweep_sk(at, run_id))),
+                (":v", n(version)),
+            ],
+        )
+        .await
+    }
+
     async fn record_failure(&self, run_id: &str, failure: &LastError) -> Result<(), PortError> {
         let f = serde_json::to_string(failure).map_err(|e| broken("encode failure", e))?;
         self.update_meta(

@@ -227,6 +227,7 @@ impl Service {
                 run_id: cta.run_id.clone(),
                 id,
                 input,
+                owed: false,
             }])
             .await
     }
@@ -263,6 +264,7 @@ impl Service {
                 input: Input::Timer {
                     timer_id: name.into(),
                 },
+                owed: false,
             }])
             .await?)
     }

@@ -175,6 +175,7 @@ impl Service {
                     reply_to: None,
                     options,
                 },
+                owed: false,
             }])
             .await?;
         Ok(queued)

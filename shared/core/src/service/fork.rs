@@ -46,6 +46,7 @@ impl Service {
             run_id: fork.run.run_id.clone(),
             id: format!("{}:fork", fork.run.run_id),
             input: fork.first,
+            owed: false,
         })];
         let key = idempotency_key.map(|k| format!("fork {run_id} {k}"));
         let admission = self.admission();

@@ -1,102 +1,240 @@
 //! The transactional outbox's far side: a commit's effects performed (each idempotent) after
-//! the commit, the run's own next message last.
+//! the commit, each on its own, the run's own next message last.
+//!
+//! One failing effect (a Scheduler throttle, a bus outage) holds back none of the others:
+//! each is tried, what failed is *owed*. The outbox is narrowed to what is owed (indexed for
+//! the sweep), then the run's next message goes, marked owed, so that its step performs
+//! them again before it thinks and carries what still fails into its own commit. A parking
+//! outbox's owed effects wait for the sweep.
 
 use super::Service;
 use crate::cta::Settlement;
 use crate::error::PortError;
 use crate::failpoint;
-use crate::message::{Effect, outbox_continues};
+use crate::message::{Effect, StepMessage, outbox_continues};
+use crate::observe::EffectsFailed;
 use crate::run::Run;
 
+/// What performing an outbox left.
+#[derive(Debug, Default)]
+pub(super) struct Performed {
+    /// Whether the outbox needs no clearing write: it ends with the run's own next message
+    /// (which proves it performed), or it was narrowed to what is owed.
+    pub settled: bool,
+    /// The effects that failed, in their order: owed.
+    pub owed: Vec<Effect>,
+}
+
 impl Service {
-    /// Performs committed effects (each idempotent), then marks the outbox done.
-    pub(super) async fn perform(&self, run: &Run, effects: &[Effect]) -> Result<(), PortError> {
+    /// Performs committed effects (each idempotent), then marks the outbox done, or narrows
+    /// it to what failed. What is owed.
+    pub(super) async fn perform(
+        &self,
+        run: &Run,
+        effects: &[Effect],
+    ) -> Result<Vec<Effect>, PortError> {
         if effects.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
-        let continues = self.perform_only(run, effects).await?;
-        if continues {
-            Ok(())
-        } else {
-            self.deps.store.clear_outbox(&run.run_id, run.version).await
+        let performed = self.perform_only(run, effects).await?;
+        if !performed.settled {
+            self.deps
+                .store
+                .clear_outbox(&run.run_id, run.version)
+                .await?;
         }
+        Ok(performed.owed)
     }
 
-    /// Performs committed effects (each idempotent), leaving the outbox as it is; whether it
-    /// ends with the run's own next message (then it never needs clearing).
+    /// Performs committed effects (each idempotent, each on its own), leaving the outbox as
+    /// it is when all succeed; when some fail, it is narrowed to them (and the run's own
+    /// next message, marked owed) before that message is sent. An error is a crash, or the
+    /// run's own next message (or the narrowing) failing: the outbox then stands whole.
     pub(super) async fn perform_only(
         &self,
         run: &Run,
         effects: &[Effect],
-    ) -> Result<bool, PortError> {
+    ) -> Result<Performed, PortError> {
         if effects.is_empty() {
-            return Ok(true);
+            return Ok(Performed {
+                settled: true,
+                owed: Vec::new(),
+            });
         }
-        let mut sends = Vec::new();
-        let mut events = Vec::new();
-        for e in effects {
-            match e {
-                Effect::Send(m) => sends.push(m.clone()),
-                // A `cta.request` names its CTA and carries no answer link: a link is a bearer
-                // credential, and whoever may add a rule to the bus could read it. Its owner
-                // mints one through the API (`POST /ctas/{id}/link`).
-                Effect::Publish(ev) => events.push(ev.clone()),
-                Effect::Schedule { cta_id, run_id, at } => {
-                    self.deps.scheduler.schedule(cta_id, run_id, *at).await?;
-                    failpoint::hit("effect.after_schedule")?;
-                }
-                Effect::Unschedule { cta_id } => {
-                    self.deps.scheduler.unschedule(cta_id).await?;
-                    failpoint::hit("effect.after_unschedule")?;
-                }
+        let continues = outbox_continues(&run.run_id, effects);
+        let (own, others): (Vec<&Effect>, Vec<&Effect>) = effects
+            .iter()
+            .partition(|e| matches!(e, Effect::Send(m) if m.run_id == run.run_id));
+        let mut owed = Vec::new();
+        let mut failures = Vec::new();
+        // Other runs' messages and the bus's events first: a child's start, a question's
+        // `cta.request`, which no timer should hold back.
+        let sends: Vec<StepMessage> = others
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Send(m) => Some(m.clone()),
+                _ => None,
+            })
+            .collect();
+        if !sends.is_empty() {
+            let sent = self.deps.queue.send(&sends).await;
+            self.settle(sent, "effect.after_send", || {
+                sends.iter().cloned().map(Effect::Send).collect()
+            }, &mut owed, &mut failures)
+            .await?;
+        }
+        // A `cta.request` names its CTA and carries no answer link: a link is a bearer
+        // credential, and whoever may add a rule to the bus could read it. Its owner mints
+        // one through the API (`POST /ctas/{id}/link`).
+        let events: Vec<_> = others
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Publish(ev) => Some(ev.clone()),
+                _ => None,
+            })
+            .collect();
+        if !events.is_empty() {
+            let published = self.deps.bus.publish(&events).await;
+            self.settle(published, "effect.after_publish", || {
+                events.iter().cloned().map(Effect::Publish).collect()
+            }, &mut owed, &mut failures)
+            .await?;
+        }
+        for e in others {
+            let (done, point) = match e {
+                Effect::Send(_) | Effect::Publish(_) => continue,
+                Effect::Schedule { cta_id, run_id, at } => (
+                    self.deps.scheduler.schedule(cta_id, run_id, *at).await,
+                    "effect.after_schedule",
+                ),
+                Effect::Unschedule { cta_id } => (
+                    self.deps.scheduler.unschedule(cta_id).await,
+                    "effect.after_unschedule",
+                ),
                 Effect::Timer {
                     timer_id,
                     run_id,
                     at,
-                } => {
-                    self.deps.scheduler.schedule(timer_id, run_id, *at).await?;
-                    failpoint::hit("effect.after_schedule")?;
-                }
-                Effect::CancelTimer { timer_id } => {
-                    self.deps.scheduler.unschedule(timer_id).await?;
-                    failpoint::hit("effect.after_unschedule")?;
-                }
+                } => (
+                    self.deps.scheduler.schedule(timer_id, run_id, *at).await,
+                    "effect.after_schedule",
+                ),
+                Effect::CancelTimer { timer_id } => (
+                    self.deps.scheduler.unschedule(timer_id).await,
+                    "effect.after_unschedule",
+                ),
                 Effect::ReleaseFollowUps {
                     run_id,
                     message_ids,
-                } => {
+                } => (
                     self.deps
                         .store
                         .release_follow_ups(run_id, message_ids)
-                        .await?;
-                }
+                        .await,
+                    "",
+                ),
                 Effect::HoldFollowUps {
                     run_id,
                     message_ids,
-                } => {
-                    self.deps.store.hold_follow_ups(run_id, message_ids).await?;
-                }
+                } => (
+                    self.deps.store.hold_follow_ups(run_id, message_ids).await,
+                    "",
+                ),
                 Effect::CancelCta { cta_id } => {
                     let now = self.deps.clock.now();
-                    self.deps
+                    let settled = self
+                        .deps
                         .store
                         .settle_cta(cta_id, &Settlement::Cancelled, now)
-                        .await?;
+                        .await
+                        .map(drop);
+                    (settled, "")
                 }
-            }
-        }
-        if !events.is_empty() {
-            self.deps.bus.publish(&events).await?;
-            failpoint::hit("effect.after_publish")?;
+            };
+            self.settle(done, point, || vec![e.clone()], &mut owed, &mut failures)
+                .await?;
         }
         // The run's own next message goes last: when it is received, everything before it
-        // was performed, so its step skips the replay and no write is spent clearing it.
-        sends.sort_by_key(|m| m.run_id == run.run_id);
-        let continues = outbox_continues(&run.run_id, effects);
-        if !sends.is_empty() {
-            self.deps.queue.send(&sends).await?;
+        // was performed (or is owed, and it says so), so its step skips the replay and no
+        // write is spent clearing it.
+        let mut own: Vec<StepMessage> = own
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Send(m) => Some(m.clone()),
+                _ => None,
+            })
+            .collect();
+        let settled = continues || !owed.is_empty();
+        if !owed.is_empty() {
+            self.report_effects_failed(run, &owed, &failures);
+            for m in &mut own {
+                m.owed = true;
+            }
+            let mut kept = owed.clone();
+            kept.extend(own.iter().cloned().map(Effect::Send));
+            let now = self.deps.clock.now();
+            self.deps
+                .store
+                .keep_outbox(&run.run_id, run.version, &kept, now)
+                .await?;
+        }
+        if !own.is_empty() {
+            self.deps.queue.send(&own).await?;
             failpoint::hit("effect.after_send")?;
         }
-        Ok(continues)
+        Ok(Performed { settled, owed })
+    }
+
+    /// What one effect's attempt leaves: on success, its failpoint passed (a crash there is
+    /// an error); on failure, the effect owed and the failure kept for the report (a
+    /// crash is an error).
+    async fn settle(
+        &self,
+        done: Result<(), PortError>,
+        point: &str,
+        effects: impl FnOnce() -> Vec<Effect>,
+        owed: &mut Vec<Effect>,
+        failures: &mut Vec<String>,
+    ) -> Result<(), PortError> {
+        match done {
+            Ok(()) if point.is_empty() => Ok(()),
+            Ok(()) => failpoint::hit(point),
+            Err(e) if failpoint::is_crash(&e) => Err(e),
+            Err(e) => {
+                owed.extend(effects());
+                failures.push(e.to_string());
+                Ok(())
+            }
+        }
+    }
+
+    /// Tells the observers (and the log) that effects of `run`'s last commit failed.
+    fn report_effects_failed(&self, run: &Run, owed: &[Effect], failures: &[String]) {
+        let failed = EffectsFailed {
+            run_id: run.run_id.clone(),
+            agent: run.agent.clone(),
+            kinds: owed.iter().map(effect_kind).collect(),
+            error: failures.join("; "),
+            at: self.deps.clock.now(),
+        };
+        tracing::warn!(run_id = %run.run_id, kinds = ?failed.kinds, error = %failed.error, "effects failed after their commit: owed, performed again by the run's next step or the sweep");
+        for o in &self.observers {
+            o.effects_failed(&failed);
+        }
+    }
+}
+
+/// An effect's kind, as metrics and logs name it.
+pub(super) fn effect_kind(e: &Effect) -> &'static str {
+    match e {
+        Effect::Send(_) => "send",
+        Effect::Publish(_) => "publish",
+        Effect::Schedule { .. } => "schedule",
+        Effect::Unschedule { .. } => "unschedule",
+        Effect::Timer { .. } => "timer",
+        Effect::CancelTimer { .. } => "cancel_timer",
+        Effect::ReleaseFollowUps { .. } => "release_follow_ups",
+        Effect::HoldFollowUps { .. } => "hold_follow_ups",
+        Effect::CancelCta { .. } => "cancel_cta",
     }
 }

@@ -152,6 +152,7 @@ impl Service {
             run_id: run.run_id.clone(),
             id: format!("{}:start", run.run_id),
             input: Input::Start,
+            owed: false,
         })];
         let admission = self.admission();
         run.active_slot = admission.is_some_and(|a| a.active_runs.is_some());
@@ -401,6 +402,7 @@ impl Service {
                 input: Input::Cancel {
                     reason: "cancelled by the user".into(),
                 },
+                owed: false,
             }])
             .await?;
         crate::failpoint::hit("cancel.after_queue")?;

@@ -76,6 +76,7 @@ impl Service {
                 code: code.into(),
                 message: message.into(),
             },
+            owed: false,
         };
         self.step(&fail, None).await
     }
@@ -96,6 +97,9 @@ impl Service {
         let mut held: Option<Box<Hydrated>> = None;
         let mut last: Option<(RunStatus, u64)> = None;
         let mut conflicts = 0;
+        // Effects an earlier commit left undone (a failed perform's): carried into this
+        // step's commit, so that none is lost when its outbox is replaced.
+        let mut owed: Vec<Effect> = Vec::new();
         loop {
             let fresh = held.is_none();
             let hydrated = match held.take() {
@@ -106,8 +110,26 @@ impl Service {
                 },
             };
             let Hydrated { record, window } = hydrated;
-            if fresh && !record.outbox.is_empty() && !sent_by(&record.outbox, msg) {
-                self.perform(&record.run, &record.outbox).await?;
+            if fresh && !record.outbox.is_empty() {
+                let left = if !sent_by(&record.outbox, msg) {
+                    self.perform(&record.run, &record.outbox).await?
+                } else if msg.owed {
+                    // Sent from an outbox narrowed to what failed: those, again.
+                    let rest: Vec<Effect> = record
+                        .outbox
+                        .iter()
+                        .filter(|e| !matches!(e, Effect::Send(m) if m.run_id == msg.run_id))
+                        .cloned()
+                        .collect();
+                    self.perform(&record.run, &rest).await?
+                } else {
+                    Vec::new()
+                };
+                for e in left {
+                    if !owed.contains(&e) {
+                        owed.push(e);
+                    }
+                }
             }
             let run = record.run;
             let listed = self.list_tools(&run).await;
@@ -170,6 +192,9 @@ impl Service {
             // With no daily allowance to hold, the owner's spending of the day is not kept
             // (one item per owner, which every think of theirs would write).
             transition.daily_spend = self.quotas.daily_cost_usd.is_some();
+            if !owed.is_empty() {
+                transition.effects.splice(0..0, owed.iter().cloned());
+            }
             crate::failpoint::hit("step.before_commit")?;
             // Where the store is the queue, a step that only sends messages (an agent's
             // next turn, a child's start) sends them with its commit: nothing is left to
@@ -214,6 +239,8 @@ impl Service {
             };
             match committed {
                 Ok(()) => {
+                    // What was owed is this commit's outbox now.
+                    owed.clear();
                     if transition
                         .appended
                         .iter()
@@ -249,8 +276,10 @@ impl Service {
                     // A checkpoint: its effects now (the next commit replaces its outbox,
                     // so none is cleared), then on from what it committed.
                     if !sent {
-                        self.perform_only(&transition.run, &transition.effects)
-                            .await?;
+                        owed = self
+                            .perform_only(&transition.run, &transition.effects)
+                            .await?
+                            .owed;
                     }
                     io.marked.extend(marked);
                     crate::failpoint::pass("step.after_checkpoint").await?;
@@ -365,6 +394,7 @@ impl Service {
                         spent: Default::default(),
                         breakdown: vec![],
                     },
+                    owed: false,
                 }])
                 .await?;
         }
@@ -554,7 +584,8 @@ struct Hydrated {
 /// The loop's input, for the window the next step of the loop reads.
 const LOOP: Input = Input::Continue { version: 0 };
 
-/// Whether `msg` is one of this outbox's sends: then the outbox was performed in full.
+/// Whether `msg` is one of this outbox's sends: then the outbox was performed in full, or
+/// what was not is owed (`msg.owed`: the outbox was narrowed to it).
 fn sent_by(outbox: &[Effect], msg: &StepMessage) -> bool {
     outbox
         .iter()

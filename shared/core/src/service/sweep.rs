@@ -41,10 +41,15 @@ impl Service {
                 return Ok(repaired);
             }
             info!(run_id = %run_id, "sweep: performing an outstanding outbox");
-            // One run whose effects keep failing must not keep the others waiting.
+            // One run whose effects keep failing must not keep the others waiting; each
+            // such run is reported (the alarm's metric, `OutboxRepairFailures`).
             match self.repair(run_id).await {
-                Ok(()) => repaired += 1,
-                Err(e) => warn!(run_id = %run_id, error = %e, "sweep: the outbox failed again"),
+                Ok(true) => repaired += 1,
+                Ok(false) => self.report_repair_failed(run_id, "effects still fail"),
+                Err(e) => {
+                    warn!(run_id = %run_id, error = %e, "sweep: the outbox failed again");
+                    self.report_repair_failed(run_id, &e.to_string());
+                }
             }
         }
         repaired += self.resend_resolutions(older_than).await?;
@@ -133,13 +138,23 @@ impl Service {
         Ok(sent)
     }
 
-    /// Performs a run's outstanding outbox (the start-up sweep and crash repair).
-    pub async fn repair(&self, run_id: &str) -> Result<(), PortError> {
+    /// Performs a run's outstanding outbox (the start-up sweep and crash repair): whether
+    /// it was performed whole (false: some effects failed again, and it stays narrowed to
+    /// them for the next tick).
+    pub async fn repair(&self, run_id: &str) -> Result<bool, PortError> {
         if let Some(rec) = self.deps.store.get_run(run_id).await?
             && !rec.outbox.is_empty()
         {
-            self.perform(&rec.run, &rec.outbox).await?;
+            return Ok(self.perform(&rec.run, &rec.outbox).await?.is_empty());
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// Tells the observers (and the log) that a sweep could not repair `run_id`'s outbox.
+    fn report_repair_failed(&self, run_id: &str, error: &str) {
+        warn!(run_id, error, "sweep: an outbox is still owed");
+        for o in &self.observers {
+            o.repair_failed(run_id, error);
+        }
     }
 }

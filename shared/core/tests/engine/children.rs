@@ -306,6 +306,7 @@ fn a_parent_hears_when_a_subagent_at_any_depth_waits_for_a_human() {
             cta_id: cta.cta_id.clone(),
             question: "Which branch?".into(),
         },
+        owed: false,
     };
     assert_eq!(s.deliver(&again), Outcome::Ignored);
     s.answer(

@@ -379,6 +379,7 @@ impl Sim {
             run_id: id.clone(),
             id: format!("{id}:start"),
             input: Input::Start,
+            owed: false,
         });
         id
     }
@@ -570,6 +571,7 @@ impl Sim {
             run_id: run_id.into(),
             id: "test".into(),
             input,
+            owed: false,
         })
     }
 
@@ -587,6 +589,7 @@ impl Sim {
                 response,
                 responder: None,
             },
+            owed: false,
         });
     }
 

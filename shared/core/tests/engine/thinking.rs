@@ -167,6 +167,7 @@ fn redelivered_and_stale_messages_do_nothing() {
             spent: Default::default(),
             breakdown: vec![],
         },
+        owed: false,
     };
     assert_eq!(s.deliver(&tail), Outcome::Ignored);
     assert_eq!(

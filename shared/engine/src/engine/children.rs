@@ -299,6 +299,7 @@ impl Work<'_> {
             run_id: child_id.into(),
             id: format!("{child_id}:start"),
             input: Input::Start,
+            owed: false,
         }));
     }
 
@@ -323,6 +324,7 @@ impl Work<'_> {
                     ..Default::default()
                 },
             },
+            owed: false,
         }));
         self.tool_mut(seq).child_run_id = Some(child_id.into());
     }

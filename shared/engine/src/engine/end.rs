@@ -119,6 +119,7 @@ impl Work<'_> {
                     input: Input::Cancel {
                         reason: format!("parent {}", why),
                     },
+                    owed: false,
                 }));
             }
             let error = if t.is_due() && t.started > 0 {

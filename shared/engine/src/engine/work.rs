@@ -214,6 +214,7 @@ impl<'a> Work<'a> {
             run_id: run_id.into(),
             id,
             input,
+            owed: false,
         }));
     }
 

@@ -28,7 +28,7 @@ use tokio::sync::Notify;
 
 use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
-use baton_core::message::{Effect, Transition, outbox_continues};
+use baton_core::message::{Effect, Transition, outbox_continues, outbox_owes};
 use baton_core::ports::{
     Created, CtaQuery, RunPage, RunPosition, RunQuery, RunRecord, Settled, Store,
 };
@@ -338,7 +338,9 @@ impl Store for LocalStore {
             let run: Run = from_json(&body)?;
             let effects: Vec<Effect> = from_json(&outbox)?;
             // A run's start counts too until its first step: it was never received.
-            let parked = !outbox_continues(&run_id, &effects) || run.version == 0;
+            let parked = !outbox_continues(&run_id, &effects)
+                || outbox_owes(&run_id, &effects)
+                || run.version == 0;
             if run.updated_at < before && parked {
                 out.push(run_id);
             }
@@ -361,6 +363,25 @@ impl Store for LocalStore {
         self.write_one(false, move |c| {
             c.prepare_cached("UPDATE runs SET outbox = NULL WHERE run_id = ?1 AND version = ?2")
                 .and_then(|mut s| s.execute(params![run_id, version as i64]))
+                .map_err(sql)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The owed outbox is found by the sweep as any outbox is (`stale_outboxes` reads them
+    /// all): `at` is not kept.
+    async fn keep_outbox(
+        &self,
+        run_id: &str,
+        version: u64,
+        owed: &[Effect],
+        _at: DateTime<Utc>,
+    ) -> Result<(), PortError> {
+        let (run_id, owed) = (run_id.to_owned(), to_json(&owed)?);
+        self.write_one(false, move |c| {
+            c.prepare_cached("UPDATE runs SET outbox = ?1 WHERE run_id = ?2 AND version = ?3")
+                .and_then(|mut s| s.execute(params![owed, run_id, version as i64]))
                 .map_err(sql)?;
             Ok(())
         })

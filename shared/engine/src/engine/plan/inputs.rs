@@ -137,6 +137,7 @@ fn helper_finished(
                             ..Default::default()
                         },
                     },
+                    owed: false,
                 }));
                 Some(ToolResult::Pending {
                     reason: "the planner is correcting the plan".into(),

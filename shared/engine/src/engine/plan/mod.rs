@@ -486,6 +486,7 @@ impl Work<'_> {
             input: Input::Cancel {
                 reason: reason.into(),
             },
+            owed: false,
         }));
     }
 
