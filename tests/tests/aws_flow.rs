@@ -1015,7 +1015,7 @@ async fn a_scheduler_outage_holds_back_neither_a_question_nor_its_run() {
     let left = sch
         .get_schedule()
         .name(&cta)
-        .group_name(&aws.names("outage").schedule_group())
+        .group_name(aws.names("outage").schedule_group())
         .send()
         .await;
     assert!(left.is_err(), "the answered question's timer is gone");
@@ -1041,7 +1041,12 @@ async fn a_bus_outage_holds_back_no_step_and_its_events_are_published_after() {
         {"text": "done"}]}"#;
     let agents = json!({"agents": {"ops": {"tools": ["echo"]}}});
     let options = aws
-        .dev_options(aws.names("busout"), scripted(script), catalog(Some(agents)), 0)
+        .dev_options(
+            aws.names("busout"),
+            scripted(script),
+            catalog(Some(agents)),
+            0,
+        )
         .await;
     let host = AwsHost::start(aws.clone(), options).await;
     let api = host.api().clone();

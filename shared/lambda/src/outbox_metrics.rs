@@ -62,7 +62,8 @@ mod tests {
 
     #[test]
     fn a_line_is_an_emf_record_of_its_metric() {
-        let line = OutboxMetrics::new("Baton/prod").line("OutboxRepairFailures", 2, 1_700_000_000_000);
+        let line =
+            OutboxMetrics::new("Baton/prod").line("OutboxRepairFailures", 2, 1_700_000_000_000);
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         let m = &v["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(m["Namespace"], "Baton/prod");
@@ -84,8 +85,14 @@ mod tests {
             .take_while(|(i, l)| *i == 0 || l.starts_with("    "))
             .map(|(_, l)| format!("{l}\n"))
             .collect();
-        assert!(alarm.contains("MetricName: OutboxRepairFailures"), "{alarm}");
-        assert!(alarm.contains("Namespace: !Sub Baton/${AWS::StackName}"), "{alarm}");
+        assert!(
+            alarm.contains("MetricName: OutboxRepairFailures"),
+            "{alarm}"
+        );
+        assert!(
+            alarm.contains("Namespace: !Sub Baton/${AWS::StackName}"),
+            "{alarm}"
+        );
         assert!(template.contains("BATON_METRICS_NAMESPACE: !Sub Baton/${AWS::StackName}"));
     }
 }

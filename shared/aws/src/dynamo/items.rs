@@ -472,7 +472,10 @@ fn lean(run: &Run) -> std::borrow::Cow<'_, Run> {
 /// `baton-codec` (deflated when that is smaller). The item is rewritten at every commit and
 /// billed by the kilobyte, twice in a transaction: a run's 0.7 to 3 KB of JSON deflates to
 /// about half.
-pub(super) fn packed<T: serde::Serialize + ?Sized>(v: &T, what: &str) -> Result<AttributeValue, PortError> {
+pub(super) fn packed<T: serde::Serialize + ?Sized>(
+    v: &T,
+    what: &str,
+) -> Result<AttributeValue, PortError> {
     let bytes = baton_codec::encode(v).map_err(|e| broken(&format!("encode {what}"), e))?;
     Ok(AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(
         bytes,

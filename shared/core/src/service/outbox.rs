@@ -78,9 +78,13 @@ impl Service {
             .collect();
         if !sends.is_empty() {
             let sent = self.deps.queue.send(&sends).await;
-            self.settle(sent, "effect.after_send", || {
-                sends.iter().cloned().map(Effect::Send).collect()
-            }, &mut owed, &mut failures)
+            self.settle(
+                sent,
+                "effect.after_send",
+                || sends.iter().cloned().map(Effect::Send).collect(),
+                &mut owed,
+                &mut failures,
+            )
             .await?;
         }
         // A `cta.request` names its CTA and carries no answer link: a link is a bearer
@@ -95,9 +99,13 @@ impl Service {
             .collect();
         if !events.is_empty() {
             let published = self.deps.bus.publish(&events).await;
-            self.settle(published, "effect.after_publish", || {
-                events.iter().cloned().map(Effect::Publish).collect()
-            }, &mut owed, &mut failures)
+            self.settle(
+                published,
+                "effect.after_publish",
+                || events.iter().cloned().map(Effect::Publish).collect(),
+                &mut owed,
+                &mut failures,
+            )
             .await?;
         }
         for e in others {
