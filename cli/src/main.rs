@@ -9,6 +9,7 @@ mod load;
 mod load_aws;
 mod parked;
 mod preflight;
+mod preflight_bedrock;
 
 /// mimalloc, not the system's: with many runs stepping on a few threads, glibc's malloc
 /// took a sixth of the CPU (`baton bench --runs 100`, docs/performance.md, "Many runs at once").

@@ -5,7 +5,8 @@
 //! in flight for the queue's 90-minute visibility timeout, spending receives. So: the sum the
 //! mappings may run at once, against the account's `GetAccountSettings`; the reserved
 //! concurrency asked, against what Lambda lets an account reserve; and the stack's name,
-//! against the longest resource name it makes.
+//! against the longest resource name it makes; and when an agent thinks with Bedrock, the
+//! model's per-minute quotas (`preflight_bedrock.rs`).
 
 use std::collections::HashMap;
 
@@ -136,6 +137,30 @@ pub async fn check(
              unreserved ({} left for the api and live functions)",
             pool - shared
         ));
+    }
+    let param = |name: &str| Functions::parameter(template, params, name).unwrap_or_default();
+    if param("Model").starts_with("bedrock:") || param("AgentsJson").contains("bedrock:") {
+        let id = param("BedrockModelId");
+        let thinking = STEP_FUNCTIONS
+            .iter()
+            .map(|f| asked.get(*f).copied().unwrap_or(0))
+            .sum();
+        let client = aws_sdk_servicequotas::Client::new(sdk);
+        match crate::preflight_bedrock::quotas(&client).await {
+            Ok(quotas) => {
+                let (ok, found) = crate::preflight_bedrock::judge(&quotas, &id, thinking);
+                fits &= ok;
+                lines.extend(found);
+            }
+            Err(e) => lines.push(format!(
+                "?    Bedrock's quotas could not be read ({e}): look `{id}`'s per-minute \
+                 quotas up in Service Quotas"
+            )),
+        }
+    } else {
+        lines.push(
+            "     Bedrock: no agent thinks with it (Model, AgentsJson): its quotas not read".into(),
+        );
     }
     Ok(Report { lines, fits })
 }

@@ -1255,6 +1255,45 @@ async fn lambda_account(total: u32, unreserved: u32) -> wiremock::MockServer {
     server
 }
 
+/// Service Quotas (awsJson 1.1) on `server`: Bedrock's quotas as the account has them (its
+/// tokens-per-minute quota lowered to 400,000) and AWS's defaults.
+async fn bedrock_quotas(server: &wiremock::MockServer) {
+    use wiremock::{Mock, ResponseTemplate, matchers};
+    let quota = |name: &str, code: &str, value: f64| {
+        serde_json::json!({"ServiceCode": "bedrock", "ServiceName": "Amazon Bedrock",
+            "QuotaName": name, "QuotaCode": code, "Value": value, "Unit": "None",
+            "Adjustable": true, "GlobalQuota": false,
+            "QuotaArn": format!("arn:aws:servicequotas:us-east-1:123456789012:bedrock/{code}")})
+    };
+    let tpm = "Cross-Region InvokeModel tokens per minute for Anthropic Claude Haiku 4.5";
+    let rpm = "Cross-Region InvokeModel requests per minute for Anthropic Claude Haiku 4.5";
+    let other = "On-demand InvokeModel tokens per minute for Anthropic Claude Haiku 4.5";
+    for (target, quotas) in [
+        ("ListServiceQuotas", vec![quota(tpm, "L-TPM", 400_000.0)]),
+        (
+            "ListAWSDefaultServiceQuotas",
+            vec![
+                quota(tpm, "L-TPM", 4_000_000.0),
+                quota(rpm, "L-RPM", 800.0),
+                quota(other, "L-OD", 4_000_000.0),
+            ],
+        ),
+    ] {
+        Mock::given(matchers::method("POST"))
+            .and(matchers::header(
+                "x-amz-target",
+                format!("ServiceQuotasV20190624.{target}").as_str(),
+            ))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .insert_header("content-type", "application/x-amz-json-1.1")
+                    .set_body_json(serde_json::json!({"Quotas": quotas})),
+            )
+            .mount(server)
+            .await;
+    }
+}
+
 #[tokio::test]
 async fn preflight_says_whether_the_account_can_run_the_stack() {
     let preflight = |url: String, args: &[&str]| {
@@ -1319,6 +1358,31 @@ async fn preflight_says_whether_the_account_can_run_the_stack() {
     let (code, text) = preflight(big.uri(), &["--stack-name", &long]);
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("at most 56"), "{text}");
+    // An agent thinking with Bedrock: the model's per-minute quotas (Service Quotas, the
+    // account's value over the default) against the step functions' invocations at once.
+    let bedrock = lambda_account(1000, 1000).await;
+    bedrock_quotas(&bedrock).await;
+    let model = "Model=bedrock:global.anthropic.claude-haiku-4-5-20251001-v1:0";
+    let (code, text) = preflight(bedrock.uri(), &["--parameter-overrides", model]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("NO   Bedrock `Cross-Region InvokeModel tokens per minute")
+            && text.contains("(L-TPM) is 400000")
+            && text.contains("104 invocations"),
+        "{text}"
+    );
+    let (code, text) = preflight(
+        bedrock.uri(),
+        &["--parameter-overrides", model, "StepsMaxConcurrency=20"],
+    );
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("ok   Bedrock") && text.contains("(L-RPM) is 800"),
+        "{text}"
+    );
+    // Without Bedrock, its quotas are not read.
+    let (_, text) = preflight(big.uri(), &[]);
+    assert!(text.contains("its quotas not read"), "{text}");
     // Bad input: exit 2, said.
     for bad in [
         &["--parameter-overrides", "NoSuchParameter=1"][..],

@@ -58,6 +58,24 @@ impl Functions {
         Self::parse(TEMPLATE)
     }
 
+    /// The value parameter `name` of the template `yaml` takes: its override, else its
+    /// default (none when it has neither, or the template does not read).
+    pub fn parameter(
+        yaml: &str,
+        overrides: &HashMap<String, String>,
+        name: &str,
+    ) -> Option<String> {
+        if let Some(v) = overrides.get(name) {
+            return Some(v.clone());
+        }
+        let docs = YamlLoader::load_from_str(yaml).ok()?;
+        match &docs.first()?["Parameters"][name]["Default"] {
+            Yaml::String(s) => Some(s.clone()),
+            Yaml::Integer(n) => Some(n.to_string()),
+            _ => None,
+        }
+    }
+
     pub fn parse(yaml: &str) -> Result<Self, TemplateError> {
         Self::parse_with(yaml, &HashMap::new())
     }
