@@ -130,6 +130,18 @@ impl Service {
                         owed.push(e);
                     }
                 }
+                // Owed effects ride in the run's item: past a bound (a long outage of what
+                // they call) the run waits, its step retried, rather than the item growing.
+                if owed.len() > MAX_OWED {
+                    return Err(StepError::Port(PortError::Unavailable {
+                        message: format!(
+                            "{} effects are owed (the first: {}); the run waits until they can be performed",
+                            owed.len(),
+                            super::outbox::effect_kind(&owed[0])
+                        ),
+                        source: None,
+                    }));
+                }
             }
             let run = record.run;
             let listed = self.list_tools(&run).await;
@@ -580,6 +592,10 @@ struct Hydrated {
     record: RunRecord,
     window: Window,
 }
+
+/// The most effects a run may owe (each failed after its commit, carried by its steps) before
+/// its steps wait for them: they ride in the run's item, which DynamoDB caps at 400 KB.
+pub const MAX_OWED: usize = 256;
 
 /// The loop's input, for the window the next step of the loop reads.
 const LOOP: Input = Input::Continue { version: 0 };
