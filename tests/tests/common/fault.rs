@@ -56,6 +56,13 @@ pub struct Faults {
     /// A DynamoDB write that succeeded is answered as a 500 all the same: applied, its
     /// answer lost on the way back (the SDK sends it again).
     pub lost_answers: f64,
+    /// DynamoDB's transaction isolation: a write to an item that a transaction in flight
+    /// also writes is cancelled (`TransactionConflict`) or refused
+    /// (`TransactionConflictException`), as DynamoDB does. A transaction is in flight from
+    /// its arrival for [`TRANSACTION_TIME`] (DynamoDB runs transactions side by side; the
+    /// emulator behind this layer takes writes one at a time, so its queue is no measure),
+    /// or until it is answered if that is sooner. Off, transactions only queue.
+    pub transaction_conflicts: bool,
     pub seed: u64,
 }
 
@@ -80,6 +87,7 @@ impl Default for Faults {
             drop_firings: 0.0,
             fire_schedules: true,
             lost_answers: 0.0,
+            transaction_conflicts: false,
             seed: 7,
         }
     }
@@ -97,6 +105,9 @@ pub struct Stats {
     pub dropped: AtomicU64,
     /// DynamoDB writes applied whose answers were lost ([`Faults::lost_answers`]).
     pub lost: AtomicU64,
+    /// Writes refused for a transaction in flight on one of their items
+    /// ([`Faults::transaction_conflicts`]).
+    pub conflicts: AtomicU64,
     /// Refusals by operation (`dynamodb.TransactWriteItems`…).
     pub refused: Mutex<HashMap<String, u64>>,
 }
@@ -120,6 +131,11 @@ struct Shared {
     dynamo_writes: tokio::sync::Mutex<()>,
     /// Services in an outage: every request to them answered as their 5xx ([`FaultyAws::outage`]).
     down: Mutex<std::collections::HashSet<&'static str>>,
+    /// The items of the DynamoDB transactions in flight: for each, the transactions that
+    /// hold it (an id, and until when).
+    in_flight: Mutex<HashMap<String, Vec<(u64, std::time::Instant)>>>,
+    /// The last transaction's id.
+    transactions: AtomicU64,
 }
 
 pub struct FaultyAws {
@@ -153,6 +169,8 @@ impl FaultyAws {
             record: std::env::var_os("BATON_TEST_RECORD_CALLS").map(Into::into),
             dynamo_writes: tokio::sync::Mutex::new(()),
             down: Mutex::new(Default::default()),
+            in_flight: Mutex::new(HashMap::new()),
+            transactions: AtomicU64::new(0),
         });
         let app = axum::Router::new()
             .fallback(handle)
@@ -242,6 +260,99 @@ fn operation(method: &Method, path: &str, headers: &HeaderMap) -> (&'static str,
         return ("scheduler", op.to_owned());
     }
     ("s3", method.to_string())
+}
+
+/// How long DynamoDB takes over a transaction, as [`Faults::transaction_conflicts`] holds
+/// its items.
+pub const TRANSACTION_TIME: Duration = Duration::from_millis(20);
+
+/// A transaction's items, held in flight until the guard drops (its answer sent back), if
+/// that comes before its [`TRANSACTION_TIME`] is over.
+struct Held(Arc<Shared>, u64, Vec<String>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut flight = self.0.in_flight.lock().unwrap();
+        for k in &self.2 {
+            if let Some(holders) = flight.get_mut(k) {
+                holders.retain(|(id, _)| *id != self.1);
+                if holders.is_empty() {
+                    flight.remove(k);
+                }
+            }
+        }
+    }
+}
+
+/// The items (table, PK, SK) a DynamoDB write names: each of a transaction's, or a single
+/// write's.
+fn written_items(op: &str, body: &[u8]) -> Vec<String> {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return Vec::new();
+    };
+    let key = |table: &Value, k: &Value| -> String {
+        format!(
+            "{}|{}|{}",
+            table.as_str().unwrap_or(""),
+            k["PK"]["S"].as_str().unwrap_or(""),
+            k["SK"]["S"].as_str().unwrap_or("")
+        )
+    };
+    match op {
+        "TransactWriteItems" => v["TransactItems"]
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|i| {
+                        let (kind, body) = i.as_object()?.iter().next()?;
+                        let k = if kind == "Put" {
+                            &body["Item"]
+                        } else {
+                            &body["Key"]
+                        };
+                        Some(key(&body["TableName"], k))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        "PutItem" => vec![key(&v["TableName"], &v["Item"])],
+        "UpdateItem" | "DeleteItem" => vec![key(&v["TableName"], &v["Key"])],
+        _ => Vec::new(),
+    }
+}
+
+/// DynamoDB's answer to a write that met a transaction in flight on one of its items.
+fn transaction_conflict(op: &str, busy: &[bool]) -> Response {
+    let ctype = "application/x-amz-json-1.0";
+    if op == "TransactWriteItems" {
+        let reasons: Vec<Value> = busy
+            .iter()
+            .map(|b| match b {
+                true => json!({"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}),
+                false => json!({"Code": "None"}),
+            })
+            .collect();
+        let codes: Vec<&str> = busy
+            .iter()
+            .map(|b| if *b { "TransactionConflict" } else { "None" })
+            .collect();
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            ctype,
+            json!({"__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+                   "Message": format!("Transaction cancelled, please refer cancellation reasons for specific reasons [{}]", codes.join(", ")),
+                   "CancellationReasons": reasons}),
+            &[],
+        );
+    }
+    json_error(
+        StatusCode::BAD_REQUEST,
+        ctype,
+        json!({"__type": "com.amazonaws.dynamodb.v20120810#TransactionConflictException",
+               "message": "Transaction is ongoing for the item"}),
+        &[],
+    )
 }
 
 fn json_error(
@@ -413,6 +524,37 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
         s.refused(&format!("{service}.{op}"));
         return server_error(service);
     }
+    // DynamoDB's isolation: checked as the request arrives, held until it is answered.
+    let _held = if service == "dynamodb" && s.faults.transaction_conflicts {
+        let keys = written_items(&op, &body);
+        let now = std::time::Instant::now();
+        let mut flight = s.in_flight.lock().unwrap();
+        flight.retain(|_, holders| {
+            holders.retain(|(_, until)| *until > now);
+            !holders.is_empty()
+        });
+        let busy: Vec<bool> = keys.iter().map(|k| flight.contains_key(k)).collect();
+        if busy.contains(&true) {
+            drop(flight);
+            s.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+            s.refused(&format!("{service}.{op}"));
+            return transaction_conflict(&op, &busy);
+        }
+        if op == "TransactWriteItems" {
+            let id = s.transactions.fetch_add(1, Ordering::Relaxed);
+            for k in &keys {
+                flight
+                    .entry(k.clone())
+                    .or_default()
+                    .push((id, now + TRANSACTION_TIME));
+            }
+            Some(Held(s.clone(), id, keys))
+        } else {
+            None
+        }
+    } else {
+        None
+    };
     if roll < s.faults.throttle {
         s.stats.throttled.fetch_add(1, Ordering::Relaxed);
         s.refused(&format!("{service}.{op}"));

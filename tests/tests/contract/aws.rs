@@ -983,3 +983,106 @@ async fn the_aws_adapters_pass_the_port_contracts_on_an_emulator() {
         "{used:?}"
     );
 }
+
+/// Spending commits of `owners` (one run each of `runs`, owners taken in turn), each run
+/// committing `thinks` thinks at random moments over about two seconds, with a daily
+/// allowance kept and the runs under one budgeted tree when `budgeted`: how many writes
+/// met a transaction in flight on one of their items (the fault layer's DynamoDB
+/// isolation), and the day's spending and the tree's as read back.
+async fn contention(runs: usize, owners: usize, budgeted: bool) -> (u64, f64, f64) {
+    use crate::common::fault::Faults;
+    let aws = Emulator::start_with(Some(Faults {
+        transaction_conflicts: true,
+        ..Faults::isolation_only()
+    }))
+    .await;
+    let names = aws.names("hot");
+    provision::ensure(&aws.sdk().await, &names, "arn:aws:iam::123456789012:role/s")
+        .await
+        .unwrap();
+    let sdk = aws.host_sdk().await;
+    let store = Arc::new(DynamoStore::new(
+        aws_sdk_dynamodb::Client::new(&sdk),
+        names.table(),
+        90,
+        Meter::shared(),
+    ));
+    let budget = baton_core::budget::Budget { budget_usd: 1000.0 };
+    let root = "run_root".to_owned();
+    let mut all = Vec::new();
+    for i in 0..runs {
+        let (mut run, first) = new_run(&format!("run_hot{i:03}"), &format!("owner{}", i % owners));
+        if budgeted {
+            run.budget = Some(budget);
+            run.root_run_id = Some(root.clone());
+        }
+        store
+            .create_run(&run, &first, &[], None, None)
+            .await
+            .unwrap();
+        all.push(run);
+    }
+    let thinks = 3;
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, run) in all.into_iter().enumerate() {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let mut run = run;
+            let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            for _ in 0..thinks {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                tokio::time::sleep(std::time::Duration::from_millis(x % 700)).await;
+                let mut t = next(&run, vec![]);
+                t.daily_spend = true;
+                t.spent_usd = 0.01;
+                store.commit(run.version, &t).await.unwrap();
+                run = t.run;
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    let conflicts = aws
+        .faulty
+        .as_ref()
+        .unwrap()
+        .stats
+        .conflicts
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let today = Utc::now().date_naive();
+    let mut day = 0.0;
+    for o in 0..owners {
+        day += store.spent_on(&format!("owner{o}"), today).await.unwrap();
+    }
+    let tree = match budgeted {
+        true => store
+            .ledger(&root)
+            .await
+            .unwrap()
+            .map_or(0.0, |l| l.spent_usd),
+        false => 0.0,
+    };
+    (conflicts, day, tree)
+}
+
+/// With a daily allowance, every spending commit adds to its owner's day; with a budget,
+/// to its tree's ledger. Those counters are sharded (`COUNTER_SHARDS` items, by run): 100
+/// runs of one owner, and 100 subagents of one budgeted tree, meet about as few
+/// transaction conflicts as 100 runs of 100 owners, and every cent is counted once.
+#[tokio::test]
+async fn one_owners_hundred_runs_and_a_wide_fan_out_meet_few_conflicts_on_dynamodb() {
+    let (apart, day, _) = contention(100, 100, false).await;
+    assert!((day - 3.0).abs() < 1e-6, "{day}");
+    let (one_owner, day, _) = contention(100, 1, false).await;
+    assert!((day - 3.0).abs() < 1e-6, "{day}");
+    let (fan_out, _, tree) = contention(100, 1, true).await;
+    assert!((tree - 3.0).abs() < 1e-6, "{tree}");
+    eprintln!("conflicts: 100 owners {apart}, one owner {one_owner}, one budgeted tree {fan_out}");
+    assert!(
+        one_owner <= apart + 30 && fan_out <= apart + 30,
+        "conflicts: 100 owners {apart}, one owner {one_owner}, one budgeted tree {fan_out}"
+    );
+}

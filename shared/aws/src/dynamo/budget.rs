@@ -1,6 +1,9 @@
-//! Budgeted run trees' ledgers on DynamoDB: one item in the top-level run's partition
-//! (`SK = BUDGET`, purged with it), put in the write that creates the run and added to
-//! (`ADD`) in each commit of the tree's steps, so each step's spending and raise count once.
+//! Budgeted run trees' ledgers on DynamoDB: items in the top-level run's partition (purged
+//! with it). `SK = BUDGET` holds the budget and its raises, put in the write that creates
+//! the run; each commit of the tree's steps adds (`ADD`) its spending to one of
+//! [`COUNTER_SHARDS`] items (`BUDGET#NN`, by the committing run), so that a wide fan-out's
+//! commits seldom touch one item at once, and each step's spending counts once. A read
+//! sums them (one query).
 
 use aws_sdk_dynamodb::types::Update;
 use baton_core::budget::{Budget, Ledger, Raise};
@@ -27,21 +30,27 @@ impl DynamoStore {
         self.put(item, None)
     }
 
-    /// Adds a commit's spending and raise to its tree's ledger.
+    /// Adds a commit of `run_id`'s spending and raise to its tree's ledger: a raise (and the
+    /// spending with it) to the ledger's own item, spending alone to `run_id`'s shard.
     pub(super) fn ledger_add(
         &self,
         root_run_id: &str,
         budget: Budget,
         spent_usd: f64,
         raise: Option<&Raise>,
+        run_id: &str,
     ) -> Result<TransactWriteItem, PortError> {
+        let sk = match raise {
+            Some(_) => BUDGET_SK.to_owned(),
+            None => counter_sk(BUDGET_SK, run_id),
+        };
         // A ledger lost (or a tree stored before budgets) starts again from the budget.
         let mut expr =
             "SET budgetUsd = if_not_exists(budgetUsd, :first) ADD spentUsd :spent".to_owned();
         let mut u = Update::builder()
             .table_name(&self.table)
             .key("PK", s(run_pk(root_run_id)))
-            .key("SK", s(BUDGET_SK))
+            .key("SK", s(sk))
             .expression_attribute_values(":first", n(budget.budget_usd))
             .expression_attribute_values(":spent", n(spent_usd));
         if let Some(r) = raise {
@@ -63,19 +72,39 @@ impl DynamoStore {
     }
 
     pub(super) async fn read_ledger(&self, root_run_id: &str) -> Result<Option<Ledger>, PortError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key("PK", s(run_pk(root_run_id)))
-            .key("SK", s(BUDGET_SK))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| map_sdk_err("GetItem", e))?;
-        self.count_read(out.item().map_or(1, item_size), true);
-        let Some(item) = out.item else {
-            return Ok(None);
+        // The ledger's own item and its shards (`BUDGET`, `BUDGET#00` …).
+        let query = self
+            .range(&run_pk(root_run_id), BUDGET_SK, &format!("{BUDGET_SK}#~"))
+            .consistent_read(true);
+        let (mut own, mut shards) = (None, Vec::new());
+        self.query_pages("Query (ledger)", query, |item| {
+            match item.get("SK") {
+                Some(AttributeValue::S(sk)) if sk == BUDGET_SK => own = Some(item),
+                _ => shards.push(item),
+            }
+            Ok(true)
+        })
+        .await?;
+        let spent: f64 = shards
+            .iter()
+            .filter_map(|i| match i.get("spentUsd") {
+                Some(AttributeValue::N(v)) => v.parse::<f64>().ok(),
+                _ => None,
+            })
+            .sum();
+        // A ledger whose own item was lost starts again from the budget a shard kept.
+        let (item, own_spent) = match own {
+            Some(item) => {
+                let own_spent = match item.get("spentUsd") {
+                    Some(AttributeValue::N(v)) => v.parse::<f64>().unwrap_or(0.0),
+                    _ => 0.0,
+                };
+                (item, own_spent)
+            }
+            None => match shards.into_iter().next() {
+                Some(shard) => (shard, 0.0),
+                None => return Ok(None),
+            },
         };
         let num = |k: &str| match item.get(k) {
             Some(AttributeValue::N(v)) => v.parse::<f64>().unwrap_or(0.0),
@@ -91,7 +120,7 @@ impl DynamoStore {
         };
         Ok(Some(Ledger {
             budget_usd: num("budgetUsd"),
-            spent_usd: num("spentUsd"),
+            spent_usd: own_spent + spent,
             raises,
         }))
     }

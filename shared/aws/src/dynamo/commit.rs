@@ -65,13 +65,19 @@ impl DynamoStore {
         }
         if t.daily_spend && t.spent_usd > 0.0 {
             let day = t.run.updated_at.date_naive();
-            items.push(self.spend_add(&t.run.owner, day, t.spent_usd)?);
+            items.push(self.spend_add(&t.run.owner, day, t.spent_usd, &t.run.run_id)?);
         }
         if let Some(b) = t.run.budget
             && (t.spent_usd > 0.0 || t.budget_raise.is_some())
         {
             // Once, as the commit is conditional on the run's version.
-            items.push(self.ledger_add(t.run.root(), b, t.spent_usd, t.budget_raise.as_ref())?);
+            items.push(self.ledger_add(
+                t.run.root(),
+                b,
+                t.spent_usd,
+                t.budget_raise.as_ref(),
+                &t.run.run_id,
+            )?);
         }
         for item in timeline_items.into_iter().flatten() {
             items.push(self.put(item, None)?);

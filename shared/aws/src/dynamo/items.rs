@@ -2,7 +2,7 @@
 //! come back, and an item's size by DynamoDB's rules. No requests here.
 
 use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use baton_core::cta::{Cta, CtaStatus};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, outbox_continues};
@@ -77,9 +77,22 @@ pub(super) fn owner_pk(owner: &str) -> String {
 pub(super) fn quota_pk(owner: &str) -> String {
     format!("QUOTA#{owner}")
 }
-/// What an owner's runs spent on a UTC day: `usd`.
+/// What an owner's runs spent on a UTC day: `usd`, in [`COUNTER_SHARDS`] items (`SK`
+/// [`counter_sk`]), which a read sums.
 pub(super) fn spend_pk(owner: &str, day: chrono::NaiveDate) -> String {
     format!("SPEND#{day}#{owner}")
+}
+/// The items a counter that many runs add to at once (an owner's day's spending, a budgeted
+/// tree's spending) is kept in: each run adds to one, picked by its id, so that the
+/// transactions of runs stepping at once seldom touch the same item (DynamoDB cancels
+/// concurrent transactions on one item), and a read sums them all (one query).
+pub(super) const COUNTER_SHARDS: u32 = 32;
+/// The shard of a counter that `run_id`'s commits add to: `prefix#NN`.
+pub(super) fn counter_sk(prefix: &str, run_id: &str) -> String {
+    let h = run_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    format!("{prefix}#{:02}", h % u64::from(COUNTER_SHARDS))
 }
 
 /// A top-level run's sort key in GSI1: by creation time (fixed width, so that it sorts).
@@ -392,12 +405,14 @@ impl DynamoStore {
         Ok(TransactWriteItem::builder().update(update).build())
     }
 
-    /// Adds `usd` to what `owner`'s runs spent on `day` (kept two days past it).
+    /// Adds `usd`, which `run_id` spent, to what `owner`'s runs spent on `day` (its shard;
+    /// kept two days past it).
     pub(super) fn spend_add(
         &self,
         owner: &str,
         day: chrono::NaiveDate,
         usd: f64,
+        run_id: &str,
     ) -> Result<TransactWriteItem, PortError> {
         let expires = day
             .and_hms_opt(0, 0, 0)
@@ -405,7 +420,7 @@ impl DynamoStore {
         let update = Update::builder()
             .table_name(&self.table)
             .key("PK", s(spend_pk(owner, day)))
-            .key("SK", s("META"))
+            .key("SK", s(counter_sk("S", run_id)))
             .update_expression("ADD usd :usd SET #ttl = :ttl")
             .expression_attribute_names("#ttl", "ttl")
             .expression_attribute_values(":usd", n(usd))
@@ -413,24 +428,6 @@ impl DynamoStore {
             .build()
             .map_err(|e| broken("build update", e))?;
         Ok(TransactWriteItem::builder().update(update).build())
-    }
-
-    /// Holds only while `owner`'s runs spent less than `limit_usd` on `day`.
-    pub(super) fn spend_below(
-        &self,
-        owner: &str,
-        day: chrono::NaiveDate,
-        limit_usd: f64,
-    ) -> Result<TransactWriteItem, PortError> {
-        let check = ConditionCheck::builder()
-            .table_name(&self.table)
-            .key("PK", s(spend_pk(owner, day)))
-            .key("SK", s("META"))
-            .condition_expression("attribute_not_exists(usd) OR usd < :max")
-            .expression_attribute_values(":max", n(limit_usd))
-            .build()
-            .map_err(|e| broken("build condition check", e))?;
-        Ok(TransactWriteItem::builder().condition_check(check).build())
     }
 
     pub(super) fn put(

@@ -9,6 +9,9 @@
 //! | run info | `RUN#<runId>` | `INFO` | `md` (`metadata`), `cx` (`context`); a top-level run's also `GSI1PK` = `OWNER#<owner>`, `GSI1SK` = `RUN#<createdAt>#<runId>` (its owner's list of runs); a subagent's `GSI4PK` = `ROOT#<rootRunId>`, `GSI4SK` = `RUN#<createdAt>#<runId>` (the runs under its top-level run). Written once with the run, read with the run item by one query of [`INFO`, `META`] |
 //! | watch lease | `RUN#<runId>` | `LIVE` | `wu` (until when someone watches the run live, unix ms), `ttl`. Written by the API when it grants a watch; read with the run item by the same query |
 //! | idempotency key | `IDEM#<len>#<owner>#<key>` | `META` | `runId` |
+//! | owner's quota | `QUOTA#<owner>` | `META` | `active`: the active-run slots its top-level runs hold |
+//! | owner's day | `SPEND#<day>#<owner>` | `S#<NN>` | `usd`, `ttl`: what its runs spent that UTC day, in `COUNTER_SHARDS` items (each run adds to one, by its id; a read sums them) |
+//! | budgeted tree's ledger | `RUN#<rootRunId>` | `BUDGET`, `BUDGET#<NN>` | `budgetUsd`, `raises` (`BUDGET`), `spentUsd` (each; a commit without a raise adds to its run's shard; a read sums them) |
 //!
 //! One commit is one conditional write on the run's version. A step of the common kind
 //! (a think and its tool calls) writes the run item alone: its entries join the item's tail
@@ -178,6 +181,20 @@ impl Store for DynamoStore {
             items.push(self.put(idem, Some("attribute_not_exists(PK)"))?);
         }
         let idem_index = items.len() - 1;
+        // The day's spending, read (its items are sharded; see `quota.rs`): past its
+        // allowance a run is refused, unless its idempotency key names one made before (the
+        // transaction below then answers with that one).
+        if let Some(cost) = &admission.daily_cost
+            && self.spent_that_day(&run.owner, cost.day).await? >= cost.limit_usd
+        {
+            let made = match idempotency_key {
+                Some(key) => self.get_item(idem_pk(&run.owner, key)).await?.is_some(),
+                None => false,
+            };
+            if !made {
+                return Err(self.refusal(&run.owner, &admission).await);
+            }
+        }
         let admitting = items.len();
         items.extend(self.admission_items(&run.owner, &admission)?);
         match self.transact(items, None).await {

@@ -1,12 +1,14 @@
-//! Owners' quotas on DynamoDB: the conditional writes that admit a run (an active-run slot
-//! on the owner's `QUOTA#` counter, the day's spending under its allowance), a slot given
+//! Owners' quotas on DynamoDB: the conditional write that admits a run (an active-run slot
+//! on the owner's `QUOTA#` counter), the day's spending read against its allowance (its
+//! items are sharded: no one item takes every spending commit of an owner), a slot given
 //! back, and the figures.
 
 use super::*;
 
 impl DynamoStore {
-    /// The conditional writes that admit a run of `owner` by `a`: a slot taken, the day's
-    /// spending below its allowance.
+    /// The conditional writes that admit a run of `owner` by `a`: a slot taken. (The day's
+    /// spending is summed from its shards, read: `spent_that_day`. Spending lands after a
+    /// model replies, so its allowance is a read at each think in any case.)
     pub(super) fn admission_items(
         &self,
         owner: &str,
@@ -15,9 +17,6 @@ impl DynamoStore {
         let mut items = Vec::new();
         if let Some(limit) = a.active_runs {
             items.push(self.slot_count(owner, 1, Some(limit))?);
-        }
-        if let Some(cost) = &a.daily_cost {
-            items.push(self.spend_below(owner, cost.day, cost.limit_usd)?);
         }
         Ok(items)
     }
@@ -66,11 +65,19 @@ impl DynamoStore {
         owner: &str,
         day: chrono::NaiveDate,
     ) -> Result<f64, PortError> {
-        let item = self.get_item(spend_pk(owner, day)).await?;
-        Ok(match item.as_ref().and_then(|i| i.get("usd")) {
-            Some(AttributeValue::N(v)) => v.parse::<f64>().unwrap_or(0.0),
-            _ => 0.0,
+        // Every shard (and the one item of a table written before shards, `META`).
+        let query = self
+            .range(&spend_pk(owner, day), " ", "~")
+            .consistent_read(true);
+        let mut usd = 0.0;
+        self.query_pages("Query (day's spending)", query, |item| {
+            if let Some(AttributeValue::N(v)) = item.get("usd") {
+                usd += v.parse::<f64>().unwrap_or(0.0);
+            }
+            Ok(true)
         })
+        .await?;
+        Ok(usd)
     }
 
     pub(super) async fn slots_held(&self, owner: &str) -> Result<u64, PortError> {
