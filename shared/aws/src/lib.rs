@@ -60,12 +60,15 @@ pub fn aws_deps(
         meter.clone(),
     ));
     Deps {
-        store: Arc::new(DynamoStore::new(
-            aws_sdk_dynamodb::Client::new(sdk),
-            &cfg.table,
-            cfg.retention_days,
-            meter.clone(),
-        )),
+        store: Arc::new(
+            DynamoStore::new(
+                aws_sdk_dynamodb::Client::new(sdk),
+                &cfg.table,
+                cfg.retention_days,
+                meter.clone(),
+            )
+            .with_sweep_shards(cfg.sweep_shards),
+        ),
         queue: Arc::new(SqsQueue::new(
             aws_sdk_sqs::Client::new(sdk),
             &cfg.steps_queue_url,

@@ -347,6 +347,7 @@ pub async fn ensure(
             scheduler_role_arn: scheduler_role_arn.into(),
             bucket: n.bucket(),
             retention_days: 90,
+            sweep_shards: crate::dynamo::SWEEP_SHARDS,
             dead_letter_queue_arn: None,
             timers_dead_letter_arn: timers_dlq,
         },

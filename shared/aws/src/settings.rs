@@ -33,6 +33,8 @@ pub struct AwsConfig {
     pub bucket: String,
     /// How long finished runs and resolved CTAs are kept (DynamoDB TTL).
     pub retention_days: u32,
+    /// `BATON_SWEEP_SHARDS`: how many partitions the sweep indexes are written over.
+    pub sweep_shards: u32,
     /// The dead-letter queue the consuming function also reads (step functions only):
     /// records from it end their run as failed.
     pub dead_letter_queue_arn: Option<String>,
@@ -117,6 +119,14 @@ impl AwsSettings {
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let var = |k: &str| var(&get, k);
         let retention_days = number(&get, "BATON_RETENTION_DAYS", 90, 1)?;
+        let sweep_shards = number(&get, "BATON_SWEEP_SHARDS", crate::dynamo::SWEEP_SHARDS, 1)?;
+        if sweep_shards > crate::dynamo::MAX_SWEEP_SHARDS {
+            return Err(ConfigError::Invalid {
+                var: "BATON_SWEEP_SHARDS",
+                value: sweep_shards.to_string(),
+                expected: "a whole number from 1 to 64",
+            });
+        }
         let required = |k: &'static str| {
             var(k).ok_or(ConfigError::Missing {
                 var: k,
@@ -134,6 +144,7 @@ impl AwsSettings {
                 scheduler_role_arn: required("BATON_SCHEDULER_ROLE_ARN")?,
                 bucket: required("BATON_BUCKET")?,
                 retention_days,
+                sweep_shards,
                 dead_letter_queue_arn: var("BATON_DEAD_LETTER_QUEUE_ARN"),
                 timers_dead_letter_arn: var("BATON_TIMERS_DLQ_ARN"),
             })

@@ -1086,3 +1086,35 @@ async fn one_owners_hundred_runs_and_a_wide_fan_out_meet_few_conflicts_on_dynamo
         "conflicts: 100 owners {apart}, one owner {one_owner}, one budgeted tree {fan_out}"
     );
 }
+
+/// The sweep's indexes over `BATON_SWEEP_SHARDS` partitions: a table written over 16 is
+/// swept whole by a store told 4 once it has claimed the table (which records the most it
+/// was written with), and a store of 16 writes past the first four.
+#[tokio::test]
+async fn a_store_of_fewer_sweep_shards_sweeps_every_shard_the_table_was_written_with() {
+    let t = table("shards").await;
+    let store = |shards: u32| {
+        DynamoStore::new(t.dynamo.clone(), &t.p.config.table, 90, t.meter.clone())
+            .with_sweep_shards(shards)
+    };
+    let wide = store(16);
+    wide.claim_format().await.unwrap();
+    for i in 0..40 {
+        let (run, first) = new_run(&format!("run_shard{i:02}"), "alice");
+        let start = vec![Effect::Send(msg(&run.run_id, "start"))];
+        wide.create_run(&run, &first, &start, None, None)
+            .await
+            .unwrap();
+    }
+    let later = Utc::now() + chrono::Duration::seconds(5);
+    assert_eq!(wide.stale_outboxes(later, 100).await.unwrap().len(), 40);
+    let narrow = store(4);
+    let unclaimed = narrow.stale_outboxes(later, 100).await.unwrap().len();
+    assert!(
+        unclaimed < 40,
+        "the runs spread past four shards: {unclaimed}"
+    );
+    narrow.claim_format().await.unwrap();
+    assert_eq!(narrow.read_shards(), 16);
+    assert_eq!(narrow.stale_outboxes(later, 100).await.unwrap().len(), 40);
+}

@@ -27,7 +27,25 @@ impl DynamoStore {
             retention: chrono::Duration::days(retention_days.into()),
             meter,
             tails: Default::default(),
+            sweep_shards: SWEEP_SHARDS,
+            read_shards: Arc::new(SWEEP_SHARDS.into()),
         }
+    }
+
+    /// Writes the sweep indexes over `shards` partitions (at most [`MAX_SWEEP_SHARDS`]):
+    /// more, where one partition would take more runs than its write rate (about 1,000
+    /// index writes a second). Reads cover the most the table was ever written with, once
+    /// [`DynamoStore::claim_format`] has read the table's record of it.
+    pub fn with_sweep_shards(mut self, shards: u32) -> Self {
+        let shards = shards.clamp(1, MAX_SWEEP_SHARDS);
+        self.sweep_shards = shards;
+        self.read_shards = Arc::new(shards.into());
+        self
+    }
+
+    /// The sweep shards its reads cover.
+    pub fn read_shards(&self) -> u32 {
+        self.read_shards.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Records this release's store format on the table (item `BATON`/`FORMAT`), unless a
@@ -45,10 +63,17 @@ impl DynamoStore {
             .update_expression("SET fmt = :f")
             .condition_expression("attribute_not_exists(fmt) OR fmt <= :f")
             .expression_attribute_values(":f", n(STORE_FORMAT))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
             .send()
             .await;
         match claimed {
-            Ok(_) => Ok(()),
+            Ok(out) => {
+                let recorded = out
+                    .attributes()
+                    .and_then(|a| a.get("shards")?.as_n().ok()?.parse::<u32>().ok())
+                    .unwrap_or(SWEEP_SHARDS);
+                self.claim_shards(recorded).await
+            }
             Err(e) if e.code() == Some("ConditionalCheckFailedException") => {
                 // A newer format is recorded: say which.
                 let found = self
@@ -72,6 +97,34 @@ impl DynamoStore {
             }
             Err(e) => Err(map_sdk_err("UpdateItem", e)),
         }
+    }
+
+    /// Records this store's sweep shards on the table when they are more than `recorded`,
+    /// and reads the most of the two from then on.
+    async fn claim_shards(&self, recorded: u32) -> Result<(), PortError> {
+        use std::sync::atomic::Ordering;
+        if self.sweep_shards > recorded {
+            let raised = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key("PK", s("BATON"))
+                .key("SK", s("FORMAT"))
+                .update_expression("SET shards = :n")
+                .condition_expression("attribute_not_exists(shards) OR shards < :n")
+                .expression_attribute_values(":n", n(self.sweep_shards))
+                .send()
+                .await;
+            match raised {
+                Ok(_) => {}
+                // Raised past this one's meanwhile: read it at the next cold start.
+                Err(e) if e.code() == Some("ConditionalCheckFailedException") => {}
+                Err(e) => return Err(map_sdk_err("UpdateItem", e)),
+            }
+        }
+        self.read_shards
+            .store(self.sweep_shards.max(recorded), Ordering::Relaxed);
+        Ok(())
     }
 
     pub(super) fn count_read(&self, bytes: usize, consistent: bool) {

@@ -29,24 +29,32 @@ pub(super) fn cta_pk(id: &str) -> String {
 pub(super) fn seg_sk(first: u64) -> String {
     format!("T#{first:010}")
 }
-/// The sweep indexes' partitions: a few, so that no one partition takes every run.
-pub(super) const SWEEP_SHARDS: u32 = 4;
-fn shard(run_id: &str) -> u32 {
-    let h = run_id
+/// The sweep indexes' partitions unless told (`BATON_SWEEP_SHARDS`, the template's
+/// `SweepShards`): a few, so that no one partition takes every run.
+pub const SWEEP_SHARDS: u32 = 4;
+/// The most sweep shards a table may have.
+pub const MAX_SWEEP_SHARDS: u32 = 64;
+/// The sweep shard of `id` among `shards`.
+pub(super) fn shard(id: &str, shards: u32) -> u32 {
+    let h = id
         .bytes()
         .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-    h % SWEEP_SHARDS
+    h % shards.max(1)
 }
-pub(super) fn sweep_pk(run_id: &str) -> String {
-    format!("OB#{}", shard(run_id))
-}
-/// The sweep index's partition for a pending CTA, by its expiry (GSI2 too).
-pub(super) fn due_pk(cta_id: &str) -> String {
-    format!("DUE#{}", shard(cta_id))
-}
-/// The sweep index's partition for a CTA whose resolution is outstanding (GSI2 too).
-pub(super) fn resolution_pk(cta_id: &str) -> String {
-    format!("CR#{}", shard(cta_id))
+
+impl DynamoStore {
+    /// The sweep index's partition for a run whose outbox waits (GSI2).
+    pub(super) fn sweep_pk(&self, run_id: &str) -> String {
+        format!("OB#{}", shard(run_id, self.sweep_shards))
+    }
+    /// The sweep index's partition for a pending CTA, by its expiry (GSI2 too).
+    pub(super) fn due_pk(&self, cta_id: &str) -> String {
+        format!("DUE#{}", shard(cta_id, self.sweep_shards))
+    }
+    /// The sweep index's partition for a CTA whose resolution is outstanding (GSI2 too).
+    pub(super) fn resolution_pk(&self, cta_id: &str) -> String {
+        format!("CR#{}", shard(cta_id, self.sweep_shards))
+    }
 }
 /// How long after the retention period the run item's own TTL fires, should the sweep not.
 pub(super) const TTL_BACKSTOP: chrono::Duration = chrono::Duration::days(7);
@@ -177,7 +185,7 @@ impl DynamoStore {
             item.insert("ob".into(), packed(outbox, "outbox")?);
             // A parking outbox is indexed until it is cleared, for the sweep (GSI2).
             if !outbox_continues(&run.run_id, outbox) {
-                item.insert("GSI2PK".into(), s(sweep_pk(&run.run_id)));
+                item.insert("GSI2PK".into(), s(self.sweep_pk(&run.run_id)));
                 item.insert("GSI2SK".into(), s(sweep_sk(run.updated_at, &run.run_id)));
             }
         }
@@ -188,12 +196,18 @@ impl DynamoStore {
                 "ttl".into(),
                 n((run.updated_at + self.retention + TTL_BACKSTOP).timestamp()),
             );
-            item.insert("GSI3PK".into(), s(format!("FIN#{}", shard(&run.run_id))));
+            item.insert(
+                "GSI3PK".into(),
+                s(format!("FIN#{}", shard(&run.run_id, self.sweep_shards))),
+            );
             item.insert("GSI3SK".into(), s(sweep_sk(run.updated_at, &run.run_id)));
         } else if let Some(soonest) = run.clock.timers.values().min() {
             // A run with timers armed is indexed by its soonest, for the sweep, which fires
             // one whose schedule was lost (GSI3 too: a run is in one of the two at most).
-            item.insert("GSI3PK".into(), s(format!("TMR#{}", shard(&run.run_id))));
+            item.insert(
+                "GSI3PK".into(),
+                s(format!("TMR#{}", shard(&run.run_id, self.sweep_shards))),
+            );
             item.insert("GSI3SK".into(), s(sweep_sk(*soonest, &run.run_id)));
         }
         item.insert("ni".into(), n(timeline_items));
@@ -376,7 +390,7 @@ impl DynamoStore {
         if c.status == baton_core::cta::CtaStatus::Pending {
             // Indexed by its expiry while pending: the sweep expires it should its timer
             // be lost. Settling it writes the item anew, without these.
-            item.insert("GSI2PK".into(), s(due_pk(&c.cta_id)));
+            item.insert("GSI2PK".into(), s(self.due_pk(&c.cta_id)));
             item.insert("GSI2SK".into(), s(sweep_sk(c.expires_at, &c.cta_id)));
         }
         Ok(item)

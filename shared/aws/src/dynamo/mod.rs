@@ -47,6 +47,7 @@ mod consumed;
 mod follow_ups;
 mod io;
 mod items;
+pub use items::{MAX_SWEEP_SHARDS, SWEEP_SHARDS};
 mod lists;
 mod quota;
 mod reads;
@@ -93,6 +94,11 @@ pub struct DynamoStore {
     meter: Arc<Meter>,
     /// The run items' tails it read lately (see `tail.rs`).
     tails: tail::Tails,
+    /// The sweep shards it writes to ([`SWEEP_SHARDS`] unless told).
+    sweep_shards: u32,
+    /// The sweep shards it reads: the most the table was ever written with, as the table
+    /// records it ([`DynamoStore::claim_format`]), so that fewer shards lose nothing.
+    read_shards: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl DynamoStore {
@@ -139,7 +145,7 @@ impl Store for DynamoStore {
         if !outbox.is_empty() {
             // The start is indexed for the sweep too, until the first step's commit: a
             // crash before it was sent must not leave the run queued for good.
-            item.insert("GSI2PK".into(), s(sweep_pk(&run.run_id)));
+            item.insert("GSI2PK".into(), s(self.sweep_pk(&run.run_id)));
             item.insert("GSI2SK".into(), s(sweep_sk(run.updated_at, &run.run_id)));
         }
         if admission.active_runs.is_some() {
@@ -350,7 +356,7 @@ impl Store for DynamoStore {
             "v = :v",
             &[
                 (":ob", packed(owed, "outbox")?),
-                (":pk", s(sweep_pk(run_id))),
+                (":pk", s(self.sweep_pk(run_id))),
                 (":sk", s(sweep_sk(at, run_id))),
                 (":v", n(version)),
             ],
@@ -458,7 +464,7 @@ impl Store for DynamoStore {
         let mut item = self.cta_item(&cta)?;
         if cta.status != CtaStatus::Cancelled {
             // The CTA's outbox: indexed for the sweep until the run has been told.
-            item.insert("GSI2PK".into(), s(resolution_pk(cta_id)));
+            item.insert("GSI2PK".into(), s(self.resolution_pk(cta_id)));
             item.insert("GSI2SK".into(), s(sweep_sk(at, cta_id)));
         }
         self.count_write(&[&item], false);

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use baton_core::cta::Cta;
 use baton_core::ports::Store;
 
-use super::items::{SWEEP_SHARDS, broken, cta_pk, get_s, run_pk, s, sweep_time};
+use super::items::{broken, cta_pk, get_s, run_pk, s, sweep_time};
 use super::{DynamoStore, GSI2, GSI3, Item};
 
 impl DynamoStore {
@@ -68,7 +68,7 @@ impl DynamoStore {
     ) -> Result<Vec<String>, PortError> {
         let (pk, sk) = (format!("{index}PK"), format!("{index}SK"));
         let mut runs = Vec::new();
-        for shard in 0..SWEEP_SHARDS {
+        for shard in 0..self.read_shards() {
             let query = self
                 .client
                 .query()

@@ -113,3 +113,20 @@ fn retention_is_a_whole_number_of_days_and_blank_values_are_unset() {
     assert_eq!(c.sdk.endpoint.as_deref(), Some("http://127.0.0.1:5000"));
     assert!(c.sdk.region_set && !c.sdk.credentials_set);
 }
+
+#[test]
+fn the_sweep_shards_are_four_unless_told_and_from_one_to_sixty_four() {
+    let config = |extra: &[(&'static str, &'static str)]| {
+        let vars: Vec<_> = AWS.iter().chain(extra).copied().collect();
+        parse(&vars).and_then(|s| s.aws().cloned())
+    };
+    assert_eq!(config(&[]).expect("parses").sweep_shards, 4);
+    let told = config(&[("BATON_SWEEP_SHARDS", "16")]).expect("parses");
+    assert_eq!(told.sweep_shards, 16);
+    for bad in ["0", "65", "four", "-1"] {
+        let e = config(&[("BATON_SWEEP_SHARDS", bad)])
+            .map(|_| ())
+            .expect_err(bad);
+        assert!(e.to_string().contains("BATON_SWEEP_SHARDS"), "{e}");
+    }
+}
