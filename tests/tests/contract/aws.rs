@@ -1081,8 +1081,11 @@ async fn one_owners_hundred_runs_and_a_wide_fan_out_meet_few_conflicts_on_dynamo
     let (fan_out, _, tree) = contention(100, 1, true).await;
     assert!((tree - 3.0).abs() < 1e-6, "{tree}");
     eprintln!("conflicts: 100 owners {apart}, one owner {one_owner}, one budgeted tree {fan_out}");
+    // A conflict is a commit sent again a moment later; with one item per counter, past
+    // three of them the commits fail (tried: the first phase's runs fail their thinks). Of
+    // these 300 commits, at most one in five may meet one.
     assert!(
-        one_owner <= apart + 30 && fan_out <= apart + 30,
+        one_owner <= apart + 60 && fan_out <= apart + 60,
         "conflicts: 100 owners {apart}, one owner {one_owner}, one budgeted tree {fan_out}"
     );
 }

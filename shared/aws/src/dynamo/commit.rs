@@ -128,10 +128,12 @@ impl DynamoStore {
             2 * run_size.div_ceil(1024).max(1) as u64,
             std::sync::atomic::Ordering::Relaxed,
         );
-        // The same (run, version) always sends the same token: a retried commit is not a conflict.
+        // The same (run, version) always sends the same token: a retried commit is not a
+        // conflict. DynamoDB keeps tokens per account and Region, not per table: the table
+        // is in it, so that two tables' runs of one id (two stacks, tests) never meet.
         let token = uuid::Uuid::new_v5(
             &uuid::Uuid::NAMESPACE_OID,
-            format!("{run_id}/{expected_version}").as_bytes(),
+            format!("{}/{run_id}/{expected_version}", self.table).as_bytes(),
         )
         .simple()
         .to_string();
