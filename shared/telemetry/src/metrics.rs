@@ -33,7 +33,9 @@ pub const MAX_MODELS: usize = 32;
 /// The model of a step that called none.
 pub const NO_MODEL: &str = "none";
 
-/// One step, as one EMF record: every figure is a metric, `Agent` and `Model` dimensions.
+/// One step, as one EMF record: every figure it counted is a metric (one it did not count,
+/// a zero, is left out: CloudWatch Logs bills the line's bytes, and alarms and the dashboard
+/// read a missing figure as none), `Agent` and `Model` dimensions.
 #[metrics(rename_all = "PascalCase", emf::dimension_sets = [["Agent", "Model"], ["Agent"], []])]
 struct StepRecord {
     #[metrics(timestamp)]
@@ -44,65 +46,65 @@ struct StepRecord {
     steps: u64,
     step_latency: Duration,
     #[metrics(unit = Count)]
-    model_calls: u64,
+    model_calls: Option<u64>,
     model_latency: Option<Duration>,
     #[metrics(unit = Count)]
-    input_tokens: u64,
+    input_tokens: Option<u64>,
     #[metrics(unit = Count)]
-    output_tokens: u64,
+    output_tokens: Option<u64>,
     #[metrics(unit = Count)]
-    cached_input_tokens: u64,
+    cached_input_tokens: Option<u64>,
     #[metrics(name = "CostUSD")]
-    cost_usd: f64,
+    cost_usd: Option<f64>,
     #[metrics(unit = Count)]
-    tool_calls: u64,
+    tool_calls: Option<u64>,
     #[metrics(unit = Count)]
-    tool_errors: u64,
+    tool_errors: Option<u64>,
     #[metrics(unit = Count)]
-    ctas_opened: u64,
+    ctas_opened: Option<u64>,
     #[metrics(unit = Count)]
-    ctas_answered: u64,
+    ctas_answered: Option<u64>,
     #[metrics(unit = Count)]
-    ctas_expired: u64,
+    ctas_expired: Option<u64>,
     cta_wait: Option<Duration>,
     #[metrics(unit = Count)]
-    runs_completed: u64,
+    runs_completed: Option<u64>,
     #[metrics(unit = Count)]
-    runs_failed: u64,
+    runs_failed: Option<u64>,
     #[metrics(unit = Count)]
-    runs_cancelled: u64,
+    runs_cancelled: Option<u64>,
     #[metrics(unit = Count)]
-    runs_expired: u64,
+    runs_expired: Option<u64>,
     /// Runs ended because a step message was dead-lettered (the alarm's metric: a dead letter
     /// that is sent back, or finds its run moved on, ends nothing and is not counted).
     #[metrics(unit = Count)]
-    runs_dead_lettered: u64,
+    runs_dead_lettered: Option<u64>,
     /// Questions asking whether a run tree past its budget may spend more.
     #[metrics(unit = Count)]
-    budget_questions: u64,
+    budget_questions: Option<u64>,
     /// What approved raises added to run trees' budgets.
     #[metrics(name = "BudgetRaisedUSD")]
-    budget_raised_usd: f64,
+    budget_raised_usd: Option<f64>,
     /// Runs ended because more budget was refused or not given in time.
     #[metrics(unit = Count)]
-    runs_budget_exhausted: u64,
+    runs_budget_exhausted: Option<u64>,
     /// Plan reviews by outcome (seed 001: to see draft mode overused): approved by the
     /// reviewer or a person, sent back by the reviewer, rejected by a person, answered in
     /// the conversation.
     #[metrics(unit = Count)]
-    plan_reviews_approved: u64,
+    plan_reviews_approved: Option<u64>,
     #[metrics(unit = Count)]
-    plan_reviews_sent_back: u64,
+    plan_reviews_sent_back: Option<u64>,
     #[metrics(unit = Count)]
-    plan_reviews_rejected: u64,
+    plan_reviews_rejected: Option<u64>,
     #[metrics(unit = Count)]
-    plan_reviews_in_conversation: u64,
+    plan_reviews_in_conversation: Option<u64>,
     /// Moves of plans' state machines.
     #[metrics(unit = Count)]
-    plan_phase_changes: u64,
+    plan_phase_changes: Option<u64>,
     /// Calls refused for nesting past the depth cap (subagents, plans).
     #[metrics(unit = Count)]
-    depth_refusals: u64,
+    depth_refusals: Option<u64>,
 }
 
 /// A step that failed and will be tried again, as one EMF record (`Agent` dimension).
@@ -414,6 +416,16 @@ impl Metrics {
     }
 }
 
+/// A count, unless zero (left out of the line).
+fn nz(n: u64) -> Option<u64> {
+    (n > 0).then_some(n)
+}
+
+/// An amount, unless zero (left out of the line).
+fn nzf(x: f64) -> Option<f64> {
+    (x != 0.0).then_some(x)
+}
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -531,37 +543,37 @@ impl Observer for Metrics {
             model,
             steps: 1,
             step_latency,
-            model_calls: r.model_calls.len() as u64,
+            model_calls: nz(r.model_calls.len() as u64),
             model_latency,
-            input_tokens: input,
-            output_tokens: output,
-            cached_input_tokens: cached,
-            cost_usd: cost,
-            tool_calls: r.tool_calls.len() as u64,
-            tool_errors: errors,
-            ctas_opened: u64::from(r.ctas_opened),
-            ctas_answered: r.ctas_answered.len() as u64,
-            ctas_expired: r.ctas_expired.len() as u64,
+            input_tokens: nz(input),
+            output_tokens: nz(output),
+            cached_input_tokens: nz(cached),
+            cost_usd: nzf(cost),
+            tool_calls: nz(r.tool_calls.len() as u64),
+            tool_errors: nz(errors),
+            ctas_opened: nz(u64::from(r.ctas_opened)),
+            ctas_answered: nz(r.ctas_answered.len() as u64),
+            ctas_expired: nz(r.ctas_expired.len() as u64),
             cta_wait: (!waits.is_empty())
                 .then(|| ms(waits.iter().sum::<u64>() / waits.len() as u64)),
-            runs_completed: ended(RunStatus::Completed),
-            runs_failed: ended(RunStatus::Failed),
-            runs_cancelled: ended(RunStatus::Cancelled),
-            runs_expired: ended(RunStatus::Expired),
-            runs_dead_lettered: u64::from(
+            runs_completed: nz(ended(RunStatus::Completed)),
+            runs_failed: nz(ended(RunStatus::Failed)),
+            runs_cancelled: nz(ended(RunStatus::Cancelled)),
+            runs_expired: nz(ended(RunStatus::Expired)),
+            runs_dead_lettered: nz(u64::from(
                 r.ended_run
                     && r.status == RunStatus::Failed
                     && r.error_code.as_deref() == Some(baton_core::service::DEAD_LETTER_CODE),
-            ),
-            budget_questions: u64::from(r.budget_questions),
-            budget_raised_usd: r.budget_raised_usd,
-            runs_budget_exhausted: u64::from(exhausted),
-            plan_reviews_approved: reviews("approved"),
-            plan_reviews_sent_back: reviews("sent_back"),
-            plan_reviews_rejected: reviews("rejected"),
-            plan_reviews_in_conversation: reviews("answered_in_conversation"),
-            plan_phase_changes: r.plan_phases.len() as u64,
-            depth_refusals: r.refusals.iter().filter(|g| *g == "depth").count() as u64,
+            )),
+            budget_questions: nz(u64::from(r.budget_questions)),
+            budget_raised_usd: nzf(r.budget_raised_usd),
+            runs_budget_exhausted: nz(u64::from(exhausted)),
+            plan_reviews_approved: nz(reviews("approved")),
+            plan_reviews_sent_back: nz(reviews("sent_back")),
+            plan_reviews_rejected: nz(reviews("rejected")),
+            plan_reviews_in_conversation: nz(reviews("answered_in_conversation")),
+            plan_phase_changes: nz(r.plan_phases.len() as u64),
+            depth_refusals: nz(r.refusals.iter().filter(|g| *g == "depth").count() as u64),
         });
     }
 

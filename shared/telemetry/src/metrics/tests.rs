@@ -142,7 +142,8 @@ fn a_step_is_one_emf_line_that_follows_the_specification() {
     assert_eq!(first["ToolErrors"].as_f64(), Some(1.0));
     assert_eq!(first["CtaWait"].as_f64(), Some(7_200_000.0));
     assert_eq!(first["RunsCompleted"].as_f64(), Some(1.0));
-    assert_eq!(first["RunsDeadLettered"].as_f64(), Some(0.0));
+    // A figure the step did not count (a zero) is left out of its line.
+    assert!(first.get("RunsDeadLettered").is_none(), "{first}");
     assert_eq!(
         first["_aws"]["Timestamp"],
         report().ended.timestamp_millis()
@@ -201,6 +202,14 @@ fn the_dashboard_graphs_metrics_the_steps_write() {
     let m = Metrics::emf_in_memory();
     m.step(&report());
     m.step_failed(&failure());
+    // Steps that count what `report()` does not (a step's line carries only what it counted).
+    for status in [RunStatus::Failed, RunStatus::Cancelled, RunStatus::Expired] {
+        let mut other = report();
+        other.status = status;
+        other.ctas_opened = 1;
+        other.ctas_expired = vec![60_000];
+        m.step(&other);
+    }
     let lines = emf_lines(&m);
     let written: Vec<String> = lines
         .iter()
@@ -281,7 +290,7 @@ fn a_run_ended_by_a_dead_letter_is_counted_and_no_other_failure_is() {
     let lines = emf_lines(&m);
     let counted: Vec<f64> = lines
         .iter()
-        .map(|l| l["RunsDeadLettered"].as_f64().unwrap())
+        .map(|l| l["RunsDeadLettered"].as_f64().unwrap_or(0.0))
         .collect();
     assert_eq!(counted, [1.0, 0.0, 0.0]);
     // The template's dead-letter alarm watches this metric in the stack's namespace.
@@ -317,8 +326,12 @@ fn budget_questions_raises_and_exhausted_runs_are_counted() {
     exhausted.error_code = Some("budget_exhausted".into());
     m.step(&exhausted);
     let lines = emf_lines(&m);
-    let figure =
-        |name: &str| -> Vec<f64> { lines.iter().map(|l| l[name].as_f64().unwrap()).collect() };
+    let figure = |name: &str| -> Vec<f64> {
+        lines
+            .iter()
+            .map(|l| l[name].as_f64().unwrap_or(0.0))
+            .collect()
+    };
     assert_eq!(figure("BudgetQuestions"), [1.0, 0.0, 0.0]);
     assert_eq!(figure("BudgetRaisedUSD"), [0.0, 2.5, 0.0]);
     assert_eq!(figure("RunsBudgetExhausted"), [0.0, 0.0, 1.0]);
@@ -358,8 +371,12 @@ fn plan_reviews_phases_and_depth_refusals_are_counted() {
     refused.refusals = vec!["depth".into()];
     m.step(&refused);
     let lines = emf_lines(&m);
-    let figure =
-        |name: &str| -> Vec<f64> { lines.iter().map(|l| l[name].as_f64().unwrap()).collect() };
+    let figure = |name: &str| -> Vec<f64> {
+        lines
+            .iter()
+            .map(|l| l[name].as_f64().unwrap_or(0.0))
+            .collect()
+    };
     assert_eq!(figure("PlanReviewsSentBack"), [1.0, 0.0]);
     assert_eq!(figure("PlanReviewsApproved"), [1.0, 0.0]);
     assert_eq!(figure("PlanReviewsRejected"), [0.0, 0.0]);
@@ -375,4 +392,42 @@ fn plan_reviews_phases_and_depth_refusals_are_counted() {
     ] {
         assert!(text.contains(line), "{line} in {text}");
     }
+}
+
+/// What an echo step writes (a think and a tool call, nothing else): only the figures it
+/// counted, so that its line is short (CloudWatch Logs bills the bytes).
+#[test]
+fn an_echo_steps_line_carries_only_what_it_counted() {
+    let m = Metrics::emf_in_memory();
+    let mut echo = report();
+    echo.ctas_answered.clear();
+    echo.ended_run = false;
+    echo.tool_calls.truncate(1);
+    echo.tool_calls[0].outcome = Outcome::Success;
+    m.step(&echo);
+    let bytes = m.take_emf();
+    let line: Value = serde_json::from_slice(&bytes).unwrap();
+    check_emf(&line);
+    eprintln!("an echo step's EMF line: {} bytes", bytes.len());
+    for zero in [
+        "ToolErrors",
+        "CtasOpened",
+        "CtasAnswered",
+        "RunsCompleted",
+        "RunsDeadLettered",
+        "PlanPhaseChanges",
+        "DepthRefusals",
+        "BudgetQuestions",
+    ] {
+        assert!(line.get(zero).is_none(), "{zero}: {line}");
+    }
+    let declared = line["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+        .as_array()
+        .unwrap();
+    assert!(
+        declared
+            .iter()
+            .all(|d| line.get(d["Name"].as_str().unwrap()).is_some())
+    );
+    assert!(bytes.len() < 900, "{} bytes: {line}", bytes.len());
 }
