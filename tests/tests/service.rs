@@ -527,7 +527,9 @@ async fn a_run_past_its_context_budget_gives_the_model_what_fits_and_reads_only_
     // rise to the budget showed in an average over 80 rounds (10.0 read units against 12.5
     // at 160; then 12.3 at 320). Where the tail's copies fall moves a run's figure by up to
     // a seventh (10.7 to 12.5 at 160, seen): entry sizes vary with their timestamps'
-    // digits. A step that read the history would read twice as much at 320.
+    // digits; on a loaded machine (the whole test command at four threads) 9.2 at 160 against
+    // 13.6 at 320 was seen, 10.2 against 11.1 alone. A step that read the history would read
+    // twice as much at 320: the bound sits between.
     let aws = crate::common::aws::Emulator::start_with(None).await;
     let (on_dynamo, _, _) = budgeted::conversation(0, 80, Some(&aws), SIZES).await;
     budgeted::same(
@@ -539,7 +541,7 @@ async fn a_run_past_its_context_budget_gives_the_model_what_fits_and_reads_only_
     let (_, long, _) = budgeted::conversation(0, 320, Some(&aws), SIZES).await;
     eprintln!("DynamoDB read units per cold step: {short:.1} at 160 rounds, {long:.1} at 320");
     assert!(
-        long <= short * 1.3,
+        long <= short * 1.6,
         "a cold step reads what the budget holds on DynamoDB too: {long:.1} read units at 320 \
          rounds, {short:.1} at 160"
     );
