@@ -925,6 +925,36 @@ async fn a_step_that_fails_retryably_is_due_again_after_its_backoff_not_the_visi
     assert_eq!(run.status, baton_core::run::RunStatus::Completed);
 }
 
+/// `baton dev --aws` with agent `ops` thinking from `script` with `tool`, `service` in an
+/// outage (the fault layer answers its every request with a 500) once the host is up, and
+/// a run of `ops` started.
+async fn run_in_outage(
+    service: &'static str,
+    script: &str,
+    tool: &str,
+) -> (Arc<Emulator>, AwsHost, String) {
+    let aws = Arc::new(Emulator::start_with(None).await);
+    let agents = json!({"agents": {"ops": {"tools": [tool]}}});
+    let options = aws
+        .dev_options(
+            aws.names(service),
+            scripted(script),
+            catalog(Some(agents)),
+            0,
+        )
+        .await;
+    let host = AwsHost::start(aws.clone(), options).await;
+    aws.outage(service, true);
+    let run_id = host
+        .api()
+        .post_ok("/runs", json!({"prompt": "go", "agent": "ops"}))
+        .await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (aws, host, run_id)
+}
+
 /// A Scheduler outage (the fault layer answers its every request with a 500) holds back
 /// neither a question nor its run: the question reaches its inbox and is answered, and the
 /// run completes; the expiry timer and its removal are owed, kept in the run's outbox for
@@ -932,28 +962,11 @@ async fn a_step_that_fails_retryably_is_due_again_after_its_backoff_not_the_visi
 /// the first tick after it performs them, in their order, and the outbox is done.
 #[tokio::test]
 async fn a_scheduler_outage_holds_back_neither_a_question_nor_its_run() {
-    let aws = Arc::new(Emulator::start_with(None).await);
     let script = r#"{"ops": [
         {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "ship?"}}]},
         {"text": "shipped"}]}"#;
-    let agents = json!({"agents": {"ops": {"tools": ["request_human_feedback"]}}});
-    let options = aws
-        .dev_options(
-            aws.names("outage"),
-            scripted(script),
-            catalog(Some(agents)),
-            0,
-        )
-        .await;
-    let host = AwsHost::start(aws.clone(), options).await;
+    let (aws, host, run_id) = run_in_outage("scheduler", script, "request_human_feedback").await;
     let api = host.api().clone();
-    aws.outage("scheduler", true);
-    let run_id = api
-        .post_ok("/runs", json!({"prompt": "go", "agent": "ops"}))
-        .await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     api.status(&run_id, "waiting").await;
     let cta = api.pending_cta().await["ctaId"]
         .as_str()
@@ -1015,7 +1028,7 @@ async fn a_scheduler_outage_holds_back_neither_a_question_nor_its_run() {
     let left = sch
         .get_schedule()
         .name(&cta)
-        .group_name(aws.names("outage").schedule_group())
+        .group_name(host.names().schedule_group())
         .send()
         .await;
     assert!(left.is_err(), "the answered question's timer is gone");
@@ -1033,30 +1046,13 @@ async fn a_scheduler_outage_holds_back_neither_a_question_nor_its_run() {
 /// completes during the outage owing only events, which the first tick after it publishes.
 #[tokio::test]
 async fn a_bus_outage_holds_back_no_step_and_its_events_are_published_after() {
-    let aws = Arc::new(Emulator::start_with(None).await);
     let script = r#"{"ops": [
         {"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]},
         {"tool_calls": [{"name": "echo", "arguments": {"text": "b"}}]},
         {"tool_calls": [{"name": "echo", "arguments": {"text": "c"}}]},
         {"text": "done"}]}"#;
-    let agents = json!({"agents": {"ops": {"tools": ["echo"]}}});
-    let options = aws
-        .dev_options(
-            aws.names("busout"),
-            scripted(script),
-            catalog(Some(agents)),
-            0,
-        )
-        .await;
-    let host = AwsHost::start(aws.clone(), options).await;
+    let (aws, host, run_id) = run_in_outage("events", script, "echo").await;
     let api = host.api().clone();
-    aws.outage("events", true);
-    let run_id = api
-        .post_ok("/runs", json!({"prompt": "go", "agent": "ops"}))
-        .await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     let run = api.status(&run_id, "completed").await;
     assert_eq!(run["result"], "done");
     let store = host.server().events_service().deps().store.clone();

@@ -19,11 +19,13 @@ use metrique::unit::Count;
 use metrique::unit_of_work::metrics;
 use metrique::writer::format::Format as _;
 use metrique::{CloseValue, InflectableEntry, RootEntry};
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+mod labels;
+use labels::*;
 
 /// The CloudWatch namespace of Baton's metrics when none is given (`template.yaml` gives
 /// each stack `Baton/<stack name>`, which its dashboard reads).
@@ -117,42 +119,6 @@ struct FailureRecord {
     step_failures: u64,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Kind {
-    kind: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Agent {
-    agent: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct AgentModel {
-    agent: String,
-    model: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct AgentKind {
-    agent: String,
-    kind: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PlanReview {
-    agent: String,
-    by: String,
-    outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PlanPhase {
-    agent: String,
-    from: String,
-    to: String,
-}
-
 /// Where EMF lines go: the process's standard output (Lambda's log), or a buffer (tests).
 enum Sink {
     Stdout,
@@ -182,25 +148,6 @@ pub struct Metrics {
     repair_failures: Counter,
     models: Mutex<BTreeSet<String>>,
     emf: Option<Mutex<(Emf, Sink)>>,
-}
-
-fn latency_buckets() -> Histogram {
-    Histogram::new([
-        0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
-    ])
-}
-
-fn wait_buckets() -> Histogram {
-    // From a minute to the 30 days a question may wait.
-    Histogram::new([
-        60.0,
-        600.0,
-        3600.0,
-        6.0 * 3600.0,
-        86400.0,
-        7.0 * 86400.0,
-        30.0 * 86400.0,
-    ])
 }
 
 impl Metrics {

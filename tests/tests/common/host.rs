@@ -122,6 +122,11 @@ impl AwsHost {
         api
     }
 
+    /// The names of the resources it runs over.
+    pub fn names(&self) -> &baton_aws::provision::Names {
+        &self.options.names
+    }
+
     /// The running server.
     pub fn server(&self) -> &AwsDevServer {
         self.server.as_ref().expect("the host is running")

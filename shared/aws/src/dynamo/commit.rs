@@ -3,6 +3,7 @@
 //! wrote, else one transaction of the run item and the rest.
 
 use super::items::*;
+use super::keys::*;
 use super::*;
 
 impl DynamoStore {

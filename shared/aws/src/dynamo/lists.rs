@@ -7,6 +7,7 @@ use baton_core::error::PortError;
 use baton_core::ports::{CtaQuery, RunPage, RunPosition, RunQuery};
 
 use super::items::*;
+use super::keys::*;
 use super::{DynamoStore, GSI1, GSI4, Item};
 
 impl DynamoStore {

@@ -47,7 +47,8 @@ mod consumed;
 mod follow_ups;
 mod io;
 mod items;
-pub use items::{MAX_SWEEP_SHARDS, SWEEP_SHARDS};
+mod keys;
+pub use keys::{MAX_SWEEP_SHARDS, SWEEP_SHARDS};
 mod lists;
 mod quota;
 mod reads;
@@ -56,6 +57,7 @@ mod tail;
 
 use io::TransactFailure;
 use items::*;
+use keys::*;
 
 use crate::sdk::{Meter, is_retryable_cancellation, map_sdk_err};
 use baton_core::cta::{Cta, CtaStatus, Settlement};

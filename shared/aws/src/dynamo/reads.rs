@@ -3,6 +3,7 @@
 //! it reads, up to 1 MB).
 
 use super::items::*;
+use super::keys::*;
 use super::*;
 
 impl DynamoStore {

@@ -7,7 +7,8 @@ use chrono::{DateTime, Utc};
 use baton_core::cta::Cta;
 use baton_core::ports::Store;
 
-use super::items::{broken, cta_pk, get_s, run_pk, s, sweep_time};
+use super::items::{broken, get_s, s};
+use super::keys::{cta_pk, run_pk, sweep_time};
 use super::{DynamoStore, GSI2, GSI3, Item};
 
 impl DynamoStore {

@@ -28,7 +28,8 @@ use baton_core::error::PortError;
 use baton_core::timeline::Entry;
 
 use super::Item;
-use super::items::{broken, get_n, n, run_pk, s, seg_sk};
+use super::items::{broken, get_n, n, s};
+use super::keys::{run_pk, seg_sk};
 
 /// The most kilobytes a run item may take with its tail: entries that would make it larger
 /// go to segments, in a transaction.

@@ -13,7 +13,12 @@ use crate::error::PortError;
 use crate::failpoint;
 use crate::message::{Effect, StepMessage, outbox_continues};
 use crate::observe::EffectsFailed;
+use crate::ports::RunRecord;
 use crate::run::Run;
+
+/// The most effects a run may owe (each failed after its commit, carried by its steps) before
+/// its steps wait for them: they ride in the run's item, which DynamoDB caps at 400 KB.
+pub const MAX_OWED: usize = 256;
 
 /// What performing an outbox left.
 #[derive(Debug, Default)]
@@ -193,6 +198,52 @@ impl Service {
         Ok(Performed { settled, owed })
     }
 
+    /// What a step delivering `msg` does first with its run's outbox, as `record` holds it:
+    /// performs it if `msg` is not one of its sends (a crash or a failure left it), or what
+    /// it owes if `msg` says so (`StepMessage::owed`); adds what still fails to `owed`, which
+    /// the step's commit carries. Past [`MAX_OWED`] the step fails, to be retried: the run
+    /// waits rather than its item growing.
+    pub(super) async fn perform_before_step(
+        &self,
+        record: &RunRecord,
+        msg: &StepMessage,
+        owed: &mut Vec<Effect>,
+    ) -> Result<(), PortError> {
+        if record.outbox.is_empty() {
+            return Ok(());
+        }
+        let left = if !sent_by(&record.outbox, msg) {
+            self.perform(&record.run, &record.outbox).await?
+        } else if msg.owed {
+            // Sent from an outbox narrowed to what failed: those, again.
+            let rest: Vec<Effect> = record
+                .outbox
+                .iter()
+                .filter(|e| !matches!(e, Effect::Send(m) if m.run_id == msg.run_id))
+                .cloned()
+                .collect();
+            self.perform(&record.run, &rest).await?
+        } else {
+            Vec::new()
+        };
+        for e in left {
+            if !owed.contains(&e) {
+                owed.push(e);
+            }
+        }
+        if owed.len() > MAX_OWED {
+            return Err(PortError::Unavailable {
+                message: format!(
+                    "{} effects are owed (the first: {}); the run waits until they can be performed",
+                    owed.len(),
+                    effect_kind(&owed[0])
+                ),
+                source: None,
+            });
+        }
+        Ok(())
+    }
+
     /// What one effect's attempt leaves: on success, its failpoint passed (a crash there is
     /// an error); on failure, the effect owed and the failure kept for the report (a
     /// crash is an error).
@@ -245,4 +296,12 @@ pub(super) fn effect_kind(e: &Effect) -> &'static str {
         Effect::HoldFollowUps { .. } => "hold_follow_ups",
         Effect::CancelCta { .. } => "cancel_cta",
     }
+}
+
+/// Whether `msg` is one of this outbox's sends: then the outbox was performed in full, or
+/// what was not is owed (`msg.owed`: the outbox was narrowed to it).
+pub(super) fn sent_by(outbox: &[Effect], msg: &StepMessage) -> bool {
+    outbox
+        .iter()
+        .any(|e| matches!(e, Effect::Send(m) if m.id == msg.id && m.run_id == msg.run_id))
 }

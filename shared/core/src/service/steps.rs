@@ -110,38 +110,8 @@ impl Service {
                 },
             };
             let Hydrated { record, window } = hydrated;
-            if fresh && !record.outbox.is_empty() {
-                let left = if !sent_by(&record.outbox, msg) {
-                    self.perform(&record.run, &record.outbox).await?
-                } else if msg.owed {
-                    // Sent from an outbox narrowed to what failed: those, again.
-                    let rest: Vec<Effect> = record
-                        .outbox
-                        .iter()
-                        .filter(|e| !matches!(e, Effect::Send(m) if m.run_id == msg.run_id))
-                        .cloned()
-                        .collect();
-                    self.perform(&record.run, &rest).await?
-                } else {
-                    Vec::new()
-                };
-                for e in left {
-                    if !owed.contains(&e) {
-                        owed.push(e);
-                    }
-                }
-                // Owed effects ride in the run's item: past a bound (a long outage of what
-                // they call) the run waits, its step retried, rather than the item growing.
-                if owed.len() > MAX_OWED {
-                    return Err(StepError::Port(PortError::Unavailable {
-                        message: format!(
-                            "{} effects are owed (the first: {}); the run waits until they can be performed",
-                            owed.len(),
-                            super::outbox::effect_kind(&owed[0])
-                        ),
-                        source: None,
-                    }));
-                }
+            if fresh {
+                self.perform_before_step(&record, msg, &mut owed).await?;
             }
             let run = record.run;
             let listed = self.list_tools(&run).await;
@@ -429,7 +399,7 @@ impl Service {
                 engine::step(now, &rec.run, &timeline, &msg.input, &io)
             {
                 // What the run committed is performed all the same (idempotent).
-                if !rec.outbox.is_empty() && !sent_by(&rec.outbox, msg) {
+                if !rec.outbox.is_empty() && !super::outbox::sent_by(&rec.outbox, msg) {
                     self.perform(&rec.run, &rec.outbox).await?;
                 }
                 info!(run_id = %msg.run_id, message = %msg.id, %why, "stale dead letter ignored");
@@ -593,17 +563,5 @@ struct Hydrated {
     window: Window,
 }
 
-/// The most effects a run may owe (each failed after its commit, carried by its steps) before
-/// its steps wait for them: they ride in the run's item, which DynamoDB caps at 400 KB.
-pub const MAX_OWED: usize = 256;
-
 /// The loop's input, for the window the next step of the loop reads.
 const LOOP: Input = Input::Continue { version: 0 };
-
-/// Whether `msg` is one of this outbox's sends: then the outbox was performed in full, or
-/// what was not is owed (`msg.owed`: the outbox was narrowed to it).
-fn sent_by(outbox: &[Effect], msg: &StepMessage) -> bool {
-    outbox
-        .iter()
-        .any(|e| matches!(e, Effect::Send(m) if m.id == msg.id && m.run_id == msg.run_id))
-}

@@ -39,6 +39,7 @@ mod commit;
 mod db;
 mod lists;
 mod open;
+pub use open::{create_private, create_private_file};
 mod overdue;
 mod queue;
 mod rows;
@@ -125,24 +126,6 @@ pub(crate) fn disk_full(e: impl Into<baton_core::error::BoxError>) -> PortError 
 /// The words for it, said to API callers too.
 pub const DISK_FULL: &str = "the disk holding the data directory is full: nothing was written; \
      free some space and try again (runs under way carry on by themselves once it is free)";
-
-/// Creates `dir` (and its parents) readable by its user only, if it does not exist.
-pub fn create_private(dir: &Path) -> std::io::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir)
-}
-
-/// Creates the file at `path` readable and writable by its user only, if it does not exist.
-pub fn create_private_file(path: &Path) -> std::io::Result<std::fs::File> {
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true).write(true).create(true).truncate(false);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options.open(path)
-}
 
 impl LocalStore {
     /// Runs `statement` (`?1` the run, `?2` a message id) for each of `message_ids`.
