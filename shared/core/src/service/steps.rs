@@ -251,7 +251,27 @@ impl Service {
                         let window = self.kept(&transition.run, window);
                         self.cache_put(&run.run_id, version, window);
                         if !sent {
-                            self.perform(&transition.run, &transition.effects).await?;
+                            let owed = self.perform(&transition.run, &transition.effects).await?;
+                            // A waiting run has no next message to carry what it owes (a
+                            // child's start, a timer): its step fails, so that its message
+                            // comes back after its backoff and performs them once more (that
+                            // delivery is stale, and is then let go: the sweep has the rest).
+                            if !owed.is_empty()
+                                && !crate::message::outbox_continues(
+                                    &run.run_id,
+                                    &transition.effects,
+                                )
+                            {
+                                // (Each failure is logged and counted where it happened.)
+                                return Err(StepError::Port(PortError::Unavailable {
+                                    message: format!(
+                                        "{} effects of a committed step failed and are owed (the first: {})",
+                                        owed.len(),
+                                        super::outbox::effect_kind(&owed[0])
+                                    ),
+                                    source: None,
+                                }));
+                            }
                         }
                         return Ok(Handled::Committed { status, version });
                     };
