@@ -4,8 +4,9 @@
 //! One failing effect (a Scheduler throttle, a bus outage) holds back none of the others:
 //! each is tried, what failed is *owed*. The outbox is narrowed to what is owed (indexed for
 //! the sweep), then the run's next message goes, marked owed, so that its step performs
-//! them again before it thinks and carries what still fails into its own commit. A parking
-//! outbox's owed effects wait for the sweep.
+//! them again before it thinks and carries what still fails into its own commit. A waiting
+//! run's step fails instead (its message comes back and tries once more); then the sweep
+//! has them.
 
 use super::Service;
 use crate::cta::Settlement;
