@@ -85,6 +85,7 @@ pub async fn dev(
             .dev_function_timeout_s
             .map(|s| std::time::Duration::from_secs(s.into())),
         steps_at_once: config.steps_at_once.map(|n| n as usize),
+        steps_in_a_row: config.steps_in_a_row.map(|n| n as usize),
         live: match (&config.aws.live, &config.link_key) {
             (None, _) => None,
             (Some(live), Some(key)) => Some((

@@ -69,6 +69,7 @@ pub async fn run(opts: LoadAws, config: &crate::Settings) -> anyhow::Result<Stri
         functions: None,
         function_timeout: None,
         steps_at_once: config.steps_at_once.map(|n| n as usize),
+        steps_in_a_row: config.steps_in_a_row.map(|n| n as usize),
         live: None,
         links: None,
         traces: None,

@@ -101,6 +101,7 @@ async fn main() {
         functions: None,
         function_timeout: None,
         steps_at_once: None,
+        steps_in_a_row: None,
         live: None,
         links: None,
         traces: None,

@@ -654,7 +654,7 @@ impl baton_core::llm::Llm for Slow {
 async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_once() {
     use baton_core::service::CreateRun;
     use baton_core::service::StepDeadline;
-    use baton_lambda::{MAX_BATCH, handle_steps, release};
+    use baton_lambda::{MAX_BATCH, Pace, handle_steps, release};
 
     let llm = Arc::new(Slow {
         inner: scripted(r#"{"explore": [{"text": "done"}]}"#),
@@ -700,7 +700,14 @@ async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_on
         work_by: Instant::now() + Duration::from_millis(700),
         window: Duration::from_millis(700),
     };
-    let out = handle_steps(service, &[], event, Some(deadline), MAX_BATCH).await;
+    let out = handle_steps(
+        service,
+        &[],
+        event,
+        Some(deadline),
+        Pace::step_by_step(MAX_BATCH),
+    )
+    .await;
     let failed: Vec<&str> = out
         .response
         .batch_item_failures
@@ -874,7 +881,7 @@ impl StepsQueue {
 #[tokio::test]
 async fn a_step_that_fails_retryably_is_due_again_after_its_backoff_not_the_visibility_timeout() {
     use baton_core::service::CreateRun;
-    use baton_lambda::{MAX_BATCH, handle_steps, release, retry_delay};
+    use baton_lambda::{MAX_BATCH, Pace, handle_steps, release, retry_delay};
 
     let llm = Arc::new(ThrottledOnce {
         inner: scripted(r#"{"explore": [{"text": "done"}]}"#),
@@ -891,7 +898,7 @@ async fn a_step_that_fails_retryably_is_due_again_after_its_backoff_not_the_visi
 
     let (messages, event) = q.receive().await;
     assert_eq!(messages.len(), 1);
-    let out = handle_steps(service, &[], event, None, MAX_BATCH).await;
+    let out = handle_steps(service, &[], event, None, Pace::step_by_step(MAX_BATCH)).await;
     assert_eq!(out.response.batch_item_failures.len(), 1, "reported failed");
     let delays: Vec<Duration> = out.again.iter().map(|(_, d)| *d).collect();
     assert_eq!(
@@ -912,7 +919,7 @@ async fn a_step_that_fails_retryably_is_due_again_after_its_backoff_not_the_visi
     release(&q.sqs, &[q.url.as_str()], &now).await;
     let (again, event) = q.receive().await;
     assert_eq!(again.len(), 1);
-    let out = handle_steps(service, &[], event, None, MAX_BATCH).await;
+    let out = handle_steps(service, &[], event, None, Pace::step_by_step(MAX_BATCH)).await;
     assert!(out.response.batch_item_failures.is_empty());
     let run = service
         .deps()
@@ -1199,6 +1206,7 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
         // Two at once, the fewest a function steps (a 128 MB one's, or BATON_STEPS_AT_ONCE):
         // ten runs take five rounds of a model call each.
         steps_at_once: Some(2),
+        steps_in_a_row: None,
         live: None,
         links: None,
         traces: None,
@@ -1416,7 +1424,9 @@ async fn a_dropped_expiry_and_one_performed_late_still_expire_their_questions() 
 /// may loop (`RecursiveLoop: Allow`), and a run's steps are such a chain: each sends its
 /// run's next message to the queue that invoked it. The stand-in counts the hops as Lambda
 /// does (`baton_dev::loops`): a run of 40 tool steps completes with the functions as the
-/// template deploys them, and stops partway, not completed, when they may not loop.
+/// template deploys them, and stops partway, not completed, when they may not loop. (Two
+/// steps in a row, as `BATON_STEPS_IN_A_ROW=2` sets: the default's ten would take the run's
+/// forty steps in four hops.)
 #[tokio::test]
 async fn a_forty_step_run_goes_on_only_where_its_functions_may_loop() {
     let aws = Arc::new(Emulator::start().await);
@@ -1442,6 +1452,7 @@ async fn a_forty_step_run_goes_on_only_where_its_functions_may_loop() {
             )
             .await;
         options.functions = Some(baton_dev::functions::Functions::parse(&template).unwrap());
+        options.steps_in_a_row = Some(2);
         let server = aws.dev_host_from(options).await;
         let mut api = common::aws::Api::new(server.url());
         api.patience = Duration::from_secs(240);
@@ -1476,4 +1487,66 @@ async fn a_forty_step_run_goes_on_only_where_its_functions_may_loop() {
         }
         server.shutdown().await;
     }
+}
+
+/// A run whose step leaves it going on takes its next steps in the same invocation
+/// (`BATON_STEPS_IN_A_ROW`, 10 by default), each handing its run's next message to the next
+/// in-process: a run of twelve tool steps takes a few invocations and sends a few messages,
+/// against one of each a step when every step goes through the queue, and ends the same.
+#[tokio::test]
+async fn a_run_takes_its_steps_in_a_row_in_one_invocation() {
+    let aws = Arc::new(Emulator::start().await);
+    let mut replies: Vec<Value> = (0..11)
+        .map(|i| json!({"tool_calls": [{"name": "echo", "arguments": {"text": format!("step {i}")}}]}))
+        .collect();
+    replies.push(json!({"text": "twelve"}));
+    let script = json!({"ops": replies}).to_string();
+    let agents = json!({"agents": {"ops": {"tools": ["echo"], "maxIterations": 30, "maxToolCallsPerTurn": 30}}});
+    let mut seen = Vec::new();
+    for (prefix, in_a_row) in [("row", None), ("single", Some(1))] {
+        let mut options = aws
+            .dev_options(
+                aws.names(prefix),
+                scripted(&script),
+                catalog(Some(agents.clone())),
+                0,
+            )
+            .await;
+        options.steps_in_a_row = in_a_row;
+        let server = aws.dev_host_from(options).await;
+        let mut api = common::aws::Api::new(server.url());
+        api.patience = Duration::from_secs(120);
+        let run = api
+            .post_ok("/runs", json!({"prompt": "go", "agent": "ops"}))
+            .await["runId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let done = api.status(&run, "completed").await;
+        assert_eq!(done["result"], "twelve");
+        let tools = done["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == "tool")
+            .count();
+        assert_eq!(tools, 11);
+        let (warm, cold) = server.steps_taken();
+        seen.push((server.billed().invocations, warm + cold));
+        server.shutdown().await;
+    }
+    let [
+        (row_invocations, row_steps),
+        (single_invocations, single_steps),
+    ] = seen[..]
+    else {
+        unreachable!()
+    };
+    // Every step through the queue: an invocation a step (the fault layer's throttles may
+    // fail one and take another).
+    assert!(single_invocations >= 12, "{seen:?}");
+    // In a row: the start's invocation takes ten steps, the next the rest (one more for a
+    // step the fault layer failed and the queue delivered again).
+    assert!(row_invocations <= 4, "{seen:?}");
+    assert!(row_steps >= 12 && single_steps >= 12, "{seen:?}");
 }

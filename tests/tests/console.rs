@@ -670,6 +670,7 @@ async fn baton_dev_aws_makes_one_time_links_when_given_a_key() {
         functions: None,
         function_timeout: None,
         steps_at_once: None,
+        steps_in_a_row: None,
         live: None,
         links: links.map(|key| (key.to_owned(), None)),
         traces: None,

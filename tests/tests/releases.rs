@@ -270,6 +270,7 @@ async fn every_releases_dynamodb_data_is_read_and_its_waiting_runs_finish_and_a_
             functions: None,
             function_timeout: None,
             steps_at_once: None,
+            steps_in_a_row: None,
             live: None,
             links: None,
             traces: None,

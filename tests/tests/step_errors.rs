@@ -18,7 +18,7 @@ use baton_core::run::{Run, RunStatus};
 use baton_core::service::{CreateRun, Deps, Service};
 use baton_core::timeline::{Entry, EntryBody};
 use baton_dev::worker::{Worker, WorkerOptions};
-use baton_lambda::{MAX_BATCH, handle_steps};
+use baton_lambda::{MAX_BATCH, Pace, handle_steps};
 use baton_local::store::LocalStore;
 use chrono::{DateTime, Utc};
 use common::*;
@@ -409,9 +409,15 @@ async fn the_lambda_handler_acknowledges_a_terminal_error_and_retries_the_rest()
         .unwrap()
         .remove(0);
     let start = delivery.message.clone().unwrap();
-    let resp = handle_steps(&svc, &[], sqs_event(&[("m1", &start)]), None, MAX_BATCH)
-        .await
-        .response;
+    let resp = handle_steps(
+        &svc,
+        &[],
+        sqs_event(&[("m1", &start)]),
+        None,
+        Pace::step_by_step(MAX_BATCH),
+    )
+    .await
+    .response;
     assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
     local.ack(delivery.receipt).await.unwrap();
     assert_failed_at_once(&local, &run_id, &store).await;
@@ -435,7 +441,7 @@ async fn the_lambda_handler_acknowledges_a_terminal_error_and_retries_the_rest()
         &[],
         sqs_event(&[("m1", &start), ("m2", &later)]),
         None,
-        MAX_BATCH,
+        Pace::step_by_step(MAX_BATCH),
     )
     .await
     .response;
@@ -580,7 +586,7 @@ async fn a_slow_model_call_holds_back_only_its_own_run_in_a_lambda_batch() {
         &[],
         sqs_event(&[("m1", &messages[0]), ("m2", &messages[1])]),
         None,
-        at_once,
+        baton_lambda::Pace::step_by_step(at_once),
     )
     .await
     .response;

@@ -112,6 +112,10 @@ pub struct Config {
     /// 10), in place of what its memory allows (`steps_at_once`): for measuring, or for a
     /// deployment whose own tools hold more, or less, than the budget assumes.
     pub steps_at_once: Option<u32>,
+    /// `BATON_STEPS_IN_A_ROW`: how many steps of one run a step function takes in a row in
+    /// one invocation, the next message of each handed to the next in-process rather than
+    /// sent through the queue (1 to 100; 1: every step through the queue). Unset: 10.
+    pub steps_in_a_row: Option<u32>,
     /// `BATON_DEV_FUNCTION_TIMEOUT_S`: `baton dev --aws` ends every function's invocations
     /// at most this many seconds in (each function's own timeout from `template.yaml`
     /// otherwise), to see what Lambda does to a step that runs out of time.
@@ -289,6 +293,19 @@ impl Config {
                             var: "BATON_STEPS_AT_ONCE",
                             value: v,
                             expected: "a whole number from 1 to 10",
+                        });
+                    }
+                },
+                None => None,
+            },
+            steps_in_a_row: match var("BATON_STEPS_IN_A_ROW") {
+                Some(v) => match v.parse::<u32>() {
+                    Ok(n @ 1..=100) => Some(n),
+                    _ => {
+                        return Err(ConfigError::Invalid {
+                            var: "BATON_STEPS_IN_A_ROW",
+                            value: v,
+                            expected: "a whole number from 1 to 100",
                         });
                     }
                 },

@@ -44,6 +44,9 @@ pub struct AwsDevOptions {
     /// How many runs of a batch the step functions step at once (`BATON_STEPS_AT_ONCE`);
     /// `None`: what each function's memory allows (`steps_at_once`).
     pub steps_at_once: Option<usize>,
+    /// How many steps of one run the step functions take in a row (`BATON_STEPS_IN_A_ROW`);
+    /// `None`: `STEPS_IN_A_ROW`.
+    pub steps_in_a_row: Option<usize>,
     /// The live channel as on AWS (an AppSync Events API, or a stand-in of one), with the
     /// signer of its watch tokens; `None` keeps live events in this process.
     pub live: Option<(
@@ -263,7 +266,8 @@ impl AwsDevServer {
         let sources = EventSources::each(queues)
             .counting_hops(lineage)
             .duplicating(opts.duplicate)
-            .stepping_at_once(opts.steps_at_once);
+            .stepping_at_once(opts.steps_at_once)
+            .stepping_in_a_row(opts.steps_in_a_row);
         let pump = sources.clone();
         let service = api.service;
         let steps = [orchestrator.service, subagent.service];

@@ -30,7 +30,9 @@ use baton_core::error::PortError;
 use baton_core::service::{Service, StepDeadline, budget_for};
 
 use baton_aws::sdk::map_sdk_err;
-use baton_lambda::{handle_events, handle_steps, hold_for, holding, release, steps_at_once};
+use baton_lambda::{
+    Pace, STEPS_IN_A_ROW, handle_events, handle_steps, hold_for, holding, release, steps_at_once,
+};
 
 pub use crate::functions::Function;
 
@@ -79,6 +81,9 @@ pub struct EventSources {
     duplicate: bool,
     /// Runs of a batch a step function steps at once, when set (else its memory decides).
     at_once: Option<usize>,
+    /// Steps of one run a step function takes in a row (`BATON_STEPS_IN_A_ROW`; else
+    /// `STEPS_IN_A_ROW`).
+    in_a_row: Option<usize>,
     /// How long a receive waits for a message (SQS long polling): 0, then a short sleep
     /// when every queue is empty, for one poller over several queues; more for a poller of
     /// one queue among many ([`EventSources::pollers_of`]).
@@ -158,6 +163,7 @@ impl EventSources {
             dead_letters,
             duplicate: false,
             at_once: None,
+            in_a_row: None,
             wait_seconds: 0,
         }
     }
@@ -204,6 +210,7 @@ impl EventSources {
                     dead_letters: self.dead_letters.clone(),
                     duplicate: self.duplicate,
                     at_once: self.at_once,
+                    in_a_row: self.in_a_row,
                     wait_seconds: 1,
                 });
             }
@@ -215,6 +222,13 @@ impl EventSources {
     /// each function's memory allows.
     pub fn stepping_at_once(mut self, n: Option<usize>) -> Self {
         self.at_once = n;
+        self
+    }
+
+    /// Take this many steps of one run in a row (`BATON_STEPS_IN_A_ROW`); `None`: as the
+    /// functions do by default (`STEPS_IN_A_ROW`).
+    pub fn stepping_in_a_row(mut self, n: Option<usize>) -> Self {
+        self.in_a_row = n;
         self
     }
 
@@ -456,6 +470,10 @@ impl EventSources {
                 let at_once = self
                     .at_once
                     .unwrap_or_else(|| steps_at_once(Some(f.memory_mb), budget_for(f.memory_mb)));
+                let pace = Pace {
+                    at_once,
+                    in_a_row: self.in_a_row.unwrap_or(STEPS_IN_A_ROW),
+                };
                 // As the step functions do: the batch held while they work ([`holding`]).
                 let records = event.records.clone();
                 let out = holding(
@@ -464,7 +482,7 @@ impl EventSources {
                     &records,
                     hold_for(f.timeout),
                     &self.billing.visibility_changes,
-                    handle_steps(service, &self.dead_letters, event, Some(deadline), at_once),
+                    handle_steps(service, &self.dead_letters, event, Some(deadline), pace),
                 )
                 .await;
                 (out.response, out.again)

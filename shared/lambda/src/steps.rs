@@ -28,8 +28,8 @@ struct StepsHandler {
     dead_letters: Vec<String>,
     queues: [String; 2],
     sqs: aws_sdk_sqs::Client,
-    /// Runs of a batch stepped at once ([`steps_at_once`]).
-    at_once: usize,
+    /// Runs of a batch stepped at once ([`steps_at_once`]), steps of each in a row.
+    pace: Pace,
     /// The live channel's publisher, if the deployment has one: what a batch published is
     /// sent before the invocation ends (Lambda freezes a process between invocations).
     live: Option<Arc<baton_aws::appsync::AppSyncLive>>,
@@ -71,12 +71,19 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
     let service = runtime
         .step_service(llm, live.clone().map(|l| l as _), observers)
         .await?;
+    let pace = Pace {
+        at_once,
+        in_a_row: runtime
+            .config
+            .steps_in_a_row
+            .map_or(STEPS_IN_A_ROW, |n| n as usize),
+    };
     let handler = Arc::new(StepsHandler {
         service,
         dead_letters,
         queues,
         sqs,
-        at_once,
+        pace,
         live,
         traces,
     });
@@ -88,7 +95,7 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
                 dead_letters,
                 queues,
                 sqs,
-                at_once,
+                pace,
                 live,
                 traces,
             } = &*handler;
@@ -103,7 +110,7 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
                 &records,
                 hold,
                 &std::sync::atomic::AtomicU64::new(0),
-                handle_steps(service, dead_letters, event.payload, deadline, *at_once),
+                handle_steps(service, dead_letters, event.payload, deadline, *pace),
             )
             .await;
             release(sqs, &urls, &out.again).await;
@@ -184,9 +191,45 @@ pub fn steps_at_once(memory_mb: Option<u64>, cache_bytes: usize) -> usize {
 /// The most records Lambda hands a FIFO queue's function at once.
 pub const MAX_BATCH: usize = 10;
 
+/// How many steps of one run an invocation takes in a row by default
+/// (`BATON_STEPS_IN_A_ROW`): each hands its run's next message to the next in-process, so a
+/// run that goes on at once spends no queue requests and no invocation on its next step.
+pub const STEPS_IN_A_ROW: usize = 10;
+
+/// No step of a row starts this long after the row's first: a run stepping at a model's pace
+/// gives its message group back to what waits in it (an answer, a cancel) at about this
+/// interval, as it would step by step through the queue.
+pub const ROW_FOR: Duration = Duration::from_secs(30);
+
+/// How a step function paces a batch: how many of its runs it steps at once
+/// ([`steps_at_once`]), and how many steps of each in a row ([`STEPS_IN_A_ROW`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    pub at_once: usize,
+    pub in_a_row: usize,
+}
+
+impl Pace {
+    /// `at_once` runs at once, each one step an invocation (every step through the queue).
+    pub fn step_by_step(at_once: usize) -> Self {
+        Self {
+            at_once,
+            in_a_row: 1,
+        }
+    }
+}
+
 /// The step functions' handler (`orchestrator`, `subagent`; the in-process event source
-/// mappings too): one step per message, in order per run, at most `at_once` runs of the
-/// batch at a time ([`steps_at_once`]), while the invocation has time for them.
+/// mappings too): one step per message, in order per run, at most `pace.at_once` runs of
+/// the batch at a time ([`steps_at_once`]), while the invocation has time for them.
+///
+/// A run whose step leaves it going on (its next message its only send) takes its next
+/// step in the same invocation, up to `pace.in_a_row` steps and [`ROW_FOR`] in a row; the
+/// last next message is sent. Until a step of the row commits, the message that drives it
+/// stands in its run's committed outbox, unsent: should the invocation crash, the record
+/// the row began with comes back and sends it. A step of the row that fails leaves that
+/// record with its verdict (retried after its backoff, sending the message then; deferred,
+/// the message is sent at once).
 ///
 /// Each run is one FIFO message group. The records of one group are stepped in order; the
 /// groups of a batch are stepped concurrently, so a slow model call holds back only its own
@@ -209,7 +252,7 @@ pub async fn handle_steps(
     dead_letters: &[String],
     event: SqsEvent,
     deadline: Option<StepDeadline>,
-    at_once: usize,
+    pace: Pace,
 ) -> StepsOutcome {
     // The batch's groups in the order they first appear, each with its records in order.
     let mut groups: Vec<(String, Vec<(usize, SqsMessage)>)> = Vec::new();
@@ -227,9 +270,9 @@ pub async fn handle_steps(
     let mut failures: Vec<(usize, SqsMessage, Option<Duration>)> = stream::iter(
         groups
             .into_iter()
-            .map(|(_, recs)| handle_group(service, dead_letters, recs, deadline)),
+            .map(|(_, recs)| handle_group(service, dead_letters, recs, deadline, pace.in_a_row)),
     )
-    .buffer_unordered(at_once.max(1))
+    .buffer_unordered(pace.at_once.max(1))
     .collect::<Vec<_>>()
     .await
     .into_iter()
@@ -255,6 +298,7 @@ async fn handle_group(
     dead_letters: &[String],
     records: Vec<(usize, SqsMessage)>,
     deadline: Option<StepDeadline>,
+    in_a_row: usize,
 ) -> Vec<(usize, SqsMessage, Option<Duration>)> {
     let mut failed = false;
     let mut out = Vec::new();
@@ -305,7 +349,14 @@ async fn handle_group(
             deadline,
         };
         let span = info_span!("step", message_id = %id, run_id = %msg.run_id, dead);
-        match service.consume(delivery, false).instrument(span).await {
+        let verdict = if in_a_row > 1 {
+            step_in_a_row(service, delivery, in_a_row)
+                .instrument(span)
+                .await
+        } else {
+            service.consume(delivery, false).instrument(span).await
+        };
+        match verdict {
             Verdict::Ack => {}
             // Back to the queue after its backoff, with the rest of its FIFO group behind it.
             Verdict::Retry { .. } => {
@@ -325,6 +376,49 @@ async fn handle_group(
         }
     }
     out
+}
+
+/// Consumes `first`, then the steps of its run that follow at once, in-process, each with
+/// the next message the one before handed back, up to `in_a_row` steps and [`ROW_FOR`], while
+/// the invocation has time for a step; the next message left is sent. The verdict is the
+/// record's: the first step's, or a later one's that did not succeed (a failure or a crash
+/// leaves the record to come back and send the message its run's outbox holds; a step
+/// deferred for time sends its message now, for a fresh invocation).
+async fn step_in_a_row(service: &Service, first: Delivery<'_>, in_a_row: usize) -> Verdict {
+    let began = Instant::now();
+    let (mut verdict, mut next) = service.consume_in_a_row(first).await;
+    let mut taken = 1;
+    while let Some(msg) = next.take() {
+        let time = first.deadline.is_none_or(|d| service.step_fits(d.left()));
+        if taken >= in_a_row || began.elapsed() >= ROW_FOR || !time {
+            return sent(service, &msg, verdict).await;
+        }
+        let delivery = Delivery {
+            message: &msg,
+            receives: 1,
+            dead: None,
+            deadline: first.deadline,
+        };
+        let span = info_span!("step", in_a_row = taken, run_id = %msg.run_id);
+        (verdict, next) = service.consume_in_a_row(delivery).instrument(span).await;
+        taken += 1;
+        if verdict == Verdict::Defer {
+            return sent(service, &msg, Verdict::Ack).await;
+        }
+    }
+    verdict
+}
+
+/// `verdict`, once `msg` (a run's next message a row ends with) is sent; if it cannot be,
+/// the record is retried, and its delivery sends it.
+async fn sent(service: &Service, msg: &StepMessage, verdict: Verdict) -> Verdict {
+    match service.send_next(msg).await {
+        Ok(()) => verdict,
+        Err(e) => {
+            warn!(run_id = %msg.run_id, error = %e, "a run's next message could not be sent; its record is retried, which sends it");
+            Verdict::Retry { soon: false }
+        }
+    }
 }
 
 /// The longest a record of a crashed invocation stays hidden (an out-of-memory kill, a panic,

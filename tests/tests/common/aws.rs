@@ -314,6 +314,7 @@ impl Emulator {
             functions: None,
             function_timeout: None,
             steps_at_once: None,
+            steps_in_a_row: None,
             live: None,
             links: Some(("a-link-key-of-at-least-thirty-two-bytes".into(), None)),
             traces: None,

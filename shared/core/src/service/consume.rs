@@ -97,16 +97,51 @@ impl Service {
     /// on the run (`lastError`) before it is retried.
     pub async fn consume(&self, d: Delivery<'_>, twice: bool) -> Verdict {
         let started = self.deps.clock.now();
-        let once = || async {
-            match d.dead {
-                Some(why) => self.dead_letter(d.message, why).await,
-                None => self.handle_within(d.message, d.deadline).await,
-            }
-        };
-        let mut result = once().await;
+        let mut result = self.deliver(d, None).await;
         if twice && result.is_ok() {
-            result = once().await;
+            result = self.deliver(d, None).await;
         }
+        self.verdict(d, result, started).await
+    }
+
+    /// [`Service::consume`], handing back the run's own next message instead of sending it,
+    /// when the step leaves one (and nothing else of the run's to send): its host steps it
+    /// in the same invocation, or sends it with [`Service::send_next`]. Until that next step
+    /// commits, the message stands unsent in the run's committed outbox, so a crash in
+    /// between loses nothing: the delivery being consumed comes back and sends it.
+    pub async fn consume_in_a_row(&self, d: Delivery<'_>) -> (Verdict, Option<StepMessage>) {
+        let started = self.deps.clock.now();
+        let mut next = None;
+        let result = match d.dead {
+            Some(_) => self.deliver(d, None).await,
+            None => self.deliver(d, Some(&mut next)).await,
+        };
+        let verdict = self.verdict(d, result, started).await;
+        (verdict, next.filter(|_| verdict == Verdict::Ack))
+    }
+
+    /// Sends a run's next message that [`Service::consume_in_a_row`] handed back.
+    pub async fn send_next(&self, msg: &StepMessage) -> Result<(), crate::error::PortError> {
+        self.deps.queue.send(std::slice::from_ref(msg)).await
+    }
+
+    async fn deliver(
+        &self,
+        d: Delivery<'_>,
+        next: Option<&mut Option<StepMessage>>,
+    ) -> Result<super::Handled, super::StepError> {
+        match d.dead {
+            Some(why) => self.dead_letter(d.message, why).await,
+            None => self.handle_handing(d.message, d.deadline, next).await,
+        }
+    }
+
+    async fn verdict(
+        &self,
+        d: Delivery<'_>,
+        result: Result<super::Handled, super::StepError>,
+        started: chrono::DateTime<chrono::Utc>,
+    ) -> Verdict {
         let msg = d.message;
         match result {
             Ok(_) => match crate::failpoint::pass("step.before_ack").await {

@@ -29,6 +29,9 @@ pub(super) struct Performed {
     pub settled: bool,
     /// The effects that failed, in their order: owed.
     pub owed: Vec<Effect>,
+    /// The run's own next message, when it was asked for rather than sent
+    /// ([`Service::perform_handing`]): the caller delivers it in-process, or sends it.
+    pub next: Option<StepMessage>,
 }
 
 impl Service {
@@ -39,17 +42,31 @@ impl Service {
         run: &Run,
         effects: &[Effect],
     ) -> Result<Vec<Effect>, PortError> {
+        Ok(self.perform_handing(run, effects, false).await?.owed)
+    }
+
+    /// [`Service::perform`], handing the run's own next message back (`hand_off`) instead
+    /// of sending it when it is the only one: its step then runs in the same invocation
+    /// ([`Service::consume_in_a_row`]). It stands in the committed outbox, unsent: a crash
+    /// before its step commits leaves it to the delivery before it, which finds it there
+    /// and sends it (`perform_before_step`).
+    pub(super) async fn perform_handing(
+        &self,
+        run: &Run,
+        effects: &[Effect],
+        hand_off: bool,
+    ) -> Result<Performed, PortError> {
         if effects.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Performed::default());
         }
-        let performed = self.perform_only(run, effects).await?;
+        let performed = self.perform_only_handing(run, effects, hand_off).await?;
         if !performed.settled {
             self.deps
                 .store
                 .clear_outbox(&run.run_id, run.version)
                 .await?;
         }
-        Ok(performed.owed)
+        Ok(performed)
     }
 
     /// Performs committed effects (each idempotent, each on its own), leaving the outbox as
@@ -61,10 +78,19 @@ impl Service {
         run: &Run,
         effects: &[Effect],
     ) -> Result<Performed, PortError> {
+        self.perform_only_handing(run, effects, false).await
+    }
+
+    async fn perform_only_handing(
+        &self,
+        run: &Run,
+        effects: &[Effect],
+        hand_off: bool,
+    ) -> Result<Performed, PortError> {
         if effects.is_empty() {
             return Ok(Performed {
                 settled: true,
-                owed: Vec::new(),
+                ..Performed::default()
             });
         }
         let continues = outbox_continues(&run.run_id, effects);
@@ -192,11 +218,19 @@ impl Service {
                 .keep_outbox(&run.run_id, run.version, &kept, now)
                 .await?;
         }
-        if !own.is_empty() {
+        let mut next = None;
+        if hand_off && own.len() == 1 {
+            next = own.pop();
+            failpoint::hit("effect.after_send")?;
+        } else if !own.is_empty() {
             self.deps.queue.send(&own).await?;
             failpoint::hit("effect.after_send")?;
         }
-        Ok(Performed { settled, owed })
+        Ok(Performed {
+            settled,
+            owed,
+            next,
+        })
     }
 
     /// What a step delivering `msg` does first with its run's outbox, as `record` holds it:

@@ -53,7 +53,18 @@ impl Service {
         msg: &StepMessage,
         deadline: Option<super::StepDeadline>,
     ) -> Result<Handled, StepError> {
-        match self.step(msg, deadline).await {
+        self.handle_handing(msg, deadline, None).await
+    }
+
+    /// [`Service::handle_within`], with the run's own next message put in `next` rather than
+    /// sent, when there is one to hand off (see [`Service::consume_in_a_row`]).
+    pub(super) async fn handle_handing(
+        &self,
+        msg: &StepMessage,
+        deadline: Option<super::StepDeadline>,
+        next: Option<&mut Option<StepMessage>>,
+    ) -> Result<Handled, StepError> {
+        match self.step(msg, deadline, next).await {
             Err(e) if !e.is_retryable() && !matches!(msg.input, Input::Fail { .. }) => {
                 warn!(run_id = %msg.run_id, message = %msg.id, error = %e, "terminal step error; failing the run");
                 self.fail_now(msg, "step_error", &e.to_string()).await
@@ -78,7 +89,7 @@ impl Service {
             },
             owed: false,
         };
-        self.step(&fail, None).await
+        self.step(&fail, None, None).await
     }
 
     /// One delivery of `msg`: decide, commit, perform; decide again from each checkpoint the
@@ -89,6 +100,7 @@ impl Service {
         &self,
         msg: &StepMessage,
         deadline: Option<super::StepDeadline>,
+        mut next: Option<&mut Option<StepMessage>>,
     ) -> Result<Handled, StepError> {
         let started = self.deps.clock.now();
         // Boxed, as what a checkpoint holds: the step's future stays small to move.
@@ -251,7 +263,17 @@ impl Service {
                         let window = self.kept(&transition.run, window);
                         self.cache_put(&run.run_id, version, window);
                         if !sent {
-                            let owed = self.perform(&transition.run, &transition.effects).await?;
+                            let performed = self
+                                .perform_handing(
+                                    &transition.run,
+                                    &transition.effects,
+                                    next.is_some(),
+                                )
+                                .await?;
+                            if let Some(slot) = next.as_deref_mut() {
+                                *slot = performed.next;
+                            }
+                            let owed = performed.owed;
                             // A waiting run has no next message to carry what it owes (a
                             // child's start, a timer): its step fails, so that its message
                             // comes back after its backoff and performs them once more (that
