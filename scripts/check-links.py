@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that every relative link in README.md and docs/*.md resolves: the file exists and,
+"""Checks that every relative link in README.md, CHANGELOG.md and docs/*.md resolves: the file exists and,
 for a `#fragment`, the target has a heading with that GitHub anchor. Exit 1 on the first
 report of broken links, listing them all."""
 import pathlib
@@ -7,7 +7,7 @@ import re
 import sys
 
 root = pathlib.Path(__file__).resolve().parent.parent
-pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+pages = [root / "README.md", root / "CHANGELOG.md", *sorted((root / "docs").glob("*.md"))]
 
 
 def anchors(path: pathlib.Path) -> set[str]:
