@@ -20,7 +20,7 @@ use baton_core::run::RunStatus;
 use baton_core::service::{CreateRun, Service};
 use baton_core::timeline::{EntryBody, ToolResult};
 use baton_dev::LOCAL_OWNER;
-use baton_dev::worker::{Worker, WorkerOptions};
+use baton_dev::worker::{StepTimes, Worker, WorkerOptions};
 use baton_llm::scripted::{ScriptedCall, ScriptedLlm, ScriptedReply};
 use baton_local::local_deps;
 use baton_local::store::LocalStore;
@@ -202,6 +202,9 @@ struct Parts {
     store: LocalStore,
     service: Arc<Service>,
     worker: Worker,
+    /// Each step's duration, as the worker records them (several a delivery when a run's
+    /// steps go in a row).
+    times: StepTimes,
 }
 
 /// What the steps of one opening of the store read: steps with the run's window cached
@@ -243,8 +246,11 @@ fn open(
         }
     }
     let service = Arc::new(service.build());
+    let times = StepTimes::default();
     let opts = WorkerOptions {
         concurrency: 1,
+        in_a_row: crate::steps_in_a_row(),
+        step_times: Some(times.clone()),
         ..WorkerOptions::default()
     };
     let worker = Worker::new(service.clone(), store.clone(), opts);
@@ -252,15 +258,15 @@ fn open(
         store,
         service,
         worker,
+        times,
     })
 }
 
 /// Steps the run until it parks or ends; returns each step's duration.
 async fn drive(p: &Parts, run_id: &str, times: &mut Vec<Duration>) -> anyhow::Result<RunStatus> {
     loop {
-        let t = Instant::now();
         if p.worker.pump_once().await? > 0 {
-            times.push(t.elapsed());
+            times.extend(p.times.take());
             continue;
         }
         let rec = p.store.get_run(run_id).await?.context("the run vanished")?;

@@ -125,6 +125,7 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
     let worker = WorkerOptions {
         concurrency: runs.clamp(8, 512),
         step_times: Some(times.clone()),
+        in_a_row: crate::steps_in_a_row(),
         ..WorkerOptions::default()
     };
     let server = start_server(&dir, llm, catalog, worker).await?;

@@ -226,6 +226,15 @@ fn refuse(message: impl std::fmt::Display) -> ExitCode {
 
 /// The environment, read once, by the commands that use it (a client command does not):
 /// every host's settings ([`Config`], which a `Settings` derefs to) and an AWS host's.
+/// How many steps of one run the embedded worker takes in a row (`BATON_STEPS_IN_A_ROW`, as
+/// `baton dev` reads it), for the benchmarks.
+fn steps_in_a_row() -> usize {
+    config()
+        .ok()
+        .and_then(|c| c.steps_in_a_row)
+        .map_or(baton_core::service::STEPS_IN_A_ROW, |n| n as usize)
+}
+
 fn config() -> Result<Settings, ExitCode> {
     Ok(Settings {
         config: Config::from_env().map_err(refuse)?,
@@ -470,7 +479,12 @@ async fn dev(
         llm,
         catalog,
         clock: Arc::new(SystemClock),
-        worker: WorkerOptions::default(),
+        worker: WorkerOptions {
+            in_a_row: config
+                .steps_in_a_row
+                .map_or(baton_core::service::STEPS_IN_A_ROW, |n| n as usize),
+            ..WorkerOptions::default()
+        },
         link_key: config.link_key.clone(),
         public_url: config.public_url.clone(),
         cache_bytes: config.cache_bytes(baton_dev::machine_memory_mb()),

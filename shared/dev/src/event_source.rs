@@ -30,9 +30,8 @@ use baton_core::error::PortError;
 use baton_core::service::{Service, StepDeadline, budget_for};
 
 use baton_aws::sdk::map_sdk_err;
-use baton_lambda::{
-    Pace, STEPS_IN_A_ROW, handle_events, handle_steps, hold_for, holding, release, steps_at_once,
-};
+use baton_core::service::STEPS_IN_A_ROW;
+use baton_lambda::{Pace, handle_events, handle_steps, hold_for, holding, release, steps_at_once};
 
 pub use crate::functions::Function;
 

@@ -35,6 +35,10 @@ pub struct WorkerOptions {
     /// Where to record how long each message took, received to handled (its commit synced,
     /// its acknowledgement held for the next receive), for `baton bench`.
     pub step_times: Option<StepTimes>,
+    /// How many steps of one run are taken in a row, each next message handed over
+    /// in-process rather than written to the queue (`BATON_STEPS_IN_A_ROW`;
+    /// [`Service::consume_row`]); 1: every step through the queue.
+    pub in_a_row: usize,
 }
 
 /// Durations of handled messages, shared with whoever reads them.
@@ -61,6 +65,7 @@ impl Default for WorkerOptions {
             timer_interval: Duration::from_secs(1),
             duplicate: false,
             step_times: None,
+            in_a_row: baton_core::service::STEPS_IN_A_ROW,
         }
     }
 }
@@ -257,7 +262,25 @@ async fn process(service: Arc<Service>, store: LocalStore, opts: WorkerOptions, 
             dead: (d.receives > max_receives).then_some(why.as_str()),
             deadline: None,
         };
-        let done = match service.consume(delivery, duplicate).await {
+        // A duplicated delivery is handled twice, step by step.
+        let verdict = if opts.in_a_row > 1 && !duplicate {
+            let mut last = started;
+            service
+                .consume_row(delivery, opts.in_a_row, || {
+                    if let Some(times) = &opts.step_times {
+                        times.push(last.elapsed());
+                    }
+                    last = Instant::now();
+                })
+                .await
+        } else {
+            let verdict = service.consume(delivery, duplicate).await;
+            if let Some(times) = &opts.step_times {
+                times.push(started.elapsed());
+            }
+            verdict
+        };
+        let done = match verdict {
             Verdict::Ack => {
                 store.ack_later(d.receipt);
                 Ok(())
@@ -279,9 +302,6 @@ async fn process(service: Arc<Service>, store: LocalStore, opts: WorkerOptions, 
         };
         if let Err(e) = done {
             error!(error = %e, "queue bookkeeping failed");
-        }
-        if let Some(times) = &opts.step_times {
-            times.push(started.elapsed());
         }
     }
     .instrument(span)

@@ -28,8 +28,8 @@ pub use runtime::{InitError, Runtime, SecretKey, secret_fields};
 #[cfg(feature = "steps")]
 pub use steps::run_steps;
 pub use steps::{
-    HOLD, MAX_BATCH, MAX_RETRY_DELAY, Pace, ROW_FOR, STEPS_IN_A_ROW, StepsOutcome, handle_steps,
-    hold_for, holding, invocation_deadline, release, retry_delay, steps_at_once,
+    HOLD, MAX_BATCH, MAX_RETRY_DELAY, Pace, StepsOutcome, handle_steps, hold_for, holding,
+    invocation_deadline, release, retry_delay, steps_at_once,
 };
 
 /// JSON logs, as `LoggingConfig: {LogFormat: JSON}` expects.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use baton_aws::sdk::map_sdk_err;
 use baton_core::message::StepMessage;
-use baton_core::service::{Delivery, Service, StepDeadline, Verdict};
+use baton_core::service::{Delivery, STEPS_IN_A_ROW, Service, StepDeadline, Verdict};
 use futures_util::{StreamExt, stream};
 use tracing::{Instrument, error, info, info_span, warn};
 #[cfg(feature = "steps")]
@@ -191,18 +191,9 @@ pub fn steps_at_once(memory_mb: Option<u64>, cache_bytes: usize) -> usize {
 /// The most records Lambda hands a FIFO queue's function at once.
 pub const MAX_BATCH: usize = 10;
 
-/// How many steps of one run an invocation takes in a row by default
-/// (`BATON_STEPS_IN_A_ROW`): each hands its run's next message to the next in-process, so a
-/// run that goes on at once spends no queue requests and no invocation on its next step.
-pub const STEPS_IN_A_ROW: usize = 10;
-
-/// No step of a row starts this long after the row's first: a run stepping at a model's pace
-/// gives its message group back to what waits in it (an answer, a cancel) at about this
-/// interval, as it would step by step through the queue.
-pub const ROW_FOR: Duration = Duration::from_secs(30);
-
 /// How a step function paces a batch: how many of its runs it steps at once
-/// ([`steps_at_once`]), and how many steps of each in a row ([`STEPS_IN_A_ROW`]).
+/// ([`steps_at_once`]), and how many steps of each in a row ([`STEPS_IN_A_ROW`]:
+/// [`Service::consume_row`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pace {
     pub at_once: usize,
@@ -350,7 +341,8 @@ async fn handle_group(
         };
         let span = info_span!("step", message_id = %id, run_id = %msg.run_id, dead);
         let verdict = if in_a_row > 1 {
-            step_in_a_row(service, delivery, in_a_row)
+            service
+                .consume_row(delivery, in_a_row, || {})
                 .instrument(span)
                 .await
         } else {
@@ -376,49 +368,6 @@ async fn handle_group(
         }
     }
     out
-}
-
-/// Consumes `first`, then the steps of its run that follow at once, in-process, each with
-/// the next message the one before handed back, up to `in_a_row` steps and [`ROW_FOR`], while
-/// the invocation has time for a step; the next message left is sent. The verdict is the
-/// record's: the first step's, or a later one's that did not succeed (a failure or a crash
-/// leaves the record to come back and send the message its run's outbox holds; a step
-/// deferred for time sends its message now, for a fresh invocation).
-async fn step_in_a_row(service: &Service, first: Delivery<'_>, in_a_row: usize) -> Verdict {
-    let began = Instant::now();
-    let (mut verdict, mut next) = service.consume_in_a_row(first).await;
-    let mut taken = 1;
-    while let Some(msg) = next.take() {
-        let time = first.deadline.is_none_or(|d| service.step_fits(d.left()));
-        if taken >= in_a_row || began.elapsed() >= ROW_FOR || !time {
-            return sent(service, &msg, verdict).await;
-        }
-        let delivery = Delivery {
-            message: &msg,
-            receives: 1,
-            dead: None,
-            deadline: first.deadline,
-        };
-        let span = info_span!("step", in_a_row = taken, run_id = %msg.run_id);
-        (verdict, next) = service.consume_in_a_row(delivery).instrument(span).await;
-        taken += 1;
-        if verdict == Verdict::Defer {
-            return sent(service, &msg, Verdict::Ack).await;
-        }
-    }
-    verdict
-}
-
-/// `verdict`, once `msg` (a run's next message a row ends with) is sent; if it cannot be,
-/// the record is retried, and its delivery sends it.
-async fn sent(service: &Service, msg: &StepMessage, verdict: Verdict) -> Verdict {
-    match service.send_next(msg).await {
-        Ok(()) => verdict,
-        Err(e) => {
-            warn!(run_id = %msg.run_id, error = %e, "a run's next message could not be sent; its record is retried, which sends it");
-            Verdict::Retry { soon: false }
-        }
-    }
 }
 
 /// The longest a record of a crashed invocation stays hidden (an out-of-memory kill, a panic,

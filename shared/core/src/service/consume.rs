@@ -77,6 +77,16 @@ pub enum Verdict {
     Defer,
 }
 
+/// How many steps of one run a host takes in a row by default (`BATON_STEPS_IN_A_ROW`): each
+/// hands its run's next message to the next in-process ([`Service::consume_row`]), so a run
+/// that goes on at once spends no queue write, request or invocation on its next step.
+pub const STEPS_IN_A_ROW: usize = 10;
+
+/// No step of a row starts this long after the row's first: a run stepping at a model's pace
+/// gives its message group back to what waits in it (an answer, a cancel) at about this
+/// interval, as it would step by step through the queue.
+pub const ROW_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The detail-type of the sweep's tick on the inbox.
 pub const SWEEP_EVENT: &str = "baton.sweep";
 
@@ -118,6 +128,58 @@ impl Service {
         };
         let verdict = self.verdict(d, result, started).await;
         (verdict, next.filter(|_| verdict == Verdict::Ack))
+    }
+
+    /// Consumes `first`, then the steps of its run that follow at once, in-process, each with
+    /// the next message the one before handed back ([`Service::consume_in_a_row`]), up to
+    /// `in_a_row` steps and [`ROW_FOR`], while the deadline leaves time for a step; the next
+    /// message left is sent. `stepped` is called after each step. The verdict is the first
+    /// delivery's: its step's, or a later one's that did not succeed (a failure or a crash
+    /// leaves that delivery to come back and send the message its run's outbox holds; a step
+    /// deferred for time sends its message now, for a fresh invocation).
+    pub async fn consume_row(
+        &self,
+        first: Delivery<'_>,
+        in_a_row: usize,
+        mut stepped: impl FnMut(),
+    ) -> Verdict {
+        let began = std::time::Instant::now();
+        let (mut verdict, mut next) = self.consume_in_a_row(first).await;
+        stepped();
+        let mut taken = 1;
+        while let Some(msg) = next.take() {
+            let time = first.deadline.is_none_or(|d| self.step_fits(d.left()));
+            if taken >= in_a_row || began.elapsed() >= ROW_FOR || !time {
+                return self.sent_next(&msg, verdict).await;
+            }
+            let delivery = Delivery {
+                message: &msg,
+                receives: 1,
+                dead: None,
+                deadline: first.deadline,
+            };
+            let span = tracing::info_span!("step", in_a_row = taken, run_id = %msg.run_id);
+            (verdict, next) =
+                tracing::Instrument::instrument(self.consume_in_a_row(delivery), span).await;
+            stepped();
+            taken += 1;
+            if verdict == Verdict::Defer {
+                return self.sent_next(&msg, Verdict::Ack).await;
+            }
+        }
+        verdict
+    }
+
+    /// `verdict`, once `msg` (a run's next message a row ends with) is sent; if it cannot be,
+    /// the row's first delivery is retried, and its delivery sends it.
+    async fn sent_next(&self, msg: &StepMessage, verdict: Verdict) -> Verdict {
+        match self.send_next(msg).await {
+            Ok(()) => verdict,
+            Err(e) => {
+                warn!(run_id = %msg.run_id, error = %e, "a run's next message could not be sent; the row's first message is retried, which sends it");
+                Verdict::Retry { soon: false }
+            }
+        }
     }
 
     /// Sends a run's next message that [`Service::consume_in_a_row`] handed back.
