@@ -427,6 +427,14 @@ pub trait SendingStore: Send + Sync {
 #[async_trait::async_trait]
 pub trait Queue: Send + Sync {
     async fn send(&self, messages: &[StepMessage]) -> Result<(), PortError>;
+
+    /// Whether more than the message being handled is in `run_id`'s group (a cancel, an
+    /// answer, a follow-up sent meanwhile), when the queue can tell: a run's steps in a row
+    /// end then, so that what waits comes before its next step. An SQS FIFO group cannot be
+    /// looked into (`false`): there a row ends at its bounds.
+    async fn waiting(&self, _run_id: &str) -> Result<bool, PortError> {
+        Ok(false)
+    }
 }
 
 /// Publishes events for UIs and other systems. Consumers deduplicate on `Event::id`.

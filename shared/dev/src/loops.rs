@@ -86,6 +86,10 @@ impl Queue for Counting {
         self.lineage.sent(messages);
         Ok(())
     }
+
+    async fn waiting(&self, run_id: &str) -> Result<bool, PortError> {
+        self.queue.waiting(run_id).await
+    }
 }
 
 #[cfg(test)]

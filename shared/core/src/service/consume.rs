@@ -82,10 +82,10 @@ pub enum Verdict {
 /// that goes on at once spends no queue write, request or invocation on its next step.
 pub const STEPS_IN_A_ROW: usize = 10;
 
-/// No step of a row starts this long after the row's first: a run stepping at a model's pace
-/// gives its message group back to what waits in it (an answer, a cancel) at about this
-/// interval, as it would step by step through the queue.
-pub const ROW_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+/// No step of a row starts this long after the row's first: where the queue cannot say what
+/// waits in a run's group (SQS), a cancel or an answer sent while the run steps in a row
+/// waits at most this (and the step under way).
+pub const ROW_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The detail-type of the sweep's tick on the inbox.
 pub const SWEEP_EVENT: &str = "baton.sweep";
@@ -132,8 +132,9 @@ impl Service {
 
     /// Consumes `first`, then the steps of its run that follow at once, in-process, each with
     /// the next message the one before handed back ([`Service::consume_in_a_row`]), up to
-    /// `in_a_row` steps and [`ROW_FOR`], while the deadline leaves time for a step; the next
-    /// message left is sent. `stepped` is called after each step. The verdict is the first
+    /// `in_a_row` steps and [`ROW_FOR`], while the deadline leaves time for a step and nothing
+    /// else waits in the run's group ([`crate::ports::Queue::waiting`]); the next message
+    /// left is sent, behind what waits. `stepped` is called after each step. The verdict is the first
     /// delivery's: its step's, or a later one's that did not succeed (a failure or a crash
     /// leaves that delivery to come back and send the message its run's outbox holds; a step
     /// deferred for time sends its message now, for a fresh invocation).
@@ -149,7 +150,9 @@ impl Service {
         let mut taken = 1;
         while let Some(msg) = next.take() {
             let time = first.deadline.is_none_or(|d| self.step_fits(d.left()));
-            if taken >= in_a_row || began.elapsed() >= ROW_FOR || !time {
+            // What waits in the run's group (a cancel, say) comes before its next step.
+            let waiting = || async { self.deps.queue.waiting(&msg.run_id).await.unwrap_or(true) };
+            if taken >= in_a_row || began.elapsed() >= ROW_FOR || !time || waiting().await {
                 return self.sent_next(&msg, verdict).await;
             }
             let delivery = Delivery {

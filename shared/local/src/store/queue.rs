@@ -351,6 +351,19 @@ impl Queue for LocalStore {
         self.wake_receivers();
         Ok(())
     }
+
+    /// More than one message in the run's group: the one being handled, and another (or an
+    /// acknowledged one not yet deleted, which only ends a row early).
+    async fn waiting(&self, run_id: &str) -> Result<bool, PortError> {
+        let run_id = run_id.to_owned();
+        self.read(move |c| {
+            c.prepare_cached("SELECT COUNT(*) FROM queue WHERE group_id = ?1")
+                .and_then(|mut s| s.query_row([&run_id], |r| r.get::<_, i64>(0)))
+                .map(|n| n > 1)
+                .map_err(sql)
+        })
+        .await
+    }
 }
 
 #[async_trait::async_trait]
