@@ -681,3 +681,64 @@ async fn a_long_sweep_tick_does_not_hold_back_the_answers_in_its_batch() {
         "the answer waited {refused:?} for the tick ({took:?})"
     );
 }
+
+/// A run's steps go in a row only from its last record in a batch: a cancel behind its start
+/// in the same batch is handled before the run's next step, so the run ends cancelled
+/// (stepped in a row from its start, it would have completed first, the cancel let go).
+#[tokio::test]
+async fn a_cancel_behind_a_runs_record_in_its_batch_comes_before_the_runs_next_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalStore::open(dir.path()).unwrap();
+    let script = json!({"worker": [
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "one"}}]},
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "two"}}]},
+        {"text": "done"}]})
+    .to_string();
+    let deps = Deps {
+        store: Arc::new(local.clone()),
+        queue: Arc::new(local.clone()),
+        bus: Arc::new(local.clone()),
+        scheduler: Arc::new(local.clone()),
+        blobs: Arc::new(baton_local::blobs::FileBlobs::new(
+            local.path().parent().unwrap(),
+        )),
+        llm: scripted(&script),
+        clock: Arc::new(SystemClock),
+        sending_store: None,
+    };
+    let catalog = catalog(Some(json!({"agents": {"worker": {"tools": ["echo"]}}})));
+    let svc = Service::builder(deps, catalog).build();
+    let run_id = create(&svc).await;
+    let start = local
+        .receive(1, std::time::Duration::from_secs(60))
+        .await
+        .unwrap()
+        .remove(0)
+        .message
+        .unwrap();
+    // Sent to the batch alone, not to the embedded queue (which would end the row itself).
+    let cancel = StepMessage {
+        run_id: run_id.clone(),
+        id: format!("{run_id}:cancel:1"),
+        input: baton_core::message::Input::Cancel {
+            reason: "cancelled by the user".into(),
+        },
+        owed: false,
+    };
+    let pace = Pace {
+        at_once: MAX_BATCH,
+        in_a_row: 10,
+    };
+    let resp = handle_steps(
+        &svc,
+        &[],
+        sqs_event(&[("m1", &start), ("m2", &cancel)]),
+        None,
+        pace,
+    )
+    .await
+    .response;
+    assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
+    let rec = local.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(rec.run.status, RunStatus::Cancelled);
+}

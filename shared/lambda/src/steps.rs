@@ -293,7 +293,8 @@ async fn handle_group(
 ) -> Vec<(usize, SqsMessage, Option<Duration>)> {
     let mut failed = false;
     let mut out = Vec::new();
-    for (i, rec) in records {
+    let last = records.len();
+    for (n, (i, rec)) in records.into_iter().enumerate() {
         let id = rec.message_id.clone().unwrap_or_default();
         if failed {
             out.push((i, rec, Some(Duration::ZERO)));
@@ -340,7 +341,8 @@ async fn handle_group(
             deadline,
         };
         let span = info_span!("step", message_id = %id, run_id = %msg.run_id, dead);
-        let verdict = if in_a_row > 1 {
+        // A row is for a run's last record in the batch: the ones after it come first.
+        let verdict = if in_a_row > 1 && n + 1 == last {
             service
                 .consume_row(delivery, in_a_row, || {})
                 .instrument(span)
