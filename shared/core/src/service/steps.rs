@@ -190,11 +190,10 @@ impl Service {
                 transition.effects.splice(0..0, owed.iter().cloned());
             }
             crate::failpoint::hit("step.before_commit")?;
-            // Where the store is the queue, a step that only sends messages (an agent's
-            // next turn, a child's start) sends them with its commit: nothing is left to
-            // perform after it.
-            // Not a run's own next message alone when it is to be handed over in-process
-            // (`next`): then it stands in the commit's outbox, and no queue is written.
+            // Where the store is the queue, a step that only sends messages (a child's
+            // start, a parent's notice) sends them with its commit: nothing is left to
+            // perform after it. A run's own next message alone, to be handed over
+            // in-process (`next`), stands in the commit's outbox instead: no queue is written.
             let handing = next.is_some()
                 && matches!(&transition.effects[..], [Effect::Send(m)] if m.run_id == run.run_id);
             let sending = self.deps.sending_store.as_ref().filter(|_| {
