@@ -18,6 +18,13 @@ use crate::ports::RunRecord;
 use crate::run::{Run, RunStatus};
 use crate::timeline::Entry;
 
+/// Whether `run`'s next step waits on a person: a question (`waiting_on_user`), or a
+/// follow-up to a run that ended.
+fn at_a_persons_pace(run: &Run) -> bool {
+    run.status.is_terminal()
+        || (run.status == RunStatus::Waiting && run.state.as_deref() == Some("waiting_on_user"))
+}
+
 /// How many more times a commit holding a model's reply is tried when the store is
 /// unavailable for a moment (a throttle past the SDK's own retries, an outage), and the first
 /// wait (doubling): the reply is not thrown away for want of a write that may go through.
@@ -264,8 +271,13 @@ impl Service {
                     self.report(&run, &msg.input, &transition, started);
                     let transition = *transition;
                     let Some(marked) = marked else {
-                        let window = self.kept(&transition.run, window);
-                        self.cache_put(&run.run_id, version, window);
+                        // A run left to a person (a question, or ended until a follow-up)
+                        // keeps no window in memory: its next step comes at a person's pace
+                        // and reads it back, so a million such runs hold none.
+                        if !at_a_persons_pace(&transition.run) {
+                            let window = self.kept(&transition.run, window);
+                            self.cache_put(&run.run_id, version, window);
+                        }
                         if !sent {
                             let performed = self
                                 .perform_handing(
