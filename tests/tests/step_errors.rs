@@ -694,18 +694,7 @@ async fn a_cancel_behind_a_runs_record_in_its_batch_comes_before_the_runs_next_s
         {"tool_calls": [{"name": "echo", "arguments": {"text": "two"}}]},
         {"text": "done"}]})
     .to_string();
-    let deps = Deps {
-        store: Arc::new(local.clone()),
-        queue: Arc::new(local.clone()),
-        bus: Arc::new(local.clone()),
-        scheduler: Arc::new(local.clone()),
-        blobs: Arc::new(baton_local::blobs::FileBlobs::new(
-            local.path().parent().unwrap(),
-        )),
-        llm: scripted(&script),
-        clock: Arc::new(SystemClock),
-        sending_store: None,
-    };
+    let deps = baton_local::local_deps(&local, scripted(&script), Arc::new(SystemClock));
     let catalog = catalog(Some(json!({"agents": {"worker": {"tools": ["echo"]}}})));
     let svc = Service::builder(deps, catalog).build();
     let run_id = create(&svc).await;

@@ -8,6 +8,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+use crate::engine;
+use crate::run::{Run, RunStatus};
 use crate::timeline::{Entry, EntryBody, ToolResult};
 
 /// The default budget: a quarter of a 256 MB function.
@@ -170,6 +172,64 @@ pub(super) fn approx_bytes(entries: &[Entry]) -> usize {
         })
         .sum()
 }
+
+/// What a warm worker keeps of a run after a commit.
+impl super::Service {
+    /// What of `window` (after a commit of `run`) the run's next step reads: the loop's next
+    /// window and, for a model that reads history, as much before it as its budget holds.
+    pub(super) fn kept(&self, run: &Run, mut window: Window) -> Window {
+        let from = self.keep_from(run, window.base, &window.entries);
+        if from > window.base {
+            let drop = ((from - window.base) as usize).min(window.entries.len());
+            if window.base == 0 && self.deps.llm.reads_history() {
+                window.head = window.entries.first().cloned();
+            }
+            window.entries.drain(..drop);
+            window = Window::new(from, window.entries, window.head);
+        }
+        window
+    }
+
+    pub(super) fn cache_put(&self, run_id: &str, version: u64, window: Window) {
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .put(run_id, version, window);
+    }
+
+    /// The first seq of `timeline` (from `base` on) the run's next step needs: the loop's
+    /// next window, and for a model that reads history, the newest stretch before it that
+    /// is over the agent's context budget (what the step's think would read back to).
+    fn keep_from(&self, run: &crate::run::Run, base: u64, timeline: &[Entry]) -> u64 {
+        let window = engine::window_start(run, &LOOP);
+        if !self.deps.llm.reads_history() {
+            return window;
+        }
+        let budget = self
+            .catalog
+            .agent(&run.agent)
+            .map_or(self.catalog.limits.context_bytes, |a| a.context_bytes);
+        let (mut bytes, mut grouped) = (0usize, false);
+        for e in timeline.iter().rev() {
+            bytes += crate::llm::model_bytes(e);
+            grouped |= crate::llm::starts_group(e);
+            if bytes > budget && grouped {
+                return e.seq.min(window);
+            }
+        }
+        base
+    }
+}
+
+/// Whether `run`'s next step waits on a person: a question (`waiting_on_user`), or a
+/// follow-up to a run that ended.
+pub(super) fn at_a_persons_pace(run: &Run) -> bool {
+    run.status.is_terminal()
+        || (run.status == RunStatus::Waiting && run.state.as_deref() == Some("waiting_on_user"))
+}
+
+/// The loop's input, for the window the next step of the loop reads.
+const LOOP: crate::message::Input = crate::message::Input::Continue { version: 0 };
 
 #[cfg(test)]
 mod tests {

@@ -122,10 +122,7 @@ impl Service {
     pub async fn consume_in_a_row(&self, d: Delivery<'_>) -> (Verdict, Option<StepMessage>) {
         let started = self.deps.clock.now();
         let mut next = None;
-        let result = match d.dead {
-            Some(_) => self.deliver(d, None).await,
-            None => self.deliver(d, Some(&mut next)).await,
-        };
+        let result = self.deliver(d, d.dead.is_none().then_some(&mut next)).await;
         let verdict = self.verdict(d, result, started).await;
         (verdict, next.filter(|_| verdict == Verdict::Ack))
     }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use chrono::{DateTime, Utc};
 use tracing::{debug, info, warn};
 
-use super::cache::{Window, approx_bytes};
+use super::cache::{Window, approx_bytes, at_a_persons_pace};
 use super::thinker::Thinker;
 use super::{Handled, Service, StepError};
 use crate::agent::Listed;
@@ -16,14 +16,6 @@ use crate::failpoint;
 use crate::message::{ChildOutcome, Effect, Input, StepMessage};
 use crate::ports::RunRecord;
 use crate::run::{Run, RunStatus};
-use crate::timeline::Entry;
-
-/// Whether `run`'s next step waits on a person: a question (`waiting_on_user`), or a
-/// follow-up to a run that ended.
-fn at_a_persons_pace(run: &Run) -> bool {
-    run.status.is_terminal()
-        || (run.status == RunStatus::Waiting && run.state.as_deref() == Some("waiting_on_user"))
-}
 
 /// How many more times a commit holding a model's reply is tried when the store is
 /// unavailable for a moment (a throttle past the SDK's own retries, an outage), and the first
@@ -385,21 +377,6 @@ impl Service {
         Ok(Handled::Ignored(reason))
     }
 
-    /// What of `window` (after a commit of `run`) the run's next step reads: the loop's next
-    /// window and, for a model that reads history, as much before it as its budget holds.
-    fn kept(&self, run: &Run, mut window: Window) -> Window {
-        let from = self.keep_from(run, window.base, &window.entries);
-        if from > window.base {
-            let drop = ((from - window.base) as usize).min(window.entries.len());
-            if window.base == 0 && self.deps.llm.reads_history() {
-                window.head = window.entries.first().cloned();
-            }
-            window.entries.drain(..drop);
-            window = Window::new(from, window.entries, window.head);
-        }
-        window
-    }
-
     /// Lists the MCP servers the run's agent uses (those not listed yet), then takes the
     /// step's snapshot of every listing: the engine never lists a server.
     async fn list_tools(&self, run: &Run) -> Listed {
@@ -583,36 +560,6 @@ impl Service {
         let window = Window::new(base, timeline, None);
         Ok(Some(Hydrated { record, window }))
     }
-
-    fn cache_put(&self, run_id: &str, version: u64, window: Window) {
-        self.cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .put(run_id, version, window);
-    }
-
-    /// The first seq of `timeline` (from `base` on) the run's next step needs: the loop's
-    /// next window, and for a model that reads history, the newest stretch before it that
-    /// is over the agent's context budget (what the step's think would read back to).
-    fn keep_from(&self, run: &crate::run::Run, base: u64, timeline: &[Entry]) -> u64 {
-        let window = engine::window_start(run, &LOOP);
-        if !self.deps.llm.reads_history() {
-            return window;
-        }
-        let budget = self
-            .catalog
-            .agent(&run.agent)
-            .map_or(self.catalog.limits.context_bytes, |a| a.context_bytes);
-        let (mut bytes, mut grouped) = (0usize, false);
-        for e in timeline.iter().rev() {
-            bytes += crate::llm::model_bytes(e);
-            grouped |= crate::llm::starts_group(e);
-            if bytes > budget && grouped {
-                return e.seq.min(window);
-            }
-        }
-        base
-    }
 }
 
 /// What a step starts from: the run, and what it holds of its timeline.
@@ -620,6 +567,3 @@ struct Hydrated {
     record: RunRecord,
     window: Window,
 }
-
-/// The loop's input, for the window the next step of the loop reads.
-const LOOP: Input = Input::Continue { version: 0 };
