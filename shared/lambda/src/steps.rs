@@ -8,13 +8,14 @@ use std::time::{Duration, Instant, SystemTime};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use baton_aws::sdk::map_sdk_err;
 use baton_core::message::StepMessage;
-use baton_core::service::{Delivery, STEPS_IN_A_ROW, Service, StepDeadline, Verdict};
+use baton_core::service::{Delivery, Service, StepDeadline, Verdict};
 use futures_util::{StreamExt, stream};
 use tracing::{Instrument, error, info, info_span, warn};
 #[cfg(feature = "steps")]
 use {
     crate::Runtime,
     baton_core::llm::Llm,
+    baton_core::service::STEPS_IN_A_ROW,
     lambda_runtime::{LambdaEvent, service_fn},
 };
 
