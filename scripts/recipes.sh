@@ -8,6 +8,11 @@
 # The recipes use what a user's machine would: `cargo install` puts `baton` under the target
 # directory here (CARGO_INSTALL_ROOT), on PATH; `baton dev` listens on 127.0.0.1:8787 and its
 # data is ./.baton (an existing one is set aside and put back); moto listens on 5000.
+#
+# BATON_RECIPES_INSTALL_DEBUG=1 makes each `cargo install` a debug one (`--debug`): it then
+# reuses the `cargo build -p baton-cli` the demo made (same package, features and profile)
+# instead of compiling every dependency again. CI sets it: the recipe's commands are what it
+# checks, not the optimiser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -31,9 +36,10 @@ else
   trap 'rm -rf .baton' EXIT
 fi
 
-python3 - "$dir" <<'PY'
+python3 - "$dir" "${BATON_RECIPES_INSTALL_DEBUG:-0}" <<'PY'
 import re, sys, pathlib
 out = pathlib.Path(sys.argv[1])
+install_debug = sys.argv[2] == "1"
 text = pathlib.Path("README.md").read_text()
 found = re.findall(r"<!-- recipe: ([^>]*?) -->\n```sh\n(.*?)```", text, re.S)
 if not found:
@@ -43,6 +49,8 @@ for i, (name, body) in enumerate(found):
     if name.startswith("skip"):
         print(f"recipes: not run: {body.splitlines()[0]} … ({name})")
         continue
+    if install_debug:
+        body = body.replace("cargo install ", "cargo install --debug ")
     (out / f"{i:02d}-{name}.sh").write_text(body)
 PY
 

@@ -23,7 +23,7 @@ use baton_dev::LOCAL_OWNER;
 use baton_dev::worker::{StepTimes, Worker, WorkerOptions};
 use baton_llm::scripted::{ScriptedCall, ScriptedLlm, ScriptedReply};
 use baton_local::local_deps;
-use baton_local::store::LocalStore;
+use baton_local::store::{LocalStore, WriteStats};
 use serde_json::json;
 
 const PAYLOAD: usize = 1024;
@@ -398,16 +398,22 @@ pub async fn run(
     let mut times = Vec::with_capacity(n as usize + 2);
     let (started, cpu_started, steal) = (Instant::now(), cpu_s(), Steal::start());
     let io = DiskIo::now();
+    let mut synced = parts.store.write_stats();
     let mut reads = Reads::default();
     let mut status = drive(&parts, &run_id, &mut times).await?;
+    // Counted by the store (one per synced commit, two per checkpoint); a reopened store
+    // counts from zero.
+    let mut fsyncs = 0;
     if variant_b {
         ensure!(
             status == RunStatus::Waiting,
             "variant B expected the run parked, found {status:?}"
         );
         reads.add(&parts);
+        fsyncs += parts.store.write_stats().fsyncs() - synced.fsyncs();
         drop(parts); // every in-memory object goes: store handle, service, caches, worker
         parts = open(&dir, &llm, &catalog, telemetry)?;
+        synced = WriteStats::default();
         parts.worker.sweep().await?;
         let (ctas, _) = parts
             .service
@@ -442,6 +448,7 @@ pub async fn run(
     verify(&parts.store, &run_id, n).await?;
     // What the steps wrote (before the checkpoint below, which is the bench's, not theirs).
     let written = io.per_step_since(times.len());
+    fsyncs += parts.store.write_stats().fsyncs() - synced.fsyncs();
 
     let db_bytes = parts.store.checkpoint().await?;
     let tenth = (times.len() / 10).max(1);
@@ -461,6 +468,7 @@ pub async fn run(
         "peak_rss_mb": (peak_rss_mb() * 10.0).round() / 10.0,
         "bytes_per_iteration": db_bytes / n,
         "written": written,
+        "fsyncs_per_step": (fsyncs as f64 / times.len().max(1) as f64 * 1000.0).round() / 1000.0,
         "first_tenth_ms": (mean_ms(&times[..tenth]) * 1e4).round() / 1e4,
         "last_tenth_ms": (mean_ms(&times[times.len() - tenth..]) * 1e4).round() / 1e4,
         "disk_sync": disk_sync,

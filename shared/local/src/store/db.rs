@@ -24,7 +24,8 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::Connection;
 use tokio::sync::oneshot;
@@ -143,6 +144,8 @@ pub(super) struct Db {
     waiting: Mutex<Waiting>,
     idle: Mutex<Vec<Connection>>,
     stats: Mutex<WriteStats>,
+    /// Checkpoints made by the writer's commits (counted by its WAL hook).
+    checkpoints: Arc<AtomicU64>,
 }
 
 /// What the writer has done since the store was opened.
@@ -152,9 +155,23 @@ pub struct WriteStats {
     pub jobs: u64,
     /// Transactions they were applied in.
     pub batches: u64,
-    /// Those of the transactions that were synced to disk.
+    /// Those of the transactions that were synced to disk (one fsync of the log each).
     pub synced: u64,
+    /// Checkpoints that folded the log into the database file (two fsyncs each: the log,
+    /// then the database).
+    pub checkpoints: u64,
 }
+
+impl WriteStats {
+    /// The fsyncs these writes cost: one per synced commit, two per checkpoint.
+    pub fn fsyncs(&self) -> u64 {
+        self.synced + 2 * self.checkpoints
+    }
+}
+
+/// The log's length, in pages, at which a commit folds it into the database: SQLite's own
+/// default (`wal_autocheckpoint`), done by the store so that it can count them.
+const CHECKPOINT_PAGES: i32 = 1000;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -185,19 +202,35 @@ impl Drop for StepDown<'_> {
 
 impl Db {
     /// Takes over `conn` (schema in place, `synchronous = FULL`) as the writer's connection.
-    pub(super) fn new(path: &Path, conn: Connection) -> Result<Self, PortError> {
+    pub(super) fn new(path: &Path, mut conn: Connection) -> Result<Self, PortError> {
         keep_plans(&conn)?;
+        // What SQLite's automatic checkpoint does after a commit (a passive checkpoint once
+        // the log reaches its length), counted: the hook takes the automatic one's place.
+        let checkpoints = Arc::new(AtomicU64::new(0));
+        let made = checkpoints.clone();
+        conn.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages| {
+            if pages >= CHECKPOINT_PAGES {
+                wal.checkpoint()?;
+                made.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        }))
+        .map_err(sql)?;
         Ok(Self {
             path: path.to_owned(),
             writer: Mutex::new(Writer { conn, synced: true }),
             waiting: Mutex::new(Waiting::default()),
             idle: Mutex::new(Vec::new()),
             stats: Mutex::new(WriteStats::default()),
+            checkpoints,
         })
     }
 
     pub(super) fn stats(&self) -> WriteStats {
-        *lock(&self.stats)
+        WriteStats {
+            checkpoints: self.checkpoints.load(Ordering::Relaxed),
+            ..*lock(&self.stats)
+        }
     }
 
     pub(super) fn path(&self) -> &Path {

@@ -69,7 +69,8 @@ async fn writes_waiting_together_share_a_transaction_and_a_failing_one_fails_alo
         WriteStats {
             jobs: 200,
             batches: 2,
-            synced: 1
+            synced: 1,
+            checkpoints: 0,
         }
     );
     let keys: Vec<i64> = db
@@ -103,7 +104,8 @@ async fn a_lone_write_is_applied_at_once_and_synced_only_when_asked() {
         WriteStats {
             jobs: 3,
             batches: 3,
-            synced: 1
+            synced: 1,
+            checkpoints: 0,
         }
     );
     // A write that fails reports its own error and leaves the writer usable.
@@ -181,4 +183,30 @@ async fn a_check_first_write_fails_alone_before_its_first_change_and_with_its_ba
     let outs = run(true).await;
     assert!(outs.iter().all(|o| o.is_err()), "{outs:?}");
     assert_eq!(count(db.clone()).await, 2, "the batch was rolled back");
+}
+
+#[tokio::test]
+async fn the_log_is_folded_into_the_database_as_it_grows_and_each_fold_counted() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let db = open(dir.path());
+    // Three times the log's length in pages, a page and more per write (4 KB pages).
+    let big = "x".repeat(5000);
+    for i in 0..1500i64 {
+        let v = big.clone();
+        db.write(true, Undo::Statement, move |c| {
+            c.execute("INSERT INTO t VALUES (?1, ?2)", rusqlite::params![i, v])
+                .map_err(sql)
+        })
+        .await
+        .expect("write");
+    }
+    let stats = db.stats();
+    assert!(stats.checkpoints >= 2, "{stats:?}");
+    assert_eq!(stats.fsyncs(), stats.synced + 2 * stats.checkpoints);
+    // Folded, the log starts over from its head: it stays about its length, however much
+    // was written (~3,000 pages here).
+    let wal = std::fs::metadata(dir.path().join("t.db-wal"))
+        .expect("wal")
+        .len();
+    assert!(wal < 6 * 1024 * 1024, "the log grew to {wal} bytes");
 }
