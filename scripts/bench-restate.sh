@@ -3,19 +3,25 @@
 # ratio holds whatever the machine's speed today. The workload is a durable loop of 1 KB
 # echo steps: `baton bench --runs R --iterations N` (R runs of a scripted agent created
 # through baton dev's API, each iteration one `echo` tool call with a 1 KB argument, every
-# commit synced to disk), and on Restate R invocations through its ingress of a Python
-# service whose handler journals N 1 KB echoes with `ctx.run` (scripts/peer/restate_loop.py;
-# Restate syncs its log too, rocksdb-disable-wal-fsync = false by default).
+# commit synced to disk), and on Restate R invocations through its ingress of a service
+# whose handler journals N 1 KB echoes with `ctx.run`: by default through Restate's Rust SDK
+# (scripts/peer/restate-rust), or its Python SDK with PEER_SDK=python
+# (scripts/peer/restate_loop.py, served by hypercorn). Restate syncs its log too
+# (rocksdb-disable-wal-fsync = false by default).
 #
 # usage: scripts/bench-restate.sh [RUNS [ITERATIONS [ROUNDS]]]   (default 100 1000 2)
-# Installs what it needs under the target directory: Restate's server from npm, its Python
-# SDK and hypercorn from PyPI in a virtualenv, and a release build of `baton` (or give one:
-# BATON_BIN=path).
+# Installs what it needs under the target directory: Restate's server from npm; the Rust
+# peer, built release like Baton (PEER_PROFILE=dev: a debug build, for a smoke run), or the
+# Python SDK and hypercorn from PyPI in a virtualenv; and a release build of `baton` (or
+# give one: BATON_BIN=path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 runs=${1:-100} n=${2:-1000} rounds=${3:-2}
+sdk=${PEER_SDK:-rust} profile=${PEER_PROFILE:-release}
+case "$sdk" in rust | python) ;; *) echo "PEER_SDK is rust or python, not $sdk" >&2; exit 2 ;; esac
+case "$profile" in release | dev) ;; *) echo "PEER_PROFILE is release or dev, not $profile" >&2; exit 2 ;; esac
 RESTATE_VERSION=1.7.12 SDK_VERSION=1.3.0 HYPERCORN_VERSION=0.18.0
 peer="$(target_dir)/peer"
 mkdir -p "$peer"
@@ -32,10 +38,19 @@ if [[ ! -x "$server" ]]; then
   echo "Installing Restate's server $RESTATE_VERSION from npm under $peer" >&2
   npm install --silent --no-audit --no-fund --prefix "$peer" "@restatedev/restate-server@$RESTATE_VERSION" >&2
 fi
-if [[ ! -x "$peer/venv/bin/hypercorn" ]]; then
-  echo "Installing restate-sdk $SDK_VERSION and hypercorn in $peer/venv" >&2
+# Python's virtualenv serves the driver in any case (the standard library is all it uses).
+if [[ ! -x "$peer/venv/bin/python" ]]; then
   python3 -m venv "$peer/venv"
+fi
+if [[ "$sdk" == python && ! -x "$peer/venv/bin/hypercorn" ]]; then
+  echo "Installing restate-sdk $SDK_VERSION and hypercorn in $peer/venv" >&2
   "$peer/venv/bin/pip" install -q "restate-sdk==$SDK_VERSION" "hypercorn==$HYPERCORN_VERSION" >&2
+fi
+if [[ "$sdk" == rust ]]; then
+  echo "Building the Rust peer (scripts/peer/restate-rust, $profile)" >&2
+  CARGO_TARGET_DIR="$peer/rust-target" cargo build -q --locked --profile "$profile" \
+    --manifest-path scripts/peer/restate-rust/Cargo.toml >&2
+  loop_bin="$peer/rust-target/$([[ $profile == dev ]] && echo debug || echo release)/restate-loop"
 fi
 if [[ -n "${BATON_BIN:-}" ]]; then
   baton="$BATON_BIN"   # CI's smoke run uses the debug build it already has
@@ -63,16 +78,21 @@ RESTATE_DISABLE_TELEMETRY=true RESTATE_LOG_FILTER=error \
   >"$data/restate.log" 2>&1 &
 pids+=($!)
 restate_pid=$!
-# One service process per core, as Baton's worker uses every core.
-cat >"$data/hypercorn.toml" <<TOML
+if [[ "$sdk" == rust ]]; then
+  # One process on a multi-thread runtime, which uses every core, as Baton's worker does.
+  "$loop_bin" "127.0.0.1:$svc" >"$data/service.log" 2>&1 &
+else
+  # One service process per core, as Baton's worker uses every core.
+  cat >"$data/hypercorn.toml" <<TOML
 bind = "127.0.0.1:$svc"
 h2_max_concurrent_streams = 2147483647
 keep_alive_max_requests = 2147483647
 keep_alive_timeout = 2147483647
 workers = $(getconf _NPROCESSORS_ONLN)
 TOML
-(cd scripts/peer && exec "$peer/venv/bin/hypercorn" --config "$data/hypercorn.toml" restate_loop:app) \
-  >"$data/service.log" 2>&1 &
+  (cd scripts/peer && exec "$peer/venv/bin/hypercorn" --config "$data/hypercorn.toml" restate_loop:app) \
+    >"$data/service.log" 2>&1 &
+fi
 pids+=($!)
 svc_pid=$!
 
@@ -87,13 +107,13 @@ curl -sf -X POST "http://127.0.0.1:$admin/deployments" -H 'content-type: applica
 for round in $(seq "$rounds"); do
   echo "round $round: baton bench --runs $runs --iterations $n" >&2
   b=$("$baton" bench --runs "$runs" --iterations "$n")
-  echo "round $round: restate, $runs invocations of $n steps" >&2
+  echo "round $round: restate ($sdk SDK), $runs invocations of $n steps" >&2
   r=$("$peer/venv/bin/python" scripts/peer/drive_restate.py "http://127.0.0.1:$ingress" "$runs" "$n" "$restate_pid" "$svc_pid")
-  python3 - "$b" "$r" <<'PY'
+  python3 - "$b" "$r" "$sdk" <<'PY'
 import json, sys
 b, r = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 print(json.dumps({"baton": {k: b[k] for k in ("runs", "iterations", "wall_s", "steps", "steps_per_s", "cpu_ms_per_step", "cache_hit_rate", "bytes_read_per_step_with_api", "cpu_steal_pct")},
-                  "restate": r,
+                  "restate": dict(r, sdk=sys.argv[3]),
                   "baton_over_restate": round(b["steps_per_s"] / r["steps_per_s"], 2)}))
 PY
 done
