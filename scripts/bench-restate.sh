@@ -112,7 +112,7 @@ for round in $(seq "$rounds"); do
   python3 - "$b" "$r" "$sdk" <<'PY'
 import json, sys
 b, r = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-print(json.dumps({"baton": {k: b[k] for k in ("runs", "iterations", "wall_s", "steps", "steps_per_s", "cpu_ms_per_step", "cache_hit_rate", "bytes_read_per_step_with_api", "cpu_steal_pct")},
+print(json.dumps({"baton": {k: b[k] for k in ("runs", "iterations", "wall_s", "steps", "steps_per_s", "cpu_ms_per_step", "cache_hit_rate", "bytes_read_per_step_with_api", "written", "fsyncs_per_step", "disk_sync", "cpu_steal_pct")},
                   "restate": dict(r, sdk=sys.argv[3]),
                   "baton_over_restate": round(b["steps_per_s"] / r["steps_per_s"], 2)}))
 PY

@@ -458,6 +458,7 @@ pub async fn run(
         "telemetry": if telemetry { "dev" } else { "none" },
         "wall_s": (wall.as_secs_f64() * 1e4).round() / 1e4,
         "per_step_ms": (wall.as_secs_f64() * 1000.0 / n as f64 * 1e4).round() / 1e4,
+        "steps_per_s": (times.len() as f64 / wall.as_secs_f64()).round(),
         "steps": times.len(),
         "cpu_ms_per_step": (cpu * 1000.0 / times.len().max(1) as f64 * 1000.0).round() / 1000.0,
         "cache_budget_mb": parts.service.cache_budget() / (1024 * 1024),

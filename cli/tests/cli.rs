@@ -427,8 +427,11 @@ fn the_benchmark_prints_one_json_line_for_both_variants() {
             "variant",
             "wall_s",
             "per_step_ms",
+            "steps_per_s",
             "db_bytes",
             "peak_rss_mb",
+            "written",
+            "fsyncs_per_step",
         ] {
             assert!(v.get(key).is_some(), "{key} missing in {v}");
         }
