@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Measures the Lambda binaries under the release profile Cargo.toml declares: a cold
-# `cargo lambda build --release` (x86_64) of the four functions in a target directory of its
+# `cargo lambda build --release` (x86_64) of the five functions in a target directory of its
 # own, then each bootstrap's size, zipped size and init time (scripts/lambda_init.py), as
 # Markdown table rows. To compare profiles, edit [profile.release] and run it again with
 # another label. (cargo-lambda does not pass CARGO_PROFILE_* overrides through, so the
@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 label=${1:?usage: scripts/lambda-profiles.sh LABEL [TARGET_DIR]}
 dir=${2:-$(mktemp -d)}
-functions=(api orchestrator subagent events)
+functions=(api orchestrator subagent events live)
 args=()
 for f in "${functions[@]}"; do args+=(-p "$f"); done
 if [[ ! -s "$dir/build.secs" ]]; then # a finished build is measured again, not rebuilt
