@@ -206,12 +206,20 @@ impl Db {
         keep_plans(&conn)?;
         // What SQLite's automatic checkpoint does after a commit (a passive checkpoint once
         // the log reaches its length), counted: the hook takes the automatic one's place.
+        // As the automatic one, it never fails the commit that called it (the commit has
+        // happened: an error here would tell its callers otherwise); a checkpoint that
+        // fails or copies nothing is tried again after the next commit.
         let checkpoints = Arc::new(AtomicU64::new(0));
         let made = checkpoints.clone();
         conn.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages| {
             if pages >= CHECKPOINT_PAGES {
-                wal.checkpoint()?;
-                made.fetch_add(1, Ordering::Relaxed);
+                match wal.checkpoint_v2(rusqlite::wal::CheckpointMode::PASSIVE) {
+                    Ok((_, copied)) if copied > 0 => {
+                        made.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "embedded store: a checkpoint failed"),
+                }
             }
             Ok(())
         }))
