@@ -216,7 +216,8 @@ impl Pace {
 /// the batch at a time ([`steps_at_once`]), while the invocation has time for them.
 ///
 /// A run whose step leaves it going on (its next message its only send) takes its next
-/// step in the same invocation, up to `pace.in_a_row` steps and [`ROW_FOR`] in a row; the
+/// step in the same invocation, up to `pace.in_a_row` steps and
+/// [`ROW_FOR`](baton_core::service::ROW_FOR) in a row; the
 /// last next message is sent. Until a step of the row commits, the message that drives it
 /// stands in its run's committed outbox, unsent: should the invocation crash, the record
 /// the row began with comes back and sends it. A step of the row that fails leaves that
