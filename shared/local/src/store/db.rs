@@ -172,6 +172,9 @@ impl WriteStats {
 /// The log's length, in pages, at which a commit folds it into the database: SQLite's own
 /// default (`wal_autocheckpoint`), done by the store so that it can count them.
 const CHECKPOINT_PAGES: i32 = 1000;
+/// The log's length at which a checkpoint waits for the reads under way so that the log
+/// starts over (about 32 MB of 4 KB pages).
+const RESTART_PAGES: i32 = 8 * CHECKPOINT_PAGES;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -209,11 +212,22 @@ impl Db {
         // As the automatic one, it never fails the commit that called it (the commit has
         // happened: an error here would tell its callers otherwise); a checkpoint that
         // fails or copies nothing is tried again after the next commit.
+        //
+        // A passive checkpoint never waits, so while reads overlap without pause (many runs
+        // stepping, a console polling) the log can never start over and grows without end:
+        // 10 GB under a million parked runs being answered. Past `RESTART_PAGES` the
+        // checkpoint restarts the log, waiting (`busy_timeout`) for the reads under way,
+        // which take a query each.
         let checkpoints = Arc::new(AtomicU64::new(0));
         let made = checkpoints.clone();
         conn.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages| {
             if pages >= CHECKPOINT_PAGES {
-                match wal.checkpoint_v2(rusqlite::wal::CheckpointMode::PASSIVE) {
+                let mode = if pages >= RESTART_PAGES {
+                    rusqlite::wal::CheckpointMode::RESTART
+                } else {
+                    rusqlite::wal::CheckpointMode::PASSIVE
+                };
+                match wal.checkpoint_v2(mode) {
                     Ok((_, copied)) if copied > 0 => {
                         made.fetch_add(1, Ordering::Relaxed);
                     }
