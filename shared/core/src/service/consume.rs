@@ -131,10 +131,10 @@ impl Service {
     /// the next message the one before handed back ([`Service::consume_in_a_row`]), up to
     /// `in_a_row` steps and [`ROW_FOR`], while the deadline leaves time for a step and nothing
     /// else waits in the run's group ([`crate::ports::Queue::waiting`]); the next message
-    /// left is sent, behind what waits. `stepped` is called after each step. The verdict is the first
-    /// delivery's: its step's, or a later one's that did not succeed (a failure or a crash
-    /// leaves that delivery to come back and send the message its run's outbox holds; a step
-    /// deferred for time sends its message now, for a fresh invocation).
+    /// left is sent, behind what waits. `stepped` is called after each step. The verdict is the
+    /// first delivery's: its step's, or a later one's that did not succeed (a failure or a
+    /// crash leaves that delivery to come back and send the message its run's outbox holds; a
+    /// step deferred for time sends its message now, for a fresh invocation).
     pub async fn consume_row(
         &self,
         first: Delivery<'_>,

@@ -185,13 +185,10 @@ async fn a_check_first_write_fails_alone_before_its_first_change_and_with_its_ba
     assert_eq!(count(db.clone()).await, 2, "the batch was rolled back");
 }
 
-#[tokio::test]
-async fn the_log_is_folded_into_the_database_as_it_grows_and_each_fold_counted() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let db = open(dir.path());
-    // Three times the log's length in pages, a page and more per write (4 KB pages).
-    let big = "x".repeat(5000);
-    for i in 0..1500i64 {
+/// Writes `n` rows of `bytes` each, one durable write per row.
+async fn write_rows(db: &Db, n: i64, bytes: usize) {
+    let big = "x".repeat(bytes);
+    for i in 0..n {
         let v = big.clone();
         db.write(true, Undo::Statement, move |c| {
             c.execute("INSERT INTO t VALUES (?1, ?2)", rusqlite::params![i, v])
@@ -200,14 +197,25 @@ async fn the_log_is_folded_into_the_database_as_it_grows_and_each_fold_counted()
         .await
         .expect("write");
     }
+}
+
+/// The length of the write-ahead log of `open(dir)`'s database.
+fn wal_len(dir: &Path) -> u64 {
+    std::fs::metadata(dir.join("t.db-wal")).expect("wal").len()
+}
+
+#[tokio::test]
+async fn the_log_is_folded_into_the_database_as_it_grows_and_each_fold_counted() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let db = open(dir.path());
+    // Three times the log's length in pages, a page and more per write (4 KB pages).
+    write_rows(&db, 1500, 5000).await;
     let stats = db.stats();
     assert!(stats.checkpoints >= 2, "{stats:?}");
     assert_eq!(stats.fsyncs(), stats.synced + 2 * stats.checkpoints);
     // Folded, the log starts over from its head: it stays about its length, however much
     // was written (~3,000 pages here).
-    let wal = std::fs::metadata(dir.path().join("t.db-wal"))
-        .expect("wal")
-        .len();
+    let wal = wal_len(dir.path());
     assert!(wal < 6 * 1024 * 1024, "the log grew to {wal} bytes");
 }
 
@@ -234,23 +242,12 @@ async fn the_log_stays_bounded_while_readers_never_pause() {
             })
         })
         .collect();
-    let big = "x".repeat(3000);
-    for i in 0..12_000i64 {
-        let v = big.clone();
-        db.write(true, Undo::Statement, move |c| {
-            c.execute("INSERT INTO t VALUES (?1, ?2)", rusqlite::params![i, v])
-                .map_err(sql)
-        })
-        .await
-        .expect("write");
-    }
+    write_rows(&db, 12_000, 3000).await;
     stop.store(true, Ordering::Relaxed);
     for r in readers {
         r.await.expect("reader");
     }
     // About 12,000 pages were written: the log must have started over along the way.
-    let wal = std::fs::metadata(dir.path().join("t.db-wal"))
-        .expect("wal")
-        .len();
+    let wal = wal_len(dir.path());
     assert!(wal < 40 * 1024 * 1024, "the log grew to {wal} bytes");
 }
