@@ -515,6 +515,12 @@ impl baton_core::tools::Tool for Big {
     fn description(&self) -> &str {
         "Returns `bytes` bytes of text."
     }
+    /// It computes and changes nothing (the default, `Once`, is for tools that must not run
+    /// twice: a fault of the scenario's fault layer after it started would leave its
+    /// outcome unknown instead of its output, which is what this test reads).
+    fn effects(&self) -> baton_core::tools::Effects {
+        baton_core::tools::Effects::None
+    }
     fn schema(&self) -> Value {
         json!({"type": "object", "properties": {"bytes": {"type": "integer"}}, "required": ["bytes"]})
     }
