@@ -7,7 +7,8 @@
   `tests/lambda/invoke.sh`) exists;
 - the README's crate map (`<!-- crate-map -->`) names every crate of the workspace once, and
   each uses only crates on floors below its own (so the adapters, on one floor, none of each
-  other), as `cargo metadata` reads the manifests.
+  other), as `cargo metadata` reads the manifests;
+- docs/design.md's table of effects names every variant of the engine's `Effect`.
 
 Exit 1 listing every mismatch. Run from anywhere: `python3 scripts/check-docs.py`."""
 import json
@@ -87,7 +88,19 @@ else:
                 problems.append(f"crate map: {name} (floor {floor[name]}) uses {d} "
                                 f"(floor {floor[d]})")
 
+# 4. Every effect in docs/design.md's table.
+message = (root / "shared/engine/src/message.rs").read_text()
+body = re.search(r"pub enum Effect \{\n(.*?)\n\}", message, re.S)
+if not body:
+    problems.append("shared/engine/src/message.rs: no `pub enum Effect`")
+else:
+    variants = re.findall(r"^    ([A-Z]\w*)\b", body.group(1), re.M)
+    design = (root / "docs/design.md").read_text()
+    for v in variants:
+        if not re.search(rf"^\| `{v}` \|", design, re.M):
+            problems.append(f"docs/design.md: the effects table leaves out `Effect::{v}`")
+
 if problems:
     print("docs drifted from the code:", *problems, sep="\n  ", file=sys.stderr)
     sys.exit(1)
-print(f"docs: {functions} functions, paths and the crate map ({len(floor)} crates) hold")
+print(f"docs: {functions} functions, paths, the crate map ({len(floor)} crates) and {len(variants)} effects hold")

