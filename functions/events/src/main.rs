@@ -4,15 +4,6 @@
 //! then its resolution queued on the run's FIFO group; an invalid or late one is rejected
 //! (`cta.rejected`), never blocking the queue. It never calls a model nor runs a tool.
 
-use baton_lambda::{Runtime, init_tracing, run_events};
-
-#[tokio::main]
-async fn main() -> Result<(), lambda_runtime::Error> {
-    init_tracing();
-    run_events(
-        Runtime::from_env()
-            .await?
-            .with_extensions(baton_deployment::extensions()),
-    )
-    .await
+fn main() -> Result<(), baton_lambda::Error> {
+    baton_lambda::main(baton_lambda::Role::Events, baton_deployment::extensions())
 }

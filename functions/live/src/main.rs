@@ -3,15 +3,6 @@
 //! token the `api` function granted it; this checks the token, and that the channel is the
 //! token's run's. It reads nothing but its key.
 
-use baton_lambda::{Runtime, init_tracing, run_live_authorizer};
-
-#[tokio::main]
-async fn main() -> Result<(), lambda_runtime::Error> {
-    init_tracing();
-    run_live_authorizer(
-        Runtime::from_env()
-            .await?
-            .with_extensions(baton_deployment::extensions()),
-    )
-    .await
+fn main() -> Result<(), baton_lambda::Error> {
+    baton_lambda::main(baton_lambda::Role::LiveAuthorizer, Default::default())
 }

@@ -1,9 +1,12 @@
-//! The Lambda host: what the five functions run. Each starts from a [`Runtime`] (the
-//! configuration, the SDK, the model secret, the service over AWS, built once per container)
-//! and hands Lambda's events to the core service.
+//! The Lambda host: what the five functions run. Each function's `main` is one call to
+//! [`main`] with its [`Role`] and the deployment's extensions; every role starts from a
+//! [`Runtime`] (the configuration, the SDK, the model secret, the service over AWS, built once
+//! per container) and hands Lambda's events to the core service.
 //!
 //! | module | what |
 //! |---|---|
+//! | [`entry`] | the one entry point: [`main`], a function's [`Role`] |
+//! | `api` | the `api` function's router behind API Gateway (feature `api`) |
 //! | [`runtime`] | start-up: configuration, secrets, model clients, the service |
 //! | [`steps`] | the step functions' SQS batches: order per run, deadline, deferral |
 //! | [`events`] | the `events` function's batches: the inbox queue and the sweep's ticks |
@@ -14,6 +17,9 @@
 //! (`Service::consume`, `Service::inbox_event`). `baton dev --aws` runs these same handlers
 //! in-process (`baton-dev`).
 
+#[cfg(feature = "api")]
+mod api;
+pub mod entry;
 pub mod events;
 pub mod live;
 pub mod outbox_metrics;
@@ -22,6 +28,7 @@ pub mod steps;
 
 use aws_lambda_events::event::sqs::BatchItemFailure;
 
+pub use entry::{Role, main, serve};
 pub use events::{SWEEP_AFTER, handle_events, run_events};
 pub use live::run_live_authorizer;
 pub use runtime::{InitError, Runtime, SecretKey, secret_fields};
@@ -31,6 +38,9 @@ pub use steps::{
     HOLD, MAX_BATCH, MAX_RETRY_DELAY, Pace, StepsOutcome, handle_steps, hold_for, holding,
     invocation_deadline, release, retry_delay, steps_at_once,
 };
+
+/// What a function's start-up or handler failed with (Lambda's own error type).
+pub type Error = lambda_runtime::Error;
 
 /// JSON logs, as `LoggingConfig: {LogFormat: JSON}` expects.
 pub fn init_tracing() {

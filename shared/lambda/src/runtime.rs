@@ -93,8 +93,8 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// This runtime with the deployment's own tools, plugins and agents: every function's
-    /// `main` gives it `baton_deployment::extensions()`.
+    /// This runtime with the deployment's own tools, plugins and agents: [`crate::main`]
+    /// gives it the function's (`baton_deployment::extensions()`).
     pub fn with_extensions(mut self, extensions: Extensions) -> Self {
         self.extensions = extensions;
         self

@@ -1,0 +1,64 @@
+//! The one entry point of every function: [`main`] takes the function's [`Role`] and the
+//! deployment's extensions, and runs that role until Lambda stops the process. Each
+//! `functions/*/src/main.rs` is a call to it.
+
+use baton_core::agent::Extensions;
+
+use crate::{Runtime, init_tracing};
+
+/// What a function does with Lambda's events. A role the crate is built without (its
+/// feature: `api` for [`Role::Api`], `steps` for [`Role::Steps`]) is not there to name, so
+/// a function that names it does not compile rather than fail at its cold start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Role {
+    /// The HTTP API behind API Gateway (the `api` function): the same router as `baton dev`,
+    /// its caller the subject of the JWT API Gateway's authorizer verified. It never calls a
+    /// model nor runs a tool.
+    #[cfg(feature = "api")]
+    Api,
+    /// Steps from an SQS FIFO queue and its dead-letter queue, one step per message, in order
+    /// per run (the `orchestrator` and `subagent` functions).
+    #[cfg(feature = "steps")]
+    Steps,
+    /// What the bus and the clock send — answers, expiries, plan timers — and the sweep's
+    /// tick (the `events` function). It never calls a model nor runs a tool.
+    Events,
+    /// The live channel's authorizer (the `live` function): it checks watch tokens and reads
+    /// nothing but its key, so it takes no extensions.
+    LiveAuthorizer,
+}
+
+/// Runs `role` with the deployment's `extensions` (its own tools, plugins and agents) until
+/// Lambda stops the process: JSON logs, the start-up ([`Runtime::from_env`]), then the role's
+/// handler on a multi-threaded Tokio runtime.
+///
+/// ```no_run
+/// fn main() -> Result<(), baton_lambda::Error> {
+///     baton_lambda::main(baton_lambda::Role::Events, Default::default())
+/// }
+/// ```
+pub fn main(role: Role, extensions: Extensions) -> Result<(), crate::Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(serve(role, extensions))
+}
+
+/// [`main`]'s work, on a runtime the caller already runs.
+pub async fn serve(role: Role, extensions: Extensions) -> Result<(), crate::Error> {
+    init_tracing();
+    let runtime = Runtime::from_env().await?;
+    match role {
+        #[cfg(feature = "api")]
+        Role::Api => crate::api::run_api(runtime.with_extensions(extensions)).await,
+        #[cfg(feature = "steps")]
+        Role::Steps => {
+            let runtime = runtime.with_extensions(extensions);
+            let models = runtime.models().await?;
+            crate::run_steps(runtime, std::sync::Arc::new(models)).await
+        }
+        Role::Events => crate::run_events(runtime.with_extensions(extensions)).await,
+        Role::LiveAuthorizer => crate::run_live_authorizer(runtime).await,
+    }
+}
