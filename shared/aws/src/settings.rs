@@ -6,6 +6,12 @@
 
 use baton_core::config::{ConfigError, number, var};
 
+/// The sweep indexes' partitions unless told (`BATON_SWEEP_SHARDS`, the template's
+/// `SweepShards`): a few, so that no one partition takes every run.
+pub const SWEEP_SHARDS: u32 = 4;
+/// The most sweep shards a table may have.
+pub const MAX_SWEEP_SHARDS: u32 = 64;
+
 /// How the AWS SDK is pointed: `AWS_ENDPOINT_URL` (an emulator such as LocalStack or moto)
 /// and whether credentials and a region are set, so an emulator gets defaults instead of an
 /// instance-metadata lookup.
@@ -119,8 +125,8 @@ impl AwsSettings {
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let var = |k: &str| var(&get, k);
         let retention_days = number(&get, "BATON_RETENTION_DAYS", 90, 1)?;
-        let sweep_shards = number(&get, "BATON_SWEEP_SHARDS", crate::dynamo::SWEEP_SHARDS, 1)?;
-        if sweep_shards > crate::dynamo::MAX_SWEEP_SHARDS {
+        let sweep_shards = number(&get, "BATON_SWEEP_SHARDS", SWEEP_SHARDS, 1)?;
+        if sweep_shards > MAX_SWEEP_SHARDS {
             return Err(ConfigError::Invalid {
                 var: "BATON_SWEEP_SHARDS",
                 value: sweep_shards.to_string(),

@@ -336,13 +336,13 @@ impl Config {
     }
 
     /// The timeline cache's budget: `BATON_CACHE_MB` if set (0 keeps none), else a quarter
-    /// of the memory the host is given ([`crate::service::budget_for`]): a Lambda
+    /// of the memory the host is given ([`budget_for`]): a Lambda
     /// function's, else `host_memory_mb` (the machine's), else 64 MiB.
     pub fn cache_bytes(&self, host_memory_mb: Option<u64>) -> usize {
         match (self.cache_mb, self.function_memory_mb.or(host_memory_mb)) {
             (Some(mb), _) => usize::try_from(mb.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX),
-            (None, Some(memory)) => crate::service::budget_for(memory),
-            (None, None) => crate::service::DEFAULT_CACHE_BYTES,
+            (None, Some(memory)) => budget_for(memory),
+            (None, None) => DEFAULT_CACHE_BYTES,
         }
     }
 }
@@ -359,3 +359,16 @@ fn valid_namespace(ns: &str) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+/// The timeline cache's default budget: a quarter of a 256 MB function.
+pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+const MIB: u64 = 1024 * 1024;
+
+/// The budget for a host given `memory_mb` of memory: a quarter of it (the rest is the
+/// host's own and its requests'), at least 16 MiB and at most 1 GiB. A Lambda function of
+/// 256 MB keeps 64 MiB; a laptop of 16 GB, 1 GiB.
+pub fn budget_for(memory_mb: u64) -> usize {
+    let bytes = (memory_mb.saturating_mul(MIB) / 4).clamp(16 * MIB, 1024 * MIB);
+    usize::try_from(bytes).unwrap_or(DEFAULT_CACHE_BYTES)
+}

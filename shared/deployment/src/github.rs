@@ -8,7 +8,7 @@
 //!   `*.pem`, `*.key`; in any case) is read only once a human approves the call, and a
 //!   symbolic link GitHub resolves to such a path is not read through (the model is told to
 //!   ask for the target, which is then approved or not).
-//! - GitHub's reply is read to at most [`MAX_REPLY_BYTES`]; a directory's listing gives the
+//! - GitHub's reply is read to at most [`MAX_GITHUB_RESPONSE_BYTES`]; a directory's listing gives the
 //!   model at most [`MAX_LISTED`] names and its table at most what a widget holds, saying
 //!   how many there were.
 //! - A file's text is the result (its first 64 KiB; the model is told when there is more)
@@ -18,18 +18,17 @@
 use std::time::Duration;
 
 use base64::Engine;
-use baton_sdk::{Effects, Tool, ToolContext, Value, async_trait, json, serde_json};
-
-/// The most of a file's text the model is given.
-pub const MAX_TEXT_BYTES: usize = 64 * 1024;
+use baton_sdk::{
+    Effects, MAX_OUTPUT_BYTES, Tool, ToolContext, Value, async_trait, json, serde_json,
+};
 
 /// GitHub's contents API answers files of at most this size with their content.
-const MAX_FILE_BYTES: usize = 1024 * 1024;
+const GITHUB_MAX_CONTENT_BYTES: usize = 1024 * 1024;
 
 /// The most of GitHub's reply read: a 1 MB file as base64 in JSON, or a directory's listing
 /// (GitHub lists at most 1,000 entries, each about 600 bytes of JSON). A larger reply is an
 /// error, found without holding it.
-pub const MAX_REPLY_BYTES: usize = 4 * 1024 * 1024;
+pub const MAX_GITHUB_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 
 /// The most names of a directory the model is given.
 pub const MAX_LISTED: usize = 1000;
@@ -200,7 +199,7 @@ impl Tool for RepoFiles {
             .await
             .map_err(|e| format!("GitHub did not answer for `{path}` in {at}: {e}"))?;
         let status = resp.status();
-        let body = read_capped(resp, MAX_REPLY_BYTES)
+        let body = read_capped(resp, MAX_GITHUB_RESPONSE_BYTES)
             .await
             .map_err(|e| format!("`{path}` in {at}: {e}"))?;
         let body: Value = serde_json::from_slice(&body)
@@ -267,7 +266,7 @@ impl Tool for RepoFiles {
             ));
         }
         let size = body["size"].as_u64().unwrap_or(0) as usize;
-        if size > MAX_FILE_BYTES || body["encoding"] != "base64" {
+        if size > GITHUB_MAX_CONTENT_BYTES || body["encoding"] != "base64" {
             return Err(format!(
                 "`{path}` in {at} is {size} bytes: larger than the contents API returns"
             ));
@@ -286,8 +285,9 @@ impl Tool for RepoFiles {
             "card",
             json!({"path": path, "ref": at, "bytes": bytes.len(), "sha": body["sha"]}),
         )?;
-        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_TEXT_BYTES)]).into_owned();
-        let cut = bytes.len() > MAX_TEXT_BYTES;
+        let text =
+            String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_OUTPUT_BYTES)]).into_owned();
+        let cut = bytes.len() > MAX_OUTPUT_BYTES;
         ctx.file(name, media_type(name), bytes, &summary)?;
         Ok(json!({"path": path, "ref": at, "text": text, "truncated": cut}))
     }
@@ -483,7 +483,8 @@ mod tests {
             .await;
         Mock::given(path("/repos/acme/shop/contents/huge.bin"))
             .respond_with(
-                ResponseTemplate::new(200).set_body_string("x".repeat(MAX_REPLY_BYTES + 1)),
+                ResponseTemplate::new(200)
+                    .set_body_string("x".repeat(MAX_GITHUB_RESPONSE_BYTES + 1)),
             )
             .mount(&server)
             .await;

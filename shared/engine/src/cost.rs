@@ -165,7 +165,7 @@ fn qualified(model: &str) -> String {
     format!("{provider}:{id}")
 }
 
-pub use crate::timeline::Usage;
+pub use crate::llm::Usage;
 
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Self) {

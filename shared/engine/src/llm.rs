@@ -5,8 +5,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::timeline::Usage;
-
 /// One message of the chat a model sees.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
@@ -363,4 +361,22 @@ mod tests {
             assert_eq!(fit(Some(&t[0]), &t, budget).as_ref(), whole.as_slice());
         }
     }
+}
+
+/// Token usage, per model call and summed per run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// Every input token, read from the provider's prompt cache or not.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub total_tokens: u64,
+    /// The part of `input_tokens` read from the prompt cache (billed at a lower price).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_input_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

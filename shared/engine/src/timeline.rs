@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cta::{CtaRequest, CtaResponse, CtaStatus};
+pub use crate::llm::Usage;
 
 /// How a turn was asked for, beside its text: the model tier it asks for, whether a
 /// conversation view shows it, and what started it when no one wrote it (a trigger).
@@ -152,7 +153,7 @@ pub enum EntryBody {
     Usage {
         #[serde(rename = "turnSeq")]
         turn_seq: u64,
-        usage: crate::cost::Usage,
+        usage: crate::llm::Usage,
         #[serde(rename = "costUsd")]
         cost_usd: f64,
     },
@@ -355,22 +356,4 @@ mod tests {
         let back: Entry = serde_json::from_value(v).expect("round-trips");
         assert_eq!(back, e);
     }
-}
-
-/// Token usage, per model call and summed per run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
-#[serde(rename_all = "camelCase")]
-pub struct Usage {
-    /// Every input token, read from the provider's prompt cache or not.
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub total_tokens: u64,
-    /// The part of `input_tokens` read from the prompt cache (billed at a lower price).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub cached_input_tokens: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }

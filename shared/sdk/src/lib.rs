@@ -153,6 +153,9 @@ pub use serde_json::{self, Value, json};
 pub use baton_core::agent::{
     AgentSpec, AgentsFile, Catalog, CatalogError, Extensions, Limits, Plugin, PluginError, Prepared,
 };
+/// The most of a tool's output (as JSON) a run keeps: a larger one is cut, with a marker, so
+/// a tool that returns text may cut it here itself, where it knows what to keep.
+pub use baton_core::engine::MAX_OUTPUT_BYTES;
 pub use baton_core::run::Run;
 pub use baton_core::scope::{GithubRepo, Scope};
 pub use baton_core::timeline::{Entry, EntryBody, ToolEntry, ToolResult};

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use baton_core::agent::HTTP_FETCH;
 use baton_core::agents_file::HttpFetchSpec;
+use baton_core::engine::MAX_OUTPUT_BYTES;
 use baton_core::tools::{Effects, Tool, ToolContext};
 use serde_json::{Value, json};
 
@@ -15,8 +16,6 @@ use crate::http::root;
 /// Default body cap and timeout.
 pub const DEFAULT_MAX_BYTES: usize = 256 * 1024;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
-/// The most text the model is given.
-pub const MAX_TEXT_BYTES: usize = 64 * 1024;
 
 pub struct HttpFetch {
     allow: Vec<String>,
@@ -160,8 +159,8 @@ impl Tool for HttpFetch {
         } else {
             raw.into_owned()
         };
-        if text.len() > MAX_TEXT_BYTES {
-            let mut end = MAX_TEXT_BYTES;
+        if text.len() > MAX_OUTPUT_BYTES {
+            let mut end = MAX_OUTPUT_BYTES;
             while !text.is_char_boundary(end) {
                 end -= 1;
             }

@@ -18,12 +18,12 @@ use baton_core::agents_file::{HttpToolSpec, Redirects, expand};
 use baton_core::scope::RUN_VARS;
 use baton_core::tools::{Effects, Tool, ToolContext};
 
-use crate::mcp::{expand_env, expand_run};
+use crate::vars::{expand_env, expand_run, headers};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
 /// The most of a reply read; a larger one is an error result (it would be cut anyway).
-pub const MAX_REPLY_BYTES: usize = 1024 * 1024;
+pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 
 pub struct HttpTool {
     name: String,
@@ -94,23 +94,6 @@ impl HttpTool {
             http,
         })
     }
-}
-
-/// Header names and values, `${VAR}` expanded; a bad one is named.
-pub fn headers(
-    spec: &BTreeMap<String, String>,
-    lookup: &dyn Fn(&str) -> Option<String>,
-) -> Result<HeaderMap, String> {
-    let mut map = HeaderMap::new();
-    for (k, v) in spec {
-        let name = HeaderName::from_bytes(k.as_bytes())
-            .map_err(|_| format!("`{k}` is not a valid header name"))?;
-        let value = expand(v, lookup).map_err(|e| format!("header `{k}`: {e}"))?;
-        let value = HeaderValue::from_str(&value)
-            .map_err(|_| format!("header `{k}` has characters a header cannot carry"))?;
-        map.insert(name, value);
-    }
-    Ok(map)
 }
 
 impl HttpTool {
@@ -224,7 +207,7 @@ impl Tool for HttpTool {
         let max = if outputs {
             MAX_OUTPUTS_BYTES
         } else {
-            MAX_REPLY_BYTES
+            MAX_RESPONSE_BYTES
         };
         let body = read_capped(resp, max)
             .await

@@ -8,6 +8,7 @@
 pub mod fetch;
 pub mod http;
 pub mod mcp;
+pub mod vars;
 
 use std::collections::BTreeMap;
 use std::path::Path;

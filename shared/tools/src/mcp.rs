@@ -26,6 +26,7 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::Host;
+use crate::vars::{expand_env, expand_run};
 
 /// How long connecting (and the MCP handshake) may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
@@ -69,29 +70,6 @@ struct Inner {
 
 /// One configured MCP server.
 pub struct McpServer(Arc<Inner>);
-
-/// `${VAR}` from `lookup`, leaving `${run.…}` for each run to fill.
-pub(crate) fn expand_env(
-    text: &str,
-    lookup: &dyn Fn(&str) -> Option<String>,
-) -> Result<String, String> {
-    expand(text, &|k| {
-        if RUN_VARS.contains(&k) {
-            Some(format!("${{{k}}}"))
-        } else {
-            lookup(k)
-        }
-    })
-}
-
-/// `${run.…}` from `scope` (what the environment filled in is left as it is).
-pub(crate) fn expand_run(text: &str, scope: &Scope) -> Result<String, String> {
-    expand(text, &|k| match RUN_VARS.contains(&k) {
-        true => scope.var(k).map(str::to_owned),
-        false => Some(format!("${{{k}}}")),
-    })
-    .map_err(|e| format!("{e} for this run"))
-}
 
 impl McpServer {
     pub fn new(
@@ -143,7 +121,7 @@ impl McpServer {
                     .iter()
                     .map(|(k, v)| Ok((k.clone(), expand_run(v, &filled)?)))
                     .collect();
-                crate::http::headers(&checked?, &|_| None)?;
+                crate::vars::headers(&checked?, &|_| None)?;
                 Transport::Http {
                     url,
                     shown: spec_url.clone(),
@@ -240,7 +218,7 @@ impl Inner {
                     .iter()
                     .map(|(k, v)| Ok((k.clone(), expand_run(v, scope)?)))
                     .collect();
-                let headers = crate::http::headers(&filled?, &|_| None)?;
+                let headers = crate::vars::headers(&filled?, &|_| None)?;
                 let refused = Arc::new(std::sync::Mutex::new(None));
                 let http = reqwest::Client::builder()
                     .default_headers(headers)

@@ -15,11 +15,7 @@ pub(super) fn cta_pk(id: &str) -> String {
 pub(super) fn seg_sk(first: u64) -> String {
     format!("T#{first:010}")
 }
-/// The sweep indexes' partitions unless told (`BATON_SWEEP_SHARDS`, the template's
-/// `SweepShards`): a few, so that no one partition takes every run.
-pub const SWEEP_SHARDS: u32 = 4;
-/// The most sweep shards a table may have.
-pub const MAX_SWEEP_SHARDS: u32 = 64;
+pub use crate::settings::{MAX_SWEEP_SHARDS, SWEEP_SHARDS};
 /// The sweep shard of `id` among `shards`.
 pub(super) fn shard(id: &str, shards: u32) -> u32 {
     let h = id

@@ -161,3 +161,15 @@ fn quotas_are_off_unless_set_above_zero_and_bad_values_are_named() {
         assert!(e.to_string().contains(var), "{e}");
     }
 }
+
+#[test]
+fn the_budget_is_a_quarter_of_the_memory_within_bounds() {
+    assert_eq!(super::budget_for(256), 64 * 1024 * 1024);
+    assert_eq!(super::budget_for(1024), 256 * 1024 * 1024);
+    assert_eq!(
+        super::budget_for(16 * 1024),
+        1024 * 1024 * 1024,
+        "at most 1 GiB"
+    );
+    assert_eq!(super::budget_for(32), 16 * 1024 * 1024, "at least 16 MiB");
+}

@@ -12,19 +12,6 @@ use crate::engine;
 use crate::run::{Run, RunStatus};
 use crate::timeline::{Entry, EntryBody, ToolResult};
 
-/// The default budget: a quarter of a 256 MB function.
-pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
-
-const MIB: u64 = 1024 * 1024;
-
-/// The budget for a host given `memory_mb` of memory: a quarter of it (the rest is the
-/// host's own and its requests'), at least 16 MiB and at most 1 GiB. A Lambda function of
-/// 256 MB keeps 64 MiB; a laptop of 16 GB, 1 GiB.
-pub fn budget_for(memory_mb: u64) -> usize {
-    let bytes = (memory_mb.saturating_mul(MIB) / 4).clamp(16 * MIB, 1024 * MIB);
-    usize::try_from(bytes).unwrap_or(DEFAULT_CACHE_BYTES)
-}
-
 /// What a step holds of a run's timeline: its entries from seq `base` on and, when `base`
 /// is past it and a model is given it, the run's first entry (`head`); `bytes` is about the
 /// memory `entries` take ([`approx_bytes`]). The store's window read, the history a think
@@ -274,13 +261,5 @@ mod tests {
     fn sizes_grow_with_the_text() {
         assert!(approx_bytes(&timeline(100_000)) > 100_000);
         assert!(approx_bytes(&timeline(10)) < 1_000);
-    }
-
-    #[test]
-    fn the_budget_is_a_quarter_of_the_memory_within_bounds() {
-        assert_eq!(budget_for(256), 64 * 1024 * 1024);
-        assert_eq!(budget_for(1024), 256 * 1024 * 1024);
-        assert_eq!(budget_for(16 * 1024), 1024 * 1024 * 1024, "at most 1 GiB");
-        assert_eq!(budget_for(32), 16 * 1024 * 1024, "at least 16 MiB");
     }
 }

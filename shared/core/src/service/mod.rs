@@ -18,7 +18,7 @@ mod steps;
 mod sweep;
 mod thinker;
 
-pub use cache::{DEFAULT_CACHE_BYTES, budget_for};
+pub use crate::config::{DEFAULT_CACHE_BYTES, budget_for};
 pub use consume::{Delivery, ROW_FOR, STEPS_IN_A_ROW, SWEEP_EVENT, StepDeadline, Verdict};
 pub use ctas::{CTA_PAGE_BYTES, LINK_RESPONDER, MAX_CTA_PAGE};
 pub use requests::{MAX_RUN_PAGE, MAX_TREE_RUNS, RUN_PAGE_BYTES, RunFilter, RunTree};

@@ -7,7 +7,7 @@
 
 use serde_json::json;
 
-use super::cta::Ask;
+use super::ask::Ask;
 use super::{Io, Next, Step, Work, derive_id};
 use crate::agent::AgentDef;
 use crate::budget::{Budget, BudgetAsk, ENTRY, EXHAUSTED, Raise};

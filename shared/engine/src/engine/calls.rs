@@ -17,7 +17,7 @@
 //! Every input's step first looks here ([`super::step`]): the due calls of the batch run, or
 //! are known cut off, before the input is applied.
 
-use super::cta::Ask;
+use super::ask::Ask;
 use super::{Execution, Io, Work, preview, to_result};
 use crate::agent::UnknownOutcome;
 use crate::cta::{CtaRequest, Gated};

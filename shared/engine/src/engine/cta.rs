@@ -1,10 +1,9 @@
 //! CTAs: raising one (a `request_human_feedback` call, or a tool call that needs approval),
 //! and the two ways a pending one is resolved through the run's queue: answered, expired.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 
+use super::ask::Ask;
 use super::{Execution, Next, Step, Work, derive_id};
 use crate::cta::{Cta, CtaRequest, CtaResponse, CtaStatus, Gated};
 use crate::message::{Effect, Input};
@@ -389,35 +388,6 @@ impl Work<'_> {
         });
         ToolResult::Pending {
             reason: "waiting for a human".into(),
-        }
-    }
-}
-
-/// A question to raise ([`Work::raise_cta`]).
-pub(super) struct Ask {
-    pub request: CtaRequest,
-    /// The answer it takes at expiry under `onExpiry: "default"`.
-    pub default: Option<CtaResponse>,
-    /// What the human is shown they gate.
-    pub gated: Option<Gated>,
-    /// The answer runs the call itself (a tool call's approval), so that the reply's other
-    /// calls wait for it.
-    pub gate: bool,
-    pub expiry: Duration,
-    /// A budget question's figures ([`crate::budget`]).
-    pub budget: Option<crate::budget::BudgetAsk>,
-}
-
-impl Ask {
-    /// A tool call's approval: the answer runs (or refuses) the call.
-    pub fn gate(request: CtaRequest, gated: Gated, expiry: Duration) -> Self {
-        Self {
-            request,
-            default: None,
-            gated: Some(gated),
-            gate: true,
-            expiry,
-            budget: None,
         }
     }
 }

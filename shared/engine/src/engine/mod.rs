@@ -26,6 +26,7 @@
 //! the calls committed and not yet run (a reply is committed before its calls run), `work.rs`
 //! the step under construction, `driver.rs` the loop.
 
+mod ask;
 mod budget;
 mod calls;
 mod children;

@@ -351,7 +351,7 @@ impl Work<'_> {
                  has to read it)"
             ));
         }
-        let ask = super::cta::Ask {
+        let ask = super::ask::Ask {
             request,
             default,
             gated: None,
@@ -405,7 +405,7 @@ impl Work<'_> {
                         input: cap_output(input),
                         reason,
                     };
-                    let ask = super::cta::Ask::gate(approval, gated, agent.cta_expiry);
+                    let ask = super::ask::Ask::gate(approval, gated, agent.cta_expiry);
                     return self.raise_cta(seq, id, ask);
                 }
                 // Run once its reply is committed (`calls.rs`).

@@ -288,7 +288,7 @@ impl Work<'_> {
             .book
             .agent(&self.run.agent)
             .map_or(self.book.limits.cta_expiry, |a| a.cta_expiry);
-        let ask = super::cta::Ask {
+        let ask = super::ask::Ask {
             request: CtaRequest::Approval { message },
             default: None,
             gated: Some(gated),
