@@ -3,7 +3,7 @@
 # `<!-- recipe: NAME -->` line, in order, each in a bash of its own from the repository's root
 # (`set -e`: a command that fails fails the recipe). A `<!-- recipe: skip (why) -->` block is
 # listed with its reason, not run. Blocks without a marker are not recipes (commands with
-# placeholders such as an API key: `cli/tests/cli.rs` starts those configurations itself).
+# placeholders such as an API key: `cli/tests/cli/` starts those configurations itself).
 #
 # The recipes use what a user's machine would: `cargo install` puts `baton` under the target
 # directory here (CARGO_INSTALL_ROOT), on PATH; `baton dev` listens on 127.0.0.1:8787 and its

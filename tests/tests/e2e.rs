@@ -10,7 +10,10 @@
 mod common;
 
 mod agents_act;
+mod aws_batches;
 mod aws_flow;
+mod aws_outages;
+mod aws_questions;
 mod bad_input;
 mod browser;
 mod budgets;
@@ -28,9 +31,11 @@ mod plans;
 mod quotas;
 mod races;
 mod releases;
+mod requests;
 mod runs_view;
 mod secret_rotation;
 mod service;
 mod step_errors;
 mod telemetry;
+mod turns;
 mod visible_failures;

@@ -128,7 +128,7 @@ async fn a_tools_files_and_widgets_reach_the_timeline_and_the_owner_on_both_host
     h.server.shutdown().await;
 
     // On the emulator alone: this test is about files (S3 is where emulators differ),
-    // the scenarios of `aws_flow.rs` are what meet the fault layer.
+    // the scenarios of the `aws_*.rs` suites are what meet the fault layer.
     let aws = Emulator::start_with(None).await;
     let s = AwsDevServer::start(AwsDevOptions {
         sdk: aws.sdk().await,

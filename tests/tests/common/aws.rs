@@ -10,7 +10,7 @@
 //!   minute and drops that share of firings to their dead-letter queue (`1`: 10% throttled,
 //!   2% server errors, each schedule's first firing 59 s early, none dropped).
 //!
-//! The AWS scenarios (`aws_flow`, `aws_crashes`, the AWS half of `plans`) start their
+//! The AWS scenarios (the `aws_*` suites, the AWS half of `plans`) start their
 //! emulator with [`Emulator::scenario`]: they meet the faults of `1` unless
 //! `BATON_TEST_FAULTS` says otherwise (`0`: calm), so every run of the test command holds
 //! them to a throttling, failing AWS. Every other test meets faults only when it asks for
