@@ -14,9 +14,9 @@ mod follow_ups;
 mod fork;
 mod outbox;
 mod requests;
+mod step_world;
 mod steps;
 mod sweep;
-mod thinker;
 
 pub use crate::config::{DEFAULT_CACHE_BYTES, budget_for};
 pub use consume::{Delivery, ROW_FOR, STEPS_IN_A_ROW, SWEEP_EVENT, StepDeadline, Verdict};

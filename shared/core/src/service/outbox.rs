@@ -141,56 +141,10 @@ impl Service {
             .await?;
         }
         for e in others {
-            let (done, point) = match e {
-                Effect::Send(_) | Effect::Publish(_) => continue,
-                Effect::Schedule { cta_id, run_id, at } => (
-                    self.deps.scheduler.schedule(cta_id, run_id, *at).await,
-                    "effect.after_schedule",
-                ),
-                Effect::Unschedule { cta_id } => (
-                    self.deps.scheduler.unschedule(cta_id).await,
-                    "effect.after_unschedule",
-                ),
-                Effect::Timer {
-                    timer_id,
-                    run_id,
-                    at,
-                } => (
-                    self.deps.scheduler.schedule(timer_id, run_id, *at).await,
-                    "effect.after_schedule",
-                ),
-                Effect::CancelTimer { timer_id } => (
-                    self.deps.scheduler.unschedule(timer_id).await,
-                    "effect.after_unschedule",
-                ),
-                Effect::ReleaseFollowUps {
-                    run_id,
-                    message_ids,
-                } => (
-                    self.deps
-                        .store
-                        .release_follow_ups(run_id, message_ids)
-                        .await,
-                    "",
-                ),
-                Effect::HoldFollowUps {
-                    run_id,
-                    message_ids,
-                } => (
-                    self.deps.store.hold_follow_ups(run_id, message_ids).await,
-                    "",
-                ),
-                Effect::CancelCta { cta_id } => {
-                    let now = self.deps.clock.now();
-                    let settled = self
-                        .deps
-                        .store
-                        .settle_cta(cta_id, &Settlement::Cancelled, now)
-                        .await
-                        .map(drop);
-                    (settled, "")
-                }
-            };
+            if matches!(e, Effect::Send(_) | Effect::Publish(_)) {
+                continue;
+            }
+            let (done, point) = self.perform_one(e).await;
             self.settle(done, point, || vec![e.clone()], &mut owed, &mut failures)
                 .await?;
         }
@@ -231,6 +185,87 @@ impl Service {
             owed,
             next,
         })
+    }
+
+    /// Performs one effect on its own: whether it was done, and the failpoint after it.
+    async fn perform_one(&self, e: &Effect) -> (Result<(), PortError>, &'static str) {
+        match e {
+            Effect::Send(m) => (
+                self.deps.queue.send(std::slice::from_ref(m)).await,
+                "effect.after_send",
+            ),
+            Effect::Publish(ev) => (
+                self.deps.bus.publish(std::slice::from_ref(ev)).await,
+                "effect.after_publish",
+            ),
+            Effect::Schedule { cta_id, run_id, at } => (
+                self.deps.scheduler.schedule(cta_id, run_id, *at).await,
+                "effect.after_schedule",
+            ),
+            Effect::Unschedule { cta_id } => (
+                self.deps.scheduler.unschedule(cta_id).await,
+                "effect.after_unschedule",
+            ),
+            Effect::Timer {
+                timer_id,
+                run_id,
+                at,
+            } => (
+                self.deps.scheduler.schedule(timer_id, run_id, *at).await,
+                "effect.after_schedule",
+            ),
+            Effect::CancelTimer { timer_id } => (
+                self.deps.scheduler.unschedule(timer_id).await,
+                "effect.after_unschedule",
+            ),
+            Effect::ReleaseFollowUps {
+                run_id,
+                message_ids,
+            } => (
+                self.deps
+                    .store
+                    .release_follow_ups(run_id, message_ids)
+                    .await,
+                "",
+            ),
+            Effect::HoldFollowUps {
+                run_id,
+                message_ids,
+            } => (
+                self.deps.store.hold_follow_ups(run_id, message_ids).await,
+                "",
+            ),
+            Effect::CancelCta { cta_id } => {
+                let now = self.deps.clock.now();
+                let settled = self
+                    .deps
+                    .store
+                    .settle_cta(cta_id, &Settlement::Cancelled, now)
+                    .await
+                    .map(drop);
+                (settled, "")
+            }
+        }
+    }
+
+    /// Performs effects that no commit holds (what an ignored message still asks,
+    /// [`crate::engine::Decision::Ignore`]), each idempotent: the first that fails fails
+    /// the delivery, which is retried and asks them again.
+    pub(super) async fn perform_uncommitted(
+        &self,
+        run: &Run,
+        effects: &[Effect],
+    ) -> Result<(), PortError> {
+        for e in effects {
+            let (done, point) = self.perform_one(e).await;
+            done.inspect_err(|err| {
+                tracing::warn!(run_id = %run.run_id, error = %err, effect = effect_kind(e), "an ignored message's effect failed");
+            })?;
+            if !point.is_empty() {
+                crate::failpoint::hit(point)?;
+            }
+        }
+        Ok(())
     }
 
     /// What a step delivering `msg` does first with its run's outbox, as `record` holds it:

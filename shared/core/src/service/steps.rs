@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use tracing::{debug, info, warn};
 
 use super::cache::{Window, approx_bytes, at_a_persons_pace};
-use super::thinker::Thinker;
+use super::step_world::StepWorld;
 use super::{Handled, Service, StepError};
 use crate::agent::Listed;
 use crate::engine::{self, Decision};
@@ -126,8 +126,12 @@ impl Service {
             }
             let run = record.run;
             let listed = self.list_tools(&run).await;
-            let world = Thinker {
-                service: self,
+            let world = StepWorld {
+                deps: &self.deps,
+                catalog: &self.catalog,
+                daily_cost_usd: self.quotas.daily_cost_usd,
+                live: self.live_for(&run),
+                longest_think: self.longest_think(),
                 run: &run,
                 window: &window,
                 read: std::sync::OnceLock::new(),
@@ -139,7 +143,10 @@ impl Service {
             // The step's book (the MCP servers' listings) is taken once, by its first pass.
             let io = io.get_or_insert_with(|| {
                 Box::new(engine::Io {
-                    slot_limited: self.quotas.active_runs.is_some(),
+                    owner: engine::OwnerQuotas {
+                        active_runs: self.quotas.active_runs,
+                        daily_spend: self.quotas.daily_cost_usd.is_some(),
+                    },
                     ..engine::Io::new(world.book.clone())
                 })
             });
@@ -158,33 +165,17 @@ impl Service {
             let (mut transition, marked) = match decision {
                 Decision::Commit(t) => (t, None),
                 Decision::Checkpoint(t, marked) => (t, Some(marked)),
-                Decision::Ignore(reason) => {
+                Decision::Ignore { reason, effects } => {
+                    self.cache_put(&run.run_id, run.version, window);
                     if let Some((status, version)) = last {
                         // Stale once its own checkpoint took it: what committed stands.
-                        self.cache_put(&run.run_id, run.version, window);
                         return Ok(Handled::Committed { status, version });
                     }
-                    return self.ignored(msg, &run, window, reason).await;
+                    debug!(run_id = %run.run_id, message = %msg.id, %reason, "ignored");
+                    self.perform_uncommitted(&run, &effects).await?;
+                    return Ok(Handled::Ignored(reason));
                 }
             };
-            if self.quotas.active_runs.is_none() {
-                // No active-run quota: no count is kept (a slot taken before is still
-                // given back when its run ends).
-                if transition.take_slot {
-                    transition.take_slot = false;
-                    transition.run.active_slot = false;
-                }
-            }
-            // A follow-up that starts an ended run's next turn takes its active-run slot in
-            // this commit, while one is free (refused otherwise: decided again below).
-            if transition.take_slot
-                && matches!(msg.input, Input::UserMessage { reply_to: None, .. })
-            {
-                transition.slot_limit = self.quotas.active_runs;
-            }
-            // With no daily allowance to hold, the owner's spending of the day is not kept
-            // (one item per owner, which every think of theirs would write).
-            transition.daily_spend = self.quotas.daily_cost_usd.is_some();
             if !owed.is_empty() {
                 transition.effects.splice(0..0, owed.iter().cloned());
             }
@@ -344,37 +335,6 @@ impl Service {
                 Err(e) => return Err(e.into()),
             }
         }
-    }
-
-    /// A message the engine ignored (stale, or a redelivery): what it leaves behind.
-    async fn ignored(
-        &self,
-        msg: &StepMessage,
-        run: &Run,
-        window: Window,
-        reason: String,
-    ) -> Result<Handled, StepError> {
-        debug!(run_id = %run.run_id, message = %msg.id, %reason, "ignored");
-        // A follow-up applied before and posted again (a client's retry, after its first
-        // post was taken up) was admitted again: free its place, unless the first still
-        // waits (its place is that one's).
-        if let Input::UserMessage {
-            message_id,
-            reply_to: None,
-            ..
-        } = &msg.input
-            && !window.entries.iter().any(|e| {
-                run.queued.contains(&e.seq)
-                    && matches!(&e.body, crate::timeline::EntryBody::Queued { message_id: m, .. } if m == message_id)
-            })
-        {
-            self.deps
-                .store
-                .release_follow_ups(&run.run_id, std::slice::from_ref(message_id))
-                .await?;
-        }
-        self.cache_put(&run.run_id, run.version, window);
-        Ok(Handled::Ignored(reason))
     }
 
     /// Lists the MCP servers the run's agent uses (those not listed yet), then takes the

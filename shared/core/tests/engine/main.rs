@@ -459,7 +459,7 @@ impl Sim {
                 msg.input
             );
             let (t, marked) = match decision {
-                Decision::Ignore(_) => return outcome,
+                Decision::Ignore { .. } => return outcome,
                 Decision::Commit(t) => (t, None),
                 Decision::Checkpoint(t, marked) => (t, Some(marked)),
             };

@@ -403,7 +403,7 @@ fn a_step_sees_the_tools_listed_when_it_began_and_the_next_step_sees_new_ones() 
             let (t, marked) = match decision {
                 Decision::Commit(t) => (t, None),
                 Decision::Checkpoint(t, marked) => (t, Some(marked)),
-                Decision::Ignore(why) => panic!("commits: {why}"),
+                Decision::Ignore { reason, .. } => panic!("commits: {reason}"),
             };
             t.apply(&mut timeline);
             run = t.run;

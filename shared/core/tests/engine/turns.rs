@@ -298,3 +298,91 @@ fn a_turns_usage_counts_what_its_subagents_spent() {
         "{cost_usd} vs {total:?}"
     );
 }
+
+/// Decides `input` for run `id` as a host under `owner`'s quotas would.
+fn decide_under(s: &Sim, id: &str, input: &Input, owner: OwnerQuotas) -> Decision {
+    let (run, tl) = &s.runs[id];
+    let mut io = Io {
+        owner,
+        ..Io::new(s.catalog.book(&s.catalog.listed()))
+    };
+    block_on(decide(s.now, run, tl, input, &s.world(run), &mut io)).expect("decides")
+}
+
+#[test]
+fn the_owners_quotas_decide_what_each_commit_takes_and_spends() {
+    let mut s = Sim::new();
+    s.script("explore", vec![text("first"), text("second")]);
+    let id = s.create("explore", "one");
+    s.run_all();
+    let follow_up = Input::UserMessage {
+        text: "two".into(),
+        message_id: "m1".into(),
+        reply_to: None,
+        options: Default::default(),
+    };
+    // Under a limit, the follow-up that starts the ended run's next turn takes its slot in
+    // that commit, up to the limit; its spending of the day is kept when an allowance is.
+    let limited = OwnerQuotas {
+        active_runs: Some(3),
+        daily_spend: true,
+    };
+    let Decision::Commit(t) = decide_under(&s, &id, &follow_up, limited) else {
+        panic!("a follow-up to an ended run commits its turn first");
+    };
+    assert!(t.take_slot && t.run.active_slot);
+    assert_eq!((t.slot_limit, t.daily_spend), (Some(3), true));
+    // With no limit no count is kept, and with no allowance no spending.
+    let free = OwnerQuotas::default();
+    let (Decision::Commit(t) | Decision::Checkpoint(t, _)) =
+        decide_under(&s, &id, &follow_up, free)
+    else {
+        panic!("commits");
+    };
+    assert!(!t.take_slot && !t.run.active_slot);
+    assert_eq!((t.slot_limit, t.daily_spend), (None, false));
+}
+
+#[test]
+fn an_ignored_follow_up_frees_its_place_unless_the_first_still_waits() {
+    let mut s = Sim::new();
+    s.script("explore", vec![text("first"), text("second")]);
+    let id = s.create("explore", "one");
+    s.run_all();
+    let follow_up = Input::UserMessage {
+        text: "two".into(),
+        message_id: "m1".into(),
+        reply_to: None,
+        options: Default::default(),
+    };
+    assert_eq!(s.send(&id, follow_up.clone()), Outcome::Done);
+    // Posted again once its turn ran (a client's retry, admitted again): ignored, and the
+    // place it was admitted to is given back.
+    let Decision::Ignore { effects, .. } =
+        decide_under(&s, &id, &follow_up, OwnerQuotas::default())
+    else {
+        panic!("a redelivery is ignored");
+    };
+    assert_eq!(
+        effects,
+        vec![Effect::ReleaseFollowUps {
+            run_id: id.clone(),
+            message_ids: vec!["m1".into()],
+        }]
+    );
+
+    // One that still waits in an active run's queue keeps its place: it is that one's.
+    s.script(
+        "asker",
+        vec![feedback(json!({"kind": "text", "prompt": "?"}))],
+    );
+    let asker = s.create("asker", "ask");
+    s.run_all();
+    assert_eq!(s.send(&asker, follow_up.clone()), Outcome::Done);
+    let Decision::Ignore { effects, .. } =
+        decide_under(&s, &asker, &follow_up, OwnerQuotas::default())
+    else {
+        panic!("a redelivery is ignored");
+    };
+    assert_eq!(effects, vec![]);
+}

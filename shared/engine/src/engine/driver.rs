@@ -15,9 +15,9 @@ use crate::agent::{Book, PluginError, Preparation, Prepared};
 use crate::cta::Cta;
 use crate::error::PortError;
 use crate::llm::{LlmError, LlmReply};
-use crate::message::{Input, Transition};
+use crate::message::{Effect, Input, Transition};
 use crate::run::Run;
-use crate::timeline::Entry;
+use crate::timeline::{Entry, EntryBody};
 
 /// The I/O a step may ask for.
 pub trait StepIo: Sync {
@@ -137,7 +137,38 @@ pub enum Decision {
     /// I/O ([`Step::Checkpoint`]); once it is in, the calls in `marked` are this delivery's
     /// to run ([`Io::marked`]).
     Checkpoint(Box<Transition>, Vec<u64>),
-    Ignore(String),
+    /// Nothing to commit: the message is stale or a redelivery, for `reason`. `effects`:
+    /// what its being ignored still asks of the host (each idempotent), performed without
+    /// a commit ([`ignored_effects`]).
+    Ignore {
+        reason: String,
+        effects: Vec<Effect>,
+    },
+}
+
+/// What ignoring `input` for `run` still asks: a top-level follow-up that was taken up
+/// before and posted again (a client's retry) was admitted again under its owner's cap, so
+/// its place is freed — unless the first still waits in the run's queue, whose place it is.
+pub fn ignored_effects(run: &Run, timeline: &[Entry], input: &Input) -> Vec<Effect> {
+    let Input::UserMessage {
+        message_id,
+        reply_to: None,
+        ..
+    } = input
+    else {
+        return vec![];
+    };
+    let waits = timeline.iter().any(|e| {
+        run.queued.contains(&e.seq)
+            && matches!(&e.body, EntryBody::Queued { message_id: m, .. } if m == message_id)
+    });
+    if waits {
+        return vec![];
+    }
+    vec![Effect::ReleaseFollowUps {
+        run_id: run.run_id.clone(),
+        message_ids: vec![message_id.clone()],
+    }]
 }
 
 /// Steps until a decision, gathering the I/O in `io` (which the caller keeps from one
@@ -220,7 +251,10 @@ pub async fn decide<W: StepIo>(
                 return Ok(Decision::Checkpoint(transition, marked));
             }
             Step::Done(t) => return Ok(Decision::Commit(t)),
-            Step::Ignore(reason) => return Ok(Decision::Ignore(reason)),
+            Step::Ignore(reason) => {
+                let effects = ignored_effects(run, timeline, input);
+                return Ok(Decision::Ignore { reason, effects });
+            }
         }
     }
 }

@@ -51,7 +51,7 @@ use crate::timeline::{Entry, ToolResult};
 use work::Work;
 
 pub use calls::OUTCOME_UNKNOWN;
-pub use driver::{Decision, IoError, OutOfTime, StepIo, ToolOutput, decide};
+pub use driver::{Decision, IoError, OutOfTime, StepIo, ToolOutput, decide, ignored_effects};
 
 /// A tool the caller must execute for the engine: a call whose reply (or approval) is
 /// committed.
@@ -146,11 +146,26 @@ pub struct Io {
     /// found the owner's active-run slots all taken), and why: the follow-up is refused,
     /// and the timeline says so.
     pub turn_refused: Option<String>,
-    /// The host limits how many active runs an owner holds: a follow-up that starts an
-    /// ended top-level run's next turn is committed first (the commit takes the run's
-    /// active-run slot, or is refused before anything is paid for), and its turn thinks in
-    /// a step of its own.
-    pub slot_limited: bool,
+    /// What the host holds each owner to: every commit the engine decides says, from it,
+    /// whether it takes an active-run slot and up to what count, and whether it adds to the
+    /// owner's spending of the day.
+    pub owner: OwnerQuotas,
+}
+
+/// The host's quotas on each owner, as the engine's commits need them
+/// (`BATON_MAX_ACTIVE_RUNS_PER_OWNER`, `BATON_MAX_DAILY_COST_USD_PER_OWNER`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OwnerQuotas {
+    /// The most active runs an owner may hold, if the host limits them: a run that starts
+    /// again takes its owner's active-run slot in its commit, and a follow-up that starts an
+    /// ended top-level run's next turn is committed first (its commit takes the slot, or is
+    /// refused before anything is paid for), its turn thinking in a step of its own. With
+    /// no limit no count is kept, and no commit takes a slot.
+    pub active_runs: Option<u32>,
+    /// The owner's spending of the day is kept (a daily allowance is set): each commit adds
+    /// its model calls' cost to it. Else it is not written (one item per owner, which every
+    /// think of theirs would write).
+    pub daily_spend: bool,
 }
 
 /// An owner's spending of the UTC day, and what its daily allowance is
@@ -229,6 +244,16 @@ pub fn window_start(run: &Run, input: &Input) -> u64 {
 /// One iteration of one run. See the module docs. `timeline` is the run's whole timeline,
 /// or its entries from [`window_start`] on.
 pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io: &Io) -> Step {
+    owner_rules(
+        run,
+        input,
+        io.owner,
+        decide_step(now, run, timeline, input, io),
+    )
+}
+
+/// [`step`], before the owner's quotas are applied to what it commits.
+fn decide_step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io: &Io) -> Step {
     let mut w = Work::new(&io.book, now, run, timeline, io.settled.as_ref());
     w.ledger = io.budget.clone();
     let ending = ends_run(&w, run, input);
@@ -265,7 +290,7 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
         && !w.left_to_continue(input)
         && let Some(need) = w.run_due(io)
     {
-        return slots(run, w.step_for(need));
+        return w.step_for(need);
     }
     let next = match input {
         Input::Start => start::start(&mut w),
@@ -282,7 +307,7 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
             reply_to.as_ref(),
             options,
             user_message::Slot {
-                limited: io.slot_limited,
+                limited: io.owner.active_runs.is_some(),
                 refused: io.turn_refused.as_deref(),
             },
         ),
@@ -337,12 +362,12 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
     };
     let next = match next {
         Next::RunDue => match w.run_due(io) {
-            Some(need) => return slots(run, w.step_for(need)),
+            Some(need) => return w.step_for(need),
             None => w.after_resolution(),
         },
         next => next,
     };
-    let step = match next {
+    match next {
         Next::Now(step) => step,
         Next::Think => match w.think(io) {
             Some(need) => need,
@@ -350,15 +375,16 @@ pub fn step(now: DateTime<Utc>, run: &Run, timeline: &[Entry], input: &Input, io
         },
         Next::Commit => w.done(),
         Next::RunDue => unreachable!("no call is due once they have run"),
-    };
-    slots(run, step)
+    }
 }
 
-/// What a commit does with its run's active-run slot ([`Run::active_slot`]): a run that
-/// ends gives it back (`Work::done`, and an ended run holds none); a top-level run that
-/// starts again without one (a follow-up starts its next turn) takes one, in the commit
-/// that starts the turn: it counts while it is active, and only then.
-fn slots(before: &Run, mut step: Step) -> Step {
+/// What a commit does for its owner's quotas. Its run's active-run slot
+/// ([`Run::active_slot`]): a run that ends gives it back (`Work::done`, and an ended run
+/// holds none); under a limit, a top-level run that starts again without one (a follow-up
+/// starts its next turn) takes one, in the commit that starts the turn, so it counts while
+/// it is active and only then — up to the limit when a follow-up starts it (the commit is
+/// refused past it). And whether its model calls' cost adds to the owner's day.
+fn owner_rules(before: &Run, input: &Input, owner: OwnerQuotas, mut step: Step) -> Step {
     if let Step::Done(t)
     | Step::Checkpoint {
         transition: t,
@@ -367,10 +393,18 @@ fn slots(before: &Run, mut step: Step) -> Step {
     {
         let was_active = !before.status.is_terminal();
         let is_active = !t.run.status.is_terminal();
-        t.take_slot = !was_active && is_active && !before.active_slot && t.run.parent.is_none();
+        t.take_slot = owner.active_runs.is_some()
+            && !was_active
+            && is_active
+            && !before.active_slot
+            && t.run.parent.is_none();
         if t.take_slot {
             t.run.active_slot = true;
+            if matches!(input, Input::UserMessage { reply_to: None, .. }) {
+                t.slot_limit = owner.active_runs;
+            }
         }
+        t.daily_spend = owner.daily_spend;
     }
     step
 }

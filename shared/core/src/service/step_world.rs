@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use tracing::warn;
 
-use super::Service;
+use super::Deps;
 use super::cache::Window;
 use crate::agent::{Book, Listed, PluginError, Preparation};
 use crate::cta::{Cta, Settlement};
@@ -19,9 +19,19 @@ use crate::run::Run;
 use crate::timeline::{Entry, overlay};
 use crate::tools::{Effects, ToolContext};
 
-/// The engine's I/O for one step of one run: the plugins, the model, the catalog's tools.
-pub(super) struct Thinker<'a> {
-    pub(super) service: &'a Service,
+/// The engine's I/O for one step of one run: the plugins, the model, the catalog's tools,
+/// the store's reads and CTA settlements. It holds the ports it uses, not the `Service`:
+/// the step pipeline (`steps.rs`) builds one per pass, hands it to the engine, then commits.
+pub(super) struct StepWorld<'a> {
+    /// The ports: the model, the store, the clock, the blob store.
+    pub(super) deps: &'a Deps,
+    pub(super) catalog: &'a crate::agent::Catalog,
+    /// The owner's daily allowance, if the host sets one.
+    pub(super) daily_cost_usd: Option<f64>,
+    /// The live channel, when someone watches this run.
+    pub(super) live: Option<&'a std::sync::Arc<dyn crate::live::Live>>,
+    /// The longest a model call may take, all its attempts timing out.
+    pub(super) longest_think: std::time::Duration,
     pub(super) run: &'a Run,
     /// What the step read: the timeline from seq `base` on, and the run's first entry when
     /// `base` is past it (if the cache kept it).
@@ -43,10 +53,10 @@ pub(super) struct Thinker<'a> {
 /// The first read back from a step's timeline, in entries; each next one is twice as long.
 const FIRST_READ_BACK: u64 = 16;
 
-impl Thinker<'_> {
+impl StepWorld<'_> {
     /// How long a call of `tool` may run: its own timeout, or the catalog's.
     fn tool_limit(&self, tool: &str) -> std::time::Duration {
-        let catalog = &self.service.catalog;
+        let catalog = &self.catalog;
         catalog
             .tool(&self.listed, tool)
             .and_then(|def| def.timeout)
@@ -55,12 +65,9 @@ impl Thinker<'_> {
 
     /// The agent's context budget ([`fit`]).
     fn budget(&self) -> usize {
-        self.service
-            .catalog
+        self.catalog
             .agent(&self.run.agent)
-            .map_or(self.service.catalog.limits.context_bytes, |a| {
-                a.context_bytes
-            })
+            .map_or(self.catalog.limits.context_bytes, |a| a.context_bytes)
     }
 
     /// What the model is given: for a model that reads history, as much of the timeline
@@ -70,7 +77,7 @@ impl Thinker<'_> {
     ///
     /// `changed` (what the step resolved or added before thinking) goes over what was read.
     async fn history(&self, changed: &[Entry]) -> Result<Vec<Entry>, PortError> {
-        if !self.service.deps.llm.reads_history() {
+        if !self.deps.llm.reads_history() {
             return Ok(overlay(&self.window.entries, changed));
         }
         let budget = self.budget();
@@ -80,7 +87,7 @@ impl Thinker<'_> {
         // too (once: the cache keeps it), even when what it holds is over the budget.
         let short = bytes <= budget || !grouped || self.window.head.is_none();
         if self.read.get().is_none() && self.window.base > 0 && short {
-            let store = &self.service.deps.store;
+            let store = &self.deps.store;
             let run_id = &self.run.run_id;
             let (mut lo, mut chunk, mut before) = (self.window.base, FIRST_READ_BACK, Vec::new());
             while lo > 0 && (bytes <= budget || !grouped) {
@@ -155,8 +162,7 @@ impl Thinker<'_> {
         }
         let model = agent.model_for(run.context_type(), tier);
         let live = self
-            .service
-            .live_for(run)
+            .live
             .map(|l| crate::live::StepLive::new(l.clone(), &run.run_id, seq));
         if let Some(live) = &live {
             live.publish(crate::live::LiveKind::State {
@@ -176,7 +182,7 @@ impl Thinker<'_> {
             max_output_tokens: agent.max_output_tokens,
         };
         let started = std::time::Instant::now();
-        let reply = self.service.deps.llm.complete(&request).await.map(|mut r| {
+        let reply = self.deps.llm.complete(&request).await.map(|mut r| {
             r.latency_ms = Some(crate::live::millis(started.elapsed()));
             r.first_token_ms = live.as_ref().and_then(|l| l.first_piece_ms());
             r
@@ -192,17 +198,17 @@ impl Thinker<'_> {
 pub const NO_TOOLS: &str = "\n\nYou have no tools in this conversation: answer from what you \
      know and what you are given.";
 
-impl StepIo for Thinker<'_> {
+impl StepIo for StepWorld<'_> {
     async fn ledger(&self, root_run_id: &str) -> Result<Option<crate::budget::Ledger>, PortError> {
-        self.service.deps.store.ledger(root_run_id).await
+        self.deps.store.ledger(root_run_id).await
     }
 
     async fn day_spend(&self, owner: &str) -> Result<Option<crate::engine::DaySpend>, PortError> {
-        let Some(limit_usd) = self.service.quotas.daily_cost_usd else {
+        let Some(limit_usd) = self.daily_cost_usd else {
             return Ok(None);
         };
-        let day = self.service.deps.clock.now().date_naive();
-        let spent_usd = self.service.deps.store.spent_on(owner, day).await?;
+        let day = self.deps.clock.now().date_naive();
+        let spent_usd = self.deps.store.spent_on(owner, day).await?;
         Ok(Some(crate::engine::DaySpend {
             spent_usd,
             limit_usd,
@@ -219,7 +225,7 @@ impl StepIo for Thinker<'_> {
         timeline: &[Entry],
         changed: &[Entry],
     ) -> Result<Preparation, PluginError> {
-        let catalog = &self.service.catalog;
+        let catalog = &self.catalog;
         // A plugin reads what the step changed over what it read (copied only for one).
         let seen = match changed.is_empty() || !catalog.has_plugins(&run.agent) {
             true => std::borrow::Cow::Borrowed(timeline),
@@ -271,7 +277,7 @@ impl StepIo for Thinker<'_> {
     }
 
     fn executing(&self, calls: &[Execution]) {
-        if let Some(live) = self.service.live_for(self.run) {
+        if let Some(live) = self.live {
             let tools: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
             crate::live::StepLive::new(live.clone(), &self.run.run_id, self.run.next_seq).publish(
                 crate::live::LiveKind::State {
@@ -320,7 +326,7 @@ impl StepIo for Thinker<'_> {
         let Some(d) = &self.deadline else {
             return Ok(());
         };
-        let (need, left) = (self.service.longest_think(), d.left());
+        let (need, left) = (self.longest_think, d.left());
         if need <= left || need > d.window {
             return Ok(());
         }
@@ -333,10 +339,9 @@ impl StepIo for Thinker<'_> {
 
     async fn execute(&self, call: Execution) -> Result<ToolOutput, PortError> {
         failpoint::pass("step.before_tool").await?;
-        let catalog = &self.service.catalog;
+        let catalog = &self.catalog;
         let live = self
-            .service
-            .live_for(self.run)
+            .live
             .map(|l| crate::live::StepLive::new(l.clone(), &self.run.run_id, self.run.next_seq));
         if let Some(live) = &live {
             live.publish(crate::live::LiveKind::ToolStarted {
@@ -437,7 +442,7 @@ impl StepIo for Thinker<'_> {
             let key = format!("{}/{file_id}", self.run.run_id);
             // On failure the step fails and is retried, the tool with it: no entry names a
             // file that is not stored.
-            self.service.deps.blobs.put(&key, &blob).await?;
+            self.deps.blobs.put(&key, &blob).await?;
             files.push(crate::timeline::FileRef {
                 call_id: call.call_id.clone(),
                 file_id,
@@ -459,11 +464,10 @@ impl StepIo for Thinker<'_> {
         &self,
         cta_ids: Vec<String>,
     ) -> Result<std::collections::HashMap<String, Cta>, PortError> {
-        let now = self.service.deps.clock.now();
+        let now = self.deps.clock.now();
         let mut out = std::collections::HashMap::new();
         for id in cta_ids {
             match self
-                .service
                 .deps
                 .store
                 .settle_cta(&id, &Settlement::Cancelled, now)
