@@ -26,6 +26,40 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// Every change of a run's status one commit may make; a run may also stay as it is. A
+    /// step may pass several arrows of the README's diagram at once (a start that thinks
+    /// and answers goes from `queued` to `completed`). Only a completed run goes on, with a
+    /// follow-up's turn; a failed, expired or cancelled one is final (fork it to go on). The
+    /// engine asserts every commit against this table (in debug builds: every test's).
+    pub const CHANGES: &'static [(RunStatus, RunStatus)] = {
+        use RunStatus::*;
+        &[
+            (Queued, Running),
+            (Queued, Waiting),
+            (Queued, Completed),
+            (Queued, Failed),
+            (Queued, Expired),
+            (Queued, Cancelled),
+            (Running, Waiting),
+            (Running, Completed),
+            (Running, Failed),
+            (Running, Expired),
+            (Running, Cancelled),
+            (Waiting, Running),
+            (Waiting, Completed),
+            (Waiting, Failed),
+            (Waiting, Expired),
+            (Waiting, Cancelled),
+            (Completed, Running),
+            (Completed, Waiting),
+        ]
+    };
+
+    /// Whether one commit may take a run from `self` to `next` ([`Self::CHANGES`]).
+    pub fn may_become(self, next: RunStatus) -> bool {
+        self == next || Self::CHANGES.contains(&(self, next))
+    }
+
     /// A terminal run takes no step until a follow-up message starts a new turn.
     pub fn is_terminal(self) -> bool {
         matches!(

@@ -512,7 +512,7 @@ impl Store for DynamoStore {
         before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<Cta>, PortError> {
-        self.overdue(before, limit).await
+        self.ctas_due(before, limit).await
     }
 
     async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {

@@ -130,7 +130,7 @@ impl DynamoStore {
 
     /// Pending CTAs whose expiry is before `before` (GSI2, `DUE#` shards: a pending CTA is
     /// indexed by its expiry until it settles).
-    pub(super) async fn overdue(
+    pub(super) async fn ctas_due(
         &self,
         before: DateTime<Utc>,
         limit: usize,

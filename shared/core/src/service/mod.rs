@@ -116,6 +116,19 @@ pub enum StepError {
     Plugin(crate::agent::PluginError),
 }
 
+/// What the engine's I/O failed with is the step's error, variant for variant.
+impl From<crate::engine::IoError> for StepError {
+    fn from(e: crate::engine::IoError) -> Self {
+        use crate::engine::IoError;
+        match e {
+            IoError::Llm(e) => Self::Llm(e),
+            IoError::Port(e) => Self::Port(e),
+            IoError::OutOfTime(e) => Self::OutOfTime(e.0),
+            IoError::Plugin(e) => Self::Plugin(e),
+        }
+    }
+}
+
 impl StepError {
     /// Whether delivering the same message again can succeed.
     pub fn is_retryable(&self) -> bool {

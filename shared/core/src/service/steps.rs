@@ -152,14 +152,7 @@ impl Service {
             });
             let now = self.deps.clock.now();
             let timeline = &window.entries;
-            let decision = engine::decide(now, &run, timeline, &msg.input, &world, io)
-                .await
-                .map_err(|e| match e {
-                    engine::IoError::Llm(e) => StepError::Llm(e),
-                    engine::IoError::Port(e) => StepError::Port(e),
-                    engine::IoError::OutOfTime(e) => StepError::OutOfTime(e.0),
-                    engine::IoError::Plugin(e) => StepError::Plugin(e),
-                })?;
+            let decision = engine::decide(now, &run, timeline, &msg.input, &world, io).await?;
             // What a think read of the history for the model: cached from now on.
             let window = world.read.into_inner().unwrap_or(window);
             let (mut transition, marked) = match decision {

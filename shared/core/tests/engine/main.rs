@@ -507,6 +507,15 @@ impl Sim {
             run.version + 1,
             "a commit bumps the version by one"
         );
+        assert!(
+            run.status.may_become(t.run.status),
+            "{:?} -> {:?} is not in RunStatus::CHANGES",
+            run.status,
+            t.run.status
+        );
+        for (child, _) in &t.new_runs {
+            assert_eq!(child.status, RunStatus::Queued, "a run starts queued");
+        }
         for e in &t.updated {
             assert!(
                 matches!(timeline[e.seq as usize].tool(), Some(t) if t.result.is_pending()),

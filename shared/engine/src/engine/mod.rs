@@ -391,6 +391,13 @@ fn owner_rules(before: &Run, input: &Input, owner: OwnerQuotas, mut step: Step) 
         marked: _,
     } = &mut step
     {
+        debug_assert!(
+            before.status.may_become(t.run.status),
+            "run {}: {:?} -> {:?} is not in RunStatus::CHANGES",
+            before.run_id,
+            before.status,
+            t.run.status
+        );
         let was_active = !before.status.is_terminal();
         let is_active = !t.run.status.is_terminal();
         t.take_slot = owner.active_runs.is_some()

@@ -576,7 +576,7 @@ impl Store for LocalStore {
         before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<Cta>, PortError> {
-        self.ctas_overdue(before, limit).await
+        self.ctas_due(before, limit).await
     }
 
     async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {

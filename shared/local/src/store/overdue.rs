@@ -11,7 +11,7 @@ use super::*;
 
 impl LocalStore {
     /// Pending CTAs expired before `before`, soonest first, at most `limit`.
-    pub(super) async fn ctas_overdue(
+    pub(super) async fn ctas_due(
         &self,
         before: DateTime<Utc>,
         limit: usize,
