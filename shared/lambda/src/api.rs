@@ -4,13 +4,13 @@ use std::sync::Arc;
 
 use baton_api::{ApiGatewayJwt, AppState, router};
 
-use crate::Runtime;
+use crate::Startup;
 
 /// Serves the API until Lambda stops the function. The caller is the subject of the JWT that
 /// API Gateway's authorizer verified (operators: `BATON_OPERATORS`). It never calls a model:
 /// steps run in the step functions.
-pub async fn run_api(runtime: Runtime) -> Result<(), crate::Error> {
-    let service = runtime.request_service().await?;
+pub async fn run_api(startup: Startup) -> Result<(), crate::Error> {
+    let service = startup.request_service().await?;
     // API Gateway buffers responses: the console polls the timeline, and watches a run live
     // on the live channel (`POST /runs/{id}/watch` grants it) when the deployment has one.
     let state = AppState {
@@ -19,7 +19,7 @@ pub async fn run_api(runtime: Runtime) -> Result<(), crate::Error> {
         streams: false,
         stop: None,
         live: None,
-        watchers: runtime.watchers().await?,
+        watchers: startup.watchers().await?,
     };
     lambda_http::run(router(state)).await
 }

@@ -4,7 +4,7 @@
 
 use baton_core::agent::Extensions;
 
-use crate::{Runtime, init_tracing};
+use crate::{Startup, init_tracing};
 
 /// What a function does with Lambda's events. A role the crate is built without (its
 /// feature: `api` for [`Role::Api`], `steps` for [`Role::Steps`]) is not there to name, so
@@ -30,7 +30,7 @@ pub enum Role {
 }
 
 /// Runs `role` with the deployment's `extensions` (its own tools, plugins and agents) until
-/// Lambda stops the process: JSON logs, the start-up ([`Runtime::from_env`]), then the role's
+/// Lambda stops the process: JSON logs, the start-up ([`Startup::from_env`]), then the role's
 /// handler on a multi-threaded Tokio runtime.
 ///
 /// ```no_run
@@ -45,20 +45,20 @@ pub fn main(role: Role, extensions: Extensions) -> Result<(), crate::Error> {
         .block_on(serve(role, extensions))
 }
 
-/// [`main`]'s work, on a runtime the caller already runs.
+/// [`main`]'s work, on a Tokio runtime the caller already runs.
 pub async fn serve(role: Role, extensions: Extensions) -> Result<(), crate::Error> {
     init_tracing();
-    let runtime = Runtime::from_env().await?;
+    let startup = Startup::from_env().await?;
     match role {
         #[cfg(feature = "api")]
-        Role::Api => crate::api::run_api(runtime.with_extensions(extensions)).await,
+        Role::Api => crate::api::run_api(startup.with_extensions(extensions)).await,
         #[cfg(feature = "steps")]
         Role::Steps => {
-            let runtime = runtime.with_extensions(extensions);
-            let models = runtime.models().await?;
-            crate::run_steps(runtime, std::sync::Arc::new(models)).await
+            let startup = startup.with_extensions(extensions);
+            let models = startup.models().await?;
+            crate::run_steps(startup, std::sync::Arc::new(models)).await
         }
-        Role::Events => crate::run_events(runtime.with_extensions(extensions)).await,
-        Role::LiveAuthorizer => crate::run_live_authorizer(runtime).await,
+        Role::Events => crate::run_events(startup.with_extensions(extensions)).await,
+        Role::LiveAuthorizer => crate::run_live_authorizer(startup).await,
     }
 }

@@ -8,12 +8,12 @@ use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::Value;
 use tracing::{Instrument, error, info_span, warn};
 
-use crate::{Runtime, failure};
+use crate::{Startup, failure};
 
 /// The `events` function: answers, expiries and timers from the inbox queue and the sweep's
 /// ticks from its own, until Lambda stops it.
-pub async fn run_events(runtime: Runtime) -> Result<(), lambda_runtime::Error> {
-    let service = runtime.request_service().await?;
+pub async fn run_events(startup: Startup) -> Result<(), lambda_runtime::Error> {
+    let service = startup.request_service().await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let service = service.clone();
         async move { Ok::<_, lambda_runtime::Error>(handle_events(&service, event.payload).await) }

@@ -1,13 +1,13 @@
 //! The Lambda host: what the five functions run. Each function's `main` is one call to
 //! [`main`] with its [`Role`] and the deployment's extensions; every role starts from a
-//! [`Runtime`] (the configuration, the SDK, the model secret, the service over AWS, built once
+//! [`Startup`] (the configuration, the SDK, the model secret, the service over AWS, built once
 //! per container) and hands Lambda's events to the core service.
 //!
 //! | module | what |
 //! |---|---|
 //! | [`entry`] | the one entry point: [`main`], a function's [`Role`] |
 //! | `api` | the `api` function's router behind API Gateway (feature `api`) |
-//! | [`runtime`] | start-up: configuration, secrets, model clients, the service |
+//! | [`startup`] | start-up: configuration, secrets, model clients, the service |
 //! | [`steps`] | the step functions' SQS batches: order per run, deadline, deferral |
 //! | [`events`] | the `events` function's batches: the inbox queue and the sweep's ticks |
 //! | [`live`] | the `live` function: the live channel's authorizer |
@@ -23,7 +23,7 @@ pub mod entry;
 pub mod events;
 pub mod live;
 pub mod outbox_metrics;
-pub mod runtime;
+pub mod startup;
 pub mod steps;
 
 use aws_lambda_events::event::sqs::BatchItemFailure;
@@ -31,7 +31,7 @@ use aws_lambda_events::event::sqs::BatchItemFailure;
 pub use entry::{Role, main, serve};
 pub use events::{SWEEP_AFTER, handle_events, run_events};
 pub use live::run_live_authorizer;
-pub use runtime::{InitError, Runtime, SecretKey, secret_fields};
+pub use startup::{InitError, SecretKey, Startup, secret_fields};
 #[cfg(feature = "steps")]
 pub use steps::run_steps;
 pub use steps::{

@@ -5,11 +5,11 @@
 use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::Value;
 
-use crate::Runtime;
+use crate::Startup;
 
 /// Answers AppSync's authorization requests until Lambda stops the function.
-pub async fn run_live_authorizer(runtime: Runtime) -> Result<(), lambda_runtime::Error> {
-    let grants = runtime.grants().await?;
+pub async fn run_live_authorizer(startup: Startup) -> Result<(), lambda_runtime::Error> {
+    let grants = startup.grants().await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
         let answer =
             baton_aws::watch::authorize(&grants, &event.payload, chrono::Utc::now().timestamp());

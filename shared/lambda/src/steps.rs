@@ -13,7 +13,7 @@ use futures_util::{StreamExt, stream};
 use tracing::{Instrument, error, info, info_span, warn};
 #[cfg(feature = "steps")]
 use {
-    crate::Runtime,
+    crate::Startup,
     baton_core::llm::Llm,
     baton_core::service::STEPS_IN_A_ROW,
     lambda_runtime::{LambdaEvent, service_fn},
@@ -48,16 +48,16 @@ const TRACES_FLUSH: Duration = Duration::from_secs(1);
 #[cfg(feature = "steps")]
 /// The `orchestrator` and `subagent` functions: steps from their queue (and its dead-letter
 /// queue, `BATON_DEAD_LETTER_QUEUE_ARN`), thinking with `llm`, until Lambda stops them.
-pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda_runtime::Error> {
-    let aws = runtime.settings.aws()?;
+pub async fn run_steps(startup: Startup, llm: Arc<dyn Llm>) -> Result<(), lambda_runtime::Error> {
+    let aws = startup.settings.aws()?;
     let dead_letters = vec![aws.dead_letter_queue_arn()?.to_owned()];
     let queues = [aws.steps_queue_url.clone(), aws.subagent_queue_url.clone()];
-    let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
-    let at_once = match runtime.config.steps_at_once {
+    let sqs = aws_sdk_sqs::Client::new(&startup.sdk);
+    let at_once = match startup.config.steps_at_once {
         Some(n) => n as usize,
         None => steps_at_once(
-            runtime.config.function_memory_mb,
-            runtime.config.cache_bytes(None),
+            startup.config.function_memory_mb,
+            startup.config.cache_bytes(None),
         ),
     };
     // One EMF line per committed step in the function's log (CloudWatch makes them
@@ -65,16 +65,16 @@ pub async fn run_steps(runtime: Runtime, llm: Arc<dyn Llm>) -> Result<(), lambda
     // invocation returns.
     let traces = baton_telemetry::Traces::from_env("baton")?.map(Arc::new);
     let mut observers: Vec<Arc<dyn baton_core::observe::Observer>> = vec![Arc::new(
-        baton_telemetry::Metrics::emf(&runtime.config.metrics_namespace),
+        baton_telemetry::Metrics::emf(&startup.config.metrics_namespace),
     )];
     observers.extend(traces.clone().map(|t| t as _));
-    let live = runtime.live()?;
-    let service = runtime
+    let live = startup.live()?;
+    let service = startup
         .step_service(llm, live.clone().map(|l| l as _), observers)
         .await?;
     let pace = Pace {
         at_once,
-        in_a_row: runtime
+        in_a_row: startup
             .config
             .steps_in_a_row
             .map_or(STEPS_IN_A_ROW, |n| n as usize),
@@ -170,7 +170,7 @@ pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(15 * 60);
 /// (A Rust tool of a deployment's own that returns files holds up to 4 × 5 MB more while
 /// its step commits: such a deployment sets `BATON_STEPS_AT_ONCE`.)
 pub const STEP_MEMORY_MB: u64 = 12;
-/// What a step function holds besides its steps and cache, in MB (runtime, clients, TLS),
+/// What a step function holds besides its steps and cache, in MB (the runtime, clients, TLS),
 /// measured the same way (144 MB at 2 at once, less 64 MB of cache and 2 steps), rounded up.
 pub const BASE_MEMORY_MB: u64 = 80;
 

@@ -73,7 +73,7 @@ impl std::fmt::Debug for InitError {
 
 /// What every function starts from, once per container: the configuration and one SDK
 /// config that every client is built from.
-pub struct Runtime {
+pub struct Startup {
     pub config: Config,
     /// What only an AWS host reads: the deployment's resources, the SDK's endpoint, the
     /// live channel.
@@ -88,12 +88,12 @@ pub struct Runtime {
     /// the functions that need it (not the live channel's authorizer).
     agents_text: tokio::sync::OnceCell<Option<String>>,
     /// The deployment's own Rust tools, plugins and agents (`baton-deployment`'s), added to
-    /// every catalog this runtime builds.
+    /// every catalog this startup builds.
     extensions: Extensions,
 }
 
-impl Runtime {
-    /// This runtime with the deployment's own tools, plugins and agents: [`crate::main`]
+impl Startup {
+    /// This startup with the deployment's own tools, plugins and agents: [`crate::main`]
     /// gives it the function's (`baton_deployment::extensions()`).
     pub fn with_extensions(mut self, extensions: Extensions) -> Self {
         self.extensions = extensions;
