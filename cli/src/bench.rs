@@ -7,6 +7,7 @@
 //! drops every in-memory object (store, service, worker, caches), reopens the store from
 //! disk, answers the CTA and resumes.
 
+use baton_core::ports::RunReads;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use baton_core::agent::{AgentsFile, Catalog, Limits};
 use baton_core::cta::{CtaResponse, CtaStatus};
-use baton_core::ports::{Store, SystemClock};
+use baton_core::ports::SystemClock;
 use baton_core::run::RunStatus;
 use baton_core::service::{CreateRun, Service};
 use baton_core::timeline::{EntryBody, ToolResult};

@@ -1,13 +1,14 @@
 //! `baton bench --aws`: what one iteration costs on AWS, measured on an emulator with the
 //! real adapters (requests, capacity units, dollars at list prices), warm and cold.
 
+use baton_core::ports::RunReads;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{Context, bail, ensure};
 use baton_aws::dynamo::DynamoStore;
 use baton_core::agent::{AgentsFile, Catalog, Limits};
-use baton_core::ports::{Store, SystemClock};
+use baton_core::ports::SystemClock;
 use baton_core::service::{CreateRun, Service};
 use baton_core::tools::{Effects, Tool};
 use baton_dev::LOCAL_OWNER;

@@ -7,13 +7,14 @@
 //! latency (a message received to handled, its commit synced to disk), and the API's
 //! latency under that load; then it checks that every run completed with nothing lost.
 
+use baton_core::ports::RunReads;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use baton_core::ports::{Store, SystemClock};
+use baton_core::ports::SystemClock;
 use baton_dev::worker::StepTimes;
 use baton_dev::{LocalOptions, LocalServer, WorkerOptions};
 use serde_json::{Value, json};

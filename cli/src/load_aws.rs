@@ -12,6 +12,7 @@
 //! AWS requests and DynamoDB units per step; it fails if a run does not complete or a page
 //! passes its bound.
 
+use baton_core::ports::{RunReads, RunWrites};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,7 +23,7 @@ use baton_aws::dynamo::DynamoStore;
 use baton_aws::provision::Names;
 use baton_aws::sdk::Meter;
 use baton_core::cta::{Cta, CtaRequest, CtaStatus};
-use baton_core::ports::{Store, SystemClock};
+use baton_core::ports::SystemClock;
 use baton_core::run::{NewRun, Run, RunStatus};
 use baton_core::timeline::{Entry, EntryBody};
 use baton_dev::{AwsDevOptions, AwsDevServer, LOCAL_OWNER};

@@ -4,12 +4,12 @@
 //! takes among them, and then answers every question in a shuffled order and checks that
 //! each run completes, once, with nothing lost.
 
+use baton_core::ports::RunReads;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use baton_core::cta::{CtaResponse, CtaStatus};
-use baton_core::ports::Store;
 use baton_core::run::RunStatus;
 use baton_core::service::{CreateRun, MAX_CTA_PAGE};
 use baton_dev::LOCAL_OWNER;

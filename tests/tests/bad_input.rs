@@ -4,11 +4,12 @@
 //! nothing; no event panics the consumer or is retried for ever.
 
 use crate::common;
+use baton_core::ports::{Ctas, RunReads};
 
 use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use baton_core::ports::{Store, SystemClock};
+use baton_core::ports::SystemClock;
 use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};

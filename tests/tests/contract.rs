@@ -4,6 +4,7 @@
 //! in `service.rs`.
 
 use crate::common;
+use baton_core::ports::{RunReads, RunWrites};
 
 use std::sync::Arc;
 

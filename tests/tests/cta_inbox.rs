@@ -3,13 +3,14 @@
 //! answer that won is a no-op, not a rejection; an expiry before `expiresAt` is refused.
 
 use crate::common;
+use baton_core::ports::{Ctas, RunReads};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use baton_core::cta::{Cta, CtaStatus};
-use baton_core::ports::{Clock, ManualClock, Scheduler, Store, SystemClock};
+use baton_core::ports::{Clock, ManualClock, Scheduler, SystemClock};
 use baton_core::service::{CreateRun, Service};
 use baton_dev::worker::{Worker, WorkerOptions};
 use baton_lambda::handle_events;

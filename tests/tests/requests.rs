@@ -3,6 +3,7 @@
 //! timeline, of the questions) within what Lambda can return.
 
 use crate::common;
+use baton_core::ports::RunWrites;
 
 use std::sync::Arc;
 
@@ -356,7 +357,6 @@ async fn the_ctas_come_in_pages_with_their_runs_agent_and_prompt() {
 /// them stay under 6 MB, and page on to the last entry.
 #[tokio::test]
 async fn every_page_of_a_run_fits_lambdas_6_mb_reply_however_its_text_escapes() {
-    use baton_core::ports::Store;
     use baton_core::run::{NewRun, Run};
     use baton_core::timeline::{Entry, EntryBody};
     let dir = tempfile::tempdir().unwrap();

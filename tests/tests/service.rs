@@ -3,6 +3,7 @@
 //! reads of a long run and gives its model.
 
 use crate::common;
+use baton_core::ports::RunReads;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -3,18 +3,17 @@
 //! and through the Lambda SQS handler alike; a retryable one is redelivered.
 
 use crate::common;
+use baton_core::ports::RunReads;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use baton_core::cta::{Cta, Settlement};
+use baton_core::cta::Cta;
 use baton_core::error::PortError;
 use baton_core::message::{Effect, StepMessage, Transition};
-use baton_core::ports::{
-    Created, RunPage, RunPosition, RunQuery, RunRecord, Settled, Store, SystemClock,
-};
-use baton_core::run::{Run, RunStatus};
+use baton_core::ports::{Created, DueTimer, RunWrites, Store, StoreParts, Sweep, SystemClock};
+use baton_core::run::{LastError, Run, RunStatus};
 use baton_core::service::{CreateRun, Deps, Service};
 use baton_core::timeline::{Entry, EntryBody};
 use baton_dev::worker::{Worker, WorkerOptions};
@@ -37,57 +36,19 @@ struct Refusing {
     purges: AtomicU32,
 }
 
+impl Refusing {
+    /// The embedded store with this one's commits and purges: the roles it wraps
+    /// ([`RunWrites`], [`Sweep`]) replace the embedded store's, the others stay as they are.
+    fn as_store(self: &Arc<Self>) -> Arc<dyn Store> {
+        let mut parts = StoreParts::of(Arc::new(self.inner.clone()));
+        parts.run_writes = self.clone();
+        parts.sweep = self.clone();
+        Arc::new(parts)
+    }
+}
+
 #[async_trait::async_trait]
-impl Store for Refusing {
-    async fn create_run(
-        &self,
-        run: &Run,
-        entries: &[Entry],
-        outbox: &[Effect],
-        key: Option<&str>,
-        admission: Option<&baton_core::ports::Admission>,
-    ) -> Result<Created, PortError> {
-        self.inner
-            .create_run(run, entries, outbox, key, admission)
-            .await
-    }
-    async fn spent_on(&self, owner: &str, day: chrono::NaiveDate) -> Result<f64, PortError> {
-        self.inner.spent_on(owner, day).await
-    }
-    async fn active_runs(&self, owner: &str) -> Result<u64, PortError> {
-        self.inner.active_runs(owner).await
-    }
-    async fn ledger(
-        &self,
-        root_run_id: &str,
-    ) -> Result<Option<baton_core::budget::Ledger>, PortError> {
-        self.inner.ledger(root_run_id).await
-    }
-    async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
-        self.inner.get_run(run_id).await
-    }
-    async fn list_runs(&self, owner: &str, query: &RunQuery) -> Result<RunPage, PortError> {
-        self.inner.list_runs(owner, query).await
-    }
-    async fn list_descendants(
-        &self,
-        root: &str,
-        after: Option<&RunPosition>,
-        limit: usize,
-    ) -> Result<RunPage, PortError> {
-        self.inner.list_descendants(root, after, limit).await
-    }
-    async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
-        self.inner.load(run_id).await
-    }
-    async fn entries_after(
-        &self,
-        run_id: &str,
-        after: Option<u64>,
-        limit: usize,
-    ) -> Result<Vec<Entry>, PortError> {
-        self.inner.entries_after(run_id, after, limit).await
-    }
+impl RunWrites for Refusing {
     async fn commit(&self, expected: u64, t: &Transition) -> Result<(), PortError> {
         let poisoned = serde_json::to_string(&t.appended)
             .unwrap()
@@ -120,20 +81,17 @@ impl Store for Refusing {
         }
         self.inner.commit(expected, t).await
     }
-    async fn stale_outboxes(
+    async fn create_run(
         &self,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<String>, PortError> {
-        self.inner.stale_outboxes(before, limit).await
-    }
-    async fn purge_finished(&self, now: DateTime<Utc>, limit: usize) -> Result<usize, PortError> {
-        if self.slow_purge {
-            self.purges.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-            return Ok(limit);
-        }
-        self.inner.purge_finished(now, limit).await
+        run: &Run,
+        entries: &[Entry],
+        outbox: &[Effect],
+        key: Option<&str>,
+        admission: Option<&baton_core::ports::Admission>,
+    ) -> Result<Created, PortError> {
+        self.inner
+            .create_run(run, entries, outbox, key, admission)
+            .await
     }
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
         self.inner.clear_outbox(run_id, version).await
@@ -142,86 +100,53 @@ impl Store for Refusing {
         &self,
         run_id: &str,
         version: u64,
-        owed: &[baton_core::message::Effect],
+        owed: &[Effect],
         at: DateTime<Utc>,
     ) -> Result<(), PortError> {
         self.inner.keep_outbox(run_id, version, owed, at).await
     }
-    async fn admit_follow_up(
+    async fn record_failure(&self, run_id: &str, failure: &LastError) -> Result<(), PortError> {
+        self.inner.record_failure(run_id, failure).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Sweep for Refusing {
+    async fn purge_finished(&self, now: DateTime<Utc>, limit: usize) -> Result<usize, PortError> {
+        if self.slow_purge {
+            self.purges.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            return Ok(limit);
+        }
+        self.inner.purge_finished(now, limit).await
+    }
+    async fn stale_outboxes(
         &self,
-        run_id: &str,
-        message_id: &str,
-        cap: usize,
-        at: DateTime<Utc>,
-        stale: DateTime<Utc>,
-    ) -> Result<bool, PortError> {
-        self.inner
-            .admit_follow_up(run_id, message_id, cap, at, stale)
-            .await
-    }
-    async fn release_follow_ups(&self, run_id: &str, ids: &[String]) -> Result<(), PortError> {
-        self.inner.release_follow_ups(run_id, ids).await
-    }
-    async fn hold_follow_ups(&self, run_id: &str, ids: &[String]) -> Result<(), PortError> {
-        self.inner.hold_follow_ups(run_id, ids).await
-    }
-    async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
-        self.inner.get_cta(cta_id).await
-    }
-    async fn settle_cta(
-        &self,
-        cta_id: &str,
-        settlement: &Settlement,
-        at: DateTime<Utc>,
-    ) -> Result<Settled, PortError> {
-        self.inner.settle_cta(cta_id, settlement, at).await
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError> {
+        self.inner.stale_outboxes(before, limit).await
     }
     async fn stale_resolutions(
         &self,
-        before: chrono::DateTime<Utc>,
+        before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<Cta>, PortError> {
         self.inner.stale_resolutions(before, limit).await
     }
-    async fn overdue_timers(
-        &self,
-        before: chrono::DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<baton_core::ports::DueTimer>, PortError> {
-        self.inner.overdue_timers(before, limit).await
-    }
     async fn overdue_ctas(
         &self,
-        before: chrono::DateTime<Utc>,
+        before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<Cta>, PortError> {
         self.inner.overdue_ctas(before, limit).await
     }
-    async fn record_failure(
+    async fn overdue_timers(
         &self,
-        run_id: &str,
-        failure: &baton_core::run::LastError,
-    ) -> Result<(), PortError> {
-        self.inner.record_failure(run_id, failure).await
-    }
-    async fn claim_turn(
-        &self,
-        run_id: &str,
-        message_id: &str,
-        at: DateTime<Utc>,
-        stale: DateTime<Utc>,
-    ) -> Result<bool, PortError> {
-        self.inner.claim_turn(run_id, message_id, at, stale).await
-    }
-    async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
-        self.inner.clear_resolution(cta_id).await
-    }
-    async fn list_ctas(
-        &self,
-        owner: &str,
-        query: &baton_core::ports::CtaQuery,
-    ) -> Result<Vec<Cta>, PortError> {
-        self.inner.list_ctas(owner, query).await
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<DueTimer>, PortError> {
+        self.inner.overdue_timers(before, limit).await
     }
 }
 
@@ -247,7 +172,7 @@ fn service_with(
         purges: AtomicU32::new(0),
     });
     let deps = Deps {
-        store: store.clone(),
+        store: store.as_store(),
         queue: Arc::new(local.clone()),
         bus: Arc::new(local.clone()),
         scheduler: Arc::new(local.clone()),
@@ -334,7 +259,7 @@ async fn a_reply_whose_commit_is_throttled_is_not_asked_for_again() {
         {"text": "done"}]}"#;
     let model = Arc::new(Counted(scripted(script), AtomicU32::new(0)));
     let deps = Deps {
-        store: store.clone(),
+        store: store.as_store(),
         queue: Arc::new(local.clone()),
         bus: Arc::new(local.clone()),
         scheduler: Arc::new(local.clone()),

@@ -8,6 +8,7 @@ use baton_aws::provision;
 use baton_aws::scheduler::SchedulerTimers;
 use baton_aws::sdk::Meter;
 use baton_aws::sqs::SqsQueue;
+use baton_core::ports::{Ctas, Ledgers, RunReads, RunWrites, Sweep};
 
 use crate::common::aws::Emulator;
 

@@ -7,7 +7,7 @@ use super::keys::*;
 use super::*;
 
 impl DynamoStore {
-    /// [`Store::commit`] on DynamoDB.
+    /// [`RunWrites::commit`] on DynamoDB.
     pub(super) async fn commit_step(
         &self,
         expected_version: u64,

@@ -64,7 +64,8 @@ use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition};
 use baton_core::ports::{
-    Created, CtaQuery, RunPage, RunPosition, RunQuery, RunRecord, Settled, Store,
+    Created, CtaQuery, Ctas, FollowUps, Ledgers, RunPage, RunPosition, RunQuery, RunReads,
+    RunRecord, RunWrites, Settled, Sweep,
 };
 use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
@@ -127,7 +128,91 @@ impl DynamoStore {
 }
 
 #[async_trait::async_trait]
-impl Store for DynamoStore {
+impl RunReads for DynamoStore {
+    async fn lease_watch(&self, run_id: &str, until: DateTime<Utc>) -> Result<(), PortError> {
+        DynamoStore::lease_watch(self, run_id, until).await
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
+        self.get_run_item(run_id)
+            .await?
+            .map(|i| parse_run(&i))
+            .transpose()
+    }
+
+    async fn list_runs(&self, owner: &str, query: &RunQuery) -> Result<RunPage, PortError> {
+        self.runs_page(owner, query).await
+    }
+
+    async fn list_descendants(
+        &self,
+        root_run_id: &str,
+        after: Option<&RunPosition>,
+        limit: usize,
+    ) -> Result<RunPage, PortError> {
+        self.descendants_page(root_run_id, after, limit).await
+    }
+
+    #[instrument(skip(self))]
+    async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
+        self.load_timeline(run_id).await
+    }
+
+    async fn load_from(
+        &self,
+        run_id: &str,
+        from: u64,
+    ) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
+        if from == 0 {
+            return self.load(run_id).await;
+        }
+        let Some(meta) = self.step_run_item(run_id).await? else {
+            return Ok(None);
+        };
+        let rec = parse_run(&meta)?;
+        let entries = self
+            .window_after(run_id, &meta, from, rec.run.next_seq)
+            .await?;
+        Ok(Some((rec, entries)))
+    }
+
+    async fn load_window(
+        &self,
+        run_id: &str,
+        window: &(dyn for<'r> Fn(&'r Run) -> u64 + Send + Sync),
+    ) -> Result<Option<(RunRecord, Vec<Entry>, u64)>, PortError> {
+        // One read of the run item, then its window's items after it, strongly: entries of
+        // a later commit are past `next_seq` (dropped); a later patch makes the step's
+        // commit fail on its version, not succeed.
+        let Some(meta) = self.step_run_item(run_id).await? else {
+            return Ok(None);
+        };
+        let rec = parse_run(&meta)?;
+        let from = window(&rec.run);
+        if from == 0 {
+            return Ok(self
+                .load(run_id)
+                .await?
+                .map(|(rec, entries)| (rec, entries, 0)));
+        }
+        let entries = self
+            .window_after(run_id, &meta, from, rec.run.next_seq)
+            .await?;
+        Ok(Some((rec, entries, from)))
+    }
+
+    async fn entries_after(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, PortError> {
+        self.page_after(run_id, after, limit).await
+    }
+}
+
+#[async_trait::async_trait]
+impl RunWrites for DynamoStore {
     #[instrument(skip_all, fields(run_id = %run.run_id))]
     async fn create_run(
         &self,
@@ -230,109 +315,9 @@ impl Store for DynamoStore {
         }
     }
 
-    async fn ledger(
-        &self,
-        root_run_id: &str,
-    ) -> Result<Option<baton_core::budget::Ledger>, PortError> {
-        self.read_ledger(root_run_id).await
-    }
-
-    async fn lease_watch(&self, run_id: &str, until: DateTime<Utc>) -> Result<(), PortError> {
-        DynamoStore::lease_watch(self, run_id, until).await
-    }
-
-    async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
-        self.get_run_item(run_id)
-            .await?
-            .map(|i| parse_run(&i))
-            .transpose()
-    }
-
-    async fn list_runs(&self, owner: &str, query: &RunQuery) -> Result<RunPage, PortError> {
-        self.runs_page(owner, query).await
-    }
-
-    async fn list_descendants(
-        &self,
-        root_run_id: &str,
-        after: Option<&RunPosition>,
-        limit: usize,
-    ) -> Result<RunPage, PortError> {
-        self.descendants_page(root_run_id, after, limit).await
-    }
-
-    #[instrument(skip(self))]
-    async fn load(&self, run_id: &str) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
-        self.load_timeline(run_id).await
-    }
-
-    async fn load_from(
-        &self,
-        run_id: &str,
-        from: u64,
-    ) -> Result<Option<(RunRecord, Vec<Entry>)>, PortError> {
-        if from == 0 {
-            return self.load(run_id).await;
-        }
-        let Some(meta) = self.step_run_item(run_id).await? else {
-            return Ok(None);
-        };
-        let rec = parse_run(&meta)?;
-        let entries = self
-            .window_after(run_id, &meta, from, rec.run.next_seq)
-            .await?;
-        Ok(Some((rec, entries)))
-    }
-
-    async fn load_window(
-        &self,
-        run_id: &str,
-        window: &(dyn for<'r> Fn(&'r Run) -> u64 + Send + Sync),
-    ) -> Result<Option<(RunRecord, Vec<Entry>, u64)>, PortError> {
-        // One read of the run item, then its window's items after it, strongly: entries of
-        // a later commit are past `next_seq` (dropped); a later patch makes the step's
-        // commit fail on its version, not succeed.
-        let Some(meta) = self.step_run_item(run_id).await? else {
-            return Ok(None);
-        };
-        let rec = parse_run(&meta)?;
-        let from = window(&rec.run);
-        if from == 0 {
-            return Ok(self
-                .load(run_id)
-                .await?
-                .map(|(rec, entries)| (rec, entries, 0)));
-        }
-        let entries = self
-            .window_after(run_id, &meta, from, rec.run.next_seq)
-            .await?;
-        Ok(Some((rec, entries, from)))
-    }
-
-    async fn entries_after(
-        &self,
-        run_id: &str,
-        after: Option<u64>,
-        limit: usize,
-    ) -> Result<Vec<Entry>, PortError> {
-        self.page_after(run_id, after, limit).await
-    }
-
     #[instrument(skip_all, fields(run_id = %t.run.run_id, version = t.run.version))]
     async fn commit(&self, expected_version: u64, t: &Transition) -> Result<(), PortError> {
         self.commit_step(expected_version, t).await
-    }
-
-    async fn stale_outboxes(
-        &self,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<String>, PortError> {
-        self.indexed_runs(GSI2, "OB", before, limit).await
-    }
-
-    async fn purge_finished(&self, now: DateTime<Utc>, limit: usize) -> Result<usize, PortError> {
-        self.purge(now, limit).await
     }
 
     async fn clear_outbox(&self, run_id: &str, version: u64) -> Result<(), PortError> {
@@ -376,15 +361,70 @@ impl Store for DynamoStore {
         )
         .await
     }
+}
 
-    async fn spent_on(&self, owner: &str, day: chrono::NaiveDate) -> Result<f64, PortError> {
-        self.spent_that_day(owner, day).await
+#[async_trait::async_trait]
+impl Ctas for DynamoStore {
+    async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
+        self.get_item(cta_pk(cta_id))
+            .await?
+            .map(|i| parse_cta(&i))
+            .transpose()
     }
 
-    async fn active_runs(&self, owner: &str) -> Result<u64, PortError> {
-        self.slots_held(owner).await
+    #[instrument(skip(self, settlement))]
+    async fn settle_cta(
+        &self,
+        cta_id: &str,
+        settlement: &Settlement,
+        at: DateTime<Utc>,
+    ) -> Result<Settled, PortError> {
+        let Some(mut cta) = self.get_cta(cta_id).await? else {
+            return Ok(Settled::NotFound);
+        };
+        if cta.status != CtaStatus::Pending {
+            return Ok(Settled::Lost(cta));
+        }
+        cta.settle(settlement, at);
+        let mut item = self.cta_item(&cta)?;
+        if cta.status != CtaStatus::Cancelled {
+            // The CTA's outbox: indexed for the sweep until the run has been told.
+            item.insert("GSI2PK".into(), s(self.resolution_pk(cta_id)));
+            item.insert("GSI2SK".into(), s(sweep_sk(at, cta_id)));
+        }
+        self.count_write(&[&item], false);
+        let r = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("st = :pending")
+            .expression_attribute_values(":pending", s("pending"))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(Settled::Won(cta)),
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => {
+                match self.get_cta(cta_id).await? {
+                    Some(c) => Ok(Settled::Lost(c)),
+                    None => Ok(Settled::NotFound),
+                }
+            }
+            Err(e) => Err(map_sdk_err("PutItem", e)),
+        }
     }
 
+    async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
+        self.remove_resolution(cta_id).await
+    }
+
+    async fn list_ctas(&self, owner: &str, q: &CtaQuery) -> Result<Vec<Cta>, PortError> {
+        self.ctas_page(owner, q).await
+    }
+}
+
+#[async_trait::async_trait]
+impl FollowUps for DynamoStore {
     async fn claim_turn(
         &self,
         run_id: &str,
@@ -441,54 +481,38 @@ impl Store for DynamoStore {
         self.places(run_id, message_ids, Some(AttributeValue::Null(true)))
             .await
     }
+}
 
-    async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
-        self.get_item(cta_pk(cta_id))
-            .await?
-            .map(|i| parse_cta(&i))
-            .transpose()
+#[async_trait::async_trait]
+impl Ledgers for DynamoStore {
+    async fn ledger(
+        &self,
+        root_run_id: &str,
+    ) -> Result<Option<baton_core::budget::Ledger>, PortError> {
+        self.read_ledger(root_run_id).await
     }
 
-    #[instrument(skip(self, settlement))]
-    async fn settle_cta(
+    async fn spent_on(&self, owner: &str, day: chrono::NaiveDate) -> Result<f64, PortError> {
+        self.spent_that_day(owner, day).await
+    }
+
+    async fn active_runs(&self, owner: &str) -> Result<u64, PortError> {
+        self.slots_held(owner).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Sweep for DynamoStore {
+    async fn stale_outboxes(
         &self,
-        cta_id: &str,
-        settlement: &Settlement,
-        at: DateTime<Utc>,
-    ) -> Result<Settled, PortError> {
-        let Some(mut cta) = self.get_cta(cta_id).await? else {
-            return Ok(Settled::NotFound);
-        };
-        if cta.status != CtaStatus::Pending {
-            return Ok(Settled::Lost(cta));
-        }
-        cta.settle(settlement, at);
-        let mut item = self.cta_item(&cta)?;
-        if cta.status != CtaStatus::Cancelled {
-            // The CTA's outbox: indexed for the sweep until the run has been told.
-            item.insert("GSI2PK".into(), s(self.resolution_pk(cta_id)));
-            item.insert("GSI2SK".into(), s(sweep_sk(at, cta_id)));
-        }
-        self.count_write(&[&item], false);
-        let r = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("st = :pending")
-            .expression_attribute_values(":pending", s("pending"))
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(Settled::Won(cta)),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => {
-                match self.get_cta(cta_id).await? {
-                    Some(c) => Ok(Settled::Lost(c)),
-                    None => Ok(Settled::NotFound),
-                }
-            }
-            Err(e) => Err(map_sdk_err("PutItem", e)),
-        }
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError> {
+        self.indexed_runs(GSI2, "OB", before, limit).await
+    }
+
+    async fn purge_finished(&self, now: DateTime<Utc>, limit: usize) -> Result<usize, PortError> {
+        self.purge(now, limit).await
     }
 
     async fn stale_resolutions(
@@ -513,14 +537,6 @@ impl Store for DynamoStore {
         limit: usize,
     ) -> Result<Vec<Cta>, PortError> {
         self.ctas_due(before, limit).await
-    }
-
-    async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
-        self.remove_resolution(cta_id).await
-    }
-
-    async fn list_ctas(&self, owner: &str, q: &CtaQuery) -> Result<Vec<Cta>, PortError> {
-        self.ctas_page(owner, q).await
     }
 }
 

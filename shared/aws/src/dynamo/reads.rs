@@ -7,7 +7,7 @@ use super::keys::*;
 use super::*;
 
 impl DynamoStore {
-    /// [`Store::load`]: the run item with a strongly consistent read, the timeline with an
+    /// [`RunReads::load`]: the run item with a strongly consistent read, the timeline with an
     /// eventually consistent one (half the read units). Timeline items are written once (a copy of
     /// the tail grows until the tail moves on) and the run item counts them (`ni`), so a
     /// stale read shows as a short count or a gap in the seqs: then the timeline is read
@@ -42,7 +42,7 @@ impl DynamoStore {
         Ok(Some((rec, entries)))
     }
 
-    /// [`Store::entries_after`]: up to `limit` entries after seq `after`.
+    /// [`RunReads::entries_after`]: up to `limit` entries after seq `after`.
     pub(super) async fn page_after(
         &self,
         run_id: &str,

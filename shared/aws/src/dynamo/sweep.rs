@@ -2,10 +2,10 @@
 //! and of finished runs (`GSI3`), and the purge of a finished run's every item.
 
 use baton_core::error::PortError;
+use baton_core::ports::{Ctas, RunReads};
 use chrono::{DateTime, Utc};
 
 use baton_core::cta::Cta;
-use baton_core::ports::Store;
 
 use super::items::{broken, get_s, s};
 use super::keys::{cta_pk, run_pk, sweep_time};

@@ -85,9 +85,9 @@ impl Service {
     }
 
     /// Whether `a` admits a run of `owner` as its figures read now: the day's spending under
-    /// its allowance, a free active-run slot; refused as [`Store::create_run`] refuses.
+    /// its allowance, a free active-run slot; refused as [`RunWrites::create_run`] refuses.
     ///
-    /// [`Store::create_run`]: crate::ports::Store::create_run
+    /// [`RunWrites::create_run`]: crate::ports::Store::create_run
     async fn admissible_now(
         &self,
         owner: &str,

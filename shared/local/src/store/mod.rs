@@ -30,7 +30,8 @@ use baton_core::cta::{Cta, CtaStatus, Settlement};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition, outbox_continues, outbox_owes};
 use baton_core::ports::{
-    Created, CtaQuery, RunPage, RunPosition, RunQuery, RunRecord, Settled, Store,
+    Created, CtaQuery, Ctas, FollowUps, Ledgers, RunPage, RunPosition, RunQuery, RunReads,
+    RunRecord, RunWrites, Settled, Sweep,
 };
 use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
@@ -67,7 +68,7 @@ pub struct LocalStore {
     reads: Arc<ReadCounts>,
 }
 
-/// Timeline entries read ([`Store::load_from`], [`Store::entries_after`]), and their
+/// Timeline entries read ([`RunReads::load_from`], [`RunReads::entries_after`]), and their
 /// stored bytes.
 #[derive(Debug, Default)]
 struct ReadCounts {
@@ -157,65 +158,7 @@ pub(super) fn now_ms() -> i64 {
 }
 
 #[async_trait::async_trait]
-impl Store for LocalStore {
-    async fn create_run(
-        &self,
-        run: &Run,
-        entries: &[Entry],
-        outbox: &[Effect],
-        idempotency_key: Option<&str>,
-        admission: Option<&baton_core::ports::Admission>,
-    ) -> Result<Created, PortError> {
-        let new = NewRun::encode(run, entries)?;
-        // A budgeted tree's ledger is created with its top-level run.
-        let ledger = run
-            .budget
-            .filter(|_| run.parent.is_none())
-            .map(baton_core::budget::Ledger::new);
-        let admission = admission.copied();
-        let outbox = outbox_json(outbox)?;
-        let key = idempotency_key.map(str::to_owned);
-        self.write(true, move |c| {
-            if let Some(key) = &key {
-                let existing: Option<RunRow> = c
-                    .query_row(
-                        &format!("SELECT {RUN_ROW} FROM runs WHERE owner = ?1 AND idem_key = ?2"),
-                        params![new.owner, key],
-                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-                    )
-                    .optional()
-                    .map_err(sql)?;
-                if let Some(row) = existing {
-                    return Ok(Created::Existing(Box::new(record(row)?)));
-                }
-            }
-            if let Some(a) = &admission {
-                rows::admit(c, &new.run_id, &new.owner, a)?;
-            }
-            c.execute(
-                "INSERT INTO runs (run_id, owner, version, body, outbox, idem_key, parent, root)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![
-                    new.run_id,
-                    new.owner,
-                    new.version,
-                    new.body,
-                    outbox,
-                    key,
-                    new.parent,
-                    new.root
-                ],
-            )
-            .map_err(sql)?;
-            insert_entries(c, c.last_insert_rowid(), &new.entries)?;
-            if let Some(l) = &ledger {
-                rows::put_ledger(c, &new.run_id, l)?;
-            }
-            Ok(Created::Created)
-        })
-        .await
-    }
-
+impl RunReads for LocalStore {
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
         let run_id = run_id.to_owned();
         self.read(move |c| run_row(c, &run_id)?.map(record).transpose())
@@ -297,44 +240,66 @@ impl Store for LocalStore {
         })
         .await
     }
+}
 
-    async fn stale_outboxes(
+#[async_trait::async_trait]
+impl RunWrites for LocalStore {
+    async fn create_run(
         &self,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<String>, PortError> {
-        let rows: Vec<(String, String, String)> = self
-            .read(|c| {
-                let mut stmt = c
-                    .prepare_cached(
-                        "SELECT run_id, body, outbox FROM runs WHERE outbox IS NOT NULL",
+        run: &Run,
+        entries: &[Entry],
+        outbox: &[Effect],
+        idempotency_key: Option<&str>,
+        admission: Option<&baton_core::ports::Admission>,
+    ) -> Result<Created, PortError> {
+        let new = NewRun::encode(run, entries)?;
+        // A budgeted tree's ledger is created with its top-level run.
+        let ledger = run
+            .budget
+            .filter(|_| run.parent.is_none())
+            .map(baton_core::budget::Ledger::new);
+        let admission = admission.copied();
+        let outbox = outbox_json(outbox)?;
+        let key = idempotency_key.map(str::to_owned);
+        self.write(true, move |c| {
+            if let Some(key) = &key {
+                let existing: Option<RunRow> = c
+                    .query_row(
+                        &format!("SELECT {RUN_ROW} FROM runs WHERE owner = ?1 AND idem_key = ?2"),
+                        params![new.owner, key],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
                     )
+                    .optional()
                     .map_err(sql)?;
-                stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                    .map_err(sql)?
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(sql)
-            })
-            .await?;
-        let mut out = Vec::new();
-        for (run_id, body, outbox) in rows {
-            let run: Run = from_json(&body)?;
-            let effects: Vec<Effect> = from_json(&outbox)?;
-            // A run's start counts too until its first step: it was never received.
-            let parked = !outbox_continues(&run_id, &effects)
-                || outbox_owes(&run_id, &effects)
-                || run.version == 0;
-            if run.updated_at < before && parked {
-                out.push(run_id);
+                if let Some(row) = existing {
+                    return Ok(Created::Existing(Box::new(record(row)?)));
+                }
             }
-        }
-        out.truncate(limit);
-        Ok(out)
-    }
-
-    /// `baton dev` keeps everything: its data directory is the developer's to delete.
-    async fn purge_finished(&self, _: DateTime<Utc>, _: usize) -> Result<usize, PortError> {
-        Ok(0)
+            if let Some(a) = &admission {
+                rows::admit(c, &new.run_id, &new.owner, a)?;
+            }
+            c.execute(
+                "INSERT INTO runs (run_id, owner, version, body, outbox, idem_key, parent, root)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    new.run_id,
+                    new.owner,
+                    new.version,
+                    new.body,
+                    outbox,
+                    key,
+                    new.parent,
+                    new.root
+                ],
+            )
+            .map_err(sql)?;
+            insert_entries(c, c.last_insert_rowid(), &new.entries)?;
+            if let Some(l) = &ledger {
+                rows::put_ledger(c, &new.run_id, l)?;
+            }
+            Ok(Created::Created)
+        })
+        .await
     }
 
     async fn commit(&self, expected_version: u64, t: &Transition) -> Result<(), PortError> {
@@ -383,26 +348,72 @@ impl Store for LocalStore {
         })
         .await
     }
+}
 
-    async fn spent_on(&self, owner: &str, day: chrono::NaiveDate) -> Result<f64, PortError> {
-        let owner = owner.to_owned();
-        self.read(move |c| rows::spent_on(c, &owner, &day.to_string()))
-            .await
+#[async_trait::async_trait]
+impl Ctas for LocalStore {
+    async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
+        let cta_id = cta_id.to_owned();
+        self.read(move |c| {
+            let body: Option<String> = c
+                .query_row("SELECT body FROM ctas WHERE cta_id = ?1", [cta_id], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(sql)?;
+            body.map(|b| from_json(&b)).transpose()
+        })
+        .await
     }
 
-    async fn ledger(
+    async fn settle_cta(
         &self,
-        root_run_id: &str,
-    ) -> Result<Option<baton_core::budget::Ledger>, PortError> {
-        let root = root_run_id.to_owned();
-        self.read(move |c| rows::ledger(c, &root)).await
+        cta_id: &str,
+        settlement: &Settlement,
+        at: DateTime<Utc>,
+    ) -> Result<Settled, PortError> {
+        let (cta_id, settlement) = (cta_id.to_owned(), settlement.clone());
+        self.write(true, move |c| {
+            let body: Option<String> = c
+                .query_row("SELECT body FROM ctas WHERE cta_id = ?1", [&cta_id], |r| r.get(0))
+                .optional()
+                .map_err(sql)?;
+            let Some(body) = body else { return Ok(Settled::NotFound) };
+            let mut cta: Cta = from_json(&body)?;
+            if cta.status != CtaStatus::Pending {
+                return Ok(Settled::Lost(cta));
+            }
+            cta.settle(&settlement, at);
+            let status = settlement.status();
+            let unsent = (status != CtaStatus::Cancelled).then(|| at.timestamp_millis());
+            let n = c
+                .execute(
+                    "UPDATE ctas SET status = ?1, body = ?2, unsent = ?3 WHERE cta_id = ?4 AND status = 'pending'",
+                    params![status.as_str(), to_json(&cta)?, unsent, cta_id],
+                )
+                .map_err(sql)?;
+            if n == 1 { Ok(Settled::Won(cta)) } else { Err(PortError::Conflict) }
+        })
+        .await
     }
 
-    async fn active_runs(&self, owner: &str) -> Result<u64, PortError> {
-        let owner = owner.to_owned();
-        self.read(move |c| rows::slots_held(c, &owner)).await
+    async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
+        let cta_id = cta_id.to_owned();
+        self.write_one(false, move |c| {
+            c.execute("UPDATE ctas SET unsent = NULL WHERE cta_id = ?1", [cta_id])
+                .map_err(sql)?;
+            Ok(())
+        })
+        .await
     }
 
+    async fn list_ctas(&self, owner: &str, q: &CtaQuery) -> Result<Vec<Cta>, PortError> {
+        self.ctas_page(owner, q).await
+    }
+}
+
+#[async_trait::async_trait]
+impl FollowUps for LocalStore {
     async fn claim_turn(
         &self,
         run_id: &str,
@@ -497,50 +508,69 @@ impl Store for LocalStore {
         )
         .await
     }
+}
 
-    async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
-        let cta_id = cta_id.to_owned();
-        self.read(move |c| {
-            let body: Option<String> = c
-                .query_row("SELECT body FROM ctas WHERE cta_id = ?1", [cta_id], |r| {
-                    r.get(0)
-                })
-                .optional()
-                .map_err(sql)?;
-            body.map(|b| from_json(&b)).transpose()
-        })
-        .await
+#[async_trait::async_trait]
+impl Ledgers for LocalStore {
+    async fn spent_on(&self, owner: &str, day: chrono::NaiveDate) -> Result<f64, PortError> {
+        let owner = owner.to_owned();
+        self.read(move |c| rows::spent_on(c, &owner, &day.to_string()))
+            .await
     }
 
-    async fn settle_cta(
+    async fn ledger(
         &self,
-        cta_id: &str,
-        settlement: &Settlement,
-        at: DateTime<Utc>,
-    ) -> Result<Settled, PortError> {
-        let (cta_id, settlement) = (cta_id.to_owned(), settlement.clone());
-        self.write(true, move |c| {
-            let body: Option<String> = c
-                .query_row("SELECT body FROM ctas WHERE cta_id = ?1", [&cta_id], |r| r.get(0))
-                .optional()
-                .map_err(sql)?;
-            let Some(body) = body else { return Ok(Settled::NotFound) };
-            let mut cta: Cta = from_json(&body)?;
-            if cta.status != CtaStatus::Pending {
-                return Ok(Settled::Lost(cta));
+        root_run_id: &str,
+    ) -> Result<Option<baton_core::budget::Ledger>, PortError> {
+        let root = root_run_id.to_owned();
+        self.read(move |c| rows::ledger(c, &root)).await
+    }
+
+    async fn active_runs(&self, owner: &str) -> Result<u64, PortError> {
+        let owner = owner.to_owned();
+        self.read(move |c| rows::slots_held(c, &owner)).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Sweep for LocalStore {
+    async fn stale_outboxes(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError> {
+        let rows: Vec<(String, String, String)> = self
+            .read(|c| {
+                let mut stmt = c
+                    .prepare_cached(
+                        "SELECT run_id, body, outbox FROM runs WHERE outbox IS NOT NULL",
+                    )
+                    .map_err(sql)?;
+                stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .map_err(sql)?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(sql)
+            })
+            .await?;
+        let mut out = Vec::new();
+        for (run_id, body, outbox) in rows {
+            let run: Run = from_json(&body)?;
+            let effects: Vec<Effect> = from_json(&outbox)?;
+            // A run's start counts too until its first step: it was never received.
+            let parked = !outbox_continues(&run_id, &effects)
+                || outbox_owes(&run_id, &effects)
+                || run.version == 0;
+            if run.updated_at < before && parked {
+                out.push(run_id);
             }
-            cta.settle(&settlement, at);
-            let status = settlement.status();
-            let unsent = (status != CtaStatus::Cancelled).then(|| at.timestamp_millis());
-            let n = c
-                .execute(
-                    "UPDATE ctas SET status = ?1, body = ?2, unsent = ?3 WHERE cta_id = ?4 AND status = 'pending'",
-                    params![status.as_str(), to_json(&cta)?, unsent, cta_id],
-                )
-                .map_err(sql)?;
-            if n == 1 { Ok(Settled::Won(cta)) } else { Err(PortError::Conflict) }
-        })
-        .await
+        }
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    /// `baton dev` keeps everything: its data directory is the developer's to delete.
+    async fn purge_finished(&self, _: DateTime<Utc>, _: usize) -> Result<usize, PortError> {
+        Ok(0)
     }
 
     async fn stale_resolutions(
@@ -577,19 +607,5 @@ impl Store for LocalStore {
         limit: usize,
     ) -> Result<Vec<Cta>, PortError> {
         self.ctas_due(before, limit).await
-    }
-
-    async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
-        let cta_id = cta_id.to_owned();
-        self.write_one(false, move |c| {
-            c.execute("UPDATE ctas SET unsent = NULL WHERE cta_id = ?1", [cta_id])
-                .map_err(sql)?;
-            Ok(())
-        })
-        .await
-    }
-
-    async fn list_ctas(&self, owner: &str, q: &CtaQuery) -> Result<Vec<Cta>, PortError> {
-        self.ctas_page(owner, q).await
     }
 }

@@ -4,6 +4,7 @@
 use super::*;
 use baton_aws::dynamo::DynamoStore;
 use baton_aws::sdk::Meter;
+use baton_core::ports::{RunReads, RunWrites};
 
 /// `GET /runs/{id}` and the timeline's pages read the page they return: on a run of
 /// 10,000 entries (500 segments), a page of 100 reads six segments wherever it starts,
