@@ -28,6 +28,7 @@ mod live_aws;
 mod mcp_tools;
 mod openai_flow;
 mod plans;
+mod question_defaults;
 mod quotas;
 mod races;
 mod releases;

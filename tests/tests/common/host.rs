@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_core::failpoint;
+use baton_core::ports::{Clock, ManualClock};
 use baton_dev::{AwsDevOptions, AwsDevServer, LocalOptions};
 use serde_json::Value;
 
@@ -24,6 +25,18 @@ pub trait TestHost {
 
     /// Stops the host once what it holds is handled (a crash in that tail fires now).
     async fn stop(&mut self);
+
+    /// Brings run `run_id`'s question `cta` (as the API shows it) to its expiry, as the
+    /// host's timers do: `baton dev`'s worker once its clock passes `expiresAt` (the host's
+    /// [`ManualClock`], moved there), the schedule's event on the bus on AWS (at its time:
+    /// the emulator fires no schedule).
+    async fn expire(&self, run_id: &str, cta: &Value);
+}
+
+fn expires_at(cta: &Value) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::parse_from_rfc3339(cta["expiresAt"].as_str().expect("expiresAt"))
+        .expect("an RFC 3339 time")
+        .with_timezone(&chrono::Utc)
 }
 
 /// `baton dev` on a data directory, started again on the same one after a crash.
@@ -31,6 +44,8 @@ pub struct LocalHost {
     options: LocalOptions,
     harness: Option<Harness>,
     api: Api,
+    /// The host's clock, when a test moves it ([`LocalHost::with_clock`]).
+    clock: Option<Arc<ManualClock>>,
 }
 
 impl LocalHost {
@@ -42,6 +57,16 @@ impl LocalHost {
             options,
             harness: Some(harness),
             api,
+            clock: None,
+        }
+    }
+
+    /// `baton dev` started with `options` on `clock`, which [`TestHost::expire`] moves.
+    pub async fn with_clock(mut options: LocalOptions, clock: Arc<ManualClock>) -> LocalHost {
+        options.clock = clock.clone();
+        LocalHost {
+            clock: Some(clock),
+            ..LocalHost::start(options).await
         }
     }
 
@@ -77,6 +102,12 @@ impl TestHost for LocalHost {
         if let Some(h) = self.harness.take() {
             h.server.shutdown().await;
         }
+    }
+
+    async fn expire(&self, _run_id: &str, cta: &Value) {
+        let clock = self.clock.as_ref().expect("a host started with_clock");
+        let past = expires_at(cta) + chrono::Duration::seconds(1) - clock.now();
+        clock.advance(past.max(chrono::Duration::zero()));
     }
 }
 
@@ -209,6 +240,15 @@ impl TestHost for AwsHost {
         if let Some(s) = self.server.take() {
             s.shutdown().await;
         }
+    }
+
+    async fn expire(&self, run_id: &str, cta: &Value) {
+        let due = expires_at(cta);
+        let wait = (due - chrono::Utc::now()).to_std().unwrap_or_default();
+        tokio::time::sleep(wait + Duration::from_millis(50)).await;
+        let due = due.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let fire = serde_json::json!({"ctaId": cta["ctaId"], "runId": run_id, "due": due});
+        self.put_event("cta.expired", fire).await;
     }
 }
 
