@@ -22,7 +22,9 @@ echo "== LocalStack: the AWS scenarios and the adapters' port contracts"
 # build the libraries again with that crate's features only). Calm: the test command ran
 # the scenarios under the fault layer; here they meet LocalStack's own pace.
 BATON_TEST_FAULTS=0 cargo test --workspace --test e2e --test crashes -- \
-  aws_flow:: aws_questions:: aws_batches:: aws_outages:: question_defaults:: aws_crashes:: follow_up_crashes:: plans:: files:: contract:: service:: secret_rotation:: \
+  aws_flow:: aws_questions:: aws_batches:: aws_outages:: question_defaults:: \
+  aws_crashes:: follow_up_crashes:: plans:: files:: contract:: secret_rotation:: \
+  service::a_run_past_its_context_budget \
   quotas::aws:: \
   budgets::aws:: \
   --skip aws_batches::ten_runs_in_one_batch
