@@ -299,6 +299,21 @@ fn a_turns_usage_counts_what_its_subagents_spent() {
     );
 }
 
+/// A run of `explore` that completed its first turn, and a follow-up for its next.
+fn ended_run_and_follow_up() -> (Sim, String, Input) {
+    let mut s = Sim::new();
+    s.script("explore", vec![text("first"), text("second")]);
+    let id = s.create("explore", "one");
+    s.run_all();
+    let follow_up = Input::UserMessage {
+        text: "two".into(),
+        message_id: "m1".into(),
+        reply_to: None,
+        options: Default::default(),
+    };
+    (s, id, follow_up)
+}
+
 /// Decides `input` for run `id` as a host under `owner`'s quotas would.
 fn decide_under(s: &Sim, id: &str, input: &Input, owner: OwnerQuotas) -> Decision {
     let (run, tl) = &s.runs[id];
@@ -311,16 +326,7 @@ fn decide_under(s: &Sim, id: &str, input: &Input, owner: OwnerQuotas) -> Decisio
 
 #[test]
 fn the_owners_quotas_decide_what_each_commit_takes_and_spends() {
-    let mut s = Sim::new();
-    s.script("explore", vec![text("first"), text("second")]);
-    let id = s.create("explore", "one");
-    s.run_all();
-    let follow_up = Input::UserMessage {
-        text: "two".into(),
-        message_id: "m1".into(),
-        reply_to: None,
-        options: Default::default(),
-    };
+    let (s, id, follow_up) = ended_run_and_follow_up();
     // Under a limit, the follow-up that starts the ended run's next turn takes its slot in
     // that commit, up to the limit; its spending of the day is kept when an allowance is.
     let limited = OwnerQuotas {
@@ -345,16 +351,7 @@ fn the_owners_quotas_decide_what_each_commit_takes_and_spends() {
 
 #[test]
 fn an_ignored_follow_up_frees_its_place_unless_the_first_still_waits() {
-    let mut s = Sim::new();
-    s.script("explore", vec![text("first"), text("second")]);
-    let id = s.create("explore", "one");
-    s.run_all();
-    let follow_up = Input::UserMessage {
-        text: "two".into(),
-        message_id: "m1".into(),
-        reply_to: None,
-        options: Default::default(),
-    };
+    let (mut s, id, follow_up) = ended_run_and_follow_up();
     assert_eq!(s.send(&id, follow_up.clone()), Outcome::Done);
     // Posted again once its turn ran (a client's retry, admitted again): ignored, and the
     // place it was admitted to is given back.
