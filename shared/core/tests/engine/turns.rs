@@ -383,3 +383,28 @@ fn an_ignored_follow_up_frees_its_place_unless_the_first_still_waits() {
     };
     assert_eq!(effects, vec![]);
 }
+
+#[test]
+fn a_follow_ups_turn_whose_model_fails_for_good_fails_the_completed_run() {
+    let (s, id, follow_up) = ended_run_and_follow_up();
+    let (run, tl) = &s.runs[&id];
+    assert_eq!(run.status, RunStatus::Completed);
+    let io = Io {
+        model_error: Some("the model refused".into()),
+        ..Io::new(s.catalog.book(&s.catalog.listed()))
+    };
+    // One commit takes the run from `completed` to `failed` (the status table allows it:
+    // the engine asserts every commit against it).
+    let Step::Done(t) = step(s.now, run, tl, &follow_up, &io) else {
+        panic!("the turn's failure commits");
+    };
+    assert_eq!(t.run.status, RunStatus::Failed);
+    assert!(run.status.may_become(t.run.status));
+    assert_eq!(t.run.error.as_ref().unwrap().code, "model_error");
+    assert!(
+        t.appended
+            .iter()
+            .any(|e| matches!(&e.body, EntryBody::User { text, .. } if text == "two")),
+        "the follow-up is in the timeline before the error"
+    );
+}
