@@ -7,8 +7,10 @@ use baton_core::agent::Extensions;
 use crate::{Startup, init_tracing};
 
 /// What a function does with Lambda's events. A role the crate is built without (its
-/// feature: `api` for [`Role::Api`], `steps` for [`Role::Steps`]) is not there to name, so
-/// a function that names it does not compile rather than fail at its cold start.
+/// feature: `api`, `steps`, `events`) is not there to name, so a function that names it does
+/// not compile rather than fail at its cold start; and a function links only its own role's
+/// code (`sam build` builds each function alone, with its features), not every role's behind
+/// a `match` the linker cannot see through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Role {
@@ -23,6 +25,7 @@ pub enum Role {
     Steps,
     /// What the bus and the clock send — answers, expiries, plan timers — and the sweep's
     /// tick (the `events` function). It never calls a model nor runs a tool.
+    #[cfg(feature = "events")]
     Events,
     /// The live channel's authorizer (the `live` function): it checks watch tokens and reads
     /// nothing but its key, so it takes no extensions.
@@ -35,7 +38,7 @@ pub enum Role {
 ///
 /// ```no_run
 /// fn main() -> Result<(), baton_lambda::Error> {
-///     baton_lambda::main(baton_lambda::Role::Events, Default::default())
+///     baton_lambda::main(baton_lambda::Role::LiveAuthorizer, Default::default())
 /// }
 /// ```
 pub fn main(role: Role, extensions: Extensions) -> Result<(), crate::Error> {
@@ -58,7 +61,12 @@ pub async fn serve(role: Role, extensions: Extensions) -> Result<(), crate::Erro
             let models = startup.models().await?;
             crate::run_steps(startup, std::sync::Arc::new(models)).await
         }
+        #[cfg(feature = "events")]
         Role::Events => crate::run_events(startup.with_extensions(extensions)).await,
-        Role::LiveAuthorizer => crate::run_live_authorizer(startup).await,
+        Role::LiveAuthorizer => {
+            // It builds no catalog: the extensions are not its.
+            drop(extensions);
+            crate::run_live_authorizer(startup).await
+        }
     }
 }
