@@ -332,9 +332,10 @@ pub trait Sweep: Send + Sync {
     ) -> Result<Vec<DueTimer>, PortError>;
 }
 
-/// A store: every role of it ([`RunReads`], [`RunWrites`], [`Ctas`], [`FollowUps`], [`Ledgers`], [`Sweep`]), as
-/// each adapter implements them. The service holds one; a test that changes one role of a
-/// store wraps that role alone and puts it back with [`StoreParts`].
+/// A store: every role of it ([`RunReads`], [`RunWrites`], [`Ctas`], [`FollowUps`],
+/// [`Ledgers`], [`Sweep`]), as each adapter implements them. The service holds one; a test
+/// that changes one role of a store wraps that role alone and puts it back with
+/// [`StoreParts`].
 pub trait Store: RunReads + RunWrites + Ctas + FollowUps + Ledgers + Sweep {}
 
 impl<T: RunReads + RunWrites + Ctas + FollowUps + Ledgers + Sweep> Store for T {}
