@@ -607,7 +607,15 @@ async fn contention(runs: usize, owners: usize, budgeted: bool) -> (u64, f64, f6
                 let mut t = next(&run, vec![]);
                 t.daily_spend = true;
                 t.spent_usd = 0.01;
-                store.commit(run.version, &t).await.unwrap();
+                // DynamoDB (and LocalStack's) may cancel a transaction that meets another on
+                // the owner's spending item (`TransactionConflict`): nothing is written, and
+                // the step is delivered again, as here.
+                let mut tries = 0;
+                while let Err(e) = store.commit(run.version, &t).await {
+                    tries += 1;
+                    assert!(e.is_retryable() && tries < 10, "{e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50 * tries)).await;
+                }
                 run = t.run;
             }
         });
