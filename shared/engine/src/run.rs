@@ -29,9 +29,8 @@ impl RunStatus {
     /// Every change of a run's status one commit may make; a run may also stay as it is. A
     /// step may pass several arrows of the README's diagram at once (a start that thinks
     /// and answers goes from `queued` to `completed`; a follow-up's turn whose model fails for
-    /// good, from `completed` to `failed`). Only a completed run goes on, with a follow-up's
-    /// turn; a failed, expired or cancelled one is final (fork it to go on). The
-    /// engine asserts every commit against this table (in debug builds: every test's).
+    /// good, from `completed` to `failed`). Only a completed run goes on (a follow-up's turn);
+    /// the engine asserts every commit against this table (in debug builds: every test's).
     pub const CHANGES: &'static [(RunStatus, RunStatus)] = {
         use RunStatus::*;
         &[
