@@ -125,17 +125,7 @@ fn next(run: &Run, effects: Vec<Effect>) -> Transition {
     let entry = Entry {
         seq: r.next_seq,
         at: Utc::now(),
-        body: EntryBody::Assistant {
-            stop_reason: None,
-            truncated: false,
-            text: Some("x".repeat(3000)),
-            usage: Usage::default(),
-            model: None,
-            cost_usd: None,
-            operation: Default::default(),
-            latency_ms: None,
-            first_token_ms: None,
-        },
+        body: EntryBody::reply(Some("x".repeat(3000))),
     };
     r.next_seq += 1;
     Transition {
@@ -820,7 +810,7 @@ async fn the_embedded_store_commits_sends_with_the_step_and_acks_with_the_next_r
     assert_eq!(again.queue_depth().await.unwrap(), 0);
 }
 
-mod aws;
+pub(crate) mod aws;
 mod pages;
 
 use pages::{cta_pages_contract, run_pages_contract};

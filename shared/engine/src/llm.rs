@@ -127,19 +127,7 @@ mod tests {
         let tool = |seq, id: &str, result| Entry {
             seq,
             at: at(),
-            body: EntryBody::Tool(ToolEntry {
-                id: id.into(),
-                name: "echo".into(),
-                input: json!({"text": id}),
-                result,
-                reply_seq: 1,
-                cta: None,
-                child_run_id: None,
-                plan: None,
-                duration_ms: None,
-                effects: None,
-                started: 0,
-            }),
+            body: EntryBody::Tool(ToolEntry::new(id, "echo", json!({"text": id}), result, 1)),
         };
         let timeline = vec![
             Entry {
@@ -154,17 +142,7 @@ mod tests {
             Entry {
                 seq: 1,
                 at: at(),
-                body: EntryBody::Assistant {
-                    stop_reason: None,
-                    truncated: false,
-                    text: None,
-                    usage: Usage::default(),
-                    model: None,
-                    cost_usd: None,
-                    operation: Default::default(),
-                    latency_ms: None,
-                    first_token_ms: None,
-                },
+                body: EntryBody::reply(None),
             },
             tool(2, "a", ToolResult::Success { output: json!("a") }),
             tool(3, "b", ToolResult::error("boom")),
@@ -179,17 +157,7 @@ mod tests {
             Entry {
                 seq: 5,
                 at: at(),
-                body: EntryBody::Assistant {
-                    stop_reason: None,
-                    truncated: false,
-                    text: Some("done".into()),
-                    usage: Usage::default(),
-                    model: None,
-                    cost_usd: None,
-                    operation: Default::default(),
-                    latency_ms: None,
-                    first_token_ms: None,
-                },
+                body: EntryBody::reply(Some("done".into())),
             },
         ];
         let msgs = project("sys", &timeline);
@@ -229,33 +197,17 @@ mod tests {
             });
         };
         for n in 0..turns {
-            push(EntryBody::Assistant {
-                stop_reason: None,
-                truncated: false,
-                text: Some(format!("round {n}")),
-                usage: Usage::default(),
-                model: None,
-                cost_usd: None,
-                operation: Default::default(),
-                latency_ms: None,
-                first_token_ms: None,
-            });
+            push(EntryBody::reply(Some(format!("round {n}"))));
             let reply_seq = n; // not read by the projection
-            push(EntryBody::Tool(ToolEntry {
-                id: format!("c{n}"),
-                name: "echo".into(),
-                input: json!({"text": "x".repeat(size)}),
-                result: ToolResult::Success {
+            push(EntryBody::Tool(ToolEntry::new(
+                format!("c{n}"),
+                "echo",
+                json!({"text": "x".repeat(size)}),
+                ToolResult::Success {
                     output: json!("y".repeat(size)),
                 },
                 reply_seq,
-                cta: None,
-                child_run_id: None,
-                plan: None,
-                duration_ms: None,
-                effects: None,
-                started: 0,
-            }));
+            )));
             if n % 3 == 0 {
                 push(EntryBody::Notice {
                     code: "n".into(),

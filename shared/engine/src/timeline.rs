@@ -184,6 +184,24 @@ pub enum Operation {
     Review,
 }
 
+impl EntryBody {
+    /// A model's reply with only its text (or none): no usage, price, model or timing
+    /// recorded, as a test or a synthetic history writes one.
+    pub fn reply(text: Option<String>) -> Self {
+        Self::Assistant {
+            stop_reason: None,
+            truncated: false,
+            text,
+            usage: Usage::default(),
+            model: None,
+            cost_usd: None,
+            operation: Operation::default(),
+            latency_ms: None,
+            first_token_ms: None,
+        }
+    }
+}
+
 /// A tool call and its result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
@@ -225,6 +243,30 @@ fn is_zero32(n: &u32) -> bool {
 }
 
 impl ToolEntry {
+    /// A call of the reply at `reply_seq` with its result so far, waiting on no person,
+    /// subagent or plan, not run yet by its host.
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        input: Value,
+        result: ToolResult,
+        reply_seq: u64,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            input,
+            result,
+            reply_seq,
+            cta: None,
+            child_run_id: None,
+            plan: None,
+            duration_ms: None,
+            effects: None,
+            started: 0,
+        }
+    }
+
     /// Whether the call is committed and due to run: its reply (or its approval) is
     /// committed, and its host has not recorded its output yet.
     pub fn is_due(&self) -> bool {
@@ -253,6 +295,11 @@ impl ToolResult {
     }
     pub fn error(msg: impl Into<String>) -> Self {
         Self::Error { error: msg.into() }
+    }
+    pub fn pending(reason: impl Into<String>) -> Self {
+        Self::Pending {
+            reason: reason.into(),
+        }
     }
 }
 
@@ -332,21 +379,15 @@ mod tests {
         let e = Entry {
             seq: 3,
             at: at(),
-            body: EntryBody::Tool(ToolEntry {
-                id: "call_1".into(),
-                name: "echo".into(),
-                input: json!({"text": "hi"}),
-                result: ToolResult::Success {
+            body: EntryBody::Tool(ToolEntry::new(
+                "call_1",
+                "echo",
+                json!({"text": "hi"}),
+                ToolResult::Success {
                     output: json!("hi"),
                 },
-                reply_seq: 2,
-                cta: None,
-                child_run_id: None,
-                plan: None,
-                duration_ms: None,
-                effects: None,
-                started: 0,
-            }),
+                2,
+            )),
         };
         let v = serde_json::to_value(&e).expect("serializes");
         assert_eq!(v["type"], "tool");

@@ -1,7 +1,6 @@
 //! What the clients' tests share: a short history with one tool round trip, and a tool.
 
 use baton_core::llm::ToolSpec;
-use baton_core::run::Usage;
 use baton_core::timeline::{Entry, EntryBody, ToolEntry, ToolResult};
 use serde_json::json;
 
@@ -20,34 +19,18 @@ pub fn history() -> Vec<Entry> {
         Entry {
             seq: 1,
             at,
-            body: EntryBody::Assistant {
-                stop_reason: None,
-                truncated: false,
-                text: None,
-                usage: Usage::default(),
-                model: None,
-                cost_usd: None,
-                operation: Default::default(),
-                latency_ms: None,
-                first_token_ms: None,
-            },
+            body: EntryBody::reply(None),
         },
         Entry {
             seq: 2,
             at,
-            body: EntryBody::Tool(ToolEntry {
-                id: "call_a".into(),
-                name: "echo".into(),
-                input: json!({"text": "x"}),
-                result: ToolResult::Success { output: json!("x") },
-                reply_seq: 1,
-                cta: None,
-                child_run_id: None,
-                plan: None,
-                duration_ms: None,
-                effects: None,
-                started: 0,
-            }),
+            body: EntryBody::Tool(ToolEntry::new(
+                "call_a",
+                "echo",
+                json!({"text": "x"}),
+                ToolResult::Success { output: json!("x") },
+                1,
+            )),
         },
     ]
 }

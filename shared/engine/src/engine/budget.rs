@@ -69,21 +69,13 @@ impl Work<'_> {
         };
         let seq = self.run.next_seq;
         let id = derive_id("budget", &self.run.run_id, seq);
-        self.push(EntryBody::Tool(ToolEntry {
-            id: id.clone(),
-            name: ENTRY.into(),
-            input: json!(ask),
-            result: ToolResult::Pending {
-                reason: "asking".into(),
-            },
-            reply_seq: self.batch_start.saturating_sub(1),
-            cta: None,
-            child_run_id: None,
-            plan: None,
-            duration_ms: None,
-            effects: None,
-            started: 0,
-        }));
+        self.push(EntryBody::Tool(ToolEntry::new(
+            id.clone(),
+            ENTRY,
+            json!(ask),
+            ToolResult::pending("asking"),
+            self.batch_start.saturating_sub(1),
+        )));
         let message = format!(
             "This run has spent ${:.4} of its ${:.4} budget (with its subagents). Allow it to \
              spend ${:.4} more, beyond what it has spent?",

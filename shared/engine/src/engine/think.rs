@@ -224,21 +224,13 @@ impl Work<'_> {
                 Ok(v) => v.clone(),
                 Err(_) => Value::String(call.arguments.clone()),
             };
-            let seq = self.push(EntryBody::Tool(ToolEntry {
-                id: id.clone(),
-                name: call.name.clone(),
-                input: input.clone(),
-                result: ToolResult::Pending {
-                    reason: "dispatching".into(),
-                },
+            let seq = self.push(EntryBody::Tool(ToolEntry::new(
+                id.clone(),
+                call.name.clone(),
+                input.clone(),
+                ToolResult::pending("dispatching"),
                 reply_seq,
-                cta: None,
-                child_run_id: None,
-                plan: None,
-                duration_ms: None,
-                effects: None,
-                started: 0,
-            }));
+            )));
             let max = agent.max_tool_calls_per_turn;
             let cut_off = reply.cut.is_some() && i + 1 == reply.tool_calls.len();
             let result = if cut_off {
