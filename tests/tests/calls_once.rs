@@ -285,6 +285,7 @@ impl wiremock::Respond for Thinking {
 /// (Before, the call ran with the 5 s left and was cut off: the model was told it failed.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_whose_call_does_not_fit_its_invocation_is_not_asked_for_again() {
+    let _serial = SERIAL.lock().await;
     use std::time::Duration;
     let timeout = Duration::from_secs(10);
     let provider = MockServer::start().await;

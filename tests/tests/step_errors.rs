@@ -23,24 +23,39 @@ use chrono::{DateTime, Utc};
 use common::*;
 use serde_json::json;
 
-/// The embedded store, except that it refuses (terminally, as DynamoDB refuses an item over
-/// 400 KB) any commit that carries the word `poison`, or fails every commit retryably; with
-/// `slow_purge`, every purge takes 300 ms and finds as many finished runs as it may take.
+/// A store (the embedded one, or DynamoDB's), except that it refuses (terminally, as
+/// DynamoDB refuses an item over 400 KB) any commit that carries the word `poison`, or fails
+/// every commit retryably; with `slow_purge`, every purge takes 300 ms and finds as many
+/// finished runs as it may take.
 struct Refusing {
-    inner: LocalStore,
+    inner: Arc<dyn Store>,
     retryable: bool,
     /// Commits still to refuse as a throttle would (then they go through).
     throttle: AtomicU32,
+    /// Commits still to refuse as a version conflict (another writer's commit) would.
+    conflicts: AtomicU32,
     refused: AtomicU32,
     slow_purge: bool,
     purges: AtomicU32,
 }
 
 impl Refusing {
-    /// The embedded store with this one's commits and purges: the roles it wraps
-    /// ([`RunWrites`], [`Sweep`]) replace the embedded store's, the others stay as they are.
+    fn over(inner: Arc<dyn Store>, retryable: bool, slow_purge: bool) -> Self {
+        Self {
+            inner,
+            retryable,
+            throttle: AtomicU32::new(0),
+            conflicts: AtomicU32::new(0),
+            refused: AtomicU32::new(0),
+            slow_purge,
+            purges: AtomicU32::new(0),
+        }
+    }
+
+    /// The store with this one's commits and purges: the roles it wraps ([`RunWrites`],
+    /// [`Sweep`]) replace the inner store's, the others stay as they are.
     fn as_store(self: &Arc<Self>) -> Arc<dyn Store> {
-        let mut parts = StoreParts::of(Arc::new(self.inner.clone()));
+        let mut parts = StoreParts::of(self.inner.clone());
         parts.run_writes = self.clone();
         parts.sweep = self.clone();
         Arc::new(parts)
@@ -53,11 +68,15 @@ impl RunWrites for Refusing {
         let poisoned = serde_json::to_string(&t.appended)
             .unwrap()
             .contains("poison");
-        let throttled = self
-            .throttle
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if throttled {
+        let take = |n: &AtomicU32| {
+            n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        };
+        if take(&self.conflicts) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(PortError::Conflict);
+        }
+        if take(&self.throttle) {
             self.refused.fetch_add(1, Ordering::SeqCst);
             return Err(PortError::Unavailable {
                 message: "ThrottlingException: rate exceeded".into(),
@@ -163,14 +182,11 @@ fn service_with(
     retryable: bool,
     slow_purge: bool,
 ) -> (Arc<Service>, Arc<Refusing>) {
-    let store = Arc::new(Refusing {
-        inner: local.clone(),
+    let store = Arc::new(Refusing::over(
+        Arc::new(local.clone()),
         retryable,
-        throttle: AtomicU32::new(0),
-        refused: AtomicU32::new(0),
         slow_purge,
-        purges: AtomicU32::new(0),
-    });
+    ));
     let deps = Deps {
         store: store.as_store(),
         queue: Arc::new(local.clone()),
@@ -240,55 +256,119 @@ impl baton_core::llm::Llm for Counted {
     }
 }
 
-/// A throttle on the commit of a reply (past the SDK's own retries) does not throw the
-/// reply away: the commit is tried again with it in hand, and the model is asked once.
-#[tokio::test]
-async fn a_reply_whose_commit_is_throttled_is_not_asked_for_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let local = LocalStore::open(dir.path()).unwrap();
-    let store = Arc::new(Refusing {
-        inner: local.clone(),
-        retryable: false,
-        throttle: AtomicU32::new(0),
-        refused: AtomicU32::new(0),
-        slow_purge: false,
-        purges: AtomicU32::new(0),
-    });
+/// How the store turns a reply's commit away.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    /// Three throttles past the SDK's own retries.
+    Throttle,
+    /// Five version conflicts running, more than a step without a reply re-reads for.
+    Conflict,
+}
+
+/// A reply whose commit the store turns away for now is not thrown away: the commit is
+/// tried again with the reply in hand (a throttle after a pause, a conflict after reading
+/// the run again), and the model is asked once per reply. `deps` are a host's ports; its
+/// queue is received from through `pump`, as the host's consumers do.
+async fn a_reply_is_kept_through(
+    refusal: Refusal,
+    mut deps: Deps,
+    pump: &dyn crate::contract::Pump,
+) {
     let script = r#"{"worker": [
         {"tool_calls": [{"name": "echo", "arguments": {"text": "x"}}]},
         {"text": "done"}]}"#;
     let model = Arc::new(Counted(scripted(script), AtomicU32::new(0)));
+    let store = Arc::new(Refusing::over(deps.store.clone(), false, false));
+    deps.store = store.as_store();
+    deps.sending_store = None;
+    deps.llm = model.clone();
+    let catalog = catalog(Some(json!({"agents": {"worker": {"tools": ["echo"]}}})));
+    let svc = Arc::new(Service::builder(deps, catalog).build());
+    create(&svc).await;
+    let counter = match refusal {
+        Refusal::Throttle => &store.throttle,
+        Refusal::Conflict => &store.conflicts,
+    };
+    let refusals = match refusal {
+        Refusal::Throttle => 3,
+        Refusal::Conflict => 5,
+    };
+    // The first commit after the create is the first reply's.
+    counter.store(refusals, Ordering::SeqCst);
+    let mut status = RunStatus::Queued;
+    for _ in 0..100 {
+        for (receipt, msg) in pump.receive(10).await {
+            // A failed step's message is left to come back, as on the hosts' queues.
+            match svc.handle(&msg).await {
+                Ok(baton_core::service::Handled::Committed { status: s, .. }) => status = s,
+                Ok(_) => {}
+                Err(e) => {
+                    eprintln!("{refusal:?}: {e}");
+                    continue;
+                }
+            }
+            pump.ack(receipt).await;
+        }
+        if status == RunStatus::Completed {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, RunStatus::Completed, "{refusal:?}");
+    assert_eq!(store.refused.load(Ordering::SeqCst), refusals);
+    assert_eq!(
+        model.1.load(Ordering::SeqCst),
+        2,
+        "{refusal:?}: one model call per reply"
+    );
+}
+
+fn local_deps(dir: &std::path::Path) -> (Deps, LocalStore) {
+    let local = LocalStore::open(dir).unwrap();
     let deps = Deps {
-        store: store.as_store(),
+        store: Arc::new(local.clone()),
         queue: Arc::new(local.clone()),
         bus: Arc::new(local.clone()),
         scheduler: Arc::new(local.clone()),
-        blobs: Arc::new(baton_local::blobs::FileBlobs::new(dir.path())),
-        llm: model.clone(),
+        blobs: Arc::new(baton_local::blobs::FileBlobs::new(dir)),
+        llm: scripted("{}"),
         clock: Arc::new(SystemClock),
         sending_store: None,
     };
-    let catalog = catalog(Some(json!({"agents": {"worker": {"tools": ["echo"]}}})));
-    let svc = Arc::new(Service::builder(deps, catalog).build());
-    let run_id = create(&svc).await;
-    // The first reply's commit is throttled three times.
-    store.throttle.store(3, Ordering::SeqCst);
-    let msg = StepMessage {
-        run_id: run_id.clone(),
-        id: format!("{run_id}:start"),
-        input: baton_core::message::Input::Start,
-        owed: false,
-    };
-    svc.handle(&msg)
-        .await
-        .expect("committed, the reply in hand");
-    assert_eq!(store.refused.load(Ordering::SeqCst), 3);
-    assert_eq!(model.1.load(Ordering::SeqCst), 1);
-    let worker = Worker::new(svc.clone(), local.clone(), WorkerOptions::default());
-    worker.drain().await.unwrap();
-    let rec = local.get_run(&run_id).await.unwrap().unwrap();
-    assert_eq!(rec.run.status, RunStatus::Completed);
-    assert_eq!(model.1.load(Ordering::SeqCst), 2, "one call per reply");
+    (deps, local)
+}
+
+#[tokio::test]
+async fn a_reply_whose_commit_is_throttled_or_conflicts_is_not_asked_for_again() {
+    for refusal in [Refusal::Throttle, Refusal::Conflict] {
+        let dir = tempfile::tempdir().unwrap();
+        let (deps, local) = local_deps(dir.path());
+        a_reply_is_kept_through(refusal, deps, &local).await;
+    }
+}
+
+#[tokio::test]
+async fn a_reply_whose_commit_is_throttled_or_conflicts_is_not_asked_for_again_on_aws() {
+    let aws = common::aws::Emulator::start_with(None).await;
+    let sdk = aws.sdk().await;
+    for refusal in [Refusal::Throttle, Refusal::Conflict] {
+        let names = aws.names(&format!("kept-{refusal:?}").to_lowercase());
+        let p = baton_aws::provision::ensure(&sdk, &names, "arn:aws:iam::123456789012:role/s")
+            .await
+            .unwrap();
+        let deps = baton_aws::aws_deps(
+            &p.config,
+            &sdk,
+            scripted("{}"),
+            Arc::new(SystemClock),
+            baton_aws::sdk::Meter::shared(),
+        );
+        let pump = crate::contract::aws::SqsPump {
+            client: aws_sdk_sqs::Client::new(&sdk),
+            urls: vec![p.config.steps_queue_url.clone()],
+        };
+        a_reply_is_kept_through(refusal, deps, &pump).await;
+    }
 }
 
 #[tokio::test]

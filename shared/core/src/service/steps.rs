@@ -22,6 +22,11 @@ use crate::run::{Run, RunStatus};
 /// wait (doubling): the reply is not thrown away for want of a write that may go through.
 const REPLY_COMMIT_RETRIES: u32 = 4;
 const REPLY_COMMIT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+/// Version conflicts running (other writers' commits: children reporting, answers) a step
+/// reads its run again for before it gives up and is redelivered, and how many when it
+/// holds a reply not yet committed.
+const CONFLICTS: u32 = 3;
+const CONFLICTS_WITH_A_REPLY: u32 = 10;
 
 /// A dead-lettered step message ends its run once this many of its deliveries failed in
 /// its own step (the queues' `maxReceiveCount` is 8).
@@ -321,8 +326,18 @@ impl Service {
                     io.turn_refused = None;
                     debug!(run_id = %run.run_id, "version moved; re-hydrating");
                     conflicts += 1;
-                    if conflicts >= 3 {
+                    // A step with a reply in hand reads the run again longer, pausing a
+                    // little more each time, while the invocation has the time: given up,
+                    // the reply would be paid for again.
+                    let pause = REPLY_COMMIT_BACKOFF * conflicts;
+                    let keep = paid
+                        && conflicts < CONFLICTS_WITH_A_REPLY
+                        && deadline.is_none_or(|d| d.left() > pause + REPLY_COMMIT_BACKOFF);
+                    if conflicts >= CONFLICTS && !keep {
                         return Err(StepError::Contended(msg.run_id.clone()));
+                    }
+                    if paid {
+                        tokio::time::sleep(pause).await;
                     }
                 }
                 Err(e) => return Err(e.into()),
