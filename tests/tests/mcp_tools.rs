@@ -183,20 +183,30 @@ async fn fastmcp_tools_run_are_gated_and_a_killed_server_is_an_error_result() {
     h.server.shutdown().await;
 }
 
+/// A published server over stdio lists and answers; its tools' effects are as the agents
+/// file declares them: `once` unless it says (so its call is marked started, in a commit of
+/// its own, before it runs), the server's `effects` for all its tools, and `toolEffects`
+/// over that for one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_published_stdio_server_lists_and_answers() {
     let bin = venv_bin();
     let dir = tempfile::tempdir().expect("tempdir");
+    let server = json!({"command": bin.join("mcp-server-time"),
+                        "args": ["--local-timezone", "UTC"]});
+    let mut declared = server.clone();
+    declared["effects"] = json!("idempotent");
+    declared["toolEffects"] = json!({"convert_time": "none"});
     let file = json!({
-        "mcpServers": {"clock": {
-            "command": bin.join("mcp-server-time"),
-            "args": ["--local-timezone", "UTC"]
-        }},
-        "agents": {"timekeeper": {"tools": ["clock__get_current_time"]}}
+        "mcpServers": {"clock": server, "declared": declared},
+        "agents": {"timekeeper": {"tools": ["clock__get_current_time", "mcp:declared"]}}
     });
     let catalog = catalog(file, &|_| None);
+    let convert = json!({"source_timezone": "UTC", "time": "12:00",
+                         "target_timezone": "Europe/London"});
     let script = json!({"timekeeper": [
-        {"tool_calls": [{"name": "clock__get_current_time", "arguments": {"timezone": "UTC"}}]},
+        {"tool_calls": [{"name": "clock__get_current_time", "arguments": {"timezone": "UTC"}},
+                        {"name": "declared__get_current_time", "arguments": {"timezone": "UTC"}},
+                        {"name": "declared__convert_time", "arguments": convert}]},
         {"text": "it is now"}
     ]});
     let h = common::start(
@@ -214,13 +224,48 @@ async fn a_published_stdio_server_lists_and_answers() {
     assert_eq!(now[0]["status"], "success", "{run:#}");
     let text = now[0]["output"].to_string();
     assert!(text.contains("UTC") && text.contains("datetime"), "{text}");
+    let calls = of_type(&run, "tool");
+    let declared: Vec<(&str, &Value, &Value)> = calls
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap_or(""),
+                &e["effects"],
+                &e["started"],
+            )
+        })
+        .collect();
+    assert_eq!(
+        declared,
+        [
+            ("clock__get_current_time", &json!("once"), &json!(1)),
+            (
+                "declared__get_current_time",
+                &json!("idempotent"),
+                &Value::Null
+            ),
+            ("declared__convert_time", &json!("none"), &Value::Null),
+        ],
+        "{run:#}"
+    );
+    assert!(
+        calls.iter().all(|e| e["result"]["status"] == "success"),
+        "{run:#}"
+    );
 
     // The model is told the tool by its server-qualified name, with the server's own
-    // description and schema; the server's other tool is not this agent's.
+    // description and schema; `clock`'s other tool is not this agent's.
     let agent = catalog.agent("timekeeper").expect("agent");
     let specs = catalog.specs(&catalog.listed(), agent, &Prepared::default());
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["clock__get_current_time"]);
+    assert_eq!(
+        names,
+        [
+            "clock__get_current_time",
+            "declared__convert_time",
+            "declared__get_current_time"
+        ]
+    );
     assert!(!specs[0].description.is_empty());
     assert!(
         specs[0].parameters["properties"]["timezone"].is_object(),
