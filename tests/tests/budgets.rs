@@ -115,8 +115,10 @@ async fn question(api: &Api, run_id: &str) -> Value {
 async fn budgets_ask(api: &Api) {
     // Bad budgets are refused, and create nothing.
     for (body, why) in [
-        (json!({"prompt": "x", "budgetUsd": -1}), "above zero"),
-        (json!({"prompt": "x", "budgetUsd": 0}), "above zero"),
+        (json!({"prompt": "x", "budgetUsd": -1}), "from 0.000001"),
+        (json!({"prompt": "x", "budgetUsd": 0}), "from 0.000001"),
+        // Below a millionth of a dollar: DynamoDB's numbers start at 1e-130.
+        (json!({"prompt": "x", "budgetUsd": 1e-200}), "from 0.000001"),
         (json!({"prompt": "x", "budgetUsd": 5}), "at most 1"),
         (json!({"prompt": "x", "budgetUsd": "lots"}), "budgetUsd"),
     ] {
@@ -153,15 +155,21 @@ async fn budgets_ask(api: &Api) {
         .await;
     assert_eq!(code, 409, "{v}");
     // A raise past a million dollars is refused (two of 1.7e308 once made a budget
-    // infinite, and every read of the tree fail), and changes nothing.
-    for raise in [json!(1.7e308), json!(2_000_000), json!(1e300)] {
+    // infinite, and every read of the tree fail), as is one below a millionth of a dollar,
+    // and changes nothing.
+    for raise in [
+        json!(1.7e308),
+        json!(2_000_000),
+        json!(1e300),
+        json!(1e-200),
+    ] {
         let answer = json!({"kind": "approval", "approved": true, "raiseUsd": raise});
         let (code, v) = api.post(&path, answer).await;
         assert_eq!(code, 400, "{raise}: {v}");
         assert!(
             v["error"]["message"]
                 .as_str()
-                .is_some_and(|m| m.contains("at most 1000000")),
+                .is_some_and(|m| m.contains("from 0.000001 to 1000000")),
             "{v}"
         );
     }

@@ -806,17 +806,17 @@ async fn the_openapi_document_is_served_and_names_this_deployments_agents() {
         "{agents}"
     );
     // Money is bounded where it enters, and the document says so (a fuzzer holds the
-    // server to it): above zero, at most one million dollars.
+    // server to it): from a millionth of a dollar to a million.
     let budget = &schemas["CreateRunBody"]["properties"]["budgetUsd"];
     assert_eq!(
-        (&budget["exclusiveMinimum"], &budget["maximum"]),
-        (&json!(0), &json!(1_000_000)),
+        (&budget["minimum"], &budget["maximum"]),
+        (&json!(0.000_001), &json!(1_000_000)),
         "{budget}"
     );
     let raise = &schemas["CtaResponse"]["oneOf"][0]["properties"]["raiseUsd"];
     assert_eq!(
-        (&raise["exclusiveMinimum"], &raise["maximum"]),
-        (&json!(0), &json!(1_000_000)),
+        (&raise["minimum"], &raise["maximum"]),
+        (&json!(0.000_001), &json!(1_000_000)),
         "{raise}"
     );
     // Generated from the types: the timeline's entry kinds are all there.

@@ -15,7 +15,7 @@ use baton_core::ports::{
     Bus, Created, CtaPosition, CtaQuery, Queue, RunPosition, RunQuery, Scheduler, SendingStore,
     Settled, Store, SystemClock,
 };
-use baton_core::run::{NewRun, Run, RunStatus, Usage};
+use baton_core::run::{NewRun, Run, RunStatus};
 use baton_core::service::{Deps, Service};
 use baton_core::timeline::{Entry, EntryBody};
 use baton_local::store::LocalStore;
@@ -144,7 +144,47 @@ fn next(run: &Run, effects: Vec<Effect>) -> Transition {
     }
 }
 
+/// Money at its bounds: a tree budgeted at the most (a million dollars), a raise of the
+/// least (a millionth) and the least a think can cost (a token at the least price, 10⁻¹²)
+/// are kept and read back as written, on the day's spending too (DynamoDB holds numbers
+/// from 10⁻¹³⁰ with 38 digits; DynamoDB Local enforces them).
+async fn money_contract(store: &dyn Store) {
+    use baton_core::budget::{Budget, MAX_USD, MIN_USD, Raise};
+    let (mut run, first) = new_run("run_money", "payer");
+    run.budget = Some(Budget {
+        budget_usd: MAX_USD,
+    });
+    store
+        .create_run(&run, &first, &[], None, None)
+        .await
+        .unwrap();
+    let least = 1e-12;
+    let mut t = next(&run, vec![]);
+    t.spent_usd = least;
+    t.daily_spend = true;
+    t.budget_raise = Some(Raise {
+        by_usd: MIN_USD,
+        run_id: run.run_id.clone(),
+        cta_id: "cta_money".into(),
+        responder: None,
+        at: Utc::now(),
+    });
+    store.commit(run.version, &t).await.unwrap();
+    let ledger = store.ledger("run_money").await.unwrap().expect("a ledger");
+    let close = |a: f64, b: f64| (a - b).abs() <= b * 1e-12;
+    assert!(close(ledger.budget_usd, MAX_USD + MIN_USD), "{ledger:?}");
+    assert!(close(ledger.spent_usd, least), "{ledger:?}");
+    assert_eq!(ledger.raises.len(), 1, "{ledger:?}");
+    assert!(close(ledger.raises[0].by_usd, MIN_USD), "{ledger:?}");
+    let day = store
+        .spent_on("payer", Utc::now().date_naive())
+        .await
+        .unwrap();
+    assert!(close(day, least), "{day}");
+}
+
 async fn store_contract(store: Arc<dyn Store>) {
+    money_contract(&*store).await;
     // Create, read back, idempotency per owner.
     let (run, first) = new_run("run_c1", "alice");
     assert_eq!(

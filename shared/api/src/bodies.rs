@@ -32,10 +32,10 @@ pub(crate) struct CreateRunBody {
     #[serde(default)]
     pub(crate) on_expiry: Option<ExpiryPolicy>,
     /// What the run may spend with its subagents and plan steps, in US dollars, before its
-    /// owner is asked whether it may spend more; above zero, at most its agent's
+    /// owner is asked whether it may spend more; from 0.000001, at most its agent's
     /// `maxCostUsd` (which applies when this is absent).
     #[serde(default)]
-    #[schemars(extend("exclusiveMinimum" = 0, "maximum" = 1_000_000))]
+    #[schemars(extend("minimum" = 0.000_001, "maximum" = 1_000_000))]
     pub(crate) budget_usd: Option<f64>,
     /// You will watch the run (`POST /runs/{runId}/watch`, or its stream): it counts as
     /// watched from its creation, so that its first reply streams to you.

@@ -319,14 +319,13 @@ impl Config {
                 .filter(|n| *n > 0),
             max_daily_cost_usd_per_owner: match var("BATON_MAX_DAILY_COST_USD_PER_OWNER") {
                 Some(v) => match v.parse::<f64>() {
-                    Ok(usd) if usd.is_finite() && (0.0..=crate::budget::MAX_USD).contains(&usd) => {
-                        Some(usd).filter(|u| *u > 0.0)
-                    }
+                    Ok(0.0) => None,
+                    Ok(usd) if crate::budget::check_amount("", usd).is_ok() => Some(usd),
                     _ => {
                         return Err(ConfigError::Invalid {
                             var: "BATON_MAX_DAILY_COST_USD_PER_OWNER",
                             value: v,
-                            expected: "an amount of US dollars from 0 (no limit) to 1000000",
+                            expected: "an amount of US dollars, 0 (no limit) or from 0.000001 to 1000000",
                         });
                     }
                 },

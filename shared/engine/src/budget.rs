@@ -85,20 +85,26 @@ pub const EXHAUSTED: &str = "budget_exhausted";
 pub const ENTRY: &str = "baton_budget";
 
 /// The largest amount of money Baton takes anywhere it enters — a run's `budgetUsd`, an
-/// agent's `maxCostUsd`, an answer's `raiseUsd`, a daily quota: one million US dollars. A
-/// figure past it is a mistake or an attack (two raises of 1.7e308 once made a tree's
-/// budget infinite, which JSON cannot carry); bounded inputs keep every sum of them finite
-/// and within what DynamoDB's numbers hold.
+/// agent's `maxCostUsd`, an answer's `raiseUsd`, a daily quota — and the most a tree's
+/// budget may reach with its raises: one million US dollars. A figure past it is a mistake
+/// or an attack (two raises of 1.7e308 once made a tree's budget infinite, which JSON cannot
+/// carry).
 pub const MAX_USD: f64 = 1_000_000.0;
 
+/// The smallest amount above zero Baton takes where money enters: a millionth of a US
+/// dollar. With prices of 0 or at least [`crate::cost::MIN_PRICE_PER_MILLION`], every cost
+/// and every sum is 0 or at least 10⁻¹², far inside what DynamoDB's numbers hold (from
+/// 10⁻¹³⁰, 38 digits), as [`MAX_USD`] keeps them far below its largest.
+pub const MIN_USD: f64 = 0.000_001;
+
 /// Checks a budget as a caller gives it (a run's `budgetUsd`, an agent's `maxCostUsd`, an
-/// answer's `raiseUsd`): a finite amount above zero, at most [`MAX_USD`].
+/// answer's `raiseUsd`): a finite amount from [`MIN_USD`] to [`MAX_USD`].
 pub fn check_amount(what: &str, usd: f64) -> Result<(), String> {
-    if usd.is_finite() && usd > 0.0 && usd <= MAX_USD {
+    if usd.is_finite() && (MIN_USD..=MAX_USD).contains(&usd) {
         Ok(())
     } else {
         Err(format!(
-            "`{what}` must be an amount in US dollars above zero and at most {MAX_USD}, not {usd}"
+            "`{what}` must be an amount in US dollars from {MIN_USD} to {MAX_USD}, not {usd}"
         ))
     }
 }

@@ -25,9 +25,15 @@ pub struct Price {
 /// leave what a number holds.
 pub const MAX_PRICE_PER_MILLION: f64 = 10_000.0;
 
+/// The least a price above zero may be, in US dollars per million tokens: a token then
+/// costs at least 10⁻¹² dollars, a figure DynamoDB's numbers hold (a price of 10⁻²⁰⁰ would
+/// make costs it cannot).
+pub const MIN_PRICE_PER_MILLION: f64 = 0.000_001;
+
 impl Price {
-    /// Checks a price as an agents file gives it: each figure finite, 0 or more, at most
-    /// [`MAX_PRICE_PER_MILLION`] (a negative price once made a run "cost" -$31,000).
+    /// Checks a price as an agents file gives it: each figure finite, 0 or from
+    /// [`MIN_PRICE_PER_MILLION`] to [`MAX_PRICE_PER_MILLION`] (a negative price once made a
+    /// run "cost" -$31,000).
     pub fn check(&self, model: &str) -> Result<(), String> {
         let figures = [
             ("input", Some(self.input)),
@@ -36,11 +42,13 @@ impl Price {
         ];
         for (name, usd) in figures {
             if let Some(usd) = usd
-                && !(usd.is_finite() && (0.0..=MAX_PRICE_PER_MILLION).contains(&usd))
+                && !(usd == 0.0
+                    || (usd.is_finite()
+                        && (MIN_PRICE_PER_MILLION..=MAX_PRICE_PER_MILLION).contains(&usd)))
             {
                 return Err(format!(
-                    "price of `{model}`: `{name}` must be US dollars per million tokens from 0 \
-                     to {MAX_PRICE_PER_MILLION}, not {usd}"
+                    "price of `{model}`: `{name}` must be US dollars per million tokens, 0 or \
+                     from {MIN_PRICE_PER_MILLION} to {MAX_PRICE_PER_MILLION}, not {usd}"
                 ));
             }
         }

@@ -50,11 +50,11 @@ pub enum CtaResponse {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
         /// Approving a budget question: raise the budget by this much (US dollars) instead
-        /// of what it asked for: above zero, at most one million.
+        /// of what it asked for: from a millionth of a dollar to one million.
         #[serde(rename = "raiseUsd", default, skip_serializing_if = "Option::is_none")]
         #[cfg_attr(
             feature = "schemas",
-            schemars(extend("exclusiveMinimum" = 0, "maximum" = 1_000_000))
+            schemars(extend("minimum" = 0.000_001, "maximum" = 1_000_000))
         )]
         raise_usd: Option<f64>,
     },
@@ -423,7 +423,7 @@ mod tests {
         let err = CtaResponse::from_json(json!({"kind": "approval", "approved": true,
             "raiseUsd": 1.7e308}))
         .expect_err("too large");
-        assert!(err.to_string().contains("at most 1000000"), "{err}");
+        assert!(err.to_string().contains("to 1000000"), "{err}");
     }
 
     #[test]

@@ -162,7 +162,7 @@ fn bad_agent_files_are_clear_start_up_errors() {
         // -$31,000, and an agent's budget past a million dollars is a typo or an attack.
         (
             r#"{"prices": {"openai:m": {"input": -1000, "output": 1}}}"#,
-            "price of `openai:m`: `input` must be US dollars per million tokens from 0",
+            "price of `openai:m`: `input` must be US dollars per million tokens, 0 or from 0.000001",
         ),
         (
             r#"{"prices": {"openai:m": {"input": 1, "output": 1, "cachedInput": 1e9}}}"#,
@@ -170,7 +170,17 @@ fn bad_agent_files_are_clear_start_up_errors() {
         ),
         (
             r#"{"agents": {"a": {"tools": [], "maxCostUsd": 1e300}}}"#,
-            "at most 1000000",
+            "from 0.000001 to 1000000",
+        ),
+        // And too small for DynamoDB's numbers (from 1e-130): costs under such a price, or
+        // such a budget, could not be written.
+        (
+            r#"{"prices": {"openai:m": {"input": 1e-200, "output": 1}}}"#,
+            "`input` must be",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "maxCostUsd": 1e-200}}}"#,
+            "from 0.000001 to 1000000",
         ),
     ];
     for (json, expected) in cases {

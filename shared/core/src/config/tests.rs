@@ -156,6 +156,8 @@ fn quotas_are_off_unless_set_above_zero_and_bad_values_are_named() {
         ("BATON_MAX_DAILY_COST_USD_PER_OWNER", "inf"),
         ("BATON_MAX_DAILY_COST_USD_PER_OWNER", "1e300"),
         ("BATON_MAX_DAILY_COST_USD_PER_OWNER", "1000000.01"),
+        // Too small for DynamoDB's numbers to add costs to (it takes 1e-130 and up).
+        ("BATON_MAX_DAILY_COST_USD_PER_OWNER", "1e-200"),
     ] {
         let e = parse(&[(var, bad)]).map(|_| ()).expect_err(bad);
         assert!(e.to_string().contains(var), "{e}");

@@ -2,7 +2,7 @@
 //! answer raises the budget or ends the run.
 
 use super::*;
-use baton_core::budget::{Budget, ENTRY, EXHAUSTED, Ledger};
+use baton_core::budget::{Budget, ENTRY, EXHAUSTED, Ledger, MAX_USD};
 
 /// A top-level run of `agent` whose tree may spend `usd` (its ledger created with it, as
 /// the stores do).
@@ -168,13 +168,71 @@ fn a_subagent_counts_toward_its_root_at_once_and_its_root_asks() {
     assert!(s.run(&id).budget_waiters.is_empty());
 }
 
+/// The sum is bounded as each figure is: an answer that would take a tree's budget past a
+/// million dollars raises it to a million, and a tree there already cannot be raised.
+#[test]
+fn a_trees_budget_with_its_raises_is_at_most_a_million_dollars() {
+    let mut s = Sim::new();
+    s.script("worker", vec![echo("a"), text("done")]);
+    let id = budgeted(&mut s, "worker", MAX_USD - 0.5);
+    s.ledgers.get_mut(&id).unwrap().spent_usd = MAX_USD - 0.5;
+    s.run_all();
+    let cta = s.pending_ctas(&id)[0].cta_id.clone();
+    s.answer(&cta, approve(Some(MAX_USD)));
+    s.run_all();
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+    let ledger = &s.ledgers[&id];
+    assert_eq!(ledger.budget_usd, MAX_USD);
+    assert!(near(ledger.raises[0].by_usd, 0.5));
+    assert!(s.runs[&id].1.iter().any(|e| matches!(&e.body,
+        EntryBody::Notice { code, message } if code == "budget_raised"
+            && message.contains("the most a budget may be"))));
+
+    let mut s = Sim::new();
+    s.script("worker", vec![echo("a")]);
+    let id = budgeted(&mut s, "worker", MAX_USD);
+    s.ledgers.get_mut(&id).unwrap().spent_usd = MAX_USD;
+    s.run_all();
+    let cta = s.pending_ctas(&id)[0].cta_id.clone();
+    s.answer(&cta, approve(Some(1.0)));
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(run.status, RunStatus::Failed);
+    let error = run.error.as_ref().unwrap();
+    assert_eq!(error.code, EXHAUSTED);
+    assert!(
+        error.message.contains("cannot be raised"),
+        "{}",
+        error.message
+    );
+    assert_eq!(s.ledgers[&id].budget_usd, MAX_USD);
+    assert!(s.ledgers[&id].raises.is_empty());
+}
+
 #[test]
 fn a_raise_must_be_an_approval_of_a_positive_amount() {
     let request = CtaRequest::Approval {
         message: "more?".into(),
     };
-    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-        assert!(approve(Some(bad)).validate_against(&request).is_err());
+    for bad in [
+        0.0,
+        -1.0,
+        1e-200,
+        0.000_000_9,
+        1_000_000.01,
+        f64::NAN,
+        f64::INFINITY,
+    ] {
+        assert!(
+            approve(Some(bad)).validate_against(&request).is_err(),
+            "{bad}"
+        );
+    }
+    for good in [0.000_001, 1_000_000.0] {
+        assert!(
+            approve(Some(good)).validate_against(&request).is_ok(),
+            "{good}"
+        );
     }
     let refused_with_amount = CtaResponse::Approval {
         approved: false,

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::ask::Ask;
 use super::{Io, Next, Step, Work, derive_id};
 use crate::agent::AgentDef;
-use crate::budget::{Budget, BudgetAsk, ENTRY, EXHAUSTED, Raise};
+use crate::budget::{Budget, BudgetAsk, ENTRY, EXHAUSTED, MAX_USD, MIN_USD, Raise};
 use crate::cta::{CtaRequest, CtaResponse, CtaStatus};
 use crate::message::{Effect, Input};
 use crate::run::RunStatus;
@@ -176,7 +176,21 @@ pub(super) fn answered(
             };
             let over = (ledger.spent_usd - ledger.budget_usd).max(0.0);
             let raise = raise_usd.unwrap_or(ask.ask_usd);
-            let by_usd = raise + over;
+            // The sum is bounded as each figure is: a tree's budget with its raises is at
+            // most MAX_USD. An answer that would take it past raises it to that; a tree
+            // there already and spent may spend no more.
+            let room = MAX_USD - ledger.budget_usd;
+            if room < MIN_USD {
+                let message = format!(
+                    "the run's budget of ${:.4} is spent (${:.4}) and is already the most a \
+                     budget may be (${MAX_USD}): it cannot be raised",
+                    ledger.budget_usd, ledger.spent_usd
+                );
+                w.resolve(seq, ToolResult::error(message.clone()), Some(snap));
+                w.end(RunStatus::Failed, EXHAUSTED, &message);
+                return Next::Commit;
+            }
+            let by_usd = (raise + over).min(room);
             let budget_usd = ledger.budget_usd + by_usd;
             let output = json!({"approved": true, "raisedUsd": by_usd, "budgetUsd": budget_usd});
             w.resolve(seq, ToolResult::Success { output }, Some(snap));
@@ -195,7 +209,9 @@ pub(super) fn answered(
                 code: "budget_raised".into(),
                 message: format!(
                     "budget raised by ${by_usd:.4}{} to ${budget_usd:.4}{}",
-                    if over > 0.0 {
+                    if by_usd < raise + over {
+                        format!(" (the most a budget may be, ${MAX_USD})")
+                    } else if over > 0.0 {
                         format!(" (${raise:.4} and the ${over:.4} spent past it)")
                     } else {
                         String::new()
