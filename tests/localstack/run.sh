@@ -24,7 +24,7 @@ echo "== LocalStack: the AWS scenarios and the adapters' port contracts"
 BATON_TEST_FAULTS=0 cargo test --workspace --test e2e --test crashes -- \
   aws_flow:: aws_questions:: aws_batches:: aws_outages:: question_defaults:: \
   aws_crashes:: follow_up_crashes:: plans:: files:: contract:: secret_rotation:: \
-  service::a_run_past_its_context_budget \
+  service::a_run_past_its_context_budget releases::every_releases_dynamodb \
   quotas::aws:: \
   budgets::aws:: \
   --skip aws_batches::ten_runs_in_one_batch

@@ -140,15 +140,20 @@ async fn a_sqlite_store_a_newer_release_wrote_is_refused_at_start() {
     let data = tempfile::tempdir().unwrap();
     let db = data.path().join("baton.db");
     std::fs::copy(f.dir.join("baton.db"), &db).unwrap();
-    let set_format = |value: &str| {
-        let sql = format!("UPDATE meta SET value = '{value}' WHERE key = 'format'");
+    let run_sql = |sql: &str| {
         let out = std::process::Command::new("python3")
-            .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); c.commit()"])
+            .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); r=c.execute(sys.argv[2]).fetchall(); c.commit(); print(r)"])
             .arg(&db)
-            .arg(&sql)
+            .arg(sql)
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let set_format = |value: &str| {
+        run_sql(&format!(
+            "UPDATE meta SET value = '{value}' WHERE key = 'format'"
+        ));
     };
     let newer = baton_core::ports::STORE_FORMAT + 1;
     set_format(&newer.to_string());
@@ -170,6 +175,17 @@ async fn a_sqlite_store_a_newer_release_wrote_is_refused_at_start() {
         e.contains("records its store format as \"3.x\", which is not a format number")
             && !e.contains("newer"),
         "{e}"
+    );
+    // No format recorded (a store written before formats were): read as format 1, brought
+    // up to this release's, and its format recorded.
+    run_sql("DELETE FROM meta WHERE key = 'format'");
+    let server = baton_dev::LocalServer::start(local_options(data.path(), &f))
+        .await
+        .expect("a store of format 1 opens");
+    server.shutdown().await;
+    assert_eq!(
+        run_sql("SELECT value FROM meta WHERE key = 'format'"),
+        format!("[('{}',)]", baton_core::ports::STORE_FORMAT)
     );
 }
 
@@ -257,9 +273,10 @@ async fn every_releases_dynamodb_data_is_read_and_its_waiting_runs_finish_and_a_
         let mark =
             json!({"PK": {"S": "BATON"}, "SK": {"S": "FORMAT"}, "fmt": {"N": newer.to_string()}});
         put_items(&aws.sdk().await, &table, &[mark]).await;
+        let sdk = aws.host_sdk().await;
         let started = baton_dev::AwsDevServer::start(baton_dev::AwsDevOptions {
-            sdk: aws.host_sdk().await,
-            names,
+            sdk: sdk.clone(),
+            names: names.clone(),
             scheduler_role_arn: "arn:aws:iam::123456789012:role/release-scheduler".into(),
             addr: "127.0.0.1:0".parse().unwrap(),
             token: "t".into(),
@@ -285,5 +302,61 @@ async fn every_releases_dynamodb_data_is_read_and_its_waiting_runs_finish_and_a_
             e.contains(&format!("newer Baton (store format {newer})")),
             "{e}"
         );
+        // A format that is no number (a string here) is said as found.
+        let mark = json!({"PK": {"S": "BATON"}, "SK": {"S": "FORMAT"}, "fmt": {"S": "3.x"}});
+        put_items(&aws.sdk().await, &table, &[mark]).await;
+        let options = |names| baton_dev::AwsDevOptions {
+            sdk: sdk.clone(),
+            names,
+            scheduler_role_arn: "arn:aws:iam::123456789012:role/release-scheduler".into(),
+            addr: "127.0.0.1:0".parse().unwrap(),
+            token: "t".into(),
+            llm: f.llm.clone(),
+            catalog: f.catalog.clone(),
+            clock: Arc::new(SystemClock),
+            duplicate: false,
+            functions: None,
+            function_timeout: None,
+            steps_at_once: None,
+            steps_in_a_row: None,
+            live: None,
+            links: None,
+            traces: None,
+            quotas: Default::default(),
+        };
+        let Err(e) = baton_dev::AwsDevServer::start(options(names.clone())).await else {
+            panic!("a table of format \"3.x\" was used");
+        };
+        let e = e.to_string();
+        assert!(
+            e.contains("records its store format as \"3.x\", which is not a format number"),
+            "{e}"
+        );
+        // No format recorded (a table written before formats were, format 1): used, and
+        // this release's recorded.
+        let dynamo = aws_sdk_dynamodb::Client::new(&aws.sdk().await);
+        let key = |k: &str| AttributeValue::S(k.into());
+        dynamo
+            .delete_item()
+            .table_name(&table)
+            .key("PK", key("BATON"))
+            .key("SK", key("FORMAT"))
+            .send()
+            .await
+            .unwrap();
+        let server = baton_dev::AwsDevServer::start(options(names))
+            .await
+            .expect("a table of format 1 is used");
+        server.shutdown().await;
+        let item = dynamo
+            .get_item()
+            .table_name(&table)
+            .key("PK", key("BATON"))
+            .key("SK", key("FORMAT"))
+            .send()
+            .await
+            .unwrap();
+        let recorded = item.item().and_then(|i| i.get("fmt")?.as_n().ok().cloned());
+        assert_eq!(recorded, Some(baton_core::ports::STORE_FORMAT.to_string()));
     }
 }

@@ -61,15 +61,26 @@ impl DynamoStore {
             .key("PK", s("BATON"))
             .key("SK", s("FORMAT"))
             .update_expression("SET fmt = :f")
-            .condition_expression("attribute_not_exists(fmt) OR fmt <= :f")
+            // A number no newer than this release's; anything else (a newer format, a
+            // string no Baton writes) is read back below and said as found.
+            .condition_expression(
+                "attribute_not_exists(fmt) OR (attribute_type(fmt, :num) AND fmt <= :f)",
+            )
             .expression_attribute_values(":f", n(STORE_FORMAT))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+            .expression_attribute_values(":num", s("N"))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .send()
             .await;
         match claimed {
             Ok(out) => {
-                let recorded = out
-                    .attributes()
+                let before = out.attributes();
+                if before.is_none_or(|a| !a.contains_key("fmt")) {
+                    // Said, not guessed at: a table no release recorded a format on is new,
+                    // or was written before formats were recorded (format 1, which this
+                    // release reads as it is).
+                    tracing::info!(table = %self.table, format = STORE_FORMAT, "no store format recorded on the table (a new table, or format 1): recorded this release's");
+                }
+                let recorded = before
                     .and_then(|a| a.get("shards")?.as_n().ok()?.parse::<u32>().ok())
                     .unwrap_or(SWEEP_SHARDS);
                 self.claim_shards(recorded).await
@@ -87,12 +98,17 @@ impl DynamoStore {
                     .await
                     .map_err(|e| map_sdk_err("GetItem", e))?
                     .item()
-                    .and_then(|i| i.get("fmt")?.as_n().ok().cloned());
+                    .and_then(|i| i.get("fmt").cloned());
+                // Said as found, whatever its type: a number a newer release recorded, or
+                // a string or anything else no Baton writes.
+                let raw = match &found {
+                    Some(AttributeValue::N(n)) => n.clone(),
+                    Some(AttributeValue::S(s)) => s.clone(),
+                    Some(other) => format!("{other:?}"),
+                    None => "(none)".into(),
+                };
                 let store = format!("table {}", self.table);
-                let found = baton_core::ports::parse_store_format(
-                    found.as_deref().unwrap_or("(none)"),
-                    &store,
-                )?;
+                let found = baton_core::ports::parse_store_format(&raw, &store)?;
                 check_store_format(Some(found), &store)
             }
             Err(e) => Err(map_sdk_err("UpdateItem", e)),

@@ -57,7 +57,12 @@ impl LocalStore {
         // which the migrations below bring up to this release's.
         let found = match raw {
             Some(raw) => Some(baton_core::ports::parse_store_format(&raw, &store)?),
-            None => None,
+            None => {
+                if has_meta {
+                    tracing::info!(store = %store, "no store format recorded (written before formats were: format 1): migrating it to this release's");
+                }
+                None
+            }
         };
         baton_core::ports::check_store_format(found, &store)?;
         conn.execute_batch(SCHEMA).map_err(sql)?;
