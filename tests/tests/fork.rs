@@ -240,3 +240,73 @@ async fn a_fork_at_a_question_takes_the_other_branch_on_the_aws_host_with_nothin
     fork_flow(&api, &model, &tool).await;
     server.shutdown().await;
 }
+
+/// The orchestrator asks a plain approval, then is done.
+const APPROVAL: &str = r#"{"orchestrator": [
+  {"tool_calls": [{"name": "request_human_feedback",
+                   "arguments": {"kind": "approval", "message": "Deploy?"}}]},
+  {"text": "deployed"}]}"#;
+
+/// `raiseUsd` answers a budget question only, through the API and in a fork's replacement
+/// answer alike: on a plain approval both refuse it (409), and the fork makes no run.
+async fn a_raise_answers_no_plain_question(api: &Api) {
+    let run_id = api.post_ok("/runs", json!({"prompt": "deploy"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cta = api.pending_cta().await;
+    let path = format!("/ctas/{}/response", cta["ctaId"].as_str().unwrap());
+    let raise = json!({"kind": "approval", "approved": true, "raiseUsd": 5});
+    let (code, v) = api.post(&path, raise.clone()).await;
+    assert_eq!(code, 409, "{v}");
+    api.post_ok(&path, json!({"kind": "approval", "approved": true}))
+        .await;
+    let done = api.status(&run_id, "completed").await;
+    let at = done["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["cta"].is_object())
+        .and_then(|e| e["seq"].as_u64())
+        .expect("the question's entry");
+    let (code, v) = api
+        .post(
+            &format!("/runs/{run_id}/fork"),
+            json!({"atSeq": at, "replacement": {"response": raise}}),
+        )
+        .await;
+    assert_eq!(code, 409, "{v}");
+    assert_eq!(v["error"]["code"], "fork_mismatch", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("raiseUsd")),
+        "{v}"
+    );
+    let (_, runs) = api.get("/runs").await;
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1, "{runs}");
+}
+
+#[tokio::test]
+async fn a_raise_answers_no_plain_question_on_either_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = common::start(
+        dir.path(),
+        common::scripted(APPROVAL),
+        common::catalog(None),
+        Arc::new(SystemClock),
+    )
+    .await;
+    a_raise_answers_no_plain_question(&Api::new(h.server.url())).await;
+    h.server.shutdown().await;
+    let aws = common::aws::Emulator::start().await;
+    let server = aws
+        .dev_host(
+            "forkraise",
+            common::scripted(APPROVAL),
+            common::catalog(None),
+        )
+        .await;
+    a_raise_answers_no_plain_question(&Api::new(server.url())).await;
+    server.shutdown().await;
+}
