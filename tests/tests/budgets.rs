@@ -260,4 +260,48 @@ mod aws {
         budgets_ask(host.api()).await;
         host.stop().await;
     }
+
+    /// A ledger item whose budget is no number (as an infinite one, or a damaged item,
+    /// would be) is not read as 0: the run reads all the same, saying why its budget does
+    /// not.
+    #[tokio::test]
+    async fn a_ledger_that_does_not_read_back_leaves_the_run_readable() {
+        use aws_sdk_dynamodb::types::AttributeValue;
+        let aws = Arc::new(Emulator::start_with(None).await);
+        let (_mock, llm) = common::mock_openai::start(SCRIPT).await;
+        let names = aws.names("badledger");
+        let table = names.table();
+        let options = aws
+            .dev_options(names, llm, common::catalog(Some(agents())), 0)
+            .await;
+        let mut host = AwsHost::start(aws.clone(), options).await;
+        let api = host.api();
+        let run = api.post_ok("/runs", json!({"prompt": "go"})).await["runId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        question(api, &run).await;
+        aws_sdk_dynamodb::Client::new(&aws.sdk().await)
+            .update_item()
+            .table_name(&table)
+            .key("PK", AttributeValue::S(format!("RUN#{run}")))
+            .key("SK", AttributeValue::S("BUDGET".into()))
+            .update_expression("SET budgetUsd = :b")
+            .expression_attribute_values(":b", AttributeValue::S("infinite".into()))
+            .send()
+            .await
+            .unwrap();
+        let (code, v) = api.get(&format!("/runs/{run}")).await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["status"], "waiting", "{v}");
+        assert!(v.get("budget").is_none(), "{v}");
+        assert!(
+            v["budgetError"]
+                .as_str()
+                .is_some_and(|e| e.contains("budget ledger of")
+                    && e.contains("`budgetUsd` is S(\"infinite\"), not a number")),
+            "{v}"
+        );
+        host.stop().await;
+    }
 }

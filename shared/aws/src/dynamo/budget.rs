@@ -85,20 +85,26 @@ impl DynamoStore {
             Ok(true)
         })
         .await?;
-        let spent: f64 = shards
-            .iter()
-            .filter_map(|i| match i.get("spentUsd") {
-                Some(AttributeValue::N(v)) => v.parse::<f64>().ok(),
-                _ => None,
-            })
-            .sum();
+        // A figure that is there but no finite number is not read as 0: the ledger does
+        // not read back, and says why (a run's reads show the rest of it).
+        let figure = |item: &Item, k: &str| -> Result<Option<f64>, PortError> {
+            match item.get(k) {
+                None => Ok(None),
+                Some(AttributeValue::N(v)) => match v.parse::<f64>() {
+                    Ok(f) if f.is_finite() => Ok(Some(f)),
+                    _ => Err(undecodable(root_run_id, k, &format!("{v:?}"))),
+                },
+                Some(other) => Err(undecodable(root_run_id, k, &format!("{other:?}"))),
+            }
+        };
+        let mut spent = 0.0;
+        for shard in &shards {
+            spent += figure(shard, "spentUsd")?.unwrap_or(0.0);
+        }
         // A ledger whose own item was lost starts again from the budget a shard kept.
         let (item, own_spent) = match own {
             Some(item) => {
-                let own_spent = match item.get("spentUsd") {
-                    Some(AttributeValue::N(v)) => v.parse::<f64>().unwrap_or(0.0),
-                    _ => 0.0,
-                };
+                let own_spent = figure(&item, "spentUsd")?.unwrap_or(0.0);
                 (item, own_spent)
             }
             None => match shards.into_iter().next() {
@@ -106,10 +112,7 @@ impl DynamoStore {
                 None => return Ok(None),
             },
         };
-        let num = |k: &str| match item.get(k) {
-            Some(AttributeValue::N(v)) => v.parse::<f64>().unwrap_or(0.0),
-            _ => 0.0,
-        };
+        let budget_usd = figure(&item, "budgetUsd")?.unwrap_or(0.0);
         let raises = match item.get("raises") {
             Some(AttributeValue::L(l)) => l
                 .iter()
@@ -119,9 +122,17 @@ impl DynamoStore {
             _ => Vec::new(),
         };
         Ok(Some(Ledger {
-            budget_usd: num("budgetUsd"),
+            budget_usd,
             spent_usd: own_spent + spent,
             raises,
         }))
     }
+}
+
+/// A ledger figure that does not read back as a number.
+fn undecodable(root_run_id: &str, key: &str, found: &str) -> PortError {
+    broken(
+        &format!("budget ledger of {root_run_id}"),
+        std::io::Error::other(format!("`{key}` is {found}, not a number")),
+    )
 }
