@@ -48,9 +48,9 @@ async fn local(dir: &std::path::Path, clock: Arc<ManualClock>) -> LocalHost {
     LocalHost::start(options).await
 }
 
-/// Through the fault layer's DynamoDB isolation alone (an item's writes one at a time, a
-/// write meeting a transaction in flight refused, as `Emulator::start_with(None)` puts in
-/// front of every emulator), without its random faults: their 503s are tried again, and a
+/// Through the fault layer's DynamoDB isolation alone (the writes to an item one at a
+/// time, as `Emulator::start_with(None)` puts in front of every emulator), without its
+/// random faults: their 503s are tried again, and a
 /// request that dies here must not be.
 async fn aws(prefix: &str, clock: Arc<ManualClock>) -> AwsHost {
     let aws = Arc::new(Emulator::start_with(None).await);
