@@ -26,6 +26,8 @@ BATON_TEST_FAULTS=0 cargo test --workspace --test e2e --test crashes -- \
   aws_crashes:: follow_up_crashes:: plans:: files:: contract:: secret_rotation:: \
   service::a_run_past_its_context_budget releases::every_releases_dynamodb \
   quotas::aws:: \
+  calls_once::a_reply_is_asked_for_once_and_a_once_call_runs_at_most_once_on_the_aws_host \
+  calls_once::a_reply_whose_call step_errors::a_reply_whose_commit_is_throttled_or_conflicts_is_not_asked_for_again_on_aws \
   budgets::aws:: \
   --skip aws_batches::ten_runs_in_one_batch
 echo "== LocalStack: the Lambda invoke tests (tests/lambda/invoke.sh)"
