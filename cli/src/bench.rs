@@ -220,7 +220,7 @@ struct Reads {
 
 impl Reads {
     fn add(&mut self, p: &Parts) {
-        let (warm, cold) = p.service.cache_use();
+        let (warm, cold) = p.service.steps().cache_use();
         let r = p.store.read_stats();
         self.warm += warm;
         self.cold += cold;
@@ -393,6 +393,7 @@ pub async fn run(
     };
     let run_id = parts
         .service
+        .requests()
         .create_run(LOCAL_OWNER, req, None)
         .await?
         .run_id;
@@ -418,6 +419,7 @@ pub async fn run(
         parts.worker.sweep().await?;
         let (ctas, _) = parts
             .service
+            .requests()
             .list_ctas(LOCAL_OWNER, Some(CtaStatus::Pending), None, None, 2)
             .await?;
         ensure!(
@@ -427,6 +429,7 @@ pub async fn run(
         );
         parts
             .service
+            .requests()
             .answer_cta(
                 Some(LOCAL_OWNER),
                 &ctas[0].cta_id,
@@ -462,7 +465,7 @@ pub async fn run(
         "steps_per_s": (times.len() as f64 / wall.as_secs_f64()).round(),
         "steps": times.len(),
         "cpu_ms_per_step": (cpu * 1000.0 / times.len().max(1) as f64 * 1000.0).round() / 1000.0,
-        "cache_budget_mb": parts.service.cache_budget() / (1024 * 1024),
+        "cache_budget_mb": parts.service.steps().cache_budget() / (1024 * 1024),
         "cache_hit_rate": (reads.warm as f64 / (reads.warm + reads.cold).max(1) as f64 * 1000.0).round() / 1000.0,
         "entries_read_per_step": (reads.entries as f64 / times.len().max(1) as f64 * 100.0).round() / 100.0,
         "bytes_read_per_step": (reads.bytes as f64 / times.len().max(1) as f64).round(),

@@ -125,7 +125,11 @@ pub async fn run_aws(
         agent: Some("bench".into()),
         ..CreateRun::default()
     };
-    let run_id = service.create_run(LOCAL_OWNER, req, None).await?.run_id;
+    let run_id = service
+        .requests()
+        .create_run(LOCAL_OWNER, req, None)
+        .await?
+        .run_id;
 
     let delta = |a: Usage, b: Usage| Usage {
         dynamodb_requests: b.dynamodb_requests - a.dynamodb_requests,
@@ -213,7 +217,11 @@ pub async fn run_aws(
             agent: Some("fleet".into()),
             ..CreateRun::default()
         };
-        workers[0].0.create_run(LOCAL_OWNER, req, None).await?;
+        workers[0]
+            .0
+            .requests()
+            .create_run(LOCAL_OWNER, req, None)
+            .await?;
     }
     let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut idle = 0;
@@ -229,7 +237,7 @@ pub async fn run_aws(
         };
     }
     let (warm_steps, cold_steps) = workers.iter().fold((0, 0), |(w, c), (s, _)| {
-        let (sw, sc) = s.cache_use();
+        let (sw, sc) = s.steps().cache_use();
         (w + sw, c + sc)
     });
     ensure!(
@@ -249,7 +257,7 @@ pub async fn run_aws(
     // One sweep tick, as the scheduled rule runs it every 5 minutes: its requests, measured.
     let sweep_meter = Meter::shared();
     let (sweeper, _) = container(sweep_meter.clone());
-    sweeper.sweep(chrono::Duration::minutes(5)).await?;
+    sweeper.steps().sweep(chrono::Duration::minutes(5)).await?;
     let tick = sweep_meter.snapshot();
     let ticks_per_month = 12.0 * 24.0 * 30.0;
     let tick_usd = cost(&tick) + 0.2e-6; // + one Lambda request

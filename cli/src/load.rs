@@ -181,7 +181,7 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
     let api_times = prober.await??;
     let steps = times.take();
     let steps_done = steps.len();
-    let (warm, cold) = server.service.cache_use();
+    let (warm, cold) = server.service.steps().cache_use();
     let written = io.per_step_since(steps.len());
     let writes = server.store.write_stats();
     let reads = server.store.read_stats();
@@ -219,7 +219,7 @@ pub async fn run(runs: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result<S
         "steps_per_synced_commit": (steps_done as f64 / writes.synced.max(1) as f64 * 10.0).round() / 10.0,
         "steps_with_cached_timeline": warm,
         "steps_loading_timeline": cold,
-        "cache_budget_mb": server.service.cache_budget() / (1024 * 1024),
+        "cache_budget_mb": server.service.steps().cache_budget() / (1024 * 1024),
         "cache_hit_rate": (warm as f64 / (warm + cold).max(1) as f64 * 1000.0).round() / 1000.0,
         // What the cold steps read of their timelines (a step's window, not its history).
         "entries_read_per_step_with_api": (reads.entries as f64 / steps_done.max(1) as f64 * 100.0).round() / 100.0,

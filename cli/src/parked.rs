@@ -55,7 +55,13 @@ pub async fn run(parked: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result
                 agent: Some("bench".into()),
                 ..CreateRun::default()
             };
-            anyhow::Ok(service.create_run(LOCAL_OWNER, req, None).await?.run_id)
+            anyhow::Ok(
+                service
+                    .requests()
+                    .create_run(LOCAL_OWNER, req, None)
+                    .await?
+                    .run_id,
+            )
         });
     }
     while let Some(r) = creating.join_next().await {
@@ -70,6 +76,7 @@ pub async fn run(parked: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result
         let mut cursor: Option<String> = None;
         loop {
             let (page, next) = service
+                .requests()
                 .list_ctas(
                     LOCAL_OWNER,
                     Some(CtaStatus::Pending),
@@ -110,6 +117,7 @@ pub async fn run(parked: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result
     for _ in 0..20 {
         let t = Instant::now();
         let (page, _) = service
+            .requests()
             .list_ctas(LOCAL_OWNER, Some(CtaStatus::Pending), None, None, 50)
             .await?;
         page_times.push(t.elapsed());
@@ -143,6 +151,7 @@ pub async fn run(parked: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result
                 raise_usd: None,
             };
             service
+                .requests()
                 .answer_cta(Some(LOCAL_OWNER), &cta, approve, None)
                 .await?;
             anyhow::Ok(())

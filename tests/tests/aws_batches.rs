@@ -55,11 +55,19 @@ async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_on
             agent: Some("explore".into()),
             ..Default::default()
         };
-        runs.push(service.create_run("o", req, None).await.unwrap().run_id);
+        runs.push(
+            service
+                .requests()
+                .create_run("o", req, None)
+                .await
+                .unwrap()
+                .run_id,
+        );
     }
     // Two follow-ups behind the first run's start: three records of its FIFO group.
     for text in ["and then?", "and after that?"] {
         service
+            .requests()
             .post_message(
                 "o",
                 &runs[0],
@@ -114,7 +122,7 @@ async fn a_batch_whose_deadline_runs_out_defers_the_rest_and_releases_them_at_on
     let delays: Vec<Duration> = out.again.iter().map(|(_, d)| *d).collect();
     assert_eq!(delays, [Duration::ZERO; 2], "deferred: due again at once");
     for r in &runs {
-        let rec = service.get_run("o", r, 100).await.unwrap();
+        let rec = service.requests().get_run("o", r, 100).await.unwrap();
         assert_eq!(rec.run.status, baton_core::run::RunStatus::Completed, "{r}");
         if *r == runs[0] {
             let users = rec
@@ -279,7 +287,12 @@ async fn a_step_that_fails_retryably_is_due_again_after_its_backoff_not_the_visi
         agent: Some("explore".into()),
         ..Default::default()
     };
-    let run_id = service.create_run("o", req, None).await.unwrap().run_id;
+    let run_id = service
+        .requests()
+        .create_run("o", req, None)
+        .await
+        .unwrap()
+        .run_id;
 
     let (messages, event) = q.receive().await;
     assert_eq!(messages.len(), 1);
@@ -415,7 +428,13 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
             agent: Some("ops".into()),
             ..Default::default()
         };
-        runs.push(api.create_run("o", req, None).await.unwrap().run_id);
+        runs.push(
+            api.requests()
+                .create_run("o", req, None)
+                .await
+                .unwrap()
+                .run_id,
+        );
     }
     let server = AwsDevServer::start(AwsDevOptions {
         sdk: sdk.clone(),
@@ -444,7 +463,7 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
     let started = Instant::now();
     for r in &runs {
         loop {
-            let rec = api.get_run("o", r, 100).await.unwrap();
+            let rec = api.requests().get_run("o", r, 100).await.unwrap();
             if rec.run.status == baton_core::run::RunStatus::Completed {
                 break;
             }

@@ -40,6 +40,7 @@ async fn a_message_in_flight_when_its_process_died_is_taken_at_once_after_a_rest
         Arc::new(SystemClock),
     );
     let run = service
+        .requests()
         .create_run(
             "local",
             baton_core::service::CreateRun {

@@ -59,7 +59,12 @@ impl Inbox {
             agent: Some("asker".into()),
             ..Default::default()
         };
-        let run = self.service.create_run("local", req, None).await.unwrap();
+        let run = self
+            .service
+            .requests()
+            .create_run("local", req, None)
+            .await
+            .unwrap();
         self.worker.drain().await.unwrap();
         let ctas = self
             .local

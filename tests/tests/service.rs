@@ -87,7 +87,11 @@ async fn start_worker_run(svc: &Service) -> String {
         agent: Some("worker".into()),
         ..Default::default()
     };
-    svc.create_run("local", req, None).await.unwrap().run_id
+    svc.requests()
+        .create_run("local", req, None)
+        .await
+        .unwrap()
+        .run_id
 }
 
 #[tokio::test]
@@ -101,7 +105,7 @@ async fn the_outbox_is_replayed_after_a_crash_between_commit_and_effects() {
     // The step commits, then "crashes" before its next-step message is sent.
     let flaky = crashing_once(&local);
     assert!(matches!(
-        flaky.handle(&start.1).await,
+        flaky.steps().handle(&start.1).await,
         Err(StepError::Port(_))
     ));
     let rec = local.get_run(&run_id).await.unwrap().unwrap();
@@ -118,7 +122,7 @@ async fn the_outbox_is_replayed_after_a_crash_between_commit_and_effects() {
     // The redelivery finds the step done, performs the outbox, changes nothing else.
     let fresh = service(&local, Arc::new(local.clone()), ECHO_TWICE);
     assert!(matches!(
-        fresh.handle(&start.1).await.unwrap(),
+        fresh.steps().handle(&start.1).await.unwrap(),
         Handled::Ignored(_)
     ));
     // (The outbox stays: the continuation it sent proves it was performed, so no write is
@@ -130,7 +134,7 @@ async fn the_outbox_is_replayed_after_a_crash_between_commit_and_effects() {
 
     // The start-up sweep repairs the same gap when no redelivery comes.
     let crash = crashing_once(&local);
-    assert!(crash.handle(&next[0].1).await.is_err());
+    assert!(crash.steps().handle(&next[0].1).await.is_err());
     Pump::ack(&local, next[0].0.clone()).await;
     assert!(Pump::receive(&local, 10).await.is_empty());
     let worker = baton_dev::worker::Worker::new(Arc::new(fresh), local.clone(), Default::default());
@@ -160,13 +164,14 @@ async fn a_retried_create_performs_none_of_its_runs_later_effects() {
         ..Default::default()
     };
     let run_id = svc
+        .requests()
         .create_run("local", req(), Some("k1"))
         .await
         .unwrap()
         .run_id;
     let start = Pump::receive(&local, 1).await.remove(0);
     let flaky = crashing_once(&local);
-    assert!(flaky.handle(&start.1).await.is_err());
+    assert!(flaky.steps().handle(&start.1).await.is_err());
     Pump::ack(&local, start.0).await;
     let rec = local.get_run(&run_id).await.unwrap().unwrap();
     assert!(
@@ -177,7 +182,11 @@ async fn a_retried_create_performs_none_of_its_runs_later_effects() {
         rec.outbox
     );
 
-    let again = svc.create_run("local", req(), Some("k1")).await.unwrap();
+    let again = svc
+        .requests()
+        .create_run("local", req(), Some("k1"))
+        .await
+        .unwrap();
     assert_eq!(again.run_id, run_id, "the same run");
     let sent = Pump::receive(&local, 10).await;
     assert!(
@@ -202,11 +211,11 @@ async fn every_message_delivered_twice_gives_the_same_timeline() {
                 break;
             }
             for (receipt, m) in batch {
-                let first = svc.handle(&m).await.unwrap();
+                let first = svc.steps().handle(&m).await.unwrap();
                 if duplicate {
                     assert!(matches!(first, Handled::Committed { .. }));
                     assert!(
-                        matches!(svc.handle(&m).await.unwrap(), Handled::Ignored(_)),
+                        matches!(svc.steps().handle(&m).await.unwrap(), Handled::Ignored(_)),
                         "{m:?}"
                     );
                 }
@@ -252,10 +261,14 @@ async fn a_dead_lettered_message_ends_its_run_as_failed() {
         ))
     };
     for n in 1..=4 {
-        svc.note_failure(&start, n, &unreachable(), Utc::now())
+        svc.steps()
+            .note_failure(&start, n, &unreachable(), Utc::now())
             .await;
     }
-    svc.dead_letter(&start, "failed 5 times").await.unwrap();
+    svc.steps()
+        .dead_letter(&start, "failed 5 times")
+        .await
+        .unwrap();
     let (rec, tl) = local.load(&run_id).await.unwrap().unwrap();
     assert_eq!(rec.run.status, RunStatus::Failed);
     assert_eq!(rec.run.error.unwrap().code, "dead_letter");
@@ -281,10 +294,16 @@ async fn a_dead_letter_whose_deliveries_were_deferred_goes_back_to_its_queue() {
     Pump::ack(&local, receipt).await;
     // One failure of its own; the other deliveries were deferrals.
     let unreachable = StepError::Port(PortError::unavailable("the model is unreachable", "x"));
-    svc.note_failure(&start, 1, &unreachable, Utc::now()).await;
+    svc.steps()
+        .note_failure(&start, 1, &unreachable, Utc::now())
+        .await;
     let mut dead = start.clone();
     for n in 1..=2 {
-        let handled = svc.dead_letter(&dead, "failed 8 times").await.unwrap();
+        let handled = svc
+            .steps()
+            .dead_letter(&dead, "failed 8 times")
+            .await
+            .unwrap();
         assert!(
             matches!(handled, Handled::Ignored(ref why) if why.contains("sent back")),
             "{handled:?}"
@@ -298,7 +317,10 @@ async fn a_dead_letter_whose_deliveries_were_deferred_goes_back_to_its_queue() {
         dead = again;
     }
     // A third time: its run ends.
-    svc.dead_letter(&dead, "failed 8 times").await.unwrap();
+    svc.steps()
+        .dead_letter(&dead, "failed 8 times")
+        .await
+        .unwrap();
     let rec = local.get_run(&run_id).await.unwrap().unwrap();
     assert_eq!(rec.run.status, RunStatus::Failed);
     // And no third copy went back.
@@ -332,9 +354,15 @@ async fn a_dead_letter_of_a_provider_outage_goes_back_until_the_outage_bound() {
     let mut dead = start.clone();
     for round in 1..=3 {
         for n in 1..=8 {
-            svc.note_failure(&dead, n, &down(), Utc::now()).await;
+            svc.steps()
+                .note_failure(&dead, n, &down(), Utc::now())
+                .await;
         }
-        let handled = svc.dead_letter(&dead, "failed 8 times").await.unwrap();
+        let handled = svc
+            .steps()
+            .dead_letter(&dead, "failed 8 times")
+            .await
+            .unwrap();
         assert!(
             matches!(handled, Handled::Ignored(ref why) if why.contains("model provider")),
             "{handled:?}"
@@ -349,8 +377,13 @@ async fn a_dead_letter_of_a_provider_outage_goes_back_until_the_outage_bound() {
     }
     // Its last round: the run ends, with the provider's error as the cause.
     dead.id = format!("{}#r{MAX_OUTAGE_REQUEUES}", start.id);
-    svc.note_failure(&dead, 8, &down(), Utc::now()).await;
-    svc.dead_letter(&dead, "failed 8 times").await.unwrap();
+    svc.steps()
+        .note_failure(&dead, 8, &down(), Utc::now())
+        .await;
+    svc.steps()
+        .dead_letter(&dead, "failed 8 times")
+        .await
+        .unwrap();
     let rec = local.get_run(&run_id).await.unwrap().unwrap();
     assert_eq!(rec.run.status, RunStatus::Failed);
     let error = rec.run.error.unwrap();
@@ -383,10 +416,11 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         agent: Some("worker".into()),
         ..Default::default()
     };
-    let run = svc.create_run("alice", req, None).await.unwrap();
+    let run = svc.requests().create_run("alice", req, None).await.unwrap();
     let worker = baton_dev::worker::Worker::new(svc.clone(), local.clone(), Default::default());
     worker.drain().await.unwrap();
     let cta = svc
+        .requests()
         .list_ctas("alice", None, None, None, 10)
         .await
         .unwrap()
@@ -394,32 +428,34 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         .remove(0);
     use baton_core::service::ServiceError::NotFound;
     assert!(matches!(
-        svc.get_run("bob", &run.run_id, 10).await,
+        svc.requests().get_run("bob", &run.run_id, 10).await,
         Err(NotFound(_))
     ));
     assert!(matches!(
-        svc.cancel("bob", &run.run_id, None).await,
+        svc.requests().cancel("bob", &run.run_id, None).await,
         Err(NotFound(_))
     ));
     assert!(matches!(
-        svc.post_message(
-            "bob",
-            &run.run_id,
-            baton_core::service::FollowUp::text("hi"),
-            None
-        )
-        .await,
+        svc.requests()
+            .post_message(
+                "bob",
+                &run.run_id,
+                baton_core::service::FollowUp::text("hi"),
+                None
+            )
+            .await,
         Err(NotFound(_))
     ));
     assert!(
-        svc.list_ctas("bob", None, None, None, 10)
+        svc.requests()
+            .list_ctas("bob", None, None, None, 10)
             .await
             .unwrap()
             .0
             .is_empty()
     );
     assert!(matches!(
-        svc.get_cta(Some("bob"), &cta.cta_id).await,
+        svc.requests().get_cta(Some("bob"), &cta.cta_id).await,
         Err(NotFound(_))
     ));
     let answer = CtaResponse::Approval {
@@ -428,18 +464,21 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         reason: None,
     };
     assert!(matches!(
-        svc.answer_cta(Some("bob"), &cta.cta_id, answer.clone(), None)
+        svc.requests()
+            .answer_cta(Some("bob"), &cta.cta_id, answer.clone(), None)
             .await,
         Err(NotFound(_))
     ));
     assert_eq!(
-        svc.get_cta(Some("alice"), &cta.cta_id)
+        svc.requests()
+            .get_cta(Some("alice"), &cta.cta_id)
             .await
             .unwrap()
             .status,
         CtaStatus::Pending
     );
-    svc.answer_cta(Some("alice"), &cta.cta_id, answer, None)
+    svc.requests()
+        .answer_cta(Some("alice"), &cta.cta_id, answer, None)
         .await
         .unwrap();
 }
@@ -469,12 +508,12 @@ async fn a_cold_step_reads_its_window_whatever_the_runs_length() {
             agent: Some("worker".into()),
             ..Default::default()
         };
-        let run = svc.create_run("alice", req, None).await.unwrap();
+        let run = svc.requests().create_run("alice", req, None).await.unwrap();
         let worker = baton_dev::worker::Worker::new(svc.clone(), local.clone(), Default::default());
         worker.drain().await.unwrap();
         let (rec, timeline) = local.load(&run.run_id).await.unwrap().unwrap();
         assert_eq!(rec.run.status, RunStatus::Completed);
-        let (warm, cold) = svc.cache_use();
+        let (warm, cold) = svc.steps().cache_use();
         assert_eq!(warm, 0, "no cache: every step cold");
         let read = local.read_stats().entries - timeline.len() as u64; // less the check's own
         (read as f64 / cold as f64, timeline.len())
@@ -593,17 +632,18 @@ async fn a_follow_up_reaches_the_model_in_the_step_that_adds_it() {
             agent: Some("worker".into()),
             ..Default::default()
         };
-        let run = svc.create_run("alice", req, None).await.unwrap();
+        let run = svc.requests().create_run("alice", req, None).await.unwrap();
         let worker = baton_dev::worker::Worker::new(svc.clone(), local.clone(), Default::default());
         worker.drain().await.unwrap();
-        svc.post_message(
-            "alice",
-            &run.run_id,
-            baton_core::service::FollowUp::text("and then?"),
-            None,
-        )
-        .await
-        .unwrap();
+        svc.requests()
+            .post_message(
+                "alice",
+                &run.run_id,
+                baton_core::service::FollowUp::text("and then?"),
+                None,
+            )
+            .await
+            .unwrap();
         worker.drain().await.unwrap();
         let rec = local.get_run(&run.run_id).await.unwrap().unwrap();
         assert_eq!(rec.run.status, RunStatus::Completed);
@@ -737,7 +777,7 @@ mod budgeted {
             agent: Some("worker".into()),
             ..Default::default()
         };
-        let run = svc.create_run("alice", req, None).await.unwrap();
+        let run = svc.requests().create_run("alice", req, None).await.unwrap();
         let worker = baton_dev::worker::Worker::new(svc.clone(), local.clone(), Default::default());
         let units = meter.snapshot().read_units;
         worker.drain().await.unwrap();
@@ -747,7 +787,7 @@ mod budgeted {
         };
         let (rec, timeline) = store.load(&run.run_id).await.unwrap().unwrap();
         assert_eq!(rec.run.status, RunStatus::Completed);
-        let (_, cold) = svc.cache_use();
+        let (_, cold) = svc.steps().cache_use();
         let requests = seen.seen.lock().unwrap().clone();
         (requests, read / cold.max(1) as f64, timeline)
     }

@@ -209,7 +209,11 @@ async fn create(svc: &Service) -> String {
         agent: Some("worker".into()),
         ..Default::default()
     };
-    svc.create_run("local", req, None).await.unwrap().run_id
+    svc.requests()
+        .create_run("local", req, None)
+        .await
+        .unwrap()
+        .run_id
 }
 
 async fn assert_failed_at_once(local: &LocalStore, run_id: &str, store: &Refusing) {
@@ -299,7 +303,7 @@ async fn a_reply_is_kept_through(
     for _ in 0..100 {
         for (receipt, msg) in pump.receive(10).await {
             // A failed step's message is left to come back, as on the hosts' queues.
-            match svc.handle(&msg).await {
+            match svc.steps().handle(&msg).await {
                 Ok(baton_core::service::Handled::Committed { status: s, .. }) => status = s,
                 Ok(_) => {}
                 Err(e) => {
@@ -483,7 +487,10 @@ async fn a_stale_dead_letter_does_not_fail_a_live_run() {
         .await
         .unwrap()
         .remove(0);
-    svc.handle(start.message.as_ref().unwrap()).await.unwrap();
+    svc.steps()
+        .handle(start.message.as_ref().unwrap())
+        .await
+        .unwrap();
     local.ack(start.receipt).await.unwrap();
     Worker::new(svc.clone(), local.clone(), WorkerOptions::default())
         .drain()
@@ -502,7 +509,7 @@ async fn a_stale_dead_letter_does_not_fail_a_live_run() {
         ..stale_start.clone()
     };
     for m in [&stale_start, &stale_continue] {
-        let r = svc.dead_letter(m, "failed 5 times").await.unwrap();
+        let r = svc.steps().dead_letter(m, "failed 5 times").await.unwrap();
         assert!(
             matches!(r, baton_core::service::Handled::Ignored(_)),
             "{r:?}"
@@ -573,7 +580,13 @@ async fn a_slow_model_call_holds_back_only_its_own_run_in_a_lambda_batch() {
             agent: Some(agent.into()),
             ..Default::default()
         };
-        ids.push(svc.create_run("local", req, None).await.unwrap().run_id);
+        ids.push(
+            svc.requests()
+                .create_run("local", req, None)
+                .await
+                .unwrap()
+                .run_id,
+        );
     }
     let starts = local
         .receive(2, std::time::Duration::from_secs(60))
@@ -617,7 +630,8 @@ async fn a_sweep_tick_keeps_to_its_budget_with_endless_runs_to_purge() {
     let local = LocalStore::open(dir.path()).unwrap();
     let (svc, store) = service_with(&local, false, true);
     let started = std::time::Instant::now();
-    svc.sweep_within(chrono::Duration::zero(), std::time::Duration::from_secs(1))
+    svc.steps()
+        .sweep_within(chrono::Duration::zero(), std::time::Duration::from_secs(1))
         .await
         .unwrap();
     let took = started.elapsed();

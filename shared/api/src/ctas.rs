@@ -22,6 +22,7 @@ pub(crate) async fn list_ctas(
     let cursor = q.get("cursor").map(String::as_str);
     let (ctas, next) = s
         .service
+        .requests()
         .list_ctas(&owner, status, root, cursor, limit)
         .await?;
     Ok(Json(bodies::CtaList {
@@ -35,7 +36,7 @@ pub(crate) async fn mint_link(
     Extension(Caller(owner)): Extension<Caller>,
     Id(cta_id): Id,
 ) -> Result<Json<bodies::Link>, ApiError> {
-    let (url, expires_at) = s.service.mint_link(&owner, &cta_id).await?;
+    let (url, expires_at) = s.service.requests().mint_link(&owner, &cta_id).await?;
     Ok(Json(bodies::Link {
         cta_id,
         url,
@@ -48,7 +49,7 @@ pub(crate) async fn open_link(
     State(s): State<AppState>,
     Id(token): Id,
 ) -> Result<Response, ApiError> {
-    let cta = s.service.cta_by_link(&token).await?;
+    let cta = s.service.requests().cta_by_link(&token).await?;
     Ok(Json(bodies::LinkQuestion::from(&cta)).into_response())
 }
 
@@ -58,7 +59,11 @@ pub(crate) async fn answer_link(
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
     let response = CtaResponse::from_json(body).map_err(ServiceError::from)?;
-    let cta = s.service.answer_by_link(&token, response).await?;
+    let cta = s
+        .service
+        .requests()
+        .answer_by_link(&token, response)
+        .await?;
     Ok(accepted(bodies::AnswerAccepted {
         cta_id: cta.cta_id,
         run_id: None,
@@ -72,7 +77,7 @@ pub(crate) async fn get_cta(
     Extension(Caller(owner)): Extension<Caller>,
     Id(cta_id): Id,
 ) -> Result<Json<Cta>, ApiError> {
-    let cta = s.service.get_cta(Some(&owner), &cta_id).await?;
+    let cta = s.service.requests().get_cta(Some(&owner), &cta_id).await?;
     Ok(Json(bodies::owner_view(cta)))
 }
 
@@ -85,6 +90,7 @@ pub(crate) async fn answer_cta(
     let response = CtaResponse::from_json(body).map_err(ServiceError::from)?;
     let cta = s
         .service
+        .requests()
         .answer_cta(Some(&owner), &cta_id, response, Some(owner.clone()))
         .await?;
     Ok(accepted(bodies::AnswerAccepted {

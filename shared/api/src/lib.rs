@@ -147,7 +147,11 @@ async fn create_run(
             trigger: None,
         },
     };
-    let run = s.service.create_run(&owner, req, key.as_deref()).await?;
+    let run = s
+        .service
+        .requests()
+        .create_run(&owner, req, key.as_deref())
+        .await?;
     Ok(accepted(bodies::RunAccepted {
         run_id: run.run_id,
         status: run.status,
@@ -245,7 +249,7 @@ async fn get_run(
 ) -> Result<Response, ApiError> {
     let (service, id) = (&s.service, run_id.as_str());
     let (view, _) = runs::read_as(&s, &caller, id, |owner| async move {
-        service.get_run(&owner, id, PAGE_ENTRIES).await
+        service.requests().get_run(&owner, id, PAGE_ENTRIES).await
     })
     .await?;
     // What the run and its subagents spent together; `reported` is the engine's own ledger.
@@ -311,7 +315,7 @@ async fn get_timeline(
     let limit = parse_num(&q, "limit")?.map_or(MAX_PAGE, |l| (l as usize).clamp(1, MAX_PAGE));
     let (service, id) = (&s.service, run_id.as_str());
     let ((run, entries), _) = runs::read_as(&s, &caller, id, |owner| async move {
-        service.timeline(&owner, id, after, limit).await
+        service.requests().timeline(&owner, id, after, limit).await
     })
     .await?;
     let entries = &entries[..page(&entries, REPLY_BYTES)?];
@@ -339,7 +343,7 @@ async fn get_file(
         Some("1") => true,
         Some(_) => return Err(ApiError::invalid("`link` must be 0 or 1")),
     };
-    let blob = match s.service.file(&owner, &run_id, &file_id).await? {
+    let blob = match s.service.requests().file(&owner, &run_id, &file_id).await? {
         Download::Bytes(blob) => blob,
         // A page's script cannot follow a redirect to another origin with its token, nor
         // read where it went: it asks for the link itself and navigates there.
@@ -396,6 +400,7 @@ async fn post_message(
     let key = idempotency_key(&headers)?;
     let (run, queued) = s
         .service
+        .requests()
         .post_message(&owner, &run_id, body.follow_up(), key.as_deref())
         .await?;
     let message = if queued {
@@ -440,6 +445,7 @@ async fn fork_run(
     };
     let run = s
         .service
+        .requests()
         .fork_run(&owner, &run_id, body.at_seq, replacement, key.as_deref())
         .await?;
     let forked_from = run.forked_from.clone().ok_or_else(|| {
@@ -463,7 +469,11 @@ async fn cancel_run(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
-    let run = s.service.cancel(&owner, &run_id, key.as_deref()).await?;
+    let run = s
+        .service
+        .requests()
+        .cancel(&owner, &run_id, key.as_deref())
+        .await?;
     Ok(accepted(bodies::RequestAccepted {
         run_id: run.run_id,
         status: run.status,

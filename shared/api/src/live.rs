@@ -101,6 +101,7 @@ pub(crate) async fn watch_run(
 ) -> Result<Json<WatchBody>, ApiError> {
     // Unknown or someone else's run: a 404, and no lease.
     s.service
+        .requests()
         .timeline(&owner, &run_id, Some(u64::MAX), 1)
         .await?;
     if let Some(watchers) = &s.watchers {

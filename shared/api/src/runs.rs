@@ -28,7 +28,11 @@ pub(crate) async fn list_runs(
     };
     let filter = run_filter(&q)?;
     let cursor = q.get("cursor").map(String::as_str);
-    let (runs, next) = s.service.list_runs(&owner, &filter, cursor, limit).await?;
+    let (runs, next) = s
+        .service
+        .requests()
+        .list_runs(&owner, &filter, cursor, limit)
+        .await?;
     Ok(Json(bodies::RunList {
         runs: runs.into_iter().map(bodies::RunSummary::from).collect(),
         next_cursor: next,
@@ -42,7 +46,7 @@ pub(crate) async fn usage(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<bodies::UsageBody>, ApiError> {
     let owner = owner_asked(&s, caller, &q)?;
-    let usage = s.service.usage(&owner).await?;
+    let usage = s.service.requests().usage(&owner).await?;
     Ok(Json(bodies::UsageBody::new(owner, usage)))
 }
 
@@ -57,7 +61,7 @@ pub(crate) async fn read_as<T, F: Future<Output = Result<T, ServiceError>>>(
 ) -> Result<(T, String), ApiError> {
     match read(caller.0.clone()).await {
         Err(ServiceError::NotFound(message)) if s.auth.is_operator(caller) => {
-            match s.service.run_owner(run_id).await? {
+            match s.service.requests().run_owner(run_id).await? {
                 Some(owner) if owner != caller.0 => Ok((read(owner.clone()).await?, owner)),
                 _ => Err(ServiceError::NotFound(message).into()),
             }
@@ -132,7 +136,7 @@ pub(crate) async fn get_tree(
 ) -> Result<Json<bodies::RunTreeBody>, ApiError> {
     let (service, id) = (&s.service, run_id.as_str());
     let (tree, _) = read_as(&s, &caller, id, |owner| async move {
-        service.run_tree(&owner, id).await
+        service.requests().run_tree(&owner, id).await
     })
     .await?;
     Ok(Json(bodies::RunTreeBody {

@@ -83,7 +83,10 @@ pub(crate) async fn stream_run(
     // stream.
     let (service, id) = (&s.service, run_id.as_str());
     let (_, owner) = crate::runs::read_as(&s, &caller, id, |owner| async move {
-        service.timeline(&owner, id, Some(u64::MAX), 1).await
+        service
+            .requests()
+            .timeline(&owner, id, Some(u64::MAX), 1)
+            .await
     })
     .await?;
     // Subscribed before the first read: nothing between the two is missed.
@@ -207,6 +210,7 @@ impl Follow {
     async fn poll(&mut self) -> Result<Batch, String> {
         let (run, entries) = self
             .service
+            .requests()
             .timeline(&self.owner, &self.run_id, self.after, MAX_PAGE)
             .await
             .map_err(|e| e.to_string())?;

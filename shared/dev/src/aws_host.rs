@@ -339,7 +339,7 @@ impl AwsDevServer {
     /// them.
     pub fn steps_taken(&self) -> (u64, u64) {
         self.steps.iter().fold((0, 0), |(w, c), s| {
-            let (sw, sc) = s.cache_use();
+            let (sw, sc) = s.steps().cache_use();
             (w + sw, c + sc)
         })
     }
@@ -357,7 +357,7 @@ impl AwsDevServer {
     /// The sweep, as its scheduled rule has the `events` function run it: performs the
     /// outboxes outstanding for longer than `older_than`.
     pub async fn sweep(&self, older_than: chrono::Duration) -> Result<usize, PortError> {
-        self.events.sweep(older_than).await
+        self.events.steps().sweep(older_than).await
     }
 
     pub async fn shutdown(self) {

@@ -1,11 +1,11 @@
-//! The local worker: pumps the embedded queue into [`Service::handle`] and fires due
+//! The local worker: pumps the embedded queue into [`Steps::handle`](baton_core::service::Steps::handle) and fires due
 //! expiry timers, in-process. It stands in for what SQS event source mappings and
 //! EventBridge Scheduler do on AWS.
 //!
 //! Messages of different runs are handled concurrently; a run's messages one at a time, in
 //! order (the queue hands out only a group's head). A message that fails with a retryable
 //! error is retried with backoff; after `max_receives` it is dead-lettered, which ends its
-//! run as failed. A terminal error has already failed its run (`Service::handle`) and is
+//! run as failed. A terminal error has already failed its run (`Steps::handle`) and is
 //! not retried.
 
 use std::sync::{Arc, Mutex};
@@ -37,7 +37,7 @@ pub struct WorkerOptions {
     pub step_times: Option<StepTimes>,
     /// How many steps of one run are taken in a row, each next message handed over
     /// in-process rather than written to the queue (`BATON_STEPS_IN_A_ROW`;
-    /// [`Service::consume_row`]); 1: every step through the queue.
+    /// [`Steps::consume_row`](baton_core::service::Steps::consume_row)); 1: every step through the queue.
     pub in_a_row: usize,
 }
 
@@ -109,11 +109,12 @@ impl Worker {
         }
         let runs = self.store.runs_with_outbox().await?;
         for run_id in &runs {
-            self.service.repair(run_id).await?;
+            self.service.steps().repair(run_id).await?;
         }
         // Every resolution still outstanding was being sent when the last process stopped.
         let resolved = self
             .service
+            .steps()
             .resend_resolutions(chrono::Duration::zero())
             .await?;
         Ok(runs.len() + resolved)
@@ -157,7 +158,12 @@ impl Worker {
         let now = self.service.now();
         let due = self.store.due_timers(now).await?;
         for t in &due {
-            match self.service.fire_timer(&t.name, &t.run_id, None).await {
+            match self
+                .service
+                .steps()
+                .fire_timer(&t.name, &t.run_id, None)
+                .await
+            {
                 Ok(()) => {}
                 Err(ServiceError::Port(e)) => return Err(e),
                 // Refused (not due by the service's clock, or gone): the timer is done.
@@ -202,6 +208,7 @@ impl Worker {
             if tokio::time::Instant::now() >= next_sweep {
                 if let Err(e) = self
                     .service
+                    .steps()
                     .sweep(chrono::Duration::from_std(SWEEP_EVERY).unwrap_or_default())
                     .await
                 {
@@ -266,6 +273,7 @@ async fn process(service: Arc<Service>, store: LocalStore, opts: WorkerOptions, 
         let verdict = if opts.in_a_row > 1 && !duplicate {
             let mut last = started;
             service
+                .steps()
                 .consume_row(delivery, opts.in_a_row, || {
                     if let Some(times) = &opts.step_times {
                         times.push(last.elapsed());
@@ -274,7 +282,7 @@ async fn process(service: Arc<Service>, store: LocalStore, opts: WorkerOptions, 
                 })
                 .await
         } else {
-            let verdict = service.consume(delivery, duplicate).await;
+            let verdict = service.steps().consume(delivery, duplicate).await;
             if let Some(times) = &opts.step_times {
                 times.push(started.elapsed());
             }

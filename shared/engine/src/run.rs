@@ -403,7 +403,7 @@ pub struct LastError {
     pub failures: u32,
     /// The failure was the model provider's (unreachable, overloaded, a 5xx, after the
     /// client's own retries), not the run's: while the provider is down, its step message
-    /// is not given up on (`Service::dead_letter`).
+    /// is not given up on (`Steps::dead_letter`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub provider: bool,
 }

@@ -27,7 +27,7 @@ pub const SWEEP_AFTER: chrono::Duration = chrono::Duration::minutes(5);
 
 /// The `events` function: the inbox queue's events — `cta.response` and `cta.expired` from the
 /// bus, plan steps' `timer.fired`, the sweep's tick — each handed to
-/// [`Service::inbox_event`]. An invalid or late one is refused (and published as
+/// [`Steps::inbox_event`](baton_core::service::Steps::inbox_event). An invalid or late one is refused (and published as
 /// `cta.rejected`) and dropped, never blocking the queue; backend errors are retried.
 ///
 /// The records of a batch are handled at once: the queue is a standard one, which keeps no
@@ -61,6 +61,7 @@ async fn handle_record(service: &Service, rec: SqsMessage) -> Option<BatchItemFa
     let detail = &envelope["detail"];
     let span = info_span!("event", message_id = %id, cta_id = %detail["ctaId"].as_str().unwrap_or_default(), detail_type = %detail_type);
     let outcome = service
+        .steps()
         .inbox_event(&id, detail_type, detail, SWEEP_AFTER)
         .instrument(span)
         .await;

@@ -14,7 +14,7 @@
 //! | [`outbox_metrics`] | effects that failed after their commit, as EMF lines (every function) |
 //!
 //! The adapters are `baton-aws`'s; the policy for each message is the service's
-//! (`Service::consume`, `Service::inbox_event`). `baton dev --aws` runs these same handlers
+//! (`Steps::consume`, `Steps::inbox_event`). `baton dev --aws` runs these same handlers
 //! in-process (`baton-dev`).
 
 #[cfg(feature = "api")]

@@ -194,7 +194,7 @@ pub const MAX_BATCH: usize = 10;
 
 /// How a step function paces a batch: how many of its runs it steps at once
 /// ([`steps_at_once`]), and how many steps of each in a row ([`STEPS_IN_A_ROW`]:
-/// [`Service::consume_row`]).
+/// [`Steps::consume_row`](baton_core::service::Steps::consume_row)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pace {
     pub at_once: usize,
@@ -230,12 +230,12 @@ impl Pace {
 /// `ReportBatchItemFailures`, once a message of a group fails, every later message of that
 /// group in the batch is reported failed too, or SQS would deliver them out of order; other
 /// groups are not affected. Only retryable errors are reported: a terminal one has already
-/// failed its run (see `Service::handle`), so redelivering it could not help. Records from
+/// failed its run (see `Steps::handle`), so redelivering it could not help. Records from
 /// one of `dead_letters` (queue ARNs) end their run as failed.
 ///
 /// With a [`StepDeadline`] (Lambda's: the invocation ends then), no step is cut off: every
 /// record, the first of its group too, starts only while its model call fits before the
-/// deadline ([`Service::step_fits`]), and a step whose tool calls do not fit stops before
+/// deadline ([`Steps::step_fits`](baton_core::service::Steps::step_fits)), and a step whose tool calls do not fit stops before
 /// running them; such a record and the rest of its group are deferred, in order: reported
 /// failed and due again at once. Every failure is returned with when it is due again
 /// ([`StepsOutcome::again`]), so the caller makes it visible then ([`release`]) rather than
@@ -304,8 +304,8 @@ async fn handle_group(
         }
         if let Some(d) = &deadline {
             let left = d.left();
-            if !service.step_fits(left) {
-                if service.step_fits(d.window) {
+            if !service.steps().step_fits(left) {
+                if service.steps().step_fits(d.window) {
                     info!(message_id = %id, left_ms = left.as_millis() as u64, "deferred: no time for a step in this invocation");
                     failed = true;
                     out.push((i, rec, Some(Duration::ZERO)));
@@ -314,7 +314,7 @@ async fn handle_group(
                 // No invocation has the time: deferring could never help.
                 warn!(
                     window_ms = d.window.as_millis() as u64,
-                    model_ms = service.longest_think().as_millis() as u64,
+                    model_ms = service.steps().longest_think().as_millis() as u64,
                     "the function's timeout is shorter than one model call at its worst (timeout x attempts): raise it, or lower BATON_LLM_TIMEOUT_SECONDS"
                 );
             }
@@ -346,11 +346,16 @@ async fn handle_group(
         // A row is for a run's last record in the batch: the ones after it come first.
         let verdict = if in_a_row > 1 && n + 1 == last {
             service
+                .steps()
                 .consume_row(delivery, in_a_row, || {})
                 .instrument(span)
                 .await
         } else {
-            service.consume(delivery, false).instrument(span).await
+            service
+                .steps()
+                .consume(delivery, false)
+                .instrument(span)
+                .await
         };
         match verdict {
             Verdict::Ack => {}

@@ -325,7 +325,8 @@ async fn the_sweep_purges_a_thousand_finished_runs_tick_by_tick_within_its_budge
     let mut ticks = Vec::new();
     loop {
         let started = std::time::Instant::now();
-        svc.sweep_within(chrono::Duration::minutes(5), budget)
+        svc.steps()
+            .sweep_within(chrono::Duration::minutes(5), budget)
             .await
             .unwrap();
         ticks.push(started.elapsed());

@@ -161,14 +161,14 @@ pub(super) fn approx_bytes(entries: &[Entry]) -> usize {
 }
 
 /// What a warm worker keeps of a run after a commit.
-impl super::Service {
+impl super::Steps {
     /// What of `window` (after a commit of `run`) the run's next step reads: the loop's next
     /// window and, for a model that reads history, as much before it as its budget holds.
     pub(super) fn kept(&self, run: &Run, mut window: Window) -> Window {
         let from = self.keep_from(run, window.base, &window.entries);
         if from > window.base {
             let drop = ((from - window.base) as usize).min(window.entries.len());
-            if window.base == 0 && self.deps.llm.reads_history() {
+            if window.base == 0 && self.shared.deps.llm.reads_history() {
                 window.head = window.entries.first().cloned();
             }
             window.entries.drain(..drop);
@@ -189,13 +189,16 @@ impl super::Service {
     /// is over the agent's context budget (what the step's think would read back to).
     fn keep_from(&self, run: &crate::run::Run, base: u64, timeline: &[Entry]) -> u64 {
         let window = engine::window_start(run, &LOOP);
-        if !self.deps.llm.reads_history() {
+        if !self.shared.deps.llm.reads_history() {
             return window;
         }
         let budget = self
+            .shared
             .catalog
             .agent(&run.agent)
-            .map_or(self.catalog.limits.context_bytes, |a| a.context_bytes);
+            .map_or(self.shared.catalog.limits.context_bytes, |a| {
+                a.context_bytes
+            });
         let (mut bytes, mut grouped) = (0usize, false);
         for e in timeline.iter().rev() {
             bytes += crate::llm::model_bytes(e);

@@ -8,7 +8,7 @@
 use serde_json::{Value, json};
 use tracing::{error, info, warn};
 
-use super::{Service, ServiceError};
+use super::{ServiceError, Steps};
 use crate::cta::CtaResponse;
 use crate::message::{Event, StepMessage};
 
@@ -27,7 +27,7 @@ pub struct Delivery<'a> {
 
 /// How long a step may work in an invocation that its host ends at a deadline (Lambda):
 /// the invocation's end less a margin for the step's commit and effects. A step starts only
-/// while its model call fits before `work_by` ([`Service::step_fits`]), and runs its tool
+/// while its model call fits before `work_by` ([`Steps::step_fits`]), and runs its tool
 /// calls only if they fit too; else it is deferred, whole, to a fresh invocation, never cut
 /// off half-done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +78,7 @@ pub enum Verdict {
 }
 
 /// How many steps of one run a host takes in a row by default (`BATON_STEPS_IN_A_ROW`): each
-/// hands its run's next message to the next in-process ([`Service::consume_row`]), so a run
+/// hands its run's next message to the next in-process ([`Steps::consume_row`]), so a run
 /// that goes on at once spends no queue write, request or invocation on its next step.
 pub const STEPS_IN_A_ROW: usize = 10;
 
@@ -90,7 +90,7 @@ pub const ROW_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 /// The detail-type of the sweep's tick on the inbox.
 pub const SWEEP_EVENT: &str = "baton.sweep";
 
-impl Service {
+impl Steps {
     /// Whether a step may start with `left` until its work must be done: its model call,
     /// every attempt of it timing out ([`crate::llm::Llm::longest_call`]), fits.
     pub fn step_fits(&self, left: std::time::Duration) -> bool {
@@ -99,14 +99,14 @@ impl Service {
 
     /// The longest a step's model call can take, its retries included.
     pub fn longest_think(&self) -> std::time::Duration {
-        self.deps.llm.longest_call().unwrap_or_default()
+        self.shared.deps.llm.longest_call().unwrap_or_default()
     }
 
     /// Handles one delivery of a step message (twice, when `twice`: as a redelivery after a
     /// lost acknowledgement would) and says what to do with it. A retryable failure is noted
     /// on the run (`lastError`) before it is retried.
     pub async fn consume(&self, d: Delivery<'_>, twice: bool) -> Verdict {
-        let started = self.deps.clock.now();
+        let started = self.shared.deps.clock.now();
         let mut result = self.deliver(d, None).await;
         if twice && result.is_ok() {
             result = self.deliver(d, None).await;
@@ -114,13 +114,13 @@ impl Service {
         self.verdict(d, result, started).await
     }
 
-    /// [`Service::consume`], handing back the run's own next message instead of sending it,
+    /// [`Steps::consume`], handing back the run's own next message instead of sending it,
     /// when the step leaves one (and nothing else of the run's to send): its host steps it
-    /// in the same invocation, or sends it with [`Service::send_next`]. Until that next step
+    /// in the same invocation, or sends it with [`Steps::send_next`]. Until that next step
     /// commits, the message stands unsent in the run's committed outbox, so a crash in
     /// between loses nothing: the delivery being consumed comes back and sends it.
     pub async fn consume_in_a_row(&self, d: Delivery<'_>) -> (Verdict, Option<StepMessage>) {
-        let started = self.deps.clock.now();
+        let started = self.shared.deps.clock.now();
         let mut next = None;
         let result = self.deliver(d, d.dead.is_none().then_some(&mut next)).await;
         let verdict = self.verdict(d, result, started).await;
@@ -128,7 +128,7 @@ impl Service {
     }
 
     /// Consumes `first`, then the steps of its run that follow at once, in-process, each with
-    /// the next message the one before handed back ([`Service::consume_in_a_row`]), up to
+    /// the next message the one before handed back ([`Steps::consume_in_a_row`]), up to
     /// `in_a_row` steps and [`ROW_FOR`], while the deadline leaves time for a step and nothing
     /// else waits in the run's group ([`crate::ports::Queue::waiting`]); the next message
     /// left is sent, behind what waits. `stepped` is called after each step. The verdict is the
@@ -148,7 +148,14 @@ impl Service {
         while let Some(msg) = next.take() {
             let time = first.deadline.is_none_or(|d| self.step_fits(d.left()));
             // What waits in the run's group (a cancel, say) comes before its next step.
-            let waiting = || async { self.deps.queue.waiting(&msg.run_id).await.unwrap_or(true) };
+            let waiting = || async {
+                self.shared
+                    .deps
+                    .queue
+                    .waiting(&msg.run_id)
+                    .await
+                    .unwrap_or(true)
+            };
             if taken >= in_a_row || began.elapsed() >= ROW_FOR || !time || waiting().await {
                 return self.sent_next(&msg, verdict).await;
             }
@@ -182,9 +189,9 @@ impl Service {
         }
     }
 
-    /// Sends a run's next message that [`Service::consume_in_a_row`] handed back.
+    /// Sends a run's next message that [`Steps::consume_in_a_row`] handed back.
     pub async fn send_next(&self, msg: &StepMessage) -> Result<(), crate::error::PortError> {
-        self.deps.queue.send(std::slice::from_ref(msg)).await
+        self.shared.deps.queue.send(std::slice::from_ref(msg)).await
     }
 
     async fn deliver(
@@ -243,7 +250,7 @@ impl Service {
         let field = |k: &str| detail[k].as_str().unwrap_or_default().to_owned();
         let outcome = match detail_type {
             "cta.response" => self.bus_answer(detail).await,
-            "cta.expired" => self.expire_cta(&field("ctaId")).await,
+            "cta.expired" => self.shared.expire_cta(&field("ctaId")).await,
             crate::message::TIMER_FIRED => {
                 let due = detail["due"].as_str().and_then(|d| d.parse().ok());
                 self.fire_timer(&field("timerId"), &field("runId"), due)
@@ -264,9 +271,9 @@ impl Service {
                     id: format!("{message_id}:rejected"),
                     detail_type: "cta.rejected".into(),
                     detail: json!({"ctaId": field("ctaId"), "eventType": detail_type, "reason": e.to_string()}),
-                    time: self.deps.clock.now(),
+                    time: self.shared.deps.clock.now(),
                 };
-                if let Err(e) = self.deps.bus.publish(&[event]).await {
+                if let Err(e) = self.shared.deps.bus.publish(&[event]).await {
                     warn!(error = %e, "publishing cta.rejected failed");
                 }
                 Err(e)
@@ -300,7 +307,8 @@ impl Service {
         };
         let response = CtaResponse::from_json(fields)?;
         match self
-            .answer_cta(None, &cta_id, response.clone(), responder)
+            .shared
+            .answer(None, &cta_id, response.clone(), responder, true)
             .await
         {
             // A redelivery of the answer that won (the bus delivers at least once): nothing
@@ -314,6 +322,6 @@ impl Service {
 
     /// The service's clock (hosts that fire timers ask it what time it is).
     pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
-        self.deps.clock.now()
+        self.shared.deps.clock.now()
     }
 }

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use tracing::{info, warn};
 
-use super::{Service, ServiceError};
+use super::{Requests, ServiceError, Shared, Steps};
 use crate::cta::{Cta, CtaResponse, CtaStatus, Settlement};
 use crate::error::PortError;
 use crate::message::{Input, StepMessage, TIMER_PREFIX};
@@ -21,7 +21,7 @@ pub const CTA_PAGE_BYTES: usize = 4 * 1024 * 1024;
 /// Who answered through a one-time link, as the CTA records it.
 pub const LINK_RESPONDER: &str = "link";
 
-impl Service {
+impl Requests {
     /// A page of an owner's CTAs, optionally of one status and under one top-level run
     /// (every CTA of the run and of its subagents, at any depth): at most `limit` (up to
     /// [`MAX_CTA_PAGE`]) and at most [`CTA_PAGE_BYTES`] of CTAs (one, whatever its size), after
@@ -53,7 +53,7 @@ impl Service {
             after = None;
         }
         if let Some(root) = root_run_id {
-            match self.deps.store.get_run(root).await? {
+            match self.shared.deps.store.get_run(root).await? {
                 Some(rec) if rec.run.owner == owner => {}
                 _ => return Err(ServiceError::NotFound(format!("no run `{root}`"))),
             }
@@ -64,16 +64,14 @@ impl Service {
             after,
             limit: limit + 1,
         };
-        let mut ctas = self.deps.store.list_ctas(owner, &query).await?;
+        let mut ctas = self.shared.deps.store.list_ctas(owner, &query).await?;
         let next = super::cut_page(&mut ctas, limit, CTA_PAGE_BYTES, CtaPosition::of);
         Ok((ctas, next))
     }
 
+    /// A CTA by id, if `owner`'s (any owner's for `None`).
     pub async fn get_cta(&self, owner: Option<&str>, cta_id: &str) -> Result<Cta, ServiceError> {
-        match self.deps.store.get_cta(cta_id).await? {
-            Some(c) if owner.is_none_or(|o| o == c.owner) => Ok(c),
-            _ => Err(ServiceError::NotFound(format!("no CTA `{cta_id}`"))),
-        }
+        self.shared.get_cta(owner, cta_id).await
     }
 
     /// Accepts an answer with the CTA's own conditional write, then queues the resolution
@@ -90,12 +88,26 @@ impl Service {
         response: CtaResponse,
         responder: Option<String>,
     ) -> Result<Cta, ServiceError> {
-        self.answer(owner, cta_id, response, responder, true).await
+        self.shared
+            .answer(owner, cta_id, response, responder, true)
+            .await
     }
+}
 
-    /// [`Service::answer_cta`]; with `again: false`, only the write that settles the CTA is
+impl Shared {
+    pub(super) async fn get_cta(
+        &self,
+        owner: Option<&str>,
+        cta_id: &str,
+    ) -> Result<Cta, ServiceError> {
+        match self.deps.store.get_cta(cta_id).await? {
+            Some(c) if owner.is_none_or(|o| o == c.owner) => Ok(c),
+            _ => Err(ServiceError::NotFound(format!("no CTA `{cta_id}`"))),
+        }
+    }
+    /// [`Requests::answer_cta`]; with `again: false`, only the write that settles the CTA is
     /// accepted (a one-time link answers once: the winning answer posted again is refused).
-    async fn answer(
+    pub(super) async fn answer(
         &self,
         owner: Option<&str>,
         cta_id: &str,
@@ -231,10 +243,12 @@ impl Service {
             }])
             .await
     }
+}
 
+impl Steps {
     /// A timer fired: a run's own timer (named [`TIMER_PREFIX`]…, a plan step's timeout)
     /// goes to its run, whose step decides whether it is still due; any other is a CTA's
-    /// expiry ([`Service::expire_cta`]).
+    /// expiry (`expire_cta`).
     ///
     /// `due`, when the timer says it (a schedule's event does), is when it was set for: one
     /// that fires early (a scheduler keeps its time to the minute) is set again for then,
@@ -246,16 +260,22 @@ impl Service {
         due: Option<DateTime<Utc>>,
     ) -> Result<(), ServiceError> {
         if !name.starts_with(TIMER_PREFIX) {
-            return self.expire_cta(name).await;
+            return self.shared.expire_cta(name).await;
         }
-        if self.deps.store.get_run(run_id).await?.is_none() {
+        if self.shared.deps.store.get_run(run_id).await?.is_none() {
             return Err(ServiceError::NotFound(format!("no run `{run_id}`")));
         }
-        if let Some(due) = due.filter(|due| self.early(*due)) {
+        if let Some(due) = due.filter(|due| self.shared.early(*due)) {
             info!(timer = name, run_id, due = %due.to_rfc3339(), "timer fired early: set again");
-            return Ok(self.deps.scheduler.schedule(name, run_id, due).await?);
+            return Ok(self
+                .shared
+                .deps
+                .scheduler
+                .schedule(name, run_id, due)
+                .await?);
         }
         Ok(self
+            .shared
             .deps
             .queue
             .send(&[StepMessage {
@@ -268,14 +288,16 @@ impl Service {
             }])
             .await?)
     }
+}
 
+impl Requests {
     /// A one-time answer link to the owner's pending CTA, and when it stops working.
     pub async fn mint_link(
         &self,
         owner: &str,
         cta_id: &str,
     ) -> Result<(String, chrono::DateTime<chrono::Utc>), ServiceError> {
-        let Some(links) = self.links() else {
+        let Some(links) = self.shared.links.as_ref() else {
             return Err(ServiceError::Conflict {
                 code: "links_off",
                 message: "one-time links are not set up on this deployment (BATON_LINK_KEY)".into(),
@@ -283,7 +305,7 @@ impl Service {
         };
         let cta = self.get_cta(Some(owner), cta_id).await?;
         if cta.status != CtaStatus::Pending {
-            return Err(self.settled_error(&cta).await);
+            return Err(self.shared.settled_error(&cta).await);
         }
         let Some(nonce) = &cta.link_nonce else {
             return Err(ServiceError::Conflict {
@@ -311,8 +333,8 @@ impl Service {
                 "this link has expired: the question stopped waiting for an answer",
             )
         };
-        let links = self.links().ok_or_else(invalid)?;
-        let now = self.deps.clock.now();
+        let links = self.shared.links.as_ref().ok_or_else(invalid)?;
+        let now = self.shared.deps.clock.now();
         // The signature alone (checked as at the earliest instant, so that it passes past
         // the expiry too): how a settled CTA was settled says more than that its link expired.
         let claims = links
@@ -320,6 +342,7 @@ impl Service {
             .map_err(|_| invalid())?;
         let past = now.timestamp() >= claims.expires_at;
         let Some(cta) = self
+            .shared
             .deps
             .store
             .get_cta(&claims.cta_id)
@@ -357,6 +380,7 @@ impl Service {
         // One conditional write decides: of any number of posts, only the one whose write
         // settled the question is accepted; the rest are told the link was used.
         let answered = self
+            .shared
             .answer(
                 None,
                 &cta.cta_id,
@@ -379,7 +403,9 @@ impl Service {
             other => other,
         }
     }
+}
 
+impl Shared {
     /// Whether a timer due at `due` fires early by this service's clock. No skew is
     /// tolerated: a question must not expire while an answer posted before `expiresAt` may
     /// still be on its way. (Re-arming cannot loop: the schedule is set for the first whole
@@ -393,7 +419,7 @@ impl Service {
     /// An expiry before the CTA's `expiresAt` (a scheduler keeps its time to the minute; or
     /// a forged event) does not settle it: its schedule is set again for `expiresAt`, so
     /// that it is not lost.
-    pub async fn expire_cta(&self, cta_id: &str) -> Result<(), ServiceError> {
+    pub(super) async fn expire_cta(&self, cta_id: &str) -> Result<(), ServiceError> {
         let now = self.deps.clock.now();
         let Some(cta) = self.deps.store.get_cta(cta_id).await? else {
             return Err(ServiceError::NotFound(format!("no CTA `{cta_id}`")));

@@ -1,7 +1,7 @@
 //! Follow-up turns (`POST /runs/{id}/messages`): admitted beside the run item, then queued
 //! for the run's one writer, which starts each turn in order.
 
-use super::{FollowUp, Service, ServiceError, Trigger};
+use super::{FollowUp, Requests, ServiceError, Trigger};
 use crate::message::{Input, StepMessage};
 use crate::run::{MAX_RUN_CONTEXT_BYTES, Run};
 use crate::timeline::TurnOptions;
@@ -11,7 +11,7 @@ use crate::timeline::TurnOptions;
 /// request, and its run takes it up within seconds of it).
 pub const UNSENT_AFTER: chrono::Duration = chrono::Duration::minutes(15);
 
-impl Service {
+impl Requests {
     /// Queues a follow-up user turn. On a finished run it starts the next turn; while a
     /// turn is under way, or when another follow-up has claimed the finished run's next
     /// turn, it waits for the turn before it to end (the run keeps it as a `queued` entry).
@@ -48,8 +48,9 @@ impl Service {
         // number of concurrent posts race for (a read of `run.queued` could not: only the
         // run's writer updates it, after the messages have been taken).
         let cap = crate::run::MAX_QUEUED;
-        let now = self.deps.clock.now();
+        let now = self.shared.deps.clock.now();
         if !self
+            .shared
             .deps
             .store
             .admit_follow_up(run_id, &message_id, cap, now, now - UNSENT_AFTER)
@@ -74,6 +75,7 @@ impl Service {
         if sent.is_err() {
             // Not sent: its place is free again (best effort; the error is what counts).
             let _ = self
+                .shared
                 .deps
                 .store
                 .release_follow_ups(run_id, &[message_id])
@@ -93,7 +95,7 @@ impl Service {
         owner: &str,
         a: &crate::ports::Admission,
     ) -> Result<(), ServiceError> {
-        let store = &self.deps.store;
+        let store = &self.shared.deps.store;
         if let Some(cost) = &a.daily_cost {
             let spent_usd = store.spent_on(owner, cost.day).await?;
             if spent_usd >= cost.limit_usd {
@@ -131,7 +133,7 @@ impl Service {
         // stops counting after a step's longest budget.
         if run.status.is_terminal()
             && run.parent.is_none()
-            && let Some(admission) = self.admission()
+            && let Some(admission) = self.shared.admission()
         {
             // Its next turn makes it active again: refused now if its owner's quotas would
             // refuse a run as they read now. What holds is the commit that starts the turn,
@@ -148,9 +150,10 @@ impl Service {
                 .as_ref()
                 .is_some_and(|d| d["draftPlans"] == serde_json::json!(true));
         let queued = if run.status.is_terminal() {
-            let now = self.deps.clock.now();
+            let now = self.shared.deps.clock.now();
             let stale = now - chrono::Duration::minutes(15);
             let claimed = self
+                .shared
                 .deps
                 .store
                 .claim_turn(run_id, &message_id, now, stale)
@@ -164,7 +167,8 @@ impl Service {
         // retry (same `Idempotency-Key`) posted after the first one's turn has ended is
         // not a duplicate to the queue (SQS FIFO drops one for five minutes), so it reaches
         // the run, which applies nothing twice and gives back the slot taken for it.
-        self.deps
+        self.shared
+            .deps
             .queue
             .send(&[StepMessage {
                 run_id: run_id.into(),

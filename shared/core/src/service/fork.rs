@@ -3,13 +3,13 @@
 
 use tracing::info;
 
-use super::{Service, ServiceError};
+use super::{Requests, ServiceError};
 use crate::fork::{Refused, Replacement};
 use crate::message::{Effect, StepMessage};
 use crate::ports::{Created, RunRecord};
 use crate::run::Run;
 
-impl Service {
+impl Requests {
     /// Starts a fork of the owner's run `run_id` at its entry `at_seq` (see [`crate::fork`]).
     /// The fork's history is a copy of the original's entries before it, written with the
     /// fork in one go: nothing of it runs again. With an idempotency key, a retry returns
@@ -23,11 +23,11 @@ impl Service {
         replacement: Option<Replacement>,
         idempotency_key: Option<&str>,
     ) -> Result<Run, ServiceError> {
-        let (rec, timeline) = match self.deps.store.load(run_id).await? {
+        let (rec, timeline) = match self.shared.deps.store.load(run_id).await? {
             Some((rec, t)) if rec.run.owner == owner => (rec, t),
             _ => return Err(ServiceError::NotFound(format!("no run `{run_id}`"))),
         };
-        let now = self.deps.clock.now();
+        let now = self.shared.deps.clock.now();
         let id = format!("run_{}", uuid::Uuid::new_v4().simple());
         let fork =
             crate::fork::fork(&rec.run, &timeline, at_seq, replacement, id, now).map_err(|r| {
@@ -49,10 +49,11 @@ impl Service {
             owed: false,
         })];
         let key = idempotency_key.map(|k| format!("fork {run_id} {k}"));
-        let admission = self.admission();
+        let admission = self.shared.admission();
         let mut run = fork.run;
         run.active_slot = admission.is_some_and(|a| a.active_runs.is_some());
         let record = match self
+            .shared
             .deps
             .store
             .create_run(
@@ -68,7 +69,7 @@ impl Service {
             Created::Existing(rec) => super::requests::retried(*rec, "fork"),
         };
         crate::failpoint::hit("fork.after_insert")?;
-        self.perform(&record.run, &record.outbox).await?;
+        self.shared.perform(&record.run, &record.outbox).await?;
         info!(run_id = %record.run.run_id, from = %run_id, at_seq, "run forked");
         Ok(record.run)
     }

@@ -3,9 +3,9 @@
 //!
 //! A host builds its service once, with everything it works with ([`Service::builder`]),
 //! then calls one method each: the HTTP API calls the request methods (`requests.rs`), queue
-//! consumers call [`Service::consume`] (`consume.rs`, which steps through
-//! [`Service::handle`] in `steps.rs` and answers with the one [`Verdict`] a host maps to its
-//! queue's terms), timers call [`Service::fire_timer`].
+//! consumers call [`Steps::consume`] (`consume.rs`, which steps through
+//! [`Steps::handle`] in `steps.rs` and answers with the one [`Verdict`] a host maps to its
+//! queue's terms), timers call [`Steps::fire_timer`].
 
 mod cache;
 mod consume;
@@ -96,7 +96,7 @@ impl From<crate::cta::InvalidResponse> for ServiceError {
 ///
 /// Retryable errors (a backend busy or down, a model unavailable, a run contended) put the
 /// message back on its queue: it can succeed later. Terminal ones cannot; by the time
-/// [`Service::handle`] returns one, it has already tried to end the run as failed with the
+/// [`Steps::handle`] returns one, it has already tried to end the run as failed with the
 /// error's message, so hosts acknowledge the message instead of redelivering it.
 #[derive(Debug, thiserror::Error)]
 pub enum StepError {
@@ -216,14 +216,12 @@ pub struct Trigger {
 /// kept in the run item that every commit rewrites (and DynamoDB bills by the kilobyte).
 pub const MAX_METADATA_BYTES: usize = 4 * 1024;
 
-pub struct Service {
+/// What both halves of a service work with: the ports, the catalog, and what the host has
+/// besides (links, a live channel, observers, quotas). Built once, shared by [`Requests`]
+/// and [`Steps`].
+pub(crate) struct Shared {
     deps: Deps,
     catalog: Arc<Catalog>,
-    /// Timelines of recently stepped runs, by version, within a byte budget.
-    cache: Mutex<cache::TimelineCache>,
-    /// Steps that found their timeline cached (warm) or had to load it (cold).
-    warm_steps: AtomicU64,
-    cold_steps: AtomicU64,
     /// One-time answer links, if the host has them.
     links: Option<crate::links::Links>,
     /// The host's channel to the runs' watchers, if it has one.
@@ -232,6 +230,33 @@ pub struct Service {
     observers: Vec<Arc<dyn crate::observe::Observer>>,
     /// Its owners' quotas.
     quotas: Quotas,
+}
+
+/// What answers requests: the HTTP API's reads and writes (runs, their timelines and
+/// files, questions and their answers, follow-ups, forks, links, usage). A request commits
+/// only what it is about and performs only what it committed; what runs next is a step's.
+pub struct Requests {
+    shared: Arc<Shared>,
+}
+
+/// What runs steps: the queue consumers (a step message, delivered, becomes a decision, a
+/// commit, then effects), the bus's inbox (answers, expiries, timers), and the sweep; with
+/// the timelines it keeps warm between a run's steps.
+pub struct Steps {
+    shared: Arc<Shared>,
+    /// Timelines of recently stepped runs, by version, within a byte budget.
+    cache: Mutex<cache::TimelineCache>,
+    /// Steps that found their timeline cached (warm) or had to load it (cold).
+    warm_steps: AtomicU64,
+    cold_steps: AtomicU64,
+}
+
+/// A host's service: what answers its requests ([`Service::requests`]) and what runs its
+/// steps ([`Service::steps`]), over one set of ports. A host that has only one kind of
+/// work (the API function, a step function) uses that half.
+pub struct Service {
+    requests: Requests,
+    steps: Steps,
 }
 
 /// What each owner may have under way and spend ([`ServiceBuilder::quotas`]): past either,
@@ -260,7 +285,8 @@ impl Quotas {
 /// a live channel, observers, a cache budget), then [`ServiceBuilder::build`]. The one way
 /// a service is made: everything it works with is given before its first request.
 pub struct ServiceBuilder {
-    service: Service,
+    shared: Shared,
+    cache_bytes: usize,
 }
 
 impl ServiceBuilder {
@@ -268,20 +294,20 @@ impl ServiceBuilder {
     /// No `cta.request` event carries one: a link is a bearer credential, and the bus is
     /// read by whoever its rules let in.
     pub fn links(mut self, links: Option<crate::links::Links>) -> Self {
-        self.service.links = links;
+        self.shared.links = links;
         self
     }
 
     /// Where what steps do before they commit goes (streamed replies, tool calls starting
     /// and ending), for whoever watches a run (`None`: nowhere, the default).
     pub fn live(mut self, live: Option<Arc<dyn crate::live::Live>>) -> Self {
-        self.service.live = live;
+        self.shared.live = live;
         self
     }
 
     /// Hands every committed step's report to `observer` too (traces, metrics).
     pub fn observer(mut self, observer: Arc<dyn crate::observe::Observer>) -> Self {
-        self.service.observers.push(observer);
+        self.shared.observers.push(observer);
         self
     }
 
@@ -289,13 +315,13 @@ impl ServiceBuilder {
     /// [`DEFAULT_CACHE_BYTES`]; 0 keeps none, and every step reads its window from the
     /// store).
     pub fn cache_bytes(mut self, bytes: usize) -> Self {
-        self.service.cache = Mutex::new(cache::TimelineCache::new(bytes));
+        self.cache_bytes = bytes;
         self
     }
 
     /// Each owner's quotas (default: none).
     pub fn quotas(mut self, quotas: Quotas) -> Self {
-        self.service.quotas = Quotas {
+        self.shared.quotas = Quotas {
             active_runs: quotas.active_runs.filter(|n| *n > 0),
             daily_cost_usd: quotas.daily_cost_usd.filter(|n| *n > 0.0),
         };
@@ -303,7 +329,18 @@ impl ServiceBuilder {
     }
 
     pub fn build(self) -> Service {
-        self.service
+        let shared = Arc::new(self.shared);
+        Service {
+            requests: Requests {
+                shared: shared.clone(),
+            },
+            steps: Steps {
+                shared,
+                cache: Mutex::new(cache::TimelineCache::new(self.cache_bytes)),
+                warm_steps: AtomicU64::new(0),
+                cold_steps: AtomicU64::new(0),
+            },
+        }
     }
 }
 
@@ -322,7 +359,7 @@ pub struct RunView {
     pub ledger: Option<Result<crate::budget::Ledger, String>>,
 }
 
-/// An owner's figures against its quotas ([`Service::usage`]).
+/// An owner's figures against its quotas ([`Requests::usage`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Usage {
     pub quotas: Quotas,
@@ -334,24 +371,29 @@ pub struct Usage {
     pub spent_usd: Option<f64>,
 }
 
-impl Service {
+impl Requests {
     /// `owner`'s figures against the quotas (`GET /usage`).
     pub async fn usage(&self, owner: &str) -> Result<Usage, ServiceError> {
-        let day = self.deps.clock.now().date_naive();
-        let active_runs = match self.quotas.active_runs {
-            Some(_) => Some(self.deps.store.active_runs(owner).await?),
+        let shared = &self.shared;
+        let day = shared.deps.clock.now().date_naive();
+        let active_runs = match shared.quotas.active_runs {
+            Some(_) => Some(shared.deps.store.active_runs(owner).await?),
             None => None,
         };
-        let spent_usd = match self.quotas.daily_cost_usd {
-            Some(_) => Some(self.deps.store.spent_on(owner, day).await?),
+        let spent_usd = match shared.quotas.daily_cost_usd {
+            Some(_) => Some(shared.deps.store.spent_on(owner, day).await?),
             None => None,
         };
         Ok(Usage {
-            quotas: self.quotas,
+            quotas: shared.quotas,
             active_runs,
             day,
             spent_usd,
         })
+    }
+
+    pub fn links(&self) -> Option<&crate::links::Links> {
+        self.shared.links.as_ref()
     }
 }
 
@@ -359,20 +401,49 @@ impl Service {
     /// A service over `deps` with `catalog`: add what the host has, then build.
     pub fn builder(deps: Deps, catalog: Arc<Catalog>) -> ServiceBuilder {
         ServiceBuilder {
-            service: Self {
+            shared: Shared {
                 deps,
                 catalog,
-                cache: Mutex::new(cache::TimelineCache::new(DEFAULT_CACHE_BYTES)),
-                warm_steps: AtomicU64::new(0),
-                cold_steps: AtomicU64::new(0),
                 links: None,
                 live: None,
                 observers: Vec::new(),
                 quotas: Quotas::default(),
             },
+            cache_bytes: DEFAULT_CACHE_BYTES,
         }
     }
 
+    /// What answers the host's requests.
+    pub fn requests(&self) -> &Requests {
+        &self.requests
+    }
+
+    /// What runs the host's steps.
+    pub fn steps(&self) -> &Steps {
+        &self.steps
+    }
+
+    pub fn links(&self) -> Option<&crate::links::Links> {
+        self.requests.links()
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.requests.shared.catalog
+    }
+
+    /// The ports this service drives, for tests that look inside. Hosts call the service's
+    /// methods, never its ports.
+    pub fn deps(&self) -> &Deps {
+        &self.requests.shared.deps
+    }
+
+    /// The time by the service's clock.
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.requests.shared.deps.clock.now()
+    }
+}
+
+impl Shared {
     /// What a top-level run starting now must fit in (`None`: no quota is set).
     fn admission(&self) -> Option<crate::ports::Admission> {
         let a = crate::ports::Admission {
@@ -437,15 +508,13 @@ impl Service {
         }
     }
 
-    pub fn links(&self) -> Option<&crate::links::Links> {
-        self.links.as_ref()
-    }
-
     /// The live channel, if the host has one and someone may be watching `run`.
     pub(crate) fn live_for(&self, run: &crate::run::Run) -> Option<&Arc<dyn crate::live::Live>> {
         self.live.as_ref().filter(|l| l.watched(run))
     }
+}
 
+impl Steps {
     /// How many steps found their timeline cached, and how many loaded it from the store.
     pub fn cache_use(&self) -> (u64, u64) {
         (
@@ -460,16 +529,6 @@ impl Service {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .budget()
-    }
-
-    pub fn catalog(&self) -> &Catalog {
-        &self.catalog
-    }
-
-    /// The ports this service drives, for tests that look inside. Hosts call the service's
-    /// methods, never its ports.
-    pub fn deps(&self) -> &Deps {
-        &self.deps
     }
 }
 

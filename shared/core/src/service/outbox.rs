@@ -8,7 +8,7 @@
 //! run's step fails instead (its message comes back and tries once more); then the sweep
 //! has them.
 
-use super::Service;
+use super::Shared;
 use crate::cta::Settlement;
 use crate::error::PortError;
 use crate::failpoint;
@@ -30,11 +30,11 @@ pub(super) struct Performed {
     /// The effects that failed, in their order: owed.
     pub owed: Vec<Effect>,
     /// The run's own next message, when it was asked for rather than sent
-    /// ([`Service::perform_handing`]): the caller delivers it in-process, or sends it.
+    /// (`Shared::perform_handing`): the caller delivers it in-process, or sends it.
     pub next: Option<StepMessage>,
 }
 
-impl Service {
+impl Shared {
     /// Performs committed effects (each idempotent), then marks the outbox done, or narrows
     /// it to what failed. What is owed.
     pub(super) async fn perform(
@@ -45,9 +45,9 @@ impl Service {
         Ok(self.perform_handing(run, effects, false).await?.owed)
     }
 
-    /// [`Service::perform`], handing the run's own next message back (`hand_off`) instead
+    /// `Shared::perform`, handing the run's own next message back (`hand_off`) instead
     /// of sending it when it is the only one: its step then runs in the same invocation
-    /// ([`Service::consume_in_a_row`]). It stands in the committed outbox, unsent: a crash
+    /// ([`Steps::consume_in_a_row`]). It stands in the committed outbox, unsent: a crash
     /// before its step commits leaves it to the delivery before it, which finds it there
     /// and sends it (`perform_before_step`).
     pub(super) async fn perform_handing(

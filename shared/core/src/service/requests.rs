@@ -5,7 +5,7 @@
 
 use tracing::info;
 
-use super::{CreateRun, MAX_METADATA_BYTES, RunView, Service, ServiceError};
+use super::{CreateRun, MAX_METADATA_BYTES, Requests, RunView, ServiceError};
 use crate::message::{Effect, Input, StepMessage};
 use crate::ports::{Created, RunPosition, RunQuery, RunRecord};
 use crate::run::RunStatus;
@@ -47,7 +47,7 @@ impl RunFilter {
     }
 }
 
-/// A run and the runs under it ([`Service::run_tree`]).
+/// A run and the runs under it ([`Requests::run_tree`]).
 #[derive(Debug, Clone)]
 pub struct RunTree {
     pub run: Run,
@@ -57,7 +57,7 @@ pub struct RunTree {
     pub truncated: bool,
 }
 
-impl Service {
+impl Requests {
     pub async fn create_run(
         &self,
         owner: &str,
@@ -101,10 +101,10 @@ impl Service {
                 )));
             }
         }
-        let Some(def) = self.catalog.agent(&agent) else {
+        let Some(def) = self.shared.catalog.agent(&agent) else {
             return Err(ServiceError::Invalid(format!(
                 "unknown agent `{agent}`; known agents: {}",
-                self.catalog.agent_names().join(", ")
+                self.shared.catalog.agent_names().join(", ")
             )));
         };
         let on_expiry = req.on_expiry.or(def.on_expiry).unwrap_or_default();
@@ -120,7 +120,7 @@ impl Service {
             }
             (None, max) => max,
         };
-        let now = self.deps.clock.now();
+        let now = self.shared.deps.clock.now();
         let mut run = Run::new(NewRun {
             run_id: format!("run_{}", uuid::Uuid::new_v4().simple()),
             agent,
@@ -154,9 +154,10 @@ impl Service {
             input: Input::Start,
             owed: false,
         })];
-        let admission = self.admission();
+        let admission = self.shared.admission();
         run.active_slot = admission.is_some_and(|a| a.active_runs.is_some());
         let record = match self
+            .shared
             .deps
             .store
             .create_run(&run, &[first], &start, idempotency_key, admission.as_ref())
@@ -169,7 +170,7 @@ impl Service {
         if req.watch {
             self.expect_watcher(&record.run.run_id).await?;
         }
-        self.perform(&record.run, &record.outbox).await?;
+        self.shared.perform(&record.run, &record.outbox).await?;
         info!(run_id = %record.run.run_id, agent = %record.run.agent, "run created");
         Ok(record.run)
     }
@@ -178,11 +179,11 @@ impl Service {
     /// expected by the live channel, for as long as a watch grant lasts, before the message
     /// that starts its turn is sent (so that the turn's first reply streams).
     pub(super) async fn expect_watcher(&self, run_id: &str) -> Result<(), ServiceError> {
-        let until =
-            self.deps.clock.now() + chrono::Duration::seconds(crate::live::grant::GRANT_SECONDS);
+        let until = self.shared.deps.clock.now()
+            + chrono::Duration::seconds(crate::live::grant::GRANT_SECONDS);
         // The API function on AWS has no channel of its own; its steps read the lease.
-        self.deps.store.lease_watch(run_id, until).await?;
-        if let Some(live) = &self.live {
+        self.shared.deps.store.lease_watch(run_id, until).await?;
+        if let Some(live) = &self.shared.live {
             live.expect(run_id, until);
         }
         Ok(())
@@ -190,11 +191,17 @@ impl Service {
 
     /// Who started a run, if it exists (for an operator's reads).
     pub async fn run_owner(&self, run_id: &str) -> Result<Option<String>, ServiceError> {
-        Ok(self.deps.store.get_run(run_id).await?.map(|r| r.run.owner))
+        Ok(self
+            .shared
+            .deps
+            .store
+            .get_run(run_id)
+            .await?
+            .map(|r| r.run.owner))
     }
 
     pub(super) async fn owned_run(&self, owner: &str, run_id: &str) -> Result<Run, ServiceError> {
-        match self.deps.store.get_run(run_id).await? {
+        match self.shared.deps.store.get_run(run_id).await? {
             Some(r) if r.run.owner == owner => Ok(r.run),
             _ => Err(ServiceError::NotFound(format!("no run `{run_id}`"))),
         }
@@ -233,7 +240,7 @@ impl Service {
             until: filter.until,
             limit: limit + 1,
         };
-        let page = self.deps.store.list_runs(owner, &query).await?;
+        let page = self.shared.deps.store.list_runs(owner, &query).await?;
         let mut runs = page.runs;
         // One more than a page was asked for, to know whether more follow; the page is the
         // first `limit` read, less those the filter leaves out. Fewer read and a `next` (a
@@ -266,6 +273,7 @@ impl Service {
         let truncated = loop {
             let want = TREE_PAGE.min(MAX_TREE_RUNS - read);
             let page = self
+                .shared
                 .deps
                 .store
                 .list_descendants(&root, after.as_ref(), want)
@@ -307,7 +315,7 @@ impl Service {
     }
 
     /// The run, its first `first` timeline entries (reading no more than that: a long
-    /// history is paged with [`Service::timeline`]), and the entry its truncated result
+    /// history is paged with [`Requests::timeline`]), and the entry its truncated result
     /// preview comes from, if any.
     pub async fn get_run(
         &self,
@@ -316,7 +324,7 @@ impl Service {
         first: usize,
     ) -> Result<RunView, ServiceError> {
         let run = self.owned_run(owner, run_id).await?;
-        let store = &self.deps.store;
+        let store = &self.shared.deps.store;
         // Entries committed after the run was read belong to a later version: left out.
         let mut entries = store.entries_after(run_id, None, first).await?;
         entries.retain(|e| e.seq < run.next_seq);
@@ -366,7 +374,12 @@ impl Service {
         limit: usize,
     ) -> Result<(Run, Vec<Entry>), ServiceError> {
         let run = self.owned_run(owner, run_id).await?;
-        let entries = self.deps.store.entries_after(run_id, after, limit).await?;
+        let entries = self
+            .shared
+            .deps
+            .store
+            .entries_after(run_id, after, limit)
+            .await?;
         Ok((run, entries))
     }
 
@@ -394,7 +407,8 @@ impl Service {
             }
             None => uuid::Uuid::new_v4(),
         };
-        self.deps
+        self.shared
+            .deps
             .queue
             .send(&[StepMessage {
                 run_id: run_id.into(),
@@ -428,6 +442,7 @@ impl Service {
         for _ in 0..MAX_FORK_HOPS {
             let key = format!("{}/{file_id}", run.run_id);
             if let Some(d) = self
+                .shared
                 .deps
                 .blobs
                 .download(&key, INLINE_FILE_BYTES, FILE_LINK_TTL)
@@ -436,7 +451,7 @@ impl Service {
                 return Ok(d);
             }
             match run.forked_from.take() {
-                Some(from) => match self.deps.store.get_run(&from.run_id).await? {
+                Some(from) => match self.shared.deps.store.get_run(&from.run_id).await? {
                     Some(r) if r.run.owner == run.owner => run = r.run,
                     _ => break,
                 },

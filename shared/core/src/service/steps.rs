@@ -8,7 +8,7 @@ use tracing::{debug, info, warn};
 
 use super::cache::{Window, approx_bytes, at_a_persons_pace};
 use super::step_world::StepWorld;
-use super::{Handled, Service, StepError};
+use super::{Handled, StepError, Steps};
 use crate::agent::Listed;
 use crate::engine::{self, Decision};
 use crate::error::PortError;
@@ -40,7 +40,7 @@ pub const MAX_REQUEUES: u32 = 2;
 /// about three days of outage before its run fails.
 pub const MAX_OUTAGE_REQUEUES: u32 = 96;
 
-impl Service {
+impl Steps {
     /// Handles one step message: re-hydrate, step, commit, perform the effects.
     ///
     /// A terminal error (one that no redelivery can cure: broken stored data, an item the
@@ -50,7 +50,7 @@ impl Service {
         self.handle_within(msg, None).await
     }
 
-    /// [`Service::handle`] in an invocation that ends at `deadline`: a step whose tool calls
+    /// [`Steps::handle`] in an invocation that ends at `deadline`: a step whose tool calls
     /// do not fit in the time left stops before running any ([`StepError::OutOfTime`]).
     pub async fn handle_within(
         &self,
@@ -60,8 +60,8 @@ impl Service {
         self.handle_handing(msg, deadline, None).await
     }
 
-    /// [`Service::handle_within`], with the run's own next message put in `next` rather than
-    /// sent, when there is one to hand off (see [`Service::consume_in_a_row`]).
+    /// [`Steps::handle_within`], with the run's own next message put in `next` rather than
+    /// sent, when there is one to hand off (see [`Steps::consume_in_a_row`]).
     pub(super) async fn handle_handing(
         &self,
         msg: &StepMessage,
@@ -106,7 +106,7 @@ impl Service {
         deadline: Option<super::StepDeadline>,
         mut next: Option<&mut Option<StepMessage>>,
     ) -> Result<Handled, StepError> {
-        let started = self.deps.clock.now();
+        let started = self.shared.deps.clock.now();
         // Boxed, as what a checkpoint holds: the step's future stays small to move.
         let mut io: Option<Box<engine::Io>> = None;
         // What this delivery's last checkpoint committed: the next decision starts there.
@@ -127,20 +127,22 @@ impl Service {
             };
             let Hydrated { record, window } = hydrated;
             if fresh {
-                self.perform_before_step(&record, msg, &mut owed).await?;
+                self.shared
+                    .perform_before_step(&record, msg, &mut owed)
+                    .await?;
             }
             let run = record.run;
             let listed = self.list_tools(&run).await;
             let world = StepWorld {
-                deps: &self.deps,
-                catalog: &self.catalog,
-                daily_cost_usd: self.quotas.daily_cost_usd,
-                live: self.live_for(&run),
+                deps: &self.shared.deps,
+                catalog: &self.shared.catalog,
+                daily_cost_usd: self.shared.quotas.daily_cost_usd,
+                live: self.shared.live_for(&run),
                 longest_think: self.longest_think(),
                 run: &run,
                 window: &window,
                 read: std::sync::OnceLock::new(),
-                book: self.catalog.book(&listed),
+                book: self.shared.catalog.book(&listed),
                 listed,
                 deadline,
                 plugin_states: Default::default(),
@@ -149,13 +151,13 @@ impl Service {
             let io = io.get_or_insert_with(|| {
                 Box::new(engine::Io {
                     owner: engine::OwnerQuotas {
-                        active_runs: self.quotas.active_runs,
-                        daily_spend: self.quotas.daily_cost_usd.is_some(),
+                        active_runs: self.shared.quotas.active_runs,
+                        daily_spend: self.shared.quotas.daily_cost_usd.is_some(),
                     },
                     ..engine::Io::new(world.book.clone())
                 })
             });
-            let now = self.deps.clock.now();
+            let now = self.shared.deps.clock.now();
             let timeline = &window.entries;
             let decision = engine::decide(now, &run, timeline, &msg.input, &world, io).await?;
             // What a think read of the history for the model: cached from now on.
@@ -170,7 +172,7 @@ impl Service {
                         return Ok(Handled::Committed { status, version });
                     }
                     debug!(run_id = %run.run_id, message = %msg.id, %reason, "ignored");
-                    self.perform_uncommitted(&run, &effects).await?;
+                    self.shared.perform_uncommitted(&run, &effects).await?;
                     return Ok(Handled::Ignored(reason));
                 }
             };
@@ -184,7 +186,7 @@ impl Service {
             // in-process (`next`), stands in the commit's outbox instead: no queue is written.
             let handing = next.is_some()
                 && matches!(&transition.effects[..], [Effect::Send(m)] if m.run_id == run.run_id);
-            let sending = self.deps.sending_store.as_ref().filter(|_| {
+            let sending = self.shared.deps.sending_store.as_ref().filter(|_| {
                 !handing
                     && !transition.effects.is_empty()
                     && transition
@@ -204,7 +206,13 @@ impl Service {
             let committed = loop {
                 let committed = match sending {
                     Some(store) => store.commit_sending(run.version, &transition).await,
-                    None => self.deps.store.commit(run.version, &transition).await,
+                    None => {
+                        self.shared
+                            .deps
+                            .store
+                            .commit(run.version, &transition)
+                            .await
+                    }
                 };
                 let wait = REPLY_COMMIT_BACKOFF * 2u32.pow(tries);
                 let time = deadline.is_none_or(|d| d.left() > wait + REPLY_COMMIT_BACKOFF);
@@ -244,12 +252,13 @@ impl Service {
                     info!(run_id = %run.run_id, version, status = status.as_str(), checkpoint = marked.is_some(), "step committed");
                     // Watchers that cannot stream the timeline are handed what committed.
                     if let Some(live) = self
+                        .shared
                         .live_for(&transition.run)
                         .filter(|l| l.carries_committed())
                     {
                         live.publish(crate::live::committed(&transition));
                     }
-                    self.report(&run, &msg.input, &transition, started);
+                    self.shared.report(&run, &msg.input, &transition, started);
                     let transition = *transition;
                     let Some(marked) = marked else {
                         // A run left to a person (a question, or ended until a follow-up)
@@ -261,6 +270,7 @@ impl Service {
                         }
                         if !sent {
                             let performed = self
+                                .shared
                                 .perform_handing(
                                     &transition.run,
                                     &transition.effects,
@@ -298,6 +308,7 @@ impl Service {
                     // so none is cleared), then on from what it committed.
                     if !sent {
                         owed = self
+                            .shared
                             .perform_only(&transition.run, &transition.effects)
                             .await?
                             .owed;
@@ -348,12 +359,13 @@ impl Service {
     /// Lists the MCP servers the run's agent uses (those not listed yet), then takes the
     /// step's snapshot of every listing: the engine never lists a server.
     async fn list_tools(&self, run: &Run) -> Listed {
-        if let Some(agent) = self.catalog.agent(&run.agent) {
-            self.catalog
+        if let Some(agent) = self.shared.catalog.agent(&run.agent) {
+            self.shared
+                .catalog
                 .list_servers_for(agent, &agent.granted(run), &run.scope())
                 .await;
         }
-        self.catalog.listed()
+        self.shared.catalog.listed()
     }
 
     /// A message for a run that does not exist: tell a parent that tried to continue it.
@@ -363,7 +375,8 @@ impl Service {
             ..
         } = &msg.input
         {
-            self.deps
+            self.shared
+                .deps
                 .queue
                 .send(&[StepMessage {
                     run_id: link.run_id.clone(),
@@ -392,10 +405,10 @@ impl Service {
     /// stale continue, an answer or a child result already applied, a redelivered start)
     /// says nothing about the run's present state, which it must not fail.
     pub async fn dead_letter(&self, msg: &StepMessage, reason: &str) -> Result<Handled, StepError> {
-        if let Some((rec, timeline)) = self.deps.store.load(&msg.run_id).await? {
-            let now = self.deps.clock.now();
+        if let Some((rec, timeline)) = self.shared.deps.store.load(&msg.run_id).await? {
+            let now = self.shared.deps.clock.now();
             let io = engine::Io {
-                book: self.catalog.book(&self.catalog.listed()),
+                book: self.shared.catalog.book(&self.shared.catalog.listed()),
                 ..engine::Io::default()
             };
             if let engine::Step::Ignore(why) =
@@ -403,14 +416,14 @@ impl Service {
             {
                 // What the run committed is performed all the same (idempotent).
                 if !rec.outbox.is_empty() && !super::outbox::sent_by(&rec.outbox, msg) {
-                    self.perform(&rec.run, &rec.outbox).await?;
+                    self.shared.perform(&rec.run, &rec.outbox).await?;
                 }
                 info!(run_id = %msg.run_id, message = %msg.id, %why, "stale dead letter ignored");
                 return Ok(Handled::Ignored(format!("a stale dead letter: {why}")));
             }
         }
         // The root cause is the last error a delivery recorded, when there is one.
-        let last = match self.deps.store.get_run(&msg.run_id).await? {
+        let last = match self.shared.deps.store.get_run(&msg.run_id).await? {
             Some(rec) => rec.run.last_error,
             None => None,
         };
@@ -433,7 +446,11 @@ impl Service {
                 id: format!("{id}#r{}", requeues + 1),
                 ..msg.clone()
             };
-            self.deps.queue.send(std::slice::from_ref(&again)).await?;
+            self.shared
+                .deps
+                .queue
+                .send(std::slice::from_ref(&again))
+                .await?;
             warn!(run_id = %msg.run_id, message = %msg.id, requeues, "dead letter sent back to its queue: the model provider is failing, not the run");
             return Ok(Handled::Ignored(format!(
                 "sent back to its queue: the model provider is failing ({} of {MAX_OUTAGE_REQUEUES} rounds)",
@@ -445,7 +462,11 @@ impl Service {
                 id: format!("{id}#r{}", requeues + 1),
                 ..msg.clone()
             };
-            self.deps.queue.send(std::slice::from_ref(&again)).await?;
+            self.shared
+                .deps
+                .queue
+                .send(std::slice::from_ref(&again))
+                .await?;
             info!(run_id = %msg.run_id, message = %msg.id, own, "dead letter sent back to its queue: its deliveries were mostly deferred");
             return Ok(Handled::Ignored(format!(
                 "sent back to its queue ({own} of its deliveries failed)"
@@ -471,9 +492,10 @@ impl Service {
         started: DateTime<Utc>,
     ) {
         let (id, _) = crate::message::requeued(&msg.id);
-        let before = match self.deps.store.get_run(&msg.run_id).await {
+        let before = match self.shared.deps.store.get_run(&msg.run_id).await {
             Ok(Some(rec)) => {
-                self.report_failure(&rec.run, msg, attempts, error, started);
+                self.shared
+                    .report_failure(&rec.run, msg, attempts, error, started);
                 rec.run.last_error
             }
             _ => None,
@@ -485,7 +507,7 @@ impl Service {
         let failure = crate::run::LastError {
             message: error.to_string(),
             attempts,
-            at: self.deps.clock.now(),
+            at: self.shared.deps.clock.now(),
             message_id: Some(id.to_owned()),
             failures,
             provider: matches!(
@@ -493,7 +515,13 @@ impl Service {
                 StepError::Llm(crate::llm::LlmError::Unavailable { .. })
             ),
         };
-        if let Err(e) = self.deps.store.record_failure(&msg.run_id, &failure).await {
+        if let Err(e) = self
+            .shared
+            .deps
+            .store
+            .record_failure(&msg.run_id, &failure)
+            .await
+        {
             warn!(run_id = %msg.run_id, error = %e, "recording the step's failure failed");
         }
     }
@@ -509,7 +537,7 @@ impl Service {
             .unwrap_or_else(|e| e.into_inner())
             .take(run_id);
         if let Some((version, window)) = cached {
-            let Some(record) = self.deps.store.get_run(run_id).await? else {
+            let Some(record) = self.shared.deps.store.get_run(run_id).await? else {
                 return Ok(None);
             };
             if version == record.run.version
@@ -521,7 +549,8 @@ impl Service {
         }
         self.cold_steps.fetch_add(1, Ordering::Relaxed);
         let window = |run: &crate::run::Run| engine::window_start(run, input);
-        let Some((record, timeline, base)) = self.deps.store.load_window(run_id, &window).await?
+        let Some((record, timeline, base)) =
+            self.shared.deps.store.load_window(run_id, &window).await?
         else {
             return Ok(None);
         };

@@ -3,7 +3,7 @@
 
 use tracing::{info, warn};
 
-use super::Service;
+use super::Steps;
 use crate::error::PortError;
 
 /// How long one sweep tick starts new work: the `events` function that runs it has 30 s, and
@@ -13,7 +13,7 @@ pub const SWEEP_BUDGET: std::time::Duration = std::time::Duration::from_secs(10)
 /// Finished runs purged at a time, between looks at the budget.
 pub const PURGE_CHUNK: usize = 10;
 
-impl Service {
+impl Steps {
     /// Performs the outboxes of runs that parked more than `older_than` ago and whose outbox
     /// is still outstanding: what a crash between a commit and its effects left, when no
     /// redelivery came to repair it. Returns how many runs it repaired. Then deletes the
@@ -23,7 +23,7 @@ impl Service {
         self.sweep_within(older_than, SWEEP_BUDGET).await
     }
 
-    /// [`Service::sweep`], starting no new work once `budget` has passed (a repair or a
+    /// [`Steps::sweep`], starting no new work once `budget` has passed (a repair or a
     /// purge of [`PURGE_CHUNK`] runs under way is finished).
     pub async fn sweep_within(
         &self,
@@ -32,8 +32,8 @@ impl Service {
     ) -> Result<usize, PortError> {
         let started = std::time::Instant::now();
         let spent = || started.elapsed() >= budget;
-        let before = self.deps.clock.now() - older_than;
-        let runs = self.deps.store.stale_outboxes(before, 100).await?;
+        let before = self.shared.deps.clock.now() - older_than;
+        let runs = self.shared.deps.store.stale_outboxes(before, 100).await?;
         let mut repaired = 0;
         for run_id in &runs {
             if spent() {
@@ -63,9 +63,10 @@ impl Service {
         let mut purged = 0;
         while !spent() {
             let n = self
+                .shared
                 .deps
                 .store
-                .purge_finished(self.deps.clock.now(), PURGE_CHUNK)
+                .purge_finished(self.shared.deps.clock.now(), PURGE_CHUNK)
                 .await?;
             purged += n;
             if n < PURGE_CHUNK {
@@ -82,13 +83,13 @@ impl Service {
     /// timer was lost (a schedule dropped by Scheduler, or never made), and nothing else
     /// would end their wait. Returns how many it expired.
     pub async fn expire_overdue(&self, older_than: chrono::Duration) -> Result<usize, PortError> {
-        let before = self.deps.clock.now() - older_than;
-        let ctas = self.deps.store.overdue_ctas(before, 100).await?;
+        let before = self.shared.deps.clock.now() - older_than;
+        let ctas = self.shared.deps.store.overdue_ctas(before, 100).await?;
         let mut expired = 0;
         for cta in &ctas {
             warn!(cta_id = %cta.cta_id, run_id = %cta.run_id, expires_at = %cta.expires_at.to_rfc3339(),
                 "sweep: a question past its expiry, its timer lost: expiring it");
-            match self.expire_cta(&cta.cta_id).await {
+            match self.shared.expire_cta(&cta.cta_id).await {
                 Ok(()) => expired += 1,
                 Err(e) => warn!(cta_id = %cta.cta_id, error = %e, "sweep: the expiry failed"),
             }
@@ -102,8 +103,8 @@ impl Service {
         &self,
         older_than: chrono::Duration,
     ) -> Result<usize, PortError> {
-        let before = self.deps.clock.now() - older_than;
-        let timers = self.deps.store.overdue_timers(before, 100).await?;
+        let before = self.shared.deps.clock.now() - older_than;
+        let timers = self.shared.deps.store.overdue_timers(before, 100).await?;
         let mut fired = 0;
         for t in &timers {
             warn!(run_id = %t.run_id, timer_id = %t.timer_id, due = %t.due.to_rfc3339(),
@@ -123,12 +124,17 @@ impl Service {
         &self,
         older_than: chrono::Duration,
     ) -> Result<usize, PortError> {
-        let before = self.deps.clock.now() - older_than;
-        let ctas = self.deps.store.stale_resolutions(before, 100).await?;
+        let before = self.shared.deps.clock.now() - older_than;
+        let ctas = self
+            .shared
+            .deps
+            .store
+            .stale_resolutions(before, 100)
+            .await?;
         let mut sent = 0;
         for cta in &ctas {
             info!(cta_id = %cta.cta_id, run_id = %cta.run_id, "sweep: sending an outstanding resolution");
-            match self.send_resolution(cta).await {
+            match self.shared.send_resolution(cta).await {
                 Ok(()) => sent += 1,
                 Err(e) => {
                     warn!(cta_id = %cta.cta_id, error = %e, "sweep: the resolution failed again")
@@ -142,10 +148,10 @@ impl Service {
     /// it was performed whole (false: some effects failed again, and it stays narrowed to
     /// them for the next tick).
     pub async fn repair(&self, run_id: &str) -> Result<bool, PortError> {
-        if let Some(rec) = self.deps.store.get_run(run_id).await?
+        if let Some(rec) = self.shared.deps.store.get_run(run_id).await?
             && !rec.outbox.is_empty()
         {
-            return Ok(self.perform(&rec.run, &rec.outbox).await?.is_empty());
+            return Ok(self.shared.perform(&rec.run, &rec.outbox).await?.is_empty());
         }
         Ok(true)
     }
@@ -153,7 +159,7 @@ impl Service {
     /// Tells the observers (and the log) that a sweep could not repair `run_id`'s outbox.
     fn report_repair_failed(&self, run_id: &str, error: &str) {
         warn!(run_id, error, "sweep: an outbox is still owed");
-        for o in &self.observers {
+        for o in &self.shared.observers {
             o.repair_failed(run_id, error);
         }
     }
