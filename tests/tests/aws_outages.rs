@@ -74,7 +74,7 @@ async fn a_scheduler_outage_holds_back_neither_a_question_nor_its_run() {
     let owed = api
         .wait("the outbox narrowed to what failed", async |_| {
             let outbox = store.get_run(&run_id).await.unwrap().unwrap().outbox;
-            (kinds(&outbox) == [json!("schedule"), json!("unschedule")]).then_some(outbox)
+            (kinds(&outbox) == [json!("timer"), json!("cancel_timer")]).then_some(outbox)
         })
         .await;
     let metrics = async || {
@@ -90,7 +90,7 @@ async fn a_scheduler_outage_holds_back_neither_a_question_nor_its_run() {
     };
     let page = metrics().await;
     assert!(
-        page.contains(r#"baton_effect_failures_total{kind="schedule"}"#),
+        page.contains(r#"baton_effect_failures_total{kind="timer"}"#),
         "{page}"
     );
 

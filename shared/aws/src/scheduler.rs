@@ -35,7 +35,7 @@ use tracing::instrument;
 
 use crate::sdk::{Meter, map_sdk_err};
 use baton_core::error::PortError;
-use baton_core::message::TIMER_PREFIX;
+use baton_core::message::is_run_timer;
 use baton_core::ports::{Clock, Scheduler};
 
 /// The detail-type of a run's own timer firing (`{timerId, runId}`).
@@ -129,7 +129,7 @@ impl Scheduler for SchedulerTimers {
     ) -> Result<(), PortError> {
         // A run's own timer (a plan step's timeout) is `timer.fired`; any other, a CTA's expiry.
         let due = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        let (detail_type, input) = if timer_id.starts_with(TIMER_PREFIX) {
+        let (detail_type, input) = if is_run_timer(timer_id) {
             let input = serde_json::json!({"timerId": timer_id, "runId": run_id, "due": due});
             (TIMER_FIRED, input.to_string())
         } else {

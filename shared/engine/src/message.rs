@@ -140,27 +140,28 @@ pub struct Event {
 pub enum Effect {
     Send(StepMessage),
     Publish(Event),
-    /// A one-time expiry timer named by the CTA id.
-    Schedule {
-        cta_id: String,
-        run_id: String,
-        at: DateTime<Utc>,
-    },
-    Unschedule {
-        cta_id: String,
-    },
     /// Mark the CTA item cancelled if it is still pending.
     CancelCta {
         cta_id: String,
     },
-    /// A one-time timer that sends the run `Input::Timer` at `at` (a plan step's timeout).
-    /// Its id starts with [`TIMER_PREFIX`], which is how a fired timer is told from a CTA's.
+    /// A one-time timer for run `run_id` at `at`, named `timer_id`: a question's expiry
+    /// (named by its CTA's id: it fires as `cta.expired`) or the run's own (its id starts
+    /// with [`TIMER_PREFIX`]: a plan step's timeout, a run's deadline; it fires as
+    /// `Input::Timer`). Both are one call of the scheduler, set again under the same name
+    /// idempotently. (Outboxes a release before 2026-12-07 committed name a question's
+    /// `schedule`, with `cta_id`: read as this.)
+    #[serde(alias = "schedule")]
     Timer {
+        #[serde(alias = "cta_id")]
         timer_id: String,
         run_id: String,
         at: DateTime<Utc>,
     },
+    /// The timer `timer_id` is no longer wanted (gone already is fine). (Formerly a
+    /// question's `unschedule`, with `cta_id`.)
+    #[serde(alias = "unschedule")]
     CancelTimer {
+        #[serde(alias = "cta_id")]
         timer_id: String,
     },
     /// Follow-ups of run `run_id` that no longer wait (their turn started, or they were
@@ -179,6 +180,11 @@ pub enum Effect {
 
 /// How the id of a run's own timer starts (a CTA's expiry timer is named by the CTA id).
 pub const TIMER_PREFIX: &str = "tmr_";
+
+/// Whether `timer_id` names a run's own timer ([`TIMER_PREFIX`]), not a question's expiry.
+pub fn is_run_timer(timer_id: &str) -> bool {
+    timer_id.starts_with(TIMER_PREFIX)
+}
 
 /// What the engine decided for one message: committed atomically, then its effects performed.
 #[derive(Debug, Clone, PartialEq)]
@@ -266,5 +272,44 @@ pub fn requeued(id: &str) -> (&str, u32) {
             Err(_) => (id, 0),
         },
         None => (id, 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An outbox a release before the one timer effect committed still reads: a question's
+    /// `schedule` and `unschedule` are its `timer` and `cancel_timer`, as they always did
+    /// the same scheduler calls.
+    #[test]
+    fn a_questions_schedule_in_an_older_outbox_reads_as_its_timer() {
+        let at = "2026-12-01T00:00:00Z";
+        let old: Vec<Effect> = serde_json::from_value(serde_json::json!([
+            {"type": "schedule", "cta_id": "cta_1", "run_id": "run_1", "at": at},
+            {"type": "unschedule", "cta_id": "cta_1"},
+            {"type": "timer", "timer_id": "tmr_1", "run_id": "run_1", "at": at},
+        ]))
+        .expect("an older outbox reads");
+        let at: DateTime<Utc> = at.parse().expect("a time");
+        assert_eq!(
+            old,
+            [
+                Effect::Timer {
+                    timer_id: "cta_1".into(),
+                    run_id: "run_1".into(),
+                    at,
+                },
+                Effect::CancelTimer {
+                    timer_id: "cta_1".into()
+                },
+                Effect::Timer {
+                    timer_id: "tmr_1".into(),
+                    run_id: "run_1".into(),
+                    at,
+                },
+            ]
+        );
+        assert!(!is_run_timer("cta_1") && is_run_timer("tmr_1"));
     }
 }

@@ -8,7 +8,7 @@ use tracing::{info, warn};
 use super::{Requests, ServiceError, Shared, Steps};
 use crate::cta::{Cta, CtaResponse, CtaStatus, Settlement};
 use crate::error::PortError;
-use crate::message::{Input, StepMessage, TIMER_PREFIX};
+use crate::message::{Input, StepMessage, is_run_timer};
 use crate::ports::{CtaPosition, CtaQuery, Settled};
 
 /// The most CTAs one page holds.
@@ -246,7 +246,7 @@ impl Shared {
 }
 
 impl Steps {
-    /// A timer fired: a run's own timer (named [`TIMER_PREFIX`]…, a plan step's timeout)
+    /// A timer fired: a run's own timer (named [`crate::message::TIMER_PREFIX`]…, a plan step's timeout)
     /// goes to its run, whose step decides whether it is still due; any other is a CTA's
     /// expiry (`expire_cta`).
     ///
@@ -259,7 +259,7 @@ impl Steps {
         run_id: &str,
         due: Option<DateTime<Utc>>,
     ) -> Result<(), ServiceError> {
-        if !name.starts_with(TIMER_PREFIX) {
+        if !is_run_timer(name) {
             return self.shared.expire_cta(name).await;
         }
         if self.shared.deps.store.get_run(run_id).await?.is_none() {

@@ -198,14 +198,6 @@ impl Shared {
                 self.deps.bus.publish(std::slice::from_ref(ev)).await,
                 "effect.after_publish",
             ),
-            Effect::Schedule { cta_id, run_id, at } => (
-                self.deps.scheduler.schedule(cta_id, run_id, *at).await,
-                "effect.after_schedule",
-            ),
-            Effect::Unschedule { cta_id } => (
-                self.deps.scheduler.unschedule(cta_id).await,
-                "effect.after_unschedule",
-            ),
             Effect::Timer {
                 timer_id,
                 run_id,
@@ -358,8 +350,6 @@ pub(super) fn effect_kind(e: &Effect) -> &'static str {
     match e {
         Effect::Send(_) => "send",
         Effect::Publish(_) => "publish",
-        Effect::Schedule { .. } => "schedule",
-        Effect::Unschedule { .. } => "unschedule",
         Effect::Timer { .. } => "timer",
         Effect::CancelTimer { .. } => "cancel_timer",
         Effect::ReleaseFollowUps { .. } => "release_follow_ups",

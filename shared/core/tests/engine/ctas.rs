@@ -47,8 +47,8 @@ fn each_cta_kind_parks_the_run_and_resumes_with_the_answer() {
         for field in ["message", "prompt", "options", "placeholder"] {
             assert_eq!(ev.detail.get(field), request.get(field), "{field}");
         }
-        assert!(s.effects.contains(&Effect::Schedule {
-            cta_id: cta.cta_id.clone(),
+        assert!(s.effects.contains(&Effect::Timer {
+            timer_id: cta.cta_id.clone(),
             run_id: id.clone(),
             at: cta.expires_at
         }));
@@ -61,8 +61,8 @@ fn each_cta_kind_parks_the_run_and_resumes_with_the_answer() {
         s.run_all();
         assert_eq!(s.tools(&id)[0].result, ToolResult::Success { output });
         assert_eq!(s.run(&id).status, RunStatus::Completed);
-        assert!(s.effects.contains(&Effect::Unschedule {
-            cta_id: cta.cta_id.clone()
+        assert!(s.effects.contains(&Effect::CancelTimer {
+            timer_id: cta.cta_id.clone()
         }));
     }
 }
@@ -245,7 +245,7 @@ fn a_cta_waits_as_long_as_its_agent_allows_or_the_call_asks_for_less() {
         let want = t0() + chrono::Duration::seconds(seconds);
         assert_eq!(ctas[0].expires_at, want, "{agent} {c:?}");
         let scheduled = s.effects.iter().any(
-            |e| matches!(e, Effect::Schedule { cta_id, at, .. } if *cta_id == ctas[0].cta_id && *at == want),
+            |e| matches!(e, Effect::Timer { timer_id: cta_id, at, .. } if *cta_id == ctas[0].cta_id && *at == want),
         );
         assert!(
             scheduled,
@@ -435,8 +435,8 @@ fn under_on_expiry_default_a_question_expires_into_its_default_and_the_run_goes_
         assert_eq!(told.len(), 1, "{question}");
         assert_eq!(told[0].detail["ctaId"], cta.cta_id.as_str());
         assert_eq!(told[0].detail["default"], json!(answer));
-        assert!(s.effects.contains(&Effect::Unschedule {
-            cta_id: cta.cta_id.clone()
+        assert!(s.effects.contains(&Effect::CancelTimer {
+            timer_id: cta.cta_id.clone()
         }));
     }
 }

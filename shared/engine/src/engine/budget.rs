@@ -160,8 +160,8 @@ pub(super) fn answered(
     snap.response = Some(response.clone());
     snap.responder = responder.map(str::to_owned);
     w.tell_parent_resumed(&cta_id);
-    w.effects.push(Effect::Unschedule {
-        cta_id: cta_id.clone(),
+    w.effects.push(Effect::CancelTimer {
+        timer_id: cta_id.clone(),
     });
     match response {
         CtaResponse::Approval {
@@ -250,7 +250,7 @@ pub(super) fn expired(w: &mut Work, seq: u64, mut snap: CtaSnapshot) -> Next {
     snap.status = CtaStatus::Expired;
     w.resolve(seq, ToolResult::error(message.clone()), Some(snap));
     w.tell_parent_resumed(&cta_id);
-    w.effects.push(Effect::Unschedule { cta_id });
+    w.effects.push(Effect::CancelTimer { timer_id: cta_id });
     w.end(RunStatus::Failed, EXHAUSTED, &message);
     Next::Commit
 }

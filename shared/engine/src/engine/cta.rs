@@ -101,8 +101,8 @@ pub(super) fn answered(
     snap.responder = responder.map(str::to_owned);
     w.resolve(seq, result, Some(snap));
     w.tell_parent_resumed(cta_id);
-    w.effects.push(Effect::Unschedule {
-        cta_id: cta_id.to_owned(),
+    w.effects.push(Effect::CancelTimer {
+        timer_id: cta_id.to_owned(),
     });
     w.after_resolution()
 }
@@ -166,8 +166,8 @@ pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
         }
     }
     w.tell_parent_resumed(cta_id);
-    w.effects.push(Effect::Unschedule {
-        cta_id: cta_id.to_owned(),
+    w.effects.push(Effect::CancelTimer {
+        timer_id: cta_id.to_owned(),
     });
     match w.run.on_expiry {
         ExpiryPolicy::Continue => {
@@ -203,8 +203,8 @@ fn expired_into_default(
     let expires_at = snap.expires_at;
     w.resolve(seq, ToolResult::Success { output }, Some(snap));
     w.tell_parent_resumed(&cta_id);
-    w.effects.push(Effect::Unschedule {
-        cta_id: cta_id.clone(),
+    w.effects.push(Effect::CancelTimer {
+        timer_id: cta_id.clone(),
     });
     let detail = json!({
         "ctaId": cta_id,
@@ -368,8 +368,8 @@ impl Work<'_> {
             }
         }
         self.publish("cta.request", detail);
-        self.effects.push(Effect::Schedule {
-            cta_id: cta_id.clone(),
+        self.effects.push(Effect::Timer {
+            timer_id: cta_id.clone(),
             run_id: self.run.run_id.clone(),
             at: expires_at,
         });

@@ -107,8 +107,8 @@ impl Work<'_> {
                         });
                     }
                 }
-                self.effects.push(Effect::Unschedule {
-                    cta_id: s.cta_id.clone(),
+                self.effects.push(Effect::CancelTimer {
+                    timer_id: s.cta_id.clone(),
                 });
             }
             if let Some(child) = &t.child_run_id {

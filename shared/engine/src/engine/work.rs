@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::{Next, Step};
 use crate::agent::Book;
 use crate::cta::Cta;
-use crate::message::{Effect, Event, Input, StepMessage, Transition};
+use crate::message::{Effect, Event, Input, StepMessage, Transition, is_run_timer};
 use crate::run::{Run, RunStatus};
 use crate::timeline::{CtaSnapshot, Entry, EntryBody, ToolEntry, ToolResult};
 
@@ -419,13 +419,14 @@ impl<'a> Work<'a> {
             // No think is on its way to a run that is not running.
             self.run.continue_at = None;
         }
-        // The timers the run has armed and not fired nor cancelled, for the stores' index.
+        // The run's own timers it has armed and not fired nor cancelled, for the stores'
+        // index (a question's expiry is indexed with its CTA).
         for e in &self.effects {
             match e {
-                Effect::Timer { timer_id, at, .. } => {
+                Effect::Timer { timer_id, at, .. } if is_run_timer(timer_id) => {
                     self.run.clock.timers.insert(timer_id.clone(), *at);
                 }
-                Effect::CancelTimer { timer_id } => {
+                Effect::CancelTimer { timer_id } if is_run_timer(timer_id) => {
                     self.run.clock.timers.remove(timer_id);
                 }
                 _ => {}

@@ -63,8 +63,8 @@ impl Work<'_> {
             self.effects.push(Effect::CancelCta {
                 cta_id: cta_id.clone(),
             });
-            self.effects.push(Effect::Unschedule {
-                cta_id: cta_id.clone(),
+            self.effects.push(Effect::CancelTimer {
+                timer_id: cta_id.clone(),
             });
             self.tell_parent_resumed(&cta_id);
             state.review = Some(plan::Review {

@@ -197,7 +197,7 @@ pub(in crate::engine) fn answered(
     let cta_id = snap.cta_id.clone();
     w.tool_mut(seq).cta = Some(snap);
     w.tell_parent_resumed(&cta_id);
-    w.effects.push(Effect::Unschedule { cta_id });
+    w.effects.push(Effect::CancelTimer { timer_id: cta_id });
     if let CtaResponse::Approval {
         approved, reason, ..
     } = response
