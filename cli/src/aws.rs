@@ -8,7 +8,6 @@ use std::sync::Arc;
 use baton_aws::provision::{self, Names};
 use baton_aws::sdk::sdk_config;
 use baton_core::config::Config;
-use baton_core::ports::SystemClock;
 use baton_dev::{AwsDevOptions, AwsDevServer};
 
 /// The role Scheduler assumes: `BATON_SCHEDULER_ROLE_ARN`, else a well-formed placeholder
@@ -71,16 +70,7 @@ pub async fn dev(
     // Traces go to OTEL_EXPORTER_OTLP_ENDPOINT when it is set; none are made otherwise.
     let traces = baton_telemetry::Traces::from_env("baton-dev")?;
     let server = AwsDevServer::start(AwsDevOptions {
-        sdk: sdk_config(&config.aws.sdk).await,
-        names: Names::new(prefix),
-        scheduler_role_arn: scheduler_role(config, prefix),
         addr,
-        token: token.clone(),
-        llm,
-        catalog,
-        clock: Arc::new(SystemClock),
-        duplicate: false,
-        functions: None,
         function_timeout: config
             .dev_function_timeout_s
             .map(|s| std::time::Duration::from_secs(s.into())),
@@ -106,6 +96,14 @@ pub async fn dev(
             active_runs: config.max_active_runs_per_owner,
             daily_cost_usd: config.max_daily_cost_usd_per_owner,
         },
+        ..AwsDevOptions::new(
+            sdk_config(&config.aws.sdk).await,
+            Names::new(prefix),
+            scheduler_role(config, prefix),
+            token.clone(),
+            llm,
+            catalog,
+        )
     })
     .await?;
     if config.link_key.is_none() {

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use baton_core::ports::SystemClock;
 use baton_dev::worker::StepTimes;
 use baton_dev::{LocalOptions, LocalServer, WorkerOptions};
 use serde_json::{Value, json};
@@ -74,18 +73,10 @@ pub(crate) async fn start_server(
     worker: WorkerOptions,
 ) -> anyhow::Result<LocalServer> {
     Ok(LocalServer::start(LocalOptions {
-        data_dir: dir.to_path_buf(),
-        addr: ([127, 0, 0, 1], 0).into(),
         token: Some(TOKEN.into()),
-        llm: Arc::new(llm),
-        catalog,
-        clock: Arc::new(SystemClock),
         worker,
-        link_key: None,
-        public_url: None,
         cache_bytes: cache_bytes(),
-        traces: None,
-        quotas: Default::default(),
+        ..LocalOptions::new(dir, Arc::new(llm), catalog)
     })
     .await?)
 }

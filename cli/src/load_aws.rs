@@ -23,7 +23,6 @@ use baton_aws::dynamo::DynamoStore;
 use baton_aws::provision::Names;
 use baton_aws::sdk::Meter;
 use baton_core::cta::{Cta, CtaRequest, CtaStatus};
-use baton_core::ports::SystemClock;
 use baton_core::run::{NewRun, Run, RunStatus};
 use baton_core::timeline::{Entry, EntryBody};
 use baton_dev::{AwsDevOptions, AwsDevServer, LOCAL_OWNER};
@@ -58,23 +57,16 @@ pub async fn run(opts: LoadAws, config: &crate::Settings) -> anyhow::Result<Stri
     ));
     let (llm, catalog) = script(opts.iterations, None)?;
     let mut server = AwsDevServer::start(AwsDevOptions {
-        sdk: sdk.clone(),
-        names,
-        scheduler_role_arn: "arn:aws:iam::000000000000:role/bench-scheduler".into(),
-        addr: ([127, 0, 0, 1], 0).into(),
-        token: TOKEN.into(),
-        llm: Arc::new(llm),
-        catalog,
-        clock: Arc::new(SystemClock),
-        duplicate: false,
-        functions: None,
-        function_timeout: None,
         steps_at_once: config.steps_at_once.map(|n| n as usize),
         steps_in_a_row: config.steps_in_a_row.map(|n| n as usize),
-        live: None,
-        links: None,
-        traces: None,
-        quotas: Default::default(),
+        ..AwsDevOptions::new(
+            sdk.clone(),
+            names,
+            "arn:aws:iam::000000000000:role/bench-scheduler",
+            TOKEN,
+            Arc::new(llm),
+            catalog,
+        )
     })
     .await?;
     server.add_pollers(opts.pollers.saturating_sub(1));

@@ -26,7 +26,6 @@ use baton_core::agent::Catalog;
 use baton_core::config::Config;
 use baton_core::cost::split_model;
 use baton_core::llm::Llm;
-use baton_core::ports::SystemClock;
 use baton_dev::{LocalOptions, LocalServer, WorkerOptions};
 use baton_llm::Models;
 use baton_llm::scripted::ScriptedLlm;
@@ -473,12 +472,8 @@ async fn dev(
     // Traces go to OTEL_EXPORTER_OTLP_ENDPOINT when it is set; none are made otherwise.
     let traces = baton_telemetry::Traces::from_env("baton-dev")?;
     let server = LocalServer::start(LocalOptions {
-        data_dir: data.clone(),
         addr,
         token,
-        llm,
-        catalog,
-        clock: Arc::new(SystemClock),
         worker: WorkerOptions {
             in_a_row: config
                 .steps_in_a_row
@@ -493,6 +488,7 @@ async fn dev(
             active_runs: config.max_active_runs_per_owner,
             daily_cost_usd: config.max_daily_cost_usd_per_owner,
         },
+        ..LocalOptions::new(data.clone(), llm, catalog)
     })
     .await?;
     println!(

@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::AttributeValue;
 use baton_core::agent::{AgentsFile, Catalog, Limits};
 use baton_core::failpoint;
-use baton_core::ports::SystemClock;
 use baton_llm::scripted::ScriptedLlm;
 use serde_json::{Value, json};
 
@@ -59,18 +58,9 @@ async fn main() {
     // The embedded store.
     let dir = tempfile::tempdir().unwrap();
     let server = baton_dev::LocalServer::start(baton_dev::LocalOptions {
-        data_dir: dir.path().to_path_buf(),
-        addr: "127.0.0.1:0".parse().unwrap(),
         token: Some(TOKEN.into()),
-        llm: llm.clone(),
-        catalog: catalog.clone(),
-        clock: Arc::new(SystemClock),
         worker: Default::default(),
-        link_key: None,
-        public_url: None,
-        cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
-        traces: None,
-        quotas: Default::default(),
+        ..baton_dev::LocalOptions::new(dir.path(), llm.clone(), catalog.clone())
     })
     .await
     .unwrap();
@@ -89,23 +79,14 @@ async fn main() {
         .await;
     let names = baton_aws::provision::Names::new("fixture");
     let server = baton_dev::AwsDevServer::start(baton_dev::AwsDevOptions {
-        sdk: sdk.clone(),
-        names,
-        scheduler_role_arn: "arn:aws:iam::123456789012:role/fixture-scheduler".into(),
-        addr: "127.0.0.1:0".parse().unwrap(),
-        token: TOKEN.into(),
-        llm,
-        catalog,
-        clock: Arc::new(SystemClock),
-        duplicate: false,
-        functions: None,
-        function_timeout: None,
-        steps_at_once: None,
-        steps_in_a_row: None,
-        live: None,
-        links: None,
-        traces: None,
-        quotas: Default::default(),
+        ..baton_dev::AwsDevOptions::new(
+            sdk.clone(),
+            names,
+            "arn:aws:iam::123456789012:role/fixture-scheduler",
+            TOKEN,
+            llm,
+            catalog,
+        )
     })
     .await
     .unwrap();

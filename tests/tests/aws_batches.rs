@@ -437,25 +437,11 @@ async fn ten_runs_in_one_batch_with_a_slow_model_never_outrun_their_invocation()
         );
     }
     let server = AwsDevServer::start(AwsDevOptions {
-        sdk: sdk.clone(),
-        names,
-        scheduler_role_arn: role.into(),
-        addr: "127.0.0.1:0".parse().unwrap(),
-        token: TOKEN.into(),
-        llm,
-        catalog,
-        clock: Arc::new(SystemClock),
-        duplicate: false,
-        functions: None,
         function_timeout: Some(timeout),
         // Two at once, the fewest a function steps (a 128 MB one's, or BATON_STEPS_AT_ONCE):
         // ten runs take five rounds of a model call each.
         steps_at_once: Some(2),
-        steps_in_a_row: None,
-        live: None,
-        links: None,
-        traces: None,
-        quotas: Default::default(),
+        ..AwsDevOptions::new(sdk.clone(), names, role, TOKEN, llm, catalog)
     })
     .await
     .unwrap();

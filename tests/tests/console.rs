@@ -658,23 +658,16 @@ async fn baton_dev_aws_makes_one_time_links_when_given_a_key() {
     // The same deployment (its table, queues and bus) on one port, started with a link
     // key or without one.
     let options = |addr: &str, links: Option<&str>| AwsDevOptions {
-        sdk: sdk.clone(),
-        names: aws.names("links"),
-        scheduler_role_arn: "arn:aws:iam::123456789012:role/links-scheduler".into(),
         addr: addr.parse().unwrap(),
-        token: TOKEN.into(),
-        llm: scripted(SCRIPT),
-        catalog: catalog(None),
-        clock: Arc::new(SystemClock),
-        duplicate: false,
-        functions: None,
-        function_timeout: None,
-        steps_at_once: None,
-        steps_in_a_row: None,
-        live: None,
         links: links.map(|key| (key.to_owned(), None)),
-        traces: None,
-        quotas: Default::default(),
+        ..AwsDevOptions::new(
+            sdk.clone(),
+            aws.names("links"),
+            "arn:aws:iam::123456789012:role/links-scheduler",
+            TOKEN,
+            scripted(SCRIPT),
+            catalog(None),
+        )
     };
     let server = AwsDevServer::start(options("127.0.0.1:0", None))
         .await

@@ -813,18 +813,10 @@ async fn a_starting_host_serves_nothing_until_it_is_set_up() {
     let gate = failpoint::pause("host.before_links", 0);
     let data_dir = dir.path().to_path_buf();
     let starting = tokio::spawn(baton_dev::LocalServer::start(baton_dev::LocalOptions {
-        data_dir,
         addr: format!("127.0.0.1:{port}").parse().unwrap(),
         token: Some(TOKEN.into()),
-        llm: scripted(script),
-        catalog: catalog(None),
-        clock: Arc::new(SystemClock),
         worker: Default::default(),
-        link_key: None,
-        public_url: None,
-        cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
-        traces: None,
-        quotas: Default::default(),
+        ..baton_dev::LocalOptions::new(data_dir, scripted(script), catalog(None))
     }));
     tokio::time::timeout(Duration::from_secs(30), gate.reached())
         .await

@@ -516,18 +516,10 @@ async fn a_restarted_host_serves_its_first_request_with_everything_set_up() {
         let port = common::python::free_port();
         let asking = tokio::spawn(first_link_answer(port, cta_id.clone()));
         let server = baton_dev::LocalServer::start(baton_dev::LocalOptions {
-            data_dir: dir.path().to_path_buf(),
             addr: format!("127.0.0.1:{port}").parse().unwrap(),
             token: Some(common::TOKEN.into()),
-            llm: llm.clone(),
-            catalog: catalog.clone(),
-            clock: Arc::new(SystemClock),
             worker: Default::default(),
-            link_key: None,
-            public_url: None,
-            cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
-            traces: None,
-            quotas: Default::default(),
+            ..baton_dev::LocalOptions::new(dir.path(), llm.clone(), catalog.clone())
         })
         .await
         .unwrap();

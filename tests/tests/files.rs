@@ -131,23 +131,14 @@ async fn a_tools_files_and_widgets_reach_the_timeline_and_the_owner_on_both_host
     // the scenarios of the `aws_*.rs` suites are what meet the fault layer.
     let aws = Emulator::start_with(None).await;
     let s = AwsDevServer::start(AwsDevOptions {
-        sdk: aws.sdk().await,
-        names: aws.names("files"),
-        scheduler_role_arn: "arn:aws:iam::123456789012:role/files-scheduler".into(),
-        addr: "127.0.0.1:0".parse().unwrap(),
-        token: TOKEN.into(),
-        llm: scripted(SCRIPT),
-        catalog: catalog_with_report(agents()),
-        clock: Arc::new(SystemClock),
-        duplicate: false,
-        functions: None,
-        function_timeout: None,
-        steps_at_once: None,
-        steps_in_a_row: None,
-        live: None,
-        links: None,
-        traces: None,
-        quotas: Default::default(),
+        ..AwsDevOptions::new(
+            aws.sdk().await,
+            aws.names("files"),
+            "arn:aws:iam::123456789012:role/files-scheduler",
+            TOKEN,
+            scripted(SCRIPT),
+            catalog_with_report(agents()),
+        )
     })
     .await
     .unwrap();
@@ -242,23 +233,14 @@ async fn a_5_mb_file_downloads_in_the_reply_locally_and_from_s3_by_a_redirect_on
 
     let aws = Emulator::start_with(None).await;
     let s = AwsDevServer::start(AwsDevOptions {
-        sdk: aws.sdk().await,
-        names: aws.names("bigfile"),
-        scheduler_role_arn: "arn:aws:iam::123456789012:role/files-scheduler".into(),
-        addr: "127.0.0.1:0".parse().unwrap(),
-        token: TOKEN.into(),
-        llm: scripted(&script),
-        catalog: catalog_with_report(agents()),
-        clock: Arc::new(SystemClock),
-        duplicate: false,
-        functions: None,
-        function_timeout: None,
-        steps_at_once: None,
-        steps_in_a_row: None,
-        live: None,
-        links: None,
-        traces: None,
-        quotas: Default::default(),
+        ..AwsDevOptions::new(
+            aws.sdk().await,
+            aws.names("bigfile"),
+            "arn:aws:iam::123456789012:role/files-scheduler",
+            TOKEN,
+            scripted(&script),
+            catalog_with_report(agents()),
+        )
     })
     .await
     .unwrap();

@@ -275,23 +275,14 @@ async fn every_releases_dynamodb_data_is_read_and_its_waiting_runs_finish_and_a_
         put_items(&aws.sdk().await, &table, &[mark]).await;
         let sdk = aws.host_sdk().await;
         let started = baton_dev::AwsDevServer::start(baton_dev::AwsDevOptions {
-            sdk: sdk.clone(),
-            names: names.clone(),
-            scheduler_role_arn: "arn:aws:iam::123456789012:role/release-scheduler".into(),
-            addr: "127.0.0.1:0".parse().unwrap(),
-            token: "t".into(),
-            llm: f.llm.clone(),
-            catalog: f.catalog.clone(),
-            clock: Arc::new(SystemClock),
-            duplicate: false,
-            functions: None,
-            function_timeout: None,
-            steps_at_once: None,
-            steps_in_a_row: None,
-            live: None,
-            links: None,
-            traces: None,
-            quotas: Default::default(),
+            ..baton_dev::AwsDevOptions::new(
+                sdk.clone(),
+                names.clone(),
+                "arn:aws:iam::123456789012:role/release-scheduler",
+                "t",
+                f.llm.clone(),
+                f.catalog.clone(),
+            )
         })
         .await;
         let Err(e) = started else {
@@ -306,23 +297,14 @@ async fn every_releases_dynamodb_data_is_read_and_its_waiting_runs_finish_and_a_
         let mark = json!({"PK": {"S": "BATON"}, "SK": {"S": "FORMAT"}, "fmt": {"S": "3.x"}});
         put_items(&aws.sdk().await, &table, &[mark]).await;
         let options = |names| baton_dev::AwsDevOptions {
-            sdk: sdk.clone(),
-            names,
-            scheduler_role_arn: "arn:aws:iam::123456789012:role/release-scheduler".into(),
-            addr: "127.0.0.1:0".parse().unwrap(),
-            token: "t".into(),
-            llm: f.llm.clone(),
-            catalog: f.catalog.clone(),
-            clock: Arc::new(SystemClock),
-            duplicate: false,
-            functions: None,
-            function_timeout: None,
-            steps_at_once: None,
-            steps_in_a_row: None,
-            live: None,
-            links: None,
-            traces: None,
-            quotas: Default::default(),
+            ..baton_dev::AwsDevOptions::new(
+                sdk.clone(),
+                names,
+                "arn:aws:iam::123456789012:role/release-scheduler",
+                "t",
+                f.llm.clone(),
+                f.catalog.clone(),
+            )
         };
         let Err(e) = baton_dev::AwsDevServer::start(options(names.clone())).await else {
             panic!("a table of format \"3.x\" was used");

@@ -63,6 +63,41 @@ pub struct AwsDevOptions {
     pub traces: Option<Arc<baton_telemetry::Traces>>,
 }
 
+impl AwsDevOptions {
+    /// `baton dev --aws` on loopback (any free port) over the resources `names` names, with
+    /// `sdk`, serving `token`, its timers run by `scheduler_role_arn`: each function as
+    /// `template.yaml` deploys it, the system clock, no links, live channel, traces or
+    /// quotas. Set the rest on what it returns.
+    pub fn new(
+        sdk: aws_config::SdkConfig,
+        names: baton_aws::provision::Names,
+        scheduler_role_arn: impl Into<String>,
+        token: impl Into<String>,
+        llm: Arc<dyn Llm>,
+        catalog: Arc<Catalog>,
+    ) -> Self {
+        Self {
+            quotas: Default::default(),
+            sdk,
+            names,
+            scheduler_role_arn: scheduler_role_arn.into(),
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            token: token.into(),
+            llm,
+            catalog,
+            clock: Arc::new(baton_core::ports::SystemClock),
+            duplicate: false,
+            functions: None,
+            function_timeout: None,
+            steps_at_once: None,
+            steps_in_a_row: None,
+            live: None,
+            links: None,
+            traces: None,
+        }
+    }
+}
+
 pub struct AwsDevServer {
     pub addr: SocketAddr,
     pub token: String,

@@ -51,6 +51,28 @@ pub struct LocalOptions {
     pub quotas: baton_core::service::Quotas,
 }
 
+impl LocalOptions {
+    /// `baton dev` on `data_dir`, on loopback (any free port), with the data directory's
+    /// own token and link key, the system clock, the worker's defaults, the default cache
+    /// budget, no traces and no quotas. Set the rest on what it returns.
+    pub fn new(data_dir: impl Into<PathBuf>, llm: Arc<dyn Llm>, catalog: Arc<Catalog>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            token: None,
+            llm,
+            catalog,
+            clock: Arc::new(baton_core::ports::SystemClock),
+            worker: WorkerOptions::default(),
+            link_key: None,
+            public_url: None,
+            cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
+            traces: None,
+            quotas: Default::default(),
+        }
+    }
+}
+
 /// The machine's memory, in MB (Linux's `/proc/meminfo`; `None` elsewhere).
 pub fn machine_memory_mb() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;

@@ -298,27 +298,18 @@ impl Emulator {
         catalog: std::sync::Arc<baton_core::agent::Catalog>,
         port: u16,
     ) -> baton_dev::AwsDevOptions {
+        let role = format!("arn:aws:iam::123456789012:role/{}-scheduler", names.prefix);
         baton_dev::AwsDevOptions {
-            sdk: self.host_sdk().await,
-            scheduler_role_arn: format!(
-                "arn:aws:iam::123456789012:role/{}-scheduler",
-                names.prefix
-            ),
-            names,
             addr: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
-            token: super::TOKEN.into(),
-            llm,
-            catalog,
-            clock: std::sync::Arc::new(baton_core::ports::SystemClock),
-            duplicate: false,
-            functions: None,
-            function_timeout: None,
-            steps_at_once: None,
-            steps_in_a_row: None,
-            live: None,
             links: Some(("a-link-key-of-at-least-thirty-two-bytes".into(), None)),
-            traces: None,
-            quotas: Default::default(),
+            ..baton_dev::AwsDevOptions::new(
+                self.host_sdk().await,
+                names,
+                role,
+                super::TOKEN,
+                llm,
+                catalog,
+            )
         }
     }
 

@@ -127,21 +127,13 @@ pub fn local_options(
     clock: Arc<dyn Clock>,
 ) -> LocalOptions {
     LocalOptions {
-        data_dir: dir.to_path_buf(),
-        addr: "127.0.0.1:0".parse().expect("addr"),
         token: Some(TOKEN.into()),
-        llm,
-        catalog,
         clock,
         worker: WorkerOptions {
             timer_interval: Duration::from_millis(50),
             ..WorkerOptions::default()
         },
-        link_key: None,
-        public_url: None,
-        cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
-        traces: None,
-        quotas: Default::default(),
+        ..LocalOptions::new(dir, llm, catalog)
     }
 }
 
