@@ -433,11 +433,7 @@ pub async fn run(
             .answer_cta(
                 Some(LOCAL_OWNER),
                 &ctas[0].cta_id,
-                CtaResponse::Approval {
-                    raise_usd: None,
-                    approved: true,
-                    reason: None,
-                },
+                CtaResponse::approval(true),
                 None,
             )
             .await?;

@@ -263,19 +263,12 @@ async fn seed_ctas(store: &DynamoStore, ctas: usize) -> anyhow::Result<Vec<Strin
     let now = chrono::Utc::now();
     let mut roots = Vec::new();
     for i in 0..WAITING_RUNS.min(ctas) {
-        let mut run = Run::new(NewRun {
-            run_id: format!("run_waiting_{i:03}"),
-            agent: "bench".into(),
-            owner: LOCAL_OWNER.into(),
-            parent: None,
-            depth: 0,
-            on_expiry: Default::default(),
-            sandbox_id: None,
-            metadata: None,
-            context: None,
-            root_run_id: None,
+        let mut run = Run::new(NewRun::top_level(
+            format!("run_waiting_{i:03}"),
+            "bench",
+            LOCAL_OWNER,
             now,
-        });
+        ));
         run.status = RunStatus::Waiting;
         run.next_seq = 1;
         run.set_prompt("waits for its questions");

@@ -145,11 +145,7 @@ pub async fn run(parked: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result
         let cta = ctas[(k * stride) % parked].clone();
         let service = service.clone();
         answering.spawn(async move {
-            let approve = CtaResponse::Approval {
-                approved: true,
-                reason: None,
-                raise_usd: None,
-            };
+            let approve = CtaResponse::approval(true);
             service
                 .requests()
                 .answer_cta(Some(LOCAL_OWNER), &cta, approve, None)

@@ -48,19 +48,7 @@ impl Pump for LocalStore {
 }
 
 fn new_run(id: &str, owner: &str) -> (Run, Vec<Entry>) {
-    let mut run = Run::new(NewRun {
-        run_id: id.into(),
-        agent: "explore".into(),
-        owner: owner.into(),
-        parent: None,
-        depth: 0,
-        on_expiry: Default::default(),
-        sandbox_id: None,
-        metadata: None,
-        context: None,
-        root_run_id: None,
-        now: Utc::now(),
-    });
+    let mut run = Run::new(NewRun::top_level(id, "explore", owner, Utc::now()));
     run.next_seq = 1;
     (
         run,
@@ -376,11 +364,7 @@ async fn store_contract(store: Arc<dyn Store>) {
     );
 
     // Settling a CTA: the first write wins, later ones lose and see the winner.
-    let answer = CtaResponse::Approval {
-        raise_usd: None,
-        approved: true,
-        reason: None,
-    };
+    let answer = CtaResponse::approval(true);
     match store
         .settle_cta(
             "cta_c1",

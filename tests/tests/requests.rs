@@ -362,19 +362,12 @@ async fn every_page_of_a_run_fits_lambdas_6_mb_reply_however_its_text_escapes() 
     let dir = tempfile::tempdir().unwrap();
     {
         let store = baton_local::store::LocalStore::open(dir.path()).unwrap();
-        let mut run = Run::new(NewRun {
-            run_id: "run_quotes".into(),
-            agent: "orchestrator".into(),
-            owner: "local".into(),
-            parent: None,
-            depth: 0,
-            on_expiry: Default::default(),
-            sandbox_id: None,
-            metadata: None,
-            context: None,
-            root_run_id: None,
-            now: chrono::Utc::now(),
-        });
+        let mut run = Run::new(NewRun::top_level(
+            "run_quotes",
+            "orchestrator",
+            "local",
+            chrono::Utc::now(),
+        ));
         run.status = baton_core::run::RunStatus::Completed;
         // 150 entries of 60 KB of quotes and backslashes: 18 MB as the envelope counts them.
         let text = "\"\\".repeat(30 * 1024);

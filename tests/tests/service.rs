@@ -458,11 +458,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         svc.requests().get_cta(Some("bob"), &cta.cta_id).await,
         Err(NotFound(_))
     ));
-    let answer = CtaResponse::Approval {
-        raise_usd: None,
-        approved: true,
-        reason: None,
-    };
+    let answer = CtaResponse::approval(true);
     assert!(matches!(
         svc.requests()
             .answer_cta(Some("bob"), &cta.cta_id, answer.clone(), None)

@@ -68,6 +68,15 @@ pub enum CtaResponse {
 }
 
 impl CtaResponse {
+    /// An answer to an approval, with no reason and no raise.
+    pub fn approval(approved: bool) -> Self {
+        Self::Approval {
+            approved,
+            reason: None,
+            raise_usd: None,
+        }
+    }
+
     /// A response as a caller sends it (an API body, a bus answer's fields), or why it is
     /// not one.
     pub fn from_json(value: serde_json::Value) -> Result<Self, InvalidResponse> {

@@ -427,6 +427,31 @@ pub struct NewRun {
     pub now: DateTime<Utc>,
 }
 
+impl NewRun {
+    /// A top-level run of `agent` for `owner`, as of `now`: no parent, sandbox, metadata or
+    /// context, its questions' expiry as its agent says.
+    pub fn top_level(
+        run_id: impl Into<String>,
+        agent: impl Into<String>,
+        owner: impl Into<String>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            run_id: run_id.into(),
+            agent: agent.into(),
+            owner: owner.into(),
+            parent: None,
+            depth: 0,
+            on_expiry: ExpiryPolicy::default(),
+            sandbox_id: None,
+            metadata: None,
+            context: None,
+            root_run_id: None,
+            now,
+        }
+    }
+}
+
 impl Run {
     /// What this run and its subagents spent.
     pub fn total(&self) -> Spent {
@@ -560,19 +585,7 @@ mod tests {
     #[test]
     fn a_runs_groups_are_flat_in_its_json_and_read_back_whole() {
         let now = DateTime::from_timestamp(1_700_000_000, 0).unwrap_or_default();
-        let mut run = Run::new(NewRun {
-            run_id: "run_1".into(),
-            agent: "worker".into(),
-            owner: "o".into(),
-            parent: None,
-            depth: 0,
-            on_expiry: ExpiryPolicy::End,
-            sandbox_id: None,
-            metadata: None,
-            context: None,
-            root_run_id: None,
-            now,
-        });
+        let mut run = Run::new(NewRun::top_level("run_1", "worker", "o", now));
         run.spend.cost_usd = 0.25;
         run.spend.usage.input_tokens = 7;
         run.clock.worked_ms = 1_500;

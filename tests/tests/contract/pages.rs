@@ -227,11 +227,7 @@ pub(super) async fn cta_pages_contract(store: Arc<dyn Store>) {
             .settle_cta(
                 &format!("pa_{i:05}"),
                 &Settlement::Answered {
-                    response: CtaResponse::Approval {
-                        raise_usd: None,
-                        approved: true,
-                        reason: None,
-                    },
+                    response: CtaResponse::approval(true),
                     responder: None,
                 },
                 Utc::now(),

@@ -84,20 +84,11 @@ fn item_sizes_follow_dynamodb_rules() {
 
 #[test]
 fn a_run_item_packs_its_body_and_outbox_and_format_1_items_still_read() {
-    use baton_core::run::{ExpiryPolicy, NewRun};
+    use baton_core::run::NewRun;
     let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
     let mut run = Run::new(NewRun {
-        run_id: "run_packed".into(),
-        agent: "orchestrator".into(),
-        owner: "o".into(),
-        parent: None,
-        depth: 0,
-        on_expiry: ExpiryPolicy::End,
-        sandbox_id: None,
         metadata: Some(serde_json::json!({"team": "a"})),
-        context: None,
-        root_run_id: None,
-        now: at,
+        ..NewRun::top_level("run_packed", "orchestrator", "o", at)
     });
     run.set_prompt("summarise the repository and ask before you change anything");
     let outbox = vec![Effect::Publish(baton_core::message::Event {

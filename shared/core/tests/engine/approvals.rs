@@ -117,14 +117,7 @@ fn an_approval_carries_its_reason_tool_and_input_and_independent_calls_run_at_on
     assert_eq!(event["tool"], "echo");
     assert_eq!(event["input"]["text"], "danger zone");
     assert_eq!(event["reason"], "It says danger.");
-    s.answer(
-        &cta.cta_id,
-        CtaResponse::Approval {
-            raise_usd: None,
-            approved: true,
-            reason: None,
-        },
-    );
+    s.answer(&cta.cta_id, CtaResponse::approval(true));
     s.run_all();
     assert_eq!(s.run(&id).status, RunStatus::Completed);
 }
@@ -147,14 +140,7 @@ fn deferred_calls_wait_for_every_approval_of_the_reply() {
     s.run_all();
     let ctas = s.pending_ctas(&id);
     assert_eq!(ctas.len(), 2);
-    s.answer(
-        &ctas[0].cta_id,
-        CtaResponse::Approval {
-            raise_usd: None,
-            approved: true,
-            reason: None,
-        },
-    );
+    s.answer(&ctas[0].cta_id, CtaResponse::approval(true));
     s.run_all();
     // One approval settled, one still waits: the safe call still waits with it.
     assert_eq!(s.executed, vec!["call_0_0"]);
@@ -164,14 +150,7 @@ fn deferred_calls_wait_for_every_approval_of_the_reply() {
             reason: DEFERRED.into()
         }
     );
-    s.answer(
-        &ctas[1].cta_id,
-        CtaResponse::Approval {
-            raise_usd: None,
-            approved: true,
-            reason: None,
-        },
-    );
+    s.answer(&ctas[1].cta_id, CtaResponse::approval(true));
     s.run_all();
     assert_eq!(s.executed, vec!["call_0_0", "call_0_1", "call_0_2"]);
     assert_eq!(s.run(&id).status, RunStatus::Completed);

@@ -338,14 +338,7 @@ fn a_refused_subagent_question_ends_the_whole_tree() {
     let kids = s.children(&id);
     assert_eq!(kids.len(), 2);
     let asked = s.pending_ctas(&id)[0].cta_id.clone();
-    s.answer(
-        &asked,
-        CtaResponse::Approval {
-            approved: false,
-            reason: None,
-            raise_usd: None,
-        },
-    );
+    s.answer(&asked, CtaResponse::approval(false));
     s.run_all();
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Failed);

@@ -291,14 +291,7 @@ fn a_reply_that_also_asks_a_person_waits_for_the_answer_once_its_calls_ran() {
         assert!(!s.tools(&id)[0].result.is_pending(), "{name}");
         // and thinks once it has it.
         let cta = s.pending_ctas(&id).remove(0);
-        s.answer(
-            &cta.cta_id,
-            CtaResponse::Approval {
-                approved: true,
-                reason: None,
-                raise_usd: None,
-            },
-        );
+        s.answer(&cta.cta_id, CtaResponse::approval(true));
         s.run_all();
         assert_eq!(s.run(&id).status, RunStatus::Completed, "{name}");
         assert_eq!(s.asked, [0, 1], "{name}");

@@ -350,14 +350,7 @@ fn an_orchestrator_may_let_a_built_in_subagent_ask_the_human() {
     assert_eq!(s.run(&explore).granted, vec!["request_human_feedback"]);
     let cta = s.pending_ctas(&explore)[0].clone();
     assert_eq!(cta.request.question(), "Read the logs?");
-    s.answer(
-        &cta.cta_id,
-        CtaResponse::Approval {
-            raise_usd: None,
-            approved: true,
-            reason: None,
-        },
-    );
+    s.answer(&cta.cta_id, CtaResponse::approval(true));
     s.run_all();
     assert_eq!(s.run(&id).status, RunStatus::Completed);
     assert!(s.children(&refused).is_empty());

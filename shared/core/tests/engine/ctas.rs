@@ -8,11 +8,7 @@ fn each_cta_kind_parks_the_run_and_resumes_with_the_answer() {
     let table = [
         (
             json!({"kind": "approval", "message": "Proceed?"}),
-            CtaResponse::Approval {
-                raise_usd: None,
-                approved: true,
-                reason: None,
-            },
+            CtaResponse::approval(true),
             json!({"kind": "approval", "approved": true}),
         ),
         (
@@ -81,11 +77,7 @@ fn an_invalid_response_changes_nothing() {
         (choice, CtaResponse::Text { text: "a".into() }),
         (
             json!({"kind": "text", "prompt": "?"}),
-            CtaResponse::Approval {
-                raise_usd: None,
-                approved: true,
-                reason: None,
-            },
+            CtaResponse::approval(true),
         ),
         (
             json!({"kind": "approval", "message": "?"}),
@@ -182,11 +174,7 @@ fn expiry_ends_the_run_by_default_and_cancels_the_rest() {
             &id,
             Input::CtaAnswered {
                 cta_id: ctas[1].cta_id.clone(),
-                response: CtaResponse::Approval {
-                    raise_usd: None,
-                    approved: true,
-                    reason: None
-                },
+                response: CtaResponse::approval(true),
                 responder: None,
             }
         ),

@@ -197,14 +197,7 @@ fn a_run_past_its_wall_time_fails_naming_the_limit_and_human_waits_do_not_count(
     // Ten days pass before the human answers: that wait is not the run's working time.
     s.now += chrono::Duration::days(10);
     let cta = s.pending_ctas(&id)[0].cta_id.clone();
-    s.answer(
-        &cta,
-        CtaResponse::Approval {
-            raise_usd: None,
-            approved: true,
-            reason: None,
-        },
-    );
+    s.answer(&cta, CtaResponse::approval(true));
     let answered = s.queue.pop_front().unwrap();
     s.deliver(&answered);
     assert_eq!(s.run(&id).status, RunStatus::Running, "thought and echoed");
@@ -304,14 +297,7 @@ fn a_subagents_wait_for_a_human_is_not_its_parents_work() {
     // Three days later the human answers: the parent goes on and completes.
     s.now += chrono::Duration::days(3);
     let cta = s.pending_ctas(&child)[0].cta_id.clone();
-    s.answer(
-        &cta,
-        CtaResponse::Approval {
-            raise_usd: None,
-            approved: true,
-            reason: None,
-        },
-    );
+    s.answer(&cta, CtaResponse::approval(true));
     s.run_all();
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);

@@ -351,19 +351,7 @@ impl Sim {
 
     fn create(&mut self, agent: &str, prompt: &str) -> String {
         let id = format!("run_top{}", self.runs.len());
-        let mut run = Run::new(NewRun {
-            run_id: id.clone(),
-            agent: agent.into(),
-            owner: "o".into(),
-            parent: None,
-            depth: 0,
-            on_expiry: ExpiryPolicy::End,
-            sandbox_id: None,
-            metadata: None,
-            context: None,
-            root_run_id: None,
-            now: self.now,
-        });
+        let mut run = Run::new(NewRun::top_level(id.clone(), agent, "o", self.now));
         run.next_seq = 1;
         let first = Entry {
             seq: 0,

@@ -139,17 +139,8 @@ fn context_guidance_joins_the_system_prompt_by_the_contexts_type() {
     let catalog = Catalog::new(Limits::default(), vec![], Some(file)).unwrap();
     let agent = catalog.agent("reader").unwrap();
     let mut run = Run::new(NewRun {
-        run_id: "r".into(),
-        agent: "reader".into(),
-        owner: "o".into(),
-        parent: None,
-        depth: 0,
-        on_expiry: ExpiryPolicy::End,
-        sandbox_id: None,
-        metadata: None,
         context: Some(json!({"type": "document", "id": "doc-7"})),
-        root_run_id: None,
-        now: t0(),
+        ..NewRun::top_level("r", "reader", "o", t0())
     });
     let none = baton_core::agent::Prepared::default();
     let system = agent.system_prompt(&run, &none);
@@ -375,14 +366,7 @@ fn a_call_of_a_tool_a_plugin_offered_runs_once_a_human_approves_it() {
     s.run_all();
     let ctas = s.pending_ctas(&id);
     assert_eq!(ctas.len(), 1, "the call waits for a human");
-    s.answer(
-        &ctas[0].cta_id,
-        CtaResponse::Approval {
-            raise_usd: None,
-            approved: true,
-            reason: None,
-        },
-    );
+    s.answer(&ctas[0].cta_id, CtaResponse::approval(true));
     s.run_all();
     assert_eq!(
         s.tools(&id)[0].result,

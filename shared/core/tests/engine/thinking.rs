@@ -367,19 +367,7 @@ fn a_step_sees_the_tools_listed_when_it_began_and_the_next_step_sees_new_ones() 
     };
     let catalog = Catalog::build(Limits::default(), toolbox, Some(file)).unwrap();
     let start = |id: &str| {
-        let mut run = Run::new(NewRun {
-            run_id: id.into(),
-            agent: "ops".into(),
-            owner: "o".into(),
-            parent: None,
-            depth: 0,
-            on_expiry: ExpiryPolicy::End,
-            sandbox_id: None,
-            metadata: None,
-            context: None,
-            root_run_id: None,
-            now: t0(),
-        });
+        let mut run = Run::new(NewRun::top_level(id, "ops", "o", t0()));
         run.next_seq = 1;
         let first = Entry {
             seq: 0,

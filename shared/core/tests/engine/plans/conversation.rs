@@ -144,14 +144,7 @@ fn an_answer_that_came_first_stands_and_the_follow_up_waits_behind_it() {
     let id = start(&mut s);
     let cta = s.pending_ctas(&id).pop().unwrap();
     // Approved on the question (its record written), its message not yet taken up,
-    s.answer(
-        &cta.cta_id,
-        CtaResponse::Approval {
-            raise_usd: None,
-            approved: true,
-            reason: None,
-        },
-    );
+    s.answer(&cta.cta_id, CtaResponse::approval(true));
     // when the follow-up comes: the question's record says answered, so the draft waits
     // for its answer and the follow-up behind it.
     assert_eq!(s.send(&id, follow_up("run it", "m1")), Outcome::Done);

@@ -134,14 +134,7 @@ fn a_draft_plan_waits_for_a_humans_approval_then_runs() {
     );
     let ready = s.events("plan.ready_for_review");
     assert_eq!(ready[0].detail["ctaId"], cta.cta_id);
-    s.answer(
-        &cta.cta_id,
-        CtaResponse::Approval {
-            raise_usd: None,
-            approved: true,
-            reason: None,
-        },
-    );
+    s.answer(&cta.cta_id, CtaResponse::approval(true));
     s.run_all();
     assert_eq!(output(&s, &id)["steps"][0]["outputs"], "X");
     let snap = s.tools(&id)[0].cta.clone().unwrap();
