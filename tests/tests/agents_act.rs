@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_core::agent::AgentsFile;
-use baton_core::ports::SystemClock;
 use common::{Harness, of_type, scripted};
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
@@ -24,13 +23,7 @@ async fn start(dir: &std::path::Path, file: Value, script: Value) -> Harness {
         &Default::default(),
     )
     .expect("catalog");
-    common::start(
-        dir,
-        scripted(&script.to_string()),
-        Arc::new(catalog),
-        Arc::new(SystemClock),
-    )
-    .await
+    common::start(dir, scripted(&script.to_string()), Arc::new(catalog)).await
 }
 
 async fn tool_server() -> MockServer {
@@ -561,13 +554,7 @@ async fn a_skill_turned_on_by_a_tool_adds_its_tools_and_the_tool_reads_the_plugi
         json!({"tool_calls": [{"name": "activate_skill", "arguments": {"name": "github"}}]});
     let script = json!({"repo_assistant": [read, activate, activate, read, {"text": "done"}]});
     let dir = tempfile::tempdir().expect("tempdir");
-    let h = common::start(
-        dir.path(),
-        scripted(&script.to_string()),
-        Arc::new(catalog),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = common::start(dir.path(), scripted(&script.to_string()), Arc::new(catalog)).await;
     let run_id = h
         .create_run(
             json!({"prompt": "What is in the README?", "agent": "repo_assistant",

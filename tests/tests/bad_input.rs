@@ -6,10 +6,7 @@
 use crate::common;
 use baton_core::ports::{Ctas, RunReads};
 
-use std::sync::Arc;
-
 use aws_lambda_events::event::sqs::SqsEvent;
-use baton_core::ports::SystemClock;
 use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -154,13 +151,7 @@ fn request(run_id: String, cta_id: String) -> impl Strategy<Value = Request> {
 async fn ten_thousand_generated_requests_and_events_get_clear_refusals_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let agents = json!({"agents": {"asker": {"tools": ["request_human_feedback"]}}});
-    let h = start(
-        dir.path(),
-        scripted(ASK),
-        catalog(Some(agents)),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), scripted(ASK), catalog(Some(agents))).await;
     let run_id = h
         .create_run(json!({"prompt": "go", "agent": "asker"}))
         .await;

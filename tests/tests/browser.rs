@@ -10,7 +10,6 @@ use crate::common;
 
 use std::sync::Arc;
 
-use baton_core::ports::SystemClock;
 use common::*;
 use serde_json::json;
 
@@ -75,13 +74,7 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
                                    "asker": asks, "shipper": {"tools": []},
                                    "spender": {"tools": ["report"], "model": "gpt-4o-mini",
                                                "maxCostUsd": 0.5}}});
-    let h = start(
-        dir.path(),
-        scripted(SCRIPT),
-        catalog_with_report(agents),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), scripted(SCRIPT), catalog_with_report(agents)).await;
     let mut runs = serde_json::Map::new();
     for (kind, agent, prompt) in [
         ("approval", "approver", "release v2"),
@@ -274,7 +267,6 @@ async fn the_operators_console_lists_filters_charts_starts_forks_and_cancels_run
         dir.path(),
         scripted(OPERATORS_SCRIPT),
         catalog(Some(agents)),
-        Arc::new(SystemClock),
     )
     .await;
     let boss = h

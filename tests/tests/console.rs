@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_api::{AppState, BearerToken};
-use baton_core::ports::{ManualClock, SystemClock};
+use baton_core::ports::ManualClock;
 use baton_dev::{AwsDevOptions, AwsDevServer};
 use common::aws::Emulator;
 use common::sse::*;
@@ -194,13 +194,7 @@ const LIVE_SCRIPT: &str = r#"{"watcher": [
 async fn a_watched_run_streams_its_reply_and_its_tools_before_they_commit() {
     let dir = tempfile::tempdir().unwrap();
     let agents = json!({"agents": {"watcher": {"tools": ["request_human_feedback", "echo"]}}});
-    let h = start(
-        dir.path(),
-        scripted(LIVE_SCRIPT),
-        catalog(Some(agents)),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), scripted(LIVE_SCRIPT), catalog(Some(agents))).await;
     let run_id = h
         .create_run(json!({"prompt": "anything overnight?", "agent": "watcher"}))
         .await;
@@ -544,7 +538,7 @@ fn link_page_sentences(js: &str) -> std::collections::HashMap<String, String> {
 async fn a_link_to_a_settled_question_says_how_it_was_settled() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
-    let h = start(dir.path(), scripted(SCRIPT), catalog(None), clock.clone()).await;
+    let h = start_at(dir.path(), scripted(SCRIPT), catalog(None), clock.clone()).await;
     // Four runs, each waiting on its question, each question with its link.
     let mut runs = Vec::new();
     for i in 0..4 {
@@ -829,13 +823,7 @@ async fn a_run_started_to_be_watched_streams_its_first_reply() {
     let dir = tempfile::tempdir().unwrap();
     let script = json!({"greeter": [{"text": FIRST}]}).to_string();
     let agents = json!({"agents": {"greeter": {"tools": []}}});
-    let h = start(
-        dir.path(),
-        scripted(&script),
-        catalog(Some(agents)),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), scripted(&script), catalog(Some(agents))).await;
     let run_id = h
         .create_run(json!({"prompt": "morning?", "agent": "greeter", "watch": true}))
         .await;

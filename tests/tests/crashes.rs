@@ -572,13 +572,7 @@ async fn a_follow_up_at_any_point_of_a_turn_gets_exactly_one_turn() {
         for concurrent in [false, true] {
             failpoint::reset();
             let dir = tempfile::tempdir().unwrap();
-            let h = start(
-                dir.path(),
-                scripted(FOLLOW_SCRIPT),
-                catalog(),
-                Arc::new(SystemClock),
-            )
-            .await;
+            let h = start(dir.path(), scripted(FOLLOW_SCRIPT), catalog()).await;
             let gate = failpoint::pause(fp, skip);
             let run_id = h.create_run(json!({"prompt": "go", "agent": "ops"})).await;
             let reached = tokio::time::timeout(Duration::from_secs(20), gate.reached())
@@ -626,7 +620,7 @@ async fn a_follow_up_at_any_point_of_a_turn_gets_exactly_one_turn() {
         }
     }
     let slow = Arc::new(Slow(scripted(&script)));
-    let h = start(dir.path(), slow, ops(), Arc::new(SystemClock)).await;
+    let h = start(dir.path(), slow, ops()).await;
     let run_id = h.create_run(json!({"prompt": "go", "agent": "ops"})).await;
     let cta = h.wait_pending(1).await[0]["ctaId"]
         .as_str()
@@ -714,13 +708,7 @@ async fn a_crash_mid_stream_leaves_no_streamed_text_in_the_timeline() {
         {"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "Write it?"}}]},
         {"text": "The answer is forty-two, as computed."}]}"#;
     let agents = json!({"agents": {"writer": {"tools": ["request_human_feedback"]}}});
-    let h = start(
-        dir.path(),
-        scripted(script),
-        catalog(Some(agents)),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), scripted(script), catalog(Some(agents))).await;
     let run_id = h
         .create_run(json!({"prompt": "the answer?", "agent": "writer"}))
         .await;

@@ -265,13 +265,7 @@ async fn a_five_second_cta_expires_on_time_on_the_embedded_host() {
     let dir = tempfile::tempdir().unwrap();
     let agents = json!({"agents": {"asker": {"tools": ["request_human_feedback"],
         "ctaExpirySeconds": 5}}});
-    let h = start(
-        dir.path(),
-        scripted(ASK),
-        catalog(Some(agents)),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), scripted(ASK), catalog(Some(agents))).await;
     let run_id = h
         .create_run(json!({"prompt": "ask", "agent": "asker"}))
         .await;

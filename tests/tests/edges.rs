@@ -8,7 +8,6 @@ use crate::common;
 
 use std::sync::Arc;
 
-use baton_core::ports::SystemClock;
 use common::aws::Api;
 use serde_json::{Value, json};
 use wiremock::{Mock, MockServer, ResponseTemplate, matchers};
@@ -135,7 +134,7 @@ async fn each_call_of_each_run_and_fork_has_its_own_idempotency_key_on_the_dev_h
     let tool = pay_server().await;
     let (_model, llm) = common::mock_openai::start(PAY).await;
     let dir = tempfile::tempdir().unwrap();
-    let h = common::start(dir.path(), llm, pay_agents(&tool), Arc::new(SystemClock)).await;
+    let h = common::start(dir.path(), llm, pay_agents(&tool)).await;
     keys_flow(&Api::new(h.server.url()), &tool).await;
     h.server.shutdown().await;
 }
@@ -298,7 +297,7 @@ async fn follow_ups_are_capped_where_admitted_kept_by_forks_and_refused_once_end
     let (script, catalog) = gated_echo();
     let (_model, llm) = common::mock_openai::start(&script).await;
     let dir = tempfile::tempdir().unwrap();
-    let h = common::start(dir.path(), llm, catalog, Arc::new(SystemClock)).await;
+    let h = common::start(dir.path(), llm, catalog).await;
     let api = Api::new(h.server.url());
     cap_flow(&api).await;
     fork_keeps_queued_flow(&api).await;
@@ -454,7 +453,7 @@ async fn bodies_keys_and_link_answers_keep_their_documented_contracts_on_the_dev
     let (script, catalog) = gated_echo();
     let (_model, llm) = common::mock_openai::start(&script).await;
     let dir = tempfile::tempdir().unwrap();
-    let h = common::start(dir.path(), llm, catalog, Arc::new(SystemClock)).await;
+    let h = common::start(dir.path(), llm, catalog).await;
     contract_flow(&Api::new(h.server.url())).await;
     h.server.shutdown().await;
 }
@@ -502,13 +501,7 @@ async fn a_restarted_host_serves_its_first_request_with_everything_set_up() {
     let (script, catalog) = gated_echo();
     let (_model, llm) = common::mock_openai::start(&script).await;
     let dir = tempfile::tempdir().unwrap();
-    let h = common::start(
-        dir.path(),
-        llm.clone(),
-        catalog.clone(),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = common::start(dir.path(), llm.clone(), catalog.clone()).await;
     let (_, cta) = parked(&Api::new(h.server.url())).await;
     let cta_id = cta["ctaId"].as_str().unwrap().to_owned();
     h.server.shutdown().await;
@@ -695,12 +688,12 @@ async fn a_run_that_waited_follows_the_agents_file_as_it_is_when_a_call_runs_on_
     let (_model, llm) = common::mock_openai::start(WAITERS).await;
     let dir = tempfile::tempdir().unwrap();
     let before = waiters_agents(&tool, false);
-    let h = common::start(dir.path(), llm.clone(), before, Arc::new(SystemClock)).await;
+    let h = common::start(dir.path(), llm.clone(), before).await;
     let waiters = park_waiters(&Api::new(h.server.url())).await;
     h.server.shutdown().await;
     // Restarted with the changed file.
     let after = waiters_agents(&tool, true);
-    let h = common::start(dir.path(), llm, after, Arc::new(SystemClock)).await;
+    let h = common::start(dir.path(), llm, after).await;
     after_change(&Api::new(h.server.url()), &tool, waiters).await;
     h.server.shutdown().await;
 }

@@ -4,9 +4,6 @@
 
 use crate::common;
 
-use std::sync::Arc;
-
-use baton_core::ports::SystemClock;
 use baton_dev::{AwsDevOptions, AwsDevServer};
 use common::aws::Emulator;
 use common::*;
@@ -104,13 +101,7 @@ async fn report(base: &str) -> Vec<String> {
 #[tokio::test]
 async fn a_tools_files_and_widgets_reach_the_timeline_and_the_owner_on_both_hosts() {
     let dir = tempfile::tempdir().unwrap();
-    let h = start(
-        dir.path(),
-        scripted(SCRIPT),
-        catalog_with_report(agents()),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), scripted(SCRIPT), catalog_with_report(agents())).await;
     let local = report(&h.url("")).await;
     assert_eq!(
         local,
@@ -206,13 +197,7 @@ async fn a_5_mb_file_downloads_in_the_reply_locally_and_from_s3_by_a_redirect_on
         .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let h = start(
-        dir.path(),
-        scripted(&script),
-        catalog_with_report(agents()),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), scripted(&script), catalog_with_report(agents())).await;
     for (name, url) in files(&h.url("")).await {
         // The embedded host's files are always in the reply, asked for a link or not.
         let r = http

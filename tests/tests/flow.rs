@@ -233,7 +233,7 @@ async fn an_unanswered_cta_expires_and_ends_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
     let script = r#"{"orchestrator": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "Name?"}}]}]}"#;
-    let h = start(dir.path(), scripted(script), catalog(None), clock.clone()).await;
+    let h = start_at(dir.path(), scripted(script), catalog(None), clock.clone()).await;
     let run_id = h.create_run(json!({"prompt": "ask"})).await;
     let cta = h.wait_pending(1).await.remove(0);
     let cta_id = cta["ctaId"].as_str().unwrap().to_owned();

@@ -8,7 +8,6 @@ use crate::common;
 
 use std::sync::Arc;
 
-use baton_core::ports::SystemClock;
 use common::aws::Api;
 use serde_json::{Value, json};
 use wiremock::{Mock, MockServer, ResponseTemplate, matchers};
@@ -224,7 +223,7 @@ async fn a_fork_at_a_question_takes_the_other_branch_on_the_dev_host_with_nothin
     let tool = tool_server().await;
     let (model, llm) = common::mock_openai::start(SCRIPT).await;
     let dir = tempfile::tempdir().unwrap();
-    let h = common::start(dir.path(), llm, agents(&tool), Arc::new(SystemClock)).await;
+    let h = common::start(dir.path(), llm, agents(&tool)).await;
     let api = Api::new(h.server.url());
     fork_flow(&api, &model, &tool).await;
     h.server.shutdown().await;
@@ -294,7 +293,6 @@ async fn a_raise_answers_no_plain_question_on_either_host() {
         dir.path(),
         common::scripted(APPROVAL),
         common::catalog(None),
-        Arc::new(SystemClock),
     )
     .await;
     a_raise_answers_no_plain_question(&Api::new(h.server.url())).await;

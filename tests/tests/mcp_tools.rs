@@ -9,7 +9,6 @@ use crate::common;
 use std::sync::Arc;
 
 use baton_core::agent::{AgentsFile, Prepared};
-use baton_core::ports::SystemClock;
 use common::python::{McpHttpServer, free_port, venv_bin};
 use common::{Harness, of_type, scripted};
 use serde_json::{Value, json};
@@ -76,13 +75,7 @@ async fn fastmcp_tools_run_are_gated_and_a_killed_server_is_an_error_result() {
         {"tool_calls": [{"name": "calc__add", "arguments": {"a": 1, "b": 1}}]},
         {"text": "done"}
     ]});
-    let h = common::start(
-        dir.path(),
-        scripted(&script.to_string()),
-        catalog.clone(),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = common::start(dir.path(), scripted(&script.to_string()), catalog.clone()).await;
     let run_id = h
         .create_run(json!({"prompt": "compute", "agent": "ops"}))
         .await;
@@ -209,13 +202,7 @@ async fn a_published_stdio_server_lists_and_answers() {
                         {"name": "declared__convert_time", "arguments": convert}]},
         {"text": "it is now"}
     ]});
-    let h = common::start(
-        dir.path(),
-        scripted(&script.to_string()),
-        catalog.clone(),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = common::start(dir.path(), scripted(&script.to_string()), catalog.clone()).await;
     let run_id = h
         .create_run(json!({"prompt": "what time is it?", "agent": "timekeeper"}))
         .await;
@@ -292,7 +279,6 @@ async fn a_server_that_never_answers_leaves_its_tools_unavailable_not_the_run_fa
         dir.path(),
         scripted(&script.to_string()),
         catalog(file, &|_| None),
-        Arc::new(SystemClock),
     )
     .await;
     let run_id = h.create_run(json!({"prompt": "try", "agent": "ops"})).await;
@@ -394,13 +380,7 @@ async fn explore_reads_and_code_changes_a_repository_through_published_mcp_serve
         ]
     });
     let dir = tempfile::tempdir().expect("tempdir");
-    let h = common::start(
-        dir.path(),
-        scripted(&script.to_string()),
-        catalog,
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = common::start(dir.path(), scripted(&script.to_string()), catalog).await;
     let run_id = h.create_run(json!({"prompt": "update the README"})).await;
     // The write waits for a human: nothing is written until they approve.
     let ctas = h.wait_pending(1).await;

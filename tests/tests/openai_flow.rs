@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use baton_core::ports::SystemClock;
 use baton_llm::openai::{OpenAiConfig, OpenAiLlm};
 use common::*;
 use serde_json::{Value, json};
@@ -74,13 +73,7 @@ async fn a_run_over_the_openai_wire_format_completes() {
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let agents = json!({"agents": {"worker": {"system": "You echo.", "tools": ["echo"]}}});
-    let h = start(
-        dir.path(),
-        Arc::new(llm),
-        catalog(Some(agents)),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), Arc::new(llm), catalog(Some(agents))).await;
     let run_id = h
         .create_run(json!({"prompt": "hello", "agent": "worker"}))
         .await;
@@ -144,13 +137,7 @@ async fn a_reply_cut_at_the_agent_s_output_limit_is_marked_and_asked_again() {
     let agents = json!({"agents": {"orchestrator": {"system": "agent:orchestrator",
         "tools": [], "maxOutputTokens": 5}}});
     let dir = tempfile::tempdir().unwrap();
-    let h = crate::common::start(
-        dir.path(),
-        llm,
-        crate::common::catalog(Some(agents)),
-        Arc::new(baton_core::ports::SystemClock),
-    )
-    .await;
+    let h = crate::common::start(dir.path(), llm, crate::common::catalog(Some(agents))).await;
     let id = h.create_run(json!({"prompt": "the answer?"})).await;
     h.wait_status(&id, &["completed"]).await;
     let (_, run) = h.get(&format!("/runs/{id}")).await;

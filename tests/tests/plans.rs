@@ -6,10 +6,8 @@
 
 use crate::common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton_core::ports::SystemClock;
 use baton_dev::AwsDevServer;
 use common::aws::{Api, Emulator};
 use common::fault::Faults;
@@ -186,13 +184,7 @@ async fn plan_flow(c: &Api) -> Value {
 #[tokio::test]
 async fn a_drafted_plan_is_approved_runs_in_two_stages_and_its_question_reaches_the_root() {
     let dir = tempfile::tempdir().unwrap();
-    let h = start(
-        dir.path(),
-        scripted(SCRIPT),
-        catalog(Some(agents())),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), scripted(SCRIPT), catalog(Some(agents()))).await;
     let c = client(h.url(""));
     let local = plan_flow(&c).await;
     // The plan's events, in the order a UI would show them.
@@ -310,7 +302,6 @@ async fn a_drafted_plan_confirmed_in_the_conversation_runs_on_both_hosts() {
         dir.path(),
         scripted(CONFIRM_SCRIPT),
         catalog(Some(agents())),
-        Arc::new(SystemClock),
     )
     .await;
     let local = confirmed_in_conversation(&client(h.url(""))).await;
@@ -365,7 +356,6 @@ async fn a_step_past_its_timeout_is_stopped_by_a_real_timer_on_both_hosts() {
         dir.path(),
         scripted(TIMEOUT_SCRIPT),
         catalog(Some(agents())),
-        Arc::new(SystemClock),
     )
     .await;
     let c = client(h.url(""));

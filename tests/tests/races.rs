@@ -6,7 +6,7 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::ports::{ManualClock, SystemClock};
+use baton_core::ports::ManualClock;
 use common::*;
 use serde_json::{Value, json};
 
@@ -149,7 +149,7 @@ async fn an_answer_and_its_expiry_at_once_have_one_outcome() {
         r#""message": "?""#,
         r#""message": "?", "expiresInSeconds": 60"#,
     );
-    let h = start(dir.path(), scripted(&script), catalog(None), clock.clone()).await;
+    let h = start_at(dir.path(), scripted(&script), catalog(None), clock.clone()).await;
     for _ in 0..10 {
         let run_id = h.create_run(json!({"prompt": "go"})).await;
         h.wait_status(&run_id, &["waiting"]).await;
@@ -255,13 +255,7 @@ async fn two_children_finishing_at_once_both_reach_their_parent() {
                         {"name": "spawn_subagent", "arguments": {"agent": "code", "prompt": "y"}}]},
         {"text": "both back"}],
       "explore": [{"text": "explored"}], "code": [{"text": "coded"}]}"#;
-    let h = start(
-        dir.path(),
-        scripted(script),
-        catalog(None),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), scripted(script), catalog(None)).await;
     let run_id = h.create_run(json!({"prompt": "go"})).await;
     let run = settled(&h, &run_id).await;
     assert_eq!(run["status"], "completed");

@@ -19,7 +19,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton_core::ports::SystemClock;
 use baton_llm::openai::{OpenAiConfig, OpenAiLlm};
 use common::sse::*;
 use common::*;
@@ -129,13 +128,7 @@ async fn baton(dir: &Path, llama: &Llama, agents: Value) -> Harness {
         max_tokens: None,
     })
     .unwrap();
-    start(
-        dir,
-        Arc::new(llm),
-        catalog(Some(agents)),
-        Arc::new(SystemClock),
-    )
-    .await
+    start(dir, Arc::new(llm), catalog(Some(agents))).await
 }
 
 /// One exchange of the example the `echoer` agent's system prompt gives the model.

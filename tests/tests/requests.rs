@@ -5,9 +5,6 @@
 use crate::common;
 use baton_core::ports::RunWrites;
 
-use std::sync::Arc;
-
-use baton_core::ports::SystemClock;
 use common::*;
 use serde_json::{Value, json};
 
@@ -206,13 +203,7 @@ async fn a_long_run_shows_its_first_hundred_entries_and_pages_on_from_there() {
         "long": {"system": "Echo.", "tools": ["echo"], "maxIterations": 61,
                  "maxToolCallsPerTurn": 61},
         "short": {"system": "Greet.", "tools": []}}})));
-    let h = start(
-        dir.path(),
-        scripted(&script),
-        catalog,
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), scripted(&script), catalog).await;
     let run_id = h.create_run(json!({"prompt": "go", "agent": "long"})).await;
     let run = h.wait_status(&run_id, &["completed"]).await;
     let first = run["timeline"].as_array().unwrap();
@@ -257,7 +248,6 @@ async fn the_ctas_come_in_pages_with_their_runs_agent_and_prompt() {
         catalog(Some(
             json!({"agents": {"ops": {"tools": ["request_human_feedback"]}}}),
         )),
-        Arc::new(SystemClock),
     )
     .await;
     let mut runs = Vec::new();

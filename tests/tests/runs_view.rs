@@ -8,7 +8,6 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton_core::ports::SystemClock;
 use common::aws::Api;
 use common::*;
 use serde_json::{Value, json};
@@ -206,13 +205,7 @@ async fn runs_view(api: &Api) {
 #[tokio::test]
 async fn runs_filter_page_and_show_their_tree_on_the_dev_host() {
     let dir = tempfile::tempdir().unwrap();
-    let h = start(
-        dir.path(),
-        scripted(SCRIPT),
-        agents(),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), scripted(SCRIPT), agents()).await;
     let api = Api::new(h.server.url());
     runs_view(&api).await;
     h.server.shutdown().await;
@@ -254,13 +247,7 @@ impl baton_api::Authenticator for Tokens {
 #[tokio::test]
 async fn an_operator_reads_every_owners_runs_and_steers_none() {
     let dir = tempfile::tempdir().unwrap();
-    let h = start(
-        dir.path(),
-        scripted(SCRIPT),
-        agents(),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), scripted(SCRIPT), agents()).await;
     let app = baton_api::router(baton_api::AppState {
         service: h.server.service.clone(),
         auth: Arc::new(Tokens),

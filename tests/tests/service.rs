@@ -46,16 +46,9 @@ impl Queue for FlakyQueue {
 
 fn service(local: &LocalStore, queue: Arc<dyn Queue>, script: &str) -> Service {
     let deps = Deps {
-        store: Arc::new(local.clone()),
         queue,
-        bus: Arc::new(local.clone()),
-        scheduler: Arc::new(local.clone()),
-        blobs: Arc::new(baton_local::blobs::FileBlobs::new(
-            local.path().parent().unwrap(),
-        )),
-        llm: scripted(script),
-        clock: Arc::new(SystemClock),
         sending_store: None,
+        ..baton_local::local_deps(local, scripted(script), Arc::new(SystemClock))
     };
     Service::builder(
         deps,
@@ -397,18 +390,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
     let local = LocalStore::open(dir.path()).unwrap();
     let script =
         r#"{"worker": [{"tool_calls": [{"name": "echo", "arguments": {"text": "danger"}}]}]}"#;
-    let deps = Deps {
-        store: Arc::new(local.clone()),
-        queue: Arc::new(local.clone()),
-        bus: Arc::new(local.clone()),
-        scheduler: Arc::new(local.clone()),
-        blobs: Arc::new(baton_local::blobs::FileBlobs::new(
-            local.path().parent().unwrap(),
-        )),
-        llm: scripted(script),
-        clock: Arc::new(SystemClock),
-        sending_store: Some(Arc::new(local.clone())),
-    };
+    let deps = baton_local::local_deps(&local, scripted(script), Arc::new(SystemClock));
     let agents = serde_json::json!({"agents": {"worker": {"tools": ["echo"], "approval": {"echo": "always"}}}});
     let svc = Arc::new(Service::builder(deps, catalog(Some(agents))).build());
     let req = baton_core::service::CreateRun {
@@ -755,13 +737,8 @@ mod budgeted {
             None => baton_local::local_deps(&local, Arc::new(llm), Arc::new(SystemClock)),
             Some(_) => Deps {
                 store: store.clone(),
-                queue: Arc::new(local.clone()),
-                bus: Arc::new(local.clone()),
-                scheduler: Arc::new(local.clone()),
-                blobs: Arc::new(baton_local::blobs::FileBlobs::new(dir.path())),
-                llm: Arc::new(llm),
-                clock: Arc::new(SystemClock),
                 sending_store: None,
+                ..baton_local::local_deps(&local, Arc::new(llm), Arc::new(SystemClock))
             },
         };
         let svc = Service::builder(deps, catalog(Some(agents)))

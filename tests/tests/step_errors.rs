@@ -189,15 +189,8 @@ fn service_with(
     ));
     let deps = Deps {
         store: store.as_store(),
-        queue: Arc::new(local.clone()),
-        bus: Arc::new(local.clone()),
-        scheduler: Arc::new(local.clone()),
-        blobs: Arc::new(baton_local::blobs::FileBlobs::new(
-            local.path().parent().unwrap(),
-        )),
-        llm: scripted(POISON),
-        clock: Arc::new(SystemClock),
         sending_store: None,
+        ..baton_local::local_deps(local, scripted(POISON), Arc::new(SystemClock))
     };
     let catalog = catalog(Some(json!({"agents": {"worker": {"tools": ["echo"]}}})));
     (Arc::new(Service::builder(deps, catalog).build()), store)
@@ -327,26 +320,12 @@ async fn a_reply_is_kept_through(
     );
 }
 
-fn local_deps(dir: &std::path::Path) -> (Deps, LocalStore) {
-    let local = LocalStore::open(dir).unwrap();
-    let deps = Deps {
-        store: Arc::new(local.clone()),
-        queue: Arc::new(local.clone()),
-        bus: Arc::new(local.clone()),
-        scheduler: Arc::new(local.clone()),
-        blobs: Arc::new(baton_local::blobs::FileBlobs::new(dir)),
-        llm: scripted("{}"),
-        clock: Arc::new(SystemClock),
-        sending_store: None,
-    };
-    (deps, local)
-}
-
 #[tokio::test]
 async fn a_reply_whose_commit_is_throttled_or_conflicts_is_not_asked_for_again() {
     for refusal in [Refusal::Throttle, Refusal::Conflict] {
         let dir = tempfile::tempdir().unwrap();
-        let (deps, local) = local_deps(dir.path());
+        let local = LocalStore::open(dir.path()).unwrap();
+        let deps = baton_local::local_deps(&local, scripted("{}"), Arc::new(SystemClock));
         a_reply_is_kept_through(refusal, deps, &local).await;
     }
 }

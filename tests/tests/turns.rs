@@ -6,7 +6,6 @@ use crate::common;
 
 use std::sync::Arc;
 
-use baton_core::ports::SystemClock;
 use common::*;
 use serde_json::json;
 
@@ -73,13 +72,7 @@ async fn cancelling_a_parked_run_cancels_its_ctas_and_children() {
             {"name": "request_human_feedback", "arguments": {"kind": "approval", "message": "?"}}]}],
         "helper": [{"tool_calls": [{"name": "request_human_feedback", "arguments": {"kind": "text", "prompt": "?"}}]}]}"#;
     let agents = json!({"agents": {"helper": {"tools": ["request_human_feedback"]}}});
-    let h = start(
-        dir.path(),
-        scripted(script),
-        catalog(Some(agents)),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), scripted(script), catalog(Some(agents))).await;
     let run_id = h.create_run(json!({"prompt": "go"})).await;
     h.wait_pending(2).await;
     let (code, v) = h.post(&format!("/runs/{run_id}/cancel"), json!(null)).await;
@@ -219,7 +212,7 @@ async fn a_slow_think_in_one_run_does_not_hold_up_another() {
     let llm = Arc::new(SlowForCode(scripted(
         r#"{"code": [{"text": "slow"}], "explore": [{"text": "fast"}]}"#,
     )));
-    let h = start(dir.path(), llm, catalog(None), Arc::new(SystemClock)).await;
+    let h = start(dir.path(), llm, catalog(None)).await;
     let slow = h
         .create_run(json!({"prompt": "take your time", "agent": "code"}))
         .await;
@@ -319,7 +312,6 @@ async fn a_subagents_question_shows_in_its_parents_timeline_and_under_its_root()
         dir.path(),
         scripted(&script.to_string()),
         catalog(Some(agents)),
-        Arc::new(SystemClock),
     )
     .await;
     let run_id = h.create_run(json!({"prompt": "go"})).await;
@@ -398,13 +390,7 @@ async fn a_run_waiting_on_a_slow_subagent_is_stopped_at_its_deadline() {
     let agents = json!({"agents": {
         "patient": {"tools": ["spawn_subagent"], "maxWallSeconds": 1},
         "slowpoke": {"tools": ["report"]}}});
-    let h = start(
-        dir.path(),
-        scripted(&script),
-        catalog_with_report(agents),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let h = start(dir.path(), scripted(&script), catalog_with_report(agents)).await;
     let started = std::time::Instant::now();
     let id = h
         .create_run(json!({"prompt": "go", "agent": "patient"}))

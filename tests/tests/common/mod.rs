@@ -87,7 +87,12 @@ pub struct Harness {
     pub http: reqwest::Client,
 }
 
-pub async fn start(
+pub async fn start(dir: &Path, llm: Arc<dyn Llm>, catalog: Arc<Catalog>) -> Harness {
+    start_with(dir, llm, catalog, Arc::new(SystemClock), false).await
+}
+
+/// [`start`], on `clock`.
+pub async fn start_at(
     dir: &Path,
     llm: Arc<dyn Llm>,
     catalog: Arc<Catalog>,
@@ -138,7 +143,7 @@ pub fn local_options(
 }
 
 pub async fn start_scripted(dir: &Path, script: &str) -> Harness {
-    start(dir, scripted(script), catalog(None), Arc::new(SystemClock)).await
+    start(dir, scripted(script), catalog(None)).await
 }
 
 impl Harness {

@@ -312,13 +312,8 @@ async fn the_sweep_purges_a_thousand_finished_runs_tick_by_tick_within_its_budge
     let local = LocalStore::open(local_dir.path()).unwrap();
     let deps = Deps {
         store: store.clone(),
-        queue: Arc::new(local.clone()),
-        bus: Arc::new(local.clone()),
-        scheduler: Arc::new(local.clone()),
-        blobs: Arc::new(baton_local::blobs::FileBlobs::new(local_dir.path())),
-        llm: scripted("{}"),
-        clock: Arc::new(SystemClock),
         sending_store: None,
+        ..baton_local::local_deps(&local, scripted("{}"), Arc::new(SystemClock))
     };
     let svc = Service::builder(deps, catalog(None)).build();
     let budget = std::time::Duration::from_secs(2);
