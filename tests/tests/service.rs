@@ -75,16 +75,7 @@ const ECHO_TWICE: &str = r#"{"worker": [
     {"text": "done"}]}"#;
 
 async fn start_worker_run(svc: &Service) -> String {
-    let req = baton_core::service::CreateRun {
-        prompt: "go".into(),
-        agent: Some("worker".into()),
-        ..Default::default()
-    };
-    svc.requests()
-        .create_run("local", req, None)
-        .await
-        .unwrap()
-        .run_id
+    create_run_of(svc, "worker").await
 }
 
 #[tokio::test]

@@ -197,16 +197,7 @@ fn service_with(
 }
 
 async fn create(svc: &Service) -> String {
-    let req = CreateRun {
-        prompt: "go".into(),
-        agent: Some("worker".into()),
-        ..Default::default()
-    };
-    svc.requests()
-        .create_run("local", req, None)
-        .await
-        .unwrap()
-        .run_id
+    create_run_of(svc, "worker").await
 }
 
 async fn assert_failed_at_once(local: &LocalStore, run_id: &str, store: &Refusing) {

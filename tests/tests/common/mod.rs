@@ -396,3 +396,17 @@ pub fn local_service(
     let deps = baton_local::local_deps(store, llm, clock);
     Arc::new(baton_core::service::Service::builder(deps, catalog).build())
 }
+
+/// Creates a run of `agent` (prompt "go") for the dev host's owner through `svc`'s requests.
+pub async fn create_run_of(svc: &baton_core::service::Service, agent: &str) -> String {
+    let req = baton_core::service::CreateRun {
+        prompt: "go".into(),
+        agent: Some(agent.into()),
+        ..Default::default()
+    };
+    svc.requests()
+        .create_run(baton_dev::LOCAL_OWNER, req, None)
+        .await
+        .expect("created")
+        .run_id
+}

@@ -441,7 +441,8 @@ impl Steps {
         let outage = last
             .as_ref()
             .is_some_and(|l| l.provider && l.message_id.as_deref() == Some(id));
-        if outage && requeues < MAX_OUTAGE_REQUEUES {
+        // Sent back under an id of its own (a FIFO queue drops a copy of one it holds).
+        let requeue = async || {
             let again = StepMessage {
                 id: format!("{id}#r{}", requeues + 1),
                 ..msg.clone()
@@ -450,7 +451,10 @@ impl Steps {
                 .deps
                 .queue
                 .send(std::slice::from_ref(&again))
-                .await?;
+                .await
+        };
+        if outage && requeues < MAX_OUTAGE_REQUEUES {
+            requeue().await?;
             warn!(run_id = %msg.run_id, message = %msg.id, requeues, "dead letter sent back to its queue: the model provider is failing, not the run");
             return Ok(Handled::Ignored(format!(
                 "sent back to its queue: the model provider is failing ({} of {MAX_OUTAGE_REQUEUES} rounds)",
@@ -458,15 +462,7 @@ impl Steps {
             )));
         }
         if own < GIVE_UP_AFTER_FAILURES && requeues < MAX_REQUEUES {
-            let again = StepMessage {
-                id: format!("{id}#r{}", requeues + 1),
-                ..msg.clone()
-            };
-            self.shared
-                .deps
-                .queue
-                .send(std::slice::from_ref(&again))
-                .await?;
+            requeue().await?;
             info!(run_id = %msg.run_id, message = %msg.id, own, "dead letter sent back to its queue: its deliveries were mostly deferred");
             return Ok(Handled::Ignored(format!(
                 "sent back to its queue ({own} of its deliveries failed)"
