@@ -44,19 +44,11 @@ fn agents(tools: &MockServer, on_unknown: &str) -> Arc<baton_core::agent::Catalo
     };
     let mut pay = tool("pay");
     pay["effects"] = json!("once");
-    let file = serde_json::from_value(json!({
+    common::tools_catalog(json!({
         "tools": {"book": tool("book"), "pay": pay},
         "agents": {"ops": {"system": "agent:ops", "tools": ["book", "pay"],
                            "onUnknownOutcome": on_unknown}}
     }))
-    .unwrap();
-    let catalog = baton_tools::catalog(
-        Some(file),
-        baton_tools::Host::Dev,
-        &|_| None,
-        &Default::default(),
-    );
-    Arc::new(catalog.unwrap())
 }
 
 /// What the world saw: the model's requests, and each tool's keys, in order.

@@ -18,20 +18,12 @@ const PAY: &str = r#"{"orchestrator": [
   {"text": "Paid."}]}"#;
 
 fn pay_agents(tool: &MockServer) -> Arc<baton_core::agent::Catalog> {
-    let file = serde_json::from_value(json!({
+    common::tools_catalog(json!({
         "tools": {"pay": {"url": format!("{}/pay", tool.uri()), "description": "pays",
             "schema": {"type": "object", "properties": {"cents": {"type": "integer"}}}}},
         "agents": {"orchestrator": {"system": "agent:orchestrator", "tools": ["pay"],
             "approval": {"pay": "always"}}}
     }))
-    .unwrap();
-    let catalog = baton_tools::catalog(
-        Some(file),
-        baton_tools::Host::Dev,
-        &|_| None,
-        &Default::default(),
-    );
-    Arc::new(catalog.unwrap())
 }
 
 async fn pay_server() -> MockServer {
@@ -155,18 +147,11 @@ fn gated_echo() -> (String, Arc<baton_core::agent::Catalog>) {
     let mut replies = vec![json!({"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]})];
     replies.extend((1..=12).map(|i| json!({"text": format!("reply {i}")})));
     let script = json!({ "orchestrator": replies }).to_string();
-    let file = serde_json::from_value(json!({
+    let catalog = common::tools_catalog(json!({
         "agents": {"orchestrator": {"system": "agent:orchestrator", "tools": ["echo"],
             "approval": {"echo": "always"}}}
-    }))
-    .unwrap();
-    let catalog = baton_tools::catalog(
-        Some(file),
-        baton_tools::Host::Dev,
-        &|_| None,
-        &Default::default(),
-    );
-    (script, Arc::new(catalog.unwrap()))
+    }));
+    (script, catalog)
 }
 
 /// A run parked on its echo's approval: its id and the question.
@@ -317,21 +302,6 @@ async fn follow_ups_are_capped_where_admitted_kept_by_forks_and_refused_once_end
     server.shutdown().await;
 }
 
-/// A POST with the caller's token and the given `Idempotency-Key`.
-async fn post_keyed(api: &Api, path: &str, body: Value, key: &str) -> (u16, Value) {
-    let r = api
-        .http
-        .post(format!("{}{path}", api.base))
-        .bearer_auth(common::TOKEN)
-        .header("Idempotency-Key", key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let code = r.status().as_u16();
-    (code, r.json().await.unwrap_or(Value::Null))
-}
-
 /// The documented contracts where they were loose: bodies are JSON objects, an
 /// `Idempotency-Key` is visible ASCII and scoped to its route, and a one-time link's answer
 /// under 20 concurrent posts is applied once: one post is a 202, the rest 409 `link_used`.
@@ -360,30 +330,26 @@ async fn contract_flow(api: &Api) {
 
     // Keys are visible ASCII.
     for bad in ["a b", "a\tb"] {
-        let (code, v) = post_keyed(api, "/runs", json!({"prompt": "go"}), bad).await;
+        let (code, v) = api.post_keyed("/runs", json!({"prompt": "go"}), bad).await;
         assert_eq!(code, 400, "{bad:?}: {v}");
     }
     // A key is scoped to its route: a run's, a fork's of run A, a fork's of run B.
     let key = format!("k-{}", uuid::Uuid::new_v4().simple());
-    let (code, made) = post_keyed(api, "/runs", json!({"prompt": "go"}), &key).await;
+    let (code, made) = api.post_keyed("/runs", json!({"prompt": "go"}), &key).await;
     assert_eq!(code, 202, "{made}");
     let fork_a = format!("/runs/{run_a}/fork");
-    let (code, forked) = post_keyed(api, &fork_a, json!({"atSeq": 0}), &key).await;
+    let (code, forked) = api.post_keyed(&fork_a, json!({"atSeq": 0}), &key).await;
     assert_eq!(code, 202, "{forked}");
     assert_ne!(forked["runId"], made["runId"], "a fork of its own");
     assert_eq!(forked["forkedFrom"]["runId"], run_a.as_str());
-    let (_, again) = post_keyed(api, "/runs", json!({"prompt": "go"}), &key).await;
+    let (_, again) = api.post_keyed("/runs", json!({"prompt": "go"}), &key).await;
     assert_eq!(again["runId"], made["runId"], "the same run");
-    let (_, again) = post_keyed(api, &fork_a, json!({"atSeq": 0}), &key).await;
+    let (_, again) = api.post_keyed(&fork_a, json!({"atSeq": 0}), &key).await;
     assert_eq!(again["runId"], forked["runId"], "the same fork");
     let run_b = made["runId"].as_str().unwrap();
-    let (code, fork_b) = post_keyed(
-        api,
-        &format!("/runs/{run_b}/fork"),
-        json!({"atSeq": 0}),
-        &key,
-    )
-    .await;
+    let (code, fork_b) = api
+        .post_keyed(&format!("/runs/{run_b}/fork"), json!({"atSeq": 0}), &key)
+        .await;
     assert_eq!(code, 202, "{fork_b}");
     assert_eq!(fork_b["forkedFrom"]["runId"], run_b, "{fork_b}");
 

@@ -94,21 +94,6 @@ async fn active_is(api: &Api, n: u32) {
     .await;
 }
 
-/// A POST with `key` as its `Idempotency-Key`: its status and body.
-async fn post_keyed(api: &Api, path: &str, body: Value, key: &str) -> (u16, Value) {
-    let r = api
-        .http
-        .post(format!("{}{path}", api.base))
-        .bearer_auth(&api.token)
-        .header("Idempotency-Key", key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let code = r.status().as_u16();
-    (code, r.json().await.unwrap_or(Value::Null))
-}
-
 async fn places_and_slots_come_back(mut host: impl TestHost, clock: Arc<ManualClock>) {
     failpoint::reset();
     let run_id = start(host.api(), "talker").await;
@@ -158,10 +143,10 @@ async fn places_and_slots_come_back(mut host: impl TestHost, clock: Arc<ManualCl
     // key), the follow-up starts the turn once, and its slot is back when it ends.
     failpoint::arm("message.after_claim", 0);
     let more = json!({"text": "more"});
-    let (code, v) = post_keyed(host.api(), &path, more.clone(), "more-1").await;
+    let (code, v) = host.api().post_keyed(&path, more.clone(), "more-1").await;
     assert_eq!(code, 503, "{v}");
     host.restart().await;
-    let (code, v) = post_keyed(host.api(), &path, more, "more-1").await;
+    let (code, v) = host.api().post_keyed(&path, more, "more-1").await;
     assert_eq!(code, 202, "{v}");
     let run = host
         .api()

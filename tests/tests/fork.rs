@@ -29,7 +29,7 @@ const SCRIPT: &str = r#"{
 }"#;
 
 fn agents(tool: &MockServer) -> Arc<baton_core::agent::Catalog> {
-    let file = serde_json::from_value(json!({
+    common::tools_catalog(json!({
         "tools": {"lookup": {"url": format!("{}/lookup", tool.uri()), "description": "looks things up",
             "schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}},
         "agents": {
@@ -38,14 +38,6 @@ fn agents(tool: &MockServer) -> Arc<baton_core::agent::Catalog> {
             "explore": {"system": "agent:explore", "tools": []}
         }
     }))
-    .unwrap();
-    let catalog = baton_tools::catalog(
-        Some(file),
-        baton_tools::Host::Dev,
-        &|_| None,
-        &Default::default(),
-    );
-    Arc::new(catalog.unwrap())
 }
 
 /// Requests the mock model received from `agent`.

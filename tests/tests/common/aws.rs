@@ -379,6 +379,27 @@ impl Api {
         self.call(reqwest::Method::GET, path, None).await
     }
 
+    /// A POST with `key` as its `Idempotency-Key`, once (a 503 is the answer): its status
+    /// and body.
+    pub async fn post_keyed(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+        key: &str,
+    ) -> (u16, serde_json::Value) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .header("Idempotency-Key", key)
+            .json(&body)
+            .send()
+            .await
+            .expect("the API answers");
+        let code = r.status().as_u16();
+        (code, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
     /// Asks `f` every [`Api::every`] until it answers, for up to [`Api::patience`].
     pub async fn wait<T>(&self, what: &str, mut f: impl AsyncFnMut(&Api) -> Option<T>) -> T {
         super::wait_for(what, self.patience, self.every, async || f(self).await).await

@@ -365,6 +365,19 @@ impl baton_core::tools::Tool for ReportTool {
 }
 
 /// The catalog of `agents`, with [`ReportTool`] among its tools.
+/// The deployment's catalog as `baton dev` builds it from an agents file (HTTP tools, MCP
+/// servers and all), with nothing from the environment.
+pub fn tools_catalog(agents: Value) -> Arc<Catalog> {
+    let file: AgentsFile = serde_json::from_value(agents).expect("valid agents");
+    let catalog = baton_tools::catalog(
+        Some(file),
+        baton_tools::Host::Dev,
+        &|_| None,
+        &Default::default(),
+    );
+    Arc::new(catalog.expect("catalog"))
+}
+
 pub fn catalog_with_report(agents: Value) -> Arc<Catalog> {
     let file: AgentsFile = serde_json::from_value(agents).expect("valid agents");
     let tools: Vec<Arc<dyn baton_core::tools::Tool>> = vec![Arc::new(ReportTool)];
