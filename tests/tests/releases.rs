@@ -317,27 +317,21 @@ async fn every_releases_dynamodb_data_is_read_and_its_waiting_runs_finish_and_a_
         // No format recorded (a table written before formats were, format 1): used, and
         // this release's recorded.
         let dynamo = aws_sdk_dynamodb::Client::new(&aws.sdk().await);
-        let key = |k: &str| AttributeValue::S(k.into());
-        dynamo
+        let key = std::collections::HashMap::from(
+            [("PK", "BATON"), ("SK", "FORMAT")]
+                .map(|(k, v)| (k.into(), AttributeValue::S(v.into()))),
+        );
+        let delete = dynamo
             .delete_item()
             .table_name(&table)
-            .key("PK", key("BATON"))
-            .key("SK", key("FORMAT"))
-            .send()
-            .await
-            .unwrap();
+            .set_key(Some(key.clone()));
+        delete.send().await.unwrap();
         let server = baton_dev::AwsDevServer::start(options(names))
             .await
             .expect("a table of format 1 is used");
         server.shutdown().await;
-        let item = dynamo
-            .get_item()
-            .table_name(&table)
-            .key("PK", key("BATON"))
-            .key("SK", key("FORMAT"))
-            .send()
-            .await
-            .unwrap();
+        let get = dynamo.get_item().table_name(&table).set_key(Some(key));
+        let item = get.send().await.unwrap();
         let recorded = item.item().and_then(|i| i.get("fmt")?.as_n().ok().cloned());
         assert_eq!(recorded, Some(baton_core::ports::STORE_FORMAT.to_string()));
     }

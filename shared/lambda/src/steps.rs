@@ -91,17 +91,10 @@ pub async fn run_steps(startup: Startup, llm: Arc<dyn Llm>) -> Result<(), lambda
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let handler = handler.clone();
         async move {
-            let StepsHandler {
-                service,
-                dead_letters,
-                queues,
-                sqs,
-                pace,
-                live,
-                traces,
-            } = &*handler;
+            let h = &*handler;
+            let sqs = &h.sqs;
             let deadline = invocation_deadline(event.context.deadline);
-            let urls = queues.each_ref().map(String::as_str);
+            let urls = h.queues.each_ref().map(String::as_str);
             // Should this invocation crash, its records come back within HOLD.
             let hold = hold_for(deadline.as_ref().map_or(HOLD, StepDeadline::left));
             let records = event.payload.records.clone();
@@ -111,14 +104,14 @@ pub async fn run_steps(startup: Startup, llm: Arc<dyn Llm>) -> Result<(), lambda
                 &records,
                 hold,
                 &std::sync::atomic::AtomicU64::new(0),
-                handle_steps(service, dead_letters, event.payload, deadline, *pace),
+                handle_steps(&h.service, &h.dead_letters, event.payload, deadline, h.pace),
             )
             .await;
             release(sqs, &urls, &out.again).await;
-            if let Some(live) = live {
+            if let Some(live) = &h.live {
                 live.drain(LIVE_DRAIN).await;
             }
-            if let Some(traces) = traces {
+            if let Some(traces) = &h.traces {
                 traces.flush(TRACES_FLUSH).await;
             }
             Ok::<_, lambda_runtime::Error>(out.response)

@@ -13,11 +13,121 @@ struct Places<'a> {
 }
 
 impl DynamoStore {
+    /// Sets the places of `message_ids` to `to` (held: null), or removes them (`None`),
+    /// where run `run_id` has waiting follow-ups.
+    pub(super) async fn places(
+        &self,
+        run_id: &str,
+        message_ids: &[String],
+        to: Option<AttributeValue>,
+    ) -> Result<(), PortError> {
+        if message_ids.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<(String, String)> = message_ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (format!("#i{i}"), id.clone()))
+            .collect();
+        let paths = names.iter().map(|(k, _)| format!("fw.{k}"));
+        let (update, values) = match to {
+            Some(v) => (
+                format!(
+                    "SET {}",
+                    paths
+                        .map(|p| format!("{p} = :to"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                vec![(":to".to_owned(), v)],
+            ),
+            None => (
+                format!("REMOVE {}", paths.collect::<Vec<_>>().join(", ")),
+                vec![],
+            ),
+        };
+        // None wait (or the run is gone): nothing to do.
+        self.places_update(
+            run_id,
+            Places {
+                update,
+                condition: "attribute_exists(fw)",
+                names,
+                values,
+            },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// One conditional `UpdateItem` of the run item: false if its condition failed.
+    async fn places_update(&self, run_id: &str, p: Places<'_>) -> Result<bool, PortError> {
+        Meter::count(&self.meter.dynamodb);
+        self.meter
+            .write_units
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("PK", s(run_pk(run_id)))
+            .key("SK", s("META"))
+            .update_expression(p.update)
+            .condition_expression(p.condition);
+        for (k, v) in p.names {
+            req = req.expression_attribute_names(k, v);
+        }
+        for (k, v) in p.values {
+            req = req.expression_attribute_values(k, v);
+        }
+        match req.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(false),
+            Err(e) => Err(map_sdk_err("UpdateItem", e)),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl FollowUps for DynamoStore {
+    async fn claim_turn(
+        &self,
+        run_id: &str,
+        message_id: &str,
+        at: DateTime<Utc>,
+        stale: DateTime<Utc>,
+    ) -> Result<bool, PortError> {
+        Meter::count(&self.meter.dynamodb);
+        self.meter
+            .write_units
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let claimed = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("PK", s(run_pk(run_id)))
+            .key("SK", s("META"))
+            .update_expression("SET tc = :m, tcat = :at")
+            .condition_expression(
+                "attribute_exists(PK) AND (attribute_not_exists(tc) OR tc = :m OR tcat < :stale)",
+            )
+            .expression_attribute_values(":m", s(message_id))
+            .expression_attribute_values(":at", n(at.timestamp_millis()))
+            .expression_attribute_values(":stale", n(stale.timestamp_millis()))
+            .send()
+            .await;
+        match claimed {
+            Ok(_) => Ok(true),
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(false),
+            Err(e) => Err(map_sdk_err("UpdateItem", e)),
+        }
+    }
+
     /// Admits `message_id` to run `run_id`'s waiting follow-ups while fewer than `cap` wait
-    /// (see `Store::admit_follow_up`): into the map, or as the map's first entry; when it
+    /// (see `FollowUps::admit_follow_up`): into the map, or as the map's first entry; when it
     /// is full, the places of follow-ups admitted before `stale` and not held by the run
     /// are given back first (each only as it was read), and it is tried again.
-    pub(super) async fn admit(
+    async fn admit_follow_up(
         &self,
         run_id: &str,
         message_id: &str,
@@ -104,77 +214,16 @@ impl DynamoStore {
         Ok(false)
     }
 
-    /// Sets the places of `message_ids` to `to` (held: null), or removes them (`None`),
-    /// where run `run_id` has waiting follow-ups.
-    pub(super) async fn places(
+    async fn release_follow_ups(
         &self,
         run_id: &str,
         message_ids: &[String],
-        to: Option<AttributeValue>,
     ) -> Result<(), PortError> {
-        if message_ids.is_empty() {
-            return Ok(());
-        }
-        let names: Vec<(String, String)> = message_ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (format!("#i{i}"), id.clone()))
-            .collect();
-        let paths = names.iter().map(|(k, _)| format!("fw.{k}"));
-        let (update, values) = match to {
-            Some(v) => (
-                format!(
-                    "SET {}",
-                    paths
-                        .map(|p| format!("{p} = :to"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                vec![(":to".to_owned(), v)],
-            ),
-            None => (
-                format!("REMOVE {}", paths.collect::<Vec<_>>().join(", ")),
-                vec![],
-            ),
-        };
-        // None wait (or the run is gone): nothing to do.
-        self.places_update(
-            run_id,
-            Places {
-                update,
-                condition: "attribute_exists(fw)",
-                names,
-                values,
-            },
-        )
-        .await
-        .map(|_| ())
+        self.places(run_id, message_ids, None).await
     }
 
-    /// One conditional `UpdateItem` of the run item: false if its condition failed.
-    async fn places_update(&self, run_id: &str, p: Places<'_>) -> Result<bool, PortError> {
-        Meter::count(&self.meter.dynamodb);
-        self.meter
-            .write_units
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("PK", s(run_pk(run_id)))
-            .key("SK", s("META"))
-            .update_expression(p.update)
-            .condition_expression(p.condition);
-        for (k, v) in p.names {
-            req = req.expression_attribute_names(k, v);
-        }
-        for (k, v) in p.values {
-            req = req.expression_attribute_values(k, v);
-        }
-        match req.send().await {
-            Ok(_) => Ok(true),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(false),
-            Err(e) => Err(map_sdk_err("UpdateItem", e)),
-        }
+    async fn hold_follow_ups(&self, run_id: &str, message_ids: &[String]) -> Result<(), PortError> {
+        self.places(run_id, message_ids, Some(AttributeValue::Null(true)))
+            .await
     }
 }

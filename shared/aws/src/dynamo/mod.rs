@@ -424,66 +424,6 @@ impl Ctas for DynamoStore {
 }
 
 #[async_trait::async_trait]
-impl FollowUps for DynamoStore {
-    async fn claim_turn(
-        &self,
-        run_id: &str,
-        message_id: &str,
-        at: DateTime<Utc>,
-        stale: DateTime<Utc>,
-    ) -> Result<bool, PortError> {
-        Meter::count(&self.meter.dynamodb);
-        self.meter
-            .write_units
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let claimed = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("PK", s(run_pk(run_id)))
-            .key("SK", s("META"))
-            .update_expression("SET tc = :m, tcat = :at")
-            .condition_expression(
-                "attribute_exists(PK) AND (attribute_not_exists(tc) OR tc = :m OR tcat < :stale)",
-            )
-            .expression_attribute_values(":m", s(message_id))
-            .expression_attribute_values(":at", n(at.timestamp_millis()))
-            .expression_attribute_values(":stale", n(stale.timestamp_millis()))
-            .send()
-            .await;
-        match claimed {
-            Ok(_) => Ok(true),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(false),
-            Err(e) => Err(map_sdk_err("UpdateItem", e)),
-        }
-    }
-
-    async fn admit_follow_up(
-        &self,
-        run_id: &str,
-        message_id: &str,
-        cap: usize,
-        at: DateTime<Utc>,
-        stale: DateTime<Utc>,
-    ) -> Result<bool, PortError> {
-        self.admit(run_id, message_id, cap, at, stale).await
-    }
-
-    async fn release_follow_ups(
-        &self,
-        run_id: &str,
-        message_ids: &[String],
-    ) -> Result<(), PortError> {
-        self.places(run_id, message_ids, None).await
-    }
-
-    async fn hold_follow_ups(&self, run_id: &str, message_ids: &[String]) -> Result<(), PortError> {
-        self.places(run_id, message_ids, Some(AttributeValue::Null(true)))
-            .await
-    }
-}
-
-#[async_trait::async_trait]
 impl Ledgers for DynamoStore {
     async fn ledger(
         &self,
