@@ -275,11 +275,7 @@ async fn seed_ctas(store: &DynamoStore, ctas: usize) -> anyhow::Result<Vec<Strin
         let first = Entry {
             seq: 0,
             at: now,
-            body: EntryBody::User {
-                text: "waits for its questions".into(),
-                message_id: None,
-                options: Default::default(),
-            },
+            body: EntryBody::user("waits for its questions"),
         };
         store.create_run(&run, &[first], &[], None, None).await?;
         roots.push(run);

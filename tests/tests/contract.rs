@@ -55,11 +55,7 @@ fn new_run(id: &str, owner: &str) -> (Run, Vec<Entry>) {
         vec![Entry {
             seq: 0,
             at: Utc::now(),
-            body: EntryBody::User {
-                text: "hi".into(),
-                message_id: None,
-                options: Default::default(),
-            },
+            body: EntryBody::user("hi"),
         }],
     )
 }
@@ -213,11 +209,7 @@ async fn store_contract(store: Arc<dyn Store>) {
         .map(|seq| Entry {
             seq,
             at: Utc::now(),
-            body: EntryBody::User {
-                text: noise(seq, 380 * 1024),
-                message_id: None,
-                options: Default::default(),
-            },
+            body: EntryBody::user(noise(seq, 380 * 1024)),
         })
         .collect();
     long.next_seq = history.len() as u64;
@@ -419,11 +411,7 @@ async fn store_contract(store: Arc<dyn Store>) {
         t.appended.push(Entry {
             seq: t.run.next_seq,
             at: Utc::now(),
-            body: EntryBody::User {
-                text: noise(i, 60_000),
-                message_id: None,
-                options: Default::default(),
-            },
+            body: EntryBody::user(noise(i, 60_000)),
         });
         t.run.next_seq += 1;
     }

@@ -365,11 +365,7 @@ async fn every_page_of_a_run_fits_lambdas_6_mb_reply_however_its_text_escapes() 
             .map(|seq| Entry {
                 seq,
                 at: chrono::Utc::now(),
-                body: EntryBody::User {
-                    text: text.clone(),
-                    message_id: None,
-                    options: Default::default(),
-                },
+                body: EntryBody::user(text.clone()),
             })
             .collect();
         run.next_seq = entries.len() as u64;

@@ -133,11 +133,7 @@ mod tests {
             Entry {
                 seq: 0,
                 at: at(),
-                body: EntryBody::User {
-                    text: "go".into(),
-                    message_id: None,
-                    options: Default::default(),
-                },
+                body: EntryBody::user("go"),
             },
             Entry {
                 seq: 1,
@@ -182,11 +178,7 @@ mod tests {
         let mut t = vec![Entry {
             seq: 0,
             at: at(),
-            body: EntryBody::User {
-                text: "go".into(),
-                message_id: None,
-                options: Default::default(),
-            },
+            body: EntryBody::user("go"),
         }];
         let mut push = |body| {
             let seq = t.len() as u64;
@@ -215,11 +207,7 @@ mod tests {
                 });
             }
             if n % 5 == 4 {
-                push(EntryBody::User {
-                    text: format!("and then {n}"),
-                    message_id: None,
-                    options: Default::default(),
-                });
+                push(EntryBody::user(format!("and then {n}")));
             }
         }
         t

@@ -185,6 +185,15 @@ pub enum Operation {
 }
 
 impl EntryBody {
+    /// A person's turn: `text`, shown, at the agent's usual tier.
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::User {
+            text: text.into(),
+            message_id: None,
+            options: TurnOptions::default(),
+        }
+    }
+
     /// A model's reply with only its text (or none): no usage, price, model or timing
     /// recorded, as a test or a synthetic history writes one.
     pub fn reply(text: Option<String>) -> Self {

@@ -546,11 +546,7 @@ mod tests {
         h.push(baton_core::timeline::Entry {
             seq: 4,
             at: h[0].at,
-            body: baton_core::timeline::EntryBody::User {
-                text: "and then?".into(),
-                message_id: None,
-                options: Default::default(),
-            },
+            body: baton_core::timeline::EntryBody::user("and then?"),
         });
         let body = llm.body(&request(&h, &[], None), "m");
         let messages = body["messages"].as_array().expect("messages");

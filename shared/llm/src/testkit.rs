@@ -10,11 +10,7 @@ pub fn history() -> Vec<Entry> {
         Entry {
             seq: 0,
             at,
-            body: EntryBody::User {
-                text: "hi".into(),
-                message_id: None,
-                options: Default::default(),
-            },
+            body: EntryBody::user("hi"),
         },
         Entry {
             seq: 1,

@@ -236,11 +236,7 @@ mod tests {
         Entry {
             seq,
             at: chrono::DateTime::from_timestamp(0, 0).unwrap_or_default(),
-            body: EntryBody::User {
-                text: text.into(),
-                message_id: None,
-                options: Default::default(),
-            },
+            body: EntryBody::user(text),
         }
     }
 

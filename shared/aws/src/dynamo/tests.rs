@@ -27,11 +27,7 @@ fn large_commits_split_into_items_under_the_limit() {
         .map(|i| Entry {
             seq: i + 1,
             at,
-            body: EntryBody::User {
-                text: noise(i, 60_000),
-                message_id: None,
-                options: Default::default(),
-            },
+            body: EntryBody::user(noise(i, 60_000)),
         })
         .collect();
     let items = store().segment_items("run_x", &entries).expect("splits");
@@ -57,11 +53,7 @@ fn large_commits_split_into_items_under_the_limit() {
     let huge = Entry {
         seq: 9,
         at,
-        body: EntryBody::User {
-            text: noise(1, 1_000_000),
-            message_id: None,
-            options: Default::default(),
-        },
+        body: EntryBody::user(noise(1, 1_000_000)),
     };
     let parts = store()
         .segment_items("run_x", std::slice::from_ref(&huge))

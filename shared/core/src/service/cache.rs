@@ -229,11 +229,7 @@ mod tests {
         vec![Entry {
             seq: 0,
             at: chrono::DateTime::from_timestamp(0, 0).unwrap_or_default(),
-            body: EntryBody::User {
-                text: "x".repeat(text_bytes),
-                message_id: None,
-                options: Default::default(),
-            },
+            body: EntryBody::user("x".repeat(text_bytes)),
         }]
     }
 

@@ -356,11 +356,7 @@ impl Sim {
         let first = Entry {
             seq: 0,
             at: self.now,
-            body: EntryBody::User {
-                text: prompt.into(),
-                message_id: None,
-                options: Default::default(),
-            },
+            body: EntryBody::user(prompt),
         };
         self.runs.insert(id.clone(), (run, vec![first]));
         self.queue.push_back(StepMessage {

@@ -372,11 +372,7 @@ fn a_step_sees_the_tools_listed_when_it_began_and_the_next_step_sees_new_ones() 
         let first = Entry {
             seq: 0,
             at: t0(),
-            body: EntryBody::User {
-                text: "ping it".into(),
-                message_id: None,
-                options: Default::default(),
-            },
+            body: EntryBody::user("ping it"),
         };
         (run, vec![first])
     };

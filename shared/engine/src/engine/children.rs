@@ -282,11 +282,7 @@ impl Work<'_> {
         let first = Entry {
             seq: 0,
             at: self.now,
-            body: EntryBody::User {
-                text: prompt,
-                message_id: None,
-                options: Default::default(),
-            },
+            body: EntryBody::user(prompt),
         };
         child.next_seq = 1;
         child.granted = granted;

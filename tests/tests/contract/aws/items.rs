@@ -38,11 +38,7 @@ async fn a_page_of_a_10000_entry_timeline_reads_only_that_page_on_dynamodb() {
             .map(|i| Entry {
                 seq: run.next_seq + i,
                 at: Utc::now(),
-                body: EntryBody::User {
-                    text: text(run.next_seq + i),
-                    message_id: None,
-                    options: Default::default(),
-                },
+                body: EntryBody::user(text(run.next_seq + i)),
             })
             .collect();
         t.run.next_seq = run.next_seq + 20;
@@ -119,11 +115,7 @@ async fn a_runs_latest_entries_ride_in_its_item_and_every_read_sees_them_whole_o
     let user = |seq: u64, t: String| Entry {
         seq,
         at: Utc::now(),
-        body: EntryBody::User {
-            text: t,
-            message_id: None,
-            options: Default::default(),
-        },
+        body: EntryBody::user(t),
     };
     let check = async |store: &DynamoStore, run: &Run, expected: &[Entry]| {
         let (rec, whole) = store.load(&run.run_id).await.unwrap().unwrap();
@@ -290,11 +282,7 @@ async fn a_plain_commit_whose_answer_was_lost_is_its_own_write_on_dynamodb() {
     t.appended = vec![Entry {
         seq: run.next_seq,
         at: Utc::now(),
-        body: EntryBody::User {
-            text: "a small step".into(),
-            message_id: None,
-            options: Default::default(),
-        },
+        body: EntryBody::user("a small step"),
     }];
     t.run.next_seq = run.next_seq + 1;
     let r = lossy.commit(run.version, &t).await;
