@@ -64,12 +64,11 @@ pub(crate) async fn answer_link(
         .requests()
         .answer_by_link(&token, response)
         .await?;
-    Ok(accepted(bodies::AnswerAccepted {
-        cta_id: cta.cta_id,
-        run_id: None,
-        status: cta.status,
-        message: "answer recorded; this link will not answer again".into(),
-    }))
+    Ok(answered(
+        cta,
+        None,
+        "answer recorded; this link will not answer again",
+    ))
 }
 
 pub(crate) async fn get_cta(
@@ -93,12 +92,21 @@ pub(crate) async fn answer_cta(
         .requests()
         .answer_cta(Some(&owner), &cta_id, response, Some(owner.clone()))
         .await?;
-    Ok(accepted(bodies::AnswerAccepted {
+    let run_id = Some(cta.run_id.clone());
+    Ok(answered(
+        cta,
+        run_id,
+        "answer recorded; the run takes it in its turn (a run cancelled meanwhile records the \
+         answer and stays cancelled)",
+    ))
+}
+
+/// 202: the answer to `cta` is recorded, as `message` says.
+fn answered(cta: Cta, run_id: Option<String>, message: &str) -> Response {
+    accepted(bodies::AnswerAccepted {
         cta_id: cta.cta_id,
-        run_id: Some(cta.run_id),
+        run_id,
         status: cta.status,
-        message: "answer recorded; the run takes it in its turn (a run cancelled meanwhile \
-            records the answer and stays cancelled)"
-            .into(),
-    }))
+        message: message.into(),
+    })
 }

@@ -209,24 +209,13 @@ impl std::ops::AddAssign for Spent {
 impl std::ops::Sub for Spent {
     type Output = Spent;
     fn sub(self, other: Self) -> Spent {
+        let (a, b) = (self.usage, other.usage);
         Spent {
             usage: Usage {
-                input_tokens: self
-                    .usage
-                    .input_tokens
-                    .saturating_sub(other.usage.input_tokens),
-                output_tokens: self
-                    .usage
-                    .output_tokens
-                    .saturating_sub(other.usage.output_tokens),
-                total_tokens: self
-                    .usage
-                    .total_tokens
-                    .saturating_sub(other.usage.total_tokens),
-                cached_input_tokens: self
-                    .usage
-                    .cached_input_tokens
-                    .saturating_sub(other.usage.cached_input_tokens),
+                input_tokens: a.input_tokens.saturating_sub(b.input_tokens),
+                output_tokens: a.output_tokens.saturating_sub(b.output_tokens),
+                total_tokens: a.total_tokens.saturating_sub(b.total_tokens),
+                cached_input_tokens: a.cached_input_tokens.saturating_sub(b.cached_input_tokens),
             },
             cost_usd: (self.cost_usd - other.cost_usd).max(0.0),
         }
