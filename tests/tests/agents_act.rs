@@ -15,15 +15,12 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 async fn start(dir: &std::path::Path, file: Value, script: Value) -> Harness {
-    let file: AgentsFile = serde_json::from_value(file).expect("agents file");
-    let catalog = baton_tools::catalog(
-        Some(file),
-        baton_tools::Host::Dev,
-        &|_| None,
-        &Default::default(),
+    common::start(
+        dir,
+        scripted(&script.to_string()),
+        common::tools_catalog(file),
     )
-    .expect("catalog");
-    common::start(dir, scripted(&script.to_string()), Arc::new(catalog)).await
+    .await
 }
 
 async fn tool_server() -> MockServer {

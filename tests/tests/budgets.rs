@@ -63,11 +63,7 @@ async fn a_ledger_that_does_not_read_back_leaves_the_run_readable() {
     let dir = tempfile::tempdir().unwrap();
     let mut host = embedded(dir.path()).await;
     let api = host.api();
-    let run = api.post_ok("/runs", json!({"prompt": "go"})).await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    question(api, &run).await;
+    let run = asked(api).await;
     // A ledger as an infinite budget was once stored: JSON's `null` for the number.
     let sql = r#"UPDATE budgets SET ledger = '{"budgetUsd": null, "spentUsd": 1.2}'"#;
     let out = std::process::Command::new("python3")
@@ -110,6 +106,16 @@ async fn question(api: &Api, run_id: &str) -> Value {
         })
     })
     .await
+}
+
+/// A run of the orchestrator, once its budget question is asked: its id.
+async fn asked(api: &Api) -> String {
+    let run = api.post_ok("/runs", json!({"prompt": "go"})).await["runId"]
+        .as_str()
+        .expect("a run id")
+        .to_owned();
+    question(api, &run).await;
+    run
 }
 
 async fn budgets_ask(api: &Api) {
@@ -276,11 +282,7 @@ mod aws {
             .await;
         let mut host = AwsHost::start(aws.clone(), options).await;
         let api = host.api();
-        let run = api.post_ok("/runs", json!({"prompt": "go"})).await["runId"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        question(api, &run).await;
+        let run = asked(api).await;
         aws_sdk_dynamodb::Client::new(&aws.sdk().await)
             .update_item()
             .table_name(&table)

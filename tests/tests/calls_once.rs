@@ -62,18 +62,7 @@ struct Seen {
 async fn seen(model: &MockServer, tools: &MockServer) -> Seen {
     let asked = model.received_requests().await.unwrap_or_default();
     let sent = tools.received_requests().await.unwrap_or_default();
-    let keys = |path: &str| {
-        sent.iter()
-            .filter(|r| r.url.path() == path)
-            .map(|r| {
-                r.headers
-                    .get("idempotency-key")
-                    .and_then(|k| k.to_str().ok())
-                    .unwrap_or_default()
-                    .to_owned()
-            })
-            .collect()
-    };
+    let keys = |path: &str| common::idempotency_keys(sent.iter().filter(|r| r.url.path() == path));
     Seen {
         model: asked
             .iter()

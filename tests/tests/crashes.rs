@@ -263,13 +263,7 @@ async fn a_fork_whose_answer_was_not_sent_before_a_crash_is_answered_by_the_swee
     let answer = json!({"kind": "approval", "approved": true});
     api.post_ok(&format!("/ctas/{cta}/response"), answer).await;
     let done = api.status(&run_id, "completed").await;
-    let at = done["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["cta"].is_object())
-        .unwrap()["seq"]
-        .clone();
+    let at = question_seq(&done);
     // The fork is written, then the process dies before its first message (the answer) is
     // sent; the restart's sweep sends it, and the fork completes.
     let mut crash = Crash::arm(host, "fork.after_insert", 0);

@@ -99,19 +99,7 @@ async fn keys_flow(api: &Api, tool: &MockServer) {
     assert_eq!(code, 202, "{v}");
     runs.push(api.status(v["runId"].as_str().unwrap(), "completed").await);
 
-    let sent: Vec<String> = tool
-        .received_requests()
-        .await
-        .unwrap_or_default()
-        .iter()
-        .map(|r| {
-            r.headers
-                .get("idempotency-key")
-                .and_then(|k| k.to_str().ok())
-                .unwrap_or_default()
-                .to_owned()
-        })
-        .collect();
+    let sent = common::idempotency_keys(&tool.received_requests().await.unwrap_or_default());
     let mut want: Vec<String> = runs.iter().map(expected_key).collect();
     let mut got = sent.clone();
     want.sort();

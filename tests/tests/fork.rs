@@ -253,13 +253,7 @@ async fn a_raise_answers_no_plain_question(api: &Api) {
     api.post_ok(&path, json!({"kind": "approval", "approved": true}))
         .await;
     let done = api.status(&run_id, "completed").await;
-    let at = done["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["cta"].is_object())
-        .and_then(|e| e["seq"].as_u64())
-        .expect("the question's entry");
+    let at = common::question_seq(&done);
     let (code, v) = api
         .post(
             &format!("/runs/{run_id}/fork"),

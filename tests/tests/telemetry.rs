@@ -111,24 +111,16 @@ fn sample(samples: &[Value], name: &str, labels: Value) -> f64 {
 }
 
 /// The agents (one with the MCP server `clock`, one subagent) and their scripted replies.
-fn agents_and_script() -> (baton_core::agent::Catalog, Value) {
+fn agents_and_script() -> (Arc<baton_core::agent::Catalog>, Value) {
     let bin = venv_bin();
-    let file = serde_json::from_value(json!({
+    let catalog = common::tools_catalog(json!({
         "mcpServers": {"clock": {"command": bin.join("mcp-server-time"), "args": ["--local-timezone", "UTC"]}},
         "agents": {
             "orchestrator": {"model": "openai:gpt-4o-mini",
                 "tools": ["clock__get_current_time", "spawn_subagent", "request_human_feedback"]},
             "explore": {"model": "openai:gpt-4o-mini", "tools": []}
         }
-    }))
-    .expect("agents file");
-    let catalog = baton_tools::catalog(
-        Some(file),
-        baton_tools::Host::Dev,
-        &|_| None,
-        &Default::default(),
-    )
-    .expect("catalog");
+    }));
     let script = json!({
         "orchestrator": [
             {"tool_calls": [
@@ -175,7 +167,7 @@ async fn a_run_with_a_subagent_an_mcp_tool_and_a_question_exports_one_linked_tra
     let mut options = common::local_options(
         dir.path(),
         scripted(&script.to_string()),
-        Arc::new(catalog),
+        catalog,
         Arc::new(SystemClock),
     );
     options.traces = Some(Arc::new(traces));
@@ -201,7 +193,7 @@ async fn the_same_run_on_the_aws_host_exports_the_same_trace_and_metrics() {
         .dev_options(
             aws.names("telemetry"),
             scripted(&script.to_string()),
-            Arc::new(catalog),
+            catalog,
             0,
         )
         .await;

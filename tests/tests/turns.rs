@@ -34,12 +34,7 @@ async fn a_follow_up_message_starts_a_new_turn_and_timeline_paging_works() {
         assert!(std::time::Instant::now() < deadline, "{run:#}");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
-    let texts: Vec<&str> = run["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["text"].as_str().or(e["type"].as_str()).unwrap())
-        .collect();
+    let texts = texts(&run);
     // Each turn ends with what it spent.
     assert_eq!(texts, ["one", "first", "usage", "two", "second", "usage"]);
 
@@ -267,12 +262,7 @@ async fn a_retried_follow_up_with_an_idempotency_key_is_one_turn() {
     assert_eq!(say("k-1").await.unwrap().status(), 202);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let (_, run) = h.get(&format!("/runs/{run_id}")).await;
-    let texts: Vec<&str> = run["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["text"].as_str().or(e["type"].as_str()).unwrap())
-        .collect();
+    let texts = texts(&run);
     assert_eq!(
         texts,
         ["one", "first", "usage", "two", "second", "usage"],
@@ -413,4 +403,19 @@ async fn a_run_waiting_on_a_slow_subagent_is_stopped_at_its_deadline() {
     let child = h.wait_status(&child, &["cancelled"]).await;
     assert_eq!(child["status"], "cancelled");
     h.server.shutdown().await;
+}
+
+/// Each entry of `run`'s timeline by its text, or its type where it has none.
+fn texts(run: &serde_json::Value) -> Vec<&str> {
+    run["timeline"]
+        .as_array()
+        .expect("a timeline")
+        .iter()
+        .map(|e| {
+            e["text"]
+                .as_str()
+                .or(e["type"].as_str())
+                .unwrap_or_default()
+        })
+        .collect()
 }

@@ -423,3 +423,28 @@ pub async fn create_run_of(svc: &baton_core::service::Service, agent: &str) -> S
         .expect("created")
         .run_id
 }
+
+/// The `Idempotency-Key` of each request `requests` holds, in order (empty where none).
+pub fn idempotency_keys<'a>(
+    requests: impl IntoIterator<Item = &'a wiremock::Request>,
+) -> Vec<String> {
+    requests
+        .into_iter()
+        .map(|r| {
+            r.headers
+                .get("idempotency-key")
+                .and_then(|k| k.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The seq of the first entry of `run`'s timeline (as the API shows it) that holds a question.
+pub fn question_seq(run: &Value) -> u64 {
+    run["timeline"]
+        .as_array()
+        .and_then(|t| t.iter().find(|e| e["cta"].is_object()))
+        .and_then(|e| e["seq"].as_u64())
+        .expect("a question's entry")
+}
