@@ -29,8 +29,7 @@ def queue_of(ref):
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "template.yaml"
     with open(path) as f:
-        t = yaml_parse(f.read())
-    res = t["Resources"]
+        res = yaml_parse(f.read())["Resources"]
     functions = {n: r["Properties"] for n, r in res.items() if r["Type"] == "AWS::Serverless::Function"}
     # The queues that invoke a function.
     invoking = {}
