@@ -119,7 +119,7 @@ pub async fn run(opts: LoadAws, config: &crate::Settings) -> anyhow::Result<Stri
                 run.status == RunStatus::Completed,
                 "run {id} ended {:?}: {:?}",
                 run.status,
-                run.error
+                run.outcome.error
             );
             pending.next();
             continue;

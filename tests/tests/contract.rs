@@ -135,7 +135,7 @@ fn next(run: &Run, effects: Vec<Effect>) -> Transition {
 async fn money_contract(store: &dyn Store) {
     use baton_core::budget::{Budget, MAX_USD, MIN_USD, Raise};
     let (mut run, first) = new_run("run_money", "payer");
-    run.budget = Some(Budget {
+    run.origin.budget = Some(Budget {
         budget_usd: MAX_USD,
     });
     store
@@ -467,10 +467,10 @@ async fn store_contract(store: Arc<dyn Store>) {
     };
     store.record_failure("run_fail", &failure).await.unwrap();
     let rec = store.get_run("run_fail").await.unwrap().unwrap();
-    assert_eq!(rec.run.last_error.as_ref(), Some(&failure));
+    assert_eq!(rec.run.outcome.last_error.as_ref(), Some(&failure));
     assert_eq!(rec.run.version, 0);
     let (loaded, _) = store.load("run_fail").await.unwrap().unwrap();
-    assert_eq!(loaded.run.last_error, Some(failure));
+    assert_eq!(loaded.run.outcome.last_error, Some(failure));
     store.commit(0, &next(&r, vec![])).await.unwrap();
     assert_eq!(
         store
@@ -479,6 +479,7 @@ async fn store_contract(store: Arc<dyn Store>) {
             .unwrap()
             .unwrap()
             .run
+            .outcome
             .last_error,
         None
     );

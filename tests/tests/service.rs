@@ -255,7 +255,7 @@ async fn a_dead_lettered_message_ends_its_run_as_failed() {
         .unwrap();
     let (rec, tl) = local.load(&run_id).await.unwrap().unwrap();
     assert_eq!(rec.run.status, RunStatus::Failed);
-    assert_eq!(rec.run.error.unwrap().code, "dead_letter");
+    assert_eq!(rec.run.outcome.error.unwrap().code, "dead_letter");
     // The error, then what the failed turn spent.
     assert!(matches!(tl.last().unwrap().body, EntryBody::Usage { .. }));
     assert!(
@@ -353,7 +353,7 @@ async fn a_dead_letter_of_a_provider_outage_goes_back_until_the_outage_bound() {
         );
         let rec = local.get_run(&run_id).await.unwrap().unwrap();
         assert_eq!(rec.run.status, RunStatus::Queued, "not failed");
-        assert!(rec.run.last_error.unwrap().provider);
+        assert!(rec.run.outcome.last_error.unwrap().provider);
         let (receipt, again) = Pump::receive(&local, 1).await.remove(0);
         assert_eq!(again.id, format!("{}#r{round}", start.id));
         Pump::ack(&local, receipt).await;
@@ -370,7 +370,7 @@ async fn a_dead_letter_of_a_provider_outage_goes_back_until_the_outage_bound() {
         .unwrap();
     let rec = local.get_run(&run_id).await.unwrap().unwrap();
     assert_eq!(rec.run.status, RunStatus::Failed);
-    let error = rec.run.error.unwrap();
+    let error = rec.run.outcome.error.unwrap();
     assert_eq!(error.code, "dead_letter");
     assert!(error.message.contains("503"), "{}", error.message);
 }

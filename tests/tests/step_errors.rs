@@ -203,7 +203,7 @@ async fn create(svc: &Service) -> String {
 async fn assert_failed_at_once(local: &LocalStore, run_id: &str, store: &Refusing) {
     let (rec, tl) = local.load(run_id).await.unwrap().unwrap();
     assert_eq!(rec.run.status, RunStatus::Failed);
-    let error = rec.run.error.unwrap();
+    let error = rec.run.outcome.error.unwrap();
     assert_eq!(error.code, "step_error");
     assert!(
         error.message.contains("Item size has exceeded"),
@@ -487,7 +487,7 @@ async fn a_stale_dead_letter_does_not_fail_a_live_run() {
     }
     let rec = local.get_run(&run_id).await.unwrap().unwrap();
     assert_eq!(rec.run.status, RunStatus::Waiting);
-    assert!(rec.run.error.is_none());
+    assert!(rec.run.outcome.error.is_none());
 }
 
 /// A model for two agents: `slow` answers only once `fast` has been called (or gives up

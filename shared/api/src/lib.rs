@@ -266,6 +266,7 @@ async fn get_run(
         None => (None, None),
     };
     let budget = run
+        .origin
         .budget
         .take()
         .zip(ledger)
@@ -274,8 +275,8 @@ async fn get_run(
     run.clock.deadline_timer = None;
     // The run item holds a preview of a long answer; the whole one is in the timeline.
     if let Some(EntryBody::Assistant { text: Some(t), .. }) = view.result_entry.map(|e| e.body) {
-        run.result = Some(t);
-        run.result_truncated = false;
+        run.outcome.result = Some(t);
+        run.outcome.result_truncated = false;
     }
     let beside = enveloped_len(&encode(&run)?) + enveloped_len(&encode(&total)?);
     let n = page(&view.entries, REPLY_BYTES.saturating_sub(beside))?;
@@ -448,7 +449,7 @@ async fn fork_run(
         .requests()
         .fork_run(&owner, &run_id, body.at_seq, replacement, key.as_deref())
         .await?;
-    let forked_from = run.forked_from.clone().ok_or_else(|| {
+    let forked_from = run.origin.forked_from.clone().ok_or_else(|| {
         ApiError::new(
             StatusCode::CONFLICT,
             "idempotency_key_reused",

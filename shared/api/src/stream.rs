@@ -260,15 +260,15 @@ fn live_event(e: &LiveEvent) -> Result<Event, Infallible> {
 /// A `run` event's data.
 fn run_event(run: &Run) -> serde_json::Value {
     let mut v = json!({
-        "runId": run.run_id, "status": run.status, "state": run.state,
-        "stateDetail": run.state_detail,
+        "runId": run.run_id, "status": run.status, "state": run.outcome.state,
+        "stateDetail": run.outcome.state_detail,
         "version": run.version, "usage": run.spend.usage, "costUsd": run.spend.cost_usd,
         "total": run.total(),
     });
-    if let Some(e) = &run.error {
+    if let Some(e) = &run.outcome.error {
         v["error"] = json!(e);
     }
-    if let Some(r) = &run.result {
+    if let Some(r) = &run.outcome.result {
         v["result"] = json!(r);
     }
     v

@@ -167,10 +167,14 @@ impl StepReport {
         let mut r = StepReport {
             run_id: run.run_id.clone(),
             agent: run.agent.clone(),
-            parent: run.parent.clone(),
+            parent: run.origin.parent.clone(),
             version: run.version,
             seq: before.next_seq,
-            attempt: before.last_error.as_ref().map_or(1, |e| e.attempts + 1),
+            attempt: before
+                .outcome
+                .last_error
+                .as_ref()
+                .map_or(1, |e| e.attempts + 1),
             input: input_name(input),
             started,
             ended,
@@ -178,8 +182,8 @@ impl StepReport {
             ended_run: run.status.is_terminal() && !before.status.is_terminal(),
             run_created: run.created_at,
             run_total: run.total(),
-            error: run.error.as_ref().map(|e| e.message.clone()),
-            error_code: run.error.as_ref().map(|e| e.code.clone()),
+            error: run.outcome.error.as_ref().map(|e| e.message.clone()),
+            error_code: run.outcome.error.as_ref().map(|e| e.code.clone()),
             model_calls: Vec::new(),
             tool_calls: Vec::new(),
             children: t.new_runs.iter().map(|(r, _)| r.run_id.clone()).collect(),

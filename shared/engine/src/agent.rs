@@ -135,7 +135,7 @@ impl AgentDef {
             }
             system.push_str(text);
         };
-        if let Some(context) = &run.context {
+        if let Some(context) = &run.origin.context {
             let kind = context.get("type").and_then(Value::as_str).unwrap_or("");
             if let Some(guidance) = self.context_guidance.get(kind) {
                 add(guidance);
@@ -227,7 +227,13 @@ impl AgentDef {
     /// those its plugins offered its last reply that called tools (see `Run::offered`).
     pub fn granted(&self, run: &Run) -> Prepared {
         Prepared {
-            tools: run.granted.iter().chain(&run.offered).cloned().collect(),
+            tools: run
+                .origin
+                .granted
+                .iter()
+                .chain(&run.offered)
+                .cloned()
+                .collect(),
             context: None,
         }
     }

@@ -54,7 +54,7 @@ pub fn fork(
     run_id: String,
     now: DateTime<Utc>,
 ) -> Result<Fork, Refused> {
-    if original.parent.is_some() {
+    if original.origin.parent.is_some() {
         return Err(Refused::Conflict(format!(
             "run `{}` is a subagent: fork its top-level run `{}` instead",
             original.run_id,
@@ -84,17 +84,17 @@ pub fn fork(
         owner: original.owner.clone(),
         parent: None,
         depth: 0,
-        on_expiry: original.on_expiry,
-        sandbox_id: original.sandbox_id.clone(),
-        metadata: original.metadata.clone(),
-        context: original.context.clone(),
+        on_expiry: original.origin.on_expiry,
+        sandbox_id: original.origin.sandbox_id.clone(),
+        metadata: original.origin.metadata.clone(),
+        context: original.origin.context.clone(),
         root_run_id: None,
         now,
     });
-    run.github = original.github.clone();
+    run.origin.github = original.origin.github.clone();
     // A fork is a tree of its own: the same budget, nothing of it spent yet.
-    run.budget = original.budget;
-    run.forked_from = Some(ForkedFrom {
+    run.origin.budget = original.origin.budget;
+    run.origin.forked_from = Some(ForkedFrom {
         run_id: original.run_id.clone(),
         at_seq,
     });
@@ -192,8 +192,8 @@ pub fn fork(
             run.status = RunStatus::Waiting;
             run.clock.working_since = None;
             run.clock.waiting_since = Some(now);
-            run.state = Some("waiting_on_user".into());
-            run.state_detail = Some(serde_json::json!({ "ctaIds": [cta_id] }));
+            run.outcome.state = Some("waiting_on_user".into());
+            run.outcome.state_detail = Some(serde_json::json!({ "ctaIds": [cta_id] }));
             Input::CtaAnswered {
                 cta_id,
                 response,
@@ -215,7 +215,7 @@ pub fn fork(
         .unwrap_or(0);
     if let Some(EntryBody::User { text, options, .. }) = entries.get(turn).map(|e| &e.body) {
         run.set_prompt(text);
-        run.tier = options.tier;
+        run.origin.tier = options.tier;
     }
     let think = |e: &&Entry| {
         matches!(
@@ -249,7 +249,7 @@ pub fn fork(
             _ => None,
         })
         .collect();
-    run.queued = entries
+    run.waits.queued = entries
         .iter()
         .filter(|e| {
             matches!(&e.body, EntryBody::Queued { message_id, .. } if !begun.contains(message_id.as_str()))

@@ -196,12 +196,12 @@ async fn a_listing_whose_run_is_gone_does_not_end_a_list_on_dynamodb() {
     }
     for i in 0..4 {
         let (mut child, first) = new_run(&format!("run_or_child_{i}"), "otto");
-        child.parent = Some(baton_core::run::ParentLink {
+        child.origin.parent = Some(baton_core::run::ParentLink {
             run_id: "run_or_4".into(),
             tool_call_id: format!("call_{i}"),
         });
-        child.root_run_id = Some("run_or_4".into());
-        child.depth = 1;
+        child.origin.root_run_id = Some("run_or_4".into());
+        child.origin.depth = 1;
         child.created_at = at + chrono::Duration::seconds(10 + i);
         store
             .create_run(&child, &first, &[], None, None)
@@ -579,8 +579,8 @@ async fn contention(runs: usize, owners: usize, budgeted: bool) -> (u64, f64, f6
     for i in 0..runs {
         let (mut run, first) = new_run(&format!("run_hot{i:03}"), &format!("owner{}", i % owners));
         if budgeted {
-            run.budget = Some(budget);
-            run.root_run_id = Some(root.clone());
+            run.origin.budget = Some(budget);
+            run.origin.root_run_id = Some(root.clone());
         }
         store
             .create_run(&run, &first, &[], None, None)

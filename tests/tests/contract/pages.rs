@@ -60,7 +60,7 @@ pub(super) async fn run_pages_contract(store: Arc<dyn Store>) {
     for i in 0..7 {
         let (mut run, first) = new_run(&format!("run_ls_{i}"), "lia");
         run.created_at = at + chrono::Duration::seconds(i);
-        run.metadata = Some(serde_json::json!({"i": i}));
+        run.origin.metadata = Some(serde_json::json!({"i": i}));
         store
             .create_run(&run, &first, &[], None, None)
             .await
@@ -71,12 +71,12 @@ pub(super) async fn run_pages_contract(store: Arc<dyn Store>) {
         }
     }
     let (mut child, first) = new_run("run_ls_child", "lia");
-    child.parent = Some(baton_core::run::ParentLink {
+    child.origin.parent = Some(baton_core::run::ParentLink {
         run_id: "run_ls_6".into(),
         tool_call_id: "call_1".into(),
     });
-    child.root_run_id = Some("run_ls_6".into());
-    child.depth = 1;
+    child.origin.root_run_id = Some("run_ls_6".into());
+    child.origin.depth = 1;
     child.created_at = at + chrono::Duration::seconds(30);
     store
         .create_run(&child, &first, &[], None, None)
@@ -103,7 +103,7 @@ pub(super) async fn run_pages_contract(store: Arc<dyn Store>) {
         assert_eq!(next, last.filter(|_| page.runs.len() == 3));
         for run in &page.runs {
             let i: u64 = run.run_id["run_ls_".len()..].parse().unwrap();
-            assert_eq!(run.metadata, Some(serde_json::json!({"i": i})));
+            assert_eq!(run.origin.metadata, Some(serde_json::json!({"i": i})));
             assert_eq!(run.owner, "lia");
             assert_eq!(
                 run.status,
@@ -142,24 +142,24 @@ pub(super) async fn run_pages_contract(store: Arc<dyn Store>) {
     // The runs under a top-level run: its subagents at any depth, oldest first, paged; not
     // another root's.
     let (mut grandchild, first) = new_run("run_ls_grandchild", "lia");
-    grandchild.parent = Some(baton_core::run::ParentLink {
+    grandchild.origin.parent = Some(baton_core::run::ParentLink {
         run_id: "run_ls_child".into(),
         tool_call_id: "call_2".into(),
     });
-    grandchild.root_run_id = Some("run_ls_6".into());
-    grandchild.depth = 2;
+    grandchild.origin.root_run_id = Some("run_ls_6".into());
+    grandchild.origin.depth = 2;
     grandchild.created_at = at + chrono::Duration::seconds(31);
     store
         .create_run(&grandchild, &first, &[], None, None)
         .await
         .unwrap();
     let (mut elsewhere, first) = new_run("run_ls_elsewhere", "lia");
-    elsewhere.parent = Some(baton_core::run::ParentLink {
+    elsewhere.origin.parent = Some(baton_core::run::ParentLink {
         run_id: "run_ls_5".into(),
         tool_call_id: "call_3".into(),
     });
-    elsewhere.root_run_id = Some("run_ls_5".into());
-    elsewhere.depth = 1;
+    elsewhere.origin.root_run_id = Some("run_ls_5".into());
+    elsewhere.origin.depth = 1;
     store
         .create_run(&elsewhere, &first, &[], None, None)
         .await
@@ -173,7 +173,10 @@ pub(super) async fn run_pages_contract(store: Arc<dyn Store>) {
         .unwrap();
     let ids: Vec<&str> = more.runs.iter().map(|r| r.run_id.as_str()).collect();
     assert_eq!(ids, ["run_ls_grandchild"]);
-    assert_eq!(more.runs[0].parent.as_ref().unwrap().run_id, "run_ls_child");
+    assert_eq!(
+        more.runs[0].origin.parent.as_ref().unwrap().run_id,
+        "run_ls_child"
+    );
     assert_eq!(more.next, None);
     let none = store.list_descendants("run_ls_0", None, 10).await.unwrap();
     assert_eq!(none, RunPage::default());
@@ -200,8 +203,8 @@ pub(super) async fn cta_pages_contract(store: Arc<dyn Store>) {
         .await
         .unwrap();
     let (mut child, first) = new_run("run_pg_c", "paula");
-    child.root_run_id = Some("run_pg_a".into());
-    child.depth = 1;
+    child.origin.root_run_id = Some("run_pg_a".into());
+    child.origin.depth = 1;
     store
         .create_run(&child, &first, &[], None, None)
         .await

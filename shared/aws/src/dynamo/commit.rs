@@ -68,7 +68,7 @@ impl DynamoStore {
             let day = t.run.updated_at.date_naive();
             items.push(self.spend_add(&t.run.owner, day, t.spent_usd, &t.run.run_id)?);
         }
-        if let Some(b) = t.run.budget
+        if let Some(b) = t.run.origin.budget
             && (t.spent_usd > 0.0 || t.budget_raise.is_some())
         {
             // Once, as the commit is conditional on the run's version.

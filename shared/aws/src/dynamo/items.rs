@@ -127,7 +127,7 @@ impl DynamoStore {
             ("SK".into(), s(INFO_SK)),
         ]);
         let sk = run_gsi_sk(run.created_at, &run.run_id);
-        match (&run.parent, &run.root_run_id) {
+        match (&run.origin.parent, &run.origin.root_run_id) {
             (None, _) => {
                 item.insert("GSI1PK".into(), s(owner_pk(&run.owner)));
                 item.insert("GSI1SK".into(), s(sk));
@@ -138,7 +138,7 @@ impl DynamoStore {
             }
             (Some(_), None) => {}
         }
-        for (k, v) in [("md", &run.metadata), ("cx", &run.context)] {
+        for (k, v) in [("md", &run.origin.metadata), ("cx", &run.origin.context)] {
             if let Some(v) = v {
                 item.insert(
                     k.into(),
@@ -371,12 +371,12 @@ pub(super) const LIVE_SK: &str = "LIVE";
 /// `INFO` item.
 /// The run as its item keeps it: without `metadata` and `context` (the `INFO` item's).
 fn lean(run: &Run) -> std::borrow::Cow<'_, Run> {
-    if run.metadata.is_none() && run.context.is_none() {
+    if run.origin.metadata.is_none() && run.origin.context.is_none() {
         return std::borrow::Cow::Borrowed(run);
     }
     let mut lean = run.clone();
-    lean.metadata = None;
-    lean.context = None;
+    lean.origin.metadata = None;
+    lean.origin.context = None;
     std::borrow::Cow::Owned(lean)
 }
 
@@ -419,7 +419,10 @@ pub(super) fn parse_run(item: &Item) -> Result<RunRecord, PortError> {
         .get("body")
         .ok_or_else(|| broken("run item", std::io::Error::other("no body")))?;
     let mut run: Run = unpacked(body, "run")?;
-    for (k, field) in [("md", &mut run.metadata), ("cx", &mut run.context)] {
+    for (k, field) in [
+        ("md", &mut run.origin.metadata),
+        ("cx", &mut run.origin.context),
+    ] {
         if let Some(AttributeValue::S(v)) = item.get(k) {
             *field = Some(serde_json::from_str(v).map_err(|e| broken("decode run info", e))?);
         }
@@ -429,7 +432,8 @@ pub(super) fn parse_run(item: &Item) -> Result<RunRecord, PortError> {
     }
     run.active_slot = item.contains_key("slot");
     if let Some(AttributeValue::S(f)) = item.get("lerr") {
-        run.last_error = Some(serde_json::from_str(f).map_err(|e| broken("decode failure", e))?);
+        run.outcome.last_error =
+            Some(serde_json::from_str(f).map_err(|e| broken("decode failure", e))?);
     }
     let outbox = match item.get("ob") {
         Some(o) => unpacked(o, "outbox")?,

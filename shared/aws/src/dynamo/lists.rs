@@ -45,7 +45,7 @@ impl DynamoStore {
             .listed_runs(GSI4, &pk, span, true, after, limit)
             .await?;
         page.runs
-            .retain(|r| r.root_run_id.as_deref() == Some(root_run_id));
+            .retain(|r| r.origin.root_run_id.as_deref() == Some(root_run_id));
         Ok(page)
     }
 

@@ -240,7 +240,7 @@ impl RunWrites for DynamoStore {
         }
         let mut items = vec![self.put(item, Some("attribute_not_exists(PK)"))?];
         items.push(self.put(self.info_item(run)?, None)?);
-        if let Some(b) = run.budget.filter(|_| run.parent.is_none()) {
+        if let Some(b) = run.origin.budget.filter(|_| run.origin.parent.is_none()) {
             items.push(self.ledger_put(&run.run_id, b)?);
         }
         // A fork's copied history may not fit one transaction (100 items, 4 MB): its

@@ -97,7 +97,7 @@ fn a_run_item_packs_its_body_and_outbox_and_format_1_items_still_read() {
         panic!("body and outbox are not packed: {item:?}");
     };
     let mut lean = run.clone();
-    lean.metadata = None;
+    lean.origin.metadata = None;
     let json = serde_json::to_string(&lean).expect("json");
     assert!(
         body.as_ref().len() < json.len() * 3 / 4,

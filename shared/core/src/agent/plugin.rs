@@ -108,6 +108,8 @@ pub(super) async fn prepare(
         }
         out.states.insert(name.to_owned(), state);
     }
-    out.prepared.tools.extend(run.granted.iter().cloned());
+    out.prepared
+        .tools
+        .extend(run.origin.granted.iter().cloned());
     Ok(out)
 }

@@ -108,7 +108,7 @@ pub fn committed(t: &crate::message::Transition) -> LiveEvent {
             entries,
             version: t.run.version,
             status: t.run.status.as_str().to_owned(),
-            state: t.run.state.clone(),
+            state: t.run.outcome.state.clone(),
             truncated,
         },
     }

@@ -215,7 +215,8 @@ impl super::Steps {
 /// follow-up to a run that ended.
 pub(super) fn at_a_persons_pace(run: &Run) -> bool {
     run.status.is_terminal()
-        || (run.status == RunStatus::Waiting && run.state.as_deref() == Some("waiting_on_user"))
+        || (run.status == RunStatus::Waiting
+            && run.outcome.state.as_deref() == Some("waiting_on_user"))
 }
 
 /// The loop's input, for the window the next step of the loop reads.

@@ -132,7 +132,7 @@ impl Requests {
         // wait. A claim whose message never reached the queue (its request died in between)
         // stops counting after a step's longest budget.
         if run.status.is_terminal()
-            && run.parent.is_none()
+            && run.origin.parent.is_none()
             && let Some(admission) = self.shared.admission()
         {
             // Its next turn makes it active again: refused now if its owner's quotas would
@@ -144,8 +144,9 @@ impl Requests {
         }
         // A run waiting on drafted plans alone takes a follow-up at once, as the
         // answer to them (`baton-engine`'s `engine/plan/held.rs`).
-        let answers_drafts = run.state.as_deref() == Some("waiting_on_user")
+        let answers_drafts = run.outcome.state.as_deref() == Some("waiting_on_user")
             && run
+                .outcome
                 .state_detail
                 .as_ref()
                 .is_some_and(|d| d["draftPlans"] == serde_json::json!(true));

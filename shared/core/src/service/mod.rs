@@ -495,7 +495,7 @@ impl Shared {
         let failure = crate::observe::StepFailure {
             run_id: run.run_id.clone(),
             agent: run.agent.clone(),
-            parent: run.parent.clone(),
+            parent: run.origin.parent.clone(),
             version: run.version,
             attempt,
             input: crate::observe::input_name(&msg.input),

@@ -134,11 +134,11 @@ impl Requests {
             root_run_id: None,
             now,
         });
-        run.github = req.github;
-        run.budget = budget.map(|budget_usd| crate::budget::Budget { budget_usd });
+        run.origin.github = req.github;
+        run.origin.budget = budget.map(|budget_usd| crate::budget::Budget { budget_usd });
         run.next_seq = 1;
         run.set_prompt(&req.prompt);
-        run.tier = req.options.tier;
+        run.origin.tier = req.options.tier;
         let first = Entry {
             seq: 0,
             at: now,
@@ -263,6 +263,7 @@ impl Requests {
     pub async fn run_tree(&self, owner: &str, run_id: &str) -> Result<RunTree, ServiceError> {
         let run = self.owned_run(owner, run_id).await?;
         let root = run
+            .origin
             .root_run_id
             .clone()
             .unwrap_or_else(|| run.run_id.clone());
@@ -294,7 +295,7 @@ impl Requests {
         loop {
             let before = descendants.len();
             all.retain(|r| {
-                let parent = r.parent.as_ref().map(|p| p.run_id.as_str());
+                let parent = r.origin.parent.as_ref().map(|p| p.run_id.as_str());
                 if parent.is_some_and(|p| under.contains(p)) {
                     under.insert(r.run_id.clone());
                     descendants.push(r.clone());
@@ -328,21 +329,23 @@ impl Requests {
         // Entries committed after the run was read belong to a later version: left out.
         let mut entries = store.entries_after(run_id, None, first).await?;
         entries.retain(|e| e.seq < run.next_seq);
-        let result_entry = match run.result_seq {
-            Some(seq) if run.result_truncated => match entries.iter().find(|e| e.seq == seq) {
-                Some(e) => Some(e.clone()),
-                None => store
-                    .entries_after(run_id, seq.checked_sub(1), 1)
-                    .await?
-                    .into_iter()
-                    .find(|e| e.seq == seq),
-            },
+        let result_entry = match run.outcome.result_seq {
+            Some(seq) if run.outcome.result_truncated => {
+                match entries.iter().find(|e| e.seq == seq) {
+                    Some(e) => Some(e.clone()),
+                    None => store
+                        .entries_after(run_id, seq.checked_sub(1), 1)
+                        .await?
+                        .into_iter()
+                        .find(|e| e.seq == seq),
+                }
+            }
             _ => None,
         };
         let more = run.next_seq > entries.len() as u64;
         // A ledger that does not read back is reported beside the run, not in its place: a
         // run's reads never fail on one stored figure.
-        let ledger = match run.budget {
+        let ledger = match run.origin.budget {
             Some(b) => Some(match store.ledger(run.root()).await {
                 Ok(l) => Ok(l.unwrap_or_else(|| crate::budget::Ledger::new(b))),
                 Err(e @ crate::error::PortError::Broken { .. }) => {
@@ -450,7 +453,7 @@ impl Requests {
             {
                 return Ok(d);
             }
-            match run.forked_from.take() {
+            match run.origin.forked_from.take() {
                 Some(from) => match self.shared.deps.store.get_run(&from.run_id).await? {
                     Some(r) if r.run.owner == run.owner => run = r.run,
                     _ => break,

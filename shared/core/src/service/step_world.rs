@@ -271,7 +271,7 @@ impl StepIo for StepWorld<'_> {
                 crate::timeline::EntryBody::User { options, .. } => Some(options.tier),
                 _ => None,
             })
-            .unwrap_or(self.run.tier);
+            .unwrap_or(self.run.origin.tier);
         self.call_model(prepared, tier, &history, think_index, seq)
             .await
     }

@@ -424,7 +424,7 @@ impl Steps {
         }
         // The root cause is the last error a delivery recorded, when there is one.
         let last = match self.shared.deps.store.get_run(&msg.run_id).await? {
-            Some(rec) => rec.run.last_error,
+            Some(rec) => rec.run.outcome.last_error,
             None => None,
         };
         // SQS counts every receive, deferrals behind other records of its run included: a
@@ -492,7 +492,7 @@ impl Steps {
             Ok(Some(rec)) => {
                 self.shared
                     .report_failure(&rec.run, msg, attempts, error, started);
-                rec.run.last_error
+                rec.run.outcome.last_error
             }
             _ => None,
         };

@@ -9,7 +9,7 @@ use baton_core::budget::{Budget, ENTRY, EXHAUSTED, Ledger, MAX_USD};
 fn budgeted(s: &mut Sim, agent: &str, usd: f64) -> String {
     let id = s.create(agent, "go");
     let b = Budget { budget_usd: usd };
-    s.runs.get_mut(&id).unwrap().0.budget = Some(b);
+    s.runs.get_mut(&id).unwrap().0.origin.budget = Some(b);
     s.ledgers.insert(id.clone(), Ledger::new(b));
     id
 }
@@ -66,7 +66,7 @@ fn a_run_that_spent_its_budget_asks_before_thinking_and_thinks_on_when_raised() 
     s.run_all();
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Completed);
-    assert_eq!(run.result.as_deref(), Some("done"));
+    assert_eq!(run.outcome.result.as_deref(), Some("done"));
     let ledger = &s.ledgers[&id];
     let over = 2.0 * CALLS_USD - 5e-6;
     assert!(near(ledger.budget_usd, 1e-5 + over));
@@ -99,7 +99,7 @@ fn a_refused_or_unanswered_budget_question_ends_the_run_failed() {
         s.script("worker", vec![echo("a"), echo("b")]);
         let id = budgeted(&mut s, "worker", 1e-6);
         // Past its budget after one think, whatever it does at expiry otherwise.
-        s.runs.get_mut(&id).unwrap().0.on_expiry = ExpiryPolicy::Continue;
+        s.runs.get_mut(&id).unwrap().0.origin.on_expiry = ExpiryPolicy::Continue;
         s.run_all();
         assert_eq!(s.run(&id).counters.thinks, 1);
         let cta = s.pending_ctas(&id)[0].cta_id.clone();
@@ -118,7 +118,7 @@ fn a_refused_or_unanswered_budget_question_ends_the_run_failed() {
         }
         let run = s.run(&id);
         assert_eq!(run.status, RunStatus::Failed);
-        let error = run.error.as_ref().unwrap();
+        let error = run.outcome.error.as_ref().unwrap();
         assert_eq!(error.code, EXHAUSTED);
         if refuse {
             assert!(error.message.contains("enough"), "{}", error.message);
@@ -141,10 +141,13 @@ fn a_subagent_counts_toward_its_root_at_once_and_its_root_asks() {
     // The parent's think and the child's two spent 8.1e-6: the child does not think a
     // third time; it waits, and the tree's top-level run asks its owner.
     let kid = s.children(&id)[0].clone();
-    assert_eq!(s.run(&kid).budget, Some(Budget { budget_usd: 6e-6 }));
+    assert_eq!(s.run(&kid).origin.budget, Some(Budget { budget_usd: 6e-6 }));
     assert_eq!(s.run(&kid).status, RunStatus::Waiting);
-    assert!(s.run(&kid).budget_parked);
-    assert_eq!(s.run(&kid).state.as_deref(), Some("waiting_on_user"));
+    assert!(s.run(&kid).waits.budget_parked);
+    assert_eq!(
+        s.run(&kid).outcome.state.as_deref(),
+        Some("waiting_on_user")
+    );
     assert_eq!(s.run(&kid).counters.thinks, 2);
     assert!(
         s.pending_ctas(&kid).is_empty(),
@@ -152,7 +155,7 @@ fn a_subagent_counts_toward_its_root_at_once_and_its_root_asks() {
     );
     let cta = s.pending_ctas(&id)[0].clone();
     assert!(near(cta.budget.unwrap().spent_usd, 3.0 * CALLS_USD));
-    assert_eq!(s.run(&id).budget_waiters, vec![kid.clone()]);
+    assert_eq!(s.run(&id).waits.budget_waiters, vec![kid.clone()]);
     // An answer may raise by an amount of its own (with what was spent past the budget).
     s.answer(&cta.cta_id, approve(Some(1e-5)));
     s.run_all();
@@ -165,7 +168,7 @@ fn a_subagent_counts_toward_its_root_at_once_and_its_root_asks() {
         ledger.spent_usd,
         s.run(&id).spend.cost_usd + s.run(&kid).spend.cost_usd
     ));
-    assert!(s.run(&id).budget_waiters.is_empty());
+    assert!(s.run(&id).waits.budget_waiters.is_empty());
 }
 
 /// The sum is bounded as each figure is: an answer that would take a tree's budget past a
@@ -198,7 +201,7 @@ fn a_trees_budget_with_its_raises_is_at_most_a_million_dollars() {
     s.run_all();
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Failed);
-    let error = run.error.as_ref().unwrap();
+    let error = run.outcome.error.as_ref().unwrap();
     assert_eq!(error.code, EXHAUSTED);
     assert!(
         error.message.contains("cannot be raised"),
@@ -276,13 +279,13 @@ fn a_tree_asks_once_however_many_runs_find_its_budget_spent() {
     let kids = s.children(&id);
     assert_eq!(kids.len(), 4);
     for k in &kids {
-        assert!(s.run(k).budget_parked, "{k} waits");
+        assert!(s.run(k).waits.budget_parked, "{k} waits");
         assert!(s.pending_ctas(k).is_empty(), "{k} asks nothing");
         assert_eq!(s.run(k).counters.thinks, 0);
     }
     let ctas = s.pending_ctas(&id);
     assert_eq!(ctas.len(), 1, "one question for the tree");
-    let mut waiters = s.run(&id).budget_waiters.clone();
+    let mut waiters = s.run(&id).waits.budget_waiters.clone();
     waiters.sort();
     let mut sorted = kids.clone();
     sorted.sort();
@@ -296,7 +299,7 @@ fn a_tree_asks_once_however_many_runs_find_its_budget_spent() {
         },
     );
     assert_eq!(s.pending_ctas(&id).len(), 1);
-    assert_eq!(s.run(&id).budget_waiters.len(), 4);
+    assert_eq!(s.run(&id).waits.budget_waiters.len(), 4);
     assert_eq!(s.run(&id).version, version, "nothing committed");
     assert_eq!(s.events("cta.request").len(), 1);
     // One approval of the ask ($1e-6) covers the $0.7e-6 spent past the budget too: the
@@ -307,7 +310,7 @@ fn a_tree_asks_once_however_many_runs_find_its_budget_spent() {
         s.run(&id).status,
         RunStatus::Completed,
         "{:?}",
-        s.run(&id).error
+        s.run(&id).outcome.error
     );
     for k in &kids {
         assert_eq!(s.run(k).status, RunStatus::Completed);
@@ -342,7 +345,7 @@ fn a_refused_subagent_question_ends_the_whole_tree() {
     s.run_all();
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Failed);
-    assert_eq!(run.error.as_ref().unwrap().code, EXHAUSTED);
+    assert_eq!(run.outcome.error.as_ref().unwrap().code, EXHAUSTED);
     // The subagents are cancelled with their tree.
     assert_eq!(s.run(&kids[0]).status, RunStatus::Cancelled);
     assert_eq!(s.run(&kids[1]).status, RunStatus::Cancelled);

@@ -32,8 +32,8 @@ fn fan_in_waits_for_every_subagent_and_cta_of_the_batch() {
     );
     let kids = s.children(&id);
     assert_eq!(kids.len(), 2);
-    assert_eq!(s.run(&kids[0]).parent.as_ref().unwrap().run_id, id);
-    assert_eq!(s.run(&kids[0]).depth, 1);
+    assert_eq!(s.run(&kids[0]).origin.parent.as_ref().unwrap().run_id, id);
+    assert_eq!(s.run(&kids[0]).origin.depth, 1);
     // when both children finish, the run still waits for the human,
     s.run_all();
     assert_eq!(s.run(&id).status, RunStatus::Waiting);
@@ -134,7 +134,7 @@ fn subagents_nest_at_most_three_deep() {
         cur = child;
     }
     assert_eq!(depth, 3);
-    assert_eq!(s.run(&cur).depth, 3);
+    assert_eq!(s.run(&cur).origin.depth, 3);
     assert!(
         matches!(&s.tools(&cur)[0].result, ToolResult::Error { error } if error.contains("at most 3 deep"))
     );
@@ -207,7 +207,7 @@ fn a_parent_can_continue_its_finished_subagent_by_id() {
     );
     assert_eq!(s.run(&child).counters.thinks, 2);
     assert_eq!(
-        s.run(&child).parent.as_ref().unwrap().tool_call_id,
+        s.run(&child).origin.parent.as_ref().unwrap().tool_call_id,
         tools[1].id
     );
     assert_eq!(s.run(&id).status, RunStatus::Completed);
@@ -272,13 +272,13 @@ fn a_parent_hears_when_a_subagent_at_any_depth_waits_for_a_human() {
     );
     for (run, child) in [(&id, &mid), (&mid, &asker)] {
         let r = s.run(run);
-        assert_eq!(r.state.as_deref(), Some("waiting_on_subagents"));
-        let detail = r.state_detail.clone().expect("details");
+        assert_eq!(r.outcome.state.as_deref(), Some("waiting_on_subagents"));
+        let detail = r.outcome.state_detail.clone().expect("details");
         assert_eq!(detail["subagents"], serde_json::json!([child]), "{detail}");
-        assert_eq!(r.waiting_ctas.len(), 1, "{run}");
-        assert_eq!(r.waiting_ctas[0].cta_id, cta.cta_id);
-        assert_eq!(r.waiting_ctas[0].run_id, asker);
-        assert_eq!(&r.waiting_ctas[0].child_run_id, child);
+        assert_eq!(r.waits.waiting_ctas.len(), 1, "{run}");
+        assert_eq!(r.waits.waiting_ctas[0].cta_id, cta.cta_id);
+        assert_eq!(r.waits.waiting_ctas[0].run_id, asker);
+        assert_eq!(&r.waits.waiting_ctas[0].child_run_id, child);
         let notice = s.runs[run.as_str()]
             .1
             .iter()
@@ -316,8 +316,8 @@ fn a_parent_hears_when_a_subagent_at_any_depth_waits_for_a_human() {
         },
     );
     s.run_all();
-    assert!(s.run(&id).waiting_ctas.is_empty());
-    assert!(s.run(&mid).waiting_ctas.is_empty());
+    assert!(s.run(&id).waits.waiting_ctas.is_empty());
+    assert!(s.run(&mid).waits.waiting_ctas.is_empty());
     assert_eq!(s.run(&id).status, RunStatus::Completed);
 }
 
@@ -347,7 +347,10 @@ fn an_orchestrator_may_let_a_built_in_subagent_ask_the_human() {
     let refused = s.create("deep", "go");
     s.run_all();
     let explore = s.children(&id)[0].clone();
-    assert_eq!(s.run(&explore).granted, vec!["request_human_feedback"]);
+    assert_eq!(
+        s.run(&explore).origin.granted,
+        vec!["request_human_feedback"]
+    );
     let cta = s.pending_ctas(&explore)[0].clone();
     assert_eq!(cta.request.question(), "Read the logs?");
     s.answer(&cta.cta_id, CtaResponse::approval(true));

@@ -156,7 +156,7 @@ fn expiry_ends_the_run_by_default_and_cancels_the_rest() {
     );
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Expired);
-    assert_eq!(run.error.as_ref().unwrap().code, "cta_expired");
+    assert_eq!(run.outcome.error.as_ref().unwrap().code, "cta_expired");
     let tools = s.tools(&id);
     assert_eq!(tools[0].cta.as_ref().unwrap().status, CtaStatus::Expired);
     assert_eq!(tools[1].cta.as_ref().unwrap().status, CtaStatus::Cancelled);
@@ -193,7 +193,7 @@ fn a_run_may_opt_to_continue_past_an_expiry() {
         ],
     );
     let id = s.create("asker", "ask");
-    s.runs.get_mut(&id).unwrap().0.on_expiry = ExpiryPolicy::Continue;
+    s.runs.get_mut(&id).unwrap().0.origin.on_expiry = ExpiryPolicy::Continue;
     s.run_all();
     let cta = s.pending_ctas(&id)[0].cta_id.clone();
     s.send(&id, Input::CtaExpired { cta_id: cta });
@@ -202,7 +202,7 @@ fn a_run_may_opt_to_continue_past_an_expiry() {
         matches!(&s.tools(&id)[0].result, ToolResult::Error { error } if error.contains("expired"))
     );
     assert_eq!(s.run(&id).status, RunStatus::Completed);
-    assert_eq!(s.run(&id).result.as_deref(), Some("carried on"));
+    assert_eq!(s.run(&id).outcome.result.as_deref(), Some("carried on"));
 }
 
 #[test]
@@ -305,9 +305,9 @@ fn a_long_answer_is_whole_in_the_timeline_and_a_preview_everywhere_else() {
     // The reply entry holds it all; the run item a preview and where the rest is.
     assert!(matches!(&before_usage(timeline).body,
         EntryBody::Assistant { text: Some(t), .. } if t.len() == long.len()));
-    assert!(run.result_truncated);
-    assert_eq!(run.result_seq, Some(timeline.len() as u64 - 2));
-    assert_eq!(run.result.as_ref().unwrap().len(), PREVIEW_BYTES);
+    assert!(run.outcome.result_truncated);
+    assert_eq!(run.outcome.result_seq, Some(timeline.len() as u64 - 2));
+    assert_eq!(run.outcome.result.as_ref().unwrap().len(), PREVIEW_BYTES);
     // So does the event.
     let done = s
         .events("run.completed")
@@ -316,7 +316,7 @@ fn a_long_answer_is_whole_in_the_timeline_and_a_preview_everywhere_else() {
         .unwrap();
     assert_eq!(done.detail["text"].as_str().unwrap().len(), PREVIEW_BYTES);
     assert_eq!(done.detail["textTruncated"], true);
-    assert_eq!(done.detail["resultSeq"], json!(run.result_seq));
+    assert_eq!(done.detail["resultSeq"], json!(run.outcome.result_seq));
     // The parent gets what a tool output may be, with a marker.
     let out = s.tools(&id)[0].result.clone();
     let ToolResult::Success { output } = out else {
@@ -386,7 +386,7 @@ fn under_on_expiry_default_a_question_expires_into_its_default_and_the_run_goes_
         let mut s = Sim::new();
         s.script("asker", vec![feedback(asked), text("went on")]);
         let id = s.create("asker", "ask");
-        s.runs.get_mut(&id).unwrap().0.on_expiry = ExpiryPolicy::Default;
+        s.runs.get_mut(&id).unwrap().0.origin.on_expiry = ExpiryPolicy::Default;
         s.run_all();
         let cta = s.pending_ctas(&id).remove(0);
         // The question carries its default: stored, and in its request event.
@@ -404,7 +404,7 @@ fn under_on_expiry_default_a_question_expires_into_its_default_and_the_run_goes_
         s.run_all();
         let run = s.run(&id);
         assert_eq!(run.status, RunStatus::Completed, "{question}");
-        assert_eq!(run.result.as_deref(), Some("went on"));
+        assert_eq!(run.outcome.result.as_deref(), Some("went on"));
         let tool = &s.tools(&id)[0];
         // The model was given the default, saying it is one.
         let ToolResult::Success { output } = &tool.result else {
@@ -443,7 +443,7 @@ fn a_default_applies_only_under_on_expiry_default_and_only_to_a_question_that_ha
         let mut s = Sim::new();
         s.script("asker", vec![feedback(question.clone()), text("went on")]);
         let id = s.create("asker", "ask");
-        s.runs.get_mut(&id).unwrap().0.on_expiry = policy;
+        s.runs.get_mut(&id).unwrap().0.origin.on_expiry = policy;
         s.run_all();
         let cta = s.pending_ctas(&id).remove(0);
         // A default that will never be given is not shown as the question's.
@@ -471,7 +471,7 @@ fn a_default_applies_only_under_on_expiry_default_and_only_to_a_question_that_ha
         vec![calls(vec![call("echo", json!({"text": "gated"}))])],
     );
     let id = s.create("quick", "go");
-    s.runs.get_mut(&id).unwrap().0.on_expiry = ExpiryPolicy::Default;
+    s.runs.get_mut(&id).unwrap().0.origin.on_expiry = ExpiryPolicy::Default;
     s.run_all();
     let cta = s.pending_ctas(&id).remove(0);
     assert!(cta.gate);
@@ -523,7 +523,7 @@ fn an_expiry_delivered_again_after_its_default_was_taken_changes_nothing() {
         ],
     );
     let id = s.create("asker", "ask");
-    s.runs.get_mut(&id).unwrap().0.on_expiry = ExpiryPolicy::Default;
+    s.runs.get_mut(&id).unwrap().0.origin.on_expiry = ExpiryPolicy::Default;
     s.run_all();
     let first = s.pending_ctas(&id).remove(0).cta_id;
     s.ctas.get_mut(&first).unwrap().status = CtaStatus::Expired;

@@ -21,7 +21,7 @@ fn a_cut_text_is_marked_and_the_model_is_asked_again() {
     s.run_all();
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Completed);
-    assert_eq!(run.result.as_deref(), Some("The answer is 42."));
+    assert_eq!(run.outcome.result.as_deref(), Some("The answer is 42."));
     assert_eq!(run.counters.thinks, 2);
     let timeline = &s.runs[&id].1;
     let EntryBody::Assistant {
@@ -94,6 +94,6 @@ fn a_reply_cut_every_time_ends_at_the_iteration_cap() {
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Completed);
     assert_eq!(run.counters.thinks, 3);
-    let result = run.result.as_deref().unwrap_or_default();
+    let result = run.outcome.result.as_deref().unwrap_or_default();
     assert!(result.starts_with("stopped after 3 iterations"), "{result}");
 }

@@ -21,11 +21,17 @@ fn the_iteration_cap_force_completes_with_a_recorded_reason() {
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Completed);
     assert_eq!(run.counters.thinks, 3, "worker's maxIterations is 3");
-    assert_eq!(run.error.as_ref().map(|e| e.code.as_str()), None);
+    assert_eq!(run.outcome.error.as_ref().map(|e| e.code.as_str()), None);
     assert!(
         matches!(&before_usage(&s.runs[&id].1).body, EntryBody::Notice { code, .. } if code == "max_iterations")
     );
-    assert!(run.result.as_deref().unwrap().contains("3 iterations"));
+    assert!(
+        run.outcome
+            .result
+            .as_deref()
+            .unwrap()
+            .contains("3 iterations")
+    );
 }
 
 #[test]
@@ -46,7 +52,7 @@ fn the_tool_call_cap_counts_the_turn_and_ends_it_with_a_final_answer() {
     s.run_all();
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Completed);
-    assert_eq!(run.result.as_deref(), Some("Here is what I found."));
+    assert_eq!(run.outcome.result.as_deref(), Some("Here is what I found."));
     assert_eq!(
         (run.counters.turn_tool_calls, run.counters.tools_spent),
         (8, true)
@@ -92,7 +98,7 @@ fn the_tool_call_cap_counts_the_turn_and_ends_it_with_a_final_answer() {
     s.send(&id, msg);
     s.run_all();
     let run = s.run(&id);
-    assert_eq!(run.result.as_deref(), Some("again"));
+    assert_eq!(run.outcome.result.as_deref(), Some("again"));
     assert_eq!(
         (run.counters.turn_tool_calls, run.counters.tools_spent),
         (2, false)
@@ -108,7 +114,7 @@ fn a_model_that_calls_tools_past_the_cap_fails_the_run() {
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Failed);
     assert_eq!(
-        run.error.as_ref().map(|e| e.code.as_str()),
+        run.outcome.error.as_ref().map(|e| e.code.as_str()),
         Some("tool_call_limit")
     );
     assert_eq!(s.executed.len(), 8);
@@ -193,7 +199,7 @@ fn a_run_past_its_wall_time_fails_naming_the_limit_and_human_waits_do_not_count(
     let id = s.create("timed", "go");
     let start = s.queue.pop_front().unwrap();
     s.deliver(&start);
-    assert_eq!(s.run(&id).state.as_deref(), Some("waiting_on_user"));
+    assert_eq!(s.run(&id).outcome.state.as_deref(), Some("waiting_on_user"));
     // Ten days pass before the human answers: that wait is not the run's working time.
     s.now += chrono::Duration::days(10);
     let cta = s.pending_ctas(&id)[0].cta_id.clone();
@@ -207,7 +213,7 @@ fn a_run_past_its_wall_time_fails_naming_the_limit_and_human_waits_do_not_count(
     s.run_all();
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Failed);
-    let error = run.error.as_ref().expect("error");
+    let error = run.outcome.error.as_ref().expect("error");
     assert_eq!(error.code, "deadline_exceeded");
     assert!(
         error.message.contains("maxWallSeconds = 60"),
@@ -261,8 +267,8 @@ fn idle_time_between_turns_is_not_work() {
     s.send(&id, msg);
     s.run_all();
     let run = s.run(&id);
-    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
-    assert_eq!(run.result.as_deref(), Some("second"));
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.outcome.error);
+    assert_eq!(run.outcome.result.as_deref(), Some("second"));
     assert!(run.working_time(s.now).num_seconds() < 60);
 }
 
@@ -283,8 +289,11 @@ fn a_subagents_wait_for_a_human_is_not_its_parents_work() {
     let id = s.create("patient", "go");
     s.run_all();
     let child = s.children(&id)[0].clone();
-    assert_eq!(s.run(&child).state.as_deref(), Some("waiting_on_user"));
-    assert!(!s.run(&id).waiting_ctas.is_empty());
+    assert_eq!(
+        s.run(&child).outcome.state.as_deref(),
+        Some("waiting_on_user")
+    );
+    assert!(!s.run(&id).waits.waiting_ctas.is_empty());
     // Armed while the parent waited on its subagent's work, cancelled when that became a
     // wait for a human: the parent's clock stopped.
     let (armed, cancelled) = deadline_timers(&s, &id);
@@ -300,8 +309,8 @@ fn a_subagents_wait_for_a_human_is_not_its_parents_work() {
     s.answer(&cta, CtaResponse::approval(true));
     s.run_all();
     let run = s.run(&id);
-    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
-    assert_eq!(run.result.as_deref(), Some("parent done"));
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.outcome.error);
+    assert_eq!(run.outcome.result.as_deref(), Some("parent done"));
     assert!(run.working_time(s.now).num_seconds() < 60);
     // Every deadline timer armed was cancelled by the end.
     let (armed, cancelled) = deadline_timers(&s, &id);
@@ -333,7 +342,7 @@ fn a_run_waiting_on_a_slow_subagent_is_stopped_at_its_deadline() {
     assert_eq!(s.send(&id, fire(timer_id)), Outcome::Done);
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Failed);
-    let error = run.error.as_ref().expect("error");
+    let error = run.outcome.error.as_ref().expect("error");
     assert_eq!(error.code, "deadline_exceeded");
     assert!(error.message.contains("subagents"), "{}", error.message);
     // Its subagent is told to stop.

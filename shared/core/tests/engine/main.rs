@@ -511,7 +511,7 @@ impl Sim {
         }
         // As the stores do in the commit: the tree's ledger takes the step's spending and
         // raise.
-        if let Some(b) = t.run.budget {
+        if let Some(b) = t.run.origin.budget {
             let l = self
                 .ledgers
                 .entry(t.run.root().to_owned())

@@ -146,9 +146,9 @@ fn context_guidance_joins_the_system_prompt_by_the_contexts_type() {
     let system = agent.system_prompt(&run, &none);
     assert!(system.starts_with("You read.\n\nQuote the document.\n\nContext (document):"));
     assert!(system.contains("doc-7"));
-    run.context = Some(json!({"type": "ticket"}));
+    run.origin.context = Some(json!({"type": "ticket"}));
     assert!(!agent.system_prompt(&run, &none).contains("Quote"));
-    run.context = None;
+    run.origin.context = None;
     assert_eq!(agent.system_prompt(&run, &none), "You read.");
 }
 

@@ -10,7 +10,7 @@ fn a_final_answer_completes_the_run_with_usage_and_an_event() {
     s.run_all();
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Completed);
-    assert_eq!(run.result.as_deref(), Some("found it"));
+    assert_eq!(run.outcome.result.as_deref(), Some("found it"));
     assert_eq!(run.spend.usage.total_tokens, 6);
     assert_eq!((run.counters.thinks, run.version), (1, 1));
     let done = s.events("run.completed");
@@ -222,7 +222,7 @@ fn a_fatal_model_error_fails_the_run_after_applying_the_input() {
         panic!("expected a transition")
     };
     assert_eq!(t.run.status, RunStatus::Failed);
-    assert_eq!(t.run.error.as_ref().unwrap().code, "model_error");
+    assert_eq!(t.run.outcome.error.as_ref().unwrap().code, "model_error");
     let resolved = t.updated[0].tool().unwrap();
     assert_eq!(resolved.child_run_id.as_deref(), Some(child.as_str()));
     assert!(
@@ -478,7 +478,7 @@ fn run_state_events_carry_the_context_type_the_run_works_on() {
     let ask = feedback(json!({"kind": "text", "prompt": "Which?"}));
     s.script("asker", vec![ask]);
     let id = s.create("asker", "summarize");
-    s.runs.get_mut(&id).unwrap().0.context = Some(json!({"type": "ticket", "id": "T-1"}));
+    s.runs.get_mut(&id).unwrap().0.origin.context = Some(json!({"type": "ticket", "id": "T-1"}));
     let plain = s.create("asker", "hello");
     s.run_all();
     let states = s.events("run.state");

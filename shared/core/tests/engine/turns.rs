@@ -84,7 +84,7 @@ fn a_follow_up_message_starts_a_new_turn_on_the_same_timeline() {
         (run.status, run.counters.thinks, run.counters.turn_thinks),
         (RunStatus::Completed, 2, 1)
     );
-    assert_eq!(run.result.as_deref(), Some("second"));
+    assert_eq!(run.outcome.result.as_deref(), Some("second"));
     let tl = &s.runs[&id].1;
     // Each turn ends with what it spent: its prompt's seq, its one reply's tokens.
     let usage = |e: &Entry| match &e.body {
@@ -206,13 +206,13 @@ fn a_message_to_an_active_run_waits_as_a_queued_entry() {
     let (run, tl) = &s.runs[&id];
     assert_eq!(run.status, RunStatus::Waiting, "the turn under way goes on");
     let seq = tl.len() as u64 - 1;
-    assert_eq!(run.queued, vec![seq]);
+    assert_eq!(run.waits.queued, vec![seq]);
     assert!(
         matches!(&tl[seq as usize].body, EntryBody::Queued { message_id, .. } if message_id == "m1")
     );
     // A redelivery queues nothing more.
     assert_eq!(s.send(&id, msg), Outcome::Ignored);
-    assert_eq!(s.runs[&id].0.queued.len(), 1);
+    assert_eq!(s.runs[&id].0.waits.queued.len(), 1);
 }
 
 #[test]
@@ -240,7 +240,7 @@ fn a_follow_up_between_a_tool_step_and_the_next_think_gets_its_own_turn() {
         options: Default::default(),
     };
     assert_eq!(s.send(&id, msg), Outcome::Done);
-    assert_eq!(s.run(&id).queued.len(), 1);
+    assert_eq!(s.run(&id).waits.queued.len(), 1);
     // then the continue still applies: the turn ends, and the follow-up gets its own turn.
     assert_eq!(s.deliver(&cont), Outcome::Done, "the continue is not stale");
     // A redelivery of the same continue is.
@@ -248,9 +248,9 @@ fn a_follow_up_between_a_tool_step_and_the_next_think_gets_its_own_turn() {
     s.run_all();
     let run = s.run(&id);
     assert_eq!(run.status, RunStatus::Completed);
-    assert_eq!(run.result.as_deref(), Some("second turn done"));
-    assert!(run.queued.is_empty());
-    assert_eq!(run.continue_at, None);
+    assert_eq!(run.outcome.result.as_deref(), Some("second turn done"));
+    assert!(run.waits.queued.is_empty());
+    assert_eq!(run.waits.continue_at, None);
     let users = s.runs[&id]
         .1
         .iter()
@@ -400,7 +400,7 @@ fn a_follow_ups_turn_whose_model_fails_for_good_fails_the_completed_run() {
     };
     assert_eq!(t.run.status, RunStatus::Failed);
     assert!(run.status.may_become(t.run.status));
-    assert_eq!(t.run.error.as_ref().unwrap().code, "model_error");
+    assert_eq!(t.run.outcome.error.as_ref().unwrap().code, "model_error");
     assert!(
         t.appended
             .iter()

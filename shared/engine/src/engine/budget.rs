@@ -23,7 +23,7 @@ impl Work<'_> {
     /// top-level run asks ([`spent`]). `Some` when the step must read the tree's ledger
     /// first, or has asked or parked (then `Some(None)`: commit).
     pub(super) fn check_budget(&mut self, agent: &AgentDef, io: &Io) -> Option<Option<Step>> {
-        let budget = self.run.budget?;
+        let budget = self.run.origin.budget?;
         let Some(ledger) = &io.budget else {
             return Some(Some(Step::ReadBudget));
         };
@@ -35,7 +35,7 @@ impl Work<'_> {
         if self.run.root() != self.run.run_id {
             // One question for the tree, however many of its runs find it spent at once:
             // its top-level run asks, and this one waits to be told of the raise.
-            self.run.budget_parked = true;
+            self.run.waits.budget_parked = true;
             self.run.status = RunStatus::Waiting;
             let (root, me) = (self.run.root().to_owned(), self.run.run_id.clone());
             self.send(
@@ -100,7 +100,7 @@ impl Work<'_> {
 /// listed to be told, and the owner is asked — unless the tree's question is pending
 /// already: a tree has one at a time, whatever number of its runs wait on it.
 pub(super) fn spent(w: &mut Work, run_id: &str) -> Next {
-    let Some(budget) = w.run.budget.filter(|_| !w.run.status.is_terminal()) else {
+    let Some(budget) = w.run.origin.budget.filter(|_| !w.run.status.is_terminal()) else {
         return Next::Now(Step::Ignore(format!(
             "{} has no budget to ask for, or has ended",
             w.run.run_id
@@ -113,7 +113,7 @@ pub(super) fn spent(w: &mut Work, run_id: &str) -> Next {
         w.send(run_id, &format!("raised:{run_id}"), Input::BudgetRaised);
         return Next::Commit;
     }
-    let known = w.run.budget_waiters.iter().any(|r| r == run_id);
+    let known = w.run.waits.budget_waiters.iter().any(|r| r == run_id);
     let asked = w.budget_question().is_some();
     if known && asked {
         return Next::Now(Step::Ignore(format!(
@@ -121,7 +121,7 @@ pub(super) fn spent(w: &mut Work, run_id: &str) -> Next {
         )));
     }
     if !known {
-        w.run.budget_waiters.push(run_id.to_owned());
+        w.run.waits.budget_waiters.push(run_id.to_owned());
     }
     if !asked {
         let Some(agent) = w.book.agent(&w.run.agent).cloned() else {
@@ -135,10 +135,10 @@ pub(super) fn spent(w: &mut Work, run_id: &str) -> Next {
 /// `BudgetRaised`, on a run that waits for its tree's budget: it thinks on (reading the
 /// budget again first: others of the tree may have spent the raise meanwhile).
 pub(super) fn raised(w: &mut Work) -> Next {
-    if !w.run.budget_parked || w.run.status.is_terminal() {
+    if !w.run.waits.budget_parked || w.run.status.is_terminal() {
         return Next::Now(Step::Ignore("not waiting for its tree's budget".into()));
     }
-    w.run.budget_parked = false;
+    w.run.waits.budget_parked = false;
     w.after_resolution()
 }
 
@@ -195,7 +195,7 @@ pub(super) fn answered(
             let output = json!({"approved": true, "raisedUsd": by_usd, "budgetUsd": budget_usd});
             w.resolve(seq, ToolResult::Success { output }, Some(snap));
             // The tree's runs that waited on this question think on.
-            for r in std::mem::take(&mut w.run.budget_waiters) {
+            for r in std::mem::take(&mut w.run.waits.budget_waiters) {
                 w.send(&r, &format!("raised:{r}"), Input::BudgetRaised);
             }
             w.raise = Some(Raise {

@@ -47,7 +47,7 @@ impl Work<'_> {
     /// and the `Continue` their reply's commit sent is on its way (it runs them, then thinks,
     /// in one commit), while `input` is another message (a redelivery finds them so).
     pub(super) fn left_to_continue(&self, input: &crate::message::Input) -> bool {
-        let Some(at) = self.run.continue_at else {
+        let Some(at) = self.run.waits.continue_at else {
             return false;
         };
         let awaited =

@@ -21,7 +21,7 @@ pub(super) fn waiting(
     question: &str,
 ) -> Next {
     let ours = w.child_call(child_run_id).is_some();
-    if !ours || w.run.waiting_ctas.iter().any(|c| c.cta_id == cta_id) {
+    if !ours || w.run.waits.waiting_ctas.iter().any(|c| c.cta_id == cta_id) {
         return Next::Now(Step::Ignore(format!(
             "no subagent {child_run_id} waits here, or CTA {cta_id} is known"
         )));
@@ -35,12 +35,12 @@ pub(super) fn waiting(
         code: "subagent_waiting".into(),
         message: format!("{who} asks a human: \"{question}\" (CTA {cta_id})"),
     });
-    w.run.waiting_ctas.push(WaitingCta {
+    w.run.waits.waiting_ctas.push(WaitingCta {
         cta_id: cta_id.into(),
         run_id: asker_run_id.into(),
         child_run_id: child_run_id.into(),
     });
-    if let Some(parent) = w.run.parent.clone() {
+    if let Some(parent) = w.run.origin.parent.clone() {
         let up = Input::ChildWaiting {
             child_run_id: w.run.run_id.clone(),
             asker_run_id: asker_run_id.into(),
@@ -54,11 +54,12 @@ pub(super) fn waiting(
 
 /// `ChildResumed`: that CTA was answered or expired; the run, and its parent, stop listing it.
 pub(super) fn resumed(w: &mut Work, child_run_id: &str, cta_id: &str) -> Next {
-    let before = w.run.waiting_ctas.len();
+    let before = w.run.waits.waiting_ctas.len();
     w.run
+        .waits
         .waiting_ctas
         .retain(|c| !(c.cta_id == cta_id && c.child_run_id == child_run_id));
-    if w.run.waiting_ctas.len() == before {
+    if w.run.waits.waiting_ctas.len() == before {
         return Next::Now(Step::Ignore(format!("CTA {cta_id} was not listed")));
     }
     w.tell_parent_resumed(cta_id);
@@ -76,7 +77,7 @@ impl Work<'_> {
 
     /// Tells the parent, if any, that a CTA in this run's tree no longer waits.
     pub(super) fn tell_parent_resumed(&mut self, cta_id: &str) {
-        if let Some(parent) = self.run.parent.clone() {
+        if let Some(parent) = self.run.origin.parent.clone() {
             let input = Input::ChildResumed {
                 child_run_id: self.run.run_id.clone(),
                 cta_id: cta_id.into(),
@@ -110,6 +111,7 @@ pub(super) fn finished(
     }
     // Whatever its tree still waited on is over with it.
     w.run
+        .waits
         .waiting_ctas
         .retain(|c| c.child_run_id != child_run_id);
     // Its owner refused the tree more budget: the tree ends, not only this subagent.
@@ -187,7 +189,7 @@ impl Work<'_> {
             let may_ask = self.book.agent(&self.run.agent).is_some_and(|a| {
                 a.tools
                     .iter()
-                    .chain(&self.run.granted)
+                    .chain(&self.run.origin.granted)
                     .any(|t| t == REQUEST_HUMAN_FEEDBACK)
             });
             if !may_ask {
@@ -196,7 +198,7 @@ impl Work<'_> {
                 );
             }
         }
-        if self.run.depth + 1 > limits.max_depth {
+        if self.run.origin.depth + 1 > limits.max_depth {
             self.refused_depth(crate::tools::SPAWN_SUBAGENT, limits.max_depth);
             return ToolResult::error(format!(
                 "subagents may nest at most {} deep; do this work yourself or answer",
@@ -228,12 +230,12 @@ impl Work<'_> {
         self.new_child(&child_id, seq, &agent, prompt, granted, None);
         if let (Ok(Some(github)), Some((child, _))) = (given_scope(input), self.new_runs.last_mut())
         {
-            child.github = Some(github);
+            child.origin.github = Some(github);
         }
         if let Some(sandbox) = text("sandboxId")
             && let Some((child, _)) = self.new_runs.last_mut()
         {
-            child.sandbox_id = Some(sandbox);
+            child.origin.sandbox_id = Some(sandbox);
         }
         self.tool_mut(seq).child_run_id = Some(child_id);
     }
@@ -255,7 +257,7 @@ impl Work<'_> {
         let context = match self.tool(seq).input.get("context") {
             Some(Value::Null) => None,
             Some(given) => Some(given.clone()),
-            None => self.run.context.clone(),
+            None => self.run.origin.context.clone(),
         };
         let mut child = Run::new(NewRun {
             run_id: child_id.into(),
@@ -265,14 +267,14 @@ impl Work<'_> {
                 run_id: self.run.run_id.clone(),
                 tool_call_id: call_id,
             }),
-            depth: self.run.depth + 1,
+            depth: self.run.origin.depth + 1,
             // Its own agent's policy, else its parent's.
             on_expiry: self
                 .book
                 .agent(agent)
                 .and_then(|a| a.on_expiry)
-                .unwrap_or(self.run.on_expiry),
-            sandbox_id: self.run.sandbox_id.clone(),
+                .unwrap_or(self.run.origin.on_expiry),
+            sandbox_id: self.run.origin.sandbox_id.clone(),
             metadata: None,
             context,
             root_run_id: Some(self.run.root().to_owned()),
@@ -285,11 +287,11 @@ impl Work<'_> {
             body: EntryBody::user(prompt),
         };
         child.next_seq = 1;
-        child.granted = granted;
-        child.tier = self.run.tier;
-        child.budget = self.run.budget;
-        child.github = self.run.github.clone();
-        child.execution_mode = mode.or(self.run.execution_mode);
+        child.origin.granted = granted;
+        child.origin.tier = self.run.origin.tier;
+        child.origin.budget = self.run.origin.budget;
+        child.origin.github = self.run.origin.github.clone();
+        child.origin.execution_mode = mode.or(self.run.origin.execution_mode);
         self.new_runs.push((child, vec![first]));
         self.effects.push(Effect::Send(StepMessage {
             run_id: child_id.into(),
@@ -316,7 +318,7 @@ impl Work<'_> {
                     tool_call_id: call_id.into(),
                 }),
                 options: crate::timeline::TurnOptions {
-                    tier: self.run.tier,
+                    tier: self.run.origin.tier,
                     ..Default::default()
                 },
             },

@@ -121,7 +121,7 @@ pub(super) fn expiry_ends_run(w: &Work, cta_id: &str) -> bool {
     if snap.budget.is_some() {
         return true;
     }
-    match w.run.on_expiry {
+    match w.run.origin.on_expiry {
         ExpiryPolicy::End => true,
         ExpiryPolicy::Continue => false,
         ExpiryPolicy::Default => snap.gate || snap.default.is_none(),
@@ -148,7 +148,7 @@ pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
         snap.expires_at.to_rfc3339()
     );
     snap.status = CtaStatus::Expired;
-    let applies = match (w.run.on_expiry, &snap.default, snap.gate) {
+    let applies = match (w.run.origin.on_expiry, &snap.default, snap.gate) {
         (ExpiryPolicy::Default, Some(default), false) => Some(default.clone()),
         _ => None,
     };
@@ -169,7 +169,7 @@ pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
     w.effects.push(Effect::CancelTimer {
         timer_id: cta_id.to_owned(),
     });
-    match w.run.on_expiry {
+    match w.run.origin.on_expiry {
         ExpiryPolicy::Continue => {
             w.push(EntryBody::Notice {
                 code: "cta_expired".into(),
@@ -308,11 +308,11 @@ impl Work<'_> {
         } = ask;
         // A default is the question's only where the run takes defaults at expiry: no one is
         // told of an answer that will never be given.
-        let default = default.filter(|_| self.run.on_expiry == ExpiryPolicy::Default);
+        let default = default.filter(|_| self.run.origin.on_expiry == ExpiryPolicy::Default);
         let cta_id = derive_id("cta", &self.run.run_id, seq);
         let expires_at =
             self.now + chrono::Duration::from_std(expiry).unwrap_or(chrono::Duration::days(30));
-        if let Some(parent) = self.run.parent.clone() {
+        if let Some(parent) = self.run.origin.parent.clone() {
             let (question, _) = super::preview(request.question(), super::PREVIEW_BYTES);
             let waiting = Input::ChildWaiting {
                 child_run_id: self.run.run_id.clone(),

@@ -159,7 +159,7 @@ pub fn ignored_effects(run: &Run, timeline: &[Entry], input: &Input) -> Vec<Effe
         return vec![];
     };
     let waits = timeline.iter().any(|e| {
-        run.queued.contains(&e.seq)
+        run.waits.queued.contains(&e.seq)
             && matches!(&e.body, EntryBody::Queued { message_id: m, .. } if m == message_id)
     });
     if waits {
@@ -214,7 +214,8 @@ pub async fn decide<W: StepIo>(
                 // budget, nothing known spent.
                 io.budget = Some(kept.unwrap_or_else(|| {
                     crate::budget::Ledger::new(
-                        run.budget
+                        run.origin
+                            .budget
                             .unwrap_or(crate::budget::Budget { budget_usd: 0.0 }),
                     )
                 }));

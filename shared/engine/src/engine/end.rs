@@ -147,14 +147,14 @@ impl Work<'_> {
             // The event carries the run item's preview and where the whole answer is.
             let mut detail = json!({
                 "runId": run_id,
-                "text": self.run.result.clone().unwrap_or_default(),
+                "text": self.run.outcome.result.clone().unwrap_or_default(),
                 "usage": self.run.spend.usage,
                 "costUsd": self.run.spend.cost_usd,
                 "total": self.run.total(),
             });
-            if self.run.result_truncated {
+            if self.run.outcome.result_truncated {
                 detail["textTruncated"] = json!(true);
-                detail["resultSeq"] = json!(self.run.result_seq);
+                detail["resultSeq"] = json!(self.run.outcome.result_seq);
             }
             self.publish("run.completed", detail);
         } else {
@@ -171,7 +171,7 @@ impl Work<'_> {
                 }
             };
             self.push(body);
-            self.run.error = Some(RunError {
+            self.run.outcome.error = Some(RunError {
                 code: code.into(),
                 message: message.into(),
             });
@@ -180,11 +180,14 @@ impl Work<'_> {
                 "costUsd": self.run.spend.cost_usd, "total": self.run.total(),
             }));
         }
-        if let Some(parent) = self.run.parent.clone() {
+        if let Some(parent) = self.run.origin.parent.clone() {
             let outcome = if status == RunStatus::Completed {
                 // The parent's tool result: capped like any tool output, in a message that
                 // must fit SQS's 256 KB. The whole answer stays in the child's timeline.
-                let text = self.final_text.clone().or_else(|| self.run.result.clone());
+                let text = self
+                    .final_text
+                    .clone()
+                    .or_else(|| self.run.outcome.result.clone());
                 ChildOutcome::Completed {
                     text: cap_at(text.unwrap_or_default(), MAX_OUTPUT_BYTES),
                     step_count: self.run.counters.thinks,

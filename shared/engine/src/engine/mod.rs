@@ -237,7 +237,12 @@ pub fn window_start(run: &Run, input: &Input) -> u64 {
         | Input::ChildResumed { .. }
         | Input::BudgetSpent { .. }
         | Input::BudgetRaised
-        | Input::Timer { .. } => run.queued.iter().copied().fold(run.batch_start, u64::min),
+        | Input::Timer { .. } => run
+            .waits
+            .queued
+            .iter()
+            .copied()
+            .fold(run.batch_start, u64::min),
     }
 }
 
@@ -404,7 +409,7 @@ fn owner_rules(before: &Run, input: &Input, owner: OwnerQuotas, mut step: Step) 
             && !was_active
             && is_active
             && !before.active_slot
-            && t.run.parent.is_none();
+            && t.run.origin.parent.is_none();
         if t.take_slot {
             t.run.active_slot = true;
             if matches!(input, Input::UserMessage { reply_to: None, .. }) {

@@ -18,7 +18,7 @@ pub(super) fn start(w: &mut Work) -> Next {
 /// redelivery, or a continue of a turn that has ended since, is stale. (A run stored before
 /// `continue_at` existed still matches on its version.)
 pub(super) fn resume(w: &mut Work, version: u64) -> Next {
-    let awaited = match w.run.continue_at {
+    let awaited = match w.run.waits.continue_at {
         Some(at) => at == version,
         None => w.run.version == version,
     };
@@ -27,7 +27,7 @@ pub(super) fn resume(w: &mut Work, version: u64) -> Next {
             "stale continue for version {version}"
         )));
     }
-    w.run.continue_at = None;
+    w.run.waits.continue_at = None;
     // The calls a reply left to this think have run (`calls.rs`): the rest of its batch (a
     // question, a subagent) may still wait.
     w.after_resolution()

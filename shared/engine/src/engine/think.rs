@@ -133,7 +133,7 @@ impl Work<'_> {
             operation: agent.operation,
             model: model.clone(),
             context_type: self.run.context_type().map(str::to_owned),
-            execution_mode: self.run.execution_mode,
+            execution_mode: self.run.origin.execution_mode,
             calls: 1,
             usage: reply.usage,
             cost_usd: cost_usd.unwrap_or(0.0),
@@ -165,7 +165,7 @@ impl Work<'_> {
                 text: note,
                 message_id: None,
                 options: crate::timeline::TurnOptions {
-                    tier: self.run.tier,
+                    tier: self.run.origin.tier,
                     visible: false,
                     trigger: None,
                 },
@@ -202,7 +202,7 @@ impl Work<'_> {
         self.run.offered = prepared
             .tools
             .iter()
-            .filter(|t| !self.run.granted.contains(t))
+            .filter(|t| !self.run.origin.granted.contains(t))
             .cloned()
             .collect();
         for (i, call) in reply.tool_calls.iter().enumerate() {

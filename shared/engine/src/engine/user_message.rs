@@ -39,7 +39,7 @@ pub(super) fn apply(
         return Next::Commit;
     }
     if let Some(link) = reply_to
-        && w.run.parent.as_ref().map(|p| &p.run_id) != Some(&link.run_id)
+        && w.run.origin.parent.as_ref().map(|p| &p.run_id) != Some(&link.run_id)
     {
         // Only a run's own parent may continue it: answer, change nothing else.
         refuse(w, link, "refused", "this run has no such subagent");
@@ -64,7 +64,7 @@ pub(super) fn apply(
                 message_id: message_id.to_owned(),
                 options: options.clone(),
             });
-            w.run.queued.push(seq);
+            w.run.waits.queued.push(seq);
             // Its place holds while it waits here, however long the turn takes.
             w.effects.push(crate::message::Effect::HoldFollowUps {
                 run_id: w.run.run_id.clone(),
@@ -92,11 +92,11 @@ pub(super) fn apply(
         return Next::Commit;
     }
     match reply_to {
-        Some(link) => w.run.parent = Some(link.clone()),
+        Some(link) => w.run.origin.parent = Some(link.clone()),
         None => w.release_follow_ups(vec![message_id.to_owned()]),
     }
     w.begin_turn(text, message_id, options.clone());
-    if slot.limited && reply_to.is_none() && w.run.parent.is_none() {
+    if slot.limited && reply_to.is_none() && w.run.origin.parent.is_none() {
         // The commit that starts the turn takes the run's active-run slot, or is refused
         // (and this decided again, `slot.refused`): before the model is paid for.
         w.send_continue();
@@ -116,7 +116,7 @@ pub(super) struct Slot<'a> {
 impl Work<'_> {
     /// Starts a new turn of a finished run with a user message (or a trigger's).
     pub(super) fn begin_turn(&mut self, text: &str, message_id: &str, options: TurnOptions) {
-        self.run.tier = options.tier;
+        self.run.origin.tier = options.tier;
         let seq = self.push(EntryBody::User {
             text: text.to_owned(),
             message_id: Some(message_id.to_owned()),
@@ -130,21 +130,21 @@ impl Work<'_> {
         self.run.counters.turn_thinks = 0;
         self.run.counters.turn_tool_calls = 0;
         self.run.counters.tools_spent = false;
-        self.run.result = None;
-        self.run.result_seq = None;
-        self.run.result_truncated = false;
-        self.run.error = None;
+        self.run.outcome.result = None;
+        self.run.outcome.result_seq = None;
+        self.run.outcome.result_truncated = false;
+        self.run.outcome.error = None;
     }
 
     /// When a turn has ended: the oldest waiting follow-up starts the next one (thinking in
     /// a step of its own). A run that ended for good (cancelled, failed, expired) drops
     /// them instead, and says so.
     pub(super) fn next_queued_turn(&mut self) {
-        if self.run.queued.is_empty() {
+        if self.run.waits.queued.is_empty() {
             return;
         }
         if self.run.status.is_final() {
-            let dropped = std::mem::take(&mut self.run.queued);
+            let dropped = std::mem::take(&mut self.run.waits.queued);
             let ids = dropped
                 .iter()
                 .filter_map(|s| match &self.entry(*s).body {
@@ -163,7 +163,7 @@ impl Work<'_> {
             });
             return;
         }
-        let seq = self.run.queued.remove(0);
+        let seq = self.run.waits.queued.remove(0);
         let EntryBody::Queued {
             text,
             message_id,

@@ -222,7 +222,7 @@ impl<'a> Work<'a> {
     /// commits, which [`super::start::resume`] checks.
     pub(super) fn send_continue(&mut self) {
         let version = self.run.version + 1;
-        self.run.continue_at = Some(version);
+        self.run.waits.continue_at = Some(version);
         let run_id = self.run.run_id.clone();
         self.send(&run_id, "continue", Input::Continue { version });
     }
@@ -246,9 +246,9 @@ impl<'a> Work<'a> {
     /// preview on the run.
     pub(super) fn set_result(&mut self, text: String, seq: Option<u64>) {
         let (shown, cut) = super::preview(&text, super::PREVIEW_BYTES);
-        self.run.result = Some(shown);
-        self.run.result_seq = seq;
-        self.run.result_truncated = cut;
+        self.run.outcome.result = Some(shown);
+        self.run.outcome.result_seq = seq;
+        self.run.outcome.result_truncated = cut;
         self.final_text = Some(text);
     }
 
@@ -261,7 +261,7 @@ impl<'a> Work<'a> {
                 Some("thinking"),
                 Some(json!({"iteration": self.run.counters.thinks})),
             ),
-            RunStatus::Waiting if self.run.budget_parked => (
+            RunStatus::Waiting if self.run.waits.budget_parked => (
                 // Its tree's budget question, which its top-level run asks: a human's.
                 Some("waiting_on_user"),
                 Some(json!({"ctaIds": [], "budgetQuestionOf": self.run.root()})),
@@ -319,7 +319,7 @@ impl<'a> Work<'a> {
         let works = match self.run.status {
             RunStatus::Queued | RunStatus::Running => true,
             RunStatus::Waiting => {
-                state != Some("waiting_on_user") && self.run.waiting_ctas.is_empty()
+                state != Some("waiting_on_user") && self.run.waits.waiting_ctas.is_empty()
             }
             _ => false,
         };
@@ -394,7 +394,7 @@ impl<'a> Work<'a> {
     pub(super) fn done(mut self) -> Step {
         let (state, detail) = self.state();
         if let Some(s) = state
-            && self.run.state.as_deref() != Some(s)
+            && self.run.outcome.state.as_deref() != Some(s)
         {
             let mut event = json!({"runId": self.run.run_id, "state": s});
             if let Some(d) = &detail {
@@ -413,11 +413,11 @@ impl<'a> Work<'a> {
             self.run.clock.human_wait_ms += (self.now - since).num_milliseconds().max(0) as u64;
         }
         self.clock(state);
-        self.run.state = state.map(str::to_owned);
-        self.run.state_detail = detail;
+        self.run.outcome.state = state.map(str::to_owned);
+        self.run.outcome.state_detail = detail;
         if self.run.status != RunStatus::Running {
             // No think is on its way to a run that is not running.
-            self.run.continue_at = None;
+            self.run.waits.continue_at = None;
         }
         // The run's own timers it has armed and not fired nor cancelled, for the stores'
         // index (a question's expiry is indexed with its CTA).
@@ -457,7 +457,7 @@ impl<'a> Work<'a> {
         self.run.batch_start = self.batch_start;
         self.run.updated_at = self.now;
         // A step committed: whatever failed before is behind the run.
-        self.run.last_error = None;
+        self.run.outcome.last_error = None;
         let transition = Box::new(Transition {
             run: self.run,
             appended: self.appended,

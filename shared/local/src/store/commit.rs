@@ -64,6 +64,7 @@ impl LocalStore {
         // A budgeted tree's ledger takes this step's spending and raise.
         let ledger = t
             .run
+            .origin
             .budget
             .filter(|_| t.spent_usd > 0.0 || t.budget_raise.is_some())
             .map(|b| {

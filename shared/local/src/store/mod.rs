@@ -255,8 +255,9 @@ impl RunWrites for LocalStore {
         let new = NewRun::encode(run, entries)?;
         // A budgeted tree's ledger is created with its top-level run.
         let ledger = run
+            .origin
             .budget
-            .filter(|_| run.parent.is_none())
+            .filter(|_| run.origin.parent.is_none())
             .map(baton_core::budget::Ledger::new);
         let admission = admission.copied();
         let outbox = outbox_json(outbox)?;

@@ -163,7 +163,7 @@ pub(super) const RUN_ROW: &str = "body, outbox, failure, \
 
 pub(super) fn record((body, outbox, failure, slot): RunRow) -> Result<RunRecord, PortError> {
     let mut run: Run = from_json(&body)?;
-    run.last_error = failure.map(|f| from_json(&f)).transpose()?;
+    run.outcome.last_error = failure.map(|f| from_json(&f)).transpose()?;
     run.active_slot = slot;
     Ok(RunRecord {
         run,
@@ -236,8 +236,8 @@ impl NewRun {
             owner: run.owner.clone(),
             version: run.version as i64,
             body: to_json(run)?,
-            parent: run.parent.as_ref().map(|p| p.run_id.clone()),
-            root: run.root_run_id.clone(),
+            parent: run.origin.parent.as_ref().map(|p| p.run_id.clone()),
+            root: run.origin.root_run_id.clone(),
             entries: encode_entries(entries)?,
         })
     }

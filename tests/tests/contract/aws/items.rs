@@ -336,8 +336,8 @@ async fn metadata_and_context_stay_out_of_the_item_each_commit_rewrites_on_dynam
     for (id, info) in [("run_bare", false), ("run_info", true)] {
         let (mut run, first) = new_run(id, "ivy");
         if info {
-            run.metadata = Some(metadata.clone());
-            run.context = Some(context.clone());
+            run.origin.metadata = Some(metadata.clone());
+            run.origin.context = Some(context.clone());
         }
         store
             .create_run(&run, &first, &[], None, None)
@@ -369,8 +369,8 @@ async fn metadata_and_context_stay_out_of_the_item_each_commit_rewrites_on_dynam
         let (loaded, _) = store.load(id).await.unwrap().unwrap();
         let (windowed, _, _) = store.load_window(id, &|_| 1).await.unwrap().unwrap();
         for r in [&got, &loaded.run, &windowed.run] {
-            assert_eq!(r.metadata, run.metadata, "{id}");
-            assert_eq!(r.context, run.context, "{id}");
+            assert_eq!(r.origin.metadata, run.origin.metadata, "{id}");
+            assert_eq!(r.origin.context, run.origin.context, "{id}");
             assert_eq!(r.version, run.version, "{id}");
         }
     }
@@ -383,8 +383,8 @@ async fn metadata_and_context_stay_out_of_the_item_each_commit_rewrites_on_dynam
     // body): its next step gives it one, so the commit after loses nothing, and it is
     // listed from then on.
     let (mut run, _) = new_run("run_legacy", "ivy");
-    run.metadata = Some(metadata.clone());
-    run.context = Some(context.clone());
+    run.origin.metadata = Some(metadata.clone());
+    run.origin.context = Some(context.clone());
     let legacy = std::collections::HashMap::from([
         ("PK".to_owned(), S("RUN#run_legacy".into())),
         ("SK".to_owned(), S("META".into())),
@@ -411,8 +411,8 @@ async fn metadata_and_context_stay_out_of_the_item_each_commit_rewrites_on_dynam
     let t = next(&run, vec![]);
     store.commit(run.version, &t).await.unwrap();
     let got = store.get_run("run_legacy").await.unwrap().unwrap().run;
-    assert_eq!(got.metadata, run.metadata);
-    assert_eq!(got.context, run.context);
+    assert_eq!(got.origin.metadata, run.origin.metadata);
+    assert_eq!(got.origin.context, run.origin.context);
     let listed = store
         .list_runs("ivy", &RunQuery::page(None, 10))
         .await
@@ -421,6 +421,6 @@ async fn metadata_and_context_stay_out_of_the_item_each_commit_rewrites_on_dynam
         listed
             .runs
             .iter()
-            .any(|r| r.run_id == "run_legacy" && r.metadata == run.metadata)
+            .any(|r| r.run_id == "run_legacy" && r.origin.metadata == run.origin.metadata)
     );
 }

@@ -47,7 +47,7 @@ fn a_draft_plan_is_confirmed_in_the_conversation_and_then_runs() {
         .expect("the draft's approval question");
     // The run waits on the draft alone: a follow-up would answer it (the API says so).
     assert_eq!(
-        s.run(&id).state_detail.as_ref().unwrap()["draftPlans"],
+        s.run(&id).outcome.state_detail.as_ref().unwrap()["draftPlans"],
         true
     );
 
@@ -160,7 +160,7 @@ fn an_answer_that_came_first_stands_and_the_follow_up_waits_behind_it() {
     let (run, timeline) = &s.runs[&id];
     assert_eq!(run.status, RunStatus::Completed);
     assert_eq!(
-        run.result.as_deref(),
+        run.outcome.result.as_deref(),
         Some("and again"),
         "the follow-up's turn came"
     );

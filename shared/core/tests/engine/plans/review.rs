@@ -120,7 +120,7 @@ fn a_draft_plan_waits_for_a_humans_approval_then_runs() {
     s.script("alpha", vec![text("X")]);
     let id = start(&mut s);
     assert_eq!(s.runs.len(), 1, "nothing runs before the approval");
-    assert_eq!(s.run(&id).state.as_deref(), Some("waiting_on_user"));
+    assert_eq!(s.run(&id).outcome.state.as_deref(), Some("waiting_on_user"));
     let cta = s.pending_ctas(&id).pop().expect("an approval CTA");
     let gated = cta.gated.clone().expect("it shows the plan");
     assert_eq!(gated.tool, "agent_orchestrate");

@@ -26,11 +26,14 @@ fn sequential_steps_pass_results_and_bindings_along() {
     assert_eq!(status(&s, &id, "use"), StepStatus::Pending);
     let find = child_of(&s, &id, "find");
     assert_eq!(first_prompt(&s, &find), "find cats");
-    let link = s.run(&find).parent.clone().expect("a child");
-    assert_eq!((link.run_id.as_str(), s.run(&find).depth), (id.as_str(), 1));
+    let link = s.run(&find).origin.parent.clone().expect("a child");
+    assert_eq!(
+        (link.run_id.as_str(), s.run(&find).origin.depth),
+        (id.as_str(), 1)
+    );
     assert_eq!(link.tool_call_id, s.tools(&id)[0].id);
-    assert_eq!(s.run(&id).state.as_deref(), Some("executing_plan"));
-    let detail = s.run(&id).state_detail.clone().expect("details");
+    assert_eq!(s.run(&id).outcome.state.as_deref(), Some("executing_plan"));
+    let detail = s.run(&id).outcome.state_detail.clone().expect("details");
     assert_eq!(
         (detail["done"].as_u64(), detail["total"].as_u64()),
         (Some(0), Some(2)),
@@ -55,7 +58,7 @@ fn sequential_steps_pass_results_and_bindings_along() {
         })
     );
     assert_eq!(s.run(&id).status, RunStatus::Completed);
-    assert_eq!(s.run(&id).result.as_deref(), Some("done"));
+    assert_eq!(s.run(&id).outcome.result.as_deref(), Some("done"));
     let counts: Vec<usize> = [
         "plan.created",
         "plan.step.started",
@@ -404,7 +407,7 @@ fn a_plan_steps_question_reaches_the_parent() {
     s.run_all();
     let asker = child_of(&s, &id, "ask");
     let cta = s.pending_ctas(&asker).pop().expect("the step asks");
-    assert_eq!(s.run(&id).waiting_ctas[0].cta_id, cta.cta_id);
+    assert_eq!(s.run(&id).waits.waiting_ctas[0].cta_id, cta.cta_id);
     assert!(s.runs[&id].1.iter().any(|e| matches!(
         &e.body,
         EntryBody::Notice { code, message } if code == "subagent_waiting" && message.contains("Which repo?")
@@ -459,7 +462,7 @@ fn a_parallel_step_with_a_failed_child_is_partial_and_the_output_lists_what_fail
     assert_eq!(state(&s, &id).steps["ok"].duration_ms, Some(3000));
     let done = &s.events("plan.completed")[0].detail;
     assert_eq!(done["durationMs"], 3000, "{done}");
-    assert_eq!(s.run(&id).result.as_deref(), Some("half done"));
+    assert_eq!(s.run(&id).outcome.result.as_deref(), Some("half done"));
 }
 
 #[test]

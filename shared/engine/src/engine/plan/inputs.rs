@@ -133,7 +133,7 @@ fn helper_finished(
                             tool_call_id: call_id.into(),
                         }),
                         options: crate::timeline::TurnOptions {
-                            tier: w.run.tier,
+                            tier: w.run.origin.tier,
                             ..Default::default()
                         },
                     },

@@ -108,12 +108,12 @@ impl Work<'_> {
         input: &Value,
     ) -> ToolResult {
         let limits = self.book.limits.plan;
-        if self.run.depth + 1 > limits.max_depth {
+        if self.run.origin.depth + 1 > limits.max_depth {
             self.refused_depth(plan::AGENT_ORCHESTRATE, limits.max_depth);
             return ToolResult::error(format!(
                 "a plan runs its steps as subagents, which may nest at most {} deep; this run \
                  is at depth {}: do this work yourself",
-                limits.max_depth, self.run.depth
+                limits.max_depth, self.run.origin.depth
             ));
         }
         if let Err(e) = input
@@ -221,7 +221,7 @@ impl Work<'_> {
         self.publish(
             "run.refused",
             json!({"runId": self.run.run_id, "guardrail": "depth", "tool": tool,
-                   "depth": self.run.depth, "maxDepth": max_depth}),
+                   "depth": self.run.origin.depth, "maxDepth": max_depth}),
         );
     }
 
