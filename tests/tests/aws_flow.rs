@@ -96,12 +96,7 @@ async fn full_flow_in(mut env: Env) -> Value {
 
     let run = env.host.api().status(&run_id, "completed").await;
     assert_eq!(run["result"], "Shipped to the chosen target.");
-    let types: Vec<&str> = run["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["type"].as_str().unwrap())
-        .collect();
+    let types = entry_types(&run);
     assert_eq!(
         types,
         [

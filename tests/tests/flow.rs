@@ -39,12 +39,7 @@ async fn the_example_script_runs_to_completed_with_its_full_timeline() {
     let run = h.wait_status(&run_id, &["completed"]).await;
     assert_eq!(run["result"], "All done.");
     assert_eq!(run["sandboxId"], "sb-1");
-    let types: Vec<&str> = run["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["type"].as_str().unwrap())
-        .collect();
+    let types = entry_types(&run);
     assert_eq!(
         types,
         [

@@ -257,6 +257,16 @@ impl Harness {
 }
 
 /// The timeline entries of a run of one type.
+/// The type of each entry of `run`'s timeline, in order.
+pub fn entry_types(run: &Value) -> Vec<&str> {
+    run["timeline"]
+        .as_array()
+        .expect("timeline")
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or_default())
+        .collect()
+}
+
 pub fn of_type<'a>(run: &'a Value, ty: &str) -> Vec<&'a Value> {
     run["timeline"]
         .as_array()
