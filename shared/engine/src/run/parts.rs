@@ -7,7 +7,7 @@ use super::{ExpiryPolicy, ForkedFrom, LastError, ParentLink, RunError, WaitingCt
 
 /// Where a run comes from and what it was started with: its place in its tree, what it
 /// works on, what its parent granted it, its tree's budget, and its turn's tier and plan
-/// mode ([`Run::origin`]).
+/// mode ([`Run::origin`](super::Run::origin)).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
@@ -59,7 +59,7 @@ pub struct RunOrigin {
 
 /// What a run waits on besides its own next step: its subagents' questions, its tree's
 /// budget question, the follow-ups queued behind its turn, and the think already on its
-/// way ([`Run::waits`]).
+/// way ([`Run::waits`](super::Run::waits)).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
@@ -87,7 +87,7 @@ pub struct RunWaits {
 }
 
 /// What a run shows of where it stands: its reported state, its last turn's answer, its
-/// error, and the last failure of a step being retried ([`Run::outcome`]).
+/// error, and the last failure of a step being retried ([`Run::outcome`](super::Run::outcome)).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
