@@ -5,7 +5,7 @@
 //! guardrails. It is built once at start-up; a bad agents file is a start-up error that names
 //! the problem. Each step is handed a [`Book`] of it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use regex::Regex;
@@ -84,98 +84,6 @@ pub enum CatalogError {
     #[error(transparent)]
     Schema(#[from] tools::SchemaError),
 }
-
-fn builtin_agents(limits: &Limits, fetch: bool) -> Vec<AgentDef> {
-    let agent = |name: &str, system: &str, tools: &[&str]| AgentDef {
-        name: name.into(),
-        description: None,
-        system: system.into(),
-        model: None,
-        model_by_context: BTreeMap::new(),
-        model_by_tier: BTreeMap::new(),
-        tools: tools.iter().map(|t| t.to_string()).collect(),
-        approval: HashMap::new(),
-        approval_batch: ApprovalBatch::default(),
-        on_unknown_outcome: Default::default(),
-        max_iterations: limits.max_iterations,
-        max_tool_calls_per_turn: limits.max_tool_calls,
-        cta_expiry: limits.cta_expiry,
-        on_expiry: None,
-        max_wall: None,
-        max_cost_usd: None,
-        max_output_tokens: None,
-        context_bytes: limits.context_bytes,
-        context_guidance: BTreeMap::new(),
-        operation: Operation::Think,
-    };
-    let explore_tools: &[&str] = if fetch { &[HTTP_FETCH] } else { &[] };
-    let described = |mut a: AgentDef, d: &str| {
-        a.description = Some(d.into());
-        a
-    };
-    let internal = |mut a: AgentDef, op: Operation| {
-        a.operation = op;
-        a.max_iterations = 2;
-        a
-    };
-    vec![
-        agent(
-            ORCHESTRATOR,
-            "You are an orchestrator. You do not do the work yourself: delegate it to \
-             subagents with spawn_subagent (explore to investigate, code to change things), \
-             in parallel when tasks are independent, or run a whole plan of them at once with \
-             agent_orchestrate when later work needs earlier results; ask the human with \
-             request_human_feedback when a decision or approval is theirs to make. When the \
-             work is done, answer with a short summary.",
-            &[
-                tools::SPAWN_SUBAGENT,
-                tools::REQUEST_HUMAN_FEEDBACK,
-                plan::AGENT_ORCHESTRATE,
-            ],
-        ),
-        described(
-            agent(
-                "explore",
-                "You are an explore subagent. Investigate what you are asked and report your \
-                 findings concisely. End every turn with a final answer.",
-                explore_tools,
-            ),
-            "investigates a question and reports its findings",
-        ),
-        described(
-            agent(
-                "code",
-                "You are a code subagent. Carry out the change you are asked for and report \
-                 what you did. End every turn with a final answer.",
-                &[],
-            ),
-            "carries out a change and reports what it did",
-        ),
-        internal(agent(plan::PLANNER, PLANNER_PROMPT, &[]), Operation::Plan),
-        internal(
-            agent(plan::PLAN_REVIEWER, REVIEWER_PROMPT, &[]),
-            Operation::Review,
-        ),
-    ]
-}
-
-/// The planner's fixed instructions; the catalog adds the agents a plan may use.
-const PLANNER_PROMPT: &str = "You write plans for agent_orchestrate. Reply with one JSON \
-object and nothing else: {\"steps\": [...]}. Steps run in order. An agent step is \
-{\"id\": \"...\", \"agent\": \"<agent>\", \"prompt\": \"...\", \"result_key\": \"...\"} (also \
-optional: \"with\": {...} input for the agent, \"timeout_ms\"). A parallel step runs agent steps \
-at once: {\"id\": \"...\", \"parallel\": [agent steps], \"merge\": \"collect\" or \
-\"first_success\"}. A prompt may use an earlier step's output as {{result.<result_key>}} \
-(or a field of it, {{result.<result_key>.<field>}}) and the call's bindings as \
-{{bindings.<name>}}; steps of one parallel step cannot use each other's results. Ids and \
-result keys use letters, digits, - and _. Keep plans short: only the steps the objective \
-needs.";
-
-/// The plan reviewer's fixed instructions.
-const REVIEWER_PROMPT: &str = "You review plans before they run. Approve a plan that \
-accomplishes its objective with the agents it names, in a sensible order, without needless \
-or risky steps. Reply with one JSON object and nothing else: {\"approved\": true or false, \
-\"notes\": \"what to change, or why it is fine\"}.";
 
 /// An agent of the agents file, checked.
 fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef, CatalogError> {

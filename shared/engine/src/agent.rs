@@ -223,6 +223,33 @@ impl Default for Limits {
 }
 
 impl AgentDef {
+    /// An agent that thinks with `system` and may call `tools`, every guardrail at the
+    /// deployment's default (`limits`).
+    pub fn new(name: &str, system: &str, tools: &[&str], limits: &Limits) -> Self {
+        Self {
+            name: name.into(),
+            description: None,
+            system: system.into(),
+            model: None,
+            model_by_context: BTreeMap::new(),
+            model_by_tier: BTreeMap::new(),
+            tools: tools.iter().map(|t| t.to_string()).collect(),
+            approval: HashMap::new(),
+            approval_batch: ApprovalBatch::default(),
+            on_unknown_outcome: UnknownOutcome::default(),
+            max_iterations: limits.max_iterations,
+            max_tool_calls_per_turn: limits.max_tool_calls,
+            cta_expiry: limits.cta_expiry,
+            on_expiry: None,
+            max_wall: None,
+            max_cost_usd: None,
+            max_output_tokens: None,
+            context_bytes: limits.context_bytes,
+            context_guidance: BTreeMap::new(),
+            operation: crate::timeline::Operation::Think,
+        }
+    }
+
     /// What an iteration adds before its plugins answer: the tools the run was granted, and
     /// those its plugins offered its last reply that called tools (see `Run::offered`).
     pub fn granted(&self, run: &Run) -> Prepared {

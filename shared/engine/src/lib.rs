@@ -17,6 +17,7 @@
 
 pub mod agent;
 pub mod budget;
+pub mod builtin;
 pub mod cost;
 pub mod cta;
 pub mod engine;
@@ -27,5 +28,7 @@ pub mod message;
 pub mod plan;
 pub mod run;
 pub mod scope;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod timeline;
 pub mod tools;

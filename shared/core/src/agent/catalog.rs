@@ -10,8 +10,10 @@ use tracing::{info, warn};
 
 use super::{
     AgentDef, AgentsFile, Book, CatalogError, Limits, PluginError, Preparation, Prepare, Prepared,
-    Tools, agent_def, builtin_agents, grants, is_subagent, plugin, server_of,
+    Tools, agent_def, grants, is_subagent, plugin, server_of,
 };
+use baton_engine::builtin;
+
 use crate::cost::Prices;
 use crate::llm::ToolSpec;
 use crate::plan;
@@ -118,13 +120,13 @@ impl Catalog {
         }
     }
 
-    /// What `agent`'s plugins add to the next iteration of `run` (`timeline` as the step
-    /// read it), with the tools the run was granted.
     /// Whether `agent` has plugins.
     pub fn has_plugins(&self, agent: &str) -> bool {
         self.plugins.get(agent).is_some_and(|p| !p.is_empty())
     }
 
+    /// What `agent`'s plugins add to the next iteration of `run` (`timeline` as the step
+    /// read it); the engine adds the tools the run was granted.
     pub async fn prepare(
         &self,
         agent: &str,
@@ -183,7 +185,8 @@ impl Catalog {
             set_plan_limits(&mut limits.plan, plans)?;
         }
         let fetch = toolbox.tools.iter().any(|t| t.name() == HTTP_FETCH);
-        let mut agents: BTreeMap<String, AgentDef> = builtin_agents(&limits, fetch)
+        let explore_tools: &[&str] = if fetch { &[HTTP_FETCH] } else { &[] };
+        let mut agents: BTreeMap<String, AgentDef> = builtin::agents(&limits, explore_tools)
             .into_iter()
             .map(|a| (a.name.clone(), a))
             .collect();
@@ -226,33 +229,9 @@ impl Catalog {
                 return Err(CatalogError::InternalWithTools(internal.into()));
             }
         }
-        // What spawn_subagent and plans may start: every agent but the orchestrator and
-        // the plan's own helpers.
-        let subagents: Vec<String> = agents.keys().filter(|n| is_subagent(n)).cloned().collect();
-        let listing: Vec<String> = subagents
-            .iter()
-            .map(
-                |n| match agents.get(n).and_then(|a| a.description.as_deref()) {
-                    Some(d) => format!("- {n}: {d}"),
-                    None => format!("- {n}"),
-                },
-            )
-            .collect();
-        if let Some(planner) = agents.get_mut(plan::PLANNER) {
-            planner.system.push_str(&format!(
-                "\n\nA plan has at most {} agent steps (parallel ones counted). The agents a \
-                 plan may use:\n{}",
-                limits.plan.max_steps,
-                listing.join("\n")
-            ));
-        }
         let mut tools: HashMap<String, Arc<ToolDef>> = HashMap::new();
-        for def in [
-            tools::spawn_subagent(&subagents),
-            tools::request_human_feedback(),
-            tools::agent_orchestrate(&subagents),
-        ] {
-            tools.insert(def.spec.name.clone(), Arc::new(def));
+        for (spec, kind) in builtin::tools(&mut agents, &limits) {
+            tools.insert(spec.name.clone(), Arc::new(ToolDef::from_spec(spec, kind)));
         }
         let mut executable: Vec<Arc<dyn Tool>> = vec![Arc::new(tools::Echo)];
         executable.extend(toolbox.tools);

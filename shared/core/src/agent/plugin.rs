@@ -72,8 +72,7 @@ impl<P: Plugin> Prepare for Typed<P> {
     }
 }
 
-/// Asks each of `agent`'s `plugins`, in order, what the next iteration of `run` adds (with
-/// the tools the run was granted).
+/// Asks each of `agent`'s `plugins`, in order, what the next iteration of `run` adds.
 pub(super) async fn prepare(
     agent: &str,
     plugins: &[Arc<dyn Prepare>],
@@ -108,8 +107,5 @@ pub(super) async fn prepare(
         }
         out.states.insert(name.to_owned(), state);
     }
-    out.prepared
-        .tools
-        .extend(run.origin.granted.iter().cloned());
     Ok(out)
 }

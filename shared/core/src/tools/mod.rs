@@ -7,10 +7,8 @@
 //! A [`ToolServer`] is a set of tools known only once asked (an MCP server): the catalog
 //! lists it once and keeps the list.
 
-mod builtin;
 mod echo;
 
-pub use builtin::{agent_orchestrate, request_human_feedback, spawn_subagent};
 pub use echo::Echo;
 
 use std::sync::{Arc, OnceLock};
@@ -325,12 +323,18 @@ pub struct SchemaError {
 
 impl ToolDef {
     pub fn new(name: &str, description: &str, schema: Value, kind: ToolKind) -> Self {
+        let spec = ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            parameters: schema,
+        };
+        Self::from_spec(spec, kind)
+    }
+
+    /// A tool the engine dispatches itself ([`baton_engine::builtin::tools`]).
+    pub fn from_spec(spec: ToolSpec, kind: ToolKind) -> Self {
         Self {
-            spec: ToolSpec {
-                name: name.into(),
-                description: description.into(),
-                parameters: schema,
-            },
+            spec,
             kind,
             exec: None,
             timeout: None,
@@ -435,9 +439,11 @@ mod tests {
 
     #[test]
     fn schemas_validate_model_arguments() {
-        let spawn = spawn_subagent(&["explore".into(), "code".into()]);
-        let feedback = request_human_feedback();
-        let orchestrate = agent_orchestrate(&["explore".into()]);
+        use baton_engine::builtin::{agent_orchestrate, request_human_feedback, spawn_subagent};
+        let from = |(spec, kind)| ToolDef::from_spec(spec, kind);
+        let spawn = from(spawn_subagent(&["explore".into(), "code".into()]));
+        let feedback = from(request_human_feedback());
+        let orchestrate = from(agent_orchestrate(&["explore".into()]));
         for def in [&spawn, &feedback, &orchestrate] {
             def.check().expect("the built-in schemas compile");
         }
@@ -534,5 +540,23 @@ mod tests {
         assert_eq!(e.tool, "odd");
         let refused = bad.validate(&json!({})).expect_err("not validated");
         assert!(refused.contains("its schema is invalid"), "{refused}");
+    }
+
+    #[test]
+    fn keys_derive_from_the_run_and_the_committed_call() {
+        let key =
+            |run: &str, seq: u64, id: &str, input: Value| idempotency_key(run, seq, id, &input);
+        let k = key("run_a", 3, "call_1", json!({"amount": 5}));
+        assert_eq!(k, key("run_a", 3, "call_1", json!({"amount": 5})), "a redo");
+        assert_eq!(k.len(), 37);
+        for other in [
+            key("run_b", 3, "call_1", json!({"amount": 5})),
+            key("run_a", 4, "call_1", json!({"amount": 5})),
+            key("run_a", 3, "call_2", json!({"amount": 5})),
+            // A reply asked again at the same place, with another input.
+            key("run_a", 3, "call_1", json!({"amount": 6})),
+        ] {
+            assert_ne!(k, other);
+        }
     }
 }

@@ -25,8 +25,8 @@ pub trait StepIo: Sync {
     /// listed then): every pass of the step checks its calls against this, however the
     /// servers' listings move meanwhile.
     fn book(&self) -> Book;
-    /// What the plugins of `run`'s agent add to its next iteration, with the tools the run
-    /// was granted. Asked once, before the step's think. They read the timeline as the model
+    /// What the plugins of `run`'s agent add to its next iteration (the engine adds the tools
+    /// the run was granted). Asked once, before the step's think. They read the timeline as the model
     /// will: `timeline` as the step read it, with `changed` (the calls the step ran, the
     /// message it applied) over it ([`crate::timeline::overlay`]).
     fn prepare(
@@ -190,9 +190,14 @@ pub async fn decide<W: StepIo>(
                 changed,
             } => {
                 world.think_fits()?;
-                // The plugins answer once, before the think: the step's input from then on.
+                // The plugins answer once, before the think: the step's input from then on,
+                // with the tools the run was granted.
                 let prepared = match io.book.agent(&run.agent) {
-                    Some(_) => world.prepare(run, timeline, &changed).await?,
+                    Some(_) => {
+                        let mut p = world.prepare(run, timeline, &changed).await?;
+                        p.prepared.tools.extend(run.origin.granted.iter().cloned());
+                        p
+                    }
                     None => Preparation::default(),
                 };
                 let reply = world.think(think_index, &changed, &prepared.prepared).await;

@@ -9,8 +9,8 @@
 //! retried step mints the same ones. [`decide`] is the one loop that feeds it that I/O.
 //!
 //! No I/O, no clock, no randomness here: time and ids come in as inputs. Every decision
-//! lives here (and is tested in `baton-core`'s `tests/engine/`, with agents its catalog
-//! builds). One file per kind of input:
+//! lives here (and is tested in this crate's `tests/engine/`, on the world of
+//! `testkit`). One file per kind of input:
 //!
 //! | input | file |
 //! |---|---|

@@ -25,7 +25,7 @@ fn each_cta_kind_parks_the_run_and_resumes_with_the_answer() {
         ),
     ];
     for (request, response, output) in table {
-        let mut s = Sim::new();
+        let mut s = sim();
         s.script("asker", vec![feedback(request.clone()), text("thanks")]);
         let id = s.create("asker", "ask");
         s.run_all();
@@ -87,7 +87,7 @@ fn an_invalid_response_changes_nothing() {
         ),
     ];
     for (request, response) in table {
-        let mut s = Sim::new();
+        let mut s = sim();
         s.script("asker", vec![feedback(request)]);
         let id = s.create("asker", "ask");
         s.run_all();
@@ -110,7 +110,7 @@ fn an_invalid_response_changes_nothing() {
 
 #[test]
 fn an_invalid_cta_request_is_an_error_result() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script("asker", vec![
         feedback(json!({"kind": "choice", "prompt": "p", "options": [{"id": "a", "label": "A"}, {"id": "a", "label": "B"}]})),
         text("ok"),
@@ -126,7 +126,7 @@ fn an_invalid_cta_request_is_an_error_result() {
 
 #[test]
 fn expiry_ends_the_run_by_default_and_cancels_the_rest() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "orchestrator",
         vec![calls(vec![
@@ -184,7 +184,7 @@ fn expiry_ends_the_run_by_default_and_cancels_the_rest() {
 
 #[test]
 fn a_run_may_opt_to_continue_past_an_expiry() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "asker",
         vec![
@@ -224,7 +224,7 @@ fn a_cta_waits_as_long_as_its_agent_allows_or_the_call_asks_for_less() {
         ("quick", call("echo", json!({"text": "gated"})), 60),
     ];
     for (agent, c, seconds) in table {
-        let mut s = Sim::new();
+        let mut s = sim();
         s.script(agent, vec![calls(vec![c.clone()])]);
         let id = s.create(agent, "go");
         s.run_all();
@@ -256,7 +256,7 @@ fn a_cta_waits_as_long_as_its_agent_allows_or_the_call_asks_for_less() {
 
 #[test]
 fn the_responder_of_an_answer_is_recorded_beside_it() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "asker",
         vec![
@@ -286,7 +286,7 @@ fn the_responder_of_an_answer_is_recorded_beside_it() {
 #[test]
 fn a_long_answer_is_whole_in_the_timeline_and_a_preview_everywhere_else() {
     let long = "word ".repeat(100_000); // 500 KB
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "deep",
         vec![
@@ -332,7 +332,7 @@ fn a_long_answer_is_whole_in_the_timeline_and_a_preview_everywhere_else() {
 
 #[test]
 fn an_oversized_question_is_an_error_the_model_sees() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let huge = "?".repeat(MAX_CTA_REQUEST_BYTES + 1);
     s.script(
         "asker",
@@ -383,7 +383,7 @@ fn under_on_expiry_default_a_question_expires_into_its_default_and_the_run_goes_
     for (question, default, answer) in table {
         let mut asked = question.clone();
         asked["default"] = default;
-        let mut s = Sim::new();
+        let mut s = sim();
         s.script("asker", vec![feedback(asked), text("went on")]);
         let id = s.create("asker", "ask");
         s.runs.get_mut(&id).unwrap().0.origin.on_expiry = ExpiryPolicy::Default;
@@ -440,7 +440,7 @@ fn a_default_applies_only_under_on_expiry_default_and_only_to_a_question_that_ha
         (ExpiryPolicy::Continue, with, RunStatus::Completed),
     ];
     for (policy, question, ends) in table {
-        let mut s = Sim::new();
+        let mut s = sim();
         s.script("asker", vec![feedback(question.clone()), text("went on")]);
         let id = s.create("asker", "ask");
         s.runs.get_mut(&id).unwrap().0.origin.on_expiry = policy;
@@ -465,7 +465,7 @@ fn a_default_applies_only_under_on_expiry_default_and_only_to_a_question_that_ha
     }
 
     // A tool call's approval has no default: under `default` its expiry ends the run.
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "quick",
         vec![calls(vec![call("echo", json!({"text": "gated"}))])],
@@ -494,7 +494,7 @@ fn a_default_that_does_not_answer_its_question_is_refused_to_the_model() {
         ),
     ];
     for (question, why) in table {
-        let mut s = Sim::new();
+        let mut s = sim();
         s.script("asker", vec![feedback(question.clone()), text("ok")]);
         let id = s.create("asker", "ask");
         s.run_all();
@@ -513,7 +513,7 @@ fn a_default_that_does_not_answer_its_question_is_refused_to_the_model() {
 fn an_expiry_delivered_again_after_its_default_was_taken_changes_nothing() {
     // The run takes the first question's default, then asks a second; the first's expiry
     // comes again (a redelivery, the sweep): the second question stays open.
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "asker",
         vec![

@@ -4,7 +4,7 @@ use super::*;
 
 #[test]
 fn cancellation_cancels_ctas_and_children_once() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "orchestrator",
         vec![calls(vec![
@@ -19,16 +19,9 @@ fn cancellation_cancels_ctas_and_children_once() {
         "explore",
         vec![feedback(json!({"kind": "text", "prompt": "?"}))],
     );
-    s.catalog = Catalog::new(
-        Limits::default(),
-        vec![],
-        Some(
-            serde_json::from_value(json!({"agents": {
-        "explore": {"tools": ["request_human_feedback"]}}}))
-            .unwrap(),
-        ),
-    )
-    .unwrap();
+    let limits = Limits::default();
+    let explore = AgentDef::new("explore", "", &["request_human_feedback"], &limits);
+    s.agents = Box::new(book(limits, vec![explore]));
     let id = s.create("orchestrator", "go");
     s.run_all();
     let child = s.children(&id)[0].clone();
@@ -68,7 +61,7 @@ fn cancellation_cancels_ctas_and_children_once() {
 
 #[test]
 fn a_follow_up_message_starts_a_new_turn_on_the_same_timeline() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script("explore", vec![text("first"), text("second")]);
     let id = s.create("explore", "one");
     s.run_all();
@@ -105,7 +98,7 @@ fn a_follow_up_message_starts_a_new_turn_on_the_same_timeline() {
 fn a_follow_up_that_reaches_a_cancelled_run_is_refused_there_and_the_run_stays_ended() {
     // The API refuses a follow-up to a run that ended for good; one it admitted just
     // before a cancel won the run's queue reaches a cancelled run: the writer refuses it.
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "asker",
         vec![
@@ -152,7 +145,7 @@ fn failed_and_expired_runs_refuse_follow_ups_and_triggers_and_completed_ones_tak
         (RunStatus::Expired, false),
         (RunStatus::Completed, true),
     ] {
-        let mut s = Sim::new();
+        let mut s = sim();
         s.script("explore", vec![text("first"), text("second")]);
         let id = s.create("explore", "one");
         s.run_all();
@@ -189,7 +182,7 @@ fn failed_and_expired_runs_refuse_follow_ups_and_triggers_and_completed_ones_tak
 
 #[test]
 fn a_message_to_an_active_run_waits_as_a_queued_entry() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "asker",
         vec![feedback(json!({"kind": "text", "prompt": "?"}))],
@@ -218,7 +211,7 @@ fn a_message_to_an_active_run_waits_as_a_queued_entry() {
 #[test]
 fn a_follow_up_between_a_tool_step_and_the_next_think_gets_its_own_turn() {
     // Given a run whose first step ran a tool and sent itself a continue,
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "worker",
         vec![
@@ -261,7 +254,7 @@ fn a_follow_up_between_a_tool_step_and_the_next_think_gets_its_own_turn() {
 
 #[test]
 fn a_turns_usage_counts_what_its_subagents_spent() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "orchestrator",
         vec![calls(vec![spawn("explore", "look")]), text("seen")],
@@ -301,7 +294,7 @@ fn a_turns_usage_counts_what_its_subagents_spent() {
 
 /// A run of `explore` that completed its first turn, and a follow-up for its next.
 fn ended_run_and_follow_up() -> (Sim, String, Input) {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script("explore", vec![text("first"), text("second")]);
     let id = s.create("explore", "one");
     s.run_all();
@@ -319,7 +312,7 @@ fn decide_under(s: &Sim, id: &str, input: &Input, owner: OwnerQuotas) -> Decisio
     let (run, tl) = &s.runs[id];
     let mut io = Io {
         owner,
-        ..Io::new(s.catalog.book(&s.catalog.listed()))
+        ..Io::new(s.agents.book())
     };
     block_on(decide(s.now, run, tl, input, &s.world(run), &mut io)).expect("decides")
 }
@@ -391,7 +384,7 @@ fn a_follow_ups_turn_whose_model_fails_for_good_fails_the_completed_run() {
     assert_eq!(run.status, RunStatus::Completed);
     let io = Io {
         model_error: Some("the model refused".into()),
-        ..Io::new(s.catalog.book(&s.catalog.listed()))
+        ..Io::new(s.agents.book())
     };
     // One commit takes the run from `completed` to `failed` (the status table allows it:
     // the engine asserts every commit against it).

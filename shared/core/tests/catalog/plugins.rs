@@ -46,13 +46,15 @@ impl baton_core::agent::Plugin for Skills {
 #[test]
 fn a_plugin_adds_tools_and_context_and_keeps_typed_state_committed_with_each_think() {
     let on = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut s = Sim::new();
+    let mut s = sim();
     let skills = Skills {
         on: on.clone(),
         flip: false,
     };
-    s.catalog = std::mem::replace(&mut s.catalog, catalog_with(Limits::default()))
-        .with_plugin("deep", skills);
+    let catalog = use_catalog(
+        &mut s,
+        catalog_with(Limits::default()).with_plugin("deep", skills),
+    );
     let echo = || calls(vec![call("echo", json!({"text": "x"}))]);
     s.script("deep", vec![echo(), text("ok")]);
     let id = s.create("deep", "go");
@@ -64,8 +66,8 @@ fn a_plugin_adds_tools_and_context_and_keeps_typed_state_committed_with_each_thi
     assert_eq!(s.run(&id).plugin_state["skills"], json!({"activations": 2}));
     on.store(true, std::sync::atomic::Ordering::SeqCst);
     let (run, timeline) = s.runs[&id].clone();
-    let agent = s.catalog.agent("deep").expect("deep");
-    let p = block_on(s.catalog.prepare("deep", &run, &timeline)).expect("prepares");
+    let agent = catalog.agent("deep").expect("deep");
+    let p = block_on(catalog.prepare("deep", &run, &timeline)).expect("prepares");
     assert_eq!(p.prepared.tools, ["echo"]);
     assert_eq!(
         p.states["skills"],
@@ -84,17 +86,20 @@ fn what_the_plugins_answered_is_the_steps_input_however_their_source_moves() {
     // The index turns over right after it is read: the model was offered `echo`, and its
     // call is checked against that offer, not against a second reading.
     let on = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let mut s = Sim::new();
+    let mut s = sim();
     let skills = Skills {
         on: on.clone(),
         flip: true,
     };
-    s.catalog = std::mem::replace(&mut s.catalog, catalog_with(Limits::default()))
-        .with_plugin("deep", skills);
+    use_catalog(
+        &mut s,
+        catalog_with(Limits::default()).with_plugin("deep", skills),
+    );
     let id = s.create("deep", "go");
     let (run, timeline) = s.runs[&id].clone();
     let world = Scripted {
-        catalog: &s.catalog,
+        agents: &*s.agents,
+        key: s.key,
         run_id: id.clone(),
         agent: "deep".into(),
         replies: vec![calls(vec![call("echo", json!({"text": "x"}))])],
@@ -154,7 +159,7 @@ fn context_guidance_joins_the_system_prompt_by_the_contexts_type() {
 
 #[test]
 fn widgets_are_timeline_entries_the_model_never_sees() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "worker",
         vec![
@@ -189,7 +194,7 @@ fn widgets_are_timeline_entries_the_model_never_sees() {
 
 #[test]
 fn a_files_summary_is_all_the_model_sees_of_it() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "worker",
         vec![
@@ -258,15 +263,18 @@ impl baton_core::agent::Plugin for Failing {
 #[test]
 fn a_plugins_error_is_its_own_named_and_retried_only_when_it_says_so() {
     for retryable in [true, false] {
-        let mut s = Sim::new();
-        s.catalog = std::mem::replace(&mut s.catalog, catalog_with(Limits::default()))
-            .with_plugin("deep", Failing { retryable });
+        let mut s = sim();
+        use_catalog(
+            &mut s,
+            catalog_with(Limits::default()).with_plugin("deep", Failing { retryable }),
+        );
         s.script("deep", vec![text("never asked")]);
         let id = s.create("deep", "go");
         let msg = s.queue.pop_front().expect("the run's start");
         let (run, timeline) = s.runs[&id].clone();
         let world = Scripted {
-            catalog: &s.catalog,
+            agents: &*s.agents,
+            key: s.key,
             run_id: id.clone(),
             replies: vec![text("never asked")],
             agent: "deep".into(),
@@ -351,10 +359,13 @@ fn a_call_of_a_tool_a_plugin_offered_runs_once_a_human_approves_it() {
         serde_json::from_value(json!({"agents": {"skilled": {"tools": []}}})).unwrap();
     let tools: Vec<std::sync::Arc<dyn baton_core::tools::Tool>> =
         vec![std::sync::Arc::new(Guarded)];
-    let mut s = Sim::new();
-    s.catalog = Catalog::new(Limits::default(), tools, Some(file))
-        .unwrap()
-        .with_plugin("skilled", Offers("guarded"));
+    let mut s = sim();
+    use_catalog(
+        &mut s,
+        Catalog::new(Limits::default(), tools, Some(file))
+            .unwrap()
+            .with_plugin("skilled", Offers("guarded")),
+    );
     s.script(
         "skilled",
         vec![

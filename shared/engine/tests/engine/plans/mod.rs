@@ -3,8 +3,8 @@
 //! `review.rs`.
 
 use super::*;
-use baton_core::plan::{PlanState, StepStatus};
-use baton_core::timeline::Operation;
+use baton_engine::plan::{PlanState, StepStatus};
+use baton_engine::timeline::Operation;
 
 fn plan_call(input: Value) -> LlmReply {
     calls(vec![call("agent_orchestrate", input)])

@@ -5,7 +5,7 @@ use super::*;
 
 #[test]
 fn sequential_steps_pass_results_and_bindings_along() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let steps = json!([
         {"id": "find", "agent": "alpha", "prompt": "find {{bindings.topic}}", "result_key": "found"},
         {"id": "use", "agent": "beta", "prompt": "use {{result.found.n}}",
@@ -76,7 +76,7 @@ fn sequential_steps_pass_results_and_bindings_along() {
 
 #[test]
 fn a_parallel_step_runs_at_once_and_a_later_step_binds_both_results() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let steps = json!([
         {"id": "research", "parallel": [
             {"id": "a", "agent": "alpha", "prompt": "one", "result_key": "a"},
@@ -112,7 +112,7 @@ fn a_parallel_step_runs_at_once_and_a_later_step_binds_both_results() {
 
 #[test]
 fn first_success_takes_the_winner_and_cancels_the_rest() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let steps = json!([
         {"id": "race", "parallel": [
             {"id": "fast", "agent": "alpha", "prompt": "x"},
@@ -157,7 +157,7 @@ fn first_success_takes_the_winner_and_cancels_the_rest() {
 
 #[test]
 fn a_step_that_binds_a_failed_result_is_skipped_and_independent_steps_still_run() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let steps = json!([
         {"id": "a", "agent": "alpha", "prompt": "x", "result_key": "a"},
         {"id": "b", "agent": "beta", "prompt": "use {{result.a}}"},
@@ -258,7 +258,7 @@ fn caps_bound_plans_and_a_call_may_lower_but_not_raise_them() {
         ),
     ];
     for (limits, input, want) in table {
-        let mut s = Sim::with(limits);
+        let mut s = sim_with(limits);
         s.script("orchestrator", vec![plan_call(input.clone()), text("ok")]);
         s.script("alpha", vec![text("done")]);
         let id = start(&mut s);
@@ -278,7 +278,7 @@ fn caps_bound_plans_and_a_call_may_lower_but_not_raise_them() {
 
 #[test]
 fn a_step_past_its_timeout_fails_its_child_is_cancelled_and_the_plan_goes_on() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let steps = json!([
         {"id": "slow", "agent": "alpha", "prompt": "x"},
         {"id": "next", "agent": "beta", "prompt": "y", "timeout_ms": 2000}
@@ -341,7 +341,7 @@ fn a_step_past_its_timeout_fails_its_child_is_cancelled_and_the_plan_goes_on() {
 
 #[test]
 fn a_step_timeout_never_outlasts_the_runs_own_deadline() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "lead",
         vec![plan_call(
@@ -360,7 +360,7 @@ fn a_step_timeout_never_outlasts_the_runs_own_deadline() {
 
 #[test]
 fn cancelling_the_run_cancels_its_plans_children_and_timers() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let steps = json!([{"id": "p", "parallel": [
         {"id": "x", "agent": "alpha", "prompt": "1"},
         {"id": "y", "agent": "beta", "prompt": "2"}]}]);
@@ -392,7 +392,7 @@ fn cancelling_the_run_cancels_its_plans_children_and_timers() {
 
 #[test]
 fn a_plan_steps_question_reaches_the_parent() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "orchestrator",
         vec![plan_call(
@@ -416,7 +416,7 @@ fn a_plan_steps_question_reaches_the_parent() {
 
 #[test]
 fn a_parallel_step_with_a_failed_child_is_partial_and_the_output_lists_what_failed() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let steps = json!([{"id": "both", "parallel": [
         {"id": "ok", "agent": "alpha", "prompt": "a", "result_key": "a"},
         {"id": "bad", "agent": "beta", "prompt": "b", "result_key": "b"}]}]);
@@ -467,7 +467,7 @@ fn a_parallel_step_with_a_failed_child_is_partial_and_the_output_lists_what_fail
 
 #[test]
 fn a_plan_that_succeeds_has_no_errors() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let steps = json!([{"id": "a", "agent": "alpha", "prompt": "x"}]);
     s.script(
         "orchestrator",
@@ -486,7 +486,7 @@ fn a_run_holds_the_timers_it_armed_until_they_fire_or_are_cancelled() {
     // The stores index a run by its soonest armed timer, so that the sweep fires one whose
     // schedule was lost: the run must hold each timer from its arming to its firing or
     // cancelling, and none once it ends.
-    let mut s = Sim::new();
+    let mut s = sim();
     let steps = json!([
         {"id": "slow", "agent": "alpha", "prompt": "x"},
         {"id": "next", "agent": "beta", "prompt": "y", "timeout_ms": 2000}

@@ -2,7 +2,7 @@
 //! say to traces, metrics and UIs.
 
 use super::*;
-use baton_core::cta::CtaStatus;
+use baton_engine::cta::CtaStatus;
 
 fn follow_up(text: &str, id: &str) -> Input {
     Input::UserMessage {
@@ -29,7 +29,7 @@ fn phases(s: &Sim) -> Vec<String> {
 
 #[test]
 fn a_draft_plan_is_confirmed_in_the_conversation_and_then_runs() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let plan = json!([{"id": "x", "agent": "alpha", "prompt": "p"}]);
     s.script(
         "orchestrator",
@@ -105,7 +105,7 @@ fn a_draft_plan_is_confirmed_in_the_conversation_and_then_runs() {
 
 #[test]
 fn a_plan_held_by_policy_is_run_only_by_its_question_and_a_follow_up_waits() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let plan = json!([{"id": "x", "agent": "code", "prompt": "p"}]);
     s.script(
         "careful_lead",
@@ -130,7 +130,7 @@ fn a_plan_held_by_policy_is_run_only_by_its_question_and_a_follow_up_waits() {
 
 #[test]
 fn an_answer_that_came_first_stands_and_the_follow_up_waits_behind_it() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let plan = json!([{"id": "x", "agent": "alpha", "prompt": "p"}]);
     s.script(
         "orchestrator",
@@ -170,7 +170,7 @@ fn an_answer_that_came_first_stands_and_the_follow_up_waits_behind_it() {
 
 #[test]
 fn a_reviewed_plan_says_its_verdict_and_each_phase() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "orchestrator",
         vec![

@@ -5,7 +5,7 @@ use super::*;
 
 #[test]
 fn a_prompt_is_planned_by_the_planner_then_run() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "orchestrator",
         vec![plan_call(json!({"prompt": "look into cats"})), text("ok")],
@@ -32,7 +32,7 @@ fn a_prompt_is_planned_by_the_planner_then_run() {
 
 #[test]
 fn a_planner_that_fails_validation_twice_fails_the_call_with_the_error() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "orchestrator",
         vec![
@@ -75,7 +75,7 @@ fn a_planner_that_fails_validation_twice_fails_the_call_with_the_error() {
 fn recursion_is_refused_past_the_plan_depth() {
     let mut limits = Limits::default();
     limits.plan.max_depth = 1;
-    let mut s = Sim::with(limits);
+    let mut s = sim_with(limits);
     s.script(
         "orchestrator",
         vec![
@@ -108,7 +108,7 @@ fn recursion_is_refused_past_the_plan_depth() {
 
 #[test]
 fn a_draft_plan_waits_for_a_humans_approval_then_runs() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let plan = json!([{"id": "x", "agent": "alpha", "prompt": "p"}]);
     s.script(
         "orchestrator",
@@ -144,7 +144,7 @@ fn a_draft_plan_waits_for_a_humans_approval_then_runs() {
 
 #[test]
 fn a_rejected_draft_gives_the_model_the_reason_and_runs_nothing() {
-    let mut s = Sim::new();
+    let mut s = sim();
     // The seed's legacy flag: `auto_execute: false` drafts.
     let plan = json!([{"id": "x", "agent": "alpha", "prompt": "p"}]);
     s.script(
@@ -183,7 +183,7 @@ fn a_reviewer_approves_a_plan_or_sends_its_notes_back() {
         ),
         ("sure, go ahead", false),
     ] {
-        let mut s = Sim::new();
+        let mut s = sim();
         let plan = json!([{"id": "x", "agent": "alpha", "prompt": "p"}]);
         s.script(
             "orchestrator",
@@ -223,7 +223,7 @@ fn a_reviewer_approves_a_plan_or_sends_its_notes_back() {
 #[test]
 fn an_approval_policy_on_agent_orchestrate_drafts_the_plans_it_matches() {
     for (agent, drafted) in [("alpha", false), ("code", true)] {
-        let mut s = Sim::new();
+        let mut s = sim();
         let plan = json!([{"id": "x", "agent": agent, "prompt": "p"}]);
         s.script("careful_lead", vec![plan_call(json!({"plan": plan}))]);
         let id = s.create("careful_lead", "go");
@@ -236,7 +236,7 @@ fn an_approval_policy_on_agent_orchestrate_drafts_the_plans_it_matches() {
 
 #[test]
 fn requested_outputs_and_priority_entities_reach_the_planner() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "orchestrator",
         vec![

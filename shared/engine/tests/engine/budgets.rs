@@ -2,7 +2,7 @@
 //! answer raises the budget or ends the run.
 
 use super::*;
-use baton_core::budget::{Budget, ENTRY, EXHAUSTED, Ledger, MAX_USD};
+use baton_engine::budget::{Budget, ENTRY, EXHAUSTED, Ledger, MAX_USD};
 
 /// A top-level run of `agent` whose tree may spend `usd` (its ledger created with it, as
 /// the stores do).
@@ -35,7 +35,7 @@ fn approve(raise_usd: Option<f64>) -> CtaResponse {
 
 #[test]
 fn a_run_that_spent_its_budget_asks_before_thinking_and_thinks_on_when_raised() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script("worker", vec![echo("a"), echo("b"), text("done")]);
     let id = budgeted(&mut s, "worker", 5e-6);
     s.run_all();
@@ -81,7 +81,7 @@ fn a_run_that_spent_its_budget_asks_before_thinking_and_thinks_on_when_raised() 
             .any(|e| matches!(&e.body, EntryBody::Notice { code, .. } if code == "budget_raised"))
     );
     // The question is the owner's: the model never sees it among its calls.
-    let chat = baton_core::llm::project("", timeline);
+    let chat = baton_engine::llm::project("", timeline);
     let seen = serde_json::to_string(&chat).unwrap();
     assert!(
         timeline
@@ -94,7 +94,7 @@ fn a_run_that_spent_its_budget_asks_before_thinking_and_thinks_on_when_raised() 
 #[test]
 fn a_refused_or_unanswered_budget_question_ends_the_run_failed() {
     for refuse in [true, false] {
-        let mut s = Sim::new();
+        let mut s = sim();
         // Two replies only: a third think would find no reply and panic.
         s.script("worker", vec![echo("a"), echo("b")]);
         let id = budgeted(&mut s, "worker", 1e-6);
@@ -130,7 +130,7 @@ fn a_refused_or_unanswered_budget_question_ends_the_run_failed() {
 
 #[test]
 fn a_subagent_counts_toward_its_root_at_once_and_its_root_asks() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "deep",
         vec![calls(vec![spawn("worker", "work")]), text("all done")],
@@ -175,7 +175,7 @@ fn a_subagent_counts_toward_its_root_at_once_and_its_root_asks() {
 /// million dollars raises it to a million, and a tree there already cannot be raised.
 #[test]
 fn a_trees_budget_with_its_raises_is_at_most_a_million_dollars() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script("worker", vec![echo("a"), text("done")]);
     let id = budgeted(&mut s, "worker", MAX_USD - 0.5);
     s.ledgers.get_mut(&id).unwrap().spent_usd = MAX_USD - 0.5;
@@ -191,7 +191,7 @@ fn a_trees_budget_with_its_raises_is_at_most_a_million_dollars() {
         EntryBody::Notice { code, message } if code == "budget_raised"
             && message.contains("the most a budget may be"))));
 
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script("worker", vec![echo("a")]);
     let id = budgeted(&mut s, "worker", MAX_USD);
     s.ledgers.get_mut(&id).unwrap().spent_usd = MAX_USD;
@@ -248,7 +248,7 @@ fn a_raise_must_be_an_approval_of_a_positive_amount() {
 
 #[test]
 fn an_unbudgeted_run_never_reads_a_ledger() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script("worker", vec![echo("a"), text("done")]);
     let id = s.create("worker", "go");
     s.run_all();
@@ -258,7 +258,7 @@ fn an_unbudgeted_run_never_reads_a_ledger() {
 
 #[test]
 fn a_tree_asks_once_however_many_runs_find_its_budget_spent() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "deep",
         vec![
@@ -325,7 +325,7 @@ fn a_tree_asks_once_however_many_runs_find_its_budget_spent() {
 
 #[test]
 fn a_refused_subagent_question_ends_the_whole_tree() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "deep",
         vec![calls(vec![

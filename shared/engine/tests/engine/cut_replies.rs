@@ -12,7 +12,7 @@ fn cut(reply: LlmReply) -> LlmReply {
 
 #[test]
 fn a_cut_text_is_marked_and_the_model_is_asked_again() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "worker",
         vec![cut(text("The answer is")), text("The answer is 42.")],
@@ -42,7 +42,7 @@ fn a_cut_text_is_marked_and_the_model_is_asked_again() {
     };
     assert!(text.contains("cut off at its output limit"), "{text}");
     assert!(!options.visible);
-    let chat = baton_core::llm::project("", timeline);
+    let chat = baton_engine::llm::project("", timeline);
     assert!(serde_json::to_string(&chat).unwrap().contains("cut off"));
     // A whole reply is not marked.
     assert!(matches!(
@@ -57,7 +57,7 @@ fn a_cut_text_is_marked_and_the_model_is_asked_again() {
 
 #[test]
 fn a_call_the_cut_reply_was_writing_is_not_run() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "worker",
         vec![
@@ -83,7 +83,7 @@ fn a_call_the_cut_reply_was_writing_is_not_run() {
 
 #[test]
 fn a_reply_cut_every_time_ends_at_the_iteration_cap() {
-    let mut s = Sim::new();
+    let mut s = sim();
     // `worker` may think 3 times a turn.
     s.script(
         "worker",

@@ -21,7 +21,7 @@ fn approval_gated_tools_run_only_when_approved() {
         (false, None, ToolResult::error("a human rejected this call")),
     ];
     for (approved, reason, expected) in table {
-        let mut s = Sim::new();
+        let mut s = sim();
         s.script(
             "worker",
             vec![
@@ -85,7 +85,7 @@ fn approval_gated_tools_run_only_when_approved() {
 
 #[test]
 fn an_approval_carries_its_reason_tool_and_input_and_independent_calls_run_at_once() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "free",
         vec![
@@ -124,7 +124,7 @@ fn an_approval_carries_its_reason_tool_and_input_and_independent_calls_run_at_on
 
 #[test]
 fn deferred_calls_wait_for_every_approval_of_the_reply() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "worker",
         vec![

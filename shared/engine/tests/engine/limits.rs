@@ -13,7 +13,7 @@ fn echoes(n: usize) -> LlmReply {
 
 #[test]
 fn the_iteration_cap_force_completes_with_a_recorded_reason() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let echo = || calls(vec![call("echo", json!({"text": "again"}))]);
     s.script("worker", vec![echo(), echo(), echo(), echo()]);
     let id = s.create("worker", "loop");
@@ -36,7 +36,7 @@ fn the_iteration_cap_force_completes_with_a_recorded_reason() {
 
 #[test]
 fn the_tool_call_cap_counts_the_turn_and_ends_it_with_a_final_answer() {
-    let mut s = Sim::new();
+    let mut s = sim();
     // 9 calls over 3 replies, with a cap of 8: the ninth is not run, an error entry says
     // so, and the model is asked for its final answer (without tools, by the thinker).
     s.script(
@@ -107,7 +107,7 @@ fn the_tool_call_cap_counts_the_turn_and_ends_it_with_a_final_answer() {
 
 #[test]
 fn a_model_that_calls_tools_past_the_cap_fails_the_run() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script("capped", vec![echoes(5), echoes(5), echoes(1)]);
     let id = s.create("capped", "dig");
     s.run_all();
@@ -122,7 +122,7 @@ fn a_model_that_calls_tools_past_the_cap_fails_the_run() {
 
 #[test]
 fn every_call_is_priced_and_subagents_report_what_they_spent_once() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let child = derive_id("sub", "run_top0", 2);
     s.script("explore", vec![text("first look"), text("second look")]);
     s.script(
@@ -168,7 +168,7 @@ fn every_call_is_priced_and_subagents_report_what_they_spent_once() {
                 ..
             } => {
                 assert_eq!(model.as_deref(), Some("openai:gpt-4o-mini"));
-                assert_eq!(*operation, baton_core::timeline::Operation::Think);
+                assert_eq!(*operation, baton_engine::timeline::Operation::Think);
                 Some(*cost_usd)
             }
             _ => None,
@@ -186,7 +186,7 @@ fn every_call_is_priced_and_subagents_report_what_they_spent_once() {
 
 #[test]
 fn a_run_past_its_wall_time_fails_naming_the_limit_and_human_waits_do_not_count() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "timed",
         vec![
@@ -250,7 +250,7 @@ fn deadline_timers(
 
 #[test]
 fn idle_time_between_turns_is_not_work() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script("timed", vec![text("first"), text("second")]);
     let id = s.create("timed", "go");
     s.now += chrono::Duration::seconds(10);
@@ -274,7 +274,7 @@ fn idle_time_between_turns_is_not_work() {
 
 #[test]
 fn a_subagents_wait_for_a_human_is_not_its_parents_work() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "patient",
         vec![calls(vec![spawn("asker", "check")]), text("parent done")],
@@ -319,7 +319,7 @@ fn a_subagents_wait_for_a_human_is_not_its_parents_work() {
 
 #[test]
 fn a_run_waiting_on_a_slow_subagent_is_stopped_at_its_deadline() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "patient",
         vec![calls(vec![spawn("alpha", "take your time")])],

@@ -1,93 +1,66 @@
-//! Engine tests: every transition, no I/O. The engine is driven by the same [`decide`] loop
-//! the service uses, with a scripted model; a tiny in-memory world stands in for the store
-//! and the queue (it commits with [`Transition::apply`] and delivers sends and CTA
-//! cancellations) so that multi-run flows read as given/when/then. This file holds that
-//! world and its helpers; each topic has a file of its own.
+//! A world to drive the engine in tests: every transition, no I/O. Steps are decided by the
+//! same [`decide`] loop hosts use, with a scripted model; a tiny in-memory store and queue
+//! commit with [`Transition::apply`] and deliver sends and CTA cancellations, so that
+//! multi-run flows read as given/when/then. The engine's own tests use it (with a book of
+//! their own), and so do a host's (with its catalog: the [`Agents`] it steps with).
+//!
+//! On with the `testkit` feature, for tests only.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)] // tests: a panic is the failure report
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
 
-use serde_json::json;
-
-use baton_core::agent::{AgentsFile, Catalog, Limits};
-use baton_core::cta::Cta;
-use baton_core::cta::{ChoiceOption, CtaRequest, CtaResponse, CtaStatus};
-use baton_core::engine::*;
-use baton_core::llm::{LlmError, LlmReply, ToolCall};
-use baton_core::message::{ChildOutcome, Effect, Event, Input, StepMessage, Transition};
-use baton_core::run::{ExpiryPolicy, NewRun, Run, RunStatus, Usage};
-use baton_core::timeline::{Entry, EntryBody, ToolEntry, ToolResult};
-use baton_core::tools::Effects;
 use chrono::{DateTime, Utc};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-fn t0() -> DateTime<Utc> {
+use crate::agent::{Book, PluginError, Preparation};
+use crate::cta::{Cta, CtaResponse, CtaStatus};
+use crate::engine::*;
+use crate::llm::{LlmError, LlmReply, ToolCall};
+use crate::message::{Effect, Event, Input, StepMessage, Transition};
+use crate::run::{NewRun, Run, RunStatus, Usage};
+use crate::timeline::{Entry, EntryBody, ToolEntry};
+
+/// What a step is decided with: the agents and tools of a [`Book`], and what an agent's
+/// plugins add before a think (nothing, unless a host's catalog says otherwise).
+pub trait Agents: Send + Sync {
+    fn book(&self) -> Book;
+
+    /// What `run`'s plugins add, the timeline being `seen`.
+    fn prepare<'a>(
+        &'a self,
+        run: &'a Run,
+        seen: Vec<Entry>,
+    ) -> Pin<Box<dyn Future<Output = Result<Preparation, PluginError>> + Send + 'a>> {
+        let _ = (run, seen);
+        Box::pin(std::future::ready(Ok(Preparation::default())))
+    }
+}
+
+impl Agents for Book {
+    fn book(&self) -> Book {
+        self.clone()
+    }
+}
+
+/// How a call's idempotency key is made from its run, seq, call id and input.
+pub type KeyFn = fn(&str, u64, &str, &Value) -> String;
+
+/// A key that is its parts: the same for the same call, different for any other.
+pub fn plain_key(run_id: &str, seq: u64, call_id: &str, input: &Value) -> String {
+    format!("{run_id}/{seq}/{call_id}/{input}")
+}
+
+/// The world's clock at its start.
+pub fn t0() -> DateTime<Utc> {
     DateTime::from_timestamp(1_700_000_000, 0).unwrap()
 }
 
-fn catalog_with(limits: Limits) -> Catalog {
-    let file: AgentsFile = serde_json::from_value(json!({"agents": {
-        "worker": {"tools": ["echo"], "approval": {"echo": {"inputMatches": "danger"}}, "maxIterations": 3},
-        "asker": {"tools": ["request_human_feedback", "echo"], "maxToolCallsPerTurn": 20},
-        "deep": {"tools": ["spawn_subagent"]},
-        "mid": {"tools": ["spawn_subagent"]},
-        "quick": {"tools": ["request_human_feedback", "echo"], "ctaExpirySeconds": 60,
-                  "approval": {"echo": "always"}},
-        "timed": {"tools": ["request_human_feedback", "echo"], "maxWallSeconds": 60},
-        "free": {"tools": ["echo"], "approvalBatch": "independent",
-                 "approval": {"echo": {"inputMatches": "danger", "reason": "It says danger."}}},
-        "capped": {"tools": ["echo"], "maxToolCallsPerTurn": 8, "maxIterations": 10},
-        "patient": {"tools": ["spawn_subagent"], "maxWallSeconds": 60},
-        "alpha": {"tools": []},
-        "beta": {"tools": []},
-        "gamma": {"tools": []},
-        "lead": {"tools": ["agent_orchestrate"], "maxWallSeconds": 120},
-        "careful_lead": {"tools": ["agent_orchestrate"],
-                         "approval": {"agent_orchestrate": {"inputMatches": "code"}}},
-        "payer": {"tools": ["echo", "book", "pay"], "maxToolCallsPerTurn": 20},
-        "careful_payer": {"tools": ["echo", "book", "pay"], "onUnknownOutcome": "ask"},
-        "asking_payer": {"tools": ["echo", "book", "pay", "request_human_feedback"]}
-    }}))
-    .unwrap();
-    let tools: Vec<std::sync::Arc<dyn baton_core::tools::Tool>> = vec![
-        std::sync::Arc::new(Effectful("book", Effects::Idempotent)),
-        std::sync::Arc::new(Effectful("pay", Effects::Once)),
-    ];
-    Catalog::new(limits, tools, Some(file)).unwrap()
-}
-
-/// A tool with effects (`book`: idempotent, `pay`: once): the scripted world runs it as
-/// it runs `echo`.
-struct Effectful(&'static str, Effects);
-
-#[async_trait::async_trait]
-impl baton_core::tools::Tool for Effectful {
-    fn name(&self) -> &str {
-        self.0
-    }
-    fn description(&self) -> &str {
-        "changes the world"
-    }
-    fn schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    fn effects(&self) -> Effects {
-        self.1
-    }
-    async fn execute(
-        &self,
-        _: &baton_core::tools::ToolContext,
-        input: Value,
-    ) -> Result<Value, String> {
-        Ok(input)
-    }
-}
-
-fn call(name: &str, args: Value) -> ToolCall {
+pub fn call(name: &str, args: Value) -> ToolCall {
     ToolCall {
         id: String::new(),
         name: name.into(),
@@ -95,7 +68,7 @@ fn call(name: &str, args: Value) -> ToolCall {
     }
 }
 
-fn calls(calls: Vec<ToolCall>) -> LlmReply {
+pub fn calls(calls: Vec<ToolCall>) -> LlmReply {
     LlmReply {
         text: None,
         tool_calls: calls,
@@ -110,7 +83,7 @@ fn calls(calls: Vec<ToolCall>) -> LlmReply {
     }
 }
 
-fn text(t: &str) -> LlmReply {
+pub fn text(t: &str) -> LlmReply {
     LlmReply {
         text: Some(t.into()),
         tool_calls: vec![],
@@ -126,7 +99,7 @@ fn text(t: &str) -> LlmReply {
 }
 
 /// The entry before a timeline's last, which must be the `usage` of the turn that ended.
-fn before_usage(timeline: &[Entry]) -> &Entry {
+pub fn before_usage(timeline: &[Entry]) -> &Entry {
     let n = timeline.len();
     assert!(
         matches!(timeline[n - 1].body, EntryBody::Usage { .. }),
@@ -137,7 +110,7 @@ fn before_usage(timeline: &[Entry]) -> &Entry {
 }
 
 /// Runs a future that never waits (the scripted world answers at once) to completion.
-fn block_on<F: Future>(fut: F) -> F::Output {
+pub fn block_on<F: Future>(fut: F) -> F::Output {
     let mut fut = std::pin::pin!(fut);
     match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(v) => v,
@@ -146,29 +119,31 @@ fn block_on<F: Future>(fut: F) -> F::Output {
 }
 
 /// The model answers from a script; `echo` is the only tool, and its calls are recorded.
-struct Scripted<'a> {
-    catalog: &'a Catalog,
+pub struct Scripted<'a> {
+    pub agents: &'a dyn Agents,
+    /// How a call's idempotency key is made (the host's function).
+    pub key: KeyFn,
     /// The run it steps (the calls' keys are its).
-    run_id: String,
-    agent: String,
-    replies: Vec<LlmReply>,
+    pub run_id: String,
+    pub agent: String,
+    pub replies: Vec<LlmReply>,
     /// The ids of the calls run, each with the key it ran under.
-    executed: Mutex<Vec<String>>,
-    keys: Mutex<Vec<String>>,
+    pub executed: Mutex<Vec<String>>,
+    pub keys: Mutex<Vec<String>>,
     /// The thinks the model was asked for, by index.
-    asked: Mutex<Vec<u32>>,
+    pub asked: Mutex<Vec<u32>>,
     /// A tool whose calls do not fit in what the invocation has left.
-    no_time_for: Option<String>,
-    settled: Mutex<Vec<String>>,
+    pub no_time_for: Option<String>,
+    pub settled: Mutex<Vec<String>>,
     /// The CTA records as the store holds them when the step starts.
-    ctas: HashMap<String, Cta>,
+    pub ctas: HashMap<String, Cta>,
     /// The run tree's budget ledger, as the store would hold it.
-    ledger: Option<baton_core::budget::Ledger>,
+    pub ledger: Option<crate::budget::Ledger>,
 }
 
 impl StepIo for Scripted<'_> {
-    fn book(&self) -> baton_core::agent::Book {
-        self.catalog.book(&self.catalog.listed())
+    fn book(&self) -> crate::agent::Book {
+        self.agents.book()
     }
 
     fn prepare(
@@ -176,17 +151,17 @@ impl StepIo for Scripted<'_> {
         run: &Run,
         timeline: &[Entry],
         changed: &[Entry],
-    ) -> impl Future<Output = Result<baton_core::agent::Preparation, baton_core::agent::PluginError>>
-    + Send {
-        let seen = baton_core::timeline::overlay(timeline, changed);
-        async move { self.catalog.prepare(&run.agent, run, &seen).await }
+    ) -> impl Future<Output = Result<crate::agent::Preparation, crate::agent::PluginError>> + Send
+    {
+        let seen = crate::timeline::overlay(timeline, changed);
+        async move { self.agents.prepare(run, seen).await }
     }
 
     fn think(
         &self,
         think_index: u32,
         _: &[Entry],
-        _: &baton_core::agent::Prepared,
+        _: &crate::agent::Prepared,
     ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
         self.asked.lock().expect("not poisoned").push(think_index);
         let reply = self
@@ -200,7 +175,7 @@ impl StepIo for Scripted<'_> {
     fn execute(
         &self,
         call: Execution,
-    ) -> impl Future<Output = Result<ToolOutput, baton_core::error::PortError>> + Send {
+    ) -> impl Future<Output = Result<ToolOutput, crate::error::PortError>> + Send {
         // `echo`, or a test's tool that answers as it does (`plugins.rs`'s `guarded`).
         assert!(
             matches!(call.tool.as_str(), "echo" | "guarded" | "book" | "pay"),
@@ -211,15 +186,14 @@ impl StepIo for Scripted<'_> {
             .lock()
             .expect("not poisoned")
             .push(call.call_id.clone());
-        let key =
-            baton_core::tools::idempotency_key(&self.run_id, call.seq, &call.call_id, &call.input);
+        let key = (self.key)(&self.run_id, call.seq, &call.call_id, &call.input);
         self.keys.lock().expect("not poisoned").push(key);
         if call.tool != "echo" && call.tool != "guarded" {
             return std::future::ready(Ok(ToolOutput::from(Ok(call.input.clone()))));
         }
         // Echoing "chart" also returns a widget, as a tool may.
         let widgets = if call.input["text"] == "chart" {
-            vec![baton_core::tools::Widget {
+            vec![crate::tools::Widget {
                 kind: "table".into(),
                 data: json!({"columns": ["x"], "rows": [[1], [2]]}),
             }]
@@ -228,7 +202,7 @@ impl StepIo for Scripted<'_> {
         };
         // Echoing "report" also returns a file (stored already, as the service does).
         let files = if call.input["text"] == "report" {
-            vec![baton_core::timeline::FileRef {
+            vec![crate::timeline::FileRef {
                 call_id: call.call_id.clone(),
                 file_id: "file_1".into(),
                 name: "report.csv".into(),
@@ -257,17 +231,15 @@ impl StepIo for Scripted<'_> {
     fn ledger(
         &self,
         _: &str,
-    ) -> impl Future<
-        Output = Result<Option<baton_core::budget::Ledger>, baton_core::error::PortError>,
-    > + Send {
+    ) -> impl Future<Output = Result<Option<crate::budget::Ledger>, crate::error::PortError>> + Send
+    {
         std::future::ready(Ok(self.ledger.clone()))
     }
 
     fn settle(
         &self,
         ids: Vec<String>,
-    ) -> impl Future<Output = Result<HashMap<String, Cta>, baton_core::error::PortError>> + Send
-    {
+    ) -> impl Future<Output = Result<HashMap<String, Cta>, crate::error::PortError>> + Send {
         // As a store settles them: a pending CTA is cancelled (its first write), any other
         // stays as it is; what a step asked to settle is kept, for the tests to see (and
         // the simulation writes the cancellations after the step).
@@ -286,8 +258,9 @@ impl StepIo for Scripted<'_> {
     }
 }
 
+/// How a delivery ended.
 #[derive(Debug, PartialEq)]
-enum Outcome {
+pub enum Outcome {
     Done,
     Ignored,
     /// Its process died mid-delivery (`Sim::deliver_cut`): it is back in the queue.
@@ -296,38 +269,39 @@ enum Outcome {
     Deferred,
 }
 
-struct Sim {
-    catalog: Catalog,
-    now: DateTime<Utc>,
-    runs: BTreeMap<String, (Run, Vec<Entry>)>,
-    ctas: HashMap<String, Cta>,
-    queue: VecDeque<StepMessage>,
-    effects: Vec<Effect>,
-    script: HashMap<String, Vec<LlmReply>>,
-    executed: Vec<String>,
+pub struct Sim {
+    /// The agents and tools steps are decided with.
+    pub agents: Box<dyn Agents>,
+    /// How a call's idempotency key is made.
+    pub key: KeyFn,
+    pub now: DateTime<Utc>,
+    pub runs: BTreeMap<String, (Run, Vec<Entry>)>,
+    pub ctas: HashMap<String, Cta>,
+    pub queue: VecDeque<StepMessage>,
+    pub effects: Vec<Effect>,
+    pub script: HashMap<String, Vec<LlmReply>>,
+    pub executed: Vec<String>,
     /// The CTAs steps asked the store to settle before they stepped on (`Step::Settle`).
-    settle_asked: Vec<String>,
+    pub settle_asked: Vec<String>,
     /// Budgeted trees' ledgers, by top-level run, kept as the stores keep them.
-    ledgers: HashMap<String, baton_core::budget::Ledger>,
+    pub ledgers: HashMap<String, crate::budget::Ledger>,
     /// Every commit so far, and how many of them were checkpoints.
-    commits: usize,
-    checkpoints: usize,
+    pub commits: usize,
+    pub checkpoints: usize,
     /// The keys the calls ran under, in order.
-    keys: Vec<String>,
+    pub keys: Vec<String>,
     /// The thinks the model was asked for, by index, in order.
-    asked: Vec<u32>,
+    pub asked: Vec<u32>,
     /// A tool whose calls do not fit in the invocation (see `Scripted::fits`).
-    no_time_for: Option<String>,
+    pub no_time_for: Option<String>,
 }
 
 impl Sim {
-    fn new() -> Self {
-        Self::with(Limits::default())
-    }
-
-    fn with(limits: Limits) -> Self {
+    /// An empty world whose steps are decided with `agents`.
+    pub fn over(agents: impl Agents + 'static) -> Self {
         Self {
-            catalog: catalog_with(limits),
+            agents: Box::new(agents),
+            key: plain_key,
             now: t0(),
             runs: BTreeMap::new(),
             ctas: HashMap::new(),
@@ -345,11 +319,11 @@ impl Sim {
         }
     }
 
-    fn script(&mut self, agent: &str, replies: Vec<LlmReply>) {
+    pub fn script(&mut self, agent: &str, replies: Vec<LlmReply>) {
         self.script.insert(agent.into(), replies);
     }
 
-    fn create(&mut self, agent: &str, prompt: &str) -> String {
+    pub fn create(&mut self, agent: &str, prompt: &str) -> String {
         let id = format!("run_top{}", self.runs.len());
         let mut run = Run::new(NewRun::top_level(id.clone(), agent, "o", self.now));
         run.next_seq = 1;
@@ -368,21 +342,22 @@ impl Sim {
         id
     }
 
-    fn deliver(&mut self, msg: &StepMessage) -> Outcome {
+    pub fn deliver(&mut self, msg: &StepMessage) -> Outcome {
         self.deliver_cut(msg, usize::MAX)
     }
 
     /// Delivers `msg` as a process that dies after its `commits`-th commit does: what it
     /// ran after that commit is lost with it, and the message is delivered again later.
-    fn deliver_cut(&mut self, msg: &StepMessage, commits: usize) -> Outcome {
-        let mut io = Io::new(self.catalog.book(&self.catalog.listed()));
+    pub fn deliver_cut(&mut self, msg: &StepMessage, commits: usize) -> Outcome {
+        let mut io = Io::new(self.agents.book());
         let mut made = 0;
-        let mut windowed_io = Io::new(self.catalog.book(&self.catalog.listed()));
+        let mut windowed_io = Io::new(self.agents.book());
         let mut outcome = Outcome::Ignored;
         loop {
             let (run, timeline) = self.runs.get(&msg.run_id).cloned().expect("run exists");
             let world = Scripted {
-                catalog: &self.catalog,
+                agents: &*self.agents,
+                key: self.key,
                 replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
                 agent: run.agent.clone(),
                 run_id: run.run_id.clone(),
@@ -468,9 +443,10 @@ impl Sim {
     }
 
     /// The scripted world for a step of `run`.
-    fn world(&self, run: &Run) -> Scripted<'_> {
+    pub fn world(&self, run: &Run) -> Scripted<'_> {
         Scripted {
-            catalog: &self.catalog,
+            agents: &*self.agents,
+            key: self.key,
             replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
             agent: run.agent.clone(),
             run_id: run.run_id.clone(),
@@ -485,7 +461,7 @@ impl Sim {
     }
 
     /// Commits `t`, a step of `run` (whose timeline was `timeline`), as the stores do.
-    fn commit(&mut self, run: &Run, timeline: Vec<Entry>, t: &Transition) {
+    pub fn commit(&mut self, run: &Run, timeline: Vec<Entry>, t: &Transition) {
         assert_eq!(
             t.run.version,
             run.version + 1,
@@ -515,7 +491,7 @@ impl Sim {
             let l = self
                 .ledgers
                 .entry(t.run.root().to_owned())
-                .or_insert_with(|| baton_core::budget::Ledger::new(b));
+                .or_insert_with(|| crate::budget::Ledger::new(b));
             l.spent_usd += t.spent_usd;
             if let Some(r) = &t.budget_raise {
                 l.budget_usd += r.by_usd;
@@ -553,13 +529,13 @@ impl Sim {
     }
 
     /// Delivers queued messages until none is left.
-    fn run_all(&mut self) {
+    pub fn run_all(&mut self) {
         while let Some(m) = self.queue.pop_front() {
             self.deliver(&m);
         }
     }
 
-    fn send(&mut self, run_id: &str, input: Input) -> Outcome {
+    pub fn send(&mut self, run_id: &str, input: Input) -> Outcome {
         self.deliver(&StepMessage {
             run_id: run_id.into(),
             id: "test".into(),
@@ -569,7 +545,7 @@ impl Sim {
     }
 
     /// As the service does: settle the CTA item first, then queue the resolution.
-    fn answer(&mut self, cta_id: &str, response: CtaResponse) {
+    pub fn answer(&mut self, cta_id: &str, response: CtaResponse) {
         let c = self.ctas.get_mut(cta_id).expect("cta");
         assert_eq!(c.status, CtaStatus::Pending);
         c.status = CtaStatus::Answered;
@@ -586,11 +562,11 @@ impl Sim {
         });
     }
 
-    fn run(&self, id: &str) -> &Run {
+    pub fn run(&self, id: &str) -> &Run {
         &self.runs[id].0
     }
 
-    fn tools(&self, id: &str) -> Vec<ToolEntry> {
+    pub fn tools(&self, id: &str) -> Vec<ToolEntry> {
         self.runs[id]
             .1
             .iter()
@@ -598,7 +574,7 @@ impl Sim {
             .collect()
     }
 
-    fn pending_ctas(&self, run_id: &str) -> Vec<Cta> {
+    pub fn pending_ctas(&self, run_id: &str) -> Vec<Cta> {
         let mut v: Vec<Cta> = self
             .ctas
             .values()
@@ -609,7 +585,7 @@ impl Sim {
         v
     }
 
-    fn events(&self, detail_type: &str) -> Vec<Event> {
+    pub fn events(&self, detail_type: &str) -> Vec<Event> {
         self.effects
             .iter()
             .filter_map(|e| match e {
@@ -619,7 +595,7 @@ impl Sim {
             .collect()
     }
 
-    fn children(&self, id: &str) -> Vec<String> {
+    pub fn children(&self, id: &str) -> Vec<String> {
         self.tools(id)
             .into_iter()
             .filter_map(|t| t.child_run_id)
@@ -627,22 +603,10 @@ impl Sim {
     }
 }
 
-fn feedback(kind: Value) -> LlmReply {
+pub fn feedback(kind: Value) -> LlmReply {
     calls(vec![call("request_human_feedback", kind)])
 }
 
-fn spawn(agent: &str, prompt: &str) -> ToolCall {
+pub fn spawn(agent: &str, prompt: &str) -> ToolCall {
     call("spawn_subagent", json!({"agent": agent, "prompt": prompt}))
 }
-
-mod approvals;
-mod budgets;
-mod calls;
-mod children;
-mod ctas;
-mod cut_replies;
-mod limits;
-mod plans;
-mod plugins;
-mod thinking;
-mod turns;

@@ -4,7 +4,7 @@ use super::*;
 
 #[test]
 fn fan_in_waits_for_every_subagent_and_cta_of_the_batch() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "orchestrator",
         vec![
@@ -69,7 +69,7 @@ fn fan_in_waits_for_every_subagent_and_cta_of_the_batch() {
 
 #[test]
 fn at_most_four_children_run_at_once_and_the_rest_wait_their_turn() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let six: Vec<ToolCall> = (0..6)
         .map(|i| spawn("explore", &format!("part {i}")))
         .collect();
@@ -119,7 +119,7 @@ fn at_most_four_children_run_at_once_and_the_rest_wait_their_turn() {
 
 #[test]
 fn subagents_nest_at_most_three_deep() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "deep",
         vec![calls(vec![spawn("deep", "deeper")]), text("bottom")],
@@ -149,7 +149,7 @@ fn subagents_nest_at_most_three_deep() {
 
 #[test]
 fn a_failed_child_is_an_error_result_for_its_parent() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "orchestrator",
         vec![calls(vec![spawn("explore", "x")]), text("recovered")],
@@ -180,7 +180,7 @@ fn a_failed_child_is_an_error_result_for_its_parent() {
 
 #[test]
 fn a_parent_can_continue_its_finished_subagent_by_id() {
-    let mut s = Sim::new();
+    let mut s = sim();
     // The child's id is derived from the parent and the seq of the spawning call (2).
     let child = derive_id("sub", "run_top0", 2);
     s.script("explore", vec![text("first look"), text("second look")]);
@@ -215,7 +215,7 @@ fn a_parent_can_continue_its_finished_subagent_by_id() {
 
 #[test]
 fn a_run_cannot_continue_someone_elses_subagent() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script("explore", vec![text("mine")]);
     s.script(
         "orchestrator",
@@ -244,7 +244,7 @@ fn a_run_cannot_continue_someone_elses_subagent() {
 
 #[test]
 fn a_parent_hears_when_a_subagent_at_any_depth_waits_for_a_human() {
-    let mut s = Sim::new();
+    let mut s = sim();
     s.script(
         "deep",
         vec![calls(vec![spawn("mid", "delegate")]), text("done")],
@@ -323,7 +323,7 @@ fn a_parent_hears_when_a_subagent_at_any_depth_waits_for_a_human() {
 
 #[test]
 fn an_orchestrator_may_let_a_built_in_subagent_ask_the_human() {
-    let mut s = Sim::new();
+    let mut s = sim();
     let ask = |who: &str| {
         call(
             "spawn_subagent",
