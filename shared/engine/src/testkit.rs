@@ -375,7 +375,7 @@ impl Sim {
             self.asked
                 .extend(world.asked.lock().expect("not poisoned").drain(..));
             let decision = match decided {
-                Err(IoError::OutOfTime(_)) => {
+                Err(StepError::OutOfTime(_)) => {
                     // Delivered again at once, to an invocation with the time.
                     self.executed
                         .extend(world.executed.into_inner().expect("not poisoned"));

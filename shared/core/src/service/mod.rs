@@ -42,7 +42,7 @@ use serde_json::Value;
 use crate::agent::Catalog;
 use crate::cta::Cta;
 use crate::error::PortError;
-use crate::llm::{Llm, LlmError};
+use crate::llm::Llm;
 use crate::ports::{Bus, Clock, Queue, Scheduler, Store};
 use crate::run::{ExpiryPolicy, Run, RunStatus};
 use crate::timeline::{Entry, TurnOptions};
@@ -94,60 +94,7 @@ impl From<crate::cta::InvalidResponse> for ServiceError {
     }
 }
 
-/// Why a step message could not be handled.
-///
-/// Retryable errors (a backend busy or down, a model unavailable, a run contended) put the
-/// message back on its queue: it can succeed later. Terminal ones cannot; by the time
-/// [`Steps::handle`] returns one, it has already tried to end the run as failed with the
-/// error's message, so hosts acknowledge the message instead of redelivering it.
-#[derive(Debug, thiserror::Error)]
-pub enum StepError {
-    #[error(transparent)]
-    Port(#[from] PortError),
-    /// The model could not be reached after the client's own retries.
-    #[error(transparent)]
-    Llm(LlmError),
-    #[error("run {0} kept changing under this step")]
-    Contended(String),
-    /// The invocation has no time left for what the step would do next ([`StepDeadline`]):
-    /// nothing was done, deliver it again to a fresh one.
-    #[error("{0}")]
-    OutOfTime(String),
-    /// A plugin of the run's agent failed: retried or not as its error says.
-    #[error(transparent)]
-    Plugin(crate::agent::PluginError),
-}
-
-/// What the engine's I/O failed with is the step's error, variant for variant.
-impl From<crate::engine::IoError> for StepError {
-    fn from(e: crate::engine::IoError) -> Self {
-        use crate::engine::IoError;
-        match e {
-            IoError::Llm(e) => Self::Llm(e),
-            IoError::Port(e) => Self::Port(e),
-            IoError::OutOfTime(e) => Self::OutOfTime(e.0),
-            IoError::Plugin(e) => Self::Plugin(e),
-        }
-    }
-}
-
-impl StepError {
-    /// Whether delivering the same message again can succeed.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            Self::Port(e) => e.is_retryable(),
-            Self::Llm(e) => matches!(e, LlmError::Unavailable { .. }),
-            Self::Contended(_) | Self::OutOfTime(_) => true,
-            Self::Plugin(e) => e.retryable,
-        }
-    }
-
-    /// Whether it failed only because the store's disk is full (see
-    /// [`PortError::StorageFull`]): a host retries it soon, without counting the attempt.
-    pub fn is_storage_full(&self) -> bool {
-        matches!(self, Self::Port(e) if e.is_storage_full())
-    }
-}
+pub use crate::engine::StepError;
 
 /// What handling a message did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -531,51 +478,5 @@ impl Steps {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .budget()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_what_can_succeed_later_is_retried() {
-        let table = [
-            (StepError::Port(PortError::Conflict), true),
-            (
-                StepError::Port(PortError::Unavailable {
-                    message: "throttled".into(),
-                    source: None,
-                }),
-                true,
-            ),
-            (
-                StepError::Port(PortError::Broken {
-                    message: "item too large".into(),
-                    source: None,
-                }),
-                false,
-            ),
-            (
-                StepError::Llm(LlmError::Unavailable {
-                    message: "connection refused".into(),
-                    source: None,
-                }),
-                true,
-            ),
-            (StepError::Llm(LlmError::fatal("bad key")), false),
-            (StepError::Contended("run_1".into()), true),
-            (
-                StepError::Plugin(crate::agent::PluginError::retry("the index timed out")),
-                true,
-            ),
-            (
-                StepError::Plugin(crate::agent::PluginError::fatal("its state does not read")),
-                false,
-            ),
-        ];
-        for (error, retryable) in table {
-            assert_eq!(error.is_retryable(), retryable, "{error}");
-        }
     }
 }

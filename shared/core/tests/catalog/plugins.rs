@@ -294,7 +294,7 @@ fn a_plugins_error_is_its_own_named_and_retried_only_when_it_says_so() {
             &world,
             &mut Io::new(world.book()),
         ));
-        let Err(IoError::Plugin(e)) = got else {
+        let Err(StepError::Plugin(e)) = got else {
             panic!("a plugin's failure is not a model outage: {got:?}");
         };
         assert_eq!(e.retryable, retryable);

@@ -108,18 +108,46 @@ impl From<Result<Value, String>> for ToolOutput {
     }
 }
 
-/// Why [`decide`] could not decide: retry the message.
+/// Why a step could not be taken: [`decide`]'s I/O failed, or its host could not commit
+/// what it decided. Retryable ones ([`StepError::is_retryable`]) put the message back on
+/// its queue: it can succeed later. Terminal ones cannot; by the time a host's step returns
+/// one, it has already tried to end the run as failed with the error's message, so hosts
+/// acknowledge the message instead of redelivering it.
 #[derive(Debug, thiserror::Error)]
-pub enum IoError {
-    #[error(transparent)]
-    Llm(#[from] LlmError),
+pub enum StepError {
     #[error(transparent)]
     Port(#[from] PortError),
+    /// The model could not be reached after the client's own retries.
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    /// The run kept changing under the step: its commit conflicted past the host's retries.
+    #[error("run {0} kept changing under this step")]
+    Contended(String),
+    /// The invocation has no time left for what the step would do next: nothing was done,
+    /// deliver it again to a fresh one.
     #[error(transparent)]
     OutOfTime(#[from] OutOfTime),
     /// A plugin of the agent could not prepare the think: its own error, retryable or not.
     #[error(transparent)]
     Plugin(#[from] PluginError),
+}
+
+impl StepError {
+    /// Whether delivering the same message again can succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Port(e) => e.is_retryable(),
+            Self::Llm(e) => matches!(e, LlmError::Unavailable { .. }),
+            Self::Contended(_) | Self::OutOfTime(_) => true,
+            Self::Plugin(e) => e.retryable,
+        }
+    }
+
+    /// Whether it failed only because the store's disk is full (see
+    /// [`PortError::StorageFull`]): a host retries it soon, without counting the attempt.
+    pub fn is_storage_full(&self) -> bool {
+        matches!(self, Self::Port(e) if e.is_storage_full())
+    }
 }
 
 /// What the step would do next does not fit in the time its host's invocation has left:
@@ -182,7 +210,7 @@ pub async fn decide<W: StepIo>(
     input: &Input,
     world: &W,
     io: &mut Io,
-) -> Result<Decision, IoError> {
+) -> Result<Decision, StepError> {
     loop {
         match step(now, run, timeline, input, io) {
             Step::Think {
@@ -261,6 +289,52 @@ pub async fn decide<W: StepIo>(
                 let effects = ignored_effects(run, timeline, input);
                 return Ok(Decision::Ignore { reason, effects });
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_what_can_succeed_later_is_retried() {
+        let table = [
+            (StepError::Port(PortError::Conflict), true),
+            (
+                StepError::Port(PortError::Unavailable {
+                    message: "throttled".into(),
+                    source: None,
+                }),
+                true,
+            ),
+            (
+                StepError::Port(PortError::Broken {
+                    message: "item too large".into(),
+                    source: None,
+                }),
+                false,
+            ),
+            (
+                StepError::Llm(LlmError::Unavailable {
+                    message: "connection refused".into(),
+                    source: None,
+                }),
+                true,
+            ),
+            (StepError::Llm(LlmError::fatal("bad key")), false),
+            (StepError::Contended("run_1".into()), true),
+            (
+                StepError::Plugin(PluginError::retry("the index timed out")),
+                true,
+            ),
+            (
+                StepError::Plugin(PluginError::fatal("its state does not read")),
+                false,
+            ),
+        ];
+        for (error, retryable) in table {
+            assert_eq!(error.is_retryable(), retryable, "{error}");
         }
     }
 }

@@ -51,7 +51,7 @@ use crate::timeline::{Entry, ToolResult};
 use work::Work;
 
 pub use calls::OUTCOME_UNKNOWN;
-pub use driver::{Decision, IoError, OutOfTime, StepIo, ToolOutput, decide, ignored_effects};
+pub use driver::{Decision, OutOfTime, StepError, StepIo, ToolOutput, decide, ignored_effects};
 
 /// A tool the caller must execute for the engine: a call whose reply (or approval) is
 /// committed.
