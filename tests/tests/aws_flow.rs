@@ -46,7 +46,7 @@ pub(super) fn named_agents() -> Arc<baton_core::agent::Catalog> {
     catalog(Some(common::mock_openai::named_agents()))
 }
 
-/// Runs the full flow: approval answered through the API, choice answered on the bus.
+/// Runs the full flow, every message delivered twice when `duplicate`.
 async fn full_flow(duplicate: bool) -> Value {
     full_flow_in(
         start_env(
@@ -60,94 +60,12 @@ async fn full_flow(duplicate: bool) -> Value {
     .await
 }
 
-/// The full flow in `env` (started with `examples/full-flow.json`).
+/// The full flow in `env` (started with `examples/full-flow.json`), written once for both
+/// hosts.
 async fn full_flow_in(mut env: Env) -> Value {
-    let (code, v) = env
-        .host
-        .api()
-        .call(
-            reqwest::Method::POST,
-            "/runs",
-            Some(json!({"prompt": "Fix and ship"})),
-        )
-        .await;
-    assert_eq!(code, 202, "{v}");
-    let run_id = v["runId"].as_str().unwrap().to_owned();
-
-    let approval = env.host.api().pending("approval").await;
-    let (code, v) = env
-        .host
-        .api()
-        .call(
-            reqwest::Method::POST,
-            &format!("/ctas/{}/response", approval["ctaId"].as_str().unwrap()),
-            Some(json!({"kind": "approval", "approved": true})),
-        )
-        .await;
-    assert_eq!(code, 202, "{v}");
-
-    let choice = env.host.api().pending("choice").await;
-    env.host
-        .put_event(
-            "cta.response",
-            json!({"ctaId": choice["ctaId"], "kind": "choice", "selectedId": "prod"}),
-        )
-        .await;
-
-    let run = env.host.api().status(&run_id, "completed").await;
-    assert_eq!(run["result"], "Shipped to the chosen target.");
-    let types = entry_types(&run);
-    assert_eq!(
-        types,
-        [
-            "user",
-            "assistant",
-            "tool",
-            "tool",
-            "assistant",
-            "tool",
-            "assistant",
-            "tool",
-            "assistant",
-            "usage"
-        ]
-    );
-    let tools = of_type(&run, "tool");
-    assert_eq!(
-        tools[0]["result"]["output"]["text"],
-        "The repo has 3 crates."
-    );
-    assert_eq!(tools[1]["result"]["output"]["text"], "Patch drafted.");
-    assert!(tools[0]["childRunId"].as_str().unwrap().starts_with("sub_"));
-    assert_eq!(
-        tools[2]["result"]["output"],
-        json!({"kind": "approval", "approved": true})
-    );
-    assert_eq!(
-        tools[3]["result"]["output"],
-        json!({"kind": "choice", "selectedId": "prod"})
-    );
-    assert_eq!(
-        run["usage"],
-        json!({"inputTokens": 880, "outputTokens": 85, "totalTokens": 965})
-    );
-    // The answered CTAs are settled; a second answer on the bus is dropped, on the API a 409.
-    let (code, _) = env
-        .host
-        .api()
-        .call(
-            reqwest::Method::POST,
-            &format!("/ctas/{}/response", choice["ctaId"].as_str().unwrap()),
-            Some(json!({"kind": "choice", "selectedId": "staging"})),
-        )
-        .await;
-    assert_eq!(code, 409);
-    let mut shape: Vec<Value> = run["timeline"].as_array().unwrap().clone();
-    for e in &mut shape {
-        e.as_object_mut().unwrap().remove("at");
-    }
+    let shape = super::both_hosts::full_flow(&mut env.host).await;
     env.host.stop().await;
-    json!({"timeline": shape, "version": run["version"]})
+    shape
 }
 
 /// A flow's outcome with what differs between two runs of it masked (ids, expiry times,

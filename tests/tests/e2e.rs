@@ -15,6 +15,7 @@ mod aws_flow;
 mod aws_outages;
 mod aws_questions;
 mod bad_input;
+mod both_hosts;
 mod browser;
 mod budgets;
 mod console;
