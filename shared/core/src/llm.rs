@@ -6,6 +6,7 @@
 //! record, and knows nothing of chat formats.
 
 pub use baton_engine::llm::*;
+pub use baton_engine::project::{fit, model_bytes, project, starts_group};
 
 use crate::timeline::Entry;
 

@@ -102,7 +102,7 @@ pub struct AgentDef {
     /// The most tokens one model reply may have (none: the provider's configured limit).
     pub max_output_tokens: Option<u32>,
     /// How much of a run's history its model is given, in bytes of text
-    /// ([`crate::llm::fit`]): the newest groups that fit, after the first message.
+    /// ([`crate::project::fit`]): the newest groups that fit, after the first message.
     pub context_bytes: usize,
     /// Text added to the system prompt by the run's context `type`.
     pub context_guidance: BTreeMap<String, String>,

@@ -26,6 +26,7 @@ pub mod fork;
 pub mod llm;
 pub mod message;
 pub mod plan;
+pub mod project;
 pub mod run;
 pub mod scope;
 #[cfg(feature = "testkit")]

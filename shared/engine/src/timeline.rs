@@ -1,7 +1,7 @@
 //! The timeline: the ordered, canonical record of everything that happened in a run.
 //!
 //! Entries are immutable except a pending tool result, which is resolved in place exactly
-//! once. The model sees a projection of the timeline (`llm::project`); UIs see all of it.
+//! once. The model sees a projection of the timeline (`project::project`); UIs see all of it.
 //! How entries are stored as bytes is the adapters' business (`baton-codec`), not this one's.
 
 use chrono::{DateTime, Utc};

@@ -81,7 +81,7 @@ fn a_run_that_spent_its_budget_asks_before_thinking_and_thinks_on_when_raised() 
             .any(|e| matches!(&e.body, EntryBody::Notice { code, .. } if code == "budget_raised"))
     );
     // The question is the owner's: the model never sees it among its calls.
-    let chat = baton_engine::llm::project("", timeline);
+    let chat = baton_engine::project::project("", timeline);
     let seen = serde_json::to_string(&chat).unwrap();
     assert!(
         timeline

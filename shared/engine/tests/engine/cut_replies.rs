@@ -42,7 +42,7 @@ fn a_cut_text_is_marked_and_the_model_is_asked_again() {
     };
     assert!(text.contains("cut off at its output limit"), "{text}");
     assert!(!options.visible);
-    let chat = baton_engine::llm::project("", timeline);
+    let chat = baton_engine::project::project("", timeline);
     assert!(serde_json::to_string(&chat).unwrap().contains("cut off"));
     // A whole reply is not marked.
     assert!(matches!(
