@@ -12,7 +12,7 @@ mod parts;
 pub use parts::{RunOrigin, RunOutcome, RunWaits};
 
 /// The lifecycle of a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
@@ -33,7 +33,9 @@ impl RunStatus {
     /// step may pass several arrows of the README's diagram at once (a start that thinks
     /// and answers goes from `queued` to `completed`; a follow-up's turn whose model fails for
     /// good, from `completed` to `failed`). Only a completed run goes on (a follow-up's turn);
-    /// the engine asserts every commit against this table (in debug builds: every test's).
+    /// only a run that has asked a question expires (so never a queued one). The engine
+    /// asserts every commit against this table (in debug builds: every test's), and the
+    /// engine's tests make every change it lists (`tests/engine/transitions.rs`).
     pub const CHANGES: &'static [(RunStatus, RunStatus)] = {
         use RunStatus::*;
         &[
@@ -41,7 +43,6 @@ impl RunStatus {
             (Queued, Waiting),
             (Queued, Completed),
             (Queued, Failed),
-            (Queued, Expired),
             (Queued, Cancelled),
             (Running, Waiting),
             (Running, Completed),

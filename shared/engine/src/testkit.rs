@@ -8,7 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)] // tests: a panic is the failure report
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
@@ -134,6 +134,8 @@ pub struct Scripted<'a> {
     pub asked: Mutex<Vec<u32>>,
     /// A tool whose calls do not fit in what the invocation has left.
     pub no_time_for: Option<String>,
+    /// The think the model fails for good at, if any.
+    pub fails_at: Option<u32>,
     pub settled: Mutex<Vec<String>>,
     /// The CTA records as the store holds them when the step starts.
     pub ctas: HashMap<String, Cta>,
@@ -164,6 +166,9 @@ impl StepIo for Scripted<'_> {
         _: &crate::agent::Prepared,
     ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
         self.asked.lock().expect("not poisoned").push(think_index);
+        if self.fails_at == Some(think_index) {
+            return std::future::ready(Err(LlmError::fatal("the model refused")));
+        }
         let reply = self
             .replies
             .get(think_index as usize)
@@ -258,6 +263,27 @@ impl StepIo for Scripted<'_> {
     }
 }
 
+/// What a step asked of its world: the thinks, the calls run and their keys, the CTAs settled.
+pub struct Done {
+    pub asked: Vec<u32>,
+    pub executed: Vec<String>,
+    pub keys: Vec<String>,
+    pub settled: Vec<String>,
+}
+
+impl Scripted<'_> {
+    /// What the step asked of this world, once it is done with it.
+    pub fn done(self) -> Done {
+        let take = |m: Mutex<Vec<String>>| m.into_inner().expect("not poisoned");
+        Done {
+            asked: self.asked.into_inner().expect("not poisoned"),
+            executed: take(self.executed),
+            keys: take(self.keys),
+            settled: take(self.settled),
+        }
+    }
+}
+
 /// How a delivery ended.
 #[derive(Debug, PartialEq)]
 pub enum Outcome {
@@ -294,6 +320,10 @@ pub struct Sim {
     pub asked: Vec<u32>,
     /// A tool whose calls do not fit in the invocation (see `Scripted::fits`).
     pub no_time_for: Option<String>,
+    /// The think each agent's model fails for good at (none: it answers every one).
+    pub model_fails: HashMap<String, u32>,
+    /// Every change of a run's status a commit made.
+    pub changes: BTreeSet<(RunStatus, RunStatus)>,
 }
 
 impl Sim {
@@ -316,6 +346,8 @@ impl Sim {
             keys: vec![],
             asked: vec![],
             no_time_for: None,
+            model_fails: HashMap::new(),
+            changes: BTreeSet::new(),
         }
     }
 
@@ -355,42 +387,23 @@ impl Sim {
         let mut outcome = Outcome::Ignored;
         loop {
             let (run, timeline) = self.runs.get(&msg.run_id).cloned().expect("run exists");
-            let world = Scripted {
-                agents: &*self.agents,
-                key: self.key,
-                replies: self.script.get(&run.agent).cloned().unwrap_or_default(),
-                agent: run.agent.clone(),
-                run_id: run.run_id.clone(),
-                executed: Mutex::new(Vec::new()),
-                keys: Mutex::new(Vec::new()),
-                asked: Mutex::new(Vec::new()),
-                no_time_for: self.no_time_for.clone(),
-                settled: Mutex::new(Vec::new()),
-                ctas: self.ctas.clone(),
-                ledger: self.ledgers.get(run.root()).cloned(),
-            };
+            let world = self.world(&run);
             let decided = block_on(decide(
                 self.now, &run, &timeline, &msg.input, &world, &mut io,
             ));
-            self.asked
-                .extend(world.asked.lock().expect("not poisoned").drain(..));
+            let done = world.done();
+            self.asked.extend(done.asked);
+            self.executed.extend(done.executed);
+            self.keys.extend(done.keys);
             let decision = match decided {
                 Err(StepError::OutOfTime(_)) => {
                     // Delivered again at once, to an invocation with the time.
-                    self.executed
-                        .extend(world.executed.into_inner().expect("not poisoned"));
-                    self.keys
-                        .extend(world.keys.into_inner().expect("not poisoned"));
                     self.queue.push_front(msg.clone());
                     return Outcome::Deferred;
                 }
                 other => other.expect("the scripted model never fails to answer"),
             };
-            self.executed
-                .extend(world.executed.into_inner().expect("not poisoned"));
-            self.keys
-                .extend(world.keys.into_inner().expect("not poisoned"));
-            let settled = world.settled.into_inner().expect("not poisoned");
+            let settled = done.settled;
             for id in &settled {
                 if let Some(c) = self
                     .ctas
@@ -454,6 +467,7 @@ impl Sim {
             keys: Mutex::new(Vec::new()),
             asked: Mutex::new(Vec::new()),
             no_time_for: self.no_time_for.clone(),
+            fails_at: self.model_fails.get(&run.agent).copied(),
             settled: Mutex::new(Vec::new()),
             ctas: self.ctas.clone(),
             ledger: self.ledgers.get(run.root()).cloned(),
@@ -473,6 +487,9 @@ impl Sim {
             run.status,
             t.run.status
         );
+        if run.status != t.run.status {
+            self.changes.insert((run.status, t.run.status));
+        }
         for (child, _) in &t.new_runs {
             assert_eq!(child.status, RunStatus::Queued, "a run starts queued");
         }

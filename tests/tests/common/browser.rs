@@ -37,23 +37,36 @@ pub fn node_modules() -> PathBuf {
 }
 
 /// The `node_modules` of `tests/<src>/package-lock.json`, installed once under
-/// `target/<name>` with `npm ci` (`package` is one it must hold).
+/// `target/<name>` with `npm ci` (`package` is one it must hold). Installed means its
+/// `installed.json` holds that lock, written once `npm ci` has finished: a test that found
+/// it missing and waited for another's install does not run `npm ci` again (which empties
+/// `node_modules` under the test already using it), and a cut-off install is done again.
 pub fn npm_ci(src: &str, name: &str, package: &str) -> PathBuf {
     let root = super::target_dir().join(name);
     let modules = root.join("node_modules");
-    if modules.join(package).join("package.json").exists() {
-        return modules;
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
+    let lock = std::fs::read(src.join("package-lock.json")).expect("the package lock");
+    let marker = root.join("installed.json");
+    let installed = || std::fs::read(&marker).is_ok_and(|m| m == lock);
+    if !installed() {
+        once(name, || {
+            if installed() {
+                return Ok(());
+            }
+            std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
+            for f in ["package.json", "package-lock.json"] {
+                std::fs::copy(src.join(f), root.join(f)).map_err(|e| format!("{f}: {e}"))?;
+            }
+            run(Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"])
+                .current_dir(&root))?;
+            std::fs::write(&marker, &lock).map_err(|e| e.to_string())
+        });
     }
-    once(name, || {
-        std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
-        for f in ["package.json", "package-lock.json"] {
-            std::fs::copy(src.join(f), root.join(f)).map_err(|e| format!("{f}: {e}"))?;
-        }
-        run(Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"])
-            .current_dir(&root))
-    });
+    assert!(
+        modules.join(package).join("package.json").exists(),
+        "{name}: npm ci installed no {package}"
+    );
     modules
 }
 

@@ -98,18 +98,8 @@ fn what_the_plugins_answered_is_the_steps_input_however_their_source_moves() {
     let id = s.create("deep", "go");
     let (run, timeline) = s.runs[&id].clone();
     let world = Scripted {
-        agents: &*s.agents,
-        key: s.key,
-        run_id: id.clone(),
-        agent: "deep".into(),
         replies: vec![calls(vec![call("echo", json!({"text": "x"}))])],
-        executed: Mutex::new(Vec::new()),
-        keys: Mutex::new(Vec::new()),
-        asked: Mutex::new(Vec::new()),
-        no_time_for: None,
-        settled: Mutex::new(Vec::new()),
-        ctas: Default::default(),
-        ledger: None,
+        ..s.world(&run)
     };
     let decision = block_on(decide(
         s.now,
@@ -272,20 +262,7 @@ fn a_plugins_error_is_its_own_named_and_retried_only_when_it_says_so() {
         let id = s.create("deep", "go");
         let msg = s.queue.pop_front().expect("the run's start");
         let (run, timeline) = s.runs[&id].clone();
-        let world = Scripted {
-            agents: &*s.agents,
-            key: s.key,
-            run_id: id.clone(),
-            replies: vec![text("never asked")],
-            agent: "deep".into(),
-            executed: Mutex::new(Vec::new()),
-            keys: Mutex::new(Vec::new()),
-            asked: Mutex::new(Vec::new()),
-            no_time_for: None,
-            settled: Mutex::new(Vec::new()),
-            ctas: Default::default(),
-            ledger: None,
-        };
+        let world = s.world(&run);
         let got = block_on(decide(
             s.now,
             &run,

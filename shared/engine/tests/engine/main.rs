@@ -209,4 +209,5 @@ mod cut_replies;
 mod limits;
 mod plans;
 mod thinking;
+mod transitions;
 mod turns;
