@@ -18,9 +18,8 @@
 use std::time::Duration;
 
 use base64::Engine;
-use baton_sdk::{
-    Effects, MAX_OUTPUT_BYTES, Tool, ToolContext, Value, async_trait, json, serde_json,
-};
+use baton_sdk::prelude::*;
+use baton_sdk::{MAX_OUTPUT_BYTES, serde_json};
 
 /// GitHub's contents API answers files of at most this size with their content.
 const GITHUB_MAX_CONTENT_BYTES: usize = 1024 * 1024;
@@ -130,8 +129,19 @@ async fn read_capped(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>,
     Ok(body)
 }
 
-#[async_trait]
-impl Tool for RepoFiles {
+/// `github_read`'s input: one path of the run's repository.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Read {
+    /// Relative to the repository's root ("" for the root).
+    #[schemars(length(max = 1024))]
+    pub path: String,
+}
+
+impl TypedTool for RepoFiles {
+    type Input = Read;
+    type Output = Value;
+
     fn name(&self) -> &str {
         "github_read"
     }
@@ -144,28 +154,22 @@ impl Tool for RepoFiles {
     fn effects(&self) -> Effects {
         Effects::None
     }
-    fn schema(&self) -> Value {
-        json!({"type": "object",
-               "properties": {"path": {"type": "string", "maxLength": 1024}},
-               "required": ["path"], "additionalProperties": false})
+
+    fn needs_approval(&self, input: &Read) -> bool {
+        sensitive(&input.path)
     }
 
-    fn needs_approval(&self, input: &Value) -> bool {
-        input["path"].as_str().is_some_and(sensitive)
-    }
-
-    fn approval_reason(&self, input: &Value) -> Option<String> {
-        let path = input["path"].as_str()?;
+    fn approval_reason(&self, input: &Read) -> Option<String> {
+        let path = &input.path;
         sensitive(path).then(|| format!("`{path}` may hold secrets"))
     }
 
-    async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String> {
+    async fn call(&self, ctx: &ToolContext, input: Read) -> Result<Value, String> {
         let github = ctx.scope.github.as_ref().ok_or(
             "this run has no GitHub repository: start it (or its parent's spawn_subagent call) \
              with `github: {repo, ref}`",
         )?;
-        let asked = input["path"].as_str().ok_or("`path` is a string")?;
-        let parts = segments(asked)?;
+        let parts = segments(&input.path)?;
         let path = parts.join("/");
         let path = path.as_str();
         // Built segment by segment (each percent-encoded as it needs), never by splicing text.
@@ -318,6 +322,21 @@ mod tests {
     use wiremock::matchers::{header, method, path, query_param};
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
+    #[test]
+    fn its_schema_is_derived_from_its_input_type() {
+        let tool = Typed(RepoFiles::new("http://127.0.0.1:9", None));
+        assert_eq!(
+            tool.schema(),
+            json!({"type": "object", "description": "`github_read`'s input: one path of the run's repository.",
+                   "properties": {"path": {"type": "string", "maxLength": 1024,
+                       "description": "Relative to the repository's root (\"\" for the root)."}},
+                   "required": ["path"], "additionalProperties": false})
+        );
+        assert!(tool.needs_approval(&json!({"path": ".env"})));
+        // An input that does not parse is refused before any approval is asked.
+        assert!(!tool.needs_approval(&json!({"path": 7})));
+    }
+
     fn ctx(git_ref: Option<&str>) -> ToolContext {
         let mut ctx = ToolContext::new("run_1", "o", "explore", "call_1");
         ctx.scope.github = Some(GithubRepo {
@@ -363,7 +382,7 @@ mod tests {
     #[tokio::test]
     async fn a_file_is_its_text_with_a_card_and_the_whole_file_beside_it() {
         let server = github().await;
-        let tool = RepoFiles::new(&server.uri(), Some("t0k".into()));
+        let tool = Typed(RepoFiles::new(&server.uri(), Some("t0k".into())));
         let ctx = ctx(Some("main"));
         let out = tool
             .execute(&ctx, json!({"path": "README.md"}))
@@ -385,7 +404,7 @@ mod tests {
     #[tokio::test]
     async fn a_directory_is_a_table_and_errors_say_what_github_answered() {
         let server = github().await;
-        let tool = RepoFiles::new(&server.uri(), None);
+        let tool = Typed(RepoFiles::new(&server.uri(), None));
         let ctx = ctx(None);
         let out = tool
             .execute(&ctx, json!({"path": "/src/"}))
@@ -428,7 +447,7 @@ mod tests {
 
     #[test]
     fn paths_that_may_hold_secrets_need_an_approval() {
-        let tool = RepoFiles::new("http://127.0.0.1:9", None);
+        let tool = Typed(RepoFiles::new("http://127.0.0.1:9", None));
         for p in [
             ".env",
             "app/.env.local",
@@ -488,7 +507,7 @@ mod tests {
             )
             .mount(&server)
             .await;
-        let tool = RepoFiles::new(&server.uri(), None);
+        let tool = Typed(RepoFiles::new(&server.uri(), None));
         let ctx = ctx(None);
         let err = tool
             .execute(&ctx, json!({"path": "config/app.txt"}))

@@ -9,9 +9,9 @@
 //!
 //! What ships here are examples worth copying:
 //!
-//! - [`github::RepoFiles`] (`github_read`) reads the run's GitHub repository through GitHub's
-//!   REST API, asking a human first for paths that may hold secrets, with a card and the
-//!   file itself beside its result;
+//! - [`github::RepoFiles`] (`github_read`, a typed tool: its input is [`github::Read`]) reads
+//!   the run's GitHub repository through GitHub's REST API, asking a human first for paths
+//!   that may hold secrets, with a card and the file itself beside its result;
 //! - [`skills::Skills`], a plugin with typed state: the agent `repo_assistant` starts with
 //!   one tool, `activate_skill`; once it turns the `github` skill on, the plugin adds that
 //!   skill's instructions and `github_read` to its later iterations. The tool reads the
@@ -20,7 +20,7 @@
 pub mod github;
 pub mod skills;
 
-use baton_sdk::{AgentSpec, Extensions};
+use baton_sdk::{AgentSpec, Extensions, Typed};
 
 /// The deployment's tools, plugins and agents.
 pub fn extensions() -> Extensions {
@@ -44,7 +44,7 @@ pub fn extensions_with(github: github::RepoFiles) -> Extensions {
         ..AgentSpec::default()
     };
     Extensions::new()
-        .tool(github)
+        .tool(Typed(github))
         .tool(skills.activate_tool())
         .agent("repo_assistant", assistant)
         .plugin("repo_assistant", skills)

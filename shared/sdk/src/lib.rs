@@ -66,6 +66,14 @@
 //! # }
 //! ```
 //!
+//! # A typed tool
+//!
+//! A [`TypedTool`] takes its input as a Rust type and answers with one: the schema the model
+//! is shown is derived from the input's type (`#[derive(JsonSchema)]`, with `schemars` and
+//! `serde` in your `Cargo.toml`), and the call is handed the input parsed. [`Typed`] offers
+//! it as a [`Tool`]; the `Value` form above stays for tools whose input is only known at
+//! run time. See [`TypedTool`] for one, end to end; [`prelude`] names what both forms use.
+//!
 //! # A plugin
 //!
 //! A [`Plugin`] is asked before each think of the agents it is given to. It keeps typed
@@ -149,6 +157,20 @@
 
 pub use async_trait::async_trait;
 pub use serde_json::{self, Value, json};
+
+mod typed;
+
+pub use typed::{Typed, TypedTool};
+
+/// What a tool or plugin is written with, in one `use baton_sdk::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        Effects, Extensions, Plugin, PluginError, Prepared, Tool, ToolContext, Typed, TypedTool,
+        Value, async_trait, json,
+    };
+    pub use schemars::JsonSchema;
+    pub use serde::{Deserialize, Serialize};
+}
 
 pub use baton_core::agent::{
     AgentSpec, AgentsFile, Catalog, CatalogError, Extensions, Limits, Plugin, PluginError, Prepared,
