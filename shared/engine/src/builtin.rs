@@ -63,7 +63,7 @@ pub fn agents(limits: &Limits, explore_tools: &[&str]) -> Vec<AgentDef> {
     ]
 }
 
-/// The planner's fixed instructions; the catalog adds the agents a plan may use.
+/// The planner's fixed instructions; [`tools`] adds the agents a plan may use.
 const PLANNER_PROMPT: &str = "You write plans for agent_orchestrate. Reply with one JSON \
 object and nothing else: {\"steps\": [...]}. Steps run in order. An agent step is \
 {\"id\": \"...\", \"agent\": \"<agent>\", \"prompt\": \"...\", \"result_key\": \"...\"} (also \
