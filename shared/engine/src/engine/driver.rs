@@ -25,10 +25,10 @@ pub trait StepIo: Sync {
     /// listed then): every pass of the step checks its calls against this, however the
     /// servers' listings move meanwhile.
     fn book(&self) -> Book;
-    /// What the plugins of `run`'s agent add to its next iteration (the engine adds the tools
-    /// the run was granted). Asked once, before the step's think. They read the timeline as the model
-    /// will: `timeline` as the step read it, with `changed` (the calls the step ran, the
-    /// message it applied) over it ([`crate::timeline::overlay`]).
+    /// What the plugins of `run`'s agent add to its next iteration (the engine adds the
+    /// tools the run was granted). Asked once, before the step's think. They read the
+    /// timeline as the model will: `timeline` as the step read it, with `changed` (the calls
+    /// the step ran, the message it applied) over it ([`crate::timeline::overlay`]).
     fn prepare(
         &self,
         run: &Run,
