@@ -54,6 +54,7 @@ pub async fn dev(
     script: Option<PathBuf>,
     agents: Option<PathBuf>,
     config: &crate::Settings,
+    extensions: &baton_core::agent::Extensions,
 ) -> anyhow::Result<()> {
     if config.aws.sdk.endpoint.is_none() {
         eprintln!(
@@ -61,7 +62,7 @@ pub async fn dev(
         );
     }
     let (llm, catalog) =
-        crate::model_and_agents(script.as_deref(), agents.as_deref(), config).await?;
+        crate::model_and_agents(script.as_deref(), agents.as_deref(), config, extensions).await?;
     let (token, made) = match token.filter(|t| !t.trim().is_empty()) {
         Some(t) => (t, false),
         None => (format!("btn_{}", uuid::Uuid::new_v4().simple()), true),

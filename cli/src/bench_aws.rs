@@ -314,7 +314,7 @@ impl Tool for EchoWith {
         &self,
         ctx: &baton_core::tools::ToolContext,
         input: serde_json::Value,
-    ) -> Result<serde_json::Value, String> {
+    ) -> Result<serde_json::Value, baton_core::tools::ToolError> {
         baton_core::tools::Echo.execute(ctx, input).await
     }
 }

@@ -427,6 +427,8 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
         }
         Command::Dev { .. }
         | Command::Bench { .. }
+        | Command::New { .. }
+        | Command::Template
         | Command::Bootstrap { .. }
         | Command::Preflight { .. } => {
             unreachable!("handled in main")

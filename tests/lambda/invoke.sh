@@ -80,10 +80,11 @@ OTEL_EXPORTER_OTLP_ENDPOINT=$(head -1 "$work/otlp.url")
 export OTEL_EXPORTER_OTLP_ENDPOINT
 spans() { python3 -c 'import json,sys; print(json.dumps([json.loads(l) for l in open(sys.argv[1])]))' "$work/spans.jsonl" 2>/dev/null || echo '[]'; }
 
-# An agent of the deployment's own Rust tool (`baton-deployment`'s `github_read`): every
-# function's catalog must know it, or its start-up fails (an agent listing an unknown tool)
-# and so does every invocation below.
-export BATON_AGENTS_JSON='{"agents": {"reader": {"system": "You read repositories.", "tools": ["github_read"]}}}'
+# An agents file in the environment, as the template passes `AgentsJson`: every function
+# that builds a catalog parses it at start-up (a bad one fails every invocation below). Its
+# agent lists a built-in tool: Baton's functions ship no others (a project's own Rust tools
+# are its own functions', `baton new`; scripts/starter.sh invokes one of those).
+export BATON_AGENTS_JSON='{"agents": {"reader": {"system": "You ask people.", "tools": ["request_human_feedback"]}}}'
 
 watch_port=$(free_port)
 cargo lambda watch --invoke-address 127.0.0.1 --invoke-port "$watch_port" >"$work/watch.log" 2>&1 &

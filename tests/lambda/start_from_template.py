@@ -65,9 +65,8 @@ def live_event():
                                "channel": "/runs/run-live"},
             "requestHeaders": {}}
 
-# Its agent lists the deployment's own Rust tool (`baton-deployment`'s `github_read`): a
-# function whose catalog lacks it fails its start-up here.
-AGENTS = json.dumps({"agents": {"ops": {"tools": ["github_read"], "model": "bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0"}}})
+# Its agent lists a built-in tool: a function whose catalog lacks it fails its start-up here.
+AGENTS = json.dumps({"agents": {"ops": {"tools": ["request_human_feedback"], "model": "bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0"}}})
 # An agents file past Lambda's 4 KB environment: only S3 can hand it to the functions.
 LARGE_AGENTS = json.dumps({"agents": {"ops": {"tools": [], "system": "You are careful. " * 400,
                                               "model": "bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0"}}})

@@ -527,7 +527,7 @@ async fn a_trigger_starts_a_turn_no_one_wrote_and_a_hidden_one_is_kept_marked() 
     h.server.shutdown().await;
 }
 
-/// The deployment's own extensions (`baton-deployment`) on `baton dev`, as every host builds
+/// A project's own extensions (the starter `baton new` writes, `baton-starter`) on `baton dev`, as every host builds
 /// them: `repo_assistant` starts with `activate_skill` alone; `github_read` is refused until
 /// it turns the `github` skill on; the tool then reads the skills plugin's state (a second
 /// activation says so); the plugin's state is the run's.
@@ -542,8 +542,8 @@ async fn a_skill_turned_on_by_a_tool_adds_its_tools_and_the_tool_reads_the_plugi
             "type": "file", "encoding": "base64", "size": 7, "sha": "abc", "content": readme})))
         .mount(&github)
         .await;
-    let repo = baton_deployment::github::RepoFiles::new(&github.uri(), None);
-    let ext = baton_deployment::extensions_with(repo);
+    let repo = baton_starter::github::RepoFiles::new(&github.uri(), None);
+    let ext = baton_starter::extensions_with(repo);
     let catalog =
         baton_tools::catalog(None, baton_tools::Host::Dev, &|_| None, &ext).expect("catalog");
     let read = json!({"tool_calls": [{"name": "github_read", "arguments": {"path": "README.md"}}]});
@@ -572,5 +572,101 @@ async fn a_skill_turned_on_by_a_tool_adds_its_tools_and_the_tool_reads_the_plugi
     assert_eq!(tools[3]["result"]["status"], "success", "{run:#}");
     assert_eq!(tools[3]["result"]["output"]["text"], "# Shop\n");
     assert_eq!(run["pluginState"]["skills"]["active"], json!(["github"]));
+    h.server.shutdown().await;
+}
+
+/// A tool's error says who deals with it (`ToolError`): GitHub's 503 is `Retry` from
+/// `github_read` (a read: safe to run again), so the step is tried again — the model's reply
+/// kept, not paid for twice — until GitHub answers; the model never sees the 503. A `once`
+/// tool's `Retry` is not tried again: the model is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_error_tries_the_step_again_and_a_once_tools_is_told() {
+    use base64::Engine;
+    use baton_core::tools::{Effects, Tool, ToolContext, ToolError};
+
+    struct Charge;
+    #[async_trait::async_trait]
+    impl Tool for Charge {
+        fn name(&self) -> &str {
+            "charge"
+        }
+        fn description(&self) -> &str {
+            "Charges a card."
+        }
+        fn schema(&self) -> Value {
+            json!({"type": "object"})
+        }
+        fn effects(&self) -> Effects {
+            Effects::Once
+        }
+        async fn execute(&self, _: &ToolContext, _: Value) -> Result<Value, ToolError> {
+            Err(ToolError::retry("the card network timed out"))
+        }
+    }
+
+    let github = MockServer::start().await;
+    let readme = base64::engine::general_purpose::STANDARD.encode("# Shop\n");
+    let at = "/repos/acme/shop/contents/README.md";
+    Mock::given(method("GET"))
+        .and(path(at))
+        .respond_with(ResponseTemplate::new(503).set_body_json(json!({"message": "busy"})))
+        .up_to_n_times(2)
+        .with_priority(1)
+        .mount(&github)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(at))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "type": "file", "encoding": "base64", "size": 7, "sha": "abc", "content": readme})))
+        .mount(&github)
+        .await;
+    let repo = baton_starter::github::RepoFiles::new(&github.uri(), None);
+    let cashier =
+        serde_json::from_value(json!({"system": "s", "tools": ["charge"]})).expect("an agent");
+    let ext = baton_starter::extensions_with(repo)
+        .tool(Charge)
+        .agent("cashier", cashier);
+    let catalog =
+        baton_tools::catalog(None, baton_tools::Host::Dev, &|_| None, &ext).expect("catalog");
+    let read = json!({"tool_calls": [{"name": "github_read", "arguments": {"path": "README.md"}}]});
+    let activate =
+        json!({"tool_calls": [{"name": "activate_skill", "arguments": {"name": "github"}}]});
+    let charge = json!({"tool_calls": [{"name": "charge", "arguments": {}}]});
+    let script = json!({"repo_assistant": [activate, read, {"text": "done"}],
+                        "cashier": [charge, {"text": "told"}]});
+    let dir = tempfile::tempdir().expect("tempdir");
+    let h = common::start(dir.path(), scripted(&script.to_string()), Arc::new(catalog)).await;
+    let run_id = h
+        .create_run(
+            json!({"prompt": "What is in the README?", "agent": "repo_assistant",
+                           "github": {"repo": "acme/shop", "ref": "main"}}),
+        )
+        .await;
+    // The scripted model answers each reply once: had a retried step asked it again, the
+    // script would have run out and the run failed.
+    let run = h.wait_status(&run_id, &["completed"]).await;
+    let tools = of_type(&run, "tool");
+    assert_eq!(tools.len(), 2, "{run:#}");
+    assert_eq!(tools[1]["result"]["status"], "success", "{run:#}");
+    assert_eq!(tools[1]["result"]["output"]["text"], "# Shop\n");
+    assert!(
+        !run.to_string().contains("busy"),
+        "the model never saw the 503: {run:#}"
+    );
+    let asked = github.received_requests().await.unwrap_or_default();
+    assert_eq!(asked.iter().filter(|r| r.url.path() == at).count(), 3);
+
+    let run_id = h
+        .create_run(json!({"prompt": "Charge it", "agent": "cashier"}))
+        .await;
+    let run = h.wait_status(&run_id, &["completed"]).await;
+    let tools = of_type(&run, "tool");
+    assert_eq!(tools.len(), 1, "{run:#}");
+    assert_eq!(tools[0]["result"]["status"], "error", "{run:#}");
+    let said = tools[0]["result"]["error"].to_string();
+    assert!(
+        said.contains("the card network timed out") && said.contains("not tried again"),
+        "{run:#}"
+    );
     h.server.shutdown().await;
 }

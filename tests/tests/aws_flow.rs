@@ -176,7 +176,7 @@ impl baton_core::tools::Tool for Big {
         &self,
         _: &baton_core::tools::ToolContext,
         input: Value,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, baton_core::tools::ToolError> {
         let n = input["bytes"].as_u64().unwrap_or(0) as usize;
         Ok(Value::String(noise(0, n)))
     }

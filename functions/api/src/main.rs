@@ -4,5 +4,5 @@
 //! calls a model: steps run in the orchestrator and subagent functions.
 
 fn main() -> Result<(), baton_lambda::Error> {
-    baton_lambda::main(baton_lambda::Role::Api, baton_deployment::extensions())
+    baton_lambda::main(baton_lambda::Role::Api, Default::default())
 }

@@ -5,5 +5,5 @@
 //! (`cta.rejected`), never blocking the queue. It never calls a model nor runs a tool.
 
 fn main() -> Result<(), baton_lambda::Error> {
-    baton_lambda::main(baton_lambda::Role::Events, baton_deployment::extensions())
+    baton_lambda::main(baton_lambda::Role::Events, Default::default())
 }

@@ -2,5 +2,5 @@
 //! step per message, in order per run, with partial batch failures.
 
 fn main() -> Result<(), baton_lambda::Error> {
-    baton_lambda::main(baton_lambda::Role::Steps, baton_deployment::extensions())
+    baton_lambda::main(baton_lambda::Role::Steps, Default::default())
 }

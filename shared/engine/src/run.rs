@@ -9,7 +9,9 @@ use crate::cost::Spent;
 pub use crate::cost::Usage;
 
 mod parts;
+mod view;
 pub use parts::{RunOrigin, RunOutcome, RunWaits};
+pub use view::RunView;
 
 /// The lifecycle of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

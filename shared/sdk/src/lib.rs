@@ -58,7 +58,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
-//! let ctx = ToolContext::new("run_1", "owner", "support", "call_1");
+//! let ctx = ToolContext::builder("run_1").owner("owner").agent("support").call_id("call_1").build();
 //! let out = Orders.execute(&ctx, json!({"order": 42})).await;
 //! assert_eq!(out, Ok(json!({"order": 42, "status": "shipped"})));
 //! assert!(Orders.needs_approval(&json!({"order": 4242})));
@@ -160,13 +160,46 @@ pub use serde_json::{self, Value, json};
 
 mod typed;
 
+/// Baton's Lambda host, for a project's functions (features `lambda`, and `api`, `steps`,
+/// `events` for the roles): each function's `main` is one call.
+///
+/// ```no_run
+/// # #[cfg(feature = "steps")]
+/// fn main() -> Result<(), baton_sdk::lambda::Error> {
+///     let extensions = baton_sdk::Extensions::new(); // your tools crate's `extensions()`
+///     baton_sdk::lambda::main(baton_sdk::lambda::Role::Steps, extensions)
+/// }
+/// # #[cfg(not(feature = "steps"))]
+/// # fn main() {}
+/// ```
+#[cfg(feature = "lambda")]
+pub mod lambda {
+    pub use baton_lambda::{Error, Role, main, serve};
+}
+
+/// Baton's command line for a project's `dev` binary (feature `dev`): `baton dev`, the client,
+/// the benchmarks and `template`, the catalog given the project's extensions.
+///
+/// ```no_run
+/// # #[cfg(feature = "dev")]
+/// fn main() -> std::process::ExitCode {
+///     baton_sdk::dev::main(baton_sdk::Extensions::new()) // your tools crate's `extensions()`
+/// }
+/// # #[cfg(not(feature = "dev"))]
+/// # fn main() {}
+/// ```
+#[cfg(feature = "dev")]
+pub mod dev {
+    pub use baton_cli::{TEMPLATE, main};
+}
+
 pub use typed::{Typed, TypedTool};
 
 /// What a tool or plugin is written with, in one `use baton_sdk::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        Effects, Extensions, Plugin, PluginError, Prepared, Tool, ToolContext, Typed, TypedTool,
-        Value, async_trait, json,
+        Effects, Entry, Extensions, Plugin, PluginError, Prepared, RunView, Tool, ToolContext,
+        ToolError, Typed, TypedTool, Value, async_trait, json,
     };
     pub use schemars::JsonSchema;
     pub use serde::{Deserialize, Serialize};
@@ -178,7 +211,9 @@ pub use baton_core::agent::{
 /// The most of a tool's output (as JSON) a run keeps: a larger one is cut, with a marker, so
 /// a tool that returns text may cut it here itself, where it knows what to keep.
 pub use baton_core::engine::MAX_OUTPUT_BYTES;
-pub use baton_core::run::Run;
+pub use baton_core::run::{RunStatus, RunView, Usage};
 pub use baton_core::scope::{GithubRepo, Scope};
 pub use baton_core::timeline::{Entry, EntryBody, ToolEntry, ToolResult};
-pub use baton_core::tools::{Effects, FileOutput, Tool, ToolContext};
+pub use baton_core::tools::{
+    Effects, FileOutput, Tool, ToolContext, ToolContextBuilder, ToolError,
+};

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{Effects, Tool, ToolContext};
+use crate::{Effects, Tool, ToolContext, ToolError};
 
 /// A tool whose input is a Rust type the model's arguments are read into, and whose output
 /// is one it answers with. What the model is shown of its input is the JSON Schema derived
@@ -57,11 +57,12 @@ use crate::{Effects, Tool, ToolContext};
 ///     fn needs_approval(&self, input: &Amount) -> bool {
 ///         input.value > 10_000.0
 ///     }
-///     async fn call(&self, _: &ToolContext, input: Amount) -> Result<Converted, String> {
+///     async fn call(&self, _: &ToolContext, input: Amount) -> Result<Converted, ToolError> {
 ///         match input.from.as_str() {
 ///             "EUR" => Ok(Converted { value: input.value * 1.25, currency: "USD" }),
 ///             "USD" => Ok(Converted { value: input.value * 0.8, currency: "EUR" }),
-///             other => Err(format!("no rate from {other}")),
+///             // The model sees it, and may ask again in another currency.
+///             other => Err(format!("no rate from {other}").into()),
 ///         }
 ///     }
 /// }
@@ -74,12 +75,12 @@ use crate::{Effects, Tool, ToolContext};
 /// assert_eq!(schema["required"], json!(["value", "from"]));
 /// assert_eq!(schema["properties"]["from"]["description"], "An ISO 4217 code: EUR or USD.");
 /// // A call, as a step makes it.
-/// let ctx = ToolContext::new("run_1", "owner", "banker", "call_1");
+/// let ctx = ToolContext::builder("run_1").agent("banker").call_id("call_1").build();
 /// let out = tool.execute(&ctx, json!({"value": 8.0, "from": "EUR"})).await;
 /// assert_eq!(out, Ok(json!({"value": 10.0, "currency": "USD"})));
 /// // The model is told what went wrong, in the tool's words or the input's.
 /// let refused = tool.execute(&ctx, json!({"value": 1.0, "from": "GBP"})).await;
-/// assert_eq!(refused, Err("no rate from GBP".to_owned()));
+/// assert_eq!(refused, Err(ToolError::model("no rate from GBP")));
 /// assert!(tool.needs_approval(&json!({"value": 20000.0, "from": "USD"})));
 /// # }
 /// ```
@@ -115,12 +116,14 @@ pub trait TypedTool: Send + Sync + 'static {
         None
     }
 
-    /// Runs the tool. An `Err` is an error result the model sees.
+    /// Runs the tool. An `Err` is an error result the model sees ([`ToolError::Model`]; a
+    /// `String` converts to one), or a transient failure the step is tried again for
+    /// ([`ToolError::Retry`]).
     fn call(
         &self,
         ctx: &ToolContext,
         input: Self::Input,
-    ) -> impl Future<Output = Result<Self::Output, String>> + Send;
+    ) -> impl Future<Output = Result<Self::Output, ToolError>> + Send;
 }
 
 /// A [`TypedTool`] as a [`Tool`], the form a deployment's [`crate::Extensions`] take.
@@ -171,9 +174,9 @@ impl<T: TypedTool> Tool for Typed<T> {
         self.0.effects()
     }
 
-    async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String> {
+    async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, ToolError> {
         let output = self.0.call(ctx, self.input(&input)?).await?;
         serde_json::to_value(output)
-            .map_err(|e| format!("`{}` answered what is not JSON: {e}", self.0.name()))
+            .map_err(|e| format!("`{}` answered what is not JSON: {e}", self.0.name()).into())
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use baton_core::agent::HTTP_FETCH;
 use baton_core::agents_file::HttpFetchSpec;
 use baton_core::engine::MAX_OUTPUT_BYTES;
-use baton_core::tools::{Effects, Tool, ToolContext};
+use baton_core::tools::{Effects, Tool, ToolContext, ToolError};
 use serde_json::{Value, json};
 
 use crate::http::root;
@@ -102,72 +102,76 @@ impl Tool for HttpFetch {
     fn effects(&self) -> Effects {
         Effects::None
     }
-    async fn execute(&self, _: &ToolContext, input: Value) -> Result<Value, String> {
-        let raw = input["url"].as_str().unwrap_or_default();
-        let url = reqwest::Url::parse(raw).map_err(|e| format!("`{raw}` is not a URL: {e}"))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!(
-                "only http and https URLs can be fetched, not `{raw}`"
-            ));
-        }
-        let host = url.host_str().unwrap_or_default();
-        if !allowed(&self.allow, host) {
-            return Err(format!(
-                "`{host}` is not an allowed host; allowed: {}",
-                self.allow.join(", ")
-            ));
-        }
-        let mut resp = self
-            .http
-            .get(url.clone())
-            .send()
-            .await
-            .map_err(|e| format!("cannot fetch {url}: {}", root(&e)))?;
-        let status = resp.status();
-        let kind = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        let textual = kind.is_empty()
-            || kind.starts_with("text/")
-            || kind.contains("json")
-            || kind.contains("xml")
-            || kind.contains("javascript");
-        if !textual {
-            return Err(format!("{url} is `{kind}`, not text"));
-        }
-        let mut body = Vec::new();
-        let mut cut = false;
-        while let Some(chunk) = resp
-            .chunk()
-            .await
-            .map_err(|e| format!("reading {url} failed: {}", root(&e)))?
-        {
-            let room = self.max_bytes - body.len();
-            if chunk.len() > room {
-                body.extend_from_slice(&chunk[..room]);
+    async fn execute(&self, _: &ToolContext, input: Value) -> Result<Value, ToolError> {
+        let out: Result<Value, String> = async move {
+            let raw = input["url"].as_str().unwrap_or_default();
+            let url = reqwest::Url::parse(raw).map_err(|e| format!("`{raw}` is not a URL: {e}"))?;
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(format!(
+                    "only http and https URLs can be fetched, not `{raw}`"
+                ));
+            }
+            let host = url.host_str().unwrap_or_default();
+            if !allowed(&self.allow, host) {
+                return Err(format!(
+                    "`{host}` is not an allowed host; allowed: {}",
+                    self.allow.join(", ")
+                ));
+            }
+            let mut resp = self
+                .http
+                .get(url.clone())
+                .send()
+                .await
+                .map_err(|e| format!("cannot fetch {url}: {}", root(&e)))?;
+            let status = resp.status();
+            let kind = resp
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            let textual = kind.is_empty()
+                || kind.starts_with("text/")
+                || kind.contains("json")
+                || kind.contains("xml")
+                || kind.contains("javascript");
+            if !textual {
+                return Err(format!("{url} is `{kind}`, not text"));
+            }
+            let mut body = Vec::new();
+            let mut cut = false;
+            while let Some(chunk) = resp
+                .chunk()
+                .await
+                .map_err(|e| format!("reading {url} failed: {}", root(&e)))?
+            {
+                let room = self.max_bytes - body.len();
+                if chunk.len() > room {
+                    body.extend_from_slice(&chunk[..room]);
+                    cut = true;
+                    break;
+                }
+                body.extend_from_slice(&chunk);
+            }
+            let raw = String::from_utf8_lossy(&body);
+            let mut text = if kind.contains("html") || (kind.is_empty() && raw.contains("<html")) {
+                html_text(&raw)
+            } else {
+                raw.into_owned()
+            };
+            if text.len() > MAX_OUTPUT_BYTES {
+                let mut end = MAX_OUTPUT_BYTES;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
                 cut = true;
-                break;
             }
-            body.extend_from_slice(&chunk);
+            Ok(json!({"url": url.as_str(), "status": status.as_u16(), "text": text, "truncated": cut}))
         }
-        let raw = String::from_utf8_lossy(&body);
-        let mut text = if kind.contains("html") || (kind.is_empty() && raw.contains("<html")) {
-            html_text(&raw)
-        } else {
-            raw.into_owned()
-        };
-        if text.len() > MAX_OUTPUT_BYTES {
-            let mut end = MAX_OUTPUT_BYTES;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text.truncate(end);
-            cut = true;
-        }
-        Ok(json!({"url": url.as_str(), "status": status.as_u16(), "text": text, "truncated": cut}))
+        .await;
+        out.map_err(ToolError::Model)
     }
 }
 
@@ -259,7 +263,11 @@ mod tests {
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
     fn ctx() -> ToolContext {
-        ToolContext::new("r", "o", "explore", "c")
+        ToolContext::builder("r")
+            .owner("o")
+            .agent("explore")
+            .call_id("c")
+            .build()
     }
 
     #[test]
@@ -313,14 +321,20 @@ mod tests {
         assert_eq!(big["text"].as_str().map(str::len), Some(1000));
         assert_eq!(big["truncated"], true);
         let away = get("/away").await.expect_err("redirect off the list");
-        assert!(away.contains("not allowed"), "{away}");
-        assert!(get("/img").await.is_err_and(|e| e.contains("not text")));
+        assert!(away.message().contains("not allowed"), "{away}");
+        assert!(
+            get("/img")
+                .await
+                .is_err_and(|e| e.message().contains("not text"))
+        );
         let other = fetch
             .execute(&ctx, json!({"url": "http://localhost:1/"}))
             .await
             .expect_err("host");
         assert!(
-            other.contains("`localhost` is not an allowed host"),
+            other
+                .message()
+                .contains("`localhost` is not an allowed host"),
             "{other}"
         );
     }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use baton_core::agents_file::{HttpToolSpec, Redirects, expand};
 use baton_core::scope::RUN_VARS;
-use baton_core::tools::{Effects, Tool, ToolContext};
+use baton_core::tools::{Effects, Tool, ToolContext, ToolError};
 
 use crate::vars::{expand_env, expand_run, headers};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -178,80 +178,86 @@ impl Tool for HttpTool {
     fn effects(&self) -> Effects {
         self.effects
     }
-    async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String> {
-        let name = &self.name;
-        let url = expand_run(&self.url, &ctx.scope).map_err(|e| format!("`{name}`: `url`: {e}"))?;
-        // (The URL is not shown: a `${VAR}` in it may be a secret.)
-        let url = reqwest::Url::parse(&url)
-            .map_err(|e| format!("`{name}`: its url, filled in for this run, is not a URL: {e}"))?;
-        let mut sent = self.fixed_headers.clone();
-        sent.insert(
-            HeaderName::from_static("idempotency-key"),
-            HeaderValue::from_str(&ctx.idempotency_key)
-                .map_err(|_| format!("`{name}`: its idempotency key cannot be a header"))?,
-        );
-        for (header, value) in &self.run_headers {
-            let value = expand_run(value, &ctx.scope)
-                .map_err(|e| format!("`{name}`: header `{header}`: {e}"))?;
-            let value = HeaderValue::from_str(&value)
-                .map_err(|_| format!("`{name}`: header `{header}` cannot carry {value:?}"))?;
-            sent.insert(header.clone(), value);
+    async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, ToolError> {
+        let out: Result<Value, String> = async move {
+            let name = &self.name;
+            let url =
+                expand_run(&self.url, ctx.scope()).map_err(|e| format!("`{name}`: `url`: {e}"))?;
+            // (The URL is not shown: a `${VAR}` in it may be a secret.)
+            let url = reqwest::Url::parse(&url).map_err(|e| {
+                format!("`{name}`: its url, filled in for this run, is not a URL: {e}")
+            })?;
+            let mut sent = self.fixed_headers.clone();
+            sent.insert(
+                HeaderName::from_static("idempotency-key"),
+                HeaderValue::from_str(ctx.idempotency_key())
+                    .map_err(|_| format!("`{name}`: its idempotency key cannot be a header"))?,
+            );
+            for (header, value) in &self.run_headers {
+                let value = expand_run(value, ctx.scope())
+                    .map_err(|e| format!("`{name}`: header `{header}`: {e}"))?;
+                let value = HeaderValue::from_str(&value)
+                    .map_err(|_| format!("`{name}`: header `{header}` cannot carry {value:?}"))?;
+                sent.insert(header.clone(), value);
+            }
+            let resp = self.send(url, sent, &input).await?;
+            let status = resp.status();
+            let outputs = resp
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|t| t.starts_with(OUTPUTS_MEDIA_TYPE));
+            let max = if outputs {
+                MAX_OUTPUTS_BYTES
+            } else {
+                MAX_RESPONSE_BYTES
+            };
+            let body = read_capped(resp, max)
+                .await
+                .map_err(|e| format!("`{}`: {e}", self.name))?;
+            if !status.is_success() {
+                let text: String = String::from_utf8_lossy(&body).chars().take(500).collect();
+                return Err(format!("`{}` answered HTTP {status}: {text}", self.name));
+            }
+            let body: Value = serde_json::from_slice(&body).map_err(|e| {
+                format!(
+                    "`{}` answered {status} with a body that is not JSON: {e}",
+                    self.name
+                )
+            })?;
+            if !outputs {
+                return Ok(body);
+            }
+            let outputs: Outputs = serde_json::from_value(body).map_err(|e| {
+                format!("`{name}` answered `{OUTPUTS_MEDIA_TYPE}` that does not read: {e}")
+            })?;
+            // All of them checked first, on a scratch context: an answer one of whose outputs is
+            // refused is an error result with none of them kept.
+            let scratch = ToolContext::default();
+            for w in outputs.widgets {
+                scratch
+                    .widget(&w.kind, w.data)
+                    .map_err(|e| format!("`{name}`: widget `{}`: {e}", w.kind))?;
+            }
+            for f in outputs.files {
+                use base64::Engine;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(f.content_base64.trim())
+                    .map_err(|e| format!("`{name}`: file `{}` is not base64: {e}", f.name))?;
+                scratch
+                    .file(&f.name, &f.media_type, bytes, &f.summary)
+                    .map_err(|e| format!("`{name}`: file `{}`: {e}", f.name))?;
+            }
+            for w in scratch.take_widgets() {
+                ctx.widget(&w.kind, w.data)?;
+            }
+            for f in scratch.take_files() {
+                ctx.file(&f.name, &f.media_type, f.bytes, &f.summary)?;
+            }
+            Ok(outputs.result)
         }
-        let resp = self.send(url, sent, &input).await?;
-        let status = resp.status();
-        let outputs = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|t| t.starts_with(OUTPUTS_MEDIA_TYPE));
-        let max = if outputs {
-            MAX_OUTPUTS_BYTES
-        } else {
-            MAX_RESPONSE_BYTES
-        };
-        let body = read_capped(resp, max)
-            .await
-            .map_err(|e| format!("`{}`: {e}", self.name))?;
-        if !status.is_success() {
-            let text: String = String::from_utf8_lossy(&body).chars().take(500).collect();
-            return Err(format!("`{}` answered HTTP {status}: {text}", self.name));
-        }
-        let body: Value = serde_json::from_slice(&body).map_err(|e| {
-            format!(
-                "`{}` answered {status} with a body that is not JSON: {e}",
-                self.name
-            )
-        })?;
-        if !outputs {
-            return Ok(body);
-        }
-        let outputs: Outputs = serde_json::from_value(body).map_err(|e| {
-            format!("`{name}` answered `{OUTPUTS_MEDIA_TYPE}` that does not read: {e}")
-        })?;
-        // All of them checked first, on a scratch context: an answer one of whose outputs is
-        // refused is an error result with none of them kept.
-        let scratch = ToolContext::default();
-        for w in outputs.widgets {
-            scratch
-                .widget(&w.kind, w.data)
-                .map_err(|e| format!("`{name}`: widget `{}`: {e}", w.kind))?;
-        }
-        for f in outputs.files {
-            use base64::Engine;
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(f.content_base64.trim())
-                .map_err(|e| format!("`{name}`: file `{}` is not base64: {e}", f.name))?;
-            scratch
-                .file(&f.name, &f.media_type, bytes, &f.summary)
-                .map_err(|e| format!("`{name}`: file `{}`: {e}", f.name))?;
-        }
-        for w in scratch.take_widgets() {
-            ctx.widget(&w.kind, w.data)?;
-        }
-        for f in scratch.take_files() {
-            ctx.file(&f.name, &f.media_type, f.bytes, &f.summary)?;
-        }
-        Ok(outputs.result)
+        .await;
+        out.map_err(ToolError::Model)
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use baton_core::agents_file::{McpServerSpec, expand};
 use baton_core::scope::{RUN_VARS, Scope};
-use baton_core::tools::{Effects, Tool, ToolContext, ToolServer};
+use baton_core::tools::{Effects, Tool, ToolContext, ToolError, ToolServer};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -376,30 +376,34 @@ impl Tool for McpTool {
     fn effects(&self) -> Effects {
         self.effects
     }
-    async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String> {
-        let arguments = match input {
-            Value::Object(map) => map,
-            _ => return Err("MCP tool arguments must be an object".into()),
-        };
-        let remote = self.remote.clone();
-        // MCP has no idempotency key of its own: the call's goes in the request's `_meta`,
-        // under a key of Baton's (`_meta` keys are namespaced by a reverse-DNS prefix).
-        let mut meta = rmcp::model::MetaObject::new();
-        meta.0.insert(
-            IDEMPOTENCY_META_KEY.into(),
-            Value::String(ctx.idempotency_key.clone()),
-        );
-        let meta = rmcp::model::RequestMetaObject(meta);
-        let result = self
-            .server
-            .with_client(&ctx.scope, |c| {
-                let mut params =
-                    CallToolRequestParams::new(remote.clone()).with_arguments(arguments.clone());
-                params.meta = Some(meta.clone());
-                async move { c.call_tool(params).await }
-            })
-            .await?;
-        output(ctx, &self.remote, result)
+    async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, ToolError> {
+        let out: Result<Value, String> = async move {
+            let arguments = match input {
+                Value::Object(map) => map,
+                _ => return Err("MCP tool arguments must be an object".into()),
+            };
+            let remote = self.remote.clone();
+            // MCP has no idempotency key of its own: the call's goes in the request's `_meta`,
+            // under a key of Baton's (`_meta` keys are namespaced by a reverse-DNS prefix).
+            let mut meta = rmcp::model::MetaObject::new();
+            meta.0.insert(
+                IDEMPOTENCY_META_KEY.into(),
+                Value::String(ctx.idempotency_key().to_owned()),
+            );
+            let meta = rmcp::model::RequestMetaObject(meta);
+            let result = self
+                .server
+                .with_client(ctx.scope(), |c| {
+                    let mut params = CallToolRequestParams::new(remote.clone())
+                        .with_arguments(arguments.clone());
+                    params.meta = Some(meta.clone());
+                    async move { c.call_tool(params).await }
+                })
+                .await?;
+            output(ctx, &self.remote, result)
+        }
+        .await;
+        out.map_err(ToolError::Model)
     }
 }
 

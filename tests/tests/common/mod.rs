@@ -345,7 +345,7 @@ impl baton_core::tools::Tool for ReportTool {
         &self,
         ctx: &baton_core::tools::ToolContext,
         input: Value,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, baton_core::tools::ToolError> {
         // A report that takes its time, when asked (a tool seen running).
         if let Some(ms) = input["waitMs"].as_u64() {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::catalog::{Catalog, HTTP_FETCH, Toolbox};
 use super::{AgentsFile, CatalogError, Extensions, Limits};
-use crate::tools::{Tool, ToolContext, ToolServer};
+use crate::tools::{Tool, ToolContext, ToolError, ToolServer};
 
 impl Catalog {
     /// The catalog of a host that never runs a tool (the `api` and `events` functions): the
@@ -85,8 +85,8 @@ impl Tool for Declared {
         // It refuses every call: nothing happens, twice or once.
         crate::tools::Effects::None
     }
-    async fn execute(&self, _: &ToolContext, _: Value) -> Result<Value, String> {
-        Err(self.refusal())
+    async fn execute(&self, _: &ToolContext, _: Value) -> Result<Value, ToolError> {
+        Err(self.refusal().into())
     }
 }
 

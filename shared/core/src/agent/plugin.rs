@@ -13,7 +13,7 @@ use serde_json::Value;
 use std::sync::Arc;
 
 use super::{MAX_PLUGIN_STATE_BYTES, PluginError, Preparation, Prepared};
-use crate::run::Run;
+use crate::run::{Run, RunView};
 use crate::timeline::Entry;
 
 /// A plugin of an agent, with its typed state (`Default` for a run it has not seen).
@@ -27,7 +27,7 @@ pub trait Plugin: Send + Sync + 'static {
     /// says ([`PluginError`]).
     async fn prepare(
         &self,
-        run: &Run,
+        run: RunView<'_>,
         timeline: &[Entry],
         state: &mut Self::State,
     ) -> Result<Prepared, PluginError>;
@@ -65,7 +65,10 @@ impl<P: Plugin> Prepare for Typed<P> {
             })?,
             None => P::State::default(),
         };
-        let prepared = self.0.prepare(run, timeline, &mut typed).await?;
+        let prepared = self
+            .0
+            .prepare(RunView::new(run), timeline, &mut typed)
+            .await?;
         let state = serde_json::to_value(&typed)
             .map_err(|e| PluginError::fatal(format!("its state: {e}")))?;
         Ok((prepared, state))

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::*;
-use crate::tools::{Tool, ToolServer};
+use crate::tools::{Tool, ToolError, ToolServer};
 
 fn file(json: &str) -> AgentsFile {
     serde_json::from_str(json).expect("parses")
@@ -216,7 +216,7 @@ impl Tool for Ping {
     fn schema(&self) -> Value {
         serde_json::json!({"type": "object"})
     }
-    async fn execute(&self, _: &tools::ToolContext, _: Value) -> Result<Value, String> {
+    async fn execute(&self, _: &tools::ToolContext, _: Value) -> Result<Value, ToolError> {
         Ok("pong".into())
     }
 }
@@ -373,12 +373,16 @@ fn a_host_that_runs_no_tools_knows_them_by_name() {
     let Some(tool) = &def.exec else {
         panic!("an executable tool")
     };
-    let ctx = tools::ToolContext::new("r", "o", "ops", "c");
+    let ctx = tools::ToolContext::builder("r")
+        .owner("o")
+        .agent("ops")
+        .call_id("c")
+        .build();
     let out = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime")
         .block_on(tool.execute(&ctx, serde_json::json!({})));
-    assert!(out.is_err_and(|e| e.contains("runs only where steps run")));
+    assert!(out.is_err_and(|e| e.message().contains("runs only where steps run")));
 }
 
 /// A tool that answers what it was given.
@@ -399,7 +403,7 @@ impl crate::tools::Tool for Mirror {
         &self,
         _: &crate::tools::ToolContext,
         input: serde_json::Value,
-    ) -> Result<serde_json::Value, String> {
+    ) -> Result<serde_json::Value, ToolError> {
         Ok(input)
     }
 }

@@ -17,7 +17,7 @@ use crate::llm::{ChatRequest, LlmError, LlmReply, fit, model_bytes, starts_group
 use crate::ports::Settled;
 use crate::run::Run;
 use crate::timeline::{Entry, overlay};
-use crate::tools::{Effects, ToolContext};
+use crate::tools::{Effects, ToolContext, ToolError};
 
 /// The engine's I/O for one step of one run: the plugins, the model, the catalog's tools,
 /// the store's reads and CTA settlements. It holds the ports it uses, not the `Service`:
@@ -351,21 +351,25 @@ impl StepIo for StepWorld<'_> {
             });
         }
         let started = std::time::Instant::now();
-        let mut ctx = ToolContext::new(
-            &self.run.run_id,
-            &self.run.owner,
-            &self.run.agent,
-            &call.call_id,
-        );
-        ctx.idempotency_key =
-            crate::tools::idempotency_key(&self.run.run_id, call.seq, &call.call_id, &call.input);
-        ctx.scope = self.run.scope();
-        ctx.plugin_states = self
-            .plugin_states
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .unwrap_or_else(|| self.run.plugin_state.clone());
+        let ctx = ToolContext::builder(&self.run.run_id)
+            .owner(&self.run.owner)
+            .agent(&self.run.agent)
+            .call_id(&call.call_id)
+            .idempotency_key(crate::tools::idempotency_key(
+                &self.run.run_id,
+                call.seq,
+                &call.call_id,
+                &call.input,
+            ))
+            .scope(self.run.scope())
+            .plugin_states(
+                self.plugin_states
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone()
+                    .unwrap_or_else(|| self.run.plugin_state.clone()),
+            )
+            .build();
         let result = match catalog.tool(&self.listed, &call.tool) {
             Some(def) => match &def.exec {
                 Some(tool) => {
@@ -375,7 +379,24 @@ impl StepIo for StepWorld<'_> {
                     let left = self.deadline.map(|d| d.left());
                     let limit = left.map_or(own, |l| own.min(l));
                     match tokio::time::timeout(limit, tool.execute(&ctx, call.input)).await {
-                        Ok(out) => out,
+                        Ok(Ok(out)) => Ok(out),
+                        Ok(Err(ToolError::Retry(why))) if call.effects != Effects::Once => {
+                            // Transient, the tool says, and safe to run again: the step is
+                            // tried again (nothing of this call is kept).
+                            warn!(run_id = %self.run.run_id, tool = %call.tool, error = %why, "tool asked for a retry");
+                            return Err(PortError::Unavailable {
+                                message: format!(
+                                    "`{}` failed, to be tried again: {why}",
+                                    call.tool
+                                ),
+                                source: None,
+                            });
+                        }
+                        Ok(Err(ToolError::Retry(why))) => Err(format!(
+                            "{why} (a transient failure; `{}` runs at most once, so it was not tried again)",
+                            call.tool
+                        )),
+                        Ok(Err(e)) => Err(e.message().to_owned()),
                         Err(_) if limit < own => {
                             warn!(run_id = %self.run.run_id, tool = %call.tool, "tool cut off at the invocation's deadline");
                             let cut = format!(

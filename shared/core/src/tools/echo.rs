@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Effects, Tool, ToolContext};
+use super::{Effects, Tool, ToolContext, ToolError};
 
 pub struct Echo;
 
@@ -25,7 +25,7 @@ impl Tool for Echo {
     fn effects(&self) -> Effects {
         Effects::None
     }
-    async fn execute(&self, _: &ToolContext, input: Value) -> Result<Value, String> {
+    async fn execute(&self, _: &ToolContext, input: Value) -> Result<Value, ToolError> {
         match input.get("text") {
             Some(Value::String(s)) => Ok(Value::String(s.clone())),
             _ => Err("`text` must be a string".into()),

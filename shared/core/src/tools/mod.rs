@@ -7,8 +7,13 @@
 //! A [`ToolServer`] is a set of tools known only once asked (an MCP server): the catalog
 //! lists it once and keeps the list.
 
+mod context;
 mod echo;
 
+pub use context::{
+    FileOutput, MAX_FILE_BYTES, MAX_FILE_SUMMARY_BYTES, MAX_FILES, MAX_WIDGET_BYTES, MAX_WIDGETS,
+    ToolContext, ToolContextBuilder,
+};
 pub use echo::Echo;
 
 use std::sync::{Arc, OnceLock};
@@ -52,8 +57,61 @@ pub trait Tool: Send + Sync {
     fn effects(&self) -> Effects {
         Effects::Once
     }
-    /// Runs the tool. An `Err` becomes an error result the model sees.
-    async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String>;
+    /// Runs the tool. An `Err` says who deals with it ([`ToolError`]): the model, as the
+    /// call's error result (the run goes on), or the step, tried again.
+    async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, ToolError>;
+}
+
+/// Why a call did not answer, and so who deals with it (as Restate's `TerminalError` splits
+/// a handler's errors). A `String` or `&str` converts to [`ToolError::Model`], so `?` on
+/// an error message and `Err("...".into())` keep their meaning.
+///
+/// `Retry` is for a failure that may pass and says nothing of the world: a timeout before
+/// the request went out, a 503, a throttle. The step is tried again (the host's backoff,
+/// its limit of attempts, then the run fails), and this call with it — unless the tool's
+/// [`Effects`] are `Once`, which never runs twice: the model is then told, as an error
+/// result, that it failed and was not tried again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// The call's error result: the model sees it and decides what next (a bad argument,
+    /// a record not found, a refusal).
+    #[error("{0}")]
+    Model(String),
+    /// A transient failure: the step is tried again, the call with it (see above).
+    #[error("{0}")]
+    Retry(String),
+}
+
+impl ToolError {
+    /// An error result the model sees.
+    pub fn model(message: impl Into<String>) -> Self {
+        Self::Model(message.into())
+    }
+
+    /// A transient failure: the step is tried again.
+    pub fn retry(message: impl Into<String>) -> Self {
+        Self::Retry(message.into())
+    }
+
+    /// What it says.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Model(m) | Self::Retry(m) => m,
+        }
+    }
+}
+
+impl From<String> for ToolError {
+    fn from(message: String) -> Self {
+        Self::Model(message)
+    }
+}
+
+impl From<&str> for ToolError {
+    fn from(message: &str) -> Self {
+        Self::Model(message.to_owned())
+    }
 }
 
 /// The idempotency key of a committed tool call: derived from its run, its `tool` entry's
@@ -92,182 +150,6 @@ pub fn idempotency_key(run_id: &str, seq: u64, call_id: &str, input: &Value) -> 
         key.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
     }
     key
-}
-
-/// What a tool knows of the call it serves, and where it puts its side outputs.
-#[derive(Debug, Default)]
-pub struct ToolContext {
-    pub run_id: String,
-    /// The run's owner (the API caller that started the root run).
-    pub owner: String,
-    pub agent: String,
-    /// The tool call's id as the model gave it (or Baton made it, when the model gave none):
-    /// unique within one reply only. Not an idempotency key: see `idempotency_key`.
-    pub call_id: String,
-    /// The key a side effect of this call is made once by: derived from the run and the
-    /// committed call (its entry, its id in the reply, its input), the same on every run of
-    /// this call (after a crash or an invocation's timeout, or a person's "run it again"),
-    /// different for every other call of this run or any other (a fork's run of a call
-    /// again included). Send it where the receiver deduplicates: HTTP tools send it as
-    /// `Idempotency-Key`, MCP tools in `_meta` as `io.baton/idempotencyKey`.
-    pub idempotency_key: String,
-    /// The run's sandbox and repository.
-    pub scope: crate::scope::Scope,
-    /// The agent's plugins' states (a plugin's name → its state as JSON), as this step's
-    /// plugins left them before the model chose this call: read one with
-    /// [`ToolContext::plugin_state`].
-    pub plugin_states: std::collections::BTreeMap<String, Value>,
-    widgets: std::sync::Mutex<Vec<Widget>>,
-    files: std::sync::Mutex<Vec<FileOutput>>,
-}
-
-/// A file a tool returns beside its result (see [`ToolContext::file`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct FileOutput {
-    pub name: String,
-    pub media_type: String,
-    pub bytes: Vec<u8>,
-    /// What the model is told of it.
-    pub summary: String,
-}
-
-/// A file is at most this large.
-pub const MAX_FILE_BYTES: usize = 5 * 1024 * 1024;
-/// At most this many files per tool call.
-pub const MAX_FILES: usize = 4;
-/// A file's summary is at most this long (the model reads it).
-pub const MAX_FILE_SUMMARY_BYTES: usize = 1024;
-
-/// A widget's `data` is at most this long as JSON (it is stored in the timeline).
-pub const MAX_WIDGET_BYTES: usize = 32 * 1024;
-
-/// At most this many widgets per tool call.
-pub const MAX_WIDGETS: usize = 4;
-
-impl ToolContext {
-    pub fn new(run_id: &str, owner: &str, agent: &str, call_id: &str) -> Self {
-        Self {
-            run_id: run_id.into(),
-            owner: owner.into(),
-            agent: agent.into(),
-            call_id: call_id.into(),
-            // Outside a step (a tool's own tests): one for this run and call id. A step
-            // sets the one derived from the call's entry (`engine::idempotency_key`).
-            idempotency_key: format!(
-                "call_{}",
-                uuid::Uuid::new_v5(
-                    &uuid::Uuid::NAMESPACE_OID,
-                    format!("{run_id}/{call_id}").as_bytes()
-                )
-                .simple()
-            ),
-            scope: Default::default(),
-            plugin_states: Default::default(),
-            widgets: Default::default(),
-            files: Default::default(),
-        }
-    }
-
-    /// Adds a file to this call's output: `name` (a plain file name), its media type, its
-    /// bytes (kept in the blob store) and a short summary, which is all the model sees.
-    /// Refused, with the reason, past [`MAX_FILES`], [`MAX_FILE_BYTES`] or
-    /// [`MAX_FILE_SUMMARY_BYTES`], or for a name that is not a plain file name.
-    pub fn file(
-        &self,
-        name: &str,
-        media_type: &str,
-        bytes: Vec<u8>,
-        summary: &str,
-    ) -> Result<(), String> {
-        let plain = !name.is_empty()
-            && name.len() <= 128
-            && name != "."
-            && name != ".."
-            && !name
-                .chars()
-                .any(|c| c == '/' || c == '\\' || c == '"' || c.is_control());
-        if !plain {
-            return Err(format!(
-                "`{name}` is not a plain file name (1 to 128 characters; no /, \\, \" or control characters)"
-            ));
-        }
-        let media_ok = media_type.len() <= 128
-            && media_type.is_ascii()
-            && !media_type.chars().any(|c| c.is_ascii_control() || c == ' ')
-            && media_type
-                .split_once('/')
-                .is_some_and(|(a, b)| !a.is_empty() && !b.is_empty());
-        if !media_ok {
-            return Err(format!("`{media_type}` is not a media type (type/subtype)"));
-        }
-        if bytes.len() > MAX_FILE_BYTES {
-            return Err(format!(
-                "a file is at most {MAX_FILE_BYTES} bytes; `{name}` is {}",
-                bytes.len()
-            ));
-        }
-        if summary.len() > MAX_FILE_SUMMARY_BYTES {
-            return Err(format!(
-                "a file's summary is at most {MAX_FILE_SUMMARY_BYTES} bytes"
-            ));
-        }
-        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        if files.len() >= MAX_FILES {
-            return Err(format!("at most {MAX_FILES} files per tool call"));
-        }
-        files.push(FileOutput {
-            name: name.into(),
-            media_type: media_type.into(),
-            bytes,
-            summary: summary.into(),
-        });
-        Ok(())
-    }
-
-    /// The files added so far.
-    pub fn take_files(&self) -> Vec<FileOutput> {
-        std::mem::take(&mut *self.files.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Adds a widget to this call's output. Refused (with the reason) past
-    /// [`MAX_WIDGETS`], or when `data` is over [`MAX_WIDGET_BYTES`] as JSON.
-    pub fn widget(&self, kind: &str, data: Value) -> Result<(), String> {
-        let size = data.to_string().len();
-        if size > MAX_WIDGET_BYTES {
-            return Err(format!(
-                "a widget is at most {MAX_WIDGET_BYTES} bytes; this one is {size}"
-            ));
-        }
-        let mut widgets = self.widgets.lock().unwrap_or_else(|e| e.into_inner());
-        if widgets.len() >= MAX_WIDGETS {
-            return Err(format!("at most {MAX_WIDGETS} widgets per tool call"));
-        }
-        widgets.push(Widget {
-            kind: kind.into(),
-            data,
-        });
-        Ok(())
-    }
-
-    /// The widgets added so far.
-    pub fn take_widgets(&self) -> Vec<Widget> {
-        std::mem::take(&mut *self.widgets.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// The state of the agent's plugin `plugin`, typed as the plugin keeps it (its
-    /// `Plugin::State`): the default when the plugin has none for this run yet. Read-only: a
-    /// plugin's state changes where it is prepared, and commits with the step. A state that
-    /// does not read as `S` is an error naming the plugin (the model sees it).
-    pub fn plugin_state<S: serde::de::DeserializeOwned + Default>(
-        &self,
-        plugin: &str,
-    ) -> Result<S, String> {
-        match self.plugin_states.get(plugin) {
-            None => Ok(S::default()),
-            Some(v) => serde_json::from_value(v.clone())
-                .map_err(|e| format!("plugin `{plugin}`'s state does not read: {e}")),
-        }
-    }
 }
 
 /// A set of tools known only by asking (an MCP server).

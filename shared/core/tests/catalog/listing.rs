@@ -19,7 +19,11 @@ impl baton_core::tools::Tool for Ping {
     fn schema(&self) -> Value {
         json!({"type": "object"})
     }
-    async fn execute(&self, _: &baton_core::tools::ToolContext, _: Value) -> Result<Value, String> {
+    async fn execute(
+        &self,
+        _: &baton_core::tools::ToolContext,
+        _: Value,
+    ) -> Result<Value, baton_core::tools::ToolError> {
         Ok(json!("pong"))
     }
 }

@@ -105,7 +105,7 @@ impl baton_core::tools::Tool for Effectful {
         &self,
         _: &baton_core::tools::ToolContext,
         input: Value,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, baton_core::tools::ToolError> {
         Ok(input)
     }
 }

@@ -25,7 +25,7 @@ impl baton_core::agent::Plugin for Skills {
 
     async fn prepare(
         &self,
-        _: &Run,
+        _: baton_core::run::RunView<'_>,
         _: &[Entry],
         state: &mut SkillState,
     ) -> Result<baton_core::agent::Prepared, baton_core::agent::PluginError> {
@@ -238,7 +238,7 @@ impl baton_core::agent::Plugin for Failing {
 
     async fn prepare(
         &self,
-        _: &Run,
+        _: baton_core::run::RunView<'_>,
         _: &[Entry],
         _: &mut SkillState,
     ) -> Result<baton_core::agent::Prepared, baton_core::agent::PluginError> {
@@ -300,7 +300,11 @@ impl baton_core::tools::Tool for Guarded {
     fn needs_approval(&self, _: &Value) -> bool {
         true
     }
-    async fn execute(&self, _: &baton_core::tools::ToolContext, _: Value) -> Result<Value, String> {
+    async fn execute(
+        &self,
+        _: &baton_core::tools::ToolContext,
+        _: Value,
+    ) -> Result<Value, baton_core::tools::ToolError> {
         Ok(json!("done"))
     }
 }
@@ -316,7 +320,7 @@ impl baton_core::agent::Plugin for Offers {
     }
     async fn prepare(
         &self,
-        _: &Run,
+        _: baton_core::run::RunView<'_>,
         _: &[Entry],
         _: &mut (),
     ) -> Result<baton_core::agent::Prepared, baton_core::agent::PluginError> {

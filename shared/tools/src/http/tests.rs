@@ -3,8 +3,15 @@ use serde_json::json;
 use wiremock::matchers::{body_json, header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
+fn base() -> baton_core::tools::ToolContextBuilder {
+    ToolContext::builder("run_1")
+        .owner("o")
+        .agent("ops")
+        .call_id("call_7")
+}
+
 fn ctx() -> ToolContext {
-    ToolContext::new("run_1", "o", "ops", "call_7")
+    base().build()
 }
 
 fn tool(url: String) -> HttpTool {
@@ -20,8 +27,7 @@ fn tool(url: String) -> HttpTool {
 #[tokio::test]
 async fn posts_the_input_with_the_calls_idempotency_key() {
     let server = MockServer::start().await;
-    let mut ctx = ctx();
-    ctx.idempotency_key = "call_0123456789abcdef".into();
+    let ctx = base().idempotency_key("call_0123456789abcdef").build();
     Mock::given(method("POST"))
         .and(path("/orders"))
         .and(header("idempotency-key", "call_0123456789abcdef"))
@@ -52,17 +58,20 @@ async fn errors_say_what_came_back() {
         .execute(&ctx(), json!({}))
         .await
         .expect_err("503");
-    assert!(err.contains("503") && err.contains("maintenance"), "{err}");
+    assert!(
+        err.message().contains("503") && err.message().contains("maintenance"),
+        "{err}"
+    );
     let err = tool(format!("{}/html", server.uri()))
         .execute(&ctx(), json!({}))
         .await
         .expect_err("not JSON");
-    assert!(err.contains("not JSON"), "{err}");
+    assert!(err.message().contains("not JSON"), "{err}");
     let err = tool("http://127.0.0.1:9/x".into())
         .execute(&ctx(), json!({}))
         .await
         .expect_err("refused");
-    assert!(err.contains("cannot reach 127.0.0.1"), "{err}");
+    assert!(err.message().contains("cannot reach 127.0.0.1"), "{err}");
 }
 
 #[tokio::test]
@@ -86,12 +95,15 @@ async fn the_url_and_headers_name_the_calling_runs_sandbox_and_repository() {
     .expect("spec");
     let tool =
         HttpTool::new("exec", &spec, &|k| (k == "TOKEN").then(|| "t0k".into())).expect("tool");
-    let mut ctx = ctx();
-    ctx.scope.sandbox_id = Some("sb-7".into());
-    ctx.scope.github = Some(baton_core::scope::GithubRepo {
-        repo: "acme/shop".into(),
-        git_ref: Some("main".into()),
-    });
+    let ctx = base()
+        .scope(baton_core::scope::Scope {
+            sandbox_id: Some("sb-7".into()),
+            github: Some(baton_core::scope::GithubRepo {
+                repo: "acme/shop".into(),
+                git_ref: Some("main".into()),
+            }),
+        })
+        .build();
     assert_eq!(tool.execute(&ctx, json!({})).await, Ok(json!({"ok": true})));
     // A run without a sandbox: an error result that names what is missing, no request.
     let err = tool
@@ -99,15 +111,22 @@ async fn the_url_and_headers_name_the_calling_runs_sandbox_and_repository() {
         .await
         .expect_err("no sandbox");
     assert!(
-        err.contains("`exec`") && err.contains("${run.sandboxId}"),
+        err.message().contains("`exec`") && err.message().contains("${run.sandboxId}"),
         "{err}"
     );
     // One with a sandbox but no repository: the header names what it lacks.
-    let mut ctx = self::ctx();
-    ctx.scope.sandbox_id = Some("sb-7".into());
+    let ctx = base()
+        .scope(baton_core::scope::Scope {
+            sandbox_id: Some("sb-7".into()),
+            github: None,
+        })
+        .build();
     let err = tool.execute(&ctx, json!({})).await.expect_err("no repo");
-    assert!(err.contains("X-Repo") || err.contains("x-repo"), "{err}");
-    assert!(err.contains("${run.githubRepo}"), "{err}");
+    assert!(
+        err.message().contains("X-Repo") || err.message().contains("x-repo"),
+        "{err}"
+    );
+    assert!(err.message().contains("${run.githubRepo}"), "{err}");
 }
 
 #[tokio::test]
@@ -163,7 +182,7 @@ async fn an_answer_of_baton_s_media_type_returns_widgets_and_files_beside_its_re
         .execute(&ctx, json!({}))
         .await
         .expect_err("not base64");
-    assert!(err.contains("`x` is not base64"), "{err}");
+    assert!(err.message().contains("`x` is not base64"), "{err}");
     // Its widget, before the refused file, was not kept either.
     assert!(ctx.take_widgets().is_empty());
 }
@@ -195,10 +214,13 @@ fn redirecting(server: &MockServer, redirects: &str) -> HttpTool {
 }
 
 fn scoped() -> ToolContext {
-    let mut ctx = ctx();
-    ctx.idempotency_key = "call_0123456789abcdef".into();
-    ctx.scope.sandbox_id = Some("sb-1".into());
-    ctx
+    base()
+        .idempotency_key("call_0123456789abcdef")
+        .scope(baton_core::scope::Scope {
+            sandbox_id: Some("sb-1".into()),
+            github: None,
+        })
+        .build()
 }
 
 /// What `server` was sent: each request's path, and whether it carried any of the
@@ -240,10 +262,10 @@ async fn a_redirect_to_another_origin_is_not_followed_and_carries_no_secret() {
             .await
             .expect_err("not followed");
         assert!(
-            err.contains("another origin") && err.contains(&other.uri()),
+            err.message().contains("another origin") && err.message().contains(&other.uri()),
             "{status}: {err}"
         );
-        assert!(!err.contains("s3cret"), "{err}");
+        assert!(!err.message().contains("s3cret"), "{err}");
     }
     assert_eq!(
         seen(&other).await,
@@ -302,5 +324,5 @@ async fn a_redirect_within_the_origin_keeps_the_tools_headers() {
         .execute(&scoped(), json!({}))
         .await
         .expect_err("loop");
-    assert!(err.contains("more than 5 redirects"), "{err}");
+    assert!(err.message().contains("more than 5 redirects"), "{err}");
 }

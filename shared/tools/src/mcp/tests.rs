@@ -61,7 +61,11 @@ fn images_are_kept_as_files_and_the_model_reads_their_summary() {
     use rmcp::model::ContentBlock as Content;
     let png = [0x89, b'P', b'N', b'G', 1, 2, 3];
     let data = base64::engine::general_purpose::STANDARD.encode(png);
-    let ctx = ToolContext::new("run_1", "o", "ops", "call_1");
+    let ctx = ToolContext::builder("run_1")
+        .owner("o")
+        .agent("ops")
+        .call_id("call_1")
+        .build();
     let result = CallToolResult::success(vec![
         Content::text("the chart:"),
         Content::image(data, "image/png"),

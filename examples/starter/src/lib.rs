@@ -1,13 +1,12 @@
-//! This deployment's own Rust tools, plugins and agents — the one place to add them.
+//! Your own Rust tools, plugins and agents: what every function of this project
+//! (`functions/*/src/main.rs`) and its `dev` binary build their catalog with.
 //!
-//! [`extensions`] is what every host builds its catalog with: the five Lambda functions
-//! (`functions/*/src/main.rs` hand it to their runtime) and `baton dev` / `baton dev --aws`
-//! (the CLI). Add a tool or a plugin here, list the tool in an agent's `tools` (here, with
-//! [`Extensions::agent`], or in the agents file), and `sam build` / `baton dev` pick it up;
-//! nothing else is edited. The types are [`baton_sdk`]'s, whose crate documentation shows a
-//! tool, a plugin and a catalog.
+//! Add a tool in a module of its own, give it to [`extensions`] (`.tool(Typed(YourTool))`
+//! where the comment says), list it in an agent's `tools` (here, with [`Extensions::agent`],
+//! or in an agents file), and `cargo run -p dev -- dev` and `sam build` pick it up. The types
+//! are [`baton_sdk`]'s, whose documentation shows every extension point.
 //!
-//! What ships here are examples worth copying:
+//! What `baton new` put here are examples worth copying, or deleting:
 //!
 //! - [`github::RepoFiles`] (`github_read`, a typed tool: its input is [`github::Read`]) reads
 //!   the run's GitHub repository through GitHub's REST API, asking a human first for paths
@@ -22,7 +21,7 @@ pub mod skills;
 
 use baton_sdk::{AgentSpec, Extensions, Typed};
 
-/// The deployment's tools, plugins and agents.
+/// This project's tools, plugins and agents.
 pub fn extensions() -> Extensions {
     extensions_with(github::RepoFiles::from_env())
 }
@@ -44,6 +43,7 @@ pub fn extensions_with(github: github::RepoFiles) -> Extensions {
         ..AgentSpec::default()
     };
     Extensions::new()
+        // Your tools: one line each.
         .tool(Typed(github))
         .tool(skills.activate_tool())
         .agent("repo_assistant", assistant)

@@ -13,8 +13,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use baton_sdk::{
-    Effects, Entry, EntryBody, Plugin, PluginError, Prepared, Run, Tool, ToolContext, ToolResult,
-    Value, async_trait, json,
+    Effects, Entry, EntryBody, Plugin, PluginError, Prepared, RunView, Tool, ToolContext,
+    ToolError, ToolResult, Value, async_trait, json,
 };
 use serde::{Deserialize, Serialize};
 
@@ -78,7 +78,7 @@ impl Plugin for Skills {
 
     async fn prepare(
         &self,
-        _run: &Run,
+        _run: RunView<'_>,
         timeline: &[Entry],
         state: &mut SkillState,
     ) -> Result<Prepared, PluginError> {
@@ -179,13 +179,14 @@ impl Tool for ActivateSkill {
                "required": ["name"], "additionalProperties": false})
     }
 
-    async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, String> {
+    async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<Value, ToolError> {
         let name = input["name"].as_str().ok_or("`name` is a string")?;
         let Some(skill) = self.0.get(name) else {
             return Err(format!(
                 "there is no skill `{name}`; there are: {}",
                 self.0.names().join(", ")
-            ));
+            )
+            .into());
         };
         // What the plugin has turned on so far, as this step's plugins left it.
         let state: SkillState = ctx.plugin_state(NAME)?;

@@ -164,8 +164,8 @@ impl TypedTool for RepoFiles {
         sensitive(path).then(|| format!("`{path}` may hold secrets"))
     }
 
-    async fn call(&self, ctx: &ToolContext, input: Read) -> Result<Value, String> {
-        let github = ctx.scope.github.as_ref().ok_or(
+    async fn call(&self, ctx: &ToolContext, input: Read) -> Result<Value, ToolError> {
+        let github = ctx.scope().github.as_ref().ok_or(
             "this run has no GitHub repository: start it (or its parent's spawn_subagent call) \
              with `github: {repo, ref}`",
         )?;
@@ -198,10 +198,11 @@ impl TypedTool for RepoFiles {
             github.repo,
             github.git_ref.as_deref().unwrap_or("HEAD")
         );
-        let resp = request
-            .send()
-            .await
-            .map_err(|e| format!("GitHub did not answer for `{path}` in {at}: {e}"))?;
+        // GitHub unreachable: it may answer a moment later, and a read is safe to run again,
+        // so the step is tried again rather than the model told.
+        let resp = request.send().await.map_err(|e| {
+            ToolError::retry(format!("GitHub did not answer for `{path}` in {at}: {e}"))
+        })?;
         let status = resp.status();
         let body = read_capped(resp, MAX_GITHUB_RESPONSE_BYTES)
             .await
@@ -210,9 +211,12 @@ impl TypedTool for RepoFiles {
             .map_err(|e| format!("GitHub answered {status} without JSON: {e}"))?;
         if !status.is_success() {
             let why = body["message"].as_str().unwrap_or("no message");
-            return Err(format!(
-                "GitHub answered {status} for `{path}` in {at}: {why}"
-            ));
+            let said = format!("GitHub answered {status} for `{path}` in {at}: {why}");
+            // Its own trouble (a 5xx) may pass; a 404 or a 403 is the model's to hear.
+            return Err(match status.is_server_error() {
+                true => ToolError::retry(said),
+                false => ToolError::model(said),
+            });
         }
         if let Some(entries) = body.as_array() {
             let mut rows = Vec::new();
@@ -257,23 +261,22 @@ impl TypedTool for RepoFiles {
             return Err(format!(
                 "`{path}` in {at} is a link to `{resolved}`, which may hold secrets: not read \
                  through the link (ask for `{resolved}` itself, which a human approves)"
-            ));
+            )
+            .into());
         }
         if body["type"] == "symlink" {
             let target = body["target"].as_str().unwrap_or_default();
             return Ok(json!({"path": path, "ref": at, "symlink": target}));
         }
         if body["type"] != "file" {
-            return Err(format!(
-                "`{path}` in {at} is a {}, not a file",
-                body["type"]
-            ));
+            return Err(format!("`{path}` in {at} is a {}, not a file", body["type"]).into());
         }
         let size = body["size"].as_u64().unwrap_or(0) as usize;
         if size > GITHUB_MAX_CONTENT_BYTES || body["encoding"] != "base64" {
             return Err(format!(
                 "`{path}` in {at} is {size} bytes: larger than the contents API returns"
-            ));
+            )
+            .into());
         }
         let packed: String = body["content"]
             .as_str()
@@ -318,7 +321,7 @@ fn media_type(name: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use baton_sdk::GithubRepo;
+    use baton_sdk::{GithubRepo, Scope};
     use wiremock::matchers::{header, method, path, query_param};
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -338,12 +341,17 @@ mod tests {
     }
 
     fn ctx(git_ref: Option<&str>) -> ToolContext {
-        let mut ctx = ToolContext::new("run_1", "o", "explore", "call_1");
-        ctx.scope.github = Some(GithubRepo {
-            repo: "acme/shop".into(),
-            git_ref: git_ref.map(str::to_owned),
-        });
-        ctx
+        ToolContext::builder("run_1")
+            .agent("explore")
+            .call_id("call_1")
+            .scope(Scope {
+                github: Some(GithubRepo {
+                    repo: "acme/shop".into(),
+                    git_ref: git_ref.map(str::to_owned),
+                }),
+                ..Scope::default()
+            })
+            .build()
     }
 
     /// A stand-in of GitHub's contents API, as GitHub documents its answers.
@@ -419,7 +427,12 @@ mod tests {
             .execute(&ctx, json!({"path": "nope"}))
             .await
             .unwrap_err();
-        assert!(err.contains("404") && err.contains("Not Found"), "{err}");
+        assert!(
+            err.message().contains("404") && err.message().contains("Not Found"),
+            "{err}"
+        );
+        // A 404 is the model's to hear: it asked for what is not there.
+        assert!(matches!(err, ToolError::Model(_)), "{err:?}");
         // Paths a URL parser would read as another repository's, or as a query: refused
         // before any request.
         for p in [
@@ -433,16 +446,20 @@ mod tests {
         ] {
             let err = tool.execute(&ctx, json!({"path": p})).await.unwrap_err();
             assert!(
-                err.contains("not a path within the repository"),
+                err.message().contains("not a path within the repository"),
                 "{p}: {err}"
             );
         }
-        let no_repo = ToolContext::new("run_1", "o", "explore", "call_1");
+        let no_repo = ToolContext::builder("run_1")
+            .owner("o")
+            .agent("explore")
+            .call_id("call_1")
+            .build();
         let err = tool
             .execute(&no_repo, json!({"path": "x"}))
             .await
             .unwrap_err();
-        assert!(err.contains("no GitHub repository"), "{err}");
+        assert!(err.message().contains("no GitHub repository"), "{err}");
     }
 
     #[test]
@@ -514,7 +531,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(
-            err.contains("a link to `.env`") && !err.contains("hunter2"),
+            err.message().contains("a link to `.env`") && !err.message().contains("hunter2"),
             "{err}"
         );
         assert!(ctx.take_files().is_empty() && ctx.take_widgets().is_empty());
@@ -544,6 +561,32 @@ mod tests {
             .execute(&ctx, json!({"path": "huge.bin"}))
             .await
             .unwrap_err();
-        assert!(err.contains("larger than"), "{err}");
+        assert!(err.message().contains("larger than"), "{err}");
+    }
+
+    /// GitHub's own trouble (unreachable, a 5xx) may pass: the step is tried again, not the
+    /// model told (the tool only reads, so running it again is safe).
+    #[tokio::test]
+    async fn githubs_own_trouble_is_retried_not_told() {
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .respond_with(
+                ResponseTemplate::new(503).set_body_json(json!({"message": "Unavailable"})),
+            )
+            .mount(&server)
+            .await;
+        let tool = Typed(RepoFiles::new(&server.uri(), None));
+        let err = tool
+            .execute(&ctx(None), json!({"path": "README.md"}))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ToolError::Retry(_)), "{err:?}");
+        // Nothing listens: the same.
+        let gone = Typed(RepoFiles::new("http://127.0.0.1:9", None));
+        let err = gone
+            .execute(&ctx(None), json!({"path": "README.md"}))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ToolError::Retry(_)), "{err:?}");
     }
 }
