@@ -54,6 +54,10 @@ for i, (name, body) in enumerate(found):
     (out / f"{i:02d}-{name}.sh").write_text(body)
 PY
 
+# The recipes leave Baton's checkout as they found it (the starter's project is written
+# outside it): what git sees now is compared after the last one.
+before=$(git status --porcelain --untracked-files=all 2>/dev/null || true)
+
 failed=0
 for script in "$dir"/*.sh; do
   name=$(basename "$script" .sh)
@@ -71,4 +75,10 @@ for script in "$dir"/*.sh; do
   kill -- -"$pid" 2>/dev/null || true
   sleep 0.5
 done
+after=$(git status --porcelain --untracked-files=all 2>/dev/null || true)
+if [[ "$before" != "$after" ]]; then
+  echo "recipes: the checkout changed:" >&2
+  diff <(echo "$before") <(echo "$after") >&2 || true
+  failed=1
+fi
 exit "$failed"

@@ -36,12 +36,8 @@ pub fn extensions_with(github: github::RepoFiles) -> Extensions {
             .into(),
         tools: vec!["github_read".into()],
     }]);
-    let assistant = AgentSpec {
-        description: Some("Answers questions about the run's GitHub repository.".into()),
-        system: Some("You answer questions about a GitHub repository.".into()),
-        tools: vec![],
-        ..AgentSpec::default()
-    };
+    let assistant = AgentSpec::new("You answer questions about a GitHub repository.")
+        .description("Answers questions about the run's GitHub repository.");
     Extensions::new()
         // Your tools: one line each.
         .tool(Typed(github))

@@ -126,10 +126,10 @@ impl Plugin for Skills {
                 idle.join(", ")
             ));
         }
-        Ok(Prepared {
-            tools,
-            context: Some(context.join("\n")),
-        })
+        Ok(tools
+            .into_iter()
+            .fold(Prepared::new(), Prepared::tool)
+            .context(context.join("\n")))
     }
 }
 

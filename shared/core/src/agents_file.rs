@@ -64,8 +64,27 @@ pub struct PlansSpec {
     pub reviewer_model: Option<String>,
 }
 
+/// An agent as an agents file declares it, or code does: with [`AgentSpec::new`] and its
+/// builder methods (it grows with each release: a struct literal outside this crate would
+/// not build), or from JSON (every field, in the agents file's form).
+///
+/// ```
+/// use baton_core::agents_file::AgentSpec;
+///
+/// let assistant = AgentSpec::new("You answer questions about a repository.")
+///     .description("Answers questions about the run's repository.")
+///     .tools(["github_read"])
+///     .model("anthropic:claude-haiku-4-5");
+/// assert_eq!(assistant.tools, ["github_read"]);
+/// // The same from the agents file's JSON.
+/// let same: AgentSpec = serde_json::from_value(serde_json::json!({
+///     "system": "You answer questions about a repository.", "tools": ["github_read"]}))
+///     .expect("an agent");
+/// assert_eq!(same.system, assistant.system);
+/// ```
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct AgentSpec {
     /// What it is for, as a planner is told (default: none).
     #[serde(default)]
@@ -133,6 +152,44 @@ pub struct AgentSpec {
     /// Text added to the system prompt when a run's `context` has this `type`.
     #[serde(default)]
     pub context_guidance: BTreeMap<String, String>,
+}
+
+impl AgentSpec {
+    /// An agent with this system prompt, no tools, and the defaults of every setting.
+    pub fn new(system: impl Into<String>) -> Self {
+        Self {
+            system: Some(system.into()),
+            ..Self::default()
+        }
+    }
+
+    /// What it is for, as a planner is told.
+    #[must_use]
+    pub fn description(mut self, text: impl Into<String>) -> Self {
+        self.description = Some(text.into());
+        self
+    }
+
+    /// The tools it may call, by name (catalog tools: built-in, Rust, HTTP or MCP).
+    #[must_use]
+    pub fn tools<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.tools = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Its model, `provider:model-id` (default: `BATON_MODEL`).
+    #[must_use]
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// How many times a run of it may think (default: the catalog's limit).
+    #[must_use]
+    pub fn max_iterations(mut self, n: u32) -> Self {
+        self.max_iterations = Some(n);
+        self
+    }
 }
 
 /// `"always"`, or `{"inputMatches"?: regex, "reason"?: text}` (always, without a regex).

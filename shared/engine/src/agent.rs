@@ -270,14 +270,50 @@ impl AgentDef {
 /// commit rewrites.
 pub const MAX_PLUGIN_STATE_BYTES: usize = 16 * 1024;
 
-/// What a plugin adds to one iteration.
+/// What a plugin adds to one iteration: built with [`Prepared::new`], [`Prepared::tool`] and
+/// [`Prepared::context`] (it may grow: a struct literal outside this crate would not build).
+///
+/// ```
+/// use baton_engine::agent::Prepared;
+///
+/// let p = Prepared::new().tool("github_read").context("Read before you answer.");
+/// assert_eq!(p.tools, ["github_read"]);
+/// assert_eq!(p.context.as_deref(), Some("Read before you answer."));
+/// assert_eq!(Prepared::new(), Prepared::default()); // adds nothing
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Prepared {
     /// Names of catalog tools the agent may also call in this iteration (Rust or HTTP tools,
     /// or tools of MCP servers the agent already uses).
     pub tools: Vec<String>,
     /// Text added to the system prompt.
     pub context: Option<String>,
+}
+
+impl Prepared {
+    /// Nothing added.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A catalog tool the agent may also call in this iteration.
+    #[must_use]
+    pub fn tool(mut self, name: impl Into<String>) -> Self {
+        self.tools.push(name.into());
+        self
+    }
+
+    /// Text added to the system prompt (a second call adds its text on a new line).
+    #[must_use]
+    pub fn context(mut self, text: impl Into<String>) -> Self {
+        let text = text.into();
+        self.context = Some(match self.context.take() {
+            Some(before) => format!("{before}\n{text}"),
+            None => text,
+        });
+        self
+    }
 }
 
 /// Why a plugin could not say what an iteration adds: its own error, not the model's. A
@@ -287,6 +323,7 @@ pub struct Prepared {
 /// Either names the plugin and its agent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("plugin `{plugin}` of agent `{agent}`: {message}")]
+#[non_exhaustive]
 pub struct PluginError {
     /// The plugin's name (filled in by the agent that asked it).
     pub plugin: String,

@@ -30,6 +30,7 @@ pub enum ToolKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Effects {
     /// Reads or computes, and changes nothing: run again after a crash, its output rides in
     /// the run's next commit (a loop of such calls commits once an iteration).

@@ -85,10 +85,10 @@ pub(super) async fn prepare(
     let mut out = Preparation::default();
     for plugin in plugins {
         let name = plugin.name();
-        let named = |e: PluginError| PluginError {
-            plugin: name.to_owned(),
-            agent: agent.to_owned(),
-            ..e
+        let named = |mut e: PluginError| {
+            e.plugin = name.to_owned();
+            e.agent = agent.to_owned();
+            e
         };
         let (add, state) = plugin
             .prepare(run, timeline, run.plugin_state.get(name))

@@ -36,10 +36,9 @@ impl baton_core::agent::Plugin for Skills {
             self.on.load(SeqCst)
         };
         state.activations += 1;
-        Ok(baton_core::agent::Prepared {
-            tools: if on { vec!["echo".into()] } else { vec![] },
-            context: Some(format!("activation {}", state.activations)),
-        })
+        let prepared = baton_core::agent::Prepared::new();
+        let prepared = if on { prepared.tool("echo") } else { prepared };
+        Ok(prepared.context(format!("activation {}", state.activations)))
     }
 }
 
@@ -324,10 +323,7 @@ impl baton_core::agent::Plugin for Offers {
         _: &[Entry],
         _: &mut (),
     ) -> Result<baton_core::agent::Prepared, baton_core::agent::PluginError> {
-        Ok(baton_core::agent::Prepared {
-            tools: vec![self.0.into()],
-            context: None,
-        })
+        Ok(baton_core::agent::Prepared::new().tool(self.0))
     }
 }
 
