@@ -12,6 +12,7 @@ use serde_json::Value;
 mod bench;
 mod disk;
 mod models;
+mod new;
 mod preflight;
 
 const BIN: &str = env!("CARGO_BIN_EXE_baton");
