@@ -3,7 +3,8 @@
 //!
 //! What it writes comes from Baton's own files where Baton has them, so that it cannot drift
 //! from them: the template (`template.yaml`, as Baton deploys it: the project's functions sit
-//! at the same `functions/<name>` paths), `samconfig.toml`, the release profile, the lints,
+//! at the same `functions/<name>` paths), `samconfig.toml`, `clippy.toml`, the release
+//! profile, the lints,
 //! the versions of the crates the tools use, `Cargo.lock` (the versions Baton was tested
 //! with), and the tools crate itself, which is `examples/starter` (built and tested in
 //! Baton's workspace). The rest is the templates in `new/`.
@@ -49,6 +50,7 @@ const STARTER_MANIFEST: &str = include_str!("../../examples/starter/Cargo.toml")
 const WORKSPACE: &str = include_str!("../../Cargo.toml");
 const LOCK: &str = include_str!("../../Cargo.lock");
 const SAMCONFIG: &str = include_str!("../../samconfig.toml");
+const CLIPPY: &str = include_str!("../../clippy.toml");
 
 /// The Lambda functions: name, `baton-sdk` feature, role, and whether its catalog is built
 /// (the live channel's authorizer builds none).
@@ -125,6 +127,7 @@ fn plan(args: &NewArgs) -> Result<Vec<(PathBuf, String)>, String> {
             ".gitignore".into(),
             "/target\n/.aws-sam\n/.baton\n".to_owned(),
         ),
+        ("clippy.toml".into(), CLIPPY.to_owned()),
         (
             "script.json".into(),
             include_str!("new/script.json").to_owned(),

@@ -48,6 +48,10 @@ fn baton_new_writes_a_project_over_batons_own_files() {
         read(repo.join("template.yaml"))
     );
     assert_eq!(read(dir.join("Cargo.lock")), read(repo.join("Cargo.lock")));
+    assert_eq!(
+        read(dir.join("clippy.toml")),
+        read(repo.join("clippy.toml"))
+    );
     for file in ["lib.rs", "github.rs", "skills.rs"] {
         assert_eq!(
             read(dir.join("tools/src").join(file)),
