@@ -5,7 +5,8 @@
 #                                   (`--baton-path`), `sam build`s it, and checks that its own
 #                                   tools are in every packaged function that builds a catalog,
 #                                   and not in the live channel's authorizer. The build's
-#                                   CARGO_TARGET_DIR and profile are the caller's.
+#                                   CARGO_TARGET_DIR and profile are the caller's; BATON_BIN, a
+#                                   `baton` to write it with (else built here, debug).
 #   scripts/starter.sh invoke DIR   starts the project's packaged functions (DIR/.aws-sam/build),
 #                                   one at a time, under cargo-lambda's runtime API, against
 #                                   moto: its `api` creates a run of the project's own agent,
@@ -28,7 +29,13 @@ marker="of the run's GitHub repository at its ref"
 
 if [[ $mode == build ]]; then
   rm -rf "$dir"
-  cargo run -q --release -p baton-cli --bin baton -- new "$dir" --baton-path "$root"
+  if [[ -n "${BATON_BIN:-}" ]]; then
+    # CI hands over the test stage's debug build, which it links early: wait for it.
+    for _ in $(seq 900); do [[ -x "$BATON_BIN" ]] && break; sleep 2; done
+    "$BATON_BIN" new "$dir" --baton-path "$root"
+  else
+    cargo run -q -p baton-cli --bin baton -- new "$dir" --baton-path "$root"
+  fi
   cd "$dir"
   sam build
   for f in Api Orchestrator Subagent Events; do
