@@ -59,7 +59,7 @@ export OPENAI_BASE_URL="http://127.0.0.1:$(free_port)/v1" BATON_LLM_MAX_RETRIES=
 
 memory() { # each function's most resident memory at its worst case (see below)
   MEMORY_LOG_DIR="$work" python3 tests/lambda/memory.py "$(target_dir)/debug" ||
-    { tail -20 "$work"/memory-*.log >&2; exit 1; }
+    { tail -n 20 "$work"/memory-*.log >&2; exit 1; }
 }
 if $memory_only; then
   memory

@@ -211,15 +211,27 @@ def records(messages, arn):
         "eventSource": "aws:sqs", "eventSourceARN": arn, "awsRegion": "us-east-1"} for m in messages]}
 
 
+def pending(sqs, url):
+    """Messages in the queue that a receive cannot see now: delayed (a step a function sent
+    back to wait, as a held or deferred one is) or in flight."""
+    a = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
+        "ApproximateNumberOfMessagesDelayed", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+    return int(a.get("ApproximateNumberOfMessagesDelayed", 0)) + \
+        int(a.get("ApproximateNumberOfMessagesNotVisible", 0))
+
+
 def drain(sqs, url, fn):
-    """The event source mapping: batches of up to 10 until the queue stays empty 3 s."""
+    """The event source mapping: batches of up to 10 until the queue stays empty 3 s with
+    nothing delayed in it (on a loaded machine a step may be sent back to wait: the mapping
+    keeps polling, and so does this)."""
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     batches, idle = 0, 0
-    while idle < 3:
+    deadline = time.time() + 600
+    while idle < 3 and time.time() < deadline:
         got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
                                   VisibilityTimeout=900, AttributeNames=["All"]).get("Messages", [])
         if not got:
-            idle += 1
+            idle = idle + 1 if pending(sqs, url) == 0 else 0
             continue
         idle, batches = 0, batches + 1
         failed = {f["itemIdentifier"] for f in fn.invoke(records(got, arn))["batchItemFailures"]}

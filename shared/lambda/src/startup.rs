@@ -87,14 +87,15 @@ pub struct Startup {
     /// The agents file's text from S3 (`BATON_AGENTS_S3_URI`), read once per container by
     /// the functions that need it (not the live channel's authorizer).
     agents_text: tokio::sync::OnceCell<Option<String>>,
-    /// The deployment's own Rust tools, plugins and agents (`baton-deployment`'s), added to
-    /// every catalog this startup builds.
+    /// The deployment's own Rust tools, plugins and agents (a `baton new` project's tools
+    /// crate's `extensions()`; none for Baton's own functions), added to every catalog this
+    /// startup builds.
     extensions: Extensions,
 }
 
 impl Startup {
     /// This startup with the deployment's own tools, plugins and agents: [`crate::main`]
-    /// gives it the function's (`baton_deployment::extensions()`).
+    /// gives it the function's.
     pub fn with_extensions(mut self, extensions: Extensions) -> Self {
         self.extensions = extensions;
         self

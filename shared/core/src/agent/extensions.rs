@@ -1,7 +1,7 @@
 //! A deployment's own Rust tools, plugins and agents, in one value every host adds to the
 //! catalog it builds: the step functions, the `api` and `events` functions (which know the
-//! tools by their specs and never run them), `baton dev` and `baton dev --aws`. The
-//! workspace's `baton-deployment` crate makes it; the hosts take it from there.
+//! tools by their specs and never run them), `baton dev` and `baton dev --aws`. A project
+//! `baton new` wrote makes it in its tools crate; Baton's own functions and `baton` have none.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
