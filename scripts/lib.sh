@@ -16,3 +16,9 @@ baton_bin() {
   cargo build -p baton-cli --bin baton >&2
   printf '%s/debug/baton\n' "$(target_dir)"
 }
+
+# A free port on loopback (the OS picks it), for a server a script starts.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# Waits (up to a minute) until something listens on loopback port $1.
+wait_port() { for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.2; done; echo "nothing on port $1" >&2; return 1; }

@@ -23,8 +23,7 @@ if $memory_only && [ -n "${BATON_TEST_AWS_ENDPOINT:-}" ]; then
   echo "--memory-only measures on moto: unset BATON_TEST_AWS_ENDPOINT" >&2; exit 2
 fi
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.2; done; echo "nothing on port $1" >&2; return 1; }
+source scripts/lib.sh
 
 work=$(mktemp -d)
 pids=()
@@ -43,7 +42,6 @@ fi
 
 export AWS_ENDPOINT_URL="$endpoint" AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test \
   AWS_SECRET_ACCESS_KEY=test AWS_EC2_METADATA_DISABLED=true
-source scripts/lib.sh
 # The test command's build (its features: `--tests` unifies the test crates' dev-dependencies
 # as `cargo test --workspace` does), so that after it only the five functions are linked
 # here, not their dependencies built a second time with other features. `sam build` (.ci/run)
