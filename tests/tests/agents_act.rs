@@ -527,37 +527,54 @@ async fn a_trigger_starts_a_turn_no_one_wrote_and_a_hidden_one_is_kept_marked() 
     h.server.shutdown().await;
 }
 
+/// The scripted model's call of the starter's `github_read`, for the README.
+fn read_readme() -> Value {
+    json!({"tool_calls": [{"name": "github_read", "arguments": {"path": "README.md"}}]})
+}
+
+/// The scripted model's call turning the starter's `github` skill on.
+fn activate_github() -> Value {
+    json!({"tool_calls": [{"name": "activate_skill", "arguments": {"name": "github"}}]})
+}
+
+/// GitHub's contents API answering with acme/shop's README, `# Shop`.
+fn readme_answer() -> ResponseTemplate {
+    use base64::Engine;
+    let readme = base64::engine::general_purpose::STANDARD.encode("# Shop\n");
+    ResponseTemplate::new(200).set_body_json(json!({
+        "type": "file", "encoding": "base64", "size": 7, "sha": "abc", "content": readme}))
+}
+
+/// A run of the starter's `repo_assistant` on acme/shop at main; its id.
+async fn ask_about_the_readme(h: &Harness) -> String {
+    h.create_run(
+        json!({"prompt": "What is in the README?", "agent": "repo_assistant",
+                        "github": {"repo": "acme/shop", "ref": "main"}}),
+    )
+    .await
+}
+
 /// A project's own extensions (the starter `baton new` writes, `baton-starter`) on `baton dev`, as every host builds
 /// them: `repo_assistant` starts with `activate_skill` alone; `github_read` is refused until
 /// it turns the `github` skill on; the tool then reads the skills plugin's state (a second
 /// activation says so); the plugin's state is the run's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_skill_turned_on_by_a_tool_adds_its_tools_and_the_tool_reads_the_plugins_state() {
-    use base64::Engine;
     let github = MockServer::start().await;
-    let readme = base64::engine::general_purpose::STANDARD.encode("# Shop\n");
     Mock::given(method("GET"))
         .and(path("/repos/acme/shop/contents/README.md"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
-            "type": "file", "encoding": "base64", "size": 7, "sha": "abc", "content": readme})))
+        .respond_with(readme_answer())
         .mount(&github)
         .await;
     let repo = baton_starter::github::RepoFiles::new(&github.uri(), None);
     let ext = baton_starter::extensions_with(repo);
     let catalog =
         baton_tools::catalog(None, baton_tools::Host::Dev, &|_| None, &ext).expect("catalog");
-    let read = json!({"tool_calls": [{"name": "github_read", "arguments": {"path": "README.md"}}]});
-    let activate =
-        json!({"tool_calls": [{"name": "activate_skill", "arguments": {"name": "github"}}]});
+    let (read, activate) = (read_readme(), activate_github());
     let script = json!({"repo_assistant": [read, activate, activate, read, {"text": "done"}]});
     let dir = tempfile::tempdir().expect("tempdir");
     let h = common::start(dir.path(), scripted(&script.to_string()), Arc::new(catalog)).await;
-    let run_id = h
-        .create_run(
-            json!({"prompt": "What is in the README?", "agent": "repo_assistant",
-                           "github": {"repo": "acme/shop", "ref": "main"}}),
-        )
-        .await;
+    let run_id = ask_about_the_readme(&h).await;
     let run = h.wait_status(&run_id, &["completed"]).await;
     let tools = of_type(&run, "tool");
     assert_eq!(tools.len(), 4, "{run:#}");
@@ -581,7 +598,6 @@ async fn a_skill_turned_on_by_a_tool_adds_its_tools_and_the_tool_reads_the_plugi
 /// tool's `Retry` is not tried again: the model is told.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_error_tries_the_step_again_and_a_once_tools_is_told() {
-    use base64::Engine;
     use baton_core::tools::{Effects, Tool, ToolContext, ToolError};
 
     struct Charge;
@@ -605,7 +621,6 @@ async fn a_retry_error_tries_the_step_again_and_a_once_tools_is_told() {
     }
 
     let github = MockServer::start().await;
-    let readme = base64::engine::general_purpose::STANDARD.encode("# Shop\n");
     let at = "/repos/acme/shop/contents/README.md";
     Mock::given(method("GET"))
         .and(path(at))
@@ -616,8 +631,7 @@ async fn a_retry_error_tries_the_step_again_and_a_once_tools_is_told() {
         .await;
     Mock::given(method("GET"))
         .and(path(at))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
-            "type": "file", "encoding": "base64", "size": 7, "sha": "abc", "content": readme})))
+        .respond_with(readme_answer())
         .mount(&github)
         .await;
     let repo = baton_starter::github::RepoFiles::new(&github.uri(), None);
@@ -628,20 +642,13 @@ async fn a_retry_error_tries_the_step_again_and_a_once_tools_is_told() {
         .agent("cashier", cashier);
     let catalog =
         baton_tools::catalog(None, baton_tools::Host::Dev, &|_| None, &ext).expect("catalog");
-    let read = json!({"tool_calls": [{"name": "github_read", "arguments": {"path": "README.md"}}]});
-    let activate =
-        json!({"tool_calls": [{"name": "activate_skill", "arguments": {"name": "github"}}]});
+    let (read, activate) = (read_readme(), activate_github());
     let charge = json!({"tool_calls": [{"name": "charge", "arguments": {}}]});
     let script = json!({"repo_assistant": [activate, read, {"text": "done"}],
                         "cashier": [charge, {"text": "told"}]});
     let dir = tempfile::tempdir().expect("tempdir");
     let h = common::start(dir.path(), scripted(&script.to_string()), Arc::new(catalog)).await;
-    let run_id = h
-        .create_run(
-            json!({"prompt": "What is in the README?", "agent": "repo_assistant",
-                           "github": {"repo": "acme/shop", "ref": "main"}}),
-        )
-        .await;
+    let run_id = ask_about_the_readme(&h).await;
     // The scripted model answers each reply once: had a retried step asked it again, the
     // script would have run out and the run failed.
     let run = h.wait_status(&run_id, &["completed"]).await;
