@@ -53,6 +53,7 @@ pub async fn dev(
     token: Option<String>,
     script: Option<PathBuf>,
     agents: Option<PathBuf>,
+    users: Vec<baton_api::TokenUser>,
     config: &crate::Settings,
     extensions: &baton_core::agent::Extensions,
 ) -> anyhow::Result<()> {
@@ -97,6 +98,7 @@ pub async fn dev(
             active_runs: config.max_active_runs_per_owner,
             daily_cost_usd: config.max_daily_cost_usd_per_owner,
         },
+        users,
         ..AwsDevOptions::new(
             sdk_config(&config.aws.sdk).await,
             Names::new(prefix),

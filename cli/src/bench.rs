@@ -431,10 +431,13 @@ pub async fn run(
             .service
             .requests()
             .answer_cta(
-                Some(LOCAL_OWNER),
+                &baton_core::service::Answerer::caller(
+                    LOCAL_OWNER,
+                    Vec::new(),
+                    baton_core::cta::Via::Api,
+                ),
                 &ctas[0].cta_id,
                 CtaResponse::approval(true),
-                None,
             )
             .await?;
         status = drive(&parts, &run_id, &mut times).await?;

@@ -77,6 +77,11 @@ enum Command {
         /// Extra agents: {"agents": {"NAME": {"system", "tools", "approval", "maxIterations"}}}.
         #[arg(long)]
         agents: Option<PathBuf>,
+        /// People besides the server's owner, for questions assigned to users and groups:
+        /// {"users": [{"token": "...", "user": "alice", "groups": ["ops"]}]}. A token it
+        /// lists acts as that user; the server's own token stays the owner's.
+        #[arg(long)]
+        users: Option<PathBuf>,
         /// Run over AWS APIs instead of the embedded store: DynamoDB, SQS, EventBridge and
         /// Scheduler at AWS_ENDPOINT_URL (LocalStack or moto), with in-process event source
         /// mappings standing in for Lambda's. Resources (named from BATON_PREFIX, default
@@ -293,6 +298,7 @@ async fn run(extensions: Extensions) -> ExitCode {
             addr,
             script,
             agents,
+            users,
             aws: true,
             yes_real_aws,
         } => {
@@ -308,7 +314,11 @@ async fn run(extensions: Extensions) -> ExitCode {
                      LocalStack), or pass --yes-real-aws to mean it.",
                 );
             }
-            match aws::dev(addr, cli.token, script, agents, &config, &extensions).await {
+            let users = match read_users(users.as_deref()) {
+                Ok(u) => u,
+                Err(e) => return refuse(e),
+            };
+            match aws::dev(addr, cli.token, script, agents, users, &config, &extensions).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => refuse(format!("{e:#}")),
             }
@@ -367,6 +377,7 @@ async fn run(extensions: Extensions) -> ExitCode {
             addr,
             script,
             agents,
+            users,
             aws: false,
             ..
         } => {
@@ -375,12 +386,17 @@ async fn run(extensions: Extensions) -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            let users = match read_users(users.as_deref()) {
+                Ok(u) => u,
+                Err(e) => return refuse(e),
+            };
             match dev(
                 addr,
                 cli.data.unwrap_or_else(default_data),
                 cli.token,
                 script,
                 agents,
+                users,
                 &config,
                 &extensions,
             )
@@ -489,12 +505,26 @@ fn say_models(config: &Config, catalog: &Catalog) {
     }
 }
 
+/// The users of `--users FILE`, checked (none without one).
+fn read_users(path: Option<&std::path::Path>) -> anyhow::Result<Vec<baton_api::TokenUser>> {
+    let Some(path) = path else {
+        return Ok(Vec::new());
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("--users {}: {e}", path.display()))?;
+    let file = baton_api::UsersFile::parse(&text, baton_dev::LOCAL_OWNER)
+        .map_err(|e| anyhow::anyhow!("--users {}: {e}", path.display()))?;
+    Ok(file.users)
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn dev(
     addr: SocketAddr,
     data: PathBuf,
     token: Option<String>,
     script: Option<PathBuf>,
     agents: Option<PathBuf>,
+    users: Vec<baton_api::TokenUser>,
     config: &Settings,
     extensions: &Extensions,
 ) -> anyhow::Result<()> {
@@ -519,6 +549,7 @@ async fn dev(
             active_runs: config.max_active_runs_per_owner,
             daily_cost_usd: config.max_daily_cost_usd_per_owner,
         },
+        users,
         ..LocalOptions::new(data.clone(), llm, catalog)
     })
     .await?;

@@ -306,6 +306,11 @@ async fn seed_ctas(store: &DynamoStore, ctas: usize) -> anyhow::Result<Vec<Strin
                 defaulted: false,
                 responder: None,
                 link_nonce: None,
+                assignees: Vec::new(),
+                required: 1,
+                approvals: Vec::new(),
+                audit: Vec::new(),
+                rev: 0,
             }
         })
         .collect();

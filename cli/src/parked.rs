@@ -148,7 +148,15 @@ pub async fn run(parked: usize, n: u64, data: Option<PathBuf>) -> anyhow::Result
             let approve = CtaResponse::approval(true);
             service
                 .requests()
-                .answer_cta(Some(LOCAL_OWNER), &cta, approve, None)
+                .answer_cta(
+                    &baton_core::service::Answerer::caller(
+                        LOCAL_OWNER,
+                        Vec::new(),
+                        baton_core::cta::Via::Api,
+                    ),
+                    &cta,
+                    approve,
+                )
                 .await?;
             anyhow::Ok(())
         });

@@ -224,7 +224,10 @@ async fn the_console_answers_each_kind_of_question_in_a_real_browser() {
         .find(|c| c["runId"] == hotfix.as_str())
         .unwrap()
         .clone();
-    assert_eq!(answered["responder"], "link");
+    assert_eq!(
+        answered["responder"], "local",
+        "a link answers as its minter"
+    );
     assert!(
         answered.get("linkNonce").is_none(),
         "the API never shows it"

@@ -515,7 +515,8 @@ async fn a_one_time_link_answers_its_cta_once_without_sign_in() {
     let done = h.wait_status(&run_id, &["completed"]).await;
     assert_eq!(done["result"], "Hello, Ada.");
     let (_, c) = h.get(&format!("/ctas/{cta}")).await;
-    assert_eq!(c["responder"], "link");
+    // A link answers as the one it was minted for (here, the owner), through the link.
+    assert_eq!(c["responder"], "local");
     // No link for a question already settled.
     let (code, v) = h.post(&format!("/ctas/{cta}/link"), json!({})).await;
     assert_eq!(code, 409, "{v}");

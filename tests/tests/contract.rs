@@ -98,6 +98,11 @@ fn cta(run: &Run, id: &str) -> Cta {
         defaulted: false,
         responder: None,
         link_nonce: Some("lnk_contract".into()),
+        assignees: Vec::new(),
+        required: 1,
+        approvals: Vec::new(),
+        audit: Vec::new(),
+        rev: 0,
     }
 }
 
@@ -363,6 +368,7 @@ async fn store_contract(store: Arc<dyn Store>) {
             &Settlement::Answered {
                 response: answer.clone(),
                 responder: Some("someone".into()),
+                via: Some(baton_core::cta::Via::Api),
             },
             Utc::now(),
         )

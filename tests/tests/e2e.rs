@@ -10,6 +10,7 @@
 mod common;
 
 mod agents_act;
+mod assignees;
 mod aws_batches;
 mod aws_flow;
 mod aws_outages;

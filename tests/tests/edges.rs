@@ -374,7 +374,7 @@ async fn contract_flow(api: &Api) {
     let (_, c) = api.get(&format!("/ctas/{cta_id}")).await;
     assert_eq!(
         (c["status"].as_str(), c["responder"].as_str()),
-        (Some("answered"), Some("link"))
+        (Some("answered"), Some("local"))
     );
     let won = c["response"]["approved"].as_bool().unwrap();
     let accepted: Vec<_> = answers.iter().filter(|(_, code, _)| *code == 202).collect();

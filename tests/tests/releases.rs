@@ -117,6 +117,7 @@ fn local_options(dir: &Path, f: &Fixture) -> baton_dev::LocalOptions {
         cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
         traces: None,
         quotas: Default::default(),
+        users: Vec::new(),
     }
 }
 

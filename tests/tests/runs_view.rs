@@ -234,13 +234,13 @@ impl baton_api::Authenticator for Tokens {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
         match token {
-            Some(t @ ("alice" | "bob" | "ops")) => Ok(baton_api::Caller(t.to_owned())),
+            Some(t @ ("alice" | "bob" | "ops")) => Ok(baton_api::Caller::new(t)),
             _ => Err(baton_api::ApiError::unauthorized("who?")),
         }
     }
 
     fn is_operator(&self, caller: &baton_api::Caller) -> bool {
-        caller.0 == "ops"
+        caller.id == "ops"
     }
 }
 

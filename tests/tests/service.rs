@@ -434,7 +434,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
     let answer = CtaResponse::approval(true);
     assert!(matches!(
         svc.requests()
-            .answer_cta(Some("bob"), &cta.cta_id, answer.clone(), None)
+            .answer_cta(&as_api("bob"), &cta.cta_id, answer.clone())
             .await,
         Err(NotFound(_))
     ));
@@ -447,7 +447,7 @@ async fn a_caller_sees_only_its_own_runs_and_ctas() {
         CtaStatus::Pending
     );
     svc.requests()
-        .answer_cta(Some("alice"), &cta.cta_id, answer, None)
+        .answer_cta(&as_api("alice"), &cta.cta_id, answer)
         .await
         .unwrap();
 }
@@ -828,4 +828,9 @@ async fn a_cold_think_gives_a_real_model_the_whole_conversation() {
     let results = last.iter().filter(|m| m["role"] == "tool").count();
     assert_eq!(results, 6, "the last think saw every result: {last:?}");
     assert_eq!(last[0]["content"], "go", "nothing left out");
+}
+
+/// An API caller `id`, in no group.
+fn as_api(id: &str) -> baton_core::service::Answerer {
+    baton_core::service::Answerer::caller(id, Vec::new(), baton_core::cta::Via::Api)
 }

@@ -53,6 +53,7 @@ async fn an_unreachable_model_shows_as_the_last_error_and_the_run_waits_for_it()
         cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
         traces: None,
         quotas: Default::default(),
+        users: Vec::new(),
     })
     .await
     .unwrap();

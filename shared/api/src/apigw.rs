@@ -11,6 +11,25 @@ use crate::{ApiError, Authenticator, Caller};
 #[derive(Debug, Default)]
 pub struct ApiGatewayJwt {
     operators: std::collections::HashSet<String>,
+    /// The claim that holds the caller's groups (`BATON_GROUPS_CLAIM`, default
+    /// `cognito:groups`).
+    groups_claim: String,
+}
+
+/// The claim of a caller's groups unless `BATON_GROUPS_CLAIM` names another.
+pub const DEFAULT_GROUPS_CLAIM: &str = "cognito:groups";
+
+/// A groups claim as API Gateway's JWT authorizer passes it on: a list claim flattened to
+/// `[ops admins]`, or a plain string (space- or comma-separated).
+fn groups_of(claim: &str) -> Vec<String> {
+    claim
+        .trim()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|g| !g.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 impl ApiGatewayJwt {
@@ -22,19 +41,32 @@ impl ApiGatewayJwt {
                 .map(|o| o.trim().to_owned())
                 .filter(|o| !o.is_empty())
                 .collect(),
+            groups_claim: DEFAULT_GROUPS_CLAIM.into(),
         }
     }
 
-    /// Operators from `BATON_OPERATORS`: caller ids, comma-separated.
+    /// The same, reading the caller's groups from `claim`.
+    #[must_use]
+    pub fn groups_claim(mut self, claim: impl Into<String>) -> Self {
+        self.groups_claim = claim.into();
+        self
+    }
+
+    /// Operators from `BATON_OPERATORS` (caller ids, comma-separated), groups from the claim
+    /// `BATON_GROUPS_CLAIM` names.
     pub fn from_env() -> Self {
         let list = std::env::var("BATON_OPERATORS").unwrap_or_default();
-        Self::new(list.split(',').map(str::to_owned))
+        let auth = Self::new(list.split(',').map(str::to_owned));
+        match std::env::var("BATON_GROUPS_CLAIM") {
+            Ok(claim) if !claim.trim().is_empty() => auth.groups_claim(claim.trim()),
+            _ => auth,
+        }
     }
 }
 
 impl Authenticator for ApiGatewayJwt {
     fn is_operator(&self, caller: &Caller) -> bool {
-        self.operators.contains(&caller.0)
+        self.operators.contains(&caller.id)
     }
 
     fn authenticate(&self, _: &HeaderMap, ext: &Extensions) -> Result<Caller, ApiError> {
@@ -48,9 +80,13 @@ impl Authenticator for ApiGatewayJwt {
             _ => None,
         };
         let sub = claims.and_then(|c| c.get("sub")).filter(|s| !s.is_empty());
+        let groups = claims
+            .and_then(|c| c.get(&self.groups_claim))
+            .map(|g| groups_of(g))
+            .unwrap_or_default();
         match (sub, claims.and_then(|c| c.get("iss"))) {
-            (Some(sub), Some(iss)) => Ok(Caller(format!("{iss}#{sub}"))),
-            (Some(sub), None) => Ok(Caller(sub.clone())),
+            (Some(sub), Some(iss)) => Ok(Caller::new(format!("{iss}#{sub}")).with_groups(groups)),
+            (Some(sub), None) => Ok(Caller::new(sub.clone()).with_groups(groups)),
             _ => Err(ApiError::unauthorized(
                 "no verified identity on the request",
             )),
@@ -86,16 +122,41 @@ mod tests {
     fn the_caller_is_the_verified_jwt_subject() {
         let h = HeaderMap::new();
         let a = ApiGatewayJwt::new(["https://idp#ops".to_owned(), " ".to_owned()]);
-        assert!(a.is_operator(&Caller("https://idp#ops".into())));
-        assert!(!a.is_operator(&Caller("https://idp#u1".into())));
+        assert!(a.is_operator(&Caller::new("https://idp#ops")));
+        assert!(!a.is_operator(&Caller::new("https://idp#u1")));
         assert!(
-            !a.is_operator(&Caller(String::new())),
+            !a.is_operator(&Caller::new(String::new())),
             "an empty name names no one"
         );
         let c = a
             .authenticate(&h, &ext(&[("sub", "u1"), ("iss", "https://idp")]))
             .expect("identified");
-        assert_eq!(c.0, "https://idp#u1");
+        assert_eq!(c.id, "https://idp#u1");
+        assert!(c.groups.is_empty());
+        // Groups from the claim the deployment names, as the authorizer flattens a list.
+        let c = a
+            .authenticate(
+                &h,
+                &ext(&[
+                    ("sub", "u1"),
+                    ("iss", "https://idp"),
+                    ("cognito:groups", "[ops admins]"),
+                ]),
+            )
+            .expect("identified");
+        assert_eq!(c.groups, ["ops", "admins"]);
+        let own = ApiGatewayJwt::new([]).groups_claim("teams");
+        let c = own
+            .authenticate(
+                &h,
+                &ext(&[
+                    ("sub", "u1"),
+                    ("teams", "ops,leads"),
+                    ("cognito:groups", "[x]"),
+                ]),
+            )
+            .expect("identified");
+        assert_eq!(c.groups, ["ops", "leads"]);
         assert!(
             a.authenticate(&h, &ext(&[("iss", "https://idp")])).is_err(),
             "no subject"

@@ -353,10 +353,19 @@ pub(crate) struct CtaList {
     pub(crate) next_cursor: Option<String>,
 }
 
-/// A CTA as its owner sees it: all but the link nonce (a link's own secret part).
+/// A CTA as its owner and assignees see it: all but the link nonce (a link's own secret
+/// part), its revision, and its history (`GET /ctas/{id}/audit`).
 pub(crate) fn owner_view(mut cta: Cta) -> Cta {
     cta.link_nonce = None;
+    cta.rev = 0;
+    cta.audit = Vec::new();
     cta
+}
+
+/// `GET /ctas/{ctaId}/audit`: the question's history, oldest first.
+#[derive(JsonSchema, Serialize)]
+pub(crate) struct Audit {
+    pub(crate) events: Vec<baton_core::cta::AuditEvent>,
 }
 
 /// `GET /links/{token}`: what a link's holder sees of a CTA: the question, its state and
@@ -381,6 +390,12 @@ pub(crate) struct LinkQuestion<'a> {
     pub(crate) expires_at: DateTime<Utc>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) resolved_at: Option<DateTime<Utc>>,
+    /// How many distinct people must approve, and how many have (an approval that needs
+    /// several).
+    #[serde(rename = "requiredApprovals", skip_serializing_if = "Option::is_none")]
+    pub(crate) required: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) approved: Option<usize>,
 }
 
 impl<'a> From<&'a Cta> for LinkQuestion<'a> {
@@ -396,6 +411,8 @@ impl<'a> From<&'a Cta> for LinkQuestion<'a> {
             created_at: cta.created_at,
             expires_at: cta.expires_at,
             resolved_at: cta.resolved_at,
+            required: (cta.required > 1).then_some(cta.required),
+            approved: (cta.required > 1).then_some(cta.approvals.len()),
         }
     }
 }
@@ -410,6 +427,11 @@ pub(crate) struct AnswerAccepted {
     pub(crate) run_id: Option<String>,
     pub(crate) status: CtaStatus,
     pub(crate) message: String,
+    /// An approval that needs several: who approved so far, and how many must.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) approvals: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) required: Option<u32>,
 }
 
 /// `POST /ctas/{ctaId}/link`.

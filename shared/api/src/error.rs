@@ -118,6 +118,9 @@ impl From<ServiceError> for ApiError {
                 Self::new(StatusCode::CONFLICT, code, message)
             }
             ServiceError::Gone(m) => Self::new(StatusCode::GONE, "cta_expired", m),
+            ServiceError::Forbidden { code, message } => {
+                Self::new(StatusCode::FORBIDDEN, code, message)
+            }
             ServiceError::Link { code, message } => {
                 let status = match code {
                     "link_expired" => StatusCode::GONE,

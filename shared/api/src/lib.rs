@@ -29,10 +29,10 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use baton_core::cta::{Cta, CtaResponse, CtaStatus};
+use baton_core::cta::{Cta, CtaResponse, CtaStatus, Via};
 use baton_core::error::PortError;
 use baton_core::ports::{Download, attachment};
-use baton_core::service::{CreateRun, Service, ServiceError, enveloped_len};
+use baton_core::service::{Answerer, CreateRun, Service, ServiceError, enveloped_len};
 use baton_core::timeline::{Entry, EntryBody, TurnOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -40,7 +40,7 @@ use tokio::task::JoinHandle;
 
 #[cfg(feature = "lambda")]
 pub use apigw::ApiGatewayJwt;
-pub use auth::{Authenticator, BearerToken, Caller};
+pub use auth::{Authenticator, BearerToken, Caller, TokenUser, UsersFile};
 pub use error::{ApiError, JsonBody};
 
 /// Request bodies larger than this are refused with 413.
@@ -82,6 +82,7 @@ pub fn router(state: AppState) -> Router {
         .route("/ctas", get(ctas::list_ctas))
         .route("/ctas/{cta_id}", get(ctas::get_cta))
         .route("/ctas/{cta_id}/response", post(ctas::answer_cta))
+        .route("/ctas/{cta_id}/audit", get(ctas::cta_audit))
         .route("/ctas/{cta_id}/link", post(ctas::mint_link))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
@@ -126,7 +127,7 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
 
 async fn create_run(
     State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
+    Extension(Caller { id: owner, .. }): Extension<Caller>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<CreateRunBody>,
 ) -> Result<Response, ApiError> {
@@ -335,7 +336,7 @@ pub const FILE_LINK_MEDIA_TYPE: &str = "application/vnd.baton.file-link+json";
 /// A file a tool of the caller's run returned: its bytes, as a download (or a link to them).
 async fn get_file(
     State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
+    Extension(Caller { id: owner, .. }): Extension<Caller>,
     Ids(run_id, file_id): Ids,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
@@ -393,7 +394,7 @@ async fn get_file(
 
 async fn post_message(
     State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
+    Extension(Caller { id: owner, .. }): Extension<Caller>,
     Id(run_id): Id,
     headers: HeaderMap,
     JsonBody(body): JsonBody<MessageBody>,
@@ -420,7 +421,7 @@ async fn post_message(
 
 async fn fork_run(
     State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
+    Extension(Caller { id: owner, .. }): Extension<Caller>,
     Id(run_id): Id,
     headers: HeaderMap,
     JsonBody(body): JsonBody<bodies::ForkBody>,
@@ -465,7 +466,7 @@ async fn fork_run(
 
 async fn cancel_run(
     State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
+    Extension(Caller { id: owner, .. }): Extension<Caller>,
     Id(run_id): Id,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {

@@ -96,7 +96,7 @@ pub(crate) struct StreamWatch {
 /// 501.
 pub(crate) async fn watch_run(
     State(s): State<AppState>,
-    Extension(Caller(owner)): Extension<Caller>,
+    Extension(Caller { id: owner, .. }): Extension<Caller>,
     crate::Id(run_id): crate::Id,
 ) -> Result<Json<WatchBody>, ApiError> {
     // Unknown or someone else's run: a 404, and no lease.

@@ -59,14 +59,14 @@ pub(crate) async fn read_as<T, F: Future<Output = Result<T, ServiceError>>>(
     run_id: &str,
     read: impl Fn(String) -> F,
 ) -> Result<(T, String), ApiError> {
-    match read(caller.0.clone()).await {
+    match read(caller.id.clone()).await {
         Err(ServiceError::NotFound(message)) if s.auth.is_operator(caller) => {
             match s.service.requests().run_owner(run_id).await? {
-                Some(owner) if owner != caller.0 => Ok((read(owner.clone()).await?, owner)),
+                Some(owner) if owner != caller.id => Ok((read(owner.clone()).await?, owner)),
                 _ => Err(ServiceError::NotFound(message).into()),
             }
         }
-        read => Ok((read?, caller.0.clone())),
+        read => Ok((read?, caller.id.clone())),
     }
 }
 
@@ -77,10 +77,10 @@ fn owner_asked(
     caller: Caller,
     q: &HashMap<String, String>,
 ) -> Result<String, ApiError> {
-    match q.get("owner").filter(|o| **o != caller.0) {
+    match q.get("owner").filter(|o| **o != caller.id) {
         Some(other) if s.auth.is_operator(&caller) => Ok(other.clone()),
         Some(_) => Err(forbidden()),
-        None => Ok(caller.0),
+        None => Ok(caller.id),
     }
 }
 

@@ -16,6 +16,7 @@ pub use crate::agents_file::{AgentSpec, AgentsFile, AlwaysKeyword, ApprovalSpec,
 use crate::plan;
 use crate::timeline::Operation;
 use crate::tools;
+use baton_engine::cta::{Assignment, check_assignment};
 
 mod catalog;
 mod declared;
@@ -130,6 +131,21 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
             seconds,
         });
     }
+    let questions = spec
+        .questions
+        .map_or_else(Assignment::default, |q| Assignment {
+            assignees: q.assignees,
+            required: q.required.unwrap_or(1),
+        });
+    let check = |assignment: &Assignment, what: &str| {
+        check_assignment(&assignment.assignees, assignment.required).map_err(|message| {
+            CatalogError::Invalid {
+                agent: name.clone(),
+                message: format!("{what}: {message}"),
+            }
+        })
+    };
+    check(&questions, "`questions`")?;
     let mut approval = HashMap::new();
     for (tool, a) in spec.approval {
         let policy = match a {
@@ -144,6 +160,17 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
                             tool,
                             source,
                         });
+                    }
+                },
+                assignment: match (rule.assignees, rule.required) {
+                    (None, None) => None,
+                    (assignees, required) => {
+                        let own = Assignment {
+                            assignees: assignees.unwrap_or_else(|| questions.assignees.clone()),
+                            required: required.unwrap_or(questions.required),
+                        };
+                        check(&own, &format!("the approval of `{tool}`"))?;
+                        Some(own)
                     }
                 },
                 reason: rule.reason,
@@ -164,6 +191,7 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
         model_by_tier: spec.model_by_tier,
         tools: spec.tools,
         approval,
+        questions,
         approval_batch: spec.approval_batch.unwrap_or_default(),
         on_unknown_outcome: spec.on_unknown_outcome.unwrap_or_default(),
         max_iterations: spec.max_iterations.unwrap_or(limits.max_iterations),

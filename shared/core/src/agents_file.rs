@@ -104,6 +104,10 @@ pub struct AgentSpec {
     pub tools: Vec<String>,
     #[serde(default)]
     pub approval: BTreeMap<String, ApprovalSpec>,
+    /// Who answers its questions and approves its tools' calls, besides the run's owner
+    /// (default: the owner alone).
+    #[serde(default)]
+    pub questions: Option<QuestionsSpec>,
     /// `deferred` (default): while a call of a reply waits for approval, the reply's other
     /// tool calls wait too; `independent`: they run at once.
     #[serde(default)]
@@ -208,6 +212,25 @@ pub struct ApprovalRule {
     /// Why a human must approve, shown with the CTA.
     #[serde(default)]
     pub reason: Option<String>,
+    /// Who approves this tool's calls, over the agent's `questions.assignees`.
+    #[serde(default)]
+    pub assignees: Option<Vec<String>>,
+    /// How many distinct people must approve, over the agent's `questions.required`.
+    #[serde(default)]
+    pub required: Option<u32>,
+}
+
+/// `{"assignees": ["user:alice", "group:ops"], "required": 2}`: who may answer an agent's
+/// questions besides the run's owner (`user:<id>`, `group:<name>`; none: the owner alone),
+/// and how many distinct people must approve an approval (default 1; at most the number of
+/// users named, unless a group is). The model never chooses who answers.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct QuestionsSpec {
+    #[serde(default)]
+    pub assignees: Vec<String>,
+    #[serde(default)]
+    pub required: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

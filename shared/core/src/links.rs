@@ -38,6 +38,9 @@ pub struct Claims {
     pub cta_id: String,
     pub nonce: String,
     pub expires_at: i64,
+    /// Whom it was minted for (its answer is theirs); none on a link minted before links
+    /// named one.
+    pub recipient: Option<String>,
 }
 
 /// Why a token is refused.
@@ -74,7 +77,25 @@ impl Links {
     }
 
     pub fn token(&self, cta_id: &str, nonce: &str, expires_at: DateTime<Utc>) -> String {
-        let payload = format!("{cta_id}.{nonce}.{}", expires_at.timestamp());
+        self.sign(format!("{cta_id}.{nonce}.{}", expires_at.timestamp()))
+    }
+
+    /// A token minted for `recipient`: its answer is recorded as theirs.
+    pub fn token_for(
+        &self,
+        cta_id: &str,
+        nonce: &str,
+        expires_at: DateTime<Utc>,
+        recipient: &str,
+    ) -> String {
+        self.sign(format!(
+            "{cta_id}.{nonce}.{}.{}",
+            expires_at.timestamp(),
+            B64.encode(recipient)
+        ))
+    }
+
+    fn sign(&self, payload: String) -> String {
         let tag = self.mac(payload.as_bytes()).finalize().into_bytes();
         format!("{}.{}", B64.encode(payload), B64.encode(tag))
     }
@@ -93,11 +114,20 @@ impl Links {
             .verify_slice(&tag)
             .map_err(|_| LinkError::Invalid)?;
         let text = String::from_utf8(payload).map_err(|_| LinkError::Invalid)?;
-        let mut parts = text.splitn(3, '.');
+        let mut parts = text.splitn(4, '.');
         let (Some(cta_id), Some(nonce), Some(exp)) = (parts.next(), parts.next(), parts.next())
         else {
             return Err(LinkError::Invalid);
         };
+        let recipient = parts
+            .next()
+            .map(|r| {
+                B64.decode(r)
+                    .ok()
+                    .and_then(|r| String::from_utf8(r).ok())
+                    .ok_or(LinkError::Invalid)
+            })
+            .transpose()?;
         let expires_at: i64 = exp.parse().map_err(|_| LinkError::Invalid)?;
         if now.timestamp() >= expires_at {
             return Err(LinkError::Expired);
@@ -106,6 +136,7 @@ impl Links {
             cta_id: cta_id.into(),
             nonce: nonce.into(),
             expires_at,
+            recipient,
         })
     }
 }
@@ -125,9 +156,19 @@ mod tests {
             Ok(Claims {
                 cta_id: "cta_1".into(),
                 nonce: "lnk_a".into(),
-                expires_at: exp.timestamp()
+                expires_at: exp.timestamp(),
+                recipient: None,
             })
         );
+        // A link minted for someone says whom, under the same MAC.
+        let theirs = links.token_for("cta_1", "lnk_a", exp, "user#alice");
+        let claims = links.verify(&theirs, now).expect("valid");
+        assert_eq!(claims.recipient.as_deref(), Some("user#alice"));
+        let (payload, tag) = theirs.split_once('.').expect("two parts");
+        let mut text = String::from_utf8(B64.decode(payload).expect("b64")).expect("utf-8");
+        text.push('x');
+        let forged = format!("{}.{tag}", B64.encode(text));
+        assert_eq!(links.verify(&forged, now), Err(LinkError::Invalid));
         assert!(
             links
                 .url(&t)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use crate::cta::{Cta, CtaStatus, Settlement};
+use crate::cta::{Cta, CtaChange, CtaStatus, Settlement};
 use crate::error::PortError;
 use crate::message::{Effect, Event, StepMessage, Transition};
 use crate::run::{LastError, Run};
@@ -36,6 +36,21 @@ pub enum Settled {
     Won(Cta),
     /// Someone else did first; here is the CTA as it is.
     Lost(Cta),
+    NotFound,
+}
+
+/// The outcome of a change to a CTA's record ([`crate::cta::CtaChange`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Changed {
+    /// Written; `settled`: this change moved it out of `pending`.
+    Applied {
+        cta: Cta,
+        settled: bool,
+    },
+    /// Nothing to write (the same person approving again): the CTA as it is.
+    Unchanged(Cta),
+    /// Not applicable to the CTA as it is (no longer pending).
+    Refused(Cta),
     NotFound,
 }
 

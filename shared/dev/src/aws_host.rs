@@ -61,6 +61,8 @@ pub struct AwsDevOptions {
     /// Where the step functions' spans are exported (`OTEL_EXPORTER_OTLP_ENDPOINT`), as
     /// `baton dev` does.
     pub traces: Option<Arc<baton_telemetry::Traces>>,
+    /// The users of `--users FILE`, as `baton dev` takes them.
+    pub users: Vec<baton_api::TokenUser>,
 }
 
 impl AwsDevOptions {
@@ -94,6 +96,7 @@ impl AwsDevOptions {
             live: None,
             links: None,
             traces: None,
+            users: Vec::new(),
         }
     }
 }
@@ -313,8 +316,9 @@ impl AwsDevServer {
             .traces
             .map(|t| vec![crate::host::export_spans(t, stop_rx.clone())])
             .unwrap_or_default();
-        let auth: Arc<dyn Authenticator> =
-            Arc::new(BearerToken::new(opts.token.clone(), LOCAL_OWNER));
+        let auth: Arc<dyn Authenticator> = Arc::new(
+            BearerToken::new(opts.token.clone(), LOCAL_OWNER).with_users(opts.users.clone()),
+        );
         let app = baton_api::router(AppState {
             service: service.clone(),
             auth: auth.clone(),

@@ -49,6 +49,9 @@ pub struct LocalOptions {
     /// Each owner's quotas (`BATON_MAX_ACTIVE_RUNS_PER_OWNER`,
     /// `BATON_MAX_DAILY_COST_USD_PER_OWNER`).
     pub quotas: baton_core::service::Quotas,
+    /// The users of `--users FILE`: each token its user's, with its groups (the server's own
+    /// token stays its owner's).
+    pub users: Vec<baton_api::TokenUser>,
 }
 
 impl LocalOptions {
@@ -69,6 +72,7 @@ impl LocalOptions {
             cache_bytes: baton_core::service::DEFAULT_CACHE_BYTES,
             traces: None,
             quotas: Default::default(),
+            users: Vec::new(),
         }
     }
 }
@@ -175,7 +179,8 @@ impl LocalServer {
         let exports = opts.traces.map(|t| export_spans(t, stop_rx.clone()));
         let worker = tokio::spawn(worker.run(stop_rx.clone()));
 
-        let auth: Arc<dyn Authenticator> = Arc::new(BearerToken::new(token.clone(), LOCAL_OWNER));
+        let auth: Arc<dyn Authenticator> =
+            Arc::new(BearerToken::new(token.clone(), LOCAL_OWNER).with_users(opts.users.clone()));
         let app = baton_api::router(AppState {
             service: service.clone(),
             auth: auth.clone(),

@@ -28,12 +28,15 @@ pub struct Approval {
     pub input_matches: Option<Regex>,
     /// Shown with the CTA and in `cta.request`.
     pub reason: Option<String>,
+    /// Who approves this tool's calls, over the agent's `questions`.
+    pub assignment: Option<crate::cta::Assignment>,
 }
 
 impl Approval {
     pub const ALWAYS: Approval = Approval {
         input_matches: None,
         reason: None,
+        assignment: None,
     };
 
     pub fn requires(&self, input: &Value) -> bool {
@@ -83,6 +86,8 @@ pub struct AgentDef {
     /// Tool names; `mcp:<server>` grants every tool of that MCP server.
     pub tools: Vec<String>,
     pub approval: HashMap<String, Approval>,
+    /// Who answers its questions and approves its tools' calls besides the run's owner.
+    pub questions: crate::cta::Assignment,
     pub approval_batch: ApprovalBatch,
     /// What its runs do with a `once` call cut off while it ran.
     pub on_unknown_outcome: UnknownOutcome,
@@ -235,6 +240,7 @@ impl AgentDef {
             model_by_tier: BTreeMap::new(),
             tools: tools.iter().map(|t| t.to_string()).collect(),
             approval: HashMap::new(),
+            questions: crate::cta::Assignment::default(),
             approval_batch: ApprovalBatch::default(),
             on_unknown_outcome: UnknownOutcome::default(),
             max_iterations: limits.max_iterations,

@@ -334,6 +334,207 @@ pub struct Cta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "schemas", schemars(skip))]
     pub link_nonce: Option<String>,
+    /// Who may answer besides the owner (`user:<id>`, `group:<name>`), by the asking agent's
+    /// policy, never the model's; none: the owner alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assignees: Vec<String>,
+    /// How many distinct people must approve an approval (1 unless its policy says more).
+    /// (`requiredApprovals`: a text question's `required` is another thing.)
+    #[serde(
+        rename = "requiredApprovals",
+        default = "one",
+        skip_serializing_if = "is_one"
+    )]
+    pub required: u32,
+    /// Who approved so far, for an approval that needs several.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<Approver>,
+    /// The question's history: created, notified, link opened, approved, answered, expired…
+    /// (at most [`MAX_AUDIT`] events; `GET /ctas/{id}/audit`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit: Vec<AuditEvent>,
+    /// The record's revision: every change writes `rev + 1`, conditionally on `rev` (so that
+    /// no two concurrent changes lose one another).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[cfg_attr(feature = "schemas", schemars(skip))]
+    pub rev: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+/// The most events a question's audit trail keeps (a reminder that fires for a month must
+/// not grow its record without bound): past it, the newest replace the oldest but the first.
+pub const MAX_AUDIT: usize = 200;
+
+/// Through what a person answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Via {
+    Api,
+    Console,
+    Link,
+    Bus,
+}
+
+/// One approval of several an approval needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Approver {
+    pub by: String,
+    pub via: Via,
+    pub at: DateTime<Utc>,
+}
+
+/// One event of a question's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    /// `created`, `notified`, `link_opened`, `approved`, `answered`, `reminded`,
+    /// `escalated`, `expired`, `defaulted` or `cancelled`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub at: DateTime<Utc>,
+    /// Who acted (an answer's responder, a link's recipient).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<Via>,
+    /// A notification's channel, recipient and outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipient: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// What else it says (an approval's reason, the assignees an escalation added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl AuditEvent {
+    /// An event of `kind` at `at`, saying nothing more.
+    pub fn new(kind: &str, at: DateTime<Utc>) -> Self {
+        Self {
+            kind: kind.into(),
+            at,
+            by: None,
+            via: None,
+            channel: None,
+            recipient: None,
+            outcome: None,
+            detail: None,
+        }
+    }
+
+    /// The same, by `by` through `via`.
+    #[must_use]
+    pub fn by(mut self, by: Option<&str>, via: Option<Via>) -> Self {
+        self.by = by.map(str::to_owned);
+        self.via = via;
+        self
+    }
+}
+
+/// Whether `principal` (`user:<id>` or `group:<name>`) names the caller `id` in `groups`. A
+/// `user:` names a caller by its whole id, or by the subject after an issuer's `#` (on AWS an
+/// id is `<issuer>#<subject>`).
+pub fn names(principal: &str, id: &str, groups: &[String]) -> bool {
+    if let Some(user) = principal.strip_prefix("user:") {
+        return id == user || id.rsplit_once('#').is_some_and(|(_, sub)| sub == user);
+    }
+    principal
+        .strip_prefix("group:")
+        .is_some_and(|g| groups.iter().any(|have| have == g))
+}
+
+/// Checks an assignee's form: `user:<id>` or `group:<name>`, neither blank.
+pub fn check_principal(principal: &str) -> Result<(), String> {
+    match principal.split_once(':') {
+        Some(("user" | "group", name)) if !name.trim().is_empty() => Ok(()),
+        _ => Err(format!(
+            "assignee `{principal}` is neither `user:<id>` nor `group:<name>`"
+        )),
+    }
+}
+
+/// Checks who answers a policy's questions: each assignee's form, and `required` against
+/// them (a group may hold any number of people; users count one each, and with no assignees
+/// the owner alone answers).
+pub fn check_assignment(assignees: &[String], required: u32) -> Result<(), String> {
+    for a in assignees {
+        check_principal(a)?;
+    }
+    if required == 0 {
+        return Err("`required` must be at least 1".into());
+    }
+    let groups = assignees.iter().any(|a| a.starts_with("group:"));
+    let people = if assignees.is_empty() {
+        1
+    } else {
+        assignees.len()
+    };
+    if !groups && required as usize > people {
+        return Err(format!(
+            "`required` is {required}, more than the {people} who may answer"
+        ));
+    }
+    Ok(())
+}
+
+/// Who answers an agent's questions (or one tool's approvals) besides the run's owner, and
+/// how many distinct people must approve: the agents file's `questions`, checked by
+/// [`check_assignment`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    pub assignees: Vec<String>,
+    pub required: u32,
+}
+
+impl Default for Assignment {
+    fn default() -> Self {
+        Self {
+            assignees: Vec::new(),
+            required: 1,
+        }
+    }
+}
+
+/// A change to a CTA's record, applied by [`Cta::apply`] and written by the adapters
+/// conditionally on the record's `rev` (they read, apply and write again until their write
+/// is the one after the record they read).
+#[derive(Debug, Clone, PartialEq)]
+pub enum CtaChange {
+    /// It leaves `pending` (only from `pending`).
+    Settle(Settlement),
+    /// One of the several approvals it needs (only while `pending`): the same person counts
+    /// once; the last one needed settles it, approved.
+    Approve { by: String, via: Via },
+    /// An event of its history, in any status.
+    Record(AuditEvent),
+}
+
+/// What [`Cta::apply`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The record changed (write it); `settled`: it left `pending` by this change.
+    Changed { settled: bool },
+    /// Nothing to write: an approval by someone who had approved already.
+    Unchanged,
+    /// Not applicable to the record as it is (no longer pending).
+    Refused,
 }
 
 /// The call an approval CTA gates.
@@ -353,6 +554,8 @@ pub enum Settlement {
     Answered {
         response: CtaResponse,
         responder: Option<String>,
+        /// Through what (none: a caller that did not say, such as a fork's replacement).
+        via: Option<Via>,
     },
     Expired,
     Cancelled,
@@ -369,16 +572,88 @@ impl Settlement {
 }
 
 impl Cta {
-    /// Applies a settlement to a pending CTA (the adapters write the result conditionally).
-    pub fn settle(&mut self, settlement: &Settlement, at: DateTime<Utc>) {
+    /// Whether `principal` is among those who may answer besides the owner.
+    pub fn is_assignee(&self, id: &str, groups: &[String]) -> bool {
+        self.assignees.iter().any(|p| names(p, id, groups))
+    }
+
+    /// Whether the caller `id` in `groups` may see and answer it: its owner or an assignee.
+    pub fn may_answer(&self, id: &str, groups: &[String]) -> bool {
+        self.owner == id || self.is_assignee(id, groups)
+    }
+
+    /// Applies `change` at `at` (the adapters write the result conditionally on the `rev`
+    /// they read; a change bumps it).
+    pub fn apply(&mut self, change: &CtaChange, at: DateTime<Utc>) -> Applied {
+        let applied = match change {
+            CtaChange::Settle(_) | CtaChange::Approve { .. }
+                if self.status != CtaStatus::Pending =>
+            {
+                return Applied::Refused;
+            }
+            CtaChange::Settle(settlement) => {
+                self.settle(settlement, at);
+                Applied::Changed { settled: true }
+            }
+            CtaChange::Approve { by, via } => {
+                if self.approvals.iter().any(|a| &a.by == by) {
+                    return Applied::Unchanged;
+                }
+                self.approvals.push(Approver {
+                    by: by.clone(),
+                    via: *via,
+                    at,
+                });
+                self.record(AuditEvent::new("approved", at).by(Some(by), Some(*via)));
+                if self.approvals.len() >= self.required as usize {
+                    let settlement = Settlement::Answered {
+                        response: CtaResponse::approval(true),
+                        responder: Some(by.clone()),
+                        via: Some(*via),
+                    };
+                    self.settle(&settlement, at);
+                    Applied::Changed { settled: true }
+                } else {
+                    Applied::Changed { settled: false }
+                }
+            }
+            CtaChange::Record(event) => {
+                self.record(event.clone());
+                Applied::Changed { settled: false }
+            }
+        };
+        self.rev += 1;
+        applied
+    }
+
+    /// Adds an event to the history, keeping the first and the newest [`MAX_AUDIT`].
+    pub fn record(&mut self, event: AuditEvent) {
+        if self.audit.len() >= MAX_AUDIT {
+            self.audit.remove(1);
+        }
+        self.audit.push(event);
+    }
+
+    /// Applies a settlement to a pending CTA, and says so in its history.
+    fn settle(&mut self, settlement: &Settlement, at: DateTime<Utc>) {
         self.status = settlement.status();
         if let Settlement::Answered {
             response,
             responder,
+            via,
         } = settlement
         {
             self.response = Some(response.clone());
             self.responder = responder.clone();
+            let mut event = AuditEvent::new("answered", at).by(responder.as_deref(), *via);
+            if let CtaResponse::Approval {
+                approved, reason, ..
+            } = response
+            {
+                event.outcome = Some(if *approved { "approved" } else { "rejected" }.into());
+                event.detail = reason.clone();
+            }
+            self.record(event);
         }
         // A question with a default has one only when its run expires questions into their
         // defaults (the engine keeps none otherwise), and the engine applies it then: the
@@ -389,6 +664,12 @@ impl Cta {
         {
             self.response = Some(default.clone());
             self.defaulted = true;
+        }
+        match settlement {
+            Settlement::Answered { .. } => {}
+            Settlement::Expired if self.defaulted => self.record(AuditEvent::new("defaulted", at)),
+            Settlement::Expired => self.record(AuditEvent::new("expired", at)),
+            Settlement::Cancelled => self.record(AuditEvent::new("cancelled", at)),
         }
         self.resolved_at = Some(at);
     }
@@ -584,6 +865,11 @@ mod tests {
             defaulted: false,
             responder: None,
             link_nonce: None,
+            assignees: Vec::new(),
+            required: 1,
+            approvals: Vec::new(),
+            audit: Vec::new(),
+            rev: 0,
         };
         let v = serde_json::to_value(&cta).expect("serializes");
         assert_eq!(v["kind"], "choice");
@@ -591,5 +877,122 @@ mod tests {
         assert_eq!(v["ctaId"], "c1");
         let back: Cta = serde_json::from_value(v).expect("round-trips");
         assert_eq!(back, cta);
+        // A text question's `required` and an approval's approvers needed are two fields.
+        let mut text = cta.clone();
+        text.request = CtaRequest::Text {
+            prompt: "Why?".into(),
+            placeholder: None,
+            required: true,
+        };
+        text.required = 2;
+        text.assignees = vec!["group:ops".into()];
+        text.rev = 3;
+        let v = serde_json::to_value(&text).expect("serializes");
+        assert_eq!(
+            (v["required"].clone(), v["requiredApprovals"].clone()),
+            (json!(true), json!(2))
+        );
+        let back: Cta = serde_json::from_value(v).expect("round-trips");
+        assert_eq!(back, text);
+    }
+
+    fn approval_for_two() -> Cta {
+        let now = Utc::now();
+        let v = json!({"ctaId": "c1", "runId": "r1", "toolCallId": "t1", "owner": "o",
+            "kind": "approval", "message": "Ship?", "status": "pending", "createdAt": now,
+            "expiresAt": now, "assignees": ["group:ops", "user:carol"], "requiredApprovals": 2});
+        serde_json::from_value(v).expect("a CTA")
+    }
+
+    #[test]
+    fn two_approvers_settle_an_approval_and_one_counts_once() {
+        let at = Utc::now();
+        let mut cta = approval_for_two();
+        let alice = CtaChange::Approve {
+            by: "alice".into(),
+            via: Via::Api,
+        };
+        assert_eq!(cta.apply(&alice, at), Applied::Changed { settled: false });
+        assert_eq!(
+            cta.apply(&alice, at),
+            Applied::Unchanged,
+            "alice counts once"
+        );
+        assert_eq!((cta.status, cta.rev), (CtaStatus::Pending, 1));
+        let carol = CtaChange::Approve {
+            by: "carol".into(),
+            via: Via::Link,
+        };
+        assert_eq!(cta.apply(&carol, at), Applied::Changed { settled: true });
+        assert_eq!(cta.status, CtaStatus::Answered);
+        assert_eq!(cta.response, Some(CtaResponse::approval(true)));
+        assert_eq!(cta.responder.as_deref(), Some("carol"));
+        let kinds: Vec<&str> = cta.audit.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(kinds, ["approved", "approved", "answered"]);
+        // Settled: no approval, no settlement applies; an event of its history still does.
+        let bob = CtaChange::Approve {
+            by: "bob".into(),
+            via: Via::Api,
+        };
+        assert_eq!(cta.apply(&bob, at), Applied::Refused);
+        assert_eq!(
+            cta.apply(&CtaChange::Settle(Settlement::Expired), at),
+            Applied::Refused
+        );
+        let noted = CtaChange::Record(AuditEvent::new("notified", at));
+        assert_eq!(cta.apply(&noted, at), Applied::Changed { settled: false });
+        assert_eq!(cta.rev, 3);
+    }
+
+    #[test]
+    fn the_first_rejection_settles_and_the_history_is_bounded() {
+        let at = Utc::now();
+        let mut cta = approval_for_two();
+        let reject = CtaChange::Settle(Settlement::Answered {
+            response: CtaResponse::Approval {
+                approved: false,
+                reason: Some("no".into()),
+                raise_usd: None,
+            },
+            responder: Some("alice".into()),
+            via: Some(Via::Console),
+        });
+        assert_eq!(cta.apply(&reject, at), Applied::Changed { settled: true });
+        let last = cta.audit.last().expect("an event");
+        assert_eq!(
+            (
+                last.kind.as_str(),
+                last.outcome.as_deref(),
+                last.detail.as_deref(),
+                last.via
+            ),
+            ("answered", Some("rejected"), Some("no"), Some(Via::Console))
+        );
+        cta.audit.insert(0, AuditEvent::new("created", at));
+        for _ in 0..MAX_AUDIT + 10 {
+            cta.record(AuditEvent::new("link_opened", at));
+        }
+        assert_eq!(cta.audit.len(), MAX_AUDIT);
+        assert_eq!(cta.audit[0].kind, "created", "the first event is kept");
+    }
+
+    #[test]
+    fn assignees_name_users_and_groups_and_required_fits_them() {
+        assert!(names("user:alice", "alice", &[]));
+        assert!(names("user:alice", "https://idp#alice", &[]));
+        assert!(!names("user:alice", "https://idp#alicia", &[]));
+        assert!(names("group:ops", "bob", &["ops".into()]));
+        assert!(!names("group:ops", "ops", &[]));
+        assert!(!names("ops", "ops", &["ops".into()]));
+        assert!(check_assignment(&["user:a".into(), "group:g".into()], 5).is_ok());
+        let err = check_assignment(&["user:a".into(), "user:b".into()], 3).expect_err("3 > 2");
+        assert!(err.contains("more than the 2"), "{err}");
+        assert!(
+            check_assignment(&[], 2).is_err(),
+            "the owner alone is one person"
+        );
+        assert!(check_assignment(&["team:x".into()], 1).is_err());
+        assert!(check_assignment(&["user: ".into()], 1).is_err());
+        assert!(check_assignment(&["user:a".into()], 0).is_err());
     }
 }

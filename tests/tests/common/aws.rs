@@ -302,6 +302,7 @@ impl Emulator {
         baton_dev::AwsDevOptions {
             addr: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
             links: Some(("a-link-key-of-at-least-thirty-two-bytes".into(), None)),
+            users: super::test_users(),
             ..baton_dev::AwsDevOptions::new(
                 self.host_sdk().await,
                 names,

@@ -25,6 +25,29 @@ use serde_json::{Value, json};
 
 pub const TOKEN: &str = "test-token";
 
+/// The people both test hosts know besides their owner (`--users`): `alice` and `bob` in
+/// `ops`, `carol` in none, `dave` in `support`. Each one's token is `<name>-token-0123456789`.
+pub fn test_users() -> Vec<baton_api::TokenUser> {
+    [
+        ("alice", &["ops"][..]),
+        ("bob", &["ops"][..]),
+        ("carol", &[][..]),
+        ("dave", &["support"][..]),
+    ]
+    .into_iter()
+    .map(|(user, groups)| baton_api::TokenUser {
+        token: user_token(user),
+        user: user.into(),
+        groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+    })
+    .collect()
+}
+
+/// The token of test user `user` ([`test_users`]).
+pub fn user_token(user: &str) -> String {
+    format!("{user}-token-0123456789")
+}
+
 /// Asks `f` every `every` until it answers, for up to `within`; a test that waits longer
 /// fails, naming `what` it waited for. Every harness waits through this one loop.
 pub async fn wait_for<T>(
@@ -138,6 +161,7 @@ pub fn local_options(
             timer_interval: Duration::from_millis(50),
             ..WorkerOptions::default()
         },
+        users: test_users(),
         ..LocalOptions::new(dir, llm, catalog)
     }
 }

@@ -232,6 +232,7 @@ pub(super) async fn cta_pages_contract(store: Arc<dyn Store>) {
                 &Settlement::Answered {
                     response: CtaResponse::approval(true),
                     responder: None,
+                    via: None,
                 },
                 Utc::now(),
             )

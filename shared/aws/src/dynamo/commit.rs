@@ -85,6 +85,9 @@ impl DynamoStore {
         }
         for c in &t.new_ctas {
             items.push(self.put(self.cta_item(c)?, Some("attribute_not_exists(PK)"))?);
+            for principal in &c.assignees {
+                items.push(self.put(self.assignment_item(principal, c), None)?);
+            }
         }
         let mut infos = Vec::new();
         for (child, entries) in &t.new_runs {

@@ -284,6 +284,8 @@ impl DynamoStore {
                 s(cta_root_pk(c.root_run_id.as_deref().unwrap_or(&c.run_id))),
             ),
             ("GSI4SK".into(), s(sk)),
+            // What a change is written conditionally on (`change_cta`).
+            ("rev".into(), n(c.rev)),
         ]);
         if let Some(at) = c.resolved_at {
             item.insert("ttl".into(), n((at + self.retention).timestamp()));
@@ -295,6 +297,23 @@ impl DynamoStore {
             item.insert("GSI2SK".into(), s(sweep_sk(c.expires_at, &c.cta_id)));
         }
         Ok(item)
+    }
+
+    /// The pointer that files `c` in the inbox of `principal`: keyed by the CTA, listed in
+    /// GSI1 as the owner's CTAs are (by status, then age), kept as long as the CTA may be.
+    pub(super) fn assignment_item(&self, principal: &str, c: &Cta) -> Item {
+        let pk = assignee_pk(principal);
+        Item::from([
+            ("PK".into(), s(&pk)),
+            ("SK".into(), s(cta_pk(&c.cta_id))),
+            ("GSI1PK".into(), s(pk)),
+            (
+                "GSI1SK".into(),
+                s(cta_gsi_sk(c.status, c.created_at, &c.cta_id)),
+            ),
+            ("cta".into(), s(&c.cta_id)),
+            ("ttl".into(), n((c.expires_at + self.retention).timestamp())),
+        ])
     }
 
     /// Adds `by` to the active-run slots `owner` holds: with `limit`, only while fewer

@@ -58,6 +58,12 @@ pub(super) fn cta_root_pk(root_run_id: &str) -> String {
     format!("ROOT#{root_run_id}")
 }
 
+/// An assignee's inbox: a pointer item per CTA assigned to `principal` (`user:<id>`,
+/// `group:<name>`), listed in GSI1 under the same key.
+pub(super) fn assignee_pk(principal: &str) -> String {
+    format!("ASG#{principal}")
+}
+
 /// An owner's partition in GSI1, which lists their CTAs (`CTA#…`) and top-level runs
 /// (`RUN#…`).
 pub(super) fn owner_pk(owner: &str) -> String {

@@ -162,6 +162,96 @@ impl DynamoStore {
     }
 }
 
+impl DynamoStore {
+    /// A page of the CTAs assigned to any of `principals`: each one's pointers from GSI1 (by
+    /// status, then age, after `q.after`), merged in that order, then the CTAs themselves,
+    /// as they are now (a pointer left behind by a status change is passed over).
+    pub(super) async fn assigned_page(
+        &self,
+        principals: &[String],
+        q: &CtaQuery,
+    ) -> Result<Vec<Cta>, PortError> {
+        if q.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let prefix = q
+            .status
+            .map_or_else(|| "CTA#".to_owned(), |st| format!("CTA#{}#", st.as_str()));
+        let mut found: Vec<(String, String)> = Vec::new();
+        for principal in principals {
+            let pk = assignee_pk(principal);
+            let mut query = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(GSI1)
+                .key_condition_expression("GSI1PK = :pk AND begins_with(GSI1SK, :p)")
+                .expression_attribute_values(":pk", s(&pk))
+                .expression_attribute_values(":p", s(&prefix))
+                .limit(i32::try_from(q.limit).unwrap_or(i32::MAX));
+            if let Some(after) = &q.after {
+                query = query.set_exclusive_start_key(Some(Item::from([
+                    ("PK".into(), s(&pk)),
+                    ("SK".into(), s(cta_pk(&after.cta_id))),
+                    ("GSI1PK".into(), s(&pk)),
+                    (
+                        "GSI1SK".into(),
+                        s(cta_gsi_sk(after.status, after.created_at, &after.cta_id)),
+                    ),
+                ])));
+            }
+            let mut n = 0;
+            self.query_pages("Query assigned CTAs", query, |item| {
+                found.push((
+                    get_s(&item, "GSI1SK")?.to_owned(),
+                    get_s(&item, "cta")?.to_owned(),
+                ));
+                n += 1;
+                Ok(n < q.limit)
+            })
+            .await?;
+        }
+        found.sort();
+        found.dedup_by(|a, b| a.1 == b.1);
+        found.truncate(q.limit);
+        let pks: Vec<String> = found.iter().map(|(_, id)| cta_pk(id)).collect();
+        let items = self.get_metas(&pks).await?;
+        let mut out = Vec::new();
+        for (_, id) in &found {
+            let Some(item) = items.get(&cta_pk(id)) else {
+                continue;
+            };
+            let cta = parse_cta(item)?;
+            let root = cta.root_run_id.as_deref().unwrap_or(&cta.run_id);
+            if q.status.is_none_or(|st| st == cta.status)
+                && q.root_run_id.as_deref().is_none_or(|r| r == root)
+            {
+                out.push(cta);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Files a CTA that left `pending` under its new status in its assignees' inboxes (the
+    /// listing reads each CTA as it is, so a pointer this fails to move costs a read, never a
+    /// wrong answer).
+    pub(super) async fn refile(&self, cta: &Cta) {
+        for principal in &cta.assignees {
+            let put = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(self.assignment_item(principal, cta)))
+                .send()
+                .await;
+            if let Err(e) = put {
+                tracing::warn!(cta_id = %cta.cta_id, principal, error = %crate::sdk::map_sdk_err("PutItem", e),
+                    "an assignee's inbox keeps the CTA under its old status");
+            }
+        }
+    }
+}
+
 /// Where a listing (an `INFO` item) is in an index of runs: its sort key is
 /// `RUN#<created at>#<run id>` ([`run_gsi_sk`]).
 fn listed_position(info: &Item, index: &str) -> Result<RunPosition, PortError> {

@@ -60,13 +60,17 @@ use items::*;
 use keys::*;
 
 use crate::sdk::{Meter, is_retryable_cancellation, map_sdk_err};
-use baton_core::cta::{Cta, CtaStatus, Settlement};
+use baton_core::cta::{Applied, Cta, CtaChange, CtaStatus};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition};
 use baton_core::ports::{
-    Created, CtaQuery, Ctas, FollowUps, Ledgers, RunPage, RunPosition, RunQuery, RunReads,
-    RunRecord, RunWrites, Settled, Sweep,
+    Changed, Created, CtaQuery, Ctas, FollowUps, Ledgers, RunPage, RunPosition, RunQuery, RunReads,
+    RunRecord, RunWrites, Sweep,
 };
+
+/// The most rounds of read, apply and conditional write one change to a CTA takes before it
+/// gives up as a conflict (each lost round is another change that won).
+const MAX_CTA_ROUNDS: usize = 16;
 use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
 
@@ -372,46 +376,63 @@ impl Ctas for DynamoStore {
             .transpose()
     }
 
-    #[instrument(skip(self, settlement))]
-    async fn settle_cta(
+    #[instrument(skip(self, change))]
+    async fn change_cta(
         &self,
         cta_id: &str,
-        settlement: &Settlement,
+        change: &CtaChange,
         at: DateTime<Utc>,
-    ) -> Result<Settled, PortError> {
-        let Some(mut cta) = self.get_cta(cta_id).await? else {
-            return Ok(Settled::NotFound);
-        };
-        if cta.status != CtaStatus::Pending {
-            return Ok(Settled::Lost(cta));
-        }
-        cta.settle(settlement, at);
-        let mut item = self.cta_item(&cta)?;
-        if cta.status != CtaStatus::Cancelled {
-            // The CTA's outbox: indexed for the sweep until the run has been told.
-            item.insert("GSI2PK".into(), s(self.resolution_pk(cta_id)));
-            item.insert("GSI2SK".into(), s(sweep_sk(at, cta_id)));
-        }
-        self.count_write(&[&item], false);
-        let r = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("st = :pending")
-            .expression_attribute_values(":pending", s("pending"))
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(Settled::Won(cta)),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => {
-                match self.get_cta(cta_id).await? {
-                    Some(c) => Ok(Settled::Lost(c)),
-                    None => Ok(Settled::NotFound),
+    ) -> Result<Changed, PortError> {
+        // Read, apply, write conditionally on the revision read; a write that lost to
+        // another reads again. Each round's loser saw a change win, so a bounded number
+        // suffices but under a storm of changes to one question.
+        for _ in 0..MAX_CTA_ROUNDS {
+            let Some(old) = self.get_item(cta_pk(cta_id)).await? else {
+                return Ok(Changed::NotFound);
+            };
+            let mut cta = parse_cta(&old)?;
+            let rev = cta.rev;
+            let settled = match cta.apply(change, at) {
+                Applied::Refused => return Ok(Changed::Refused(cta)),
+                Applied::Unchanged => return Ok(Changed::Unchanged(cta)),
+                Applied::Changed { settled } => settled,
+            };
+            let mut item = self.cta_item(&cta)?;
+            if settled && cta.status != CtaStatus::Cancelled {
+                // The CTA's outbox: indexed for the sweep until the run has been told.
+                item.insert("GSI2PK".into(), s(self.resolution_pk(cta_id)));
+                item.insert("GSI2SK".into(), s(sweep_sk(at, cta_id)));
+            } else if !settled && cta.status != CtaStatus::Pending {
+                // A settled CTA's outbox stays as it is.
+                for key in ["GSI2PK", "GSI2SK"] {
+                    if let Some(v) = old.get(key) {
+                        item.insert(key.into(), v.clone());
+                    }
                 }
             }
-            Err(e) => Err(map_sdk_err("PutItem", e)),
+            self.count_write(&[&item], false);
+            let put = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(item));
+            let put = if rev == 0 {
+                put.condition_expression("attribute_not_exists(rev) OR rev = :rev")
+            } else {
+                put.condition_expression("rev = :rev")
+            };
+            match put.expression_attribute_values(":rev", n(rev)).send().await {
+                Ok(_) => {
+                    if settled {
+                        self.refile(&cta).await;
+                    }
+                    return Ok(Changed::Applied { cta, settled });
+                }
+                Err(e) if e.code() == Some("ConditionalCheckFailedException") => continue,
+                Err(e) => return Err(map_sdk_err("PutItem", e)),
+            }
         }
+        Err(PortError::Conflict)
     }
 
     async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
@@ -420,6 +441,14 @@ impl Ctas for DynamoStore {
 
     async fn list_ctas(&self, owner: &str, q: &CtaQuery) -> Result<Vec<Cta>, PortError> {
         self.ctas_page(owner, q).await
+    }
+
+    async fn list_assigned(
+        &self,
+        principals: &[String],
+        q: &CtaQuery,
+    ) -> Result<Vec<Cta>, PortError> {
+        self.assigned_page(principals, q).await
     }
 }
 

@@ -139,6 +139,19 @@ fn bad_agent_files_are_clear_start_up_errors() {
         ),
         (r#"{"agents": {"a b": {"tools": []}}}"#, "not valid"),
         (
+            r#"{"agents": {"a": {"tools": [], "questions": {"assignees": ["ops"]}}}}"#,
+            "neither `user:<id>` nor `group:<name>`",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "questions": {"assignees": ["user:x"], "required": 2}}}}"#,
+            "more than the 1 who may answer",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": ["echo"], "approval": {"echo": {"assignees": ["user:x", "user:y"], "required": 3}}}}}"#,
+            "the approval of `echo`",
+        ),
+
+        (
             r#"{"agents": {"a": {"tools": [], "maxIterations": 0}}}"#,
             "at least 1",
         ),

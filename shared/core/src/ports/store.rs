@@ -138,16 +138,35 @@ pub trait RunWrites: Send + Sync {
 pub trait Ctas: Send + Sync {
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError>;
 
-    /// Moves a CTA out of `pending` with one conditional write: the first wins. An answer or
-    /// an expiry is written with its resolution *outstanding* (the CTA's own outbox): the
-    /// run still has to be told, and until [`Ctas::clear_resolution`] says it was, the
-    /// sweep finds it ([`Sweep::stale_resolutions`]) and tells it again.
+    /// Changes a CTA's record by [`Cta::apply`], written conditionally on the revision it
+    /// read (read, apply and write again until the write is the one after the record read):
+    /// no two concurrent changes lose one another, and of any number of settlements the
+    /// first wins. A change that settles an answer or an expiry writes its resolution
+    /// *outstanding* (the CTA's own outbox): the run still has to be told, and until
+    /// [`Ctas::clear_resolution`] says it was, the sweep finds it
+    /// ([`Sweep::stale_resolutions`]) and tells it again. Any other change keeps the outbox
+    /// as it is.
+    async fn change_cta(
+        &self,
+        cta_id: &str,
+        change: &CtaChange,
+        at: DateTime<Utc>,
+    ) -> Result<Changed, PortError>;
+
+    /// Moves a CTA out of `pending` ([`Ctas::change_cta`] with a settlement).
     async fn settle_cta(
         &self,
         cta_id: &str,
         settlement: &Settlement,
         at: DateTime<Utc>,
-    ) -> Result<Settled, PortError>;
+    ) -> Result<Settled, PortError> {
+        let change = CtaChange::Settle(settlement.clone());
+        Ok(match self.change_cta(cta_id, &change, at).await? {
+            Changed::Applied { cta, .. } => Settled::Won(cta),
+            Changed::Unchanged(cta) | Changed::Refused(cta) => Settled::Lost(cta),
+            Changed::NotFound => Settled::NotFound,
+        })
+    }
 
     /// Marks a CTA's resolution sent to its run.
     async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError>;
@@ -155,6 +174,14 @@ pub trait Ctas: Send + Sync {
     /// A page of an owner's CTAs: at most `query.limit`, in [`CtaPosition`] order, after
     /// `query.after`. A bounded number of reads, whatever the number of CTAs.
     async fn list_ctas(&self, owner: &str, query: &CtaQuery) -> Result<Vec<Cta>, PortError>;
+
+    /// A page of the CTAs assigned to any of `principals` (`user:<id>`, `group:<name>`), in
+    /// the order of an owner's, after `query.after`: at most `query.limit`.
+    async fn list_assigned(
+        &self,
+        principals: &[String],
+        query: &CtaQuery,
+    ) -> Result<Vec<Cta>, PortError>;
 }
 
 /// The follow-ups waiting for a run's turn, kept beside the run item without moving its
@@ -396,19 +423,26 @@ impl Ctas for StoreParts {
     async fn get_cta(&self, cta_id: &str) -> Result<Option<Cta>, PortError> {
         self.ctas.get_cta(cta_id).await
     }
-    async fn settle_cta(
+    async fn change_cta(
         &self,
         cta_id: &str,
-        settlement: &Settlement,
+        change: &CtaChange,
         at: DateTime<Utc>,
-    ) -> Result<Settled, PortError> {
-        self.ctas.settle_cta(cta_id, settlement, at).await
+    ) -> Result<Changed, PortError> {
+        self.ctas.change_cta(cta_id, change, at).await
     }
     async fn clear_resolution(&self, cta_id: &str) -> Result<(), PortError> {
         self.ctas.clear_resolution(cta_id).await
     }
     async fn list_ctas(&self, owner: &str, query: &CtaQuery) -> Result<Vec<Cta>, PortError> {
         self.ctas.list_ctas(owner, query).await
+    }
+    async fn list_assigned(
+        &self,
+        principals: &[String],
+        query: &CtaQuery,
+    ) -> Result<Vec<Cta>, PortError> {
+        self.ctas.list_assigned(principals, query).await
     }
 }
 

@@ -308,7 +308,16 @@ impl Steps {
         let response = CtaResponse::from_json(fields)?;
         match self
             .shared
-            .answer(None, &cta_id, response.clone(), responder, true)
+            .answer(
+                &super::ctas::Answerer {
+                    id: responder,
+                    groups: Vec::new(),
+                    via: crate::cta::Via::Bus,
+                },
+                &cta_id,
+                response.clone(),
+                true,
+            )
             .await
         {
             // A redelivery of the answer that won (the bus delivers at least once): nothing

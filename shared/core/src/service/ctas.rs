@@ -6,10 +6,10 @@ use chrono::{DateTime, Utc};
 use tracing::{info, warn};
 
 use super::{Requests, ServiceError, Shared, Steps};
-use crate::cta::{Cta, CtaResponse, CtaStatus, Settlement};
+use crate::cta::{AuditEvent, Cta, CtaChange, CtaResponse, CtaStatus, Settlement, Via};
 use crate::error::PortError;
 use crate::message::{Input, StepMessage, is_run_timer};
-use crate::ports::{CtaPosition, CtaQuery, Settled};
+use crate::ports::{Changed, CtaPosition, CtaQuery, Settled};
 
 /// The most CTAs one page holds.
 pub const MAX_CTA_PAGE: usize = 100;
@@ -18,8 +18,44 @@ pub const MAX_CTA_PAGE: usize = 100;
 /// the page's framing, a reply stays under Lambda's 6 MB.
 pub const CTA_PAGE_BYTES: usize = 4 * 1024 * 1024;
 
-/// Who answered through a one-time link, as the CTA records it.
+/// Who answered through a one-time link minted before links named their recipient, as the
+/// CTA records it.
 pub const LINK_RESPONDER: &str = "link";
+
+/// Who answers a question, and through what.
+#[derive(Debug, Clone)]
+pub struct Answerer {
+    /// Who: an API caller's id, a link's recipient, a bus event's `responder` (none: a bus
+    /// event that names no one).
+    pub id: Option<String>,
+    /// The caller's groups (an API caller's, from its token; none through a link or the bus).
+    pub groups: Vec<String>,
+    pub via: Via,
+}
+
+impl Answerer {
+    /// An API caller (`via`: the API, or the console).
+    pub fn caller(id: impl Into<String>, groups: Vec<String>, via: Via) -> Self {
+        Self {
+            id: Some(id.into()),
+            groups,
+            via,
+        }
+    }
+
+    /// Whether it may answer `cta`: its owner or an assignee. Through the bus, the sender
+    /// is trusted with who it names, but a question with assignees is answered by its owner
+    /// or a `user:` assignee the event names (a group's members are not known there).
+    fn may_answer(&self, cta: &Cta) -> bool {
+        match (&self.id, self.via) {
+            (_, Via::Link) => true,
+            (None, Via::Bus) => cta.assignees.is_empty(),
+            (Some(id), Via::Bus) => cta.assignees.is_empty() || cta.may_answer(id, &[]),
+            (Some(id), _) => cta.may_answer(id, &self.groups),
+            (None, _) => false,
+        }
+    }
+}
 
 impl Requests {
     /// A page of an owner's CTAs, optionally of one status and under one top-level run
@@ -69,9 +105,70 @@ impl Requests {
         Ok((ctas, next))
     }
 
+    /// A page of the CTAs assigned to the caller `id` in `groups` (by a `user:` assignee that
+    /// names it, or a `group:` one it is in), as [`Requests::list_ctas`] pages an owner's.
+    pub async fn list_assigned(
+        &self,
+        id: &str,
+        groups: &[String],
+        status: Option<CtaStatus>,
+        root_run_id: Option<&str>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Cta>, Option<String>), ServiceError> {
+        if !(1..=MAX_CTA_PAGE).contains(&limit) {
+            return Err(ServiceError::Invalid(format!(
+                "`limit` must be between 1 and {MAX_CTA_PAGE}"
+            )));
+        }
+        let mut after: Option<CtaPosition> = cursor
+            .map(|c| super::decode_cursor(c, "CTAs"))
+            .transpose()?;
+        if let (Some(a), Some(st)) = (&after, status)
+            && a.status != st
+        {
+            if a.status.as_str() > st.as_str() {
+                return Ok((Vec::new(), None));
+            }
+            after = None;
+        }
+        let mut principals = vec![format!("user:{id}")];
+        if let Some((_, sub)) = id.rsplit_once('#') {
+            principals.push(format!("user:{sub}"));
+        }
+        principals.extend(groups.iter().map(|g| format!("group:{g}")));
+        let query = CtaQuery {
+            status,
+            root_run_id: root_run_id.map(str::to_owned),
+            after,
+            limit: limit + 1,
+        };
+        let mut ctas = self
+            .shared
+            .deps
+            .store
+            .list_assigned(&principals, &query)
+            .await?;
+        let next = super::cut_page(&mut ctas, limit, CTA_PAGE_BYTES, CtaPosition::of);
+        Ok((ctas, next))
+    }
+
     /// A CTA by id, if `owner`'s (any owner's for `None`).
     pub async fn get_cta(&self, owner: Option<&str>, cta_id: &str) -> Result<Cta, ServiceError> {
         self.shared.get_cta(owner, cta_id).await
+    }
+
+    /// A CTA by id, if the caller `id` in `groups` owns it or is among its assignees.
+    pub async fn cta_for(
+        &self,
+        id: &str,
+        groups: &[String],
+        cta_id: &str,
+    ) -> Result<Cta, ServiceError> {
+        match self.shared.deps.store.get_cta(cta_id).await? {
+            Some(c) if c.may_answer(id, groups) => Ok(c),
+            _ => Err(ServiceError::NotFound(format!("no CTA `{cta_id}`"))),
+        }
     }
 
     /// Accepts an answer with the CTA's own conditional write, then queues the resolution
@@ -81,16 +178,17 @@ impl Requests {
     /// The answer that won, posted again by the same responder, is accepted again and
     /// changes nothing (its resolution is re-sent, deduplicated): a client that retries
     /// after a lost reply or a 503 whose write went through is told it succeeded.
+    ///
+    /// An approval that needs several approvers takes each approval as one of them (the
+    /// same person counts once) and is returned still `pending` until the last one needed;
+    /// the first rejection settles it, rejected.
     pub async fn answer_cta(
         &self,
-        owner: Option<&str>,
+        by: &Answerer,
         cta_id: &str,
         response: CtaResponse,
-        responder: Option<String>,
     ) -> Result<Cta, ServiceError> {
-        self.shared
-            .answer(owner, cta_id, response, responder, true)
-            .await
+        self.shared.answer(by, cta_id, response, true).await
     }
 }
 
@@ -109,13 +207,32 @@ impl Shared {
     /// accepted (a one-time link answers once: the winning answer posted again is refused).
     pub(super) async fn answer(
         &self,
-        owner: Option<&str>,
+        by: &Answerer,
         cta_id: &str,
         response: CtaResponse,
-        responder: Option<String>,
         again: bool,
     ) -> Result<Cta, ServiceError> {
-        let cta = self.get_cta(owner, cta_id).await?;
+        let cta = match self.deps.store.get_cta(cta_id).await? {
+            Some(c) => c,
+            None => return Err(ServiceError::NotFound(format!("no CTA `{cta_id}`"))),
+        };
+        if !by.may_answer(&cta) {
+            // A caller with no part in it is not told it exists (ids are not guessable).
+            if by.via != Via::Bus
+                && by.id.as_deref() != Some(&cta.owner)
+                && cta.assignees.is_empty()
+            {
+                return Err(ServiceError::NotFound(format!("no CTA `{cta_id}`")));
+            }
+            return Err(ServiceError::Forbidden {
+                code: "not_assignee",
+                message: format!(
+                    "CTA `{cta_id}` is answered by its run's owner or its assignees ({}) alone",
+                    cta.assignees.join(", ")
+                ),
+            });
+        }
+        let responder = by.id.clone();
         if cta.status != CtaStatus::Pending {
             if !again {
                 return Err(self.settled_error(&cta).await);
@@ -146,31 +263,53 @@ impl Shared {
                 cta.expires_at.to_rfc3339()
             )));
         }
-        match self
-            .deps
-            .store
-            .settle_cta(
-                cta_id,
-                &Settlement::Answered {
-                    response: response.clone(),
-                    responder: responder.clone(),
-                },
-                now,
-            )
-            .await?
-        {
-            Settled::Won(cta) => {
+        // One approval of several: counted by the record's own conditional write.
+        let approves = matches!(response, CtaResponse::Approval { approved: true, .. });
+        let change = match (&responder, approves && cta.required > 1) {
+            (Some(who), true) => CtaChange::Approve {
+                by: who.clone(),
+                via: by.via,
+            },
+            (None, true) => {
+                return Err(ServiceError::Invalid(format!(
+                    "CTA `{cta_id}` needs {} distinct approvers: an approval must name who gives it",
+                    cta.required
+                )));
+            }
+            (_, false) => CtaChange::Settle(Settlement::Answered {
+                response: response.clone(),
+                responder: responder.clone(),
+                via: Some(by.via),
+            }),
+        };
+        match self.deps.store.change_cta(cta_id, &change, now).await? {
+            Changed::Applied { cta, settled: true } => {
                 crate::failpoint::hit("answer.after_settle")?;
                 self.send_resolution(&cta).await?;
                 info!(cta_id, run_id = %cta.run_id, "CTA answered");
                 Ok(cta)
             }
-            Settled::Lost(cta) if !again => Err(self.settled_error(&cta).await),
-            Settled::Lost(cta) => {
+            // One approval of several, or the same person's again: still waiting.
+            Changed::Applied {
+                cta,
+                settled: false,
+            } => {
+                info!(
+                    cta_id,
+                    approvals = cta.approvals.len(),
+                    required = cta.required,
+                    "CTA approved: waiting for more approvers"
+                );
+                Ok(cta)
+            }
+            Changed::Unchanged(cta) if !again => Err(self.settled_error(&cta).await),
+            Changed::Unchanged(cta) => Ok(cta),
+            Changed::Refused(cta) if !again => Err(self.settled_error(&cta).await),
+            Changed::Refused(cta) => {
                 self.settled_again(cta, &response, responder.as_deref())
                     .await
             }
-            Settled::NotFound => Err(ServiceError::NotFound(format!("no CTA `{cta_id}`"))),
+            Changed::NotFound => Err(ServiceError::NotFound(format!("no CTA `{cta_id}`"))),
         }
     }
 
@@ -182,9 +321,13 @@ impl Shared {
         response: &CtaResponse,
         responder: Option<&str>,
     ) -> Result<Cta, ServiceError> {
+        // An approver of several, approving again after the last approval settled it.
+        let approver = matches!(response, CtaResponse::Approval { approved: true, .. })
+            && responder.is_some_and(|r| cta.approvals.iter().any(|a| a.by == r));
         let same = cta.status == CtaStatus::Answered
-            && cta.response.as_ref() == Some(response)
-            && cta.responder.as_deref() == responder;
+            && (approver
+                || (cta.response.as_ref() == Some(response)
+                    && cta.responder.as_deref() == responder));
         if same {
             self.send_resolution(&cta).await?;
             info!(cta_id = %cta.cta_id, "the answer that won, posted again: accepted");
@@ -291,37 +434,51 @@ impl Steps {
 }
 
 impl Requests {
-    /// A one-time answer link to the owner's pending CTA, and when it stops working.
+    /// A one-time answer link to a pending CTA, minted for the caller `id` (its owner or an
+    /// assignee: the answer is recorded as theirs), and when it stops working.
     pub async fn mint_link(
         &self,
-        owner: &str,
+        id: &str,
+        groups: &[String],
         cta_id: &str,
     ) -> Result<(String, chrono::DateTime<chrono::Utc>), ServiceError> {
-        let Some(links) = self.shared.links.as_ref() else {
-            return Err(ServiceError::Conflict {
-                code: "links_off",
-                message: "one-time links are not set up on this deployment (BATON_LINK_KEY)".into(),
-            });
-        };
-        let cta = self.get_cta(Some(owner), cta_id).await?;
-        if cta.status != CtaStatus::Pending {
-            return Err(self.shared.settled_error(&cta).await);
-        }
-        let Some(nonce) = &cta.link_nonce else {
-            return Err(ServiceError::Conflict {
-                code: "links_off",
-                message: format!("CTA `{cta_id}` was raised before links existed"),
-            });
-        };
-        let token = links.token(&cta.cta_id, nonce, cta.expires_at);
-        Ok((links.url(&token), cta.expires_at))
+        let cta = self.cta_for(id, groups, cta_id).await?;
+        self.shared.link_for(&cta, id).await
     }
 
-    /// The CTA a one-time link opens, while the link may still answer it. A link to a CTA
-    /// that is settled says how, even past the CTA's expiry: used (`link_used`), answered
-    /// another way (`cta_answered`), cancelled (`cta_cancelled`) or expired
-    /// (`link_expired`). Only a token this deployment did not sign is `link_invalid`.
+    /// The CTA a one-time link opens, while the link may still answer it, and records that
+    /// it was opened. A link to a CTA that is settled says how, even past the CTA's expiry:
+    /// used (`link_used`), answered another way (`cta_answered`), cancelled
+    /// (`cta_cancelled`) or expired (`link_expired`). Only a token this deployment did not
+    /// sign is `link_invalid`.
     pub async fn cta_by_link(&self, token: &str) -> Result<Cta, ServiceError> {
+        let (cta, claims) = self.open_link(token).await?;
+        let opened = AuditEvent::new("link_opened", self.shared.deps.clock.now())
+            .by(claims.recipient.as_deref(), Some(Via::Link));
+        match self
+            .shared
+            .deps
+            .store
+            .change_cta(
+                &cta.cta_id,
+                &CtaChange::Record(opened),
+                self.shared.deps.clock.now(),
+            )
+            .await
+        {
+            Ok(Changed::Applied { cta, .. }) => Ok(cta),
+            Ok(_) => Ok(cta),
+            // The history is the record's: a page that opens shows the question even if
+            // the note that it was opened could not be written.
+            Err(e) => {
+                warn!(cta_id = %cta.cta_id, error = %e, "recording a link's opening failed");
+                Ok(cta)
+            }
+        }
+    }
+
+    /// [`Requests::cta_by_link`] without recording anything: the CTA and the token's claims.
+    async fn open_link(&self, token: &str) -> Result<(Cta, crate::links::Claims), ServiceError> {
         let refuse = |code: &'static str, message: &str| ServiceError::Link {
             code,
             message: message.into(),
@@ -352,10 +509,20 @@ impl Requests {
             // Signed here, for a CTA no longer kept (past the retention period).
             return Err(if past { expired() } else { invalid() });
         };
+        // This link answered: its recipient's answer (or approval) through a link, or, for a
+        // link that names no one, any answer through one.
+        let by = claims.recipient.as_deref().unwrap_or(LINK_RESPONDER);
+        let used = cta.audit.iter().any(|e| {
+            matches!(e.kind.as_str(), "answered" | "approved")
+                && e.via == Some(Via::Link)
+                && e.by.as_deref() == Some(by)
+        }) || (cta.status == CtaStatus::Answered
+            && claims.recipient.is_none()
+            && cta.responder.as_deref() == Some(LINK_RESPONDER));
         match cta.status {
-            CtaStatus::Answered if cta.responder.as_deref() == Some(LINK_RESPONDER) => Err(refuse(
+            _ if used => Err(refuse(
                 "link_used",
-                "this link was already used: the question is answered",
+                "this link was already used: its answer is recorded",
             )),
             CtaStatus::Answered => {
                 Err(refuse("cta_answered", "this question was already answered"))
@@ -366,29 +533,27 @@ impl Requests {
             )),
             CtaStatus::Expired => Err(expired()),
             CtaStatus::Pending if past || now >= cta.expires_at => Err(expired()),
-            CtaStatus::Pending => Ok(cta),
+            CtaStatus::Pending => Ok((cta, claims)),
         }
     }
 
-    /// Answers through a one-time link: the first answer wins, as through the API.
+    /// Answers through a one-time link, as its recipient: the first answer wins, as through
+    /// the API.
     pub async fn answer_by_link(
         &self,
         token: &str,
         response: CtaResponse,
     ) -> Result<Cta, ServiceError> {
-        let cta = self.cta_by_link(token).await?;
+        let (cta, claims) = self.open_link(token).await?;
+        let by = Answerer {
+            id: Some(claims.recipient.unwrap_or_else(|| LINK_RESPONDER.into())),
+            groups: Vec::new(),
+            via: Via::Link,
+        };
         // One conditional write decides: of any number of posts, only the one whose write
-        // settled the question is accepted; the rest are told the link was used.
-        let answered = self
-            .shared
-            .answer(
-                None,
-                &cta.cta_id,
-                response,
-                Some(LINK_RESPONDER.into()),
-                false,
-            )
-            .await;
+        // settled the question (or counted its recipient's approval) is accepted; the rest
+        // are told the link was used.
+        let answered = self.shared.answer(&by, &cta.cta_id, response, false).await;
         match answered {
             // Settled meanwhile (another use of the link, another answer, a cancel, the
             // expiry): said as the link says it.
@@ -399,9 +564,36 @@ impl Requests {
                     code: "cta_cancelled",
                     ..
                 }),
-            ) => Err(self.cta_by_link(token).await.err().unwrap_or(e)),
+            ) => Err(self.open_link(token).await.err().unwrap_or(e)),
             other => other,
         }
+    }
+}
+
+impl Shared {
+    /// A one-time link to `cta` (pending) for `recipient`, and when it stops working.
+    pub(super) async fn link_for(
+        &self,
+        cta: &Cta,
+        recipient: &str,
+    ) -> Result<(String, chrono::DateTime<chrono::Utc>), ServiceError> {
+        let Some(links) = self.links.as_ref() else {
+            return Err(ServiceError::Conflict {
+                code: "links_off",
+                message: "one-time links are not set up on this deployment (BATON_LINK_KEY)".into(),
+            });
+        };
+        if cta.status != CtaStatus::Pending {
+            return Err(self.settled_error(cta).await);
+        }
+        let Some(nonce) = &cta.link_nonce else {
+            return Err(ServiceError::Conflict {
+                code: "links_off",
+                message: format!("CTA `{}` was raised before links existed", cta.cta_id),
+            });
+        };
+        let token = links.token_for(&cta.cta_id, nonce, cta.expires_at, recipient);
+        Ok((links.url(&token), cta.expires_at))
     }
 }
 

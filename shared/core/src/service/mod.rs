@@ -21,7 +21,7 @@ mod sweep;
 
 pub use crate::config::{DEFAULT_CACHE_BYTES, budget_for};
 pub use consume::{Delivery, ROW_FOR, STEPS_IN_A_ROW, SWEEP_EVENT, StepDeadline, Verdict};
-pub use ctas::{CTA_PAGE_BYTES, LINK_RESPONDER, MAX_CTA_PAGE};
+pub use ctas::{Answerer, CTA_PAGE_BYTES, LINK_RESPONDER, MAX_CTA_PAGE};
 use pages::{cut_page, decode_cursor, encode_cursor};
 pub use requests::{MAX_RUN_PAGE, MAX_TREE_RUNS, RUN_PAGE_BYTES, RunFilter, RunTree};
 pub use steps::{DEAD_LETTER_CODE, MAX_OUTAGE_REQUEUES};
@@ -81,6 +81,10 @@ pub enum ServiceError {
     /// way), `cta_cancelled`.
     #[error("{message}")]
     Link { code: &'static str, message: String },
+    /// The caller may not do this: `not_assignee` (a question neither theirs nor assigned to
+    /// them).
+    #[error("{message}")]
+    Forbidden { code: &'static str, message: String },
     /// The CTA was answered already: the first answer wins. Here is the winner.
     #[error("CTA `{}` was already answered", .0.cta_id)]
     AlreadyAnswered(Box<Cta>),

@@ -310,6 +310,12 @@ impl Work<'_> {
         // told of an answer that will never be given.
         let default = default.filter(|_| self.run.origin.on_expiry == ExpiryPolicy::Default);
         let cta_id = derive_id("cta", &self.run.run_id, seq);
+        let assignment = self.assignment(gated.as_ref(), budget.is_some());
+        // Several approvers approve; any other question takes one answer.
+        let required = match request {
+            CtaRequest::Approval { .. } => assignment.required,
+            _ => 1,
+        };
         let expires_at =
             self.now + chrono::Duration::from_std(expiry).unwrap_or(chrono::Duration::days(30));
         if let Some(parent) = self.run.origin.parent.clone() {
@@ -343,6 +349,11 @@ impl Work<'_> {
             defaulted: false,
             responder: None,
             link_nonce: Some(derive_id("lnk", &self.run.run_id, seq)),
+            assignees: assignment.assignees.clone(),
+            required,
+            approvals: Vec::new(),
+            audit: vec![crate::cta::AuditEvent::new("created", self.now)],
+            rev: 0,
         };
         let mut detail = json!({
             "ctaId": cta_id,
@@ -359,6 +370,12 @@ impl Work<'_> {
         }
         if let Some(b) = &budget {
             detail["budget"] = json!(b);
+        }
+        if !assignment.assignees.is_empty() {
+            detail["assignees"] = json!(assignment.assignees);
+        }
+        if required > 1 {
+            detail["required"] = json!(required);
         }
         if let Some(g) = &gated {
             detail["tool"] = json!(g.tool);
@@ -389,6 +406,21 @@ impl Work<'_> {
         ToolResult::Pending {
             reason: "waiting for a human".into(),
         }
+    }
+}
+
+impl Work<'_> {
+    /// Who answers a question of this run's agent: for a tool call's approval, the tool's
+    /// policy, else the agent's `questions`; a budget's question is its owner's alone (it is
+    /// the owner's money).
+    fn assignment(&self, gated: Option<&Gated>, budget: bool) -> crate::cta::Assignment {
+        let Some(agent) = self.book.agent(&self.run.agent).filter(|_| !budget) else {
+            return crate::cta::Assignment::default();
+        };
+        gated
+            .and_then(|g| agent.approval.get(&g.tool))
+            .and_then(|p| p.assignment.clone())
+            .unwrap_or_else(|| agent.questions.clone())
     }
 }
 

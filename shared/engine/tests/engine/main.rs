@@ -104,6 +104,7 @@ fn approval(tool: &str, matches: Option<&str>, reason: Option<&str>) -> HashMap<
     let rule = Approval {
         input_matches: matches.map(|m| regex::Regex::new(m).unwrap()),
         reason: reason.map(str::to_owned),
+        assignment: None,
     };
     HashMap::from([(tool.to_owned(), rule)])
 }

@@ -46,6 +46,7 @@ impl LocalStore {
                     c.owner.clone(),
                     c.status.as_str(),
                     to_json(c)?,
+                    c.assignees.clone(),
                 ))
             })
             .collect::<Result<Vec<_>, PortError>>()?;
@@ -134,12 +135,13 @@ impl LocalStore {
                 for (seq, body) in &updated {
                     upd.execute(params![body, key, seq]).map_err(sql)?;
                 }
-                for (cta_id, owner, status, body) in &ctas {
+                for (cta_id, owner, status, body, assignees) in &ctas {
                     c.execute(
                         "INSERT INTO ctas (cta_id, owner, status, body) VALUES (?1, ?2, ?3, ?4)",
                         params![cta_id, owner, status, body],
                     )
                     .map_err(sql)?;
+                    super::lists::assign(c, cta_id, assignees)?;
                 }
                 for child in &children {
                     c.execute(

@@ -113,6 +113,66 @@ impl LocalStore {
     }
 }
 
+/// Files `cta_id` in the inbox of each of `assignees` (once each).
+pub(super) fn assign(
+    c: &rusqlite::Connection,
+    cta_id: &str,
+    assignees: &[String],
+) -> Result<(), PortError> {
+    for principal in assignees {
+        c.execute(
+            "INSERT OR IGNORE INTO cta_assignees (principal, cta_id) VALUES (?1, ?2)",
+            params![principal, cta_id],
+        )
+        .map_err(sql)?;
+    }
+    Ok(())
+}
+
+impl LocalStore {
+    /// A page of the CTAs assigned to any of `principals`, in the order of an owner's.
+    pub(super) async fn assigned_page(
+        &self,
+        principals: &[String],
+        q: &CtaQuery,
+    ) -> Result<Vec<Cta>, PortError> {
+        let principals =
+            serde_json::to_string(principals).map_err(|e| broken("encode principals", e))?;
+        let q = q.clone();
+        self.read(move |c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT body FROM ctas WHERE cta_id IN (SELECT cta_id FROM cta_assignees
+                         WHERE principal IN (SELECT value FROM json_each(?1)))
+                       AND (?2 IS NULL OR coalesce(json_extract(body, '$.rootRunId'),
+                            json_extract(body, '$.runId')) = ?2)
+                       AND (?3 IS NULL OR status = ?3)
+                       AND (?4 IS NULL OR status > ?4 OR (status = ?4
+                            AND rowid > (SELECT rowid FROM ctas WHERE cta_id = ?5)))
+                     ORDER BY status, rowid LIMIT ?6",
+                )
+                .map_err(sql)?;
+            let limit = i64::try_from(q.limit).unwrap_or(i64::MAX);
+            let after = q.after.as_ref();
+            stmt.query_map(
+                params![
+                    principals,
+                    q.root_run_id,
+                    q.status.map(CtaStatus::as_str),
+                    after.map(|a| a.status.as_str()),
+                    after.map(|a| a.cta_id.as_str()),
+                    limit
+                ],
+                |r| r.get::<_, String>(0),
+            )
+            .map_err(sql)?
+            .map(|b| from_json::<Cta>(&b.map_err(sql)?))
+            .collect()
+        })
+        .await
+    }
+}
+
 /// A page of runs read in one transaction (no listing without its run): `limit` read, more
 /// may follow the last.
 fn page(runs: Vec<Run>, limit: usize) -> RunPage {

@@ -26,12 +26,12 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::Notify;
 
-use baton_core::cta::{Cta, CtaStatus, Settlement};
+use baton_core::cta::{Applied, Cta, CtaChange, CtaStatus};
 use baton_core::error::PortError;
 use baton_core::message::{Effect, Transition, outbox_continues, outbox_owes};
 use baton_core::ports::{
-    Created, CtaQuery, Ctas, FollowUps, Ledgers, RunPage, RunPosition, RunQuery, RunReads,
-    RunRecord, RunWrites, Settled,
+    Changed, Created, CtaQuery, Ctas, FollowUps, Ledgers, RunPage, RunPosition, RunQuery, RunReads,
+    RunRecord, RunWrites,
 };
 use baton_core::run::{LastError, Run};
 use baton_core::timeline::Entry;
@@ -367,33 +367,46 @@ impl Ctas for LocalStore {
         .await
     }
 
-    async fn settle_cta(
+    async fn change_cta(
         &self,
         cta_id: &str,
-        settlement: &Settlement,
+        change: &CtaChange,
         at: DateTime<Utc>,
-    ) -> Result<Settled, PortError> {
-        let (cta_id, settlement) = (cta_id.to_owned(), settlement.clone());
+    ) -> Result<Changed, PortError> {
+        let (cta_id, change) = (cta_id.to_owned(), change.clone());
+        // One writer: the read, the change and the write are one transaction.
         self.write(true, move |c| {
             let body: Option<String> = c
-                .query_row("SELECT body FROM ctas WHERE cta_id = ?1", [&cta_id], |r| r.get(0))
+                .query_row("SELECT body FROM ctas WHERE cta_id = ?1", [&cta_id], |r| {
+                    r.get(0)
+                })
                 .optional()
                 .map_err(sql)?;
-            let Some(body) = body else { return Ok(Settled::NotFound) };
+            let Some(body) = body else {
+                return Ok(Changed::NotFound);
+            };
             let mut cta: Cta = from_json(&body)?;
-            if cta.status != CtaStatus::Pending {
-                return Ok(Settled::Lost(cta));
-            }
-            cta.settle(&settlement, at);
-            let status = settlement.status();
-            let unsent = (status != CtaStatus::Cancelled).then(|| at.timestamp_millis());
-            let n = c
-                .execute(
-                    "UPDATE ctas SET status = ?1, body = ?2, unsent = ?3 WHERE cta_id = ?4 AND status = 'pending'",
-                    params![status.as_str(), to_json(&cta)?, unsent, cta_id],
+            let settled = match cta.apply(&change, at) {
+                Applied::Refused => return Ok(Changed::Refused(cta)),
+                Applied::Unchanged => return Ok(Changed::Unchanged(cta)),
+                Applied::Changed { settled } => settled,
+            };
+            let body = to_json(&cta)?;
+            if settled {
+                let unsent = (cta.status != CtaStatus::Cancelled).then(|| at.timestamp_millis());
+                c.execute(
+                    "UPDATE ctas SET status = ?1, body = ?2, unsent = ?3 WHERE cta_id = ?4",
+                    params![cta.status.as_str(), body, unsent, cta_id],
                 )
                 .map_err(sql)?;
-            if n == 1 { Ok(Settled::Won(cta)) } else { Err(PortError::Conflict) }
+            } else {
+                c.execute(
+                    "UPDATE ctas SET body = ?1 WHERE cta_id = ?2",
+                    params![body, cta_id],
+                )
+                .map_err(sql)?;
+            }
+            Ok(Changed::Applied { cta, settled })
         })
         .await
     }
@@ -410,6 +423,14 @@ impl Ctas for LocalStore {
 
     async fn list_ctas(&self, owner: &str, q: &CtaQuery) -> Result<Vec<Cta>, PortError> {
         self.ctas_page(owner, q).await
+    }
+
+    async fn list_assigned(
+        &self,
+        principals: &[String],
+        q: &CtaQuery,
+    ) -> Result<Vec<Cta>, PortError> {
+        self.assigned_page(principals, q).await
     }
 }
 

@@ -34,6 +34,12 @@ CREATE INDEX IF NOT EXISTS ctas_by_owner ON ctas (owner, status);
 -- orders them within a key, as in ctas_by_owner.
 CREATE INDEX IF NOT EXISTS ctas_by_root ON ctas (
     coalesce(json_extract(body, '$.rootRunId'), json_extract(body, '$.runId')), status);
+-- Who a CTA is assigned to besides its owner (`user:<id>`, `group:<name>`): an assignee's inbox.
+CREATE TABLE IF NOT EXISTS cta_assignees (
+    principal TEXT NOT NULL,
+    cta_id    TEXT NOT NULL,
+    PRIMARY KEY (principal, cta_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS queue (
     id         INTEGER PRIMARY KEY,
     dedup_id   TEXT NOT NULL,
