@@ -310,6 +310,11 @@ async fn seed_ctas(store: &DynamoStore, ctas: usize) -> anyhow::Result<Vec<Strin
                 required: 1,
                 approvals: Vec::new(),
                 audit: Vec::new(),
+                notify: Vec::new(),
+                remind_after_seconds: None,
+                escalate_after_seconds: None,
+                escalate_to: Vec::new(),
+                deliveries: Vec::new(),
                 rev: 0,
             }
         })

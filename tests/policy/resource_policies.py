@@ -298,6 +298,11 @@ def main():
         ([""], ARNS["OrchestratorFunctionRole"], "run.completed", "allow"),
         ([""], ARNS["SubagentFunctionRole"], ["run.state", "cta.request"], "allow"),
         ([""], ARNS["EventsFunctionRole"], "cta.rejected", "allow"),
+        # A question's reminders, escalations and given-up deliveries: the events function's.
+        ([""], ARNS["EventsFunctionRole"], ["cta.reminded", "cta.escalated"], "allow"),
+        ([""], ARNS["EventsFunctionRole"], "cta.undelivered", "allow"),
+        ([app], app, "cta.escalated", "deny"),
+        ([""], someone, ["my.event", "cta.reminded"], "deny"),
         ([""], ARNS["ApiFunctionRole"], "run.state", "deny"),
         ([""], ARNS["OrchestratorFunctionRole"], "cta.response", "deny"),
         # Anything else is the account's.

@@ -3,7 +3,9 @@
 //! answer them (403 `not_assignee` for anyone else, nothing changed), an assignee's inbox,
 //! two approvals racing to settle one outcome, the same person counted once, a link minted
 //! for an assignee answering as them, the first rejection settling the question, and the
-//! history of each (`GET /ctas/{id}/audit`).
+//! history of each (`GET /ctas/{id}/audit`). And the same questions told to their people:
+//! through a signed webhook and Slack's format, each with a link of the recipient's own, a
+//! failed delivery tried again, a reminder, and an escalation that fires after a restart.
 
 use crate::common;
 
@@ -52,6 +54,269 @@ async fn aws() {
     let mut host = AwsHost::start(aws, options).await;
     questions_reach_their_assignees(&mut host).await;
     host.stop().await;
+}
+
+/// The secret the test webhook's deliveries are signed with.
+const HOOK_SECRET: &str = "a-webhook-secret-of-some-length";
+
+/// The agents, told through `hook` (a webhook) and `slack` at `base`: the orchestrator's
+/// questions go to `ops`, are reminded after 200 s and escalated to `dave` after 300 s.
+fn notified_agents(base: &str) -> Arc<baton_core::agent::Catalog> {
+    catalog(Some(json!({
+        "notifiers": {
+            "hook": {"type": "webhook", "url": format!("{base}/hook"), "secret": HOOK_SECRET},
+            "slack": {"type": "slack", "url": format!("{base}/slack")}
+        },
+        "agents": {"orchestrator": {
+            "system": "agent:orchestrator",
+            "tools": ["request_human_feedback"],
+            "questions": {"assignees": ["group:ops"], "notify": ["hook", "slack"],
+                          "remindAfterSeconds": 200, "escalateAfterSeconds": 300,
+                          "escalateTo": ["user:dave"]}
+        }}
+    })))
+}
+
+/// What the receivers got: each request's path, signature header and body. The webhook
+/// refuses its first request (503), so that a retry is seen.
+#[derive(Clone, Default)]
+struct Received(Arc<std::sync::Mutex<Vec<(String, Option<String>, Value)>>>);
+
+impl Received {
+    async fn start(&self) -> String {
+        use axum::extract::State;
+        use axum::http::{HeaderMap, StatusCode, Uri};
+        async fn take(
+            State(r): State<Received>,
+            uri: Uri,
+            headers: HeaderMap,
+            body: axum::body::Bytes,
+        ) -> StatusCode {
+            let sig = headers
+                .get("baton-signature")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let mut seen = r.0.lock().unwrap();
+            let first_hook = uri.path() == "/hook" && !seen.iter().any(|(p, ..)| p == "/hook");
+            // The signature is checked as a receiver would, with its own HMAC.
+            if let Some(sig) = &sig {
+                assert!(
+                    verify(sig, &body),
+                    "a signature that does not verify: {sig}"
+                );
+            }
+            let body: Value = serde_json::from_slice(&body).expect("JSON");
+            seen.push((uri.path().to_owned(), sig, body));
+            if first_hook {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::NO_CONTENT
+            }
+        }
+        let app = axum::Router::new()
+            .route("/hook", axum::routing::post(take))
+            .route("/slack", axum::routing::post(take))
+            .with_state(self.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}")
+    }
+
+    fn all(&self) -> Vec<(String, Option<String>, Value)> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// The bodies received at `path` of messages of `kind` (`cta.request`, ...).
+    fn bodies(&self, path: &str, kind: &str) -> Vec<Value> {
+        self.all()
+            .into_iter()
+            .filter(|(p, _, b)| p == path && (b["type"] == kind || path == "/slack"))
+            .map(|(_, _, b)| b)
+            .collect()
+    }
+}
+
+/// A `Baton-Signature` (`t=<unix>,v1=<hex>`) checked against the body with the secret: an
+/// HMAC-SHA256 of `<t>.<body>`, as docs/http-api.md tells a receiver to.
+fn verify(header: &str, body: &[u8]) -> bool {
+    use hmac::{KeyInit, Mac};
+    let Some((t, v1)) = header
+        .split_once(',')
+        .and_then(|(t, v)| Some((t.strip_prefix("t=")?, v.strip_prefix("v1=")?)))
+    else {
+        return false;
+    };
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(HOOK_SECRET.as_bytes()).unwrap();
+    mac.update(t.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    let want: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    want == v1
+}
+
+#[tokio::test]
+async fn notified_local() {
+    let received = Received::default();
+    let base = received.start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(baton_core::ports::ManualClock::new(chrono::Utc::now()));
+    let options = local_options(
+        dir.path(),
+        scripted(SCRIPT),
+        notified_agents(&base),
+        clock.clone(),
+    );
+    let mut host = LocalHost::with_clock(options, clock).await;
+    questions_are_told_to_their_people(&mut host, &received).await;
+    host.stop().await;
+}
+
+#[tokio::test]
+async fn notified_aws() {
+    let received = Received::default();
+    let base = received.start().await;
+    let aws = Arc::new(Emulator::start_with(common::aws::scenario_faults()).await);
+    let (_mock, llm) = common::mock_openai::start(SCRIPT).await;
+    let options = aws
+        .dev_options(aws.names("ntf"), llm, notified_agents(&base), 0)
+        .await;
+    let mut host = AwsHost::start(aws, options).await;
+    questions_are_told_to_their_people(&mut host, &received).await;
+    host.stop().await;
+}
+
+fn at(cta: &Value, seconds: i64) -> chrono::DateTime<chrono::Utc> {
+    let created = chrono::DateTime::parse_from_rfc3339(cta["createdAt"].as_str().unwrap())
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    created + chrono::Duration::seconds(seconds)
+}
+
+async fn questions_are_told_to_their_people(host: &mut impl TestHost, received: &Received) {
+    let owner = host.api().clone();
+    let run_id = owner.post_ok("/runs", json!({"prompt": "Ship"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cta = owner.pending("approval").await;
+    let id = cta["ctaId"].as_str().unwrap().to_owned();
+    let wait = async |what: &str, path: &str, kind: &str, n: usize| {
+        owner
+            .wait(what, async |_: &Api| {
+                let got = received.bodies(path, kind);
+                (got.len() >= n).then_some(got)
+            })
+            .await
+    };
+
+    // Asked: ops is told through both channels; the webhook's first try fails and is tried
+    // again after its backoff.
+    host.fire(&run_id, &format!("ntf-{id}"), at(&cta, 0)).await;
+    let slack = wait("the Slack message", "/slack", "", 1).await;
+    let blocks = slack[0]["blocks"].as_array().unwrap();
+    assert!(
+        blocks[0]["text"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Ship it?"),
+        "{slack:?}"
+    );
+    let button = &blocks[2]["elements"][0];
+    assert_eq!(button["type"], "button");
+    assert!(button["url"].as_str().unwrap().contains("/console#/link/"));
+    wait("the webhook's first try", "/hook", "cta.request", 1).await;
+    // Retried 30 s after the first try's claim (60 s) ended.
+    host.fire(&run_id, &format!("ntf-{id}"), at(&cta, 91)).await;
+    let hooks = wait("the webhook's retry", "/hook", "cta.request", 2).await;
+    let asked = &hooks[1];
+    assert_eq!(
+        (
+            asked["recipient"].as_str(),
+            asked["ctaId"].as_str(),
+            asked["kind"].as_str()
+        ),
+        (Some("group:ops"), Some(id.as_str()), Some("approval"))
+    );
+    assert_eq!(asked["message"], "Ship it?");
+    assert_eq!(asked["attempt"], 2);
+    assert_eq!(
+        hooks[0]["deliveryId"], hooks[1]["deliveryId"],
+        "the same delivery, again"
+    );
+    assert!(
+        received
+            .all()
+            .iter()
+            .filter(|(p, ..)| p == "/hook")
+            .all(|(_, s, _)| s.is_some())
+    );
+
+    // Reminded after 200 s; then a restart, and the escalation fires after it: dave is an
+    // assignee, told with a link of his own, and finds it in his inbox.
+    host.fire(&run_id, &format!("rmd-{id}"), at(&cta, 200))
+        .await;
+    let reminded = wait("the reminder", "/hook", "cta.reminded", 1).await;
+    assert_eq!(reminded[0]["recipient"], "group:ops");
+    host.restart().await;
+    let owner = host.api().clone();
+    host.fire(&run_id, &format!("esc-{id}"), at(&cta, 300))
+        .await;
+    let escalated = owner
+        .wait("the escalation", async |_: &Api| {
+            let got = received.bodies("/hook", "cta.escalated");
+            got.first().cloned()
+        })
+        .await;
+    assert_eq!(escalated["recipient"], "user:dave");
+    assert_eq!(escalated["assignees"], json!(["group:ops", "user:dave"]));
+    let dave = as_user(&owner, "dave");
+    let inbox = dave.get_ok("/ctas?assigned=me&status=pending").await;
+    assert_eq!(inbox["ctas"][0]["ctaId"], id, "{inbox}");
+
+    // Dave answers through his link: the answer is his, through the link.
+    let link = escalated["link"].as_str().unwrap();
+    let token = link.rsplit('/').next().unwrap();
+    let approve = json!({"kind": "approval", "approved": true});
+    owner
+        .post_ok(&format!("/links/{token}/response"), approve)
+        .await;
+    let run = owner.status(&run_id, "completed").await;
+    assert_eq!(run["result"], "Shipped.");
+    let settled = owner.get_ok(&format!("/ctas/{id}")).await;
+    assert_eq!(settled["responder"], "dave");
+
+    // Settled: a reminder that fires all the same tells no one.
+    let before = received.all().len();
+    host.fire(&run_id, &format!("rmd-{id}"), at(&cta, 400))
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(received.all().len(), before, "nothing after the answer");
+
+    let audit = owner.get_ok(&format!("/ctas/{id}/audit")).await;
+    let events = audit["events"].as_array().unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    for kind in ["created", "notified", "reminded", "escalated", "answered"] {
+        assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
+    }
+    let failed = events
+        .iter()
+        .find(|e| e["type"] == "notified" && e["outcome"].as_str().unwrap().starts_with("failed"))
+        .expect("the failed try, recorded");
+    assert_eq!(
+        (failed["channel"].as_str(), failed["recipient"].as_str()),
+        (Some("hook"), Some("group:ops"))
+    );
+    let answered = events.last().unwrap();
+    assert_eq!(
+        (answered["by"].as_str(), answered["via"].as_str()),
+        (Some("dave"), Some("link"))
+    );
 }
 
 /// The host's API as test user `user`.

@@ -102,6 +102,11 @@ fn cta(run: &Run, id: &str) -> Cta {
         required: 1,
         approvals: Vec::new(),
         audit: Vec::new(),
+        notify: Vec::new(),
+        remind_after_seconds: None,
+        escalate_after_seconds: None,
+        escalate_to: Vec::new(),
+        deliveries: Vec::new(),
         rev: 0,
     }
 }

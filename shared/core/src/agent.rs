@@ -16,7 +16,7 @@ pub use crate::agents_file::{AgentSpec, AgentsFile, AlwaysKeyword, ApprovalSpec,
 use crate::plan;
 use crate::timeline::Operation;
 use crate::tools;
-use baton_engine::cta::{Assignment, check_assignment};
+use baton_engine::cta::{Assignment, check_assignment, check_principal};
 
 mod catalog;
 mod declared;
@@ -32,6 +32,8 @@ pub use plugin::{Plugin, Prepare};
 pub enum CatalogError {
     #[error(transparent)]
     File(#[from] FileError),
+    #[error("notifier `{notifier}`: {message}")]
+    Notifier { notifier: String, message: String },
     #[error("agent `{agent}` lists unknown tool `{tool}` (known tools: {known})")]
     UnknownTool {
         agent: String,
@@ -131,12 +133,47 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
             seconds,
         });
     }
-    let questions = spec
-        .questions
-        .map_or_else(Assignment::default, |q| Assignment {
-            assignees: q.assignees,
-            required: q.required.unwrap_or(1),
-        });
+    let questions = match spec.questions {
+        None => Assignment::default(),
+        Some(q) => {
+            for (key, seconds) in [
+                ("remindAfterSeconds", q.remind_after_seconds),
+                ("escalateAfterSeconds", q.escalate_after_seconds),
+            ] {
+                if seconds.is_some_and(|s| !(1..=MAX_CTA_EXPIRY_SECS).contains(&s)) {
+                    return Err(CatalogError::Invalid {
+                        agent: name,
+                        message: format!(
+                            "`questions.{key}` must be from 1 to {MAX_CTA_EXPIRY_SECS} seconds"
+                        ),
+                    });
+                }
+            }
+            let escalate_to = q.escalate_to.unwrap_or_default();
+            if q.escalate_after_seconds.is_some() == escalate_to.is_empty() {
+                return Err(CatalogError::Invalid {
+                    agent: name,
+                    message: "`questions.escalateAfterSeconds` and `questions.escalateTo` go \
+                              together"
+                        .into(),
+                });
+            }
+            for principal in &escalate_to {
+                check_principal(principal).map_err(|message| CatalogError::Invalid {
+                    agent: name.clone(),
+                    message: format!("`questions.escalateTo`: {message}"),
+                })?;
+            }
+            Assignment {
+                assignees: q.assignees,
+                required: q.required.unwrap_or(1),
+                notify: q.notify.unwrap_or_default(),
+                remind_after_seconds: q.remind_after_seconds,
+                escalate_after_seconds: q.escalate_after_seconds,
+                escalate_to,
+            }
+        }
+    };
     let check = |assignment: &Assignment, what: &str| {
         check_assignment(&assignment.assignees, assignment.required).map_err(|message| {
             CatalogError::Invalid {
@@ -162,12 +199,14 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
                         });
                     }
                 },
-                assignment: match (rule.assignees, rule.required) {
-                    (None, None) => None,
-                    (assignees, required) => {
+                assignment: match (rule.assignees, rule.required, rule.notify) {
+                    (None, None, None) => None,
+                    (assignees, required, notify) => {
                         let own = Assignment {
                             assignees: assignees.unwrap_or_else(|| questions.assignees.clone()),
                             required: required.unwrap_or(questions.required),
+                            notify: notify.unwrap_or_else(|| questions.notify.clone()),
+                            ..questions.clone()
                         };
                         check(&own, &format!("the approval of `{tool}`"))?;
                         Some(own)

@@ -40,6 +40,10 @@ pub struct AgentsFile {
     /// The caps of `agent_orchestrate` plans.
     #[serde(default)]
     pub plans: Option<PlansSpec>,
+    /// The channels questions are told through, by name (agents name them in
+    /// `questions.notify`).
+    #[serde(default)]
+    pub notifiers: BTreeMap<String, NotifierSpec>,
 }
 
 /// `{"maxSteps": 12, "maxParallel": 4, "maxDepth": 3, "stepTimeoutSeconds": n,
@@ -218,6 +222,9 @@ pub struct ApprovalRule {
     /// How many distinct people must approve, over the agent's `questions.required`.
     #[serde(default)]
     pub required: Option<u32>,
+    /// Over the agent's `questions.notify`.
+    #[serde(default)]
+    pub notify: Option<Vec<String>>,
 }
 
 /// `{"assignees": ["user:alice", "group:ops"], "required": 2}`: who may answer an agent's
@@ -231,6 +238,41 @@ pub struct QuestionsSpec {
     pub assignees: Vec<String>,
     #[serde(default)]
     pub required: Option<u32>,
+    /// The channels (`notifiers`) each assignee is told through, with a one-time link of
+    /// their own.
+    #[serde(default)]
+    pub notify: Option<Vec<String>>,
+    /// Tell them again after this many seconds, and every as many after, while it waits.
+    #[serde(default)]
+    pub remind_after_seconds: Option<u64>,
+    /// After this many seconds unanswered, add `escalateTo` to its assignees and tell them.
+    #[serde(default)]
+    pub escalate_after_seconds: Option<u64>,
+    #[serde(default)]
+    pub escalate_to: Option<Vec<String>>,
+}
+
+/// A channel questions are told through, named by agents' `questions.notify`:
+/// `{"type": "webhook", "url", "secret"?}` (JSON, signed with `secret`: the
+/// `Baton-Signature` header) or `{"type": "slack", "url"}` (Slack's incoming-webhook
+/// format, with a button holding the recipient's link). `${VAR}` in `url` and `secret` is
+/// read from the environment at start-up.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NotifierSpec {
+    #[serde(rename = "type")]
+    pub kind: NotifierKind,
+    pub url: String,
+    #[serde(default)]
+    pub secret: Option<String>,
+}
+
+/// What a channel speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NotifierKind {
+    Webhook,
+    Slack,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -228,6 +228,19 @@ pub trait Bus: Send + Sync {
     async fn publish(&self, events: &[Event]) -> Result<(), PortError>;
 }
 
+/// Sends a question's notifications: one HTTP `POST` of a JSON body (a webhook's, Slack's).
+#[async_trait::async_trait]
+pub trait Notifier: Send + Sync {
+    /// The receiver's status when it answered 2xx; otherwise why not (its status, or the
+    /// connection's failure), in a line.
+    async fn post(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        body: Vec<u8>,
+    ) -> Result<u16, String>;
+}
+
 /// One-time timers: CTA expiries and runs' own timers. Scheduling an existing name and
 /// unscheduling a missing one both succeed.
 #[async_trait::async_trait]

@@ -217,6 +217,7 @@ impl AwsDevServer {
         // What each function sends, counted along its chain of invocations (Lambda's
         // recursive loop detection: `loops.rs`).
         let lineage = crate::loops::Lineage::default();
+        let notifier = crate::host::notifier()?;
         let function = |name: &str, live: Option<Arc<dyn baton_core::live::Live>>| {
             let sdk = as_function(&opts.sdk, name);
             let mut deps = baton_aws::aws_deps(
@@ -232,6 +233,7 @@ impl AwsDevServer {
             // not repair (on Lambda, EMF lines: `baton-lambda`'s `OutboxMetrics`).
             let mut service = Service::builder(deps, opts.catalog.clone())
                 .quotas(opts.quotas)
+                .notifier(notifier.clone())
                 .links(links.clone())
                 .live(live)
                 .observer(metrics.clone());

@@ -168,6 +168,7 @@ impl LocalServer {
             .quotas(opts.quotas)
             .live(Some(live.clone()))
             .links(links)
+            .notifier(notifier()?)
             .observer(metrics.clone());
         if let Some(traces) = &opts.traces {
             service = service.observer(traces.clone());
@@ -400,4 +401,11 @@ async fn link_key(store: &LocalStore) -> Result<String, StartError> {
     );
     store.set_meta("link_key", &k).await?;
     Ok(k)
+}
+
+/// How `baton dev` sends questions' notifications: as a function does.
+pub(crate) fn notifier() -> Result<Arc<dyn baton_core::ports::Notifier>, StartError> {
+    baton_lambda::notifier::HttpNotifier::new()
+        .map(|n| Arc::new(n) as Arc<dyn baton_core::ports::Notifier>)
+        .map_err(|e| StartError::Io(std::io::Error::other(e)))
 }

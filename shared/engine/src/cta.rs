@@ -353,6 +353,19 @@ pub struct Cta {
     /// (at most [`MAX_AUDIT`] events; `GET /ctas/{id}/audit`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub audit: Vec<AuditEvent>,
+    /// The channels its assignees are told through, and its reminder and escalation (the
+    /// asking agent's policy when it was asked).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remind_after_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalate_after_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub escalate_to: Vec<String>,
+    /// The messages owed and sent about it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deliveries: Vec<Delivery>,
     /// The record's revision: every change writes `rev + 1`, conditionally on `rev` (so that
     /// no two concurrent changes lose one another).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -501,6 +514,14 @@ pub fn check_assignment(assignees: &[String], required: u32) -> Result<(), Strin
 pub struct Assignment {
     pub assignees: Vec<String>,
     pub required: u32,
+    /// The channels (the agents file's `notifiers`) each assignee is told through.
+    pub notify: Vec<String>,
+    /// Tell the assignees again after this many seconds, and every as many after, while it
+    /// waits.
+    pub remind_after_seconds: Option<u64>,
+    /// After this many seconds unanswered, `escalate_to` are added to its assignees and told.
+    pub escalate_after_seconds: Option<u64>,
+    pub escalate_to: Vec<String>,
 }
 
 impl Default for Assignment {
@@ -508,8 +529,96 @@ impl Default for Assignment {
         Self {
             assignees: Vec::new(),
             required: 1,
+            notify: Vec::new(),
+            remind_after_seconds: None,
+            escalate_after_seconds: None,
+            escalate_to: Vec::new(),
         }
     }
+}
+
+/// The prefix of a question's notification timer: it delivers what is owed (and retries
+/// what failed).
+pub const NOTIFY_TIMER: &str = "ntf-";
+/// The prefix of a question's reminder timer.
+pub const REMIND_TIMER: &str = "rmd-";
+/// The prefix of a question's escalation timer.
+pub const ESCALATE_TIMER: &str = "esc-";
+
+/// What a question's timer is for, by its name: its expiry (named by the question alone), or
+/// one of its notifications'.
+pub fn cta_timer(name: &str) -> (Option<&'static str>, &str) {
+    for prefix in [NOTIFY_TIMER, REMIND_TIMER, ESCALATE_TIMER] {
+        if let Some(cta_id) = name.strip_prefix(prefix) {
+            return (Some(prefix), cta_id);
+        }
+    }
+    (None, name)
+}
+
+/// One message owed to one recipient through one channel, for one round of a question
+/// (`asked`, `reminder-<n>`, `escalated`): delivered at most once for good, tried again
+/// until it is, up to [`MAX_DELIVERY_ATTEMPTS`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Delivery {
+    /// `<round>:<channel>:<recipient>`: what a receiver deduplicates on.
+    pub id: String,
+    pub round: String,
+    pub channel: String,
+    /// An assignee (`user:<id>`, `group:<name>`), or the owner's id.
+    pub recipient: String,
+    /// Tries claimed so far (a try is claimed before it is made: no two deliverers make the
+    /// same try).
+    pub attempts: u32,
+    pub done: bool,
+    /// The deliverer trying it now, until when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+}
+
+/// A deliverer's claim on a try: its own token, and when another may take the delivery
+/// over (the deliverer died).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    pub token: String,
+    pub until: DateTime<Utc>,
+}
+
+/// How many times a delivery is tried before it is given up.
+pub const MAX_DELIVERY_ATTEMPTS: u32 = 5;
+
+impl Delivery {
+    pub fn new(round: &str, channel: &str, recipient: &str) -> Self {
+        Self {
+            id: format!("{round}:{channel}:{recipient}"),
+            round: round.into(),
+            channel: channel.into(),
+            recipient: recipient.into(),
+            attempts: 0,
+            done: false,
+            lease: None,
+        }
+    }
+
+    /// Whether it is to be tried at `now`: not delivered, tries left, and no deliverer on it.
+    pub fn owed(&self, now: DateTime<Utc>) -> bool {
+        !self.done
+            && self.attempts < MAX_DELIVERY_ATTEMPTS
+            && self.lease.as_ref().is_none_or(|l| l.until <= now)
+    }
+}
+
+/// What one try of a delivery came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tried {
+    pub id: String,
+    pub ok: bool,
+    /// `delivered` (and the receiver's status), or why not.
+    pub outcome: String,
 }
 
 /// A change to a CTA's record, applied by [`Cta::apply`] and written by the adapters
@@ -524,6 +633,18 @@ pub enum CtaChange {
     Approve { by: String, via: Via },
     /// An event of its history, in any status.
     Record(AuditEvent),
+    /// A round of notifications while it waits (a reminder, an escalation): its event, the
+    /// assignees it adds and the deliveries it owes (each once, by id).
+    Round {
+        event: AuditEvent,
+        assignees: Vec<String>,
+        deliveries: Vec<Delivery>,
+    },
+    /// A deliverer claims every delivery owed at the change's time: each one's next try is
+    /// its, under `lease` (the same try is never made twice at once).
+    Claim(Lease),
+    /// Deliveries tried: what came of each, said in the history; their leases end.
+    Tried(Vec<Tried>),
 }
 
 /// What [`Cta::apply`] did.
@@ -572,6 +693,23 @@ impl Settlement {
 }
 
 impl Cta {
+    /// Who a round of its notifications goes to: its assignees, or its owner if it has none.
+    pub fn recipients(&self) -> Vec<String> {
+        if self.assignees.is_empty() {
+            vec![self.owner.clone()]
+        } else {
+            self.assignees.clone()
+        }
+    }
+
+    /// The deliveries a round owes `recipients`: one per channel each.
+    pub fn round(&self, round: &str, recipients: &[String]) -> Vec<Delivery> {
+        recipients
+            .iter()
+            .flat_map(|r| self.notify.iter().map(move |c| Delivery::new(round, c, r)))
+            .collect()
+    }
+
     /// Whether `principal` is among those who may answer besides the owner.
     pub fn is_assignee(&self, id: &str, groups: &[String]) -> bool {
         self.assignees.iter().any(|p| names(p, id, groups))
@@ -619,6 +757,55 @@ impl Cta {
             }
             CtaChange::Record(event) => {
                 self.record(event.clone());
+                Applied::Changed { settled: false }
+            }
+            CtaChange::Round { .. } if self.status != CtaStatus::Pending => {
+                return Applied::Refused;
+            }
+            CtaChange::Round {
+                event,
+                assignees,
+                deliveries,
+            } => {
+                for a in assignees {
+                    if !self.assignees.contains(a) {
+                        self.assignees.push(a.clone());
+                    }
+                }
+                for d in deliveries {
+                    if !self.deliveries.iter().any(|have| have.id == d.id) {
+                        self.deliveries.push(d.clone());
+                    }
+                }
+                self.record(event.clone());
+                Applied::Changed { settled: false }
+            }
+            CtaChange::Claim(lease) => {
+                let mut claimed = false;
+                for d in self.deliveries.iter_mut().filter(|d| d.owed(at)) {
+                    d.attempts += 1;
+                    d.lease = Some(lease.clone());
+                    claimed = true;
+                }
+                if !claimed {
+                    return Applied::Unchanged;
+                }
+                Applied::Changed { settled: false }
+            }
+            CtaChange::Tried(tried) => {
+                for t in tried {
+                    let Some(d) = self.deliveries.iter_mut().find(|d| d.id == t.id) else {
+                        continue;
+                    };
+                    d.lease = None;
+                    d.done |= t.ok;
+                    let mut event = AuditEvent::new("notified", at);
+                    event.channel = Some(d.channel.clone());
+                    event.recipient = Some(d.recipient.clone());
+                    event.outcome = Some(t.outcome.clone());
+                    event.detail = Some(format!("{} (attempt {})", d.round, d.attempts));
+                    self.record(event);
+                }
                 Applied::Changed { settled: false }
             }
         };
@@ -869,6 +1056,11 @@ mod tests {
             required: 1,
             approvals: Vec::new(),
             audit: Vec::new(),
+            notify: Vec::new(),
+            remind_after_seconds: None,
+            escalate_after_seconds: None,
+            escalate_to: Vec::new(),
+            deliveries: Vec::new(),
             rev: 0,
         };
         let v = serde_json::to_value(&cta).expect("serializes");

@@ -340,6 +340,10 @@ pub struct CtaSnapshot {
     /// The figures a budget question asks about ([`crate::budget`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::budget::BudgetAsk>,
+    /// Its notifications' timers (`ntf-`, `rmd-`, `esc-` and its id), cancelled with its
+    /// expiry's when it settles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timers: Vec<String>,
 }
 
 impl Entry {

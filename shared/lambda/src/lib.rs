@@ -22,6 +22,7 @@ mod api;
 pub mod entry;
 pub mod events;
 pub mod live;
+pub mod notifier;
 pub mod outbox_metrics;
 pub mod startup;
 pub mod steps;

@@ -364,7 +364,10 @@ impl Startup {
             Meter::shared(),
         );
         let outbox = crate::outbox_metrics::OutboxMetrics::new(&self.config.metrics_namespace);
+        let notifier = crate::notifier::HttpNotifier::new()
+            .map_err(|e| InitError::Aws(format!("the notifications' HTTP client: {e}")))?;
         Ok(Service::builder(deps, Arc::new(catalog))
+            .notifier(Arc::new(notifier))
             .observer(Arc::new(outbox))
             .quotas(baton_core::service::Quotas::of(&self.config))
             .links(self.links().await?)

@@ -31,6 +31,12 @@ pub trait TestHost {
     /// [`ManualClock`], moved there), the schedule's event on the bus on AWS (at its time:
     /// the emulator fires no schedule).
     async fn expire(&self, run_id: &str, cta: &Value);
+
+    /// Fires run `run_id`'s question timer `name` (a notification's, a reminder's, an
+    /// escalation's), due at `due`, as the host's timers do: `baton dev`'s worker once its
+    /// clock passes `due` (the host's [`ManualClock`], moved there); on AWS the schedule's
+    /// event on the bus, now (the emulator fires no schedule).
+    async fn fire(&self, run_id: &str, name: &str, due: chrono::DateTime<chrono::Utc>);
 }
 
 fn expires_at(cta: &Value) -> chrono::DateTime<chrono::Utc> {
@@ -107,6 +113,12 @@ impl TestHost for LocalHost {
     async fn expire(&self, _run_id: &str, cta: &Value) {
         let clock = self.clock.as_ref().expect("a host started with_clock");
         let past = expires_at(cta) + chrono::Duration::seconds(1) - clock.now();
+        clock.advance(past.max(chrono::Duration::zero()));
+    }
+
+    async fn fire(&self, _run_id: &str, _name: &str, due: chrono::DateTime<chrono::Utc>) {
+        let clock = self.clock.as_ref().expect("a host started with_clock");
+        let past = due + chrono::Duration::milliseconds(100) - clock.now();
         clock.advance(past.max(chrono::Duration::zero()));
     }
 }
@@ -248,6 +260,12 @@ impl TestHost for AwsHost {
         tokio::time::sleep(wait + Duration::from_millis(50)).await;
         let due = due.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let fire = serde_json::json!({"ctaId": cta["ctaId"], "runId": run_id, "due": due});
+        self.put_event("cta.expired", fire).await;
+    }
+
+    async fn fire(&self, run_id: &str, name: &str, due: chrono::DateTime<chrono::Utc>) {
+        let due = due.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let fire = serde_json::json!({"ctaId": name, "runId": run_id, "due": due});
         self.put_event("cta.expired", fire).await;
     }
 }

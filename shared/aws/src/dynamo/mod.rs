@@ -423,7 +423,10 @@ impl Ctas for DynamoStore {
             };
             match put.expression_attribute_values(":rev", n(rev)).send().await {
                 Ok(_) => {
-                    if settled {
+                    // Its assignees' inboxes: under its new status, and an escalation's new
+                    // assignees filed.
+                    let added = matches!(change, CtaChange::Round { assignees, .. } if !assignees.is_empty());
+                    if settled || added {
                         self.refile(&cta).await;
                     }
                     return Ok(Changed::Applied { cta, settled });

@@ -150,7 +150,6 @@ fn bad_agent_files_are_clear_start_up_errors() {
             r#"{"agents": {"a": {"tools": ["echo"], "approval": {"echo": {"assignees": ["user:x", "user:y"], "required": 3}}}}}"#,
             "the approval of `echo`",
         ),
-
         (
             r#"{"agents": {"a": {"tools": [], "maxIterations": 0}}}"#,
             "at least 1",

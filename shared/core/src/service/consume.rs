@@ -250,7 +250,7 @@ impl Steps {
         let field = |k: &str| detail[k].as_str().unwrap_or_default().to_owned();
         let outcome = match detail_type {
             "cta.response" => self.bus_answer(detail).await,
-            "cta.expired" => self.shared.expire_cta(&field("ctaId")).await,
+            "cta.expired" => self.shared.cta_timer(&field("ctaId")).await,
             crate::message::TIMER_FIRED => {
                 let due = detail["due"].as_str().and_then(|d| d.parse().ok());
                 self.fire_timer(&field("timerId"), &field("runId"), due)

@@ -403,7 +403,7 @@ impl Steps {
         due: Option<DateTime<Utc>>,
     ) -> Result<(), ServiceError> {
         if !is_run_timer(name) {
-            return self.shared.expire_cta(name).await;
+            return self.shared.cta_timer(name).await;
         }
         if self.shared.deps.store.get_run(run_id).await?.is_none() {
             return Err(ServiceError::NotFound(format!("no run `{run_id}`")));

@@ -12,6 +12,7 @@ mod consume;
 mod ctas;
 mod follow_ups;
 mod fork;
+mod notify;
 mod outbox;
 mod pages;
 mod requests;
@@ -183,6 +184,9 @@ pub(crate) struct Shared {
     observers: Vec<Arc<dyn crate::observe::Observer>>,
     /// Its owners' quotas.
     quotas: Quotas,
+    /// What questions' notifications are sent with (`None`: none is, and each is recorded
+    /// as undeliverable).
+    notifier: Option<Arc<dyn crate::ports::Notifier>>,
 }
 
 /// What answers requests: the HTTP API's reads and writes (runs, their timelines and
@@ -255,6 +259,12 @@ impl ServiceBuilder {
     /// and ending), for whoever watches a run (`None`: nowhere, the default).
     pub fn live(mut self, live: Option<Arc<dyn crate::live::Live>>) -> Self {
         self.shared.live = live;
+        self
+    }
+
+    /// What questions' notifications (the agents file's `notifiers`) are sent with.
+    pub fn notifier(mut self, notifier: Arc<dyn crate::ports::Notifier>) -> Self {
+        self.shared.notifier = Some(notifier);
         self
     }
 
@@ -361,6 +371,7 @@ impl Service {
                 live: None,
                 observers: Vec::new(),
                 quotas: Quotas::default(),
+                notifier: None,
             },
             cache_bytes: DEFAULT_CACHE_BYTES,
         }

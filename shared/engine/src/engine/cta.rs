@@ -5,7 +5,9 @@ use serde_json::{Value, json};
 
 use super::ask::Ask;
 use super::{Execution, Next, Step, Work, derive_id};
-use crate::cta::{Cta, CtaRequest, CtaResponse, CtaStatus, Gated};
+use crate::cta::{
+    Cta, CtaRequest, CtaResponse, CtaStatus, ESCALATE_TIMER, Gated, NOTIFY_TIMER, REMIND_TIMER,
+};
 use crate::message::{Effect, Input};
 use crate::run::{ExpiryPolicy, RunStatus};
 use crate::timeline::{CtaSnapshot, EntryBody, ToolResult};
@@ -99,11 +101,9 @@ pub(super) fn answered(
     snap.status = CtaStatus::Answered;
     snap.response = Some(response.clone());
     snap.responder = responder.map(str::to_owned);
+    cancel_timers(&mut w.effects, &snap);
     w.resolve(seq, result, Some(snap));
     w.tell_parent_resumed(cta_id);
-    w.effects.push(Effect::CancelTimer {
-        timer_id: cta_id.to_owned(),
-    });
     w.after_resolution()
 }
 
@@ -156,6 +156,7 @@ pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
         return expired_into_default(w, seq, snap, default, &message);
     }
     let gate = snap.gate;
+    cancel_timers(&mut w.effects, &snap);
     w.resolve(seq, ToolResult::error(message.clone()), Some(snap));
     if gate && !w.other_gates_pending(cta_id) {
         for e in w.deferred_calls() {
@@ -166,9 +167,6 @@ pub(super) fn expired(w: &mut Work, cta_id: &str) -> Next {
         }
     }
     w.tell_parent_resumed(cta_id);
-    w.effects.push(Effect::CancelTimer {
-        timer_id: cta_id.to_owned(),
-    });
     match w.run.origin.on_expiry {
         ExpiryPolicy::Continue => {
             w.push(EntryBody::Notice {
@@ -201,11 +199,9 @@ fn expired_into_default(
     snap.response = Some(default.clone());
     snap.defaulted = true;
     let expires_at = snap.expires_at;
+    cancel_timers(&mut w.effects, &snap);
     w.resolve(seq, ToolResult::Success { output }, Some(snap));
     w.tell_parent_resumed(&cta_id);
-    w.effects.push(Effect::CancelTimer {
-        timer_id: cta_id.clone(),
-    });
     let detail = json!({
         "ctaId": cta_id,
         "runId": w.run.run_id,
@@ -214,6 +210,15 @@ fn expired_into_default(
     });
     w.publish(DEFAULT_APPLIED, detail);
     w.after_resolution()
+}
+
+/// Cancels a settled question's expiry and its notifications' timers.
+pub(super) fn cancel_timers(effects: &mut Vec<Effect>, snap: &CtaSnapshot) {
+    for timer_id in std::iter::once(&snap.cta_id).chain(&snap.timers) {
+        effects.push(Effect::CancelTimer {
+            timer_id: timer_id.clone(),
+        });
+    }
 }
 
 /// The detail-type of the event that says a question expired into its default. Not
@@ -353,8 +358,36 @@ impl Work<'_> {
             required,
             approvals: Vec::new(),
             audit: vec![crate::cta::AuditEvent::new("created", self.now)],
+            notify: assignment.notify.clone(),
+            remind_after_seconds: assignment.remind_after_seconds,
+            escalate_after_seconds: assignment.escalate_after_seconds,
+            escalate_to: assignment.escalate_to.clone(),
+            deliveries: Vec::new(),
             rev: 0,
         };
+        let mut cta = cta;
+        cta.deliveries = cta.round("asked", &cta.recipients());
+        // Its notifications, reminders and escalation run on the durable timers its expiry
+        // does, each named by the question.
+        let timers = [
+            (NOTIFY_TIMER, (!cta.deliveries.is_empty()).then_some(0)),
+            (REMIND_TIMER, assignment.remind_after_seconds),
+            (ESCALATE_TIMER, assignment.escalate_after_seconds),
+        ];
+        let mut set = Vec::new();
+        for (prefix, after) in timers {
+            let Some(after) = after else { continue };
+            let at = self.now + chrono::Duration::seconds(i64::try_from(after).unwrap_or(0));
+            if at < expires_at {
+                let timer_id = format!("{prefix}{cta_id}");
+                set.push(timer_id.clone());
+                self.effects.push(Effect::Timer {
+                    timer_id,
+                    run_id: self.run.run_id.clone(),
+                    at,
+                });
+            }
+        }
         let mut detail = json!({
             "ctaId": cta_id,
             "runId": self.run.run_id,
@@ -402,6 +435,7 @@ impl Work<'_> {
             expires_at,
             gate,
             budget,
+            timers: set,
         });
         ToolResult::Pending {
             reason: "waiting for a human".into(),

@@ -107,9 +107,7 @@ impl Work<'_> {
                         });
                     }
                 }
-                self.effects.push(Effect::CancelTimer {
-                    timer_id: s.cta_id.clone(),
-                });
+                super::cta::cancel_timers(&mut self.effects, s);
             }
             if let Some(child) = &t.child_run_id {
                 let id = format!("{child}:cancel:{}", self.run.run_id);

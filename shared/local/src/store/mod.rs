@@ -405,6 +405,10 @@ impl Ctas for LocalStore {
                     params![body, cta_id],
                 )
                 .map_err(sql)?;
+                // An escalation's new assignees find it in their inboxes.
+                if let CtaChange::Round { assignees, .. } = &change {
+                    lists::assign(c, &cta_id, assignees)?;
+                }
             }
             Ok(Changed::Applied { cta, settled })
         })

@@ -63,9 +63,7 @@ impl Work<'_> {
             self.effects.push(Effect::CancelCta {
                 cta_id: cta_id.clone(),
             });
-            self.effects.push(Effect::CancelTimer {
-                timer_id: cta_id.clone(),
-            });
+            crate::engine::cta::cancel_timers(&mut self.effects, &snap);
             self.tell_parent_resumed(&cta_id);
             state.review = Some(plan::Review {
                 by: "conversation".into(),
