@@ -39,8 +39,9 @@ try {
   assert.match(await shipCard.innerText(), /Prompt\s+release v2/i);
   assert.match(await shipCard.innerText(), /agent approver/);
   assert.match(await shipCard.innerText(), /(d|h|min) .*left/);
-  // One request for the page of questions: each carries its run's prompt and agent.
-  assert.deepStrictEqual(asked, ["/ctas"], "the inbox's requests");
+  // One request for the page of questions, one for those assigned to you (none here): each
+  // question carries its run's prompt and agent, so there is no request per question.
+  assert.deepStrictEqual(asked, ["/ctas", "/ctas"], "the inbox's requests");
   await page.screenshot({ path: cfg.shots + "/inbox.png", fullPage: true });
   step("inbox shown");
 

@@ -180,9 +180,36 @@ function budgetAsked(b) {
     money(b.budgetUsd), " · approving adds ", money(b.askUsd), " beyond what it has spent");
 }
 
+// Answered here, and recorded as given through the console.
 function postAnswer(cta) {
   return (answer) => api(`/ctas/${encodeURIComponent(cta.ctaId)}/response`,
-    { method: "POST", body: answer });
+    { method: "POST", body: answer, headers: { "X-Baton-Via": "console" } });
+}
+
+// Who a question is for, and how many approvals it still needs.
+function assignment(cta) {
+  if (!cta.assignees || !cta.assignees.length) return null;
+  const need = cta.requiredApprovals > 1
+    ? ` · ${(cta.approvals || []).length} of ${cta.requiredApprovals} approvals` : "";
+  return el("p", { class: "meta" }, "For ", cta.assignees.join(", "), need);
+}
+
+// A question's history, read when opened (GET /ctas/{id}/audit).
+function history(cta) {
+  const list = el("ol", { class: "audit" });
+  const box = el("details", { class: "history" }, el("summary", {}, "History"), list);
+  box.addEventListener("toggle", async () => {
+    if (!box.open || list.childElementCount) return;
+    const { status, body } = await api(`/ctas/${encodeURIComponent(cta.ctaId)}/audit`);
+    if (status !== 200) { list.append(el("li", {}, "status " + status)); return; }
+    for (const e of body.events || []) {
+      const who = [e.by && "by " + e.by, e.via && "via " + e.via, e.channel && "through " + e.channel,
+        e.recipient && "to " + e.recipient, e.outcome, e.detail].filter(Boolean).join(" · ");
+      list.append(el("li", {}, el("time", { datetime: e.at }, new Date(e.at).toLocaleString()), " ",
+        el("strong", {}, e.type), who ? " — " + who : ""));
+    }
+  });
+  return box;
 }
 
 // ---- pages ----------------------------------------------------------------------------
@@ -237,9 +264,11 @@ async function inbox(params) {
         el("a", { href: "#/runs/" + encodeURIComponent(cta.runId) }, "run " + cta.runId),
         el("span", {}, timeLeft(cta.expiresAt))),
       cta.runPrompt ? el("p", {}, el("span", { class: "kind" }, "Prompt "), cta.runPrompt) : null,
+      assignment(cta),
       context(cta),
       fallback(cta),
-      answerForm(cta, postAnswer(cta))));
+      answerForm(cta, postAnswer(cta)),
+      history(cta)));
     if (cursor) list.lastChild.remove(); else list.replaceChildren();
     list.append(...cards);
     if (body.nextCursor) {
@@ -248,7 +277,23 @@ async function inbox(params) {
       list.append(more);
     }
   };
+  // The questions assigned to you (by name or by group) in other people's runs, asked for
+  // beside your own: their runs are theirs, so no link to them.
+  const assignedToYou = run ? null : api("/ctas?assigned=me&status=pending&limit=50");
   await page(null);
+  if (!assignedToYou) return;
+  const mine = await assignedToYou;
+  const others = (mine.body && mine.body.ctas) || [];
+  if (mine.status !== 200 || !others.length) return;
+  const assigned = el("section", { "aria-label": "Assigned to you" }, el("h2", {}, "Assigned to you"),
+    ...others.map((cta) => el("article", { class: "card", "aria-label": question(cta) },
+      el("h2", {}, question(cta)),
+      el("div", { class: "meta" }, badge(cta.kind),
+        el("span", {}, "agent ", el("strong", {}, cta.agent || "?")),
+        el("span", {}, timeLeft(cta.expiresAt))),
+      assignment(cta), context(cta), fallback(cta),
+      answerForm(cta, postAnswer(cta)), history(cta))));
+  list.after(assigned);
 }
 
 // What a question with a default takes if no one answers in time (when its run expires

@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use baton_core::cta::{Cta, CtaResponse};
 
 use crate::bodies::{
-    AnswerAccepted, CreateRunBody, CtaList, ForkAccepted, ForkBody, Health, Link, LinkQuestion,
+    AnswerAccepted, Audit, CreateRunBody, CtaList, ForkAccepted, ForkBody, Health, Link, LinkQuestion,
     MessageBody, RequestAccepted, RunAccepted, RunList, RunPage, RunTreeBody, TimelinePage,
     UsageBody,
 };
@@ -148,6 +148,7 @@ pub fn document(agents: &[&str]) -> Value {
     let link = schema::<Link>(&mut g);
     let watch = schema::<crate::live::WatchBody>(&mut g);
     let question = schema::<LinkQuestion<'static>>(&mut g);
+    let audit = schema::<Audit>(&mut g);
     let health = schema::<Health>(&mut g);
 
     let paths = json!({
@@ -245,8 +246,9 @@ pub fn document(agents: &[&str]) -> Value {
                     "content": {"*/*": {"schema": {"type": "string", "contentEncoding": "binary"}}}},
                 "302": {"description": "a file over 1 MiB where the host serves it from its store (S3): `Location` is a URL valid 5 minutes"},
                 "default": {"description": "a refusal", "content": json_body(error.clone())}}}},
-        "/ctas": {"get": {"summary": "your CTAs",
+        "/ctas": {"get": {"summary": "your CTAs, or (`assigned=me`) those assigned to you",
             "parameters": [
+                {"name": "assigned", "in": "query", "required": false, "schema": {"enum": ["me"]}},
                 {"name": "status", "in": "query", "required": false,
                  "schema": {"enum": ["pending", "answered", "expired", "cancelled", "all"]}},
                 {"name": "rootRunId", "in": "query", "required": false, "schema": {"type": "string"}},
@@ -254,13 +256,16 @@ pub fn document(agents: &[&str]) -> Value {
                  "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 50}},
                 {"name": "cursor", "in": "query", "required": false, "schema": {"type": "string"}}],
             "responses": ok("200", "a page of CTAs: by status, oldest first; `nextCursor` when more follow", ctas, &common)}},
-        "/ctas/{ctaId}": {"get": {"summary": "one CTA", "parameters": [cta_id.clone()],
+        "/ctas/{ctaId}": {"get": {"summary": "one CTA (its owner's, or an assignee's)", "parameters": [cta_id.clone()],
             "responses": ok("200", "the CTA", cta.clone(), &common)}},
+        "/ctas/{ctaId}/audit": {"get": {"summary": "a CTA's history", "parameters": [cta_id.clone()],
+            "responses": ok("200", "its events, oldest first", audit, &common)}},
         "/ctas/{ctaId}/response": {"post": {"summary": "answer a CTA (the first answer wins)",
             "parameters": [cta_id.clone()],
             "requestBody": {"required": true, "content": json_body(response.clone())},
             "responses": ok("202", "recorded", answered.clone(),
-                &[("400", "not an answer to this CTA"), ("401", "no or wrong token"), ("404", "no such CTA"),
+                &[("400", "not an answer to this CTA"), ("401", "no or wrong token"),
+                  ("403", "`not_assignee`: neither its owner nor an assignee"), ("404", "no such CTA"),
                   ("409", "answered already, or cancelled"), ("410", "expired")])}},
         "/ctas/{ctaId}/link": {"post": {"summary": "a one-time answer link to a pending CTA",
             "parameters": [cta_id],
