@@ -16,7 +16,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-target=$(target_dir)
+# Absolute: a recipe that builds elsewhere (the starter's project, in a temporary directory)
+# shares this target directory, as its text says it may, instead of compiling every
+# dependency again there (minutes, and gigabytes of a temporary directory that may be small).
+mkdir -p "$(target_dir)"
+target=$(cd "$(target_dir)" && pwd)
 export CARGO_TARGET_DIR="$target" CARGO_INSTALL_ROOT="$target/recipes"
 export PATH="$CARGO_INSTALL_ROOT/bin:$PATH"
 unset BATON_TOKEN BATON_ENDPOINT AWS_ENDPOINT_URL
@@ -59,17 +63,19 @@ PY
 before=$(git status --porcelain --untracked-files=all 2>/dev/null || true)
 
 failed=0
+failures=()
 for script in "$dir"/*.sh; do
   name=$(basename "$script" .sh)
   echo "== recipe ${name#*-}"
   # A session of its own, so that what it leaves running (a `&` it did not kill because a
-  # command failed) is stopped with it.
-  setsid bash -e -x "$script" </dev/null &
+  # command failed) is stopped with it. What it prints is kept, for a failure's summary.
+  setsid bash -e -x "$script" </dev/null > >(tee "$dir/$name.log") 2>&1 &
   pid=$!
   if wait "$pid"; then
     echo "== recipe ${name#*-}: ok"
   else
     echo "== recipe ${name#*-}: FAILED" >&2
+    failures+=("$name")
     failed=1
   fi
   kill -- -"$pid" 2>/dev/null || true
@@ -81,4 +87,9 @@ if [[ "$before" != "$after" ]]; then
   diff <(echo "$before") <(echo "$after") >&2 || true
   failed=1
 fi
+# A failed recipe's end again, last: CI shows the end of what a run printed.
+for name in "${failures[@]}"; do
+  echo "== recipe ${name#*-} FAILED; the last 40 lines it printed:" >&2
+  tail -n 40 "$dir/$name.log" >&2
+done
 exit "$failed"

@@ -80,7 +80,10 @@ fn notified_agents(base: &str) -> Arc<baton_core::agent::Catalog> {
 /// What the receivers got: each request's path, signature header and body. The webhook
 /// refuses its first request (503), so that a retry is seen.
 #[derive(Clone, Default)]
-struct Received(Arc<std::sync::Mutex<Vec<(String, Option<String>, Value)>>>);
+struct Received(Arc<std::sync::Mutex<Vec<Request>>>);
+
+/// A request a receiver got: its path, its signature header, its body.
+type Request = (String, Option<String>, Value);
 
 impl Received {
     async fn start(&self) -> String {
@@ -123,7 +126,7 @@ impl Received {
         format!("http://{addr}")
     }
 
-    fn all(&self) -> Vec<(String, Option<String>, Value)> {
+    fn all(&self) -> Vec<Request> {
         self.0.lock().unwrap().clone()
     }
 

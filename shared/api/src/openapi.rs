@@ -9,9 +9,9 @@ use serde_json::{Map, Value, json};
 use baton_core::cta::{Cta, CtaResponse};
 
 use crate::bodies::{
-    AnswerAccepted, Audit, CreateRunBody, CtaList, ForkAccepted, ForkBody, Health, Link, LinkQuestion,
-    MessageBody, RequestAccepted, RunAccepted, RunList, RunPage, RunTreeBody, TimelinePage,
-    UsageBody,
+    AnswerAccepted, Audit, CreateRunBody, CtaList, ForkAccepted, ForkBody, Health, Link,
+    LinkQuestion, MessageBody, RequestAccepted, RunAccepted, RunList, RunPage, RunTreeBody,
+    TimelinePage, UsageBody,
 };
 use crate::error::ErrorBody;
 
