@@ -64,6 +64,7 @@ pub async fn dev(
     }
     let (llm, catalog) =
         crate::model_and_agents(script.as_deref(), agents.as_deref(), config, extensions).await?;
+    crate::check_assignees(&catalog, &users)?;
     let (token, made) = match token.filter(|t| !t.trim().is_empty()) {
         Some(t) => (t, false),
         None => (format!("btn_{}", uuid::Uuid::new_v4().simple()), true),

@@ -517,6 +517,50 @@ fn read_users(path: Option<&std::path::Path>) -> anyhow::Result<Vec<baton_api::T
     Ok(file.users)
 }
 
+/// With a users file, every assignee the agents name (who answers their questions, and whom
+/// they escalate to) is someone in it: the server's owner, a user it lists, or a group one
+/// of them is in. A name that matches no one would leave a question nobody but its owner can
+/// answer: a start-up error naming it.
+pub(crate) fn check_assignees(
+    catalog: &baton_core::agent::Catalog,
+    users: &[baton_api::TokenUser],
+) -> anyhow::Result<()> {
+    if users.is_empty() {
+        return Ok(());
+    }
+    for name in catalog.agent_names() {
+        let Some(agent) = catalog.agent(name) else {
+            continue;
+        };
+        let policies = agent
+            .approval
+            .values()
+            .filter_map(|p| p.assignment.as_ref())
+            .chain([&agent.questions]);
+        for principal in policies.flat_map(|q| q.assignees.iter().chain(&q.escalate_to)) {
+            let known = match principal.split_once(':') {
+                Some(("user", u)) => {
+                    u == baton_dev::LOCAL_OWNER || users.iter().any(|x| x.user == u)
+                }
+                Some(("group", g)) => users.iter().any(|x| x.groups.iter().any(|have| have == g)),
+                _ => false,
+            };
+            if !known {
+                anyhow::bail!(
+                    "agent `{name}` assigns questions to `{principal}`, whom the users file does \
+                     not know (its users: {})",
+                    users
+                        .iter()
+                        .map(|u| u.user.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn dev(
     addr: SocketAddr,
@@ -530,6 +574,7 @@ async fn dev(
 ) -> anyhow::Result<()> {
     let (llm, catalog) =
         model_and_agents(script.as_deref(), agents.as_deref(), config, extensions).await?;
+    check_assignees(&catalog, &users)?;
     // Traces go to OTEL_EXPORTER_OTLP_ENDPOINT when it is set; none are made otherwise.
     let traces = baton_telemetry::Traces::from_env("baton-dev")?;
     let server = LocalServer::start(LocalOptions {

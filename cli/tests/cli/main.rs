@@ -662,3 +662,49 @@ fn check_baton_command(page: &Path, line: &str, command: &str) -> usize {
     }
     checked
 }
+
+/// `baton dev --users`: a file that is not one, and agents whose questions go to someone it
+/// does not know, stop the start with exit code 2 and a line naming the problem.
+#[test]
+fn a_users_file_is_checked_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users.json");
+    let agents = dir.path().join("agents.json");
+    let start = |users_text: &str, agents_text: &str| {
+        std::fs::write(&users, users_text).unwrap();
+        std::fs::write(&agents, agents_text).unwrap();
+        Command::new(BIN)
+            .args(["dev", "--addr", "127.0.0.1:0", "--data"])
+            .arg(dir.path().join("data"))
+            .arg("--users")
+            .arg(&users)
+            .arg("--agents")
+            .arg(&agents)
+            .env_remove("BATON_TOKEN")
+            .output()
+            .unwrap()
+    };
+    let team = r#"{"agents": {"a": {"tools": [], "questions": {"assignees": ["group:ops", "user:zed"]}}}}"#;
+    let alice =
+        r#"{"users": [{"token": "alice-token-0123456789", "user": "alice", "groups": ["ops"]}]}"#;
+    let cases = [
+        (
+            r#"{"users": [{"token": "short", "user": "alice"}]}"#,
+            team,
+            "shorter than 16",
+        ),
+        (
+            r#"{"users": [{"token": "alice-token-0123456789", "user": "local"}]}"#,
+            team,
+            "the server's owner",
+        ),
+        (r#"{"people": []}"#, team, "unknown field"),
+        (alice, team, "`user:zed`, whom the users file does not know"),
+    ];
+    for (users_text, agents_text, says) in cases {
+        let out = start(users_text, agents_text);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{users_text}: {err}");
+        assert!(err.contains(says), "{users_text}: {err}");
+    }
+}
