@@ -534,3 +534,59 @@ async fn questions_reach_their_assignees(host: &mut impl TestHost) {
 fn answer_path(cta: &Value) -> String {
     format!("/ctas/{}/response", cta["ctaId"].as_str().unwrap())
 }
+
+/// Through the bus, the sender is trusted with whom it names, but a question with assignees
+/// is answered by its owner or a `user:` assignee the event names (a group's members are
+/// not known there): anyone else's answer changes nothing; the named ones count.
+#[tokio::test]
+async fn bus_answers_name_an_assignee() {
+    let aws = Arc::new(Emulator::start_with(None).await);
+    let (_mock, llm) = common::mock_openai::start(SCRIPT).await;
+    let options = aws.dev_options(aws.names("asgbus"), llm, agents(), 0).await;
+    let mut host = AwsHost::start(aws, options).await;
+    let owner = host.api().clone();
+    let run_id = owner.post_ok("/runs", json!({"prompt": "Ship"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cta = owner.pending("approval").await;
+    let id = cta["ctaId"].as_str().unwrap().to_owned();
+    let answer = |responder: &str| json!({"ctaId": id, "kind": "approval", "approved": true, "responder": responder});
+    // alice is in ops, but the bus cannot know it; mallory is no one's.
+    for stranger in ["mallory", "alice"] {
+        host.put_event("cta.response", answer(stranger)).await;
+    }
+    host.put_event("cta.response", answer("carol")).await;
+    let one = owner
+        .wait("carol's approval", async |api: &Api| {
+            let c = api.get_ok(&format!("/ctas/{id}")).await;
+            (c["approvals"].as_array().is_some_and(|a| !a.is_empty())).then_some(c)
+        })
+        .await;
+    assert_eq!(one["status"], "pending");
+    host.put_event("cta.response", answer("local")).await;
+    owner.status(&run_id, "completed").await;
+    let settled = owner.get_ok(&format!("/ctas/{id}")).await;
+    let by: Vec<&str> = settled["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["by"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        by,
+        ["carol", "local"],
+        "the strangers' answers counted for nothing"
+    );
+    let audit = owner.get_ok(&format!("/ctas/{id}/audit")).await;
+    assert!(
+        audit["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == "approved")
+            .all(|e| e["via"] == "bus"),
+        "{audit}"
+    );
+    host.stop().await;
+}
