@@ -7,7 +7,8 @@
 #
 # The recipes use what a user's machine would: `cargo install` puts `baton` under the target
 # directory here (CARGO_INSTALL_ROOT), on PATH; `baton dev` listens on 127.0.0.1:8787 and its
-# data is ./.baton (an existing one is set aside and put back); moto listens on 5000.
+# data is ./.baton (an existing one is set aside and put back); moto listens on 5000; the team
+# recipe's `baton dev` on 8798 and its webhook receiver on 8799.
 #
 # BATON_RECIPES_INSTALL_DEBUG=1 makes each `cargo install` a debug one (`--debug`): it then
 # reuses the `cargo build -p baton-cli` the demo made (same package, features and profile)
@@ -27,7 +28,7 @@ unset BATON_TOKEN BATON_ENDPOINT AWS_ENDPOINT_URL
 dir="$target/recipes/scripts"
 rm -rf "$dir" && mkdir -p "$dir"
 
-for port in 8787 5000; do
+for port in 8787 5000 8798 8799; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     echo "recipes: something already listens on 127.0.0.1:$port, which the recipes use" >&2
     exit 1

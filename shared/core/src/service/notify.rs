@@ -215,12 +215,24 @@ impl Shared {
             .filter(|(d, t)| !t.ok && d.attempts >= MAX_DELIVERY_ATTEMPTS)
             .map(|(d, _)| d.id.as_str())
             .collect();
-        let Changed::Applied { cta, .. } = self
-            .deps
-            .store
-            .change_cta(cta_id, &CtaChange::Tried(tried.clone()), now)
-            .await?
-        else {
+        // What came of the tries, written with a few more chances than a change usually
+        // gets: a write lost here leaves the tries claimed until their lease ends.
+        let mut left = 3;
+        let written = loop {
+            match self
+                .deps
+                .store
+                .change_cta(cta_id, &CtaChange::Tried(tried.clone()), now)
+                .await
+            {
+                Err(e) if e.is_retryable() && left > 0 => {
+                    left -= 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                other => break other?,
+            }
+        };
+        let Changed::Applied { cta, .. } = written else {
             return Ok(());
         };
         // Given up on now: said on the bus, where an alarm or a person can take it up.
