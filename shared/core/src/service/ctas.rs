@@ -57,6 +57,39 @@ impl Answerer {
     }
 }
 
+/// What a page of CTAs asks the store for: `limit` + 1 of `status` under `root_run_id`,
+/// after `cursor` (a previous page's `next`); `None` when the page is empty by its cursor (a
+/// position among another status's CTAs is before or after all of this one's).
+fn page_query(
+    status: Option<CtaStatus>,
+    root_run_id: Option<&str>,
+    cursor: Option<&str>,
+    limit: usize,
+) -> Result<Option<CtaQuery>, ServiceError> {
+    if !(1..=MAX_CTA_PAGE).contains(&limit) {
+        return Err(ServiceError::Invalid(format!(
+            "`limit` must be between 1 and {MAX_CTA_PAGE}"
+        )));
+    }
+    let mut after: Option<CtaPosition> = cursor
+        .map(|c| super::decode_cursor(c, "CTAs"))
+        .transpose()?;
+    if let (Some(a), Some(st)) = (&after, status)
+        && a.status != st
+    {
+        if a.status.as_str() > st.as_str() {
+            return Ok(None);
+        }
+        after = None;
+    }
+    Ok(Some(CtaQuery {
+        status,
+        root_run_id: root_run_id.map(str::to_owned),
+        after,
+        limit: limit + 1,
+    }))
+}
+
 impl Requests {
     /// A page of an owner's CTAs, optionally of one status and under one top-level run
     /// (every CTA of the run and of its subagents, at any depth): at most `limit` (up to
@@ -71,35 +104,15 @@ impl Requests {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<Cta>, Option<String>), ServiceError> {
-        if !(1..=MAX_CTA_PAGE).contains(&limit) {
-            return Err(ServiceError::Invalid(format!(
-                "`limit` must be between 1 and {MAX_CTA_PAGE}"
-            )));
-        }
-        let mut after: Option<CtaPosition> = cursor
-            .map(|c| super::decode_cursor(c, "CTAs"))
-            .transpose()?;
-        // A position among another status's CTAs is before or after all of this one's.
-        if let (Some(a), Some(st)) = (&after, status)
-            && a.status != st
-        {
-            if a.status.as_str() > st.as_str() {
-                return Ok((Vec::new(), None));
-            }
-            after = None;
-        }
+        let Some(query) = page_query(status, root_run_id, cursor, limit)? else {
+            return Ok((Vec::new(), None));
+        };
         if let Some(root) = root_run_id {
             match self.shared.deps.store.get_run(root).await? {
                 Some(rec) if rec.run.owner == owner => {}
                 _ => return Err(ServiceError::NotFound(format!("no run `{root}`"))),
             }
         }
-        let query = CtaQuery {
-            status,
-            root_run_id: root_run_id.map(str::to_owned),
-            after,
-            limit: limit + 1,
-        };
         let mut ctas = self.shared.deps.store.list_ctas(owner, &query).await?;
         let next = super::cut_page(&mut ctas, limit, CTA_PAGE_BYTES, CtaPosition::of);
         Ok((ctas, next))
@@ -116,33 +129,14 @@ impl Requests {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<Cta>, Option<String>), ServiceError> {
-        if !(1..=MAX_CTA_PAGE).contains(&limit) {
-            return Err(ServiceError::Invalid(format!(
-                "`limit` must be between 1 and {MAX_CTA_PAGE}"
-            )));
-        }
-        let mut after: Option<CtaPosition> = cursor
-            .map(|c| super::decode_cursor(c, "CTAs"))
-            .transpose()?;
-        if let (Some(a), Some(st)) = (&after, status)
-            && a.status != st
-        {
-            if a.status.as_str() > st.as_str() {
-                return Ok((Vec::new(), None));
-            }
-            after = None;
-        }
+        let Some(query) = page_query(status, root_run_id, cursor, limit)? else {
+            return Ok((Vec::new(), None));
+        };
         let mut principals = vec![format!("user:{id}")];
         if let Some((_, sub)) = id.rsplit_once('#') {
             principals.push(format!("user:{sub}"));
         }
         principals.extend(groups.iter().map(|g| format!("group:{g}")));
-        let query = CtaQuery {
-            status,
-            root_run_id: root_run_id.map(str::to_owned),
-            after,
-            limit: limit + 1,
-        };
         let mut ctas = self
             .shared
             .deps
