@@ -354,11 +354,13 @@ pub(crate) struct CtaList {
 }
 
 /// A CTA as its owner and assignees see it: all but the link nonce (a link's own secret
-/// part), its revision, and its history (`GET /ctas/{id}/audit`).
+/// part), its revision, its history (`GET /ctas/{id}/audit`) and its notifications' book-
+/// keeping (their outcomes are in the history).
 pub(crate) fn owner_view(mut cta: Cta) -> Cta {
     cta.link_nonce = None;
     cta.rev = 0;
     cta.audit = Vec::new();
+    cta.deliveries = Vec::new();
     cta
 }
 
