@@ -191,12 +191,15 @@ pub fn is_retryable_code(code: &str) -> bool {
     RETRYABLE.contains(&code)
 }
 
-/// The reasons a cancelled DynamoDB transaction gives per item that mean "try again later"
-/// (`ConditionalCheckFailed`, `ValidationError` and the size limits do not).
+/// The reasons a cancelled DynamoDB transaction gives per item that mean "try again later":
+/// throttling, a conflict of the moment, and any reason DynamoDB does not document as final
+/// (`None`, `ConditionalCheckFailed`, `ValidationError` and the size limit are; an emulator
+/// under load has cancelled with the name of its own internal error, which a second try
+/// got past: a step tried again is bounded, a run failed at once is not undone).
 pub fn is_retryable_cancellation(code: &str) -> bool {
-    matches!(
+    !matches!(
         code,
-        "ThrottlingError" | "TransactionConflict" | "ProvisionedThroughputExceeded"
+        "None" | "ConditionalCheckFailed" | "ValidationError" | "ItemCollectionSizeLimitExceeded"
     )
 }
 
@@ -255,5 +258,25 @@ where
             message: format!("{what} left {n} entries undone {ENTRY_ATTEMPTS} times"),
             source: None,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_retryable_cancellation;
+
+    #[test]
+    fn a_transaction_is_tried_again_unless_a_reason_is_final() {
+        for final_reason in [
+            "None",
+            "ConditionalCheckFailed",
+            "ValidationError",
+            "ItemCollectionSizeLimitExceeded",
+        ] {
+            assert!(!is_retryable_cancellation(final_reason), "{final_reason}");
+        }
+        for passing in ["TransactionConflict", "ThrottlingError", "RuntimeError"] {
+            assert!(is_retryable_cancellation(passing), "{passing}");
+        }
     }
 }
