@@ -772,6 +772,11 @@ impl Cta {
                         self.assignees.push(a.clone());
                     }
                 }
+                // What earlier rounds settled (delivered, or given up) is in the history: the
+                // record keeps what is still owed, so that a reminder every minute for a
+                // month does not outgrow an item (DynamoDB's 400 KB).
+                self.deliveries
+                    .retain(|d| !d.done && d.attempts < MAX_DELIVERY_ATTEMPTS);
                 for d in deliveries {
                     if !self.deliveries.iter().any(|have| have.id == d.id) {
                         self.deliveries.push(d.clone());
@@ -1134,6 +1139,35 @@ mod tests {
         let noted = CtaChange::Record(AuditEvent::new("notified", at));
         assert_eq!(cta.apply(&noted, at), Applied::Changed { settled: false });
         assert_eq!(cta.rev, 3);
+    }
+
+    #[test]
+    fn a_round_keeps_only_what_is_still_owed() {
+        let at = Utc::now();
+        let mut cta = approval_for_two();
+        cta.notify = vec!["hook".into()];
+        for n in 1..=100 {
+            let round = format!("reminder-{n}");
+            let change = CtaChange::Round {
+                event: AuditEvent::new("reminded", at),
+                assignees: Vec::new(),
+                deliveries: cta.round(&round, &cta.recipients()),
+            };
+            assert_eq!(cta.apply(&change, at), Applied::Changed { settled: false });
+            let tried = cta
+                .deliveries
+                .iter()
+                .map(|d| Tried {
+                    id: d.id.clone(),
+                    ok: true,
+                    outcome: "delivered (204)".into(),
+                })
+                .collect();
+            cta.apply(&CtaChange::Tried(tried), at);
+        }
+        // Two recipients, one channel: the last round's two, not a hundred rounds' worth.
+        assert_eq!(cta.deliveries.len(), 2, "{:?}", cta.deliveries);
+        assert!(cta.deliveries.iter().all(|d| d.round == "reminder-100"));
     }
 
     #[test]
