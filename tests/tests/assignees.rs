@@ -234,7 +234,20 @@ async fn questions_are_told_to_their_people(host: &mut impl TestHost, received: 
     assert_eq!(button["type"], "button");
     assert!(button["url"].as_str().unwrap().contains("/console#/link/"));
     wait("the webhook's first try", "/hook", "cta.request", 1).await;
-    // Retried 30 s after the first try's claim (60 s) ended.
+    // Its outcome recorded (until then its claim holds it: a timer that fires sooner finds
+    // nothing owed), it is retried 30 s after the first try's claim (60 s) ended.
+    owner
+        .wait("the failed try's record", async |api: &Api| {
+            let audit = api.get_ok(&format!("/ctas/{id}/audit")).await;
+            audit["events"].as_array()?.iter().find(|e| {
+                e["type"] == "notified"
+                    && e["outcome"]
+                        .as_str()
+                        .is_some_and(|o| o.starts_with("failed"))
+            })?;
+            Some(())
+        })
+        .await;
     host.fire(&run_id, &format!("ntf-{id}"), at(&cta, 91)).await;
     let hooks = wait("the webhook's retry", "/hook", "cta.request", 2).await;
     let asked = &hooks[1];
