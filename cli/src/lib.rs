@@ -595,6 +595,7 @@ async fn dev(
             daily_cost_usd: config.max_daily_cost_usd_per_owner,
         },
         users,
+        smtp_url: config.smtp_url.clone(),
         ..LocalOptions::new(data.clone(), llm, catalog)
     })
     .await?;

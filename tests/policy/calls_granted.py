@@ -214,6 +214,8 @@ def arn_of(resource):
         return f"arn:aws:s3:::{ours(name)}"
     if kind == "secret":
         return rest
+    if kind == "identity":
+        return f"arn:aws:ses:{REGION}:{ACCOUNT}:identity/{rest}"
     raise SystemExit(f"recorded resource {resource}: a kind this check does not know")
 
 

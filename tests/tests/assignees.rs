@@ -5,7 +5,8 @@
 //! for an assignee answering as them, the first rejection settling the question, and the
 //! history of each (`GET /ctas/{id}/audit`). And the same questions told to their people:
 //! through a signed webhook and Slack's format, each with a link of the recipient's own, a
-//! failed delivery tried again, a reminder, and an escalation that fires after a restart.
+//! failed delivery tried again, by e-mail (SMTP on `baton dev`, SES over AWS APIs), a
+//! reminder, and an escalation that fires after a restart.
 
 use crate::common;
 
@@ -59,18 +60,21 @@ async fn aws() {
 /// The secret the test webhook's deliveries are signed with.
 const HOOK_SECRET: &str = "a-webhook-secret-of-some-length";
 
-/// The agents, told through `hook` (a webhook) and `slack` at `base`: the orchestrator's
-/// questions go to `ops`, are reminded after 200 s and escalated to `dave` after 300 s.
-fn notified_agents(base: &str) -> Arc<baton_core::agent::Catalog> {
+/// The agents, told through `hook` (a webhook) and `slack` at `base`, and by e-mail from
+/// `from`: the orchestrator's questions go to `ops`, are reminded after 200 s and escalated
+/// to `dave` after 300 s.
+fn notified_agents(base: &str, from: &str) -> Arc<baton_core::agent::Catalog> {
     catalog(Some(json!({
         "notifiers": {
             "hook": {"type": "webhook", "url": format!("{base}/hook"), "secret": HOOK_SECRET},
-            "slack": {"type": "slack", "url": format!("{base}/slack")}
+            "slack": {"type": "slack", "url": format!("{base}/slack")},
+            "mail": {"type": "email", "from": from,
+                     "to": {"group:ops": "ops@example.com", "user:dave": "dave@example.com"}}
         },
         "agents": {"orchestrator": {
             "system": "agent:orchestrator",
             "tools": ["request_human_feedback"],
-            "questions": {"assignees": ["group:ops"], "notify": ["hook", "slack"],
+            "questions": {"assignees": ["group:ops"], "notify": ["hook", "slack", "mail"],
                           "remindAfterSeconds": 200, "escalateAfterSeconds": 300,
                           "escalateTo": ["user:dave"]}
         }}
@@ -163,20 +167,43 @@ fn verify(header: &str, body: &[u8]) -> bool {
     want == v1
 }
 
+/// Where a host's e-mail is read back: the SMTP server `baton dev` sends through, or SES's
+/// record on the emulator.
+enum Mailbox {
+    Smtp(common::python::SmtpSink),
+    Ses(Arc<Emulator>),
+}
+
+impl Mailbox {
+    /// Every message sent to `to`, as `{from, to, subject, text}`.
+    async fn to(&self, to: &str) -> Vec<Value> {
+        let all = match self {
+            Mailbox::Smtp(sink) => sink.taken(),
+            Mailbox::Ses(aws) => aws.sent_mail().await,
+        };
+        all.into_iter()
+            .filter(|m| m["to"].as_array().is_some_and(|t| t.contains(&json!(to))))
+            .collect()
+    }
+}
+
 #[tokio::test]
 async fn notified_local() {
     let received = Received::default();
     let base = received.start().await;
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(baton_core::ports::ManualClock::new(chrono::Utc::now()));
-    let options = local_options(
+    let sink = common::python::SmtpSink::start();
+    let mut options = local_options(
         dir.path(),
         scripted(SCRIPT),
-        notified_agents(&base),
+        notified_agents(&base, "baton@example.com"),
         clock.clone(),
     );
+    options.smtp_url = Some(sink.url.clone());
     let mut host = LocalHost::with_clock(options, clock).await;
-    questions_are_told_to_their_people(&mut host, &received).await;
+    let mailbox = Mailbox::Smtp(sink);
+    questions_are_told_to_their_people(&mut host, &received, &mailbox).await;
     host.stop().await;
 }
 
@@ -186,12 +213,38 @@ async fn notified_aws() {
     let base = received.start().await;
     let aws = Arc::new(Emulator::start_with(common::aws::scenario_faults()).await);
     let (_mock, llm) = common::mock_openai::start(SCRIPT).await;
+    let names = aws.names("ntf");
+    // A sender of this test's own (the emulator may be shared), verified as SES asks.
+    let from = format!("baton@{}.example.com", names.prefix.to_lowercase());
+    aws.verify_sender(&from).await;
     let options = aws
-        .dev_options(aws.names("ntf"), llm, notified_agents(&base), 0)
+        .dev_options(names, llm, notified_agents(&base, &from), 0)
         .await;
-    let mut host = AwsHost::start(aws, options).await;
-    questions_are_told_to_their_people(&mut host, &received).await;
+    let mut host = AwsHost::start(aws.clone(), options).await;
+    let mailbox = Mailbox::Ses(aws);
+    questions_are_told_to_their_people(&mut host, &received, &mailbox).await;
     host.stop().await;
+}
+
+/// `baton dev` with an e-mail channel and no SMTP server to send through refuses to start,
+/// naming the channel.
+#[tokio::test]
+async fn an_e_mail_channel_needs_an_smtp_server_on_baton_dev() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = local_options(
+        dir.path(),
+        scripted(SCRIPT),
+        notified_agents("http://127.0.0.1:9", "baton@example.com"),
+        Arc::new(baton_core::ports::SystemClock),
+    );
+    let Err(e) = baton_dev::LocalServer::start(options).await else {
+        panic!("started without an SMTP server");
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("e-mail channels (`mail`)") && e.contains("BATON_SMTP_URL"),
+        "{e}"
+    );
 }
 
 fn at(cta: &Value, seconds: i64) -> chrono::DateTime<chrono::Utc> {
@@ -201,7 +254,11 @@ fn at(cta: &Value, seconds: i64) -> chrono::DateTime<chrono::Utc> {
     created + chrono::Duration::seconds(seconds)
 }
 
-async fn questions_are_told_to_their_people(host: &mut impl TestHost, received: &Received) {
+async fn questions_are_told_to_their_people(
+    host: &mut impl TestHost,
+    received: &Received,
+    mailbox: &Mailbox,
+) {
     let owner = host.api().clone();
     let run_id = owner.post_ok("/runs", json!({"prompt": "Ship"})).await["runId"]
         .as_str()
@@ -273,6 +330,20 @@ async fn questions_are_told_to_their_people(host: &mut impl TestHost, received: 
             .all(|(_, s, _)| s.is_some())
     );
 
+    // And ops is told by e-mail: the question, and its link.
+    let mail = owner
+        .wait("the e-mail to ops", async |_: &Api| {
+            mailbox.to("ops@example.com").await.first().cloned()
+        })
+        .await;
+    assert!(
+        mail["subject"].as_str().unwrap().contains("Ship it?"),
+        "{mail}"
+    );
+    let text = mail["text"].as_str().unwrap();
+    assert!(text.contains("/console#/link/"), "{text}");
+    assert!(text.contains("for group:ops"), "{text}");
+
     // Reminded after 200 s; then a restart, and the escalation fires after it: dave is an
     // assignee, told with a link of his own, and finds it in his inbox.
     host.fire(&run_id, &format!("rmd-{id}"), at(&cta, 200))
@@ -295,9 +366,33 @@ async fn questions_are_told_to_their_people(host: &mut impl TestHost, received: 
     let inbox = dave.get_ok("/ctas?assigned=me&status=pending").await;
     assert_eq!(inbox["ctas"][0]["ctaId"], id, "{inbox}");
 
-    // Dave answers through his link: the answer is his, through the link.
-    let link = escalated["link"].as_str().unwrap();
-    let token = link.rsplit('/').next().unwrap();
+    assert!(
+        escalated["link"]
+            .as_str()
+            .unwrap()
+            .contains("/console#/link/")
+    );
+
+    // Dave is told by e-mail too, and answers through the link in it: the answer is his,
+    // through the link.
+    let mail = owner
+        .wait("the e-mail to dave", async |_: &Api| {
+            mailbox.to("dave@example.com").await.first().cloned()
+        })
+        .await;
+    assert!(
+        mail["subject"]
+            .as_str()
+            .unwrap()
+            .starts_with("Escalated to you"),
+        "{mail}"
+    );
+    let text = mail["text"].as_str().unwrap();
+    let link = text
+        .lines()
+        .find(|l| l.contains("/console#/link/"))
+        .unwrap_or_else(|| panic!("a link in {text}"));
+    let token = link.trim().rsplit('/').next().unwrap();
     let approve = json!({"kind": "approval", "approved": true});
     owner
         .post_ok(&format!("/links/{token}/response"), approve)
@@ -308,11 +403,16 @@ async fn questions_are_told_to_their_people(host: &mut impl TestHost, received: 
     assert_eq!(settled["responder"], "dave");
 
     // Settled: a reminder that fires all the same tells no one.
-    let before = received.all().len();
+    let told = async || {
+        let mails =
+            mailbox.to("ops@example.com").await.len() + mailbox.to("dave@example.com").await.len();
+        (received.all().len(), mails)
+    };
+    let before = told().await;
     host.fire(&run_id, &format!("rmd-{id}"), at(&cta, 400))
         .await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    assert_eq!(received.all().len(), before, "nothing after the answer");
+    assert_eq!(told().await, before, "nothing after the answer");
 
     let audit = owner.get_ok(&format!("/ctas/{id}/audit")).await;
     let events = audit["events"].as_array().unwrap();
@@ -327,6 +427,15 @@ async fn questions_are_told_to_their_people(host: &mut impl TestHost, received: 
     assert_eq!(
         (failed["channel"].as_str(), failed["recipient"].as_str()),
         (Some("hook"), Some("group:ops"))
+    );
+    let mailed = events
+        .iter()
+        .filter(|e| e["type"] == "notified" && e["channel"] == "mail")
+        .map(|e| e["recipient"].as_str().unwrap())
+        .collect::<Vec<_>>();
+    assert!(
+        mailed.contains(&"group:ops") && mailed.contains(&"user:dave"),
+        "{events:?}"
     );
     // (A try's outcome may be recorded after the answer: the answer is not the last event.)
     let answered = events.iter().find(|e| e["type"] == "answered").unwrap();

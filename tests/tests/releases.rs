@@ -118,6 +118,7 @@ fn local_options(dir: &Path, f: &Fixture) -> baton_dev::LocalOptions {
         traces: None,
         quotas: Default::default(),
         users: Vec::new(),
+        smtp_url: None,
     }
 }
 

@@ -54,6 +54,7 @@ async fn an_unreachable_model_shows_as_the_last_error_and_the_run_waits_for_it()
         traces: None,
         quotas: Default::default(),
         users: Vec::new(),
+        smtp_url: None,
     })
     .await
     .unwrap();

@@ -13,6 +13,7 @@
 //! | [`watch`] | `AppSyncWatchers`: watches of runs granted (a lease and a token) |
 //! | `appsync` | `AppSyncLive`: live events to an AppSync Events API (feature `live`) |
 //! | `channel` | a subscription to a run's channel there (feature `subscribe`) |
+//! | `ses` | `SesMailer`: questions' e-mail through SES (feature `mail`) |
 //!
 //! [`aws_deps`] hands them to the core's service as its ports. The hosts that run it are elsewhere:
 //! the Lambda functions (`baton-lambda`) and `baton dev --aws` (`baton-dev`).
@@ -27,6 +28,8 @@ pub mod provision;
 pub mod s3;
 pub mod scheduler;
 pub mod sdk;
+#[cfg(feature = "mail")]
+pub mod ses;
 pub mod settings;
 pub mod sqs;
 pub mod watch;

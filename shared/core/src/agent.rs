@@ -21,6 +21,7 @@ use baton_engine::cta::{Assignment, check_assignment, check_principal};
 mod catalog;
 mod declared;
 mod extensions;
+mod notifiers;
 mod plugin;
 
 pub use catalog::{Catalog, HTTP_FETCH, Listed, RELIST_INTERVAL, Toolbox};

@@ -253,18 +253,27 @@ pub struct QuestionsSpec {
 }
 
 /// A channel questions are told through, named by agents' `questions.notify`:
-/// `{"type": "webhook", "url", "secret"?}` (JSON, signed with `secret`: the
-/// `Baton-Signature` header) or `{"type": "slack", "url"}` (Slack's incoming-webhook
-/// format, with a button holding the recipient's link). `${VAR}` in `url` and `secret` is
-/// read from the environment at start-up.
+/// `{"type": "webhook", "url", "secret"}` (JSON, signed with `secret`: the
+/// `Baton-Signature` header), `{"type": "slack", "url"}` (Slack's incoming-webhook format,
+/// with a button holding the recipient's link) or `{"type": "email", "from", "to"}` (a
+/// message from `from` to each recipient's address in `to`, which maps `user:`/`group:`
+/// names to addresses; sent through SES on AWS and SMTP on `baton dev`). `${VAR}` in `url`,
+/// `secret` and `from` is read from the environment at start-up.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NotifierSpec {
     #[serde(rename = "type")]
     pub kind: NotifierKind,
-    pub url: String,
+    #[serde(default)]
+    pub url: Option<String>,
     #[serde(default)]
     pub secret: Option<String>,
+    /// An e-mail channel's sender (on AWS, an identity verified in SES).
+    #[serde(default)]
+    pub from: Option<String>,
+    /// An e-mail channel's address book: each recipient's address.
+    #[serde(default)]
+    pub to: BTreeMap<String, String>,
 }
 
 /// What a channel speaks.
@@ -273,6 +282,7 @@ pub struct NotifierSpec {
 pub enum NotifierKind {
     Webhook,
     Slack,
+    Email,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -103,6 +103,10 @@ pub struct Config {
     /// `BATON_PUBLIC_URL`: where people reach the console (`https://…`, no trailing slash);
     /// links point there.
     pub public_url: Option<String>,
+    /// `BATON_SMTP_URL`: the SMTP server `baton dev` sends questions' e-mail through
+    /// (`smtp://host:port`, `smtps://user:password@host`; see lettre's `from_url`). On AWS,
+    /// e-mail goes through SES instead.
+    pub smtp_url: Option<String>,
     /// `BATON_CACHE_MB`: how much of recently stepped timelines a host keeps in memory
     /// (default: see [`Config::cache_bytes`]).
     pub cache_mb: Option<u64>,
@@ -260,6 +264,17 @@ impl Config {
                 expected: "an http:// or https:// URL",
             });
         }
+        let smtp_url = var("BATON_SMTP_URL");
+        if let Some(u) = &smtp_url
+            && !(u.starts_with("smtp://") || u.starts_with("smtps://"))
+        {
+            return Err(ConfigError::Invalid {
+                var: "BATON_SMTP_URL",
+                // It may hold a password.
+                value: "(hidden)".into(),
+                expected: "an smtp:// or smtps:// URL",
+            });
+        }
         let metrics_namespace = var("BATON_METRICS_NAMESPACE").unwrap_or_else(|| "Baton".into());
         if !valid_namespace(&metrics_namespace) {
             return Err(ConfigError::Invalid {
@@ -279,6 +294,7 @@ impl Config {
             link_key,
             link_key_secret_arn: var("BATON_LINK_KEY_SECRET_ARN"),
             public_url,
+            smtp_url,
             metrics_namespace,
             cache_mb: match var("BATON_CACHE_MB") {
                 Some(_) => Some(u64::from(number("BATON_CACHE_MB", 64, 0)?)),

@@ -241,6 +241,26 @@ pub trait Notifier: Send + Sync {
     ) -> Result<u16, String>;
 }
 
+/// One e-mail: a question told to a recipient through an e-mail channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mail {
+    pub from: String,
+    pub to: String,
+    pub subject: String,
+    /// Plain text.
+    pub text: String,
+    /// The delivery it is (`Baton-Delivery`), which a transport that can says in a header.
+    pub delivery_id: String,
+}
+
+/// Sends a question's e-mails: through SES on AWS, an SMTP server on `baton dev`.
+#[async_trait::async_trait]
+pub trait Mailer: Send + Sync {
+    /// What the service said when it took the message (its message id, its reply);
+    /// otherwise why not, in a line.
+    async fn send(&self, mail: &Mail) -> Result<String, String>;
+}
+
 /// One-time timers: CTA expiries and runs' own timers. Scheduling an existing name and
 /// unscheduling a missing one both succeed.
 #[async_trait::async_trait]

@@ -237,6 +237,10 @@ impl AwsDevServer {
                 .links(links.clone())
                 .live(live)
                 .observer(metrics.clone());
+            // As on Lambda, questions' e-mail goes out through SES where their timers fire.
+            if name == "EventsFunction" {
+                service = service.mailer(Arc::new(baton_aws::ses::SesMailer::new(&sdk)));
+            }
             if step_functions.contains(&name)
                 && let Some(traces) = &opts.traces
             {

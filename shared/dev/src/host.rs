@@ -52,6 +52,9 @@ pub struct LocalOptions {
     /// The users of `--users FILE`: each token its user's, with its groups (the server's own
     /// token stays its owner's).
     pub users: Vec<baton_api::TokenUser>,
+    /// The SMTP server questions' e-mail goes through (`BATON_SMTP_URL`): needed when the
+    /// agents file has an e-mail channel.
+    pub smtp_url: Option<String>,
 }
 
 impl LocalOptions {
@@ -73,6 +76,7 @@ impl LocalOptions {
             traces: None,
             quotas: Default::default(),
             users: Vec::new(),
+            smtp_url: None,
         }
     }
 }
@@ -163,6 +167,7 @@ impl LocalServer {
             .ok();
         let live = baton_api::live::Hub::new();
         let metrics = Arc::new(baton_telemetry::Metrics::prometheus());
+        let service_catalog = opts.catalog.clone();
         let mut service = Service::builder(local_deps(&store, opts.llm, opts.clock), opts.catalog)
             .cache_bytes(opts.cache_bytes)
             .quotas(opts.quotas)
@@ -170,6 +175,9 @@ impl LocalServer {
             .links(links)
             .notifier(notifier()?)
             .observer(metrics.clone());
+        if let Some(mailer) = mailer(opts.smtp_url.as_deref(), &service_catalog)? {
+            service = service.mailer(mailer);
+        }
         if let Some(traces) = &opts.traces {
             service = service.observer(traces.clone());
         }
@@ -401,6 +409,30 @@ async fn link_key(store: &LocalStore) -> Result<String, StartError> {
     );
     store.set_meta("link_key", &k).await?;
     Ok(k)
+}
+
+/// What `baton dev` sends questions' e-mail with: the SMTP server at `smtp_url`, needed
+/// when the agents file has an e-mail channel.
+fn mailer(
+    smtp_url: Option<&str>,
+    catalog: &baton_core::agent::Catalog,
+) -> Result<Option<Arc<dyn baton_core::ports::Mailer>>, StartError> {
+    let channels = catalog.email_channels();
+    match smtp_url {
+        Some(url) => crate::mail::SmtpMailer::new(url)
+            .map(|m| Some(Arc::new(m) as Arc<dyn baton_core::ports::Mailer>))
+            .map_err(|e| StartError::Io(std::io::Error::other(e))),
+        None if !channels.is_empty() => Err(StartError::Io(std::io::Error::other(format!(
+            "the agents file's e-mail channels ({}) need an SMTP server on baton dev: set \
+             BATON_SMTP_URL (e.g. smtp://127.0.0.1:1025)",
+            channels
+                .iter()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )))),
+        None => Ok(None),
+    }
 }
 
 /// How `baton dev` sends questions' notifications: as a function does.

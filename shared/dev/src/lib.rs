@@ -13,6 +13,7 @@ pub mod event_source;
 pub mod functions;
 pub mod host;
 pub mod loops;
+pub mod mail;
 pub mod worker;
 
 pub use aws_host::{AwsDevOptions, AwsDevServer};

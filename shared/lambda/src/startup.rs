@@ -366,7 +366,11 @@ impl Startup {
         let outbox = crate::outbox_metrics::OutboxMetrics::new(&self.config.metrics_namespace);
         let notifier = crate::notifier::HttpNotifier::new()
             .map_err(|e| InitError::Aws(format!("the notifications' HTTP client: {e}")))?;
-        Ok(Service::builder(deps, Arc::new(catalog))
+        let builder = Service::builder(deps, Arc::new(catalog));
+        // Questions' e-mail goes out where their timers fire: the `events` function.
+        #[cfg(feature = "events")]
+        let builder = builder.mailer(Arc::new(baton_aws::ses::SesMailer::new(&self.sdk)));
+        Ok(builder
             .notifier(Arc::new(notifier))
             .observer(Arc::new(outbox))
             .quotas(baton_core::service::Quotas::of(&self.config))

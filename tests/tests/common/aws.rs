@@ -119,6 +119,51 @@ impl Emulator {
 
     /// Names for the resources of `prefix`: the prefix itself on an emulator of the test's
     /// own, one no other test (nor an earlier run) uses on a shared one.
+    /// Lets SES send from `address` (as verifying it does on AWS; both emulators refuse a
+    /// sender that is not).
+    pub async fn verify_sender(&self, address: &str) {
+        aws_sdk_ses::Client::new(&self.sdk().await)
+            .verify_email_identity()
+            .email_address(address)
+            .send()
+            .await
+            .expect("VerifyEmailIdentity");
+    }
+
+    /// The e-mail SES has sent, each as `{from, to: [..], subject, text}`: moto's record of
+    /// its messages (`/moto-api/data.json`), or LocalStack's (`/_aws/ses`).
+    pub async fn sent_mail(&self) -> Vec<serde_json::Value> {
+        let http = reqwest::Client::new();
+        let get = async |path: &str| -> Option<serde_json::Value> {
+            let r = http.get(format!("{}{path}", self.url)).send().await.ok()?;
+            if !r.status().is_success() {
+                return None;
+            }
+            r.json().await.ok()
+        };
+        if let Some(data) = get("/moto-api/data.json").await {
+            return data["ses"]["Message"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|m| {
+                    serde_json::json!({"from": m["source"], "to": m["destinations"]["ToAddresses"],
+                        "subject": m["subject"], "text": m["body"]})
+                })
+                .collect();
+        }
+        let data = get("/_aws/ses").await.expect("the emulator's sent e-mail");
+        data["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                serde_json::json!({"from": m["Source"], "to": m["Destination"]["ToAddresses"],
+                    "subject": m["Subject"], "text": m["Body"]["text_part"]})
+            })
+            .collect()
+    }
+
     pub fn names(&self, prefix: &str) -> Names {
         if !self.shared {
             return Names::new(prefix);

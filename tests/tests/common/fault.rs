@@ -238,7 +238,12 @@ impl Shared {
 }
 
 /// The service and operation a request is for.
-fn operation(method: &Method, path: &str, headers: &HeaderMap) -> (&'static str, String) {
+fn operation(
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> (&'static str, String) {
     if let Some(target) = headers.get("x-amz-target").and_then(|v| v.to_str().ok()) {
         let (prefix, op) = target.split_once('.').unwrap_or((target, ""));
         let service = match prefix {
@@ -249,6 +254,16 @@ fn operation(method: &Method, path: &str, headers: &HeaderMap) -> (&'static str,
             _ => "other",
         };
         return (service, op.to_owned());
+    }
+    // SES speaks the query protocol: the service is its signature's, the operation its
+    // form's `Action`.
+    let scope = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if scope.contains("/ses/aws4_request") {
+        let op = form_field(body, "Action").unwrap_or_else(|| "?".into());
+        return ("ses", op);
     }
     if path.starts_with("/schedules") || path.starts_with("/schedule-groups") {
         let op = match *method {
@@ -440,6 +455,11 @@ fn throttled(service: &str, op: &str, body: &[u8]) -> Response {
             json!({"__type": "ThrottlingException", "message": "Rate exceeded"}),
             &[],
         ),
+        "ses" => query_error(
+            StatusCode::BAD_REQUEST,
+            "Throttling",
+            "Maximum sending rate exceeded.",
+        ),
         "scheduler" => json_error(
             StatusCode::TOO_MANY_REQUESTS,
             "application/json",
@@ -475,6 +495,11 @@ fn server_error(service: &str) -> Response {
             json!({"__type": "InternalException", "message": "Internal error"}),
             &[],
         ),
+        "ses" => query_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalFailure",
+            "Internal failure.",
+        ),
         "scheduler" => json_error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "application/json",
@@ -487,6 +512,29 @@ fn server_error(service: &str) -> Response {
             "We encountered an internal error.",
         ),
     }
+}
+
+/// Field `name` of a query-protocol request's form.
+fn form_field(body: &[u8], name: &str) -> Option<String> {
+    form_urlencoded::parse(body)
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
+
+/// A query-protocol service's error (SES's).
+fn query_error(status: StatusCode, code: &str, message: &str) -> Response {
+    let kind = if status.is_server_error() {
+        "Receiver"
+    } else {
+        "Sender"
+    };
+    let body = format!(
+        "<ErrorResponse><Error><Type>{kind}</Type><Code>{code}</Code><Message>{message}</Message></Error><RequestId>fault-layer</RequestId></ErrorResponse>"
+    );
+    let mut r = (status, body).into_response();
+    r.headers_mut()
+        .insert("content-type", "text/xml".parse().unwrap());
+    r
 }
 
 fn s3_error(status: StatusCode, code: &str, message: &str) -> Response {
@@ -509,7 +557,7 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
-    let (service, op) = operation(&parts.method, parts.uri.path(), &parts.headers);
+    let (service, op) = operation(&parts.method, parts.uri.path(), &parts.headers, &body);
     s.stats.requests.fetch_add(1, Ordering::Relaxed);
     if let Some(file) = &s.record {
         record(file, &parts.method, &parts.uri, &parts.headers, &body);
@@ -789,7 +837,7 @@ fn actions(
     body: &[u8],
 ) -> Vec<(String, String)> {
     let req: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    let (service, op) = operation(method, uri.path(), headers);
+    let (service, op) = operation(method, uri.path(), headers, body);
     let last = |s: &str| s.rsplit('/').next().unwrap_or(s).to_owned();
     match service {
         "dynamodb" => {
@@ -849,6 +897,11 @@ fn actions(
             format!("secretsmanager:{op}"),
             format!("secret/{}", req["SecretId"].as_str().unwrap_or("?")),
         )],
+        "ses" => {
+            // Sending is authorized on the sender's identity: its address, or its domain.
+            let from = form_field(body, "Source").unwrap_or_else(|| "?".into());
+            vec![(format!("ses:{op}"), format!("identity/{from}"))]
+        }
         "scheduler" => {
             let name = last(uri.path());
             let group = uri

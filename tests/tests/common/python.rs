@@ -1,5 +1,6 @@
 //! The Python programs the tests run, which no one here wrote: the MCP Python SDK (its
-//! FastMCP server), and `mcp-server-time` and `mcp-server-git`, published MCP servers. They are installed into
+//! FastMCP server), `mcp-server-time` and `mcp-server-git`, published MCP servers, and
+//! aiosmtpd (an SMTP server). They are installed into
 //! a virtualenv under `target/` the first time a test needs them (`python3 -m venv` and
 //! `pip install`, from PyPI), so `cargo test` needs no set-up step. Without python3 or
 //! PyPI these tests fail, saying why; they never skip.
@@ -21,6 +22,7 @@ const REQUIREMENTS: &[&str] = &[
     "protobuf>=5.29,<8",
     "prometheus-client",
     "mcp-proxy==0.13.0",
+    "aiosmtpd",
 ];
 
 /// The virtualenv's `bin` directory, created and filled once (across test processes: the
@@ -181,5 +183,60 @@ impl McpHttpServer {
 impl Drop for McpHttpServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// An SMTP server on loopback (`tests/mail/smtp_sink.py`, on aiosmtpd): what it takes, each
+/// message as the sink decoded it (`from`, `to`, `subject`, `text`, `delivery`); killed
+/// when dropped.
+pub struct SmtpSink {
+    child: Child,
+    pub url: String,
+    taken: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+}
+
+impl SmtpSink {
+    pub fn start() -> Self {
+        use std::io::BufRead;
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("mail/smtp_sink.py");
+        let mut child = Command::new(venv_bin().join("python"))
+            .arg(script)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the SMTP sink");
+        let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let first = lines
+            .next()
+            .and_then(Result::ok)
+            .expect("the SMTP sink's port");
+        let port = serde_json::from_str::<serde_json::Value>(&first).expect("JSON")["port"]
+            .as_u64()
+            .expect("a port");
+        let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let into = taken.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let message = serde_json::from_str(&line).expect("a JSON line");
+                into.lock().unwrap().push(message);
+            }
+        });
+        Self {
+            child,
+            url: format!("smtp://127.0.0.1:{port}"),
+            taken,
+        }
+    }
+
+    /// The messages taken so far.
+    pub fn taken(&self) -> Vec<serde_json::Value> {
+        self.taken.lock().unwrap().clone()
+    }
+}
+
+impl Drop for SmtpSink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -14,7 +14,7 @@ use super::{
 };
 use baton_engine::builtin;
 
-use crate::agents_file::{NotifierKind, NotifierSpec};
+use crate::agents_file::NotifierSpec;
 use crate::cost::Prices;
 use crate::llm::ToolSpec;
 use crate::plan;
@@ -227,26 +227,9 @@ impl Catalog {
             }
         }
 
-        let notifiers = notifiers(&file.notifiers)?;
+        let notifiers = super::notifiers::checked(&file.notifiers)?;
         for a in agents.values() {
-            let named = a
-                .approval
-                .values()
-                .filter_map(|p| p.assignment.as_ref())
-                .chain([&a.questions])
-                .flat_map(|q| q.notify.iter());
-            for channel in named {
-                if !notifiers.contains_key(channel) {
-                    return Err(CatalogError::Invalid {
-                        agent: a.name.clone(),
-                        message: format!(
-                            "`questions.notify` names `{channel}`, which is not one of the \
-                             file's `notifiers` ({})",
-                            notifiers.keys().cloned().collect::<Vec<_>>().join(", ")
-                        ),
-                    });
-                }
-            }
+            super::notifiers::check_agent(a, &notifiers)?;
         }
 
         for internal in [plan::PLANNER, plan::PLAN_REVIEWER] {
@@ -326,6 +309,16 @@ impl Catalog {
     /// The channel `name` of the agents file's `notifiers`.
     pub fn notifier(&self, name: &str) -> Option<&NotifierSpec> {
         self.notifiers.get(name)
+    }
+
+    /// The names of the agents file's e-mail channels (a host that sends no e-mail refuses
+    /// to start with any).
+    pub fn email_channels(&self) -> Vec<&str> {
+        self.notifiers
+            .iter()
+            .filter(|(_, n)| n.kind == crate::agents_file::NotifierKind::Email)
+            .map(|(name, _)| name.as_str())
+            .collect()
     }
 
     /// The built-in agents and tools, plus the agents of the file at `agents_file` if one
@@ -535,54 +528,4 @@ fn set_plan_limits(
         limits.step_timeout = Some(Duration::from_secs(n));
     }
     Ok(())
-}
-
-/// The file's `notifiers`, `${VAR}` expanded from the environment and checked: an `http(s)`
-/// URL, and a webhook's secret to sign with.
-fn notifiers(
-    specs: &BTreeMap<String, NotifierSpec>,
-) -> Result<BTreeMap<String, NotifierSpec>, CatalogError> {
-    let env = |k: &str| std::env::var(k).ok();
-    let mut out = BTreeMap::new();
-    for (name, spec) in specs {
-        let bad = |message: String| CatalogError::Notifier {
-            notifier: name.clone(),
-            message,
-        };
-        let url = crate::agents_file::expand(&spec.url, &env).map_err(bad)?;
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(bad(format!("`url` must be http(s): `{url}`")));
-        }
-        let secret = spec
-            .secret
-            .as_deref()
-            .map(|s| crate::agents_file::expand(s, &env))
-            .transpose()
-            .map_err(bad)?;
-        match (spec.kind, &secret) {
-            (NotifierKind::Webhook, None) => {
-                return Err(bad(
-                    "a webhook needs a `secret` to sign its deliveries with".into(),
-                ));
-            }
-            (NotifierKind::Webhook, Some(s)) if s.len() < 16 => {
-                return Err(bad("`secret` must be at least 16 characters".into()));
-            }
-            (NotifierKind::Slack, Some(_)) => {
-                return Err(bad(
-                    "a Slack incoming webhook takes no `secret` (its URL is one)".into(),
-                ));
-            }
-            _ => {}
-        }
-        out.insert(
-            name.clone(),
-            NotifierSpec {
-                kind: spec.kind,
-                url,
-                secret,
-            },
-        );
-    }
-    Ok(out)
 }

@@ -194,6 +194,38 @@ fn bad_agent_files_are_clear_start_up_errors() {
             r#"{"agents": {"a": {"tools": [], "maxCostUsd": 1e-200}}}"#,
             "from 0.000001 to 1000000",
         ),
+        // An e-mail channel: a sender, an address for everyone it tells, and nothing else.
+        (
+            r#"{"notifiers": {"m": {"type": "email", "to": {"user:x": "x@example.com"}}}}"#,
+            "notifier `m`: an e-mail channel needs a `from` address",
+        ),
+        (
+            r#"{"notifiers": {"m": {"type": "email", "from": "Baton <b@example.com>", "to": {"user:x": "x@example.com"}}}}"#,
+            "`from`: `Baton <b@example.com>` is not an e-mail address",
+        ),
+        (
+            r#"{"notifiers": {"m": {"type": "email", "from": "b@example.com", "to": {"x": "x@example.com"}}}}"#,
+            "neither `user:<id>` nor `group:<name>`",
+        ),
+        (
+            r#"{"notifiers": {"m": {"type": "email", "from": "b@example.com", "url": "https://x.example.com", "to": {"user:x": "x@example.com"}}}}"#,
+            "no `url` or `secret`",
+        ),
+        (
+            r#"{"notifiers": {"h": {"type": "slack", "url": "https://x.example.com", "from": "b@example.com"}}}"#,
+            "`from` and `to` are an e-mail channel's",
+        ),
+        (
+            r#"{"notifiers": {"m": {"type": "email", "from": "b@example.com", "to": {"user:x": "x@example.com"}}},
+                "agents": {"a": {"tools": [], "questions": {"assignees": ["user:x"], "notify": ["m"],
+                    "escalateAfterSeconds": 60, "escalateTo": ["user:lead", "group:ops"]}}}}"#,
+            "e-mail channel `m` has no address in `to` for user:lead, group:ops",
+        ),
+        (
+            r#"{"notifiers": {"m": {"type": "email", "from": "b@example.com", "to": {"user:x": "x@example.com"}}},
+                "agents": {"a": {"tools": [], "questions": {"notify": ["m"]}}}}"#,
+            "these questions have none",
+        ),
     ];
     for (json, expected) in cases {
         let err = Catalog::new(Limits::default(), vec![], Some(file(json))).expect_err(json);

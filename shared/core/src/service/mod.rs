@@ -187,6 +187,8 @@ pub(crate) struct Shared {
     /// What questions' notifications are sent with (`None`: none is, and each is recorded
     /// as undeliverable).
     notifier: Option<Arc<dyn crate::ports::Notifier>>,
+    /// What its e-mail channels send with (`None`: their deliveries fail, recorded).
+    mailer: Option<Arc<dyn crate::ports::Mailer>>,
 }
 
 /// What answers requests: the HTTP API's reads and writes (runs, their timelines and
@@ -265,6 +267,12 @@ impl ServiceBuilder {
     /// What questions' notifications (the agents file's `notifiers`) are sent with.
     pub fn notifier(mut self, notifier: Arc<dyn crate::ports::Notifier>) -> Self {
         self.shared.notifier = Some(notifier);
+        self
+    }
+
+    /// What questions' e-mails (the agents file's `email` notifiers) are sent with.
+    pub fn mailer(mut self, mailer: Arc<dyn crate::ports::Mailer>) -> Self {
+        self.shared.mailer = Some(mailer);
         self
     }
 
@@ -372,6 +380,7 @@ impl Service {
                 observers: Vec::new(),
                 quotas: Quotas::default(),
                 notifier: None,
+                mailer: None,
             },
             cache_bytes: DEFAULT_CACHE_BYTES,
         }

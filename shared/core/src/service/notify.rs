@@ -21,7 +21,7 @@ use crate::cta::{
     NOTIFY_TIMER, REMIND_TIMER, Tried, cta_timer,
 };
 use crate::message::Event;
-use crate::ports::Changed;
+use crate::ports::{Changed, Mail};
 
 /// The header a webhook's deliveries are signed in: `t=<unix seconds>,v1=<hex of
 /// HMAC-SHA256(secret, "<t>.<body>")>`.
@@ -253,14 +253,32 @@ impl Shared {
         d: &Delivery,
         spec: &NotifierSpec,
         now: DateTime<Utc>,
-    ) -> Result<u16, String> {
-        let Some(notifier) = &self.notifier else {
-            return Err("this host sends no notifications".into());
-        };
+    ) -> Result<String, String> {
         let link = self.recipient_link(cta, &d.recipient).await;
+        let url = spec.url.as_deref().unwrap_or_default();
         let body = match spec.kind {
             NotifierKind::Webhook => webhook_body(cta, d, link.as_deref()),
             NotifierKind::Slack => slack_body(cta, d, link.as_deref()),
+            NotifierKind::Email => {
+                let Some(mailer) = &self.mailer else {
+                    return Err("this host sends no e-mail".into());
+                };
+                let Some(to) = spec.to.get(&d.recipient) else {
+                    return Err(format!("no address in `to` for {}", d.recipient));
+                };
+                let (subject, text) = mail_text(cta, d, link.as_deref());
+                let mail = Mail {
+                    from: spec.from.clone().unwrap_or_default(),
+                    to: to.clone(),
+                    subject,
+                    text,
+                    delivery_id: d.id.clone(),
+                };
+                return mailer.send(&mail).await;
+            }
+        };
+        let Some(notifier) = &self.notifier else {
+            return Err("this host sends no notifications".into());
         };
         let body = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
         let mut headers = vec![
@@ -273,7 +291,8 @@ impl Shared {
                 sign(secret, now.timestamp(), &body),
             ));
         }
-        notifier.post(&spec.url, &headers, body).await
+        let status = notifier.post(url, &headers, body).await?;
+        Ok(status.to_string())
     }
 
     /// A link minted for `recipient`: a `user:` assignee answers as that user; a group, or
@@ -390,6 +409,58 @@ fn slack_body(cta: &Cta, d: &Delivery, link: Option<&str>) -> Value {
     json!({"text": format!("{lead}{agent} asks: {question}"), "blocks": blocks})
 }
 
+/// An e-mail's subject and plain text: the question, its context, how to answer (the
+/// recipient's link, or the API), and when it expires.
+fn mail_text(cta: &Cta, d: &Delivery, link: Option<&str>) -> (String, String) {
+    let lead = match event_type(d) {
+        "cta.reminded" => "Reminder: ",
+        "cta.escalated" => "Escalated to you: ",
+        _ => "",
+    };
+    let agent = cta.agent.as_deref().unwrap_or("an agent");
+    let question = cta.request.question();
+    // One line, cut at a character, so a subject never carries a header of its own.
+    let line: String = question
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(120)
+        .collect();
+    let subject = format!("{lead}{agent} asks: {line}");
+    let mut text = format!("{lead}{agent} asks:\n\n{question}\n\n");
+    if let crate::cta::CtaRequest::Choice { options, .. } = &cta.request {
+        for o in options {
+            text.push_str(&format!("  - {} ({})\n", o.label, o.id));
+        }
+        text.push('\n');
+    }
+    if let Some(g) = &cta.gated {
+        text.push_str(&format!(
+            "It is asked before tool `{}` runs with:\n{}\n\n",
+            g.tool, g.input
+        ));
+    }
+    if let Some(prompt) = &cta.run_prompt {
+        text.push_str(&format!("The run was asked: {prompt}\n"));
+    }
+    text.push_str(&format!(
+        "Run {} · for {} · answer by {}\n\n",
+        cta.run_id,
+        d.recipient,
+        cta.expires_at.format("%Y-%m-%d %H:%M UTC")
+    ));
+    match link {
+        Some(link) => text.push_str(&format!(
+            "Answer here (this link is yours, and works once):\n{link}\n"
+        )),
+        None => text.push_str(&format!(
+            "Answer through Baton's console or its API: POST /ctas/{}/response\n",
+            cta.cta_id
+        )),
+    }
+    text.push_str(&format!("\n-- \nBaton delivery {}\n", d.id));
+    (subject, text)
+}
+
 /// `t=<unix>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`.
 pub fn sign(secret: &str, t: i64, body: &[u8]) -> String {
     let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes())
@@ -408,6 +479,30 @@ pub fn sign(secret: &str, t: i64, body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_e_mail_s_subject_is_one_line_and_its_text_holds_the_link() {
+        let now = Utc::now();
+        let cta: Cta = serde_json::from_value(json!({"ctaId": "c1", "runId": "r1",
+            "toolCallId": "t1", "owner": "o", "kind": "approval",
+            "message": "Pay?\r\nBcc: everyone@example.com", "status": "pending",
+            "createdAt": now, "expiresAt": now}))
+        .expect("a CTA");
+        let d = Delivery::new("asked", "mail", "user:dave");
+        let (subject, text) = mail_text(&cta, &d, Some("https://b.example.com/console#/link/t"));
+        assert!(!subject.contains(['\r', '\n']), "{subject:?}");
+        assert!(
+            subject.ends_with("asks: Pay?  Bcc: everyone@example.com"),
+            "{subject}"
+        );
+        assert!(text.contains("for user:dave"), "{text}");
+        assert!(
+            text.contains("\nhttps://b.example.com/console#/link/t\n"),
+            "{text}"
+        );
+        let (_, text) = mail_text(&cta, &d, None);
+        assert!(text.contains("POST /ctas/c1/response"), "{text}");
+    }
 
     #[test]
     fn a_signature_covers_the_time_and_the_body() {
