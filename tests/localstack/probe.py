@@ -235,6 +235,23 @@ def scheduler():
     return "create/get/delete of an at() schedule ok (LocalStack never fires schedules)"
 
 
+def ses():
+    mail = client("ses")
+    sender = f"probe-{RUN}@example.com"
+    mail.verify_email_identity(EmailAddress=sender)
+    sent = mail.send_email(
+        Source=sender,
+        Destination={"ToAddresses": ["ops@example.com"]},
+        Message={"Subject": {"Data": f"probe {RUN}"}, "Body": {"Text": {"Data": "hello"}}},
+    )["MessageId"]
+    # LocalStack keeps what it "sent" where a test reads it back.
+    url = os.environ["AWS_ENDPOINT_URL"] + "/_aws/ses"
+    with urllib.request.urlopen(url) as r:
+        messages = json.load(r)["messages"]
+    check(any(m["Id"] == sent for m in messages), f"message {sent} in /_aws/ses")
+    return "verify/send ok, read back from /_aws/ses"
+
+
 def sts():
     who = client("sts").get_caller_identity()
     check(who["Account"] == ACCOUNT, f"caller identity {who}")
@@ -243,7 +260,7 @@ def sts():
 
 def main():
     failed = 0
-    probes = (dynamodb, sqs, events, s3, secretsmanager, scheduler, sts)
+    probes = (dynamodb, sqs, events, s3, secretsmanager, scheduler, ses, sts)
     for probe in probes:
         started = time.time()
         try:

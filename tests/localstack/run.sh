@@ -25,7 +25,7 @@ BATON_TEST_FAULTS=0 cargo test --workspace --test e2e --test crashes -- \
   aws_flow:: aws_questions:: aws_batches:: aws_outages:: question_defaults:: \
   aws_crashes:: follow_up_crashes:: plans:: files:: contract:: secret_rotation:: \
   service::a_run_past_its_context_budget releases::every_releases_dynamodb \
-  quotas::aws:: assignees::aws assignees::notified_aws assignees::bus \
+  quotas::aws:: assignees::aws assignees::notified_aws assignees::bus assignees::a_notification_given_up \
   calls_once::a_reply_is_asked_for_once_and_a_once_call_runs_at_most_once_on_the_aws_host \
   calls_once::a_reply_whose_call step_errors::a_reply_whose_commit_is_throttled_or_conflicts_is_not_asked_for_again_on_aws \
   budgets::aws:: \

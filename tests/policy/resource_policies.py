@@ -35,11 +35,11 @@ ARNS = {
     **{f"{f}Role": f"arn:aws:iam::{ACCOUNT}:role/{STACK}-{f}Role-ABC123"
        for f in ["ApiFunction", "OrchestratorFunction", "SubagentFunction", "EventsFunction"]},
     **{r: f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{STACK}-bus/{STACK}-{r}-ABC123"
-       for r in ["CtaResponseRule", "CtaExpiredRule"]},
+       for r in ["CtaResponseRule", "CtaExpiredRule", "CtaUndeliveredRule"]},
     "SweepSchedule": f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{STACK}-SweepSchedule-ABC123",
     **{q: f"arn:aws:sqs:{REGION}:{ACCOUNT}:{STACK}-{q}"
        for q in ["CtaInboxQueue", "StepsQueue", "SubagentStepsQueue", "SweepQueue",
-                 "CtaInboxDeadLetterQueue"]},
+                 "CtaInboxDeadLetterQueue", "NotificationsDeadLetterQueue"]},
 }
 
 
@@ -162,6 +162,7 @@ def queue_cases(template):
     ops = f"arn:aws:iam::{ACCOUNT}:role/ops-replay"
     inbox, steps, sub = ARNS["CtaInboxQueue"], ARNS["StepsQueue"], ARNS["SubagentStepsQueue"]
     sweep, dead = ARNS["SweepQueue"], ARNS["CtaInboxDeadLetterQueue"]
+    undelivered = ARNS["NotificationsDeadLetterQueue"]
 
     def user(principal, queue):
         return {"principal": principal, "aws:PrincipalArn": principal,
@@ -205,6 +206,13 @@ def queue_cases(template):
         ([""], "CtaInboxDeadLetterQueuePolicy", user(mallory, dead), "deny"),
         ([""], "CtaInboxDeadLetterQueuePolicy", user(ARNS["EventsFunctionRole"], dead), "deny"),
         ([ops], "CtaInboxDeadLetterQueuePolicy", user(ops, dead), same_account),
+        ([""], "CtaInboxDeadLetterQueuePolicy", rule("CtaUndeliveredRule", dead), "allow"),
+        # Notifications given up on: from their rule only (a forged one would page people).
+        ([""], "NotificationsDeadLetterQueuePolicy", rule("CtaUndeliveredRule", undelivered), "allow"),
+        ([""], "NotificationsDeadLetterQueuePolicy", rule("CtaResponseRule", undelivered), "deny"),
+        ([""], "NotificationsDeadLetterQueuePolicy", user(mallory, undelivered), "deny"),
+        ([""], "NotificationsDeadLetterQueuePolicy", user(ARNS["EventsFunctionRole"], undelivered), "deny"),
+        ([ops], "NotificationsDeadLetterQueuePolicy", user(ops, undelivered), same_account),
     ]
     failed = 0
     for operators, resource, request, want in cases:

@@ -713,3 +713,95 @@ async fn bus_answers_name_an_assignee() {
     );
     host.stop().await;
 }
+
+/// On AWS a notification given up on (five failed tries) lands in the notifications'
+/// dead-letter queue, through the bus's rule as the template routes it: a message that
+/// names the question and its delivery.
+#[tokio::test]
+async fn a_notification_given_up_on_lands_in_its_dead_letter_queue_on_aws() {
+    use axum::http::StatusCode;
+    let tries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = tries.clone();
+    let app = axum::Router::new().route(
+        "/down",
+        axum::routing::post(async move || {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            StatusCode::INTERNAL_SERVER_ERROR
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let down = format!("http://{}/down", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let agents = catalog(Some(json!({
+        "notifiers": {"hook": {"type": "webhook", "url": down, "secret": HOOK_SECRET}},
+        "agents": {"orchestrator": {
+            "system": "agent:orchestrator",
+            "tools": ["request_human_feedback"],
+            "questions": {"assignees": ["group:ops"], "notify": ["hook"]}
+        }}
+    })));
+    let aws = Arc::new(Emulator::start_with(None).await);
+    let (_mock, llm) = common::mock_openai::start(SCRIPT).await;
+    let names = aws.names("ntfdlq");
+    let dlq = names.notifications_dlq();
+    let options = aws.dev_options(names, llm, agents, 0).await;
+    let mut host = AwsHost::start(aws.clone(), options).await;
+    let owner = host.api().clone();
+    let run_id = owner.post_ok("/runs", json!({"prompt": "Ship"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cta = owner.pending("approval").await;
+    let id = cta["ctaId"].as_str().unwrap().to_owned();
+    // Each firing of the notification timer tries again once the last try is recorded.
+    for n in 1..=5usize {
+        host.fire(&run_id, &format!("ntf-{id}"), at(&cta, 0)).await;
+        owner
+            .wait("the try's record", async |api: &Api| {
+                let audit = api.get_ok(&format!("/ctas/{id}/audit")).await;
+                let failed = audit["events"]
+                    .as_array()?
+                    .iter()
+                    .filter(|e| e["type"] == "notified")
+                    .count();
+                (failed >= n).then_some(())
+            })
+            .await;
+    }
+    assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 5);
+
+    let sqs = aws_sdk_sqs::Client::new(&aws.sdk().await);
+    let url = sqs
+        .get_queue_url()
+        .queue_name(&dlq)
+        .send()
+        .await
+        .expect("the notifications' dead-letter queue")
+        .queue_url
+        .unwrap();
+    let message = owner
+        .wait("the dead letter", async |_: &Api| {
+            let got = sqs
+                .receive_message()
+                .queue_url(&url)
+                .wait_time_seconds(1)
+                .send()
+                .await
+                .ok()?;
+            got.messages?.into_iter().next()?.body
+        })
+        .await;
+    let event: Value = serde_json::from_str(&message).unwrap();
+    assert_eq!(event["detail-type"], "cta.undelivered", "{event}");
+    assert_eq!(event["detail"]["ctaId"], id.as_str(), "{event}");
+    assert_eq!(
+        event["detail"]["deliveries"],
+        json!(["asked:hook:group:ops"]),
+        "{event}"
+    );
+    // A sixth firing tries nothing more.
+    host.fire(&run_id, &format!("ntf-{id}"), at(&cta, 0)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 5);
+    host.stop().await;
+}

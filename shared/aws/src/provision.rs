@@ -56,6 +56,10 @@ impl Names {
     pub fn timers_dlq(&self) -> String {
         format!("{}-timers-dlq", self.prefix)
     }
+    /// Where questions' notifications given up on (`cta.undelivered`) are kept.
+    pub fn notifications_dlq(&self) -> String {
+        format!("{}-notifications-dlq", self.prefix)
+    }
     /// The files bucket (S3 names are lowercase).
     pub fn bucket(&self) -> String {
         format!("{}-files", self.prefix).to_lowercase()
@@ -83,6 +87,29 @@ fn dlq_name(queue: &str) -> String {
         Some(base) => format!("{base}-dlq.fifo"),
         None => format!("{queue}-dlq"),
     }
+}
+
+/// A standard queue with no dead letters of its own (a dead-letter queue itself).
+async fn plain_queue(sqs: &aws_sdk_sqs::Client, name: &str) -> Result<QueueRef, PortError> {
+    let created = sqs
+        .create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .map_err(|e| map_sdk_err("CreateQueue", e))?;
+    let url = created.queue_url().unwrap_or_default().to_owned();
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(|e| map_sdk_err("GetQueueAttributes", e))?
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+        .cloned()
+        .unwrap_or_default();
+    Ok(QueueRef { url, arn })
 }
 
 async fn queue(
@@ -257,22 +284,8 @@ pub async fn ensure(
     let (steps, steps_dlq) = queue(&sqs, &n.steps(), n).await?;
     let (sub, sub_dlq) = queue(&sqs, &n.subagent_steps(), n).await?;
     let (inbox, inbox_dlq) = queue(&sqs, &n.cta_inbox(), n).await?;
-    let timers_dlq = sqs
-        .create_queue()
-        .queue_name(n.timers_dlq())
-        .send()
-        .await
-        .map_err(|e| map_sdk_err("CreateQueue", e))?;
-    let timers_dlq = sqs
-        .get_queue_attributes()
-        .queue_url(timers_dlq.queue_url().unwrap_or_default())
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .map_err(|e| map_sdk_err("GetQueueAttributes", e))?
-        .attributes()
-        .and_then(|a| a.get(&QueueAttributeName::QueueArn))
-        .cloned();
+    let timers_dlq = plain_queue(&sqs, &n.timers_dlq()).await?.arn;
+    let notifications_dlq = plain_queue(&sqs, &n.notifications_dlq()).await?;
 
     let eb = aws_sdk_eventbridge::Client::new(sdk);
     match eb.create_event_bus().name(n.bus()).send().await {
@@ -306,6 +319,33 @@ pub async fn ensure(
             aws_sdk_eventbridge::types::Target::builder()
                 .id("cta-inbox")
                 .arn(inbox.arn)
+                .build()
+                .map_err(|e| PortError::broken("build rule target", e))?,
+        )
+        .send()
+        .await
+        .map_err(|e| map_sdk_err("PutTargets", e))?;
+
+    // Notifications given up on, kept in a queue of their own (the template's
+    // CtaUndeliveredRule).
+    let rule = format!("{}-cta-undelivered", n.prefix);
+    eb.put_rule()
+        .name(&rule)
+        .event_bus_name(n.bus())
+        .event_pattern(
+            serde_json::json!({"source": [crate::eventbridge::SOURCE], "detail-type": ["cta.undelivered"]})
+                .to_string(),
+        )
+        .send()
+        .await
+        .map_err(|e| map_sdk_err("PutRule", e))?;
+    eb.put_targets()
+        .rule(&rule)
+        .event_bus_name(n.bus())
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("notifications-dlq")
+                .arn(notifications_dlq.arn)
                 .build()
                 .map_err(|e| PortError::broken("build rule target", e))?,
         )
@@ -349,7 +389,7 @@ pub async fn ensure(
             retention_days: 90,
             sweep_shards: crate::dynamo::SWEEP_SHARDS,
             dead_letter_queue_arn: None,
-            timers_dead_letter_arn: timers_dlq,
+            timers_dead_letter_arn: Some(timers_dlq).filter(|a| !a.is_empty()),
         },
         cta_inbox_url: inbox.url,
         dead_letters: vec![steps_dlq, sub_dlq, inbox_dlq],

@@ -109,6 +109,9 @@ mod tests {
     #[test]
     fn a_url_that_is_not_smtp_is_refused_without_saying_it() {
         let e = SmtpMailer::new("smtp://user:s3cret@[bad").err().unwrap();
-        assert!(e.starts_with("BATON_SMTP_URL: ") && !e.contains("s3cret"), "{e}");
+        assert!(
+            e.starts_with("BATON_SMTP_URL: ") && !e.contains("s3cret"),
+            "{e}"
+        );
     }
 }
