@@ -280,8 +280,17 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
             }
             print(&run, render_run(&run));
         }
-        Command::Ctas { all, quiet } => {
+        Command::Ctas {
+            all,
+            assigned,
+            quiet,
+        } => {
             let q = if all { "all" } else { "pending" };
+            let q = if assigned {
+                format!("{q}&assigned=me")
+            } else {
+                q.to_owned()
+            };
             // Every page, in the API's order (by status, oldest first).
             let mut ctas = Vec::new();
             let mut cursor: Option<String> = None;
@@ -308,7 +317,8 @@ async fn execute(api: &Api, json: bool, command: Command) -> Result<(), Failure>
                 return Ok(());
             }
             let human = if ctas.is_empty() {
-                format!("no {} CTAs", if all { "" } else { "pending" }).replace("  ", " ")
+                let whose = if assigned { " assigned to you" } else { "" };
+                format!("no {} CTAs{whose}", if all { "" } else { "pending" }).replace("  ", " ")
             } else {
                 ctas.iter().map(render_cta).collect::<Vec<_>>().join("\n")
             };

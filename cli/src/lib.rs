@@ -150,10 +150,13 @@ enum Command {
     /// 5 waiting for a human (its questions are printed, with how to answer them), 2
     /// refused, 1 unreachable.
     Watch { run_id: String },
-    /// List CTAs waiting for an answer (--all: every status).
+    /// List CTAs waiting for an answer (--all: every status; --assigned: the questions
+    /// assigned to the token's user, by name or group, instead of its own runs').
     Ctas {
         #[arg(long)]
         all: bool,
+        #[arg(long)]
+        assigned: bool,
         /// Print only the CTAs' ids, one a line, oldest first.
         #[arg(short, long)]
         quiet: bool,

@@ -708,3 +708,47 @@ fn a_users_file_is_checked_at_start_up() {
         assert!(err.contains(says), "{users_text}: {err}");
     }
 }
+
+/// `baton dev` with an e-mail channel needs an SMTP server to send through: without
+/// BATON_SMTP_URL, or with one that is not an `smtp(s)://` URL, it does not start (exit code
+/// 2, a line naming the channel or the variable, and never the URL's password).
+#[test]
+fn an_e_mail_channel_needs_a_good_smtp_url_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join("agents.json");
+    std::fs::write(
+        &agents,
+        r#"{"notifiers": {"ops-mail": {"type": "email", "from": "baton@example.com",
+                                       "to": {"group:ops": "ops@example.com"}}},
+            "agents": {"a": {"tools": [], "questions": {"assignees": ["group:ops"], "notify": ["ops-mail"]}}}}"#,
+    )
+    .unwrap();
+    let start = |smtp: Option<&str>| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["dev", "--addr", "127.0.0.1:0", "--data"])
+            .arg(dir.path().join("data"))
+            .arg("--agents")
+            .arg(&agents)
+            .env_remove("BATON_TOKEN")
+            .env_remove("BATON_SMTP_URL");
+        if let Some(url) = smtp {
+            cmd.env("BATON_SMTP_URL", url);
+        }
+        cmd.output().unwrap()
+    };
+    for (smtp, says) in [
+        (None, "e-mail channels (`ops-mail`) need an SMTP server"),
+        (
+            Some("http://user:s3cret@mail.example.com"),
+            "BATON_SMTP_URL",
+        ),
+    ] {
+        let out = start(smtp);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{smtp:?}: {err}");
+        assert!(
+            err.contains(says) && !err.contains("s3cret"),
+            "{smtp:?}: {err}"
+        );
+    }
+}
