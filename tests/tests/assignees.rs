@@ -805,3 +805,87 @@ async fn a_notification_given_up_on_lands_in_its_dead_letter_queue_on_aws() {
     assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 5);
     host.stop().await;
 }
+
+/// A round that tells more people than one claim takes (16 deliveries) is sent in claims
+/// of its own, the next one a second on: ten people through two channels are all told,
+/// each once, by the timer's firing and the one the first claim set.
+#[tokio::test]
+async fn a_round_for_many_people_reaches_all_of_them_on_baton_dev() {
+    let received = Received::default();
+    let base = received.start().await;
+    let people: Vec<String> = (0..10).map(|i| format!("user:u{i}")).collect();
+    let agents = catalog(Some(json!({
+        "notifiers": {
+            "hook": {"type": "webhook", "url": format!("{base}/hook"), "secret": HOOK_SECRET},
+            "slack": {"type": "slack", "url": format!("{base}/slack")}
+        },
+        "agents": {"orchestrator": {
+            "system": "agent:orchestrator",
+            "tools": ["request_human_feedback"],
+            "questions": {"assignees": people, "notify": ["hook", "slack"]}
+        }}
+    })));
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(baton_core::ports::ManualClock::new(chrono::Utc::now()));
+    let options = local_options(dir.path(), scripted(SCRIPT), agents, clock.clone());
+    let mut host = LocalHost::with_clock(options, clock).await;
+    let owner = host.api().clone();
+    let run_id = owner.post_ok("/runs", json!({"prompt": "Ship"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cta = owner.pending("approval").await;
+    let id = cta["ctaId"].as_str().unwrap().to_owned();
+    host.fire(&run_id, &format!("ntf-{id}"), at(&cta, 0)).await;
+    owner
+        .wait("the first claim's sixteen", async |_: &Api| {
+            (received.all().len() >= 16).then_some(())
+        })
+        .await;
+    // The rest on the timer the first claim set, a second on.
+    host.fire(&run_id, &format!("ntf-{id}"), at(&cta, 2)).await;
+    let told = owner
+        .wait("all twenty messages", async |_: &Api| {
+            let all = received.all();
+            (all.len() >= 20).then_some(all)
+        })
+        .await;
+    // The webhook's very first request is refused (503) and tried again later: 19 in.
+    let mut recipients: Vec<String> = told
+        .iter()
+        .filter(|(p, ..)| p == "/hook")
+        .map(|(_, _, b)| b["recipient"].as_str().unwrap().to_owned())
+        .collect();
+    recipients.sort();
+    recipients.dedup();
+    assert_eq!(recipients.len(), 10, "{recipients:?}");
+    assert_eq!(told.iter().filter(|(p, ..)| p == "/slack").count(), 10);
+    host.stop().await;
+}
+
+/// A question for more people than DynamoDB's transaction takes items (100) is raised all
+/// the same: its inbox pointers are written ahead of the step's commit, and an assignee's
+/// inbox lists it.
+#[tokio::test]
+async fn a_question_for_a_hundred_and_twenty_people_reaches_their_inboxes_on_aws() {
+    let mut people: Vec<String> = (0..119).map(|i| format!("user:p{i}")).collect();
+    people.push("user:alice".into());
+    let agents = catalog(Some(json!({"agents": {"orchestrator": {
+        "system": "agent:orchestrator",
+        "tools": ["request_human_feedback"],
+        "questions": {"assignees": people}
+    }}})));
+    let aws = Arc::new(Emulator::start_with(None).await);
+    let (_mock, llm) = common::mock_openai::start(SCRIPT).await;
+    let options = aws.dev_options(aws.names("asgmany"), llm, agents, 0).await;
+    let mut host = AwsHost::start(aws, options).await;
+    let owner = host.api().clone();
+    owner.post_ok("/runs", json!({"prompt": "Ship"})).await;
+    let cta = owner.pending("approval").await;
+    assert_eq!(cta["assignees"].as_array().unwrap().len(), 120);
+    let inbox = as_user(&owner, "alice")
+        .get_ok("/ctas?assigned=me&status=pending")
+        .await;
+    assert_eq!(inbox["ctas"][0]["ctaId"], cta["ctaId"], "{inbox}");
+    host.stop().await;
+}

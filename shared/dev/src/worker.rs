@@ -169,7 +169,7 @@ impl Worker {
                 // Refused (not due by the service's clock, or gone): the timer is done.
                 Err(e) => warn!(timer = %t.name, error = %e, "timer refused"),
             }
-            self.store.timer_fired(&t.name, now).await?;
+            self.store.timer_fired(t).await?;
         }
         Ok(due.len())
     }

@@ -591,6 +591,10 @@ pub struct Lease {
 /// How many times a delivery is tried before it is given up.
 pub const MAX_DELIVERY_ATTEMPTS: u32 = 5;
 
+/// The most deliveries one claim takes (sent at once, so that a round fits well within a
+/// function's time however many people it tells; the rest wait for the next timer).
+pub const MAX_CLAIMED: usize = 16;
+
 impl Delivery {
     pub fn new(round: &str, channel: &str, recipient: &str) -> Self {
         Self {
@@ -787,7 +791,12 @@ impl Cta {
             }
             CtaChange::Claim(lease) => {
                 let mut claimed = false;
-                for d in self.deliveries.iter_mut().filter(|d| d.owed(at)) {
+                for d in self
+                    .deliveries
+                    .iter_mut()
+                    .filter(|d| d.owed(at))
+                    .take(MAX_CLAIMED)
+                {
                     d.attempts += 1;
                     d.lease = Some(lease.clone());
                     claimed = true;
@@ -1168,6 +1177,52 @@ mod tests {
         // Two recipients, one channel: the last round's two, not a hundred rounds' worth.
         assert_eq!(cta.deliveries.len(), 2, "{:?}", cta.deliveries);
         assert!(cta.deliveries.iter().all(|d| d.round == "reminder-100"));
+    }
+
+    #[test]
+    fn a_claim_takes_at_most_sixteen_deliveries_and_the_next_the_rest() {
+        let at = Utc::now();
+        let mut cta = approval_for_two();
+        let people: Vec<String> = (0..10).map(|i| format!("user:u{i}")).collect();
+        cta.notify = vec!["hook".into(), "mail".into()];
+        let change = CtaChange::Round {
+            event: AuditEvent::new("asked", at),
+            assignees: Vec::new(),
+            deliveries: cta.round("asked", &people),
+        };
+        cta.apply(&change, at);
+        assert_eq!(cta.deliveries.len(), 20);
+        let lease = |token: &str| {
+            CtaChange::Claim(Lease {
+                token: token.into(),
+                until: at + chrono::Duration::seconds(60),
+            })
+        };
+        let held = |cta: &Cta, token: &str| {
+            cta.deliveries
+                .iter()
+                .filter(|d| d.lease.as_ref().is_some_and(|l| l.token == token))
+                .count()
+        };
+        assert_eq!(
+            cta.apply(&lease("a"), at),
+            Applied::Changed { settled: false }
+        );
+        assert_eq!(held(&cta, "a"), MAX_CLAIMED);
+        assert!(
+            cta.deliveries.iter().any(|d| d.owed(at)),
+            "the rest are owed"
+        );
+        assert_eq!(
+            cta.apply(&lease("b"), at),
+            Applied::Changed { settled: false }
+        );
+        assert_eq!(held(&cta, "b"), 20 - MAX_CLAIMED);
+        assert_eq!(
+            cta.apply(&lease("c"), at),
+            Applied::Unchanged,
+            "nothing left"
+        );
     }
 
     #[test]

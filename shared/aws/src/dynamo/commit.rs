@@ -83,10 +83,13 @@ impl DynamoStore {
         for item in timeline_items.into_iter().flatten() {
             items.push(self.put(item, None)?);
         }
+        // A question's inbox pointers, one per assignee, ride with the commit when they fit
+        // (below, as children's INFO items do).
+        let mut extras = Vec::new();
         for c in &t.new_ctas {
             items.push(self.put(self.cta_item(c)?, Some("attribute_not_exists(PK)"))?);
             for principal in &c.assignees {
-                items.push(self.put(self.assignment_item(principal, c), None)?);
+                extras.push(self.assignment_item(principal, c));
             }
         }
         let mut infos = Vec::new();
@@ -101,15 +104,18 @@ impl DynamoStore {
                 items.push(self.put(seg, None)?);
             }
         }
-        // A child's `INFO` item (its place in its tree) goes with the commit when it fits;
-        // when a plan starts many steps at once, they are written first (an `INFO` item
-        // whose run item never comes is skipped by the lists, which read the run items).
-        if items.len() + infos.len() <= MAX_TRANSACT_ITEMS {
-            for info in infos {
-                items.push(self.put(info, None)?);
+        // A child's `INFO` item (its place in its tree) and a question's inbox pointers go
+        // with the commit when they fit; when a plan starts many steps at once, or questions
+        // have many assignees, they are written first (an `INFO` item whose run item never
+        // comes is skipped by the lists, which read the run items; a pointer whose question
+        // never comes, by the inboxes, which read the questions).
+        extras.extend(infos);
+        if items.len() + extras.len() <= MAX_TRANSACT_ITEMS {
+            for extra in extras {
+                items.push(self.put(extra, None)?);
             }
         } else {
-            self.put_ahead(infos).await?;
+            self.put_ahead(extras).await?;
         }
         if items.is_empty() {
             // The run item is the whole commit: no transaction, billed once.

@@ -169,28 +169,37 @@ impl Shared {
             .iter()
             .filter(|d| d.lease.as_ref() == Some(&lease))
             .collect();
-        // Set before the tries: a deliverer that dies mid-way leaves its claims to it.
-        if let Some(fewest) = claimed
+        // Set before the tries: a deliverer that dies mid-way leaves its claims to it. What
+        // this claim left for later (past MAX_CLAIMED) goes with the next firing, a second
+        // on (on AWS, Scheduler's next minute); the claim that takes it sets the timer again.
+        let retry = claimed
             .iter()
             .filter(|d| d.attempts < MAX_DELIVERY_ATTEMPTS)
             .map(|d| d.attempts)
             .min()
-        {
-            let at = lease.until + backoff(fewest);
-            if at < cta.expires_at {
-                let name = format!("{NOTIFY_TIMER}{cta_id}");
-                self.deps.scheduler.schedule(&name, &cta.run_id, at).await?;
-            }
+            .map(|fewest| lease.until + backoff(fewest));
+        let next = if cta.deliveries.iter().any(|d| d.owed(now)) {
+            Some(now + chrono::Duration::seconds(1))
+        } else {
+            retry
+        };
+        if let Some(at) = next.filter(|at| *at < cta.expires_at) {
+            let name = format!("{NOTIFY_TIMER}{cta_id}");
+            self.deps.scheduler.schedule(&name, &cta.run_id, at).await?;
         }
-        let mut tried = Vec::new();
-        for d in &claimed {
-            let outcome = match self.catalog.notifier(&d.channel) {
+        // All at once: a round takes one try's time (at most 10 s), however many it tells.
+        let outcomes = futures_util::future::join_all(claimed.iter().map(|d| async {
+            match self.catalog.notifier(&d.channel) {
                 None => Err(format!(
                     "channel `{}` is no longer in the agents file",
                     d.channel
                 )),
                 Some(spec) => self.send(&cta, d, spec, now).await,
-            };
+            }
+        }))
+        .await;
+        let mut tried = Vec::new();
+        for (d, outcome) in claimed.iter().zip(outcomes) {
             let (ok, outcome) = match outcome {
                 Ok(status) => (true, format!("delivered ({status})")),
                 Err(why) => {

@@ -29,6 +29,8 @@ pub struct DueTimer {
     /// A CTA id (its expiry), or a run's own timer id (`tmr_…`).
     pub name: String,
     pub run_id: String,
+    /// When it was set for (what [`LocalStore::timer_fired`] deletes).
+    pub at_ms: i64,
 }
 
 impl LocalStore {
@@ -197,12 +199,15 @@ impl LocalStore {
         let now = now.timestamp_millis();
         self.read(move |c| {
             let mut stmt = c
-                .prepare_cached("SELECT name, run_id FROM timers WHERE at_ms <= ?1 ORDER BY at_ms")
+                .prepare_cached(
+                    "SELECT name, run_id, at_ms FROM timers WHERE at_ms <= ?1 ORDER BY at_ms",
+                )
                 .map_err(sql)?;
             stmt.query_map([now], |r| {
                 Ok(DueTimer {
                     name: r.get(0)?,
                     run_id: r.get(1)?,
+                    at_ms: r.get(2)?,
                 })
             })
             .map_err(sql)?
@@ -212,14 +217,15 @@ impl LocalStore {
         .await
     }
 
-    /// A fired timer is done: deleted unless it was set again meanwhile for a later time
-    /// (an expiry that fired early sets its timer again, for `expiresAt`).
-    pub async fn timer_fired(&self, name: &str, now: DateTime<Utc>) -> Result<(), PortError> {
-        let (name, now) = (name.to_owned(), now.timestamp_millis());
+    /// A fired timer is done: deleted unless it was set again meanwhile, for any other time
+    /// (an expiry that fired early sets its timer again, for `expiresAt`; a round of
+    /// notifications too large for one claim sets its own for now, to go on).
+    pub async fn timer_fired(&self, timer: &DueTimer) -> Result<(), PortError> {
+        let (name, at_ms) = (timer.name.clone(), timer.at_ms);
         self.write_one(false, move |tx| {
             tx.execute(
-                "DELETE FROM timers WHERE name = ?1 AND at_ms <= ?2",
-                params![name, now],
+                "DELETE FROM timers WHERE name = ?1 AND at_ms = ?2",
+                params![name, at_ms],
             )
             .map_err(sql)?;
             Ok(())
