@@ -16,7 +16,7 @@ use crate::{Command, refuse};
 mod render;
 mod watch;
 
-use render::{progress, render_cta, render_run, short};
+use render::{entry_line, progress, render_cta, render_run, short};
 
 struct Api {
     http: reqwest::Client,

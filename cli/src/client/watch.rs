@@ -135,7 +135,8 @@ impl View {
                 e["usage"]["totalTokens"].as_u64().unwrap_or(0),
                 e["costUsd"].as_f64().unwrap_or(0.0)
             ),
-            _ => String::new(),
+            // A widget, a file, a queued follow-up, or a type newer than this client.
+            _ => format!("  {}\n", super::entry_line(e)),
         };
         format!("{end}{line}")
     }
@@ -525,6 +526,15 @@ mod tests {
             v.live("tool_started", &json!({"callId": "call_9", "tool": "echo"})),
             ""
         );
+    }
+
+    #[test]
+    fn a_widget_a_file_and_a_queued_follow_up_have_lines_too() {
+        let mut v = View::default();
+        let widget = json!({"seq": 1, "type": "widget", "callId": "c1", "kind": "table", "data": {"rows": 2}});
+        assert_eq!(v.entry(&widget), "  widget table: {\"rows\":2}\n");
+        let queued = json!({"seq": 2, "type": "queued", "text": "and tag it", "messageId": "m1"});
+        assert_eq!(v.entry(&queued), "  queued follow-up: and tag it\n");
     }
 
     #[test]
