@@ -241,7 +241,7 @@ def ses():
     mail.verify_email_identity(EmailAddress=sender)
     sent = mail.send_email(
         Source=sender,
-        Destination={"ToAddresses": ["ops@example.com"]},
+        Destination={"ToAddresses": [f"probe-{RUN}@example.org"]},
         Message={"Subject": {"Data": f"probe {RUN}"}, "Body": {"Text": {"Data": "hello"}}},
     )["MessageId"]
     # LocalStack keeps what it "sent" where a test reads it back.

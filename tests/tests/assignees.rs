@@ -171,7 +171,8 @@ fn verify(header: &str, body: &[u8]) -> bool {
 /// record on the emulator.
 enum Mailbox {
     Smtp(common::python::SmtpSink),
-    Ses(Arc<Emulator>),
+    /// SES's record, of the messages from this sender (the emulator may be shared).
+    Ses(Arc<Emulator>, String),
 }
 
 impl Mailbox {
@@ -179,7 +180,11 @@ impl Mailbox {
     async fn to(&self, to: &str) -> Vec<Value> {
         let all = match self {
             Mailbox::Smtp(sink) => sink.taken(),
-            Mailbox::Ses(aws) => aws.sent_mail().await,
+            Mailbox::Ses(aws, from) => {
+                let mut all = aws.sent_mail().await;
+                all.retain(|m| m["from"] == from.as_str());
+                all
+            }
         };
         all.into_iter()
             .filter(|m| m["to"].as_array().is_some_and(|t| t.contains(&json!(to))))
@@ -221,7 +226,7 @@ async fn notified_aws() {
         .dev_options(names, llm, notified_agents(&base, &from), 0)
         .await;
     let mut host = AwsHost::start(aws.clone(), options).await;
-    let mailbox = Mailbox::Ses(aws);
+    let mailbox = Mailbox::Ses(aws, from);
     questions_are_told_to_their_people(&mut host, &received, &mailbox).await;
     host.stop().await;
 }

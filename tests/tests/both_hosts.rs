@@ -286,3 +286,51 @@ async fn concurrent_answers_have_exactly_one_winner(host: &mut impl TestHost) {
         "the run resumed exactly once"
     );
 }
+
+// The model says "Shipped." to whatever it is asked (the mock OpenAI server picks its reply
+// by the conversation's replies so far, the scripted model by the run's thinks).
+on_both_hosts!(
+    a_blank_turn_gets_the_clarifying_reply_without_a_model_call,
+    r#"{"orchestrator": [{"text": "Shipped."}, {"text": "Shipped."}, {"text": "Shipped."}]}"#
+);
+
+/// A blank prompt, and a blank follow-up, are each answered with the agent's clarifying
+/// reply, as a reply of its own and without a model call (the model would have said
+/// "Shipped."); a follow-up with words is the model's; a message with neither text nor
+/// trigger is still refused.
+async fn a_blank_turn_gets_the_clarifying_reply_without_a_model_call(host: &mut impl TestHost) {
+    let api = host.api();
+    let clarifying = baton_core::agent::DEFAULT_CLARIFYING_REPLY;
+    let run_id = api.post_ok("/runs", json!({"prompt": "  \n "})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = api.status(&run_id, "completed").await;
+    assert_eq!(run["result"], clarifying);
+    assert_eq!(entry_types(&run), ["user", "assistant", "usage"]);
+    let reply = &of_type(&run, "assistant")[0];
+    assert_eq!(reply["usage"]["totalTokens"], 0, "{reply}");
+    assert!(reply.get("model").is_none(), "{reply}");
+    assert_eq!(run["usage"]["totalTokens"], 0);
+
+    let messages = format!("/runs/{run_id}/messages");
+    let turns = async |n: usize| {
+        api.wait("the turn", async |api: &common::aws::Api| {
+            let run = api.get_ok(&format!("/runs/{run_id}")).await;
+            (of_type(&run, "usage").len() >= n && run["status"] == "completed").then_some(run)
+        })
+        .await
+    };
+    api.post_ok(&messages, json!({"text": ""})).await;
+    let run = turns(2).await;
+    assert_eq!(run["result"], clarifying);
+    api.post_ok(&messages, json!({"text": "Ship v2"})).await;
+    let run = turns(3).await;
+    assert_eq!(run["result"], "Shipped.");
+    let (code, v) = api.post(&messages, json!({})).await;
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (400, Some("invalid_request")),
+        "{v}"
+    );
+}

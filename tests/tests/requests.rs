@@ -32,12 +32,6 @@ async fn requests_are_authenticated_and_bad_input_is_a_clear_4xx() {
         (
             reqwest::Method::POST,
             "/runs",
-            Some(json!({"prompt": ""})),
-            400,
-        ),
-        (
-            reqwest::Method::POST,
-            "/runs",
             Some(json!({"prompt": "x", "agent": "nobody"})),
             400,
         ),

@@ -53,7 +53,7 @@ async fn a_follow_up_message_starts_a_new_turn_and_timeline_paging_works() {
     let (code, _) = h.get(&format!("/runs/{run_id}/timeline?after=-1")).await;
     assert_eq!(code, 400);
     let (code, _) = h
-        .post(&format!("/runs/{run_id}/messages"), json!({"text": ""}))
+        .post(&format!("/runs/{run_id}/messages"), json!({"text": 7}))
         .await;
     assert_eq!(code, 400);
     h.server.shutdown().await;

@@ -23,17 +23,18 @@ fn json_body(schema: Value) -> Value {
     json!({"application/json": {"schema": schema}})
 }
 
-/// What the types alone cannot say of a request, added to their generated schemas: a prompt
-/// or a message has a non-blank character; `agent` is one of this deployment's; `context`
+/// What the types alone cannot say of a request, added to their generated schemas (a blank
+/// prompt or message is one: the agent answers it with its clarifying reply); `agent` is one
+/// of this deployment's; `context`
 /// is an object with a non-empty string `type`; a `sandboxId` and a trigger's name are plain
 /// names; a message has `text` or a `trigger`, not both.
 fn refine(schemas: &mut Map<String, Value>, agents: &[&str]) {
-    let nonblank = json!({"type": "string", "minLength": 1, "pattern": "\\S"});
     if let Some(p) = schemas
         .get_mut("CreateRunBody")
         .and_then(|s| s.get_mut("properties"))
     {
-        p["prompt"] = nonblank.clone();
+        p["prompt"] = json!({"type": "string", "description":
+            "What the run is asked. A blank one is answered with the agent's clarifying reply, without a model call."});
         p["agent"] = json!({"anyOf": [{"enum": agents}, {"type": "null"}]});
         p["sandboxId"] = json!({"anyOf": [
             {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}, {"type": "null"}]});
@@ -46,7 +47,7 @@ fn refine(schemas: &mut Map<String, Value>, agents: &[&str]) {
         .get_mut("MessageBody")
         .and_then(|s| s.get_mut("properties"))
     {
-        p["text"] = json!({"anyOf": [nonblank, {"type": "null"}]});
+        p["text"] = json!({"anyOf": [{"type": "string"}, {"type": "null"}]});
     }
     if let Some(m) = schemas
         .get_mut("MessageBody")

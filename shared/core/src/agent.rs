@@ -101,6 +101,14 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
     if spec.max_iterations == Some(0) {
         return Err(CatalogError::ZeroIterations(name));
     }
+    if let Some(reply) = &spec.clarifying_reply
+        && (reply.trim().is_empty() || reply.len() > 4000)
+    {
+        return Err(CatalogError::Invalid {
+            agent: name,
+            message: "`clarifyingReply` must be 1 to 4000 bytes of text".into(),
+        });
+    }
     if spec.max_tool_calls_per_turn == Some(0) {
         return Err(CatalogError::ZeroToolCalls(name));
     }
@@ -247,6 +255,9 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
         max_output_tokens: spec.max_output_tokens,
         context_bytes: spec.context_bytes.unwrap_or(limits.context_bytes),
         context_guidance: spec.context_guidance,
+        clarifying_reply: spec
+            .clarifying_reply
+            .unwrap_or_else(|| baton_engine::agent::DEFAULT_CLARIFYING_REPLY.into()),
         name,
     })
 }

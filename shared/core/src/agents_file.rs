@@ -160,6 +160,10 @@ pub struct AgentSpec {
     /// Text added to the system prompt when a run's `context` has this `type`.
     #[serde(default)]
     pub context_guidance: BTreeMap<String, String>,
+    /// Its reply to a blank prompt or follow-up, given without calling the model (default:
+    /// "What would you like me to do? …").
+    #[serde(default)]
+    pub clarifying_reply: Option<String>,
 }
 
 impl AgentSpec {

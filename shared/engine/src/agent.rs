@@ -114,7 +114,14 @@ pub struct AgentDef {
     /// What its model calls are recorded as (`plan` for the planner, `review` for the plan
     /// reviewer, `think` for every other agent).
     pub operation: crate::timeline::Operation,
+    /// Its reply to a turn that asks nothing (a blank prompt or follow-up), given without
+    /// calling the model.
+    pub clarifying_reply: String,
 }
+
+/// What an agent answers a blank turn with, unless its `clarifyingReply` says otherwise.
+pub const DEFAULT_CLARIFYING_REPLY: &str =
+    "What would you like me to do? Tell me the task, and anything I should know about it.";
 
 impl std::fmt::Debug for AgentDef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -253,6 +260,7 @@ impl AgentDef {
             context_bytes: limits.context_bytes,
             context_guidance: BTreeMap::new(),
             operation: crate::timeline::Operation::Think,
+            clarifying_reply: DEFAULT_CLARIFYING_REPLY.into(),
         }
     }
 

@@ -427,6 +427,8 @@ impl Run {
 
     /// Records what the run's current turn was asked (its preview: see [`Run::prompt`]).
     pub fn set_prompt(&mut self, text: &str) {
+        // From its first word: a blank one is an empty preview (see `Work::think`).
+        let text = text.trim_start();
         let mut end = text.len().min(PROMPT_PREVIEW_BYTES);
         while !text.is_char_boundary(end) {
             end -= 1;

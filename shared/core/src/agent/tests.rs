@@ -194,6 +194,10 @@ fn bad_agent_files_are_clear_start_up_errors() {
             r#"{"agents": {"a": {"tools": [], "maxCostUsd": 1e-200}}}"#,
             "from 0.000001 to 1000000",
         ),
+        (
+            r#"{"agents": {"a": {"tools": [], "clarifyingReply": "  "}}}"#,
+            "`clarifyingReply` must be 1 to 4000 bytes of text",
+        ),
         // An e-mail channel: a sender, an address for everyone it tells, and nothing else.
         (
             r#"{"notifiers": {"m": {"type": "email", "to": {"user:x": "x@example.com"}}}}"#,

@@ -195,7 +195,6 @@ fn turn_text(
 ) -> Result<(String, Option<String>), ServiceError> {
     let invalid = |m: String| Err(ServiceError::Invalid(m));
     match (text, trigger) {
-        (Some(text), None) if text.trim().is_empty() => invalid("`text` must not be empty".into()),
         (Some(text), None) => Ok((text, None)),
         (None, Some(Trigger { name, data })) => {
             let named = (1..=64).contains(&name.len())

@@ -64,9 +64,6 @@ impl Requests {
         req: CreateRun,
         idempotency_key: Option<&str>,
     ) -> Result<Run, ServiceError> {
-        if req.prompt.trim().is_empty() {
-            return Err(ServiceError::Invalid("`prompt` must not be empty".into()));
-        }
         let agent = req
             .agent
             .unwrap_or_else(|| crate::agent::ORCHESTRATOR.to_owned());

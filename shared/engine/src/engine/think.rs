@@ -73,6 +73,26 @@ impl Work<'_> {
             self.end(RunStatus::Failed, "model_error", error);
             return None;
         }
+        // A turn that asks nothing (a blank prompt or follow-up) is answered without the
+        // model: the agent's clarifying reply, as a reply of its own (seed 001, 4.5).
+        if self.run.counters.turn_thinks == 0 && self.run.prompt.as_deref() == Some("") {
+            self.run.counters.turn_thinks += 1;
+            let text = agent.clarifying_reply.clone();
+            let seq = self.push(EntryBody::Assistant {
+                text: Some(text.clone()),
+                usage: Default::default(),
+                model: None,
+                cost_usd: None,
+                operation: agent.operation,
+                latency_ms: None,
+                first_token_ms: None,
+                truncated: false,
+                stop_reason: None,
+            });
+            self.set_result(text, Some(seq));
+            self.end(RunStatus::Completed, "", "");
+            return None;
+        }
         // The reply to this think, if the step has it (one to another think is not this
         // one's: the step was stepped again after a conflict and its run had moved on).
         let reply = io

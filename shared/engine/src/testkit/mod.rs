@@ -197,6 +197,8 @@ impl Sim {
         let id = format!("run_top{}", self.runs.len());
         let mut run = Run::new(NewRun::top_level(id.clone(), agent, "o", self.now));
         run.next_seq = 1;
+        // As a host creates a run: what its turn was asked, previewed.
+        run.set_prompt(prompt);
         let first = Entry {
             seq: 0,
             at: self.now,

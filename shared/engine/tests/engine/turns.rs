@@ -401,3 +401,49 @@ fn a_follow_ups_turn_whose_model_fails_for_good_fails_the_completed_run() {
         "the follow-up is in the timeline before the error"
     );
 }
+
+/// A blank prompt, then a blank follow-up, are answered with the agent's clarifying reply
+/// without the model (nothing is scripted for them: a model call would fail the run); a
+/// follow-up with words goes to the model.
+#[test]
+fn a_blank_turn_is_answered_with_the_clarifying_reply_without_the_model() {
+    let mut s = sim();
+    let limits = Limits::default();
+    let mut asker = AgentDef::new("asker", "", &[], &limits);
+    asker.clarifying_reply = "Which release?".into();
+    s.agents = Box::new(book(limits, vec![asker]));
+    let id = s.create("asker", " \n\t ");
+    s.run_all();
+    let (run, timeline) = s.runs[&id].clone();
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.outcome.result.as_deref(), Some("Which release?"));
+    assert_eq!(run.spend.usage.total_tokens, 0);
+    let replies: Vec<&EntryBody> = timeline
+        .iter()
+        .map(|e| &e.body)
+        .filter(|b| matches!(b, EntryBody::Assistant { .. }))
+        .collect();
+    assert!(
+        matches!(replies[..], [EntryBody::Assistant { text: Some(t), model: None, .. }] if t == "Which release?"),
+        "{replies:?}"
+    );
+    assert_eq!(s.events("run.completed").len(), 1);
+
+    let follow_up = |text: &str, id: &str| Input::UserMessage {
+        text: text.into(),
+        message_id: id.into(),
+        reply_to: None,
+        options: Default::default(),
+    };
+    s.send(&id, follow_up("", "m1"));
+    s.run_all();
+    assert_eq!(s.run(&id).outcome.result.as_deref(), Some("Which release?"));
+    s.script("asker", vec![text("v2, shipped.")]);
+    s.send(&id, follow_up("Ship v2", "m2"));
+    s.run_all();
+    let run = s.run(&id);
+    assert_eq!(
+        (run.status, run.outcome.result.as_deref()),
+        (RunStatus::Completed, Some("v2, shipped."))
+    );
+}
