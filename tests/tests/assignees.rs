@@ -265,12 +265,7 @@ async fn questions_are_told_to_their_people(
     mailbox: &Mailbox,
 ) {
     let owner = host.api().clone();
-    let run_id = owner.post_ok("/runs", json!({"prompt": "Ship"})).await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let cta = owner.pending("approval").await;
-    let id = cta["ctaId"].as_str().unwrap().to_owned();
+    let (run_id, cta, id) = asked(&owner).await;
     let wait = async |what: &str, path: &str, kind: &str, n: usize| {
         owner
             .wait(what, async |_: &Api| {
@@ -450,6 +445,18 @@ async fn questions_are_told_to_their_people(
     );
 }
 
+/// A run started (`Ship`) and its approval asked: the run's id, the question as the API
+/// shows it, and its id.
+async fn asked(owner: &Api) -> (String, Value, String) {
+    let run_id = owner.post_ok("/runs", json!({"prompt": "Ship"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cta = owner.pending("approval").await;
+    let id = cta["ctaId"].as_str().unwrap().to_owned();
+    (run_id, cta, id)
+}
+
 /// The host's API as test user `user`.
 fn as_user(api: &Api, user: &str) -> Api {
     let mut api = api.clone();
@@ -465,12 +472,7 @@ async fn questions_reach_their_assignees(host: &mut impl TestHost) {
         as_user(&owner, "carol"),
         as_user(&owner, "dave"),
     );
-    let run_id = owner.post_ok("/runs", json!({"prompt": "Ship"})).await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let cta = owner.pending("approval").await;
-    let id = cta["ctaId"].as_str().unwrap().to_owned();
+    let (run_id, cta, id) = asked(&owner).await;
     assert_eq!(cta["assignees"], json!(["group:ops", "user:carol"]));
     assert_eq!(cta["requiredApprovals"], 2);
 
@@ -673,12 +675,7 @@ async fn bus_answers_name_an_assignee() {
     let options = aws.dev_options(aws.names("asgbus"), llm, agents(), 0).await;
     let mut host = AwsHost::start(aws, options).await;
     let owner = host.api().clone();
-    let run_id = owner.post_ok("/runs", json!({"prompt": "Ship"})).await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let cta = owner.pending("approval").await;
-    let id = cta["ctaId"].as_str().unwrap().to_owned();
+    let (run_id, _, id) = asked(&owner).await;
     let answer = |responder: &str| json!({"ctaId": id, "kind": "approval", "approved": true, "responder": responder});
     // alice is in ops, but the bus cannot know it; mallory is no one's.
     for stranger in ["mallory", "alice"] {
@@ -752,12 +749,7 @@ async fn a_notification_given_up_on_lands_in_its_dead_letter_queue_on_aws() {
     let options = aws.dev_options(names, llm, agents, 0).await;
     let mut host = AwsHost::start(aws.clone(), options).await;
     let owner = host.api().clone();
-    let run_id = owner.post_ok("/runs", json!({"prompt": "Ship"})).await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let cta = owner.pending("approval").await;
-    let id = cta["ctaId"].as_str().unwrap().to_owned();
+    let (run_id, cta, id) = asked(&owner).await;
     // Each firing of the notification timer tries again once the last try is recorded.
     for n in 1..=5usize {
         host.fire(&run_id, &format!("ntf-{id}"), at(&cta, 0)).await;
@@ -835,12 +827,7 @@ async fn a_round_for_many_people_reaches_all_of_them_on_baton_dev() {
     let options = local_options(dir.path(), scripted(SCRIPT), agents, clock.clone());
     let mut host = LocalHost::with_clock(options, clock).await;
     let owner = host.api().clone();
-    let run_id = owner.post_ok("/runs", json!({"prompt": "Ship"})).await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let cta = owner.pending("approval").await;
-    let id = cta["ctaId"].as_str().unwrap().to_owned();
+    let (run_id, cta, id) = asked(&owner).await;
     host.fire(&run_id, &format!("ntf-{id}"), at(&cta, 0)).await;
     owner
         .wait("the first claim's sixteen", async |_: &Api| {

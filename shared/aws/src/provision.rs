@@ -89,6 +89,39 @@ fn dlq_name(queue: &str) -> String {
     }
 }
 
+/// A rule on the bus, `<prefix>-<name>`, that sends the events `pattern` matches to the
+/// queue `target`.
+async fn rule_into(
+    eb: &aws_sdk_eventbridge::Client,
+    n: &Names,
+    name: &str,
+    pattern: serde_json::Value,
+    target: &str,
+) -> Result<(), PortError> {
+    let rule = format!("{}-{name}", n.prefix);
+    eb.put_rule()
+        .name(&rule)
+        .event_bus_name(n.bus())
+        .event_pattern(pattern.to_string())
+        .send()
+        .await
+        .map_err(|e| map_sdk_err("PutRule", e))?;
+    eb.put_targets()
+        .rule(&rule)
+        .event_bus_name(n.bus())
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id(name)
+                .arn(target)
+                .build()
+                .map_err(|e| PortError::broken("build rule target", e))?,
+        )
+        .send()
+        .await
+        .map_err(|e| map_sdk_err("PutTargets", e))?;
+    Ok(())
+}
+
 /// A standard queue with no dead letters of its own (a dead-letter queue itself).
 async fn plain_queue(sqs: &aws_sdk_sqs::Client, name: &str) -> Result<QueueRef, PortError> {
     let created = sqs
@@ -301,57 +334,24 @@ pub async fn ensure(
         .map_err(|e| map_sdk_err("DescribeEventBus", e))?
         .arn
         .unwrap_or_default();
-    let rule = format!("{}-cta-inbox", n.prefix);
-    eb.put_rule()
-        .name(&rule)
-        .event_bus_name(n.bus())
-        .event_pattern(
-            serde_json::json!({"detail-type": ["cta.response", "cta.expired", "timer.fired"]})
-                .to_string(),
-        )
-        .send()
-        .await
-        .map_err(|e| map_sdk_err("PutRule", e))?;
-    eb.put_targets()
-        .rule(&rule)
-        .event_bus_name(n.bus())
-        .targets(
-            aws_sdk_eventbridge::types::Target::builder()
-                .id("cta-inbox")
-                .arn(inbox.arn)
-                .build()
-                .map_err(|e| PortError::broken("build rule target", e))?,
-        )
-        .send()
-        .await
-        .map_err(|e| map_sdk_err("PutTargets", e))?;
-
+    rule_into(
+        &eb,
+        n,
+        "cta-inbox",
+        serde_json::json!({"detail-type": ["cta.response", "cta.expired", "timer.fired"]}),
+        &inbox.arn,
+    )
+    .await?;
     // Notifications given up on, kept in a queue of their own (the template's
     // CtaUndeliveredRule).
-    let rule = format!("{}-cta-undelivered", n.prefix);
-    eb.put_rule()
-        .name(&rule)
-        .event_bus_name(n.bus())
-        .event_pattern(
-            serde_json::json!({"source": [crate::eventbridge::SOURCE], "detail-type": ["cta.undelivered"]})
-                .to_string(),
-        )
-        .send()
-        .await
-        .map_err(|e| map_sdk_err("PutRule", e))?;
-    eb.put_targets()
-        .rule(&rule)
-        .event_bus_name(n.bus())
-        .targets(
-            aws_sdk_eventbridge::types::Target::builder()
-                .id("notifications-dlq")
-                .arn(notifications_dlq.arn)
-                .build()
-                .map_err(|e| PortError::broken("build rule target", e))?,
-        )
-        .send()
-        .await
-        .map_err(|e| map_sdk_err("PutTargets", e))?;
+    rule_into(
+        &eb,
+        n,
+        "cta-undelivered",
+        serde_json::json!({"source": [crate::eventbridge::SOURCE], "detail-type": ["cta.undelivered"]}),
+        &notifications_dlq.arn,
+    )
+    .await?;
 
     let sch = aws_sdk_scheduler::Client::new(sdk);
     match sch

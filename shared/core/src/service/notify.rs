@@ -347,6 +347,15 @@ impl Shared {
     }
 }
 
+/// What a message of a reminder or an escalation starts with, for a person.
+fn lead(d: &Delivery) -> &'static str {
+    match event_type(d) {
+        "cta.reminded" => "Reminder: ",
+        "cta.escalated" => "Escalated to you: ",
+        _ => "",
+    }
+}
+
 /// What kind of message a round is, as its `type` says.
 fn event_type(d: &Delivery) -> &'static str {
     match d.round.as_str() {
@@ -389,11 +398,7 @@ fn webhook_body(cta: &Cta, d: &Delivery, link: Option<&str>) -> Value {
 /// Slack's incoming-webhook message: the question, its context, and a button holding the
 /// recipient's link.
 fn slack_body(cta: &Cta, d: &Delivery, link: Option<&str>) -> Value {
-    let lead = match event_type(d) {
-        "cta.reminded" => "Reminder: ",
-        "cta.escalated" => "Escalated to you: ",
-        _ => "",
-    };
+    let lead = lead(d);
     let agent = cta.agent.as_deref().unwrap_or("an agent");
     let question = cta.request.question();
     let mut context = format!(
@@ -421,11 +426,7 @@ fn slack_body(cta: &Cta, d: &Delivery, link: Option<&str>) -> Value {
 /// An e-mail's subject and plain text: the question, its context, how to answer (the
 /// recipient's link, or the API), and when it expires.
 fn mail_text(cta: &Cta, d: &Delivery, link: Option<&str>) -> (String, String) {
-    let lead = match event_type(d) {
-        "cta.reminded" => "Reminder: ",
-        "cta.escalated" => "Escalated to you: ",
-        _ => "",
-    };
+    let lead = lead(d);
     let agent = cta.agent.as_deref().unwrap_or("an agent");
     let question = cta.request.question();
     // One line, cut at a character, so a subject never carries a header of its own.
