@@ -395,7 +395,7 @@ fn bad_input_and_refused_requests_exit_with_code_2() {
         vec!["answer", "cta_missing", "--approve"],          // 404
         vec!["show", "run_missing"],                         // 404
         vec!["show", "../etc"],                              // not an id
-        vec!["run", ""],                                     // 400
+        vec!["run", "x", "--sandbox", "no spaces"],          // 400
         vec!["run", "x", "--agent", "nobody"],               // 400
         vec!["frobnicate"],                                  // unknown command
     ];
