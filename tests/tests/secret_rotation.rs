@@ -79,6 +79,7 @@ async fn a_rotated_secret_is_read_again_after_a_401_at_most_once_a_minute() {
         tools: &[],
         history: &[],
         deltas: None,
+        controls: &baton_core::llm::Controls::NONE,
     };
 
     // The key is rotated: the provider now wants the new one, and the secret holds it.

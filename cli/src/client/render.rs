@@ -216,6 +216,7 @@ mod tests {
             output_tokens: 34,
             total_tokens: 1234,
             cached_input_tokens: 0,
+            reasoning_tokens: 0,
         };
         let all = vec![
             EntryBody::User {
@@ -238,6 +239,11 @@ mod tests {
                 first_token_ms: None,
                 truncated: false,
                 stop_reason: None,
+                fallbacks: vec![baton_core::llm::Fallback {
+                    model: "openai:gpt-5-pro".into(),
+                    error: "HTTP 503".into(),
+                }],
+                reasoning: None,
             },
             EntryBody::Tool(ToolEntry::new(
                 "c1",

@@ -163,6 +163,10 @@ pub(crate) struct RequestAccepted {
 pub(crate) struct RunPage<'a> {
     #[serde(flatten)]
     pub(crate) run: Run,
+    /// Its result as JSON, when its agent declares an `outputSchema` (the result matched
+    /// it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) output: Option<serde_json::Value>,
     pub(crate) total: Spent,
     /// Its tree's budget, when it has one: what the tree (its top-level run, every
     /// subagent and plan step) may spend and has spent, and each raise its owner approved.

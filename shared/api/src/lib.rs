@@ -279,13 +279,22 @@ async fn get_run(
         run.outcome.result = Some(t);
         run.outcome.result_truncated = false;
     }
-    let beside = enveloped_len(&encode(&run)?) + enveloped_len(&encode(&total)?);
+    let output = run
+        .outcome
+        .result
+        .as_deref()
+        .filter(|_| run.outcome.structured)
+        .and_then(|r| serde_json::from_str(baton_core::llm::unfenced(r)).ok());
+    let beside = enveloped_len(&encode(&run)?)
+        + enveloped_len(&encode(&total)?)
+        + enveloped_len(&encode(&output)?);
     let n = page(&view.entries, REPLY_BYTES.saturating_sub(beside))?;
     let timeline_next = (view.more || n < view.entries.len())
         .then(|| n.checked_sub(1).map(|i| view.entries[i].seq))
         .flatten();
     Ok(Json(bodies::RunPage {
         run,
+        output,
         total,
         budget,
         budget_error,

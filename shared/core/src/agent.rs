@@ -6,6 +6,7 @@
 //! the problem. Each step is handed a [`Book`] of it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use regex::Regex;
@@ -89,6 +90,84 @@ pub enum CatalogError {
     Schema(#[from] tools::SchemaError),
 }
 
+/// Its fallbacks, tool choice and reasoning, checked.
+fn check_controls(name: &str, spec: &AgentSpec) -> Result<(), CatalogError> {
+    let invalid = |message: String| CatalogError::Invalid {
+        agent: name.to_owned(),
+        message,
+    };
+    for (i, model) in spec.fallback_models.iter().enumerate() {
+        if model.trim().is_empty() || spec.fallback_models[..i].contains(model) {
+            return Err(invalid(format!(
+                "`fallbackModels[{i}]` must be a model id, once: `{model}`"
+            )));
+        }
+    }
+    if spec.fallback_models.len() > 4 {
+        return Err(invalid("`fallbackModels` may name at most 4 models".into()));
+    }
+    use baton_engine::llm::ToolChoice;
+    match &spec.tool_choice {
+        Some(ToolChoice::Required) if spec.tools.is_empty() => {
+            return Err(invalid(
+                "`toolChoice` is `required` and the agent has no tools".into(),
+            ));
+        }
+        Some(ToolChoice::Tool { tool })
+            if !spec
+                .tools
+                .iter()
+                .any(|t| t == tool || t.starts_with("mcp:")) =>
+        {
+            return Err(invalid(format!(
+                "`toolChoice` names `{tool}`, which is not one of its tools"
+            )));
+        }
+        _ => {}
+    }
+    if let Some(r) = &spec.reasoning {
+        if r.effort.is_none() && r.budget_tokens.is_none() {
+            return Err(invalid(
+                "`reasoning` needs an `effort` or a `budgetTokens`".into(),
+            ));
+        }
+        if r.budget_tokens.is_some_and(|b| {
+            !(baton_engine::llm::MIN_REASONING_BUDGET..=MAX_REASONING_BUDGET).contains(&b)
+        }) {
+            return Err(invalid(format!(
+                "`reasoning.budgetTokens` must be from {} to {MAX_REASONING_BUDGET}",
+                baton_engine::llm::MIN_REASONING_BUDGET
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The largest thinking budget an agent may give its model.
+pub const MAX_REASONING_BUDGET: u32 = 128_000;
+
+/// An `outputSchema` as the tool Anthropic and Bedrock answer with: a schema that is not an
+/// object's is refused (one that does not compile is, where steps run: `Catalog::build`).
+fn output_tool(
+    name: &str,
+    schema: serde_json::Value,
+) -> Result<Arc<dyn baton_engine::tools::Offered>, CatalogError> {
+    if schema.get("type").and_then(serde_json::Value::as_str) != Some("object") {
+        return Err(CatalogError::Invalid {
+            agent: name.to_owned(),
+            message: "`outputSchema` must be a JSON schema of `\"type\": \"object\"` \
+                      (every provider's structured output is an object)"
+                .into(),
+        });
+    }
+    Ok(Arc::new(tools::ToolDef::new(
+        baton_engine::llm::OUTPUT_TOOL,
+        "Give your final answer: this tool's input is the answer, in the shape asked for.",
+        schema,
+        baton_engine::tools::ToolKind::Exec,
+    )))
+}
+
 /// An agent of the agents file, checked.
 fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef, CatalogError> {
     let valid = !name.is_empty()
@@ -112,6 +191,7 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
     if spec.max_tool_calls_per_turn == Some(0) {
         return Err(CatalogError::ZeroToolCalls(name));
     }
+    check_controls(&name, &spec)?;
     if spec.max_wall_seconds == Some(0) {
         return Err(CatalogError::ZeroWall { agent: name });
     }
@@ -258,6 +338,13 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
         clarifying_reply: spec
             .clarifying_reply
             .unwrap_or_else(|| baton_engine::agent::DEFAULT_CLARIFYING_REPLY.into()),
+        fallback_models: spec.fallback_models,
+        tool_choice: spec.tool_choice,
+        reasoning: spec.reasoning,
+        output: match spec.output_schema {
+            None => None,
+            Some(schema) => Some(output_tool(&name, schema)?),
+        },
         name,
     })
 }

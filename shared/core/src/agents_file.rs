@@ -164,6 +164,27 @@ pub struct AgentSpec {
     /// "What would you like me to do? …").
     #[serde(default)]
     pub clarifying_reply: Option<String>,
+    /// Models tried in order when its model's provider fails retryably past its retries
+    /// (an outage, 5xx, 429, overload): each reply records the models that failed before
+    /// it, and is priced by the one that answered.
+    #[serde(default)]
+    pub fallback_models: Vec<String>,
+    /// Which tool a turn's first reply must call: `auto` (default), `required`, `none`
+    /// (no reply of the agent calls a tool), or `{"tool": "<name>"}`. After a reply with
+    /// calls the model chooses, so that a turn can end.
+    #[serde(default)]
+    pub tool_choice: Option<baton_engine::llm::ToolChoice>,
+    /// How hard the model reasons: `{"effort": "low"|"medium"|"high"}` (OpenAI) or
+    /// `{"budgetTokens": n}` (Anthropic, Bedrock), each mapped to what the other provider
+    /// takes. Reasoning tokens are priced as output.
+    #[serde(default)]
+    pub reasoning: Option<baton_engine::llm::Reasoning>,
+    /// A JSON schema its final answers must match: the provider is asked for it natively
+    /// (OpenAI's `response_format`, a forced `final_answer` tool on Anthropic and Bedrock),
+    /// a reply that does not match is sent back to the model with what is wrong, and the
+    /// run's `output` is the answer as JSON.
+    #[serde(default)]
+    pub output_schema: Option<serde_json::Value>,
 }
 
 impl AgentSpec {

@@ -32,6 +32,8 @@ pub struct ChatRequest<'a> {
     /// The most tokens the reply may have (the agent's `maxOutputTokens`); none: the
     /// provider's configured `BATON_MAX_OUTPUT_TOKENS`.
     pub max_output_tokens: Option<u32>,
+    /// The call's tool choice, reasoning and output schema ([`Controls::NONE`]: none).
+    pub controls: &'a Controls,
 }
 
 /// The receiver of a reply as it streams ([`ChatRequest::deltas`]). What it is given is a

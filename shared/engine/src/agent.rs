@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::cost::Prices;
-use crate::llm::ToolSpec;
+use crate::llm::{Controls, Reasoning, ToolChoice, ToolSpec};
 use crate::run::Run;
 use crate::timeline::Tier;
 use crate::tools::Offered;
@@ -117,6 +117,16 @@ pub struct AgentDef {
     /// Its reply to a turn that asks nothing (a blank prompt or follow-up), given without
     /// calling the model.
     pub clarifying_reply: String,
+    /// The models tried in order when the one before fails retryably past its retries.
+    pub fallback_models: Vec<String>,
+    /// Which tool a turn's first reply must call (after a reply with calls: `auto`, so that
+    /// a turn can end), or `none` for every reply.
+    pub tool_choice: Option<ToolChoice>,
+    pub reasoning: Option<Reasoning>,
+    /// The shape its final answers must have: the `outputSchema` as the parameters of
+    /// [`OUTPUT_TOOL`](crate::llm::OUTPUT_TOOL), compiled by the host (a reply that does not validate is asked
+    /// again).
+    pub output: Option<Arc<dyn Offered>>,
 }
 
 /// What an agent answers a blank turn with, unless its `clarifyingReply` says otherwise.
@@ -177,6 +187,7 @@ impl AgentDef {
             self.model_by_context
                 .values()
                 .chain(self.model_by_tier.values())
+                .chain(&self.fallback_models)
                 .map(|m| Some(m.as_str())),
         )
     }
@@ -261,6 +272,24 @@ impl AgentDef {
             context_guidance: BTreeMap::new(),
             operation: crate::timeline::Operation::Think,
             clarifying_reply: DEFAULT_CLARIFYING_REPLY.into(),
+            fallback_models: Vec::new(),
+            tool_choice: None,
+            reasoning: None,
+            output: None,
+        }
+    }
+
+    /// How a think of a turn that has thought `turn_thinks` times is steered, offered
+    /// tools or not: the agent's tool choice holds for the turn's first reply (`none` for
+    /// every one), and is not sent with no tools.
+    pub fn controls(&self, turn_thinks: u32, has_tools: bool) -> Controls {
+        let tool_choice = self.tool_choice.clone().filter(|c| {
+            has_tools && (turn_thinks == 0 || matches!(c, ToolChoice::None | ToolChoice::Auto))
+        });
+        Controls {
+            tool_choice,
+            reasoning: self.reasoning,
+            output: self.output.as_ref().map(|o| o.spec().clone()),
         }
     }
 

@@ -181,6 +181,7 @@ impl std::ops::AddAssign for Usage {
         self.output_tokens += other.output_tokens;
         self.total_tokens += other.total_tokens;
         self.cached_input_tokens += other.cached_input_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
     }
 }
 
@@ -216,6 +217,7 @@ impl std::ops::Sub for Spent {
                 output_tokens: a.output_tokens.saturating_sub(b.output_tokens),
                 total_tokens: a.total_tokens.saturating_sub(b.total_tokens),
                 cached_input_tokens: a.cached_input_tokens.saturating_sub(b.cached_input_tokens),
+                reasoning_tokens: a.reasoning_tokens.saturating_sub(b.reasoning_tokens),
             },
             cost_usd: (self.cost_usd - other.cost_usd).max(0.0),
         }
@@ -312,6 +314,7 @@ mod tests {
             output_tokens: 500_000,
             total_tokens: 1_500_000,
             cached_input_tokens: 400_000,
+            reasoning_tokens: 0,
         };
         // 600k fresh × 0.15 + 400k cached × 0.075 + 500k × 0.60, per million.
         let cost = prices.cost("gpt-4o-mini", &usage).expect("priced");
@@ -345,6 +348,7 @@ mod tests {
                 output_tokens: 0,
                 total_tokens: tokens,
                 cached_input_tokens: 0,
+                reasoning_tokens: 0,
             },
             cost_usd,
         }

@@ -18,6 +18,10 @@ pub enum ChatMessage {
     Assistant {
         content: Option<String>,
         tool_calls: Vec<ToolCall>,
+        /// What the provider needs given back of the model's reasoning (Anthropic's signed
+        /// thinking blocks), as it gave it ([`LlmReply::reasoning`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning: Option<Value>,
     },
     Tool {
         tool_call_id: String,
@@ -57,12 +61,137 @@ pub struct LlmReply {
     /// `max_tokens`). Its text is cut, and so may be its last tool call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut: Option<String>,
+    /// The provider's record of the model's reasoning that a later call must give back
+    /// (Anthropic's and Bedrock's signed thinking blocks; OpenAI keeps its own), opaque.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<Value>,
+    /// The models tried before the one that answered, each with why it failed
+    /// (`fallbackModels`; set by the service, not by providers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<Fallback>,
     /// How long the call took, and until its first streamed piece (set by the service, not
     /// by providers).
     #[serde(skip)]
     pub latency_ms: Option<u64>,
     #[serde(skip)]
     pub first_token_ms: Option<u64>,
+}
+
+/// A model that was tried and did not answer, before a fallback did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+pub struct Fallback {
+    /// `provider:model-id` (or the deployment's model, as configured).
+    pub model: String,
+    /// Why it did not answer (its provider failed past its retries).
+    pub error: String,
+}
+
+/// Which tool, if any, a reply must call (`toolChoice`): `auto` (the model decides),
+/// `required` (some tool), `none` (no tool: an answer), or `{"tool": name}` (that one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum ToolChoice {
+    Auto,
+    Required,
+    None,
+    #[serde(untagged)]
+    Tool {
+        tool: String,
+    },
+}
+
+/// How hard a model reasons before it answers, where its provider lets it be told: an
+/// `effort` (OpenAI's `reasoning_effort`), a `budgetTokens` (Anthropic's and Bedrock's
+/// extended thinking), or both; each provider is sent what it takes, the other mapped to it
+/// ([`Reasoning::budget`], [`Reasoning::effort`]). Reasoning tokens are output tokens, and
+/// priced as such.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Reasoning {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<Effort>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_tokens: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Effort {
+    Low,
+    Medium,
+    High,
+}
+
+impl Effort {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+        }
+    }
+}
+
+/// The least thinking budget Anthropic takes.
+pub const MIN_REASONING_BUDGET: u32 = 1024;
+
+impl Reasoning {
+    /// The thinking budget in tokens: the one given, else the effort's (low 2,048, medium
+    /// 8,192, high 24,576).
+    pub fn budget(&self) -> u32 {
+        self.budget_tokens.unwrap_or(match self.effort {
+            Some(Effort::Low) => 2048,
+            Some(Effort::High) => 24_576,
+            _ => 8192,
+        })
+    }
+
+    /// The effort: the one given, else the budget's (under 4,096 low, under 16,384 medium).
+    pub fn effort(&self) -> Effort {
+        self.effort.unwrap_or(match self.budget_tokens {
+            Some(b) if b < 4096 => Effort::Low,
+            Some(b) if b < 16_384 => Effort::Medium,
+            Some(_) => Effort::High,
+            None => Effort::Medium,
+        })
+    }
+}
+
+/// How one model call is steered, beyond its messages and tools.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Controls {
+    /// Which tool the reply must call (none: the provider's default, `auto`).
+    pub tool_choice: Option<ToolChoice>,
+    pub reasoning: Option<Reasoning>,
+    /// The final answer's shape: a JSON schema as the parameters of a tool named
+    /// [`OUTPUT_TOOL`], sent as each provider takes it (OpenAI's `response_format`,
+    /// Anthropic's and Bedrock's tool forced when the model answers).
+    pub output: Option<ToolSpec>,
+}
+
+impl Controls {
+    /// A call steered by nothing but its messages and tools.
+    pub const NONE: Controls = Controls {
+        tool_choice: None,
+        reasoning: None,
+        output: None,
+    };
+}
+
+/// The name of the tool a provider that has no JSON mode of its own (Anthropic, Bedrock) is
+/// made to answer with when an agent declares an `outputSchema`: its input is the answer.
+pub const OUTPUT_TOOL: &str = "final_answer";
+
+/// A JSON answer without the Markdown fence models put around it (```` ```json … ``` ````).
+pub fn unfenced(text: &str) -> &str {
+    let t = text.trim();
+    t.strip_prefix("```")
+        .and_then(|rest| rest.strip_suffix("```"))
+        .map_or(t, |inner| inner.trim_start_matches("json").trim())
 }
 
 /// A model call that did not give a reply.
@@ -117,6 +246,9 @@ pub struct Usage {
     /// The part of `input_tokens` read from the prompt cache (billed at a lower price).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cached_input_tokens: u64,
+    /// The part of `output_tokens` the model spent reasoning (billed as output).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -151,11 +151,14 @@ pub fn project(system: &str, timeline: &[Entry]) -> Vec<ChatMessage> {
                     content: text.clone(),
                 });
             }
-            EntryBody::Assistant { text, .. } => {
+            EntryBody::Assistant {
+                text, reasoning, ..
+            } => {
                 flush(&mut out, &mut results);
                 out.push(ChatMessage::Assistant {
                     content: text.clone(),
                     tool_calls: Vec::new(),
+                    reasoning: reasoning.clone(),
                 });
             }
             EntryBody::Tool(t) if t.name == crate::budget::ENTRY => {}

@@ -122,6 +122,14 @@ pub enum EntryBody {
             skip_serializing_if = "Option::is_none"
         )]
         stop_reason: Option<String>,
+        /// The models of the agent's `fallbackModels` chain that failed before `model`
+        /// answered, each with why.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        fallbacks: Vec<crate::llm::Fallback>,
+        /// The provider's record of the model's reasoning, given back to it with the reply
+        /// (Anthropic's and Bedrock's signed thinking blocks): opaque.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning: Option<Value>,
     },
     Tool(ToolEntry),
     /// Something the run did on its own: a guardrail, an expiry, a cancellation.
@@ -207,6 +215,8 @@ impl EntryBody {
             operation: Operation::default(),
             latency_ms: None,
             first_token_ms: None,
+            fallbacks: Vec::new(),
+            reasoning: None,
         }
     }
 }

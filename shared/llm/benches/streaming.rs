@@ -191,6 +191,7 @@ fn main() {
             history: &history,
             deltas,
             max_output_tokens: None,
+            controls: &baton_core::llm::Controls::NONE,
         };
         let reply = rt.block_on(llm.complete(&request)).expect("a reply");
         assert_eq!(reply.usage.output_tokens, tokens as u64, "the whole reply");

@@ -75,12 +75,16 @@ impl AnthropicLlm {
                 ChatMessage::Assistant {
                     content,
                     tool_calls,
+                    reasoning,
                 } => {
-                    let mut blocks: Vec<Value> = content
-                        .into_iter()
-                        .filter(|t| !t.is_empty())
-                        .map(text_block)
-                        .collect();
+                    // The reply's thinking blocks first, signed, as the API gave them.
+                    let mut blocks: Vec<Value> = thinking_blocks(reasoning);
+                    blocks.extend(
+                        content
+                            .into_iter()
+                            .filter(|t| !t.is_empty())
+                            .map(text_block),
+                    );
                     blocks.extend(tool_calls.iter().map(|c| {
                         json!({"type": "tool_use", "id": c.id, "name": c.name,
                                "input": input_object(&c.arguments)})
@@ -108,23 +112,40 @@ impl AnthropicLlm {
             .into_iter()
             .map(|(role, content)| json!({"role": role, "content": content}))
             .collect();
+        let limit = req.max_output_tokens.unwrap_or(self.cfg.max_tokens);
+        let reasoning = req.controls.reasoning.as_ref();
+        // Thinking counts toward `max_tokens`, which must be above its budget: the reply's
+        // own limit comes on top.
+        let max_tokens = reasoning.map_or(limit, |r| limit.saturating_add(r.budget()));
         let mut body = json!({
             "model": model,
-            "max_tokens": req.max_output_tokens.unwrap_or(self.cfg.max_tokens),
+            "max_tokens": max_tokens,
             "messages": messages,
         });
         if !system.is_empty() {
             body["system"] = json!(system.join("\n\n"));
         }
-        if !req.tools.is_empty() {
-            body["tools"] = req
-                .tools
+        if let Some(r) = reasoning {
+            body["thinking"] = json!({"type": "enabled", "budget_tokens": r.budget()});
+        }
+        // Extended thinking takes no forced tool: then the model chooses.
+        let (tools, choice) = crate::tool_mode(req, reasoning.is_none());
+        if !tools.is_empty() {
+            body["tools"] = tools
                 .iter()
                 .map(|t| {
                     json!({"name": t.name, "description": t.description,
                            "input_schema": t.parameters})
                 })
                 .collect();
+            if let Some(choice) = choice {
+                body["tool_choice"] = match choice {
+                    crate::Choice::Auto => json!({"type": "auto"}),
+                    crate::Choice::Any => json!({"type": "any"}),
+                    crate::Choice::No => json!({"type": "none"}),
+                    crate::Choice::Tool(name) => json!({"type": "tool", "name": name}),
+                };
+            }
         }
         body
     }
@@ -191,6 +212,18 @@ impl AnthropicLlm {
     }
 }
 
+/// A reply's recorded reasoning as the content blocks it came in (`thinking` with its
+/// signature, `redacted_thinking`); what is not a list of blocks is left out.
+fn thinking_blocks(reasoning: Option<Value>) -> Vec<Value> {
+    match reasoning {
+        Some(Value::Array(blocks)) => blocks
+            .into_iter()
+            .filter(|b| matches!(b["type"].as_str(), Some("thinking" | "redacted_thinking")))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 fn text_block(text: String) -> Value {
     json!({"type": "text", "text": text})
 }
@@ -246,6 +279,16 @@ enum Block {
         #[serde(default)]
         input: Value,
     },
+    Thinking {
+        #[serde(default)]
+        thinking: String,
+        #[serde(default)]
+        signature: String,
+    },
+    RedactedThinking {
+        #[serde(default)]
+        data: String,
+    },
     #[serde(other)]
     Other,
 }
@@ -267,6 +310,7 @@ fn parse(body: &[u8], model: &str) -> Result<LlmReply, String> {
     let m: Message = serde_json::from_slice(body).map_err(|e| malformed(e.to_string()))?;
     let mut text = String::new();
     let mut tool_calls = Vec::new();
+    let mut thinking = Vec::new();
     for block in m.content {
         match block {
             Block::Text { text: t } => text.push_str(&t),
@@ -275,10 +319,19 @@ fn parse(body: &[u8], model: &str) -> Result<LlmReply, String> {
                 name,
                 arguments: input.to_string(),
             }),
+            Block::Thinking {
+                thinking: t,
+                signature,
+            } => thinking.push(json!({"type": "thinking", "thinking": t, "signature": signature})),
+            Block::RedactedThinking { data } => {
+                thinking.push(json!({"type": "redacted_thinking", "data": data}));
+            }
             Block::Other => {}
         }
     }
-    reply(text, tool_calls, m.usage, m.stop_reason.as_deref(), model)
+    let mut r = reply(text, tool_calls, m.usage, m.stop_reason.as_deref(), model)?;
+    r.reasoning = (!thinking.is_empty()).then_some(Value::Array(thinking));
+    Ok(r)
 }
 
 /// The reply, whole or put together from a stream.
@@ -305,6 +358,8 @@ fn reply(
             output_tokens: u.output_tokens,
             total_tokens: input + u.output_tokens,
             cached_input_tokens: u.cache_read_input_tokens,
+            // Messages counts thinking in `output_tokens` and does not say how much.
+            reasoning_tokens: 0,
         },
         model: Some(format!("anthropic:{model}")),
         cut: stop_reason
@@ -334,10 +389,11 @@ impl Llm for AnthropicLlm {
         if request.deltas.is_some() {
             body["stream"] = json!(true);
         }
-        with_retries(self.cfg.max_retries, &self.cfg.backoff, || {
+        let reply = with_retries(self.cfg.max_retries, &self.cfg.backoff, || {
             self.attempt(&body, model, request.deltas)
         })
-        .await
+        .await?;
+        Ok(crate::answered(request, reply))
     }
 }
 
@@ -449,7 +505,8 @@ mod tests {
                 input_tokens: 120,
                 output_tokens: 9,
                 total_tokens: 129,
-                cached_input_tokens: 100
+                cached_input_tokens: 100,
+                reasoning_tokens: 0,
             }
         );
         assert_eq!(reply.model.as_deref(), Some("anthropic:claude-sonnet-4-5"));

@@ -11,8 +11,9 @@ use std::collections::HashMap;
 
 use aws_sdk_bedrockruntime::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_bedrockruntime::types::{
-    ContentBlock, ConversationRole, ConverseOutput, InferenceConfiguration, Message,
-    SystemContentBlock, Tool, ToolConfiguration, ToolInputSchema, ToolResultBlock,
+    AnyToolChoice, AutoToolChoice, ContentBlock, ConversationRole, ConverseOutput,
+    InferenceConfiguration, Message, ReasoningContentBlock, ReasoningTextBlock, SpecificToolChoice,
+    SystemContentBlock, Tool, ToolChoice, ToolConfiguration, ToolInputSchema, ToolResultBlock,
     ToolResultContentBlock, ToolResultStatus, ToolSpecification, ToolUseBlock,
 };
 use aws_smithy_types::{Document, Number};
@@ -82,12 +83,16 @@ impl BedrockLlm {
     async fn attempt(
         &self,
         model: &str,
-        system: &[SystemContentBlock],
-        messages: &[Message],
-        tools: Option<&ToolConfiguration>,
+        parts: &Parts,
         deltas: Option<&dyn Deltas>,
         limit: Option<u32>,
     ) -> Attempt<LlmReply> {
+        let Parts {
+            system,
+            messages,
+            tools,
+            fields,
+        } = parts;
         if let Some(deltas) = deltas {
             deltas.start();
             let mut call = self
@@ -96,6 +101,7 @@ impl BedrockLlm {
                 .model_id(model)
                 .set_system(Some(system.to_vec()))
                 .set_messages(Some(messages.to_vec()))
+                .set_additional_model_request_fields(fields.clone())
                 .inference_config(self.inference(limit));
             if let Some(tools) = tools {
                 call = call.tool_config(tools.clone());
@@ -111,6 +117,7 @@ impl BedrockLlm {
             .model_id(model)
             .set_system(Some(system.to_vec()))
             .set_messages(Some(messages.to_vec()))
+            .set_additional_model_request_fields(fields.clone())
             .inference_config(self.inference(limit));
         if let Some(tools) = tools {
             call = call.tool_config(tools.clone());
@@ -183,6 +190,7 @@ fn reply(
 ) -> Result<LlmReply, String> {
     let mut text = String::new();
     let mut tool_calls = Vec::new();
+    let mut reasoning = Vec::new();
     if let Some(ConverseOutput::Message(m)) = out.output() {
         for block in m.content() {
             match block {
@@ -192,17 +200,50 @@ fn reply(
                     name: t.name().to_owned(),
                     arguments: to_json(t.input()).to_string(),
                 }),
+                ContentBlock::ReasoningContent(ReasoningContentBlock::ReasoningText(r)) => {
+                    reasoning
+                        .push(serde_json::json!({"text": r.text(), "signature": r.signature()}));
+                }
+                ContentBlock::ReasoningContent(ReasoningContentBlock::RedactedContent(b)) => {
+                    reasoning.push(serde_json::json!({"redacted": aws_smithy_types::base64::encode(b.as_ref())}));
+                }
                 _ => {}
             }
         }
     }
-    assemble(
+    let mut r = assemble(
         text,
         tool_calls,
         out.stop_reason().as_str(),
         out.usage(),
         model,
-    )
+    )?;
+    r.reasoning = (!reasoning.is_empty()).then_some(Value::Array(reasoning));
+    Ok(r)
+}
+
+/// A reply's recorded reasoning as the blocks Converse takes back: `{text, signature}` or
+/// `{redacted}` (base64), each a `reasoningContent` block.
+fn reasoning_blocks(reasoning: Option<Value>) -> Vec<ContentBlock> {
+    let Some(Value::Array(blocks)) = reasoning else {
+        return Vec::new();
+    };
+    blocks
+        .iter()
+        .filter_map(|b| {
+            if let Some(data) = b["redacted"].as_str() {
+                let bytes = aws_smithy_types::base64::decode(data).ok()?;
+                return Some(ReasoningContentBlock::RedactedContent(bytes.into()));
+            }
+            let text = ReasoningTextBlock::builder()
+                .text(b["text"].as_str()?)
+                .set_signature(b["signature"].as_str().map(str::to_owned))
+                .build()
+                .ok()?;
+            Some(ReasoningContentBlock::ReasoningText(text))
+        })
+        .map(ContentBlock::ReasoningContent)
+        .collect()
 }
 
 /// The reply, whole or put together from a stream.
@@ -228,6 +269,8 @@ fn assemble(
             output_tokens: n(u.output_tokens()),
             total_tokens: input + n(u.output_tokens()),
             cached_input_tokens: cached,
+            // Converse counts reasoning in `outputTokens` and does not say how much.
+            reasoning_tokens: 0,
         }
     });
     Ok(LlmReply {
@@ -240,14 +283,16 @@ fn assemble(
     })
 }
 
-/// What a Converse request is made of: system blocks, messages, tool configuration.
-type Parts = (
-    Vec<SystemContentBlock>,
-    Vec<Message>,
-    Option<ToolConfiguration>,
-);
+/// What a Converse request is made of.
+struct Parts {
+    system: Vec<SystemContentBlock>,
+    messages: Vec<Message>,
+    tools: Option<ToolConfiguration>,
+    /// `additionalModelRequestFields`: the model's own settings (its reasoning).
+    fields: Option<Document>,
+}
 
-/// The request's system blocks, messages and tool configuration.
+/// The request's system blocks, messages, tool configuration and model settings.
 fn request(req: &ChatRequest<'_>) -> Result<Parts, String> {
     let mut system = Vec::new();
     let mut turns: Vec<(ConversationRole, Vec<ContentBlock>)> = Vec::new();
@@ -263,12 +308,16 @@ fn request(req: &ChatRequest<'_>) -> Result<Parts, String> {
             ChatMessage::Assistant {
                 content,
                 tool_calls,
+                reasoning,
             } => {
-                let mut blocks: Vec<ContentBlock> = content
-                    .into_iter()
-                    .filter(|t| !t.is_empty())
-                    .map(ContentBlock::Text)
-                    .collect();
+                // The reply's reasoning first, signed, as Converse gave it.
+                let mut blocks = reasoning_blocks(reasoning);
+                blocks.extend(
+                    content
+                        .into_iter()
+                        .filter(|t| !t.is_empty())
+                        .map(ContentBlock::Text),
+                );
                 for c in tool_calls {
                     let input = match serde_json::from_str::<Value>(&c.arguments) {
                         Ok(v @ Value::Object(_)) => v,
@@ -320,11 +369,15 @@ fn request(req: &ChatRequest<'_>) -> Result<Parts, String> {
                 .map_err(|e| e.to_string())
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let tools = if req.tools.is_empty() {
+    let reasoning = req.controls.reasoning.as_ref();
+    let model = req.model.unwrap_or_default();
+    // Claude's extended thinking takes no forced tool: then the model chooses.
+    let (offered, choice) = crate::tool_mode(req, reasoning.is_none() || !is_claude(model));
+    let tools = if offered.is_empty() {
         None
     } else {
         let mut b = ToolConfiguration::builder();
-        for t in req.tools {
+        for t in offered {
             let spec = ToolSpecification::builder()
                 .name(&t.name)
                 .description(&t.description)
@@ -333,9 +386,45 @@ fn request(req: &ChatRequest<'_>) -> Result<Parts, String> {
                 .map_err(|e| e.to_string())?;
             b = b.tools(Tool::ToolSpec(spec));
         }
-        Some(b.build().map_err(|e| e.to_string())?)
+        // Converse has no `none`: the tools stay offered (a conversation with tool use
+        // must have them), and the model chooses.
+        let choice = match choice {
+            Some(crate::Choice::Any) => Some(ToolChoice::Any(AnyToolChoice::builder().build())),
+            Some(crate::Choice::Tool(name)) => Some(ToolChoice::Tool(
+                SpecificToolChoice::builder()
+                    .name(name)
+                    .build()
+                    .map_err(|e| e.to_string())?,
+            )),
+            Some(crate::Choice::Auto) => Some(ToolChoice::Auto(AutoToolChoice::builder().build())),
+            Some(crate::Choice::No) | None => None,
+        };
+        Some(
+            b.set_tool_choice(choice)
+                .build()
+                .map_err(|e| e.to_string())?,
+        )
     };
-    Ok((system, messages, tools))
+    // Claude on Bedrock thinks with a budget; Amazon's reasoning models take an effort.
+    let fields = reasoning.map(|r| {
+        to_document(&if is_claude(model) {
+            serde_json::json!({"thinking": {"type": "enabled", "budget_tokens": r.budget()}})
+        } else {
+            serde_json::json!({"reasoningConfig": {"type": "enabled",
+                               "maxReasoningEffort": r.effort().as_str()}})
+        })
+    });
+    Ok(Parts {
+        system,
+        messages,
+        tools,
+        fields,
+    })
+}
+
+/// An Anthropic model on Bedrock (`anthropic.…`, or a cross-region profile `us.anthropic.…`).
+fn is_claude(model: &str) -> bool {
+    model.starts_with("anthropic.") || model.contains(".anthropic.")
 }
 
 fn to_document(v: &Value) -> Document {
@@ -385,20 +474,23 @@ impl Llm for BedrockLlm {
         let Some(model) = req.model else {
             return Err(LlmError::fatal("no Bedrock model named"));
         };
-        let (system, messages, tools) = request(req).map_err(|e| {
+        let parts = request(req).map_err(|e| {
             LlmError::fatal_from(format!("cannot build the Bedrock request: {e}"), e)
         })?;
-        with_retries(self.cfg.max_retries, &self.cfg.backoff, || {
-            self.attempt(
-                model,
-                &system,
-                &messages,
-                tools.as_ref(),
-                req.deltas,
-                req.max_output_tokens,
-            )
+        // Claude's thinking counts toward `maxTokens`, which must be above its budget.
+        let limit = match (&req.controls.reasoning, is_claude(model)) {
+            (Some(r), true) => Some(
+                req.max_output_tokens
+                    .unwrap_or(self.cfg.max_tokens)
+                    .saturating_add(r.budget()),
+            ),
+            _ => req.max_output_tokens,
+        };
+        let reply = with_retries(self.cfg.max_retries, &self.cfg.backoff, || {
+            self.attempt(model, &parts, req.deltas, limit)
         })
-        .await
+        .await?;
+        Ok(crate::answered(req, reply))
     }
 }
 
@@ -505,7 +597,8 @@ mod tests {
                 input_tokens: 42,
                 output_tokens: 8,
                 total_tokens: 50,
-                cached_input_tokens: 12
+                cached_input_tokens: 12,
+                reasoning_tokens: 0,
             }
         );
         assert_eq!(reply.model, Some(format!("bedrock:{MODEL}")));

@@ -180,9 +180,11 @@ impl OpenAiLlm {
             .map(|m| match m {
                 ChatMessage::System { content } => json!({"role": "system", "content": content}),
                 ChatMessage::User { content } => json!({"role": "user", "content": content}),
+                // OpenAI keeps a reply's reasoning itself: nothing of it is given back.
                 ChatMessage::Assistant {
                     content,
                     tool_calls,
+                    ..
                 } => {
                     let mut v = json!({"role": "assistant", "content": content});
                     if !tool_calls.is_empty() {
@@ -226,6 +228,26 @@ impl OpenAiLlm {
                     "name": t.name, "description": t.description, "parameters": t.parameters}})
                 })
                 .collect();
+            use baton_core::llm::ToolChoice;
+            match &req.controls.tool_choice {
+                None => {}
+                Some(ToolChoice::Auto) => body["tool_choice"] = json!("auto"),
+                Some(ToolChoice::Required) => body["tool_choice"] = json!("required"),
+                Some(ToolChoice::None) => body["tool_choice"] = json!("none"),
+                Some(ToolChoice::Tool { tool }) => {
+                    body["tool_choice"] = json!({"type": "function", "function": {"name": tool}});
+                }
+            }
+        }
+        if let Some(r) = &req.controls.reasoning {
+            body["reasoning_effort"] = json!(r.effort().as_str());
+        }
+        if let Some(output) = &req.controls.output {
+            // Not `strict`: that takes only schemas whose every property is required and
+            // closed; Baton validates the answer against the schema as given, either way.
+            body["response_format"] = json!({"type": "json_schema", "json_schema": {
+                "name": output.name, "description": output.description,
+                "schema": output.parameters, "strict": false}});
         }
         body
     }
@@ -276,6 +298,15 @@ pub(super) struct ApiUsage {
     total_tokens: Option<u64>,
     #[serde(default)]
     prompt_tokens_details: Option<PromptDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Deserialize)]
+struct CompletionDetails {
+    /// Counted in `completion_tokens` too.
+    #[serde(default)]
+    reasoning_tokens: u64,
 }
 
 impl ApiUsage {
@@ -287,6 +318,9 @@ impl ApiUsage {
                 .total_tokens
                 .unwrap_or(self.prompt_tokens + self.completion_tokens),
             cached_input_tokens: self.prompt_tokens_details.map_or(0, |d| d.cached_tokens),
+            reasoning_tokens: self
+                .completion_tokens_details
+                .map_or(0, |d| d.reasoning_tokens),
         }
     }
 }

@@ -158,6 +158,7 @@ mod tests {
                     tools: &[],
                     history: &[],
                     deltas: None,
+                    controls: &baton_core::llm::Controls::NONE,
                 };
                 models.complete(&req).await
             }

@@ -191,6 +191,7 @@ mod tests {
             tools: &[],
             history: &[],
             deltas: None,
+            controls: &baton_core::llm::Controls::NONE,
         }
     }
 

@@ -55,6 +55,7 @@ pub fn request<'a>(
         history,
         deltas: None,
         max_output_tokens: None,
+        controls: &baton_core::llm::Controls::NONE,
     }
 }
 

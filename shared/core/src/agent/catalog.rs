@@ -166,6 +166,16 @@ impl Catalog {
         for def in catalog.tools.values() {
             def.check()?;
         }
+        for agent in catalog.agents.values() {
+            if let Some(output) = &agent.output
+                && let Err(e) = jsonschema::validator_for(&output.spec().parameters)
+            {
+                return Err(CatalogError::Invalid {
+                    agent: agent.name.clone(),
+                    message: format!("`outputSchema` is not a valid JSON schema: {e}"),
+                });
+            }
+        }
         Ok(catalog)
     }
 

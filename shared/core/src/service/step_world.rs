@@ -164,13 +164,8 @@ impl StepWorld<'_> {
         let live = self
             .live
             .map(|l| crate::live::StepLive::new(l.clone(), &run.run_id, seq));
-        if let Some(live) = &live {
-            live.publish(crate::live::LiveKind::State {
-                state: "thinking".into(),
-                detail: serde_json::json!({"model": model, "iteration": think_index}),
-            });
-        }
-        let request = ChatRequest {
+        let controls = agent.controls(run.counters.turn_thinks, !tools.is_empty());
+        let mut request = ChatRequest {
             run_id: &run.run_id,
             agent: &agent.name,
             think_index,
@@ -180,11 +175,43 @@ impl StepWorld<'_> {
             history,
             deltas: live.as_ref().map(|l| l as &dyn crate::llm::Deltas),
             max_output_tokens: agent.max_output_tokens,
+            controls: &controls,
         };
         let started = std::time::Instant::now();
-        let reply = self.deps.llm.complete(&request).await.map(|mut r| {
+        // The agent's model, then each of its `fallbackModels` while the one before fails
+        // retryably past its retries (and the invocation has time for another call).
+        let mut fallbacks = Vec::new();
+        let mut next = agent.fallback_models.iter().map(String::as_str);
+        let reply = loop {
+            if let Some(live) = &live {
+                live.publish(crate::live::LiveKind::State {
+                    state: "thinking".into(),
+                    detail: serde_json::json!({"model": request.model, "iteration": think_index}),
+                });
+            }
+            let reply = self.deps.llm.complete(&request).await;
+            let (Err(LlmError::Unavailable { message, .. }), Some(fallback)) =
+                (&reply, next.next())
+            else {
+                break reply;
+            };
+            let longest = self.deps.llm.longest_call().unwrap_or_default();
+            if self.deadline.is_some_and(|d| d.left() < longest) {
+                warn!(run_id = %run.run_id, %message, "the model failed and the invocation has no time for a fallback");
+                break reply;
+            }
+            let failed = request.model.unwrap_or(DEPLOYMENT_MODEL).to_owned();
+            warn!(run_id = %run.run_id, model = %failed, %fallback, %message, "the model failed: trying the agent's next fallback");
+            fallbacks.push(crate::llm::Fallback {
+                model: failed,
+                error: message.clone(),
+            });
+            request.model = Some(fallback);
+        };
+        let reply = reply.map(|mut r| {
             r.latency_ms = Some(crate::live::millis(started.elapsed()));
             r.first_token_ms = live.as_ref().and_then(|l| l.first_piece_ms());
+            r.fallbacks = fallbacks;
             r
         });
         if let Err(LlmError::Fatal { message, .. }) = &reply {
@@ -193,6 +220,10 @@ impl StepWorld<'_> {
         reply
     }
 }
+
+/// What a fallback record calls the deployment's model (`BATON_MODEL`), when the agent
+/// names none.
+pub const DEPLOYMENT_MODEL: &str = "(BATON_MODEL)";
 
 /// What a model offered no tools is told, after its system prompt.
 pub const NO_TOOLS: &str = "\n\nYou have no tools in this conversation: answer from what you \

@@ -88,6 +88,8 @@ impl Work<'_> {
                 first_token_ms: None,
                 truncated: false,
                 stop_reason: None,
+                fallbacks: Vec::new(),
+                reasoning: None,
             });
             self.set_result(text, Some(seq));
             self.end(RunStatus::Completed, "", "");
@@ -170,6 +172,8 @@ impl Work<'_> {
             first_token_ms: reply.first_token_ms,
             truncated: reply.cut.is_some(),
             stop_reason: reply.cut.clone(),
+            fallbacks: reply.fallbacks.clone(),
+            reasoning: reply.reasoning.clone(),
         });
         if reply.tool_calls.is_empty()
             && let Some(reason) = &reply.cut
@@ -195,7 +199,36 @@ impl Work<'_> {
             return None;
         }
         if reply.tool_calls.is_empty() {
-            self.set_result(text.unwrap_or_default(), Some(reply_seq));
+            let answer = text.unwrap_or_default();
+            if let Some(output) = &agent.output
+                && let Err(why) = check_output(output.as_ref(), &answer)
+            {
+                // An answer of the wrong shape is no answer: the model is told what is
+                // wrong and asked again (within the turn's iterations).
+                let note = format!(
+                    "[Baton: your final answer must be one JSON object that matches the \
+                     output schema you were given, with nothing around it. It was not \
+                     delivered: {why}. Answer again, in that shape.]"
+                );
+                self.push(EntryBody::User {
+                    text: note,
+                    message_id: None,
+                    options: crate::timeline::TurnOptions {
+                        tier: self.run.origin.tier,
+                        visible: false,
+                        trigger: None,
+                    },
+                });
+                self.run.status = RunStatus::Running;
+                self.send_continue();
+                return None;
+            }
+            self.run.outcome.structured = agent.output.is_some();
+            let answer = match &agent.output {
+                Some(_) => crate::llm::unfenced(&answer).to_owned(),
+                None => answer,
+            };
+            self.set_result(answer, Some(reply_seq));
             self.end(RunStatus::Completed, "", "");
             return None;
         }
@@ -428,4 +461,14 @@ impl Work<'_> {
             }
         }
     }
+}
+
+/// Why a final answer does not match the agent's output schema, if it does not: it must be
+/// one JSON object (a fence around it, as models add, is taken off) that validates.
+fn check_output(output: &dyn crate::tools::Offered, answer: &str) -> Result<(), String> {
+    let value: serde_json::Value = serde_json::from_str(crate::llm::unfenced(answer))
+        .map_err(|e| format!("it is not JSON ({e})"))?;
+    output
+        .validate(&value)
+        .map_err(|e| format!("it does not match the schema: {e}"))
 }

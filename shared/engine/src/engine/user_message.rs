@@ -133,6 +133,7 @@ impl Work<'_> {
         self.run.outcome.result = None;
         self.run.outcome.result_seq = None;
         self.run.outcome.result_truncated = false;
+        self.run.outcome.structured = false;
         self.run.outcome.error = None;
     }
 

@@ -110,6 +110,10 @@ pub struct RunOutcome {
     /// True when `result` is only a preview of the entry at `result_seq`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub result_truncated: bool,
+    /// True when the result is JSON that matched the agent's `outputSchema` (the API shows
+    /// it parsed, as `output`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub structured: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
     /// The last failure of a step that is being retried, until a step commits. Not part of

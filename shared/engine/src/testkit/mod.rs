@@ -81,6 +81,7 @@ pub fn calls(calls: Vec<ToolCall>) -> LlmReply {
             output_tokens: 2,
             total_tokens: 12,
             cached_input_tokens: 0,
+            reasoning_tokens: 0,
         },
         model: Some("openai:gpt-4o-mini".into()),
         ..Default::default()
@@ -96,6 +97,7 @@ pub fn text(t: &str) -> LlmReply {
             output_tokens: 1,
             total_tokens: 6,
             cached_input_tokens: 0,
+            reasoning_tokens: 0,
         },
         model: Some("openai:gpt-4o-mini".into()),
         ..Default::default()

@@ -5,7 +5,7 @@
 //! usage so far), `message_stop`, `ping`, and `error` mid-stream.
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use baton_core::llm::{Deltas, LlmReply, ToolCall};
 
@@ -58,6 +58,14 @@ enum BlockStart {
         id: String,
         name: String,
     },
+    Thinking {
+        #[serde(default)]
+        thinking: String,
+    },
+    RedactedThinking {
+        #[serde(default)]
+        data: String,
+    },
     #[serde(other)]
     Other,
 }
@@ -69,6 +77,10 @@ enum Delta {
     Text { text: String },
     #[serde(rename = "input_json_delta")]
     InputJson { partial_json: String },
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: String },
+    #[serde(rename = "signature_delta")]
+    Signature { signature: String },
     #[serde(other)]
     Other,
 }
@@ -90,6 +102,9 @@ enum Block {
     Text(String),
     /// The tool call's place among the reply's calls, and the call.
     Tool(u32, ToolCall),
+    /// Extended thinking: its text and its signature (given back with the reply).
+    Thinking(String, String),
+    Redacted(String),
     Other,
 }
 
@@ -143,6 +158,10 @@ pub(super) async fn read(
                             };
                             Block::Tool(calls - 1, call)
                         }
+                        BlockStart::Thinking { thinking } => {
+                            Block::Thinking(thinking, String::new())
+                        }
+                        BlockStart::RedactedThinking { data } => Block::Redacted(data),
                         BlockStart::Other => Block::Other,
                     };
                     if blocks.len() <= index {
@@ -159,6 +178,12 @@ pub(super) async fn read(
                         deltas.tool_call(*i, None, None, &partial_json);
                         call.arguments.push_str(&partial_json);
                     }
+                    (Some(Block::Thinking(t, _)), Delta::Thinking { thinking }) => {
+                        t.push_str(&thinking);
+                    }
+                    (Some(Block::Thinking(_, sig)), Delta::Signature { signature }) => {
+                        sig.push_str(&signature);
+                    }
                     _ => {}
                 },
                 Event::MessageDelta { delta, usage: out } => {
@@ -170,6 +195,7 @@ pub(super) async fn read(
                 Event::MessageStop => {
                     let mut text = String::new();
                     let mut tool_calls = Vec::new();
+                    let mut thinking = Vec::new();
                     for b in blocks {
                         match b {
                             Block::Text(t) => text.push_str(&t),
@@ -178,11 +204,20 @@ pub(super) async fn read(
                                 call.arguments = crate::whole_arguments(&call.arguments);
                                 tool_calls.push(call);
                             }
+                            Block::Thinking(t, signature) => thinking.push(json!(
+                                {"type": "thinking", "thinking": t, "signature": signature}
+                            )),
+                            Block::Redacted(data) => {
+                                thinking.push(json!({"type": "redacted_thinking", "data": data}));
+                            }
                             Block::Other => {}
                         }
                     }
                     return match reply(text, tool_calls, usage, stop_reason.as_deref(), model) {
-                        Ok(r) => Attempt::Done(r),
+                        Ok(mut r) => {
+                            r.reasoning = (!thinking.is_empty()).then_some(Value::Array(thinking));
+                            Attempt::Done(r)
+                        }
                         Err(why) => Attempt::Fatal(why),
                     };
                 }

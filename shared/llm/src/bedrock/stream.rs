@@ -8,7 +8,8 @@ use aws_sdk_bedrockruntime::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_bedrockruntime::operation::converse_stream::ConverseStreamOutput as Output;
 use aws_sdk_bedrockruntime::types::error::ConverseStreamOutputError;
 use aws_sdk_bedrockruntime::types::{
-    ContentBlockDelta, ContentBlockStart, ConverseStreamOutput, TokenUsage,
+    ContentBlockDelta, ContentBlockStart, ConverseStreamOutput, ReasoningContentBlockDelta,
+    TokenUsage,
 };
 use aws_smithy_types::event_stream::RawMessage;
 
@@ -22,6 +23,9 @@ enum Block {
     Text(String),
     /// The tool call's place among the reply's calls, and the call.
     Tool(u32, ToolCall),
+    /// Reasoning: its text and signature, or its redacted bytes (base64).
+    Reasoning(String, String),
+    Redacted(String),
 }
 
 /// Reads the stream to its end, each piece handed to `deltas`.
@@ -62,6 +66,23 @@ pub(super) async fn read(mut out: Output, deltas: &dyn Deltas, model: &str) -> A
                         deltas.tool_call(*i, None, None, d.input());
                         call.arguments.push_str(d.input());
                     }
+                    (Some(ContentBlockDelta::ReasoningContent(r)), b) => match r {
+                        ReasoningContentBlockDelta::RedactedContent(bytes) => {
+                            let data = aws_smithy_types::base64::encode(bytes.as_ref());
+                            *b = Some(Block::Redacted(data));
+                        }
+                        ReasoningContentBlockDelta::Text(t) => {
+                            if let Some((text, _)) = reasoning(b) {
+                                text.push_str(t);
+                            }
+                        }
+                        ReasoningContentBlockDelta::Signature(sig) => {
+                            if let Some((_, signature)) = reasoning(b) {
+                                signature.push_str(sig);
+                            }
+                        }
+                        _ => {}
+                    },
                     _ => {}
                 }
             }
@@ -82,6 +103,7 @@ pub(super) async fn read(mut out: Output, deltas: &dyn Deltas, model: &str) -> A
     }
     let mut text = String::new();
     let mut tool_calls = Vec::new();
+    let mut thought = Vec::new();
     for block in blocks.into_iter().flatten() {
         match block {
             Block::Text(t) => text.push_str(&t),
@@ -90,12 +112,30 @@ pub(super) async fn read(mut out: Output, deltas: &dyn Deltas, model: &str) -> A
                 call.arguments = crate::whole_arguments(&call.arguments);
                 tool_calls.push(call);
             }
+            Block::Reasoning(t, signature) => {
+                thought.push(serde_json::json!({"text": t, "signature": signature}));
+            }
+            Block::Redacted(data) => thought.push(serde_json::json!({"redacted": data})),
         }
     }
     let stop = stop_reason.unwrap_or_default();
     match assemble(text, tool_calls, &stop, usage.as_ref(), model) {
-        Ok(r) => Attempt::Done(r),
+        Ok(mut r) => {
+            r.reasoning = (!thought.is_empty()).then_some(serde_json::Value::Array(thought));
+            Attempt::Done(r)
+        }
         Err(why) => Attempt::Fatal(why),
+    }
+}
+
+/// The reasoning block at `b`, started if it is not one: its text and signature.
+fn reasoning(b: &mut Option<Block>) -> Option<(&mut String, &mut String)> {
+    if !matches!(b, Some(Block::Reasoning(..))) {
+        *b = Some(Block::Reasoning(String::new(), String::new()));
+    }
+    match b {
+        Some(Block::Reasoning(text, signature)) => Some((text, signature)),
+        _ => None,
     }
 }
 

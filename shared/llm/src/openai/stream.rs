@@ -199,6 +199,7 @@ mod tests {
             tools: &t,
             history: &h,
             deltas: Some(deltas),
+            controls: &baton_core::llm::Controls::NONE,
         })
         .await
     }
@@ -259,6 +260,7 @@ mod tests {
                 output_tokens: 7,
                 total_tokens: 18,
                 cached_input_tokens: 0,
+                reasoning_tokens: 0,
             }
         );
         assert_eq!(reply.model.as_deref(), Some("openai:test-model"));

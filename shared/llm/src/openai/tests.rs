@@ -39,6 +39,7 @@ async fn call(llm: &OpenAiLlm) -> Result<LlmReply, LlmError> {
         tools: &t,
         history: &h,
         deltas: None,
+        controls: &baton_core::llm::Controls::NONE,
     })
     .await
 }
@@ -80,6 +81,7 @@ async fn tool_calls_round_trip_with_usage() {
             output_tokens: 7,
             total_tokens: 18,
             cached_input_tokens: 0,
+            reasoning_tokens: 0,
         }
     );
     assert_eq!(reply.model.as_deref(), Some("openai:test-model"));

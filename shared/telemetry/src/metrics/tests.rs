@@ -36,6 +36,7 @@ fn report() -> StepReport {
                 output_tokens: 300,
                 total_tokens: 1500,
                 cached_input_tokens: 200,
+                reasoning_tokens: 0,
             },
             cost_usd: Some(0.0081),
             latency_ms: Some(900),
