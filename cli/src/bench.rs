@@ -148,12 +148,14 @@ pub(crate) fn script(n: u64, pause_at: Option<u64>) -> anyhow::Result<(ScriptedL
                 arguments: json!({"text": payload(i, Some(i) == pause_at)}),
             }],
             usage: None,
+            down: Vec::new(),
         })
         .collect();
     replies.push(ScriptedReply {
         text: Some("done".into()),
         tool_calls: vec![],
         usage: None,
+        down: Vec::new(),
     });
     let llm = ScriptedLlm::new(HashMap::from([("bench".to_owned(), replies)]))?;
     let file: AgentsFile = serde_json::from_value(json!({"agents": {"bench": {

@@ -74,11 +74,13 @@ pub async fn run_aws(
                 arguments: json!({"text": payload(i, false)}),
             }],
             usage: None,
+            down: Vec::new(),
         })
         .chain([ScriptedReply {
             text: Some("done".into()),
             tool_calls: vec![],
             usage: None,
+            down: Vec::new(),
         }])
         .collect();
     // `fleet`: the short runs of the shared-workers measurement below.

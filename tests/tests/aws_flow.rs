@@ -41,6 +41,22 @@ pub(super) async fn start_env(
     }
 }
 
+/// [`start_env`] with `agents`, its model calls routed by provider as a deployment's are
+/// (`openai:backup` reaches the mock as `backup`), under the scenario's faults.
+pub(super) async fn start_routed_env(script: &str, agents: Value) -> Env {
+    let aws = Arc::new(Emulator::start_with(common::aws::scenario_faults()).await);
+    let (mock, llm) = common::mock_openai::start(script).await;
+    let models = Arc::new(baton_llm::Models::new("mock").openai(llm));
+    let mut options = aws
+        .dev_options(aws.names("flow"), models, catalog(Some(agents)), 0)
+        .await;
+    options.links = None;
+    Env {
+        host: AwsHost::start(aws, options).await,
+        _mock: mock,
+    }
+}
+
 /// The scenarios' agents, as the mock model's scripts name them.
 pub(super) fn named_agents() -> Arc<baton_core::agent::Catalog> {
     catalog(Some(common::mock_openai::named_agents()))

@@ -35,6 +35,76 @@ async fn aws_host(script: &str) -> super::aws_flow::Env {
     .await
 }
 
+/// `baton dev` on its embedded store with `agents`, thinking from `script`.
+async fn local_host_with(script: &str, agents: Value) -> (LocalHost, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let options = local_options(
+        dir.path(),
+        scripted(script),
+        catalog(Some(agents)),
+        Arc::new(baton_core::ports::SystemClock),
+    );
+    (LocalHost::start(options).await, dir)
+}
+
+/// Two tests of `scenario`, one on each host, with `agents`, whose model answers from
+/// `script` (on AWS, a mock OpenAI server behind the provider router).
+macro_rules! on_both_hosts_with {
+    ($scenario:ident, $script:expr, $agents:expr) => {
+        mod $scenario {
+            use super::*;
+
+            #[tokio::test]
+            async fn local() {
+                let (mut host, _dir) = local_host_with(&$script, $agents).await;
+                super::$scenario(&mut host).await;
+                host.stop().await;
+            }
+
+            #[tokio::test]
+            async fn aws() {
+                let mut env = super::super::aws_flow::start_routed_env(&$script, $agents).await;
+                super::$scenario(&mut env.host).await;
+                env.host.stop().await;
+            }
+        }
+    };
+}
+
+/// Two tests of `scenario`, one on each host, with `agents`, both thinking from a mock
+/// OpenAI server that plays `script` behind the provider router (what is sent on the wire
+/// is checked on both).
+macro_rules! on_both_hosts_over_the_wire {
+    ($scenario:ident, $script:expr, $agents:expr) => {
+        mod $scenario {
+            use super::*;
+
+            #[tokio::test]
+            async fn local() {
+                let dir = tempfile::tempdir().unwrap();
+                let (_mock, llm) = common::mock_openai::start(&$script).await;
+                let models = Arc::new(baton_llm::Models::new("mock").openai(llm));
+                let options = local_options(
+                    dir.path(),
+                    models,
+                    catalog(Some($agents)),
+                    Arc::new(baton_core::ports::SystemClock),
+                );
+                let mut host = LocalHost::start(options).await;
+                super::$scenario(&mut host).await;
+                host.stop().await;
+            }
+
+            #[tokio::test]
+            async fn aws() {
+                let mut env = super::super::aws_flow::start_routed_env(&$script, $agents).await;
+                super::$scenario(&mut env.host).await;
+                env.host.stop().await;
+            }
+        }
+    };
+}
+
 /// Two tests of `scenario` (an async function of a `&mut impl TestHost`), one on each host,
 /// whose model answers from `script`.
 macro_rules! on_both_hosts {
@@ -333,4 +403,122 @@ async fn a_blank_turn_gets_the_clarifying_reply_without_a_model_call(host: &mut 
         (400, Some("invalid_request")),
         "{v}"
     );
+}
+
+// The agent's model and first fallback are down (503s past the client's retries on AWS,
+// an outage in the script locally): the second fallback answers.
+on_both_hosts_with!(
+    a_model_outage_falls_back_to_the_next_model,
+    r#"{"orchestrator": [{"down": ["openai:primary", "openai:backup"], "text": "Answered by the spare.",
+        "usage": {"inputTokens": 1000000, "outputTokens": 1000000, "totalTokens": 2000000}}]}"#,
+    json!({
+        "agents": {"orchestrator": {"system": "agent:orchestrator", "tools": [],
+            "model": "openai:primary", "fallbackModels": ["openai:backup", "openai:spare"]}},
+        "prices": {"openai:primary": {"input": 1.0, "output": 1.0},
+                   "openai:backup": {"input": 2.0, "output": 2.0},
+                   "openai:spare": {"input": 3.0, "output": 5.0}}
+    })
+);
+
+/// The reply is the last fallback's, priced by its model, and its entry names the models
+/// that failed before it, in order, with why.
+async fn a_model_outage_falls_back_to_the_next_model(host: &mut impl TestHost) {
+    let api = host.api();
+    let run_id = api.post_ok("/runs", json!({"prompt": "Ship it"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = api.status(&run_id, "completed").await;
+    assert_eq!(run["result"], "Answered by the spare.");
+    let reply = &of_type(&run, "assistant")[0];
+    assert_eq!(reply["model"], "openai:spare", "{reply}");
+    assert_eq!(reply["costUsd"], 8.0, "$3 + $5 for a million each: {reply}");
+    let failed: Vec<&str> = reply["fallbacks"]
+        .as_array()
+        .expect("fallbacks")
+        .iter()
+        .map(|f| f["model"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed, ["openai:primary", "openai:backup"], "{reply}");
+    for f in reply["fallbacks"].as_array().unwrap() {
+        let why = f["error"].as_str().unwrap();
+        assert!(why.contains("gave up after 3 attempts"), "{why}");
+    }
+    assert_eq!(run["total"]["costUsd"], 8.0, "{}", run["total"]);
+}
+
+// The model first answers in words, then in the schema's shape (in a fence, as models do).
+on_both_hosts_with!(
+    a_final_answer_of_the_wrong_shape_is_asked_again,
+    r#"{"orchestrator": [{"text": "We should ship: the tests pass."},
+        {"text": "```json\n{\"verdict\": \"ship\", \"reasons\": [\"the tests pass\"]}\n```"}]}"#,
+    json!({"agents": {"orchestrator": {"system": "agent:orchestrator", "tools": [],
+        "outputSchema": {"type": "object", "required": ["verdict", "reasons"],
+            "properties": {"verdict": {"enum": ["ship", "hold"]},
+                           "reasons": {"type": "array", "items": {"type": "string"}}}}}}})
+);
+
+/// An answer that is not the schema's JSON is sent back to the model, told why; the one
+/// that matches is the run's result, and its `output` as JSON.
+async fn a_final_answer_of_the_wrong_shape_is_asked_again(host: &mut impl TestHost) {
+    let api = host.api();
+    let run_id = api
+        .post_ok("/runs", json!({"prompt": "Ship or hold?"}))
+        .await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = api.status(&run_id, "completed").await;
+    assert_eq!(
+        run["output"],
+        json!({"verdict": "ship", "reasons": ["the tests pass"]}),
+        "{run}"
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(run["result"].as_str().unwrap()).unwrap(),
+        run["output"]
+    );
+    assert_eq!(of_type(&run, "assistant").len(), 2);
+    let told = of_type(&run, "user");
+    let note = told.last().unwrap()["text"].as_str().unwrap();
+    assert!(note.contains("it is not JSON"), "{note}");
+}
+
+// The first reply must be a call (`required`), the next may answer; both reason hard.
+on_both_hosts_over_the_wire!(
+    tool_choice_holds_for_a_turns_first_reply_and_reasoning_is_priced_as_output,
+    r#"{"orchestrator": [
+        {"expect": {"tool_choice": "required", "reasoning_effort": "high"},
+         "tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}],
+         "usage": {"inputTokens": 0, "outputTokens": 1000000, "reasoningTokens": 600000, "totalTokens": 1000000}},
+        {"expect": {"tool_choice": null, "reasoning_effort": "high"}, "text": "Echoed.",
+         "usage": {"inputTokens": 0, "outputTokens": 1000000, "reasoningTokens": 900000, "totalTokens": 1000000}}
+    ]}"#,
+    json!({
+        "agents": {"orchestrator": {"system": "agent:orchestrator", "tools": ["echo"],
+            "model": "openai:thinker", "toolChoice": "required",
+            "reasoning": {"effort": "high"}}},
+        "prices": {"openai:thinker": {"input": 1.0, "output": 10.0}}
+    })
+);
+
+/// The agent's `required` goes with the turn's first call, and no choice (the provider's
+/// `auto`) with the next, or the turn could not end; its reasoning effort with both. Reasoning tokens are shown, and
+/// priced in the output: $10 a reply.
+async fn tool_choice_holds_for_a_turns_first_reply_and_reasoning_is_priced_as_output(
+    host: &mut impl TestHost,
+) {
+    let api = host.api();
+    let run_id = api.post_ok("/runs", json!({"prompt": "Echo hi"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = api.status(&run_id, "completed").await;
+    assert_eq!(run["result"], "Echoed.", "{run}");
+    let replies = of_type(&run, "assistant");
+    assert_eq!(replies[0]["usage"]["reasoningTokens"], 600000);
+    assert_eq!(replies[1]["usage"]["reasoningTokens"], 900000);
+    assert_eq!(replies[1]["costUsd"], 10.0, "{}", replies[1]);
+    assert_eq!(run["total"]["costUsd"], 20.0, "{}", run["total"]);
+    assert_eq!(run["total"]["usage"]["reasoningTokens"], 1500000);
 }

@@ -303,3 +303,36 @@ async fn a_reply_the_real_server_cut_at_its_limit_is_marked_and_asked_again() {
     );
     h.server.shutdown().await;
 }
+
+/// An agent's `outputSchema` reaches the real server as `response_format` (llama.cpp turns
+/// the schema into a grammar): the answer is the schema's JSON, and the run's `output`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_servers_structured_output_is_the_runs_output() {
+    let server = llama().await;
+    let dir = tempfile::tempdir().unwrap();
+    let agents = json!({"agents": {"judge": {
+        "system": "You decide whether a release ships. Answer in JSON.",
+        "tools": [], "maxOutputTokens": 64, "maxIterations": 2,
+        "outputSchema": {"type": "object", "required": ["verdict"],
+            "properties": {"verdict": {"type": "string", "enum": ["ship", "hold"]}}}}}});
+    let h = baton(dir.path(), &server, agents).await;
+    let run_id = h
+        .create_run(json!({"prompt": "The tests pass. Do we ship?", "agent": "judge"}))
+        .await;
+    h.wait_status(&run_id, &["completed"]).await;
+    let (_, view) = h.get(&format!("/runs/{run_id}")).await;
+    let verdict = view["output"]["verdict"].as_str().unwrap_or_default();
+    assert!(["ship", "hold"].contains(&verdict), "{view:#}");
+    let replies: Vec<&Value> = view["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "assistant")
+        .collect();
+    assert_eq!(
+        replies.len(),
+        1,
+        "the first answer fit the schema: {view:#}"
+    );
+    h.server.shutdown().await;
+}

@@ -119,8 +119,19 @@ pub(super) fn entry_line(e: &Value) -> String {
                 .as_str()
                 .map(|m| format!(", {m}"))
                 .unwrap_or_default();
+            // The models of its fallback chain that failed before this one answered.
+            let failed: Vec<&str> = e["fallbacks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f["model"].as_str())
+                .collect();
+            let after = match failed.is_empty() {
+                true => String::new(),
+                false => format!(" after {} failed", failed.join(", ")),
+            };
             format!(
-                "{what} ({} tokens{model})",
+                "{what} ({} tokens{model}{after})",
                 e["usage"]["totalTokens"].as_u64().unwrap_or(0)
             )
         }
@@ -287,7 +298,7 @@ mod tests {
                     EntryBody::User { .. } => "user: Ship v2",
                     EntryBody::Queued { .. } => "queued follow-up: and tag it",
                     EntryBody::Assistant { .. } => {
-                        "assistant: Deployed. (1234 tokens, openai:gpt-5)"
+                        "assistant: Deployed. (1234 tokens, openai:gpt-5 after openai:gpt-5-pro failed)"
                     }
                     EntryBody::Tool(_) => "tool echo {\"text\":\"hi\"} -> success: hi",
                     EntryBody::Notice { .. } => "notice: cta_expired the question expired",

@@ -89,9 +89,9 @@ pub struct Fallback {
 
 /// Which tool, if any, a reply must call (`toolChoice`): `auto` (the model decides),
 /// `required` (some tool), `none` (no tool: an answer), or `{"tool": name}` (that one).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
-#[serde(rename_all = "lowercase", deny_unknown_fields)]
+#[serde(rename_all = "lowercase")]
 pub enum ToolChoice {
     Auto,
     Required,
@@ -100,6 +100,36 @@ pub enum ToolChoice {
     Tool {
         tool: String,
     },
+}
+
+impl<'de> Deserialize<'de> for ToolChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Named {
+            tool: String,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Word(String),
+            Tool(Named),
+        }
+        let bad = || {
+            serde::de::Error::custom(
+                "toolChoice must be \"auto\", \"required\", \"none\" or {\"tool\": \"<name>\"}",
+            )
+        };
+        match Raw::deserialize(d).map_err(|_| bad())? {
+            Raw::Word(w) => match w.as_str() {
+                "auto" => Ok(Self::Auto),
+                "required" => Ok(Self::Required),
+                "none" => Ok(Self::None),
+                _ => Err(bad()),
+            },
+            Raw::Tool(Named { tool }) => Ok(Self::Tool { tool }),
+        }
+    }
 }
 
 /// How hard a model reasons before it answers, where its provider lets it be told: an

@@ -7,6 +7,8 @@
 
 pub mod anthropic;
 pub mod bedrock;
+#[cfg(test)]
+mod controls_tests;
 pub mod openai;
 pub mod retry;
 pub mod router;

@@ -3,7 +3,8 @@
 //! The file maps an agent name to the replies that agent gives; the i-th think of a run of
 //! agent A (from 0, per run) returns `A[i]`. A reply is `{"text": "..."}` (a final answer)
 //! or `{"tool_calls": [{"name": "...", "arguments": {...}}, ...]}`, optionally with `text`
-//! (and, as an extension, `usage`). Thinking past the end of the list is a clear error.
+//! (and, as extensions, `usage`, and `down`: the models that fail at that think as in an
+//! outage). Thinking past the end of the list is a clear error.
 //!
 //! For a watched run (a request with deltas) it streams as a provider does: the text word by
 //! word, [`ScriptedLlm::paced`] apart (by default [`STREAM_PACE`]), then each tool call.
@@ -26,6 +27,10 @@ pub struct ScriptedReply {
     pub tool_calls: Vec<ScriptedCall>,
     #[serde(default)]
     pub usage: Option<Usage>,
+    /// Models that are down at this think: a call to one fails as an outage does (a
+    /// provider unavailable past its retries), so that an agent's `fallbackModels` answer.
+    #[serde(default)]
+    pub down: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -138,6 +143,13 @@ impl Llm for ScriptedLlm {
                 replies.len()
             )));
         };
+        let model = request.model.or(self.default_model.as_deref());
+        if let Some(down) = model.filter(|m| reply.down.iter().any(|d| d == m)) {
+            return Err(LlmError::Unavailable {
+                message: format!("gave up after 3 attempts: `{down}` is down (scripted)"),
+                source: None,
+            });
+        }
         let tool_calls: Vec<ToolCall> = reply
             .tool_calls
             .iter()

@@ -3,7 +3,8 @@
 //! number of assistant messages in the request (a reply that is a list branches on the last
 //! tool message: see `respond`). Like a real server it stops a reply at the request's
 //! output limit (`max_tokens`, or `max_completion_tokens`; a word is a token here) and says
-//! so with `finish_reason: "length"`.
+//! so with `finish_reason: "length"`. A reply's `down` lists models that answer 503 to it, its `expect` the
+//! request's fields it takes (others get a 400).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -88,6 +89,28 @@ impl Respond for Replay {
             },
             None => reply,
         };
+        // What the reply expects of the request (the agent's controls, as sent): a request
+        // without it is refused, as a server refuses what it does not take.
+        for (key, want) in reply["expect"].as_object().into_iter().flatten() {
+            if body[key] != *want {
+                return ResponseTemplate::new(400).set_body_string(format!(
+                    "reply {index} for {agent} expects `{key}` = {want}, the request has {}",
+                    body[key]
+                ));
+            }
+        }
+        // A model the reply says is down answers as a provider in an outage does.
+        let model = body["model"].as_str().unwrap_or_default();
+        let model = model.strip_prefix("openai:").unwrap_or(model);
+        let down = reply["down"].as_array().into_iter().flatten();
+        if down
+            .filter_map(Value::as_str)
+            .any(|d| d.strip_prefix("openai:").unwrap_or(d) == model)
+        {
+            return ResponseTemplate::new(503).set_body_json(
+                json!({"error": {"message": format!("{model} is overloaded"), "type": "server_error"}}),
+            );
+        }
         let calls: Vec<Value> = reply["tool_calls"]
             .as_array()
             .into_iter()
@@ -121,7 +144,8 @@ impl Respond for Replay {
         let u = &reply["usage"];
         let usage = json!({"prompt_tokens": u["inputTokens"].as_u64().unwrap_or(0),
             "completion_tokens": u["outputTokens"].as_u64().unwrap_or(0),
-            "total_tokens": u["totalTokens"].as_u64().unwrap_or(0)});
+            "total_tokens": u["totalTokens"].as_u64().unwrap_or(0),
+            "completion_tokens_details": {"reasoning_tokens": u["reasoningTokens"].as_u64().unwrap_or(0)}});
         ResponseTemplate::new(200).set_body_json(
             json!({"choices": [{"message": message, "finish_reason": finish}], "usage": usage}),
         )

@@ -126,6 +126,38 @@ fn an_agents_file_adds_agents_with_policies() {
 fn bad_agent_files_are_clear_start_up_errors() {
     let cases = [
         (
+            r#"{"agents": {"a": {"tools": [], "fallbackModels": ["openai:x", "openai:x"]}}}"#,
+            "`fallbackModels[1]` must be a model id, once",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "fallbackModels": ["a", "b", "c", "d", "e"]}}}"#,
+            "at most 4",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "toolChoice": "required"}}}"#,
+            "`required` and the agent has no tools",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": ["echo"], "toolChoice": {"tool": "ls"}}}}"#,
+            "names `ls`, which is not one of its tools",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "reasoning": {}}}}"#,
+            "needs an `effort` or a `budgetTokens`",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "reasoning": {"budgetTokens": 100}}}}"#,
+            "from 1024 to 128000",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "outputSchema": {"type": "string"}}}}"#,
+            "`outputSchema` must be a JSON schema of `\"type\": \"object\"`",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "outputSchema": {"type": "object", "properties": {"n": {"type": 5}}}}}}"#,
+            "`outputSchema` is not a valid JSON schema",
+        ),
+        (
             r#"{"agents": {"a": {"tools": ["nope"]}}}"#,
             "unknown tool `nope`",
         ),
@@ -499,4 +531,71 @@ fn two_tools_of_one_name_are_a_start_up_error_naming_it() {
         err.to_string().contains("two tools are named `mirror`"),
         "{err}"
     );
+}
+
+/// A tool choice or a reasoning setting that is not one is refused when the file is read,
+/// in words that say what is.
+#[test]
+fn bad_controls_are_refused_when_the_file_is_read() {
+    for (json, words) in [
+        (
+            r#"{"agents": {"a": {"tools": [], "toolChoice": "sometimes"}}}"#,
+            "toolChoice must be \"auto\", \"required\", \"none\" or {\"tool\": \"<name>\"}",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "toolChoice": {"tool": "x", "why": 1}}}}"#,
+            "toolChoice must be",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "reasoning": {"effort": "max"}}}}"#,
+            "unknown variant `max`, expected one of `low`, `medium`, `high`",
+        ),
+    ] {
+        let err = serde_json::from_str::<AgentsFile>(json).expect_err(json);
+        assert!(err.to_string().contains(words), "{json}: {err}");
+    }
+}
+
+/// A turn's first reply is steered by the agent's tool choice; the next ones by none (the
+/// provider's `auto`), except `none`, which holds; with no tools, no choice is sent. Its
+/// reasoning and output schema go with every reply.
+#[test]
+fn an_agents_controls_hold_for_a_turns_first_reply() {
+    let c = Catalog::new(
+        Limits::default(),
+        vec![],
+        Some(file(
+            r#"{"agents": {"a": {"tools": ["echo"], "toolChoice": {"tool": "echo"},
+                "reasoning": {"effort": "low"},
+                "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+              "b": {"tools": ["echo"], "toolChoice": "none"}}}"#,
+        )),
+    )
+    .expect("catalog");
+    let a = c.agent("a").expect("a");
+    let first = a.controls(0, true);
+    assert_eq!(
+        first.tool_choice,
+        Some(crate::llm::ToolChoice::Tool {
+            tool: "echo".into()
+        })
+    );
+    assert_eq!(
+        first.reasoning.map(|r| r.effort()),
+        Some(crate::llm::Effort::Low)
+    );
+    let output = first.output.expect("output");
+    assert_eq!(output.name, crate::llm::OUTPUT_TOOL);
+    let next = a.controls(1, true);
+    assert_eq!(next.tool_choice, None);
+    assert!(next.reasoning.is_some() && next.output.is_some());
+    assert_eq!(a.controls(0, false).tool_choice, None);
+    let b = c.agent("b").expect("b");
+    assert_eq!(
+        b.controls(3, true).tool_choice,
+        Some(crate::llm::ToolChoice::None)
+    );
+    let checked = a.output.as_ref().expect("compiled");
+    assert!(checked.validate(&serde_json::json!({"n": 3})).is_ok());
+    assert!(checked.validate(&serde_json::json!({"n": "3"})).is_err());
 }
