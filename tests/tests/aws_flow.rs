@@ -41,15 +41,16 @@ pub(super) async fn start_env(
     }
 }
 
-/// [`start_env`] with `agents`, its model calls routed by provider as a deployment's are
+/// [`start_env`] with `catalog`, its model calls routed by provider as a deployment's are
 /// (`openai:backup` reaches the mock as `backup`), under the scenario's faults.
-pub(super) async fn start_routed_env(script: &str, agents: Value) -> Env {
+pub(super) async fn start_routed_env(
+    script: &str,
+    catalog: Arc<baton_core::agent::Catalog>,
+) -> Env {
     let aws = Arc::new(Emulator::start_with(common::aws::scenario_faults()).await);
     let (mock, llm) = common::mock_openai::start(script).await;
     let models = Arc::new(baton_llm::Models::new("mock").openai(llm));
-    let mut options = aws
-        .dev_options(aws.names("flow"), models, catalog(Some(agents)), 0)
-        .await;
+    let mut options = aws.dev_options(aws.names("flow"), models, catalog, 0).await;
     options.links = None;
     Env {
         host: AwsHost::start(aws, options).await,

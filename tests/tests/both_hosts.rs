@@ -35,35 +35,38 @@ async fn aws_host(script: &str) -> super::aws_flow::Env {
     .await
 }
 
-/// `baton dev` on its embedded store with `agents`, thinking from `script`.
-async fn local_host_with(script: &str, agents: Value) -> (LocalHost, tempfile::TempDir) {
+/// `baton dev` on its embedded store with `catalog`, thinking from `script`.
+async fn local_host_with(
+    script: &str,
+    catalog: Arc<baton_core::agent::Catalog>,
+) -> (LocalHost, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let options = local_options(
         dir.path(),
         scripted(script),
-        catalog(Some(agents)),
+        catalog,
         Arc::new(baton_core::ports::SystemClock),
     );
     (LocalHost::start(options).await, dir)
 }
 
-/// Two tests of `scenario`, one on each host, with `agents`, whose model answers from
-/// `script` (on AWS, a mock OpenAI server behind the provider router).
+/// Two tests of `scenario`, one on each host, with the catalog `catalog` makes, whose model
+/// answers from `script` (on AWS, a mock OpenAI server behind the provider router).
 macro_rules! on_both_hosts_with {
-    ($scenario:ident, $script:expr, $agents:expr) => {
+    ($scenario:ident, $script:expr, $catalog:expr) => {
         mod $scenario {
             use super::*;
 
             #[tokio::test]
             async fn local() {
-                let (mut host, _dir) = local_host_with(&$script, $agents).await;
+                let (mut host, _dir) = local_host_with(&$script, $catalog).await;
                 super::$scenario(&mut host).await;
                 host.stop().await;
             }
 
             #[tokio::test]
             async fn aws() {
-                let mut env = super::super::aws_flow::start_routed_env(&$script, $agents).await;
+                let mut env = super::super::aws_flow::start_routed_env(&$script, $catalog).await;
                 super::$scenario(&mut env.host).await;
                 env.host.stop().await;
             }
@@ -71,11 +74,11 @@ macro_rules! on_both_hosts_with {
     };
 }
 
-/// Two tests of `scenario`, one on each host, with `agents`, both thinking from a mock
+/// Two tests of `scenario`, one on each host, with the catalog `catalog` makes, both thinking from a mock
 /// OpenAI server that plays `script` behind the provider router (what is sent on the wire
 /// is checked on both).
 macro_rules! on_both_hosts_over_the_wire {
-    ($scenario:ident, $script:expr, $agents:expr) => {
+    ($scenario:ident, $script:expr, $catalog:expr) => {
         mod $scenario {
             use super::*;
 
@@ -87,7 +90,7 @@ macro_rules! on_both_hosts_over_the_wire {
                 let options = local_options(
                     dir.path(),
                     models,
-                    catalog(Some($agents)),
+                    $catalog,
                     Arc::new(baton_core::ports::SystemClock),
                 );
                 let mut host = LocalHost::start(options).await;
@@ -97,7 +100,7 @@ macro_rules! on_both_hosts_over_the_wire {
 
             #[tokio::test]
             async fn aws() {
-                let mut env = super::super::aws_flow::start_routed_env(&$script, $agents).await;
+                let mut env = super::super::aws_flow::start_routed_env(&$script, $catalog).await;
                 super::$scenario(&mut env.host).await;
                 env.host.stop().await;
             }
@@ -411,13 +414,13 @@ on_both_hosts_with!(
     a_model_outage_falls_back_to_the_next_model,
     r#"{"orchestrator": [{"down": ["openai:primary", "openai:backup"], "text": "Answered by the spare.",
         "usage": {"inputTokens": 1000000, "outputTokens": 1000000, "totalTokens": 2000000}}]}"#,
-    json!({
+    catalog(Some(json!({
         "agents": {"orchestrator": {"system": "agent:orchestrator", "tools": [],
             "model": "openai:primary", "fallbackModels": ["openai:backup", "openai:spare"]}},
         "prices": {"openai:primary": {"input": 1.0, "output": 1.0},
                    "openai:backup": {"input": 2.0, "output": 2.0},
                    "openai:spare": {"input": 3.0, "output": 5.0}}
-    })
+    })))
 );
 
 /// The reply is the last fallback's, priced by its model, and its entry names the models
@@ -452,10 +455,12 @@ on_both_hosts_with!(
     a_final_answer_of_the_wrong_shape_is_asked_again,
     r#"{"orchestrator": [{"text": "We should ship: the tests pass."},
         {"text": "```json\n{\"verdict\": \"ship\", \"reasons\": [\"the tests pass\"]}\n```"}]}"#,
-    json!({"agents": {"orchestrator": {"system": "agent:orchestrator", "tools": [],
+    catalog(Some(
+        json!({"agents": {"orchestrator": {"system": "agent:orchestrator", "tools": [],
         "outputSchema": {"type": "object", "required": ["verdict", "reasons"],
             "properties": {"verdict": {"enum": ["ship", "hold"]},
                            "reasons": {"type": "array", "items": {"type": "string"}}}}}}})
+    ))
 );
 
 /// An answer that is not the schema's JSON is sent back to the model, told why; the one
@@ -494,12 +499,12 @@ on_both_hosts_over_the_wire!(
         {"expect": {"tool_choice": null, "reasoning_effort": "high"}, "text": "Echoed.",
          "usage": {"inputTokens": 0, "outputTokens": 1000000, "reasoningTokens": 900000, "totalTokens": 1000000}}
     ]}"#,
-    json!({
+    catalog(Some(json!({
         "agents": {"orchestrator": {"system": "agent:orchestrator", "tools": ["echo"],
             "model": "openai:thinker", "toolChoice": "required",
             "reasoning": {"effort": "high"}}},
         "prices": {"openai:thinker": {"input": 1.0, "output": 10.0}}
-    })
+    })))
 );
 
 /// The agent's `required` goes with the turn's first call, and no choice (the provider's
@@ -521,4 +526,116 @@ async fn tool_choice_holds_for_a_turns_first_reply_and_reasoning_is_priced_as_ou
     assert_eq!(replies[1]["costUsd"], 10.0, "{}", replies[1]);
     assert_eq!(run["total"]["costUsd"], 20.0, "{}", run["total"]);
     assert_eq!(run["total"]["usage"]["reasoningTokens"], 1500000);
+}
+
+/// A plugin that keeps notes, and counts the iterations it prepared.
+struct Notes;
+
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct NotesState {
+    notes: Vec<String>,
+    prepared: u32,
+}
+
+#[async_trait::async_trait]
+impl baton_core::agent::Plugin for Notes {
+    type State = NotesState;
+
+    fn name(&self) -> &str {
+        "notes"
+    }
+
+    async fn prepare(
+        &self,
+        _: baton_core::run::RunView<'_>,
+        _: &[baton_core::timeline::Entry],
+        state: &mut NotesState,
+    ) -> Result<baton_core::agent::Prepared, baton_core::agent::PluginError> {
+        state.prepared += 1;
+        Ok(baton_core::agent::Prepared::new()
+            .context(format!("Notes so far: {}", state.notes.join("; "))))
+    }
+}
+
+/// A tool that adds a note to the `notes` plugin's state, and shows it as a widget with a
+/// fallback line. It changes nothing outside the run: it runs in the delivery that thinks
+/// next, before the plugin prepares that think.
+struct Remember;
+
+#[async_trait::async_trait]
+impl baton_core::tools::Tool for Remember {
+    fn name(&self) -> &str {
+        "remember"
+    }
+    fn description(&self) -> &str {
+        "Remember a note."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "required": ["note"], "properties": {"note": {"type": "string"}}})
+    }
+    fn effects(&self) -> baton_core::tools::Effects {
+        baton_core::tools::Effects::None
+    }
+    async fn execute(
+        &self,
+        ctx: &baton_core::tools::ToolContext,
+        input: Value,
+    ) -> Result<Value, baton_core::tools::ToolError> {
+        let note = input["note"].as_str().unwrap_or_default().to_owned();
+        let mut state: NotesState = ctx.plugin_state("notes")?;
+        state.notes.push(note.clone());
+        ctx.set_plugin_state("notes", &state)?;
+        ctx.widget_with_fallback("note", json!({"note": note}), &format!("Noted: {note}"))?;
+        Ok(json!({"notes": state.notes.len()}))
+    }
+}
+
+fn notes_catalog() -> Arc<baton_core::agent::Catalog> {
+    let file: baton_core::agent::AgentsFile = serde_json::from_value(json!({"agents": {
+        "orchestrator": {"system": "agent:orchestrator", "tools": ["remember"]}}}))
+    .unwrap();
+    let tools: Vec<Arc<dyn baton_core::tools::Tool>> = vec![Arc::new(Remember)];
+    Arc::new(
+        baton_core::agent::Catalog::new(baton_core::agent::Limits::default(), tools, Some(file))
+            .unwrap()
+            .with_plugin("orchestrator", Notes),
+    )
+}
+
+on_both_hosts_with!(
+    a_tools_plugin_state_commits_with_its_output_and_the_next_prepare_reads_it,
+    r#"{"orchestrator": [
+        {"tool_calls": [{"name": "remember", "arguments": {"note": "deploy friday"}}]},
+        {"tool_calls": [{"name": "remember", "arguments": {"note": "tell ops"}}]},
+        {"text": "Noted."}]}"#,
+    notes_catalog()
+);
+
+/// Each call's note is in the plugin's state after it, and the plugin's next `prepare`
+/// reads it (had it read the state before the call, it would have written it back without
+/// the note); the widgets carry their fallback lines.
+async fn a_tools_plugin_state_commits_with_its_output_and_the_next_prepare_reads_it(
+    host: &mut impl TestHost,
+) {
+    let api = host.api();
+    let run_id = api
+        .post_ok("/runs", json!({"prompt": "Remember two things"}))
+        .await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = api.status(&run_id, "completed").await;
+    assert_eq!(
+        run["pluginState"]["notes"],
+        json!({"notes": ["deploy friday", "tell ops"], "prepared": 3}),
+        "{run}"
+    );
+    let widgets: Vec<&Value> = of_type(&run, "widget")
+        .into_iter()
+        .map(|w| &w["fallback"])
+        .collect();
+    assert_eq!(
+        widgets,
+        [&json!("Noted: deploy friday"), &json!("Noted: tell ops")]
+    );
 }

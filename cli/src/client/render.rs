@@ -142,7 +142,10 @@ pub(super) fn entry_line(e: &Value) -> String {
             text("code"),
             short(&e["message"], 100)
         ),
-        "widget" => format!("widget {}: {}", text("kind"), short(&e["data"], 80)),
+        "widget" => match e["fallback"].as_str() {
+            Some(words) => format!("widget {}: {}", text("kind"), short(&json!(words), 80)),
+            None => format!("widget {}: {}", text("kind"), short(&e["data"], 80)),
+        },
         "file" => format!(
             "file {} ({}, {} bytes): {}",
             text("name"),
@@ -277,6 +280,7 @@ mod tests {
                 call_id: "c1".into(),
                 kind: "table".into(),
                 data: json!({"rows": 2}),
+                fallback: Some("Two rows: a and b.".into()),
             },
             EntryBody::File(FileRef {
                 call_id: "c1".into(),
@@ -303,7 +307,7 @@ mod tests {
                     EntryBody::Tool(_) => "tool echo {\"text\":\"hi\"} -> success: hi",
                     EntryBody::Notice { .. } => "notice: cta_expired the question expired",
                     EntryBody::Error { .. } => "error: tool_call_limit 2 calls not run",
-                    EntryBody::Widget { .. } => "widget table: {\"rows\":2}",
+                    EntryBody::Widget { .. } => "widget table: Two rows: a and b.",
                     EntryBody::File(_) => "file chart.png (image/png, 2048 bytes): a chart",
                     EntryBody::Usage { .. } => {
                         "turn [1] used 1234 tokens (1200 in, 34 out), $0.012300"

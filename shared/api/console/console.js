@@ -384,7 +384,7 @@ function entryItem(e, announce, runId) {
     }
     case "widget":
       head.append(" · " + e.kind);
-      li.append(widget(e.kind, e.data));
+      li.append(widget(e.kind, e.data, e.fallback));
       break;
     case "usage":
       li.append(el("p", { "aria-label": "Turn usage" }, "The turn from #" + e.turnSeq + " used " +

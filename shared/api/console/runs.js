@@ -40,8 +40,8 @@ function stateText(r) {
   return r.state;
 }
 
-// A widget drawn by its kind: a table, a key/value card, or its JSON.
-function widget(kind, data) {
+// A widget drawn by its kind: a table, a key/value card, else its fallback text, or its JSON.
+function widget(kind, data, fallback) {
   if (kind === "table" && data && Array.isArray(data.rows)) {
     const cols = data.columns || [];
     return el("table", {},
@@ -53,6 +53,7 @@ function widget(kind, data) {
     return el("dl", { class: "kv" }, Object.entries(data).flatMap(([k, v]) =>
       [el("dt", {}, k), el("dd", {}, typeof v === "object" ? JSON.stringify(v) : String(v))]));
   }
+  if (typeof fallback === "string") return el("p", { class: "widget-fallback" }, fallback);
   return json(data);
 }
 

@@ -150,6 +150,9 @@ pub enum EntryBody {
         call_id: String,
         kind: String,
         data: Value,
+        /// What a consumer that cannot draw `kind` shows instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fallback: Option<String>,
     },
     /// A file a tool returned beside its result: its bytes are in the blob store (S3 on
     /// AWS, the data folder locally), served by `GET /runs/{id}/files/{fileId}`. The model

@@ -89,4 +89,7 @@ pub trait Offered: Send + Sync {
 pub struct Widget {
     pub kind: String,
     pub data: Value,
+    /// What a consumer that cannot draw `kind` shows instead (a line of text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }

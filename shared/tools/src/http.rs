@@ -235,9 +235,11 @@ impl Tool for HttpTool {
             // refused is an error result with none of them kept.
             let scratch = ToolContext::default();
             for w in outputs.widgets {
-                scratch
-                    .widget(&w.kind, w.data)
-                    .map_err(|e| format!("`{name}`: widget `{}`: {e}", w.kind))?;
+                match &w.fallback {
+                    Some(text) => scratch.widget_with_fallback(&w.kind, w.data, text),
+                    None => scratch.widget(&w.kind, w.data),
+                }
+                .map_err(|e| format!("`{name}`: widget `{}`: {e}", w.kind))?;
             }
             for f in outputs.files {
                 use base64::Engine;
@@ -249,7 +251,10 @@ impl Tool for HttpTool {
                     .map_err(|e| format!("`{name}`: file `{}`: {e}", f.name))?;
             }
             for w in scratch.take_widgets() {
-                ctx.widget(&w.kind, w.data)?;
+                match &w.fallback {
+                    Some(text) => ctx.widget_with_fallback(&w.kind, w.data, text)?,
+                    None => ctx.widget(&w.kind, w.data)?,
+                }
             }
             for f in scratch.take_files() {
                 ctx.file(&f.name, &f.media_type, f.bytes, &f.summary)?;
@@ -262,7 +267,7 @@ impl Tool for HttpTool {
 }
 
 /// The media type of an answer that carries widgets and files beside its result:
-/// `{"result": any, "widgets"?: [{"kind", "data"}], "files"?: [{"name", "mediaType",
+/// `{"result": any, "widgets"?: [{"kind", "data", "fallback"?}], "files"?: [{"name", "mediaType",
 /// "contentBase64", "summary"}]}`. Any other JSON answer is the result itself.
 pub const OUTPUTS_MEDIA_TYPE: &str = "application/vnd.baton.tool-result+json";
 
@@ -284,6 +289,8 @@ struct Outputs {
 struct OutputWidget {
     kind: String,
     data: Value,
+    #[serde(default)]
+    fallback: Option<String>,
 }
 
 #[derive(serde::Deserialize)]

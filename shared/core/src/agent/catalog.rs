@@ -123,6 +123,16 @@ impl Catalog {
         }
     }
 
+    /// The names of `agent`'s plugins, in order.
+    pub fn plugin_names(&self, agent: &str) -> Vec<&str> {
+        self.plugins
+            .get(agent)
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .map(|p| p.name())
+            .collect()
+    }
+
     /// Whether `agent` has plugins.
     pub fn has_plugins(&self, agent: &str) -> bool {
         self.plugins.get(agent).is_some_and(|p| !p.is_empty())

@@ -393,6 +393,7 @@ impl StepIo for StepWorld<'_> {
                 &call.input,
             ))
             .scope(self.run.scope())
+            .plugins(catalog.plugin_names(&self.run.agent))
             .plugin_states(
                 self.plugin_states
                     .lock()
@@ -504,10 +505,18 @@ impl StepIo for StepWorld<'_> {
                 summary: f.summary,
             });
         }
+        // What the call set of its plugins' states: the next call of the step reads it too.
+        let states = ctx.take_plugin_states();
+        if !states.is_empty() {
+            let mut seen = self.plugin_states.lock().unwrap_or_else(|e| e.into_inner());
+            seen.get_or_insert_with(|| self.run.plugin_state.clone())
+                .extend(states.clone());
+        }
         Ok(ToolOutput {
             result,
             widgets: ctx.take_widgets(),
             files,
+            states,
             duration_ms: Some(duration_ms),
         })
     }

@@ -28,6 +28,10 @@ pub struct ToolContext {
     idempotency_key: String,
     scope: Scope,
     plugin_states: BTreeMap<String, Value>,
+    /// The agent's plugins, by name: the states a call may set ([`ToolContext::set_plugin_state`]).
+    plugins: Vec<String>,
+    /// The states this call set, by plugin.
+    set_states: Mutex<BTreeMap<String, Value>>,
     widgets: Mutex<Vec<Widget>>,
     files: Mutex<Vec<FileOutput>>,
 }
@@ -77,9 +81,17 @@ impl ToolContextBuilder {
         self
     }
 
-    /// One plugin's state (a test's: what its plugin would have kept).
+    /// One plugin's state (a test's: what its plugin would have kept). The plugin is one of
+    /// the agent's: the call may set its state.
     pub fn plugin_state(mut self, plugin: &str, state: Value) -> Self {
         self.ctx.plugin_states.insert(plugin.to_owned(), state);
+        self.ctx.plugins.push(plugin.to_owned());
+        self
+    }
+
+    /// The agent's plugins by name: those whose state a call may set.
+    pub fn plugins<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.ctx.plugins.extend(names.into_iter().map(Into::into));
         self
     }
 
@@ -122,6 +134,9 @@ pub const MAX_WIDGET_BYTES: usize = 32 * 1024;
 
 /// At most this many widgets per tool call.
 pub const MAX_WIDGETS: usize = 4;
+
+/// A widget's fallback text is at most this long.
+pub const MAX_WIDGET_FALLBACK_BYTES: usize = 2048;
 
 impl ToolContext {
     /// A context for a call of run `run_id`, to build.
@@ -234,6 +249,36 @@ impl ToolContext {
     /// Adds a widget to this call's output. Refused (with the reason) past
     /// [`MAX_WIDGETS`], or when `data` is over [`MAX_WIDGET_BYTES`] as JSON.
     pub fn widget(&self, kind: &str, data: Value) -> Result<(), String> {
+        self.add_widget(kind, data, None)
+    }
+
+    /// [`ToolContext::widget`] with the text a consumer that cannot draw `kind` shows
+    /// instead (at most [`MAX_WIDGET_FALLBACK_BYTES`]).
+    ///
+    /// ```
+    /// use baton_core::tools::ToolContext;
+    ///
+    /// let ctx = ToolContext::builder("run_1").build();
+    /// ctx.widget_with_fallback("chart", serde_json::json!({"points": [1, 3]}), "Rising: 1 to 3.")?;
+    /// assert_eq!(ctx.take_widgets()[0].fallback.as_deref(), Some("Rising: 1 to 3."));
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn widget_with_fallback(
+        &self,
+        kind: &str,
+        data: Value,
+        fallback: &str,
+    ) -> Result<(), String> {
+        if fallback.len() > MAX_WIDGET_FALLBACK_BYTES {
+            return Err(format!(
+                "a widget's fallback is at most {MAX_WIDGET_FALLBACK_BYTES} bytes; this one is {}",
+                fallback.len()
+            ));
+        }
+        self.add_widget(kind, data, Some(fallback.to_owned()))
+    }
+
+    fn add_widget(&self, kind: &str, data: Value, fallback: Option<String>) -> Result<(), String> {
         let size = data.to_string().len();
         if size > MAX_WIDGET_BYTES {
             return Err(format!(
@@ -247,6 +292,7 @@ impl ToolContext {
         widgets.push(Widget {
             kind: kind.into(),
             data,
+            fallback,
         });
         Ok(())
     }
@@ -257,17 +303,67 @@ impl ToolContext {
     }
 
     /// The state of the agent's plugin `plugin`, typed as the plugin keeps it (its
-    /// `Plugin::State`): the default when the plugin has none for this run yet. Read-only: a
-    /// plugin's state changes where it is prepared, and commits with the step. A state that
-    /// does not read as `S` is an error naming the plugin (the model sees it).
+    /// `Plugin::State`): the default when the plugin has none for this run yet, and the one
+    /// this call set, if it did. A state that does not read as `S` is an error naming the
+    /// plugin (the model sees it).
     pub fn plugin_state<S: serde::de::DeserializeOwned + Default>(
         &self,
         plugin: &str,
     ) -> Result<S, String> {
-        match self.plugin_states.get(plugin) {
+        let set = self.set_states.lock().unwrap_or_else(|e| e.into_inner());
+        match set.get(plugin).or_else(|| self.plugin_states.get(plugin)) {
             None => Ok(S::default()),
             Some(v) => serde_json::from_value(v.clone())
                 .map_err(|e| format!("plugin `{plugin}`'s state does not read: {e}")),
         }
+    }
+
+    /// Sets the state of the agent's plugin `plugin` (typed as the plugin keeps it): it
+    /// replaces the plugin's in the commit that records this call's output, and the
+    /// plugin's next `prepare` reads it. Refused (with the reason) for a plugin the agent
+    /// does not have, or a state over the plugin state's limit as JSON.
+    ///
+    /// ```
+    /// use baton_core::tools::ToolContext;
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize, Default)]
+    /// struct Skills { on: Vec<String> }
+    ///
+    /// let ctx = ToolContext::builder("run_1").plugins(["skills"]).build();
+    /// ctx.set_plugin_state("skills", &Skills { on: vec!["github".into()] })?;
+    /// assert_eq!(ctx.plugin_state::<Skills>("skills")?.on, ["github"]);
+    /// assert!(ctx.set_plugin_state("notes", &Skills::default()).is_err());
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn set_plugin_state<S: serde::Serialize>(
+        &self,
+        plugin: &str,
+        state: &S,
+    ) -> Result<(), String> {
+        if !self.plugins.iter().any(|p| p == plugin) {
+            return Err(format!(
+                "agent `{}` has no plugin `{plugin}` whose state a tool could set",
+                self.agent
+            ));
+        }
+        let value = serde_json::to_value(state)
+            .map_err(|e| format!("plugin `{plugin}`'s state does not serialize: {e}"))?;
+        let size = value.to_string().len();
+        let max = baton_engine::agent::MAX_PLUGIN_STATE_BYTES;
+        if size > max {
+            return Err(format!(
+                "plugin `{plugin}`'s state is {size} bytes as JSON; at most {max} are kept"
+            ));
+        }
+        self.set_states
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(plugin.to_owned(), value);
+        Ok(())
+    }
+
+    /// The plugin states this call set, by plugin.
+    pub fn take_plugin_states(&self) -> BTreeMap<String, Value> {
+        std::mem::take(&mut *self.set_states.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }

@@ -166,6 +166,7 @@ fn widgets_are_timeline_entries_the_model_never_sees() {
                 call_id,
                 kind,
                 data,
+                ..
             } => Some((call_id.clone(), kind.clone(), data.clone())),
             _ => None,
         })

@@ -93,6 +93,9 @@ pub struct ToolOutput {
     pub widgets: Vec<crate::tools::Widget>,
     /// The files it returned, already in the blob store.
     pub files: Vec<crate::timeline::FileRef>,
+    /// The states it set for its agent's plugins, by plugin: they replace theirs in the
+    /// commit that records its output, and the next `prepare` reads them.
+    pub states: std::collections::BTreeMap<String, Value>,
     /// How long it ran.
     pub duration_ms: Option<u64>,
 }
@@ -103,6 +106,7 @@ impl From<Result<Value, String>> for ToolOutput {
             result,
             widgets: Vec::new(),
             files: Vec::new(),
+            states: Default::default(),
             duration_ms: None,
         }
     }
@@ -199,6 +203,17 @@ pub fn ignored_effects(run: &Run, timeline: &[Entry], input: &Input) -> Vec<Effe
     }]
 }
 
+/// `run` with the plugin states the step's calls set, in the order of the calls.
+fn states_set(run: &Run, io: &Io) -> Run {
+    let mut seqs: Vec<u64> = io.states.keys().copied().collect();
+    seqs.sort_unstable();
+    let mut run = run.clone();
+    for seq in seqs {
+        run.plugin_state.extend(io.states[&seq].clone());
+    }
+    run
+}
+
 /// Steps until a decision, gathering the I/O in `io` (which the caller keeps from one
 /// decision of a message to the next: its checkpoints, and its retries after a conflict).
 /// A fatal model error is handed back to the engine (the run fails after this message's
@@ -222,7 +237,16 @@ pub async fn decide<W: StepIo>(
                 // with the tools the run was granted.
                 let prepared = match io.book.agent(&run.agent) {
                     Some(_) => {
-                        let mut p = world.prepare(run, timeline, &changed).await?;
+                        // The plugins read the states the step's calls set, over the run's.
+                        let with_states;
+                        let seen = match io.states.is_empty() {
+                            true => run,
+                            false => {
+                                with_states = states_set(run, io);
+                                &with_states
+                            }
+                        };
+                        let mut p = world.prepare(seen, timeline, &changed).await?;
                         p.prepared.tools.extend(run.origin.granted.iter().cloned());
                         p
                     }
@@ -268,6 +292,9 @@ pub async fn decide<W: StepIo>(
                     }
                     if !out.files.is_empty() {
                         io.files.insert(seq, out.files);
+                    }
+                    if !out.states.is_empty() {
+                        io.states.insert(seq, out.states);
                     }
                     if let Some(ms) = out.duration_ms {
                         io.durations.insert(seq, ms);

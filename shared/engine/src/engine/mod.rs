@@ -124,6 +124,9 @@ pub struct Io {
     pub widgets: std::collections::HashMap<u64, Vec<crate::tools::Widget>>,
     /// The files each executed call returned (stored already), by the call's seq.
     pub files: std::collections::HashMap<u64, Vec<crate::timeline::FileRef>>,
+    /// The plugin states each executed call set, by the call's seq.
+    pub states:
+        std::collections::HashMap<u64, std::collections::BTreeMap<String, serde_json::Value>>,
     /// How long each tool call executed this step ran, by the call's seq.
     pub durations: std::collections::HashMap<u64, u64>,
     /// The `once` calls this delivery marked started, each in a commit of its own

@@ -167,7 +167,8 @@ impl<'a> Work<'a> {
         }
     }
 
-    /// The widgets and files the call at `seq` added beside its output, as entries after it.
+    /// The widgets and files the call at `seq` added beside its output, as entries after it,
+    /// and the plugin states it set, onto the run (committed with its output).
     pub(super) fn push_widgets(&mut self, seq: u64, io: &super::Io) {
         let call_id = self.tool(seq).id.clone();
         for w in io.widgets.get(&seq).into_iter().flatten() {
@@ -175,7 +176,11 @@ impl<'a> Work<'a> {
                 call_id: call_id.clone(),
                 kind: w.kind.clone(),
                 data: w.data.clone(),
+                fallback: w.fallback.clone(),
             });
+        }
+        if let Some(states) = io.states.get(&seq) {
+            self.run.plugin_state.extend(states.clone());
         }
         for f in io.files.get(&seq).into_iter().flatten() {
             self.push(EntryBody::File(f.clone()));

@@ -97,6 +97,7 @@ impl StepIo for Scripted<'_> {
             vec![crate::tools::Widget {
                 kind: "table".into(),
                 data: json!({"columns": ["x"], "rows": [[1], [2]]}),
+                fallback: None,
             }]
         } else {
             vec![]
@@ -119,6 +120,7 @@ impl StepIo for Scripted<'_> {
             widgets,
             files,
             duration_ms: None,
+            states: Default::default(),
         }))
     }
 
