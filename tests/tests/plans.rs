@@ -211,8 +211,12 @@ async fn a_drafted_plan_is_approved_runs_in_two_stages_and_its_question_reaches_
         phases,
         [
             "- -> \"awaiting_approval\"",
-            "awaiting_approval -> \"running\"",
-            "running -> \"ended\""
+            "awaiting_approval -> \"dispatching\"",
+            "dispatching -> \"awaiting_results\"",
+            "awaiting_results -> \"dispatching\"",
+            "dispatching -> \"awaiting_results\"",
+            "awaiting_results -> \"merging\"",
+            "merging -> \"done\""
         ]
     );
     assert_eq!(

@@ -377,3 +377,71 @@ async fn check_trace(receiver: &Receiver, run_id: &str, child: &str) {
     }
     assert_eq!(named(&spans, "invoke_agent explore").len(), 1);
 }
+
+/// A real plan's state machine in the counters: a plan of two stages whose second step's
+/// model fails goes `dispatching → awaiting_results` twice, then `merging → failed`; the
+/// counters at `GET /metrics` are the moves its events said, not a report built by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_plans_phases_are_counted_as_its_events_said() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let catalog = common::catalog(Some(json!({"agents": {
+        "orchestrator": {"tools": ["agent_orchestrate"]},
+        "writer": {"tools": []}}})));
+    // The writer's script is empty: its think fails, and so does its step.
+    let script = json!({
+        "orchestrator": [
+            {"tool_calls": [{"name": "agent_orchestrate", "arguments": {"plan": {"steps": [
+                {"id": "read", "agent": "explore", "prompt": "Read the API", "result_key": "api"},
+                {"id": "write", "agent": "writer", "prompt": "Write up {{result.api}}"}]}}}]},
+            {"text": "The write-up failed."}],
+        "explore": [{"text": "API ok"}],
+        "writer": []
+    });
+    let options = common::local_options(
+        dir.path(),
+        scripted(&script.to_string()),
+        catalog,
+        Arc::new(SystemClock),
+    );
+    let h = common::start_from(options).await;
+    let api = Api::new(h.server.url());
+    let (code, v) = api
+        .post("/runs", json!({"prompt": "Document the API"}))
+        .await;
+    assert_eq!(code, 202, "{v}");
+    let run_id = v["runId"].as_str().expect("run id").to_owned();
+    let run = api.status(&run_id, "completed").await;
+    let plan = &of_type(&run, "tool")[0]["result"]["output"];
+    assert_eq!(plan["success"], false, "{run}");
+    let moves = [
+        ("-", "dispatching", 1.0),
+        ("dispatching", "awaiting_results", 2.0),
+        ("awaiting_results", "dispatching", 1.0),
+        ("awaiting_results", "merging", 1.0),
+        ("merging", "failed", 1.0),
+    ];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let count = |samples: &[Value], from: &str, to: &str| {
+        let labels = json!({"agent": "orchestrator", "from": from, "to": to});
+        sample(samples, "baton_plan_phase_changes_total", labels)
+    };
+    let samples = loop {
+        let page = api
+            .http
+            .get(format!("{}/metrics", api.base))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("metrics");
+        let samples = parse_metrics(&page.text().await.expect("page"));
+        if count(&samples, "merging", "failed") >= 1.0 || std::time::Instant::now() > deadline {
+            break samples;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    for (from, to, n) in moves {
+        assert_eq!(count(&samples, from, to), n, "{from} -> {to}");
+    }
+    assert_eq!(count(&samples, "merging", "done"), 0.0);
+    h.server.shutdown().await;
+}

@@ -318,6 +318,7 @@ pub fn normalize(v: &Value, run_id: &str) -> Value {
                             | "firstTokenMs"
                             | "durationMs"
                             | "startedAt"
+                            | "phaseSince"
                     )
                 })
                 .map(|(k, v)| (k.clone(), normalize(v, run_id)))

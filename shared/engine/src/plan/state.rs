@@ -17,7 +17,10 @@ pub enum ExecutionMode {
     AgentReview,
 }
 
-/// Where a plan call is.
+/// Where a plan call is (seed 002's state machine): `planning → reviewing →
+/// awaiting_approval → dispatching → awaiting_results → merging → done | failed`, each
+/// phase but the first optional (a plan the call gave is not planned; one run at once is not
+/// reviewed), `dispatching ⇄ awaiting_results` once per stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
@@ -28,8 +31,17 @@ pub enum Phase {
     Reviewing,
     /// A human is (an approval CTA on the call).
     AwaitingApproval,
-    /// Its steps run.
-    Running,
+    /// Its ready steps' child runs are being started.
+    Dispatching,
+    /// Its started steps run; it waits for their results (`running` in plans stored before).
+    #[serde(alias = "running")]
+    AwaitingResults,
+    /// Every step is done: their results are merged into the call's output.
+    Merging,
+    /// It ended with an output that says it succeeded.
+    Done,
+    /// It ended with an error, or an output that says it did not succeed.
+    Failed,
 }
 
 /// How one agent step stands. The output schema's `partial` is a parallel step's alone.
@@ -127,6 +139,9 @@ pub struct PlanState {
     /// When the call was made (a plan's duration counts from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<DateTime<Utc>>,
+    /// When it entered its phase (a phase's duration counts from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_since: Option<DateTime<Utc>>,
     /// Drafted because an approval policy on `agent_orchestrate` matched the call (not
     /// because the model asked for a draft): only an answer to its approval question runs
     /// it, never the conversation.
@@ -165,7 +180,11 @@ impl Phase {
             Phase::Planning => "planning",
             Phase::Reviewing => "reviewing",
             Phase::AwaitingApproval => "awaiting_approval",
-            Phase::Running => "running",
+            Phase::Dispatching => "dispatching",
+            Phase::AwaitingResults => "awaiting_results",
+            Phase::Merging => "merging",
+            Phase::Done => "done",
+            Phase::Failed => "failed",
         }
     }
 }

@@ -86,8 +86,9 @@ impl Work<'_> {
                          execution_mode auto_execute. If they ask for changes, draft it \
                          again; otherwise answer them.",
             });
-            // Its phase ends with no verdict: the model reads what the person wrote.
-            self.phase_changed(&call_id, Some(state.phase), None, None);
+            // It ends without running: the model reads what the person wrote (and runs the
+            // plan, with a call of its own, if they confirmed it).
+            self.enter(&call_id, &mut state, Phase::Done);
             self.tool_mut(seq).plan = Some(Box::new(state));
             self.resolve(
                 seq,

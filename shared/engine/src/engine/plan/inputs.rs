@@ -169,8 +169,6 @@ fn helper_finished(
         reviewer_run_id: Some(child.into()),
     });
     if approved {
-        w.phase_changed(call_id, Some(state.phase), Some(Phase::Running), None);
-        state.phase = Phase::Running;
         return w.advance(seq, call_id, state);
     }
     Some(ToolResult::error(format!(
@@ -215,11 +213,7 @@ pub(in crate::engine) fn answered(
         });
     }
     let result = match response {
-        CtaResponse::Approval { approved: true, .. } => {
-            w.phase_changed(&call_id, Some(state.phase), Some(Phase::Running), None);
-            state.phase = Phase::Running;
-            w.advance(seq, &call_id, &mut state)
-        }
+        CtaResponse::Approval { approved: true, .. } => w.advance(seq, &call_id, &mut state),
         CtaResponse::Approval { reason, .. } => Some(ToolResult::error(match reason {
             Some(r) if !r.trim().is_empty() => {
                 format!("a human rejected this plan, so it did not run: {r}")

@@ -147,6 +147,7 @@ impl Work<'_> {
             attempts: 0,
             steps: Default::default(),
             started_at: Some(self.now),
+            phase_since: None,
             held_by_policy,
             review: None,
         };
@@ -171,7 +172,7 @@ impl Work<'_> {
                     ));
                 }
                 self.new_child(&child, seq, plan::PLANNER, text, vec![], Some(state.mode));
-                self.phase_changed(call_id, None, Some(Phase::Planning), None);
+                self.enter(call_id, &mut state, Phase::Planning);
                 state.planner_run_id = Some(child.clone());
                 state.helper = Some(child);
                 state.attempts = 1;
@@ -182,7 +183,7 @@ impl Work<'_> {
             (None, None) => return ToolResult::error("give `plan` or `prompt`"),
         };
         if let Some(r) = result.as_ref().filter(|r| !r.is_pending()) {
-            self.phase_changed(call_id, Some(state.phase), None, Some(!r.is_error()));
+            self.plan_ended(call_id, &mut state, r);
         }
         self.tool_mut(seq).plan = Some(Box::new(state));
         result.unwrap_or_else(|| ToolResult::Pending {
@@ -190,30 +191,43 @@ impl Work<'_> {
         })
     }
 
-    /// Says on the bus that plan call `call_id` moved from phase `from` to `to` (`None`:
-    /// it began, or it ended, with `success`), for traces, metrics and UIs.
-    pub(in crate::engine) fn phase_changed(
-        &mut self,
-        call_id: &str,
-        from: Option<Phase>,
-        to: Option<Phase>,
-        success: Option<bool>,
-    ) {
+    /// Moves plan call `call_id` to phase `to`, saying so on the bus (for traces, metrics
+    /// and UIs) with when, how long it was in the phase it leaves (`inPhaseMs`) and since
+    /// the call was made (`sincePlanMs`). A plan's first phase comes from none (`from`
+    /// null); staying in a phase says nothing.
+    pub(in crate::engine) fn enter(&mut self, call_id: &str, state: &mut PlanState, to: Phase) {
+        let from = state.phase_since.map(|since| (state.phase, since));
+        if from.is_some_and(|(phase, _)| phase == to) {
+            return;
+        }
+        let now = self.now;
+        let ms = |since: chrono::DateTime<chrono::Utc>| (now - since).num_milliseconds().max(0);
         let mut detail = json!({"runId": self.run.run_id, "callId": call_id,
-            "from": from.map(Phase::as_str), "to": to.map_or("ended", Phase::as_str)});
-        if let Some(ok) = success {
-            detail["success"] = json!(ok);
+            "from": from.map(|(p, _)| p.as_str()), "to": to.as_str(), "at": self.now});
+        if let Some((_, since)) = from {
+            detail["inPhaseMs"] = json!(ms(since));
+        }
+        if let Some(at) = state.started_at {
+            detail["sincePlanMs"] = json!(ms(at));
         }
         self.publish(plan::PHASE_EVENT, detail);
+        state.phase = to;
+        state.phase_since = Some(self.now);
     }
 
-    /// Moves `state` to phase `to`, saying so.
-    fn enter(&mut self, call_id: &str, state: &mut PlanState, to: Phase) {
-        // A plan the call gave begins where the planner's would have ended.
-        let from = (state.planner_run_id.is_some() || state.phase != Phase::Planning)
-            .then_some(state.phase);
-        self.phase_changed(call_id, from, Some(to), None);
-        state.phase = to;
+    /// The plan call ended with `result`: `done` when it succeeded, `failed` when it is an
+    /// error or its output says a step failed.
+    pub(in crate::engine) fn plan_ended(
+        &mut self,
+        call_id: &str,
+        state: &mut PlanState,
+        result: &ToolResult,
+    ) {
+        let ok = match result {
+            ToolResult::Success { output } => output["success"].as_bool() != Some(false),
+            _ => false,
+        };
+        self.enter(call_id, state, if ok { Phase::Done } else { Phase::Failed });
     }
 
     /// Says on the bus that a guardrail refused a call: a subagent past the depth cap.
@@ -245,10 +259,7 @@ impl Work<'_> {
         );
         state.set_plan(plan);
         match state.mode {
-            ExecutionMode::AutoExecute => {
-                self.enter(call_id, state, Phase::Running);
-                self.advance(seq, call_id, state)
-            }
+            ExecutionMode::AutoExecute => self.advance(seq, call_id, state),
             ExecutionMode::DraftOnly => {
                 self.enter(call_id, state, Phase::AwaitingApproval);
                 Some(self.draft(seq, call_id, state))
@@ -306,12 +317,18 @@ impl Work<'_> {
     }
 
     /// Starts what can start; `Some(result)` once every step is done.
-    fn advance(&mut self, seq: u64, call_id: &str, state: &mut PlanState) -> Option<ToolResult> {
+    pub(in crate::engine) fn advance(
+        &mut self,
+        seq: u64,
+        call_id: &str,
+        state: &mut PlanState,
+    ) -> Option<ToolResult> {
         let plan = state.plan.clone()?;
         for step in &plan.steps {
             match step {
                 plan::Step::Agent(a) => {
                     if state.steps.get(&a.id).map(|s| s.status) == Some(StepStatus::Pending) {
+                        self.enter(call_id, state, Phase::Dispatching);
                         self.start_step(seq, call_id, state, a);
                     }
                 }
@@ -330,18 +347,21 @@ impl Work<'_> {
                             break;
                         }
                         if state.steps[&a.id].status == StepStatus::Pending {
+                            self.enter(call_id, state, Phase::Dispatching);
                             self.start_step(seq, call_id, state, a);
                         }
                     }
                 }
             }
             if !state.status_of(step).is_done() {
+                self.enter(call_id, state, Phase::AwaitingResults);
                 self.tool_mut(seq).result = ToolResult::Pending {
                     reason: format!("running plan step `{}`", step_id(step)),
                 };
                 return None;
             }
         }
+        self.enter(call_id, state, Phase::Merging);
         let output = state.output();
         let mut detail =
             json!({"runId": self.run.run_id, "callId": call_id, "success": output["success"]});
@@ -515,9 +535,10 @@ impl Work<'_> {
 
     /// Puts the state back and resolves the call if `result` is final.
     fn settle_plan(&mut self, seq: u64, state: PlanState, result: Option<ToolResult>) -> Next {
+        let mut state = state;
         if let Some(r) = result.as_ref().filter(|r| !r.is_pending()) {
             let call_id = self.tool(seq).id.clone();
-            self.phase_changed(&call_id, Some(state.phase), None, Some(!r.is_error()));
+            self.plan_ended(&call_id, &mut state, r);
         }
         self.tool_mut(seq).plan = Some(Box::new(state));
         match result {

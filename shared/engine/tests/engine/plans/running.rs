@@ -463,6 +463,38 @@ fn a_parallel_step_with_a_failed_child_is_partial_and_the_output_lists_what_fail
     let done = &s.events("plan.completed")[0].detail;
     assert_eq!(done["durationMs"], 3000, "{done}");
     assert_eq!(s.run(&id).outcome.result.as_deref(), Some("half done"));
+    // Its state machine on a failure's path: each move an event, with when it came and how
+    // long the phase it left lasted.
+    let moves: Vec<(String, String, Value, Value)> = s
+        .events("plan.phase")
+        .iter()
+        .map(|e| {
+            let d = &e.detail;
+            let from = d["from"].as_str().unwrap_or("-").to_owned();
+            (
+                from,
+                d["to"].as_str().unwrap().to_owned(),
+                d["inPhaseMs"].clone(),
+                d["sincePlanMs"].clone(),
+            )
+        })
+        .collect();
+    let n = |ms: i64| json!(ms);
+    assert_eq!(
+        moves,
+        [
+            ("-".into(), "dispatching".into(), Value::Null, n(0)),
+            ("dispatching".into(), "awaiting_results".into(), n(0), n(0)),
+            (
+                "awaiting_results".into(),
+                "merging".into(),
+                n(3000),
+                n(3000)
+            ),
+            ("merging".into(), "failed".into(), n(0), n(3000)),
+        ]
+    );
+    assert_eq!(state(&s, &id).phase, baton_engine::plan::Phase::Failed);
 }
 
 #[test]
