@@ -639,3 +639,73 @@ async fn a_tools_plugin_state_commits_with_its_output_and_the_next_prepare_reads
         [&json!("Noted: deploy friday"), &json!("Noted: tell ops")]
     );
 }
+
+// The planner's first plan leaves out the project's creation; its second has every step.
+on_both_hosts_with!(
+    a_plan_without_its_contexts_required_steps_goes_back_to_the_planner,
+    r#"{"orchestrator": [
+          {"tool_calls": [{"name": "agent_orchestrate", "arguments": {"prompt": "Create the project"}}]},
+          {"text": "Project created."}],
+        "planner": [
+          {"text": "{\"steps\": [{\"id\": \"find\", \"agent\": \"template_finder\", \"prompt\": \"find\"}, {\"id\": \"doc\", \"agent\": \"context_writer\", \"prompt\": \"write\"}]}"},
+          {"text": "{\"steps\": [{\"id\": \"find\", \"agent\": \"template_finder\", \"prompt\": \"find\"}, {\"id\": \"create\", \"agent\": \"project_creator\", \"prompt\": \"create\"}, {\"id\": \"doc\", \"agent\": \"context_writer\", \"prompt\": \"write\"}]}"}],
+        "template_finder": [{"text": "template T1"}],
+        "project_creator": [{"text": "project P1"}],
+        "context_writer": [{"text": "the context document"}]}"#,
+    catalog(Some(json!({"agents": {
+        "orchestrator": {"system": "agent:orchestrator", "tools": ["agent_orchestrate"],
+            "planRequirements": {"project_create": [
+                {"agent": "template_finder", "purpose": "template discovery"},
+                {"agent": "template_maker", "optional": true, "purpose": "a new template"},
+                {"agent": "project_creator", "purpose": "create_onto_project"},
+                {"agent": "context_writer", "purpose": "the context document"}]}},
+        "planner": {"system": "agent:planner", "tools": []},
+        "template_finder": {"system": "agent:template_finder", "tools": []},
+        "template_maker": {"system": "agent:template_maker", "tools": []},
+        "project_creator": {"system": "agent:project_creator", "tools": []},
+        "context_writer": {"system": "agent:context_writer", "tools": []}}})))
+);
+
+/// A run whose context is a `project_create`: the planner is told the steps its plan must
+/// include; its plan without one is sent back saying which, and the corrected plan runs.
+async fn a_plan_without_its_contexts_required_steps_goes_back_to_the_planner(
+    host: &mut impl TestHost,
+) {
+    let api = host.api();
+    let body =
+        json!({"prompt": "Create project P", "context": {"type": "project_create", "id": "P"}});
+    let run_id = api.post_ok("/runs", body).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = api.status(&run_id, "completed").await;
+    let call = &of_type(&run, "tool")[0];
+    let out = &call["result"]["output"];
+    assert_eq!(out["success"], true, "{call}");
+    let ran: Vec<&str> = out["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ran, ["find", "create", "doc"]);
+    let planner_id = call["plan"]["plannerRunId"].as_str().expect("planner run");
+    let planner = api.get_ok(&format!("/runs/{planner_id}")).await;
+    let told: Vec<&str> = of_type(&planner, "user")
+        .iter()
+        .map(|u| u["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(told.len(), 2, "{planner}");
+    assert!(
+        told[0].contains("2. a step of agent `template_maker` (optional): a new template"),
+        "{}",
+        told[0]
+    );
+    assert!(
+        told[1].contains(
+            "it has no step of agent `project_creator` after its step of `template_finder`"
+        ),
+        "{}",
+        told[1]
+    );
+}

@@ -339,6 +339,7 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
             .clarifying_reply
             .unwrap_or_else(|| baton_engine::agent::DEFAULT_CLARIFYING_REPLY.into()),
         fallback_models: spec.fallback_models,
+        plan_requirements: spec.plan_requirements,
         tool_choice: spec.tool_choice,
         reasoning: spec.reasoning,
         output: match spec.output_schema {

@@ -185,6 +185,12 @@ pub struct AgentSpec {
     /// run's `output` is the answer as JSON.
     #[serde(default)]
     pub output_schema: Option<serde_json::Value>,
+    /// The steps its plans (`agent_orchestrate`, its own or its planner's) must include, by
+    /// the run's context type (`"*"`: any other, or none): `[{"agent", "optional"?,
+    /// "purpose"?}]`, in order. A plan without them is sent back to the planner saying what
+    /// is missing (a plan the call gave is an error result); its second fails the call.
+    #[serde(default)]
+    pub plan_requirements: BTreeMap<String, Vec<baton_engine::plan::Required>>,
 }
 
 impl AgentSpec {

@@ -123,6 +123,9 @@ pub struct AgentDef {
     /// a turn can end), or `none` for every reply.
     pub tool_choice: Option<ToolChoice>,
     pub reasoning: Option<Reasoning>,
+    /// The steps its plans must include, by the run's context type (`*`: any other, or
+    /// none).
+    pub plan_requirements: BTreeMap<String, Vec<crate::plan::Required>>,
     /// The shape its final answers must have: the `outputSchema` as the parameters of
     /// [`OUTPUT_TOOL`](crate::llm::OUTPUT_TOOL), compiled by the host (a reply that does not validate is asked
     /// again).
@@ -276,7 +279,16 @@ impl AgentDef {
             tool_choice: None,
             reasoning: None,
             output: None,
+            plan_requirements: BTreeMap::new(),
         }
+    }
+
+    /// The steps a plan of a run of this context type must include (none: any plan).
+    pub fn plan_requirements(&self, context_type: Option<&str>) -> &[crate::plan::Required] {
+        context_type
+            .and_then(|k| self.plan_requirements.get(k))
+            .or_else(|| self.plan_requirements.get(crate::plan::ANY_CONTEXT))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// How a think of a turn that has thought `turn_thinks` times is steered, offered

@@ -247,6 +247,21 @@ impl Catalog {
             }
         }
 
+        // A plan requirement names an agent a plan step may start.
+        for a in agents.values() {
+            for required in a.plan_requirements.values().flatten() {
+                let r = &required.agent;
+                if !agents.contains_key(r) || !baton_engine::agent::is_subagent(r) {
+                    return Err(CatalogError::Invalid {
+                        agent: a.name.clone(),
+                        message: format!(
+                            "`planRequirements` names `{r}`, which is not an agent a plan step \
+                             may start"
+                        ),
+                    });
+                }
+            }
+        }
         let notifiers = super::notifiers::checked(&file.notifiers)?;
         for a in agents.values() {
             super::notifiers::check_agent(a, &notifiers)?;

@@ -126,6 +126,14 @@ fn an_agents_file_adds_agents_with_policies() {
 fn bad_agent_files_are_clear_start_up_errors() {
     let cases = [
         (
+            r#"{"agents": {"a": {"tools": [], "planRequirements": {"*": [{"agent": "nobody"}]}}}}"#,
+            "`planRequirements` names `nobody`, which is not an agent a plan step may start",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "planRequirements": {"x": [{"agent": "planner"}]}}}}"#,
+            "names `planner`",
+        ),
+        (
             r#"{"agents": {"a": {"tools": [], "fallbackModels": ["openai:x", "openai:x"]}}}"#,
             "`fallbackModels[1]` must be a model id, once",
         ),

@@ -6,6 +6,7 @@
 //! writes and one the planner writes), the template language and the state a running plan
 //! keeps on its tool call's timeline entry. The engine runs plans (`engine/plan.rs`).
 
+mod required;
 mod state;
 mod template;
 
@@ -15,6 +16,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use required::{ANY_CONTEXT, Required, describe as describe_required};
 pub use state::{
     ExecutionMode, Phase, PlanState, Review, StepRun, StepStatus, parse_review, strip_fence,
 };

@@ -98,7 +98,7 @@ fn strings(input: &Value, field: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-impl Work<'_> {
+impl<'a> Work<'a> {
     /// Dispatches an `agent_orchestrate` call (its input valid against the tool's schema).
     pub(super) fn orchestrate(
         &mut self,
@@ -164,6 +164,14 @@ impl Work<'_> {
                     &call.requested_outputs,
                     &call.priority_entities,
                 );
+                let required = self.plan_requirements();
+                if !required.is_empty() {
+                    text.push_str(&format!(
+                        "\n\nThe plan must include, in this order (each in a later step than \
+                         the one before):\n{}",
+                        plan::describe_required(required)
+                    ));
+                }
                 // What this agent is told for the run's kind of context guides its plan too.
                 let kind = self.run.context_type().unwrap_or("");
                 if let Some(guidance) = agent.context_guidance.get(kind) {
@@ -239,9 +247,20 @@ impl Work<'_> {
         );
     }
 
-    fn parse_plan(&self, raw: &Value) -> Result<Plan, String> {
+    /// The plan in `raw`, checked: its form, its caps and agents, and the steps the calling
+    /// agent requires of a plan for the run's context type.
+    pub(in crate::engine) fn parse_plan(&self, raw: &Value) -> Result<Plan, String> {
         let book = self.book;
-        Plan::parse(raw, book.limits.plan.max_steps, |a| book.is_subagent(a))
+        let plan = Plan::parse(raw, book.limits.plan.max_steps, |a| book.is_subagent(a))?;
+        plan.check_required(self.plan_requirements())?;
+        Ok(plan)
+    }
+
+    /// What the run's agent requires of a plan for the run's context type.
+    fn plan_requirements(&self) -> &'a [plan::Required] {
+        self.book
+            .agent(&self.run.agent)
+            .map_or(&[], |a| a.plan_requirements(self.run.context_type()))
     }
 
     /// The plan is known: say so, then run it, or have it reviewed first. `Some` is the
