@@ -709,3 +709,52 @@ async fn a_plan_without_its_contexts_required_steps_goes_back_to_the_planner(
         told[1]
     );
 }
+
+// The model drafts, asks in its own words, and runs the draft once the person says so.
+on_both_hosts_with!(
+    a_draft_is_told_to_the_model_and_run_when_the_person_confirms,
+    r#"{"orchestrator": [
+          {"tool_calls": [{"name": "agent_orchestrate", "arguments": {"execution_mode": "draft_only",
+              "plan": {"steps": [{"id": "map", "agent": "explore", "prompt": "Map the API"}]}}}]},
+          {"text": "I would have explore map the API. Shall I run it?"},
+          {"tool_calls": [{"name": "agent_orchestrate", "arguments": {"execution_mode": "auto_execute",
+              "plan": {"steps": [{"id": "map", "agent": "explore", "prompt": "Map the API"}]}}}]},
+          {"text": "Mapped: 4 endpoints."}],
+        "explore": [{"text": "4 endpoints"}]}"#,
+    catalog(Some(json!({"agents": {
+        "orchestrator": {"system": "agent:orchestrator", "tools": ["agent_orchestrate"]},
+        "explore": {"system": "agent:explore", "tools": []}}})))
+);
+
+/// No question is raised for the draft: its call's result is the plan, the turn ends with
+/// the model's question, and "run it" runs it.
+async fn a_draft_is_told_to_the_model_and_run_when_the_person_confirms(host: &mut impl TestHost) {
+    let api = host.api();
+    let run_id = api.post_ok("/runs", json!({"prompt": "Map the API"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = api.status(&run_id, "completed").await;
+    assert_eq!(
+        run["result"],
+        "I would have explore map the API. Shall I run it?"
+    );
+    let draft = &of_type(&run, "tool")[0];
+    assert_eq!(draft["result"]["output"]["status"], "draft", "{draft}");
+    assert!(draft.get("cta").is_none(), "{draft}");
+    let ctas = api.get_ok("/ctas?status=all").await;
+    assert_eq!(ctas["ctas"].as_array().map(Vec::len), Some(0), "{ctas}");
+    api.post_ok(
+        &format!("/runs/{run_id}/messages"),
+        json!({"text": "run it"}),
+    )
+    .await;
+    let run = api
+        .wait("the plan to run", async |api: &common::aws::Api| {
+            let run = api.get_ok(&format!("/runs/{run_id}")).await;
+            (run["result"] == "Mapped: 4 endpoints.").then_some(run)
+        })
+        .await;
+    let ran = &of_type(&run, "tool")[1]["result"]["output"];
+    assert_eq!(ran["steps"][0]["outputs"], "4 endpoints", "{ran}");
+}

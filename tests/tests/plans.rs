@@ -37,8 +37,13 @@ const SCRIPT: &str = r#"{
   ]
 }"#;
 
+/// The writer, and an orchestrator whose drafts are approved on a question (not in the
+/// conversation, the default).
 fn agents() -> Value {
-    json!({"agents": {"writer": {"tools": ["request_human_feedback"]}}})
+    json!({"agents": {
+        "writer": {"tools": ["request_human_feedback"]},
+        "orchestrator": {"planApproval": "question",
+            "tools": ["spawn_subagent", "request_human_feedback", "agent_orchestrate"]}}})
 }
 
 /// `baton dev --aws` over `aws` (through its fault layer, if any, once the resources

@@ -340,6 +340,7 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
             .unwrap_or_else(|| baton_engine::agent::DEFAULT_CLARIFYING_REPLY.into()),
         fallback_models: spec.fallback_models,
         plan_requirements: spec.plan_requirements,
+        plan_approval: spec.plan_approval,
         tool_choice: spec.tool_choice,
         reasoning: spec.reasoning,
         output: match spec.output_schema {

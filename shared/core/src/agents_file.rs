@@ -185,6 +185,11 @@ pub struct AgentSpec {
     /// run's `output` is the answer as JSON.
     #[serde(default)]
     pub output_schema: Option<serde_json::Value>,
+    /// How its drafted plans (`execution_mode: draft_only`) are approved, unless the call
+    /// says (`approval`): `conversation` (default: the draft is the call's result, and the
+    /// model asks the person in its own words) or `question` (an approval CTA).
+    #[serde(default)]
+    pub plan_approval: Option<baton_engine::plan::PlanApproval>,
     /// The steps its plans (`agent_orchestrate`, its own or its planner's) must include, by
     /// the run's context type (`"*"`: any other, or none): `[{"agent", "optional"?,
     /// "purpose"?}]`, in order. A plan without them is sent back to the planner saying what

@@ -123,6 +123,9 @@ pub struct AgentDef {
     /// a turn can end), or `none` for every reply.
     pub tool_choice: Option<ToolChoice>,
     pub reasoning: Option<Reasoning>,
+    /// How its drafted plans are approved, unless the call says (none: in the
+    /// conversation).
+    pub plan_approval: Option<crate::plan::PlanApproval>,
     /// The steps its plans must include, by the run's context type (`*`: any other, or
     /// none).
     pub plan_requirements: BTreeMap<String, Vec<crate::plan::Required>>,
@@ -280,6 +283,7 @@ impl AgentDef {
             reasoning: None,
             output: None,
             plan_requirements: BTreeMap::new(),
+            plan_approval: None,
         }
     }
 

@@ -138,8 +138,11 @@ pub fn agent_orchestrate(agents: &[String]) -> (ToolSpec, ToolKind) {
              \"result_key\"?}}. A prompt or `with` may use an earlier step's output as \
              {{{{result.<result_key>}}}} (and .<field>), and `bindings` as \
              {{{{bindings.<name>}}}}. A step that uses the result of a failed step is skipped. \
-             Agents: {}. `execution_mode`: auto_execute (default) runs it; draft_only asks a \
-             human to approve it first; agent_review asks a reviewer agent first. With a \
+             Agents: {}. `execution_mode`: auto_execute (default) runs it; draft_only drafts it: \
+             the result is the plan, which you show the person in your own words and ask \
+             them to confirm (confirmed, call again with it and auto_execute), or, with \
+             `approval`: \"question\", a human approves it on a question first; \
+             agent_review asks a reviewer agent first. With a \
              `prompt`, `requested_outputs` (what the plan must produce) and \
              `priority_entities` (what it must attend to first) guide the planner. Its agents \
              work on this run's context unless `context` gives another (or null: none). The result \
@@ -156,6 +159,7 @@ pub fn agent_orchestrate(agents: &[String]) -> (ToolSpec, ToolKind) {
                 "timeout_ms": {"type": "integer", "minimum": 1},
                 "max_parallel": {"type": "integer", "minimum": 1},
                 "execution_mode": {"enum": ["auto_execute", "draft_only", "agent_review"]},
+                "approval": {"enum": ["conversation", "question"]},
                 "auto_execute": {"type": "boolean"},
                 "requested_outputs": {"type": "array", "items": {"type": "string", "minLength": 1}},
                 "priority_entities": {"type": "array", "items": {"type": "string", "minLength": 1}},

@@ -18,7 +18,8 @@ use serde_json::{Map, Value};
 
 pub use required::{ANY_CONTEXT, Required, describe as describe_required};
 pub use state::{
-    ExecutionMode, Phase, PlanState, Review, StepRun, StepStatus, parse_review, strip_fence,
+    ExecutionMode, Phase, PlanApproval, PlanState, Review, StepRun, StepStatus, parse_review,
+    strip_fence,
 };
 pub use template::{Ref, Root, Template};
 

@@ -17,6 +17,20 @@ pub enum ExecutionMode {
     AgentReview,
 }
 
+/// How a drafted plan (`draft_only`) is approved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum PlanApproval {
+    /// In the conversation (seed 001): the call's result is the plan, which the model shows
+    /// the person in its own words and asks about; confirmed, the model runs it with a call
+    /// of its own.
+    #[default]
+    Conversation,
+    /// On an approval question (a CTA whose gated input is the plan): approved, it runs.
+    Question,
+}
+
 /// Where a plan call is (seed 002's state machine): `planning → reviewing →
 /// awaiting_approval → dispatching → awaiting_results → merging → done | failed`, each
 /// phase but the first optional (a plan the call gave is not planned; one run at once is not
@@ -111,6 +125,9 @@ impl StepRun {
 #[serde(rename_all = "camelCase")]
 pub struct PlanState {
     pub mode: ExecutionMode,
+    /// How a draft of it is approved.
+    #[serde(default, skip_serializing_if = "is_conversation")]
+    pub approval: PlanApproval,
     pub phase: Phase,
     /// The prompt the planner was given (none when the call gave the plan).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -172,6 +189,10 @@ pub struct Review {
     /// The reviewer's child run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reviewer_run_id: Option<String>,
+}
+
+fn is_conversation(a: &PlanApproval) -> bool {
+    *a == PlanApproval::Conversation
 }
 
 impl Phase {

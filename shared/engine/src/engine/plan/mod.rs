@@ -44,6 +44,8 @@ struct Call {
     timeout_ms: Option<u64>,
     max_parallel: Option<usize>,
     mode: ExecutionMode,
+    /// How a draft is approved, if the call says.
+    approval: Option<plan::PlanApproval>,
     /// What the plan must produce, and what it must attend to first (for the planner).
     requested_outputs: Vec<String>,
     priority_entities: Vec<String>,
@@ -78,6 +80,11 @@ impl Call {
                 .and_then(Value::as_u64)
                 .map(|n| n as usize),
             mode,
+            approval: match input.get("approval").and_then(Value::as_str) {
+                Some("question") => Some(plan::PlanApproval::Question),
+                Some("conversation") => Some(plan::PlanApproval::Conversation),
+                _ => None,
+            },
             requested_outputs: strings(input, "requested_outputs"),
             priority_entities: strings(input, "priority_entities"),
         }
@@ -132,7 +139,14 @@ impl<'a> Work<'a> {
             call.mode = ExecutionMode::DraftOnly;
         }
         let step_timeout = limits.step_timeout.map(|d| d.as_millis() as u64);
+        // A draft is approved as the call says, else as its agent does; one an approval
+        // policy made is a person's gate: a question.
+        let approval = match held_by_policy {
+            true => plan::PlanApproval::Question,
+            false => call.approval.or(agent.plan_approval).unwrap_or_default(),
+        };
         let mut state = PlanState {
+            approval,
             mode: call.mode,
             phase: Phase::Planning,
             objective: call.prompt.clone(),
@@ -281,7 +295,10 @@ impl<'a> Work<'a> {
             ExecutionMode::AutoExecute => self.advance(seq, call_id, state),
             ExecutionMode::DraftOnly => {
                 self.enter(call_id, state, Phase::AwaitingApproval);
-                Some(self.draft(seq, call_id, state))
+                Some(match state.approval {
+                    plan::PlanApproval::Question => self.draft(seq, call_id, state),
+                    plan::PlanApproval::Conversation => self.draft_told(call_id, state),
+                })
             }
             ExecutionMode::AgentReview => {
                 self.enter(call_id, state, Phase::Reviewing);
@@ -300,6 +317,32 @@ impl<'a> Work<'a> {
                     reason: "the reviewer is reading the plan".into(),
                 })
             }
+        }
+    }
+
+    /// The draft told to the model at once (seed 001): the call's result is the plan, which
+    /// the model shows the person and asks about in its own words; the person's reply is
+    /// the next turn, in which the model runs it (a call of its own), revises it or answers.
+    fn draft_told(&mut self, call_id: &str, state: &PlanState) -> ToolResult {
+        let Some(plan) = &state.plan else {
+            return ToolResult::error("no plan to review");
+        };
+        self.publish(
+            "plan.ready_for_review",
+            json!({"runId": self.run.run_id, "callId": call_id, "ctaId": null,
+                   "in": "conversation", "plan": plan}),
+        );
+        let output = json!({
+            "status": "draft",
+            "plan": plan,
+            "bindings": state.bindings,
+            "note": "This plan has not run. Tell the person what it will do, in your own \
+                     words, and ask whether to run it. When they confirm, call \
+                     agent_orchestrate with this plan and execution_mode auto_execute; if they \
+                     ask for changes, draft a revised plan; otherwise answer them.",
+        });
+        ToolResult::Success {
+            output: cap_output(output),
         }
     }
 

@@ -34,7 +34,9 @@ fn a_draft_plan_is_confirmed_in_the_conversation_and_then_runs() {
     s.script(
         "orchestrator",
         vec![
-            plan_call(json!({"plan": plan, "execution_mode": "draft_only"})),
+            plan_call(
+                json!({"plan": plan, "execution_mode": "draft_only", "approval": "question"}),
+            ),
             plan_call(json!({"plan": plan, "execution_mode": "auto_execute"})),
             text("ran"),
         ],
@@ -137,7 +139,9 @@ fn an_answer_that_came_first_stands_and_the_follow_up_waits_behind_it() {
     s.script(
         "orchestrator",
         vec![
-            plan_call(json!({"plan": plan, "execution_mode": "draft_only"})),
+            plan_call(
+                json!({"plan": plan, "execution_mode": "draft_only", "approval": "question"}),
+            ),
             text("ran"),
             text("and again"),
         ],
@@ -205,6 +209,58 @@ fn a_reviewed_plan_says_its_verdict_and_each_phase() {
             "- -> planning",
             "planning -> reviewing",
             "reviewing -> dispatching",
+            "dispatching -> awaiting_results",
+            "awaiting_results -> merging",
+            "merging -> done"
+        ]
+    );
+}
+
+/// By default a draft is told to the model at once (seed 001): no question is asked, the
+/// call's result is the plan, the turn ends with the model asking in its own words, and the
+/// person's "run it" is the next turn, in which the model runs it. An agent may choose the
+/// question instead (`planApproval`), and a call may too (`approval`).
+#[test]
+fn a_draft_is_told_to_the_model_and_confirmed_in_the_conversation_by_default() {
+    let mut s = sim();
+    let plan = json!([{"id": "x", "agent": "alpha", "prompt": "p"}]);
+    s.script(
+        "orchestrator",
+        vec![
+            plan_call(json!({"plan": plan, "execution_mode": "draft_only"})),
+            text("I will have alpha look at p. Shall I run it?"),
+            plan_call(json!({"plan": plan, "execution_mode": "auto_execute"})),
+            text("Ran it."),
+        ],
+    );
+    s.script("alpha", vec![text("X")]);
+    let id = start(&mut s);
+    s.run_all();
+    assert!(s.pending_ctas(&id).is_empty(), "no question is asked");
+    assert_eq!(s.run(&id).status, RunStatus::Completed);
+    let drafted = s.tools(&id)[0].clone();
+    let ToolResult::Success { output } = &drafted.result else {
+        panic!("{:?}", drafted.result);
+    };
+    assert_eq!(output["status"], "draft");
+    assert_eq!(output["plan"]["steps"][0]["agent"], "alpha");
+    assert!(output["note"].as_str().unwrap().contains("auto_execute"));
+    assert_eq!(s.runs.len(), 1, "nothing ran");
+    let ready = &s.events("plan.ready_for_review")[0].detail;
+    assert_eq!(ready["in"], "conversation");
+    s.send(&id, follow_up("run it", "m1"));
+    s.run_all();
+    assert_eq!(s.run(&id).outcome.result.as_deref(), Some("Ran it."));
+    let ToolResult::Success { output } = &s.tools(&id)[1].result else {
+        panic!("ran");
+    };
+    assert_eq!(output["steps"][0]["outputs"], "X");
+    assert_eq!(
+        phases(&s),
+        [
+            "- -> awaiting_approval",
+            "awaiting_approval -> done",
+            "- -> dispatching",
             "dispatching -> awaiting_results",
             "awaiting_results -> merging",
             "merging -> done"

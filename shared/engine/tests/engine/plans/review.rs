@@ -113,7 +113,9 @@ fn a_draft_plan_waits_for_a_humans_approval_then_runs() {
     s.script(
         "orchestrator",
         vec![
-            plan_call(json!({"plan": plan, "execution_mode": "draft_only"})),
+            plan_call(
+                json!({"plan": plan, "execution_mode": "draft_only", "approval": "question"}),
+            ),
             text("ran"),
         ],
     );
@@ -150,7 +152,7 @@ fn a_rejected_draft_gives_the_model_the_reason_and_runs_nothing() {
     s.script(
         "orchestrator",
         vec![
-            plan_call(json!({"plan": plan, "auto_execute": false})),
+            plan_call(json!({"plan": plan, "auto_execute": false, "approval": "question"})),
             text("ok, not running it"),
         ],
     );
