@@ -758,3 +758,84 @@ async fn a_draft_is_told_to_the_model_and_run_when_the_person_confirms(host: &mu
     let ran = &of_type(&run, "tool")[1]["result"]["output"];
     assert_eq!(ran["steps"][0]["outputs"], "4 endpoints", "{ran}");
 }
+
+// The orchestrator asks the triager's `classify` action with a bad input, then a good one,
+// then in a plan; the triager answers in words first, then in the output's shape.
+on_both_hosts_with!(
+    an_actions_input_and_output_are_checked_on_both_sides_of_the_child,
+    r#"{"orchestrator": [
+          {"tool_calls": [{"name": "spawn_subagent", "arguments": {"agent": "triager", "action": "classify", "input": {}}}]},
+          {"tool_calls": [{"name": "spawn_subagent", "arguments": {"agent": "triager", "action": "classify", "input": {"ticket": "DB down"}}}]},
+          {"tool_calls": [{"name": "agent_orchestrate", "arguments": {"plan": {"steps": [
+              {"id": "c", "agent": "triager", "action": "classify", "with": {"ticket": "disk full"}, "result_key": "c"},
+              {"id": "r", "agent": "reporter", "prompt": "Report a {{result.c.severity}} ticket"}]}}}]},
+          {"text": "Triaged."}],
+        "triager": [{"text": "It is serious."}, {"text": "{\"severity\": \"high\"}"}],
+        "reporter": [{"text": "Reported."}]}"#,
+    catalog(Some(json!({"agents": {
+        "orchestrator": {"system": "agent:orchestrator", "tools": ["spawn_subagent", "agent_orchestrate"]},
+        "reporter": {"system": "agent:reporter", "tools": []},
+        "triager": {"system": "agent:triager", "tools": [], "actions": {"classify": {
+            "prompt": "Classify the ticket.",
+            "inputSchema": {"type": "object", "required": ["ticket"],
+                            "properties": {"ticket": {"type": "string"}}},
+            "outputSchema": {"type": "object", "required": ["severity"],
+                             "properties": {"severity": {"enum": ["low", "high"]}}}}}}}})))
+);
+
+/// A bad input starts no child (the model is told why); a good one starts the child with the
+/// action's prompt and the input; the child's answer in words is sent back to it, and its
+/// answer in the schema's shape is the parent's `output` — in a plan, bound as JSON.
+async fn an_actions_input_and_output_are_checked_on_both_sides_of_the_child(
+    host: &mut impl TestHost,
+) {
+    let api = host.api();
+    let run_id = api.post_ok("/runs", json!({"prompt": "Triage"})).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = api.status(&run_id, "completed").await;
+    let tools = of_type(&run, "tool");
+    let refused = &tools[0]["result"];
+    assert_eq!(refused["status"], "error", "{refused}");
+    let why = refused["error"].as_str().unwrap();
+    assert!(
+        why.contains("the input of action `classify` does not match its schema"),
+        "{why}"
+    );
+    assert!(
+        tools[0].get("childRunId").is_none(),
+        "no child: {}",
+        tools[0]
+    );
+    let asked = &tools[1]["result"]["output"];
+    assert_eq!(asked["output"], json!({"severity": "high"}), "{asked}");
+    let child = api
+        .get_ok(&format!("/runs/{}", asked["subagentId"].as_str().unwrap()))
+        .await;
+    let told = of_type(&child, "user");
+    let first = told[0]["text"].as_str().unwrap();
+    assert!(first.starts_with("Classify the ticket."), "{first}");
+    assert!(first.contains("\"ticket\": \"DB down\""), "{first}");
+    assert!(
+        told[1]["text"].as_str().unwrap().contains("it is not JSON"),
+        "{child}"
+    );
+    assert_eq!(child["output"], json!({"severity": "high"}));
+    let plan = &tools[2]["result"]["output"];
+    assert_eq!(
+        plan["steps"][0]["outputs"],
+        json!({"severity": "high"}),
+        "{plan}"
+    );
+    let reporter = api
+        .get_ok(&format!(
+            "/runs/{}",
+            plan["steps"][1]["exec_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(
+        of_type(&reporter, "user")[0]["text"],
+        "Report a high ticket"
+    );
+}

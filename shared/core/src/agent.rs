@@ -13,7 +13,9 @@ use regex::Regex;
 
 pub use baton_engine::agent::*;
 
-pub use crate::agents_file::{AgentSpec, AgentsFile, AlwaysKeyword, ApprovalSpec, FileError};
+pub use crate::agents_file::{
+    ActionSpec, AgentSpec, AgentsFile, AlwaysKeyword, ApprovalSpec, FileError,
+};
 use crate::plan;
 use crate::timeline::Operation;
 use crate::tools;
@@ -145,6 +147,70 @@ fn check_controls(name: &str, spec: &AgentSpec) -> Result<(), CatalogError> {
 
 /// The largest thinking budget an agent may give its model.
 pub const MAX_REASONING_BUDGET: u32 = 128_000;
+
+/// An agent's actions, checked: each named with letters, digits, `-` and `_`, with a
+/// prompt, and schemas of objects.
+fn actions(
+    agent: &str,
+    specs: std::collections::BTreeMap<String, crate::agents_file::ActionSpec>,
+) -> Result<std::collections::BTreeMap<String, baton_engine::agent::Action>, CatalogError> {
+    let invalid = |message: String| CatalogError::Invalid {
+        agent: agent.to_owned(),
+        message,
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for (name, spec) in specs {
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !valid {
+            return Err(invalid(format!(
+                "action `{name}`: a name is 1 to 64 letters, digits, `-` or `_`"
+            )));
+        }
+        if spec.prompt.trim().is_empty() {
+            return Err(invalid(format!("action `{name}` needs a `prompt`")));
+        }
+        let schema = |which: &str, s: Option<serde_json::Value>| match s {
+            None => Ok(None),
+            Some(s) if s.get("type").and_then(serde_json::Value::as_str) == Some("object") => {
+                let def: Arc<dyn baton_engine::tools::Offered> = Arc::new(tools::ToolDef::new(
+                    &format!("{name}.{which}"),
+                    "",
+                    s,
+                    baton_engine::tools::ToolKind::Exec,
+                ));
+                Ok(Some(def))
+            }
+            Some(_) => Err(invalid(format!(
+                "action `{name}`: `{which}` must be a JSON schema of `\"type\": \"object\"`"
+            ))),
+        };
+        let input = schema("inputSchema", spec.input_schema)?;
+        let output = schema("outputSchema", spec.output_schema)?.map(|o| {
+            // The answer's shape, as the providers are asked for it.
+            let tool: Arc<dyn baton_engine::tools::Offered> = Arc::new(tools::ToolDef::new(
+                baton_engine::llm::OUTPUT_TOOL,
+                "Give your final answer: this tool's input is the answer, in the shape asked for.",
+                o.spec().parameters.clone(),
+                baton_engine::tools::ToolKind::Exec,
+            ));
+            tool
+        });
+        out.insert(
+            name,
+            baton_engine::agent::Action {
+                description: spec.description,
+                prompt: spec.prompt,
+                input,
+                output,
+            },
+        );
+    }
+    Ok(out)
+}
 
 /// An `outputSchema` as the tool Anthropic and Bedrock answer with: a schema that is not an
 /// object's is refused (one that does not compile is, where steps run: `Catalog::build`).
@@ -341,6 +407,7 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
         fallback_models: spec.fallback_models,
         plan_requirements: spec.plan_requirements,
         plan_approval: spec.plan_approval,
+        actions: actions(&name, spec.actions)?,
         tool_choice: spec.tool_choice,
         reasoning: spec.reasoning,
         output: match spec.output_schema {

@@ -185,6 +185,11 @@ pub struct AgentSpec {
     /// run's `output` is the answer as JSON.
     #[serde(default)]
     pub output_schema: Option<serde_json::Value>,
+    /// Its named actions (seed 002's `ActionID`), by name: what a `spawn_subagent` call
+    /// (`action`, `input`) or a plan step (`action`, `with`) may ask of it, each with its own
+    /// prompt and the JSON schemas of its input and output.
+    #[serde(default)]
+    pub actions: BTreeMap<String, ActionSpec>,
     /// How its drafted plans (`execution_mode: draft_only`) are approved, unless the call
     /// says (`approval`): `conversation` (default: the draft is the call's result, and the
     /// model asks the person in its own words) or `question` (an approval CTA).
@@ -196,6 +201,24 @@ pub struct AgentSpec {
     /// is missing (a plan the call gave is an error result); its second fails the call.
     #[serde(default)]
     pub plan_requirements: BTreeMap<String, Vec<baton_engine::plan::Required>>,
+}
+
+/// An agent's action: its prompt, and what it takes and gives.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ActionSpec {
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Given to the child run first, before the call's words and the input.
+    pub prompt: String,
+    /// A JSON schema of `"type": "object"` its input must match before a child starts.
+    #[serde(default)]
+    pub input_schema: Option<serde_json::Value>,
+    /// A JSON schema of `"type": "object"` the child's final answer must match (asked
+    /// again until it does) before the caller binds it.
+    #[serde(default)]
+    pub output_schema: Option<serde_json::Value>,
 }
 
 impl AgentSpec {

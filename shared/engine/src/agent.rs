@@ -123,6 +123,8 @@ pub struct AgentDef {
     /// a turn can end), or `none` for every reply.
     pub tool_choice: Option<ToolChoice>,
     pub reasoning: Option<Reasoning>,
+    /// Its named actions: what a `spawn_subagent` call or a plan step may ask of it.
+    pub actions: BTreeMap<String, Action>,
     /// How its drafted plans are approved, unless the call says (none: in the
     /// conversation).
     pub plan_approval: Option<crate::plan::PlanApproval>,
@@ -133,6 +135,48 @@ pub struct AgentDef {
     /// [`OUTPUT_TOOL`](crate::llm::OUTPUT_TOOL), compiled by the host (a reply that does not validate is asked
     /// again).
     pub output: Option<Arc<dyn Offered>>,
+}
+
+/// A named action of an agent (seed 002's `ActionID`): its own prompt, the input it takes
+/// and the output it gives, each a JSON schema its host compiled.
+#[derive(Clone)]
+pub struct Action {
+    pub description: Option<String>,
+    /// Given to the child run before the input.
+    pub prompt: String,
+    /// What its input must be: checked before a child run starts.
+    pub input: Option<Arc<dyn Offered>>,
+    /// What its output must be: the child run's final answer is checked against it, and
+    /// asked again, before its parent binds it.
+    pub output: Option<Arc<dyn Offered>>,
+}
+
+impl Action {
+    /// The child run's first message: the action's prompt, the call's words if any, and
+    /// the input as JSON.
+    pub fn prompt_for(&self, words: Option<&str>, input: Option<&Value>) -> String {
+        let mut text = self.prompt.clone();
+        if let Some(w) = words.filter(|w| !w.trim().is_empty()) {
+            text.push_str("\n\n");
+            text.push_str(w);
+        }
+        if let Some(input) = input {
+            text.push_str("\n\nInput:\n");
+            text.push_str(&serde_json::to_string_pretty(input).unwrap_or_default());
+        }
+        text
+    }
+
+    /// Checks `input` (none: `{}`) against the input schema: the violations, said.
+    pub fn check_input(&self, name: &str, input: Option<&Value>) -> Result<(), String> {
+        let Some(schema) = &self.input else {
+            return Ok(());
+        };
+        let empty = Value::Object(Default::default());
+        schema
+            .validate(input.unwrap_or(&empty))
+            .map_err(|e| format!("the input of action `{name}` does not match its schema: {e}"))
+    }
 }
 
 /// What an agent answers a blank turn with, unless its `clarifyingReply` says otherwise.
@@ -284,6 +328,16 @@ impl AgentDef {
             output: None,
             plan_requirements: BTreeMap::new(),
             plan_approval: None,
+            actions: BTreeMap::new(),
+        }
+    }
+
+    /// The shape a run's final answers must have: its action's output schema when it
+    /// performs one, else the agent's `outputSchema`.
+    pub fn output_for(&self, action: Option<&str>) -> Option<&Arc<dyn Offered>> {
+        match action.and_then(|a| self.actions.get(a)) {
+            Some(a) => a.output.as_ref(),
+            None => self.output.as_ref(),
         }
     }
 
@@ -298,14 +352,14 @@ impl AgentDef {
     /// How a think of a turn that has thought `turn_thinks` times is steered, offered
     /// tools or not: the agent's tool choice holds for the turn's first reply (`none` for
     /// every one), and is not sent with no tools.
-    pub fn controls(&self, turn_thinks: u32, has_tools: bool) -> Controls {
+    pub fn controls(&self, turn_thinks: u32, has_tools: bool, action: Option<&str>) -> Controls {
         let tool_choice = self.tool_choice.clone().filter(|c| {
             has_tools && (turn_thinks == 0 || matches!(c, ToolChoice::None | ToolChoice::Auto))
         });
         Controls {
             tool_choice,
             reasoning: self.reasoning,
-            output: self.output.as_ref().map(|o| o.spec().clone()),
+            output: self.output_for(action).map(|o| o.spec().clone()),
         }
     }
 

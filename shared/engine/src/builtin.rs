@@ -99,8 +99,10 @@ pub fn spawn_subagent(agents: &[String]) -> (ToolSpec, ToolKind) {
          conversation. `askHuman: true` lets a new subagent ask the human questions too. \
          A new subagent works on this run's context, sandbox and repository unless the call \
          gives its own `context` ({\"type\": ..., ...}, or null for none), `sandboxId` or \
-         `github` ({\"repo\": \"owner/name\", \"ref\"?: ...}). The result is the subagent's \
-         final answer.",
+         `github` ({\"repo\": \"owner/name\", \"ref\"?: ...}). `action` names one of the \
+         agent's actions (its prompt comes first; `input` is its input, checked against its \
+         schema). The result is the subagent's final answer (and, for an action with an \
+         output schema, that answer as JSON: `output`).",
         json!({
             "type": "object",
             "properties": {
@@ -115,10 +117,14 @@ pub fn spawn_subagent(agents: &[String]) -> (ToolSpec, ToolKind) {
                     "additionalProperties": false
                 },
                 "askHuman": {"type": "boolean"},
+                "action": {"type": "string", "minLength": 1},
+                "input": {"type": "object"},
                 "context": context_schema()
             },
-            "required": ["prompt"],
-            "anyOf": [{"required": ["agent"]}, {"required": ["subagentId"]}],
+            "allOf": [
+                {"anyOf": [{"required": ["agent"]}, {"required": ["subagentId"]}]},
+                {"anyOf": [{"required": ["prompt"]}, {"required": ["action"]}]}
+            ],
             "additionalProperties": false
         }),
         ToolKind::Spawn,

@@ -177,13 +177,25 @@ impl Catalog {
             def.check()?;
         }
         for agent in catalog.agents.values() {
-            if let Some(output) = &agent.output
-                && let Err(e) = jsonschema::validator_for(&output.spec().parameters)
-            {
-                return Err(CatalogError::Invalid {
-                    agent: agent.name.clone(),
-                    message: format!("`outputSchema` is not a valid JSON schema: {e}"),
-                });
+            let schemas = agent
+                .output
+                .iter()
+                .map(|o| ("`outputSchema`".to_owned(), o))
+                .chain(agent.actions.iter().flat_map(|(name, a)| {
+                    [("inputSchema", &a.input), ("outputSchema", &a.output)]
+                        .into_iter()
+                        .filter_map(move |(which, s)| {
+                            s.as_ref()
+                                .map(|s| (format!("action `{name}`: `{which}`"), s))
+                        })
+                }));
+            for (what, schema) in schemas {
+                if let Err(e) = jsonschema::validator_for(&schema.spec().parameters) {
+                    return Err(CatalogError::Invalid {
+                        agent: agent.name.clone(),
+                        message: format!("{what} is not a valid JSON schema: {e}"),
+                    });
+                }
             }
         }
         Ok(catalog)

@@ -126,6 +126,22 @@ fn an_agents_file_adds_agents_with_policies() {
 fn bad_agent_files_are_clear_start_up_errors() {
     let cases = [
         (
+            r#"{"agents": {"a": {"tools": [], "actions": {"a b": {"prompt": "p"}}}}}"#,
+            "action `a b`: a name is 1 to 64 letters",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "actions": {"go": {"prompt": " "}}}}}"#,
+            "action `go` needs a `prompt`",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "actions": {"go": {"prompt": "p", "inputSchema": {"type": "array"}}}}}}"#,
+            "action `go`: `inputSchema` must be a JSON schema of",
+        ),
+        (
+            r#"{"agents": {"a": {"tools": [], "actions": {"go": {"prompt": "p", "outputSchema": {"type": "object", "properties": {"x": {"type": 1}}}}}}}}"#,
+            "action `go`: `outputSchema` is not a valid JSON schema",
+        ),
+        (
             r#"{"agents": {"a": {"tools": [], "planRequirements": {"*": [{"agent": "nobody"}]}}}}"#,
             "`planRequirements` names `nobody`, which is not an agent a plan step may start",
         ),
@@ -581,7 +597,7 @@ fn an_agents_controls_hold_for_a_turns_first_reply() {
     )
     .expect("catalog");
     let a = c.agent("a").expect("a");
-    let first = a.controls(0, true);
+    let first = a.controls(0, true, None);
     assert_eq!(
         first.tool_choice,
         Some(crate::llm::ToolChoice::Tool {
@@ -594,13 +610,13 @@ fn an_agents_controls_hold_for_a_turns_first_reply() {
     );
     let output = first.output.expect("output");
     assert_eq!(output.name, crate::llm::OUTPUT_TOOL);
-    let next = a.controls(1, true);
+    let next = a.controls(1, true, None);
     assert_eq!(next.tool_choice, None);
     assert!(next.reasoning.is_some() && next.output.is_some());
-    assert_eq!(a.controls(0, false).tool_choice, None);
+    assert_eq!(a.controls(0, false, None).tool_choice, None);
     let b = c.agent("b").expect("b");
     assert_eq!(
-        b.controls(3, true).tool_choice,
+        b.controls(3, true, None).tool_choice,
         Some(crate::llm::ToolChoice::None)
     );
     let checked = a.output.as_ref().expect("compiled");

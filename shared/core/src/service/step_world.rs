@@ -164,7 +164,11 @@ impl StepWorld<'_> {
         let live = self
             .live
             .map(|l| crate::live::StepLive::new(l.clone(), &run.run_id, seq));
-        let controls = agent.controls(run.counters.turn_thinks, !tools.is_empty());
+        let controls = agent.controls(
+            run.counters.turn_thinks,
+            !tools.is_empty(),
+            run.origin.action.as_deref(),
+        );
         let mut request = ChatRequest {
             run_id: &run.run_id,
             agent: &agent.name,

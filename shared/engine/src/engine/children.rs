@@ -127,19 +127,38 @@ pub(super) fn finished(
     if w.tool(seq).plan.is_some() {
         return super::plan::child_finished(w, seq, child_run_id, outcome);
     }
+    // An action's answer matched its output schema: the parent is given it as JSON too.
+    let input = &w.tool(seq).input;
+    let structured = input
+        .get("action")
+        .and_then(Value::as_str)
+        .is_some_and(|action| {
+            let agent = input
+                .get("agent")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            w.book
+                .agent(agent)
+                .and_then(|a| a.actions.get(action))
+                .is_some_and(|a| a.output.is_some())
+        });
     let result = match outcome {
         ChildOutcome::Completed {
             text,
             step_count,
             total_usage,
-        } => ToolResult::Success {
-            output: json!({
+        } => {
+            let mut output = json!({
                 "subagentId": child_run_id,
                 "text": text,
                 "stepCount": step_count,
                 "totalUsage": total_usage,
-            }),
-        },
+            });
+            if structured && let Ok(v) = serde_json::from_str::<Value>(crate::llm::unfenced(text)) {
+                output["output"] = v;
+            }
+            ToolResult::Success { output }
+        }
         ChildOutcome::Ended { status, error, .. } => ToolResult::error(format!(
             "subagent {child_run_id} {}: {error}",
             status.as_str()
@@ -184,6 +203,9 @@ impl Work<'_> {
         if let Err(e) = given_context(input).and_then(|()| given_scope(input).map(|_| ())) {
             return ToolResult::error(e);
         }
+        if let Err(e) = self.action_of(input) {
+            return ToolResult::error(e);
+        }
         let ask = input.get("askHuman").and_then(Value::as_bool) == Some(true);
         if ask {
             let may_ask = self.book.agent(&self.run.agent).is_some_and(|a| {
@@ -226,8 +248,16 @@ impl Work<'_> {
             vec![]
         };
         let agent = text("agent").unwrap_or_default();
-        let prompt = text("prompt").unwrap_or_default();
+        let words = text("prompt");
+        let action = self.action_of(input).ok().flatten();
+        let prompt = match &action {
+            Some((_, a)) => a.prompt_for(words.as_deref(), input.get("input")),
+            None => words.unwrap_or_default(),
+        };
         self.new_child(&child_id, seq, &agent, prompt, granted, None);
+        if let (Some((name, _)), Some((child, _))) = (action, self.new_runs.last_mut()) {
+            child.origin.action = Some(name);
+        }
         if let (Ok(Some(github)), Some((child, _))) = (given_scope(input), self.new_runs.last_mut())
         {
             child.origin.github = Some(github);
@@ -238,6 +268,38 @@ impl Work<'_> {
             child.origin.sandbox_id = Some(sandbox);
         }
         self.tool_mut(seq).child_run_id = Some(child_id);
+    }
+
+    /// The action a `spawn_subagent` call names, checked: its agent has it, and the call's
+    /// `input` matches its input schema (none named: `None`; an `input` without one is an
+    /// error).
+    fn action_of(&self, input: &Value) -> Result<Option<(String, crate::agent::Action)>, String> {
+        let Some(name) = input.get("action").and_then(Value::as_str) else {
+            if input.get("input").is_some() {
+                return Err("`input` goes with an `action`".into());
+            }
+            return Ok(None);
+        };
+        let agent = input
+            .get("agent")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some(def) = self.book.agent(agent) else {
+            return Err(format!("there is no agent `{agent}`"));
+        };
+        let Some(action) = def.actions.get(name) else {
+            let known: Vec<&str> = def.actions.keys().map(String::as_str).collect();
+            return Err(format!(
+                "agent `{agent}` has no action `{name}` (its actions: {})",
+                if known.is_empty() {
+                    "none".into()
+                } else {
+                    known.join(", ")
+                }
+            ));
+        };
+        action.check_input(name, input.get("input"))?;
+        Ok(Some((name.to_owned(), action.clone())))
     }
 
     /// Creates child run `child_id` of `agent` (in this step's commit) for the call at

@@ -200,7 +200,8 @@ impl Work<'_> {
         }
         if reply.tool_calls.is_empty() {
             let answer = text.unwrap_or_default();
-            if let Some(output) = &agent.output
+            let output = agent.output_for(self.run.origin.action.as_deref());
+            if let Some(output) = output
                 && let Err(why) = check_output(output.as_ref(), &answer)
             {
                 // An answer of the wrong shape is no answer: the model is told what is
@@ -223,8 +224,8 @@ impl Work<'_> {
                 self.send_continue();
                 return None;
             }
-            self.run.outcome.structured = agent.output.is_some();
-            let answer = match &agent.output {
+            self.run.outcome.structured = output.is_some();
+            let answer = match output {
                 Some(_) => crate::llm::unfenced(&answer).to_owned(),
                 None => answer,
             };

@@ -66,6 +66,11 @@ pub struct AgentStep {
     /// This step's timeout (it may only lower the call's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// One of the agent's actions: its prompt comes first, `with` is its input (checked
+    /// against its input schema before the child starts), and its output is checked
+    /// against its output schema before it is bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -297,20 +302,26 @@ impl AgentStep {
             Some(p) => Template::parse(p)?.render(scope)?,
             None => String::new(),
         };
-        if let Some(with) = &self.with {
-            let mut filled = Map::new();
-            for (k, v) in with {
-                filled.insert(k.clone(), fill(v, scope)?);
-            }
+        if let Some(filled) = self.input(scope)? {
             if !text.is_empty() {
                 text.push_str("\n\n");
             }
             text.push_str("Input:\n");
-            text.push_str(
-                &serde_json::to_string_pretty(&Value::Object(filled)).unwrap_or_default(),
-            );
+            text.push_str(&serde_json::to_string_pretty(&filled).unwrap_or_default());
         }
         Ok(text)
+    }
+
+    /// Its `with`, its templates filled in (none without one).
+    pub fn input(&self, scope: &Scope) -> Result<Option<Value>, String> {
+        let Some(with) = &self.with else {
+            return Ok(None);
+        };
+        let mut filled = Map::new();
+        for (k, v) in with {
+            filled.insert(k.clone(), fill(v, scope)?);
+        }
+        Ok(Some(Value::Object(filled)))
     }
 }
 

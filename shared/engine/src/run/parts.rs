@@ -34,6 +34,10 @@ pub struct RunOrigin {
     pub metadata: Option<serde_json::Value>,
     #[serde(default)]
     pub on_expiry: ExpiryPolicy,
+    /// The action of its agent it performs (a `spawn_subagent` call's or a plan step's):
+    /// its final answer must match the action's output schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
     /// Tools its parent granted this run beside its agent's (`askHuman`:
     /// `request_human_feedback`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

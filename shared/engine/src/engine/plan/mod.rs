@@ -266,6 +266,18 @@ impl<'a> Work<'a> {
     pub(in crate::engine) fn parse_plan(&self, raw: &Value) -> Result<Plan, String> {
         let book = self.book;
         let plan = Plan::parse(raw, book.limits.plan.max_steps, |a| book.is_subagent(a))?;
+        for a in plan.agent_steps() {
+            if let Some(name) = &a.action
+                && !book
+                    .agent(&a.agent)
+                    .is_some_and(|d| d.actions.contains_key(name))
+            {
+                return Err(format!(
+                    "step `{}`: agent `{}` has no action `{name}`",
+                    a.id, a.agent
+                ));
+            }
+        }
         plan.check_required(self.plan_requirements())?;
         Ok(plan)
     }
@@ -462,8 +474,26 @@ impl<'a> Work<'a> {
             .agent(&self.run.agent)
             .and_then(|agent| agent.max_wall)
             .map(|max| max.as_millis() as i64 - self.run.working_time(self.now).num_milliseconds());
+        // An action's input, checked before its child starts.
+        let action = a.action.as_deref().and_then(|name| {
+            let def = self.book.agent(&a.agent)?.actions.get(name)?;
+            Some((name, def.clone()))
+        });
+        let checked = match &action {
+            Some((name, def)) => a
+                .input(&Scope {
+                    results: &results,
+                    bindings: &state.bindings,
+                })
+                .and_then(|input| def.check_input(name, input.as_ref())),
+            None => Ok(()),
+        };
         let settled = settled.or_else(|| match (&rendered, remaining) {
             (Err(e), _) => Some((StepStatus::Failed, e.clone())),
+            (_, _) if checked.is_err() => Some((
+                StepStatus::Failed,
+                format!("not started: {}", checked.clone().err().unwrap_or_default()),
+            )),
             (_, Some(left)) if left <= 0 => Some((
                 StepStatus::Failed,
                 "not started: the run's maxWallSeconds has passed".to_owned(),
@@ -482,14 +512,15 @@ impl<'a> Work<'a> {
             limit = Some(limit.map_or(left as u64, |l| l.min(left as u64)));
         }
         let child = tagged("sub", &self.run.run_id, seq, &a.id);
-        self.new_child(
-            &child,
-            seq,
-            &a.agent,
-            rendered.unwrap_or_default(),
-            vec![],
-            Some(state.mode),
-        );
+        let rendered = rendered.unwrap_or_default();
+        let prompt = match &action {
+            Some((_, def)) => def.prompt_for(Some(&rendered), None),
+            None => rendered,
+        };
+        self.new_child(&child, seq, &a.agent, prompt, vec![], Some(state.mode));
+        if let (Some((name, _)), Some((run, _))) = (&action, self.new_runs.last_mut()) {
+            run.origin.action = Some((*name).to_owned());
+        }
         let Some(s) = state.steps.get_mut(&a.id) else {
             return;
         };
