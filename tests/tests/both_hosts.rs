@@ -839,3 +839,73 @@ async fn an_actions_input_and_output_are_checked_on_both_sides_of_the_child(
         "Report a high ticket"
     );
 }
+
+/// A tool that returns a chart as a PNG file.
+struct Snapshot;
+
+#[async_trait::async_trait]
+impl baton_core::tools::Tool for Snapshot {
+    fn name(&self) -> &str {
+        "snapshot"
+    }
+    fn description(&self) -> &str {
+        "Draw the chart."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn effects(&self) -> baton_core::tools::Effects {
+        baton_core::tools::Effects::None
+    }
+    async fn execute(
+        &self,
+        ctx: &baton_core::tools::ToolContext,
+        _: Value,
+    ) -> Result<Value, baton_core::tools::ToolError> {
+        let png = b"\x89PNG\r\n\x1a\n a chart".to_vec();
+        ctx.file("chart.png", "image/png", png, "a line rising from 1 to 3")?;
+        Ok(json!({"drawn": true}))
+    }
+}
+
+fn snapshot_catalog() -> Arc<baton_core::agent::Catalog> {
+    let file: baton_core::agent::AgentsFile = serde_json::from_value(json!({"agents": {
+        "orchestrator": {"system": "agent:orchestrator", "tools": ["snapshot"], "vision": true},
+        "reader": {"system": "agent:reader", "tools": ["snapshot"]}}}))
+    .unwrap();
+    let tools: Vec<Arc<dyn baton_core::tools::Tool>> = vec![Arc::new(Snapshot)];
+    Arc::new(
+        baton_core::agent::Catalog::new(baton_core::agent::Limits::default(), tools, Some(file))
+            .unwrap(),
+    )
+}
+
+// Each agent draws the chart, then answers: the mock refuses a request without the image it
+// expects (one for the agent that sees, none for the other).
+on_both_hosts_over_the_wire!(
+    a_tools_image_reaches_a_model_that_sees_and_only_its_summary_one_that_does_not,
+    r#"{"orchestrator": [{"tool_calls": [{"name": "snapshot", "arguments": {}}]},
+                         {"expectImages": 1, "text": "The line rises."}],
+        "reader": [{"tool_calls": [{"name": "snapshot", "arguments": {}}]},
+                   {"expectImages": 0, "text": "A chart was drawn."}]}"#,
+    snapshot_catalog()
+);
+
+async fn a_tools_image_reaches_a_model_that_sees_and_only_its_summary_one_that_does_not(
+    host: &mut impl TestHost,
+) {
+    let api = host.api();
+    for (agent, said) in [
+        ("orchestrator", "The line rises."),
+        ("reader", "A chart was drawn."),
+    ] {
+        let body = json!({"prompt": "How does the chart go?", "agent": agent});
+        let run_id = api.post_ok("/runs", body).await["runId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let run = api.status(&run_id, "completed").await;
+        assert_eq!(run["result"], said, "{run}");
+        assert_eq!(of_type(&run, "file")[0]["mediaType"], "image/png");
+    }
+}

@@ -80,6 +80,7 @@ async fn a_rotated_secret_is_read_again_after_a_401_at_most_once_a_minute() {
         history: &[],
         deltas: None,
         controls: &baton_core::llm::Controls::NONE,
+        images: &[],
     };
 
     // The key is rotated: the provider now wants the new one, and the secret holds it.

@@ -408,6 +408,7 @@ fn agent_def(limits: &Limits, name: String, spec: AgentSpec) -> Result<AgentDef,
         plan_requirements: spec.plan_requirements,
         plan_approval: spec.plan_approval,
         actions: actions(&name, spec.actions)?,
+        vision: spec.vision,
         tool_choice: spec.tool_choice,
         reasoning: spec.reasoning,
         output: match spec.output_schema {

@@ -190,6 +190,12 @@ pub struct AgentSpec {
     /// prompt and the JSON schemas of its input and output.
     #[serde(default)]
     pub actions: BTreeMap<String, ActionSpec>,
+    /// Its model sees images (default false): it is given the images its runs' tools
+    /// return (MCP image content, a tool's image files) in its provider's format, the
+    /// newest 8 within 15 MB (each at most 3.75 MB); a model that does not see reads each
+    /// one's summary, as every model does.
+    #[serde(default)]
+    pub vision: bool,
     /// How its drafted plans (`execution_mode: draft_only`) are approved, unless the call
     /// says (`approval`): `conversation` (default: the draft is the call's result, and the
     /// model asks the person in its own words) or `question` (an approval CTA).

@@ -34,6 +34,10 @@ pub struct ChatRequest<'a> {
     pub max_output_tokens: Option<u32>,
     /// The call's tool choice, reasoning and output schema ([`Controls::NONE`]: none).
     pub controls: &'a Controls,
+    /// The bytes of the images the history's tools returned that the model is given (an
+    /// agent whose model sees, within [`MAX_IMAGES`] and [`MAX_IMAGES_BYTES`]); the others
+    /// it knows by their summaries.
+    pub images: &'a [Image],
 }
 
 /// The receiver of a reply as it streams ([`ChatRequest::deltas`]). What it is given is a
@@ -59,6 +63,11 @@ impl ChatRequest<'_> {
     /// The chat messages: the system prompt and the projected timeline.
     pub fn messages(&self) -> Vec<ChatMessage> {
         project(self.system, self.history)
+    }
+
+    /// The bytes of the image `file_id`, if the model is given it.
+    pub fn image(&self, file_id: &str) -> Option<&Image> {
+        self.images.iter().find(|i| i.file_id == file_id)
     }
 }
 

@@ -125,6 +125,9 @@ pub struct AgentDef {
     pub reasoning: Option<Reasoning>,
     /// Its named actions: what a `spawn_subagent` call or a plan step may ask of it.
     pub actions: BTreeMap<String, Action>,
+    /// Its model sees: it is given the images its runs' tools returned, not only their
+    /// summaries.
+    pub vision: bool,
     /// How its drafted plans are approved, unless the call says (none: in the
     /// conversation).
     pub plan_approval: Option<crate::plan::PlanApproval>,
@@ -329,6 +332,7 @@ impl AgentDef {
             plan_requirements: BTreeMap::new(),
             plan_approval: None,
             actions: BTreeMap::new(),
+            vision: false,
         }
     }
 

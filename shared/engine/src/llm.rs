@@ -29,8 +29,38 @@ pub enum ChatMessage {
         /// The tool failed (providers that can say so are told).
         #[serde(default)]
         is_error: bool,
+        /// The images it returned, by file id: a provider gives a model that sees those whose
+        /// bytes the request holds ([`Image`]); the content names each one either way.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<String>,
     },
 }
+
+/// An image a tool returned, as a model that sees is given it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    pub file_id: String,
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp` ([`is_image`]).
+    pub media_type: String,
+    pub bytes: Vec<u8>,
+}
+
+/// The media types every provider takes as an image.
+pub fn is_image(media_type: &str) -> bool {
+    matches!(
+        media_type,
+        "image/png" | "image/jpeg" | "image/gif" | "image/webp"
+    )
+}
+
+/// The most images a request gives a model, the newest first.
+pub const MAX_IMAGES: usize = 8;
+
+/// The largest image a model is given (Bedrock's limit; Anthropic's is 5 MB, OpenAI's 20).
+pub const MAX_IMAGE_BYTES: usize = 3_750_000;
+
+/// The most bytes of images one request gives a model.
+pub const MAX_IMAGES_BYTES: usize = 15_000_000;
 
 /// A tool call as the model made it: the arguments are the model's raw JSON string.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

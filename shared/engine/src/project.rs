@@ -188,17 +188,24 @@ pub fn project(system: &str, timeline: &[Entry]) -> Vec<ChatMessage> {
                     tool_call_id: t.id.clone(),
                     content,
                     is_error,
+                    images: Vec::new(),
                 });
             }
-            // A file's summary is all the model sees of it, with its call's result.
+            // A file's summary is what the model reads of it, with its call's result; an
+            // image is named there too, for a model that sees (its bytes are the request's).
             EntryBody::File(f) => {
                 let call = |m: &&mut ChatMessage| matches!(m, ChatMessage::Tool { tool_call_id, .. } if *tool_call_id == f.call_id);
-                if let Some(ChatMessage::Tool { content, .. }) = results.iter_mut().rev().find(call)
+                if let Some(ChatMessage::Tool {
+                    content, images, ..
+                }) = results.iter_mut().rev().find(call)
                 {
                     content.push_str(&format!(
                         "\n[file `{}` ({}, {} bytes): {}]",
                         f.name, f.media_type, f.size, f.summary
                     ));
+                    if crate::llm::is_image(&f.media_type) {
+                        images.push(f.file_id.clone());
+                    }
                 }
             }
             EntryBody::Notice { .. }

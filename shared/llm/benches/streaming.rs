@@ -192,6 +192,7 @@ fn main() {
             deltas,
             max_output_tokens: None,
             controls: &baton_core::llm::Controls::NONE,
+            images: &[],
         };
         let reply = rt.block_on(llm.complete(&request)).expect("a reply");
         assert_eq!(reply.usage.output_tokens, tokens as u64, "the whole reply");

@@ -95,7 +95,26 @@ impl AnthropicLlm {
                     tool_call_id,
                     content,
                     is_error,
+                    images,
                 } => {
+                    // The images the model is given go in the result, after its text.
+                    let shown: Vec<Value> = images
+                        .iter()
+                        .filter_map(|id| req.image(id))
+                        .map(|i| {
+                            json!({"type": "image", "source": {"type": "base64",
+                                   "media_type": i.media_type,
+                                   "data": aws_smithy_types::base64::encode(&i.bytes)}})
+                        })
+                        .collect();
+                    let content = match shown.is_empty() {
+                        true => json!(content),
+                        false => {
+                            let mut parts = vec![text_block(content)];
+                            parts.extend(shown);
+                            Value::Array(parts)
+                        }
+                    };
                     let mut block = json!({"type": "tool_result", "tool_use_id": tool_call_id, "content": content});
                     if is_error {
                         block["is_error"] = json!(true);

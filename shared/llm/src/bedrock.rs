@@ -11,10 +11,11 @@ use std::collections::HashMap;
 
 use aws_sdk_bedrockruntime::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_bedrockruntime::types::{
-    AnyToolChoice, AutoToolChoice, ContentBlock, ConversationRole, ConverseOutput,
-    InferenceConfiguration, Message, ReasoningContentBlock, ReasoningTextBlock, SpecificToolChoice,
-    SystemContentBlock, Tool, ToolChoice, ToolConfiguration, ToolInputSchema, ToolResultBlock,
-    ToolResultContentBlock, ToolResultStatus, ToolSpecification, ToolUseBlock,
+    AnyToolChoice, AutoToolChoice, ContentBlock, ConversationRole, ConverseOutput, ImageBlock,
+    ImageFormat, ImageSource, InferenceConfiguration, Message, ReasoningContentBlock,
+    ReasoningTextBlock, SpecificToolChoice, SystemContentBlock, Tool, ToolChoice,
+    ToolConfiguration, ToolInputSchema, ToolResultBlock, ToolResultContentBlock, ToolResultStatus,
+    ToolSpecification, ToolUseBlock,
 };
 use aws_smithy_types::{Document, Number};
 use serde_json::Value;
@@ -337,10 +338,27 @@ fn request(req: &ChatRequest<'_>) -> Result<Parts, String> {
                 tool_call_id,
                 content,
                 is_error,
+                images,
             } => {
+                // The images the model is given go in the result, after its text.
+                let mut parts = vec![ToolResultContentBlock::Text(content)];
+                for image in images.iter().filter_map(|id| req.image(id)) {
+                    let format = match image.media_type.as_str() {
+                        "image/png" => ImageFormat::Png,
+                        "image/jpeg" => ImageFormat::Jpeg,
+                        "image/gif" => ImageFormat::Gif,
+                        _ => ImageFormat::Webp,
+                    };
+                    let block = ImageBlock::builder()
+                        .format(format)
+                        .source(ImageSource::Bytes(image.bytes.clone().into()))
+                        .build()
+                        .map_err(|e| e.to_string())?;
+                    parts.push(ToolResultContentBlock::Image(block));
+                }
                 let block = ToolResultBlock::builder()
                     .tool_use_id(tool_call_id)
-                    .content(ToolResultContentBlock::Text(content))
+                    .set_content(Some(parts))
                     .status(if is_error {
                         ToolResultStatus::Error
                     } else {

@@ -9,6 +9,8 @@ pub mod anthropic;
 pub mod bedrock;
 #[cfg(test)]
 mod controls_tests;
+#[cfg(test)]
+mod images_tests;
 pub mod openai;
 pub mod retry;
 pub mod router;

@@ -174,39 +174,65 @@ impl OpenAiLlm {
     }
 
     fn body(&self, req: &ChatRequest<'_>) -> Value {
-        let messages: Vec<Value> = req
-            .messages()
-            .into_iter()
-            .map(|m| match m {
-                ChatMessage::System { content } => json!({"role": "system", "content": content}),
-                ChatMessage::User { content } => json!({"role": "user", "content": content}),
-                // OpenAI keeps a reply's reasoning itself: nothing of it is given back.
-                ChatMessage::Assistant {
-                    content,
-                    tool_calls,
-                    ..
-                } => {
-                    let mut v = json!({"role": "assistant", "content": content});
-                    if !tool_calls.is_empty() {
-                        v["tool_calls"] = tool_calls
-                            .iter()
-                            .map(|c| {
-                                json!({"id": c.id, "type": "function",
+        // Chat Completions takes no image in a tool message: the images the tools of a reply
+        // returned follow their results, in a user message of their own.
+        let mut seen: Vec<Value> = Vec::new();
+        let mut messages: Vec<Value> = Vec::new();
+        for m in req.messages() {
+            let is_tool = matches!(m, ChatMessage::Tool { .. });
+            if let ChatMessage::Tool { images, .. } = &m {
+                seen.extend(images.iter().filter_map(|id| req.image(id)).map(|i| {
+                    let data = aws_smithy_types::base64::encode(&i.bytes);
+                    json!({"type": "image_url",
+                           "image_url": {"url": format!("data:{};base64,{data}", i.media_type)}})
+                }));
+            }
+            if !is_tool && !seen.is_empty() {
+                messages.push(images_message(std::mem::take(&mut seen)));
+            }
+            messages.push(Self::message(m));
+        }
+        if !seen.is_empty() {
+            messages.push(images_message(seen));
+        }
+        self.body_of(req, messages)
+    }
+
+    /// One message as Chat Completions takes it.
+    fn message(m: ChatMessage) -> Value {
+        match m {
+            ChatMessage::System { content } => json!({"role": "system", "content": content}),
+            ChatMessage::User { content } => json!({"role": "user", "content": content}),
+            // OpenAI keeps a reply's reasoning itself: nothing of it is given back.
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+                ..
+            } => {
+                let mut v = json!({"role": "assistant", "content": content});
+                if !tool_calls.is_empty() {
+                    v["tool_calls"] = tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({"id": c.id, "type": "function",
                                 "function": {"name": c.name, "arguments": c.arguments}})
-                            })
-                            .collect();
-                    }
-                    v
+                        })
+                        .collect();
                 }
-                ChatMessage::Tool {
-                    tool_call_id,
-                    content,
-                    ..
-                } => {
-                    json!({"role": "tool", "tool_call_id": tool_call_id, "content": content})
-                }
-            })
-            .collect();
+                v
+            }
+            ChatMessage::Tool {
+                tool_call_id,
+                content,
+                ..
+            } => {
+                json!({"role": "tool", "tool_call_id": tool_call_id, "content": content})
+            }
+        }
+    }
+
+    /// The request's body around its `messages`.
+    fn body_of(&self, req: &ChatRequest<'_>, messages: Vec<Value>) -> Value {
         let mut body = json!({
             "model": req.model.unwrap_or(&self.cfg.model),
             "messages": messages,
@@ -251,6 +277,14 @@ impl OpenAiLlm {
         }
         body
     }
+}
+
+/// The images tools returned, as a user message after their results.
+fn images_message(images: Vec<Value>) -> Value {
+    let mut parts =
+        vec![json!({"type": "text", "text": "The images the tool calls above returned:"})];
+    parts.extend(images);
+    json!({"role": "user", "content": parts})
 }
 
 #[derive(Deserialize)]

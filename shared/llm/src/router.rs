@@ -159,6 +159,7 @@ mod tests {
                     history: &[],
                     deltas: None,
                     controls: &baton_core::llm::Controls::NONE,
+                    images: &[],
                 };
                 models.complete(&req).await
             }

@@ -204,6 +204,7 @@ mod tests {
             history: &[],
             deltas: None,
             controls: &baton_core::llm::Controls::NONE,
+            images: &[],
         }
     }
 

@@ -56,6 +56,7 @@ pub fn request<'a>(
         deltas: None,
         max_output_tokens: None,
         controls: &baton_core::llm::Controls::NONE,
+        images: &[],
     }
 }
 

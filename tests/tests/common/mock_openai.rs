@@ -4,7 +4,7 @@
 //! tool message: see `respond`). Like a real server it stops a reply at the request's
 //! output limit (`max_tokens`, or `max_completion_tokens`; a word is a token here) and says
 //! so with `finish_reason: "length"`. A reply's `down` lists models that answer 503 to it, its `expect` the
-//! request's fields it takes (others get a 400).
+//! request's fields it takes, its `expectImages` the images it is given (others get a 400).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -96,6 +96,20 @@ impl Respond for Replay {
                 return ResponseTemplate::new(400).set_body_string(format!(
                     "reply {index} for {agent} expects `{key}` = {want}, the request has {}",
                     body[key]
+                ));
+            }
+        }
+        // How many images the reply expects the request to give the model.
+        if let Some(want) = reply["expectImages"].as_u64() {
+            let urls: Vec<&str> = messages
+                .iter()
+                .filter_map(|m| m["content"].as_array())
+                .flatten()
+                .filter_map(|p| p["image_url"]["url"].as_str())
+                .collect();
+            if urls.len() as u64 != want || urls.iter().any(|u| !u.starts_with("data:image/")) {
+                return ResponseTemplate::new(400).set_body_string(format!(
+                    "reply {index} for {agent} expects {want} images, the request has {urls:?}"
                 ));
             }
         }

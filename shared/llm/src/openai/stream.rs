@@ -200,6 +200,7 @@ mod tests {
             history: &h,
             deltas: Some(deltas),
             controls: &baton_core::llm::Controls::NONE,
+            images: &[],
         })
         .await
     }

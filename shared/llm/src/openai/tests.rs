@@ -40,6 +40,7 @@ async fn call(llm: &OpenAiLlm) -> Result<LlmReply, LlmError> {
         history: &h,
         deltas: None,
         controls: &baton_core::llm::Controls::NONE,
+        images: &[],
     })
     .await
 }

@@ -1,0 +1,167 @@
+//! A tool's image reaches a model that sees, in each provider's format: after the tool
+//! results in a user message (OpenAI), in the tool result (Anthropic, Bedrock); an image the
+//! request does not hold is known by its summary alone.
+
+use baton_core::llm::{Image, Llm};
+use baton_core::timeline::{Entry, EntryBody, FileRef};
+use serde_json::{Value, json};
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::retry::Backoff;
+use crate::testkit::{history, request, tools};
+
+const PNG: &[u8] = b"\x89PNG\r\n\x1a\nnot really";
+
+/// The test history, its tool call having returned an image file.
+fn with_image() -> Vec<Entry> {
+    let mut h = history();
+    let at = h[0].at;
+    h.push(Entry {
+        seq: 3,
+        at,
+        body: EntryBody::File(FileRef {
+            call_id: "call_a".into(),
+            file_id: "file_1".into(),
+            name: "chart.png".into(),
+            media_type: "image/png".into(),
+            size: PNG.len() as u64,
+            summary: "a rising line".into(),
+        }),
+    });
+    h
+}
+
+fn image() -> Image {
+    Image {
+        file_id: "file_1".into(),
+        media_type: "image/png".into(),
+        bytes: PNG.to_vec(),
+    }
+}
+
+async fn sent(server: &MockServer) -> Value {
+    let requests = server.received_requests().await.expect("recorded");
+    serde_json::from_slice(&requests.last().expect("a request").body).expect("JSON")
+}
+
+async fn mock(reply: Value) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(reply))
+        .mount(&server)
+        .await;
+    server
+}
+
+fn b64() -> String {
+    aws_smithy_types::base64::encode(PNG)
+}
+
+#[tokio::test]
+async fn openai_is_given_the_image_after_the_tool_results() {
+    let server = mock(
+        json!({"choices": [{"message": {"role": "assistant", "content": "A line."}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}),
+    )
+    .await;
+    let llm = crate::openai::OpenAiLlm::new(crate::openai::OpenAiConfig {
+        max_tokens: None,
+        base_url: format!("{}/v1", server.uri()),
+        api_key: None,
+        model: "gpt-4o".into(),
+        max_retries: 0,
+        backoff: Backoff::fast(),
+        timeout: std::time::Duration::from_secs(5),
+    })
+    .expect("client");
+    let (h, t, images) = (with_image(), tools(), [image()]);
+    let mut req = request(&h, &t, None);
+    req.images = &images;
+    llm.complete(&req).await.expect("reply");
+    let body = sent(&server).await;
+    let messages = body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "user"]);
+    let tool = messages[3]["content"].as_str().unwrap();
+    assert!(
+        tool.contains("[file `chart.png` (image/png, 18 bytes): a rising line]"),
+        "{tool}"
+    );
+    assert_eq!(
+        messages[4]["content"][1],
+        json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{}", b64())}})
+    );
+    // Not held: the summary alone.
+    req.images = &[];
+    llm.complete(&req).await.expect("reply");
+    let body = sent(&server).await;
+    assert_eq!(body["messages"].as_array().unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn anthropic_is_given_the_image_in_the_tool_result() {
+    let server = mock(
+        json!({"id": "m", "type": "message", "role": "assistant", "model": "c",
+        "content": [{"type": "text", "text": "A line."}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 1, "output_tokens": 1}}),
+    )
+    .await;
+    let llm = crate::anthropic::AnthropicLlm::new(crate::anthropic::AnthropicConfig {
+        base_url: server.uri(),
+        api_key: Some("k".into()),
+        max_tokens: 100,
+        max_retries: 0,
+        backoff: Backoff::fast(),
+        timeout: std::time::Duration::from_secs(5),
+    })
+    .expect("client");
+    let (h, t, images) = (with_image(), tools(), [image()]);
+    let mut req = request(&h, &t, Some("claude-sonnet-4-5"));
+    req.images = &images;
+    llm.complete(&req).await.expect("reply");
+    let body = sent(&server).await;
+    let result = &body["messages"][2]["content"][0];
+    assert_eq!(result["type"], "tool_result");
+    assert_eq!(result["content"][0]["type"], "text");
+    assert_eq!(
+        result["content"][1],
+        json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64()}})
+    );
+}
+
+#[tokio::test]
+async fn bedrock_is_given_the_image_in_the_tool_result() {
+    use aws_sdk_bedrockruntime::config::{BehaviorVersion, Credentials, Region};
+    let server = mock(json!({"output": {"message": {"role": "assistant",
+        "content": [{"text": "A line."}]}}, "stopReason": "end_turn",
+        "usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2}}))
+    .await;
+    let sdk = aws_sdk_bedrockruntime::config::Builder::new()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(server.uri())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("AKID", "secret", None, None, "test"));
+    let llm = crate::bedrock::BedrockLlm::new(
+        crate::bedrock::client(&sdk, std::time::Duration::from_secs(5)),
+        crate::bedrock::BedrockConfig {
+            max_tokens: 100,
+            max_retries: 0,
+            backoff: Backoff::fast(),
+            timeout: std::time::Duration::from_secs(5),
+        },
+    );
+    let (h, t, images) = (with_image(), tools(), [image()]);
+    let mut req = request(&h, &t, Some("amazon.nova-pro-v1:0"));
+    req.images = &images;
+    llm.complete(&req).await.expect("reply");
+    let body = sent(&server).await;
+    let result = &body["messages"][2]["content"][0]["toolResult"];
+    assert_eq!(
+        result["content"][1],
+        json!({"image": {"format": "png", "source": {"bytes": b64()}}})
+    );
+}
