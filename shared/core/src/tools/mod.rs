@@ -11,8 +11,8 @@ mod context;
 mod echo;
 
 pub use context::{
-    FileOutput, MAX_FILE_BYTES, MAX_FILE_SUMMARY_BYTES, MAX_FILES, MAX_WIDGET_BYTES, MAX_WIDGETS,
-    ToolContext, ToolContextBuilder,
+    FileOutput, MAX_FILE_BYTES, MAX_FILE_SUMMARY_BYTES, MAX_FILES, MAX_WIDGET_BYTES,
+    MAX_WIDGET_FALLBACK_BYTES, MAX_WIDGETS, ToolContext, ToolContextBuilder,
 };
 pub use echo::Echo;
 
