@@ -12,7 +12,7 @@ use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use crate::retry::Backoff;
-use crate::testkit::{history, request, tools};
+use crate::testkit::{history, last_body, replying, request, tools};
 
 fn verdict() -> ToolSpec {
     ToolSpec {
@@ -21,21 +21,6 @@ fn verdict() -> ToolSpec {
         parameters: json!({"type": "object", "required": ["verdict"],
                            "properties": {"verdict": {"type": "string"}}}),
     }
-}
-
-/// What the mock was sent, the last request's body.
-async fn sent(server: &MockServer) -> Value {
-    let requests = server.received_requests().await.expect("recorded");
-    serde_json::from_slice(&requests.last().expect("a request").body).expect("JSON body")
-}
-
-async fn mock(reply: Value) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(reply))
-        .mount(&server)
-        .await;
-    server
 }
 
 /// The history with its reply's reasoning recorded, as a provider gave it.
@@ -68,7 +53,7 @@ mod openai {
     /// schema; the reasoning tokens of the usage are read, as part of the output.
     #[tokio::test]
     async fn controls_are_sent_as_chat_completions_takes_them() {
-        let server = mock(json!({
+        let server = replying(json!({
             "choices": [{"message": {"role": "assistant", "content": "{\"verdict\":\"ship\"}"},
                          "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 50, "total_tokens": 60,
@@ -89,7 +74,7 @@ mod openai {
         let mut req = request(&h, &t, None);
         req.controls = &controls;
         let reply = client(&server).complete(&req).await.expect("reply");
-        let body = sent(&server).await;
+        let body = last_body(&server).await;
         assert_eq!(
             body["tool_choice"],
             json!({"type": "function", "function": {"name": "echo"}})
@@ -108,7 +93,7 @@ mod openai {
     /// `required` and `none` are sent as words; no tools, no choice.
     #[tokio::test]
     async fn a_choice_is_a_word_and_is_not_sent_without_tools() {
-        let server = mock(json!({
+        let server = replying(json!({
             "choices": [{"message": {"role": "assistant", "content": "ok"}}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
         }))
@@ -125,10 +110,10 @@ mod openai {
             let mut req = request(&h, &t, None);
             req.controls = &controls;
             client(&server).complete(&req).await.expect("reply");
-            assert_eq!(sent(&server).await["tool_choice"], word);
+            assert_eq!(last_body(&server).await["tool_choice"], word);
             req.tools = &[];
             client(&server).complete(&req).await.expect("reply");
-            assert!(sent(&server).await.get("tool_choice").is_none());
+            assert!(last_body(&server).await.get("tool_choice").is_none());
         }
     }
 }
@@ -159,7 +144,7 @@ mod anthropic {
     /// call; that call is the answer, as text.
     #[tokio::test]
     async fn an_output_schema_is_a_forced_tool_whose_input_is_the_answer() {
-        let server = mock(message(json!([{"type": "tool_use", "id": "toolu_1",
+        let server = replying(message(json!([{"type": "tool_use", "id": "toolu_1",
             "name": OUTPUT_TOOL, "input": {"verdict": "ship"}}])))
         .await;
         let h = history();
@@ -172,7 +157,7 @@ mod anthropic {
         let reply = client(&server).complete(&req).await.expect("reply");
         assert_eq!(reply.text.as_deref(), Some(r#"{"verdict":"ship"}"#));
         assert!(reply.tool_calls.is_empty(), "{:?}", reply.tool_calls);
-        let body = sent(&server).await;
+        let body = last_body(&server).await;
         assert_eq!(
             body["tool_choice"],
             json!({"type": "tool", "name": OUTPUT_TOOL})
@@ -182,7 +167,7 @@ mod anthropic {
         let t = tools();
         req.tools = &t;
         client(&server).complete(&req).await.expect("reply");
-        let body = sent(&server).await;
+        let body = last_body(&server).await;
         assert_eq!(body["tool_choice"], json!({"type": "any"}));
         let names: Vec<&str> = body["tools"]
             .as_array()
@@ -201,7 +186,7 @@ mod anthropic {
                               {"type": "redacted_thinking", "data": "xyz"}]);
         let mut content = thinking.as_array().unwrap().clone();
         content.push(json!({"type": "text", "text": "Done."}));
-        let server = mock(message(Value::Array(content))).await;
+        let server = replying(message(Value::Array(content))).await;
         let h = history_with_reasoning(thinking.clone());
         let t = tools();
         let controls = Controls {
@@ -216,7 +201,7 @@ mod anthropic {
         req.controls = &controls;
         let reply = client(&server).complete(&req).await.expect("reply");
         assert_eq!(reply.reasoning, Some(thinking.clone()));
-        let body = sent(&server).await;
+        let body = last_body(&server).await;
         assert_eq!(
             body["thinking"],
             json!({"type": "enabled", "budget_tokens": 24576})
@@ -315,7 +300,7 @@ mod bedrock {
     /// required choice is `any`.
     #[tokio::test]
     async fn an_output_schema_is_a_forced_tool_and_required_is_any() {
-        let server = mock(converse(json!([{"toolUse": {"toolUseId": "t1",
+        let server = replying(converse(json!([{"toolUse": {"toolUseId": "t1",
             "name": OUTPUT_TOOL, "input": {"verdict": "hold"}}}])))
         .await;
         let h = history();
@@ -328,7 +313,7 @@ mod bedrock {
         let reply = llm(&server).complete(&req).await.expect("reply");
         assert_eq!(reply.text.as_deref(), Some(r#"{"verdict":"hold"}"#));
         assert!(reply.tool_calls.is_empty());
-        let body = sent(&server).await;
+        let body = last_body(&server).await;
         assert_eq!(
             body["toolConfig"]["toolChoice"],
             json!({"tool": {"name": OUTPUT_TOOL}})
@@ -342,7 +327,7 @@ mod bedrock {
         req.controls = &controls;
         llm(&server).complete(&req).await.expect("reply");
         assert_eq!(
-            sent(&server).await["toolConfig"]["toolChoice"],
+            last_body(&server).await["toolConfig"]["toolChoice"],
             json!({"any": {}})
         );
     }
@@ -352,7 +337,7 @@ mod bedrock {
     #[tokio::test]
     async fn reasoning_goes_in_the_models_own_fields_and_comes_back() {
         let reasoning = json!([{"text": "Echo it.", "signature": "sig=="}]);
-        let server = mock(converse(json!([
+        let server = replying(converse(json!([
             {"reasoningContent": {"reasoningText": {"text": "Echo it.", "signature": "sig=="}}},
             {"text": "Done."}
         ])))
@@ -370,7 +355,7 @@ mod bedrock {
         req.controls = &controls;
         let reply = llm(&server).complete(&req).await.expect("reply");
         assert_eq!(reply.reasoning, Some(reasoning));
-        let body = sent(&server).await;
+        let body = last_body(&server).await;
         assert_eq!(
             body["additionalModelRequestFields"],
             json!({"thinking": {"type": "enabled", "budget_tokens": 8192}})
@@ -383,7 +368,7 @@ mod bedrock {
         let mut req = request(&h, &t, Some(NOVA));
         req.controls = &controls;
         llm(&server).complete(&req).await.expect("reply");
-        let body = sent(&server).await;
+        let body = last_body(&server).await;
         assert_eq!(
             body["additionalModelRequestFields"],
             json!({"reasoningConfig": {"type": "enabled", "maxReasoningEffort": "medium"}})

@@ -4,12 +4,10 @@
 
 use baton_core::llm::{Image, Llm};
 use baton_core::timeline::{Entry, EntryBody, FileRef};
-use serde_json::{Value, json};
-use wiremock::matchers::method;
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use serde_json::json;
 
 use crate::retry::Backoff;
-use crate::testkit::{history, request, tools};
+use crate::testkit::{history, last_body, replying, request, tools};
 
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\nnot really";
 
@@ -40,27 +38,13 @@ fn image() -> Image {
     }
 }
 
-async fn sent(server: &MockServer) -> Value {
-    let requests = server.received_requests().await.expect("recorded");
-    serde_json::from_slice(&requests.last().expect("a request").body).expect("JSON")
-}
-
-async fn mock(reply: Value) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(reply))
-        .mount(&server)
-        .await;
-    server
-}
-
 fn b64() -> String {
     aws_smithy_types::base64::encode(PNG)
 }
 
 #[tokio::test]
 async fn openai_is_given_the_image_after_the_tool_results() {
-    let server = mock(
+    let server = replying(
         json!({"choices": [{"message": {"role": "assistant", "content": "A line."}}],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}),
     )
@@ -79,7 +63,7 @@ async fn openai_is_given_the_image_after_the_tool_results() {
     let mut req = request(&h, &t, None);
     req.images = &images;
     llm.complete(&req).await.expect("reply");
-    let body = sent(&server).await;
+    let body = last_body(&server).await;
     let messages = body["messages"].as_array().unwrap();
     let roles: Vec<&str> = messages
         .iter()
@@ -98,13 +82,13 @@ async fn openai_is_given_the_image_after_the_tool_results() {
     // Not held: the summary alone.
     req.images = &[];
     llm.complete(&req).await.expect("reply");
-    let body = sent(&server).await;
+    let body = last_body(&server).await;
     assert_eq!(body["messages"].as_array().unwrap().len(), 4);
 }
 
 #[tokio::test]
 async fn anthropic_is_given_the_image_in_the_tool_result() {
-    let server = mock(
+    let server = replying(
         json!({"id": "m", "type": "message", "role": "assistant", "model": "c",
         "content": [{"type": "text", "text": "A line."}], "stop_reason": "end_turn",
         "usage": {"input_tokens": 1, "output_tokens": 1}}),
@@ -123,7 +107,7 @@ async fn anthropic_is_given_the_image_in_the_tool_result() {
     let mut req = request(&h, &t, Some("claude-sonnet-4-5"));
     req.images = &images;
     llm.complete(&req).await.expect("reply");
-    let body = sent(&server).await;
+    let body = last_body(&server).await;
     let result = &body["messages"][2]["content"][0];
     assert_eq!(result["type"], "tool_result");
     assert_eq!(result["content"][0]["type"], "text");
@@ -136,7 +120,7 @@ async fn anthropic_is_given_the_image_in_the_tool_result() {
 #[tokio::test]
 async fn bedrock_is_given_the_image_in_the_tool_result() {
     use aws_sdk_bedrockruntime::config::{BehaviorVersion, Credentials, Region};
-    let server = mock(json!({"output": {"message": {"role": "assistant",
+    let server = replying(json!({"output": {"message": {"role": "assistant",
         "content": [{"text": "A line."}]}}, "stopReason": "end_turn",
         "usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2}}))
     .await;
@@ -158,7 +142,7 @@ async fn bedrock_is_given_the_image_in_the_tool_result() {
     let mut req = request(&h, &t, Some("amazon.nova-pro-v1:0"));
     req.images = &images;
     llm.complete(&req).await.expect("reply");
-    let body = sent(&server).await;
+    let body = last_body(&server).await;
     let result = &body["messages"][2]["content"][0]["toolResult"];
     assert_eq!(
         result["content"][1],

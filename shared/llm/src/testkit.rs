@@ -88,3 +88,19 @@ impl baton_core::llm::Deltas for Recorder {
         ));
     }
 }
+
+/// A mock server that answers every POST with `reply`.
+pub async fn replying(reply: serde_json::Value) -> wiremock::MockServer {
+    let server = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(reply))
+        .mount(&server)
+        .await;
+    server
+}
+
+/// The body of the last request `server` was sent.
+pub async fn last_body(server: &wiremock::MockServer) -> serde_json::Value {
+    let requests = server.received_requests().await.expect("recorded");
+    serde_json::from_slice(&requests.last().expect("a request").body).expect("JSON body")
+}

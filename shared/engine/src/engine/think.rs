@@ -180,22 +180,11 @@ impl Work<'_> {
         {
             // A cut text is no answer: the model is asked again (within the turn's
             // iterations), told why, and the turn's result is the reply that fits.
-            let note = format!(
+            self.ask_again(format!(
                 "[Baton: your last reply was cut off at its output limit (the provider said \
                  `{reason}`) and was not delivered. Answer again, complete and shorter, so \
                  that it fits.]"
-            );
-            self.push(EntryBody::User {
-                text: note,
-                message_id: None,
-                options: crate::timeline::TurnOptions {
-                    tier: self.run.origin.tier,
-                    visible: false,
-                    trigger: None,
-                },
-            });
-            self.run.status = RunStatus::Running;
-            self.send_continue();
+            ));
             return None;
         }
         if reply.tool_calls.is_empty() {
@@ -206,22 +195,11 @@ impl Work<'_> {
             {
                 // An answer of the wrong shape is no answer: the model is told what is
                 // wrong and asked again (within the turn's iterations).
-                let note = format!(
+                self.ask_again(format!(
                     "[Baton: your final answer must be one JSON object that matches the \
                      output schema you were given, with nothing around it. It was not \
                      delivered: {why}. Answer again, in that shape.]"
-                );
-                self.push(EntryBody::User {
-                    text: note,
-                    message_id: None,
-                    options: crate::timeline::TurnOptions {
-                        tier: self.run.origin.tier,
-                        visible: false,
-                        trigger: None,
-                    },
-                });
-                self.run.status = RunStatus::Running;
-                self.send_continue();
+                ));
                 return None;
             }
             self.run.outcome.structured = output.is_some();
@@ -461,6 +439,24 @@ impl Work<'_> {
                 }
             }
         }
+    }
+}
+
+impl Work<'_> {
+    /// A reply that is no answer: the model is told `note` (out of the owner's sight) and
+    /// thinks again, within the turn's iterations.
+    fn ask_again(&mut self, note: String) {
+        self.push(EntryBody::User {
+            text: note,
+            message_id: None,
+            options: crate::timeline::TurnOptions {
+                tier: self.run.origin.tier,
+                visible: false,
+                trigger: None,
+            },
+        });
+        self.run.status = RunStatus::Running;
+        self.send_continue();
     }
 }
 
