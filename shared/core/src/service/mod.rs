@@ -16,6 +16,7 @@ mod notify;
 mod outbox;
 mod pages;
 mod requests;
+mod step_images;
 mod step_world;
 mod steps;
 mod sweep;

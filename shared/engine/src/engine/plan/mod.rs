@@ -9,8 +9,10 @@
 //!
 //! [`ToolEntry::plan`]: crate::timeline::ToolEntry
 
+mod drafts;
 mod held;
 mod inputs;
+mod phases;
 mod prompts;
 
 use serde_json::{Map, Value, json};
@@ -20,7 +22,7 @@ use prompts::{planner_prompt, reviewer_prompt, summary};
 
 use super::{MAX_OUTPUT_BYTES, Next, Step, Work, cap_at, cap_output, derive_id, preview};
 use crate::agent::AgentDef;
-use crate::cta::{CtaRequest, CtaResponse, CtaStatus, Gated};
+use crate::cta::{CtaResponse, CtaStatus};
 use crate::message::{ChildOutcome, Effect, Input, StepMessage};
 use crate::plan::{
     self, AgentStep, ExecutionMode, Merge, Phase, Plan, PlanState, Root, Scope, StepStatus,
@@ -213,45 +215,6 @@ impl<'a> Work<'a> {
         })
     }
 
-    /// Moves plan call `call_id` to phase `to`, saying so on the bus (for traces, metrics
-    /// and UIs) with when, how long it was in the phase it leaves (`inPhaseMs`) and since
-    /// the call was made (`sincePlanMs`). A plan's first phase comes from none (`from`
-    /// null); staying in a phase says nothing.
-    pub(in crate::engine) fn enter(&mut self, call_id: &str, state: &mut PlanState, to: Phase) {
-        let from = state.phase_since.map(|since| (state.phase, since));
-        if from.is_some_and(|(phase, _)| phase == to) {
-            return;
-        }
-        let now = self.now;
-        let ms = |since: chrono::DateTime<chrono::Utc>| (now - since).num_milliseconds().max(0);
-        let mut detail = json!({"runId": self.run.run_id, "callId": call_id,
-            "from": from.map(|(p, _)| p.as_str()), "to": to.as_str(), "at": self.now});
-        if let Some((_, since)) = from {
-            detail["inPhaseMs"] = json!(ms(since));
-        }
-        if let Some(at) = state.started_at {
-            detail["sincePlanMs"] = json!(ms(at));
-        }
-        self.publish(plan::PHASE_EVENT, detail);
-        state.phase = to;
-        state.phase_since = Some(self.now);
-    }
-
-    /// The plan call ended with `result`: `done` when it succeeded, `failed` when it is an
-    /// error or its output says a step failed.
-    pub(in crate::engine) fn plan_ended(
-        &mut self,
-        call_id: &str,
-        state: &mut PlanState,
-        result: &ToolResult,
-    ) {
-        let ok = match result {
-            ToolResult::Success { output } => output["success"].as_bool() != Some(false),
-            _ => false,
-        };
-        self.enter(call_id, state, if ok { Phase::Done } else { Phase::Failed });
-    }
-
     /// Says on the bus that a guardrail refused a call: a subagent past the depth cap.
     pub(in crate::engine) fn refused_depth(&mut self, tool: &str, max_depth: u32) {
         self.publish(
@@ -330,64 +293,6 @@ impl<'a> Work<'a> {
                 })
             }
         }
-    }
-
-    /// The draft told to the model at once (seed 001): the call's result is the plan, which
-    /// the model shows the person and asks about in its own words; the person's reply is
-    /// the next turn, in which the model runs it (a call of its own), revises it or answers.
-    fn draft_told(&mut self, call_id: &str, state: &PlanState) -> ToolResult {
-        let Some(plan) = &state.plan else {
-            return ToolResult::error("no plan to review");
-        };
-        self.publish(
-            "plan.ready_for_review",
-            json!({"runId": self.run.run_id, "callId": call_id, "ctaId": null,
-                   "in": "conversation", "plan": plan}),
-        );
-        let output = json!({
-            "status": "draft",
-            "plan": plan,
-            "bindings": state.bindings,
-            "note": "This plan has not run. Tell the person what it will do, in your own \
-                     words, and ask whether to run it. When they confirm, call \
-                     agent_orchestrate with this plan and execution_mode auto_execute; if they \
-                     ask for changes, draft a revised plan; otherwise answer them.",
-        });
-        ToolResult::Success {
-            output: cap_output(output),
-        }
-    }
-
-    /// Parks the plan on an approval CTA whose gated input is the plan.
-    fn draft(&mut self, seq: u64, call_id: &str, state: &PlanState) -> ToolResult {
-        let Some(plan) = &state.plan else {
-            return ToolResult::error("no plan to review");
-        };
-        let message = format!("Run this plan? {}", summary(plan));
-        let gated = Gated {
-            tool: plan::AGENT_ORCHESTRATE.into(),
-            input: cap_output(json!({"plan": plan, "bindings": state.bindings})),
-            reason: Some("the agent drafted this plan for your review before it runs".into()),
-        };
-        let expiry = self
-            .book
-            .agent(&self.run.agent)
-            .map_or(self.book.limits.cta_expiry, |a| a.cta_expiry);
-        let ask = super::ask::Ask {
-            request: CtaRequest::Approval { message },
-            default: None,
-            gated: Some(gated),
-            gate: false,
-            expiry,
-            budget: None,
-        };
-        let result = self.raise_cta(seq, call_id, ask);
-        let cta_id = self.tool(seq).cta.as_ref().map(|c| c.cta_id.clone());
-        self.publish(
-            "plan.ready_for_review",
-            json!({"runId": self.run.run_id, "callId": call_id, "ctaId": cta_id, "plan": plan}),
-        );
-        result
     }
 
     /// Starts what can start; `Some(result)` once every step is done.
