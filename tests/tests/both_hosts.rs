@@ -35,65 +35,52 @@ async fn aws_host(script: &str) -> super::aws_flow::Env {
     .await
 }
 
-/// `baton dev` on its embedded store with `catalog`, thinking from `script`.
+/// `baton dev` on its embedded store with `catalog`, thinking from `script`: the scripted
+/// model, or, `over_the_wire`, a mock OpenAI server behind the provider router (kept with
+/// the data directory).
 async fn local_host_with(
     script: &str,
     catalog: Arc<baton_core::agent::Catalog>,
-) -> (LocalHost, tempfile::TempDir) {
+    over_the_wire: bool,
+) -> (LocalHost, (tempfile::TempDir, Option<wiremock::MockServer>)) {
     let dir = tempfile::tempdir().unwrap();
+    let (mock, llm): (_, Arc<dyn baton_core::llm::Llm>) = match over_the_wire {
+        true => {
+            let (mock, llm) = common::mock_openai::start(script).await;
+            (
+                Some(mock),
+                Arc::new(baton_llm::Models::new("mock").openai(llm)),
+            )
+        }
+        false => (None, scripted(script)),
+    };
     let options = local_options(
         dir.path(),
-        scripted(script),
+        llm,
         catalog,
         Arc::new(baton_core::ports::SystemClock),
     );
-    (LocalHost::start(options).await, dir)
+    (LocalHost::start(options).await, (dir, mock))
 }
 
 /// Two tests of `scenario`, one on each host, with the catalog `catalog` makes, whose model
-/// answers from `script` (on AWS, a mock OpenAI server behind the provider router).
+/// answers from `script`: on AWS, a mock OpenAI server behind the provider router; locally,
+/// the scripted model, or the mock too with `over_the_wire` first (what is sent on the wire
+/// is then checked on both).
 macro_rules! on_both_hosts_with {
-    ($scenario:ident, $script:expr, $catalog:expr) => {
-        mod $scenario {
-            use super::*;
-
-            #[tokio::test]
-            async fn local() {
-                let (mut host, _dir) = local_host_with(&$script, $catalog).await;
-                super::$scenario(&mut host).await;
-                host.stop().await;
-            }
-
-            #[tokio::test]
-            async fn aws() {
-                let mut env = super::super::aws_flow::start_routed_env(&$script, $catalog).await;
-                super::$scenario(&mut env.host).await;
-                env.host.stop().await;
-            }
-        }
+    (over_the_wire $scenario:ident, $script:expr, $catalog:expr) => {
+        on_both_hosts_with!(@ $scenario, $script, $catalog, true);
     };
-}
-
-/// Two tests of `scenario`, one on each host, with the catalog `catalog` makes, both thinking from a mock
-/// OpenAI server that plays `script` behind the provider router (what is sent on the wire
-/// is checked on both).
-macro_rules! on_both_hosts_over_the_wire {
     ($scenario:ident, $script:expr, $catalog:expr) => {
+        on_both_hosts_with!(@ $scenario, $script, $catalog, false);
+    };
+    (@ $scenario:ident, $script:expr, $catalog:expr, $wire:expr) => {
         mod $scenario {
             use super::*;
 
             #[tokio::test]
             async fn local() {
-                let dir = tempfile::tempdir().unwrap();
-                let (_mock, llm) = common::mock_openai::start(&$script).await;
-                let models = Arc::new(baton_llm::Models::new("mock").openai(llm));
-                let options = local_options(
-                    dir.path(),
-                    models,
-                    $catalog,
-                    Arc::new(baton_core::ports::SystemClock),
-                );
-                let mut host = LocalHost::start(options).await;
+                let (mut host, _keep) = local_host_with(&$script, $catalog, $wire).await;
                 super::$scenario(&mut host).await;
                 host.stop().await;
             }
@@ -490,8 +477,8 @@ async fn a_final_answer_of_the_wrong_shape_is_asked_again(host: &mut impl TestHo
 }
 
 // The first reply must be a call (`required`), the next may answer; both reason hard.
-on_both_hosts_over_the_wire!(
-    tool_choice_holds_for_a_turns_first_reply_and_reasoning_is_priced_as_output,
+on_both_hosts_with!(
+    over_the_wire tool_choice_holds_for_a_turns_first_reply_and_reasoning_is_priced_as_output,
     r#"{"orchestrator": [
         {"expect": {"tool_choice": "required", "reasoning_effort": "high"},
          "tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}],
@@ -882,8 +869,8 @@ fn snapshot_catalog() -> Arc<baton_core::agent::Catalog> {
 
 // Each agent draws the chart, then answers: the mock refuses a request without the image it
 // expects (one for the agent that sees, none for the other).
-on_both_hosts_over_the_wire!(
-    a_tools_image_reaches_a_model_that_sees_and_only_its_summary_one_that_does_not,
+on_both_hosts_with!(
+    over_the_wire a_tools_image_reaches_a_model_that_sees_and_only_its_summary_one_that_does_not,
     r#"{"orchestrator": [{"tool_calls": [{"name": "snapshot", "arguments": {}}]},
                          {"expectImages": 1, "text": "The line rises."}],
         "reader": [{"tool_calls": [{"name": "snapshot", "arguments": {}}]},

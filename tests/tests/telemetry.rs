@@ -206,13 +206,12 @@ async fn the_same_run_on_the_aws_host_exports_the_same_trace_and_metrics() {
     check_trace(&receiver, &run_id, &child).await;
 }
 
-/// The counters, as Prometheus reads them (with the server's token; none without it).
-/// A step's counters are added just after its commit, so the run can read as completed a
-/// moment before its last step is counted: the page is read again until it is.
-async fn check_metrics(api: &Api) {
-    let orch = json!({"agent": "orchestrator", "model": "openai:gpt-4o-mini"});
+/// The samples of `GET /metrics` (with the server's token), read again until `done` says
+/// they hold what is awaited, for at most 10 s: a step's counters are added just after its
+/// commit, so a run can read as ended a moment before its last step is counted.
+async fn counted(api: &Api, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let samples = loop {
+    loop {
         let page = api
             .http
             .get(format!("{}/metrics", api.base))
@@ -228,12 +227,22 @@ async fn check_metrics(api: &Api) {
                 .starts_with("application/openmetrics-text"),
         );
         let samples = parse_metrics(&page.text().await.expect("page"));
-        let counted = sample(&samples, "baton_input_tokens_total", orch.clone());
-        if counted >= 600.0 || std::time::Instant::now() > deadline {
-            break samples;
+        if done(&samples) || std::time::Instant::now() > deadline {
+            return samples;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    }
+}
+
+/// The counters, as Prometheus reads them (with the server's token; none without it).
+/// A step's counters are added just after its commit, so the run can read as completed a
+/// moment before its last step is counted: the page is read again until it is.
+async fn check_metrics(api: &Api) {
+    let orch = json!({"agent": "orchestrator", "model": "openai:gpt-4o-mini"});
+    let samples = counted(api, |samples| {
+        sample(samples, "baton_input_tokens_total", orch.clone()) >= 600.0
+    })
+    .await;
     assert_eq!(
         sample(&samples, "baton_input_tokens_total", orch.clone()),
         600.0
@@ -420,25 +429,11 @@ async fn a_real_plans_phases_are_counted_as_its_events_said() {
         ("awaiting_results", "merging", 1.0),
         ("merging", "failed", 1.0),
     ];
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let count = |samples: &[Value], from: &str, to: &str| {
         let labels = json!({"agent": "orchestrator", "from": from, "to": to});
         sample(samples, "baton_plan_phase_changes_total", labels)
     };
-    let samples = loop {
-        let page = api
-            .http
-            .get(format!("{}/metrics", api.base))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .expect("metrics");
-        let samples = parse_metrics(&page.text().await.expect("page"));
-        if count(&samples, "merging", "failed") >= 1.0 || std::time::Instant::now() > deadline {
-            break samples;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let samples = counted(&api, |samples| count(samples, "merging", "failed") >= 1.0).await;
     for (from, to, n) in moves {
         assert_eq!(count(&samples, from, to), n, "{from} -> {to}");
     }

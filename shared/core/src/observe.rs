@@ -97,7 +97,7 @@ pub struct StepReport {
     /// What a raise approved in this step added to its tree's budget, in US dollars.
     pub budget_raised_usd: f64,
     /// The moves of its plans' state machines (`plan.phase`): `(from, to)`, `-` when a
-    /// plan began and `ended` when it ended.
+    /// plan began; `done` or `failed` when it ended.
     pub plan_phases: Vec<(String, String)>,
     /// The reviews its plans had (`plan.reviewed`): `(by, outcome)`, by `agent`, `human` or
     /// `conversation`; outcome `approved`, `sent_back`, `rejected` or

@@ -1,8 +1,6 @@
 //! Each provider's wire format for a call's controls — tool choice, reasoning, output
 //! schema — against a mock of its API: what is sent, and what comes back of it.
 
-use std::time::Duration;
-
 use baton_core::llm::{
     ChatRequest, Controls, Effort, Llm, OUTPUT_TOOL, Reasoning, ToolChoice, ToolSpec,
 };
@@ -11,7 +9,6 @@ use serde_json::{Value, json};
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::retry::Backoff;
 use crate::testkit::{history, last_body, replying, request, tools};
 
 fn verdict() -> ToolSpec {
@@ -34,19 +31,10 @@ fn history_with_reasoning(reasoning: Value) -> Vec<Entry> {
 
 mod openai {
     use super::*;
-    use crate::openai::{OpenAiConfig, OpenAiLlm};
+    use crate::openai::OpenAiLlm;
 
     fn client(server: &MockServer) -> OpenAiLlm {
-        OpenAiLlm::new(OpenAiConfig {
-            max_tokens: None,
-            base_url: format!("{}/v1", server.uri()),
-            api_key: Some("sk-test".into()),
-            model: "gpt-5".into(),
-            max_retries: 0,
-            backoff: Backoff::fast(),
-            timeout: Duration::from_secs(5),
-        })
-        .expect("client")
+        crate::openai::tests::client(server, 0)
     }
 
     /// `tool_choice` by name, `reasoning_effort` (from a budget), `response_format` with the
@@ -120,18 +108,10 @@ mod openai {
 
 mod anthropic {
     use super::*;
-    use crate::anthropic::{AnthropicConfig, AnthropicLlm};
+    use crate::anthropic::AnthropicLlm;
 
     fn client(server: &MockServer) -> AnthropicLlm {
-        AnthropicLlm::new(AnthropicConfig {
-            base_url: server.uri(),
-            api_key: Some("sk-ant-test".into()),
-            max_tokens: 1024,
-            max_retries: 0,
-            backoff: Backoff::fast(),
-            timeout: Duration::from_secs(5),
-        })
-        .expect("client")
+        crate::anthropic::tests::client_with(server, 0)
     }
 
     fn message(content: Value) -> Value {
@@ -267,27 +247,13 @@ mod anthropic {
 
 mod bedrock {
     use super::*;
-    use crate::bedrock::{BedrockConfig, BedrockLlm, client};
-    use aws_sdk_bedrockruntime::config::{BehaviorVersion, Credentials, Region};
+    use crate::bedrock::BedrockLlm;
 
     const CLAUDE: &str = "anthropic.claude-sonnet-4-5-v1:0";
     const NOVA: &str = "amazon.nova-2-lite-v1:0";
 
     fn llm(server: &MockServer) -> BedrockLlm {
-        let sdk = aws_sdk_bedrockruntime::config::Builder::new()
-            .behavior_version(BehaviorVersion::latest())
-            .endpoint_url(server.uri())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("AKID", "secret", None, None, "test"));
-        BedrockLlm::new(
-            client(&sdk, Duration::from_secs(5)),
-            BedrockConfig {
-                max_tokens: 512,
-                max_retries: 0,
-                backoff: Backoff::fast(),
-                timeout: Duration::from_secs(5),
-            },
-        )
+        crate::bedrock::tests::llm_with(server, 0)
     }
 
     fn converse(content: Value) -> Value {

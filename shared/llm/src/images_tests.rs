@@ -6,7 +6,6 @@ use baton_core::llm::{Image, Llm};
 use baton_core::timeline::{Entry, EntryBody, FileRef};
 use serde_json::json;
 
-use crate::retry::Backoff;
 use crate::testkit::{history, last_body, replying, request, tools};
 
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\nnot really";
@@ -49,16 +48,7 @@ async fn openai_is_given_the_image_after_the_tool_results() {
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}),
     )
     .await;
-    let llm = crate::openai::OpenAiLlm::new(crate::openai::OpenAiConfig {
-        max_tokens: None,
-        base_url: format!("{}/v1", server.uri()),
-        api_key: None,
-        model: "gpt-4o".into(),
-        max_retries: 0,
-        backoff: Backoff::fast(),
-        timeout: std::time::Duration::from_secs(5),
-    })
-    .expect("client");
+    let llm = crate::openai::tests::client(&server, 0);
     let (h, t, images) = (with_image(), tools(), [image()]);
     let mut req = request(&h, &t, None);
     req.images = &images;
@@ -94,15 +84,7 @@ async fn anthropic_is_given_the_image_in_the_tool_result() {
         "usage": {"input_tokens": 1, "output_tokens": 1}}),
     )
     .await;
-    let llm = crate::anthropic::AnthropicLlm::new(crate::anthropic::AnthropicConfig {
-        base_url: server.uri(),
-        api_key: Some("k".into()),
-        max_tokens: 100,
-        max_retries: 0,
-        backoff: Backoff::fast(),
-        timeout: std::time::Duration::from_secs(5),
-    })
-    .expect("client");
+    let llm = crate::anthropic::tests::client_with(&server, 0);
     let (h, t, images) = (with_image(), tools(), [image()]);
     let mut req = request(&h, &t, Some("claude-sonnet-4-5"));
     req.images = &images;
@@ -119,25 +101,11 @@ async fn anthropic_is_given_the_image_in_the_tool_result() {
 
 #[tokio::test]
 async fn bedrock_is_given_the_image_in_the_tool_result() {
-    use aws_sdk_bedrockruntime::config::{BehaviorVersion, Credentials, Region};
     let server = replying(json!({"output": {"message": {"role": "assistant",
         "content": [{"text": "A line."}]}}, "stopReason": "end_turn",
         "usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2}}))
     .await;
-    let sdk = aws_sdk_bedrockruntime::config::Builder::new()
-        .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(server.uri())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("AKID", "secret", None, None, "test"));
-    let llm = crate::bedrock::BedrockLlm::new(
-        crate::bedrock::client(&sdk, std::time::Duration::from_secs(5)),
-        crate::bedrock::BedrockConfig {
-            max_tokens: 100,
-            max_retries: 0,
-            backoff: Backoff::fast(),
-            timeout: std::time::Duration::from_secs(5),
-        },
-    );
+    let llm = crate::bedrock::tests::llm_with(&server, 0);
     let (h, t, images) = (with_image(), tools(), [image()]);
     let mut req = request(&h, &t, Some("amazon.nova-pro-v1:0"));
     req.images = &images;

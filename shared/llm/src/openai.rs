@@ -534,4 +534,4 @@ mod stream;
 use stream::read_stream;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

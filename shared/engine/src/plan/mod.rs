@@ -29,8 +29,9 @@ pub const AGENT_ORCHESTRATE: &str = "agent_orchestrate";
 pub const PLANNER: &str = "planner";
 /// The internal agent that reviews a plan before it runs (operation `review`).
 pub const PLAN_REVIEWER: &str = "plan_reviewer";
-/// The bus event a plan call's every change of phase puts out: `{runId, callId, from, to}`
-/// (`from` null when it begins, `to` `ended` with `success` when it ends).
+/// The bus event a plan call's every change of phase puts out: `{runId, callId, from, to,
+/// at, inPhaseMs?, sincePlanMs?}` (`from` null when it begins; `to` `done` or `failed` when
+/// it ends).
 pub const PHASE_EVENT: &str = "plan.phase";
 
 /// A plan: steps run in order.

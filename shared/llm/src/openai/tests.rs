@@ -5,7 +5,7 @@ use crate::testkit::{history, tools};
 use wiremock::matchers::{body_partial_json, header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-pub(super) fn client(server: &MockServer, retries: u32) -> OpenAiLlm {
+pub(crate) fn client(server: &MockServer, retries: u32) -> OpenAiLlm {
     OpenAiLlm::new(OpenAiConfig {
         max_tokens: None,
         base_url: format!("{}/v1", server.uri()),
